@@ -1,0 +1,11 @@
+"""geocon_torch: GPU-batched, ground-truth-free geometric consistency metrics for video."""
+from ._version import __version__
+from .config import GeoConConfig, load_config
+from .errors import (CheckpointError, GeoConError, OptionalDependencyError, ShapeError,
+                     VideoReadError)
+from .types import Clip, Correspondences, Fit, Keypoints
+
+__all__ = [
+    "__version__", "GeoConConfig", "load_config", "GeoConError", "VideoReadError", "ShapeError",
+    "CheckpointError", "OptionalDependencyError", "Clip", "Keypoints", "Correspondences", "Fit",
+]

@@ -1,0 +1,29 @@
+"""Exception types raised by geocon_torch.
+
+Every bad-input path raises one of these with a message that says what was wrong and what to do.
+A clip that is readable but cannot be scored (too little texture, too few valid pairs) is *not* an
+error: it comes back as a result with ``status == "not_applicable"`` and a ``reason``.
+"""
+from __future__ import annotations
+
+
+class GeoConError(Exception):
+    """Base class of every error raised on purpose by geocon_torch."""
+
+
+class VideoReadError(GeoConError, ValueError):
+    """A video or image sequence could not be read: missing, zero-byte, not a video, truncated,
+    0 frames, or an unsupported tensor layout. The message names the path and the cause."""
+
+
+class ShapeError(GeoConError, ValueError):
+    """A tensor argument has the wrong shape or dtype; the message shows the bad shape."""
+
+
+class CheckpointError(GeoConError, FileNotFoundError):
+    """A learned backend was requested without a usable local checkpoint (nothing is ever
+    downloaded): the path is missing, unreadable, or does not match the architecture."""
+
+
+class OptionalDependencyError(GeoConError, ImportError):
+    """An optional backend (dust3r, sam2, pyarrow, ...) was requested but is not importable."""

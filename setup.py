@@ -1,0 +1,48 @@
+"""Packaging for geocon_torch (see README.md for the two set-up commands)."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+version: dict = {}
+exec((ROOT / "geocon_torch" / "_version.py").read_text(), version)
+
+setup(
+    name="geocon_torch",
+    version=version["__version__"],
+    description=(
+        "GPU-batched, ground-truth-free geometric consistency metrics for (generated) video: "
+        "GeoCon-Bench IR/GE and AdaDFRC-W2, and the WorldAtlas/GVGC epipolar trio."
+    ),
+    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["geocon_torch", "geocon_torch.*"]),
+    include_package_data=True,
+    install_requires=[
+        # Ranges admit the torch 2.14.1 + torchvision 0.29.1 pair on this machine's disk.
+        "torch>=2.1",
+        "torchvision>=0.16",
+        "kornia>=0.7.2",
+        "torchmetrics>=1.2",
+        "einops>=0.7",
+        "numpy>=1.24",
+        "av>=11",
+        "opencv-python-headless>=4.8",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=7.4",
+            "scipy>=1.10",
+            "matplotlib>=3.7",
+            "nbclient>=0.9",
+            "nbformat>=5.9",
+            "ipykernel>=6.25",
+        ],
+        "report": ["matplotlib>=3.7"],
+        "sam2": ["sam2>=1.0"],
+        "parquet": ["pyarrow>=14"],
+    },
+    entry_points={"console_scripts": ["geocon=geocon_torch.cli:main"]},
+)
