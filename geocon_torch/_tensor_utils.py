@@ -1,0 +1,62 @@
+"""Masked reductions over padded batches (NaN-free: empty rows give ``fill`` and a False flag)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int = -1,
+                fill: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Mean of ``x`` over ``dim`` where ``mask`` is True.
+
+    Args:
+        x: (..., N) values; mask: same shape, bool.
+    Returns:
+        (mean, nonempty): mean has ``dim`` reduced (``fill`` where no entry is valid), nonempty is
+        the bool flag of rows with at least one valid entry.
+    """
+    m = mask.to(x.dtype)
+    count = m.sum(dim)
+    total = torch.where(mask, x, torch.zeros_like(x)).sum(dim)
+    nonempty = count > 0
+    mean = torch.where(nonempty, total / count.clamp_min(1), torch.full_like(total, fill))
+    return mean, nonempty
+
+
+def masked_quantile(x: torch.Tensor, mask: torch.Tensor, q: float, dim: int = -1,
+                    fill: float = 0.0, interpolation: str = "linear"
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Quantile ``q`` in [0, 1] of the valid entries of ``x`` along ``dim`` (numpy semantics).
+
+    ``interpolation`` is "linear" (numpy's default) or "lower" (the lower of the two middle
+    values, what ``torch.median`` returns). Rows with no valid entry give ``fill``.
+    Returns (value, nonempty) as :func:`masked_mean`.
+    """
+    x = x.movedim(dim, -1)
+    mask = mask.movedim(dim, -1)
+    big = torch.finfo(x.dtype).max if x.is_floating_point() else torch.iinfo(x.dtype).max
+    vals = torch.where(mask, x, torch.full_like(x, big)).sort(-1).values
+    n = mask.sum(-1)
+    nonempty = n > 0
+    pos = q * (n.clamp_min(1) - 1).to(torch.float64)
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+    if interpolation == "lower":
+        out = v_lo
+    elif interpolation == "linear":
+        v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
+        frac = (pos - lo.to(torch.float64)).to(x.dtype) if x.is_floating_point() else 0
+        out = v_lo + (v_hi - v_lo) * frac
+    else:
+        raise ValueError(f"interpolation must be 'linear' or 'lower', got {interpolation!r}")
+    out = torch.where(nonempty, out, torch.full_like(out, fill))
+    return out, nonempty
+
+
+def masked_median(x: torch.Tensor, mask: torch.Tensor, dim: int = -1, fill: float = 0.0
+                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Median of valid entries along ``dim`` (mean of the two middle values for even counts,
+    as ``numpy.median``). Returns (median, nonempty)."""
+    return masked_quantile(x, mask, 0.5, dim=dim, fill=fill, interpolation="linear")

@@ -1,0 +1,1 @@
+"""Subcommands of the ``geocon`` CLI (one module each)."""

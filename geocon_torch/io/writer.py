@@ -1,0 +1,61 @@
+"""Writing clips to disk (mp4 via PyAV, or PNG folders)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import torch
+
+from ..errors import ShapeError
+
+
+def _to_uint8_thwc(frames: torch.Tensor) -> np.ndarray:
+    if frames.ndim != 4 or frames.shape[1] not in (1, 3):
+        raise ShapeError(f"frames must be (T, 3, H, W) or (T, 1, H, W), got {tuple(frames.shape)}")
+    if frames.is_floating_point():
+        frames = (frames.clamp(0, 1) * 255).round()
+    arr = frames.to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+    if arr.shape[-1] == 1:
+        arr = np.repeat(arr, 3, axis=-1)
+    return np.ascontiguousarray(arr)
+
+
+def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
+                crf: int = 12, codec: str = "libx264") -> Path:
+    """Write (T, 3, H, W) uint8 (or float in [0, 1]) RGB frames as an H.264 mp4.
+
+    Width and height must be even for yuv420p; a low ``crf`` (default 12) keeps the texture that
+    feature detectors need. Returns the path.
+    """
+    import av
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arr = _to_uint8_thwc(frames)
+    t, h, w, _ = arr.shape
+    if h % 2 or w % 2:
+        raise ShapeError(f"mp4 (yuv420p) needs even width and height, got {w}x{h}")
+    from fractions import Fraction
+
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.options = {"crf": str(crf), "preset": "veryfast"}
+        for i in range(t):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(arr[i], format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def write_image_folder(folder: Union[str, Path], frames: torch.Tensor, prefix: str = "") -> Path:
+    """Write frames as ``{prefix}{i:05d}.png`` in ``folder`` (lossless). Returns the folder."""
+    import cv2
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, frame in enumerate(_to_uint8_thwc(frames)):
+        cv2.imwrite(str(folder / f"{prefix}{i:05d}.png"), frame[..., ::-1])
+    return folder

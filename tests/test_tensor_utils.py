@@ -1,0 +1,28 @@
+import numpy as np
+import pytest
+import torch
+
+from geocon_torch._tensor_utils import masked_mean, masked_median, masked_quantile
+
+
+@pytest.mark.parametrize("q", [0.0, 0.25, 0.5, 0.9, 1.0])
+def test_masked_quantile_matches_numpy(q, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 11, generator=g, dtype=dtype)
+    m = torch.rand(6, 11, generator=g) > 0.4
+    m[0] = False
+    got, ok = masked_quantile(x, m, q, fill=-1.0)
+    assert not ok[0] and got[0] == -1.0
+    for i in range(1, 6):
+        if m[i].any():
+            assert got[i].item() == pytest.approx(np.quantile(x[i][m[i]].numpy(), q), abs=1e-6)
+
+
+def test_masked_median_and_mean_dim0():
+    x = torch.tensor([[1.0, 5.0], [3.0, 7.0], [100.0, 9.0]])
+    m = torch.tensor([[True, True], [True, True], [False, True]])
+    med, ok = masked_median(x, m, dim=0)
+    assert med.tolist() == [2.0, 7.0] and ok.all()
+    mean, _ = masked_mean(x, m, dim=0)
+    assert mean.tolist() == [2.0, 7.0]
+    assert torch.isfinite(masked_mean(x, torch.zeros_like(m), dim=0)[0]).all()
