@@ -22,11 +22,15 @@ def _to_uint8_thwc(frames: torch.Tensor) -> np.ndarray:
 
 
 def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
-                crf: int = 12, codec: str = "libx264") -> Path:
-    """Write (T, 3, H, W) uint8 (or float in [0, 1]) RGB frames as an H.264 mp4.
+                crf: int = 12, codec: str = "libx264", faststart: bool = False) -> Path:
+    """Write (T, 3, H, W) uint8 (or float in [0, 1]) RGB frames as an H.264 mp4 (or with
+    another ``codec`` into the container the suffix names: "libvpx" -> .webm, "mpeg4" -> .avi,
+    "ffv1" -> .mkv).
 
     Width and height must be even for yuv420p; a low ``crf`` (default 12) keeps the texture that
-    feature detectors need. Returns the path.
+    feature detectors need. ``faststart`` puts the index (moov atom) before the data, so players
+    can start before the download ends (and a file cut short still decodes its first part).
+    Returns the path.
     """
     import av
 
@@ -38,12 +42,34 @@ def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
         raise ShapeError(f"mp4 (yuv420p) needs even width and height, got {w}x{h}")
     from fractions import Fraction
 
-    with av.open(str(path), mode="w") as container:
+    options = {"movflags": "faststart"} if faststart else {}
+    with av.open(str(path), mode="w", options=options) as container:
         stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         stream.options = {"crf": str(crf), "preset": "veryfast"}
         for i in range(t):
             for packet in stream.encode(av.VideoFrame.from_ndarray(arr[i], format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def write_gif(path: Union[str, Path], frames: torch.Tensor, fps: float = 10.0) -> Path:
+    """Write (T, 3, H, W) uint8 (or float in [0, 1]) RGB frames as an animated gif (PyAV's gif
+    encoder, 8-bit palette per frame, so colours are quantised). Returns the path."""
+    import av
+    from fractions import Fraction
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arr = _to_uint8_thwc(frames)
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("gif", rate=Fraction(fps).limit_denominator(1001))
+        stream.width, stream.height, stream.pix_fmt = arr.shape[2], arr.shape[1], "rgb8"
+        for frame in arr:
+            image = av.VideoFrame.from_ndarray(frame, format="rgb24").reformat(format="rgb8")
+            for packet in stream.encode(image):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)

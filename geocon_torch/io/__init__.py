@@ -1,0 +1,52 @@
+"""Video in: decoding, frame sampling, working resolution, content masks, pair lists.
+
+Reading video
+-------------
+``read_clip(source)`` turns a video file (mp4, webm, avi, mkv, mov, gif: anything PyAV decodes),
+a folder of images (png / jpg / jpeg / bmp / webp, natural order: ``2.png`` before ``10.png``),
+one image file, or a tensor (T, C, H, W) with C in {1, 3}, uint8 or float in [0, 1], into a
+:class:`~geocon_torch.types.Clip`:
+
+* ``frames`` (T, 3, h, w) uint8 RGB at the **working resolution**: long side ``long_side``
+  (default 1024, the paper's), aspect kept, sides rounded to even; ``long_side=None`` keeps native
+  pixels. Every pixel result of the package (GE, epipolar error, keypoints) is in these pixels.
+  ``clip.scale`` = working / source long side, ``clip.meta["scale_xy"]`` = exact (sx, sy).
+* ``content_mask`` (h, w) bool: False on letterbox / pillarbox bars (rows / columns touching the
+  border whose max luminance over time stays below ``letterbox_threshold``, default 16/255; bars
+  thinner than ``letterbox_min_fraction`` (2 %) of the side are ignored).
+* ``fps`` (source fps / stride), ``frame_indices`` (source index of each frame), ``source_size``,
+  ``meta`` (path, codec, source_fps, container_frames, decoded_frames, num_source_frames,
+  truncated, ...).
+
+Files are decoded frame by frame: frames that are not selected are never converted to RGB, kept
+frames are resized at once (cv2.INTER_AREA when shrinking), so a long 4K clip never sits in
+memory at full resolution. Tensors are resized on their own device (antialiased bilinear).
+``read_clips`` reads a (B, T, C, H, W) batch or a list of sources.
+
+Sampling: ``stride`` / ``max_frames`` (the first ``max_frames`` after striding) or explicit
+``indices``. Pairs: ``make_pairs(T, "adjacent" | s | [(i, j), ...], max_pairs=None)``; with
+``max_pairs`` the pairs are spread evenly, positions ``round(linspace(0, P - 1, max_pairs))``.
+A 1-frame clip is valid and has no pairs.
+
+Bad input raises :class:`~geocon_torch.errors.VideoReadError` with the path and the cause: missing
+path, empty (0-byte) file, a non-video file, a file truncated before its first frame, 0 frames,
+images of different sizes, indices past the end, tensors of the wrong shape / dtype / range. A
+file cut mid-way gives the frames that decode and ``meta["truncated"] = True``.
+
+``probe_video(path)`` gives fps, frame count (by decoding: containers can be off, e.g.
+``box.mp4`` announces 456 frames and 455 decode), size and codec. ``content_hash(path_or_tensor)``
+is the SHA-256 of the file bytes (or the tensor's dtype, shape and bytes).
+"""
+from .hashing import content_hash
+from .letterbox import detect_content_mask
+from .probe import VideoInfo, probe_video
+from .reader import DEFAULT_FPS, read_clip, read_clips
+from .resize import WorkingSize, working_size
+from .sampling import FrameSelection, frame_selection, make_pairs, spread_evenly
+from .writer import write_gif, write_image_folder, write_video
+
+__all__ = [
+    "read_clip", "read_clips", "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
+    "detect_content_mask", "content_hash", "working_size", "WorkingSize", "frame_selection",
+    "FrameSelection", "DEFAULT_FPS", "write_video", "write_image_folder", "write_gif",
+]

@@ -1,0 +1,178 @@
+"""Streaming decode through PyAV: open a file safely, iterate its frames packet by packet, keep
+only the selected ones, resized to the working resolution as soon as they are decoded.
+
+No raw ``av`` exception leaves this module: opening failures become VideoReadError, decode errors
+after the first frame are recorded (the clip is then flagged truncated) and decoding stops.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from ..errors import VideoReadError
+from .sampling import FrameSelection
+
+#: Consecutive packet decode errors after which decoding gives up.
+_MAX_ERRORS = 8
+#: A complete decode that yields more than this many frames fewer than the container announced
+#: is reported as truncated (containers are sometimes off by one, e.g. edit lists).
+_COUNT_SLACK = 2
+
+
+def check_file(path: Path) -> Path:
+    """Raise VideoReadError for a missing or zero-byte file; return the path."""
+    if not path.exists():
+        raise VideoReadError(f"{path}: no such file or folder")
+    if path.is_file() and path.stat().st_size == 0:
+        raise VideoReadError(f"{path}: the file is empty (0 bytes)")
+    return path
+
+
+def open_video(path: Path):
+    """Open ``path`` with PyAV and return ``(container, video_stream)``.
+
+    Raises VideoReadError when the file is not a readable container or holds no video stream.
+    """
+    import av
+
+    check_file(path)
+    try:
+        container = av.open(str(path))
+    except av.FFmpegError as exc:
+        raise VideoReadError(f"{path}: not a readable video ({exc.__class__.__name__}: "
+                             f"{getattr(exc, 'strerror', None) or exc}); the file may be "
+                             f"truncated or not a video at all") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise VideoReadError(f"{path}: cannot open ({exc})") from exc
+    if not container.streams.video:
+        container.close()
+        raise VideoReadError(f"{path}: the container holds no video stream")
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    return container, stream
+
+
+def stream_fps(stream) -> Optional[float]:
+    """Frames per second reported by the stream (average, else guessed, else base rate)."""
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate is not None and float(rate) > 0:
+            return float(rate)
+    return None
+
+
+def iter_frames(container, stream, errors: List[str]) -> Iterator:
+    """Yield decoded ``av.VideoFrame`` objects, packet by packet, until the end of the stream or
+    until decoding fails ``_MAX_ERRORS`` times in a row; the error messages go to ``errors``."""
+    import av
+
+    packets = container.demux(stream)
+    failures = 0
+    while failures < _MAX_ERRORS:
+        try:
+            packet = next(packets)
+        except StopIteration:
+            return
+        except av.FFmpegError as exc:
+            errors.append(f"demux: {exc}")
+            return
+        try:
+            frames = packet.decode()
+        except av.FFmpegError as exc:
+            errors.append(f"decode: {exc}")
+            failures += 1
+            continue
+        failures = 0
+        yield from frames
+    errors.append(f"gave up after {_MAX_ERRORS} consecutive decode errors")
+
+
+@dataclass
+class Decoded:
+    """What :func:`decode_selected` returns.
+
+    Attributes:
+        images: kept frames, each (h, w, 3) uint8 RGB at working resolution, in decode order.
+        indices: source index of each kept frame.
+        decoded: frames the decoder produced (all of them when ``complete``).
+        complete: decoding went to the end of the stream, or of what could be decoded (it was
+            not stopped early because the selection was satisfied).
+        errors: decode error messages (empty for a clean file).
+        source_size: (H, W) of the first decoded frame.
+        container_frames: frame count the container announces (None when it has none).
+        codec, fps: stream codec name and frames per second (None when unknown).
+    """
+
+    images: List[np.ndarray] = field(default_factory=list)
+    indices: List[int] = field(default_factory=list)
+    decoded: int = 0
+    complete: bool = False
+    errors: List[str] = field(default_factory=list)
+    source_size: Optional[Tuple[int, int]] = None
+    container_frames: Optional[int] = None
+    codec: str = ""
+    fps: Optional[float] = None
+
+    @property
+    def truncated(self) -> bool:
+        """Decoding hit an error, or a full decode fell short of the container's count."""
+        short = (self.complete and self.container_frames is not None
+                 and self.decoded < self.container_frames - _COUNT_SLACK)
+        return bool(self.errors) or short
+
+    def metadata(self, path: Path) -> Dict[str, object]:
+        return {
+            "path": str(path), "codec": self.codec, "source_fps": self.fps,
+            "container_frames": self.container_frames,
+            "decoded_frames": self.decoded, "decode_complete": self.complete,
+            "num_source_frames": self.decoded if self.complete else self.container_frames,
+            "truncated": self.truncated, "decode_errors": self.errors[:5],
+        }
+
+
+def decode_selected(path: Path, selection: Optional[FrameSelection],
+                    plan: Optional[Callable[[int, int], Callable]] = None) -> Decoded:
+    """Decode ``path`` frame by frame, converting only the frames ``selection`` keeps.
+
+    Args:
+        selection: which source frames to keep; None keeps nothing (count only).
+        plan: called once with the first frame's (H, W); returns the per-frame converter
+            ``(H, W, 3) uint8 -> (h, w, 3) uint8`` (the working-resolution resize). Unselected
+            frames are never converted to RGB.
+
+    Raises:
+        VideoReadError: unreadable file, or no frame could be decoded.
+    """
+    container, stream = open_video(path)
+    out = Decoded(container_frames=int(stream.frames) or None, fps=stream_fps(stream),
+                  codec=stream.codec_context.name)
+    convert = None
+    try:
+        stopped = False
+        for frame in iter_frames(container, stream, out.errors):
+            i = out.decoded
+            out.decoded += 1
+            if out.source_size is None:
+                out.source_size = (int(frame.height), int(frame.width))
+            if selection is None or not selection.keeps(i, len(out.indices)):
+                if selection is not None and selection.finished(i, len(out.indices)):
+                    stopped = True
+                    break
+                continue
+            if convert is None:
+                convert = plan(*out.source_size) if plan else (lambda a: a)
+            out.images.append(convert(frame.to_ndarray(format="rgb24")))
+            out.indices.append(i)
+            if selection.finished(i, len(out.indices)):
+                stopped = True
+                break
+        out.complete = not stopped
+    finally:
+        container.close()
+    if out.decoded == 0:
+        why = f" ({out.errors[0]})" if out.errors else ""
+        raise VideoReadError(f"{path}: 0 frames could be decoded{why}; the file is empty, "
+                             f"truncated before the first frame, or not a video")
+    return out

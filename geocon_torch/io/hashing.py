@@ -1,0 +1,49 @@
+"""Content hashes that key stored results (with the config hash)."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Union
+
+import torch
+
+from ..errors import VideoReadError
+from .decode import check_file
+from .images import list_images
+
+_BLOCK = 1 << 20
+
+
+def _update_file(digest: "hashlib._Hash", path: Path) -> None:
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_BLOCK), b""):
+            digest.update(block)
+
+
+def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
+    """SHA-256 hex digest (64 characters) of a clip's content.
+
+    * file: the file's bytes (identical to ``sha256sum FILE``);
+    * folder of images: for each image in natural order, its name and its bytes;
+    * tensor: its dtype, shape and raw bytes (row-major), so the same pixels in another
+      layout or dtype hash differently. CUDA tensors are copied to the CPU to be hashed.
+
+    Raises VideoReadError for a missing or empty path, a folder without images, or another type.
+    """
+    digest = hashlib.sha256()
+    if isinstance(source, torch.Tensor):
+        t = source.detach().contiguous().cpu()
+        digest.update(f"tensor|{str(t.dtype)}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+    if not isinstance(source, (str, os.PathLike)):
+        raise VideoReadError(f"content_hash takes a path or a tensor, got {type(source).__name__}")
+    path = check_file(Path(source))
+    if path.is_dir():
+        for image in list_images(path):
+            digest.update(image.name.encode() + b"\0")
+            _update_file(digest, image)
+        return digest.hexdigest()
+    _update_file(digest, path)
+    return digest.hexdigest()

@@ -1,0 +1,267 @@
+"""``read_clip`` / ``read_clips``: any supported source -> :class:`~geocon_torch.types.Clip` at
+working resolution.
+
+Sources: a video file (mp4, webm, avi, mkv, mov, gif, anything PyAV decodes), a folder of images,
+one image file, or an in-memory tensor (T, C, H, W) / (B, T, C, H, W), C in {1, 3}, uint8 or
+float in [0, 1]. Files are decoded frame by frame; an unselected frame is never converted to RGB
+and a kept frame is resized to the working resolution at once, so memory holds the working-res
+clip plus one source frame.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..errors import VideoReadError
+from ..types import Clip
+from .decode import check_file, decode_selected
+from .images import IMAGE_SUFFIXES, list_images, read_image
+from .letterbox import detect_content_mask
+from .resize import WorkingSize, resize_frames, resize_image, working_size
+from .sampling import FrameSelection, check_indices_in_range, frame_selection
+
+#: Frame rate assumed for sources that carry none (tensors, image folders) when ``fps`` is not
+#: given: 24 fps, the rate of the paper's generated clips. ``meta["fps_source"]`` says "default".
+DEFAULT_FPS = 24.0
+_TENSOR_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_RANGE_TOL = 1e-6
+
+Source = Union[str, os.PathLike, torch.Tensor]
+
+
+def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 1,
+              max_frames: Optional[int] = None, indices: Optional[Iterable[int]] = None,
+              device: Union[None, str, torch.device] = None, name: Optional[str] = None,
+              letterbox_threshold: float = 16.0 / 255.0, letterbox_min_fraction: float = 0.02,
+              fps: Optional[float] = None, upscale: bool = True) -> Clip:
+    """Read one clip at working resolution.
+
+    Args:
+        source: path to a video / gif / image / folder of images, or a (T, C, H, W) tensor
+            (C in {1, 3}; uint8, or float in [0, 1]).
+        long_side: working long side in px (aspect kept, sizes rounded to even); None keeps the
+            native size (an odd side loses its last row / column). Every pixel result downstream
+            is in this working resolution; ``Clip.scale`` = working / source long side and
+            ``meta["scale_xy"]`` the exact (sx, sy).
+        stride, max_frames: keep source frames 0, stride, 2 * stride, ... (at most
+            ``max_frames`` of them, the first ones; decoding stops there).
+        indices: explicit source frame indices instead (any order, repeats allowed); an index
+            past the end raises VideoReadError.
+        device: where ``frames`` and ``content_mask`` live (default: CPU for files, the tensor's
+            device for tensors; tensors are resized on that device).
+        name: clip identifier (default: file stem, folder name, or "tensor").
+        letterbox_threshold, letterbox_min_fraction: see :func:`detect_content_mask`.
+        fps: frame rate for sources that carry none (tensors, image folders); default 24.
+        upscale: when False, sources smaller than ``long_side`` are not enlarged.
+
+    Returns:
+        Clip with ``frames`` (T, 3, h, w) uint8 RGB, ``fps`` = source fps / stride,
+        ``content_mask`` (h, w) bool, ``frame_indices`` (T,) source indices, ``source_size``
+        (H, W), ``scale`` and ``meta`` (path, codec, source_fps, container_frames,
+        decoded_frames, decode_complete, num_source_frames, truncated, ...). T = 1 is valid.
+
+    Raises:
+        VideoReadError: missing path, zero-byte or non-video file, a file truncated before its
+            first frame, 0 frames, images of different sizes, out-of-range indices, bad tensor
+            shape / dtype / value range, bad sampling arguments. A file cut mid-way returns the
+            frames that decode, with ``meta["truncated"] = True``.
+    """
+    sel = frame_selection(stride, max_frames, indices)
+    opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
+                frac=letterbox_min_fraction)
+    if isinstance(source, torch.Tensor):
+        if source.ndim == 5:
+            raise VideoReadError(f"read_clip takes one clip (T, C, H, W); got a batch "
+                                 f"{tuple(source.shape)}: use read_clips")
+        return _tensor_clips(source.unsqueeze(0), sel, device, [name or "tensor"], fps, opts)[0]
+    if isinstance(source, (str, os.PathLike)):
+        return _file_clip(Path(source), sel, device, name, fps, opts)
+    raise VideoReadError(f"cannot read a {type(source).__name__}: give a file / folder path or a "
+                         f"(T, C, H, W) tensor")
+
+
+def read_clips(source: Union[Source, Sequence[Source]], **kwargs: Any) -> List[Clip]:
+    """Read several clips: a (B, T, C, H, W) tensor (resized in one batched call on its
+    device), a list of paths / (T, C, H, W) tensors, or a single source (-> one-element list).
+
+    Keyword arguments are those of :func:`read_clip`; with ``name`` the clips are named
+    ``name[b]``. Raises VideoReadError on the first unreadable source.
+    """
+    name = kwargs.pop("name", None)
+    if isinstance(source, torch.Tensor):
+        if source.ndim == 4:
+            return [read_clip(source, name=name, **kwargs)]
+        if source.ndim != 5:
+            raise VideoReadError(f"read_clips takes (B, T, C, H, W) or (T, C, H, W) tensors, got "
+                                 f"shape {tuple(source.shape)}")
+        sel = frame_selection(kwargs.pop("stride", 1), kwargs.pop("max_frames", None),
+                              kwargs.pop("indices", None))
+        device, fps = kwargs.pop("device", None), kwargs.pop("fps", None)
+        opts = dict(long_side=kwargs.pop("long_side", 1024), upscale=kwargs.pop("upscale", True),
+                    thr=kwargs.pop("letterbox_threshold", 16.0 / 255.0),
+                    frac=kwargs.pop("letterbox_min_fraction", 0.02))
+        if kwargs:
+            raise TypeError(f"read_clips got unexpected arguments {sorted(kwargs)}")
+        names = [f"{name or 'tensor'}[{b}]" for b in range(source.shape[0])]
+        return _tensor_clips(source, sel, device, names, fps, opts)
+    if isinstance(source, (str, os.PathLike)):
+        return [read_clip(source, name=name, **kwargs)]
+    if isinstance(source, (list, tuple)):
+        return [read_clip(s, name=None if name is None else f"{name}[{b}]", **kwargs)
+                for b, s in enumerate(source)]
+    raise VideoReadError(f"cannot read a {type(source).__name__}: give a path, a tensor or a list")
+
+
+# ----------------------------------------------------------------------------------- files
+
+def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
+               fps: Optional[float], opts: Dict[str, Any]) -> Clip:
+    check_file(path)
+    if path.is_dir():
+        images, idx, ws, meta = _read_images(list_images(path), sel, opts)
+        meta["source"] = "images"
+    elif path.suffix.lower() in IMAGE_SUFFIXES:
+        images, idx, ws, meta = _read_images([path], sel, opts)
+        meta["source"] = "image"
+    else:
+        images, idx, ws, meta = _read_video(path, sel, opts)
+        meta["source"] = "video"
+    meta["path"] = str(path)
+    source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
+    meta.update(source_fps=source_fps, fps_source=fps_source)
+    frames = _stack_chw(images)
+    if device is not None:
+        frames = frames.to(device)
+    return _finish(frames, idx, ws, sel.fps(source_fps), name or path.stem, meta, opts)
+
+
+def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
+    sizes: List[WorkingSize] = []
+
+    def plan(h: int, w: int):
+        sizes.append(working_size(h, w, opts["long_side"], opts["upscale"]))
+        return lambda rgb: resize_image(rgb, sizes[0])
+
+    dec = decode_selected(path, sel, plan)
+    meta = dec.metadata(path)
+    if sel.indices is None:
+        return dec.images, dec.indices, sizes[0], meta
+    check_indices_in_range(sel.indices, dec.decoded)
+    pos = {src: k for k, src in enumerate(dec.indices)}
+    return [dec.images[pos[i]] for i in sel.indices], list(sel.indices), sizes[0], meta
+
+
+def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any]):
+    idx = sel.resolve(len(files)).tolist()
+    cache: Dict[int, np.ndarray] = {}
+    ws: Optional[WorkingSize] = None
+    for i in sorted(set(idx)):
+        rgb = read_image(files[i])
+        if ws is None:
+            ws = working_size(rgb.shape[0], rgb.shape[1], opts["long_side"], opts["upscale"])
+            first = files[i]
+        elif rgb.shape[:2] != ws.source:
+            raise VideoReadError(
+                f"{files[i]}: image size {rgb.shape[1]}x{rgb.shape[0]} differs from "
+                f"{ws.source[1]}x{ws.source[0]} of {first.name}; all frames must share one size")
+        cache[i] = resize_image(rgb, ws)
+    meta = {"codec": "images", "source_fps": None, "container_frames": len(files),
+            "decoded_frames": len(cache), "decode_complete": True,
+            "num_source_frames": len(files), "truncated": False, "decode_errors": [],
+            "files": [files[i].name for i in idx[:1000]]}
+    return [cache[i] for i in idx], idx, ws, meta
+
+
+def _stack_chw(images: List[np.ndarray]) -> torch.Tensor:
+    """List of (h, w, 3) uint8 -> (T, 3, h, w) uint8, freeing the list as it goes."""
+    h, w = images[0].shape[:2]
+    out = torch.empty((len(images), 3, h, w), dtype=torch.uint8)
+    for k in range(len(images)):
+        out[k] = torch.from_numpy(images[k]).permute(2, 0, 1)
+        images[k] = None  # type: ignore[call-overload]
+    return out
+
+
+def _pick_fps(source_fps: Optional[float], given: Optional[float]) -> Tuple[float, str]:
+    if source_fps:
+        return float(source_fps), "container"
+    if given is not None:
+        if not given > 0:
+            raise VideoReadError(f"fps must be > 0, got {given!r}")
+        return float(given), "argument"
+    return DEFAULT_FPS, "default"
+
+
+# ---------------------------------------------------------------------------------- tensors
+
+def _check_tensor(x: torch.Tensor) -> None:
+    """Raise VideoReadError unless ``x`` is a (B, T, C, H, W) uint8 / float-in-[0, 1] batch."""
+    shape = tuple(x.shape[1:])
+    if x.ndim != 5 or x.shape[2] not in (1, 3):
+        hint = ""
+        if x.ndim == 5 and x.shape[-1] in (1, 3):
+            hint = " (looks channels-last: permute to (T, C, H, W))"
+        raise VideoReadError(f"a clip tensor must be (T, C, H, W) with C in {{1, 3}}, got "
+                             f"{shape}{hint}")
+    if x.dtype not in _TENSOR_DTYPES:
+        raise VideoReadError(f"a clip tensor must be uint8, or float in [0, 1]; got {x.dtype}")
+    if x.shape[1] == 0:
+        raise VideoReadError(f"the clip tensor has 0 frames (shape {shape})")
+    if x.is_floating_point() and x.numel():
+        lo, hi = x.min().item(), x.max().item()
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise VideoReadError("the clip tensor holds NaN or infinite values")
+        if lo < -_RANGE_TOL or hi > 1 + _RANGE_TOL:
+            hint = " (looks like [-1, 1]: pass (x + 1) / 2)" if lo < 0 and hi <= 1 else ""
+            hint = " (looks like 0..255: pass x / 255 or uint8)" if hi > 1 and lo >= 0 else hint
+            raise VideoReadError(f"float clip tensors must lie in [0, 1]; got values in "
+                                 f"[{lo:.4g}, {hi:.4g}]{hint}")
+
+
+def _tensor_clips(x: torch.Tensor, sel: FrameSelection, device, names: List[str],
+                  fps: Optional[float], opts: Dict[str, Any]) -> List[Clip]:
+    _check_tensor(x)
+    b, t, c, h, w = x.shape
+    meta_base = {"source": "tensor", "shape": [t, c, h, w], "dtype": str(x.dtype).replace(
+        "torch.", ""), "codec": None, "container_frames": t, "decoded_frames": t,
+        "decode_complete": True, "num_source_frames": t, "truncated": False}
+    idx = sel.resolve(t)
+    x = x.detach()
+    if device is not None:
+        x = x.to(device)
+    x = x[:, torch.as_tensor(idx, device=x.device)]
+    if x.is_floating_point():
+        x = (x.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+    ws = working_size(h, w, opts["long_side"], opts["upscale"])
+    out = resize_frames(x.reshape(b * len(idx), c, h, w), ws).view(b, len(idx), c, *ws.size)
+    if c == 1:
+        out = out.expand(-1, -1, 3, -1, -1)
+    out = out.contiguous()
+    masks = detect_content_mask(out, opts["thr"], opts["frac"])
+    source_fps, fps_source = _pick_fps(None, fps)
+    clips = []
+    for k in range(b):
+        meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
+                    fps_source=fps_source)
+        clips.append(_finish(out[k], idx.tolist(), ws, sel.fps(source_fps), names[k], meta,
+                             opts, mask=masks[k]))
+    return clips
+
+
+# ----------------------------------------------------------------------------------- common
+
+def _finish(frames: torch.Tensor, idx: List[int], ws: WorkingSize, fps: float, name: str,
+            meta: Dict[str, Any], opts: Dict[str, Any],
+            mask: Optional[torch.Tensor] = None) -> Clip:
+    if mask is None:
+        mask = detect_content_mask(frames, opts["thr"], opts["frac"])
+    meta.update(long_side=opts["long_side"], working_size=list(ws.size),
+                scale_xy=list(ws.scale_xy), resampled=not ws.crop,
+                content_fraction=float(mask.float().mean().item()))
+    return Clip(frames=frames, fps=float(fps), content_mask=mask,
+                frame_indices=torch.as_tensor(idx, dtype=torch.long, device=frames.device),
+                source_size=ws.source, scale=ws.scale, name=name, meta=meta)
