@@ -1,0 +1,45 @@
+"""Keypoints, descriptor matching, LK tracks and multi-scale correspondences.
+
+Backends (``get_extractor(name, max_keypoints=2000, device=None, checkpoint=None)``; every one
+returns padded :class:`~geocon_torch.types.Keypoints` ``xy (T, N, 2)`` px, ``descriptors
+(T, N, D)``, ``scores (T, N)``, ``mask (T, N)``):
+
+* ``kornia-sift`` (default on CUDA): kornia's scale-space SIFT, RootSIFT descriptors, batched
+  over frames (chunks bound memory), no weights;
+* ``opencv-sift`` (default on CPU; the parity backend of the WorldAtlas / GVGC protocols):
+  ``cv2.SIFT_create(nfeatures=max_keypoints)`` per frame;
+* ``disk``: kornia DISK from a local checkpoint only;
+* ``lk-tracks``: :func:`lk_tracks`, Shi-Tomasi corners + pyramidal Lucas-Kanade with a
+  forward-backward check, in torch (batched over pairs and points) or OpenCV;
+* ``loftr`` / ``lightglue``: :func:`get_matcher`, learned pair matchers from a local checkpoint.
+
+A learned backend without a usable local file raises :class:`~geocon_torch.errors.CheckpointError`;
+nothing is ever downloaded.
+
+Matching: :func:`match_descriptors` (Lowe ratio 0.75, optional mutual check) runs all pairs as
+one batched ``torch.cdist`` (chunked) and returns :class:`~geocon_torch.types.Correspondences`
+with ``scores = 1 - ratio`` (higher is better; PROSAC ordering).
+
+Multi-scale: :func:`extract_correspondences(clip, pairs, config)` detects at scales {1/4, 1/2, 1}
+of the working resolution and reports points in working-resolution pixels
+(``x = (x_s + 0.5) / s - 0.5``); keypoints on letterbox bars are dropped.
+
+Conventions: pixels (x, y) with pixel centres at integers, at the clip's working resolution;
+for a pair (i, j), x1 is in frame i and x2 in frame j.
+"""
+from .base import FeatureExtractor, available_extractors, compact_keypoints, get_extractor, \
+    register_extractor
+from .kornia_sift import KorniaSIFT
+from .learned import DiskExtractor, LightGlueMatcher, LoFTRMatcher, get_matcher, load_checkpoint
+from .lk import lk_tracks, min_eigenvalue_map, shi_tomasi
+from .matching import match_descriptors, ratio_match
+from .multiscale import extract_correspondences, to_working_pixels
+from .opencv_sift import OpenCVSIFT
+
+__all__ = [
+    "FeatureExtractor", "get_extractor", "available_extractors", "register_extractor",
+    "compact_keypoints", "KorniaSIFT", "OpenCVSIFT", "DiskExtractor", "LoFTRMatcher",
+    "LightGlueMatcher", "get_matcher", "load_checkpoint", "lk_tracks", "shi_tomasi",
+    "min_eigenvalue_map", "match_descriptors", "ratio_match", "extract_correspondences",
+    "to_working_pixels",
+]

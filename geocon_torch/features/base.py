@@ -1,0 +1,195 @@
+"""The feature-extractor interface, the backend registry and padded-keypoint helpers.
+
+Every backend turns a batch of grayscale frames ``(T, 1, H, W)`` float in [0, 1] into padded
+:class:`~geocon_torch.types.Keypoints`: ``xy (T, N, 2)`` pixels (x, y) with pixel centres at
+integers, ``descriptors (T, N, D)``, ``scores (T, N)`` (detector response, higher is stronger) and
+``mask (T, N)``. Valid keypoints come first in each row; padded slots hold zeros.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
+
+import torch
+
+from ..errors import GeoConError, ShapeError
+from ..types import Keypoints
+
+DeviceLike = Union[str, torch.device, None]
+
+
+@runtime_checkable
+class FeatureExtractor(Protocol):
+    """What every backend provides.
+
+    Attributes:
+        name: registry name of the backend (recorded in results as ``backends.features``).
+        max_keypoints: upper bound on keypoints per frame.
+        device: where the work runs (inputs are moved there).
+    """
+
+    name: str
+    max_keypoints: int
+    device: torch.device
+
+    def extract(self, gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Keypoints:
+        """Keypoints of every frame.
+
+        Args:
+            gray: (T, 1, H, W) float in [0, 1].
+            mask: (H, W) bool content mask (False on letterbox bars) or None; keypoints whose
+                nearest pixel is False are dropped.
+        Returns:
+            Keypoints with N <= max_keypoints, on ``gray.device``.
+        """
+        ...
+
+
+_REGISTRY: Dict[str, Callable[..., FeatureExtractor]] = {}
+
+
+def register_extractor(name: str) -> Callable:
+    """Class decorator adding a backend to :func:`get_extractor` under ``name``."""
+
+    def wrap(factory: Callable[..., FeatureExtractor]) -> Callable[..., FeatureExtractor]:
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def available_extractors() -> List[str]:
+    """Registered backend names (plus "auto")."""
+    return ["auto"] + sorted(_REGISTRY)
+
+
+def resolve_device(device: DeviceLike) -> torch.device:
+    """``torch.device`` of ``device``; None means CUDA when available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: DeviceLike = None,
+                  checkpoint: Optional[str] = None, **options) -> FeatureExtractor:
+    """Build a feature extractor.
+
+    Args:
+        name: "auto" (kornia-sift on CUDA, opencv-sift on CPU), "kornia-sift", "opencv-sift" or
+            "disk" (learned; needs ``checkpoint``).
+        max_keypoints: keypoints kept per frame (strongest first).
+        device: where the backend runs (None: CUDA if available). opencv-sift always computes on
+            the CPU and returns tensors on the input's device.
+        checkpoint: local weights file for learned backends (never downloaded).
+        options: backend-specific keyword arguments (e.g. ``chunk_frames`` for kornia-sift).
+    Raises:
+        GeoConError: unknown name; CheckpointError: learned backend without a usable checkpoint.
+    """
+    # importing the backends registers them
+    from . import kornia_sift, learned, opencv_sift  # noqa: F401
+
+    dev = resolve_device(device)
+    if name == "auto":
+        name = "kornia-sift" if dev.type == "cuda" else "opencv-sift"
+    if name not in _REGISTRY:
+        raise GeoConError(f"unknown feature backend {name!r}; available: {available_extractors()}"
+                          " (lk-tracks, loftr and lightglue produce correspondences directly: use"
+                          " lk_tracks / get_matcher / extract_correspondences)")
+    if max_keypoints < 1:
+        raise GeoConError(f"max_keypoints must be >= 1, got {max_keypoints}")
+    kwargs = dict(options)
+    if checkpoint is not None:
+        kwargs["checkpoint"] = checkpoint
+    return _REGISTRY[name](max_keypoints=max_keypoints, device=dev, **kwargs)
+
+
+def check_gray(gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+    """Validate a (T, 1, H, W) float frame batch and an optional (H, W) mask; return the mask as
+    bool on ``gray.device`` (None stays None)."""
+    if not isinstance(gray, torch.Tensor) or gray.ndim != 4 or gray.shape[1] != 1:
+        got = tuple(gray.shape) if isinstance(gray, torch.Tensor) else type(gray).__name__
+        raise ShapeError(f"gray frames must have shape (T, 1, H, W), got {got}")
+    if not gray.is_floating_point():
+        raise ShapeError(f"gray frames must be float in [0, 1], got {gray.dtype}")
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(gray.shape[-2:]):
+        got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ShapeError(f"content mask must have shape {tuple(gray.shape[-2:])}, got {got}")
+    return mask.to(device=gray.device, dtype=torch.bool)
+
+
+def inside_mask(xy: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """(..., N) bool: the pixel nearest to each point ``xy (..., N, 2)`` is inside the image and
+    True in ``mask (H, W)`` (all True when mask is None)."""
+    if mask is None:
+        return torch.ones(xy.shape[:-1], dtype=torch.bool, device=xy.device)
+    h, w = mask.shape
+    ix = xy[..., 0].round().long()
+    iy = xy[..., 1].round().long()
+    inb = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+    flat = mask.reshape(-1)
+    return inb & flat[(iy.clamp(0, h - 1) * w + ix.clamp(0, w - 1))]
+
+
+def compact_keypoints(kps: Keypoints, keep: Optional[torch.Tensor] = None,
+                      max_keypoints: Optional[int] = None) -> Keypoints:
+    """Restrict to ``kps.mask & keep``, keep the ``max_keypoints`` strongest per frame, move valid
+    entries to the front (strongest first), zero the padding and trim N to the largest count.
+
+    Args:
+        kps: padded keypoints (T, N, ...).
+        keep: (T, N) bool or None.
+        max_keypoints: cap per frame or None.
+    """
+    valid = kps.mask if keep is None else kps.mask & keep
+    big = torch.finfo(kps.scores.dtype).max
+    key = torch.where(valid, kps.scores, torch.full_like(kps.scores, -big))
+    # stable sort: strongest first, ties keep their order; padding last
+    order = torch.sort(key, dim=1, descending=True, stable=True).indices
+    valid = valid.gather(1, order)
+    counts = valid.sum(1)
+    n = int(counts.max()) if counts.numel() else 0
+    if max_keypoints is not None:
+        n = min(n, max_keypoints)
+    order, valid = order[:, :n], valid[:, :n]
+
+    def take(t: torch.Tensor) -> torch.Tensor:
+        idx = order.reshape(order.shape + (1,) * (t.ndim - 2)).expand(order.shape + t.shape[2:])
+        out = t.gather(1, idx)
+        return out.masked_fill(~valid.reshape(valid.shape + (1,) * (t.ndim - 2)), 0)
+
+    return Keypoints(xy=take(kps.xy), descriptors=take(kps.descriptors), scores=take(kps.scores),
+                     mask=valid, extra={k: take(v) for k, v in kps.extra.items()})
+
+
+def pad_keypoints(xys: Sequence[torch.Tensor], descs: Sequence[torch.Tensor],
+                  scores: Sequence[torch.Tensor], desc_dim: int, device: torch.device,
+                  dtype: torch.dtype = torch.float32,
+                  extras: Optional[Dict[str, Sequence[torch.Tensor]]] = None) -> Keypoints:
+    """Stack per-frame results ((n_t, 2), (n_t, D), (n_t,)) into padded Keypoints."""
+    t = len(xys)
+    n = max([int(x.shape[0]) for x in xys], default=0)
+    xy = torch.zeros(t, n, 2, dtype=dtype, device=device)
+    de = torch.zeros(t, n, desc_dim, dtype=dtype, device=device)
+    sc = torch.zeros(t, n, dtype=dtype, device=device)
+    mk = torch.zeros(t, n, dtype=torch.bool, device=device)
+    ex = {}
+    for name, values in (extras or {}).items():
+        tail = tuple(values[0].shape[1:]) if len(values) else ()
+        ex[name] = torch.zeros((t, n) + tail, dtype=dtype, device=device)
+    for i in range(t):
+        k = int(xys[i].shape[0])
+        xy[i, :k] = xys[i].to(device=device, dtype=dtype)
+        de[i, :k] = descs[i].to(device=device, dtype=dtype)
+        sc[i, :k] = scores[i].to(device=device, dtype=dtype)
+        mk[i, :k] = True
+        for name, values in (extras or {}).items():
+            ex[name][i, :k] = values[i].to(device=device, dtype=dtype)
+    return Keypoints(xy=xy, descriptors=de, scores=sc, mask=mk, extra=ex)
+
+
+def empty_keypoints(t: int, desc_dim: int, device: torch.device,
+                    dtype: torch.dtype = torch.float32) -> Keypoints:
+    """Keypoints of ``t`` frames with none valid (N = 0)."""
+    return pad_keypoints([torch.zeros(0, 2)] * t, [torch.zeros(0, desc_dim)] * t,
+                         [torch.zeros(0)] * t, desc_dim, device, dtype)

@@ -1,0 +1,124 @@
+"""Descriptor matching batched over frame pairs: 2-NN L2 distances, Lowe ratio, mutual check.
+
+For every pair (i, j) the descriptors of frame i are matched against those of frame j as one
+batched ``torch.cdist`` (pairs processed in chunks to bound memory). A keypoint of frame i keeps
+its nearest neighbour in frame j when ``d1 < ratio * d2`` (OpenCV convention, L2 distances, not
+squared); with ``mutual=True`` it must also be the nearest neighbour of that neighbour. Frames
+with fewer than two valid keypoints in j give no matches (the ratio is undefined).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from ..errors import ShapeError
+from ..types import Correspondences, Keypoints
+
+
+def check_pairs(pairs: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """Validate a (P, 2) integer pair list against ``num_frames``; return it as long."""
+    if not isinstance(pairs, torch.Tensor):
+        pairs = torch.as_tensor(pairs, dtype=torch.long)
+    if pairs.numel() == 0:
+        return pairs.reshape(0, 2).long()
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.is_floating_point():
+        raise ShapeError(f"pairs must be an integer tensor of shape (P, 2), got "
+                         f"{tuple(pairs.shape)} {pairs.dtype}")
+    if int(pairs.min()) < 0 or int(pairs.max()) >= num_frames:
+        raise ShapeError(f"pair indices must lie in [0, {num_frames - 1}], got range "
+                         f"[{int(pairs.min())}, {int(pairs.max())}]")
+    return pairs.long()
+
+
+def _chunk_size(n1: int, n2: int, budget: float = 3e7) -> int:
+    return max(1, int(budget // max(1, n1 * n2)))
+
+
+def ratio_match(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.Tensor, *,
+                ratio: float = 0.75, mutual: bool = False,
+                chunk: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Batched 2-NN ratio matching of padded descriptor sets.
+
+    Args:
+        d1: (P, N1, D) descriptors of the first frame of each pair; m1: (P, N1) bool.
+        d2: (P, N2, D); m2: (P, N2) bool.
+        ratio: Lowe ratio; a match needs d_best < ratio * d_second.
+        mutual: also require that the match is the nearest neighbour in the other direction.
+        chunk: pairs per cdist call (None: sized to ~3e7 distances).
+    Returns:
+        (nn12 (P, N1) long index into frame j (0 where unmatched), ratios (P, N1) in [0, 1)
+        (1 where unmatched), matched (P, N1) bool).
+    """
+    p, n1 = d1.shape[:2]
+    n2 = d2.shape[1]
+    dev = d1.device
+    nn12 = torch.zeros(p, n1, dtype=torch.long, device=dev)
+    ratios = torch.ones(p, n1, dtype=d1.dtype, device=dev)
+    matched = torch.zeros(p, n1, dtype=torch.bool, device=dev)
+    if p == 0 or n1 == 0 or n2 < 2:
+        return nn12, ratios, matched
+    step = chunk or _chunk_size(n1, n2)
+    inf = torch.tensor(float("inf"), dtype=d1.dtype, device=dev)
+    for s in range(0, p, step):  # chunks of pairs, each a batched cdist
+        sl = slice(s, s + step)
+        dist = torch.cdist(d1[sl], d2[sl])
+        dist = torch.where(m2[sl, None, :], dist, inf)
+        best = dist.topk(2, dim=-1, largest=False)
+        first, second = best.values[..., 0], best.values[..., 1]
+        ok = m1[sl] & torch.isfinite(second)
+        r = torch.where(ok, first / second.clamp_min(torch.finfo(d1.dtype).tiny),
+                        torch.ones_like(first))
+        # exact duplicates of the best (second == first == 0) give ratio 1: rejected
+        r = torch.where(ok & (second == 0), torch.ones_like(r), r)
+        ok = ok & (r < ratio)
+        idx = best.indices[..., 0]
+        if mutual:
+            back = torch.where(m1[sl, :, None], dist, inf).argmin(dim=1)  # (p, N2)
+            ok = ok & (back.gather(1, idx) == torch.arange(n1, device=dev))
+        nn12[sl] = torch.where(ok, idx, torch.zeros_like(idx))
+        ratios[sl] = torch.where(ok, r, torch.ones_like(r))
+        matched[sl] = ok
+    return nn12, ratios, matched
+
+
+def pack_matches(x1: torch.Tensor, x2: torch.Tensor, keep: torch.Tensor, scores: torch.Tensor,
+                 pairs: torch.Tensor, num_kp1: torch.Tensor, num_kp2: torch.Tensor
+                 ) -> Correspondences:
+    """Move the kept entries of (P, N, 2) x1 / x2 to the front of each row (stable order), zero
+    the padding, trim N to the largest count and wrap them as Correspondences."""
+    order = torch.sort((~keep).to(torch.uint8), dim=1, stable=True).indices
+    n = int(keep.sum(1).max()) if keep.numel() else 0
+    order = order[:, :n]
+    mask = keep.gather(1, order)
+    g2 = order[..., None].expand(-1, -1, 2)
+    z = lambda t: t.masked_fill(~mask[..., None], 0)  # noqa: E731
+    return Correspondences(x1=z(x1.gather(1, g2)), x2=z(x2.gather(1, g2)), mask=mask,
+                           scores=scores.gather(1, order).masked_fill(~mask, 0),
+                           pairs=pairs, num_kp1=num_kp1, num_kp2=num_kp2)
+
+
+def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.75,
+                      mutual: bool = False, chunk: Optional[int] = None) -> Correspondences:
+    """Match the keypoints of frame i to frame j for every pair (i, j), all pairs batched.
+
+    Args:
+        kps: Keypoints of T frames (T, N, ...).
+        pairs: (P, 2) long frame indices (i, j); x1 come from frame i, x2 from frame j.
+        ratio: Lowe ratio (default 0.75).
+        mutual: require mutual nearest neighbours.
+        chunk: pairs per cdist call (None: automatic).
+    Returns:
+        Correspondences with x1, x2 (P, M, 2) pixels, mask (P, M), scores = 1 - ratio (higher is
+        better, PROSAC ordering), ``num_kp1`` / ``num_kp2`` the valid keypoints of frames i / j.
+        Matches keep the order of the keypoints in frame i.
+    """
+    pairs = check_pairs(pairs, int(kps.xy.shape[0])).to(kps.xy.device)
+    i, j = pairs[:, 0], pairs[:, 1]
+    m1, m2 = kps.mask[i], kps.mask[j]
+    nn12, ratios, matched = ratio_match(kps.descriptors[i], m1, kps.descriptors[j], m2,
+                                        ratio=ratio, mutual=mutual, chunk=chunk)
+    x1 = kps.xy[i]
+    x2 = kps.xy[j].gather(1, nn12[..., None].expand(-1, -1, 2)) if kps.xy.shape[1] else x1
+    counts = kps.mask.sum(1)
+    return pack_matches(x1, x2, matched, 1.0 - ratios, pairs, counts[i], counts[j])

@@ -1,0 +1,139 @@
+"""Correspondences of a clip's frame pairs at several scales (paper Algorithm 1: {1/4, 1/2, 1}).
+
+At scale s the grayscale frames are resized to ``(round(H s), round(W s))`` (antialiased
+bilinear, pixel-centre aligned), features are detected and matched there, and the points are
+mapped back to working-resolution pixels with ``x = (x_s + 0.5) / s_x - 0.5`` (``s_x = W_s / W``,
+the same for y; the convention of OpenCV's and torch's ``align_corners=False`` resizes).
+Keypoints on letterbox bars (``clip.content_mask`` False, eroded by ``content_margin_px``) are
+dropped. Only frames that occur in ``pairs`` are processed.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..config import FeatureConfig
+from ..errors import GeoConError
+from ..types import Clip, Correspondences, Keypoints
+from .base import DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_device
+from .lk import lk_tracks
+from .matching import check_pairs, match_descriptors, pack_matches
+
+MIN_SIDE = 16  # a scale whose frames would be smaller than this (px) is skipped
+
+
+def scaled_size(h: int, w: int, s: float) -> tuple:
+    """(h_s, w_s) = (round(h s), round(w s))."""
+    return max(1, int(round(h * s))), max(1, int(round(w * s)))
+
+
+def rescale_gray(gray: torch.Tensor, size: tuple) -> torch.Tensor:
+    """(T, 1, H, W) -> (T, 1, h, w): antialiased bilinear when shrinking (align_corners=False)."""
+    if tuple(gray.shape[-2:]) == tuple(size):
+        return gray
+    shrink = size[0] * size[1] < gray.shape[-2] * gray.shape[-1]
+    return F.interpolate(gray, size=size, mode="bilinear", align_corners=False, antialias=shrink)
+
+
+def to_working_pixels(xy: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
+    """Points (..., 2) at a scale with factors (sx, sy) -> working-resolution pixels."""
+    s = xy.new_tensor([sx, sy])
+    return (xy + 0.5) / s - 0.5
+
+
+def erode_mask(mask: torch.Tensor, margin: int) -> torch.Tensor:
+    """(H, W) bool eroded by ``margin`` px (square structuring element)."""
+    if margin <= 0:
+        return mask
+    inv = (~mask).to(torch.float32)[None, None]
+    grown = F.max_pool2d(F.pad(inv, (margin,) * 4, value=0.0), 2 * margin + 1, stride=1)
+    return ~(grown[0, 0] > 0)
+
+
+def _scaled_mask(mask: torch.Tensor, size: tuple) -> torch.Tensor:
+    """Nearest-pixel-centre resampling of an (H, W) bool mask to ``size``."""
+    m = F.interpolate(mask.to(torch.float32)[None, None], size=size, mode="nearest-exact")
+    return m[0, 0] > 0.5
+
+
+def _rescale_keypoints(kps: Keypoints, sx: float, sy: float, mask: Optional[torch.Tensor]
+                       ) -> Keypoints:
+    xy = to_working_pixels(kps.xy, sx, sy)
+    kps = Keypoints(xy=xy.masked_fill(~kps.mask[..., None], 0), descriptors=kps.descriptors,
+                    scores=kps.scores, mask=kps.mask, extra=kps.extra)
+    return compact_keypoints(kps, inside_mask(xy, mask))
+
+
+def _remap(c: Correspondences, sx: float, sy: float, pairs: torch.Tensor,
+           mask: Optional[torch.Tensor]) -> Correspondences:
+    x1 = to_working_pixels(c.x1, sx, sy)
+    x2 = to_working_pixels(c.x2, sx, sy)
+    keep = c.mask & inside_mask(x1, mask) & inside_mask(x2, mask)
+    return pack_matches(x1, x2, keep, c.scores, pairs, c.num_kp1, c.num_kp2)
+
+
+def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[FeatureConfig] = None,
+                            *, scales: Optional[Sequence[float]] = None,
+                            device: DeviceLike = None) -> Dict[float, Correspondences]:
+    """Matches of every pair (i, j) of ``clip`` at every scale, in working-resolution pixels.
+
+    Args:
+        clip: the clip (frames at working resolution, content mask).
+        pairs: (P, 2) long frame indices (i, j).
+        config: FeatureConfig (backend, max_keypoints, ratio, mutual, scales, checkpoint, LK
+            parameters, content_margin_px); None = defaults.
+        scales: overrides ``config.scales``; each in (0, 1] relative to the working resolution.
+        device: where features run (None: CUDA when available, else CPU); "auto" picks
+            kornia-sift on CUDA and opencv-sift on the CPU.
+    Returns:
+        {scale: Correspondences} with x1, x2 (P, N, 2) px at working resolution, pairs = the
+        given pairs, num_kp1 / num_kp2 = keypoints (or corners) detected at that scale.
+        Scales whose frames would be smaller than 16 px are left out.
+    """
+    cfg = config or FeatureConfig()
+    scales = tuple(cfg.scales if scales is None else scales)
+    if not scales or any(not (0 < float(s) <= 1.0) for s in scales):
+        raise GeoConError(f"scales must be in (0, 1], got {scales}")
+    pairs = check_pairs(pairs, clip.num_frames)
+    dev = resolve_device(device)
+    used, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
+    local_pairs = inverse.reshape(-1, 2).to(dev)
+    out_pairs = pairs.to(dev)
+    gray = clip.gray()[used.to(clip.frames.device)].to(dev)
+    h, w = gray.shape[-2:]
+    content = clip.content_mask.to(device=dev, dtype=torch.bool)
+    content = erode_mask(content, int(getattr(cfg, "content_margin_px", 0)))
+    backend = cfg.backend
+    extractor = matcher = None
+    if backend in ("loftr", "lightglue"):
+        from .learned import get_matcher
+
+        opts = {"max_keypoints": cfg.max_keypoints} if backend == "lightglue" else {}
+        matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
+    elif backend != "lk-tracks":
+        extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
+                                  checkpoint=cfg.checkpoint)
+    result: Dict[float, Correspondences] = {}
+    for s in scales:  # a handful of scales; each is batched over frames and pairs
+        hs, ws = scaled_size(h, w, float(s))
+        if min(hs, ws) < MIN_SIDE:
+            continue
+        sx, sy = ws / w, hs / h
+        g = rescale_gray(gray, (hs, ws))
+        m_s = _scaled_mask(content, (hs, ws))
+        if extractor is not None:
+            kps = _rescale_keypoints(extractor.extract(g, m_s), sx, sy, content)
+            c = match_descriptors(kps, local_pairs, ratio=cfg.ratio, mutual=cfg.mutual)
+            c = Correspondences(c.x1, c.x2, c.mask, c.scores, out_pairs, c.num_kp1, c.num_kp2)
+        elif matcher is not None:
+            c = _remap(matcher.match(g, local_pairs, m_s), sx, sy, out_pairs, content)
+        else:
+            c = lk_tracks(g, local_pairs, max_corners=cfg.max_keypoints,
+                          quality=cfg.lk_quality, min_distance=cfg.lk_min_distance,
+                          block=cfg.lk_block, window=cfg.lk_window, levels=cfg.lk_levels,
+                          fb_threshold=cfg.lk_fb_threshold, backend=cfg.lk_backend, mask=m_s)
+            c = _remap(c, sx, sy, out_pairs, content)
+        result[float(s)] = c
+    return result

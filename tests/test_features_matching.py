@@ -1,0 +1,123 @@
+"""Batched Lowe-ratio matching: closed-form cases, OpenCV BFMatcher parity, batch == loop."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from geocon_torch.errors import ShapeError
+from geocon_torch.features import match_descriptors, ratio_match
+from geocon_torch.types import Keypoints
+
+from features_helpers import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _random_kps(t=4, n=60, d=16, seed=0, dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, d, generator=g, dtype=torch.float64)
+    desc = base[None] + 0.35 * torch.randn(t, n, d, generator=g, dtype=torch.float64)
+    perm = torch.stack([torch.randperm(n, generator=g) for _ in range(t)])
+    desc = torch.stack([desc[i, perm[i]] for i in range(t)])
+    xy = torch.rand(t, n, 2, generator=g, dtype=torch.float64) * 100
+    mask = torch.rand(t, n, generator=g) > 0.15
+    desc = desc.masked_fill(~mask[..., None], 0)
+    xy = xy.masked_fill(~mask[..., None], 0)
+    kps = Keypoints(xy=xy.to(device, dtype), descriptors=desc.to(device, dtype),
+                    scores=torch.ones(t, n, dtype=dtype, device=device), mask=mask.to(device))
+    return kps
+
+
+def test_closed_form_ratio_and_scores(device, dtype):
+    # frame 0: two points; frame 1: three points on a line
+    d0 = torch.tensor([[[0.0, 0.0], [10.0, 0.0]]])
+    d1 = torch.tensor([[[1.0, 0.0], [4.0, 0.0], [10.5, 0.0]]])
+    desc = torch.zeros(2, 3, 2)
+    desc[0, :2], desc[1] = d0[0], d1[0]
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    xy = torch.arange(12.0).reshape(2, 3, 2)
+    kps = Keypoints(xy.to(device, dtype), desc.to(device, dtype),
+                    torch.ones(2, 3, device=device, dtype=dtype), mask.to(device))
+    c = match_descriptors(kps, torch.tensor([[0, 1]]), ratio=0.75)
+    # point 0: d = 1 and 4 -> ratio 0.25 (kept); point 1: d = 0.5 and 6 -> ratio 1/12 (kept)
+    assert c.mask.tolist() == [[True, True]]
+    torch.testing.assert_close(c.scores[0], torch.tensor([0.75, 1 - 1 / 12], device=device,
+                                                         dtype=dtype))
+    torch.testing.assert_close(c.x2[0], xy[1, [0, 2]].to(device, dtype))
+    assert c.num_kp1.tolist() == [2] and c.num_kp2.tolist() == [3]
+    c = match_descriptors(kps, torch.tensor([[0, 1]]), ratio=0.2)
+    assert c.mask[0].tolist() == [True]  # only the 1/12 ratio survives
+    torch.testing.assert_close(c.x1[0, 0], xy[0, 1].to(device, dtype))
+
+
+def test_batched_equals_per_pair(device, dtype):
+    kps = _random_kps(dtype=dtype, device=device)
+    pairs = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]])
+    for mutual in (False, True):
+        batched = match_descriptors(kps, pairs, mutual=mutual, chunk=2)
+        for p, pair in enumerate(pairs):
+            single = match_descriptors(kps, pair[None], mutual=mutual)
+            n = int(single.mask.sum())
+            assert int(batched.mask[p].sum()) == n and n > 10
+            torch.testing.assert_close(batched.x1[p, :n], single.x1[0, :n])
+            torch.testing.assert_close(batched.x2[p, :n], single.x2[0, :n])
+            torch.testing.assert_close(batched.scores[p, :n], single.scores[0, :n])
+            assert not bool(batched.mask[p, n:].any())
+
+
+def test_matches_opencv_bfmatcher_ratio_test():
+    import cv2
+
+    kps = _random_kps(t=2, n=80, d=32, seed=3)
+    for mutual in (False, True):
+        c = match_descriptors(kps, torch.tensor([[0, 1]]), ratio=0.75, mutual=mutual)
+        m0 = kps.mask[0].numpy()
+        m1 = kps.mask[1].numpy()
+        d0 = kps.descriptors[0].numpy()[m0]
+        d1 = kps.descriptors[1].numpy()[m1]
+        bf = cv2.BFMatcher(cv2.NORM_L2, crossCheck=False)
+        good = [(a.queryIdx, a.trainIdx) for a, b in bf.knnMatch(d0, d1, k=2)
+                if a.distance < 0.75 * b.distance]
+        if mutual:
+            back = {m.queryIdx: m.trainIdx for m in bf.match(d1, d0)}
+            good = [(q, t) for q, t in good if back[t] == q]
+        x0 = kps.xy[0].numpy()[m0]
+        x1 = kps.xy[1].numpy()[m1]
+        ref = sorted((tuple(x0[q]), tuple(x1[t])) for q, t in good)
+        ours = sorted((tuple(a), tuple(b)) for a, b in zip(c.x1[0][c.mask[0]].numpy(),
+                                                          c.x2[0][c.mask[0]].numpy()))
+        assert len(ref) > 10 and ours == ref
+
+
+def test_mutual_is_a_subset_and_padding_is_zero():
+    kps = _random_kps()
+    pairs = torch.tensor([[0, 1], [2, 3]])
+    a = match_descriptors(kps, pairs)
+    b = match_descriptors(kps, pairs, mutual=True)
+    for p in range(2):
+        sa = set(map(tuple, a.x1[p][a.mask[p]].tolist()))
+        sb = set(map(tuple, b.x1[p][b.mask[p]].tolist()))
+        assert sb <= sa
+    assert float(a.x1[~a.mask].abs().sum()) == 0 and float(a.scores[~a.mask].abs().sum()) == 0
+
+
+def test_fewer_than_two_candidates_and_duplicates_give_no_match():
+    desc = torch.zeros(2, 2, 4)
+    desc[0, 0] = torch.tensor([1.0, 0, 0, 0])
+    desc[1, 0] = torch.tensor([1.0, 0, 0, 0])
+    mask = torch.tensor([[True, False], [True, False]])
+    kps = Keypoints(torch.zeros(2, 2, 2), desc, torch.ones(2, 2), mask)
+    assert int(match_descriptors(kps, torch.tensor([[0, 1]])).mask.sum()) == 0
+    _, ratios, ok = ratio_match(desc[:1], torch.ones(1, 2, dtype=torch.bool),
+                                torch.ones(1, 2, 4), torch.ones(1, 2, dtype=torch.bool))
+    assert not bool(ok.any()) and bool((ratios == 1).all())  # exact ties: ratio 1, rejected
+
+
+def test_bad_pairs_raise():
+    kps = _random_kps(t=2)
+    with pytest.raises(ShapeError):
+        match_descriptors(kps, torch.tensor([[0, 2]]))
+    with pytest.raises(ShapeError):
+        match_descriptors(kps, torch.tensor([0, 1]))
+    empty = match_descriptors(kps, torch.zeros(0, 2, dtype=torch.long))
+    assert empty.x1.shape[0] == 0
