@@ -37,6 +37,15 @@ class FeatureConfig:
     mutual: bool = False  # mutual nearest-neighbour check
     scales: Tuple[float, ...] = (0.25, 0.5, 1.0)  # paper Algorithm 1
     checkpoint: Optional[str] = None  # local weights for learned backends
+    content_margin_px: int = 4  # content mask eroded by this much before keypoints are kept
+    # lk-tracks (Shi-Tomasi + pyramidal Lucas-Kanade, OpenCV parameter meanings)
+    lk_quality: float = 0.001
+    lk_min_distance: float = 3.0
+    lk_block: int = 3
+    lk_window: int = 21
+    lk_levels: int = 3  # OpenCV maxLevel (levels + 1 pyramid images)
+    lk_fb_threshold: float = 1.5  # px, forward-backward error of a kept track
+    lk_backend: str = "torch"  # torch | opencv
 
 
 @dataclass
@@ -45,10 +54,10 @@ class RansacConfig:
 
     confidence: float = 0.999
     max_iterations: int = 2000
-    batch_hypotheses: int = 256  # hypotheses scored per step per pair
+    batch_hypotheses: int = 32  # minimal samples drawn per pair per round (geometry batch_size)
     scoring: str = "msac"  # msac | ransac
     local_optimization: bool = True
-    lo_iterations: int = 3
+    lo_iterations: int = 6  # IRLS refits per local optimisation (on <= 256 points)
     seed: int = 0
 
 
@@ -63,10 +72,14 @@ class GateConfig:
     missing_pose: str = "fail_to_F"  # fail_to_F | present_only
     per_pair: bool = False  # per-pair gate with hysteresis instead of one decision per clip
     # weight-free statistic thresholds (calibrated by benchmarks/gate_sweep.py)
-    parallax_low: float = 0.5
-    parallax_high: float = 1.0
+    parallax_low: float = 0.12  # parallax_excess <= low -> H
+    parallax_high: float = 0.25  # >= high -> F; between: U, resolved by GRIC
     dust3r_checkpoint: Optional[str] = None
     dust3r_path: Optional[str] = None  # folder holding the dust3r repository (optional import)
+    statistic: str = "parallax_excess"  # | parallax_fraction | residual_parallax | gric_delta
+    parallax_pairs: str = "first_last"  # weight-free gate pairs: first_last | adjacent
+    dust3r_image_size: int = 512  # DUSt3R input size (224 or 512 models)
+    u_margin: float = 0.05  # U band: F when IR_F - IR_H > u_margin or GRIC prefers F
 
 
 @dataclass
@@ -77,6 +90,17 @@ class SegmentConfig:
     safety_margin_px: int = 4  # dilate object masks by this many px before removing them
     sam2_checkpoint: Optional[str] = None
     sam2_config: Optional[str] = None
+    sam2_prompts: Optional[str] = None  # JSON file of box / point prompts (see segment.sam2)
+    # weight-free motion segmentation (segment.motion)
+    motion_threshold: float = 0.08  # photometric residual (gray, 0..1) after the background warp
+    motion_min_area: int = 64  # px; smaller blobs are dropped
+    motion_max_fraction: float = 0.5  # objects covering more of the content -> unreliable, dropped
+    motion_open_px: int = 1  # morphological opening radius
+    motion_close_px: int = 3  # morphological closing radius
+    motion_min_frames: int = 2  # a track must span this many frames
+    motion_seed_radius_px: int = 8  # background-model outlier matches -> seed discs
+    motion_min_seeds: int = 12  # coherent seed points (2 per match) a component needs
+    motion_seed_factor: float = 2.0  # seed = residual > factor x tau (tau_H or tau_F)
 
 
 @dataclass
@@ -91,6 +115,12 @@ class BackgroundConfig:
     pair_stride: int = 1
     sensitivity_tau_h: Tuple[float, ...] = (0.5, 1.0, 2.0, 3.0, 4.0)
     sensitivity_tau_f: Tuple[float, ...] = (0.025, 0.05, 0.1, 0.2, 0.4)
+    sensitivity: bool = False  # run the (tau_h, tau_f) scan and record it in the result
+    min_valid_pairs: int = 1  # fewer valid pairs -> not_applicable
+    category_static_px: float = 0.5  # median background motion per pair below this -> static cam
+    category_rotation_deg: float = 0.1  # F regime: inter-frame rotation >= this -> Complex
+    category_focal: float = 1.0  # assumed focal length / long side for the rotation estimate
+    per_pair: bool = True  # record per-pair IR / GE in the result
 
 
 @dataclass
@@ -105,6 +135,10 @@ class ForegroundConfig:
     fb_threshold_px: float = 1.0  # forward-backward consistency tolerance
     min_object_pixels: int = 64
     percentile: float = 0.9  # AdaP90
+    scales: Tuple[float, ...] = (0.25, 0.5, 1.0)  # flow scales (paper Algorithm 1 D)
+    scale_reduction: str = "median"  # median (over valid scales, in working px^2) | finest
+    max_pairs: Optional[int] = None  # cap on scored adjacent pairs (spread evenly over the clip)
+    batch_pairs: int = 8  # pairs per flow chunk (bounds memory; each chunk is batched)
 
 
 @dataclass
@@ -126,6 +160,28 @@ class EpipolarConfig:
     relaxed_min_matches: int = 8
     seed: int = 0
     path: str = "auto"  # auto | opencv | torch
+    resize_interpolation: str = "area"  # area (cv2.INTER_AREA) | linear (cv2.resize default)
+    fallback_enabled: bool = True  # relaxed matching, then Shi-Tomasi + LK, when no pair is valid
+    tracking_max_corners: int = 2000
+    tracking_quality: float = 0.001
+    tracking_min_distance: float = 3.0
+    tracking_block: int = 3
+    tracking_window: int = 21
+    tracking_levels: int = 3
+    tracking_fb_threshold_px: float = 1.5
+    tracking_min_tracks: int = 8
+    features: str = "auto"  # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
+    opencv_threads: int = 1  # cv2.setNumThreads during the OpenCV path (restored afterwards)
+    # gvgc preset (Li et al. 2024, original code: 1280x720, SIFT 40k, ratio 0.85, FM_RANSAC 3 px)
+    gvgc_size: Tuple[int, int] = (720, 1280)  # (H, W) every frame is resized to
+    gvgc_intervals: Tuple[int, ...] = (60, 50, 40, 30, 20, 10)
+    gvgc_min_frames: int = 71  # the original evaluates frames 0..70
+    gvgc_sift_features: int = 40000
+    gvgc_ratio: float = 0.85
+    gvgc_threshold_px: float = 3.0
+    gvgc_confidence: float = 0.99  # cv2.findFundamentalMat FM_RANSAC defaults
+    gvgc_max_iterations: int = 1000
+    gvgc_matcher: str = "flann"  # flann (as the original) | bf (exact 2-NN)
 
 
 @dataclass
