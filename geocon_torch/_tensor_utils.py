@@ -35,6 +35,9 @@ def masked_quantile(x: torch.Tensor, mask: torch.Tensor, q: float, dim: int = -1
     """
     x = x.movedim(dim, -1)
     mask = mask.movedim(dim, -1)
+    if x.shape[-1] == 0:
+        empty = torch.full(x.shape[:-1], fill, dtype=x.dtype, device=x.device)
+        return empty, torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
     big = torch.finfo(x.dtype).max if x.is_floating_point() else torch.iinfo(x.dtype).max
     vals = torch.where(mask, x, torch.full_like(x, big)).sort(-1).values
     n = mask.sum(-1)

@@ -26,3 +26,8 @@ def test_masked_median_and_mean_dim0():
     mean, _ = masked_mean(x, m, dim=0)
     assert mean.tolist() == [2.0, 7.0]
     assert torch.isfinite(masked_mean(x, torch.zeros_like(m), dim=0)[0]).all()
+
+
+def test_masked_quantile_of_zero_length_rows():
+    got, ok = masked_quantile(torch.zeros(3, 0), torch.zeros(3, 0, dtype=torch.bool), 0.5, fill=7.0)
+    assert got.tolist() == [7.0, 7.0, 7.0] and not ok.any()
