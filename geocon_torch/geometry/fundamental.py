@@ -1,0 +1,199 @@
+"""Fundamental-matrix solvers: weighted normalised 8-point and the 7-point solver (all roots).
+
+Convention: ``x2^T F x1 = 0`` (pixels). Both solve in Hartley-normalised coordinates
+(``F = T2^T F_n T1``) and return F with unit Frobenius norm.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+
+from .._checks import check_points, check_same_shape
+from ..errors import ShapeError
+from .homography import _MONO, _monomials, _smallest_eigvec
+
+_EIGHT_IDX = torch.tensor([_MONO[r // 3][c // 3] * 6 + _MONO[r % 3][c % 3]
+                           for r in range(9) for c in range(9)])
+from .normalization import _similarity_matrix, _weighted_hartley
+
+
+def _unit_fro(M: torch.Tensor) -> torch.Tensor:
+    return M / M.flatten(-2).norm(dim=-1).clamp_min(torch.finfo(M.dtype).tiny)[..., None, None]
+
+
+def _enforce_rank2(F: torch.Tensor) -> torch.Tensor:
+    """Closest rank-2 matrix (Frobenius) of (..., 3, 3), via SVD."""
+    U, S, Vh = torch.linalg.svd(F)
+    S = torch.cat([S[..., :2], torch.zeros_like(S[..., 2:])], -1)
+    return (U * S.unsqueeze(-2)) @ Vh
+
+
+def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,
+                                mono1: Optional[torch.Tensor] = None,
+                                mono2: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Weighted 8-point on normalised points: x (..., N, 2), w (..., N) -> rank-2 F_n.
+
+    Rows are ``kron(X2, X1)``, so ``M[(a, i), (b, j)] = sum w X2_a X2_b X1_i X1_j``: the 36
+    distinct sums come from one small batched GEMM over the monomials of X1 and X2
+    (``mono1``, ``mono2``: precomputed ``_monomials`` of the points).
+    """
+    mono1 = _monomials(x1n) if mono1 is None else mono1
+    mono2 = _monomials(x2n) if mono2 is None else mono2
+    T = (mono2 * w.unsqueeze(-2)) @ mono1.transpose(-1, -2)  # (..., 6, 6)
+    M = T.flatten(-2)[..., _EIGHT_IDX.to(T.device)].unflatten(-1, (9, 9))
+    Fn = _smallest_eigvec(M).reshape(*M.shape[:-2], 3, 3)
+    return _unit_fro(_enforce_rank2(Fn))
+
+
+def _det3(M: torch.Tensor) -> torch.Tensor:
+    return (M[..., 0, 0] * (M[..., 1, 1] * M[..., 2, 2] - M[..., 1, 2] * M[..., 2, 1])
+            - M[..., 0, 1] * (M[..., 1, 0] * M[..., 2, 2] - M[..., 1, 2] * M[..., 2, 0])
+            + M[..., 0, 2] * (M[..., 1, 0] * M[..., 2, 1] - M[..., 1, 1] * M[..., 2, 0]))
+
+
+def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Real roots of ``c3 t^3 + c2 t^2 + c1 t + c0`` in closed form (Cardano / trigonometric),
+    batched. Returns (roots (..., 3), valid (..., 3)); invalid slots hold 0."""
+    scale = torch.stack([c3.abs(), c2.abs(), c1.abs(), c0.abs()], -1).amax(-1)
+    ok = c3.abs() > 1e-12 * scale
+    c3s = torch.where(ok, c3, torch.ones_like(c3))
+    a, b, c = c2 / c3s, c1 / c3s, c0 / c3s
+    p = b - a * a / 3.0
+    q = 2.0 * a ** 3 / 27.0 - a * b / 3.0 + c
+    disc = (q / 2.0) ** 2 + (p / 3.0) ** 3
+    one = disc > 0
+    # one real root: Cardano
+    sq = torch.sqrt(disc.clamp_min(0))
+    t1 = torch.sign(-q / 2 + sq) * (-q / 2 + sq).abs().pow(1.0 / 3.0) \
+        + torch.sign(-q / 2 - sq) * (-q / 2 - sq).abs().pow(1.0 / 3.0)
+    # three real roots: trigonometric form (p <= 0 here)
+    pm = torch.where(one, -torch.ones_like(p), p.clamp_max(0))
+    r = 2.0 * torch.sqrt(-pm / 3.0)
+    r_s = torch.where(r > 0, r, torch.ones_like(r))
+    arg = (3.0 * q / (pm * r_s)).clamp(-1.0, 1.0)  # = 3q/(2p) sqrt(-3/p)
+    arg = torch.where(r > 0, arg, torch.zeros_like(arg))
+    phi = torch.acos(arg) / 3.0
+    ks = torch.arange(3, dtype=c3.dtype, device=c3.device) * (2.0 * math.pi / 3.0)
+    t3 = r.unsqueeze(-1) * torch.cos(phi.unsqueeze(-1) - ks)
+    t = torch.where(one.unsqueeze(-1), torch.stack([t1, t1, t1], -1), t3)
+    roots = t - (a / 3.0).unsqueeze(-1)
+    # one Newton polish step on the monic polynomial
+    f = ((roots + a.unsqueeze(-1)) * roots + b.unsqueeze(-1)) * roots + c.unsqueeze(-1)
+    df = (3 * roots + 2 * a.unsqueeze(-1)) * roots + b.unsqueeze(-1)
+    step = torch.where(df.abs() > 1e-12, f / torch.where(df.abs() > 1e-12, df, torch.ones_like(df)),
+                       torch.zeros_like(df))
+    roots = roots - step
+    valid = torch.stack([ok, ok & ~one, ok & ~one], -1) & torch.isfinite(roots)
+    return torch.where(valid, roots, torch.zeros_like(roots)), valid
+
+
+def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
+                            ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """7-point solver on (normalised) points (..., 7, 2) -> F (..., 3, 3, 3), valid (..., 3).
+
+    The 2-D null space of the 7 x 9 system is taken by fixing ``(f8, f9)`` to (1, 0) and (0, 1)
+    and solving the remaining 7 x 7 block (float64); ``det(F2 + t (F1 - F2)) = 0`` is solved
+    in closed form, in the reversed parameterisation when that is better conditioned.
+    """
+    dt = x1n.dtype
+    X1 = torch.cat([x1n, torch.ones_like(x1n[..., :1])], -1).to(torch.float64)
+    X2 = torch.cat([x2n, torch.ones_like(x2n[..., :1])], -1).to(torch.float64)
+    A = (X2.unsqueeze(-1) * X1.unsqueeze(-2)).flatten(-2)  # (..., 7, 9) rows kron(X2, X1)
+    sol, info = torch.linalg.solve_ex(A[..., :7], -A[..., 7:], check_errors=False)  # (..., 7, 2)
+    ok = (info == 0) & torch.isfinite(sol).flatten(-2).all(-1)
+    sol = torch.where(ok[..., None, None], sol, torch.zeros_like(sol))
+    eye2 = torch.eye(2, dtype=sol.dtype, device=sol.device).expand(*sol.shape[:-2], 2, 2)
+    basis = torch.cat([sol, eye2], -2)  # (..., 9, 2)
+    F1 = _unit_fro(basis[..., 0].reshape(*basis.shape[:-2], 3, 3))
+    F2 = _unit_fro(basis[..., 1].reshape(*basis.shape[:-2], 3, 3))
+    D = F1 - F2
+    # det(F2 + t D) = c3 t^3 + c2 t^2 + c1 t + c0, from 4 evaluations
+    p0, p1 = _det3(F2), _det3(F2 + D)
+    pm1, p2 = _det3(F2 - D), _det3(F2 + 2 * D)
+    c0 = p0
+    c2 = 0.5 * (p1 + pm1) - c0
+    odd = 0.5 * (p1 - pm1)  # c1 + c3
+    c3 = (0.5 * (p2 - c0 - 4 * c2) - odd) / 3.0
+    c1 = odd - c3
+    rev = c0.abs() > c3.abs()  # solve for u = 1/t: F ~ u F2 + D
+    roots, rvalid = _real_cubic_roots(torch.where(rev, c0, c3), torch.where(rev, c1, c2),
+                                      torch.where(rev, c2, c1), torch.where(rev, c3, c0))
+    t = roots[..., None, None]
+    one = torch.ones_like(t)
+    r4 = rev[..., None, None, None]
+    Fs = _unit_fro(torch.where(r4, t, one) * F2.unsqueeze(-3)
+                   + torch.where(r4, one, t) * D.unsqueeze(-3))
+    valid = rvalid & ok.unsqueeze(-1) & torch.isfinite(Fs).flatten(-2).all(-1)
+    Fs = torch.where(valid[..., None, None], Fs, torch.zeros_like(Fs))
+    return Fs.to(dt), valid
+
+
+def _prepare(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Tensor]):
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    if weights is None:
+        return torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
+    if tuple(weights.shape) != tuple(x1.shape[:2]):
+        raise ShapeError(f"weights must have shape {tuple(x1.shape[:2])}, got "
+                         f"{tuple(weights.shape)}")
+    return weights.to(x1.dtype).clamp_min(0)
+
+
+def _normalize_pair(x1: torch.Tensor, x2: torch.Tensor, w: torch.Tensor):
+    c1, s1, _ = _weighted_hartley(x1, w)
+    c2, s2, _ = _weighted_hartley(x2, w)
+    x1n = (x1 - c1.unsqueeze(-2)) * s1[..., None, None]
+    x2n = (x2 - c2.unsqueeze(-2)) * s2[..., None, None]
+    return x1n, x2n, _similarity_matrix(c1, s1), _similarity_matrix(c2, s2)
+
+
+def fundamental_8pt(x1: torch.Tensor, x2: torch.Tensor,
+                    weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""Weighted normalised 8-point fundamental matrix, rank 2 enforced, batched over pairs.
+
+    Minimises :math:`\sum_i w_i (\hat x_{2,i}^\top F_n \hat x_{1,i})^2`, ``||F_n|| = 1``, in
+    Hartley-normalised coordinates (normalisation weighted by ``weights``), projects F_n to rank 2
+    (SVD) and denormalises ``F = T2^T F_n T1``.
+
+    Convention: ``x2^T F x1 = 0``; pixels.
+
+    Args:
+        x1, x2: (P, N, 2) pixel points, N >= 8.
+        weights: (P, N) non-negative weights (0 = ignored); all ones when None.
+
+    Returns:
+        F: (P, 3, 3), rank 2, unit Frobenius norm. Pairs with fewer than 8 weighted points give
+        an arbitrary finite matrix.
+    """
+    w = _prepare(x1, x2, weights)
+    x1n, x2n, T1, T2 = _normalize_pair(x1, x2, w)
+    Fn = _fundamental_8pt_normalized(x1n, x2n, w)
+    return _unit_fro(T2.transpose(-1, -2) @ Fn @ T1)
+
+
+def fundamental_7pt(x1: torch.Tensor, x2: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""7-point fundamental matrices: all real solutions of ``det(F) = 0`` (up to 3 per pair).
+
+    Convention: ``x2^T F x1 = 0``; pixels.
+
+    Args:
+        x1, x2: (P, 7, 2) pixel points.
+
+    Returns:
+        F: (P, 3, 3, 3): F[:, k] is the k-th solution (unit Frobenius norm, zeros where invalid).
+        valid: (P, 3) bool, which solutions are real (1 or 3 per non-degenerate pair).
+    """
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    if x1.shape[1] != 7:
+        raise ShapeError(f"fundamental_7pt needs exactly 7 points, got x1 {tuple(x1.shape)}")
+    w = torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
+    x1n, x2n, T1, T2 = _normalize_pair(x1, x2, w)
+    Fn, valid = _seven_point_normalized(x1n, x2n)
+    F = _unit_fro(T2.transpose(-1, -2).unsqueeze(1) @ Fn @ T1.unsqueeze(1))
+    return torch.where(valid[..., None, None], F, torch.zeros_like(F)), valid

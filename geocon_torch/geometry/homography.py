@@ -1,0 +1,148 @@
+"""Homography solvers: weighted least-squares DLT (any N >= 4) and the batched 4-point solver.
+
+Convention: ``x2 ~ H x1`` (homogeneous, pixels). Solved in Hartley-normalised coordinates and
+denormalised as ``H = T2^-1 H_n T1``; returned with ``H[2, 2] = 1`` where possible.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from .._checks import check_points, check_same_shape
+from ..errors import ShapeError
+from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
+
+
+def _dlt_rows(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """The two DLT equations of each correspondence: (..., N, 2, 9)."""
+    x, y = x1[..., 0], x1[..., 1]
+    u, v = x2[..., 0], x2[..., 1]
+    z = torch.zeros_like(x)
+    o = torch.ones_like(x)
+    r1 = torch.stack([-x, -y, -o, z, z, z, u * x, u * y, u], -1)
+    r2 = torch.stack([z, z, z, -x, -y, -o, v * x, v * y, v], -1)
+    return torch.stack([r1, r2], -2)
+
+
+def _homogeneous_t(x: torch.Tensor) -> torch.Tensor:
+    """(..., N, 2) points -> (..., 3, N) homogeneous, transposed, contiguous."""
+    return torch.cat([x.transpose(-1, -2), torch.ones_like(x[..., :1]).transpose(-1, -2)], -2)
+
+
+_MONO = ((0, 1, 2), (1, 3, 4), (2, 4, 5))  # X_i X_j -> index into _monomials
+
+
+def _monomials(x: torch.Tensor) -> torch.Tensor:
+    """Degree-2 monomials of homogeneous (x, y, 1): (..., N, 2) -> (..., 6, N) in the order
+    (xx, xy, x, yy, y, 1), so that ``X_i X_j = mono[_MONO[i][j]]``."""
+    px, py = x[..., 0], x[..., 1]
+    return torch.stack([px * px, px * py, px, py * py, py, torch.ones_like(px)], -2)
+
+
+def _dlt_index() -> Tuple[torch.Tensor, torch.Tensor]:
+    """Gather index / sign building the DLT normal matrix from the (4 x 6) weighted moments."""
+    block = {(0, 0): (0, 1.0), (1, 1): (0, 1.0), (0, 2): (1, -1.0), (2, 0): (1, -1.0),
+             (1, 2): (2, -1.0), (2, 1): (2, -1.0), (2, 2): (3, 1.0)}
+    idx, sgn = [], []
+    for r in range(9):
+        for c in range(9):
+            k, sg = block.get((r // 3, c // 3), (None, 0.0))
+            idx.append(24 if k is None else k * 6 + _MONO[r % 3][c % 3])
+            sgn.append(sg)
+    return torch.tensor(idx), torch.tensor(sgn)
+
+
+_DLT_IDX, _DLT_SGN = _dlt_index()
+
+
+def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
+    """Unit eigenvector of the smallest eigenvalue of symmetric (..., 9, 9) matrices (float64
+    internally); returns (..., 9) in M's dtype."""
+    M64 = M.to(torch.float64)
+    M64 = 0.5 * (M64 + M64.transpose(-1, -2))
+    _, vecs = torch.linalg.eigh(M64)
+    return vecs[..., 0].to(M.dtype)
+
+
+def _homography_dlt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,
+                               mono1: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Weighted DLT on normalised points: x (..., N, 2), w (..., N) -> H_n (..., 3, 3).
+
+    The 9 x 9 normal matrix of the rows ``[-X, 0, u X]`` and ``[0, -X, v X]`` (X = (x, y, 1))
+    is ``[[S, 0, -Su], [0, S, -Sv], [-Su, -Sv, Suv]]`` with ``S_k = sum_i W_k,i X_i X_i^T``;
+    all 24 distinct moments come from one small batched GEMM over the monomials of X
+    (``mono1``: precomputed ``_monomials(x1n)``).
+    """
+    u, v = x2n[..., 0], x2n[..., 1]
+    W = torch.stack([w, w * u, w * v, w * (u * u + v * v)], -2)  # (..., 4, N)
+    mono1 = _monomials(x1n) if mono1 is None else mono1
+    T = (W @ mono1.transpose(-1, -2)).flatten(-2)  # (..., 24)
+    T = torch.cat([T, torch.zeros_like(T[..., :1])], -1)
+    idx = _DLT_IDX.to(T.device)
+    M = (T[..., idx] * _DLT_SGN.to(device=T.device, dtype=T.dtype)).unflatten(-1, (9, 9))
+    return _smallest_eigvec(M).reshape(*M.shape[:-2], 3, 3)
+
+
+def _homography_4pt(x1n: torch.Tensor, x2n: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Minimal solver: x (..., 4, 2) -> (H_n (..., 3, 3), ok (...)) by a direct 8x8 solve with
+    ``h33 = 1`` (float64 internally). ``ok`` is False where the system is singular."""
+    dt = x1n.dtype
+    rows = _dlt_rows(x1n.to(torch.float64), x2n.to(torch.float64))  # (..., 4, 2, 9)
+    rows = rows.reshape(*rows.shape[:-3], 8, 9)
+    A, rhs = rows[..., :8], -rows[..., 8:]
+    h, info = torch.linalg.solve_ex(A, rhs, check_errors=False)
+    h = h.squeeze(-1)
+    ok = (info == 0) & torch.isfinite(h).all(-1) & (h.abs().amax(-1) < 1e8)
+    h = torch.where(ok.unsqueeze(-1), h, torch.zeros_like(h))
+    H = torch.cat([h, torch.ones_like(h[..., :1])], -1).reshape(*h.shape[:-1], 3, 3)
+    eye = torch.eye(3, dtype=H.dtype, device=H.device)
+    H = torch.where(ok[..., None, None], H, eye)
+    return H.to(dt), ok
+
+
+def _normalize_h_scale(H: torch.Tensor) -> torch.Tensor:
+    """Scale (..., 3, 3) homographies to H[2, 2] = 1 (unit Frobenius norm when H[2, 2] ~ 0)."""
+    fro = H.flatten(-2).norm(dim=-1).clamp_min(torch.finfo(H.dtype).tiny)
+    h22 = H[..., 2, 2]
+    use22 = h22.abs() > 1e-8 * fro
+    den = torch.where(use22, h22, fro)
+    return H / den[..., None, None]
+
+
+def homography_dlt(x1: torch.Tensor, x2: torch.Tensor,
+                   weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""Weighted least-squares DLT homography, batched over pairs.
+
+    Minimises :math:`\sum_i w_i \|A_i h\|^2` subject to :math:`\|h\| = 1` in Hartley-normalised
+    coordinates (weights also define the normalisation), then denormalises. With N = 4 points
+    it is the 4-point solver.
+
+    Convention: ``x2 ~ H x1``; pixels in, pixels out.
+
+    Args:
+        x1, x2: (P, N, 2) pixel points, N >= 4.
+        weights: (P, N) non-negative weights (0 = ignored, e.g. padding); all ones when None.
+
+    Returns:
+        H: (P, 3, 3) with ``H[2, 2] = 1`` (unit Frobenius norm if H[2, 2] ~ 0). Pairs with fewer
+        than 4 weighted points or degenerate points give an arbitrary finite matrix; the robust
+        estimators flag them.
+    """
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    if weights is None:
+        w = torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
+    else:
+        if tuple(weights.shape) != tuple(x1.shape[:2]):
+            raise ShapeError(f"weights must have shape {tuple(x1.shape[:2])}, got "
+                             f"{tuple(weights.shape)}")
+        w = weights.to(x1.dtype).clamp_min(0)
+    c1, s1, _ = _weighted_hartley(x1, w)
+    c2, s2, _ = _weighted_hartley(x2, w)
+    x1n = (x1 - c1.unsqueeze(-2)) * s1[:, None, None]
+    x2n = (x2 - c2.unsqueeze(-2)) * s2[:, None, None]
+    Hn = _homography_dlt_normalized(x1n, x2n, w)
+    H = _similarity_inverse(c2, s2) @ Hn @ _similarity_matrix(c1, s1)
+    return _normalize_h_scale(H)

@@ -1,0 +1,69 @@
+"""Hartley normalisation over the valid (masked) points of each pair (paper eq. 9)."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+
+from .._checks import check_mask, check_points
+
+
+def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Centroid, scale and validity of ``points`` (..., N, 2) under non-negative ``weights``
+    (..., N). Degenerate rows (no weight, or all points coincide) get scale 1 and flag False."""
+    wsum = weights.sum(-1)
+    nonempty = wsum > 0
+    wn = weights / torch.where(nonempty, wsum, torch.ones_like(wsum)).unsqueeze(-1)
+    c = (wn.unsqueeze(-1) * points).sum(-2)  # (..., 2)
+    d = (points - c.unsqueeze(-2)).pow(2).sum(-1)
+    d = torch.sqrt(d.clamp_min(torch.finfo(points.dtype).tiny))
+    dbar = (wn * d).sum(-1)
+    scale_ok = nonempty & (dbar > 1e-6 * (1.0 + c.abs().amax(-1)))
+    s = torch.where(scale_ok, math.sqrt(2.0) / torch.where(scale_ok, dbar, torch.ones_like(dbar)),
+                    torch.ones_like(dbar))
+    return c, s, scale_ok
+
+
+def _similarity_matrix(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """T = [[s, 0, -s cx], [0, s, -s cy], [0, 0, 1]] for c (..., 2), s (...) -> (..., 3, 3)."""
+    z = torch.zeros_like(s)
+    o = torch.ones_like(s)
+    return torch.stack([torch.stack([s, z, -s * c[..., 0]], -1),
+                        torch.stack([z, s, -s * c[..., 1]], -1),
+                        torch.stack([z, z, o], -1)], -2)
+
+
+def _similarity_inverse(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`_similarity_matrix`: [[1/s, 0, cx], [0, 1/s, cy], [0, 0, 1]]."""
+    z = torch.zeros_like(s)
+    o = torch.ones_like(s)
+    return torch.stack([torch.stack([1 / s, z, c[..., 0]], -1),
+                        torch.stack([z, 1 / s, c[..., 1]], -1),
+                        torch.stack([z, z, o], -1)], -2)
+
+
+def hartley_normalize(points: torch.Tensor, mask: Optional[torch.Tensor] = None
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Hartley normalisation of each pair's points (paper eq. 9), using the masked points only.
+
+    The centroid :math:`c` and mean distance :math:`\bar d` to it are computed over valid points;
+    :math:`s = \sqrt 2 / \bar d` and ``T = [[s, 0, -s c_x], [0, s, -s c_y], [0, 0, 1]]`` so that
+    ``x_norm = T x`` (homogeneous). Rows with no valid point, or whose valid points all coincide,
+    get ``s = 1`` (finite, never NaN).
+
+    Args:
+        points: (P, N, 2) pixel coordinates.
+        mask: (P, N) bool validity, all True when None.
+
+    Returns:
+        points_norm: (P, N, 2) normalised points (padded entries are 0).
+        T: (P, 3, 3) normalising transforms.
+    """
+    check_points(points, "points")
+    m = check_mask(mask, points)
+    c, s, _ = _weighted_hartley(points, m.to(points.dtype))
+    pn = (points - c.unsqueeze(-2)) * s.view(-1, 1, 1)
+    pn = torch.where(m.unsqueeze(-1), pn, torch.zeros_like(pn))
+    return pn, _similarity_matrix(c, s)

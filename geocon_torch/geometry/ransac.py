@@ -1,0 +1,555 @@
+"""Batched robust estimation of homographies and fundamental matrices over P pairs at once.
+
+Algorithm (one implementation for H and F):
+
+1. Every pair's valid points are Hartley-normalised (paper eq. 9) and ordered: by descending
+   ``scores`` when given (PROSAC-style), else by index.
+2. Rounds: each still-active pair draws ``batch_size`` minimal samples (4 points for H, 7 for F)
+   without replacement among its valid points; with ``scores`` the first rounds draw from the
+   top-ranked 25 %, then 50 %, then all points. Degenerate samples (collinear / duplicated
+   points, singular systems) are rejected. The 7-point solver yields up to 3 models per sample,
+   so a round has P x K (H) or P x 3K (F) candidates with a validity mask. They are scored in
+   batched GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
+   pixels): first on 32 random valid points per pair (pre-verification), then the best 2 per
+   pair on all points.
+3. MSAC cost ``sum min(r^2, t^2)`` (or the outlier count for ``scoring="ransac"``) picks each
+   pair's round winner; when it beats the pair's best, local optimisation runs: iterated
+   weighted least-squares refits (IRLS: DLT / 8-point with Tukey weights, plus Sampson
+   weighting for F) on 256 random valid points of the pair, kept only when the result lowers
+   the cost on all points.
+4. A pair stops when its adaptive bound ``log(1 - confidence) / log(1 - w^m)`` (w = inlier
+   ratio of its best model) or ``max_iterations`` samples is reached. Python loops only over
+   rounds and LO iterations, never over pairs or hypotheses.
+5. A final least-squares refit on the inliers (kept if it lowers the cost) gives the model; the
+   inliers are the valid points whose residual is ``<= threshold``. A pair is invalid when it
+   has too few valid points, no non-degenerate sample, fewer than ``min_inliers`` inliers, or
+   inliers that are collinear in either image.
+
+Randomness is a counter-based hash keyed by ``seed + pair index`` (see ``sampling.py``): the
+same seed gives the same result, and pair p of a batch equals a single-pair call with
+``seed + p`` (also across devices, up to floating-point ties).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Callable, Optional, Tuple, Union
+
+import torch
+
+from .._checks import check_mask, check_points, check_same_shape
+from ..errors import ShapeError
+from ..types import Fit
+from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
+from .homography import (_homogeneous_t, _homography_4pt, _homography_dlt_normalized,
+                         _monomials, _normalize_h_scale)
+from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
+from .residuals import _adjugate3
+from .sampling import (draw_without_replacement, has_collinear_triple, has_duplicate, pair_keys,
+                       uniform)
+
+H_RESIDUALS = ("symmetric", "forward")
+F_RESIDUALS = ("sampson_normalized", "sampson", "epipolar_max")
+_PREVERIFY_POINTS = 32  # hypotheses are first scored on this many random valid points ...
+_PREVERIFY_KEEP = 2  # ... and only each pair's best few per round are scored on all points
+_LO_MARGIN = 1.25  # round winners within this cost factor of the best are optimised too
+_INNER_SAMPLES = 8  # LO-RANSAC inner samples (subsets of the inliers) per local optimisation
+_LO_POINTS = 256  # in-loop local optimisation refits on this many random valid points
+_GIVE_UP_SAMPLES = 256  # a pair with no non-degenerate sample after this many is unfit
+_MIN_SPREAD = 1e-6  # inliers whose covariance eigenvalue ratio is below this are degenerate
+
+
+@dataclass
+class _Context:
+    """Normalised points of A pairs in the layouts the kernels need."""
+
+    x1n: torch.Tensor  # (A, N, 2)
+    x2n: torch.Tensor
+    X1t: torch.Tensor  # (A, 3, N) homogeneous, transposed
+    X2t: torch.Tensor
+    mask: torch.Tensor  # (A, N) bool
+    s1: torch.Tensor  # (A,) Hartley scales (normalised units per pixel)
+    s2: torch.Tensor
+    mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials for the LS refits
+    mono2: Optional[torch.Tensor] = None
+
+    @staticmethod
+    def build(x1n, x2n, mask, s1, s2, dtype, monomials: bool = False) -> "_Context":
+        x1n, x2n = x1n.to(dtype), x2n.to(dtype)
+        m1 = _monomials(x1n) if monomials else None
+        m2 = _monomials(x2n) if monomials else None
+        return _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n), mask, s1.to(dtype),
+                        s2.to(dtype), m1, m2)
+
+    def index(self, idx: torch.Tensor) -> "_Context":
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return _Context(*(pick(getattr(self, f.name)) for f in fields(self)))
+
+    def points(self, pos: torch.Tensor) -> "_Context":
+        """The same pairs restricted to the points at ``pos`` (A, R) (no monomials)."""
+        g2 = pos.unsqueeze(-1).expand(-1, -1, 2)
+        g3 = pos.unsqueeze(1).expand(-1, 3, -1)
+        return _Context(self.x1n.gather(1, g2), self.x2n.gather(1, g2), self.X1t.gather(2, g3),
+                        self.X2t.gather(2, g3), self.mask.gather(1, pos), self.s1, self.s2)
+
+
+def _rows(M: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
+    """``M X`` for models (A, K, 3, 3) and points (A, 3, N) -> (A, K, 3, N) (one batched GEMM)."""
+    A, K = M.shape[:2]
+    return torch.matmul(M.reshape(A, K * 3, 3), Xt).view(A, K, 3, -1)
+
+
+def _h_transfer_sq(U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Squared distance between pi(U) (A, K, 3, N) and points x (A, N, 2)."""
+    w = U[:, :, 2]
+    du = torch.addcmul(U[:, :, 0], x[:, None, :, 0], w, value=-1)
+    dv = torch.addcmul(U[:, :, 1], x[:, None, :, 1], w, value=-1)
+    tiny = torch.finfo(U.dtype).eps ** 2
+    return du.square_().add_(dv.square_()).div_(w.square().clamp_min_(tiny))
+
+
+def _h_residual_sq(kind: str) -> Callable:
+    def fn(M: torch.Tensor, ctx: _Context) -> torch.Tensor:
+        fwd = _h_transfer_sq(_rows(M, ctx.X1t), ctx.x2n).div_(ctx.s2.view(-1, 1, 1) ** 2)
+        if kind == "forward":
+            return fwd
+        bwd = _h_transfer_sq(_rows(_adjugate3(M), ctx.X2t), ctx.x1n)
+        bwd = bwd.div_(ctx.s1.view(-1, 1, 1) ** 2)
+        return fwd.sqrt_().add_(bwd.sqrt_()).mul_(0.5).square_()
+    return fn
+
+
+def _f_terms(M: torch.Tensor, ctx: _Context):
+    U = _rows(M, ctx.X1t)  # F x1
+    V = _rows(M.transpose(-1, -2), ctx.X2t)  # F^T x2
+    num = torch.addcmul(U[:, :, 2], ctx.x2n[:, None, :, 0], U[:, :, 0])
+    num.addcmul_(ctx.x2n[:, None, :, 1], U[:, :, 1])
+    ga = U[:, :, 0].square().add_(U[:, :, 1].square())
+    gb = V[:, :, 0].square().add_(V[:, :, 1].square())
+    return num.square_(), ga, gb
+
+
+def _f_residual_sq(kind: str, with_weights: bool = False) -> Callable:
+    """Squared F residual in threshold units; with ``with_weights`` also the per-point
+    ``1 / |grad|^2`` of the algebraic error (normalised to mean 1 over valid points), which turns
+    the 8-point's algebraic least squares into (iterated) Sampson least squares."""
+    def fn(M: torch.Tensor, ctx: _Context):
+        num2, ga, gb = _f_terms(M, ctx)
+        tiny = torch.finfo(num2.dtype).tiny
+        if kind != "sampson_normalized":
+            ga = ga.mul_(ctx.s2.view(-1, 1, 1) ** 2)
+            gb = gb.mul_(ctx.s1.view(-1, 1, 1) ** 2)
+        if kind == "epipolar_max":
+            r = torch.maximum(num2 / ga.clamp_min(tiny), num2 / gb.clamp_min(tiny))
+            g = ga.add_(gb).clamp_min_(tiny)
+        else:
+            g = ga.add_(gb).clamp_min_(tiny)
+            r = num2.div_(g)
+        if not with_weights:
+            return r
+        m = ctx.mask.unsqueeze(1)
+        gm = (g * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1)
+        return r, (gm / g).clamp_max_(1e6)
+    return fn
+
+
+@dataclass
+class _Problem:
+    kind: str  # "H" or "F"
+    sample_size: int
+    residual_sq: Callable  # (models (A, K, 3, 3), ctx) -> (A, K, N) in threshold units^2
+    residual: str
+    lo_residual: Callable  # like residual_sq, returning (rsq, refit weight factors or None)
+
+
+def _solve_h(x1s: torch.Tensor, x2s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(A, K, 4, 2) samples -> models (A, K, 3, 3), valid (A, K). Collinear triples (which
+    include duplicated points) in either image are rejected."""
+    H, ok = _homography_4pt(x1s, x2s)
+    ok = ok & ~has_collinear_triple(x1s) & ~has_collinear_triple(x2s)
+    return H, ok
+
+
+def _solve_f(x1s: torch.Tensor, x2s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(A, K, 7, 2) samples -> models (A, 3K, 3, 3), valid (A, 3K)."""
+    F, ok = _seven_point_normalized(x1s, x2s)  # (A, K, 3, 3, 3), (A, K, 3)
+    # duplicated points make the sample degenerate; three collinear points do not (for F), and
+    # an inlier set that is collinear as a whole is rejected at the end (``_spread``)
+    ok = ok & ~(has_duplicate(x1s) | has_duplicate(x2s)).unsqueeze(-1)
+    A, K = F.shape[:2]
+    return F.reshape(A, K * 3, 3, 3), ok.reshape(A, K * 3)
+
+
+def _cost(rsq: torch.Tensor, mask: torch.Tensor, thr2: float, scoring: str
+          ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(A, K, N) squared residuals -> cost (A, K) and inlier counts (A, K)."""
+    m = mask.unsqueeze(1)
+    inl = (rsq <= thr2) & m
+    ninl = inl.sum(-1)
+    if scoring == "msac":
+        cost = (rsq.clamp_max(thr2) * m).sum(-1)
+    else:
+        cost = (m.sum(-1) - ninl).to(rsq.dtype)
+    return cost, ninl
+
+
+def _refit(problem: _Problem, ctx: _Context, w: torch.Tensor) -> torch.Tensor:
+    if problem.kind == "H":
+        return _normalize_h_scale(_homography_dlt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1))
+    return _fundamental_8pt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1, ctx.mono2)
+
+
+def _inner_samples(problem: _Problem, ctx: _Context, model: torch.Tensor, rsq: torch.Tensor,
+                   cost: torch.Tensor, thr2: float, scoring: str, u: torch.Tensor):
+    """LO-RANSAC inner sampling: refit on J random subsets (about 4 minimal sizes each) of the
+    current inliers, u (A, J, N) uniforms; returns the best of (model, the J refits)."""
+    inl = (rsq <= thr2) & ctx.mask  # (A, N)
+    n_inl = inl.sum(-1, keepdim=True).clamp_min(1).to(u.dtype)
+    keep = (u < (4.0 * max(problem.sample_size, 8) / n_inl).unsqueeze(1)) & inl.unsqueeze(1)
+    w = keep.to(ctx.x1n.dtype)  # (A, J, N)
+    sub = _Context(ctx.x1n.unsqueeze(1), ctx.x2n.unsqueeze(1), ctx.X1t, ctx.X2t, ctx.mask,
+                   ctx.s1, ctx.s2, None if ctx.mono1 is None else ctx.mono1.unsqueeze(1),
+                   None if ctx.mono2 is None else ctx.mono2.unsqueeze(1))
+    models = _refit(problem, sub, w)  # (A, J, 3, 3)
+    ok = torch.isfinite(models).flatten(-2).all(-1)
+    models = torch.where(ok[..., None, None], models, model.unsqueeze(1))
+    c, _ = _cost(problem.residual_sq(models, ctx), ctx.mask, thr2, scoring)
+    c = torch.where(ok, c, torch.full_like(c, math.inf))
+    cj, j = c.min(-1)
+    better = cj < cost
+    pick = models[torch.arange(models.shape[0], device=models.device), j]
+    return torch.where(better[:, None, None], pick, model)
+
+
+def _local_optimization(problem: _Problem, ctx: _Context, model: torch.Tensor, thr2: float,
+                        scoring: str, iterations: int, robust: bool = True,
+                        u: Optional[torch.Tensor] = None):
+    """Iterated weighted least-squares refits of models (A, 3, 3) (IRLS).
+
+    ``robust``: Tukey weights whose cutoff shrinks from 3 t to 1.5 t over the iterations (the
+    wide start lets a refit escape a slightly wrong hypothesis); else plain least squares on the
+    inliers. For F the weights are divided by the squared gradient norm (Sampson LS). Every
+    iterate is scored and the best one (the input included) is returned, so the cost never
+    increases. Returns (model, cost, ninl, rsq (A, N)).
+    """
+    rsq, gw = problem.lo_residual(model.unsqueeze(1), ctx)
+    cost, ninl = _cost(rsq, ctx.mask, thr2, scoring)
+    if u is not None:  # start the IRLS from the best inner-sample refit
+        start = _inner_samples(problem, ctx, model, rsq.squeeze(1), cost.squeeze(1), thr2,
+                               scoring, u)
+        rsq2, gw2 = problem.lo_residual(start.unsqueeze(1), ctx)
+        c2, n2 = _cost(rsq2, ctx.mask, thr2, scoring)
+        moved = (c2 < cost).view(-1)
+        model = torch.where(moved[:, None, None], start, model)
+        rsq = torch.where(moved[:, None, None], rsq2, rsq)
+        cost, ninl = torch.where(moved[:, None], c2, cost), torch.where(moved[:, None], n2, ninl)
+        if gw is not None:
+            gw = torch.where(moved[:, None, None], gw2, gw)
+    best = [model, cost.squeeze(1), ninl.squeeze(1), rsq.squeeze(1)]
+    cur_r, cur_g = best[3], gw
+    for it in range(iterations):
+        if robust:
+            mult = 3.0 - 1.5 * it / max(iterations - 1, 1)
+            w = (1 - cur_r / (mult * mult * thr2)).clamp_min(0).square() * ctx.mask
+        else:
+            w = ((cur_r <= thr2) & ctx.mask).to(cur_r.dtype)
+        if cur_g is not None:
+            w = w * cur_g.squeeze(1)
+        new = _refit(problem, ctx, w.to(ctx.x1n.dtype))
+        ok = torch.isfinite(new).flatten(-2).all(-1)
+        new = torch.where(ok[:, None, None], new, best[0])
+        r_new, g_new = problem.lo_residual(new.unsqueeze(1), ctx)
+        c_new, n_new = _cost(r_new, ctx.mask, thr2, scoring)
+        c_new, n_new, r_new = c_new.squeeze(1), n_new.squeeze(1), r_new.squeeze(1)
+        better = c_new < best[1]
+        best = [torch.where(better[:, None, None], new, best[0]),
+                torch.where(better, c_new, best[1]), torch.where(better, n_new, best[2]),
+                torch.where(better[:, None], r_new, best[3])]
+        cur_r, cur_g = r_new, g_new
+    return best[0], best[1], best[2], best[3]
+
+
+def _spread(x: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+    """Ratio of the smaller to the larger eigenvalue of the covariance of the selected points
+    (P, N, 2) / (P, N): ~0 when they are collinear or coincide."""
+    w = sel.to(x.dtype)
+    n = w.sum(-1, keepdim=True).clamp_min(1)
+    mu = (x * w.unsqueeze(-1)).sum(-2) / n
+    d = (x - mu.unsqueeze(-2)) * w.unsqueeze(-1)
+    c = d.transpose(-1, -2) @ d / n.unsqueeze(-1)
+    tr = c[:, 0, 0] + c[:, 1, 1]
+    det = c[:, 0, 0] * c[:, 1, 1] - c[:, 0, 1] * c[:, 1, 0]
+    disc = torch.sqrt((tr * tr / 4 - det).clamp_min(0))
+    lo, hi = tr / 2 - disc, tr / 2 + disc
+    return torch.where(hi > 0, lo.clamp_min(0) / torch.where(hi > 0, hi, torch.ones_like(hi)),
+                       torch.zeros_like(hi))
+
+
+def _required_iterations(ninl: torch.Tensor, n: torch.Tensor, m: int, confidence: float,
+                         cap: int) -> torch.Tensor:
+    eps = (ninl.to(torch.float64) / n.clamp_min(1).to(torch.float64)).clamp(0, 1)
+    pm = eps.pow(m)
+    denom = torch.log1p(-pm.clamp_max(1 - 1e-15))
+    need = math.log(max(1.0 - confidence, 1e-300)) / denom.clamp_max(-1e-300)
+    need = torch.where(pm > 0, need, torch.full_like(need, float(cap)))
+    return need.clamp(0, cap).ceil().long()
+
+
+def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
+                mask: Optional[torch.Tensor], scores: Optional[torch.Tensor], threshold: float,
+                confidence: float, max_iterations: int, scoring: str, local_optimization: bool,
+                seed: Union[int, torch.Tensor], min_inliers: int, batch_size: int, lo_iterations: int) -> Fit:
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    mask = check_mask(mask, x1)
+    if scores is not None:
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != tuple(mask.shape):
+            raise ShapeError(f"scores must have shape {tuple(mask.shape)}")
+    if scoring not in ("msac", "ransac"):
+        raise ValueError(f"scoring must be 'msac' or 'ransac', got {scoring!r}")
+    if not (threshold > 0):
+        raise ValueError(f"threshold must be > 0, got {threshold}")
+    if not (0 < confidence < 1):
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if batch_size < 1 or max_iterations < 1:
+        raise ValueError("batch_size and max_iterations must be >= 1")
+    P, N = mask.shape
+    dev, dt = x1.device, x1.dtype
+    m = problem.sample_size
+    thr2 = float(threshold) ** 2
+    finite = torch.isfinite(x1).all(-1) & torch.isfinite(x2).all(-1)
+    mask = mask & finite
+    x1 = torch.where(mask.unsqueeze(-1), x1, torch.zeros_like(x1))
+    x2 = torch.where(mask.unsqueeze(-1), x2, torch.zeros_like(x2))
+    n_valid = mask.sum(-1)
+
+    with torch.no_grad():
+        wm = mask.to(dt)
+        c1, s1, ok1 = _weighted_hartley(x1, wm)
+        c2, s2, ok2 = _weighted_hartley(x2, wm)
+        x1n = torch.where(mask.unsqueeze(-1), (x1 - c1.unsqueeze(-2)) * s1[:, None, None], 0 * x1)
+        x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
+        ctx_full = _Context.build(x1n, x2n, mask, s1, s2, dt, monomials=True)  # LO / final
+        ctx_fast = _Context.build(x1n, x2n, mask, s1, s2, torch.float32)  # hypothesis scoring
+
+        # valid points first, PROSAC order (best score first) when scores are given
+        if scores is not None:
+            key = torch.where(mask, -scores.to(torch.float64), torch.full_like(scores, math.inf,
+                                                                              dtype=torch.float64))
+            order = torch.sort(key, dim=-1, stable=True).indices  # (P, N)
+        else:
+            # valid points first, in index order, without a sort: scatter each to its rank
+            inv = ~mask
+            rank = torch.where(mask, mask.long().cumsum(-1) - 1,
+                               n_valid.view(P, 1) + inv.long().cumsum(-1) - 1)
+            order = torch.empty_like(rank).scatter_(
+                1, rank, torch.arange(N, device=dev).expand(P, N).contiguous())
+
+        fittable = (n_valid >= max(m, min_inliers)) & ok1 & ok2
+        eye = torch.eye(3, dtype=dt, device=dev)
+        best_model = eye.expand(P, 3, 3).clone()
+        best_cost = torch.full((P,), math.inf, dtype=dt, device=dev)
+        best_ninl = torch.zeros(P, dtype=torch.long, device=dev)
+        found = torch.zeros(P, dtype=torch.bool, device=dev)
+        iters = torch.zeros(P, dtype=torch.long, device=dev)
+        rounds = torch.zeros(P, dtype=torch.long, device=dev)
+        active = fittable.clone()
+        keys = pair_keys(seed, P, dev)
+        solve = _solve_h if problem.kind == "H" else _solve_f
+        K = int(batch_size)
+
+        # fixed random subset of valid points per pair for pre-verification
+        use_pre = N > 2 * _PREVERIFY_POINTS
+        if use_pre:
+            # drawn with replacement among the valid points (a pre-test needs no distinctness)
+            us = uniform(keys, torch.full_like(keys, -1), (_PREVERIFY_POINTS,))
+            r = torch.floor(us * n_valid.view(P, 1).to(us.dtype)).long()
+            r = torch.minimum(r, (n_valid.view(P, 1) - 1).clamp_min(0))
+            ctx_sub = ctx_fast.points(order.gather(1, r))
+        # in-loop LO iterates on a random subset (with replacement) of the valid points; its
+        # result is then scored on all points. The final refit always uses all points.
+        if N > 2 * _LO_POINTS:
+            ul = uniform(keys, torch.full_like(keys, -2), (_LO_POINTS,))
+            r = torch.floor(ul * n_valid.view(P, 1).to(ul.dtype)).long()
+            r = torch.minimum(r, (n_valid.view(P, 1) - 1).clamp_min(0))
+            ctx_lo = ctx_full.points(order.gather(1, r))
+            ctx_lo.mono1, ctx_lo.mono2 = _monomials(ctx_lo.x1n), _monomials(ctx_lo.x2n)
+        else:
+            ctx_lo = ctx_full
+
+        while bool(active.any()):
+            idx = active.nonzero().squeeze(1)
+            A = idx.numel()
+            everyone = A == P  # skip the gathers while all pairs are still running
+            ctx = ctx_fast if everyone else ctx_fast.index(idx)
+            nv = n_valid[idx]
+            if scores is not None:
+                frac = 0.25 * torch.pow(2.0, rounds[idx].to(torch.float64))
+                pool = torch.minimum(nv, torch.maximum(
+                    torch.ceil(nv.to(torch.float64) * frac).long(), torch.full_like(nv, 3 * m)))
+            else:
+                pool = nv
+            u = uniform(keys[idx], rounds[idx], (K, m))
+            pos = draw_without_replacement(u, pool)  # (A, K, m) positions in `order`
+            pidx = order[idx].gather(1, pos.reshape(A, K * m)).view(A, K, m)
+            ar = torch.arange(A, device=dev).view(A, 1, 1)
+            models, hvalid = solve(ctx.x1n[ar, pidx], ctx.x2n[ar, pidx])
+            models = models.to(torch.float32)
+            if problem.kind == "F":  # drop the slots no pair fills (complex 7-point roots)
+                cnt = int(hvalid.sum(1).max())
+                if 0 < cnt < hvalid.shape[1]:
+                    first = torch.sort((~hvalid).to(torch.uint8), dim=1, stable=True).indices
+                    first = first[:, :cnt]
+                    models = models[torch.arange(A, device=dev).view(A, 1), first]
+                    hvalid = hvalid.gather(1, first)
+            if use_pre and models.shape[1] > _PREVERIFY_KEEP:
+                cs = ctx_sub if everyone else ctx_sub.index(idx)
+                pre, _ = _cost(problem.residual_sq(models, cs), cs.mask, thr2, scoring)
+                pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
+                top = pre.topk(_PREVERIFY_KEEP, dim=-1, largest=False).indices  # (A, T)
+                models = models[torch.arange(A, device=dev).view(A, 1), top]
+                hvalid = hvalid.gather(1, top)
+            cost, ninl = _cost(problem.residual_sq(models, ctx), ctx.mask, thr2, scoring)
+            cost = torch.where(hvalid, cost.to(dt), torch.full_like(cost, math.inf, dtype=dt))
+            rc, rj = cost.min(-1)
+            r_model = models[torch.arange(A, device=dev), rj].to(dt)
+            r_ninl = ninl.gather(1, rj.view(A, 1)).squeeze(1)
+            improved = rc < best_cost[idx]
+            # LO also runs on near-best round winners: a raw minimal model rarely beats an
+            # optimised one, and this keeps a pair from settling on a wrong local optimum
+            promising = rc < _LO_MARGIN * best_cost[idx]
+            if local_optimization and bool(promising.any()):
+                sel = promising.nonzero().squeeze(1)
+                all_sel = sel.numel() == P
+                clo = ctx_lo if all_sel else ctx_lo.index(idx[sel])
+                u_in = uniform(keys[idx[sel]], rounds[idx[sel]] + (1 << 20),
+                               (_INNER_SAMPLES, clo.x1n.shape[1]))
+                lm, _, _, _ = _local_optimization(problem, clo, r_model[sel], thr2, scoring,
+                                                  lo_iterations, u=u_in)
+                cfull = ctx_full if all_sel else ctx_full.index(idx[sel])
+                lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull.mask, thr2,
+                               scoring)
+                lc, ln = lc.squeeze(1), ln.squeeze(1)
+                keep = lc < rc[sel]
+                r_model[sel] = torch.where(keep[:, None, None], lm, r_model[sel])
+                rc[sel] = torch.where(keep, lc, rc[sel])
+                r_ninl[sel] = torch.where(keep, ln, r_ninl[sel])
+                improved = rc < best_cost[idx]
+            upd = idx[improved]
+            best_model[upd] = r_model[improved]
+            best_cost[upd] = rc[improved]
+            best_ninl[upd] = r_ninl[improved]
+            found[upd] = True
+            iters[idx] += K
+            rounds[idx] += 1
+            need = _required_iterations(best_ninl[idx], nv, m, confidence, max_iterations)
+            hopeless = ~found[idx] & (iters[idx] >= _GIVE_UP_SAMPLES)
+            cap = torch.minimum(need, torch.full_like(need, max_iterations))
+            active[idx] = (iters[idx] < cap) & ~hopeless
+
+        # final refit on the inliers (plus LO for pairs that never ran it), kept if better
+        good = found.nonzero().squeeze(1)
+        if good.numel() > 0:
+            cfull = ctx_full if good.numel() == P else ctx_full.index(good)
+            fm, fc, fn, fr = _local_optimization(problem, cfull, best_model[good], thr2, scoring,
+                                                 1, robust=False)
+            best_model[good], best_cost[good], best_ninl[good] = fm, fc, fn
+        rsq = torch.zeros((P, N), dtype=dt, device=dev)
+        if good.numel() > 0:
+            rsq[good] = fr
+        resid = torch.sqrt(rsq.clamp_min(0))
+        inliers = (rsq <= thr2) & mask & found.unsqueeze(-1)
+        num_inliers = inliers.sum(-1)
+        # denormalise: H = T2^-1 Hn T1, F = T2^T Fn T1
+        T1, T2 = _similarity_matrix(c1, s1), _similarity_matrix(c2, s2)
+        if problem.kind == "H":
+            model = _normalize_h_scale(_similarity_inverse(c2, s2) @ best_model @ T1)
+            fallback = eye.expand(P, 3, 3)
+        else:
+            model = _unit_fro(T2.transpose(-1, -2) @ best_model @ T1)
+            fallback = torch.zeros(P, 3, 3, dtype=dt, device=dev)
+        spread = torch.minimum(_spread(x1n, inliers), _spread(x2n, inliers))
+        valid = found & (num_inliers >= max(m, min_inliers)) & (spread > _MIN_SPREAD) \
+            & torch.isfinite(model).flatten(-2).all(-1) & torch.isfinite(resid).all(-1)
+        model = torch.where(valid[:, None, None], model, fallback)
+        inliers = inliers & valid.unsqueeze(-1)
+        resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
+        if scoring == "msac":
+            score = (rsq.clamp_max(thr2) * mask).sum(-1)
+        else:
+            score = (n_valid - num_inliers).to(dt)
+        score = torch.where(valid, score, n_valid.to(dt) * (thr2 if scoring == "msac" else 1.0))
+        return Fit(kind=problem.kind, model=model, inliers=inliers, residuals=resid, valid=valid,
+                   num_inliers=inliers.sum(-1), iterations=iters, score=score)
+
+
+def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                      scores: Optional[torch.Tensor] = None, *, threshold: float = 2.0,
+                      confidence: float = 0.999, max_iterations: int = 2000,
+                      scoring: str = "msac", local_optimization: bool = True, seed: Union[int, torch.Tensor] = 0,
+                      residual: str = "symmetric", min_inliers: int = 4, batch_size: int = 32,
+                      lo_iterations: int = 6) -> Fit:
+    r"""Robust homography per pair, batched over P pairs (x2 ~ H x1, pixels).
+
+    Args:
+        x1, x2: (P, N, 2) matched pixel points (frame i, frame j); padded entries finite.
+        mask: (P, N) bool validity (all True when None).
+        scores: (P, N) match quality, higher is better -> PROSAC-style ordering.
+        threshold: inlier threshold in pixels on the chosen residual (paper tau_H = 2 px).
+        confidence: adaptive-stopping confidence.
+        max_iterations: cap on minimal samples per pair.
+        scoring: "msac" (truncated quadratic cost) or "ransac" (outlier count).
+        local_optimization: iterated weighted DLT refits whenever a pair's best improves.
+        seed: RNG seed; pair p uses the stream of ``seed + p``. A (P,) integer tensor gives
+            each pair its own seed instead (results then do not depend on batch position).
+        residual: "symmetric" (paper eq. 7, mean of forward and backward distances) or
+            "forward" (OpenCV findHomography's reprojection error, for parity).
+        min_inliers: pairs with fewer final inliers are invalid (at least 4).
+        batch_size: minimal samples per pair per round (K).
+        lo_iterations: IRLS refits per local optimisation (in-loop on <= 256 random points).
+
+    Returns:
+        Fit with kind "H": model (P, 3, 3) (H[2, 2] = 1; identity where invalid), inliers (P, N),
+        residuals (P, N) px of ``residual`` (0 where padded / invalid), valid (P,),
+        num_inliers (P,), iterations (P,) samples drawn, score (P,) final cost.
+    """
+    if residual not in H_RESIDUALS:
+        raise ValueError(f"residual must be one of {H_RESIDUALS}, got {residual!r}")
+    rfn = _h_residual_sq(residual)
+    prob = _Problem("H", 4, rfn, residual, lambda M, ctx: (rfn(M, ctx), None))
+    return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
+                       scoring, local_optimization, seed, min_inliers, batch_size, lo_iterations)
+
+
+def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                       scores: Optional[torch.Tensor] = None, *, threshold: float = 0.1,
+                       residual: str = "sampson_normalized", confidence: float = 0.999,
+                       max_iterations: int = 2000, scoring: str = "msac",
+                       local_optimization: bool = True, seed: Union[int, torch.Tensor] = 0, min_inliers: int = 8,
+                       batch_size: int = 32, lo_iterations: int = 6) -> Fit:
+    r"""Robust fundamental matrix per pair, batched over P pairs (x2^T F x1 = 0, pixels).
+
+    Minimal samples use the 7-point solver (up to 3 models each); LO and the final refit use
+    the weighted 8-point solver with Sampson re-weighting.
+
+    Args:
+        x1, x2: (P, N, 2) matched pixel points; mask (P, N) bool; scores (P, N) higher = better.
+        threshold: inlier threshold in the units of ``residual``: unitless for
+            "sampson_normalized" (paper tau_F = 0.1, Sampson in each pair's Hartley frame),
+            pixels for "sampson" (eq. 11; what OpenCV's USAC_MAGSAC mask uses) and for
+            "epipolar_max" (OpenCV's classic RANSAC error: the larger point-to-line distance).
+        min_inliers: pairs with fewer final inliers are invalid (at least 8).
+        Other arguments as :func:`ransac_homography`.
+
+    Returns:
+        Fit with kind "F": model (P, 3, 3) rank 2, unit Frobenius norm (zeros where invalid);
+        residuals in the units of ``residual``; other fields as :func:`ransac_homography`.
+    """
+    if residual not in F_RESIDUALS:
+        raise ValueError(f"residual must be one of {F_RESIDUALS}, got {residual!r}")
+    prob = _Problem("F", 7, _f_residual_sq(residual), residual,
+                    _f_residual_sq(residual, with_weights=True))
+    return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
+                       scoring, local_optimization, seed, max(min_inliers, 8), batch_size,
+                       lo_iterations)

@@ -1,0 +1,220 @@
+"""Per-correspondence residuals of homographies and fundamental matrices (pixels).
+
+Convention (kornia.geometry.epipolar style): ``x2 ~ H x1`` and ``x2^T F x1 = 0`` with ``x1`` the
+points of the first frame; points are pixel ``(x, y)`` at working resolution. All functions take
+``model (P, 3, 3)``, ``x1, x2 (P, N, 2)`` and return ``(P, N)``; padded points (finite zeros)
+give finite values that the caller masks out. Points mapped to infinity (``w -> 0``) get a huge
+but finite residual. Every function is differentiable (gradcheck in float64).
+
+The private ``_*`` kernels broadcast over any leading dimensions (e.g. ``model (P, K, 3, 3)``
+against ``x (P, 1, N, 2)``) and are what the batched RANSAC scores hypotheses with.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from .._checks import check_mask, check_matrices, check_points, check_same_shape
+from .normalization import _similarity_inverse, _weighted_hartley
+
+
+def _check(model: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, name: str) -> None:
+    check_matrices(model, name)
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    if model.shape[0] != x1.shape[0]:
+        from ..errors import ShapeError
+        raise ShapeError(f"{name} has {model.shape[0]} pairs but x1 has {x1.shape[0]}")
+
+
+def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+    return torch.sqrt(x.clamp_min(torch.finfo(x.dtype).tiny))
+
+
+def _safe_den(w: torch.Tensor) -> torch.Tensor:
+    """``w`` pushed away from 0 (keeps its sign, + for 0) so that divisions stay finite."""
+    tiny = torch.finfo(w.dtype).eps ** 2
+    return torch.where(w.abs() < tiny, torch.where(w < 0, -tiny, tiny) + torch.zeros_like(w), w)
+
+
+def _map(M: torch.Tensor, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of ``M [x; 1]`` for M (..., 3, 3), x (..., N, 2) -> three (..., N) tensors."""
+    px, py = x[..., 0], x[..., 1]
+    out = []
+    for r in range(3):
+        out.append(M[..., r, 0, None] * px + M[..., r, 1, None] * py + M[..., r, 2, None])
+    return out[0], out[1], out[2]
+
+
+def _adjugate3(M: torch.Tensor) -> torch.Tensor:
+    """Adjugate of (..., 3, 3) matrices (``adj(M) = det(M) M^-1``; finite for singular M)."""
+    r0, r1, r2 = M[..., 0, :], M[..., 1, :], M[..., 2, :]
+    return torch.stack([torch.linalg.cross(r1, r2), torch.linalg.cross(r2, r0),
+                        torch.linalg.cross(r0, r1)], -1)
+
+
+def _transfer_sq(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """Squared forward transfer distance ``||x2 - pi(H x1)||^2`` (px^2), broadcasting."""
+    u, v, w = _map(H, x1)
+    w = _safe_den(w)
+    return (u / w - x2[..., 0]).pow(2) + (v / w - x2[..., 1]).pow(2)
+
+
+def _symmetric_transfer(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """Eq. 7: 0.5 ||x2 - pi(H x1)|| + 0.5 ||x1 - pi(H^-1 x2)||, broadcasting."""
+    fwd = _safe_sqrt(_transfer_sq(H, x1, x2))
+    bwd = _safe_sqrt(_transfer_sq(_adjugate3(H), x2, x1))
+    return 0.5 * (fwd + bwd)
+
+
+def _epipolar_terms(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor):
+    """``x2^T F x1`` and the first two entries of ``F x1`` and ``F^T x2``, broadcasting."""
+    a0, a1, a2 = _map(F, x1)
+    b0, b1, _ = _map(F.transpose(-1, -2), x2)
+    num = x2[..., 0] * a0 + x2[..., 1] * a1 + a2
+    return num, a0, a1, b0, b1
+
+
+def _sampson_sq(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    num, a0, a1, b0, b1 = _epipolar_terms(F, x1, x2)
+    den = (a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1).clamp_min(torch.finfo(F.dtype).tiny)
+    return num * num / den
+
+
+def _epipolar_max_sq(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """OpenCV fundam.cpp ``computeError``: max of the squared distances of x2 to F x1 and of
+    x1 to F^T x2 (px^2), broadcasting."""
+    num, a0, a1, b0, b1 = _epipolar_terms(F, x1, x2)
+    tiny = torch.finfo(F.dtype).tiny
+    n2 = num * num
+    return torch.maximum(n2 / (a0 * a0 + a1 * a1).clamp_min(tiny),
+                         n2 / (b0 * b0 + b1 * b1).clamp_min(tiny))
+
+
+def transfer_error(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    r"""Forward transfer error :math:`\|x_2 - \pi(H x_1)\|_2` in pixels.
+
+    This is the residual of OpenCV's ``findHomography`` (which compares its square with the
+    squared reprojection threshold), used for OpenCV-parity paths.
+
+    Args:
+        H: (P, 3, 3) homographies with ``x2 ~ H x1``.
+        x1, x2: (P, N, 2) pixel points.
+
+    Returns:
+        (P, N) distances in pixels.
+    """
+    _check(H, x1, x2, "H")
+    return _safe_sqrt(_transfer_sq(H, x1, x2))
+
+
+def symmetric_transfer_error(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    r"""Symmetric transfer error exactly as paper eq. 7 (not squared, pixels).
+
+    .. math:: r = \tfrac12 \|x_2 - \pi(H x_1)\|_2 + \tfrac12 \|x_1 - \pi(H^{-1} x_2)\|_2
+
+    ``H^{-1}`` is applied through the adjugate (equal up to scale), so a singular ``H`` gives a
+    large finite residual instead of NaN.
+
+    Args:
+        H: (P, 3, 3) homographies with ``x2 ~ H x1``.
+        x1, x2: (P, N, 2) pixel points.
+
+    Returns:
+        (P, N) residuals in pixels (compared with tau_H = 2 px in the paper).
+    """
+    _check(H, x1, x2, "H")
+    return _symmetric_transfer(H, x1, x2)
+
+
+def sampson_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                     squared: bool = False) -> torch.Tensor:
+    r"""Sampson distance, paper eq. 11 (not squared unless ``squared=True``).
+
+    .. math:: d = \frac{|x_2^\top F x_1|}{\sqrt{(Fx_1)_1^2 + (Fx_1)_2^2 + (F^\top x_2)_1^2
+              + (F^\top x_2)_2^2}}
+
+    Args:
+        F: (P, 3, 3) fundamental matrices with ``x2^T F x1 = 0`` (any scale).
+        x1, x2: (P, N, 2) pixel points.
+        squared: return :math:`d^2` (px^2) instead of :math:`d` (px).
+
+    Returns:
+        (P, N) distances in pixels (px^2 when squared).
+    """
+    _check(F, x1, x2, "F")
+    d2 = _sampson_sq(F, x1, x2)
+    return d2 if squared else _safe_sqrt(d2)
+
+
+def _normalized_system(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                       weights1: torch.Tensor, weights2: torch.Tensor):
+    """F and points moved into each pair's Hartley frames: ``F_n = T2^-T F T1^-1``."""
+    c1, s1, _ = _weighted_hartley(x1, weights1)
+    c2, s2, _ = _weighted_hartley(x2, weights2)
+    Fn = _similarity_inverse(c2, s2).transpose(-1, -2) @ F @ _similarity_inverse(c1, s1)
+    x1n = (x1 - c1.unsqueeze(-2)) * s1[..., None, None]
+    x2n = (x2 - c2.unsqueeze(-2)) * s2[..., None, None]
+    return Fn, x1n, x2n
+
+
+def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""Sampson distance in each pair's Hartley-normalised coordinates (unitless).
+
+    This is what the paper compares with :math:`\tau_F = 0.1`: with ``T1, T2`` from
+    :func:`hartley_normalize` over the masked points of each image,
+    ``F_n = T2^{-T} F T1^{-1}`` and the Sampson distance of ``(T1 x1, T2 x2)`` under ``F_n``.
+    (The Sampson distance is invariant to the scale of F, so no renormalisation is needed.)
+
+    Args:
+        F: (P, 3, 3) pixel-domain fundamental matrices (``x2^T F x1 = 0``).
+        x1, x2: (P, N, 2) pixel points.
+        mask: (P, N) bool points that define the normalisation (all when None).
+
+    Returns:
+        (P, N) unitless Sampson distances.
+    """
+    _check(F, x1, x2, "F")
+    m = check_mask(mask, x1).to(x1.dtype)
+    Fn, x1n, x2n = _normalized_system(F, x1, x2, m, m)
+    return _safe_sqrt(_sampson_sq(Fn, x1n, x2n))
+
+
+def epipolar_line_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    r"""One-sided distance of ``x2`` to its epipolar line ``l = F x1`` (pixels; the GVGC error).
+
+    .. math:: d = \frac{|x_2^\top F x_1|}{\sqrt{(Fx_1)_1^2 + (Fx_1)_2^2}}
+
+    Args:
+        F: (P, 3, 3) fundamental matrices with ``x2^T F x1 = 0``.
+        x1, x2: (P, N, 2) pixel points.
+
+    Returns:
+        (P, N) distances in pixels.
+    """
+    _check(F, x1, x2, "F")
+    num, a0, a1, _, _ = _epipolar_terms(F, x1, x2)
+    return num.abs() / _safe_sqrt(a0 * a0 + a1 * a1)
+
+
+def epipolar_max_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                          squared: bool = False) -> torch.Tensor:
+    r"""Larger of the two point-to-epipolar-line distances (OpenCV's classic F error).
+
+    ``max(d(x2, F x1), d(x1, F^T x2))``; OpenCV's ``findFundamentalMat`` (RANSAC / LMedS)
+    compares its square with the squared threshold.
+
+    Args:
+        F: (P, 3, 3) fundamental matrices with ``x2^T F x1 = 0``.
+        x1, x2: (P, N, 2) pixel points.
+        squared: return px^2 instead of px.
+
+    Returns:
+        (P, N) distances in pixels (px^2 when squared).
+    """
+    _check(F, x1, x2, "F")
+    d2 = _epipolar_max_sq(F, x1, x2)
+    return d2 if squared else _safe_sqrt(d2)

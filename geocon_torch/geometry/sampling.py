@@ -1,0 +1,99 @@
+"""Minimal-sample drawing and degeneracy checks for the batched robust estimators.
+
+Random numbers come from a counter-based hash (32-bit "lowbias32" mixer evaluated with int64
+torch ops), keyed by ``(seed + pair index, round, sample, slot)``. Every pair therefore owns an
+independent, reproducible stream: pair ``p`` of a batch run with ``seed`` draws exactly what a
+single-pair run with ``seed + p`` draws, on CPU and CUDA alike, and no global RNG is touched.
+"""
+from __future__ import annotations
+
+import torch
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``x * c mod 2^32`` for int64 ``x`` in [0, 2^32) without int64 overflow."""
+    lo = x & 0xFFFF
+    hi = x >> 16
+    return (lo * c + ((hi * (c & 0xFFFF)) << 16)) & _M32
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A well-mixed 32-bit hash of int64 tensors (values taken mod 2^32)."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def pair_keys(seed, num_pairs: int, device: torch.device) -> torch.Tensor:
+    """(P,) int64 stream keys: hash(seed + p) for an int seed, or hash(seed[p]) for a (P,)
+    integer tensor of per-pair seeds (so a pair's draws do not depend on its batch position)."""
+    if isinstance(seed, torch.Tensor):
+        if seed.shape != (num_pairs,) or seed.is_floating_point():
+            raise ValueError(f"per-pair seeds must be an integer tensor of shape ({num_pairs},), "
+                             f"got {seed.dtype} {tuple(seed.shape)}")
+        return hash32(seed.to(device=device, dtype=torch.int64) & _M32)
+    p = torch.arange(num_pairs, device=device, dtype=torch.int64)
+    return hash32(p + (int(seed) & _M32))
+
+
+def uniform(keys: torch.Tensor, rounds: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """Uniform float64 in [0, 1) of shape (A, *shape) from per-pair keys (A,) and rounds (A,)."""
+    base = hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))  # (A,)
+    n = 1
+    for s in shape:
+        n *= s
+    ctr = torch.arange(n, device=keys.device, dtype=torch.int64).view(1, *shape)
+    h = hash32(hash32(base.view(-1, *([1] * len(shape))) + ctr * 0x85EBCA6B) + 0x27D4EB2F)
+    return h.to(torch.float64) / 4294967296.0
+
+
+def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """Distinct indices in [0, pool) from uniforms.
+
+    Args:
+        u: (A, K, m) uniforms in [0, 1).
+        pool: (A,) int64 pool sizes, >= m.
+
+    Returns:
+        (A, K, m) int64; the m indices of each sample are distinct.
+    """
+    m = u.shape[-1]
+    pool = pool.view(-1, 1)
+    chosen = []
+    for i in range(m):
+        c = torch.floor(u[..., i] * (pool - i).to(u.dtype)).long()
+        c = torch.minimum(c, (pool - i - 1).clamp_min(0))
+        if chosen:
+            prev = torch.stack(chosen, -1).sort(-1).values
+            for j in range(i):
+                c = c + (c >= prev[..., j]).long()
+        chosen.append(c)
+    return torch.stack(chosen, -1)
+
+
+def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:
+    """True where any three of the m points (..., m, 2) are (nearly) collinear or coincide:
+    ``|cross(b - a, c - a)| <= rel_tol * |b - a| |c - a|`` (sine of the angle at a)."""
+    m = x.shape[-2]
+    trip = [(a, b, c) for a in range(m) for b in range(a + 1, m) for c in range(b + 1, m)]
+    idx = torch.tensor(trip, device=x.device)
+    a, b, c = x[..., idx[:, 0], :], x[..., idx[:, 1], :], x[..., idx[:, 2], :]
+    d1, d2 = b - a, c - a
+    cross = d1[..., 0] * d2[..., 1] - d1[..., 1] * d2[..., 0]
+    bound = (rel_tol * rel_tol) * d1.square().sum(-1) * d2.square().sum(-1)
+    return (cross.square() <= bound).any(-1)
+
+
+def has_duplicate(x: torch.Tensor) -> torch.Tensor:
+    """True where two of the m points (..., m, 2) are identical. Points are compared through one
+    float64 key per point (``x + 2^20 y``; equal points always collide, distinct ones only when
+    their coordinates differ by less than float64 resolution)."""
+    key = x[..., 0].to(torch.float64) + 1048576.0 * x[..., 1].to(torch.float64)
+    m = x.shape[-2]
+    i, j = torch.triu_indices(m, m, 1, device=x.device)
+    return (key[..., i] == key[..., j]).any(-1)

@@ -1,0 +1,260 @@
+"""Batched robust estimation: synthetic scenes with known H / F, OpenCV parity, batch = per
+pair, determinism, degenerate / empty / padded inputs."""
+from __future__ import annotations
+
+import cv2
+import pytest
+import torch
+
+from geocon_torch.geometry import (ransac_fundamental, ransac_homography, sampson_distance,
+                                   sampson_distance_normalized, symmetric_transfer_error,
+                                   transfer_error)
+from geocon_torch.geometry._synthetic import fundamental_pairs, homography_pairs
+
+
+def _grid_error_h(H_est, H_true):
+    """Max transfer error (px) of a held-out grid mapped by the true H."""
+    g = torch.stack(torch.meshgrid(torch.linspace(0, 1024, 9), torch.linspace(0, 720, 7),
+                                   indexing="xy"), -1).reshape(1, -1, 2)
+    g = g.expand(H_true.shape[0], -1, -1).to(H_true)
+    gt = torch.cat([g, torch.ones_like(g[..., :1])], -1) @ H_true.transpose(-1, -2)
+    return transfer_error(H_est.to(H_true), g, gt[..., :2] / gt[..., 2:]).amax(-1)
+
+
+def _recall(fit, d):
+    return float((fit.inliers & d["inliers"]).sum() / d["inliers"].sum())
+
+
+@pytest.mark.parametrize("outliers", [0.0, 0.3, 0.6])
+def test_homography_known_scene(outliers):
+    d = homography_pairs(4, 500, outlier_ratio=outliers, noise_px=0.3, seed=10)
+    fit = ransac_homography(d["x1"], d["x2"])  # paper defaults: symmetric transfer, 2 px
+    assert fit.kind == "H" and fit.valid.all()
+    assert _recall(fit, d) >= 0.99
+    # flagged inliers are true inliers (up to outliers that land within 2 px by chance)
+    assert float((fit.inliers & ~d["inliers"]).sum()) <= 0.01 * float(fit.inliers.sum())
+    assert (_grid_error_h(fit.model, d["model"]) < 1.0).all()
+    # Fit fields are consistent with the public residual
+    r = symmetric_transfer_error(fit.model, d["x1"], d["x2"])
+    assert torch.allclose(fit.residuals, r, atol=1e-6)
+    assert torch.equal(fit.inliers, r <= 2.0 + 1e-9) or (fit.inliers != (r <= 2.0)).sum() <= 1
+    assert torch.equal(fit.num_inliers, fit.inliers.sum(-1))
+    assert (fit.iterations >= 32).all() and (fit.iterations <= 2000).all()
+
+
+@pytest.mark.parametrize("outliers", [0.0, 0.3, 0.6])
+def test_fundamental_known_scene(outliers):
+    d = fundamental_pairs(4, 500, outlier_ratio=outliers, noise_px=0.3, seed=11)
+    fit = ransac_fundamental(d["x1"], d["x2"], threshold=1.5, residual="sampson",
+                             max_iterations=5000)
+    assert fit.kind == "F" and fit.valid.all()
+    assert _recall(fit, d) >= 0.99
+    assert float((fit.inliers & ~d["inliers"]).sum()) <= 0.03 * float(fit.inliers.sum())
+    # held-out check: the noise-free true correspondences satisfy the estimated F
+    clean = sampson_distance(fit.model, d["x1_clean"], d["x2_clean"])
+    assert clean[d["inliers"]].median() < 0.3
+    assert torch.allclose(fit.residuals, sampson_distance(fit.model, d["x1"], d["x2"]),
+                          atol=1e-6)
+    assert (torch.linalg.svdvals(fit.model)[:, 2] < 1e-8).all()  # rank 2
+
+
+def test_fundamental_paper_default_threshold():
+    """tau_F = 0.1 on the Sampson distance in normalised coordinates (the Fit's residual)."""
+    d = fundamental_pairs(3, 400, outlier_ratio=0.3, noise_px=0.5, seed=12)
+    fit = ransac_fundamental(d["x1"], d["x2"])
+    assert fit.valid.all() and _recall(fit, d) >= 0.99
+    ref = sampson_distance_normalized(fit.model, d["x1"], d["x2"])
+    assert torch.allclose(fit.residuals, ref, atol=1e-6)
+    assert torch.equal(fit.inliers, ref <= 0.1) or (fit.inliers != (ref <= 0.1)).sum() <= 1
+
+
+def _opencv_counts(d, kind):
+    """Per-pair inlier counts of OpenCV on the same points, after checking that OpenCV's mask
+    is exactly its own model scored with our matching residual at the same threshold."""
+    counts = []
+    for p in range(d["x1"].shape[0]):
+        a, b = d["x1"][p].numpy(), d["x2"][p].numpy()
+        if kind == "H":
+            M, m = cv2.findHomography(a, b, cv2.RANSAC, 2.0, maxIters=2000, confidence=0.999)
+            resid, thr = transfer_error, 2.0
+        else:
+            M, m = cv2.findFundamentalMat(a, b, cv2.USAC_MAGSAC, 1.0, 0.999)
+            resid, thr = sampson_distance, 1.0
+        counts.append(int(m.sum()))
+        r = resid(torch.as_tensor(M)[None], d["x1"][p:p + 1].double(), d["x2"][p:p + 1].double())
+        assert abs(int((r <= thr).sum()) - counts[-1]) <= 2
+    return torch.tensor(counts)
+
+
+def test_homography_opencv_parity():
+    d = homography_pairs(6, 600, outlier_ratio=0.3, noise_px=0.5, seed=13, dtype=torch.float32)
+    fit = ransac_homography(d["x1"], d["x2"], threshold=2.0, residual="forward")
+    cv = _opencv_counts(d, "H")
+    assert abs(fit.num_inliers.sum().item() / cv.sum().item() - 1) <= 0.01
+    assert (fit.num_inliers >= 0.99 * cv).all()
+
+
+def test_fundamental_opencv_magsac_parity():
+    d = fundamental_pairs(6, 600, outlier_ratio=0.3, noise_px=0.5, seed=14, dtype=torch.float32)
+    fit = ransac_fundamental(d["x1"], d["x2"], threshold=1.0, residual="sampson")
+    cv = _opencv_counts(d, "F")
+    assert abs(fit.num_inliers.sum().item() / cv.sum().item() - 1) <= 0.01
+    assert ((fit.num_inliers - cv).abs() <= 0.02 * cv).all()
+
+
+def test_fundamental_epipolar_max_residual():
+    d = fundamental_pairs(4, 500, outlier_ratio=0.3, noise_px=0.5, seed=15, dtype=torch.float32)
+    fit = ransac_fundamental(d["x1"], d["x2"], threshold=1.0, residual="epipolar_max")
+    from geocon_torch.geometry import epipolar_max_distance
+    r = epipolar_max_distance(fit.model.double(), d["x1"].double(), d["x2"].double())
+    assert torch.allclose(fit.residuals.double(), r, atol=1e-3)
+    # at least as many inliers as OpenCV's classic RANSAC with the same error and threshold
+    for p in range(4):
+        _, m = cv2.findFundamentalMat(d["x1"][p].numpy(), d["x2"][p].numpy(), cv2.FM_RANSAC,
+                                      1.0, 0.999)
+        assert fit.num_inliers[p] >= 0.99 * m.sum()
+
+
+def test_batch_equals_per_pair():
+    d = homography_pairs(5, 300, outlier_ratio=0.4, noise_px=0.5, seed=16)
+    fit = ransac_homography(d["x1"], d["x2"], seed=7)
+    df = fundamental_pairs(5, 300, outlier_ratio=0.4, noise_px=0.5, seed=17)
+    fitf = ransac_fundamental(df["x1"], df["x2"], seed=7, threshold=1.0, residual="sampson")
+    for p in range(5):
+        one = ransac_homography(d["x1"][p:p + 1], d["x2"][p:p + 1], seed=7 + p)
+        assert torch.equal(one.inliers[0], fit.inliers[p])
+        assert torch.allclose(one.model[0], fit.model[p], rtol=1e-6, atol=1e-9)
+        assert one.iterations[0] == fit.iterations[p]
+        onef = ransac_fundamental(df["x1"][p:p + 1], df["x2"][p:p + 1], seed=7 + p,
+                                  threshold=1.0, residual="sampson")
+        assert torch.equal(onef.inliers[0], fitf.inliers[p])
+        assert onef.iterations[0] == fitf.iterations[p]
+
+
+def test_per_pair_seed_tensor_is_batch_position_free():
+    d = homography_pairs(4, 300, outlier_ratio=0.4, noise_px=0.5, seed=21)
+    seeds = torch.tensor([11, 5, 99, 3])
+    fit = ransac_homography(d["x1"], d["x2"], seed=seeds)
+    perm = torch.tensor([2, 0, 3, 1])
+    fit_perm = ransac_homography(d["x1"][perm], d["x2"][perm], seed=seeds[perm])
+    assert torch.equal(fit_perm.inliers, fit.inliers[perm])
+    assert torch.equal(fit_perm.iterations, fit.iterations[perm])
+    one = ransac_homography(d["x1"][2:3], d["x2"][2:3], seed=torch.tensor([99]))
+    assert torch.equal(one.inliers[0], fit.inliers[2])
+    with pytest.raises(ValueError, match="per-pair seeds"):
+        ransac_homography(d["x1"], d["x2"], seed=torch.tensor([1, 2]))
+
+
+def test_same_seed_same_result():
+    d = fundamental_pairs(3, 300, outlier_ratio=0.3, noise_px=0.5, seed=18)
+    a = ransac_fundamental(d["x1"], d["x2"], seed=3)
+    b = ransac_fundamental(d["x1"], d["x2"], seed=3)
+    for f in ("model", "inliers", "residuals", "valid", "iterations", "score"):
+        assert torch.equal(getattr(a, f), getattr(b, f))
+    c = ransac_fundamental(d["x1"], d["x2"], seed=4)
+    assert c.valid.all() and _recall(c, d) >= 0.99  # another seed, equally good
+
+
+def test_prosac_scores_and_ransac_scoring():
+    d = homography_pairs(3, 400, outlier_ratio=0.6, noise_px=0.3, seed=19)
+    g = torch.Generator().manual_seed(0)
+    scores = d["inliers"].double() + 0.8 * torch.rand(d["inliers"].shape, generator=g,
+                                                      dtype=torch.float64)
+    plain = ransac_homography(d["x1"], d["x2"])
+    pro = ransac_homography(d["x1"], d["x2"], scores=scores)
+    assert pro.valid.all() and _recall(pro, d) >= 0.99
+    assert torch.equal(pro.inliers, plain.inliers)  # same consensus, found faster or equally
+    assert pro.iterations.sum() <= plain.iterations.sum()
+    rs = ransac_homography(d["x1"], d["x2"], scoring="ransac")
+    assert rs.valid.all() and _recall(rs, d) >= 0.99
+    assert torch.allclose(rs.score, (400 - rs.num_inliers).double())
+
+
+def test_padding_mask_and_nan_isolation():
+    d = homography_pairs(3, 300, outlier_ratio=0.3, noise_px=0.3, seed=20)
+    mask = torch.ones(3, 300, dtype=torch.bool)
+    mask[1, 200:] = False
+    x1, x2 = d["x1"].clone(), d["x2"].clone()
+    x1[1, 200:] = 0.0  # padding holds zeros
+    x2[1, 200:] = 0.0
+    ref = ransac_homography(x1, x2, mask)
+    x1b = x1.clone()
+    x1b[1, 200:] = float("nan")  # garbage in padded slots
+    x1b[2, :10] = float("nan")  # and in "valid" slots of another pair: those points are dropped
+    out = ransac_homography(x1b, x2, mask)
+    assert torch.isfinite(out.model).all() and torch.isfinite(out.residuals).all()
+    assert torch.equal(out.inliers[:2], ref.inliers[:2])
+    assert not out.inliers[1, 200:].any() and not out.inliers[2, :10].any()
+    assert out.valid.all()
+
+
+def test_degenerate_empty_and_padding_inputs():
+    d = homography_pairs(6, 100, outlier_ratio=0.0, noise_px=0.3, seed=21)
+    x1, x2 = d["x1"].clone(), d["x2"].clone()
+    mask = torch.ones(6, 100, dtype=torch.bool)
+    x1[0, :, 1] = 0.5 * x1[0, :, 0] + 3  # collinear in image 1
+    x1[1], x2[1] = x1[1, :1], x2[1, :1]  # all the same point
+    mask[2] = False  # all padding
+    mask[3, 3:] = False  # fewer points than a minimal sample
+    mask[4, 8:] = False  # 8 points: fittable
+    for fn in (ransac_homography, ransac_fundamental):
+        fit = fn(x1, x2, mask)
+        assert fit.model.shape == (6, 3, 3) and fit.inliers.shape == (6, 100)
+        assert not fit.valid[:4].any() and fit.valid[5]
+        for t in (fit.model, fit.residuals, fit.score):
+            assert torch.isfinite(t).all()
+        assert not fit.inliers[:4].any() and (fit.num_inliers[:4] == 0).all()
+    assert ransac_homography(x1, x2, mask).valid[4]
+    for fn in (ransac_homography, ransac_fundamental):
+        for P, N in ((0, 10), (3, 0)):
+            fit = fn(torch.zeros(P, N, 2), torch.zeros(P, N, 2))
+            assert fit.model.shape == (P, 3, 3) and fit.inliers.shape == (P, N)
+            assert not fit.valid.any()
+    # planar scene (a homography) is degenerate for F only if it is collinear; duplicated pts
+    xd = torch.cat([d["x1"][5:, :50], d["x1"][5:, :50]], 1)
+    yd = torch.cat([d["x2"][5:, :50], d["x2"][5:, :50]], 1)
+    fit = ransac_homography(xd, yd)
+    assert fit.valid.all() and fit.num_inliers[0] == 100
+
+
+def test_argument_errors():
+    x = torch.zeros(2, 10, 2)
+    with pytest.raises(ValueError):
+        ransac_homography(x, x, residual="sampson")
+    with pytest.raises(ValueError):
+        ransac_fundamental(x, x, residual="symmetric")
+    with pytest.raises(ValueError):
+        ransac_homography(x, x, scoring="lmeds")
+    with pytest.raises(ValueError):
+        ransac_fundamental(x, x, threshold=0.0)
+    with pytest.raises(ValueError):
+        ransac_homography(x, x, scores=torch.zeros(2, 9))
+
+
+def test_devices_and_dtypes(device, dtype):
+    d = homography_pairs(3, 300, outlier_ratio=0.3, noise_px=0.3, seed=22, dtype=dtype,
+                         device=device)
+    fit = ransac_homography(d["x1"], d["x2"])
+    assert fit.model.dtype == dtype and fit.model.device.type == device.type
+    assert fit.valid.all() and _recall(fit, d) >= 0.99
+    assert (_grid_error_h(fit.model.double(), d["model"].double()) < 1.0).all()
+    df = fundamental_pairs(3, 300, outlier_ratio=0.3, noise_px=0.3, seed=23, dtype=dtype,
+                           device=device)
+    fit = ransac_fundamental(df["x1"], df["x2"], threshold=1.5, residual="sampson")
+    assert fit.residuals.dtype == dtype and fit.valid.all() and _recall(fit, df) >= 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("outliers", [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sweep_outliers_slow(outliers, seed):
+    d = homography_pairs(16, 1000, outlier_ratio=outliers, noise_px=0.3, seed=100 + seed)
+    fit = ransac_homography(d["x1"], d["x2"])
+    assert fit.valid.all() and _recall(fit, d) >= 0.99
+    assert (_grid_error_h(fit.model, d["model"]) < 1.0).all()
+    df = fundamental_pairs(16, 1000, outlier_ratio=outliers, noise_px=0.3, seed=200 + seed)
+    fit = ransac_fundamental(df["x1"], df["x2"], threshold=1.5, residual="sampson",
+                             max_iterations=5000)
+    assert fit.valid.all() and _recall(fit, df) >= 0.99
+    clean = sampson_distance(fit.model, df["x1_clean"], df["x2_clean"])
+    assert clean[df["inliers"]].median() < 0.3
