@@ -28,3 +28,14 @@ def device(request) -> torch.device:
 @pytest.fixture(params=DTYPES, ids=["f32", "f64"])
 def dtype(request) -> torch.dtype:
     return request.param
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_intra_op_thread():
+    """The suite runs torch on one intra-op thread: test tensors are small, and extra threads only
+    fight over the 2 CI cores (kornia's many small ops ran ~10x slower that way). Results do not
+    depend on the thread count. The previous setting is restored at the end."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

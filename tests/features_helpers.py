@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 from geocon_torch.types import Clip
@@ -60,15 +59,3 @@ def letterbox(frames: np.ndarray, top: int, left: int) -> tuple:
     mask = np.zeros(out.shape[1:], bool)
     mask[top:top + h, left:left + w] = True
     return out, mask
-
-
-@pytest.fixture(autouse=False)
-def one_thread():
-    """Run a test with one intra-op thread, restoring the setting afterwards: kornia's many small
-    ops thrash (10x slower) when the 2 CI cores are oversubscribed; results do not change."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)

@@ -9,7 +9,6 @@ from geocon_torch.errors import CheckpointError
 from geocon_torch.features import get_extractor, get_matcher
 from geocon_torch.features.learned import _merge_cfg
 
-from features_helpers import one_thread  # noqa: F401
 
 KF = pytest.importorskip("kornia.feature")
 
@@ -19,7 +18,6 @@ TINY_LOFTR = {"resnetfpn": {"initial_dim": 32, "block_dims": [32, 48, 64]},
               "match_coarse": {"thr": 0.0}}
 TINY_LIGHTGLUE = {"n_layers": 2, "descriptor_dim": 64, "num_heads": 2, "filter_threshold": 0.0}
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _frames(t=3, h=64, w=80, seed=0):

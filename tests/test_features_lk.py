@@ -8,11 +8,10 @@ import torch
 from geocon_torch.errors import GeoConError
 from geocon_torch.features import lk_tracks, shi_tomasi
 
-from features_helpers import hill_gray, letterbox, one_thread, to_gray_tensor  # noqa: F401
+from features_helpers import hill_gray, letterbox, to_gray_tensor  # noqa: F401
 
 SHIFT = (0.37, -0.61)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _shifted(img: np.ndarray, shift) -> np.ndarray:

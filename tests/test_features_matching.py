@@ -8,9 +8,7 @@ from geocon_torch.errors import ShapeError
 from geocon_torch.features import match_descriptors, ratio_match
 from geocon_torch.types import Keypoints
 
-from features_helpers import one_thread  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _random_kps(t=4, n=60, d=16, seed=0, dtype=torch.float32, device="cpu"):

@@ -10,12 +10,11 @@ from geocon_torch.errors import GeoConError
 from geocon_torch.features import extract_correspondences, get_extractor, to_working_pixels
 from geocon_torch.features.multiscale import erode_mask, rescale_gray, scaled_size
 
-from features_helpers import H_WARP, hill_gray, letterbox, one_thread, to_clip, \
+from features_helpers import H_WARP, hill_gray, letterbox, to_clip, \
     transfer_errors, warp_pair  # noqa: F401
 
 BLOBS = [(60.3, 50.7), (200.6, 70.2), (120.1, 180.5), (260.8, 150.4)]
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _blob_image(h=240, w=320, sigma=6.0):

@@ -8,13 +8,12 @@ import torch
 from geocon_torch.errors import GeoConError, ShapeError
 from geocon_torch.features import get_extractor, match_descriptors
 
-from features_helpers import H_WARP, hill_gray, letterbox, one_thread, to_gray_tensor, \
+from features_helpers import H_WARP, hill_gray, letterbox, to_gray_tensor, \
     transfer_errors, warp_pair  # noqa: F401
 
 BACKENDS = ["opencv-sift", "kornia-sift"]
 PAIR = torch.tensor([[0, 1]])
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _graf(shared_data, scale=0.5):
