@@ -4,8 +4,10 @@ from .config import GeoConConfig, load_config
 from .errors import (CheckpointError, GeoConError, OptionalDependencyError, ShapeError,
                      VideoReadError)
 from .types import Clip, Correspondences, Fit, Keypoints
+from .pipeline import score_clip, score_clips  # noqa: E402 (needs the types above)
 
 __all__ = [
     "__version__", "GeoConConfig", "load_config", "GeoConError", "VideoReadError", "ShapeError",
     "CheckpointError", "OptionalDependencyError", "Clip", "Keypoints", "Correspondences", "Fit",
+    "score_clip", "score_clips",
 ]

@@ -72,8 +72,8 @@ class GateConfig:
     missing_pose: str = "fail_to_F"  # fail_to_F | present_only
     per_pair: bool = False  # per-pair gate with hysteresis instead of one decision per clip
     # weight-free statistic thresholds (calibrated by benchmarks/gate_sweep.py)
-    parallax_low: float = 0.12  # parallax_excess <= low -> H
-    parallax_high: float = 0.25  # >= high -> F; between: U, resolved by GRIC
+    parallax_low: float = 0.13  # parallax_excess <= low -> H (gate_sweep.py calibration)
+    parallax_high: float = 0.27  # >= high -> F; between: U (GRIC or support margin decide)
     dust3r_checkpoint: Optional[str] = None
     dust3r_path: Optional[str] = None  # folder holding the dust3r repository (optional import)
     statistic: str = "parallax_excess"  # | parallax_fraction | residual_parallax | gric_delta
@@ -91,6 +91,7 @@ class SegmentConfig:
     sam2_checkpoint: Optional[str] = None
     sam2_config: Optional[str] = None
     sam2_prompts: Optional[str] = None  # JSON file of box / point prompts (see segment.sam2)
+    sam2_image_size: Optional[int] = None  # override the model's input size (None: config)
     # weight-free motion segmentation (segment.motion)
     motion_threshold: float = 0.08  # photometric residual (gray, 0..1) after the background warp
     motion_min_area: int = 64  # px; smaller blobs are dropped
@@ -136,7 +137,7 @@ class ForegroundConfig:
     min_object_pixels: int = 64
     percentile: float = 0.9  # AdaP90
     scales: Tuple[float, ...] = (0.25, 0.5, 1.0)  # flow scales (paper Algorithm 1 D)
-    scale_reduction: str = "median"  # median (over valid scales, in working px^2) | finest
+    scale_reduction: str = "finest"  # finest valid scale (default) | median over valid scales
     max_pairs: Optional[int] = None  # cap on scored adjacent pairs (spread evenly over the clip)
     batch_pairs: int = 8  # pairs per flow chunk (bounds memory; each chunk is batched)
 
@@ -170,6 +171,14 @@ class EpipolarConfig:
     tracking_levels: int = 3
     tracking_fb_threshold_px: float = 1.5
     tracking_min_tracks: int = 8
+    # LK fallback photometric guard: keep a track only when the zero-mean NCC of the
+    # tracking_ncc_window^2 patches around x1 (frame i) and x2 (frame j) is >= tracking_min_ncc
+    # (real content ~0.99, independent noise < 0.5); -1.0 disables the guard
+    tracking_min_ncc: float = 0.8
+    tracking_ncc_window: int = 11  # odd, px at the analysis resolution
+    # fallback stages only: a pair is valid only when its F inlier set is meaningful a contrario
+    # (ORSA): NFA = expected number of equally good chance fits of unrelated matches <= this
+    fallback_max_nfa: float = 0.01
     features: str = "auto"  # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
     opencv_threads: int = 1  # cv2.setNumThreads during the OpenCV path (restored afterwards)
     # gvgc preset (Li et al. 2024, original code: 1280x720, SIFT 40k, ratio 0.85, FM_RANSAC 3 px)

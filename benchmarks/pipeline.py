@@ -1,0 +1,166 @@
+"""Frames per second of ``score_clip`` (background only, default CPU backends) against the plain
+OpenCV script a user would write instead, on the same clips at the same working resolution.
+
+OpenCV reference, per clip: decode (cv2.VideoCapture), resize to the working size (INTER_AREA),
+gray, SIFT with 2000 features per frame, BFMatcher 2-NN with Lowe ratio 0.75, and per adjacent
+pair ``findHomography(RANSAC, 2 px)`` + ``findFundamentalMat(FM_RANSAC, 1 px, 0.999)``.
+Ours: ``score_clip(path, preset="background")`` with the default config (scales {1/4, 1/2, 1},
+weight-free motion masks, parallax gate, both models fitted in one batched call each) except the
+working resolution. Both run single-threaded (torch and OpenCV), which is what a shared 2-core
+CI box gives reliably; decode time is included on both sides.
+
+Peak memory: a 120-frame 1024x720 clip is written to a temporary mp4 and scored in a fresh
+subprocess; ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` after it exits is the peak RSS.
+
+    python benchmarks/pipeline.py [--long-side 640] [--frames 48] [--skip-memory]
+
+Last line: ``RESULT {"fps", "opencv_fps", "ratio_vs_opencv", "peak_rss_mb", ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data"
+CLIPS = ["real/realshort.mp4", "real/vtest_120.mp4", "aigc/cogvideox/1.mp4"]
+
+
+def opencv_script(path: Path, long_side: int, max_frames: int) -> dict:
+    """What a user would write: returns frames processed and the median inlier ratios."""
+    import cv2
+    import numpy as np
+
+    cap = cv2.VideoCapture(str(path))
+    grays = []
+    while len(grays) < max_frames:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        h, w = frame.shape[:2]
+        s = long_side / max(h, w)
+        size = (int(round(w * s / 2)) * 2, int(round(h * s / 2)) * 2)
+        frame = cv2.resize(frame, size, interpolation=cv2.INTER_AREA if s < 1 else
+                           cv2.INTER_LINEAR)
+        grays.append(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY))
+    cap.release()
+    sift = cv2.SIFT_create(nfeatures=2000)
+    feats = [sift.detectAndCompute(g, None) for g in grays]
+    bf = cv2.BFMatcher(cv2.NORM_L2)
+    ir_h, ir_f = [], []
+    for (k1, d1), (k2, d2) in zip(feats[:-1], feats[1:]):
+        if d1 is None or d2 is None or len(k1) < 2 or len(k2) < 2:
+            continue
+        good = [m for m, n in (p for p in bf.knnMatch(d1, d2, k=2) if len(p) == 2)
+                if m.distance < 0.75 * n.distance]
+        if len(good) < 8:
+            continue
+        x1 = np.float32([k1[m.queryIdx].pt for m in good])
+        x2 = np.float32([k2[m.trainIdx].pt for m in good])
+        _, mh = cv2.findHomography(x1, x2, cv2.RANSAC, 2.0)
+        _, mf = cv2.findFundamentalMat(x1, x2, cv2.FM_RANSAC, 1.0, 0.999)
+        if mh is not None:
+            ir_h.append(float(mh.mean()))
+        if mf is not None:
+            ir_f.append(float(mf.mean()))
+    return {"frames": len(grays), "ir_h": float(np.median(ir_h)) if ir_h else None,
+            "ir_f": float(np.median(ir_f)) if ir_f else None}
+
+
+def ours(path: Path, long_side: int, max_frames: int) -> dict:
+    from geocon_torch import score_clip
+
+    d = score_clip(path, config={"io": {"long_side": long_side, "max_frames": max_frames}},
+                   preset="background").to_dict()
+    return {"frames": d.get("frames", 0), "status": d["status"], "regime": d["regime"],
+            "ir": d["background"].get("ir"), "ir_h": d["background"].get("ir_h"),
+            "ir_f": d["background"].get("ir_f"), "timing": d["timing_s"]}
+
+
+MEMORY_CHILD = r"""
+import sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, sys.argv[2])
+from geocon_torch import score_clip
+d = score_clip(sys.argv[1], config={"io": {"long_side": 1024}}, preset="background").to_dict()
+print(d["status"], d["frames"], d["working_size"], d["timing_s"]["total"])
+"""
+
+
+def memory_probe(tmp: Path) -> dict:
+    """Write a 120-frame 1024x720 textured clip (a camera panning over a random texture) and
+    score it in a subprocess; returns its peak RSS."""
+    import torch
+    import torch.nn.functional as F
+
+    from geocon_torch.io import write_video
+
+    g = torch.Generator().manual_seed(0)
+    tex = torch.rand(1, 3, 900, 1500, generator=g)
+    tex = F.avg_pool2d(tex, 7, stride=1, padding=3)
+    tex = ((tex - tex.amin()) / (tex.amax() - tex.amin()) * 255).to(torch.uint8)[0]
+    frames = torch.stack([tex[:, 90:810, 3 * t: 3 * t + 1024] for t in range(120)])
+    path = write_video(tmp / "mem_1024x720.mp4", frames, fps=24)
+    del frames, tex
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(path), str(ROOT)],
+                         capture_output=True, text=True, check=True)
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"peak_rss_mb": round(max(peak_kb, before) / 1024.0, 1),
+            "memory_clip": out.stdout.strip(), "memory_seconds": round(time.perf_counter() - t0, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--long-side", type=int, default=640)
+    ap.add_argument("--frames", type=int, default=48, help="max frames per clip")
+    ap.add_argument("--skip-memory", action="store_true")
+    args = ap.parse_args()
+    import cv2
+    import torch
+
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+    clips = [DATA / c for c in CLIPS if (DATA / c).is_file()]
+    if not clips:
+        print(f"no shared clips under {DATA}")
+        return 1
+    ours(clips[0], args.long_side, 4)  # warm-up (imports, extractor construction)
+    t_ours = t_cv = 0.0
+    n_ours = n_cv = 0
+    print(f"{'clip':28s} {'frames':>6s} {'ours s':>8s} {'opencv s':>9s}  ours IR_H/IR_F"
+          f"  opencv IR_H/IR_F  regime")
+    for path in clips:
+        t0 = time.perf_counter()
+        a = ours(path, args.long_side, args.frames)
+        t1 = time.perf_counter()
+        b = opencv_script(path, args.long_side, args.frames)
+        t2 = time.perf_counter()
+        t_ours, t_cv = t_ours + (t1 - t0), t_cv + (t2 - t1)
+        n_ours, n_cv = n_ours + a["frames"], n_cv + b["frames"]
+        f = lambda v: "None" if v is None else f"{v:.3f}"  # noqa: E731
+        print(f"{path.name:28s} {a['frames']:6d} {t1 - t0:8.2f} {t2 - t1:9.2f}  "
+              f"{f(a['ir_h'])}/{f(a['ir_f'])}     {f(b['ir_h'])}/{f(b['ir_f'])}     "
+              f"{a['regime']}  stages {a['timing']}")
+    result = {"fps": round(n_ours / t_ours, 2), "opencv_fps": round(n_cv / t_cv, 2),
+              "ratio_vs_opencv": round((n_ours / t_ours) / (n_cv / t_cv), 3),
+              "long_side": args.long_side, "frames": n_ours, "threads": 1}
+    if not args.skip_memory:
+        with tempfile.TemporaryDirectory() as tmp:
+            result.update(memory_probe(Path(tmp)))
+    else:
+        result["peak_rss_mb"] = None
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

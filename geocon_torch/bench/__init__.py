@@ -1,0 +1,41 @@
+"""Leaderboard runs: manifests, the SQLite result store, the resumable/sharded runner, statistics.
+
+Quick use::
+
+    from geocon_torch.bench import load_manifest, run_manifest, load_results, stats
+    run_manifest("manifest.csv", "results.sqlite", config={"io": {"long_side": 1024}})
+    rows = load_results("results.sqlite")          # validated joined rows
+    stats.scene_balanced(rows, "ir")               # per (model, category), 95% bootstrap CI
+    stats.table1(rows)                             # IR %, GE px, AdaDFRC per model
+
+* :mod:`.manifest` — CSV / JSONL manifests with the paper's sec. 5.5 fields (clip_id, path,
+  model, model_version, prompt, seed, resolution, fps, duration, masks_path) plus category and
+  poses_path; every error names the file and line (:class:`ManifestError`).
+* :mod:`.store` — one SQLite file (WAL): ``results`` keyed by (content hash, config hash),
+  ``clips`` (clip_id -> result), view ``leaderboard``; idempotent writes, CSV / Parquet export.
+* :mod:`.runner` — :func:`run_manifest`: resume by key, one transaction per clip, error rows
+  with reasons, tqdm progress, torchrun sharding (rank r takes clips r::N and commits its own
+  rows to the shared file; single node).
+* :mod:`.stats` — scene-balanced medians / means with seeded, vectorised bootstrap CIs
+  (B = 10,000), Wilson intervals (eq. 16), gate calibration with equal-count bins, net benefit
+  (eq. 18), balanced-accuracy bootstrap, threshold-score sensitivity, percentile-aligned
+  summaries, AdaP90 P80 anomaly rates, Table-1 and epipolar-trio summaries.
+* :mod:`.schema` — validation of result rows (schema "1.x") on store and on load.
+
+See the README sections "Leaderboard runs", "Statistics and audit reports", "Result schema".
+"""
+from . import stats
+from .manifest import (ManifestEntry, ManifestError, entry_from_mapping, load_manifest,
+                       write_manifest)
+from .runner import RunSummary, content_key, default_score_fn, error_result, run_manifest
+from .schema import ResultSchemaError, check_result, result_problems
+from .store import (FLAT_COLUMNS, ResultStore, StoreError, flatten_row, load_results, write_csv,
+                    write_parquet)
+
+__all__ = [
+    "stats", "ManifestEntry", "ManifestError", "entry_from_mapping", "load_manifest",
+    "write_manifest",
+    "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
+    "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
+    "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet",
+]

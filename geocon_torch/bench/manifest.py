@@ -1,0 +1,248 @@
+"""Leaderboard manifests: one row per clip, CSV (header line) or JSONL (one object per line).
+
+Fields (paper sec. 5.5 plus ``category`` and optional ``poses_path``):
+
+========== ======== ===========================================================================
+field      required meaning
+========== ======== ===========================================================================
+clip_id    yes      unique id of the clip in the manifest
+path       yes      video file or image folder; relative paths are relative to the manifest
+model      yes      generator name (the leaderboard groups by it)
+model_version no    free text
+prompt     no       the text prompt (part of the scene key)
+seed       no       integer generation seed (scene key; a clip without seed is its own scene)
+resolution no       "WIDTHxHEIGHT" (also "W,H" or a JSON [W, H]) -> stored as (W, H)
+fps        no       frames per second, > 0
+duration   no       seconds, >= 0
+masks_path no       object-mask file for the clip (relative to the manifest)
+poses_path no       camera-pose file for the clip (relative to the manifest)
+category   no       C1..C6 or a free label (statistics are grouped by it)
+========== ======== ===========================================================================
+
+Unknown columns are kept in ``ManifestEntry.extra``. Every problem raises
+:class:`ManifestError` naming the file and the line.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+from ..errors import GeoConError
+
+REQUIRED_FIELDS = ("clip_id", "path", "model")
+OPTIONAL_FIELDS = ("model_version", "prompt", "seed", "resolution", "fps", "duration",
+                   "masks_path", "poses_path", "category")
+KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+
+
+class ManifestError(GeoConError, ValueError):
+    """A manifest file is unreadable or a row is invalid; the message names file and line."""
+
+
+@dataclass
+class ManifestEntry:
+    """One clip of a leaderboard run (paths already resolved against the manifest folder)."""
+
+    clip_id: str
+    path: str
+    model: str
+    model_version: Optional[str] = None
+    prompt: Optional[str] = None
+    seed: Optional[int] = None
+    resolution: Optional[Tuple[int, int]] = None  # (width, height) in px
+    fps: Optional[float] = None
+    duration: Optional[float] = None  # seconds
+    masks_path: Optional[str] = None
+    poses_path: Optional[str] = None
+    category: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+    line: int = 0  # 1-based line in the manifest file (0 when built in code)
+
+    @property
+    def scene(self) -> str:
+        """Scene key used for scene-balanced statistics: (category, prompt, seed), or clip_id
+        when the seed is unknown."""
+        if self.seed is None:
+            return f"clip:{self.clip_id}"
+        return f"{self.category or ''}|{self.prompt or ''}|{self.seed}"
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["resolution"] = list(self.resolution) if self.resolution else None
+        d.pop("line")
+        return d
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+def _parse_resolution(value: Any) -> Tuple[int, int]:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        w, h = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*[xX,*]\s*(\d+)\s*", value)
+        if not m:
+            raise ValueError(f"resolution must look like 1280x720, got {value!r}")
+        w, h = m.groups()
+    else:
+        raise ValueError(f"resolution must be 'WxH' or [W, H], got {value!r}")
+    w, h = int(w), int(h)
+    if w <= 0 or h <= 0:
+        raise ValueError(f"resolution must be positive, got {w}x{h}")
+    return w, h
+
+
+def _parse_number(name: str, value: Any, *, positive: bool) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if (positive and x <= 0) or x < 0:
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {x}")
+    return x
+
+
+def _parse_seed(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"seed must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ValueError(f"seed must be an integer, got {value!r}")
+
+
+def _resolve(base: Path, value: str) -> str:
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else (base / p))
+
+
+def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", line: int = 0,
+                       where: str = "manifest") -> ManifestEntry:
+    """Validate one row (a dict of field -> value) and build a :class:`ManifestEntry`."""
+    loc = f"{where}, line {line}" if line else where
+    if not isinstance(row, dict):
+        raise ManifestError(f"{loc}: a row must be an object, got {type(row).__name__}")
+    missing = [k for k in REQUIRED_FIELDS if _blank(row.get(k))]
+    if missing:
+        raise ManifestError(f"{loc}: missing required field(s) {', '.join(missing)} "
+                            f"(required: {', '.join(REQUIRED_FIELDS)})")
+    base = Path(base)
+    kw: Dict[str, Any] = {"clip_id": str(row["clip_id"]).strip(),
+                          "path": _resolve(base, str(row["path"]).strip()),
+                          "model": str(row["model"]).strip(), "line": line}
+    try:
+        for key in OPTIONAL_FIELDS:
+            value = row.get(key)
+            if _blank(value):
+                continue
+            if key == "seed":
+                kw[key] = _parse_seed(value)
+            elif key == "resolution":
+                kw[key] = _parse_resolution(value)
+            elif key == "fps":
+                kw[key] = _parse_number("fps", value, positive=True)
+            elif key == "duration":
+                kw[key] = _parse_number("duration", value, positive=False)
+            elif key in ("masks_path", "poses_path"):
+                kw[key] = _resolve(base, str(value).strip())
+            else:
+                kw[key] = str(value).strip()
+    except ValueError as exc:
+        raise ManifestError(f"{loc}: {exc}") from None
+    kw["extra"] = {k: v for k, v in row.items() if k not in KNOWN_FIELDS and k is not None}
+    return ManifestEntry(**kw)
+
+
+def _rows_jsonl(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
+    with path.open(encoding="utf-8") as fh:
+        for lineno, text in enumerate(fh, 1):
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            try:
+                yield lineno, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ManifestError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
+
+
+def _rows_csv(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        if not reader.fieldnames:
+            raise ManifestError(f"{path}: empty CSV (expected a header line with "
+                                f"{', '.join(REQUIRED_FIELDS)}, ...)")
+        header = [h.strip() for h in reader.fieldnames]
+        reader.fieldnames = header
+        missing = [k for k in REQUIRED_FIELDS if k not in header]
+        if missing:
+            raise ManifestError(f"{path}, line 1: header lacks column(s) {', '.join(missing)}")
+        for row in reader:
+            if None in row:
+                raise ManifestError(f"{path}, line {reader.line_num}: more values than header "
+                                    f"columns")
+            if all(_blank(v) for v in row.values()):
+                continue
+            yield reader.line_num, row
+
+
+def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
+    """Read a ``.csv`` or ``.jsonl`` / ``.json`` (one object per line) manifest.
+
+    Raises:
+        ManifestError: file missing, unknown extension, bad JSON/CSV, a required field missing,
+            a bad value (seed, fps, duration, resolution) or a duplicated clip_id — always
+            naming the line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"manifest not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        rows = _rows_csv(path)
+    elif suffix in (".jsonl", ".json", ".ndjson"):
+        rows = _rows_jsonl(path)
+    else:
+        raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'}")
+    entries: List[ManifestEntry] = []
+    seen: Dict[str, int] = {}
+    for lineno, row in rows:
+        entry = entry_from_mapping(row, base=path.parent, line=lineno, where=str(path))
+        if entry.clip_id in seen:
+            raise ManifestError(f"{path}, line {lineno}: duplicate clip_id {entry.clip_id!r} "
+                                f"(first on line {seen[entry.clip_id]})")
+        seen[entry.clip_id] = lineno
+        entries.append(entry)
+    if not entries:
+        raise ManifestError(f"{path}: manifest has no rows")
+    return entries
+
+
+def write_manifest(path: Union[str, Path], entries: Iterable[Union[ManifestEntry, Dict]]) -> Path:
+    """Write entries as JSONL (``.jsonl``) or CSV (``.csv``); the inverse of load_manifest."""
+    path = Path(path)
+    rows = [e.to_dict() if isinstance(e, ManifestEntry) else dict(e) for e in entries]
+    for r in rows:
+        r.update(r.pop("extra", None) or {})
+        if isinstance(r.get("resolution"), (list, tuple)):
+            r["resolution"] = "x".join(str(int(v)) for v in r["resolution"])
+    if path.suffix.lower() == ".csv":
+        cols = list(KNOWN_FIELDS) + sorted({k for r in rows for k in r} - set(KNOWN_FIELDS))
+        with path.open("w", encoding="utf-8", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    else:
+        with path.open("w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n")
+    return path

@@ -1,0 +1,66 @@
+"""Validation of result rows (``ClipResult.to_dict()``, schema "1.x") when they are stored or
+loaded. The schema itself is documented in the README section "Result schema"."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List
+
+from ..errors import GeoConError
+
+SCHEMA_MAJOR = "1"
+STATUSES = ("ok", "not_applicable", "error")
+SECTIONS = ("gate", "background", "foreground", "epipolar")
+
+
+class ResultSchemaError(GeoConError, ValueError):
+    """A result row does not follow the result schema; the message lists every problem."""
+
+
+def _nonfinite_paths(obj: Any, prefix: str, out: List[str]) -> None:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        out.append(prefix or "<root>")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _nonfinite_paths(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _nonfinite_paths(v, f"{prefix}[{i}]", out)
+
+
+def result_problems(result: Any) -> List[str]:
+    """Every way ``result`` departs from the schema (empty list = valid)."""
+    if not isinstance(result, dict):
+        return [f"a result must be a JSON object, got {type(result).__name__}"]
+    problems: List[str] = []
+    version = result.get("schema_version")
+    if not isinstance(version, str) or version.split(".")[0] != SCHEMA_MAJOR:
+        problems.append(f"schema_version must be '{SCHEMA_MAJOR}.x', got {version!r}")
+    if not isinstance(result.get("clip"), str):
+        problems.append("clip must be a string")
+    status = result.get("status")
+    if status not in STATUSES:
+        problems.append(f"status must be one of {STATUSES}, got {status!r}")
+    elif status != "ok" and not (isinstance(result.get("reason"), str) and result["reason"]):
+        problems.append(f"status {status!r} needs a non-empty reason")
+    if not isinstance(result.get("config_hash"), str):
+        problems.append("config_hash must be a string")
+    if result.get("regime") not in (None, "H", "F"):
+        problems.append(f"regime must be 'H', 'F' or null, got {result.get('regime')!r}")
+    for name in SECTIONS:
+        if result.get(name) is not None and not isinstance(result[name], dict):
+            problems.append(f"{name} must be an object or null")
+    bad: List[str] = []
+    _nonfinite_paths(result, "", bad)
+    if bad:
+        problems.append("non-finite numbers at " + ", ".join(bad[:8]) +
+                        (f" (+{len(bad) - 8} more)" if len(bad) > 8 else ""))
+    return problems
+
+
+def check_result(result: Any) -> Dict[str, Any]:
+    """Return ``result`` unchanged if valid, else raise :class:`ResultSchemaError`."""
+    problems = result_problems(result)
+    if problems:
+        clip = result.get("clip") if isinstance(result, dict) else None
+        raise ResultSchemaError(f"invalid result for clip {clip!r}: " + "; ".join(problems))
+    return result

@@ -1,0 +1,454 @@
+"""Leaderboard statistics (paper sec. 4.4, 6.2-6.7, appendix B), vectorised numpy.
+
+Rows are the joined rows of :func:`geocon_torch.bench.load_results` (clip metadata + result);
+metrics are the flat columns of :func:`geocon_torch.bench.flatten_row` ("ir", "ge_px",
+"adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a finite metric
+enter a statistic; everything reports how many clips and scenes it used.
+
+Scene balance (sec. 4.4): within a group (model, category) every scene — (category, prompt,
+seed), or the clip itself when the seed is unknown — contributes ONE value (the median, or for
+mean statistics the mean, of its clips, i.e. regenerations), then the statistic is taken over
+scenes. Bootstrap CIs resample scenes with replacement (B = 10,000, seeded
+``numpy.random.Generator``) and take the 2.5 / 97.5 percentiles of the replicated statistic;
+replicates are computed as one (B, S) array (in blocks bounded in memory), never a Python loop.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .store import flatten_row
+
+Z95 = 1.959963984540054
+H_EXPECTED = {"C1", "C2", "C4", "static", "rotation", "moving_object"}
+F_EXPECTED = {"C3", "C5", "C6", "translation", "complex", "stress"}
+
+
+# --- intervals ------------------------------------------------------------------------------
+def wilson_interval(k: Union[int, np.ndarray], n: Union[int, np.ndarray], z: float = Z95
+                    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Wilson score interval (paper eq. 16) for k successes in n trials, elementwise.
+
+    Returns (p_hat, lo, hi): float arrays (floats for scalar input). For n = 0 the interval
+    is its limit [0, 1] and
+    p_hat is 0.5 (no information), never NaN.
+    """
+    k = np.asarray(k, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    if np.any(k < 0) or np.any(k > n):
+        raise ValueError("wilson_interval needs 0 <= k <= n")
+    empty = n == 0
+    m = np.where(empty, 1.0, n)
+    p = np.where(empty, 0.5, k / m)
+    denom = 1.0 + z * z / m
+    center = (p + z * z / (2 * m)) / denom
+    half = z / denom * np.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
+    # the interval contains p_hat; min / max only absorb rounding at p_hat in {0, 1}
+    lo = np.where(empty, 0.0, np.minimum(np.clip(center - half, 0.0, 1.0), p))
+    hi = np.where(empty, 1.0, np.maximum(np.clip(center + half, 0.0, 1.0), p))
+    if p.ndim == 0:
+        return float(p), float(lo), float(hi)
+    return p, lo, hi
+
+
+_STATS: Dict[str, Callable[..., np.ndarray]] = {"median": np.median, "mean": np.mean}
+
+
+@dataclass
+class Estimate:
+    """A point estimate with its 95% bootstrap CI over ``n`` resampling units."""
+
+    value: Optional[float]
+    lo: Optional[float]
+    hi: Optional[float]
+    n: int
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+def bootstrap_ci(values: Sequence[float], *, statistic: str = "median", n_boot: int = 10_000,
+                 ci: float = 0.95, seed: int = 0, block_elements: int = 1 << 22) -> Estimate:
+    """Percentile bootstrap CI of ``statistic`` ("median" | "mean") of ``values``.
+
+    The B resamples are drawn as one (B, n) index array per memory block (at most
+    ``block_elements`` entries) from ``numpy.random.default_rng(seed)``. Empty input gives
+    ``Estimate(None, None, None, 0)``; one value gives a zero-width interval.
+    """
+    x = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if statistic not in _STATS:
+        raise ValueError(f"statistic must be one of {sorted(_STATS)}, got {statistic!r}")
+    fn = _STATS[statistic]
+    n = x.size
+    if n == 0:
+        return Estimate(None, None, None, 0)
+    point = float(fn(x))
+    if n == 1:
+        return Estimate(point, point, point, 1)
+    rng = np.random.default_rng(seed)
+    per_block = max(1, block_elements // n)
+    reps = np.empty(n_boot)
+    for start in range(0, n_boot, per_block):  # memory blocks, each vectorised
+        b = min(per_block, n_boot - start)
+        reps[start:start + b] = fn(x[rng.integers(0, n, size=(b, n))], axis=1)
+    alpha = (1 - ci) / 2
+    lo, hi = np.quantile(reps, [alpha, 1 - alpha])
+    return Estimate(point, float(lo), float(hi), n)
+
+
+# --- row access -----------------------------------------------------------------------------
+def _flat(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    return [r if "result" not in r else {**flatten_row(r), "_result": r["result"]} for r in rows]
+
+
+def _ok_values(flat: List[Dict[str, Any]], metric: str) -> List[Tuple[Dict[str, Any], float]]:
+    out = []
+    for r in flat:
+        v = r.get(metric)
+        if r.get("status") == "ok" and isinstance(v, (int, float)) and not isinstance(v, bool) \
+                and np.isfinite(v):
+            out.append((r, float(v)))
+    return out
+
+
+def scene_values(rows: Iterable[Dict[str, Any]], metric: str, *, reduce: str = "median"
+                 ) -> Dict[str, float]:
+    """One value per scene: the ``reduce`` of the metric over the scene's ok clips."""
+    per_scene: Dict[str, List[float]] = defaultdict(list)
+    for r, v in _ok_values(_flat(rows), metric):
+        per_scene[str(r.get("scene") or f"clip:{r.get('clip_id')}")].append(v)
+    fn = _STATS[reduce]
+    return {s: float(fn(np.asarray(v))) for s, v in sorted(per_scene.items())}
+
+
+def _group(flat: List[Dict[str, Any]], by: Sequence[str]) -> Dict[Tuple, List[Dict[str, Any]]]:
+    groups: Dict[Tuple, List[Dict[str, Any]]] = defaultdict(list)
+    for r in flat:
+        groups[tuple(str(r.get(k)) if r.get(k) is not None else "-" for k in by)].append(r)
+    return dict(sorted(groups.items()))
+
+
+def scene_balanced(rows: Iterable[Dict[str, Any]], metric: str, *,
+                   by: Sequence[str] = ("model", "category"), statistic: str = "median",
+                   n_boot: int = 10_000, seed: int = 0) -> List[Dict[str, Any]]:
+    """Scene-balanced ``statistic`` of ``metric`` per group with its bootstrap CI (sec. 4.4).
+
+    Returns one dict per group: the ``by`` keys, ``metric``, ``value``, ``lo``, ``hi``,
+    ``n_scenes``, ``n_clips`` (ok clips with the metric) and ``n_rows`` (all rows).
+    """
+    out = []
+    for key, members in _group(_flat(rows), by).items():
+        sv = scene_values(members, metric, reduce=statistic)
+        est = bootstrap_ci(list(sv.values()), statistic=statistic, n_boot=n_boot, seed=seed)
+        out.append({**dict(zip(by, key)), "metric": metric, "value": est.value, "lo": est.lo,
+                    "hi": est.hi, "n_scenes": est.n,
+                    "n_clips": len(_ok_values(members, metric)), "n_rows": len(members)})
+    return out
+
+
+def status_counts(rows: Iterable[Dict[str, Any]], by: Sequence[str] = ("model",)
+                  ) -> List[Dict[str, Any]]:
+    """Counts of ok / not_applicable / error per group (nothing is silently dropped)."""
+    out = []
+    for key, members in _group(_flat(rows), by).items():
+        c = Counter(r.get("status") for r in members)
+        out.append({**dict(zip(by, key)), "n": len(members), "ok": c.get("ok", 0),
+                    "not_applicable": c.get("not_applicable", 0), "error": c.get("error", 0)})
+    return out
+
+
+def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: int = 10_000,
+           seed: int = 0) -> List[Dict[str, Any]]:
+    """Table-1 style summary per model: IR (%), GE (px), AdaDFRC (clip mean over objects) as
+    scene-balanced ``statistic`` over all categories (the paper's table uses means), with CIs
+    and the number of scenes behind each column."""
+    rows = _flat(rows)
+    out = []
+    for (model,), members in _group(rows, ("model",)).items():
+        rec: Dict[str, Any] = {"model": model}
+        for col, metric, scale in (("ir_pct", "ir", 100.0), ("ge_px", "ge_px", 1.0),
+                                   ("adadfrc", "adadfrc_mean", 1.0)):
+            sv = scene_values(members, metric, reduce=statistic)
+            est = bootstrap_ci(list(sv.values()), statistic=statistic, n_boot=n_boot, seed=seed)
+            f = (lambda v: None if v is None else v * scale)  # noqa: E731
+            rec.update({col: f(est.value), f"{col}_lo": f(est.lo), f"{col}_hi": f(est.hi),
+                        f"{col}_scenes": est.n})
+        out.append(rec)
+    return out
+
+
+EPIPOLAR_TRIO = ("epipolar_error", "epipolar_inlier_rate", "feature_match_coverage")
+
+
+def epipolar_trio(rows: Iterable[Dict[str, Any]], *, statistic: str = "median",
+                  n_boot: int = 10_000, seed: int = 0) -> List[Dict[str, Any]]:
+    """Per model: scene-balanced epipolar_error (px), epipolar_inlier_rate and
+    feature_match_coverage with CIs (the WorldAtlas / GVGC trio)."""
+    rows = _flat(rows)
+    out = []
+    for (model,), members in _group(rows, ("model",)).items():
+        rec: Dict[str, Any] = {"model": model}
+        for metric in EPIPOLAR_TRIO:
+            sv = scene_values(members, metric, reduce=statistic)
+            est = bootstrap_ci(list(sv.values()), statistic=statistic, n_boot=n_boot, seed=seed)
+            rec.update({metric: est.value, f"{metric}_lo": est.lo, f"{metric}_hi": est.hi,
+                        f"{metric}_scenes": est.n})
+        out.append(rec)
+    return out
+
+
+# --- gate calibration (sec. 6.2, appendix B) -------------------------------------------------
+def expected_regime(category: Optional[str]) -> Optional[str]:
+    """Regime a category is designed for: C1/C2/C4 -> "H", C3/C5/C6 -> "F", else None."""
+    if category is None:
+        return None
+    c = str(category).strip()
+    return "H" if c in H_EXPECTED else "F" if c in F_EXPECTED else None
+
+
+def calibration_curve(t: Sequence[float], is_f: Sequence[bool], n_bins: int = 12,
+                      z: float = Z95) -> Dict[str, np.ndarray]:
+    """Empirical P(F | t) with equal-count bins and Wilson CIs (paper sec. 6.2, eq. 16).
+
+    Samples are sorted by t and split into ``n_bins`` consecutive bins whose sizes differ by at
+    most one (``numpy.array_split`` of the sorted order; ties may straddle a bin edge).
+
+    Returns arrays of length K = min(n_bins, n): ``t_mean``, ``t_median``, ``t_min``,
+    ``t_max``, ``count``, ``k`` (F count), ``p_hat``, ``lo``, ``hi``.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(is_f, dtype=bool)
+    if t.shape != y.shape or t.ndim != 1:
+        raise ValueError(f"t and is_f must be 1-D of equal length, got {t.shape} and {y.shape}")
+    keep = np.isfinite(t)
+    t, y = t[keep], y[keep]
+    n = t.size
+    k_bins = min(int(n_bins), n)
+    if k_bins == 0:
+        empty = np.zeros(0)
+        return {k: empty for k in ("t_mean", "t_median", "t_min", "t_max", "count", "k",
+                                   "p_hat", "lo", "hi")}
+    order = np.argsort(t, kind="stable")
+    ts, ys = t[order], y[order].astype(np.float64)
+    counts = np.array([len(c) for c in np.array_split(np.arange(n), k_bins)])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    k = np.add.reduceat(ys, starts)
+    t_mean = np.add.reduceat(ts, starts) / counts
+    ends = starts + counts - 1
+    mid_lo, mid_hi = starts + (counts - 1) // 2, starts + counts // 2
+    p, lo, hi = wilson_interval(k, counts, z)
+    return {"t_mean": t_mean, "t_median": (ts[mid_lo] + ts[mid_hi]) / 2, "t_min": ts[starts],
+            "t_max": ts[ends], "count": counts, "k": k, "p_hat": p, "lo": lo, "hi": hi}
+
+
+def gate_observations(rows: Iterable[Dict[str, Any]], method: Optional[str] = None
+                      ) -> Dict[str, Any]:
+    """(t, is_f_expected, method) from ok rows with a gate statistic and a designed regime.
+
+    ``method`` defaults to the most common gate method (statistics of different methods are
+    not comparable and are never mixed)."""
+    flat = [r for r in _flat(rows) if isinstance(r.get("gate_statistic"), (int, float))
+            and expected_regime(r.get("category")) is not None]
+    if method is None and flat:
+        method = Counter(r.get("gate_method") for r in flat).most_common(1)[0][0]
+    flat = [r for r in flat if r.get("gate_method") == method]
+    return {"t": np.array([r["gate_statistic"] for r in flat], dtype=np.float64),
+            "is_f": np.array([expected_regime(r["category"]) == "F" for r in flat], dtype=bool),
+            "method": method, "clips": [r.get("clip_id") for r in flat]}
+
+
+def net_benefit(t: Sequence[float], is_f: Sequence[bool], thresholds: Sequence[float],
+                costs: Sequence[float] = (0.5, 1.0, 2.0)) -> Dict[str, np.ndarray]:
+    """Net benefit NB(tau) = (TP - c FP) / N (appendix B, eq. 18), predicting F when t > tau.
+
+    TP: F-expected samples gated F; FP: H-expected samples gated F. Returns ``thresholds``
+    (T,), ``costs`` (C,), ``tp``, ``fp`` (T,) and ``nb`` (C, T); one broadcast, no loops.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(is_f, dtype=bool)
+    tau = np.asarray(thresholds, dtype=np.float64)
+    c = np.asarray(costs, dtype=np.float64)
+    pred = t[None, :] > tau[:, None]  # (T, N)
+    tp = (pred & y[None]).sum(1).astype(np.float64)
+    fp = (pred & ~y[None]).sum(1).astype(np.float64)
+    n = max(t.size, 1)
+    return {"thresholds": tau, "costs": c, "tp": tp, "fp": fp,
+            "nb": (tp[None, :] - c[:, None] * fp[None, :]) / n}
+
+
+def balanced_accuracy_bootstrap(t: Sequence[float], is_f: Sequence[bool],
+                                thresholds: Sequence[float] = (0.02, 0.03, 0.04, 0.06, 0.08),
+                                *, n_boot: int = 400, seed: int = 0) -> Dict[str, np.ndarray]:
+    """Appendix B: balanced accuracy of "F iff t > tau" per threshold, bootstrapped over
+    observations (B = 400): ``mean``, ``lo``, ``hi`` (95%), ``point`` (on the data) per
+    threshold and ``best_counts`` (how often each threshold is the best of a resample)."""
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(is_f, dtype=bool)
+    tau = np.asarray(thresholds, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = np.concatenate([np.arange(t.size)[None], rng.integers(0, t.size, (n_boot, t.size))])
+    tb, yb = t[idx], y[idx]  # (B+1, N)
+    pred = tb[None] > tau[:, None, None]  # (T, B+1, N)
+    pos = yb.sum(1)
+    neg = (~yb).sum(1)
+    tpr = (pred & yb[None]).sum(2) / np.maximum(pos, 1)
+    tnr = (~pred & ~yb[None]).sum(2) / np.maximum(neg, 1)
+    bacc = 0.5 * (tpr + tnr)  # (T, B+1)
+    reps = bacc[:, 1:]
+    best = np.bincount(reps.argmax(0), minlength=tau.size)
+    lo, hi = np.quantile(reps, [0.025, 0.975], axis=1)
+    return {"thresholds": tau, "point": bacc[:, 0], "mean": reps.mean(1), "lo": lo, "hi": hi,
+            "best_counts": best}
+
+
+# --- sensitivity, percentile alignment ------------------------------------------------------
+def report_gate_sensitivity(rows: Iterable[Dict[str, Any]], *,
+                            ir_thresholds: Sequence[float] = (0.90, 0.93, 0.95, 0.97, 0.99),
+                            ge_thresholds: Sequence[float] = (1.0, 2.0, 3.5, 5.0, 8.0),
+                            by: Sequence[str] = ("model",)) -> List[Dict[str, Any]]:
+    """Threshold-score sensitivity of the report gate (IR >= a and GE <= d): per group the
+    pass fraction on the (A, D) grid with Wilson CIs, ``pass`` / ``lo`` / ``hi`` as (A, D)
+    nested lists, over ok clips having both IR and GE."""
+    a = np.asarray(ir_thresholds, dtype=np.float64)
+    d = np.asarray(ge_thresholds, dtype=np.float64)
+    out = []
+    for key, members in _group(_flat(rows), by).items():
+        both = [(r["ir"], r["ge_px"]) for r in members if r.get("status") == "ok"
+                and isinstance(r.get("ir"), float) and isinstance(r.get("ge_px"), float)]
+        ir = np.array([b[0] for b in both])
+        ge = np.array([b[1] for b in both])
+        k = ((ir[None, None] >= a[:, None, None]) & (ge[None, None] <= d[None, :, None])).sum(-1)
+        p, lo, hi = wilson_interval(k, np.full(k.shape, len(both)))
+        out.append({**dict(zip(by, key)), "ir_thresholds": a.tolist(),
+                    "ge_thresholds": d.tolist(), "n": len(both), "pass": p.tolist(),
+                    "lo": lo.tolist(), "hi": hi.tolist()})
+    return out
+
+
+def inlier_threshold_sensitivity(rows: Iterable[Dict[str, Any]], *,
+                                 by: Sequence[str] = ("model",)) -> List[Dict[str, Any]]:
+    """Threshold-score scans over the inlier thresholds (tau_H, tau_F) stored by the pipeline
+    in ``background.sensitivity`` ({"tau_h": [...], "ir_h": [...], "ge_h_px": [...],
+    "tau_f": [...], "ir_f": [...], "ge_f_px": [...]}; null entries for unfit thresholds):
+    per group and threshold the median over clips of IR / GE and the clip count."""
+    out = []
+    for key, members in _group(_flat(rows), by).items():
+        rec: Dict[str, Any] = dict(zip(by, key))
+        for fam in ("h", "f"):
+            taus: Optional[List[float]] = None
+            irs, ges = [], []
+            for r in members:
+                sens = ((r.get("_result") or {}).get("background") or {}).get("sensitivity")
+                if r.get("status") != "ok" or not isinstance(sens, dict):
+                    continue
+                tau = sens.get(f"tau_{fam}")
+                if not tau or (taus is not None and list(tau) != taus):
+                    continue
+                taus = list(tau)
+                irs.append([np.nan if v is None else v for v in sens.get(f"ir_{fam}", [])])
+                ges.append([np.nan if v is None else v for v in sens.get(f"ge_{fam}_px", [])])
+            if taus is None:
+                continue
+            irs_a = np.asarray([v for v in irs if len(v) == len(taus)], dtype=np.float64)
+            ges_a = np.asarray([v for v in ges if len(v) == len(taus)], dtype=np.float64)
+            rec[f"tau_{fam}"] = taus
+            for name, arr in ((f"ir_{fam}", irs_a), (f"ge_{fam}_px", ges_a)):
+                if arr.size == 0:
+                    rec[name], rec[f"{name}_n"] = [None] * len(taus), [0] * len(taus)
+                    continue
+                n = np.isfinite(arr).sum(0)
+                med = np.nanmedian(np.where(n[None] > 0, arr, 0.0), axis=0)
+                rec[name] = [float(m) if c else None for m, c in zip(med, n)]
+                rec[f"{name}_n"] = n.tolist()
+        out.append(rec)
+    return out
+
+
+def percentile_aligned(rows: Iterable[Dict[str, Any]], *, x: str = "ir", y: str = "ge_px",
+                       percentiles: Sequence[float] = (10, 25, 50, 75, 90), band: float = 10.0,
+                       by: Sequence[str] = ("model",)) -> List[Dict[str, Any]]:
+    """Percentile-aligned summaries: for each percentile q of ``x`` within a group, the value
+    ``x_q`` and the median of ``y`` over clips whose ``x`` lies between the (q - band) and
+    (q + band) percentiles ("GE at matched IR percentiles"), so groups are compared at the same
+    rank instead of the same absolute score. Also the plain q-quantile of ``y``."""
+    q = np.asarray(percentiles, dtype=np.float64)
+    out = []
+    for key, members in _group(_flat(rows), by).items():
+        pairs = [(r[x], r[y]) for r in members if r.get("status") == "ok"
+                 and isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
+        rec = {**dict(zip(by, key)), "x": x, "y": y, "percentiles": q.tolist(), "n": len(pairs)}
+        if not pairs:
+            rec.update({"x_q": [None] * q.size, "y_at_x_q": [None] * q.size,
+                        "y_q": [None] * q.size, "band_n": [0] * q.size})
+            out.append(rec)
+            continue
+        xv = np.array([p[0] for p in pairs], dtype=np.float64)
+        yv = np.array([p[1] for p in pairs], dtype=np.float64)
+        lo = np.percentile(xv, np.clip(q - band, 0, 100))
+        hi = np.percentile(xv, np.clip(q + band, 0, 100))
+        inside = (xv[None] >= lo[:, None]) & (xv[None] <= hi[:, None])  # (Q, n)
+        yy = np.where(inside, yv[None], np.nan)
+        cnt = inside.sum(1)
+        med = np.nanmedian(np.where(cnt[:, None] > 0, yy, 0.0), axis=1)
+        rec.update({"x_q": np.percentile(xv, q).tolist(),
+                    "y_at_x_q": [float(m) if c else None for m, c in zip(med, cnt)],
+                    "y_q": np.percentile(yv, q).tolist(), "band_n": cnt.tolist()})
+        out.append(rec)
+    return out
+
+
+# --- dynamics (sec. 6.6) --------------------------------------------------------------------
+def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One record per foreground object of ok clips: model, category, clip_id, object id,
+    adap90, adadfrc_mean and the clip's background pass flag."""
+    out = []
+    for r in _flat(rows):
+        if r.get("status") != "ok":
+            continue
+        fg = (r.get("_result") or {}).get("foreground") or {}
+        for o in fg.get("objects") or []:
+            if isinstance(o, dict) and isinstance(o.get("adap90"), (int, float)):
+                out.append({"model": r.get("model"), "category": r.get("category"),
+                            "clip_id": r.get("clip_id"), "object": o.get("id"),
+                            "adap90": float(o["adap90"]),
+                            "adadfrc_mean": o.get("adadfrc_mean"),
+                            "background_pass": r.get("background_pass")})
+    return out
+
+
+def adap90_anomalies(rows: Iterable[Dict[str, Any]], *, quantile: float = 0.8,
+                     by: Sequence[str] = ("model", "category")) -> Dict[str, Any]:
+    """AdaP90 (eq. 17) audit: per (model, prompt category) the P80 threshold of object AdaP90,
+    the anomaly rate (objects above it; ~20% by construction, descriptive only) with a Wilson
+    CI, median, P90 and max, plus the rate of "dynamic anomaly & background good" clips
+    (an object above its group's P80 while the background passes the report gate)."""
+    objs = object_table(rows)
+    groups: Dict[Tuple, List[Dict[str, Any]]] = defaultdict(list)
+    for o in objs:
+        groups[tuple(str(o.get(k)) for k in by)].append(o)
+    table = []
+    anomalous_clips = set()
+    for key, members in sorted(groups.items()):
+        v = np.array([o["adap90"] for o in members])
+        thr = float(np.quantile(v, quantile))
+        above = v > thr
+        p, lo, hi = wilson_interval(int(above.sum()), v.size)
+        for o, a in zip(members, above):
+            o["anomaly"] = bool(a)
+            if a:
+                anomalous_clips.add((o["clip_id"], o["background_pass"]))
+        table.append({**dict(zip(by, key)), "n_objects": int(v.size), "p80": thr,
+                      "anomaly_rate": float(p), "lo": float(lo), "hi": float(hi),
+                      "median": float(np.median(v)), "p90": float(np.quantile(v, 0.9)),
+                      "max": float(v.max())})
+    clips_with_objects = {o["clip_id"] for o in objs}
+    both = {c for c, good in anomalous_clips if good}
+    k, n = len(both), len(clips_with_objects)
+    p, lo, hi = wilson_interval(k, n)
+    return {"groups": table, "objects": objs,
+            "dynamic_anomaly_background_good": {"k": k, "n": n, "rate": float(p) if n else None,
+                                                "lo": float(lo), "hi": float(hi)}}

@@ -1,0 +1,374 @@
+"""SQLite result store: one file, results keyed by (content hash, config hash).
+
+Two tables (a view ``leaderboard`` joins them):
+
+* ``results(content_hash, config_hash, status, reason, result_json, ...)`` — one scored video
+  per configuration. The primary key makes inserts idempotent: the same bytes under the same
+  config are never scored twice, whatever their clip_id.
+* ``clips(clip_id, config_hash, content_hash, model, category, prompt, seed, scene, path, ...)``
+  — the manifest row that points at a result (two clip_ids with identical bytes share a result).
+
+Concurrency: the database runs in WAL mode with a busy timeout; every write is one short
+``BEGIN IMMEDIATE`` transaction (clip row + result row together, so a kill never leaves half a
+clip) retried with back-off while another process holds the write lock. Several processes on
+ONE machine may write the same file (that is how ``torchrun`` ranks share it); SQLite locking is
+not reliable on network file systems, so keep the file on a local disk.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+from ..errors import GeoConError, OptionalDependencyError
+from .schema import check_result
+
+STORE_FORMAT = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS results (
+    content_hash TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    schema_version TEXT,
+    version TEXT,
+    result_json TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (content_hash, config_hash)
+);
+CREATE TABLE IF NOT EXISTS clips (
+    clip_id TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    model TEXT,
+    model_version TEXT,
+    category TEXT,
+    prompt TEXT,
+    seed INTEGER,
+    scene TEXT,
+    path TEXT,
+    entry_json TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (clip_id, config_hash)
+);
+CREATE INDEX IF NOT EXISTS clips_by_result ON clips (content_hash, config_hash);
+CREATE VIEW IF NOT EXISTS leaderboard AS
+    SELECT c.clip_id, c.model, c.model_version, c.category, c.prompt, c.seed, c.scene, c.path,
+           c.entry_json, r.status, r.reason, r.content_hash, r.config_hash, r.schema_version,
+           r.version,
+           r.result_json
+    FROM clips c JOIN results r
+      ON r.content_hash = c.content_hash AND r.config_hash = c.config_hash;
+"""
+
+CLIP_COLUMNS = ("clip_id", "model", "model_version", "category", "prompt", "seed", "scene", "path")
+
+
+class StoreError(GeoConError, RuntimeError):
+    """The result database could not be opened or written (after retries)."""
+
+
+class ResultStore:
+    """A results database. Use as a context manager or call :meth:`close`.
+
+    Args:
+        path: the SQLite file (created with its folder if missing).
+        timeout_s: how long one write may wait for another process's lock before failing.
+    """
+
+    def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0):
+        self.path = Path(path)
+        self.timeout_s = float(timeout_s)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=self.timeout_s,
+                                         isolation_level=None, check_same_thread=False)
+            self._retry(self._init_schema)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open result store {self.path}: {exc}") from exc
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _init_schema(self) -> None:
+        c = self._conn
+        c.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+        mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode}); is it on a "
+                             "network file system? Use a local disk.")
+        c.execute("PRAGMA synchronous = NORMAL")
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                c.execute(stmt)
+            row = c.execute("SELECT value FROM meta WHERE key='store_format'").fetchone()
+            if row is None:
+                c.execute("INSERT INTO meta VALUES ('store_format', ?)", (STORE_FORMAT,))
+            elif row[0] != STORE_FORMAT:
+                raise StoreError(f"{self.path}: store format {row[0]} is not {STORE_FORMAT}")
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _retry(self, fn, *args):
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.01
+        while True:
+            try:
+                return fn(*args)
+            except sqlite3.OperationalError as exc:
+                msg = str(exc).lower()
+                if ("locked" not in msg and "busy" not in msg) or time.monotonic() > deadline:
+                    raise StoreError(f"{self.path}: {exc}") from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 1.0)
+
+    def _write(self, statements: List[tuple]) -> None:
+        def tx():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    self._conn.execute(sql, params)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        self._retry(tx)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- queries ------------------------------------------------------------------------------
+    def has(self, content_hash: str, config_hash: str) -> bool:
+        row = self._conn.execute("SELECT 1 FROM results WHERE content_hash=? AND config_hash=?",
+                                 (content_hash, config_hash)).fetchone()
+        return row is not None
+
+    def status_of(self, content_hash: str, config_hash: str) -> Optional[str]:
+        row = self._conn.execute("SELECT status FROM results WHERE content_hash=? AND "
+                                 "config_hash=?", (content_hash, config_hash)).fetchone()
+        return None if row is None else row[0]
+
+    def linked(self, clip_id: str, config_hash: str) -> Optional[str]:
+        """Content hash the clip row points at, or None."""
+        row = self._conn.execute("SELECT content_hash FROM clips WHERE clip_id=? AND "
+                                 "config_hash=?", (clip_id, config_hash)).fetchone()
+        return None if row is None else row[0]
+
+    def count(self, table: str = "results") -> int:
+        if table not in ("results", "clips", "leaderboard"):
+            raise ValueError(f"unknown table {table!r}")
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    def config_hashes(self) -> List[str]:
+        return [r[0] for r in self._conn.execute(
+            "SELECT DISTINCT config_hash FROM clips ORDER BY config_hash")]
+
+    def rows(self, config_hash: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Joined rows (clip metadata + ``result`` dict), sorted by (config_hash, clip_id)."""
+        sql = "SELECT * FROM leaderboard"
+        params: tuple = ()
+        if config_hash is not None:
+            sql += " WHERE config_hash = ?"
+            params = (config_hash,)
+        sql += " ORDER BY config_hash, clip_id"
+        cur = self._conn.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        out = []
+        for values in cur.fetchall():
+            row = dict(zip(names, values))
+            row["result"] = json.loads(row.pop("result_json"))
+            out.append(row)
+        return out
+
+    # -- writes -------------------------------------------------------------------------------
+    def put(self, clip: Dict[str, Any], content_hash: str, config_hash: str,
+            result: Optional[Dict[str, Any]] = None, *, replace: bool = False) -> None:
+        """Record a clip row and (if given) its result in ONE transaction.
+
+        ``clip`` holds the CLIP_COLUMNS (clip_id required) and optionally ``entry`` (the whole
+        manifest row, stored as JSON). With ``result=None`` only the clip row is (re)linked to an
+        existing result. Re-putting the same key is a no-op unless ``replace`` (used to retry
+        error rows).
+        """
+        if not clip.get("clip_id"):
+            raise ValueError("clip row needs a clip_id")
+        now = time.time()
+        stmts: List[tuple] = []
+        if result is not None:
+            check_result(result)
+            verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+            stmts.append((
+                f"{verb} INTO results (content_hash, config_hash, status, reason, schema_version,"
+                " version, result_json, created_at) VALUES (?,?,?,?,?,?,?,?)",
+                (content_hash, config_hash, result["status"], result.get("reason"),
+                 result.get("schema_version"), result.get("version"),
+                 json.dumps(result, sort_keys=True, allow_nan=False), now)))
+        values = [clip.get(k) for k in CLIP_COLUMNS]
+        stmts.append((
+            "INSERT INTO clips (clip_id, model, model_version, category, prompt, seed, scene, path,"
+            " config_hash, content_hash, entry_json, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (clip_id, config_hash) DO UPDATE SET content_hash=excluded.content_hash,"
+            " model=excluded.model, model_version=excluded.model_version,"
+            " category=excluded.category, prompt=excluded.prompt, seed=excluded.seed,"
+            " scene=excluded.scene, path=excluded.path, entry_json=excluded.entry_json,"
+            " updated_at=excluded.updated_at",
+            (*values, config_hash, content_hash,
+             json.dumps(clip.get("entry"), sort_keys=True, default=str), now)))
+        self._write(stmts)
+
+    # -- export -------------------------------------------------------------------------------
+    def export_csv(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
+        """Flat CSV (one line per clip, columns of :func:`flatten_row`)."""
+        return write_csv(path, [flatten_row(r) for r in self.rows(config_hash)])
+
+    def export_parquet(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
+        """Flat Parquet table (needs the optional pyarrow: pip install geocon_torch[parquet])."""
+        return write_parquet(path, [flatten_row(r) for r in self.rows(config_hash)])
+
+
+def _num(x: Any) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+FLAT_COLUMNS = (
+    "clip_id", "model", "model_version", "category", "prompt", "seed", "scene", "status",
+    "reason", "regime", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs",
+    "pairs", "background_pass", "gate_method", "gate_statistic", "gate_decision",
+    "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error", "epipolar_error_score",
+    "epipolar_inlier_rate", "feature_match_coverage", "content_hash", "config_hash",
+    "schema_version", "version", "path",
+)
+
+
+def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
+    """One flat record (scalars only) from a joined row: clip metadata + headline numbers."""
+    res = row.get("result") or {}
+    bg = res.get("background") or {}
+    gate = res.get("gate") or {}
+    fg = res.get("foreground") or {}
+    ep = res.get("epipolar") or {}
+    objects = [o for o in (fg.get("objects") or []) if isinstance(o, dict)]
+    ada = [_num(o.get("adadfrc_mean")) for o in objects]
+    ada = [a for a in ada if a is not None]
+    p90 = [_num(o.get("adap90")) for o in objects]
+    p90 = [a for a in p90 if a is not None]
+    out = {k: row.get(k) for k in CLIP_COLUMNS}
+    out.update({
+        "status": res.get("status", row.get("status")),
+        "reason": res.get("reason", row.get("reason")),
+        "regime": res.get("regime"),
+        "ir": _num(bg.get("ir")), "ge_px": _num(bg.get("ge_px")),
+        "ir_h": _num(bg.get("ir_h")), "ge_h_px": _num(bg.get("ge_h_px")),
+        "ir_f": _num(bg.get("ir_f")), "ge_f_px": _num(bg.get("ge_f_px")),
+        "valid_pairs": _num(bg.get("valid_pairs")), "pairs": _num(bg.get("pairs")),
+        "background_pass": bg.get("pass") if isinstance(bg.get("pass"), bool) else None,
+        "gate_method": gate.get("method"), "gate_statistic": _num(gate.get("statistic")),
+        "gate_decision": gate.get("decision"),
+        "num_objects": len(objects),
+        "adadfrc_mean": sum(ada) / len(ada) if ada else None,
+        "adap90_max": max(p90) if p90 else None,
+        "epipolar_error": _num(ep.get("epipolar_error")),
+        "epipolar_error_score": _num(ep.get("epipolar_error_score")),
+        "epipolar_inlier_rate": _num(ep.get("epipolar_inlier_rate")),
+        "feature_match_coverage": _num(ep.get("feature_match_coverage")),
+        "content_hash": row.get("content_hash", res.get("content_hash")),
+        "config_hash": row.get("config_hash", res.get("config_hash")),
+        "schema_version": res.get("schema_version"), "version": res.get("version"),
+    })
+    return {k: out.get(k) for k in FLAT_COLUMNS}
+
+
+def write_csv(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> Path:
+    path = Path(path)
+    records = list(records)
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(FLAT_COLUMNS))
+        w.writeheader()
+        for r in records:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in FLAT_COLUMNS})
+    return path
+
+
+def write_parquet(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> Path:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            "Parquet export needs pyarrow: pip install 'geocon_torch[parquet]' "
+            "(CSV export works without it)") from exc
+    records = list(records)
+    table = pa.table({k: [r.get(k) for r in records] for k in FLAT_COLUMNS})
+    pq.write_table(table, str(path))
+    return Path(path)
+
+
+def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
+                 validate: bool = True) -> List[Dict[str, Any]]:
+    """Joined rows from a results SQLite file or a JSON-lines file of results.
+
+    JSONL lines are ``ClipResult.to_dict()`` objects (as written by ``geocon score --json``);
+    their clip metadata (model, category, prompt, seed) is read from the same object when
+    present (``model`` defaults to "-", the scene to the clip). With ``validate`` every row is
+    checked against the result schema (:class:`ResultSchemaError` names the line).
+    """
+    from .schema import ResultSchemaError, result_problems
+
+    path = Path(source)
+    if not path.exists():
+        raise GeoConError(f"results not found: {path}")
+    with path.open("rb") as fh:
+        is_sqlite = fh.read(16) == b"SQLite format 3\x00"
+    if is_sqlite:
+        with ResultStore(path) as store:
+            rows = store.rows(config_hash)
+        if validate:
+            for r in rows:
+                problems = result_problems(r["result"])
+                if problems:
+                    raise ResultSchemaError(f"{path}: clip {r['clip_id']}: " + "; ".join(problems))
+        return rows
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, text in enumerate(fh, 1):
+            if not text.strip():
+                continue
+            try:
+                res = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({exc.msg}); expected a "
+                                        "SQLite store or JSON lines of results") from None
+            problems = result_problems(res) if validate else []
+            if problems:
+                raise ResultSchemaError(f"{path}, line {lineno}: " + "; ".join(problems))
+            if config_hash is not None and res.get("config_hash") != config_hash:
+                continue
+            meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
+            get = lambda k, d=None: res.get(k, meta.get(k, d))  # noqa: E731
+            clip_id = str(get("clip_id", res.get("clip")))
+            seed = get("seed")
+            rows.append({
+                "clip_id": clip_id, "model": get("model", "-"),
+                "model_version": get("model_version"), "category": res.get("category"),
+                "prompt": get("prompt"), "seed": seed,
+                "scene": (f"{res.get('category') or ''}|{get('prompt') or ''}|{seed}"
+                          if seed is not None else f"clip:{clip_id}"),
+                "path": res.get("path"), "status": res.get("status"),
+                "reason": res.get("reason"), "content_hash": res.get("content_hash"),
+                "config_hash": res.get("config_hash"),
+                "schema_version": res.get("schema_version"), "version": res.get("version"),
+                "result": res})
+    return rows

@@ -1,0 +1,139 @@
+"""Options and helpers shared by the score / bench / demo / report subcommands."""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO
+
+from ..config import GeoConConfig, load_config
+from ..pipeline import PRESETS
+VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("configuration (every threshold lives in --config)")
+    g.add_argument("--config", metavar="FILE",
+                   help="JSON file overriding any subset of GeoConConfig, e.g. "
+                        '{"background": {"tau_h": 3.0}, "io": {"long_side": 512}}; unknown '
+                        "keys are an error")
+    g.add_argument("--preset", choices=PRESETS,
+                   help="geocon: background IR/GE + AdaDFRC (default); background: IR/GE "
+                        "only; worldatlas / gvgc: the epipolar trio only; all: everything")
+    g.add_argument("--long-side", type=int, metavar="PX",
+                   help="working resolution: long side in pixels (default 1024; pixel scores "
+                        "are reported at this resolution)")
+    g.add_argument("--max-frames", type=int, metavar="N", help="score at most N frames per clip")
+    g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame")
+    g.add_argument("--device", help="torch device for features and fits, e.g. cpu, cuda, cuda:1 "
+                                    "(default: CPU for files; under torchrun cuda:LOCAL_RANK)")
+
+
+def build_config(args: argparse.Namespace) -> GeoConConfig:
+    """--config FILE, then the explicit flags on top."""
+    cfg = load_config(getattr(args, "config", None))
+    io: Dict[str, Any] = {}
+    if getattr(args, "long_side", None) is not None:
+        io["long_side"] = int(args.long_side)
+    if getattr(args, "max_frames", None) is not None:
+        io["max_frames"] = int(args.max_frames)
+    if getattr(args, "stride", None) is not None:
+        io["stride"] = int(args.stride)
+    over: Dict[str, Any] = {}
+    if io:
+        over["io"] = io
+    if getattr(args, "preset", None):
+        over["preset"] = args.preset
+    return cfg.replace(**over) if over else cfg
+
+
+def expand_inputs(items: Sequence[str]) -> List[Path]:
+    """Files, folders and globs -> clip sources. A folder holding videos gives its videos
+    (sorted); a folder holding only images is one image-sequence clip."""
+    out: List[Path] = []
+    for item in items:
+        matches = sorted(glob.glob(item)) if any(c in item for c in "*?[") else [item]
+        if not matches:
+            out.append(Path(item))  # reported as missing by the scorer
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                vids = sorted(f for f in p.iterdir() if f.suffix.lower() in VIDEO_SUFFIXES)
+                if vids:
+                    out.extend(vids)
+                else:
+                    out.append(p)
+            else:
+                out.append(p)
+    seen = set()
+    return [p for p in out if not (str(p) in seen or seen.add(str(p)))]
+
+
+def per_clip_file(option: Optional[str], clip: Path, n_clips: int) -> Optional[str]:
+    """--masks / --poses: a file for a single clip, or a folder holding ``<stem>.npz`` /
+    ``<stem>.json`` / ``<stem>/`` (or ``<stem>_masks.npz``) per clip."""
+    if not option:
+        return None
+    p = Path(option)
+    if p.is_dir():
+        for cand in (p / f"{clip.stem}.npz", p / f"{clip.stem}_masks.npz",
+                     p / f"{clip.stem}.json", p / clip.stem):
+            if cand.exists():
+                return str(cand)
+        if n_clips == 1:
+            return str(p)  # a PNG mask folder for the only clip
+        return None
+    return str(p)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        return format(v, spec)
+    return str(v)
+
+
+SUMMARY_COLUMNS = ("clip", "status", "regime", "IR", "GE px", "pass", "objects", "AdaP90",
+                   "epi err", "epi inl", "reason")
+
+
+def summary_row(res: Dict[str, Any]) -> List[str]:
+    bg = res.get("background") or {}
+    fg = res.get("foreground") or {}
+    ep = res.get("epipolar") or {}
+    objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
+    p90 = [o["adap90"] for o in objs if isinstance(o.get("adap90"), (int, float))]
+    reason = res.get("reason") or ""
+    return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("regime"), ""),
+            _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"), _fmt(bg.get("pass"), ""),
+            str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
+            _fmt(ep.get("epipolar_error"), ".3f"), _fmt(ep.get("epipolar_inlier_rate"), ".3f"),
+            reason if len(reason) <= 60 else reason[:57] + "..."]
+
+
+def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_COLUMNS,
+                out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    rows = [list(map(str, r)) for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    print(line, file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)), file=out)
+
+
+def write_jsonl(path: str, results: Iterable[Dict[str, Any]]) -> None:
+    """JSON lines of results; path "-" = stdout."""
+    text = "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in results)
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")

@@ -1,0 +1,79 @@
+"""Resumable leaderboard run: score every clip of a manifest into a SQLite store.
+
+Examples:
+  geocon bench manifest.csv --db results.sqlite
+  geocon bench manifest.jsonl --db results.sqlite --config eval.json --export-csv table.csv
+  torchrun --nproc_per_node 4 -m geocon_torch.cli bench manifest.csv --db results.sqlite
+  geocon bench --db results.sqlite --export-parquet table.parquet     (export only)
+
+Manifest (CSV with a header, or JSONL): clip_id, path, model (required), prompt,
+model_version, seed, resolution (WxH), fps, duration, masks_path, poses_path, category.
+Relative paths are relative to the manifest.
+
+Rows are keyed by (content hash of the video, config hash): a run killed at any moment resumes
+without recomputing or duplicating a clip; identical files under two clip ids are scored once.
+A clip that fails is stored with status "error" and its reason and the run goes on
+(--retry-errors recomputes those). Under torchrun, rank r scores clips r::N and every rank
+commits its own rows to the same SQLite file (WAL, busy timeout, retried transactions); keep the
+file on a local disk (one node). Exit status 0 unless the run itself failed (error rows do not
+change it); --strict returns 1 when any clip of this run is an error.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._common import add_config_arguments, build_config
+
+NAME = "bench"
+HELP = "score a manifest into a resumable SQLite store (torchrun-shardable), export CSV/Parquet"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("manifest", nargs="?", metavar="MANIFEST",
+                   help="CSV or JSONL manifest (omit to only export the store)")
+    p.add_argument("--db", required=True, metavar="FILE", help="SQLite results file (created "
+                                                               "if missing)")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="recompute clips stored with status error")
+    p.add_argument("--export-csv", metavar="OUT", help="after the run, write the flat table")
+    p.add_argument("--export-parquet", metavar="OUT",
+                   help="after the run, write the flat table as Parquet (needs pyarrow)")
+    p.add_argument("--all-configs", action="store_true",
+                   help="export rows of every config hash (default: this run's config)")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any clip is an error")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench import ResultStore, run_manifest
+
+    cfg = build_config(args)
+    summary = None
+    if args.manifest:
+        summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
+                               retry_errors=args.retry_errors, progress=not args.no_progress)
+        if summary.rank != 0:
+            return 0
+        print(f"geocon bench: {summary.total} clips on {summary.world_size} rank(s): "
+              f"{summary.computed} scored ({summary.ok} ok, {summary.not_applicable} not "
+              f"applicable, {summary.error} error), {summary.skipped} already stored, "
+              f"{summary.linked} linked to identical files; {summary.elapsed_s:.1f} s")
+        for line in summary.errors[:20]:
+            print(f"  error {line}", file=sys.stderr)
+    elif not (args.export_csv or args.export_parquet):
+        print("geocon bench: give a MANIFEST to run or --export-csv / --export-parquet",
+              file=sys.stderr)
+        return 2
+    cfg_hash = None if args.all_configs else cfg.config_hash()
+    with ResultStore(args.db) as store:
+        if args.export_csv:
+            store.export_csv(args.export_csv, cfg_hash)
+            print(f"wrote {args.export_csv}")
+        if args.export_parquet:
+            store.export_parquet(args.export_parquet, cfg_hash)
+            print(f"wrote {args.export_parquet}")
+    if args.strict and summary is not None and summary.error:
+        return 1
+    return 0

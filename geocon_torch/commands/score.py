@@ -1,0 +1,60 @@
+"""Score video files, image folders or globs and print a per-clip summary table.
+
+Examples:
+  geocon score clip.mp4
+  geocon score videos/ "more/*.webm" --json results.jsonl --long-side 512
+  geocon score clip.mp4 --masks clip_masks.npz --poses clip_poses.json --preset all
+  geocon score videos/ --masks masks/ --config thresholds.json --device cuda
+
+A folder is expanded to the videos it holds (or is one clip if it holds only images).
+--masks / --poses take a file for one clip, or a folder with <stem>.npz, <stem>_masks.npz,
+<stem>.json or <stem>/ per clip. Columns: IR (inlier ratio), GE px (geometric error at the
+working resolution), pass (IR >= 0.97 and GE <= 3.5 px), objects and their worst AdaP90
+(AdaDFRC-W2), epipolar error / inlier rate (presets worldatlas, gvgc, all).
+Every clip gives one row: status ok, not_applicable or error with its reason.
+Exit status: 0 when no clip has status error, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._common import (add_config_arguments, build_config, expand_inputs, per_clip_file,
+                      print_table, summary_row, write_jsonl)
+
+NAME = "score"
+HELP = "score clips (files, folders, globs): summary table, --json for JSON lines"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="video files, image folders, "
+                                                            "folders of videos or globs")
+    p.add_argument("--json", metavar="OUT", help="write one JSON result per line to OUT "
+                                                 "('-' = stdout, the table then goes to stderr)")
+    p.add_argument("--masks", metavar="PATH", help="object masks (.npz / PNG folder) or a folder "
+                                                   "of per-clip mask files")
+    p.add_argument("--poses", metavar="PATH", help="pose log (JSON / .npz) or a folder of "
+                                                   "per-clip pose logs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from ..pipeline import score_clips
+
+    cfg = build_config(args)
+    clips = expand_inputs(args.paths)
+    results = []
+    for path in tqdm(clips, desc="geocon score", unit="clip",
+                     disable=args.no_progress or len(clips) < 2):
+        res = score_clips([str(path)], masks=[per_clip_file(args.masks, path, len(clips))],
+                          poses=[per_clip_file(args.poses, path, len(clips))], config=cfg,
+                          device=args.device)[0]
+        results.append(res.to_dict())
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print_table([summary_row(r) for r in results], out=out)
+    if args.json:
+        write_jsonl(args.json, results)
+    return 1 if any(r["status"] == "error" for r in results) else 0

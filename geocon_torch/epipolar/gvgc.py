@@ -1,0 +1,262 @@
+"""The original GVGC protocol (Li et al. 2024, "Sora generates videos with stunning geometrical
+consistency"), reproduced from its public code (``PatchAutoEvaluate.py`` + ``core_function.py``).
+
+* frames 0..70 of the clip (``gvgc_min_frames`` = 71; shorter clips are not_applicable), each
+  resized to 1280x720 (cv2.resize default, bilinear) and converted to grayscale;
+* pairs (i, i + d) for d in (60, 50, 40, 30, 20, 10), i = 0, s, 2s, ... with
+  s = int((70 - d) / 10) while i + d <= 70: 11 pairs per interval, 66 in all;
+* SIFT with up to 40,000 features, FLANN 2-NN (the original's ``cv2.FlannBasedMatcher()``;
+  ``gvgc_matcher="bf"`` for exact 2-NN), Lowe ratio 0.85;
+* ``cv2.findFundamentalMat(FM_RANSAC, 3 px)`` (OpenCV defaults: confidence 0.99, 1000 iterations);
+* per pair over the RANSAC inliers: the one-sided distance of x2 to the epipolar line F x1 (px at
+  1280x720, :func:`geocon_torch.geometry.epipolar_line_distance`): mean, median, RMSE, MAE, and
+  the keep rate = inliers / ratio-filtered matches;
+* per interval d and overall: mean of the means, median of the medians, sqrt(mean(RMSE^2)),
+  mean MAE, mean keep rate, mean inlier and match counts (the original's ``*_err_whole.csv``).
+
+Two paths: :func:`gvgc_section_opencv` (the original, pair by pair) and
+:func:`gvgc_sections_torch` (batched: exact 2-NN ``match_descriptors`` and one
+``ransac_fundamental(residual="epipolar_max", scoring="ransac")`` over the 66 pairs of all clips,
+with per-pair seeds from the source frame numbers (``protocol.pair_seeds``) and the match
+width padded to ``gvgc_sift_features``, so a clip's numbers do not depend on the batch; the pair layout, validity and aggregation above are shared).
+
+Differences from the original, on purpose: a pair with fewer than 8 matches, no F or fewer than
+``min_inliers`` inliers is reported invalid and left out of the aggregates (the original crashes);
+frames come from the clip tensor instead of PNG files on disk.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+import torch
+
+from ..config import EpipolarConfig
+from ..geometry import epipolar_line_distance
+from ..types import Clip
+from .opencv_path import clip_frame_rgb, opencv_state
+from .protocol import pair_seeds, source_frames
+
+MIN_MATCHES = 8  # below this OpenCV's 8-point / RANSAC F estimation is not attempted
+
+
+def gvgc_pairs(config: EpipolarConfig) -> np.ndarray:
+    """(66, 3) int64 rows (d, i, i + d) in the original's order (d = 60 first)."""
+    end = int(config.gvgc_min_frames)
+    rows = []
+    for d in config.gvgc_intervals:
+        step = max(int((end - 1 - int(d)) / 10), 1)
+        for i in range(0, end, step):
+            if i + int(d) > end - 1:
+                break
+            rows.append((int(d), i, i + int(d)))
+    return np.asarray(rows, np.int64).reshape(-1, 3)
+
+
+def line_error_stats(F: np.ndarray, p1: np.ndarray, p2: np.ndarray) -> Dict[str, float]:
+    """mean / median / rmse / mae of the one-sided epipolar line distance (px)."""
+    d = epipolar_line_distance(torch.from_numpy(np.asarray(F, np.float64))[None],
+                               torch.from_numpy(p1.astype(np.float64))[None],
+                               torch.from_numpy(p2.astype(np.float64))[None])[0].numpy()
+    return {"mean_error": float(d.mean()), "median_error": float(np.median(d)),
+            "rmse": float(np.sqrt(np.mean(d ** 2))), "mae": float(np.abs(d).mean())}
+
+
+def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The original's clip summary over the valid pair records."""
+    valid = [r for r in records if r["valid"]]
+    out: Dict[str, Any] = {"pairs": len(records), "valid_pairs": len(valid)}
+    if not valid:
+        out.update({k: None for k in ("mean_error", "median_error", "rmse", "mae", "keep_rate",
+                                      "num_inliers", "num_pts")})
+        return out
+    col = lambda k: np.asarray([r[k] for r in valid], np.float64)  # noqa: E731
+    out.update({"mean_error": float(col("mean_error").mean()),
+                "median_error": float(np.median(col("median_error"))),
+                "rmse": float(np.sqrt(np.mean(col("rmse") ** 2))),
+                "mae": float(col("mae").mean()),
+                "keep_rate": float(col("keep_rate").mean()),
+                "num_inliers": float(col("num_inliers").mean()),
+                "num_pts": float(col("num_pts").mean())})
+    return out
+
+
+def pair_record(d: int, i: int, j: int, kp: Tuple[int, int], num_pts: int,
+                num_inliers: int, stats: Optional[Dict[str, float]], config: EpipolarConfig,
+                error: Optional[str] = None) -> Dict[str, Any]:
+    """One per-pair dict; ``valid`` when F was fitted with at least ``min_inliers`` inliers."""
+    rec: Dict[str, Any] = {"interval": int(d), "left_index": int(i), "right_index": int(j),
+                           "keypoints_left": int(kp[0]), "keypoints_right": int(kp[1]),
+                           "num_pts": int(num_pts), "num_inliers": int(num_inliers)}
+    if error is None and (stats is None or num_inliers < int(config.min_inliers)):
+        error = ("not enough feature matches" if num_pts < MIN_MATCHES else
+                 "fundamental matrix estimation failed" if stats is None else
+                 "not enough epipolar inliers")
+    rec["valid"] = error is None
+    if error is None:
+        rec.update(stats)
+        rec["keep_rate"] = num_inliers / float(num_pts)
+    else:
+        rec["error"] = error
+    return rec
+
+
+def gvgc_summary(records: List[Dict[str, Any]], config: EpipolarConfig,
+                 info: Dict[str, Any]) -> Dict[str, Any]:
+    """Section dict of the gvgc preset from its per-pair records."""
+    overall = aggregate(records)
+    per_interval = {str(int(d)): aggregate([r for r in records if r["interval"] == int(d)])
+                    for d in config.gvgc_intervals}
+    ok = overall["valid_pairs"] > 0
+    section: Dict[str, Any] = {"preset": "gvgc", **info, **overall, "per_interval": per_interval,
+                               "fallback_used": False, "method": "sift_fm_ransac",
+                               "status": "ok" if ok else "not_applicable",
+                               "reason": None if ok else "no valid GVGC frame pairs",
+                               "per_pair": records}
+    return section
+
+
+def too_short(clip: Clip, config: EpipolarConfig, path: str) -> Optional[Dict[str, Any]]:
+    """The not_applicable section of a clip shorter than ``gvgc_min_frames``, else None."""
+    need = int(config.gvgc_min_frames)
+    if clip.num_frames >= need:
+        return None
+    return {"preset": "gvgc", "path": path, "frames": clip.num_frames, "pairs": 0,
+            "valid_pairs": 0, "per_interval": {}, "per_pair": [], "fallback_used": False,
+            "method": None, "status": "not_applicable",
+            "reason": (f"gvgc preset needs at least {need} frames (pairs up to "
+                       f"{max(config.gvgc_intervals)} frames apart over frames 0..{need - 1}); "
+                       f"clip has {clip.num_frames}")}
+
+
+def gvgc_frame_rgb(clip: Clip, index: int, config: EpipolarConfig) -> np.ndarray:
+    """(720, 1280, 3) uint8 RGB frame resized as the original (cv2.resize, bilinear)."""
+    h, w = (int(v) for v in config.gvgc_size)
+    return cv2.resize(clip_frame_rgb(clip, index), (w, h))
+
+
+def _matcher(config: EpipolarConfig):
+    if config.gvgc_matcher == "flann":
+        return cv2.FlannBasedMatcher()
+    if config.gvgc_matcher == "bf":
+        return cv2.BFMatcher(cv2.NORM_L2)
+    raise ValueError(f"gvgc_matcher must be 'flann' or 'bf', got {config.gvgc_matcher!r}")
+
+
+def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
+    """The gvgc preset through OpenCV, one pair at a time, as the original code."""
+    short = too_short(clip, config, "opencv")
+    if short is not None:
+        return short
+    rows = gvgc_pairs(config)
+    info = {"path": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
+            "analysis_size": [int(v) for v in config.gvgc_size]}
+    with opencv_state(config.opencv_threads, config.seed):
+        sift = cv2.SIFT_create(int(config.gvgc_sift_features))
+        feats = {}
+        for f in np.unique(rows[:, 1:]).tolist():
+            gray = cv2.cvtColor(gvgc_frame_rgb(clip, f, config), cv2.COLOR_RGB2GRAY)
+            kps, des = sift.detectAndCompute(gray, None)
+            feats[f] = (list(kps or []), des)
+        matcher = _matcher(config)
+        records = [_gvgc_pair(int(d), int(i), int(j), feats, matcher, config)
+                   for d, i, j in rows.tolist()]
+    return gvgc_summary(records, config, info)
+
+
+def _gvgc_pair(d: int, i: int, j: int, feats: Dict, matcher, config: EpipolarConfig
+               ) -> Dict[str, Any]:
+    (kp1, d1), (kp2, d2) = feats[i], feats[j]
+    kp = (len(kp1), len(kp2))
+    if d1 is None or d2 is None or len(kp1) < 2 or len(kp2) < 2:
+        return pair_record(d, i, j, kp, 0, 0, None, config)
+    knn = matcher.knnMatch(d1, d2, k=2)
+    good = [m[0] for m in knn if len(m) == 2 and m[0].distance < config.gvgc_ratio * m[1].distance]
+    p1 = np.float32([kp1[m.queryIdx].pt for m in good]).reshape(-1, 2)
+    p2 = np.float32([kp2[m.trainIdx].pt for m in good]).reshape(-1, 2)
+    if len(good) < MIN_MATCHES:
+        return pair_record(d, i, j, kp, len(good), 0, None, config)
+    try:
+        F, mask = cv2.findFundamentalMat(p1, p2, cv2.FM_RANSAC, float(config.gvgc_threshold_px),
+                                         float(config.gvgc_confidence),
+                                         int(config.gvgc_max_iterations))
+    except cv2.error as exc:
+        return pair_record(d, i, j, kp, len(good), 0, None, config,
+                           error=f"fundamental matrix estimation error: {str(exc).strip()[:200]}")
+    if F is None or mask is None or F.shape[0] < 3:
+        return pair_record(d, i, j, kp, len(good), 0, None, config)
+    inl = mask.reshape(-1).astype(bool)
+    n = int(inl.sum())
+    stats = line_error_stats(F[:3, :3], p1[inl], p2[inl]) if n > 0 else None
+    return pair_record(d, i, j, kp, len(good), n, stats, config)
+
+
+def gvgc_frames_torch(clip: Clip, config: EpipolarConfig, device: torch.device) -> torch.Tensor:
+    """(71, 1, 720, 1280) float gray in [0, 1]: frames 0..70 resized as RGB (bilinear, half-pixel
+    centres like cv2.resize) to uint8 levels, then cv2's RGB2GRAY weights."""
+    from .torch_path import gray_uint8_levels
+
+    rgb = clip.frames[: int(config.gvgc_min_frames)].to(device).to(torch.float32)
+    rgb = torch.nn.functional.interpolate(rgb, size=tuple(int(v) for v in config.gvgc_size),
+                                          mode="bilinear", align_corners=False)
+    return gray_uint8_levels(rgb.round().clamp(0, 255).to(torch.uint8)) / 255.0
+
+
+def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: torch.device,
+                        features: str) -> List[Dict[str, Any]]:
+    """The gvgc preset batched: one feature extraction over the frames of all clips, one
+    ``match_descriptors`` (exact 2-NN, ratio 0.85) and ONE ``ransac_fundamental`` (residual
+    "epipolar_max" = OpenCV's FM_RANSAC error, 3 px, plain inlier counting, confidence 0.99,
+    1000 iterations) over the 66 pairs of every clip."""
+    from .._tensor_utils import masked_mean, masked_median
+    from ..features import get_extractor, match_descriptors
+    from ..geometry import ransac_fundamental
+    from .torch_path import cat_correspondences
+
+    out: List[Optional[Dict[str, Any]]] = [too_short(c, config, "torch") for c in clips]
+    todo = [k for k, s in enumerate(out) if s is None]
+    if not todo:
+        return out  # type: ignore[return-value]
+    rows = gvgc_pairs(config)
+    n = int(config.gvgc_min_frames)
+    gray = torch.cat([gvgc_frames_torch(clips[k], config, device) for k in todo])
+    kps = get_extractor(features, max_keypoints=int(config.gvgc_sift_features),
+                        device=device).extract(gray)
+    pairs = torch.cat([torch.as_tensor(rows[:, 1:], device=device) + b * n
+                       for b in range(len(todo))])
+    corr = match_descriptors(kps, pairs, ratio=float(config.gvgc_ratio))
+    corr = cat_correspondences([corr], int(config.gvgc_sift_features))  # constant width
+    seeds = torch.from_numpy(np.concatenate([
+        pair_seeds(config.seed, source_frames(clips[k])[rows[:, 1:]], "gvgc") for k in todo]))
+    x1, x2 = corr.x1.to(torch.float64), corr.x2.to(torch.float64)
+    matches = corr.mask.sum(1)
+    mask = corr.mask & (matches >= MIN_MATCHES)[:, None]
+    fit = ransac_fundamental(x1, x2, mask, threshold=float(config.gvgc_threshold_px),
+                             residual="epipolar_max", confidence=float(config.gvgc_confidence),
+                             max_iterations=int(config.gvgc_max_iterations), scoring="ransac",
+                             local_optimization=False, seed=seeds,
+                             min_inliers=int(config.min_inliers))
+    inl = fit.inliers & mask & fit.valid[:, None]
+    d = epipolar_line_distance(fit.model.to(torch.float64), x1, x2)
+    if d.shape[1] == 0:
+        zeros = d.new_zeros(d.shape[0])
+        mean, med, ms = zeros, zeros, zeros
+    else:
+        mean, _ = masked_mean(d, inl)
+        med, _ = masked_median(d, inl)
+        ms, _ = masked_mean(d * d, inl)
+    host = [t.cpu().numpy() for t in (corr.num_kp1, corr.num_kp2, matches, inl.sum(1),
+                                      fit.valid, mean, med, ms.sqrt())]
+    info = {"path": "torch", "features": features, "analysis_size": [int(v) for v in
+                                                                     config.gvgc_size]}
+    for b, k in enumerate(todo):
+        records = []
+        for p, (dd, i, j) in enumerate(rows.tolist()):
+            q = b * len(rows) + p
+            kp1, kp2, m, ni, ok, mu, md, rm = (h[q] for h in host)
+            stats = ({"mean_error": float(mu), "median_error": float(md), "rmse": float(rm),
+                      "mae": float(mu)} if ok and ni > 0 else None)
+            records.append(pair_record(dd, i, j, (kp1, kp2), int(m), int(ni), stats, config))
+        out[k] = gvgc_summary(records, config, {**info, "frames": clips[k].num_frames})
+    return out  # type: ignore[return-value]

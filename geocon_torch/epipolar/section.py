@@ -1,0 +1,143 @@
+"""``epipolar_section``: the ``epipolar`` block of a result, for one clip or a batch of clips."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+
+from ..config import EpipolarConfig, GeoConConfig
+from ..errors import GeoConError, ShapeError
+from ..types import Clip
+
+PRESETS = ("worldatlas", "gvgc")
+PATHS = ("auto", "opencv", "torch")
+
+ConfigLike = Union[None, EpipolarConfig, GeoConConfig]
+DeviceLike = Union[None, str, torch.device]
+
+
+def epipolar_config(config: ConfigLike) -> EpipolarConfig:
+    """The EpipolarConfig of ``config`` (a GeoConConfig, an EpipolarConfig, or None: defaults)."""
+    if config is None:
+        return EpipolarConfig()
+    if isinstance(config, GeoConConfig):
+        return config.epipolar
+    if isinstance(config, EpipolarConfig):
+        return config
+    raise GeoConError(f"config must be an EpipolarConfig or GeoConConfig, got "
+                      f"{type(config).__name__}")
+
+
+def resolve_path(path: Optional[str], config: EpipolarConfig,
+                 device: Optional[torch.device]) -> str:
+    """"opencv" or "torch": an explicit ``path`` wins, then ``config.path``; "auto" means torch
+    on a CUDA device and the OpenCV reference on the CPU."""
+    choice = path if path not in (None, "auto") else config.path
+    if choice not in PATHS:
+        raise GeoConError(f"epipolar path must be one of {PATHS}, got {choice!r}")
+    if choice == "auto":
+        return "torch" if device is not None and device.type == "cuda" else "opencv"
+    return choice
+
+
+def clip_from_frames(frames: torch.Tensor, name: str = "tensor", fps: float = 0.0) -> Clip:
+    """A Clip of (T, C, H, W) frames as they are (no resizing): uint8, or float in [0, 1];
+    C = 3 (RGB) or 1 (gray, repeated to RGB). Raises ShapeError on any other layout."""
+    if not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[1] not in (1, 3):
+        got = tuple(frames.shape) if isinstance(frames, torch.Tensor) else type(frames).__name__
+        raise ShapeError(f"frames must have shape (T, C, H, W) with C in (1, 3), got {got}")
+    if frames.dtype != torch.uint8:
+        if not frames.is_floating_point():
+            raise ShapeError(f"frames must be uint8 or float in [0, 1], got {frames.dtype}")
+        frames = (frames.detach().clamp(0, 1) * 255.0).round().to(torch.uint8)
+    frames = frames.expand(-1, 3, -1, -1).contiguous() if frames.shape[1] == 1 else frames
+    h, w = int(frames.shape[-2]), int(frames.shape[-1])
+    return Clip(frames=frames, fps=float(fps),
+                content_mask=torch.ones(h, w, dtype=torch.bool, device=frames.device),
+                frame_indices=torch.arange(frames.shape[0]), source_size=(h, w), name=name)
+
+
+def epipolar_sections(clips: Sequence[Clip], config: ConfigLike = None, *,
+                      preset: str = "worldatlas", path: Optional[str] = "auto",
+                      device: DeviceLike = None, features: Optional[str] = None,
+                      pairs: Optional[Sequence[Any]] = None) -> List[Dict[str, Any]]:
+    """One ``epipolar`` section per clip; the torch path measures all clips in one batch.
+
+    See :func:`epipolar_section` for the arguments and the keys of each section.
+    """
+    cfg = epipolar_config(config)
+    if preset not in PRESETS:
+        raise GeoConError(f"epipolar preset must be one of {PRESETS}, got {preset!r}")
+    for clip in clips:
+        if not isinstance(clip, Clip):
+            raise GeoConError(f"epipolar_section takes geocon_torch.types.Clip objects, got "
+                              f"{type(clip).__name__} (use geocon_torch.io.read_clip)")
+    dev = torch.device(device) if device is not None else (
+        clips[0].frames.device if clips else torch.device("cpu"))
+    chosen = resolve_path(path, cfg, dev)
+    if preset == "gvgc" and chosen == "torch":
+        from .gvgc import gvgc_sections_torch
+        from .torch_path import resolve_features
+
+        sections = gvgc_sections_torch(clips, cfg, dev, resolve_features(cfg, dev, features))
+    elif preset == "gvgc":
+        from .gvgc import gvgc_section_opencv
+
+        sections = [gvgc_section_opencv(clip, cfg) for clip in clips]
+    elif chosen == "torch":
+        from .torch_path import torch_sections
+
+        sections = torch_sections(clips, cfg, dev, features, pairs)
+    else:
+        from .opencv_path import opencv_sections
+
+        sections = opencv_sections(clips, cfg, pairs)
+    for clip, section in zip(clips, sections):
+        _add_source_frames(clip, section)
+    return sections
+
+
+def _add_source_frames(clip: Clip, section: Dict[str, Any]) -> None:
+    """Per pair, the source frame numbers (``clip.frame_indices``) next to the positions."""
+    src = clip.frame_indices.tolist()
+    if len(src) != clip.num_frames:
+        return
+    for rec in section.get("per_pair", []):
+        rec["left_frame"] = int(src[rec["left_index"]])
+        rec["right_frame"] = int(src[rec["right_index"]])
+
+
+def epipolar_section(clip: Clip, config: ConfigLike = None, *, preset: str = "worldatlas",
+                     path: Optional[str] = "auto", device: DeviceLike = None,
+                     features: Optional[str] = None, pairs: Any = None) -> Dict[str, Any]:
+    """The epipolar trio of one clip (the ``epipolar`` block of the result).
+
+    Args:
+        clip: a decoded clip (pixels are measured at the *analysis* resolution: the clip's
+            frames downscaled to width <= ``max_width`` = 640, aspect kept; gvgc: 1280x720).
+        config: EpipolarConfig, GeoConConfig or None (defaults).
+        preset: "worldatlas" (the WorldAtlas protocol, default) or "gvgc" (the original GVGC
+            code of Li et al. 2024).
+        path: "opencv" (CPU reference), "torch" (batched; CPU or CUDA) or "auto" (config.path,
+            then torch on CUDA, OpenCV on CPU).
+        device: device of the torch path (None: the clip's device).
+        features: torch-path feature backend overriding ``config.features``
+            ("kornia-sift", "opencv-sift"; "auto" = kornia-sift on CUDA, opencv-sift on CPU).
+        pairs: optional (P, 2) frame positions replacing the protocol's pair selection, e.g.
+            from :func:`geocon_torch.epipolar.decode_plan` after decoding only the frames the
+            protocol needs (worldatlas only).
+
+    Returns:
+        worldatlas: ``epipolar_error`` (px, median over valid pairs of the per-pair median
+        Sampson distance of the RANSAC inliers), ``epipolar_error_score`` (clip(1 - error / 5,
+        0, 1)), ``epipolar_inlier_rate``, ``feature_match_coverage``, ``pairs``,
+        ``valid_pairs``, ``fallback_used``, ``method`` ("sift", "relaxed_matching",
+        "shi_tomasi_lk" or None), ``status`` ("ok" | "not_applicable"), ``reason``, ``path``,
+        ``preset``, ``features``, ``analysis_size``, ``frames``, ``attempts`` (the fallback
+        trail) and ``per_pair`` (list of dicts). Values are None when not_applicable.
+        gvgc: ``mean_error``, ``median_error``, ``rmse``, ``mae`` (px at 1280x720),
+        ``keep_rate``, ``num_inliers``, ``num_pts``, ``per_interval`` ({"60": {...}, ...}),
+        ``pairs``, ``valid_pairs``, ``status``, ``reason``, ``per_pair``.
+    """
+    return epipolar_sections([clip], config, preset=preset, path=path, device=device,
+                             features=features, pairs=None if pairs is None else [pairs])[0]

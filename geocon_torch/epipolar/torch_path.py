@@ -1,0 +1,301 @@
+"""Batched torch path of the WorldAtlas protocol (CPU or CUDA).
+
+The same protocol as :mod:`.opencv_path` (stages, validity and aggregation live in
+:mod:`.protocol`), measured in batches: the analysis frames of all clips go through one feature
+extraction per frame size (``features.get_extractor``), all pairs through one
+``features.match_descriptors`` (or one ``features.lk_tracks`` in the tracking stage) per size,
+and the pairs of *all* clips through ONE ``geometry.ransac_fundamental`` call (residual
+"sampson", threshold ``ransac_threshold_px``), followed by batched masked medians of the Sampson
+distances. No Python loop over pairs on the hot path. The LK stage's patch-NCC guard samples all
+patches of all pairs with one ``grid_sample`` per chunk of pairs.
+
+RANSAC seeds are per pair (``protocol.pair_seeds``: config seed, the pair's source frame numbers
+and the stage), so a clip's numbers do not depend on the other clips of the batch or on its
+position in it.
+
+Grayscale and resizing reproduce OpenCV on the same uint8 frames: ``cv2.COLOR_RGB2GRAY``'s
+fixed-point weights (bit-exact) and an exact area-weighted (``cv2.INTER_AREA``) resize written as
+two matrix products, rounded to uint8 levels (equal to OpenCV's within one grey level, at
+rounding ties only).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .._tensor_utils import masked_mean, masked_median
+from ..config import EpipolarConfig
+from ..types import Clip, Correspondences
+from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
+                       clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
+                       source_frames, tracking_guard, zncc)
+
+# cv2.COLOR_RGB2GRAY of OpenCV 5 on 8-bit images, bit-exact over all 2^24 colours:
+# (19596 R + 38470 G + 7470 B + 2^15) >> 16 (OpenCV 4 uses 14-bit weights; <0.3% differ by 1)
+_GRAY_WEIGHTS = (19596, 38470, 7470)
+_GRAY_SHIFT = 16
+
+
+def gray_uint8_levels(frames: torch.Tensor) -> torch.Tensor:
+    """(T, 3, H, W) uint8 RGB -> (T, 1, H, W) float32 gray in 0..255 (integers), as OpenCV."""
+    f = frames.to(torch.int32)
+    y = (f[:, 0] * _GRAY_WEIGHTS[0] + f[:, 1] * _GRAY_WEIGHTS[1] + f[:, 2] * _GRAY_WEIGHTS[2]
+         + (1 << (_GRAY_SHIFT - 1))) >> _GRAY_SHIFT
+    return y.unsqueeze(1).to(torch.float32)
+
+
+def area_matrix(n_in: int, n_out: int, device: torch.device,
+                dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """(n_out, n_in) weights of an exact area (box) downscale: output cell k averages the
+    source interval [k s, (k + 1) s), s = n_in / n_out, weighting pixels by their overlap."""
+    s = n_in / n_out
+    lo = torch.arange(n_out, device=device, dtype=dtype)[:, None] * s
+    src = torch.arange(n_in, device=device, dtype=dtype)[None, :]
+    overlap = (torch.minimum(src + 1, lo + s) - torch.maximum(src, lo)).clamp_min(0)
+    return overlap / overlap.sum(1, keepdim=True)
+
+
+def resize_gray(gray: torch.Tensor, size: Tuple[int, int], interpolation: str) -> torch.Tensor:
+    """Resize (T, 1, H, W) gray levels (0..255) to ``size`` and round to integer levels."""
+    h, w = size
+    if (h, w) == tuple(gray.shape[-2:]):
+        return gray
+    if interpolation == "area":
+        ah = area_matrix(gray.shape[-2], h, gray.device)
+        aw = area_matrix(gray.shape[-1], w, gray.device)
+        out = torch.einsum("hy,tcyx,wx->tchw", ah, gray.to(torch.float64), aw)
+        if gray.shape[-2] % h == 0 and gray.shape[-1] % w == 0:
+            # OpenCV's integer-factor fast path rounds half up: (sum + n / 2) // n
+            return (out + 0.5).floor().clamp(0, 255).to(torch.float32)
+    elif interpolation == "linear":
+        out = F.interpolate(gray, size=(h, w), mode="bilinear", align_corners=False)
+    else:
+        raise ValueError(f"resize_interpolation must be 'area' or 'linear', got {interpolation!r}")
+    return out.round().clamp(0, 255).to(torch.float32)
+
+
+def analysis_frames(clip: Clip, indices: Sequence[int], config: EpipolarConfig,
+                    device: torch.device) -> torch.Tensor:
+    """(len(indices), 1, H', W') float gray in [0, 1] at the analysis size, on ``device``."""
+    idx = torch.as_tensor(list(indices), dtype=torch.long, device=clip.frames.device)
+    gray = gray_uint8_levels(clip.frames.index_select(0, idx).to(device))
+    size = analysis_size(gray.shape[-2], gray.shape[-1], int(config.max_width))
+    return resize_gray(gray, size, config.resize_interpolation) / 255.0
+
+
+def cat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> Correspondences:
+    """Concatenate Correspondences along P, zero-padding N to max(largest part, ``width``)."""
+    n = max([int(c.x1.shape[1]) for c in parts] + [int(width)])
+
+    def pad(t: torch.Tensor, value: Any = 0) -> torch.Tensor:
+        extra = n - t.shape[1]
+        if extra == 0:
+            return t
+        shape = (t.shape[0], extra) + tuple(t.shape[2:])
+        return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], 1)
+
+    return Correspondences(
+        x1=torch.cat([pad(c.x1) for c in parts]), x2=torch.cat([pad(c.x2) for c in parts]),
+        mask=torch.cat([pad(c.mask, False) for c in parts]),
+        scores=torch.cat([pad(c.scores) for c in parts]),
+        pairs=torch.cat([c.pairs for c in parts]),
+        num_kp1=torch.cat([c.num_kp1 for c in parts]),
+        num_kp2=torch.cat([c.num_kp2 for c in parts]))
+
+
+def sample_patches(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tensor
+                   ) -> torch.Tensor:
+    """Bilinear samples of ``img`` (P, 1, H, W) at ``centres`` (P, N, 2) px + ``offsets``
+    (K, 2) px -> (P, N, K); pixel centres at integers, the border replicated (as
+    ``cv2.remap(..., BORDER_REPLICATE)``)."""
+    h, w = img.shape[-2:]
+    scale = centres.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
+    grid = (centres[:, :, None, :] + offsets.to(centres)) * scale - 1.0  # (P, N, K, 2)
+    return F.grid_sample(img, grid.to(img.dtype), mode="bilinear", padding_mode="border",
+                         align_corners=True)[:, 0]
+
+
+def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+              window: int, max_elements: int = 1 << 25) -> torch.Tensor:
+    """(P, N) zero-mean NCC (``protocol.zncc``) of the ``window``-square patches around x1
+    (P, N, 2) in frame ``pairs[:, 0]`` and x2 in frame ``pairs[:, 1]`` of ``gray`` (T, 1, H, W);
+    pairs are processed in chunks of at most ``max_elements`` gathered frame pixels."""
+    off = torch.from_numpy(ncc_offsets(window)).to(device=gray.device)
+    out = torch.zeros(x1.shape[:2], dtype=torch.float64, device=gray.device)
+    if x1.shape[1] == 0:
+        return out
+    step = max(int(max_elements) // max(int(gray[0].numel()), 1), 1)
+    for s in range(0, pairs.shape[0], step):  # chunks bound memory (frame copies)
+        sl = slice(s, s + step)
+        a = sample_patches(gray[pairs[sl, 0]], x1[sl].to(gray.dtype), off)
+        b = sample_patches(gray[pairs[sl, 1]], x2[sl].to(gray.dtype), off)
+        out[sl] = zncc(a, b)
+    return out
+
+
+class _Batch:
+    """Analysis frames, features and pair indices of several clips, grouped by frame size."""
+
+    def __init__(self, clips: Sequence[Clip], pairs: Sequence[np.ndarray],
+                 config: EpipolarConfig, device: torch.device, features: str):
+        self.config, self.device, self.features = config, device, features
+        self.pairs = pairs
+        self.frames: Dict[int, torch.Tensor] = {}  # clip -> (F, 1, H, W) used frames
+        self.local_pairs: Dict[int, torch.Tensor] = {}  # clip -> (P, 2) into its used frames
+        self.source_pairs: Dict[int, np.ndarray] = {}  # clip -> (P, 2) source frame numbers
+        for k, (clip, pr) in enumerate(zip(clips, pairs)):
+            if len(pr) == 0:
+                continue
+            self.source_pairs[k] = source_frames(clip)[pr]
+            used, inverse = np.unique(pr, return_inverse=True)
+            self.frames[k] = analysis_frames(clip, used.tolist(), config, device)
+            self.local_pairs[k] = torch.as_tensor(inverse.reshape(-1, 2), dtype=torch.long,
+                                                  device=device)
+        self._keypoints: Dict[int, Any] = {}
+        self._extractor = None
+
+    def groups(self, ids: Sequence[int]) -> List[List[int]]:
+        by_size: Dict[Tuple[int, int], List[int]] = {}
+        for k in ids:
+            by_size.setdefault(tuple(self.frames[k].shape[-2:]), []).append(k)
+        return list(by_size.values())
+
+    def stacked(self, group: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Frames of the group's clips stacked (T, 1, H, W) and their pairs offset into it."""
+        offsets = np.cumsum([0] + [len(self.frames[k]) for k in group])
+        gray = torch.cat([self.frames[k] for k in group])
+        pairs = torch.cat([self.local_pairs[k] + int(o) for k, o in zip(group, offsets)])
+        return gray, pairs
+
+    def extractor(self):
+        if self._extractor is None:
+            from ..features import get_extractor
+
+            self._extractor = get_extractor(self.features,
+                                            max_keypoints=int(self.config.sift_features),
+                                            device=self.device)
+        return self._extractor
+
+    def correspondences(self, stage: Stage, group: Sequence[int]
+                        ) -> Tuple[Correspondences, Optional[TrackingGuard]]:
+        """Matches of the group's pairs; in the LK stage the tracks after the patch-NCC guard
+        (mask = kept tracks) and the guard's per-pair report."""
+        from ..features import lk_tracks, match_descriptors
+
+        gray, pairs = self.stacked(group)
+        if not stage.uses_descriptors:
+            c = self.config
+            corr = lk_tracks(gray, pairs, max_corners=int(c.tracking_max_corners),
+                             quality=float(c.tracking_quality),
+                             min_distance=float(c.tracking_min_distance),
+                             block=int(c.tracking_block), window=int(c.tracking_window),
+                             levels=int(c.tracking_levels),
+                             fb_threshold=float(c.tracking_fb_threshold_px), backend="torch")
+            ncc = patch_ncc(gray, pairs, corr.x1, corr.x2, int(c.tracking_ncc_window))
+            guard = tracking_guard(corr.mask, corr.scores, ncc, stage, c)
+            # coverage is counted against the detected corners of frame i (both sides)
+            return Correspondences(corr.x1, corr.x2, guard.kept, corr.scores, corr.pairs,
+                                   corr.num_kp1, corr.num_kp1), guard
+        key = tuple(group)
+        if key not in self._keypoints:  # the relaxed stage reuses the primary keypoints
+            self._keypoints[key] = self.extractor().extract(gray)
+        return match_descriptors(self._keypoints[key], pairs, ratio=float(stage.ratio)), None
+
+
+def stage_width(stage: Stage, config: EpipolarConfig) -> int:
+    """The padded width N of a stage's RANSAC batch: the stage's bound on matches per pair
+    (``sift_features`` keypoints, ``tracking_max_corners`` corners). A constant width makes a
+    pair's RANSAC (pre-verification and LO subsets, masked sums) independent of the other pairs
+    of the batch; only a pair above the bound (SIFT ties) widens it."""
+    return int(config.sift_features if stage.uses_descriptors else config.tracking_max_corners)
+
+
+def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairMeasurements]:
+    """Measure the pairs of the listed clips: one RANSAC call over all of their pairs, with
+    per-pair seeds (``protocol.pair_seeds``) and the constant width ``stage_width``."""
+    from ..geometry import ransac_fundamental, sampson_distance
+
+    c = batch.config
+    order: List[int] = []
+    parts: List[Correspondences] = []
+    guards: List[TrackingGuard] = []  # LK stage only
+    for group in batch.groups(ids):
+        corr, guard = batch.correspondences(stage, group)
+        parts.append(corr)
+        guards += [guard] if guard is not None else []
+        order.extend(group)
+    corr = cat_correspondences(parts, stage_width(stage, c)).to(batch.device)
+    seeds = torch.from_numpy(np.concatenate([pair_seeds(c.seed, batch.source_pairs[k],
+                                                        stage.method) for k in order]))
+    x1, x2 = corr.x1.to(torch.float64), corr.x2.to(torch.float64)
+    matches = corr.mask.sum(1)
+    enough = enough_matches(matches, stage)
+    mask = corr.mask & enough[:, None]
+    fit = ransac_fundamental(x1, x2, mask, corr.scores.to(torch.float64),
+                             threshold=float(c.ransac_threshold_px), residual="sampson",
+                             confidence=float(c.confidence), max_iterations=int(c.max_iterations),
+                             seed=seeds)
+    fitted = fit.valid & enough
+    inl = fit.inliers & mask & fitted[:, None]
+    dist = sampson_distance(fit.model.to(torch.float64), x1, x2)
+    if dist.shape[1] == 0:  # no match in any pair (masked_median needs N >= 1)
+        med = mean = dist.new_zeros(dist.shape[0])
+    else:
+        med, _ = masked_median(dist, inl)
+        mean, _ = masked_mean(dist, inl)
+    host = {k: v.cpu().numpy() for k, v in dict(
+        kp1=corr.num_kp1, kp2=corr.num_kp2, matches=matches, fitted=fitted,
+        inliers=inl.sum(1), med=med, mean=mean).items()}
+    extra_keys = list(guards[0].extra) if guards else []  # the guards' reports, in ``order``
+    host.update({key: np.concatenate([g.extra[key] for g in guards]) for key in extra_keys})
+    notes = [n for g in guards for n in g.notes]
+    out: Dict[int, PairMeasurements] = {}
+    start = 0
+    for k in order:
+        sl = slice(start, start + len(batch.pairs[k]))
+        start = sl.stop
+        extra = {key: host[key][sl] for key in extra_keys}
+        out[k] = PairMeasurements(batch.pairs[k], host["kp1"][sl], host["kp2"][sl],
+                                  host["matches"][sl], host["fitted"][sl], host["inliers"][sl],
+                                  host["med"][sl].astype(np.float64),
+                                  host["mean"][sl].astype(np.float64),
+                                  notes=notes[sl], extra=extra)
+    return [out[k] for k in ids]
+
+
+def resolve_features(config: EpipolarConfig, device: torch.device,
+                     features: Optional[str] = None) -> str:
+    """Feature backend of the torch path: ``features`` or ``config.features``; "auto" means
+    kornia-sift on CUDA and opencv-sift on the CPU."""
+    name = features or config.features
+    if name == "auto":
+        name = "kornia-sift" if device.type == "cuda" else "opencv-sift"
+    return name
+
+
+def torch_sections(clips: Sequence[Clip], config: EpipolarConfig,
+                   device: Optional[torch.device] = None,
+                   features: Optional[str] = None,
+                   explicit: Optional[Sequence] = None) -> List[Dict[str, Any]]:
+    """WorldAtlas sections of several clips through the batched torch path.
+
+    Args:
+        clips: clips at any size (grouped by analysis size for feature extraction).
+        config: the epipolar section of the config.
+        device: where features, matching and RANSAC run (None: the first clip's device).
+        features: feature backend name overriding ``config.features``.
+        explicit: optional per-clip (P, 2) pairs replacing the protocol's pair selection.
+    """
+    if device is None:
+        device = clips[0].frames.device if clips else torch.device("cpu")
+    device = torch.device(device)
+    name = resolve_features(config, device, features)
+    pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k])
+             for k, c in enumerate(clips)]
+    infos = [clip_info(clip, pr, config, path="torch", features=name, device=str(device))
+             for clip, pr in zip(clips, pairs)]
+    batch = _Batch(clips, pairs, config, device, name)
+    return run_protocol(lambda stage, ids: measure_batch(batch, stage, ids), pairs, config, infos)

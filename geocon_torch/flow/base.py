@@ -1,0 +1,110 @@
+"""The optical-flow interface and the backend factory.
+
+Convention: ``flow = estimator(img1, img2)`` is the forward flow from ``img1`` to ``img2`` in
+pixels: the content at pixel ``(x, y)`` of ``img1`` is found at ``(x + u, y + v)`` in ``img2``,
+``flow[:, 0] = u`` (along x, columns) and ``flow[:, 1] = v`` (along y, rows).
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from ..errors import GeoConError, ShapeError
+
+FLOW_BACKENDS = ("auto", "torch-lk", "raft_small", "raft_large")
+
+
+class FlowEstimator:
+    """Dense optical flow between batches of frame pairs.
+
+    Subclasses implement :meth:`_forward` on validated inputs. ``name`` is the backend name
+    recorded in results.
+    """
+
+    name: str = "flow"
+
+    def __init__(self, device: Optional[Union[str, torch.device]] = None) -> None:
+        self.device = torch.device(device) if device is not None else None
+
+    def __call__(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+        """Forward flow from ``img1`` to ``img2``.
+
+        Args:
+            img1, img2: (P, 3, H, W) (or (P, 1, H, W)) float in [0, 1], same shape, or uint8
+                (divided by 255).
+        Returns:
+            (P, 2, H, W) flow in pixels, on the device of the inputs (or the estimator's
+            ``device`` when one was given), dtype of the inputs (float32 for uint8 inputs).
+        """
+        img1 = _as_float_images(img1, "img1")
+        img2 = _as_float_images(img2, "img2")
+        if img1.shape != img2.shape:
+            raise ShapeError(f"img1 and img2 must have the same shape, got {tuple(img1.shape)} "
+                             f"and {tuple(img2.shape)}")
+        out_device = img1.device
+        if self.device is not None:
+            img1, img2 = img1.to(self.device), img2.to(self.device)
+        if img1.shape[0] == 0:
+            return img1.new_zeros((0, 2) + tuple(img1.shape[-2:])).to(out_device)
+        return self._forward(img1, img2).to(out_device)
+
+    def _forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _as_float_images(x: torch.Tensor, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise ShapeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != 4 or x.shape[1] not in (1, 3):
+        raise ShapeError(f"{name} must have shape (P, 3, H, W) or (P, 1, H, W), got "
+                         f"{tuple(x.shape)}")
+    if x.dtype == torch.uint8:
+        return x.float() / 255.0
+    if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        raise ShapeError(f"{name} must be float in [0, 1] or uint8, got {x.dtype}")
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def to_gray(img: torch.Tensor) -> torch.Tensor:
+    """(P, 3|1, H, W) -> (P, 1, H, W) luminance (ITU-R BT.601, as :meth:`Clip.gray`)."""
+    if img.shape[1] == 1:
+        return img
+    w = torch.tensor([0.299, 0.587, 0.114], dtype=img.dtype, device=img.device)
+    return (img * w.view(1, 3, 1, 1)).sum(1, keepdim=True)
+
+
+def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
+             device: Optional[Union[str, torch.device]] = None, **options) -> FlowEstimator:
+    """Build a flow backend.
+
+    Args:
+        name: ``"torch-lk"`` (weight-free pyramidal dense Lucas-Kanade, :class:`DenseLKFlow`),
+            ``"raft_small"`` / ``"raft_large"`` (torchvision RAFT from a local checkpoint or the
+            torch hub cache, never downloaded), or ``"auto"``: RAFT-small (the paper's choice)
+            when ``checkpoint`` is given or its weights file is in the torch hub cache, otherwise
+            ``torch-lk``.
+        checkpoint: local weights file for RAFT (a torchvision state_dict).
+        device: where the estimator runs (inputs are moved there and results moved back).
+        **options: backend keyword options (e.g. ``levels``, ``iterations`` for torch-lk,
+            ``num_flow_updates`` for RAFT).
+    Raises:
+        GeoConError: unknown name. CheckpointError: RAFT without a usable checkpoint.
+    """
+    if name not in FLOW_BACKENDS:
+        raise GeoConError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
+    from .raft import RaftFlow, cached_checkpoint
+
+    if name == "auto":
+        if checkpoint is not None or cached_checkpoint("raft_small") is not None:
+            name = "raft_small"
+        else:
+            name = "torch-lk"
+    if name == "torch-lk":
+        from .lk_dense import DenseLKFlow
+
+        return DenseLKFlow(device=device, **options)
+    return RaftFlow(name, checkpoint=checkpoint, device=device, **options)

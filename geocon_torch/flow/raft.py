@@ -1,0 +1,131 @@
+"""torchvision RAFT (``raft_small`` / ``raft_large``) from local weights only.
+
+Weights come from ``checkpoint`` (a ``state_dict`` saved with ``torch.save``, optionally nested
+under ``"state_dict"`` or ``"model"``) or, when no path is given, from the torch hub cache
+(``torch.hub.get_dir()/checkpoints/<torchvision file name>``, where torchvision itself would have
+cached them). Nothing is ever downloaded: a missing file raises :class:`CheckpointError`.
+
+Inputs of any size are handled inside: frames whose short side is below ``min_size`` are
+upsampled (and the flow scaled back), then padded (replicate) to multiples of 8 and cropped back.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import CheckpointError
+from .base import FlowEstimator
+
+_ARCHS = ("raft_small", "raft_large")
+
+
+def _weights_enum(arch: str):
+    from torchvision.models import optical_flow as of
+
+    return of.Raft_Small_Weights if arch == "raft_small" else of.Raft_Large_Weights
+
+
+def cached_checkpoint(arch: str) -> Optional[Path]:
+    """Path of torchvision's default ``arch`` weights in the torch hub cache, or None."""
+    try:
+        url = _weights_enum(arch).DEFAULT.url
+    except Exception:  # pragma: no cover - torchvision without optical_flow
+        return None
+    path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+    return path if path.is_file() else None
+
+
+def _load_state_dict(path: Path) -> dict:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"could not read RAFT checkpoint {path}: {exc}") from exc
+    if isinstance(state, dict):
+        for key in ("state_dict", "model"):
+            if key in state and isinstance(state[key], dict):
+                state = state[key]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"RAFT checkpoint {path} does not hold a state_dict")
+    return {k[7:] if k.startswith("module.") else k: v for k, v in state.items()}
+
+
+class RaftFlow(FlowEstimator):
+    """torchvision RAFT as a :class:`FlowEstimator` (eval mode, no gradients).
+
+    Args:
+        arch: ``"raft_small"`` or ``"raft_large"``.
+        checkpoint: local weights file; None = the torch hub cache file (see module doc).
+        device: where the network runs (default: the device of the inputs).
+        num_flow_updates: RAFT refinement iterations (torchvision default 12).
+        min_size: frames with a shorter side are upsampled to it first (RAFT's 4-level
+            correlation pyramid at 1/8 resolution needs at least 64 px; 128 is safer).
+        batch_size: pairs per network call (bounds memory; pairs are still batched).
+    Raises:
+        CheckpointError: missing / unreadable checkpoint, or weights of another architecture.
+    """
+
+    def __init__(self, arch: str = "raft_small", *, checkpoint: Optional[Union[str, Path]] = None,
+                 device: Optional[Union[str, torch.device]] = None, num_flow_updates: int = 12,
+                 min_size: int = 128, batch_size: int = 8) -> None:
+        super().__init__(device)
+        if arch not in _ARCHS:
+            raise CheckpointError(f"unknown RAFT architecture {arch!r}; choose one of {_ARCHS}")
+        from torchvision.models import optical_flow as of
+
+        if checkpoint is None:
+            path = cached_checkpoint(arch)
+            if path is None:
+                where = Path(torch.hub.get_dir()) / "checkpoints"
+                raise CheckpointError(
+                    f"{arch} needs local weights: pass checkpoint=PATH (a torchvision state_dict) "
+                    f"or place torchvision's file in {where}; nothing is downloaded")
+        else:
+            path = Path(checkpoint)
+            if not path.is_file():
+                raise CheckpointError(f"RAFT checkpoint not found: {path}")
+        model = getattr(of, arch)(weights=None, progress=False)
+        try:
+            model.load_state_dict(_load_state_dict(path))
+        except RuntimeError as exc:
+            raise CheckpointError(f"checkpoint {path} does not match {arch}: "
+                                  f"{str(exc).splitlines()[0]}") from exc
+        self.name = arch
+        self.checkpoint = str(path)
+        self.model = model.eval()
+        self.num_flow_updates = int(num_flow_updates)
+        self.min_size = int(min_size)
+        self.batch_size = max(1, int(batch_size))
+
+    def _forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+        dtype = img1.dtype
+        self.model.to(img1.device)
+        if img1.shape[1] == 1:
+            img1, img2 = img1.expand(-1, 3, -1, -1), img2.expand(-1, 3, -1, -1)
+        h, w = img1.shape[-2:]
+        s = max(1.0, self.min_size / min(h, w))
+        hs, ws = (round(h * s), round(w * s)) if s > 1 else (h, w)
+        ph, pw = (-hs) % 8, (-ws) % 8
+
+        def prep(x: torch.Tensor) -> torch.Tensor:
+            x = x.float()
+            if (hs, ws) != (h, w):
+                x = F.interpolate(x, size=(hs, ws), mode="bilinear", align_corners=False)
+            x = F.pad(x, (0, pw, 0, ph), mode="replicate")
+            return x * 2.0 - 1.0  # torchvision's RAFT expects [-1, 1]
+
+        outs = []
+        with torch.inference_mode():
+            for start in range(0, img1.shape[0], self.batch_size):
+                a = prep(img1[start:start + self.batch_size])
+                b = prep(img2[start:start + self.batch_size])
+                flow = self.model(a, b, num_flow_updates=self.num_flow_updates)[-1]
+                outs.append(flow[..., :hs, :ws])
+        flow = torch.cat(outs).clone()
+        if (hs, ws) != (h, w):
+            flow = F.interpolate(flow, size=(h, w), mode="bilinear", align_corners=False)
+            flow = flow * torch.tensor([w / ws, h / hs], device=flow.device).view(1, 2, 1, 1)
+        return flow.to(dtype)

@@ -1,0 +1,26 @@
+"""Translation gate (paper sec. 3.2, 4.2, 6.2-6.4; Algorithm 1 A): H, F or U, with its evidence.
+
+Three sources of translation evidence, chosen by ``config.gate.method``:
+
+* ``"poses"`` — a pose log (JSON / .npz of 4x4 relative poses, e.g. exported from DUSt3R):
+  ``t_inf = ||t||_inf`` of the first/last pose; ``<= 0.03`` -> H, ``>= 0.05`` -> F, in between U
+  (both models fitted, the better supported one is used); ``tau_t = 0.04`` (eq. 5) is recorded too.
+  A missing pose is F (``missing_pose="fail_to_F"``, the paper's default) or excludes the clip /
+  pair (``"present_only"``). See :mod:`geocon_torch.gate.poses`.
+* ``"dust3r"`` — live DUSt3R on the first/last frames (optional; a local dust3r checkout and a
+  local checkpoint). See :mod:`geocon_torch.gate.dust3r`.
+* ``"parallax"`` — the weight-free default: the fraction of epipolar-consistent background matches
+  that the best homography cannot explain (residual parallax), thresholds calibrated on grounded
+  scenes by ``benchmarks/gate_sweep.py``. See :mod:`geocon_torch.gate.parallax`.
+
+``"auto"`` uses the poses when ``score_clip(..., poses=...)`` gets them, DUSt3R when a checkpoint
+is configured, else the parallax statistic. ``per_pair=True`` adds a per-pair decision with
+hysteresis (sec. 4.2: inside the band the previous pair's decision is kept).
+"""
+from .decision import GateDecision, hysteresis, threshold_decision
+from .parallax import STATISTICS, gate_from_parallax, parallax_statistics, resolve_u
+from .poses import PoseLog, gate_from_poses, load_pose_log, translation_inf
+
+__all__ = ["GateDecision", "hysteresis", "threshold_decision", "PoseLog", "load_pose_log",
+           "translation_inf", "gate_from_poses", "parallax_statistics", "gate_from_parallax",
+           "resolve_u", "STATISTICS"]

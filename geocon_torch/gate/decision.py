@@ -1,0 +1,92 @@
+"""Gate decisions: the H / F / U verdict with its evidence, and the per-pair hysteresis rule.
+
+Decision codes: ``"H"`` (rotation / planar: fit a homography), ``"F"`` (translation with parallax:
+fit a fundamental matrix), ``"U"`` (inside the hysteresis band: both models are fitted and the
+better-supported one is used downstream), ``None`` (no decision: the pair / clip is excluded,
+e.g. a missing pose under ``missing_pose="present_only"``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+
+DECISIONS = ("H", "F", "U")
+# integer codes used by the batched rules
+CODE = {"H": 0, "F": 1, "U": 2, None: -1}
+NAME = {v: k for k, v in CODE.items()}
+
+
+@dataclass
+class GateDecision:
+    """One clip's gate verdict.
+
+    Attributes:
+        method: "poses" | "dust3r" | "parallax".
+        statistic: the number the thresholds were applied to (t_inf for poses, the parallax
+            statistic otherwise); None when it could not be computed.
+        thresholds: the thresholds used, e.g. {"low": 0.03, "high": 0.05, "tau": 0.04}.
+        decision: "H" | "F" | "U" | None.
+        per_pair: per-pair decisions (list of "H" | "F" | "U" | None) when the per-pair gate ran.
+        evidence: everything else an auditor needs (per-pair statistics, missing poses, ...).
+    """
+
+    method: str
+    statistic: Optional[float]
+    thresholds: Dict[str, float]
+    decision: Optional[str]
+    per_pair: Optional[List[Optional[str]]] = None
+    evidence: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"method": self.method, "statistic": self.statistic,
+                "thresholds": dict(self.thresholds), "decision": self.decision,
+                "per_pair": self.per_pair, "evidence": self.evidence}
+
+
+def threshold_decision(statistic: torch.Tensor, low: float, high: float,
+                       present: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Three-way rule, batched: H if s <= low, F if s >= high, else U.
+
+    Args:
+        statistic: (P,) translation / parallax evidence.
+        present: (P,) bool; False entries get code -1 (no decision).
+    Returns:
+        (P,) long codes (0 H, 1 F, 2 U, -1 none).
+    """
+    code = torch.full(statistic.shape, CODE["U"], dtype=torch.long, device=statistic.device)
+    code = torch.where(statistic <= low, torch.full_like(code, CODE["H"]), code)
+    code = torch.where(statistic >= high, torch.full_like(code, CODE["F"]), code)
+    if present is not None:
+        code = torch.where(present, code, torch.full_like(code, CODE[None]))
+    return code
+
+
+def hysteresis(statistic: torch.Tensor, low: float, high: float,
+               present: Optional[torch.Tensor] = None, initial: str = "U") -> torch.Tensor:
+    """Per-pair gate with hysteresis (paper sec. 4.2), vectorised over the pair sequence.
+
+    gamma_t = H if s_t <= low, F if s_t >= high, otherwise gamma_{t-1} (``initial`` before the first
+    decided pair, "U" by default = both fitted). Pairs with ``present`` False get code -1 and do
+    not change the carried state.
+
+    Args:
+        statistic: (P,) evidence of the pairs in temporal order.
+        present: (P,) bool or None.
+    Returns:
+        (P,) long codes (0 H, 1 F, 2 U, -1 none).
+    """
+    p = statistic.shape[0]
+    ok = torch.ones(p, dtype=torch.bool, device=statistic.device) if present is None else present
+    raw = threshold_decision(statistic, low, high)
+    decided = ok & (raw != CODE["U"])
+    idx = torch.arange(p, device=statistic.device)
+    last = torch.where(decided, idx, torch.full_like(idx, -1)).cummax(0).values
+    carried = raw.gather(0, last.clamp_min(0))
+    out = torch.where(last >= 0, carried, torch.full_like(raw, CODE[initial]))
+    return torch.where(ok, out, torch.full_like(out, CODE[None]))
+
+
+def codes_to_names(codes: torch.Tensor) -> List[Optional[str]]:
+    return [NAME[int(c)] for c in codes.tolist()]

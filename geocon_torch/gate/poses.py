@@ -1,0 +1,233 @@
+"""Translation gate from pose logs (paper eq. 5, sec. 4.2 and 6.2-6.4).
+
+Pose convention: a *relative* pose of a pair (i, j) is the 4x4 rigid transform ``T_ij = [R t; 0 1]``
+mapping camera-i coordinates to camera-j coordinates (what DUSt3R's first/last pair gives, in its
+unit-scale scene normalisation). ``t_inf = max(|t_x|, |t_y|, |t_z|)``; the clip gate uses the
+first/last pose (Algorithm 1 A): ``t_inf <= hysteresis_low`` -> H, ``>= hysteresis_high`` -> F, in
+between U (both models are fitted, the better supported is used). ``tau_t`` (eq. 5, 0.04) is
+recorded with the binary verdict ``t_inf > tau_t`` for comparison with the paper's tables.
+
+Accepted pose logs (:func:`load_pose_log`):
+
+* JSON: a 4x4 nested list (the first/last relative pose); ``{"relative_pose": 4x4}``;
+  ``{"poses": [4x4 | null, ...], "pairs": [[i, j], ...]}`` (relative poses per pair; ``pairs``
+  optional = adjacent pairs in order; ``null`` = missing); ``{"absolute_poses": [4x4, ...]}``
+  (per-frame world-to-camera poses; relative poses are derived as ``A_j A_i^-1``).
+* ``.npz`` with the same keys (``relative_pose`` (4, 4), ``poses`` (P, 4, 4) + optional
+  ``pairs`` (P, 2) and ``valid`` (P,), ``absolute_poses`` (T, 4, 4)); NaN entries mean missing.
+* tensors / arrays: (4, 4) first/last pose or (P, 4, 4) per-pair poses.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..config import GateConfig
+from ..errors import GeoConError, ShapeError
+from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
+
+PoseSource = Union[str, Path, dict, list, np.ndarray, torch.Tensor, "PoseLog"]
+
+
+@dataclass
+class PoseLog:
+    """Poses read from a log.
+
+    Attributes:
+        relative: (P, 4, 4) float64 relative poses (camera i -> camera j); zeros where missing.
+        present: (P,) bool, False where a pose is missing (DUSt3R failure, NaN, null).
+        pairs: (P, 2) long frame pairs of ``relative`` or None (= adjacent pairs in order, or, for
+            a single pose, the first/last pair).
+        absolute: (T, 4, 4) float64 world-to-camera poses when the log gives them, else None.
+        source: where the log came from (path or "tensor").
+    """
+
+    relative: torch.Tensor
+    present: torch.Tensor
+    pairs: Optional[torch.Tensor] = None
+    absolute: Optional[torch.Tensor] = None
+    source: str = "tensor"
+
+    def for_pairs(self, pairs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Relative poses (P, 4, 4) and presence (P,) for the frame ``pairs`` (P, 2)."""
+        pairs = pairs.to("cpu", torch.long)
+        if self.absolute is not None:
+            a = self.absolute
+            if int(pairs.max()) >= a.shape[0]:
+                raise GeoConError(f"pose log {self.source} has {a.shape[0]} poses, pairs need "
+                                  f"frame {int(pairs.max())}")
+            rel = a[pairs[:, 1]] @ torch.linalg.inv(a[pairs[:, 0]])
+            present = torch.isfinite(rel).flatten(1).all(1)
+            return torch.nan_to_num(rel), present
+        if self.pairs is None:
+            if self.relative.shape[0] != pairs.shape[0]:
+                raise GeoConError(
+                    f"pose log {self.source} lists {self.relative.shape[0]} poses without pair "
+                    f"indices but the clip has {pairs.shape[0]} pairs; add a 'pairs' field")
+            return self.relative, self.present
+        key = {tuple(p): k for k, p in enumerate(self.pairs.tolist())}
+        idx = torch.tensor([key.get(tuple(p), -1) for p in pairs.tolist()], dtype=torch.long)
+        rel = self.relative[idx.clamp_min(0)]
+        present = self.present[idx.clamp_min(0)] & (idx >= 0)
+        return torch.where(present.view(-1, 1, 1), rel, torch.zeros_like(rel)), present
+
+    def first_last(self, num_frames: int) -> Tuple[torch.Tensor, bool]:
+        """The relative pose (4, 4) of frames (0, T-1) and whether it is present.
+
+        A single logged pose is taken as the first/last pose; a per-pair log without that pair
+        composes adjacent relative poses when the log lists exactly the adjacent pairs.
+        """
+        last = num_frames - 1
+        if self.absolute is not None or self.pairs is not None:
+            rel, present = self.for_pairs(torch.tensor([[0, last]]))
+            if bool(present[0]) or self.absolute is not None:
+                return rel[0], bool(present[0])
+        if self.relative.shape[0] == 1 and self.pairs is None:
+            return self.relative[0], bool(self.present[0])
+        adjacent = torch.stack([torch.arange(last), torch.arange(1, last + 1)], 1)
+        try:
+            rel, present = self.for_pairs(adjacent)
+        except GeoConError:
+            return torch.zeros(4, 4, dtype=torch.float64), False
+        if not bool(present.all()):
+            return torch.zeros(4, 4, dtype=torch.float64), False
+        out = torch.eye(4, dtype=torch.float64)
+        for pose in rel:  # composition of a short chain of 4x4 matrices (not a hot path)
+            out = pose @ out
+        return out, True
+
+
+def _as_pose_tensor(value: Any, where: str) -> torch.Tensor:
+    arr = np.asarray([np.full((4, 4), np.nan) if v is None else v for v in value]
+                     if isinstance(value, list) and value and (value[0] is None or
+                                                               np.ndim(value[0]) == 2)
+                     else value, dtype=np.float64)
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    if t.ndim == 2:
+        t = t.unsqueeze(0)
+    if t.ndim != 3 or t.shape[-2:] not in ((4, 4), (3, 4)):
+        raise ShapeError(f"{where}: poses must be (4, 4) or (P, 4, 4), got {tuple(t.shape)}")
+    if t.shape[-2] == 3:
+        bottom = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=t.dtype).expand(t.shape[0], 1, 4)
+        t = torch.cat([t, bottom], 1)
+    return t
+
+
+def _from_mapping(data: Any, source: str) -> PoseLog:
+    get = (lambda k: data[k] if k in data else None)
+    for key in ("absolute_poses", "world_to_camera"):
+        if get(key) is not None:
+            a = _as_pose_tensor(get(key), f"{source}:{key}")
+            return PoseLog(torch.zeros(0, 4, 4, dtype=torch.float64),
+                           torch.zeros(0, dtype=torch.bool), None, a, source)
+    for key in ("relative_pose", "pose", "first_last", "poses"):
+        if get(key) is None:
+            continue
+        rel = _as_pose_tensor(get(key), f"{source}:{key}")
+        present = torch.isfinite(rel).flatten(1).all(1)
+        if get("valid") is not None:
+            present &= torch.as_tensor(np.asarray(get("valid")), dtype=torch.bool).view(-1)
+        pairs = get("pairs")
+        pairs = None if pairs is None else torch.as_tensor(np.asarray(pairs), dtype=torch.long)
+        if pairs is not None and (pairs.ndim != 2 or pairs.shape != (rel.shape[0], 2)):
+            raise ShapeError(f"{source}: 'pairs' must be ({rel.shape[0]}, 2), "
+                             f"got {tuple(pairs.shape)}")
+        return PoseLog(torch.nan_to_num(rel), present, pairs, None, source)
+    raise GeoConError(f"pose log {source} has none of the keys relative_pose, pose, poses, "
+                      f"absolute_poses (found {sorted(data)})")
+
+
+def load_pose_log(source: PoseSource) -> PoseLog:
+    """Read a pose log (JSON, .npz, a mapping, a list or a tensor); see the module docstring."""
+    if isinstance(source, PoseLog):
+        return source
+    if isinstance(source, (torch.Tensor, np.ndarray)):
+        rel = _as_pose_tensor(torch.as_tensor(source).double().cpu().numpy(), "poses")
+        return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1))
+    if isinstance(source, dict):
+        return _from_mapping(source, "dict")
+    if isinstance(source, list):
+        rel = _as_pose_tensor(source, "list")
+        return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1))
+    path = Path(source)
+    if not path.is_file():
+        raise GeoConError(f"pose log not found: {path}")
+    if path.suffix.lower() == ".npz":
+        with np.load(path) as z:
+            return _from_mapping({k: z[k] for k in z.files}, str(path))
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GeoConError(f"pose log {path} is not valid JSON: {exc}") from exc
+    if isinstance(data, list):
+        rel = _as_pose_tensor(data, str(path))
+        return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1),
+                       source=str(path))
+    return _from_mapping(data, str(path))
+
+
+def translation_inf(relative: torch.Tensor) -> torch.Tensor:
+    """``||t||_inf`` (eq. 5) of (..., 4, 4) relative poses -> (...)."""
+    return relative[..., :3, 3].abs().amax(-1)
+
+
+def _thresholds(cfg: GateConfig) -> dict:
+    return {"tau_t": cfg.tau_t, "low": cfg.hysteresis_low, "high": cfg.hysteresis_high}
+
+
+def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg: GateConfig,
+                    method: str = "poses") -> GateDecision:
+    """The translation gate from a pose log.
+
+    Args:
+        poses: any pose source accepted by :func:`load_pose_log`.
+        pairs: (P, 2) frame pairs the clip is evaluated on (for the per-pair gate).
+        num_frames: T (the first/last pair is (0, T-1)).
+        cfg: ``tau_t``, ``hysteresis_low/high``, ``missing_pose`` ("fail_to_F": a missing pose is
+            F; "present_only": excluded, decision None), ``per_pair``.
+    """
+    if cfg.missing_pose not in ("fail_to_F", "present_only"):
+        raise GeoConError(f"gate.missing_pose must be fail_to_F or present_only, "
+                          f"got {cfg.missing_pose!r}")
+    log = load_pose_log(poses)
+    fail_to_f = cfg.missing_pose == "fail_to_F"
+    pose, present = log.first_last(num_frames)
+    t_inf = float(translation_inf(pose)) if present else None
+    evidence: dict = {"source": log.source, "missing_pose": cfg.missing_pose,
+                      "first_last_present": present, "t_inf": t_inf}
+    if present:
+        code = int(threshold_decision(torch.tensor([t_inf]), cfg.hysteresis_low,
+                                      cfg.hysteresis_high)[0])
+        decision = codes_to_names(torch.tensor([code]))[0]
+        evidence["eq5_decision"] = "F" if t_inf > cfg.tau_t else "H"
+        evidence["margin"] = (cfg.hysteresis_low - t_inf if decision == "H" else
+                              t_inf - cfg.hysteresis_high if decision == "F" else 0.0)
+    else:
+        decision = "F" if fail_to_f else None
+        evidence["why"] = ("first/last pose missing: treated as F (fail_to_F)" if fail_to_f else
+                           "first/last pose missing: clip excluded (present_only)")
+    per_pair = None
+    if cfg.per_pair:
+        rel, pp = log.for_pairs(pairs)
+        t = translation_inf(rel)
+        if fail_to_f:
+            t = torch.where(pp, t, torch.full_like(t, float("inf")))
+            codes = hysteresis(t, cfg.hysteresis_low, cfg.hysteresis_high)
+        else:
+            codes = hysteresis(t, cfg.hysteresis_low, cfg.hysteresis_high, present=pp)
+        per_pair = codes_to_names(codes)
+        evidence["pair_t_inf"] = [float(v) if ok else None for v, ok in zip(t.tolist(), pp.tolist())]
+        evidence["pairs_missing"] = int((~pp).sum())
+        if not present:
+            counts = Counter(d for d in per_pair if d is not None)
+            decision = counts.most_common(1)[0][0] if counts else decision
+    return GateDecision(method, t_inf, _thresholds(cfg), decision, per_pair, evidence)
+
+
+__all__ = ["PoseLog", "load_pose_log", "translation_inf", "gate_from_poses", "CODE"]

@@ -1,0 +1,1 @@
+"""Pure metric functions (background IR/GE, foreground AdaDFRC, epipolar trio)."""

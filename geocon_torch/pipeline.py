@@ -1,0 +1,594 @@
+"""``score_clip``: the one place where the stages are wired together (paper Algorithm 1 A-C, E).
+
+    video -> io.read_clip -> features (all adjacent pairs, scales {1/4, 1/2, 1})
+          -> masks (files | SAM-2 | weight-free motion segmentation) -> background correspondences
+          -> ONE batched RANSAC call per model (H and F) over all pairs x scales
+          -> IR / GE per pair (eqs. 7-12) -> gate (poses | DUSt3R | parallax) -> clip medians
+             (eq. 13), report gate, post-hoc category  [+ foreground / epipolar sections]
+
+Both families are always fitted and recorded (``ir_h`` / ``ge_h_px`` / ``ir_f`` / ``ge_f_px``);
+``ir`` / ``ge_px`` are those of the gated regime (U: the better-supported model by GRIC). Pixel
+values are at the working resolution (``config.io.long_side``; tests use 320-480 px).
+
+Status: ``ok``; ``not_applicable`` with a reason when the clip cannot be scored (fewer than two
+frames, too little texture, too few valid pairs, a clip excluded by ``missing_pose=present_only``)
+- never IR = 0; ``error`` with the reason from :func:`score_clips` when the input is bad
+(:func:`score_clip` raises :class:`~geocon_torch.errors.VideoReadError` itself). A failure inside
+an optional section (foreground, epipolar) becomes that section's ``status: "error"``.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ._tensor_utils import masked_median
+from .config import GeoConConfig, load_config
+from .errors import GeoConError, VideoReadError
+from .gate import (GateDecision, gate_from_parallax, gate_from_poses, parallax_statistics,
+                   resolve_u)
+from .gate.decision import CODE
+from .metrics.functional.background import (PairMetrics, background_pass, categorize,
+                                            clip_summary, fundamental_pair_metrics,
+                                            homography_pair_metrics, median_motion_px,
+                                            rotation_from_fundamental, select_pairs,
+                                            sensitivity_scan)
+from .result import ClipResult, jsonable
+from .segment.background import background_keep, background_mask
+from .types import Clip, Correspondences, Fit
+
+PRESETS = ("geocon", "background", "worldatlas", "gvgc", "all")
+VideoLike = Union[str, Path, torch.Tensor, Clip]
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.times: Dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _read(video: VideoLike, cfg: GeoConConfig, device: Optional[torch.device]) -> Clip:
+    if isinstance(video, Clip):
+        return video
+    from .io import read_clip
+
+    return read_clip(video, long_side=cfg.io.long_side, stride=cfg.io.stride,
+                     max_frames=cfg.io.max_frames, device=device,
+                     letterbox_threshold=cfg.io.letterbox_threshold,
+                     letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+
+
+def _content_hash(video: VideoLike) -> Optional[str]:
+    from .io import content_hash
+
+    src = video.frames if isinstance(video, Clip) else video
+    try:
+        return content_hash(src)
+    except GeoConError:
+        return None
+
+
+def _concat_scales(corrs: Dict[float, Correspondences]
+                   ) -> Tuple[List[float], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stack the scales along P (padding N): x1, x2 (S*P, N, 2), mask, scores (S*P, N)."""
+    from .epipolar.torch_path import cat_correspondences
+
+    scales = sorted(corrs)
+    c = cat_correspondences([corrs[s] for s in scales])
+    return scales, c.x1, c.x2, c.mask, c.scores
+
+
+def _fit_both(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
+              cfg: GeoConConfig) -> Tuple[Fit, Fit]:
+    """One batched RANSAC call per model over every row of (P, N) (all pairs x scales)."""
+    from .geometry import ransac_fundamental, ransac_homography
+
+    rc, bc = cfg.ransac, cfg.background
+    common = dict(confidence=rc.confidence, max_iterations=rc.max_iterations,
+                  scoring=rc.scoring, local_optimization=rc.local_optimization, seed=rc.seed,
+                  lo_iterations=rc.lo_iterations)
+    fit_h = ransac_homography(x1, x2, mask, scores, threshold=bc.tau_h, residual="symmetric",
+                              **common)
+    fit_f = ransac_fundamental(x1, x2, mask, scores, threshold=bc.tau_f,
+                               residual="sampson_normalized", **common)
+    return fit_h, fit_f
+
+
+def _resolve_gate_method(cfg: GeoConConfig, poses: Any) -> str:
+    method = cfg.gate.method
+    if method == "auto":
+        if poses is not None:
+            return "poses"
+        return "dust3r" if cfg.gate.dust3r_checkpoint else "parallax"
+    if method not in ("poses", "dust3r", "parallax"):
+        raise GeoConError(f"gate.method must be auto, poses, dust3r or parallax, got {method!r}")
+    if method == "poses" and poses is None:
+        raise GeoConError("gate.method='poses' needs score_clip(..., poses=PATH_OR_TENSOR)")
+    return method
+
+
+def _external_gate(method: str, clip: Clip, pairs: torch.Tensor, poses: Any,
+                   cfg: GeoConConfig, device: Optional[torch.device]) -> Optional[GateDecision]:
+    if method == "poses":
+        return gate_from_poses(poses, pairs, clip.num_frames, cfg.gate)
+    if method == "dust3r":
+        from .gate.dust3r import gate_from_dust3r
+
+        return gate_from_dust3r(clip, pairs, cfg.gate, device)
+    return None
+
+
+def _masks_method(cfg: GeoConConfig, masks: Any) -> str:
+    method = cfg.segment.method
+    if masks is not None:
+        return "files"
+    if method == "auto":
+        return "sam2" if cfg.segment.sam2_checkpoint else "motion"
+    if method not in ("files", "sam2", "motion", "none"):
+        raise GeoConError(f"segment.method must be auto, files, sam2, motion or none, "
+                          f"got {method!r}")
+    if method == "files":
+        raise GeoConError("segment.method='files' needs score_clip(..., masks=PATH_OR_TENSOR)")
+    return method
+
+
+def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                  mask: torch.Tensor, scores: torch.Tensor, cfg: GeoConConfig,
+                  pre_gate: Optional[GateDecision]) -> Tuple[torch.Tensor, Dict[str, Any]]:
+    """Weight-free objects: preliminary H/F fit on all finest-scale matches, pre-gate, seeds of
+    background-model outliers, dense residual segmentation (see :mod:`segment.motion`)."""
+    from .segment.motion import motion_segment
+
+    bc, sc = cfg.background, cfg.segment
+    p = int(pairs.shape[0])
+    fit_h, fit_f = _fit_both(x1, x2, mask, scores, cfg)  # rows: P adjacent, then gate pairs
+    stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
+                                min_inliers=bc.min_inliers)
+    if pre_gate is not None and pre_gate.decision in ("H", "F"):
+        regime = pre_gate.decision
+    else:
+        g_stats = {k: v[p:] for k, v in stats.items()}
+        if x1.shape[0] > p and bool(g_stats["valid"].any()):
+            g_stats = _widest_valid(g_stats)
+        else:
+            g_stats = {k: v[:p] for k, v in stats.items()}
+        pg = gate_from_parallax(g_stats, cfg.gate)
+        regime = pg.decision if pg.decision != "U" else pg.evidence.get("u_resolved")
+    adjacent = torch.arange(p, device=x1.device)
+    fit_h, fit_f = _fit_rows(fit_h, adjacent), _fit_rows(fit_f, adjacent)
+    x1, x2, mask = x1[:p], x2[:p], mask[:p]
+    from .geometry import symmetric_transfer_error
+
+    if regime == "F":
+        from .metrics.functional.background import fundamental_residuals
+
+        r = fundamental_residuals(fit_f, x1, x2, mask)[0]
+        outlier = mask & (r > sc.motion_seed_factor * bc.tau_f) & fit_f.valid.view(-1, 1)
+    else:
+        r = symmetric_transfer_error(fit_h.model.to(x1.dtype), x1, x2)
+        outlier = mask & (r > sc.motion_seed_factor * bc.tau_h) & fit_h.valid.view(-1, 1)
+    # motion relative to the background homography (what a rigid mover shares)
+    Hx = fit_h.model.to(x1.dtype)
+    proj = torch.cat([x1, torch.ones_like(x1[..., :1])], -1) @ Hx.transpose(1, 2)
+    rel = x2 - proj[..., :2] / proj[..., 2:].clamp_min(1e-9)
+    pts = torch.cat([x1[outlier], x2[outlier]])
+    frames = torch.cat([pairs[:, 0].to(x1.device).view(-1, 1).expand_as(outlier)[outlier],
+                        pairs[:, 1].to(x1.device).view(-1, 1).expand_as(outlier)[outlier]])
+    vec = torch.cat([rel[outlier], rel[outlier]])
+    # dense residuals need every adjacent pair's homography: (t, t+1) rows of the pair list
+    t = clip.num_frames
+    Hs = torch.eye(3, dtype=torch.float64, device=x1.device).repeat(max(t - 1, 0), 1, 1)
+    ok = torch.zeros(max(t - 1, 0), dtype=torch.bool, device=x1.device)
+    adj = (pairs[:, 1] - pairs[:, 0] == 1).to(x1.device)
+    idx = pairs[:, 0].to(x1.device)[adj]
+    Hs[idx] = fit_h.model[adj].to(torch.float64)
+    ok[idx] = fit_h.valid[adj].to(x1.device)
+    objects, evidence = motion_segment(clip.gray().to(x1.device), Hs, ok,
+                                       clip.content_mask.to(x1.device), sc, regime,
+                                       seeds=(pts, frames, vec))
+    evidence["pre_regime"] = regime
+    return objects, evidence
+
+
+def _sam2_masks(clip: Clip, cfg: GeoConConfig, device: Optional[torch.device]) -> torch.Tensor:
+    from .segment.sam2 import sam2_masks
+
+    return sam2_masks(clip, cfg.segment, device=device)
+
+
+def gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tensor:
+    """Pairs the weight-free gate looks at (parallax grows with the baseline).
+
+    ``"first_last"`` (Algorithm 1 A, made robust): the near-first/last pairs (a, b) with
+    a in {0, 1, 2}, b in {T-3, T-2, T-1} and b - a >= ceil(0.75 (T-1)) (at least (0, T-1)),
+    whose statistics are pooled by their median; then the halves (0, m), (m, T-1) with
+    m = (T-1) // 2 as a fallback when those pairs have too little overlap. ``"adjacent"`` or
+    T < 3: none (the evaluated pairs are used). Returns (G, 2) long, wide pairs first.
+    """
+    if mode not in ("first_last", "adjacent"):
+        raise GeoConError(f"gate.parallax_pairs must be first_last or adjacent, got {mode!r}")
+    if mode == "adjacent" or num_frames < 3:
+        return torch.zeros(0, 2, dtype=torch.long)
+    last, m = num_frames - 1, (num_frames - 1) // 2
+    need = -(-3 * last // 4)
+    wide = [(a, b) for a in range(3) for b in range(last, last - 3, -1) if b - a >= need]
+    return torch.tensor(wide + [(0, m), (m, last)], dtype=torch.long)
+
+
+def _widest_valid(stats: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """Gate-pair statistics reduced to the valid near-first/last pairs, else the halves."""
+    wide = slice(0, stats["valid"].shape[0] - 2)
+    if bool(stats["valid"][wide].any()):
+        return {k: v[wide] for k, v in stats.items()}
+    return {k: v[-2:] for k, v in stats.items()}
+
+
+def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
+    return PairMetrics(pm.ir[idx], pm.ge[idx], pm.num_inliers[idx], pm.num_matches[idx],
+                       pm.valid[idx])
+
+
+def _section(name: str, fn, timer: _Timer) -> Dict[str, Any]:
+    """Run an optional section; any failure becomes its status 'error' with the reason."""
+    with timer(name):
+        try:
+            out = fn()
+            return dict(out) if isinstance(out, dict) else {"value": out, "status": "ok"}
+        except Exception as exc:  # noqa: BLE001 - isolate one section's failure
+            return {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(limit=3)}
+
+
+def _foreground(clip: Clip, objects: Optional[torch.Tensor], cfg: GeoConConfig,
+                device: Optional[torch.device]) -> Dict[str, Any]:
+    from .foreground import foreground_section
+
+    return foreground_section(clip, objects, cfg, device)
+
+
+def _epipolar(clip: Clip, cfg: GeoConConfig, preset: str,
+              device: Optional[torch.device]) -> Dict[str, Any]:
+    from .metrics.functional.epipolar import epipolar_section
+
+    return epipolar_section(clip, cfg.epipolar, preset=preset, path=cfg.epipolar.path,
+                            device=device)
+
+
+def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: GeoConConfig,
+                device: Optional[torch.device], timer: _Timer
+                ) -> Tuple[Dict[str, Any], Dict[str, Any], Optional[str], Optional[str],
+                           Optional[torch.Tensor], Dict[str, Any]]:
+    """Background block, gate block, regime, category, object masks, backends."""
+    from .features import extract_correspondences
+
+    bc = cfg.background
+    backends: Dict[str, Any] = {"ransac": "geocon_torch"}
+    p = int(pairs.shape[0])
+    gate_method = _resolve_gate_method(cfg, poses)
+    backends["gate"] = gate_method
+    with timer("gate"):
+        ext_gate = _external_gate(gate_method, clip, pairs, poses, cfg, device)
+    # the weight-free gate also looks at wider baselines (parallax grows with the baseline)
+    gp = (gate_pairs(clip.num_frames, cfg.gate.parallax_pairs) if ext_gate is None
+          else torch.zeros(0, 2, dtype=torch.long))
+    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
+    q = int(all_pairs.shape[0])
+    with timer("features"):
+        corrs = extract_correspondences(clip, all_pairs, cfg.features, device=device)
+    backends["features"] = _feature_backend(cfg, device)
+    if not corrs:
+        return ({"status": "not_applicable", "pairs": p,
+                 "reason": "frames too small for any feature scale"},
+                {}, None, None, None, backends)
+    scales, x1, x2, mask, scores = _concat_scales(corrs)
+    dev = x1.device
+    ns = len(scales)
+    rows_pairs = all_pairs.to(dev).repeat(ns, 1)
+    base = torch.arange(ns, device=dev).view(-1, 1) * q
+    ev = (base + torch.arange(p, device=dev).view(1, -1)).reshape(-1)  # evaluated rows
+    fin = ev[-p:]  # evaluated rows of the finest scale
+    fin_gate = (ns - 1) * q + torch.arange(p, q, device=dev)  # gate rows, finest scale
+    scale_of = [s for s in scales for _ in range(p)]
+
+    n_all = mask.sum(-1)
+    if x1.shape[1] == 0 or float(n_all[fin].double().median()) < bc.min_inliers:
+        med = float(n_all[fin].double().median()) if n_all.numel() else 0.0
+        return ({"status": "not_applicable", "pairs": p, "scales": scales, "median_matches": med,
+                 "reason": f"too little texture: median {med:.0f} matches per pair at scale "
+                           f"{scales[-1]} (< {bc.min_inliers})"},
+                {"method": gate_method, "statistic": None, "thresholds": {}, "decision": None,
+                 "evidence": {}} if ext_gate is None else ext_gate.to_dict(),
+                None, None, None, backends)
+
+    # B. masks -> background correspondences
+    method = _masks_method(cfg, masks)
+    backends["masks"] = method
+    objects: Optional[torch.Tensor] = None
+    seg_evidence: Dict[str, Any] = {"method": method}
+    with timer("segment"):
+        if method == "files":
+            from .segment.files import load_masks
+
+            objects = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
+                                 frame_indices=clip.frame_indices, device=dev)
+            seg_evidence["objects"] = int(objects.shape[1])
+        elif method == "sam2":
+            objects = _sam2_masks(clip, cfg, device).to(dev)
+            seg_evidence["objects"] = int(objects.shape[1])
+        elif method == "motion":
+            rows = torch.cat([fin, fin_gate])
+            objects, seg_evidence = _motion_masks(clip, pairs, x1[rows], x2[rows], mask[rows],
+                                                  scores[rows], cfg, ext_gate)
+        if objects is not None and objects.shape[1] > 0:
+            bg = background_mask(clip.content_mask.to(dev), objects,
+                                 cfg.segment.safety_margin_px)
+            keep = background_keep(bg, x1, x2, rows_pairs)
+            seg_evidence["removed_matches"] = int((mask[ev] & ~keep[ev]).sum())
+            mask = mask & keep
+    n_bg = mask.sum(-1)
+    block: Dict[str, Any] = {"pairs": p, "scales": scales, "tau_h": bc.tau_h, "tau_f": bc.tau_f,
+                             "segment": seg_evidence}
+    med_matches = float(n_bg[fin].double().median())
+    block["median_matches"] = med_matches
+    if med_matches < bc.min_inliers:
+        block.update(status="not_applicable",
+                     reason=f"too little texture: median {med_matches:.0f} background matches "
+                            f"per pair at scale {scales[-1]} (< {bc.min_inliers})")
+        gate = ext_gate.to_dict() if ext_gate is not None else {
+            "method": gate_method, "statistic": None, "thresholds": {}, "decision": None,
+            "evidence": {}}
+        return block, gate, None, None, objects, backends
+
+    # C. one batched call per model over all pairs x scales (+ the gate pairs)
+    with timer("fit"):
+        fit_h, fit_f = _fit_both(x1, x2, mask, scores, cfg)
+    with timer("metrics"):
+        mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
+                                         min_inliers=bc.min_inliers)
+        mf_all = fundamental_pair_metrics(fit_f, x1, x2, mask, tau_f=bc.tau_f,
+                                          min_inliers=bc.min_inliers)
+        stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
+                                    min_inliers=bc.min_inliers)
+        fin_stats = {k: v[fin] for k, v in stats.items()}
+        gate_stats = {k: v[fin_gate] for k, v in stats.items()}
+        if fin_gate.numel():
+            gate_stats = _widest_valid(gate_stats)
+        # A. gate: external evidence, or the weight-free statistic on the gate pairs
+        if ext_gate is not None:
+            gate = ext_gate
+        else:
+            use_gate_rows = fin_gate.numel() > 0 and bool(gate_stats["valid"].any())
+            src = gate_stats if use_gate_rows else fin_stats
+            gate = gate_from_parallax(src, cfg.gate)
+            wide_ok = bool(stats["valid"][fin_gate[:-2]].any()) if use_gate_rows else False
+            gate.evidence["gate_pairs"] = ((gp[:-2] if wide_ok else gp[-2:]).tolist()
+                                           if use_gate_rows else "evaluated pairs")
+            if cfg.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
+                gate.per_pair = gate_from_parallax(fin_stats, cfg.gate).per_pair
+        src_u = gate_stats if (fin_gate.numel() and bool(gate_stats["valid"].any())) \
+            else fin_stats
+        gric = (float(masked_median(src_u["gric_delta"], src_u["valid"])[0])
+                if bool(src_u["valid"].any()) else 0.0)
+        gate.evidence.setdefault("u_resolved", "F" if gric > 0 else "H")
+        gate.evidence["gric_delta"] = gric
+        if gate.decision is None:
+            block.update(status="not_applicable",
+                         reason="gate undecided: " + str(gate.evidence.get("why", "no evidence")))
+            return block, gate.to_dict(), None, None, objects, backends
+        mh, mf = _subset(mh_all, ev), _subset(mf_all, ev)
+        if cfg.gate.per_pair and gate.per_pair is not None:
+            codes = torch.tensor([CODE[d] for d in gate.per_pair], device=dev)
+            use_f_pair = resolve_u(codes, fin_stats["gric_delta"],
+                                   mf_all.ir[fin] - mh_all.ir[fin], cfg.gate.u_margin)
+            use_f = use_f_pair.repeat(ns)
+            present = (codes != CODE[None]).repeat(ns)
+            regime = "F" if float(use_f_pair.double().mean()) >= 0.5 else "H"
+        else:
+            regime = gate.decision
+            if regime == "U":  # both fitted: the better-supported model wins
+                ir_h = clip_summary(mh.ir, mh.ge, mh.valid)["ir"]
+                ir_f = clip_summary(mf.ir, mf.ge, mf.valid)["ir"]
+                margin = (ir_f - ir_h) if (ir_h is not None and ir_f is not None) else 0.0
+                regime = "F" if (gate.evidence["u_resolved"] == "F"
+                                 or margin > cfg.gate.u_margin) else "H"
+                gate.evidence["u_resolved"] = regime
+                gate.evidence["u_support_margin"] = margin
+            use_f = torch.full((ev.numel(),), regime == "F", dtype=torch.bool, device=dev)
+            present = torch.ones_like(use_f)
+        chosen = select_pairs(mh, mf, use_f)
+        chosen.valid = chosen.valid & present
+        s_h = clip_summary(mh.ir, mh.ge, mh.valid & present)
+        s_f = clip_summary(mf.ir, mf.ge, mf.valid & present)
+        s = clip_summary(chosen.ir, chosen.ge, chosen.valid)
+        best_f = mf.valid & (~mh.valid | (mf.ir > mh.ir))
+        best = select_pairs(mh, mf, best_f)
+        s_best = clip_summary(best.ir, best.ge, best.valid & present)
+    block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
+                 ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
+                 valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
+                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]})
+    if bc.per_pair:
+        cols = {"ir_h": mh.ir, "ge_h_px": mh.ge, "inliers_h": mh.num_inliers,
+                "valid_h": mh.valid, "ir_f": mf.ir, "ge_f_px": mf.ge,
+                "inliers_f": mf.num_inliers, "valid_f": mf.valid, "matches": mh.num_matches,
+                "model": use_f, "gric_delta": stats["gric_delta"][ev]}
+        lists = {k: v.tolist() for k, v in cols.items()}
+        pl = pairs.tolist()
+        lists["model"] = ["F" if v else "H" for v in lists["model"]]
+        block["per_pair"] = [dict({"pair": pl[k % p], "scale": scale_of[k]},
+                                  **{c: lists[c][k] for c in lists}) for k in range(ev.numel())]
+    if bc.sensitivity:
+        block["sensitivity"] = sensitivity_scan(_fit_rows(fit_h, ev), _fit_rows(fit_f, ev),
+                                                x1[ev], x2[ev], mask[ev], bc.sensitivity_tau_h,
+                                                bc.sensitivity_tau_f,
+                                                min_inliers=bc.min_inliers)
+    if s["valid_pairs"] < bc.min_valid_pairs:
+        n_valid = s["valid_pairs"]
+        block.update(status="not_applicable", ir=None, ge_px=None, **{"pass": None},
+                     reason=f"too few valid pairs: {n_valid} of {ev.numel()} (pair, scale) "
+                            f"entries have >= {bc.min_inliers} {regime}-inliers")
+        return block, gate.to_dict(), regime, None, objects, backends
+    passed = background_pass(s["ir"], s["ge_px"], bc.report_ir, bc.report_ge_px)
+    block.update(status="ok", reason=None, **{"pass": passed})
+    # E. post-hoc category
+    fv = fit_f.valid[fin]
+    valid_fin = (mh_all.valid | mf_all.valid)[fin]
+    motion = median_motion_px(x1[fin], x2[fin], mask[fin])
+    motion_px = float(masked_median(motion, valid_fin)[0]) if bool(valid_fin.any()) else None
+    rot = None
+    if bool(fv.any()):
+        angles = rotation_from_fundamental(fit_f.model[fin].to(torch.float64), clip.size,
+                                           bc.category_focal)
+        rot = float(masked_median(angles, fv)[0])
+    has_objects = objects is not None and objects.shape[1] > 0
+    category = categorize(regime, passed, motion_px, rot, has_objects,
+                          static_px=bc.category_static_px,
+                          rotation_thr_deg=bc.category_rotation_deg)
+    block["category_evidence"] = {"median_motion_px": motion_px, "median_rotation_deg": rot,
+                                  "moving_objects": has_objects}
+    return block, gate.to_dict(), regime, category, objects, backends
+
+
+def _fit_rows(fit: Fit, idx: torch.Tensor) -> Fit:
+    return Fit(fit.kind, fit.model[idx], fit.inliers[idx], fit.residuals[idx], fit.valid[idx],
+               fit.num_inliers[idx], fit.iterations[idx], fit.score[idx])
+
+
+def _feature_backend(cfg: GeoConConfig, device: Optional[torch.device]) -> str:
+    name = cfg.features.backend
+    if name != "auto":
+        return name
+    dev = torch.device(device) if device is not None else (
+        torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    return "kornia-sift" if dev.type == "cuda" else "opencv-sift"
+
+
+def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
+               config: Union[None, str, Path, dict, GeoConConfig] = None,
+               device: Union[None, str, torch.device] = None,
+               preset: Optional[str] = None) -> ClipResult:
+    """Score one clip (paper Algorithm 1 A-C, E; plus foreground / epipolar per ``preset``).
+
+    Args:
+        video: a path (video file, gif, image folder), a (T, C, H, W) tensor (uint8 or float in
+            [0, 1], any device), or a :class:`~geocon_torch.types.Clip`.
+        masks: object masks: a PNG folder / .npz path or a (T, H, W) / (T, K, H, W) tensor
+            (see :mod:`geocon_torch.segment.files`); None -> ``config.segment.method`` (auto:
+            SAM-2 when a checkpoint is configured, else weight-free motion segmentation).
+        poses: a pose log (JSON / .npz path, (4, 4) or (P, 4, 4) tensor; see
+            :mod:`geocon_torch.gate.poses`) for the translation gate; None -> DUSt3R when a
+            checkpoint is configured, else the weight-free parallax gate.
+        config: GeoConConfig, dict, JSON path or None (paper defaults).
+        device: where features and fits run (default: the tensor's device / CPU for files).
+        preset: "geocon" (background + foreground), "background" (background only: the
+            fastest), "worldatlas" / "gvgc" (epipolar trio only) or "all"; default
+            ``config.preset``.
+
+    Returns:
+        ClipResult (``to_dict()`` is the JSON schema of :mod:`geocon_torch.result`).
+
+    Raises:
+        VideoReadError: the video cannot be read (use :func:`score_clips` to get an ``error``
+            result instead); GeoConError for an invalid config / masks / poses argument.
+    """
+    cfg = load_config(config)
+    preset = preset or cfg.preset
+    if preset not in PRESETS:
+        raise GeoConError(f"preset must be one of {PRESETS}, got {preset!r}")
+    dev = torch.device(device) if device is not None else None
+    timer = _Timer()
+    t_start = time.perf_counter()
+    with timer("read"):
+        clip = _read(video, cfg, dev)
+    path = None if isinstance(video, (torch.Tensor, Clip)) else str(video)
+    res = ClipResult(clip=clip.name, path=path, content_hash=_content_hash(video),
+                     config=cfg.to_dict(), config_hash=cfg.config_hash())
+    res.backends = {"features": None, "flow": None, "masks": None, "gate": None}
+    res.extra["frames"] = clip.num_frames
+    res.extra["working_size"] = list(clip.size)
+    from .io import make_pairs
+
+    pairs = make_pairs(clip.num_frames, "adjacent" if cfg.background.pair_stride == 1
+                       else cfg.background.pair_stride)
+    objects = None
+    primary_status, primary_reason = "ok", None
+    if preset in ("geocon", "background", "all"):
+        if pairs.shape[0] == 0:
+            res.background = {"status": "not_applicable", "pairs": 0,
+                              "reason": f"clip has {clip.num_frames} frame(s): no frame pairs"}
+            res.gate = {"method": None, "statistic": None, "thresholds": {}, "decision": None,
+                        "evidence": {}}
+        else:
+            block, gate, regime, category, objects, backends = _background(
+                clip, pairs, masks, poses, cfg, dev, timer)
+            res.background, res.gate, res.regime, res.category = block, gate, regime, category
+            res.backends.update(backends)
+        primary_status = res.background.get("status", "ok")
+        primary_reason = res.background.get("reason")
+        if preset in ("geocon", "all"):
+            res.foreground = _section("foreground",
+                                      lambda: _foreground(clip, objects, cfg, dev), timer)
+            res.backends["flow"] = res.foreground.get("flow")
+    if preset in ("worldatlas", "gvgc", "all"):
+        which = "worldatlas" if preset == "all" else preset
+        res.epipolar = _section("epipolar", lambda: _epipolar(clip, cfg, which, dev), timer)
+        if preset == "all":
+            res.extra["epipolar_gvgc"] = _section(
+                "epipolar_gvgc", lambda: _epipolar(clip, cfg, "gvgc", dev), timer)
+        else:
+            primary_status = res.epipolar.get("status", "ok")
+            primary_reason = res.epipolar.get("reason")
+            if primary_status == "error":
+                primary_reason = f"epipolar section failed: {primary_reason}"
+        res.backends.setdefault("epipolar", which)
+    res.status = primary_status if primary_status in ("ok", "not_applicable", "error") else "ok"
+    res.reason = primary_reason
+    timer.times["total"] = time.perf_counter() - t_start
+    res.timing_s = {k: round(v, 4) for k, v in timer.times.items()}
+    res.background = jsonable(res.background)
+    return res
+
+
+def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] = None,
+                poses: Optional[Sequence[Any]] = None,
+                config: Union[None, str, Path, dict, GeoConConfig] = None,
+                device: Union[None, str, torch.device] = None,
+                preset: Optional[str] = None) -> List[ClipResult]:
+    """Score many clips; never raises for one bad clip (its result has ``status: "error"``).
+
+    ``videos`` may also be a (B, T, C, H, W) tensor; ``masks`` / ``poses`` are per-clip lists
+    (or None). Each clip is scored exactly as by :func:`score_clip`.
+    """
+    cfg = load_config(config)
+    if isinstance(videos, torch.Tensor):
+        if videos.ndim != 5:
+            raise VideoReadError(f"a batch of clips must be (B, T, C, H, W), got "
+                                 f"{tuple(videos.shape)}")
+        videos = list(videos.unbind(0))
+    n = len(videos)
+    masks = list(masks) if masks is not None else [None] * n
+    poses = list(poses) if poses is not None else [None] * n
+    if len(masks) != n or len(poses) != n:
+        raise GeoConError(f"masks / poses lists must have one entry per clip ({n})")
+    out: List[ClipResult] = []
+    for k, (video, m, p) in enumerate(zip(videos, masks, poses)):  # one clip at a time
+        name = Path(str(video)).stem if isinstance(video, (str, Path)) else f"clip{k}"
+        try:
+            out.append(score_clip(video, masks=m, poses=p, config=cfg, device=device,
+                                  preset=preset))
+        except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
+            out.append(ClipResult.failed(
+                name, "error", f"{type(exc).__name__}: {exc}", cfg,
+                path=str(video) if isinstance(video, (str, Path)) else None))
+    return out

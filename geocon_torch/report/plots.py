@@ -1,0 +1,260 @@
+"""Matplotlib figures of the audit report (Agg backend, PNG files, no display needed).
+
+Every function takes plain numbers / numpy arrays, writes one PNG and returns its path.
+Pixel coordinates are at the clip's working resolution, (x, y) with x to the right.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import OptionalDependencyError
+
+PathLike = Union[str, Path]
+
+
+def _plt():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - matplotlib is in the report / test extras
+        raise OptionalDependencyError(
+            "the HTML report needs matplotlib: pip install 'geocon_torch[report]'") from exc
+    return plt
+
+
+def _save(fig, path: PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    _plt().close(fig)
+    return path
+
+
+def _colors(n: int):
+    cmap = _plt().get_cmap("tab10")
+    return [cmap(i % 10) for i in range(n)]
+
+
+def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, models: List[str],
+                       path: PathLike) -> Path:
+    ax.set_xticks(range(len(cats)), cats)
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    if models:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
+                  path: PathLike) -> Path:
+    """Per-category strip + box plots of one metric, one colour per model.
+
+    Args:
+        values: {category: {model: [clip values]}}.
+    """
+    plt = _plt()
+    cats = sorted(values)
+    models = sorted({m for c in cats for m in values[c]})
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.4))
+    width = 0.8 / max(len(models), 1)
+    rng = np.random.default_rng(0)
+    for k, (model, color) in enumerate(zip(models, _colors(len(models)))):
+        data = [(i, np.asarray(values[c].get(model, []), dtype=float)) for i, c in enumerate(cats)]
+        data = [(i, v) for i, v in data if v.size]
+        if not data:
+            continue
+        pos = [i - 0.4 + width * (k + 0.5) for i, _ in data]
+        ax.boxplot([v for _, v in data], positions=pos, widths=width * 0.8, showfliers=False,
+                   medianprops={"color": color}, manage_ticks=False)
+        xs = np.concatenate([p + rng.uniform(-width / 4, width / 4, v.size)
+                             for p, (_, v) in zip(pos, data)])
+        ax.scatter(xs, np.concatenate([v for _, v in data]), s=10, color=color, alpha=0.7,
+                   label=model)
+    return _finish_categories(fig, ax, cats, metric, f"{metric} per category", models, path)
+
+
+def category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path:
+    """Scene-balanced medians with 95% bootstrap CIs (rows of ``stats.scene_balanced``)."""
+    plt = _plt()
+    cats = sorted({g["category"] for g in groups})
+    models = sorted({g["model"] for g in groups})
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.2))
+    width = 0.8 / max(len(models), 1)
+    for k, (model, color) in enumerate(zip(models, _colors(len(models)))):
+        gs = [g for g in groups if g["model"] == model and g["value"] is not None]
+        if not gs:
+            continue
+        x = [cats.index(g["category"]) - 0.4 + width * (k + 0.5) for g in gs]
+        v = np.array([g["value"] for g in gs])
+        err = np.clip([v - np.array([g["lo"] for g in gs]), np.array([g["hi"] for g in gs]) - v],
+                      0, None)
+        ax.errorbar(x, v, yerr=err, fmt="o", color=color, capsize=3, label=model)
+    return _finish_categories(fig, ax, cats, metric,
+                              f"scene-balanced median {metric} (95% bootstrap CI)", models, path)
+
+
+def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathLike,
+                   labels: Optional[Sequence[bool]] = None, name: str = "gate statistic") -> Path:
+    """Histogram of the gate statistic with its thresholds (split by designed regime when
+    ``labels`` (True = F-expected) are given)."""
+    plt = _plt()
+    t = np.asarray(t, dtype=float)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    bins = np.histogram_bin_edges(t, bins=min(30, max(5, t.size // 3))) if t.size else 10
+    if labels is not None and t.size:
+        y = np.asarray(labels, dtype=bool)
+        ax.hist([t[~y], t[y]], bins=bins, stacked=True, label=["H-expected", "F-expected"],
+                color=["tab:blue", "tab:orange"])
+    else:
+        ax.hist(t, bins=bins, color="tab:gray")
+    for key, value in sorted(thresholds.items()):
+        if isinstance(value, (int, float)):
+            ax.axvline(value, ls="--", color="k", lw=1)
+            ax.text(value, ax.get_ylim()[1] * 0.95, f" {key}={value:g}", fontsize=8, va="top")
+    ax.set_xlabel(name)
+    ax.set_ylabel("clips")
+    if labels is not None and t.size:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[float] = None
+                ) -> Path:
+    """P(F | t) per equal-count bin with Wilson 95% CIs (paper Fig. 4b)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    x, p = curve["t_mean"], curve["p_hat"]
+    ax.errorbar(x, p, yerr=np.clip([p - curve["lo"], curve["hi"] - p], 0, None), fmt="o-",
+                capsize=3)
+    ax.axhline(0.5, color="gray", lw=0.8)
+    if tau is not None:
+        ax.axvline(tau, ls="--", color="k", lw=1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("gate statistic (bin mean)")
+    ax.set_ylabel("P(F-expected | t)")
+    ax.set_title("gate calibration, equal-count bins, Wilson 95% CI")
+    return _save(fig, path)
+
+
+def net_benefit(nb: Dict[str, np.ndarray], path: PathLike) -> Path:
+    """NB(tau) curves for each false-positive cost c (appendix B, eq. 18)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for c, row in zip(nb["costs"], nb["nb"]):
+        ax.plot(nb["thresholds"], row, marker=".", label=f"c = {c:g}")
+    ax.set_xlabel("threshold tau")
+    ax.set_ylabel("net benefit (TP - c FP) / N")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, label_key: str,
+                xlabel: str, ylabel: str, title: str) -> Path:
+    """Generic threshold-score curves: one line per record (e.g. per model)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for rec, color in zip(curves, _colors(len(curves))):
+        x = np.asarray(rec[x_key], dtype=float)
+        y = np.asarray([np.nan if v is None else v for v in rec[y_key]], dtype=float)
+        ax.plot(x, y, marker="o", color=color, label=str(rec[label_key]))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if curves:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
+             ge: Sequence[Optional[float]], valid: Sequence[bool], path: PathLike,
+             title: str = "") -> Path:
+    """Per-pair IR (left axis) and GE px (right axis); invalid pairs marked with x."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    x = np.asarray(pairs, dtype=float)
+    v = np.asarray(valid, dtype=bool)
+    irv = np.asarray([np.nan if a is None else a for a in ir], dtype=float)
+    gev = np.asarray([np.nan if a is None else a for a in ge], dtype=float)
+    ax.plot(x[v], irv[v], "o-", color="tab:green", ms=3, label="IR")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("pair index")
+    ax.set_ylabel("IR", color="tab:green")
+    ax2 = ax.twinx()
+    ax2.plot(x[v], gev[v], "s-", color="tab:purple", ms=3, label="GE")
+    ax2.set_ylabel("GE (px)", color="tab:purple")
+    if (~v).any():
+        ax.plot(x[~v], np.zeros((~v).sum()), "x", color="tab:red", label="invalid pair")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower left", fontsize=7)
+    return _save(fig, path)
+
+
+def matches(frame1: np.ndarray, frame2: np.ndarray, x1: np.ndarray, x2: np.ndarray,
+            inliers: np.ndarray, path: PathLike, title: str = "", max_lines: int = 120) -> Path:
+    """Two frames side by side (H, W, 3 uint8) with inlier (green) / outlier (red) matches
+    (x1 (N, 2) in frame 1, x2 (N, 2) in frame 2; at most ``max_lines`` of each kind drawn)."""
+    plt = _plt()
+    h = max(frame1.shape[0], frame2.shape[0])
+    canvas = np.zeros((h, frame1.shape[1] + frame2.shape[1], 3), dtype=np.uint8)
+    canvas[:frame1.shape[0], :frame1.shape[1]] = frame1
+    canvas[:frame2.shape[0], frame1.shape[1]:] = frame2
+    fig, ax = plt.subplots(figsize=(8, 8 * h / canvas.shape[1] + 0.5))
+    ax.imshow(canvas)
+    off = frame1.shape[1]
+    inl = np.asarray(inliers, dtype=bool)
+    rng = np.random.default_rng(0)
+    for sel, color in ((~inl, "tab:red"), (inl, "lime")):
+        idx = np.flatnonzero(sel)
+        if idx.size > max_lines:  # a readable subset, the same on every run
+            idx = np.sort(rng.choice(idx, max_lines, replace=False))
+        if idx.size:
+            a, b = x1[idx], x2[idx]
+            ax.plot(np.stack([a[:, 0], b[:, 0] + off]), np.stack([a[:, 1], b[:, 1]]), "-",
+                    color=color, lw=0.5, alpha=0.6)
+            ax.scatter(a[:, 0], a[:, 1], s=3, color=color)
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def epipolar_lines(frame2: np.ndarray, F: np.ndarray, x1: np.ndarray, x2: np.ndarray,
+                   path: PathLike, title: str = "") -> Path:
+    """Epipolar lines l = F x1 (x2^T F x1 = 0) drawn on frame j with the matched points x2."""
+    plt = _plt()
+    h, w = frame2.shape[:2]
+    fig, ax = plt.subplots(figsize=(6, 6 * h / w + 0.4))
+    ax.imshow(frame2)
+    hom = np.concatenate([x1, np.ones((x1.shape[0], 1))], 1)
+    lines = hom @ F.T  # (N, 3): a x + b y + c = 0
+    xs = np.array([0.0, w - 1.0])
+    for (a, b, c), color in zip(lines, _colors(len(lines))):
+        if abs(b) > 1e-12:
+            ax.plot(xs, -(a * xs + c) / b, color=color, lw=0.8)
+        elif abs(a) > 1e-12:
+            ax.axvline(-c / a, color=color, lw=0.8)
+    ax.scatter(x2[:, 0], x2[:, 1], s=8, c=_colors(len(x2)), edgecolors="k", linewidths=0.3)
+    ax.set_xlim(0, w - 1)
+    ax.set_ylim(h - 1, 0)
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def masks_overlay(frame: np.ndarray, masks: np.ndarray, path: PathLike, title: str = "") -> Path:
+    """Object masks (K, H, W) bool over a frame (H, W, 3 uint8), one colour per object."""
+    plt = _plt()
+    h, w = frame.shape[:2]
+    fig, ax = plt.subplots(figsize=(6, 6 * h / w + 0.4))
+    img = frame.astype(np.float32) / 255.0
+    for m, color in zip(masks, _colors(len(masks))):
+        img[m] = 0.5 * img[m] + 0.5 * np.asarray(color[:3], dtype=np.float32)
+    ax.imshow(img)
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)

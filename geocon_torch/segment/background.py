@@ -1,0 +1,71 @@
+"""Background = content mask minus the dilated union of the object masks (paper sec. 4.3).
+
+``B_t = content \\ dilate(U_k M_t^k, margin)``; a correspondence of pair (i, j) is background when
+``x1`` lies in ``B_i`` and ``x2`` in ``B_j`` (Algorithm 1 B: ``B_t ∩ B_{t+1}``). Points are pixel
+``(x, y)`` at working resolution, looked up at the nearest pixel; points outside the frame are
+not background.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .._checks import check_points
+from ..errors import ShapeError
+
+
+def dilate(masks: torch.Tensor, radius: int) -> torch.Tensor:
+    """Binary dilation of (..., H, W) bool masks by a (2r+1)^2 square, batched (separable
+    max-pooling: rows, then columns)."""
+    if radius <= 0 or masks.numel() == 0:
+        return masks.bool()
+    lead = masks.shape[:-2]
+    x = masks.reshape(-1, 1, *masks.shape[-2:]).float()
+    k = 2 * radius + 1
+    x = F.max_pool2d(x, (1, k), stride=1, padding=(0, radius))
+    x = F.max_pool2d(x, (k, 1), stride=1, padding=(radius, 0))
+    return (x > 0.5).reshape(*lead, *masks.shape[-2:])
+
+
+def background_mask(content_mask: torch.Tensor, objects: Optional[torch.Tensor],
+                    margin_px: int = 4, num_frames: Optional[int] = None) -> torch.Tensor:
+    """Per-frame background masks.
+
+    Args:
+        content_mask: (H, W) bool (False on letterbox bars).
+        objects: (T, K, H, W) bool object masks (K may be 0) or None.
+        margin_px: safety margin: objects are dilated by this many pixels before removal.
+        num_frames: T when ``objects`` is None.
+    Returns:
+        (T, H, W) bool.
+    """
+    h, w = content_mask.shape[-2:]
+    if objects is None or objects.shape[1] == 0:
+        t = num_frames if objects is None else objects.shape[0]
+        if t is None:
+            raise ShapeError("background_mask needs num_frames when objects is None")
+        return content_mask.bool().expand(t, h, w).clone()
+    if objects.ndim != 4 or tuple(objects.shape[-2:]) != (h, w):
+        raise ShapeError(f"objects must be (T, K, {h}, {w}), got {tuple(objects.shape)}")
+    union = objects.to(content_mask.device).bool().any(1)
+    return content_mask.bool().unsqueeze(0) & ~dilate(union, margin_px)
+
+
+def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """Look up (T, H, W) bool ``mask`` at (P, N, 2) pixel ``points`` of frames (P,) -> (P, N)."""
+    check_points(points, "points")
+    t, h, w = mask.shape
+    xi = points[..., 0].round().long()
+    yi = points[..., 1].round().long()
+    inside = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
+    flat = (frames.to(points.device).long().view(-1, 1) * (h * w) + yi.clamp(0, h - 1) * w
+            + xi.clamp(0, w - 1))
+    return mask.to(points.device).reshape(-1)[flat] & inside
+
+
+def background_keep(bg: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                    pairs: torch.Tensor) -> torch.Tensor:
+    """(P, N) bool: match is in the background of both frames (``B_i(x1) & B_j(x2)``)."""
+    return sample_mask(bg, x1, pairs[:, 0]) & sample_mask(bg, x2, pairs[:, 1])

@@ -1,0 +1,122 @@
+"""Object masks from files: a PNG folder per object, or an .npz with (T, H, W) / (T, K, H, W).
+
+Accepted sources (:func:`load_masks`):
+
+* a tensor / array (T, H, W) or (T, K, H, W): bool or {0, 1} -> objects as given; an integer
+  (T, H, W) label map with values > 1 -> one object per non-zero label;
+* an ``.npz`` file: key ``masks`` (else the only array) with the same layouts;
+* a folder: sub-folders (one per object, sorted by name) each holding one PNG per frame
+  (non-zero = object), or PNGs directly (one label map per frame; each non-zero value an object).
+
+Masks are resized to the clip's working resolution with nearest-neighbour sampling; when the file
+covers the source video and the clip was subsampled, ``frame_indices`` picks the kept frames.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import GeoConError, ShapeError
+
+MaskSource = Union[str, Path, np.ndarray, torch.Tensor]
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
+
+
+def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
+    import cv2
+
+    frames = []
+    for f in files:
+        img = cv2.imread(str(f), cv2.IMREAD_UNCHANGED)
+        if img is None:
+            raise GeoConError(f"mask image could not be read: {f}")
+        frames.append(img if img.ndim == 2 else img.max(-1))
+    if len({fr.shape for fr in frames}) > 1:
+        raise GeoConError(f"mask images in {files[0].parent} differ in size")
+    return np.stack(frames)
+
+
+def _images(folder: Path):
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+
+
+def _read_folder(folder: Path) -> np.ndarray:
+    subdirs = sorted(p for p in folder.iterdir() if p.is_dir())
+    if subdirs:
+        stacks = []
+        for d in subdirs:
+            files = _images(d)
+            if not files:
+                raise GeoConError(f"mask folder {d} holds no images")
+            stacks.append(_read_png_stack(files) > 0)
+        if len({s.shape for s in stacks}) > 1:
+            raise GeoConError(f"object mask folders in {folder} differ in frame count or size")
+        return np.stack(stacks, 1)  # (T, K, H, W)
+    files = _images(folder)
+    if not files:
+        raise GeoConError(f"mask folder {folder} holds no images or object sub-folders")
+    return _read_png_stack(files)  # (T, H, W) label maps
+
+
+def _labels_to_objects(arr: torch.Tensor) -> torch.Tensor:
+    """(T, H, W) -> (T, K, H, W) bool: binary -> 1 object, label map -> one per label."""
+    if arr.dtype == torch.bool or int(arr.max()) <= 1:
+        return (arr > 0).unsqueeze(1)
+    labels = torch.unique(arr)
+    labels = labels[labels != 0]
+    return arr.unsqueeze(1) == labels.view(1, -1, 1, 1)
+
+
+def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
+               size: Optional[Tuple[int, int]] = None,
+               frame_indices: Optional[torch.Tensor] = None,
+               device: Optional[torch.device] = None) -> torch.Tensor:
+    """Object masks (T, K, H, W) bool from a tensor, an .npz file or a PNG folder.
+
+    Args:
+        source: see the module docstring.
+        num_frames: the clip's T; masks covering more frames are subsampled with
+            ``frame_indices`` (source frame of each clip frame).
+        size: (H, W) working resolution to resize to (nearest neighbour).
+    Raises:
+        GeoConError / ShapeError with the path and the problem.
+    """
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            arr = torch.from_numpy(_read_folder(path))
+        elif path.is_file() and path.suffix.lower() == ".npz":
+            with np.load(path) as z:
+                key = "masks" if "masks" in z.files else (z.files[0] if len(z.files) == 1 else None)
+                if key is None:
+                    raise GeoConError(f"{path}: no 'masks' array (found {z.files})")
+                arr = torch.from_numpy(np.ascontiguousarray(z[key]))
+        else:
+            raise GeoConError(f"mask source not found or not a folder / .npz: {path}")
+    elif isinstance(source, (np.ndarray, torch.Tensor)):
+        arr = torch.as_tensor(source)
+    else:
+        raise GeoConError(f"masks must be a path, an array or a tensor, got {type(source).__name__}")
+    if arr.ndim == 3:
+        masks = _labels_to_objects(arr)
+    elif arr.ndim == 4:
+        masks = arr > 0 if arr.dtype != torch.bool else arr
+    else:
+        raise ShapeError(f"masks must be (T, H, W) or (T, K, H, W), got {tuple(arr.shape)}")
+    if num_frames is not None and masks.shape[0] != num_frames:
+        idx = None if frame_indices is None else frame_indices.to("cpu", torch.long)
+        if idx is None or idx.numel() != num_frames or int(idx.max()) >= masks.shape[0]:
+            raise ShapeError(f"masks have {masks.shape[0]} frames but the clip has {num_frames}")
+        masks = masks[idx.to(masks.device)]
+    if size is not None and tuple(masks.shape[-2:]) != tuple(size):
+        t, k = masks.shape[:2]
+        if k:
+            masks = F.interpolate(masks.reshape(t * k, 1, *masks.shape[-2:]).float(),
+                                  size=tuple(size), mode="nearest").reshape(t, k, *size) > 0.5
+        else:
+            masks = torch.zeros(t, 0, *size, dtype=torch.bool)
+    return masks.to(device) if device is not None else masks

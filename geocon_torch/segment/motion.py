@@ -1,0 +1,254 @@
+"""Weight-free motion segmentation: what moves against the dominant background motion.
+
+For every adjacent pair (t, t+1) with a robust background homography ``x_{t+1} ~ H_t x_t`` (fitted
+on all matches; the moving objects are its outliers):
+
+1. frame t+1 is warped onto frame t by ``H_t`` (and frame t onto t+1 by ``H_t^-1``); the
+   photometric residual ``|I_t - I_{t+1}(H_t x)|`` (gray in [0, 1], 3x3 box-smoothed) above
+   ``motion_threshold`` marks change in frame t's (and t+1's) coordinates;
+2. three-frame differencing: an object pixel of frame t changes against *both* neighbours, so the
+   object mask of frame t is the intersection of the change seen from pair (t-1, t) and from pair
+   (t, t+1) (ghosts of the old / new position cancel); the end frames use their single pair;
+3. morphological opening (radius ``motion_open_px``) and closing (``motion_close_px``) remove
+   speckle and fill small holes;
+4. connected components in space-time (8-connected in a frame, and across consecutive frames
+   where the blobs overlap) group pixels into objects *and* track them over frames; components
+   smaller than ``motion_min_area`` px per frame or spanning fewer than ``motion_min_frames``
+   frames are dropped;
+5. if the objects cover more than ``motion_max_fraction`` of the content in a frame the
+   segmentation is deemed unreliable (a failed background fit, a cut, a non-rigid frame) and
+   nothing is masked in that frame (the evidence says so): the segmentation must never be able to
+   mask the background away and so inflate IR.
+
+Dense residuals against one homography assume the H regime (rotation / static camera); under
+translation with depth, parallax would look like motion, so :func:`motion_segment` returns no
+objects when ``regime == "F"`` and records why (use mask files or SAM-2 there).
+
+All steps are batched over frames (torch ops, CPU or CUDA); the connected components run by
+iterated max-pooling at a reduced resolution.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ..config import SegmentConfig
+from .._tensor_utils import masked_median
+from .background import dilate
+
+
+def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``img`` (P, 1, h, w) at ``H x`` for every pixel x -> (warped, inside) (P, h, w)."""
+    p, _, h, w = img.shape
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=img.dtype, device=img.device),
+                            torch.arange(w, dtype=img.dtype, device=img.device), indexing="ij")
+    pts = torch.stack([xs, ys, torch.ones_like(xs)], -1).view(1, -1, 3)
+    q = pts @ H.to(img.dtype).transpose(1, 2)
+    z = q[..., 2:3]
+    z = torch.where(z.abs() < 1e-9, torch.full_like(z, 1e-9), z)
+    q = q[..., :2] / z
+    inside = ((q[..., 0] >= 0) & (q[..., 0] <= w - 1) & (q[..., 1] >= 0) & (q[..., 1] <= h - 1))
+    grid = torch.stack([q[..., 0] / (w - 1) * 2 - 1, q[..., 1] / (h - 1) * 2 - 1], -1)
+    out = F.grid_sample(img, grid.view(p, h, w, 2).clamp(-2, 2), mode="bilinear",
+                        padding_mode="border", align_corners=True)
+    return out[:, 0], inside.view(p, h, w)
+
+
+def _smooth(x: torch.Tensor) -> torch.Tensor:
+    return F.avg_pool2d(x.unsqueeze(1), 3, stride=1, padding=1, count_include_pad=False)[:, 0]
+
+
+def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
+                 content: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Per-frame change masks (T, h, w) bool by three-frame differencing against the background.
+
+    Args:
+        gray: (T, 1, h, w) float luminance in [0, 1].
+        homographies: (T-1, 3, 3) background homographies of pairs (t, t+1), x_{t+1} ~ H x_t.
+        valid: (T-1,) bool; invalid pairs contribute no change.
+        content: (h, w) bool content mask.
+    """
+    t = gray.shape[0]
+    Hd = homographies.to(gray.device, torch.float64)
+    Hinv = torch.linalg.inv(torch.where(valid.view(-1, 1, 1).to(gray.device), Hd,
+                                        torch.eye(3, dtype=Hd.dtype, device=Hd.device)))
+    warped_next, in_f = _warp(gray[1:], Hd)          # I_{t+1}(H x) on frame t's grid
+    warped_prev, in_b = _warp(gray[:-1], Hinv)       # I_t(H^-1 x) on frame t+1's grid
+    ok = valid.to(gray.device).view(-1, 1, 1) & content.to(gray.device)
+    fwd = (_smooth((gray[:-1, 0] - warped_next).abs()) > threshold) & in_f & ok  # frame t
+    bwd = (_smooth((gray[1:, 0] - warped_prev).abs()) > threshold) & in_b & ok   # frame t+1
+    seen_f = torch.cat([valid, valid.new_zeros(1)]).to(gray.device)  # frame t has pair (t, t+1)
+    seen_b = torch.cat([valid.new_zeros(1), valid]).to(gray.device)  # frame t has pair (t-1, t)
+    fwd_t = torch.cat([fwd, fwd.new_zeros(1, *fwd.shape[1:])])
+    bwd_t = torch.cat([bwd.new_zeros(1, *bwd.shape[1:]), bwd])
+    both = seen_f & seen_b
+    out = torch.where(both.view(-1, 1, 1), fwd_t & bwd_t,
+                      torch.where(seen_f.view(-1, 1, 1), fwd_t, bwd_t))
+    return out[:t]
+
+
+def erode(masks: torch.Tensor, radius: int) -> torch.Tensor:
+    """Binary erosion of (..., H, W) bool masks by a (2r+1)^2 square."""
+    return ~dilate(~masks, radius) if radius > 0 else masks
+
+
+def open_close(masks: torch.Tensor, open_r: int, close_r: int) -> torch.Tensor:
+    """Opening then closing (square structuring elements)."""
+    m = dilate(erode(masks, open_r), open_r)
+    return erode(dilate(m, close_r), close_r)
+
+
+def connected_components(mask: torch.Tensor, downsample: int = 4,
+                         max_iterations: int = 512) -> torch.Tensor:
+    """Space-time connected components of (T, h, w) bool -> (T, h, w) long labels (0 = none).
+
+    Labels propagate by iterated 3x3x3 max-pooling (8-connected in a frame, overlapping blobs
+    linked across consecutive frames) on a ``downsample``-times smaller grid, until stable.
+    Labels are renumbered 1..K by first appearance in raster (t, y, x) order.
+    """
+    t, h, w = mask.shape
+    if not bool(mask.any()):
+        return torch.zeros(t, h, w, dtype=torch.long, device=mask.device)
+    small = F.max_pool2d(mask.float().unsqueeze(1), downsample, ceil_mode=True)[:, 0] > 0.5
+    n = small.numel()
+    ids = torch.arange(1, n + 1, device=mask.device, dtype=torch.float32).view(small.shape)
+    lab = torch.where(small, ids, torch.zeros_like(ids))
+    for _ in range(max_iterations):  # converges in O(component diameter) steps
+        nxt = F.max_pool3d(lab[None, None], 3, stride=1, padding=1)[0, 0]
+        nxt = torch.where(small, nxt, torch.zeros_like(nxt))
+        if torch.equal(nxt, lab):
+            break
+        lab = nxt
+    uniq, inv = torch.unique(lab.view(-1), return_inverse=True)  # 0 maps to 0 (sorted first)
+    lab = inv.view(small.shape)
+    full = lab.repeat_interleave(downsample, 1).repeat_interleave(downsample, 2)[:, :h, :w]
+    return torch.where(mask, full, torch.zeros_like(full))
+
+
+def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, int],
+             radius: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Rasterise seed points (M, 2) px of frames (M,) into (T, h, w): (disc map, count map).
+
+    The disc map marks a (2r+1)^2 square around every seed; the count map holds the number of
+    seeds per pixel (to count seeds per component).
+    """
+    t, h, w = shape
+    counts = torch.zeros(t * h * w, dtype=torch.long, device=points.device)
+    if points.numel():
+        x = points[:, 0].round().long().clamp(0, w - 1)
+        y = points[:, 1].round().long().clamp(0, h - 1)
+        counts.index_add_(0, frames.long() * h * w + y * w + x, torch.ones_like(x))
+    counts = counts.view(t, h, w)
+    return dilate(counts > 0, radius), counts
+
+
+def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
+                   ) -> torch.Tensor:
+    """(K,) number of seeds per component whose relative motion agrees with the component's
+    median relative motion (batched over components with a masked median)."""
+    pts, frames, vec = (s.to(labels.device) for s in seeds)
+    if pts.numel() == 0:
+        return torch.zeros(k, dtype=torch.long, device=labels.device)
+    t, h, w = labels.shape
+    x = pts[:, 0].round().long().clamp(0, w - 1)
+    y = pts[:, 1].round().long().clamp(0, h - 1)
+    lab = labels[frames.long(), y, x]  # (M,) component of each seed (0 = none)
+    member = lab.view(1, -1) == torch.arange(1, k + 1, device=labels.device).view(-1, 1)
+    vx = masked_median(vec[:, 0].expand(k, -1), member)[0]
+    vy = masked_median(vec[:, 1].expand(k, -1), member)[0]
+    med = torch.stack([vx, vy], -1)  # (K, 2)
+    dev = (vec.unsqueeze(0) - med.unsqueeze(1)).norm(dim=-1)  # (K, M)
+    tol = (0.3 * med.norm(dim=-1, keepdim=True)).clamp_min(3.0)
+    return (member & (dev <= tol)).sum(-1)
+
+
+def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
+                   content: torch.Tensor, cfg: SegmentConfig, regime: Optional[str] = "H", *,
+                   seeds: Optional[Tuple[torch.Tensor, ...]] = None,
+                   max_objects: int = 8, max_side: int = 320
+                   ) -> Tuple[torch.Tensor, Dict[str, object]]:
+    """Moving-object masks (T, K, h, w) bool and the evidence dict (see the module docstring).
+
+    Args:
+        gray: (T, 1, h, w) float in [0, 1]; homographies: (T-1, 3, 3) x_{t+1} ~ H x_t (pixels);
+        valid: (T-1,) bool; content: (h, w) bool; regime: "H" / "F" / None (pre-gate).
+        seeds: optional ``(points (M, 2) px, frames (M,), motion (M, 2) px)``: endpoints of
+            matches that violate the background model (each in its own frame) with their motion
+            relative to the background (``x2 - H x1``). A component is kept only when at least
+            ``motion_min_seeds`` of its seeds move *coherently* (within max(3 px, 30 %) of the
+            component's median relative motion): a rigid mover does, scattered mismatches and
+            non-rigid warps do not, so masking can never just delete the outliers.
+        max_side: frames larger than this are segmented at a reduced scale (every size and
+            radius scaled with it) and the masks upsampled back (nearest).
+    """
+    t, _, h, w = gray.shape
+    f = max(1, -(-max(h, w) // max_side))  # segmentation runs at <= max_side px, then upsampled
+    if f > 1:
+        S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64,
+                                    device=homographies.device))
+        Hs = S @ homographies.to(torch.float64) @ torch.linalg.inv(S)
+        small = F.avg_pool2d(gray, f, ceil_mode=True)
+        c_small = F.max_pool2d((~content.to(gray.device)).float()[None, None], f,
+                               ceil_mode=True)[0, 0] < 0.5
+        s_seeds = None if seeds is None else ((seeds[0] + 0.5) / f - 0.5, seeds[1],
+                                              seeds[2] / f)
+        s_cfg = replace(cfg, motion_min_area=max(1, cfg.motion_min_area // (f * f)),
+                        motion_seed_radius_px=max(1, round(cfg.motion_seed_radius_px / f)),
+                        motion_close_px=max(1, round(cfg.motion_close_px / f)),
+                        motion_open_px=round(cfg.motion_open_px / f))
+        obj, evidence = motion_segment(small, Hs, valid, c_small, s_cfg, regime, seeds=s_seeds,
+                                       max_objects=max_objects, max_side=max_side)
+        obj = obj.repeat_interleave(f, 2).repeat_interleave(f, 3)[..., :h, :w]
+        evidence["scale"] = 1.0 / f
+        return obj & content.to(gray.device).view(1, 1, h, w), evidence
+    dev = gray.device
+    empty = torch.zeros(t, 0, h, w, dtype=torch.bool, device=dev)
+    content = content.to(dev)
+    evidence: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
+                                   "regime": regime}
+    dense = regime != "F" and t >= 2 and bool(valid.any())
+    if dense:
+        change = change_masks(gray, homographies, valid, content, cfg.motion_threshold)
+        change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
+    else:
+        change = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
+        evidence["dense"] = ("off: parallax would look like motion under translation (F); only "
+                             "clustered epipolar outliers are used" if regime == "F" else
+                             "off: no valid background homography")
+    if seeds is not None and seeds[0].numel():
+        discs, counts = seed_map(seeds[0].to(dev), seeds[1].to(dev), (t, h, w),
+                                 cfg.motion_seed_radius_px)
+    else:
+        discs = torch.zeros_like(change)
+        counts = torch.zeros(t, h, w, dtype=torch.long, device=dev)
+    motion = dilate(change | discs, cfg.motion_close_px) & content
+    motion = erode(motion, cfg.motion_close_px) | (change & content)
+    frac = motion.flatten(1).sum(1).double() / content.sum().clamp_min(1).double()
+    unreliable = frac > cfg.motion_max_fraction
+    motion = motion & ~unreliable.view(-1, 1, 1)
+    evidence["unreliable_frames"] = int(unreliable.sum())
+    labels = connected_components(motion)
+    k = int(labels.max())
+    if k == 0:
+        evidence.update(objects=0)
+        return empty, evidence
+    # per-component statistics by counting (no (T, K, h, w) one-hot over all candidates)
+    frame_of = torch.arange(t, device=dev).view(-1, 1, 1).expand_as(labels)
+    per_frame = torch.bincount((frame_of * (k + 1) + labels).reshape(-1),
+                               minlength=t * (k + 1)).view(t, k + 1)[:, 1:]  # (T, K) pixels
+    n_seeds = coherent_seeds(labels, seeds, k) if seeds is not None else \
+        torch.zeros(k, dtype=torch.long, device=dev)
+    support = n_seeds >= cfg.motion_min_seeds
+    keep = (support & (per_frame.amax(0) >= cfg.motion_min_area)
+            & ((per_frame > 0).sum(0) >= cfg.motion_min_frames))
+    order = per_frame.sum(0).masked_fill(~keep, -1).argsort(descending=True)
+    order = order[: min(max_objects, int(keep.sum()))]
+    objects = labels.unsqueeze(1) == (order + 1).view(1, -1, 1, 1)  # (T, K_kept, h, w)
+    union = objects.any(1).flatten(1).sum(1).double()
+    evidence.update(objects=int(objects.shape[1]), candidates=k,
+                    seeds=int(counts.sum()), object_seeds=n_seeds[order].tolist(),
+                    max_object_fraction=float((union / content.sum().clamp_min(1)).max()))
+    return objects, evidence

@@ -1,0 +1,132 @@
+"""Optional SAM-2 video segmentation (paper sec. 4.3, Algorithm 1 B): prompts -> tracked masks.
+
+Needs the ``sam2`` package (``pip install "geocon_torch[sam2]"``; on a CPU-only machine
+``SAM2_BUILD_CUDA=0 pip install --no-build-isolation sam2``) and a *local* checkpoint
+(``config.segment.sam2_checkpoint``, a ``.pt`` with a ``"model"`` state dict, as Meta ships them)
+plus its model config (``config.segment.sam2_config``: a config name inside the sam2 package such
+as ``"configs/sam2.1/sam2.1_hiera_t.yaml"``, or a path to a YAML file). Nothing is downloaded.
+
+Prompts (working-resolution pixels), from ``config.segment.sam2_prompts`` (a JSON file) or the
+``prompts`` argument::
+
+    [{"id": 1, "frame": 0, "box": [x0, y0, x1, y1]},
+     {"id": 2, "frame": 0, "points": [[x, y], ...], "labels": [1, 0, ...]}]
+
+Each object is tracked through the clip (``propagate_in_video``); the result is (T, K, H, W) bool
+at working resolution, K = number of prompted objects in id order.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ..config import SegmentConfig
+from ..errors import CheckpointError, GeoConError, OptionalDependencyError
+from ..types import Clip
+
+Prompts = Sequence[Dict[str, Any]]
+
+
+def _import_sam2() -> Any:
+    try:
+        from sam2.build_sam import build_sam2_video_predictor
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            "SAM-2 masks need the sam2 package: pip install 'geocon_torch[sam2]' (CPU-only: "
+            f"SAM2_BUILD_CUDA=0 pip install --no-build-isolation sam2); import failed: {exc}"
+        ) from exc
+    return build_sam2_video_predictor
+
+
+def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
+                        device: Union[None, str, torch.device] = None,
+                        image_size: Optional[int] = None) -> Any:
+    """A ``SAM2VideoPredictor`` from a local checkpoint and a model config (see module doc)."""
+    build = _import_sam2()
+    if checkpoint is None:
+        raise CheckpointError("SAM-2 masks need a local checkpoint: set "
+                              "config.segment.sam2_checkpoint (nothing is downloaded)")
+    ckpt = Path(checkpoint).expanduser()
+    if not ckpt.is_file():
+        raise CheckpointError(f"SAM-2 checkpoint not found: {ckpt}")
+    if not config:
+        raise GeoConError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
+                          "'configs/sam2.1/sam2.1_hiera_t.yaml'")
+    overrides = [f"++model.image_size={int(image_size)}"] if image_size else []
+    dev = str(device or "cpu")
+    cfg_path = Path(config).expanduser()
+    try:
+        if cfg_path.is_file():  # a YAML outside the package: compose from its folder
+            from hydra import initialize_config_dir
+            from hydra.core.global_hydra import GlobalHydra
+
+            GlobalHydra.instance().clear()
+            try:
+                with initialize_config_dir(config_dir=str(cfg_path.parent.resolve()),
+                                           version_base="1.2"):
+                    return build(cfg_path.name, str(ckpt), device=dev,
+                                 hydra_overrides_extra=overrides)
+            finally:
+                from hydra import initialize_config_module
+
+                GlobalHydra.instance().clear()
+                initialize_config_module("sam2", version_base="1.2")
+        return build(config, str(ckpt), device=dev, hydra_overrides_extra=overrides)
+    except (RuntimeError, KeyError) as exc:  # state dict does not match the config
+        raise CheckpointError(f"SAM-2 checkpoint {ckpt} does not match config {config}: "
+                              f"{exc}") from exc
+
+
+def load_prompts(source: Union[None, str, Path, Prompts]) -> List[Dict[str, Any]]:
+    """Prompt list from a JSON file or a list of dicts (validated)."""
+    if source is None:
+        raise GeoConError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
+                          "file of boxes / points (see geocon_torch.segment.sam2)")
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise GeoConError(f"SAM-2 prompt file not found: {path}")
+        source = json.loads(path.read_text())
+    prompts = list(source)
+    for p in prompts:
+        if "box" not in p and "points" not in p:
+            raise GeoConError(f"a SAM-2 prompt needs 'box' or 'points': {p}")
+    return prompts
+
+
+@torch.inference_mode()
+def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch.device] = None,
+               prompts: Union[None, str, Path, Prompts] = None,
+               predictor: Any = None) -> torch.Tensor:
+    """(T, K, H, W) bool masks of the prompted objects tracked by SAM-2 through ``clip``."""
+    prompts = load_prompts(prompts if prompts is not None else cfg.sam2_prompts)
+    pred = predictor or load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,
+                                            image_size=getattr(cfg, "sam2_image_size", None))
+    import cv2
+
+    t, (h, w) = clip.num_frames, clip.size
+    ids = sorted({int(p.get("id", k + 1)) for k, p in enumerate(prompts)})
+    out = torch.zeros(t, len(ids), h, w, dtype=torch.bool)
+    with tempfile.TemporaryDirectory() as tmp:  # sam2 reads a folder of JPEG frames
+        for i, frame in enumerate(clip.frames.permute(0, 2, 3, 1).cpu().numpy()):
+            cv2.imwrite(str(Path(tmp) / f"{i}.jpg"), frame[..., ::-1],
+                        [cv2.IMWRITE_JPEG_QUALITY, 95])
+        state = pred.init_state(video_path=tmp)
+        for k, p in enumerate(prompts):
+            kw: Dict[str, Any] = {}
+            if "box" in p:
+                kw["box"] = np.asarray(p["box"], dtype=np.float32)
+            if "points" in p:
+                kw["points"] = np.asarray(p["points"], dtype=np.float32)
+                kw["labels"] = np.asarray(p.get("labels", [1] * len(p["points"])), np.int32)
+            pred.add_new_points_or_box(state, frame_idx=int(p.get("frame", 0)),
+                                       obj_id=int(p.get("id", k + 1)), **kw)
+        for frame_idx, obj_ids, logits in pred.propagate_in_video(state):
+            for j, oid in enumerate(obj_ids):
+                out[frame_idx, ids.index(int(oid))] = (logits[j, 0] > 0).cpu()
+    return out

@@ -1,0 +1,86 @@
+"""Manifest parsing: CSV / JSONL, every sec. 5.5 field, errors that name the line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from geocon_torch.bench import ManifestEntry, ManifestError, load_manifest, write_manifest
+
+CSV = ("clip_id,path,prompt,model,model_version,seed,resolution,fps,duration,masks_path,category,"
+       """extra_col
+a,clips/a.mp4,a red car,wan,2.1,3,1280x720,24,5.0,masks/a.npz,C4,x
+b,/abs/b.mp4,"a quote, with comma",sora,,,,,,,C1,
+""")
+
+
+def test_csv_all_fields(tmp_path: Path):
+    p = tmp_path / "m.csv"
+    p.write_text(CSV)
+    a, b = load_manifest(p)
+    assert a.clip_id == "a" and a.model == "wan" and a.model_version == "2.1"
+    assert a.path == str(tmp_path / "clips/a.mp4")
+    assert a.masks_path == str(tmp_path / "masks/a.npz")
+    assert a.seed == 3 and a.resolution == (1280, 720) and a.fps == 24.0 and a.duration == 5.0
+    assert a.category == "C4" and a.prompt == "a red car" and a.extra == {"extra_col": "x"}
+    assert a.line == 2 and b.line == 3
+    assert b.path == "/abs/b.mp4" and b.seed is None and b.fps is None
+    assert b.prompt == "a quote, with comma"
+    assert a.scene == "C4|a red car|3" and b.scene == "clip:b"
+
+
+def test_jsonl_roundtrip(tmp_path: Path):
+    rows = [{"clip_id": "x", "path": "x.mp4", "model": "m", "seed": 1, "resolution": [640, 480],
+             "fps": 8, "category": "C2"},
+            {"clip_id": "y", "path": "y.mp4", "model": "m", "duration": 0}]
+    p = tmp_path / "m.jsonl"
+    p.write_text("# comment\n" + "\n".join(json.dumps(r) for r in rows) + "\n\n")
+    x, y = load_manifest(p)
+    assert x.resolution == (640, 480) and x.fps == 8.0 and x.line == 2 and y.duration == 0.0
+    for suffix in (".csv", ".jsonl"):
+        out = write_manifest(tmp_path / f"back{suffix}", [x, y])
+        again = load_manifest(out)
+        assert [e.to_dict() for e in again] == [e.to_dict() for e in (x, y)]
+
+
+_JSONL_HEAD = '{"clip_id": "a", "path": "a.mp4", "model": "m"}\n'
+_B = '{"clip_id": "b", "path": "b.mp4", "model": "m", '
+
+
+@pytest.mark.parametrize("suffix, text, message", [
+    (".jsonl", _JSONL_HEAD + '{"clip_id": "b", "path": "b.mp4"}',
+     "line 2: missing required field(s) model"),
+    (".jsonl", _JSONL_HEAD + _B + '"seed": "x1"}', "line 2: seed must be"),
+    (".jsonl", _JSONL_HEAD + _B + '"fps": 0}', "line 2: fps must be > 0"),
+    (".jsonl", _JSONL_HEAD + _B + '"fps": "nan"}', "line 2: fps must be finite"),
+    (".jsonl", _JSONL_HEAD + _B + '"duration": -1}', "line 2: duration must"),
+    (".jsonl", _JSONL_HEAD + _B + '"resolution": "big"}', "line 2: resolution"),
+    (".jsonl", _JSONL_HEAD + '{"clip_id": "a", "path": "b.mp4", "model": "m"}',
+     "line 2: duplicate clip_id 'a'"),
+    (".jsonl", _JSONL_HEAD + '{"clip_id": "b", "path": ', "line 2: not valid JSON"),
+    (".jsonl", _JSONL_HEAD + "[1, 2]", "line 2: a row must be an object"),
+    (".csv", "clip_id,model\na,m", "line 1: header lacks column(s) path"),
+    (".csv", "clip_id,path,model\na,a.mp4,m\nb,,m", "line 3: missing required field(s) path"),
+    (".csv", "clip_id,path,model\na,a.mp4,m,extra", "line 2: more values than header"),
+    (".csv", "", "empty CSV"),
+])
+def test_errors_name_the_line(tmp_path: Path, suffix: str, text: str, message: str):
+    p = tmp_path / f"m{suffix}"
+    p.write_text(text + "\n" if text else "")
+    with pytest.raises(ManifestError) as err:
+        load_manifest(p)
+    assert message in str(err.value) and str(p) in str(err.value)
+
+
+def test_file_errors(tmp_path: Path):
+    with pytest.raises(ManifestError, match="not found"):
+        load_manifest(tmp_path / "nope.csv")
+    (tmp_path / "m.txt").write_text("x")
+    with pytest.raises(ManifestError, match="must be .csv or .jsonl"):
+        load_manifest(tmp_path / "m.txt")
+
+
+def test_entry_in_code_defaults():
+    e = ManifestEntry("c", "/x.mp4", "m")
+    assert e.scene == "clip:c" and e.to_dict()["resolution"] is None

@@ -1,0 +1,103 @@
+"""The geocon CLI: score (table + JSON lines), bench (resume, export), report, --help texts."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from geocon_torch.bench import ResultStore
+from geocon_torch.cli import build_parser, main
+from geocon_torch.commands._common import expand_inputs, per_clip_file
+from geocon_torch.config import GeoConConfig
+
+SMALL = ["--long-side", "128", "--max-frames", "5"]
+
+
+def _small_cfg() -> GeoConConfig:
+    return GeoConConfig().replace(io={"long_side": 128, "max_frames": 5})
+
+
+def test_help_documents_every_option(capsys):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"score", "bench", "report", "demo"} <= set(sub.choices)
+    for name in ("score", "bench", "report", "demo"):
+        p = sub.choices[name]
+        text = p.format_help()
+        assert "Examples:" in text, name
+        for action in p._actions:
+            for opt in action.option_strings:
+                assert opt in text, (name, opt)
+            if action.help is None and action.option_strings:
+                pytest.fail(f"{name} {action.option_strings} has no help")
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    assert "--json OUT" in capsys.readouterr().out
+
+
+def test_expand_inputs_files_folders_globs(tmp_path: Path):
+    (tmp_path / "v").mkdir()
+    for n in ("b.mp4", "a.webm", "notes.txt"):
+        (tmp_path / "v" / n).write_bytes(b"x")
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "1.png").write_bytes(b"x")
+    got = expand_inputs([str(tmp_path / "v"), str(tmp_path / "imgs"), str(tmp_path / "v/*.mp4"),
+                         str(tmp_path / "missing.mp4")])
+    assert [p.name for p in got] == ["a.webm", "b.mp4", "imgs", "missing.mp4"]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "b_masks.npz").write_bytes(b"x")
+    assert per_clip_file(str(tmp_path / "m"), Path("x/b.mp4"), 2).endswith("b_masks.npz")
+    assert per_clip_file(str(tmp_path / "m"), Path("x/c.mp4"), 2) is None
+    assert per_clip_file(None, Path("b.mp4"), 1) is None
+
+
+def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: Path, capsys):
+    good = shared_data / "real" / "realshort.mp4"
+    missing = tmp_path / "missing.mp4"
+    out = tmp_path / "r.jsonl"
+    rc = main(["score", str(good), str(missing), "--json", str(out), "--no-progress", *SMALL])
+    assert rc == 1  # one clip is an error
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["clip", "status", "regime", "IR"]
+    assert any(line.startswith("realshort") and " ok " in line for line in lines)
+    assert any(line.startswith("missing") and "error" in line for line in lines)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["clip"] for r in rows] == ["realshort", "missing"]
+    ok, err = rows
+    assert ok["schema_version"] == "1.0" and ok["config_hash"] == _small_cfg().config_hash()
+    assert ok["status"] == "ok" and 0.5 < ok["background"]["ir"] <= 1.0
+    assert set(ok["backends"]) >= {"features", "flow", "masks", "gate"}
+    assert ok["version"] and "VideoReadError" in err["reason"]
+
+
+def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsys):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(
+        "clip_id,path,model,category,seed\n"
+        f"short,{shared_data / 'real' / 'realshort.mp4'},wan,C3,1\n"
+        "gone,nope.mp4,wan,C1,2\n")
+    db = tmp_path / "r.sqlite"
+    rc = main(["bench", str(manifest), "--db", str(db), "--no-progress", *SMALL,
+               "--export-csv", str(tmp_path / "t.csv")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "2 clips on 1 rank(s): 2 scored (1 ok, 0 not applicable, 1 error)" in out
+    table = list(csv.DictReader((tmp_path / "t.csv").open()))
+    assert [(r["clip_id"], r["status"]) for r in table] == [("gone", "error"), ("short", "ok")]
+    assert table[1]["config_hash"] == _small_cfg().config_hash() and table[1]["model"] == "wan"
+    rc = main(["bench", str(manifest), "--db", str(db), "--no-progress", *SMALL, "--strict"])
+    out2 = capsys.readouterr().out
+    assert rc == 0 and "0 scored" in out2 and "2 already stored" in out2
+    with ResultStore(db) as s:
+        assert s.count() == 2
+    rc = main(["report", str(db), "--out", str(tmp_path / "rep"), "--boot", "200",
+               "--cards", "2"])
+    assert rc == 0
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "short" in page and "gone" in page and "Audit cards (2)" in page
+    assert (tmp_path / "rep" / "img" / "card_short_matches.png").is_file()
+    assert main(["bench", "--db", str(db)]) == 2

@@ -1,0 +1,60 @@
+"""score_clip on the shared real clips, bad input, not_applicable paths and section isolation."""
+import torch
+import pytest
+
+from geocon_torch import score_clip, score_clips
+from geocon_torch.errors import VideoReadError
+
+CFG = {"features": {"mutual": True}}
+
+
+def test_hill_three_frames_is_one_homography(shared_data):
+    d = score_clip(shared_data / "real" / "hill", config={**CFG, "io": {"long_side": 400}},
+                   preset="background").to_dict()
+    assert d["status"] == "ok" and d["regime"] == "H" and d["gate"]["decision"] == "H"
+    assert d["background"]["ir"] >= 0.97 and d["background"]["pairs"] == 2
+    assert d["gate"]["evidence"]["gate_pairs"] == [[0, 2]]
+
+
+def test_realshort_needs_f(shared_data):
+    d = score_clip(shared_data / "real" / "realshort.mp4",
+                   config={**CFG, "io": {"long_side": 320, "stride": 2}},
+                   preset="background").to_dict()
+    assert d["status"] == "ok" and d["regime"] == "F"
+    assert d["background"]["ir"] == d["background"]["ir_f"]
+
+
+def test_uniform_and_single_frame_clips_are_not_applicable():
+    grey = torch.full((4, 3, 64, 96), 128, dtype=torch.uint8)
+    d = score_clip(grey, config=CFG, preset="background").to_dict()
+    assert d["status"] == "not_applicable" and "too little texture" in d["reason"]
+    assert d["background"].get("ir") is None  # never IR = 0
+    one = score_clip(torch.randint(0, 255, (1, 3, 64, 96), dtype=torch.uint8),
+                     preset="background").to_dict()
+    assert one["status"] == "not_applicable" and "no frame pairs" in one["reason"]
+
+
+def test_bad_input_raises_or_becomes_error(tmp_path):
+    missing = tmp_path / "missing.mp4"
+    with pytest.raises(VideoReadError):
+        score_clip(missing)
+    empty = tmp_path / "empty.mp4"
+    empty.write_bytes(b"")
+    grey = torch.full((3, 3, 48, 64), 100, dtype=torch.uint8)
+    out = score_clips([missing, grey, empty], config=CFG, preset="background")
+    assert [r.status for r in out] == ["error", "not_applicable", "error"]
+    assert "VideoReadError" in out[0].reason and out[0].to_dict()["clip"] == "missing"
+
+
+def test_failing_section_is_isolated(monkeypatch):
+    import geocon_torch.pipeline as pipeline
+
+    def boom(*a, **k):
+        raise RuntimeError("flow exploded")
+
+    monkeypatch.setattr(pipeline, "_foreground", boom)
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 255, (3, 3, 64, 96), dtype=torch.uint8, generator=g)
+    d = score_clip(frames, config=CFG, preset="geocon").to_dict()
+    assert d["foreground"]["status"] == "error" and "flow exploded" in d["foreground"]["reason"]
+    assert d["status"] in ("ok", "not_applicable")

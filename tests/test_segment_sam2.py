@@ -1,0 +1,61 @@
+"""SAM-2 adapter: clear errors, and plumbing with a random-init model loaded back from tmp_path."""
+import json
+
+import pytest
+import torch
+
+from geocon_torch.config import SegmentConfig
+from geocon_torch.errors import CheckpointError, GeoConError, OptionalDependencyError
+from geocon_torch.segment.sam2 import load_prompts, load_sam2_predictor, sam2_masks
+
+TINY = "configs/sam2.1/sam2.1_hiera_t.yaml"
+
+
+def _sam2_or_skip():
+    try:
+        from geocon_torch.segment.sam2 import _import_sam2
+
+        return _import_sam2()
+    except OptionalDependencyError as exc:
+        pytest.skip(f"sam2 not installed: {exc}")
+
+
+def test_prompt_validation(tmp_path):
+    with pytest.raises(GeoConError, match="need prompts"):
+        load_prompts(None)
+    with pytest.raises(GeoConError, match="'box' or 'points'"):
+        load_prompts([{"id": 1}])
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps([{"id": 3, "box": [1, 2, 30, 40]}]))
+    assert load_prompts(f) == [{"id": 3, "box": [1, 2, 30, 40]}]
+
+
+def test_checkpoint_errors(tmp_path):
+    _sam2_or_skip()
+    with pytest.raises(CheckpointError, match="local checkpoint"):
+        load_sam2_predictor(None, TINY)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_sam2_predictor(str(tmp_path / "nope.pt"), TINY)
+    bad = tmp_path / "bad.pt"
+    torch.save({"model": {"not_a_weight": torch.zeros(1)}}, bad)
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_sam2_predictor(str(bad), TINY, image_size=256)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_random_init_tiny_model_plumbing(tmp_path):
+    build = _sam2_or_skip()
+    from geocon_torch.types import Clip
+
+    torch.manual_seed(0)
+    model = build(TINY, None, device="cpu", hydra_overrides_extra=["++model.image_size=256"])
+    ckpt = tmp_path / "tiny_random.pt"
+    torch.save({"model": model.state_dict()}, ckpt)
+    del model
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 255, (2, 3, 64, 96), dtype=torch.uint8, generator=g)
+    clip = Clip(frames, 24.0, torch.ones(64, 96, dtype=torch.bool), torch.arange(2), (64, 96))
+    cfg = SegmentConfig(sam2_checkpoint=str(ckpt), sam2_config=TINY, sam2_image_size=256)
+    masks = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
+                                           {"id": 2, "frame": 0, "points": [[70, 30]]}])
+    assert masks.shape == (2, 2, 64, 96) and masks.dtype == torch.bool
