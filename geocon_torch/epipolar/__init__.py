@@ -25,9 +25,20 @@ WorldAtlas protocol (preset "worldatlas", the default; seed document 003)
   detected corners). ``fallback_used``, ``method``, ``reason`` and the ``attempts`` trail say what
   happened; with nothing valid: ``status: not_applicable``, values None, and the reason.
 
+Fallback guards (ours, both paths, :mod:`.protocol`): an LK track is kept only when the
+zero-mean NCC of the 11x11 patches (``tracking_ncc_window``, bilinear samples) around the corner
+in frame i and its tracked position in frame j is >= ``tracking_min_ncc`` = 0.8 (real content
+tracked between adjacent frames: median NCC ~0.99; independent noise: ~0.1, never above 0.5),
+and a fallback pair is valid only when its inlier set is meaningful a contrario (ORSA, Moisan &
+Stival 2004): NFA = (n - 7) C(n, k) C(k, 7) alpha^(k - 7) <= ``fallback_max_nfa`` = 0.01 for k
+inliers of n matches, alpha = 2 * threshold * diagonal / area. Random-noise frames are then
+not_applicable. The primary stage keeps the reference's rules unchanged.
+
 Execution paths: ``opencv`` (CPU reference, one pair at a time) and ``torch`` (features
 ``opencv-sift`` on CPU / ``kornia-sift`` on CUDA by default, batched matching, one batched RANSAC
-for all pairs of all clips). Both share :mod:`.protocol` (pairs, stages, validity, aggregation).
+for all pairs of all clips, padded to a constant width with per-pair seeds from (seed, source
+frames, stage): a clip gives bit-identical numbers alone or anywhere in a batch). Both share
+:mod:`.protocol` (pairs, stages, guards, validity, aggregation).
 
 GVGC preset (preset "gvgc"; :mod:`.gvgc`)
 -----------------------------------------
@@ -35,7 +46,8 @@ The original code of Li et al. 2024: frames 0..70 resized to 1280x720, pairs (i,
 d in (60, 50, 40, 30, 20, 10), 11 per d; SIFT 40,000, FLANN 2-NN, ratio 0.85, FM_RANSAC 3 px;
 one-sided point-to-epipolar-line distance over inliers; mean / median / RMSE / MAE and keep rate
 per interval and overall. Clips shorter than 71 frames are not_applicable. Both paths: OpenCV
-(the original, FLANN) and torch (exact 2-NN, one batched RANSAC with OpenCV's FM_RANSAC error).
+(the original, FLANN) and torch (exact 2-NN, one batched RANSAC per clip with OpenCV's FM_RANSAC
+error).
 
 torchmetrics: :mod:`geocon_torch.metrics.epipolar` (``EpipolarError``, ``EpipolarInlierRate``,
 ``FeatureMatchCoverage``).

@@ -15,10 +15,11 @@ consistency"), reproduced from its public code (``PatchAutoEvaluate.py`` + ``cor
   mean MAE, mean keep rate, mean inlier and match counts (the original's ``*_err_whole.csv``).
 
 Two paths: :func:`gvgc_section_opencv` (the original, pair by pair) and
-:func:`gvgc_sections_torch` (batched: exact 2-NN ``match_descriptors`` and one
-``ransac_fundamental(residual="epipolar_max", scoring="ransac")`` over the 66 pairs of all clips,
-with per-pair seeds from the source frame numbers (``protocol.pair_seeds``) and the match
-width padded to ``gvgc_sift_features``, so a clip's numbers do not depend on the batch; the pair layout, validity and aggregation above are shared).
+:func:`gvgc_sections_torch` (batched: features and exact 2-NN ``match_descriptors`` over all
+clips, then per clip one ``ransac_fundamental(residual="epipolar_max", scoring="ransac")`` over
+its 66 pairs with per-pair seeds from the source frame numbers (``protocol.pair_seeds``), so a
+clip's numbers do not depend on the batch; the pair layout, validity and aggregation above are
+shared).
 
 Differences from the original, on purpose: a pair with fewer than 8 matches, no F or fewer than
 ``min_inliers`` inliers is reported invalid and left out of the aggregates (the original crashes);
@@ -203,16 +204,39 @@ def gvgc_frames_torch(clip: Clip, config: EpipolarConfig, device: torch.device) 
     return gray_uint8_levels(rgb.round().clamp(0, 255).to(torch.uint8)) / 255.0
 
 
+def _fit_line_errors(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
+                     seeds: torch.Tensor, config: EpipolarConfig) -> List[torch.Tensor]:
+    """One batched FM_RANSAC-like fit of (P, N) matches -> [inliers (P,), valid (P,), mean,
+    median, RMSE (P,) of the one-sided epipolar line distance over the inliers (px)]."""
+    from .._tensor_utils import masked_mean, masked_median
+    from ..geometry import ransac_fundamental
+
+    fit = ransac_fundamental(x1, x2, mask, threshold=float(config.gvgc_threshold_px),
+                             residual="epipolar_max", confidence=float(config.gvgc_confidence),
+                             max_iterations=int(config.gvgc_max_iterations), scoring="ransac",
+                             local_optimization=False, seed=seeds,
+                             min_inliers=int(config.min_inliers))
+    inl = fit.inliers & mask & fit.valid[:, None]
+    d = epipolar_line_distance(fit.model.to(torch.float64), x1, x2)
+    if d.shape[1] == 0:
+        zeros = d.new_zeros(d.shape[0])
+        return [inl.sum(1), fit.valid, zeros, zeros, zeros]
+    mean, _ = masked_mean(d, inl)
+    med, _ = masked_median(d, inl)
+    ms, _ = masked_mean(d * d, inl)
+    return [inl.sum(1), fit.valid, mean, med, ms.sqrt()]
+
+
 def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: torch.device,
                         features: str) -> List[Dict[str, Any]]:
     """The gvgc preset batched: one feature extraction over the frames of all clips, one
-    ``match_descriptors`` (exact 2-NN, ratio 0.85) and ONE ``ransac_fundamental`` (residual
-    "epipolar_max" = OpenCV's FM_RANSAC error, 3 px, plain inlier counting, confidence 0.99,
-    1000 iterations) over the 66 pairs of every clip."""
-    from .._tensor_utils import masked_mean, masked_median
+    ``match_descriptors`` (exact 2-NN, ratio 0.85) over all their pairs, and per clip ONE
+    ``ransac_fundamental`` (residual "epipolar_max" = OpenCV's FM_RANSAC error, 3 px, plain
+    inlier counting, confidence 0.99, 1000 iterations) over its 66 pairs. The fit runs per clip,
+    on the clip's own match width and with per-pair seeds (``protocol.pair_seeds``), so a
+    clip's numbers do not depend on the other clips (a common width would pad every pair to the
+    batch's largest match count, up to 40,000)."""
     from ..features import get_extractor, match_descriptors
-    from ..geometry import ransac_fundamental
-    from .torch_path import cat_correspondences
 
     out: List[Optional[Dict[str, Any]]] = [too_short(c, config, "torch") for c in clips]
     todo = [k for k, s in enumerate(out) if s is None]
@@ -226,28 +250,20 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
     pairs = torch.cat([torch.as_tensor(rows[:, 1:], device=device) + b * n
                        for b in range(len(todo))])
     corr = match_descriptors(kps, pairs, ratio=float(config.gvgc_ratio))
-    corr = cat_correspondences([corr], int(config.gvgc_sift_features))  # constant width
-    seeds = torch.from_numpy(np.concatenate([
-        pair_seeds(config.seed, source_frames(clips[k])[rows[:, 1:]], "gvgc") for k in todo]))
     x1, x2 = corr.x1.to(torch.float64), corr.x2.to(torch.float64)
     matches = corr.mask.sum(1)
     mask = corr.mask & (matches >= MIN_MATCHES)[:, None]
-    fit = ransac_fundamental(x1, x2, mask, threshold=float(config.gvgc_threshold_px),
-                             residual="epipolar_max", confidence=float(config.gvgc_confidence),
-                             max_iterations=int(config.gvgc_max_iterations), scoring="ransac",
-                             local_optimization=False, seed=seeds,
-                             min_inliers=int(config.min_inliers))
-    inl = fit.inliers & mask & fit.valid[:, None]
-    d = epipolar_line_distance(fit.model.to(torch.float64), x1, x2)
-    if d.shape[1] == 0:
-        zeros = d.new_zeros(d.shape[0])
-        mean, med, ms = zeros, zeros, zeros
-    else:
-        mean, _ = masked_mean(d, inl)
-        med, _ = masked_median(d, inl)
-        ms, _ = masked_mean(d * d, inl)
-    host = [t.cpu().numpy() for t in (corr.num_kp1, corr.num_kp2, matches, inl.sum(1),
-                                      fit.valid, mean, med, ms.sqrt())]
+    stats: List[List[torch.Tensor]] = []
+    for b, k in enumerate(todo):  # per clip: 66 pairs in one batched fit
+        sl = slice(b * len(rows), (b + 1) * len(rows))
+        used = corr.mask[sl].any(0).nonzero()
+        width = int(used.max()) + 1 if used.numel() else 0
+        seeds = torch.from_numpy(pair_seeds(config.seed, source_frames(clips[k])[rows[:, 1:]],
+                                            "gvgc"))
+        stats.append(_fit_line_errors(x1[sl, :width], x2[sl, :width], mask[sl, :width], seeds,
+                                      config))
+    host = [t.cpu().numpy() for t in (corr.num_kp1, corr.num_kp2, matches)] + [
+        torch.cat([s[i] for s in stats]).cpu().numpy() for i in range(5)]
     info = {"path": "torch", "features": features, "analysis_size": [int(v) for v in
                                                                      config.gvgc_size]}
     for b, k in enumerate(todo):
