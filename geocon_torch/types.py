@@ -48,10 +48,21 @@ class Clip:
         """(H, W) at working resolution."""
         return int(self.frames.shape[-2]), int(self.frames.shape[-1])
 
-    def gray(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """(T, 1, H, W) luminance in [0, 1] (ITU-R BT.601 weights, as OpenCV's RGB2GRAY)."""
-        w = torch.tensor([0.299, 0.587, 0.114], dtype=dtype, device=self.frames.device)
-        return (self.frames.to(dtype) * w.view(1, 3, 1, 1)).sum(1, keepdim=True) / 255.0
+    def gray(self, dtype: torch.dtype = torch.float32,
+             indices: Optional[torch.Tensor] = None, chunk: int = 16) -> torch.Tensor:
+        """(T', 1, H, W) luminance in [0, 1] (ITU-R BT.601 weights, as OpenCV's RGB2GRAY).
+
+        ``indices`` (T',) selects frames (all when None). Frames are converted ``chunk`` at a time
+        so the peak extra memory is one chunk of float frames, not a float copy of the clip.
+        """
+        frames = self.frames if indices is None else self.frames[indices.to(self.frames.device)]
+        t, _, h, w = frames.shape
+        out = torch.empty((t, 1, h, w), dtype=dtype, device=frames.device)
+        for start in range(0, t, chunk):
+            f = frames[start:start + chunk]
+            out[start:start + chunk] = (f[:, 0:1].to(dtype) * 0.299 + f[:, 1:2].to(dtype) * 0.587
+                                        + f[:, 2:3].to(dtype) * 0.114) / 255.0
+        return out
 
 
 @dataclass
