@@ -39,7 +39,7 @@ from .metrics.functional.background import (PairMetrics, background_pass, catego
                                             sensitivity_scan)
 from .result import ClipResult, jsonable
 from .segment.background import background_keep, background_mask
-from .types import Clip, Correspondences, Fit
+from .types import Clip, Correspondences, Fit, concat_correspondences
 
 PRESETS = ("geocon", "background", "worldatlas", "gvgc", "all")
 VideoLike = Union[str, Path, torch.Tensor, Clip]
@@ -82,10 +82,9 @@ def _content_hash(video: VideoLike) -> Optional[str]:
 def _concat_scales(corrs: Dict[float, Correspondences]
                    ) -> Tuple[List[float], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stack the scales along P (padding N): x1, x2 (S*P, N, 2), mask, scores (S*P, N)."""
-    from .epipolar.torch_path import cat_correspondences
 
     scales = sorted(corrs)
-    c = cat_correspondences([corrs[s] for s in scales])
+    c = concat_correspondences([corrs[s] for s in scales])
     return scales, c.x1, c.x2, c.mask, c.scores
 
 
@@ -148,7 +147,7 @@ def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.T
                   pre_gate: Optional[GateDecision]) -> Tuple[torch.Tensor, Dict[str, Any]]:
     """Weight-free objects: preliminary H/F fit on all finest-scale matches, pre-gate, seeds of
     background-model outliers, dense residual segmentation (see :mod:`segment.motion`)."""
-    from .segment.motion import motion_segment
+    from .segment.motion import motion_segment, pooled_gray, segmentation_factor
 
     bc, sc = cfg.background, cfg.segment
     p = int(pairs.shape[0])
@@ -194,7 +193,8 @@ def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.T
     idx = pairs[:, 0].to(x1.device)[adj]
     Hs[idx] = fit_h.model[adj].to(torch.float64)
     ok[idx] = fit_h.valid[adj].to(x1.device)
-    objects, evidence = motion_segment(clip.gray().to(x1.device), Hs, ok,
+    gray = pooled_gray(clip, segmentation_factor(clip.size)).to(x1.device)
+    objects, evidence = motion_segment(gray, Hs, ok,
                                        clip.content_mask.to(x1.device), sc, regime,
                                        seeds=(pts, frames, vec))
     evidence["pre_regime"] = regime

@@ -10,7 +10,7 @@ Conventions, everywhere in the package:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -157,3 +157,26 @@ class Fit:
     num_inliers: torch.Tensor
     iterations: torch.Tensor
     score: torch.Tensor
+
+
+def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> Correspondences:
+    """Concatenate Correspondences along P, zero-padding N to max(largest part, ``width``).
+
+    Used to send the pairs of several scales or clips through one batched fit.
+    """
+    n = max([int(c.x1.shape[1]) for c in parts] + [int(width)])
+
+    def pad(t: torch.Tensor, value: Any = 0) -> torch.Tensor:
+        extra = n - t.shape[1]
+        if extra == 0:
+            return t
+        shape = (t.shape[0], extra) + tuple(t.shape[2:])
+        return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], 1)
+
+    return Correspondences(
+        x1=torch.cat([pad(c.x1) for c in parts]), x2=torch.cat([pad(c.x2) for c in parts]),
+        mask=torch.cat([pad(c.mask, False) for c in parts]),
+        scores=torch.cat([pad(c.scores) for c in parts]),
+        pairs=torch.cat([c.pairs for c in parts]),
+        num_kp1=torch.cat([c.num_kp1 for c in parts]),
+        num_kp2=torch.cat([c.num_kp2 for c in parts]))

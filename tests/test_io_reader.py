@@ -2,7 +2,7 @@
 import hashlib
 import tracemalloc
 
-import numpy as np
+
 import pytest
 import torch
 

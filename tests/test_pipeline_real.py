@@ -17,8 +17,9 @@ def test_hill_three_frames_is_one_homography(shared_data):
 
 
 def test_realshort_needs_f(shared_data):
-    d = score_clip(shared_data / "real" / "realshort.mp4",
-                   config={**CFG, "io": {"long_side": 320, "stride": 2}},
+    # At the default working resolution (long side 1024) the parallax of this handheld clip is
+    # clear (parallax_excess ~0.30 > 0.27); at 320 px it sinks to the noise floor (~0.12-0.17).
+    d = score_clip(shared_data / "real" / "realshort.mp4", config={**CFG, "io": {"stride": 2}},
                    preset="background").to_dict()
     assert d["status"] == "ok" and d["regime"] == "F"
     assert d["background"]["ir"] == d["background"]["ir_f"]

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from .._tensor_utils import masked_mean, masked_median
 from ..config import EpipolarConfig
-from ..types import Clip, Correspondences
+from ..types import Clip, Correspondences, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
                        source_frames, tracking_guard, zncc)
@@ -84,26 +84,6 @@ def analysis_frames(clip: Clip, indices: Sequence[int], config: EpipolarConfig,
     gray = gray_uint8_levels(clip.frames.index_select(0, idx).to(device))
     size = analysis_size(gray.shape[-2], gray.shape[-1], int(config.max_width))
     return resize_gray(gray, size, config.resize_interpolation) / 255.0
-
-
-def cat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> Correspondences:
-    """Concatenate Correspondences along P, zero-padding N to max(largest part, ``width``)."""
-    n = max([int(c.x1.shape[1]) for c in parts] + [int(width)])
-
-    def pad(t: torch.Tensor, value: Any = 0) -> torch.Tensor:
-        extra = n - t.shape[1]
-        if extra == 0:
-            return t
-        shape = (t.shape[0], extra) + tuple(t.shape[2:])
-        return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], 1)
-
-    return Correspondences(
-        x1=torch.cat([pad(c.x1) for c in parts]), x2=torch.cat([pad(c.x2) for c in parts]),
-        mask=torch.cat([pad(c.mask, False) for c in parts]),
-        scores=torch.cat([pad(c.scores) for c in parts]),
-        pairs=torch.cat([c.pairs for c in parts]),
-        num_kp1=torch.cat([c.num_kp1 for c in parts]),
-        num_kp2=torch.cat([c.num_kp2 for c in parts]))
 
 
 def sample_patches(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tensor
@@ -227,7 +207,7 @@ def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairM
         parts.append(corr)
         guards += [guard] if guard is not None else []
         order.extend(group)
-    corr = cat_correspondences(parts, stage_width(stage, c)).to(batch.device)
+    corr = concat_correspondences(parts, stage_width(stage, c)).to(batch.device)
     seeds = torch.from_numpy(np.concatenate([pair_seeds(c.seed, batch.source_pairs[k],
                                                         stage.method) for k in order]))
     x1, x2 = corr.x1.to(torch.float64), corr.x2.to(torch.float64)

@@ -17,12 +17,12 @@ file is missing or unreadable, or its tensors do not fit the architecture.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from ..checkpoints import read_state_dict
 from ..errors import CheckpointError, GeoConError
 from ..types import Correspondences, Keypoints
 from .base import DeviceLike, check_gray, compact_keypoints, inside_mask, pad_keypoints, \
@@ -36,20 +36,7 @@ def load_checkpoint(path: Optional[str], backend: str) -> Dict[str, Any]:
     Raises:
         CheckpointError: ``path`` is None, missing, or not a readable torch file holding a dict.
     """
-    if path is None:
-        raise CheckpointError(f"the {backend!r} backend needs a local checkpoint: pass "
-                              f"checkpoint=PATH (weights are never downloaded)")
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise CheckpointError(f"{backend} checkpoint not found: {p}")
-    try:
-        data = torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad checkpoint
-        raise CheckpointError(f"{backend} checkpoint {p} could not be read: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{backend} checkpoint {p} holds {type(data).__name__}, "
-                              "expected a dict (state_dict)")
-    return data
+    return read_state_dict(path, f"the {backend!r} backend")
 
 
 def _state_dict(data: Dict[str, Any], keys: Tuple[str, ...]) -> Dict[str, torch.Tensor]:

@@ -1,7 +1,8 @@
 """Descriptor matching batched over frame pairs: 2-NN L2 distances, Lowe ratio, mutual check.
 
 For every pair (i, j) the descriptors of frame i are matched against those of frame j as one
-batched ``torch.cdist`` (pairs processed in chunks to bound memory). A keypoint of frame i keeps
+batched matmul of squared L2 distances (pairs processed in chunks to bound memory; the
+descriptors of a chunk are gathered only when it is processed). A keypoint of frame i keeps
 its nearest neighbour in frame j when ``d1 < ratio * d2`` (OpenCV convention, L2 distances, not
 squared); with ``mutual=True`` it must also be the nearest neighbour of that neighbour. Frames
 with fewer than two valid keypoints in j give no matches (the ratio is undefined).
@@ -35,6 +36,44 @@ def _chunk_size(n1: int, n2: int, budget: float = 3e7) -> int:
     return max(1, int(budget // max(1, n1 * n2)))
 
 
+def _ratio_match_chunk(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.Tensor,
+                       ratio: float, mutual: bool
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One chunk of :func:`ratio_match` (all of it in one (p, N1, N2) distance tensor).
+
+    Squared distances ``|a|^2 + |b|^2 - 2 a.b`` come from one batched matmul (what
+    ``torch.cdist`` does for large sets); padded keypoints get an infinite norm, so they are
+    never a neighbour (frame j) and never a back-neighbour (frame i) without a masking pass.
+    """
+    n1 = d1.shape[1]
+    inf = float("inf")
+    sq1 = (d1 * d1).sum(-1).masked_fill(~m1, inf)
+    sq2 = (d2 * d2).sum(-1).masked_fill(~m2, inf)
+    sq = torch.bmm(d1, d2.transpose(1, 2))
+    sq.mul_(-2.0).add_(sq1[:, :, None]).add_(sq2[:, None, :]).clamp_min_(0.0)
+    best = sq.topk(2, dim=-1, largest=False)
+    first_sq, second_sq = best.values[..., 0], best.values[..., 1]
+    first, second = first_sq.sqrt(), second_sq.sqrt()
+    ok = m1 & torch.isfinite(second)
+    r = torch.where(ok, first / second.clamp_min(torch.finfo(d1.dtype).tiny),
+                    torch.ones_like(first))
+    # exact duplicates of the best (second == first == 0) give ratio 1: rejected
+    r = torch.where(ok & (second == 0), torch.ones_like(r), r)
+    ok = ok & (r < ratio)
+    idx = best.indices[..., 0]
+    if mutual:
+        # i is the back-neighbour of its match j when no valid keypoint of frame i is closer to
+        # j (ties: the first such i, as argmin); a column minimum instead of an argmin pass
+        col_min = sq.amin(dim=1)  # (p, N2); padded rows are +inf
+        is_min = m1 & (first_sq <= col_min.gather(1, idx))
+        rows = torch.arange(n1, device=d1.device).expand_as(idx)
+        first_row = torch.full_like(col_min, n1, dtype=torch.long).scatter_reduce_(
+            1, idx, torch.where(is_min, rows, torch.full_like(rows, n1)), "amin")
+        ok = ok & is_min & (first_row.gather(1, idx) == rows)
+    zero = torch.zeros_like(idx)
+    return torch.where(ok, idx, zero), torch.where(ok, r, torch.ones_like(r)), ok
+
+
 def ratio_match(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.Tensor, *,
                 ratio: float = 0.75, mutual: bool = False,
                 chunk: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -45,40 +84,31 @@ def ratio_match(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.
         d2: (P, N2, D); m2: (P, N2) bool.
         ratio: Lowe ratio; a match needs d_best < ratio * d_second.
         mutual: also require that the match is the nearest neighbour in the other direction.
-        chunk: pairs per cdist call (None: sized to ~3e7 distances).
+        chunk: pairs per distance batch (None: sized to ~3e7 distances).
     Returns:
         (nn12 (P, N1) long index into frame j (0 where unmatched), ratios (P, N1) in [0, 1)
         (1 where unmatched), matched (P, N1) bool).
     """
     p, n1 = d1.shape[:2]
     n2 = d2.shape[1]
-    dev = d1.device
+    return _match_chunks(p, n1, n2, lambda sl: (d1[sl], m1[sl], d2[sl], m2[sl]), d1.device,
+                         d1.dtype, ratio, mutual, chunk)
+
+
+def _match_chunks(p: int, n1: int, n2: int, take, dev: torch.device, dtype: torch.dtype,
+                  ratio: float, mutual: bool, chunk: Optional[int]
+                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run :func:`_ratio_match_chunk` over chunks of pairs; ``take(slice)`` returns that
+    chunk's (d1, m1, d2, m2), so only one chunk of gathered descriptors exists at a time."""
     nn12 = torch.zeros(p, n1, dtype=torch.long, device=dev)
-    ratios = torch.ones(p, n1, dtype=d1.dtype, device=dev)
+    ratios = torch.ones(p, n1, dtype=dtype, device=dev)
     matched = torch.zeros(p, n1, dtype=torch.bool, device=dev)
     if p == 0 or n1 == 0 or n2 < 2:
         return nn12, ratios, matched
     step = chunk or _chunk_size(n1, n2)
-    inf = torch.tensor(float("inf"), dtype=d1.dtype, device=dev)
-    for s in range(0, p, step):  # chunks of pairs, each a batched cdist
+    for s in range(0, p, step):  # chunks of pairs, each one batched matmul
         sl = slice(s, s + step)
-        dist = torch.cdist(d1[sl], d2[sl])
-        dist = torch.where(m2[sl, None, :], dist, inf)
-        best = dist.topk(2, dim=-1, largest=False)
-        first, second = best.values[..., 0], best.values[..., 1]
-        ok = m1[sl] & torch.isfinite(second)
-        r = torch.where(ok, first / second.clamp_min(torch.finfo(d1.dtype).tiny),
-                        torch.ones_like(first))
-        # exact duplicates of the best (second == first == 0) give ratio 1: rejected
-        r = torch.where(ok & (second == 0), torch.ones_like(r), r)
-        ok = ok & (r < ratio)
-        idx = best.indices[..., 0]
-        if mutual:
-            back = torch.where(m1[sl, :, None], dist, inf).argmin(dim=1)  # (p, N2)
-            ok = ok & (back.gather(1, idx) == torch.arange(n1, device=dev))
-        nn12[sl] = torch.where(ok, idx, torch.zeros_like(idx))
-        ratios[sl] = torch.where(ok, r, torch.ones_like(r))
-        matched[sl] = ok
+        nn12[sl], ratios[sl], matched[sl] = _ratio_match_chunk(*take(sl), ratio, mutual)
     return nn12, ratios, matched
 
 
@@ -115,9 +145,14 @@ def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.7
     """
     pairs = check_pairs(pairs, int(kps.xy.shape[0])).to(kps.xy.device)
     i, j = pairs[:, 0], pairs[:, 1]
-    m1, m2 = kps.mask[i], kps.mask[j]
-    nn12, ratios, matched = ratio_match(kps.descriptors[i], m1, kps.descriptors[j], m2,
-                                        ratio=ratio, mutual=mutual, chunk=chunk)
+    n = int(kps.xy.shape[1])
+    desc, km = kps.descriptors, kps.mask
+
+    def take(sl: slice):  # gather one chunk of pairs' descriptors at a time (bounded memory)
+        return desc[i[sl]], km[i[sl]], desc[j[sl]], km[j[sl]]
+
+    nn12, ratios, matched = _match_chunks(int(pairs.shape[0]), n, n, take, desc.device,
+                                          desc.dtype, ratio, mutual, chunk)
     x1 = kps.xy[i]
     x2 = kps.xy[j].gather(1, nn12[..., None].expand(-1, -1, 2)) if kps.xy.shape[1] else x1
     counts = kps.mask.sum(1)

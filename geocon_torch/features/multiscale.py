@@ -5,7 +5,8 @@ bilinear, pixel-centre aligned), features are detected and matched there, and th
 mapped back to working-resolution pixels with ``x = (x_s + 0.5) / s_x - 0.5`` (``s_x = W_s / W``,
 the same for y; the convention of OpenCV's and torch's ``align_corners=False`` resizes).
 Keypoints on letterbox bars (``clip.content_mask`` False, eroded by ``content_margin_px``) are
-dropped. Only frames that occur in ``pairs`` are processed.
+dropped. Only frames that occur in ``pairs`` are processed, each once per scale (opencv-sift:
+frame by frame on its thread pool, converted to uint8 inside the worker).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..types import Clip, Correspondences, Keypoints
 from .base import DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_device
 from .lk import lk_tracks
 from .matching import check_pairs, match_descriptors, pack_matches
+from .opencv_sift import OpenCVSIFT, to_uint8
 
 MIN_SIDE = 16  # a scale whose frames would be smaller than this (px) is skipped
 
@@ -101,10 +103,15 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     used, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
     local_pairs = inverse.reshape(-1, 2).to(dev)
     out_pairs = pairs.to(dev)
-    gray = clip.gray()[used.to(clip.frames.device)].to(dev)
-    h, w = gray.shape[-2:]
+    h, w = clip.size
     content = clip.content_mask.to(device=dev, dtype=torch.bool)
     content = erode_mask(content, int(getattr(cfg, "content_margin_px", 0)))
+    # (scale, size, sx, sy, content mask at that size); scales below MIN_SIDE px are left out
+    levels = []
+    for s in scales:
+        hs, ws = scaled_size(h, w, float(s))
+        if min(hs, ws) >= MIN_SIDE:
+            levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(content, (hs, ws))))
     backend = cfg.backend
     extractor = matcher = None
     if backend in ("loftr", "lightglue"):
@@ -113,16 +120,40 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         opts = {"max_keypoints": cfg.max_keypoints} if backend == "lightglue" else {}
         matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
     elif backend != "lk-tracks":
+        opts = {}
+        if getattr(cfg, "workers", None) is not None:
+            opts["workers"] = cfg.workers
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
-                                  checkpoint=cfg.checkpoint)
+                                  checkpoint=cfg.checkpoint, **opts)
     result: Dict[float, Correspondences] = {}
-    for s in scales:  # a handful of scales; each is batched over frames and pairs
-        hs, ws = scaled_size(h, w, float(s))
-        if min(hs, ws) < MIN_SIDE:
-            continue
-        sx, sy = ws / w, hs / h
-        g = rescale_gray(gray, (hs, ws))
-        m_s = _scaled_mask(content, (hs, ws))
+    if isinstance(extractor, OpenCVSIFT):
+        # frame by frame on the extractor's thread pool: each frame is converted to gray and
+        # resized to every scale inside its worker (no float copy of the clip), once per scale
+        def images(k: int) -> list:
+            g = clip.gray(indices=used[k:k + 1]).to(dev)
+            return [to_uint8(rescale_gray(g, size))[0] for _, size, _, _, _ in levels]
+
+        content_cpu = content.cpu()
+
+        def to_working(sx: float, sy: float):  # per frame, as _rescale_keypoints
+            def refine(xy: torch.Tensor):
+                xy = to_working_pixels(xy, sx, sy)
+                return xy, inside_mask(xy, content_cpu)
+            return refine
+
+        all_kps = extractor.extract_many(int(used.numel()), images, [lv[4] for lv in levels],
+                                         dev, torch.float32,
+                                         refine=[to_working(sx, sy) for _, _, sx, sy, _ in levels])
+        for s, _, _, _, _ in levels:
+            kps = all_kps.pop(0)  # one scale's keypoints alive at a time
+            c = match_descriptors(kps, local_pairs, ratio=cfg.ratio, mutual=cfg.mutual)
+            del kps
+            result[s] = Correspondences(c.x1, c.x2, c.mask, c.scores, out_pairs, c.num_kp1,
+                                        c.num_kp2)
+        return result
+    gray = clip.gray(indices=used).to(dev)
+    for s, size, sx, sy, m_s in levels:  # a handful of scales; each batched over frames, pairs
+        g = rescale_gray(gray, size)
         if extractor is not None:
             kps = _rescale_keypoints(extractor.extract(g, m_s), sx, sy, content)
             c = match_descriptors(kps, local_pairs, ratio=cfg.ratio, mutual=cfg.mutual)
@@ -135,5 +166,5 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
                           block=cfg.lk_block, window=cfg.lk_window, levels=cfg.lk_levels,
                           fb_threshold=cfg.lk_fb_threshold, backend=cfg.lk_backend, mask=m_s)
             c = _remap(c, sx, sy, out_pairs, content)
-        result[float(s)] = c
+        result[s] = c
     return result

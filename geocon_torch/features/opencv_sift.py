@@ -5,6 +5,15 @@
 float SIFT vectors (``rootsift=True`` converts them to RootSIFT). OpenCV may return a few more
 than ``nfeatures`` keypoints (one per extra orientation); the strongest ``max_keypoints`` are kept.
 
+Frames are processed by a pool of ``workers`` threads (OpenCV releases the GIL; default
+``os.cpu_count()``), one SIFT object per thread; each frame's result depends only on that frame,
+and results are assembled in frame order, so the output is identical for any number of workers.
+While the pool runs, OpenCV's and torch's own threading is set to 1 (``cv2.setNumThreads``,
+``torch.set_num_threads``; restored after): frame-level parallelism scales better than per-image
+threads, nested thread teams would oversubscribe the cores, and the output is the same.
+:meth:`OpenCVSIFT.extract_many` converts each frame to uint8 inside its worker (one frame, several
+scales at a time), so no float copy of a whole clip is ever materialised.
+
 Pixel convention: OpenCV builds its first octave by doubling the image (``cv2.resize``, pixel
 centres aligned: doubled pixel u sits at x = u / 2 - 0.25) but reports ``pt = u / 2``, so its
 positions are 0.25 px right of and below the true ones, at every octave. By default that offset
@@ -13,18 +22,27 @@ multi-scale positions map back exactly; ``centre_correction=False`` returns Open
 """
 from __future__ import annotations
 
-from typing import Optional
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from ..errors import GeoConError
 from ..types import Keypoints
-from .base import DeviceLike, check_gray, compact_keypoints, inside_mask, pad_keypoints, \
-    register_extractor
+from .base import DeviceLike, check_gray, inside_mask, pad_keypoints, register_extractor
 
 
 #: OpenCV SIFT positions are this many px right of / below the true ones (module docstring).
 OPENCV_SIFT_OFFSET = 0.25
+
+#: one frame's SIFT result: xy (n, 2), descriptors (n, 128) (uint8 or float32), response, size,
+#: angle (n,)
+FrameFeatures = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+#: per-frame point refinement: xy (n, 2) -> (new xy (n, 2), keep (n,) bool)
+Refine = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 
 
 def to_uint8(gray: torch.Tensor) -> np.ndarray:
@@ -33,9 +51,18 @@ def to_uint8(gray: torch.Tensor) -> np.ndarray:
         .to(torch.uint8).numpy()
 
 
+def _cv_mask(mask: Optional[torch.Tensor]) -> Optional[np.ndarray]:
+    return None if mask is None else mask.detach().cpu().numpy().astype(np.uint8) * 255
+
+
+def default_workers() -> int:
+    """Threads of the frame pool when none is given: ``os.cpu_count()`` (at least 1)."""
+    return max(1, os.cpu_count() or 1)
+
+
 @register_extractor("opencv-sift")
 class OpenCVSIFT:
-    """Per-frame OpenCV SIFT (a loop over frames: OpenCV works on one image at a time).
+    """Per-frame OpenCV SIFT over a thread pool (OpenCV works on one image at a time).
 
     Args:
         max_keypoints: ``nfeatures`` of cv2.SIFT_create and the cap per frame.
@@ -43,6 +70,8 @@ class OpenCVSIFT:
             on the input's device.
         rootsift: convert descriptors to RootSIFT (default False: raw OpenCV, for parity).
         centre_correction: subtract OpenCV's +0.25 px position offset (default True).
+        workers: threads running SIFT on different frames (None: ``os.cpu_count()``; 1: in the
+            calling thread). Results do not depend on it.
         sift_options: extra keyword arguments of cv2.SIFT_create (contrastThreshold, ...).
     """
 
@@ -51,37 +80,140 @@ class OpenCVSIFT:
 
     def __init__(self, max_keypoints: int = 2000, device: DeviceLike = None, *,
                  rootsift: bool = False, centre_correction: bool = True,
-                 **sift_options) -> None:
+                 workers: Optional[int] = None, **sift_options) -> None:
         import cv2
 
         self.max_keypoints = int(max_keypoints)
         self.device = torch.device("cpu")
         self.rootsift = rootsift
         self.offset = OPENCV_SIFT_OFFSET if centre_correction else 0.0
-        self._sift = cv2.SIFT_create(nfeatures=self.max_keypoints, **sift_options)
+        self.workers = default_workers() if workers is None else int(workers)
+        if self.workers < 1:
+            raise GeoConError(f"workers must be >= 1, got {workers}")
+        self._options = dict(sift_options)
+        self._sift = cv2.SIFT_create(nfeatures=self.max_keypoints, **self._options)
+        self._local = threading.local()
+
+    def _thread_sift(self):
+        """One SIFT object per thread (OpenCV objects are not documented as thread-safe)."""
+        if threading.current_thread() is threading.main_thread():
+            return self._sift
+        sift = getattr(self._local, "sift", None)
+        if sift is None:
+            import cv2
+
+            sift = self._local.sift = cv2.SIFT_create(nfeatures=self.max_keypoints,
+                                                      **self._options)
+        return sift
+
+    def detect(self, img: np.ndarray, cv_mask: Optional[np.ndarray] = None) -> FrameFeatures:
+        """SIFT of one (H, W) uint8 image; ``cv_mask`` (H, W) uint8 (255 = keep) or None.
+
+        Descriptors come back as uint8 when OpenCV's float values are integers in [0, 255]
+        (they are: OpenCV saturates them to bytes), a lossless 4x smaller form; float32 else.
+        """
+        import cv2
+
+        kp, des = self._thread_sift().detectAndCompute(img, cv_mask)
+        if des is None or len(kp) == 0:
+            return (torch.zeros(0, 2, dtype=torch.float64), torch.zeros(0, 128),
+                    torch.zeros(0), torch.zeros(0), torch.zeros(0))
+        xy = torch.from_numpy(cv2.KeyPoint_convert(kp).astype(np.float64)).reshape(-1, 2)
+        des = np.ascontiguousarray(des, dtype=np.float32)
+        if self.rootsift:
+            d = torch.from_numpy(des)
+            d = torch.sqrt(d / d.sum(-1, keepdim=True).clamp_min(1e-12))
+        else:
+            small = des.astype(np.uint8)
+            d = torch.from_numpy(small if np.array_equal(small, des) else des)
+        attrs = torch.from_numpy(np.array([(k.response, k.size, k.angle) for k in kp],
+                                          dtype=np.float32))
+        return xy - self.offset, d, attrs[:, 0], attrs[:, 1], attrs[:, 2]
+
+    def _select(self, feats: FrameFeatures, mask: Optional[torch.Tensor], dtype: torch.dtype,
+                refine: Optional[Refine]) -> FrameFeatures:
+        """One frame's :func:`compact_keypoints` (inside ``mask``, strongest ``max_keypoints``
+        first, ties in OpenCV's order), then ``refine`` (new positions and a keep mask)."""
+        xy, d, score, size, angle = feats
+        xy, score = xy.to(dtype), score.to(dtype)
+        keep = inside_mask(xy, mask)
+        idx = keep.nonzero()[:, 0]
+        order = torch.sort(score[idx], descending=True, stable=True).indices
+        idx = idx[order[: self.max_keypoints]]
+        xy, d, score, size, angle = xy[idx], d[idx], score[idx], size[idx], angle[idx]
+        if refine is not None:
+            xy, keep = refine(xy)
+            idx = keep.nonzero()[:, 0]  # a filter: the strongest-first order is kept
+            xy, d, score, size, angle = xy[idx], d[idx], score[idx], size[idx], angle[idx]
+        return xy, d, score, size, angle
+
+    def _map(self, fn: Callable[[int], object], n: int) -> List[object]:
+        """``[fn(k) for k in range(n)]``, on the pool when it has more than one worker."""
+        if self.workers == 1 or n <= 1:
+            return [fn(k) for k in range(n)]
+        import cv2
+
+        # the pool replaces OpenCV's and torch's own per-image threads (frames are independent,
+        # so this scales better, and nested thread teams would oversubscribe the cores); both
+        # settings are restored afterwards. Results do not depend on them.
+        cv_threads, torch_threads = cv2.getNumThreads(), torch.get_num_threads()
+        cv2.setNumThreads(1)
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.workers, n)) as pool:
+                return list(pool.map(fn, range(n)))  # map keeps the frame order
+        finally:
+            cv2.setNumThreads(cv_threads)
+            torch.set_num_threads(torch_threads)
+
+    @torch.no_grad()
+    def extract_many(self, num_frames: int,
+                     images: Callable[[int], Sequence[np.ndarray]],
+                     masks: Sequence[Optional[torch.Tensor]], device: DeviceLike = None,
+                     dtype: torch.dtype = torch.float32,
+                     refine: Optional[Sequence[Optional[Refine]]] = None) -> List[Keypoints]:
+        """Keypoints of several image groups (e.g. scales), computed frame by frame.
+
+        Args:
+            num_frames: T.
+            images: ``images(k)`` -> one (h_g, w_g) uint8 image per group g for frame k (called
+                inside the worker, so only a few frames are ever converted at once).
+            masks: per group an (h_g, w_g) bool content mask or None.
+            device, dtype: of the returned Keypoints (default CPU, float32).
+            refine: per group None or ``f(xy (n, 2)) -> (new xy (n, 2), keep (n,) bool)``
+                applied per frame after the mask and the cap (e.g. mapping to another
+                resolution and dropping points there); the order is kept.
+        Returns:
+            One Keypoints (T, N_g, ...) per group, as :meth:`extract` would give for that
+            group's images (then ``refine`` and :func:`compact_keypoints` on its keep mask).
+        """
+        dev = torch.device("cpu") if device is None else torch.device(device)
+        cv_masks = [_cv_mask(m) for m in masks]
+        cpu_masks = [None if m is None else m.detach().to("cpu", torch.bool) for m in masks]
+        refine = list(refine) if refine is not None else [None] * len(masks)
+
+        def one(k: int) -> List[FrameFeatures]:
+            return [self._select(self.detect(img, cm), m, dtype, r)
+                    for img, cm, m, r in zip(images(k), cv_masks, cpu_masks, refine)]
+
+        per_frame = self._map(one, num_frames)
+        out = []
+        for g in range(len(masks)):  # pad one group at a time, dropping its per-frame parts
+            feats = [f[g] for f in per_frame]
+            for f in per_frame:
+                f[g] = None
+            xys, descs, scores, sizes, angles = (list(v) for v in zip(*feats)) if feats else \
+                ([], [], [], [], [])
+            del feats
+            out.append(pad_keypoints(xys, descs, scores, 128, dev, dtype,
+                                     extras={"scale": sizes, "orientation": angles}))
+        return out
 
     @torch.no_grad()
     def extract(self, gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Keypoints:
         """Keypoints of ``gray (T, 1, H, W)``; ``mask (H, W)`` bool or None. Scores are OpenCV
         responses; extra ``scale`` (kp.size, px) and ``orientation`` (kp.angle, degrees)."""
         mask = check_gray(gray, mask)
-        frames = to_uint8(gray)
-        cv_mask = None if mask is None else mask.cpu().numpy().astype(np.uint8) * 255
-        xys, descs, scores, sizes, angles = [], [], [], [], []
-        for img in frames:
-            kp, des = self._sift.detectAndCompute(img, cv_mask)
-            if des is None or len(kp) == 0:
-                des = np.zeros((0, 128), np.float32)
-                kp = []
-            xys.append(torch.tensor([k.pt for k in kp], dtype=torch.float64).reshape(-1, 2)
-                       - self.offset)
-            d = torch.from_numpy(np.ascontiguousarray(des, dtype=np.float32))
-            if self.rootsift:
-                d = torch.sqrt(d / d.sum(-1, keepdim=True).clamp_min(1e-12))
-            descs.append(d)
-            scores.append(torch.tensor([k.response for k in kp], dtype=torch.float32))
-            sizes.append(torch.tensor([k.size for k in kp], dtype=torch.float32))
-            angles.append(torch.tensor([k.angle for k in kp], dtype=torch.float32))
-        kps = pad_keypoints(xys, descs, scores, 128, gray.device, gray.dtype,
-                            extras={"scale": sizes, "orientation": angles})
-        return compact_keypoints(kps, inside_mask(kps.xy, mask), self.max_keypoints)
+        return self.extract_many(int(gray.shape[0]),
+                                 lambda k: [to_uint8(gray[k:k + 1])[0]], [mask],
+                                 gray.device, gray.dtype)[0]

@@ -17,6 +17,7 @@ from typing import Optional, Union
 import torch
 import torch.nn.functional as F
 
+from ..checkpoints import read_state_dict
 from ..errors import CheckpointError
 from .base import FlowEstimator
 
@@ -40,17 +41,7 @@ def cached_checkpoint(arch: str) -> Optional[Path]:
 
 
 def _load_state_dict(path: Path) -> dict:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"could not read RAFT checkpoint {path}: {exc}") from exc
-    if isinstance(state, dict):
-        for key in ("state_dict", "model"):
-            if key in state and isinstance(state[key], dict):
-                state = state[key]
-    if not isinstance(state, dict):
-        raise CheckpointError(f"RAFT checkpoint {path} does not hold a state_dict")
-    return {k[7:] if k.startswith("module.") else k: v for k, v in state.items()}
+    return read_state_dict(path, "RAFT", unwrap=("state_dict", "model"), strip_prefix="module.")
 
 
 class RaftFlow(FlowEstimator):

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import GateConfig
+from ..checkpoints import require_checkpoint
 from ..errors import CheckpointError, OptionalDependencyError
 from ..types import Clip
 from .decision import GateDecision
@@ -66,12 +67,8 @@ class Dust3rPoseEstimator:
         self.image_size = int(image_size)
         import_dust3r(dust3r_path)
         if model is None:
-            if checkpoint is None:
-                raise CheckpointError("the DUSt3R gate needs a local checkpoint: set "
-                                      "config.gate.dust3r_checkpoint (nothing is downloaded)")
-            path = Path(checkpoint).expanduser()
-            if not path.exists():
-                raise CheckpointError(f"DUSt3R checkpoint not found: {path}")
+            path = require_checkpoint(checkpoint, "the DUSt3R gate",
+                                      "set config.gate.dust3r_checkpoint", allow_dir=True)
             from dust3r.model import AsymmetricCroCo3DStereo
 
             try:

@@ -34,7 +34,14 @@ Robust estimation -> :class:`geocon_torch.types.Fit`
 
 Randomness: a counter-based hash keyed by ``seed + pair index`` (no global RNG, no generator
 state): the same seed gives the same result, pair ``p`` of a batch equals a single-pair call with
-``seed + p``, and CPU and CUDA draw the same samples.
+``seed + p``, and CPU and CUDA draw the same samples. A ``(P,)`` integer tensor ``seed`` gives
+each pair its own stream.
+
+Padding invariance: the robust estimators compact each pair's valid points before anything
+else, draw every random choice from the pair's own key and valid count, decide per-pair
+switches from that count, and sum over the point axis in fixed chunks, so a pair's Fit is
+bit-identical (on CPU) whether it is fitted alone or padded into a wider batch beside other
+pairs, wherever its masked entries sit and whatever they hold.
 
 Affine
     ``weighted_affine_lstsq(positions, motions, weights)`` -> ``(A, b, wmse, valid)``,

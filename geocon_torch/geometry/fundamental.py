@@ -16,6 +16,7 @@ from .homography import _MONO, _monomials, _smallest_eigvec
 
 _EIGHT_IDX = torch.tensor([_MONO[r // 3][c // 3] * 6 + _MONO[r % 3][c % 3]
                            for r in range(9) for c in range(9)])
+from ._reduce import padded_gram
 from .normalization import _similarity_matrix, _weighted_hartley
 
 
@@ -41,7 +42,7 @@ def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.T
     """
     mono1 = _monomials(x1n) if mono1 is None else mono1
     mono2 = _monomials(x2n) if mono2 is None else mono2
-    T = (mono2 * w.unsqueeze(-2)) @ mono1.transpose(-1, -2)  # (..., 6, 6)
+    T = padded_gram(mono2 * w.unsqueeze(-2), mono1)  # (..., 6, 6)
     M = T.flatten(-2)[..., _EIGHT_IDX.to(T.device)].unflatten(-1, (9, 9))
     Fn = _smallest_eigvec(M).reshape(*M.shape[:-2], 3, 3)
     return _unit_fro(_enforce_rank2(Fn))

@@ -11,6 +11,7 @@ import torch
 
 from .._checks import check_points, check_same_shape
 from ..errors import ShapeError
+from ._reduce import padded_gram
 from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
 
 
@@ -77,7 +78,7 @@ def _homography_dlt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Te
     u, v = x2n[..., 0], x2n[..., 1]
     W = torch.stack([w, w * u, w * v, w * (u * u + v * v)], -2)  # (..., 4, N)
     mono1 = _monomials(x1n) if mono1 is None else mono1
-    T = (W @ mono1.transpose(-1, -2)).flatten(-2)  # (..., 24)
+    T = padded_gram(W, mono1).flatten(-2)  # (..., 24)
     T = torch.cat([T, torch.zeros_like(T[..., :1])], -1)
     idx = _DLT_IDX.to(T.device)
     M = (T[..., idx] * _DLT_SGN.to(device=T.device, dtype=T.dtype)).unflatten(-1, (9, 9))

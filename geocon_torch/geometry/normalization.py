@@ -7,19 +7,20 @@ from typing import Optional, Tuple
 import torch
 
 from .._checks import check_mask, check_points
+from ._reduce import padded_sum
 
 
 def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Centroid, scale and validity of ``points`` (..., N, 2) under non-negative ``weights``
     (..., N). Degenerate rows (no weight, or all points coincide) get scale 1 and flag False."""
-    wsum = weights.sum(-1)
+    wsum = padded_sum(weights)
     nonempty = wsum > 0
     wn = weights / torch.where(nonempty, wsum, torch.ones_like(wsum)).unsqueeze(-1)
-    c = (wn.unsqueeze(-1) * points).sum(-2)  # (..., 2)
+    c = padded_sum(wn.unsqueeze(-2) * points.transpose(-1, -2))  # (..., 2)
     d = (points - c.unsqueeze(-2)).pow(2).sum(-1)
     d = torch.sqrt(d.clamp_min(torch.finfo(points.dtype).tiny))
-    dbar = (wn * d).sum(-1)
+    dbar = padded_sum(wn * d)
     scale_ok = nonempty & (dbar > 1e-6 * (1.0 + c.abs().amax(-1)))
     s = torch.where(scale_ok, math.sqrt(2.0) / torch.where(scale_ok, dbar, torch.ones_like(dbar)),
                     torch.ones_like(dbar))

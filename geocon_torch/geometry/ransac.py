@@ -2,21 +2,23 @@
 
 Algorithm (one implementation for H and F):
 
-1. Every pair's valid points are Hartley-normalised (paper eq. 9) and ordered: by descending
-   ``scores`` when given (PROSAC-style), else by index.
+1. Every pair's valid points are compacted to the front of a working width (a multiple of 64)
+   in order: by descending ``scores`` when given (PROSAC-style), else by index; then
+   Hartley-normalised (paper eq. 9).
 2. Rounds: each still-active pair draws ``batch_size`` minimal samples (4 points for H, 7 for F)
    without replacement among its valid points; with ``scores`` the first rounds draw from the
    top-ranked 25 %, then 50 %, then all points. Degenerate samples (collinear / duplicated
    points, singular systems) are rejected. The 7-point solver yields up to 3 models per sample,
    so a round has P x K (H) or P x 3K (F) candidates with a validity mask. They are scored in
    batched GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
-   pixels): first on 32 random valid points per pair (pre-verification), then the best 2 per
-   pair on all points.
+   pixels): first on 32 random valid points per pair (all of them when it has <= 32;
+   pre-verification), then the best 2 per pair on all points.
 3. MSAC cost ``sum min(r^2, t^2)`` (or the outlier count for ``scoring="ransac"``) picks each
    pair's round winner; when it beats the pair's best, local optimisation runs: iterated
    weighted least-squares refits (IRLS: DLT / 8-point with Tukey weights, plus Sampson
-   weighting for F) on 256 random valid points of the pair, kept only when the result lowers
-   the cost on all points.
+   weighting for F) on 256 random valid points of a pair with more than 512 (else on all),
+   started from the best of 4 inner-sample refits, kept only when the result lowers the cost
+   on all points.
 4. A pair stops when its adaptive bound ``log(1 - confidence) / log(1 - w^m)`` (w = inlier
    ratio of its best model) or ``max_iterations`` samples is reached. Python loops only over
    rounds and LO iterations, never over pairs or hypotheses.
@@ -28,6 +30,15 @@ Algorithm (one implementation for H and F):
 Randomness is a counter-based hash keyed by ``seed + pair index`` (see ``sampling.py``): the
 same seed gives the same result, and pair p of a batch equals a single-pair call with
 ``seed + p`` (also across devices, up to floating-point ties).
+
+Padding invariance: a pair's Fit (model, inliers on its valid entries, residuals, iterations,
+num_inliers, valid, score) depends only on its valid points (in order), its scores and its
+key, bit for bit (verified on CPU): not on the padded width N, on where its masked entries sit
+or what they hold, nor on the other pairs of the batch. Every random choice is drawn in
+[0, n_valid) from the pair's own key, every per-pair switch (pre-check and LO subsets) is
+decided from n_valid, candidate ties go to the earlier candidate (stable sorts), and every sum
+over the point axis goes through ``_reduce`` (fixed 64 / 256-entry chunks added left to
+right), so padded entries add exact zeros in a fixed place.
 """
 from __future__ import annotations
 
@@ -36,6 +47,7 @@ from dataclasses import dataclass, fields
 from typing import Callable, Optional, Tuple, Union
 
 import torch
+import torch.nn.functional as tnf
 
 from .._checks import check_mask, check_points, check_same_shape
 from ..errors import ShapeError
@@ -43,17 +55,19 @@ from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
 from .homography import (_homogeneous_t, _homography_4pt, _homography_dlt_normalized,
                          _monomials, _normalize_h_scale)
+from ._reduce import CHUNK as _CHUNK
+from ._reduce import padded_sum
 from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
 from .residuals import _adjugate3
-from .sampling import (draw_without_replacement, has_collinear_triple, has_duplicate, pair_keys,
-                       uniform)
+from .sampling import (draw_with_replacement, draw_without_replacement, has_collinear_triple,
+                       has_duplicate, pair_keys, uniform, uniform_rows)
 
 H_RESIDUALS = ("symmetric", "forward")
 F_RESIDUALS = ("sampson_normalized", "sampson", "epipolar_max")
 _PREVERIFY_POINTS = 32  # hypotheses are first scored on this many random valid points ...
 _PREVERIFY_KEEP = 2  # ... and only each pair's best few per round are scored on all points
 _LO_MARGIN = 1.25  # round winners within this cost factor of the best are optimised too
-_INNER_SAMPLES = 8  # LO-RANSAC inner samples (subsets of the inliers) per local optimisation
+_INNER_SAMPLES = 4  # LO-RANSAC inner samples (subsets of the inliers) per local optimisation
 _LO_POINTS = 256  # in-loop local optimisation refits on this many random valid points
 _GIVE_UP_SAMPLES = 256  # a pair with no non-degenerate sample after this many is unfit
 _MIN_SPREAD = 1e-6  # inliers whose covariance eigenvalue ratio is below this are degenerate
@@ -85,12 +99,16 @@ class _Context:
         pick = lambda t: None if t is None else t[idx]  # noqa: E731
         return _Context(*(pick(getattr(self, f.name)) for f in fields(self)))
 
-    def points(self, pos: torch.Tensor) -> "_Context":
-        """The same pairs restricted to the points at ``pos`` (A, R) (no monomials)."""
+    def points(self, pos: torch.Tensor, sel: torch.Tensor) -> "_Context":
+        """The same pairs restricted to the points at ``pos`` (A, R), of which those where
+        ``sel`` (A, R) is False are masked out (no monomials)."""
         g2 = pos.unsqueeze(-1).expand(-1, -1, 2)
         g3 = pos.unsqueeze(1).expand(-1, 3, -1)
-        return _Context(self.x1n.gather(1, g2), self.x2n.gather(1, g2), self.X1t.gather(2, g3),
-                        self.X2t.gather(2, g3), self.mask.gather(1, pos), self.s1, self.s2)
+        z = torch.zeros((), dtype=self.x1n.dtype, device=pos.device)
+        x1n = torch.where(sel.unsqueeze(-1), self.x1n.gather(1, g2), z)
+        x2n = torch.where(sel.unsqueeze(-1), self.x2n.gather(1, g2), z)
+        return _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n),
+                        self.mask.gather(1, pos) & sel, self.s1, self.s2)
 
 
 def _rows(M: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
@@ -148,7 +166,7 @@ def _f_residual_sq(kind: str, with_weights: bool = False) -> Callable:
         if not with_weights:
             return r
         m = ctx.mask.unsqueeze(1)
-        gm = (g * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1)
+        gm = padded_sum(g * m).unsqueeze(-1) / m.sum(-1, keepdim=True).clamp_min(1)
         return r, (gm / g).clamp_max_(1e6)
     return fn
 
@@ -180,14 +198,17 @@ def _solve_f(x1s: torch.Tensor, x2s: torch.Tensor) -> Tuple[torch.Tensor, torch.
     return F.reshape(A, K * 3, 3, 3), ok.reshape(A, K * 3)
 
 
-def _cost(rsq: torch.Tensor, mask: torch.Tensor, thr2: float, scoring: str
-          ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(A, K, N) squared residuals -> cost (A, K) and inlier counts (A, K)."""
+def _cost(rsq: torch.Tensor, mask: torch.Tensor, thr2: float, scoring: str,
+          fixed_width: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(A, K, N) squared residuals -> cost (A, K) and inlier counts (A, K). The MSAC sum is
+    padding-invariant (``padded_sum``), or a plain sum when N is the same in every batch
+    (``fixed_width``)."""
     m = mask.unsqueeze(1)
     inl = (rsq <= thr2) & m
     ninl = inl.sum(-1)
     if scoring == "msac":
-        cost = (rsq.clamp_max(thr2) * m).sum(-1)
+        t = rsq.clamp_max(thr2) * m
+        cost = t.sum(-1) if fixed_width else padded_sum(t)
     else:
         cost = (m.sum(-1) - ninl).to(rsq.dtype)
     return cost, ninl
@@ -273,12 +294,13 @@ def _spread(x: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
     """Ratio of the smaller to the larger eigenvalue of the covariance of the selected points
     (P, N, 2) / (P, N): ~0 when they are collinear or coincide."""
     w = sel.to(x.dtype)
-    n = w.sum(-1, keepdim=True).clamp_min(1)
-    mu = (x * w.unsqueeze(-1)).sum(-2) / n
-    d = (x - mu.unsqueeze(-2)) * w.unsqueeze(-1)
-    c = d.transpose(-1, -2) @ d / n.unsqueeze(-1)
-    tr = c[:, 0, 0] + c[:, 1, 1]
-    det = c[:, 0, 0] * c[:, 1, 1] - c[:, 0, 1] * c[:, 1, 0]
+    n = padded_sum(w).unsqueeze(-1).clamp_min(1)
+    mu = padded_sum(x.transpose(-1, -2) * w.unsqueeze(-2)) / n
+    d = (x - mu.unsqueeze(-2)).transpose(-1, -2) * w.unsqueeze(-2)  # (P, 2, N)
+    cxx, cxy, cyy = padded_sum(torch.stack([d[:, 0] * d[:, 0], d[:, 0] * d[:, 1],
+                                            d[:, 1] * d[:, 1]], 1)).div(n).unbind(-1)
+    tr = cxx + cyy
+    det = cxx * cyy - cxy * cxy
     disc = torch.sqrt((tr * tr / 4 - det).clamp_min(0))
     lo, hi = tr / 2 - disc, tr / 2 + disc
     return torch.where(hi > 0, lo.clamp_min(0) / torch.where(hi > 0, hi, torch.ones_like(hi)),
@@ -293,6 +315,42 @@ def _required_iterations(ninl: torch.Tensor, n: torch.Tensor, m: int, confidence
     need = math.log(max(1.0 - confidence, 1e-300)) / denom.clamp_max(-1e-300)
     need = torch.where(pm > 0, need, torch.full_like(need, float(cap)))
     return need.clamp(0, cap).ceil().long()
+
+
+def _valid_first_order(mask: torch.Tensor, scores: Optional[torch.Tensor],
+                       n_valid: torch.Tensor) -> torch.Tensor:
+    """(P, N) positions: each pair's valid points first (by descending score when ``scores`` is
+    given, ties and the no-score case in index order), then its masked entries."""
+    P, N = mask.shape
+    if scores is not None:
+        key = torch.where(mask, -scores.to(torch.float64),
+                          torch.full_like(scores, math.inf, dtype=torch.float64))
+        return torch.sort(key, dim=-1, stable=True).indices
+    # without a sort: scatter each entry to its rank
+    rank = torch.where(mask, mask.long().cumsum(-1) - 1,
+                       n_valid.view(P, 1) + (~mask).long().cumsum(-1) - 1)
+    return torch.empty_like(rank).scatter_(
+        1, rank, torch.arange(N, device=mask.device).expand(P, N).contiguous())
+
+
+def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, limit: int,
+            width: int, fixed: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-pair point subsets of compacted pairs (valid points at positions [0, n_valid)):
+    ``count`` positions drawn with replacement when ``n_valid > limit``, else all ``n_valid``
+    points. Returns positions (P, R) and their validity (P, R): R = count when ``fixed``
+    (needs limit <= count), else only as wide as the batch needs (<= max(count, limit);
+    the extra columns are masked). Which points a pair gets depends only on its key and
+    n_valid."""
+    big = n_valid > limit
+    need = int(torch.where(big, torch.full_like(n_valid, count), n_valid).max()) \
+        if keys.numel() else 1
+    R = count if fixed else min(max(need, 1), width)
+    drawn = draw_with_replacement(keys, torch.full_like(keys, stream), count, n_valid)
+    drawn = tnf.pad(drawn, (0, max(R - count, 0)))[:, :R]
+    col = torch.arange(R, device=keys.device).view(1, R)
+    pos = torch.where(big.view(-1, 1), drawn, col.clamp_max(width - 1))
+    sel = torch.where(big.view(-1, 1), col < count, col < n_valid.view(-1, 1))
+    return torch.where(sel, pos, torch.zeros_like(pos)), sel
 
 
 def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
@@ -323,8 +381,23 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
     x1 = torch.where(mask.unsqueeze(-1), x1, torch.zeros_like(x1))
     x2 = torch.where(mask.unsqueeze(-1), x2, torch.zeros_like(x2))
     n_valid = mask.sum(-1)
+    N_in = N
 
     with torch.no_grad():
+        # Compact every pair's valid points to the front (PROSAC order, best score first, when
+        # scores are given; else index order). From here on a pair's data is its n_valid points
+        # followed by masked zeros, so nothing depends on where its padding sat or how wide the
+        # batch is (padding invariance).
+        order = _valid_first_order(mask, scores, n_valid)  # (P, N)
+        n_keep = min(N, max(int(n_valid.max()) if P else 0, 1))
+        keep_pos = order[:, :n_keep]
+        # the working width is a multiple of the reduction chunk (no padding copies later)
+        N = max(-(-n_keep // _CHUNK), 1) * _CHUNK
+        mask = torch.arange(N, device=dev).view(1, N) < n_valid.view(P, 1)
+        g2 = keep_pos.unsqueeze(-1).expand(-1, -1, 2)
+        zero = torch.zeros((), dtype=dt, device=dev)
+        x1 = torch.where(mask.unsqueeze(-1), tnf.pad(x1.gather(1, g2), (0, 0, 0, N - n_keep)), zero)
+        x2 = torch.where(mask.unsqueeze(-1), tnf.pad(x2.gather(1, g2), (0, 0, 0, N - n_keep)), zero)
         wm = mask.to(dt)
         c1, s1, ok1 = _weighted_hartley(x1, wm)
         c2, s2, ok2 = _weighted_hartley(x2, wm)
@@ -332,19 +405,6 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
         ctx_full = _Context.build(x1n, x2n, mask, s1, s2, dt, monomials=True)  # LO / final
         ctx_fast = _Context.build(x1n, x2n, mask, s1, s2, torch.float32)  # hypothesis scoring
-
-        # valid points first, PROSAC order (best score first) when scores are given
-        if scores is not None:
-            key = torch.where(mask, -scores.to(torch.float64), torch.full_like(scores, math.inf,
-                                                                              dtype=torch.float64))
-            order = torch.sort(key, dim=-1, stable=True).indices  # (P, N)
-        else:
-            # valid points first, in index order, without a sort: scatter each to its rank
-            inv = ~mask
-            rank = torch.where(mask, mask.long().cumsum(-1) - 1,
-                               n_valid.view(P, 1) + inv.long().cumsum(-1) - 1)
-            order = torch.empty_like(rank).scatter_(
-                1, rank, torch.arange(N, device=dev).expand(P, N).contiguous())
 
         fittable = (n_valid >= max(m, min_inliers)) & ok1 & ok2
         eye = torch.eye(3, dtype=dt, device=dev)
@@ -359,21 +419,16 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         solve = _solve_h if problem.kind == "H" else _solve_f
         K = int(batch_size)
 
-        # fixed random subset of valid points per pair for pre-verification
-        use_pre = N > 2 * _PREVERIFY_POINTS
-        if use_pre:
-            # drawn with replacement among the valid points (a pre-test needs no distinctness)
-            us = uniform(keys, torch.full_like(keys, -1), (_PREVERIFY_POINTS,))
-            r = torch.floor(us * n_valid.view(P, 1).to(us.dtype)).long()
-            r = torch.minimum(r, (n_valid.view(P, 1) - 1).clamp_min(0))
-            ctx_sub = ctx_fast.points(order.gather(1, r))
-        # in-loop LO iterates on a random subset (with replacement) of the valid points; its
-        # result is then scored on all points. The final refit always uses all points.
+        # Pre-verification points, decided per pair from its own valid count: a pair with more
+        # than 32 valid points is pre-scored on 32 of them drawn with replacement, a smaller one
+        # on all its points; always 32 columns, so a plain sum scores them.
+        ctx_sub = ctx_fast.points(*_subset(keys, -1, n_valid, _PREVERIFY_POINTS,
+                                           _PREVERIFY_POINTS, N, fixed=True))
+        # In-loop LO iterates on 256 random valid points (with replacement) of a pair with more
+        # than 512, else on all its points; its result is then scored on all points. The final
+        # refit always uses all points.
         if N > 2 * _LO_POINTS:
-            ul = uniform(keys, torch.full_like(keys, -2), (_LO_POINTS,))
-            r = torch.floor(ul * n_valid.view(P, 1).to(ul.dtype)).long()
-            r = torch.minimum(r, (n_valid.view(P, 1) - 1).clamp_min(0))
-            ctx_lo = ctx_full.points(order.gather(1, r))
+            ctx_lo = ctx_full.points(*_subset(keys, -2, n_valid, _LO_POINTS, 2 * _LO_POINTS, N))
             ctx_lo.mono1, ctx_lo.mono2 = _monomials(ctx_lo.x1n), _monomials(ctx_lo.x2n)
         else:
             ctx_lo = ctx_full
@@ -392,9 +447,8 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
                 pool = nv
             u = uniform(keys[idx], rounds[idx], (K, m))
             pos = draw_without_replacement(u, pool)  # (A, K, m) positions in `order`
-            pidx = order[idx].gather(1, pos.reshape(A, K * m)).view(A, K, m)
             ar = torch.arange(A, device=dev).view(A, 1, 1)
-            models, hvalid = solve(ctx.x1n[ar, pidx], ctx.x2n[ar, pidx])
+            models, hvalid = solve(ctx.x1n[ar, pos], ctx.x2n[ar, pos])
             models = models.to(torch.float32)
             if problem.kind == "F":  # drop the slots no pair fills (complex 7-point roots)
                 cnt = int(hvalid.sum(1).max())
@@ -403,11 +457,15 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
                     first = first[:, :cnt]
                     models = models[torch.arange(A, device=dev).view(A, 1), first]
                     hvalid = hvalid.gather(1, first)
-            if use_pre and models.shape[1] > _PREVERIFY_KEEP:
+            if models.shape[1] > _PREVERIFY_KEEP:
                 cs = ctx_sub if everyone else ctx_sub.index(idx)
-                pre, _ = _cost(problem.residual_sq(models, cs), cs.mask, thr2, scoring)
+                pre, _ = _cost(problem.residual_sq(models, cs), cs.mask, thr2, scoring,
+                               fixed_width=True)
                 pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
-                top = pre.topk(_PREVERIFY_KEEP, dim=-1, largest=False).indices  # (A, T)
+                # stable: ties go to the earlier candidate, then back to candidate order, so the
+                # pick does not depend on how many (invalid, trailing) slots the batch carries
+                top = torch.sort(pre, dim=-1, stable=True).indices[:, :_PREVERIFY_KEEP]
+                top = top.sort(-1).values  # (A, T)
                 models = models[torch.arange(A, device=dev).view(A, 1), top]
                 hvalid = hvalid.gather(1, top)
             cost, ninl = _cost(problem.residual_sq(models, ctx), ctx.mask, thr2, scoring)
@@ -423,8 +481,8 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
                 sel = promising.nonzero().squeeze(1)
                 all_sel = sel.numel() == P
                 clo = ctx_lo if all_sel else ctx_lo.index(idx[sel])
-                u_in = uniform(keys[idx[sel]], rounds[idx[sel]] + (1 << 20),
-                               (_INNER_SAMPLES, clo.x1n.shape[1]))
+                u_in = uniform_rows(keys[idx[sel]], rounds[idx[sel]] + (1 << 20),
+                                    _INNER_SAMPLES, clo.x1n.shape[1])
                 lm, _, _, _ = _local_optimization(problem, clo, r_model[sel], thr2, scoring,
                                                   lo_iterations, u=u_in)
                 cfull = ctx_full if all_sel else ctx_full.index(idx[sel])
@@ -476,12 +534,17 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         inliers = inliers & valid.unsqueeze(-1)
         resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
         if scoring == "msac":
-            score = (rsq.clamp_max(thr2) * mask).sum(-1)
+            score = padded_sum(rsq.clamp_max(thr2) * mask)
         else:
             score = (n_valid - num_inliers).to(dt)
         score = torch.where(valid, score, n_valid.to(dt) * (thr2 if scoring == "msac" else 1.0))
+        # back to the caller's layout (padded entries: not inliers, residual 0)
+        inliers = torch.zeros((P, N_in), dtype=torch.bool, device=dev).scatter_(
+            1, keep_pos, inliers[:, :n_keep])
+        resid = torch.zeros((P, N_in), dtype=dt, device=dev).scatter_(1, keep_pos,
+                                                                       resid[:, :n_keep])
         return Fit(kind=problem.kind, model=model, inliers=inliers, residuals=resid, valid=valid,
-                   num_inliers=inliers.sum(-1), iterations=iters, score=score)
+                   num_inliers=num_inliers * valid, iterations=iters, score=score)
 
 
 def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,

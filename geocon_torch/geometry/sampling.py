@@ -4,6 +4,8 @@ Random numbers come from a counter-based hash (32-bit "lowbias32" mixer evaluate
 torch ops), keyed by ``(seed + pair index, round, sample, slot)``. Every pair therefore owns an
 independent, reproducible stream: pair ``p`` of a batch run with ``seed`` draws exactly what a
 single-pair run with ``seed + p`` draws, on CPU and CUDA alike, and no global RNG is touched.
+Every draw is a function of the pair's key and its own valid-point count, never of the padded
+width N of the batch (the estimators' padding invariance rests on this).
 """
 from __future__ import annotations
 
@@ -50,6 +52,27 @@ def uniform(keys: torch.Tensor, rounds: torch.Tensor, shape: tuple) -> torch.Ten
     ctr = torch.arange(n, device=keys.device, dtype=torch.int64).view(1, *shape)
     h = hash32(hash32(base.view(-1, *([1] * len(shape))) + ctr * 0x85EBCA6B) + 0x27D4EB2F)
     return h.to(torch.float64) / 4294967296.0
+
+
+def uniform_rows(keys: torch.Tensor, rounds: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """Uniform float64 in [0, 1) of shape (A, rows, width) whose entry (j, i) depends only on
+    (key, round, j, i), not on ``width``: a pair's first n columns are the same whatever padded
+    width the batch has (``uniform`` counts through the flattened shape instead)."""
+    base = hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))  # (A,)
+    j = torch.arange(rows, device=keys.device, dtype=torch.int64).view(1, rows, 1)
+    i = torch.arange(width, device=keys.device, dtype=torch.int64).view(1, 1, width)
+    ctr = hash32(j * 0x9E3779B1 + 0x165667B1) + i * 0x85EBCA6B
+    h = hash32(base.view(-1, 1, 1) + ctr)  # one mixing round: these only pick LO subsets
+    return h.to(torch.float64) / 4294967296.0
+
+
+def draw_with_replacement(keys: torch.Tensor, rounds: torch.Tensor, count: int,
+                          pool: torch.Tensor) -> torch.Tensor:
+    """(A, count) int64 indices in [0, pool) (pool (A,) >= 1), drawn with replacement; the
+    draws depend only on (key, round, pool)."""
+    u = uniform(keys, rounds, (count,))
+    r = torch.floor(u * pool.view(-1, 1).to(u.dtype)).long()
+    return torch.minimum(r, (pool.view(-1, 1) - 1).clamp_min(0))
 
 
 def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:

@@ -30,14 +30,18 @@ iterated max-pooling at a reduced resolution.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from ..config import SegmentConfig
+from ..errors import ShapeError
 from .._tensor_utils import masked_median
 from .background import dilate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import Clip
 
 
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -165,6 +169,26 @@ def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
     return (member & (dev <= tol)).sum(-1)
 
 
+def segmentation_factor(size: Tuple[int, int], max_side: int = 320) -> int:
+    """Integer factor f = ceil(max(H, W) / max_side): segmentation runs at <= max_side px."""
+    return max(1, -(-max(int(size[0]), int(size[1])) // max_side))
+
+
+def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
+    """Luminance of a clip average-pooled by ``factor`` (ceil mode), ``chunk`` frames at a time:
+    (T, 1, ceil(H/f), ceil(W/f)) float32 in [0, 1], equal to ``avg_pool2d(clip.gray(), f,
+    ceil_mode=True)`` without a full-resolution float copy of the clip."""
+    t = clip.num_frames
+    parts = []
+    for start in range(0, t, chunk):  # chunks of frames bound the float copy
+        idx = torch.arange(start, min(t, start + chunk), device=clip.frames.device)
+        g = clip.gray(indices=idx)
+        parts.append(F.avg_pool2d(g, factor, ceil_mode=True) if factor > 1 else g)
+    h, w = clip.size
+    return torch.cat(parts) if parts else torch.zeros(0, 1, -(-h // factor), -(-w // factor),
+                                                      device=clip.frames.device)
+
+
 def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
                    content: torch.Tensor, cfg: SegmentConfig, regime: Optional[str] = "H", *,
                    seeds: Optional[Tuple[torch.Tensor, ...]] = None,
@@ -182,15 +206,23 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             component's median relative motion): a rigid mover does, scattered mismatches and
             non-rigid warps do not, so masking can never just delete the outliers.
         max_side: frames larger than this are segmented at a reduced scale (every size and
-            radius scaled with it) and the masks upsampled back (nearest).
+            radius scaled with it) and the masks upsampled back (nearest). ``gray`` may be
+            given already pooled to that scale (:func:`pooled_gray`; saves a full-resolution
+            float copy of the clip); the working size is always ``content``'s.
     """
-    t, _, h, w = gray.shape
-    f = max(1, -(-max(h, w) // max_side))  # segmentation runs at <= max_side px, then upsampled
+    t = gray.shape[0]
+    h, w = content.shape[-2:]
+    f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
+    pooled = (-(-h // f), -(-w // f))
+    if tuple(gray.shape[-2:]) not in ((h, w), pooled):
+        raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
+                         f"{pooled} (pooled_gray), got {tuple(gray.shape[-2:])}")
     if f > 1:
         S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64,
                                     device=homographies.device))
         Hs = S @ homographies.to(torch.float64) @ torch.linalg.inv(S)
-        small = F.avg_pool2d(gray, f, ceil_mode=True)
+        small = gray if tuple(gray.shape[-2:]) == pooled else F.avg_pool2d(gray, f,
+                                                                             ceil_mode=True)
         c_small = F.max_pool2d((~content.to(gray.device)).float()[None, None], f,
                                ceil_mode=True)[0, 0] < 0.5
         s_seeds = None if seeds is None else ((seeds[0] + 0.5) / f - 0.5, seeds[1],

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..config import SegmentConfig
+from ..checkpoints import require_checkpoint
 from ..errors import CheckpointError, GeoConError, OptionalDependencyError
 from ..types import Clip
 
@@ -48,12 +49,7 @@ def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
                         image_size: Optional[int] = None) -> Any:
     """A ``SAM2VideoPredictor`` from a local checkpoint and a model config (see module doc)."""
     build = _import_sam2()
-    if checkpoint is None:
-        raise CheckpointError("SAM-2 masks need a local checkpoint: set "
-                              "config.segment.sam2_checkpoint (nothing is downloaded)")
-    ckpt = Path(checkpoint).expanduser()
-    if not ckpt.is_file():
-        raise CheckpointError(f"SAM-2 checkpoint not found: {ckpt}")
+    ckpt = require_checkpoint(checkpoint, "SAM-2 masks", "set config.segment.sam2_checkpoint")
     if not config:
         raise GeoConError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
                           "'configs/sam2.1/sam2.1_hiera_t.yaml'")

@@ -1,0 +1,61 @@
+"""Padding-invariant reductions over the point axis.
+
+A pair's points sit at positions [0, n) of a padded axis of width N, the rest are exact zeros.
+A plain ``sum`` / GEMM over N may group the additions differently for different N (vector
+lanes, cascade levels, BLAS blocking), so the same pair would get different rounding beside a
+wider pair. These helpers fix the grouping: the axis is cut into chunks starting at position
+0 (64 entries for sums, 256 for GEMMs), every chunk is reduced on its own (a reduction of fixed
+length and layout), and the chunk totals are added left to right. Trailing all-zero chunks then
+add exact zeros, so the result depends only on the first n entries, never on N. This rests on a
+fixed-shape reduction / GEMM giving the same bits whatever the batch around it, which holds for
+the CPU kernels (checked by tests/geometry/test_geometry_padding_invariance.py); it is not
+verified for CUDA.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+CHUNK = 64  # sums; callers that keep N a multiple of it avoid a padding copy
+GRAM_CHUNK = 256  # GEMM reductions: long enough that the per-GEMM overhead stays small
+
+
+def _chunked(x: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
+    """(..., N) -> (..., L, chunk) zero-padded, contiguous."""
+    pad = (-x.shape[-1]) % chunk
+    x = F.pad(x, (0, pad)) if pad else x.contiguous()
+    return x.unflatten(-1, (-1, chunk))
+
+
+def _scan_total(s: torch.Tensor, dim: int) -> torch.Tensor:
+    """Left-to-right total of the chunk totals along ``dim`` (L may be 0)."""
+    if s.shape[dim] == 0:
+        return s.sum(dim)
+    if s.shape[dim] == 1:
+        return s.select(dim, 0)
+    return s.cumsum(dim).select(dim, -1)
+
+
+def padded_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the last axis, (..., N) -> (...), invariant to trailing zero entries."""
+    return _scan_total(_chunked(x).sum(-1), -1)
+
+
+def padded_gram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b^T`` over the last axis, (..., r, N) x (..., c, N) -> (..., r, c), invariant to
+    trailing zero entries: one batched GEMM per chunk of ``GRAM_CHUNK`` entries (a loop over
+    point chunks, a handful), accumulated left to right. Each chunk's operands are made
+    contiguous and row-major ((..., r, C) and (..., C, c)): with a transposed or strided operand
+    the GEMM kernel was seen to change its rounding with the batch."""
+    N = a.shape[-1]
+    pad = (-N) % GRAM_CHUNK
+    if pad:
+        a, b = F.pad(a, (0, pad)), F.pad(b, (0, pad))
+    out = None
+    for s in range(0, max(N + pad, GRAM_CHUNK if N else 0), GRAM_CHUNK):
+        g = torch.matmul(a[..., s:s + GRAM_CHUNK].contiguous(),
+                         b[..., s:s + GRAM_CHUNK].transpose(-1, -2).contiguous())
+        out = g if out is None else out + g
+    if out is None:  # N == 0
+        out = torch.zeros(*a.shape[:-1], b.shape[-2], dtype=a.dtype, device=a.device)
+    return out
