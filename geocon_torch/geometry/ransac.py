@@ -103,7 +103,6 @@ class _Context:
         """The same pairs restricted to the points at ``pos`` (A, R), of which those where
         ``sel`` (A, R) is False are masked out (no monomials)."""
         g2 = pos.unsqueeze(-1).expand(-1, -1, 2)
-        g3 = pos.unsqueeze(1).expand(-1, 3, -1)
         z = torch.zeros((), dtype=self.x1n.dtype, device=pos.device)
         x1n = torch.where(sel.unsqueeze(-1), self.x1n.gather(1, g2), z)
         x2n = torch.where(sel.unsqueeze(-1), self.x2n.gather(1, g2), z)
