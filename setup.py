@@ -39,6 +39,7 @@ setup(
             "nbclient>=0.9",
             "nbformat>=5.9",
             "ipykernel>=6.25",
+            "pyarrow>=14",
         ],
         "report": ["matplotlib>=3.7"],
         "sam2": ["sam2>=1.0"],
