@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
 from ._tensor_utils import masked_median
@@ -257,12 +258,32 @@ def _foreground(clip: Clip, objects: Optional[torch.Tensor], cfg: GeoConConfig,
     return foreground_section(clip, objects, cfg, device)
 
 
-def _epipolar(clip: Clip, cfg: GeoConConfig, preset: str,
+GVGC_FRAMES = 71  # the original GVGC code reads frames 0..70
+
+
+def _epipolar(video: VideoLike, clip: Clip, cfg: GeoConConfig, preset: str,
               device: Optional[torch.device]) -> Dict[str, Any]:
+    """The epipolar protocols analyse frames at their own resolution (width <= 640, or 1280x720
+    for gvgc), so the few frames they use are re-read at the source resolution rather than
+    resampled twice through the working resolution."""
+    from .epipolar import decode_plan
+    from .io import read_clip
     from .metrics.functional.epipolar import epipolar_section
 
-    return epipolar_section(clip, cfg.epipolar, preset=preset, path=cfg.epipolar.path,
-                            device=device)
+    pairs = None
+    native = clip
+    if not isinstance(video, Clip):
+        if preset == "worldatlas":
+            positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
+        else:
+            positions = np.arange(min(clip.num_frames, GVGC_FRAMES))
+        if len(positions):
+            source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
+            native = read_clip(video, long_side=None, indices=source.tolist(), device=device,
+                               letterbox_threshold=cfg.io.letterbox_threshold,
+                               letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+    return epipolar_section(native, cfg.epipolar, preset=preset, path=cfg.epipolar.path,
+                            device=device, pairs=pairs)
 
 
 def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: GeoConConfig,
@@ -542,10 +563,10 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
             res.backends["flow"] = res.foreground.get("flow")
     if preset in ("worldatlas", "gvgc", "all"):
         which = "worldatlas" if preset == "all" else preset
-        res.epipolar = _section("epipolar", lambda: _epipolar(clip, cfg, which, dev), timer)
+        res.epipolar = _section("epipolar", lambda: _epipolar(video, clip, cfg, which, dev), timer)
         if preset == "all":
             res.extra["epipolar_gvgc"] = _section(
-                "epipolar_gvgc", lambda: _epipolar(clip, cfg, "gvgc", dev), timer)
+                "epipolar_gvgc", lambda: _epipolar(video, clip, cfg, "gvgc", dev), timer)
         else:
             primary_status = res.epipolar.get("status", "ok")
             primary_reason = res.epipolar.get("reason")

@@ -2,7 +2,7 @@
 import torch
 import pytest
 
-from geocon_torch import score_clip, score_clips
+from geocon_torch import GeoConConfig, score_clip, score_clips
 from geocon_torch.errors import VideoReadError
 
 CFG = {"features": {"mutual": True}}
@@ -59,3 +59,21 @@ def test_failing_section_is_isolated(monkeypatch):
     d = score_clip(frames, config=CFG, preset="geocon").to_dict()
     assert d["foreground"]["status"] == "error" and "flow exploded" in d["foreground"]["reason"]
     assert d["status"] in ("ok", "not_applicable")
+
+
+def test_worldatlas_preset_reads_its_frames_at_source_resolution(shared_data):
+    """score_clip's epipolar block equals the protocol run on the source-resolution clip (the
+    working resolution, here an upscale to 1024, must not leak into the 640-px analysis)."""
+    from geocon_torch.epipolar import decode_plan, epipolar_section
+    from geocon_torch.io import read_clip
+
+    path = shared_data / "aigc" / "cogvideox" / "1.mp4"  # 720x480: upscaled by long_side 1024
+    got = score_clip(path, preset="worldatlas").to_dict()
+    assert got["working_size"] == [682, 1024]
+    indices, pairs = decode_plan(49, GeoConConfig().epipolar)
+    native = read_clip(path, long_side=None, indices=indices.tolist())
+    want = epipolar_section(native, GeoConConfig().epipolar, pairs=pairs)
+    assert got["status"] == "ok" and got["epipolar"]["status"] == "ok"
+    for key in ("epipolar_error", "epipolar_inlier_rate", "feature_match_coverage", "valid_pairs"):
+        assert got["epipolar"][key] == want[key]
+    assert got["epipolar"]["analysis_size"] == want["analysis_size"]
