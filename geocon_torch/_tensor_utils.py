@@ -63,3 +63,13 @@ def masked_median(x: torch.Tensor, mask: torch.Tensor, dim: int = -1, fill: floa
     """Median of valid entries along ``dim`` (mean of the two middle values for even counts,
     as ``numpy.median``). Returns (median, nonempty)."""
     return masked_quantile(x, mask, 0.5, dim=dim, fill=fill, interpolation="linear")
+
+
+def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:
+    """Sample ``img`` (N, C, H, W) at pixel positions ``xy`` (N, Ho, Wo, 2) given as (x, y) with
+    pixel centres at integers; positions past the border take the border value (as
+    ``cv2.remap(..., BORDER_REPLICATE)``). Returns (N, C, Ho, Wo) in ``img``'s dtype."""
+    h, w = img.shape[-2:]
+    scale = xy.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
+    return torch.nn.functional.grid_sample(img, (xy * scale - 1.0).to(img.dtype), mode=mode,
+                                           padding_mode="border", align_corners=True)

@@ -31,3 +31,21 @@ def test_masked_median_and_mean_dim0():
 def test_masked_quantile_of_zero_length_rows():
     got, ok = masked_quantile(torch.zeros(3, 0), torch.zeros(3, 0, dtype=torch.bool), 0.5, fill=7.0)
     assert got.tolist() == [7.0, 7.0, 7.0] and not ok.any()
+
+
+def test_sample_at_pixels_matches_cv2_remap_with_replicated_border(dtype):
+    import cv2
+
+    from geocon_torch._tensor_utils import sample_at_pixels
+
+    g = torch.Generator().manual_seed(1)
+    img = torch.rand(1, 1, 9, 13, generator=g, dtype=dtype)
+    xy = torch.rand(1, 5, 7, 2, generator=g, dtype=dtype) * torch.tensor([16.0, 12.0],
+                                                                           dtype=dtype) - 1.5
+    got = sample_at_pixels(img, xy)[0, 0]
+    want = cv2.remap(img[0, 0].float().numpy(), xy[0, ..., 0].float().numpy(),
+                     xy[0, ..., 1].float().numpy(), cv2.INTER_LINEAR,
+                     borderMode=cv2.BORDER_REPLICATE)
+    assert np.allclose(got.float().numpy(), want, atol=2e-2)  # remap uses 5-bit weights
+    assert torch.allclose(sample_at_pixels(img, torch.tensor([[[[4.0, 3.0]]]], dtype=dtype)),
+                          img[..., 3:4, 4:5])  # integer positions hit pixel centres exactly

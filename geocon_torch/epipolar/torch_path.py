@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from .._tensor_utils import masked_mean, masked_median
 from ..config import EpipolarConfig
 from ..types import Clip, Correspondences, concat_correspondences
+from .._tensor_utils import sample_at_pixels
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
                        source_frames, tracking_guard, zncc)
@@ -91,11 +92,7 @@ def sample_patches(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tens
     """Bilinear samples of ``img`` (P, 1, H, W) at ``centres`` (P, N, 2) px + ``offsets``
     (K, 2) px -> (P, N, K); pixel centres at integers, the border replicated (as
     ``cv2.remap(..., BORDER_REPLICATE)``)."""
-    h, w = img.shape[-2:]
-    scale = centres.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
-    grid = (centres[:, :, None, :] + offsets.to(centres)) * scale - 1.0  # (P, N, K, 2)
-    return F.grid_sample(img, grid.to(img.dtype), mode="bilinear", padding_mode="border",
-                         align_corners=True)[:, 0]
+    return sample_at_pixels(img, centres[:, :, None, :] + offsets.to(centres))[:, 0]
 
 
 def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,

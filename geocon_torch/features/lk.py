@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..errors import GeoConError
 from ..types import Correspondences
+from .._tensor_utils import sample_at_pixels
 from .base import check_gray
 from .matching import check_pairs, pack_matches
 
@@ -174,17 +175,10 @@ def _pyr_down(img: torch.Tensor) -> torch.Tensor:
     return u[..., ::2] / 256.0
 
 
-def _normalizer(h: int, w: int, like: torch.Tensor) -> torch.Tensor:
-    """(2,) factors mapping pixel offsets to grid_sample's align_corners=True coordinates."""
-    return like.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
-
-
 def _sample(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """Bilinear samples of ``img (B, C, H, W)`` at ``centres (B, N, 2)`` + ``offsets (K, 2)``
     pixels -> (B, C, N, K); positions past the border take the border value (replicate)."""
-    s = _normalizer(img.shape[-2], img.shape[-1], centres)
-    grid = (centres * s - 1.0)[:, :, None, :] + offsets * s
-    return F.grid_sample(img, grid, mode="bilinear", padding_mode="border", align_corners=True)
+    return sample_at_pixels(img, centres[:, :, None, :] + offsets)
 
 
 def _gather_rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

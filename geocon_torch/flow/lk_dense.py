@@ -25,6 +25,7 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
+from .._tensor_utils import sample_at_pixels
 
 from .base import FlowEstimator, to_gray
 
@@ -118,10 +119,7 @@ def warp(img: torch.Tensor, flow: torch.Tensor) -> tuple:
     xs = torch.arange(w, dtype=img.dtype, device=img.device).view(1, 1, w)
     x = xs + flow[:, 0]
     y = ys + flow[:, 1]
-    gx = 2.0 * x / max(w - 1, 1) - 1.0
-    gy = 2.0 * y / max(h - 1, 1) - 1.0
-    grid = torch.stack([gx, gy], dim=-1)
-    out = F.grid_sample(img, grid, mode="bilinear", padding_mode="border", align_corners=True)
+    out = sample_at_pixels(img, torch.stack([x, y], dim=-1))
     inside = (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
     return out, inside.unsqueeze(1)
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from ..config import SegmentConfig
 from ..errors import ShapeError
-from .._tensor_utils import masked_median
+from .._tensor_utils import masked_median, sample_at_pixels
 from .background import dilate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,9 +55,9 @@ def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tenso
     z = torch.where(z.abs() < 1e-9, torch.full_like(z, 1e-9), z)
     q = q[..., :2] / z
     inside = ((q[..., 0] >= 0) & (q[..., 0] <= w - 1) & (q[..., 1] >= 0) & (q[..., 1] <= h - 1))
-    grid = torch.stack([q[..., 0] / (w - 1) * 2 - 1, q[..., 1] / (h - 1) * 2 - 1], -1)
-    out = F.grid_sample(img, grid.view(p, h, w, 2).clamp(-2, 2), mode="bilinear",
-                        padding_mode="border", align_corners=True)
+    # border padding samples positions outside the frame at the border: clamping is exact
+    xy = torch.stack([q[..., 0].clamp(0, w - 1), q[..., 1].clamp(0, h - 1)], -1)
+    out = sample_at_pixels(img, xy.view(p, h, w, 2))
     return out[:, 0], inside.view(p, h, w)
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ShapeError
+from .._tensor_utils import sample_at_pixels
 
 CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing", "nonrigid_object", "flicker")
 
@@ -64,11 +65,8 @@ def _pixel_grid(h: int, w: int, dtype, device) -> torch.Tensor:
 
 def _warp(img: torch.Tensor, disp: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:
     """Backward-warp (T, C, H, W) float by displacement (T, H, W, 2) px: out(p) = in(p + d(p))."""
-    t, _, h, w = img.shape
-    src = _pixel_grid(h, w, disp.dtype, disp.device) + disp
-    grid = torch.stack([(2 * src[..., 0] + 1) / w - 1, (2 * src[..., 1] + 1) / h - 1], -1)
-    return F.grid_sample(img, grid.to(img.dtype), mode=mode, padding_mode="border",
-                         align_corners=False)
+    _, _, h, w = img.shape
+    return sample_at_pixels(img, _pixel_grid(h, w, disp.dtype, disp.device) + disp, mode)
 
 
 def _rubber_sheet(t, h, w, severity, gen, dtype, device):
