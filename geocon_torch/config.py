@@ -38,6 +38,11 @@ class FeatureConfig:
     # would otherwise count against the video (pure rotation: IR_H 0.98 without, 0.996 with)
     mutual: bool = True
     scales: Tuple[float, ...] = (0.25, 0.5, 1.0)  # paper Algorithm 1
+    # how a scale s < 1 is realised: "pyramid" detects again on the frames shrunk to s;
+    # "scale_space" (opencv-sift, s a power of two) takes the octaves of one working-resolution
+    # detection that the shrunk frames also have (features.opencv_sift); "auto": scale_space
+    # where it applies, else pyramid
+    scale_mode: str = "auto"
     checkpoint: Optional[str] = None  # local weights for learned backends
     content_margin_px: int = 4  # content mask eroded by this much before keypoints are kept
     # lk-tracks (Shi-Tomasi + pyramidal Lucas-Kanade, OpenCV parameter meanings)

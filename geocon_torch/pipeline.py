@@ -90,13 +90,19 @@ def _concat_scales(corrs: Dict[float, Correspondences]
 
 
 def _fit_both(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
-              cfg: GeoConConfig) -> Tuple[Fit, Fit]:
-    """One batched RANSAC call per model over every row of (P, N) (all pairs x scales)."""
+              cfg: GeoConConfig, rows: Optional[torch.Tensor] = None) -> Tuple[Fit, Fit]:
+    """One batched RANSAC call per model over every row of (P, N) (all pairs x scales).
+
+    ``rows`` (P,) long: the rows' positions in the full (scales x pairs) batch; each row then
+    draws the random stream of its position (``seed + row``), so a fit of a subset of rows
+    equals those rows of the full fit (padding invariance) and can stand in for them.
+    """
     from .geometry import ransac_fundamental, ransac_homography
 
     rc, bc = cfg.ransac, cfg.background
+    seed = rc.seed if rows is None else rows.to(x1.device).long() + int(rc.seed)
     common = dict(confidence=rc.confidence, max_iterations=rc.max_iterations,
-                  scoring=rc.scoring, local_optimization=rc.local_optimization, seed=rc.seed,
+                  scoring=rc.scoring, local_optimization=rc.local_optimization, seed=seed,
                   lo_iterations=rc.lo_iterations)
     fit_h = ransac_homography(x1, x2, mask, scores, threshold=bc.tau_h, residual="symmetric",
                               **common)
@@ -144,15 +150,16 @@ def _masks_method(cfg: GeoConConfig, masks: Any) -> str:
 
 
 def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
-                  mask: torch.Tensor, scores: torch.Tensor, cfg: GeoConConfig,
+                  mask: torch.Tensor, fits: Tuple[Fit, Fit], cfg: GeoConConfig,
                   pre_gate: Optional[GateDecision]) -> Tuple[torch.Tensor, Dict[str, Any]]:
-    """Weight-free objects: preliminary H/F fit on all finest-scale matches, pre-gate, seeds of
-    background-model outliers, dense residual segmentation (see :mod:`segment.motion`)."""
+    """Weight-free objects from the preliminary H/F ``fits`` of all finest-scale matches (rows:
+    the P adjacent pairs, then the gate pairs): pre-gate, seeds of background-model outliers,
+    dense residual segmentation (see :mod:`segment.motion`)."""
     from .segment.motion import motion_segment, pooled_gray, segmentation_factor
 
     bc, sc = cfg.background, cfg.segment
     p = int(pairs.shape[0])
-    fit_h, fit_f = _fit_both(x1, x2, mask, scores, cfg)  # rows: P adjacent, then gate pairs
+    fit_h, fit_f = fits
     stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
                                 min_inliers=bc.min_inliers)
     if pre_gate is not None and pre_gate.decision in ("H", "F"):
@@ -194,7 +201,12 @@ def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.T
     idx = pairs[:, 0].to(x1.device)[adj]
     Hs[idx] = fit_h.model[adj].to(torch.float64)
     ok[idx] = fit_h.valid[adj].to(x1.device)
-    gray = pooled_gray(clip, segmentation_factor(clip.size)).to(x1.device)
+    f = segmentation_factor(clip.size)
+    if regime == "F":  # no dense residuals under translation: the frames are never read
+        h, w = clip.size
+        gray = torch.zeros(1, 1, 1, 1, device=x1.device).expand(t, 1, -(-h // f), -(-w // f))
+    else:
+        gray = pooled_gray(clip, f).to(x1.device)
     objects, evidence = motion_segment(gray, Hs, ok,
                                        clip.content_mask.to(x1.device), sc, regime,
                                        seeds=(pts, frames, vec))
@@ -337,6 +349,8 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     backends["masks"] = method
     objects: Optional[torch.Tensor] = None
     seg_evidence: Dict[str, Any] = {"method": method}
+    pre: Optional[Tuple[Fit, Fit]] = None  # preliminary fits of the finest rows (motion masks)
+    pre_rows = pre_mask = None
     with timer("segment"):
         if method == "files":
             from .segment.files import load_masks
@@ -348,9 +362,12 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
             objects = _sam2_masks(clip, cfg, device).to(dev)
             seg_evidence["objects"] = int(objects.shape[1])
         elif method == "motion":
-            rows = torch.cat([fin, fin_gate])
-            objects, seg_evidence = _motion_masks(clip, pairs, x1[rows], x2[rows], mask[rows],
-                                                  scores[rows], cfg, ext_gate)
+            pre_rows = torch.cat([fin, fin_gate])
+            pre_mask = mask[pre_rows]
+            pre = _fit_both(x1[pre_rows], x2[pre_rows], pre_mask, scores[pre_rows], cfg,
+                            rows=pre_rows)
+            objects, seg_evidence = _motion_masks(clip, pairs, x1[pre_rows], x2[pre_rows],
+                                                  pre_mask, pre, cfg, ext_gate)
         if objects is not None and objects.shape[1] > 0:
             bg = background_mask(clip.content_mask.to(dev), objects,
                                  cfg.segment.safety_margin_px)
@@ -371,9 +388,12 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
             "evidence": {}}
         return block, gate, None, None, objects, backends
 
-    # C. one batched call per model over all pairs x scales (+ the gate pairs)
+    # C. one batched call per model over all pairs x scales (+ the gate pairs at the finest
+    # scale: the gate reads only those, so the coarser gate rows are emptied and cost nothing)
+    coarse_gate = (base[:-1] + torch.arange(p, q, device=dev).view(1, -1)).reshape(-1)
+    mask[coarse_gate] = False
     with timer("fit"):
-        fit_h, fit_f = _fit_both(x1, x2, mask, scores, cfg)
+        fit_h, fit_f = _fit_reusing(x1, x2, mask, scores, cfg, pre, pre_rows, pre_mask)
     with timer("metrics"):
         mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
                                          min_inliers=bc.min_inliers)
@@ -484,6 +504,34 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
 def _fit_rows(fit: Fit, idx: torch.Tensor) -> Fit:
     return Fit(fit.kind, fit.model[idx], fit.inliers[idx], fit.residuals[idx], fit.valid[idx],
                fit.num_inliers[idx], fit.iterations[idx], fit.score[idx])
+
+
+def _cat_fits(a: Fit, b: Fit) -> Fit:
+    """Rows of ``a`` then rows of ``b`` (same kind and N)."""
+    return Fit(a.kind, *(torch.cat([getattr(a, k), getattr(b, k)]) for k in
+                         ("model", "inliers", "residuals", "valid", "num_inliers", "iterations",
+                          "score")))
+
+
+def _fit_reusing(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
+                 cfg: GeoConConfig, pre: Optional[Tuple[Fit, Fit]], pre_rows: torch.Tensor,
+                 pre_mask: torch.Tensor) -> Tuple[Fit, Fit]:
+    """:func:`_fit_both` of every row, taking the preliminary fits ``pre`` (of rows
+    ``pre_rows``, fitted with their row seeds on the correspondences ``pre_mask``) for the rows
+    whose correspondences the background mask left unchanged: the same input and seed give the
+    same fit, so only the rows that lost matches and the other scales are fitted again."""
+    r = int(x1.shape[0])
+    if pre is None:
+        return _fit_both(x1, x2, mask, scores, cfg)
+    same = (pre_mask == mask[pre_rows]).all(-1)
+    reuse = pre_rows[same]
+    todo = torch.ones(r, dtype=torch.bool, device=x1.device)
+    todo[reuse] = False
+    todo = todo.nonzero()[:, 0]
+    new_h, new_f = _fit_both(x1[todo], x2[todo], mask[todo], scores[todo], cfg, rows=todo)
+    order = torch.argsort(torch.cat([todo, reuse]))
+    return (_fit_rows(_cat_fits(new_h, _fit_rows(pre[0], same)), order),
+            _fit_rows(_cat_fits(new_f, _fit_rows(pre[1], same)), order))
 
 
 def _feature_backend(cfg: GeoConConfig, device: Optional[torch.device]) -> str:

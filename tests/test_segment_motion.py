@@ -59,3 +59,41 @@ def test_motion_segment_in_f_regime_uses_no_dense_residuals():
     obj, ev = motion_segment(gray, torch.eye(3).expand(2, 3, 3), torch.ones(2, dtype=torch.bool),
                              torch.ones(30, 40, dtype=torch.bool), SegmentConfig(), "F")
     assert obj.shape == (3, 0, 30, 40) and "parallax" in ev["dense"]
+
+
+def _reference_labels(mask: np.ndarray) -> np.ndarray:
+    """Brute-force 26-connected (3x3x3) components by breadth-first search."""
+    from collections import deque
+
+    lab = np.zeros(mask.shape, dtype=np.int64)
+    n = 0
+    for start in zip(*np.nonzero(mask)):
+        if lab[start]:
+            continue
+        n += 1
+        lab[start] = n
+        queue = deque([start])
+        while queue:
+            c = queue.popleft()
+            for d in np.ndindex(3, 3, 3):
+                q = tuple(int(ci + di - 1) for ci, di in zip(c, d))
+                if all(0 <= qi < si for qi, si in zip(q, mask.shape)) and mask[q] and not lab[q]:
+                    lab[q] = n
+                    queue.append(q)
+    return lab
+
+
+def test_connected_components_link_frames_and_follow_long_snakes():
+    g = torch.Generator().manual_seed(3)
+    mask = torch.rand(4, 24, 30, generator=g) > 0.72  # many small blobs, linked across frames
+    snake = torch.zeros(24, 30, dtype=torch.bool)
+    for r in range(1, 23, 4):  # a serpentine: one component with a very long geodesic path
+        snake[r, 1:29] = True
+        snake[r: r + 4, 28 if (r // 4) % 2 == 0 else 1] = True
+    mask[1] = snake
+    lab = connected_components(mask, downsample=1)
+    ref = _reference_labels(mask.numpy())
+    assert int(lab.max()) == int(ref.max())
+    pairs = set(zip(lab[mask].tolist(), ref[mask.numpy()].tolist()))
+    assert len(pairs) == int(ref.max())  # the same partition, one-to-one
+    assert not bool(lab[~mask].any())

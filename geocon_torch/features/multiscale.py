@@ -1,6 +1,13 @@
 """Correspondences of a clip's frame pairs at several scales (paper Algorithm 1: {1/4, 1/2, 1}).
 
-At scale s the grayscale frames are resized to ``(round(H s), round(W s))`` (antialiased
+Two ways to realise a scale s < 1 (``FeatureConfig.scale_mode``):
+
+- ``"scale_space"`` (the ``auto`` choice for opencv-sift when every scale is a power of two):
+  one SIFT detection per frame at the working resolution; scale 2^-m keeps the keypoints of
+  octaves >= m - 1, which are the ones SIFT finds on the frames shrunk by 2^m (see
+  :mod:`.opencv_sift`), with positions already in working pixels; each band is matched on its
+  own (ratio test and mutual check among that band's keypoints, as on the shrunk frames).
+- ``"pyramid"``: the grayscale frames are resized to ``(round(H s), round(W s))`` (antialiased
 bilinear, pixel-centre aligned), features are detected and matched there, and the points are
 mapped back to working-resolution pixels with ``x = (x_s + 0.5) / s_x - 0.5`` (``s_x = W_s / W``,
 the same for y; the convention of OpenCV's and torch's ``align_corners=False`` resizes).
@@ -10,18 +17,19 @@ frame by frame on its thread pool, converted to uint8 inside the worker).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from .._morphology import erode_mask
 from ..config import FeatureConfig
 from ..errors import GeoConError
 from ..types import Clip, Correspondences, Keypoints
 from .base import DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_device
 from .lk import lk_tracks
 from .matching import check_pairs, match_descriptors, pack_matches
-from .opencv_sift import OpenCVSIFT, to_uint8
+from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
 
 MIN_SIDE = 16  # a scale whose frames would be smaller than this (px) is skipped
 
@@ -45,15 +53,6 @@ def to_working_pixels(xy: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
     return (xy + 0.5) / s - 0.5
 
 
-def erode_mask(mask: torch.Tensor, margin: int) -> torch.Tensor:
-    """(H, W) bool eroded by ``margin`` px (square structuring element)."""
-    if margin <= 0:
-        return mask
-    inv = (~mask).to(torch.float32)[None, None]
-    grown = F.max_pool2d(F.pad(inv, (margin,) * 4, value=0.0), 2 * margin + 1, stride=1)
-    return ~(grown[0, 0] > 0)
-
-
 def _scaled_mask(mask: torch.Tensor, size: tuple) -> torch.Tensor:
     """Nearest-pixel-centre resampling of an (H, W) bool mask to ``size``."""
     m = F.interpolate(mask.to(torch.float32)[None, None], size=size, mode="nearest-exact")
@@ -74,6 +73,19 @@ def _remap(c: Correspondences, sx: float, sy: float, pairs: torch.Tensor,
     x2 = to_working_pixels(c.x2, sx, sy)
     keep = c.mask & inside_mask(x1, mask) & inside_mask(x2, mask)
     return pack_matches(x1, x2, keep, c.scores, pairs, c.num_kp1, c.num_kp2)
+
+
+def _match_levels(all_kps: List[Keypoints], scales: Sequence[float], local_pairs: torch.Tensor,
+                  out_pairs: torch.Tensor, cfg: FeatureConfig) -> Dict[float, Correspondences]:
+    """Match each scale's keypoints (popped from ``all_kps``: one scale alive at a time)."""
+    result: Dict[float, Correspondences] = {}
+    for s in scales:
+        kps = all_kps.pop(0)
+        c = match_descriptors(kps, local_pairs, ratio=cfg.ratio, mutual=cfg.mutual)
+        del kps
+        result[s] = Correspondences(c.x1, c.x2, c.mask, c.scores, out_pairs, c.num_kp1,
+                                    c.num_kp2)
+    return result
 
 
 def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[FeatureConfig] = None,
@@ -113,6 +125,10 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         if min(hs, ws) >= MIN_SIDE:
             levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(content, (hs, ws))))
     backend = cfg.backend
+    mode = getattr(cfg, "scale_mode", "auto")
+    if mode not in ("auto", "pyramid", "scale_space"):
+        raise GeoConError(f"features.scale_mode must be auto, pyramid or scale_space, got "
+                          f"{mode!r}")
     extractor = matcher = None
     if backend in ("loftr", "lightglue"):
         from .learned import get_matcher
@@ -125,7 +141,18 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
             opts["workers"] = cfg.workers
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
                                   checkpoint=cfg.checkpoint, **opts)
-    result: Dict[float, Correspondences] = {}
+    bands = [octave_band(lv[0]) for lv in levels]
+    if mode == "scale_space" and not (isinstance(extractor, OpenCVSIFT)
+                                      and None not in bands):
+        raise GeoConError(f"features.scale_mode='scale_space' needs the opencv-sift backend and "
+                          f"power-of-two scales, got {backend!r} and {scales}")
+    if isinstance(extractor, OpenCVSIFT) and mode != "pyramid" and None not in bands:
+        def image(k: int):  # frame k as uint8, converted inside the worker
+            return to_uint8(clip.gray(indices=used[k:k + 1]))[0]
+
+        all_kps = extractor.extract_scale_space(int(used.numel()), image, content.cpu(), bands,
+                                                dev, torch.float32)
+        return _match_levels(all_kps, [lv[0] for lv in levels], local_pairs, out_pairs, cfg)
     if isinstance(extractor, OpenCVSIFT):
         # frame by frame on the extractor's thread pool: each frame is converted to gray and
         # resized to every scale inside its worker (no float copy of the clip), once per scale
@@ -144,13 +171,8 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         all_kps = extractor.extract_many(int(used.numel()), images, [lv[4] for lv in levels],
                                          dev, torch.float32,
                                          refine=[to_working(sx, sy) for _, _, sx, sy, _ in levels])
-        for s, _, _, _, _ in levels:
-            kps = all_kps.pop(0)  # one scale's keypoints alive at a time
-            c = match_descriptors(kps, local_pairs, ratio=cfg.ratio, mutual=cfg.mutual)
-            del kps
-            result[s] = Correspondences(c.x1, c.x2, c.mask, c.scores, out_pairs, c.num_kp1,
-                                        c.num_kp2)
-        return result
+        return _match_levels(all_kps, [lv[0] for lv in levels], local_pairs, out_pairs, cfg)
+    result: Dict[float, Correspondences] = {}
     gray = clip.gray(indices=used).to(dev)
     for s, size, sx, sy, m_s in levels:  # a handful of scales; each batched over frames, pairs
         g = rescale_gray(gray, size)

@@ -10,23 +10,16 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 from .._checks import check_points
+from .._morphology import dilate_mask
 from ..errors import ShapeError
 
 
 def dilate(masks: torch.Tensor, radius: int) -> torch.Tensor:
-    """Binary dilation of (..., H, W) bool masks by a (2r+1)^2 square, batched (separable
-    max-pooling: rows, then columns)."""
-    if radius <= 0 or masks.numel() == 0:
-        return masks.bool()
-    lead = masks.shape[:-2]
-    x = masks.reshape(-1, 1, *masks.shape[-2:]).float()
-    k = 2 * radius + 1
-    x = F.max_pool2d(x, (1, k), stride=1, padding=(0, radius))
-    x = F.max_pool2d(x, (k, 1), stride=1, padding=(radius, 0))
-    return (x > 0.5).reshape(*lead, *masks.shape[-2:])
+    """Binary dilation of (..., H, W) bool masks by a (2r+1)^2 square, batched
+    (:func:`geocon_torch._morphology.dilate_mask`)."""
+    return dilate_mask(masks, radius)
 
 
 def background_mask(content_mask: torch.Tensor, objects: Optional[torch.Tensor],
