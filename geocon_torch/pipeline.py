@@ -333,6 +333,9 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     fin = ev[-p:]  # evaluated rows of the finest scale
     fin_gate = (ns - 1) * q + torch.arange(p, q, device=dev)  # gate rows, finest scale
     scale_of = [s for s in scales for _ in range(p)]
+    # the gate reads only the finest-scale gate rows: the coarser ones are emptied (cost nothing)
+    coarse_gate = (base[:-1] + torch.arange(p, q, device=dev).view(1, -1)).reshape(-1)
+    mask[coarse_gate] = False
 
     n_all = mask.sum(-1)
     if x1.shape[1] == 0 or float(n_all[fin].double().median()) < bc.min_inliers:
@@ -349,8 +352,14 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     backends["masks"] = method
     objects: Optional[torch.Tensor] = None
     seg_evidence: Dict[str, Any] = {"method": method}
-    pre: Optional[Tuple[Fit, Fit]] = None  # preliminary fits of the finest rows (motion masks)
-    pre_rows = pre_mask = None
+    pre: Optional[Tuple[Fit, Fit]] = None  # preliminary fits of every row (motion masks)
+    pre_mask = None
+    if method == "motion":
+        # every row is fitted once on all its matches (one batched call per model); the finest
+        # rows drive the segmentation, and the rows the masks leave unchanged keep these fits
+        pre_mask = mask.clone()
+        with timer("fit"):
+            pre = _fit_both(x1, x2, mask, scores, cfg)
     with timer("segment"):
         if method == "files":
             from .segment.files import load_masks
@@ -362,12 +371,10 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
             objects = _sam2_masks(clip, cfg, device).to(dev)
             seg_evidence["objects"] = int(objects.shape[1])
         elif method == "motion":
-            pre_rows = torch.cat([fin, fin_gate])
-            pre_mask = mask[pre_rows]
-            pre = _fit_both(x1[pre_rows], x2[pre_rows], pre_mask, scores[pre_rows], cfg,
-                            rows=pre_rows)
-            objects, seg_evidence = _motion_masks(clip, pairs, x1[pre_rows], x2[pre_rows],
-                                                  pre_mask, pre, cfg, ext_gate)
+            sel = torch.cat([fin, fin_gate])
+            objects, seg_evidence = _motion_masks(clip, pairs, x1[sel], x2[sel], mask[sel],
+                                                  (_fit_rows(pre[0], sel), _fit_rows(pre[1], sel)),
+                                                  cfg, ext_gate)
         if objects is not None and objects.shape[1] > 0:
             bg = background_mask(clip.content_mask.to(dev), objects,
                                  cfg.segment.safety_margin_px)
@@ -388,12 +395,9 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
             "evidence": {}}
         return block, gate, None, None, objects, backends
 
-    # C. one batched call per model over all pairs x scales (+ the gate pairs at the finest
-    # scale: the gate reads only those, so the coarser gate rows are emptied and cost nothing)
-    coarse_gate = (base[:-1] + torch.arange(p, q, device=dev).view(1, -1)).reshape(-1)
-    mask[coarse_gate] = False
+    # C. one batched call per model over all pairs x scales (+ the gate pairs, finest scale)
     with timer("fit"):
-        fit_h, fit_f = _fit_reusing(x1, x2, mask, scores, cfg, pre, pre_rows, pre_mask)
+        fit_h, fit_f = _fit_reusing(x1, x2, mask, scores, cfg, pre, pre_mask)
     with timer("metrics"):
         mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
                                          min_inliers=bc.min_inliers)
@@ -506,32 +510,30 @@ def _fit_rows(fit: Fit, idx: torch.Tensor) -> Fit:
                fit.num_inliers[idx], fit.iterations[idx], fit.score[idx])
 
 
-def _cat_fits(a: Fit, b: Fit) -> Fit:
-    """Rows of ``a`` then rows of ``b`` (same kind and N)."""
-    return Fit(a.kind, *(torch.cat([getattr(a, k), getattr(b, k)]) for k in
-                         ("model", "inliers", "residuals", "valid", "num_inliers", "iterations",
-                          "score")))
-
-
 def _fit_reusing(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
-                 cfg: GeoConConfig, pre: Optional[Tuple[Fit, Fit]], pre_rows: torch.Tensor,
-                 pre_mask: torch.Tensor) -> Tuple[Fit, Fit]:
-    """:func:`_fit_both` of every row, taking the preliminary fits ``pre`` (of rows
-    ``pre_rows``, fitted with their row seeds on the correspondences ``pre_mask``) for the rows
-    whose correspondences the background mask left unchanged: the same input and seed give the
-    same fit, so only the rows that lost matches and the other scales are fitted again."""
-    r = int(x1.shape[0])
+                 cfg: GeoConConfig, pre: Optional[Tuple[Fit, Fit]],
+                 pre_mask: Optional[torch.Tensor]) -> Tuple[Fit, Fit]:
+    """:func:`_fit_both` of every row, taking the preliminary fits ``pre`` (of every row, on
+    the correspondences ``pre_mask``) for the rows whose correspondences the background mask
+    left unchanged: the same input and seed give the same fit (padding invariance, per-row
+    seeds), so only the rows that lost matches are fitted again."""
     if pre is None:
         return _fit_both(x1, x2, mask, scores, cfg)
-    same = (pre_mask == mask[pre_rows]).all(-1)
-    reuse = pre_rows[same]
-    todo = torch.ones(r, dtype=torch.bool, device=x1.device)
-    todo[reuse] = False
-    todo = todo.nonzero()[:, 0]
+    todo = (pre_mask != mask).any(-1).nonzero()[:, 0]
+    if todo.numel() == 0:
+        return pre
     new_h, new_f = _fit_both(x1[todo], x2[todo], mask[todo], scores[todo], cfg, rows=todo)
-    order = torch.argsort(torch.cat([todo, reuse]))
-    return (_fit_rows(_cat_fits(new_h, _fit_rows(pre[0], same)), order),
-            _fit_rows(_cat_fits(new_f, _fit_rows(pre[1], same)), order))
+    return _put_rows(pre[0], todo, new_h), _put_rows(pre[1], todo, new_f)
+
+
+def _put_rows(fit: Fit, rows: torch.Tensor, new: Fit) -> Fit:
+    """``fit`` with its ``rows`` replaced by the rows of ``new`` (same kind and N)."""
+    out = []
+    for k in ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score"):
+        t = getattr(fit, k).clone()
+        t[rows] = getattr(new, k)
+        out.append(t)
+    return Fit(fit.kind, *out)
 
 
 def _feature_backend(cfg: GeoConConfig, device: Optional[torch.device]) -> str:

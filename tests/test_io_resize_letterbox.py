@@ -130,3 +130,24 @@ def test_letterboxed_mp4_content_mask(tmp_path):
     assert not half.content_mask[:, :23].any() and not half.content_mask[:, 137:].any()
     assert half.content_mask[17:103, 25:135].all()
     assert half.meta["content_fraction"] == pytest.approx((88 * 112) / (120 * 160), abs=0.05)
+
+
+def test_dark_lines_equal_the_peak_luminance_definition():
+    """The uint8-bound shortcut gives exactly ``peak_luminance(...).amax(-1 / -2) < threshold``,
+    including lines that sit exactly at the threshold and colours whose channels peak apart."""
+    from geocon_torch.io.letterbox import dark_lines, peak_luminance
+
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 30, (2, 4, 3, 24, 32), generator=g, dtype=torch.uint8)
+    frames[0, :, :, :3] = 0  # true bars
+    frames[0, :, :, 5] = 16  # gray exactly at 16/255
+    frames[1, 0, 0, 7] = 60  # red in one frame, green in another: channel maxima apart
+    frames[1, 2, 1, 7] = 20
+    frames[1, :, :, :, 30:] = torch.tensor([15, 17, 16], dtype=torch.uint8).view(3, 1, 1)
+    for thr in (16 / 255, 20 / 255, 0.1):
+        rows, cols = dark_lines(frames, thr)
+        peak = peak_luminance(frames)
+        assert torch.equal(rows, peak.amax(-1) < thr) and torch.equal(cols, peak.amax(-2) < thr)
+    rows, cols = dark_lines(frames[0, :, :1], 16 / 255)  # one gray channel
+    peak = peak_luminance(frames[0, :, :1])
+    assert torch.equal(rows, peak.amax(-1) < 16 / 255)

@@ -106,6 +106,12 @@ def open_close(masks: torch.Tensor, open_r: int, close_r: int) -> torch.Tensor:
     return erode(dilate(m, close_r), close_r)
 
 
+def block_upsample(x: torch.Tensor, f: int) -> torch.Tensor:
+    """(..., h, w) -> (..., h f, w f): every cell repeated as an f x f block (one copy)."""
+    *lead, h, w = x.shape
+    return x[..., :, None, :, None].expand(*lead, h, f, w, f).reshape(*lead, h * f, w * f)
+
+
 def _max3(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Max over offsets {-1, 0, 1} along ``dim`` (outside counts as 0)."""
     out = x.clone()
@@ -145,7 +151,7 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
         lab = nxt
     uniq, inv = torch.unique(lab.view(-1), return_inverse=True)  # 0 maps to 0 (sorted first)
     lab = inv.view(small.shape)
-    full = lab.repeat_interleave(downsample, 1).repeat_interleave(downsample, 2)[:, :h, :w]
+    full = block_upsample(lab, downsample)[:, :h, :w]
     return torch.where(mask, full, torch.zeros_like(full))
 
 
@@ -250,7 +256,7 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
                         motion_open_px=round(cfg.motion_open_px / f))
         obj, evidence = motion_segment(small, Hs, valid, c_small, s_cfg, regime, seeds=s_seeds,
                                        max_objects=max_objects, max_side=max_side)
-        obj = obj.repeat_interleave(f, 2).repeat_interleave(f, 3)[..., :h, :w]
+        obj = block_upsample(obj, f)[..., :h, :w]
         evidence["scale"] = 1.0 / f
         return obj & content.to(gray.device).view(1, 1, h, w), evidence
     dev = gray.device
