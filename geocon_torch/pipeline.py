@@ -304,6 +304,7 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
                            Optional[torch.Tensor], Dict[str, Any]]:
     """Background block, gate block, regime, category, object masks, backends."""
     from .features import extract_correspondences
+    from .features.multiscale import resolve_scale_mode
 
     bc = cfg.background
     backends: Dict[str, Any] = {"ransac": "geocon_torch"}
@@ -320,6 +321,8 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     with timer("features"):
         corrs = extract_correspondences(clip, all_pairs, cfg.features, device=device)
     backends["features"] = _feature_backend(cfg, device)
+    backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
+                                                cfg.features.scales)
     if not corrs:
         return ({"status": "not_applicable", "pairs": p,
                  "reason": "frames too small for any feature scale"},

@@ -183,3 +183,14 @@ def test_scale_mode_errors_and_fallback(shared_data):
     res = extract_correspondences(clip, pair, FeatureConfig(backend="opencv-sift"),
                                   scales=(0.75, 1.0))
     assert sorted(res) == [0.75, 1.0] and int(res[0.75].mask.sum()) > 10
+
+
+def test_resolve_scale_mode():
+    from geocon_torch.features.multiscale import resolve_scale_mode
+
+    assert resolve_scale_mode("auto", "opencv-sift", (0.25, 0.5, 1.0)) == "scale_space"
+    assert resolve_scale_mode("auto", "opencv-sift", (0.75, 1.0)) == "pyramid"
+    assert resolve_scale_mode("auto", "kornia-sift", (0.25, 0.5, 1.0)) == "pyramid"
+    assert resolve_scale_mode("pyramid", "opencv-sift", (0.5, 1.0)) == "pyramid"
+    with pytest.raises(GeoConError, match="power-of-two"):
+        resolve_scale_mode("scale_space", "lk-tracks", (0.5, 1.0))

@@ -44,6 +44,7 @@ def test_pure_rotation_gates_h_and_fits_one_homography(rotation):
     assert back["content_hash"] and back["config"]["background"]["tau_h"] == 2.0
     assert ClipResult.from_dict(back).to_dict() == back
     assert d["backends"]["features"] == "opencv-sift" and d["backends"]["gate"] == "parallax"
+    assert d["backends"]["scale_mode"] == "scale_space"
 
 
 def test_lateral_translation_gates_f_and_h_fails():

@@ -17,12 +17,15 @@ A learned backend without a usable local file raises :class:`~geocon_torch.error
 nothing is ever downloaded.
 
 Matching: :func:`match_descriptors` (Lowe ratio 0.75, optional mutual check) runs all pairs as
-one batched ``torch.cdist`` (chunked) and returns :class:`~geocon_torch.types.Correspondences`
-with ``scores = 1 - ratio`` (higher is better; PROSAC ordering).
+batched matmuls of exact squared L2 distances (chunked) and returns
+:class:`~geocon_torch.types.Correspondences` with ``scores = 1 - ratio`` (higher is better;
+PROSAC ordering).
 
-Multi-scale: :func:`extract_correspondences(clip, pairs, config)` detects at scales {1/4, 1/2, 1}
-of the working resolution and reports points in working-resolution pixels
-(``x = (x_s + 0.5) / s - 0.5``); keypoints on letterbox bars are dropped.
+Multi-scale: :func:`extract_correspondences(clip, pairs, config)` gives matches at scales
+{1/4, 1/2, 1} of the working resolution in working-resolution pixels, either by detecting again
+on shrunk frames (``scale_mode="pyramid"``, ``x = (x_s + 0.5) / s - 0.5``) or, for opencv-sift,
+from the octave bands of one detection (``"scale_space"``, the ``auto`` choice); keypoints on
+letterbox bars are dropped.
 
 Conventions: pixels (x, y) with pixel centres at integers, at the clip's working resolution;
 for a pair (i, j), x1 is in frame i and x2 in frame j.

@@ -1,11 +1,12 @@
 """Descriptor matching batched over frame pairs: 2-NN L2 distances, Lowe ratio, mutual check.
 
 For every pair (i, j) the descriptors of frame i are matched against those of frame j as one
-batched matmul of squared L2 distances (pairs processed in chunks to bound memory; the
-descriptors of a chunk are gathered only when it is processed). A keypoint of frame i keeps
-its nearest neighbour in frame j when ``d1 < ratio * d2`` (OpenCV convention, L2 distances, not
-squared); with ``mutual=True`` it must also be the nearest neighbour of that neighbour. Frames
-with fewer than two valid keypoints in j give no matches (the ratio is undefined).
+batched matmul of squared L2 distances (pairs processed in chunks to bound memory and, on the
+CPU, to stay in cache; the descriptors of a chunk are gathered only when it is processed).
+A keypoint of frame i keeps its nearest neighbour in frame j when ``d1 < ratio * d2`` (OpenCV
+convention, L2 distances, not squared); with ``mutual=True`` it must also be the nearest
+neighbour of that neighbour. Frames with fewer than two valid keypoints in j give no matches
+(the ratio is undefined).
 """
 from __future__ import annotations
 
@@ -147,7 +148,7 @@ def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.7
         pairs: (P, 2) long frame indices (i, j); x1 come from frame i, x2 from frame j.
         ratio: Lowe ratio (default 0.75).
         mutual: require mutual nearest neighbours.
-        chunk: pairs per cdist call (None: automatic).
+        chunk: pairs per distance batch (None: sized by ``CHUNK_DISTANCES``).
     Returns:
         Correspondences with x1, x2 (P, M, 2) pixels, mask (P, M), scores = 1 - ratio (higher is
         better, PROSAC ordering), ``num_kp1`` / ``num_kp2`` the valid keypoints of frames i / j.

@@ -75,6 +75,22 @@ def _remap(c: Correspondences, sx: float, sy: float, pairs: torch.Tensor,
     return pack_matches(x1, x2, keep, c.scores, pairs, c.num_kp1, c.num_kp2)
 
 
+def resolve_scale_mode(mode: str, backend: str, scales: Sequence[float]) -> str:
+    """The scale mode a run uses: "scale_space" or "pyramid" (``FeatureConfig.scale_mode``).
+
+    ``backend`` is the resolved backend name. Raises GeoConError for an unknown mode, or for
+    ``"scale_space"`` where it does not apply (not opencv-sift, or a scale not a power of two).
+    """
+    if mode not in ("auto", "pyramid", "scale_space"):
+        raise GeoConError(f"features.scale_mode must be auto, pyramid or scale_space, got "
+                          f"{mode!r}")
+    fits = backend == "opencv-sift" and all(octave_band(s) is not None for s in scales)
+    if mode == "scale_space" and not fits:
+        raise GeoConError(f"features.scale_mode='scale_space' needs the opencv-sift backend and "
+                          f"power-of-two scales, got {backend!r} and {tuple(scales)}")
+    return "scale_space" if fits and mode != "pyramid" else "pyramid"
+
+
 def _match_levels(all_kps: List[Keypoints], scales: Sequence[float], local_pairs: torch.Tensor,
                   out_pairs: torch.Tensor, cfg: FeatureConfig) -> Dict[float, Correspondences]:
     """Match each scale's keypoints (popped from ``all_kps``: one scale alive at a time)."""
@@ -126,9 +142,6 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
             levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(content, (hs, ws))))
     backend = cfg.backend
     mode = getattr(cfg, "scale_mode", "auto")
-    if mode not in ("auto", "pyramid", "scale_space"):
-        raise GeoConError(f"features.scale_mode must be auto, pyramid or scale_space, got "
-                          f"{mode!r}")
     extractor = matcher = None
     if backend in ("loftr", "lightglue"):
         from .learned import get_matcher
@@ -142,11 +155,8 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
                                   checkpoint=cfg.checkpoint, **opts)
     bands = [octave_band(lv[0]) for lv in levels]
-    if mode == "scale_space" and not (isinstance(extractor, OpenCVSIFT)
-                                      and None not in bands):
-        raise GeoConError(f"features.scale_mode='scale_space' needs the opencv-sift backend and "
-                          f"power-of-two scales, got {backend!r} and {scales}")
-    if isinstance(extractor, OpenCVSIFT) and mode != "pyramid" and None not in bands:
+    if resolve_scale_mode(mode, extractor.name if extractor is not None else backend,
+                          scales) == "scale_space":
         def image(k: int):  # frame k as uint8, converted inside the worker
             return to_uint8(clip.gray(indices=used[k:k + 1]))[0]
 

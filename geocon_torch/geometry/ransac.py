@@ -6,13 +6,14 @@ Algorithm (one implementation for H and F):
    in order: by descending ``scores`` when given (PROSAC-style), else by index; then
    Hartley-normalised (paper eq. 9).
 2. Rounds: each still-active pair draws ``batch_size`` minimal samples (4 points for H, 7 for F)
-   without replacement among its valid points; with ``scores`` the first rounds draw from the
+   without replacement among its valid points (from the fifth round on, 2x more per round up
+   to 8x: hard pairs finish in fewer rounds, easy ones are unaffected); with ``scores`` the first rounds draw from the
    top-ranked 25 %, then 50 %, then all points. Degenerate samples (collinear / duplicated
    points, singular systems) are rejected. The 7-point solver yields up to 3 models per sample,
    so a round has P x K (H) or P x 3K (F) candidates with a validity mask. They are scored in
    batched GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
    pixels): first on 32 random valid points per pair (all of them when it has <= 32;
-   pre-verification), then the best 2 per pair on all points.
+   pre-verification), then the best 2 per pair (per batch_size samples) on all points.
 3. MSAC cost ``sum min(r^2, t^2)`` (or the outlier count for ``scoring="ransac"``) picks each
    pair's round winner; when it beats the pair's best, local optimisation runs: iterated
    weighted least-squares refits (IRLS: DLT / 8-point with Tukey weights, plus Sampson
@@ -66,6 +67,8 @@ H_RESIDUALS = ("symmetric", "forward")
 F_RESIDUALS = ("sampson_normalized", "sampson", "epipolar_max")
 _PREVERIFY_POINTS = 32  # hypotheses are first scored on this many random valid points ...
 _PREVERIFY_KEEP = 2  # ... and only each pair's best few per round are scored on all points
+_STEADY_ROUNDS = 4  # rounds of batch_size samples; later rounds (stragglers) grow ...
+_ROUND_GROWTH = 8  # ... by 2x per round up to this factor (fewer rounds for hard pairs)
 _LO_MARGIN = 1.25  # round winners within this cost factor of the best are optimised too
 _INNER_SAMPLES = 4  # LO-RANSAC inner samples (subsets of the inliers) per local optimisation
 _LO_POINTS = 256  # in-loop local optimisation refits on this many random valid points
@@ -416,7 +419,6 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         active = fittable.clone()
         keys = pair_keys(seed, P, dev)
         solve = _solve_h if problem.kind == "H" else _solve_f
-        K = int(batch_size)
 
         # Pre-verification points, decided per pair from its own valid count: a pair with more
         # than 32 valid points is pre-scored on 32 of them drawn with replacement, a smaller one
@@ -432,7 +434,13 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         else:
             ctx_lo = ctx_full
 
+        r = 0
         while bool(active.any()):
+            # every active pair is in round r (pairs only ever drop out), so the round size
+            # depends on r alone: the same for a pair alone or in any batch
+            grow = min(2 ** max(r - _STEADY_ROUNDS + 1, 0), _ROUND_GROWTH)
+            K, keep_top = int(batch_size) * grow, _PREVERIFY_KEEP * grow
+            r += 1
             idx = active.nonzero().squeeze(1)
             A = idx.numel()
             everyone = A == P  # skip the gathers while all pairs are still running
@@ -456,14 +464,14 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
                     first = first[:, :cnt]
                     models = models[torch.arange(A, device=dev).view(A, 1), first]
                     hvalid = hvalid.gather(1, first)
-            if models.shape[1] > _PREVERIFY_KEEP:
+            if models.shape[1] > keep_top:
                 cs = ctx_sub if everyone else ctx_sub.index(idx)
                 pre, _ = _cost(problem.residual_sq(models, cs), cs.mask, thr2, scoring,
                                fixed_width=True)
                 pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
                 # stable: ties go to the earlier candidate, then back to candidate order, so the
                 # pick does not depend on how many (invalid, trailing) slots the batch carries
-                top = torch.sort(pre, dim=-1, stable=True).indices[:, :_PREVERIFY_KEEP]
+                top = torch.sort(pre, dim=-1, stable=True).indices[:, :keep_top]
                 top = top.sort(-1).values  # (A, T)
                 models = models[torch.arange(A, device=dev).view(A, 1), top]
                 hvalid = hvalid.gather(1, top)
