@@ -355,14 +355,15 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     backends["masks"] = method
     objects: Optional[torch.Tensor] = None
     seg_evidence: Dict[str, Any] = {"method": method}
-    pre: Optional[Tuple[Fit, Fit]] = None  # preliminary fits of every row (motion masks)
-    pre_mask = None
+    pre: Optional[Tuple[Fit, Fit]] = None  # preliminary fits of the finest rows (motion masks)
+    pre_rows = torch.cat([fin, fin_gate])
+    pre_mask = mask[pre_rows]
     if method == "motion":
-        # every row is fitted once on all its matches (one batched call per model); the finest
-        # rows drive the segmentation, and the rows the masks leave unchanged keep these fits
-        pre_mask = mask.clone()
+        # the finest rows are fitted on all their matches to find the movers; the rows the
+        # masks then leave unchanged keep these fits (C. below)
         with timer("fit"):
-            pre = _fit_both(x1, x2, mask, scores, cfg)
+            pre = _fit_both(x1[pre_rows], x2[pre_rows], pre_mask, scores[pre_rows], cfg,
+                            rows=pre_rows)
     with timer("segment"):
         if method == "files":
             from .segment.files import load_masks
@@ -374,10 +375,8 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
             objects = _sam2_masks(clip, cfg, device).to(dev)
             seg_evidence["objects"] = int(objects.shape[1])
         elif method == "motion":
-            sel = torch.cat([fin, fin_gate])
-            objects, seg_evidence = _motion_masks(clip, pairs, x1[sel], x2[sel], mask[sel],
-                                                  (_fit_rows(pre[0], sel), _fit_rows(pre[1], sel)),
-                                                  cfg, ext_gate)
+            objects, seg_evidence = _motion_masks(clip, pairs, x1[pre_rows], x2[pre_rows],
+                                                  pre_mask, pre, cfg, ext_gate)
         if objects is not None and objects.shape[1] > 0:
             bg = background_mask(clip.content_mask.to(dev), objects,
                                  cfg.segment.safety_margin_px)
@@ -400,7 +399,7 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
 
     # C. one batched call per model over all pairs x scales (+ the gate pairs, finest scale)
     with timer("fit"):
-        fit_h, fit_f = _fit_reusing(x1, x2, mask, scores, cfg, pre, pre_mask)
+        fit_h, fit_f = _fit_reusing(x1, x2, mask, scores, cfg, pre, pre_rows, pre_mask)
     with timer("metrics"):
         mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
                                          min_inliers=bc.min_inliers)
@@ -514,29 +513,40 @@ def _fit_rows(fit: Fit, idx: torch.Tensor) -> Fit:
 
 
 def _fit_reusing(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
-                 cfg: GeoConConfig, pre: Optional[Tuple[Fit, Fit]],
-                 pre_mask: Optional[torch.Tensor]) -> Tuple[Fit, Fit]:
-    """:func:`_fit_both` of every row, taking the preliminary fits ``pre`` (of every row, on
-    the correspondences ``pre_mask``) for the rows whose correspondences the background mask
-    left unchanged: the same input and seed give the same fit (padding invariance, per-row
-    seeds), so only the rows that lost matches are fitted again."""
+                 cfg: GeoConConfig, pre: Optional[Tuple[Fit, Fit]], pre_rows: torch.Tensor,
+                 pre_mask: torch.Tensor) -> Tuple[Fit, Fit]:
+    """:func:`_fit_both` of every row, taking the preliminary fits ``pre`` (of the rows
+    ``pre_rows``, fitted with their row seeds on the correspondences ``pre_mask``) for the rows
+    whose correspondences the background mask left unchanged: the same input and seed give the
+    same fit (padding invariance, per-row seeds), so only the other rows are fitted, in one
+    batched call per model."""
     if pre is None:
         return _fit_both(x1, x2, mask, scores, cfg)
-    todo = (pre_mask != mask).any(-1).nonzero()[:, 0]
+    r = int(x1.shape[0])
+    same = (pre_mask == mask[pre_rows]).all(-1)
+    todo = torch.ones(r, dtype=torch.bool, device=x1.device)
+    todo[pre_rows[same]] = False
+    todo = todo.nonzero()[:, 0]
+    kept = pre_rows[same]
+    old_h, old_f = _fit_rows(pre[0], same), _fit_rows(pre[1], same)
     if todo.numel() == 0:
-        return pre
+        return _rows_of(r, [(kept, old_h)]), _rows_of(r, [(kept, old_f)])
     new_h, new_f = _fit_both(x1[todo], x2[todo], mask[todo], scores[todo], cfg, rows=todo)
-    return _put_rows(pre[0], todo, new_h), _put_rows(pre[1], todo, new_f)
+    return (_rows_of(r, [(todo, new_h), (kept, old_h)]),
+            _rows_of(r, [(todo, new_f), (kept, old_f)]))
 
 
-def _put_rows(fit: Fit, rows: torch.Tensor, new: Fit) -> Fit:
-    """``fit`` with its ``rows`` replaced by the rows of ``new`` (same kind and N)."""
+def _rows_of(r: int, parts: List[Tuple[torch.Tensor, Fit]]) -> Fit:
+    """One Fit of ``r`` rows assembled from ``(rows, fit of those rows)`` parts covering all."""
+    fields = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
     out = []
-    for k in ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score"):
-        t = getattr(fit, k).clone()
-        t[rows] = getattr(new, k)
+    for k in fields:
+        ref = getattr(parts[0][1], k)
+        t = ref.new_zeros((r,) + tuple(ref.shape[1:]))
+        for rows, fit in parts:
+            t[rows] = getattr(fit, k)
         out.append(t)
-    return Fit(fit.kind, *out)
+    return Fit(parts[0][1].kind, *out)
 
 
 def _feature_backend(cfg: GeoConConfig, device: Optional[torch.device]) -> str:
