@@ -97,3 +97,19 @@ def test_connected_components_link_frames_and_follow_long_snakes():
     pairs = set(zip(lab[mask].tolist(), ref[mask.numpy()].tolist()))
     assert len(pairs) == int(ref.max())  # the same partition, one-to-one
     assert not bool(lab[~mask].any())
+
+
+def test_pooled_gray_equals_avg_pooling_the_luminance():
+    from geocon_torch.segment.motion import pooled_gray
+    from geocon_torch.types import Clip
+
+    g = torch.Generator().manual_seed(5)
+    frames = torch.randint(0, 256, (5, 3, 37, 50), generator=g, dtype=torch.uint8)
+    clip = Clip(frames=frames, fps=10.0, content_mask=torch.ones(37, 50, dtype=torch.bool),
+                frame_indices=torch.arange(5), source_size=(37, 50))
+    for f in (1, 2, 3, 4):  # 37 x 50 is not a multiple of 2, 3 or 4: border blocks are partial
+        ref = torch.nn.functional.avg_pool2d(clip.gray(), f, ceil_mode=True) if f > 1 else \
+            clip.gray()
+        got = pooled_gray(clip, f, chunk=2)
+        assert got.shape == ref.shape
+        torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)

@@ -46,20 +46,27 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``img`` (P, 1, h, w) at ``H x`` for every pixel x -> (warped, inside) (P, h, w)."""
+    """Sample ``img`` (P, 1, h, w) at ``H x`` for every pixel x -> (warped, inside) (P, h, w).
+
+    Each row of ``H x`` is an outer sum ``H[r, 0] x + (H[r, 1] y + H[r, 2])`` over the pixel
+    grid (no (P, h w, 3) product)."""
     p, _, h, w = img.shape
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=img.dtype, device=img.device),
-                            torch.arange(w, dtype=img.dtype, device=img.device), indexing="ij")
-    pts = torch.stack([xs, ys, torch.ones_like(xs)], -1).view(1, -1, 3)
-    q = pts @ H.to(img.dtype).transpose(1, 2)
-    z = q[..., 2:3]
+    Hd = H.to(img.dtype)
+    xs = torch.arange(w, dtype=img.dtype, device=img.device).view(1, 1, w)
+    ys = torch.arange(h, dtype=img.dtype, device=img.device).view(1, h, 1)
+
+    def row(r: int) -> torch.Tensor:  # (P, h, w)
+        return Hd[:, r, 0].view(p, 1, 1) * xs + (Hd[:, r, 1].view(p, 1, 1) * ys
+                                                 + Hd[:, r, 2].view(p, 1, 1))
+
+    z = row(2)
     z = torch.where(z.abs() < 1e-9, torch.full_like(z, 1e-9), z)
-    q = q[..., :2] / z
-    inside = ((q[..., 0] >= 0) & (q[..., 0] <= w - 1) & (q[..., 1] >= 0) & (q[..., 1] <= h - 1))
+    qx, qy = row(0) / z, row(1) / z
+    inside = (qx >= 0) & (qx <= w - 1) & (qy >= 0) & (qy <= h - 1)
     # border padding samples positions outside the frame at the border: clamping is exact
-    xy = torch.stack([q[..., 0].clamp(0, w - 1), q[..., 1].clamp(0, h - 1)], -1)
-    out = sample_at_pixels(img, xy.view(p, h, w, 2))
-    return out[:, 0], inside.view(p, h, w)
+    xy = torch.stack([qx.clamp(0, w - 1), qy.clamp(0, h - 1)], -1)
+    out = sample_at_pixels(img, xy)
+    return out[:, 0], inside
 
 
 def _smooth(x: torch.Tensor) -> torch.Tensor:
@@ -197,19 +204,40 @@ def segmentation_factor(size: Tuple[int, int], max_side: int = 320) -> int:
     return max(1, -(-max(int(size[0]), int(size[1])) // max_side))
 
 
+def _block_sums(frames: torch.Tensor, f: int) -> torch.Tensor:
+    """(k, C, H, W) uint8 -> (k, C, ceil(H/f), ceil(W/f)) int32 sums of f x f blocks (exact;
+    blocks past the border sum only their pixels inside the frame)."""
+    k, c, h, w = frames.shape
+    hp, wp = -(-h // f) * f, -(-w // f) * f
+    if (hp, wp) != (h, w):
+        frames = F.pad(frames, (0, wp - w, 0, hp - h))
+    acc = torch.zeros(k, c, hp // f, wp // f, dtype=torch.int32, device=frames.device)
+    for dy in range(f):  # f^2 strided views, added in integers
+        for dx in range(f):
+            acc += frames[..., dy::f, dx::f]
+    return acc
+
+
 def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
     """Luminance of a clip average-pooled by ``factor`` (ceil mode), ``chunk`` frames at a time:
-    (T, 1, ceil(H/f), ceil(W/f)) float32 in [0, 1], equal to ``avg_pool2d(clip.gray(), f,
-    ceil_mode=True)`` without a full-resolution float copy of the clip."""
+    (T, 1, ceil(H/f), ceil(W/f)) float32 in [0, 1], equal (to float rounding) to
+    ``avg_pool2d(clip.gray(), f, ceil_mode=True)`` (border blocks average the pixels they
+    cover). The RGB blocks are summed exactly in integers first (luminance is linear), so the
+    float work runs at the pooled size and no full-resolution float copy of the clip exists."""
     t = clip.num_frames
-    parts = []
-    for start in range(0, t, chunk):  # chunks of frames bound the float copy
-        idx = torch.arange(start, min(t, start + chunk), device=clip.frames.device)
-        g = clip.gray(indices=idx)
-        parts.append(F.avg_pool2d(g, factor, ceil_mode=True) if factor > 1 else g)
     h, w = clip.size
+    if factor <= 1:
+        return clip.gray()
+    dev = clip.frames.device
+    ones = torch.ones(1, 1, h, w, dtype=torch.uint8, device=dev)
+    count = _block_sums(ones, factor).float()  # pixels per block (f^2 inside the frame)
+    weights = torch.tensor([0.299, 0.587, 0.114], device=dev).view(1, 3, 1, 1)
+    parts = []
+    for start in range(0, t, chunk):  # chunks of frames bound the integer copy
+        sums = _block_sums(clip.frames[start:start + chunk], factor).float()
+        parts.append((sums * weights).sum(1, keepdim=True) / (count * 255.0))
     return torch.cat(parts) if parts else torch.zeros(0, 1, -(-h // factor), -(-w // factor),
-                                                      device=clip.frames.device)
+                                                      device=dev)
 
 
 def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
