@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
+from ._json import read_json_file
 from .errors import GeoConError
 
 
@@ -265,11 +266,4 @@ def load_config(source: Union[None, str, Path, Dict[str, Any], GeoConConfig]) ->
         return source
     if isinstance(source, dict):
         return GeoConConfig.from_dict(source)
-    path = Path(source)
-    if not path.is_file():
-        raise GeoConError(f"config file not found: {path}")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise GeoConError(f"config file {path} is not valid JSON: {exc}") from exc
-    return GeoConConfig.from_dict(data)
+    return GeoConConfig.from_dict(read_json_file(source, "config file"))

@@ -19,7 +19,6 @@ Accepted pose logs (:func:`load_pose_log`):
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from .._json import read_json_file
 from ..config import GateConfig
 from ..errors import GeoConError, ShapeError
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
@@ -161,10 +161,7 @@ def load_pose_log(source: PoseSource) -> PoseLog:
     if path.suffix.lower() == ".npz":
         with np.load(path) as z:
             return _from_mapping({k: z[k] for k in z.files}, str(path))
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise GeoConError(f"pose log {path} is not valid JSON: {exc}") from exc
+    data = read_json_file(path, "pose log")
     if isinstance(data, list):
         rel = _as_pose_tensor(data, str(path))
         return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1),

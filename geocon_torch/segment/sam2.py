@@ -17,7 +17,6 @@ at working resolution, K = number of prompted objects in id order.
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -25,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .._json import read_json_file
 from ..config import SegmentConfig
 from ..checkpoints import require_checkpoint
 from ..errors import CheckpointError, GeoConError, OptionalDependencyError
@@ -84,10 +84,7 @@ def load_prompts(source: Union[None, str, Path, Prompts]) -> List[Dict[str, Any]
         raise GeoConError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
                           "file of boxes / points (see geocon_torch.segment.sam2)")
     if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.is_file():
-            raise GeoConError(f"SAM-2 prompt file not found: {path}")
-        source = json.loads(path.read_text())
+        source = read_json_file(source, "SAM-2 prompt file")
     prompts = list(source)
     for p in prompts:
         if "box" not in p and "points" not in p:

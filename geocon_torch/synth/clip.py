@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .._version import __version__
+from .._json import read_json_file
 from ..errors import VideoReadError
 from ..types import Clip
 from . import camera as cam
@@ -158,9 +159,7 @@ def _decode_mp4(path: Path) -> torch.Tensor:
 def load_synth(json_path: Union[str, Path]) -> SynthClip:
     """Read a clip written by :meth:`SynthClip.save` (frames decoded from its mp4)."""
     json_path = Path(json_path)
-    if not json_path.is_file():
-        raise VideoReadError(f"ground-truth JSON not found: {json_path}")
-    gt = json.loads(json_path.read_text())
+    gt = read_json_file(json_path, "ground-truth JSON", VideoReadError)
     frames = _decode_mp4(json_path.parent / gt.get("video_path", f"{gt['clip_id']}.mp4"))
     h, w = gt["height"], gt["width"]
     masks = torch.zeros(frames.shape[0], 0, h, w, dtype=torch.bool)
