@@ -25,12 +25,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int = -1,
 
 
 def masked_quantile(x: torch.Tensor, mask: torch.Tensor, q: float, dim: int = -1,
-                    fill: float = 0.0, interpolation: str = "linear"
-                    ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Quantile ``q`` in [0, 1] of the valid entries of ``x`` along ``dim`` (numpy semantics).
-
-    ``interpolation`` is "linear" (numpy's default) or "lower" (the lower of the two middle
-    values, what ``torch.median`` returns). Rows with no valid entry give ``fill``.
+                    fill: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Quantile ``q`` in [0, 1] of the valid entries of ``x`` along ``dim`` (numpy's default
+    linear interpolation). Rows with no valid entry give ``fill``.
     Returns (value, nonempty) as :func:`masked_mean`.
     """
     x = x.movedim(dim, -1)
@@ -46,14 +43,9 @@ def masked_quantile(x: torch.Tensor, mask: torch.Tensor, q: float, dim: int = -1
     lo = pos.floor().long()
     hi = pos.ceil().long()
     v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
-    if interpolation == "lower":
-        out = v_lo
-    elif interpolation == "linear":
-        v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
-        frac = (pos - lo.to(torch.float64)).to(x.dtype) if x.is_floating_point() else 0
-        out = v_lo + (v_hi - v_lo) * frac
-    else:
-        raise ValueError(f"interpolation must be 'linear' or 'lower', got {interpolation!r}")
+    v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
+    frac = (pos - lo.to(torch.float64)).to(x.dtype) if x.is_floating_point() else 0
+    out = v_lo + (v_hi - v_lo) * frac
     out = torch.where(nonempty, out, torch.full_like(out, fill))
     return out, nonempty
 
@@ -62,7 +54,7 @@ def masked_median(x: torch.Tensor, mask: torch.Tensor, dim: int = -1, fill: floa
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Median of valid entries along ``dim`` (mean of the two middle values for even counts,
     as ``numpy.median``). Returns (median, nonempty)."""
-    return masked_quantile(x, mask, 0.5, dim=dim, fill=fill, interpolation="linear")
+    return masked_quantile(x, mask, 0.5, dim=dim, fill=fill)
 
 
 def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:

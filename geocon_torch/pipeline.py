@@ -550,12 +550,9 @@ def _rows_of(r: int, parts: List[Tuple[torch.Tensor, Fit]]) -> Fit:
 
 
 def _feature_backend(cfg: GeoConConfig, device: Optional[torch.device]) -> str:
-    name = cfg.features.backend
-    if name != "auto":
-        return name
-    dev = torch.device(device) if device is not None else (
-        torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-    return "kornia-sift" if dev.type == "cuda" else "opencv-sift"
+    from .features.base import resolve_backend
+
+    return resolve_backend(cfg.features.backend, device)
 
 
 def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,

@@ -121,11 +121,6 @@ class Correspondences:
         """(P,) long number of valid matches per pair."""
         return self.mask.sum(-1)
 
-    def select(self, keep: torch.Tensor) -> "Correspondences":
-        """Same pairs with matches restricted to ``keep`` (P, N) bool (e.g. background only)."""
-        return Correspondences(self.x1, self.x2, self.mask & keep, self.scores, self.pairs,
-                               self.num_kp1, self.num_kp2)
-
     def to(self, device: Any = None, dtype: Optional[torch.dtype] = None) -> "Correspondences":
         f = lambda t: t.to(device=device, dtype=dtype or t.dtype)  # noqa: E731
         return Correspondences(f(self.x1), f(self.x2), self.mask.to(device), f(self.scores),
@@ -141,8 +136,8 @@ class Fit:
         kind: "H" (homography, x2 ~ H x1) or "F" (fundamental, x2^T F x1 = 0).
         model: (P, 3, 3) in pixel coordinates (identity / zeros where invalid).
         inliers: (P, N) bool, the final inlier set (always within the input mask).
-        residuals: (P, N) the residual the inlier test used (symmetric transfer px for H,
-            normalised Sampson for F); 0 where padded.
+        residuals: (P, N) the residual the inlier test used (the ``residual`` the fit was asked
+            for, e.g. symmetric transfer px for H, normalised Sampson for F); 0 where padded.
         valid: (P,) bool, False where the pair could not be fitted.
         num_inliers: (P,) long.
         iterations: (P,) long hypotheses drawn before stopping.

@@ -69,6 +69,14 @@ def resolve_device(device: DeviceLike) -> torch.device:
     return torch.device(device)
 
 
+def resolve_backend(name: str, device: DeviceLike = None) -> str:
+    """The backend ``name`` stands for: "auto" is kornia-sift on CUDA and opencv-sift on the CPU
+    (``device`` None: CUDA when available); any other name is itself."""
+    if name != "auto":
+        return name
+    return "kornia-sift" if resolve_device(device).type == "cuda" else "opencv-sift"
+
+
 def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: DeviceLike = None,
                   checkpoint: Optional[str] = None, **options) -> FeatureExtractor:
     """Build a feature extractor.
@@ -88,8 +96,7 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
     from . import kornia_sift, learned, opencv_sift  # noqa: F401
 
     dev = resolve_device(device)
-    if name == "auto":
-        name = "kornia-sift" if dev.type == "cuda" else "opencv-sift"
+    name = resolve_backend(name, dev)
     if name not in _REGISTRY:
         raise GeoConError(f"unknown feature backend {name!r}; available: {available_extractors()}"
                           " (lk-tracks, loftr and lightglue produce correspondences directly: use"

@@ -42,7 +42,6 @@ class KorniaSIFT:
         self.max_keypoints = int(max_keypoints)
         self.device = resolve_device(device)
         self.chunk_frames = chunk_frames
-        self.descriptor_backend = descriptor_backend
         self.model = KF.SIFTFeatureScaleSpace(self.max_keypoints, rootsift=rootsift,
                                               device=self.device,
                                               descriptor_backend=descriptor_backend).eval()

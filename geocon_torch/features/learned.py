@@ -250,7 +250,7 @@ class LightGlueMatcher:
                 d["oris"] = torch.where(ori <= -math.pi, ori + 2 * math.pi, ori)
             return d
 
-        counts = kps.mask.sum(1)
+        counts = kps.counts
         for q, (i, j) in enumerate(pairs.tolist()):  # kornia LightGlue: one pair per call
             ni, nj = int(counts[i]), int(counts[j])
             if ni == 0 or nj == 0:

@@ -94,7 +94,7 @@ def _box_max(x: torch.Tensor, r: int, pad_value: float = 0.0) -> torch.Tensor:
 
 def _disk_max(x: torch.Tensor, offsets: list) -> torch.Tensor:
     """Max of ``x (B, 1, H, W)`` (values >= 0) over the neighbourhood ``offsets`` (zero padding).
-    A neighbourhood that is a full square (min_distance 3 -> 5x5) is one max_pool2d."""
+    A neighbourhood that is a full square (min_distance 3 -> 5x5) is one separable box max."""
     r = max(max(abs(dy), abs(dx)) for dy, dx in offsets)
     if r == 0:
         return x
@@ -287,7 +287,6 @@ def _lk_torch(gray, pairs, corners, corners_ok, *, window, levels, fb_threshold,
               chunk: Optional[int]):
     p = pairs.shape[0]
     n = corners.shape[1]
-    h, w = gray.shape[-2:]
     x1 = corners[pairs[:, 0]]
     v1 = corners_ok[pairs[:, 0]]
     x2 = torch.zeros_like(x1)
@@ -315,10 +314,10 @@ def _lk_opencv(gray, pairs, max_corners, quality, min_distance, block, window, l
                fb_threshold, mask):
     import cv2
 
-    from .opencv_sift import to_uint8
+    from .opencv_sift import _cv_mask, to_uint8
 
     frames = to_uint8(gray)
-    cv_mask = None if mask is None else mask.cpu().numpy().astype(np.uint8) * 255
+    cv_mask = _cv_mask(mask)
     corners = {}
     for f in torch.unique(pairs).tolist():
         c = cv2.goodFeaturesToTrack(frames[f], maxCorners=int(max_corners), qualityLevel=quality,

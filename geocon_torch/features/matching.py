@@ -166,5 +166,5 @@ def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.7
                                           desc.dtype, ratio, mutual, chunk)
     x1 = kps.xy[i]
     x2 = kps.xy[j].gather(1, nn12[..., None].expand(-1, -1, 2)) if kps.xy.shape[1] else x1
-    counts = kps.mask.sum(1)
+    counts = kps.counts
     return pack_matches(x1, x2, matched, 1.0 - ratios, pairs, counts[i], counts[j])

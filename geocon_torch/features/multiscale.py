@@ -133,7 +133,7 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     out_pairs = pairs.to(dev)
     h, w = clip.size
     content = clip.content_mask.to(device=dev, dtype=torch.bool)
-    content = erode_mask(content, int(getattr(cfg, "content_margin_px", 0)))
+    content = erode_mask(content, int(cfg.content_margin_px))
     # (scale, size, sx, sy, content mask at that size); scales below MIN_SIDE px are left out
     levels = []
     for s in scales:
@@ -141,7 +141,7 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         if min(hs, ws) >= MIN_SIDE:
             levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(content, (hs, ws))))
     backend = cfg.backend
-    mode = getattr(cfg, "scale_mode", "auto")
+    mode = cfg.scale_mode
     extractor = matcher = None
     if backend in ("loftr", "lightglue"):
         from .learned import get_matcher
@@ -149,11 +149,8 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         opts = {"max_keypoints": cfg.max_keypoints} if backend == "lightglue" else {}
         matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
     elif backend != "lk-tracks":
-        opts = {}
-        if getattr(cfg, "workers", None) is not None:
-            opts["workers"] = cfg.workers
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
-                                  checkpoint=cfg.checkpoint, **opts)
+                                  checkpoint=cfg.checkpoint)
     bands = [octave_band(lv[0]) for lv in levels]
     if resolve_scale_mode(mode, extractor.name if extractor is not None else backend,
                           scales) == "scale_space":

@@ -10,14 +10,13 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._checks import check_points, check_same_shape
 from ..errors import ShapeError
 from .homography import _MONO, _monomials, _smallest_eigvec
 
 _EIGHT_IDX = torch.tensor([_MONO[r // 3][c // 3] * 6 + _MONO[r % 3][c % 3]
                            for r in range(9) for c in range(9)])
 from ._reduce import padded_gram
-from .normalization import _similarity_matrix, _weighted_hartley
+from .normalization import _normalize_points, _pair_weights, _similarity_matrix
 
 
 def _unit_fro(M: torch.Tensor) -> torch.Tensor:
@@ -132,23 +131,9 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     return Fs.to(dt), valid
 
 
-def _prepare(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Tensor]):
-    check_points(x1, "x1")
-    check_points(x2, "x2")
-    check_same_shape([x1, x2], ["x1", "x2"])
-    if weights is None:
-        return torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
-    if tuple(weights.shape) != tuple(x1.shape[:2]):
-        raise ShapeError(f"weights must have shape {tuple(x1.shape[:2])}, got "
-                         f"{tuple(weights.shape)}")
-    return weights.to(x1.dtype).clamp_min(0)
-
-
 def _normalize_pair(x1: torch.Tensor, x2: torch.Tensor, w: torch.Tensor):
-    c1, s1, _ = _weighted_hartley(x1, w)
-    c2, s2, _ = _weighted_hartley(x2, w)
-    x1n = (x1 - c1.unsqueeze(-2)) * s1[..., None, None]
-    x2n = (x2 - c2.unsqueeze(-2)) * s2[..., None, None]
+    x1n, c1, s1 = _normalize_points(x1, w)
+    x2n, c2, s2 = _normalize_points(x2, w)
     return x1n, x2n, _similarity_matrix(c1, s1), _similarity_matrix(c2, s2)
 
 
@@ -170,7 +155,7 @@ def fundamental_8pt(x1: torch.Tensor, x2: torch.Tensor,
         F: (P, 3, 3), rank 2, unit Frobenius norm. Pairs with fewer than 8 weighted points give
         an arbitrary finite matrix.
     """
-    w = _prepare(x1, x2, weights)
+    w = _pair_weights(x1, x2, weights)
     x1n, x2n, T1, T2 = _normalize_pair(x1, x2, w)
     Fn = _fundamental_8pt_normalized(x1n, x2n, w)
     return _unit_fro(T2.transpose(-1, -2) @ Fn @ T1)
@@ -188,12 +173,9 @@ def fundamental_7pt(x1: torch.Tensor, x2: torch.Tensor) -> Tuple[torch.Tensor, t
         F: (P, 3, 3, 3): F[:, k] is the k-th solution (unit Frobenius norm, zeros where invalid).
         valid: (P, 3) bool, which solutions are real (1 or 3 per non-degenerate pair).
     """
-    check_points(x1, "x1")
-    check_points(x2, "x2")
-    check_same_shape([x1, x2], ["x1", "x2"])
+    w = _pair_weights(x1, x2, None)
     if x1.shape[1] != 7:
         raise ShapeError(f"fundamental_7pt needs exactly 7 points, got x1 {tuple(x1.shape)}")
-    w = torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
     x1n, x2n, T1, T2 = _normalize_pair(x1, x2, w)
     Fn, valid = _seven_point_normalized(x1n, x2n)
     F = _unit_fro(T2.transpose(-1, -2).unsqueeze(1) @ Fn @ T1.unsqueeze(1))

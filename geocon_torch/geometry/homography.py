@@ -9,10 +9,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._checks import check_points, check_same_shape
-from ..errors import ShapeError
 from ._reduce import padded_gram
-from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
+from .normalization import (_normalize_points, _pair_weights, _similarity_inverse,
+                            _similarity_matrix)
 
 
 def _dlt_rows(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
@@ -130,20 +129,9 @@ def homography_dlt(x1: torch.Tensor, x2: torch.Tensor,
         than 4 weighted points or degenerate points give an arbitrary finite matrix; the robust
         estimators flag them.
     """
-    check_points(x1, "x1")
-    check_points(x2, "x2")
-    check_same_shape([x1, x2], ["x1", "x2"])
-    if weights is None:
-        w = torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
-    else:
-        if tuple(weights.shape) != tuple(x1.shape[:2]):
-            raise ShapeError(f"weights must have shape {tuple(x1.shape[:2])}, got "
-                             f"{tuple(weights.shape)}")
-        w = weights.to(x1.dtype).clamp_min(0)
-    c1, s1, _ = _weighted_hartley(x1, w)
-    c2, s2, _ = _weighted_hartley(x2, w)
-    x1n = (x1 - c1.unsqueeze(-2)) * s1[:, None, None]
-    x2n = (x2 - c2.unsqueeze(-2)) * s2[:, None, None]
+    w = _pair_weights(x1, x2, weights)
+    x1n, c1, s1 = _normalize_points(x1, w)
+    x2n, c2, s2 = _normalize_points(x2, w)
     Hn = _homography_dlt_normalized(x1n, x2n, w)
     H = _similarity_inverse(c2, s2) @ Hn @ _similarity_matrix(c1, s1)
     return _normalize_h_scale(H)

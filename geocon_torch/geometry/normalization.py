@@ -6,7 +6,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._checks import check_mask, check_points
+from .._checks import check_mask, check_points, check_same_shape
+from ..errors import ShapeError
 from ._reduce import padded_sum
 
 
@@ -25,6 +26,29 @@ def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
     s = torch.where(scale_ok, math.sqrt(2.0) / torch.where(scale_ok, dbar, torch.ones_like(dbar)),
                     torch.ones_like(dbar))
     return c, s, scale_ok
+
+
+def _pair_weights(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Tensor]
+                  ) -> torch.Tensor:
+    """Check two (P, N, 2) point sets and their (P, N) weights (all ones when None); returns
+    the non-negative weights in the points' dtype."""
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    if weights is None:
+        return torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
+    if tuple(weights.shape) != tuple(x1.shape[:2]):
+        raise ShapeError(f"weights must have shape {tuple(x1.shape[:2])}, got "
+                         f"{tuple(weights.shape)}")
+    return weights.to(x1.dtype).clamp_min(0)
+
+
+def _normalize_points(points: torch.Tensor, weights: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Points (..., N, 2) moved into their weighted Hartley frame: (normalised points,
+    centroid (..., 2), scale (...))."""
+    c, s, _ = _weighted_hartley(points, weights)
+    return (points - c.unsqueeze(-2)) * s[..., None, None], c, s
 
 
 def _similarity_matrix(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ Algorithm (one implementation for H and F):
    pixels): first on 32 random valid points per pair (all of them when it has <= 32;
    pre-verification), then the best 2 per pair (per batch_size samples) on all points.
 3. MSAC cost ``sum min(r^2, t^2)`` (or the outlier count for ``scoring="ransac"``) picks each
-   pair's round winner; when it beats the pair's best, local optimisation runs: iterated
+   pair's round winner; when it is within 1.25x of the pair's best cost, local optimisation
+   runs on it: iterated
    weighted least-squares refits (IRLS: DLT / 8-point with Tukey weights, plus Sampson
    weighting for F) on 256 random valid points of a pair with more than 512 (else on all),
    started from the best of 4 inner-sample refits, kept only when the result lowers the cost
@@ -178,7 +179,6 @@ class _Problem:
     kind: str  # "H" or "F"
     sample_size: int
     residual_sq: Callable  # (models (A, K, 3, 3), ctx) -> (A, K, N) in threshold units^2
-    residual: str
     lo_residual: Callable  # like residual_sq, returning (rsq, refit weight factors or None)
 
 
@@ -570,7 +570,8 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         confidence: adaptive-stopping confidence.
         max_iterations: cap on minimal samples per pair.
         scoring: "msac" (truncated quadratic cost) or "ransac" (outlier count).
-        local_optimization: iterated weighted DLT refits whenever a pair's best improves.
+        local_optimization: iterated weighted DLT refits of round winners within 1.25x of a
+            pair's best cost.
         seed: RNG seed; pair p uses the stream of ``seed + p``. A (P,) integer tensor gives
             each pair its own seed instead (results then do not depend on batch position).
         residual: "symmetric" (paper eq. 7, mean of forward and backward distances) or
@@ -587,7 +588,7 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
     if residual not in H_RESIDUALS:
         raise ValueError(f"residual must be one of {H_RESIDUALS}, got {residual!r}")
     rfn = _h_residual_sq(residual)
-    prob = _Problem("H", 4, rfn, residual, lambda M, ctx: (rfn(M, ctx), None))
+    prob = _Problem("H", 4, rfn, lambda M, ctx: (rfn(M, ctx), None))
     return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
                        scoring, local_optimization, seed, min_inliers, batch_size, lo_iterations)
 
@@ -618,7 +619,7 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
     """
     if residual not in F_RESIDUALS:
         raise ValueError(f"residual must be one of {F_RESIDUALS}, got {residual!r}")
-    prob = _Problem("F", 7, _f_residual_sq(residual), residual,
+    prob = _Problem("F", 7, _f_residual_sq(residual),
                     _f_residual_sq(residual, with_weights=True))
     return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
                        scoring, local_optimization, seed, max(min_inliers, 8), batch_size,

@@ -7,7 +7,8 @@ give finite values that the caller masks out. Points mapped to infinity (``w -> 
 but finite residual. Every function is differentiable (gradcheck in float64).
 
 The private ``_*`` kernels broadcast over any leading dimensions (e.g. ``model (P, K, 3, 3)``
-against ``x (P, 1, N, 2)``) and are what the batched RANSAC scores hypotheses with.
+against ``x (P, 1, N, 2)``). The batched RANSAC scores hypotheses with its own float32 GEMM
+kernels in normalised coordinates (``ransac.py``), which these functions are the reference for.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from .._checks import check_mask, check_matrices, check_points, check_same_shape
-from .normalization import _similarity_inverse, _weighted_hartley
+from .normalization import _normalize_points, _similarity_inverse
 
 
 def _check(model: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, name: str) -> None:
@@ -149,17 +150,6 @@ def sampson_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
     return d2 if squared else _safe_sqrt(d2)
 
 
-def _normalized_system(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
-                       weights1: torch.Tensor, weights2: torch.Tensor):
-    """F and points moved into each pair's Hartley frames: ``F_n = T2^-T F T1^-1``."""
-    c1, s1, _ = _weighted_hartley(x1, weights1)
-    c2, s2, _ = _weighted_hartley(x2, weights2)
-    Fn = _similarity_inverse(c2, s2).transpose(-1, -2) @ F @ _similarity_inverse(c1, s1)
-    x1n = (x1 - c1.unsqueeze(-2)) * s1[..., None, None]
-    x2n = (x2 - c2.unsqueeze(-2)) * s2[..., None, None]
-    return Fn, x1n, x2n
-
-
 def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
                                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""Sampson distance in each pair's Hartley-normalised coordinates (unitless).
@@ -179,7 +169,9 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
     """
     _check(F, x1, x2, "F")
     m = check_mask(mask, x1).to(x1.dtype)
-    Fn, x1n, x2n = _normalized_system(F, x1, x2, m, m)
+    x1n, c1, s1 = _normalize_points(x1, m)
+    x2n, c2, s2 = _normalize_points(x2, m)
+    Fn = _similarity_inverse(c2, s2).transpose(-1, -2) @ F @ _similarity_inverse(c1, s1)
     return _safe_sqrt(_sampson_sq(Fn, x1n, x2n))
 
 

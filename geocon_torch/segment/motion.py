@@ -102,15 +102,10 @@ def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Te
     return out[:t]
 
 
-def erode(masks: torch.Tensor, radius: int) -> torch.Tensor:
-    """Binary erosion of (..., H, W) bool masks by a (2r+1)^2 square."""
-    return erode_mask(masks, radius)
-
-
 def open_close(masks: torch.Tensor, open_r: int, close_r: int) -> torch.Tensor:
     """Opening then closing (square structuring elements)."""
-    m = dilate(erode(masks, open_r), open_r)
-    return erode(dilate(m, close_r), close_r)
+    m = dilate(erode_mask(masks, open_r), open_r)
+    return erode_mask(dilate(m, close_r), close_r)
 
 
 def block_upsample(x: torch.Tensor, f: int) -> torch.Tensor:
@@ -308,7 +303,7 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
         discs = torch.zeros_like(change)
         counts = torch.zeros(t, h, w, dtype=torch.long, device=dev)
     motion = dilate(change | discs, cfg.motion_close_px) & content
-    motion = erode(motion, cfg.motion_close_px) | (change & content)
+    motion = erode_mask(motion, cfg.motion_close_px) | (change & content)
     frac = motion.flatten(1).sum(1).double() / content.sum().clamp_min(1).double()
     unreliable = frac > cfg.motion_max_fraction
     motion = motion & ~unreliable.view(-1, 1, 1)
