@@ -93,3 +93,22 @@ def test_background_mask_and_keep():
     assert keep.tolist() == [[True, False, False, False]]
     assert sample_mask(bg, x1, torch.tensor([0])).tolist() == [[True, False, True, False]]
     assert background_mask(content, None, num_frames=3).shape == (3, 20, 30)
+
+
+def test_mask_folders_follow_natural_frame_order(tmp_path):
+    """Unpadded frame numbers (1, 2, ..., 10, 11) and object folders (obj2 before obj10) are read
+    in natural order, as image-folder videos are, so masks line up with their frames."""
+    import cv2
+
+    t, h, w = 12, 8, 40
+    m = np.zeros((t, 2, h, w), bool)
+    for k in range(t):
+        m[k, 0, 1:3, 3 * k:3 * k + 2] = True  # frame k marks column 3k
+        m[k, 1, 5:7, 3 * k:3 * k + 2] = True
+    for name, obj in (("obj2", 0), ("obj10", 1)):
+        d = tmp_path / name
+        d.mkdir()
+        for k in range(t):
+            cv2.imwrite(str(d / f"{k + 1}.png"), m[k, obj].astype(np.uint8) * 255)
+    got = load_masks(tmp_path)
+    assert torch.equal(got, torch.from_numpy(m))

@@ -10,8 +10,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO
 
 from ..config import GeoConConfig, load_config
 from ..pipeline import PRESETS
+
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:

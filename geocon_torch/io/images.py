@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List, Tuple
+from typing import Iterable, List, Tuple
 
 import numpy as np
 
@@ -18,16 +18,22 @@ def natural_key(name: str) -> Tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p)
 
 
-def list_images(folder: Path) -> List[Path]:
-    """Image files of ``folder`` (suffix matched case-insensitively), in natural order.
-
-    Raises VideoReadError when the folder holds no image."""
+def image_files(folder: Path, suffixes: Iterable[str] = IMAGE_SUFFIXES) -> List[Path]:
+    """Image files of ``folder`` (suffix matched case-insensitively, hidden files skipped), in
+    natural order; possibly empty."""
+    suffixes = frozenset(suffixes)
     files = [p for p in folder.iterdir()
-             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")]
+             if p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")]
+    return sorted(files, key=lambda p: natural_key(p.name))
+
+
+def list_images(folder: Path) -> List[Path]:
+    """:func:`image_files` of ``folder``; raises VideoReadError when the folder holds none."""
+    files = image_files(folder)
     if not files:
         raise VideoReadError(f"{folder}: the folder holds no image "
                              f"({', '.join(sorted(IMAGE_SUFFIXES))}); 0 frames")
-    return sorted(files, key=lambda p: natural_key(p.name))
+    return files
 
 
 def read_image(path: Path) -> np.ndarray:

@@ -21,9 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import GeoConError, ShapeError
+from ..io.images import IMAGE_SUFFIXES, image_files, natural_key
 
 MaskSource = Union[str, Path, np.ndarray, torch.Tensor]
-_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
+#: mask images may also be TIFF (label maps are often 16-bit)
+MASK_SUFFIXES = IMAGE_SUFFIXES | {".tif", ".tiff"}
 
 
 def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
@@ -41,11 +43,14 @@ def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
 
 
 def _images(folder: Path):
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+    """Mask images of ``folder`` in natural order (``2.png`` before ``10.png``), as the frames
+    of an image-folder video are listed."""
+    return image_files(folder, MASK_SUFFIXES)
 
 
 def _read_folder(folder: Path) -> np.ndarray:
-    subdirs = sorted(p for p in folder.iterdir() if p.is_dir())
+    subdirs = sorted((p for p in folder.iterdir() if p.is_dir()),
+                     key=lambda p: natural_key(p.name))
     if subdirs:
         stacks = []
         for d in subdirs:
