@@ -213,8 +213,7 @@ class GeoConConfig:
     background: BackgroundConfig = field(default_factory=BackgroundConfig)
     foreground: ForegroundConfig = field(default_factory=ForegroundConfig)
     epipolar: EpipolarConfig = field(default_factory=EpipolarConfig)
-    preset: str = "geocon"  # geocon | worldatlas | gvgc | all
-    seed: int = 0
+    preset: str = "geocon"  # geocon | background | worldatlas | gvgc | all
 
     def to_dict(self) -> Dict[str, Any]:
         return _to_jsonable(dataclasses.asdict(self))

@@ -2,7 +2,8 @@
 
     video -> io.read_clip -> features (all adjacent pairs, scales {1/4, 1/2, 1})
           -> masks (files | SAM-2 | weight-free motion segmentation) -> background correspondences
-          -> ONE batched RANSAC call per model (H and F) over all pairs x scales
+          -> batched RANSAC per model (H and F) over all pairs x scales (one call; with
+             motion masks the finest rows are fitted first and kept where unchanged)
           -> IR / GE per pair (eqs. 7-12) -> gate (poses | DUSt3R | parallax) -> clip medians
              (eq. 13), report gate, post-hoc category  [+ foreground / epipolar sections]
 
@@ -103,7 +104,7 @@ def _fit_both(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: to
     seed = rc.seed if rows is None else rows.to(x1.device).long() + int(rc.seed)
     common = dict(confidence=rc.confidence, max_iterations=rc.max_iterations,
                   scoring=rc.scoring, local_optimization=rc.local_optimization, seed=seed,
-                  lo_iterations=rc.lo_iterations)
+                  lo_iterations=rc.lo_iterations, batch_size=rc.batch_hypotheses)
     fit_h = ransac_homography(x1, x2, mask, scores, threshold=bc.tau_h, residual="symmetric",
                               **common)
     fit_f = ransac_fundamental(x1, x2, mask, scores, threshold=bc.tau_f,
@@ -239,6 +240,14 @@ def gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tensor:
     return torch.tensor(wide + [(0, m), (m, last)], dtype=torch.long)
 
 
+def _no_gate(method: Optional[str], ext_gate: Optional[GateDecision]) -> Dict[str, Any]:
+    """The gate block of a clip that stops before the gate: the external decision when there
+    is one, else an empty decision of ``method``."""
+    if ext_gate is not None:
+        return ext_gate.to_dict()
+    return GateDecision(method, None, {}, None).to_dict()
+
+
 def _widest_valid(stats: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """Gate-pair statistics reduced to the valid near-first/last pairs, else the halves."""
     wide = slice(0, stats["valid"].shape[0] - 2)
@@ -270,7 +279,6 @@ def _foreground(clip: Clip, objects: Optional[torch.Tensor], cfg: GeoConConfig,
     return foreground_section(clip, objects, cfg, device)
 
 
-GVGC_FRAMES = 71  # the original GVGC code reads frames 0..70
 
 
 def _epipolar(video: VideoLike, clip: Clip, cfg: GeoConConfig, preset: str,
@@ -287,8 +295,9 @@ def _epipolar(video: VideoLike, clip: Clip, cfg: GeoConConfig, preset: str,
     if not isinstance(video, Clip):
         if preset == "worldatlas":
             positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
-        else:
-            positions = np.arange(min(clip.num_frames, GVGC_FRAMES))
+        else:  # frames 0..gvgc_min_frames-1; a shorter clip is not_applicable (no re-read)
+            n = int(cfg.epipolar.gvgc_min_frames)
+            positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
         if len(positions):
             source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
             native = read_clip(video, long_side=None, indices=source.tolist(), device=device,
@@ -346,9 +355,7 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
         return ({"status": "not_applicable", "pairs": p, "scales": scales, "median_matches": med,
                  "reason": f"too little texture: median {med:.0f} matches per pair at scale "
                            f"{scales[-1]} (< {bc.min_inliers})"},
-                {"method": gate_method, "statistic": None, "thresholds": {}, "decision": None,
-                 "evidence": {}} if ext_gate is None else ext_gate.to_dict(),
-                None, None, None, backends)
+                _no_gate(gate_method, ext_gate), None, None, None, backends)
 
     # B. masks -> background correspondences
     method = _masks_method(cfg, masks)
@@ -392,10 +399,7 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
         block.update(status="not_applicable",
                      reason=f"too little texture: median {med_matches:.0f} background matches "
                             f"per pair at scale {scales[-1]} (< {bc.min_inliers})")
-        gate = ext_gate.to_dict() if ext_gate is not None else {
-            "method": gate_method, "statistic": None, "thresholds": {}, "decision": None,
-            "evidence": {}}
-        return block, gate, None, None, objects, backends
+        return block, _no_gate(gate_method, ext_gate), None, None, objects, backends
 
     # C. one batched call per model over all pairs x scales (+ the gate pairs, finest scale)
     with timer("fit"):
@@ -608,8 +612,7 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
         if pairs.shape[0] == 0:
             res.background = {"status": "not_applicable", "pairs": 0,
                               "reason": f"clip has {clip.num_frames} frame(s): no frame pairs"}
-            res.gate = {"method": None, "statistic": None, "thresholds": {}, "decision": None,
-                        "evidence": {}}
+            res.gate = _no_gate(None, None)
         else:
             block, gate, regime, category, objects, backends = _background(
                 clip, pairs, masks, poses, cfg, dev, timer)

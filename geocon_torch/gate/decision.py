@@ -12,7 +12,6 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-DECISIONS = ("H", "F", "U")
 # integer codes used by the batched rules
 CODE = {"H": 0, "F": 1, "U": 2, None: -1}
 NAME = {v: k for k, v in CODE.items()}
@@ -32,7 +31,7 @@ class GateDecision:
         evidence: everything else an auditor needs (per-pair statistics, missing poses, ...).
     """
 
-    method: str
+    method: Optional[str]
     statistic: Optional[float]
     thresholds: Dict[str, float]
     decision: Optional[str]

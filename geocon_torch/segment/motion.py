@@ -21,8 +21,9 @@ on all matches; the moving objects are its outliers):
    mask the background away and so inflate IR.
 
 Dense residuals against one homography assume the H regime (rotation / static camera); under
-translation with depth, parallax would look like motion, so :func:`motion_segment` returns no
-objects when ``regime == "F"`` and records why (use mask files or SAM-2 there).
+translation with depth, parallax would look like motion, so :func:`motion_segment` skips the
+dense residuals when ``regime == "F"`` (only clusters of coherently moving background-model
+outliers can still become objects) and records why (mask files or SAM-2 do better there).
 
 All steps are batched over frames (torch ops, CPU or CUDA); the connected components run by
 iterated max-pooling at a reduced resolution.
@@ -158,20 +159,16 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
 
 
 def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, int],
-             radius: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Rasterise seed points (M, 2) px of frames (M,) into (T, h, w): (disc map, count map).
-
-    The disc map marks a (2r+1)^2 square around every seed; the count map holds the number of
-    seeds per pixel (to count seeds per component).
-    """
+             radius: int) -> torch.Tensor:
+    """Rasterise seed points (M, 2) px of frames (M,) into a (T, h, w) bool map marking a
+    (2r+1)^2 square around every seed (points are clamped into the frame)."""
     t, h, w = shape
-    counts = torch.zeros(t * h * w, dtype=torch.long, device=points.device)
+    hit = torch.zeros(t * h * w, dtype=torch.bool, device=points.device)
     if points.numel():
         x = points[:, 0].round().long().clamp(0, w - 1)
         y = points[:, 1].round().long().clamp(0, h - 1)
-        counts.index_add_(0, frames.long() * h * w + y * w + x, torch.ones_like(x))
-    counts = counts.view(t, h, w)
-    return dilate(counts > 0, radius), counts
+        hit[frames.long() * h * w + y * w + x] = True
+    return dilate(hit.view(t, h, w), radius)
 
 
 def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
@@ -296,12 +293,12 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
         evidence["dense"] = ("off: parallax would look like motion under translation (F); only "
                              "clustered epipolar outliers are used" if regime == "F" else
                              "off: no valid background homography")
-    if seeds is not None and seeds[0].numel():
-        discs, counts = seed_map(seeds[0].to(dev), seeds[1].to(dev), (t, h, w),
-                                 cfg.motion_seed_radius_px)
+    n_seed_points = int(seeds[0].shape[0]) if seeds is not None else 0
+    if n_seed_points:
+        discs = seed_map(seeds[0].to(dev), seeds[1].to(dev), (t, h, w),
+                         cfg.motion_seed_radius_px)
     else:
         discs = torch.zeros_like(change)
-        counts = torch.zeros(t, h, w, dtype=torch.long, device=dev)
     motion = dilate(change | discs, cfg.motion_close_px) & content
     motion = erode_mask(motion, cfg.motion_close_px) | (change & content)
     frac = motion.flatten(1).sum(1).double() / content.sum().clamp_min(1).double()
@@ -327,6 +324,6 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     objects = labels.unsqueeze(1) == (order + 1).view(1, -1, 1, 1)  # (T, K_kept, h, w)
     union = objects.any(1).flatten(1).sum(1).double()
     evidence.update(objects=int(objects.shape[1]), candidates=k,
-                    seeds=int(counts.sum()), object_seeds=n_seeds[order].tolist(),
+                    seeds=n_seed_points, object_seeds=n_seeds[order].tolist(),
                     max_object_fraction=float((union / content.sum().clamp_min(1)).max()))
     return objects, evidence
