@@ -326,3 +326,30 @@ def test_gvgc_torch_batch_matches_one_by_one(grounded71):
     alone = epipolar_section(clean, cfg, preset="gvgc", path="torch", features="opencv-sift")
     assert both[1]["per_pair"] == alone["per_pair"]
     assert both[1]["median_error"] == alone["median_error"]
+
+
+def test_batch_describes_every_frame_once_across_stages(translation, grounded71):
+    """The relaxed retry of a few clips takes their rows of the primary keypoints: one
+    extraction per frame size, and the rows equal an extraction of those clips alone."""
+    from geocon_torch.epipolar.protocol import clip_pairs, protocol_stages
+    from geocon_torch.epipolar.torch_path import _Batch
+
+    cfg = EpipolarConfig()
+    other = clip_from_frames(grounded71[20:29], name="c3b")
+    clips = [translation, other]
+    pairs = [clip_pairs(c.num_frames, cfg) for c in clips]
+    batch = _Batch(clips, pairs, cfg, torch.device("cpu"), "kornia-sift")
+    calls = []
+    ex = batch.extractor()
+    real = ex.extract
+    ex.extract = lambda gray, *a, **k: calls.append(gray.shape[0]) or real(gray, *a, **k)
+    primary, relaxed = protocol_stages(cfg)[:2]
+    both, _ = batch.correspondences(primary, [0, 1])
+    again, _ = batch.correspondences(relaxed, [1])
+    assert calls == [len(batch.frames[0]) + len(batch.frames[1])]
+    alone = real(batch.frames[1])
+    rows = batch.keypoints([1])
+    n = int(alone.mask.sum(1).max())
+    assert torch.equal(rows.mask[:, :n], alone.mask[:, :n]) and not bool(rows.mask[:, n:].any())
+    torch.testing.assert_close(rows.xy[:, :n], alone.xy[:, :n], rtol=0, atol=0)
+    assert int(again.mask.sum()) > 0 and again.pairs.shape[0] == len(pairs[1])

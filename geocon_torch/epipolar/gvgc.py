@@ -218,9 +218,6 @@ def _fit_line_errors(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
                              min_inliers=int(config.min_inliers))
     inl = fit.inliers & mask & fit.valid[:, None]
     d = epipolar_line_distance(fit.model.to(torch.float64), x1, x2)
-    if d.shape[1] == 0:
-        zeros = d.new_zeros(d.shape[0])
-        return [inl.sum(1), fit.valid, zeros, zeros, zeros]
     mean, _ = masked_mean(d, inl)
     med, _ = masked_median(d, inl)
     ms, _ = masked_mean(d * d, inl)

@@ -198,11 +198,8 @@ def tracking_guard(fb_ok: torch.Tensor, scores: torch.Tensor, ncc: torch.Tensor,
     fb = torch.where(fb_ok, 1.0 / scores.to(torch.float64).clamp_min(1e-12) - 1.0,
                      torch.zeros_like(ncc, dtype=torch.float64))
     n_fb, n_kept = fb_ok.sum(1), kept.sum(1)
-    if fb_ok.shape[1]:
-        med_fb, _ = masked_median(fb, fb_ok, fill=float("nan"))
-        med_ncc, _ = masked_median(ncc.to(torch.float64), fb_ok, fill=float("nan"))
-    else:
-        med_fb = med_ncc = torch.full((fb_ok.shape[0],), float("nan"), dtype=torch.float64)
+    med_fb, _ = masked_median(fb, fb_ok, fill=float("nan"))  # NaN where nothing was tracked
+    med_ncc, _ = masked_median(ncc.to(torch.float64), fb_ok, fill=float("nan"))
     n_fb_h, n_kept_h = n_fb.cpu().numpy(), n_kept.cpu().numpy()
     note = NOT_ENOUGH_CONSISTENT_TRACKS.format(thr)
     notes = [note if (f >= stage.min_matches and k < stage.min_matches) else None

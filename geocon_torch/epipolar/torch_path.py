@@ -26,10 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._tensor_utils import masked_mean, masked_median
+from .._tensor_utils import masked_mean, masked_median, sample_at_pixels
 from ..config import EpipolarConfig
-from ..types import Clip, Correspondences, concat_correspondences
-from .._tensor_utils import sample_at_pixels
+from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
                        source_frames, tracking_guard, zncc)
@@ -131,7 +130,8 @@ class _Batch:
             self.frames[k] = analysis_frames(clip, used.tolist(), config, device)
             self.local_pairs[k] = torch.as_tensor(inverse.reshape(-1, 2), dtype=torch.long,
                                                   device=device)
-        self._keypoints: Dict[int, Any] = {}
+        # frame size -> (keypoints of every clip of that size, clip -> first row)
+        self._keypoints: Dict[Tuple[int, int], Tuple[Keypoints, Dict[int, int]]] = {}
         self._extractor = None
 
     def groups(self, ids: Sequence[int]) -> List[List[int]]:
@@ -176,10 +176,25 @@ class _Batch:
             # coverage is counted against the detected corners of frame i (both sides)
             return Correspondences(corr.x1, corr.x2, guard.kept, corr.scores, corr.pairs,
                                    corr.num_kp1, corr.num_kp1), guard
-        key = tuple(group)
-        if key not in self._keypoints:  # the relaxed stage reuses the primary keypoints
-            self._keypoints[key] = self.extractor().extract(gray)
-        return match_descriptors(self._keypoints[key], pairs, ratio=float(stage.ratio)), None
+        return match_descriptors(self.keypoints(group), pairs, ratio=float(stage.ratio)), None
+
+    def keypoints(self, group: Sequence[int]) -> Keypoints:
+        """Keypoints of the group's frames (stacked as :meth:`stacked`). Every frame is
+        described once: the first request for a frame size extracts the frames of all clips
+        of that size, and later stages (the relaxed retry of a few clips) take their rows."""
+        size = tuple(self.frames[group[0]].shape[-2:])
+        if size not in self._keypoints:
+            same = [k for k in self.frames if tuple(self.frames[k].shape[-2:]) == size]
+            starts = np.cumsum([0] + [len(self.frames[k]) for k in same])
+            kps = self.extractor().extract(torch.cat([self.frames[k] for k in same]))
+            self._keypoints[size] = kps, {k: int(s) for k, s in zip(same, starts)}
+        kps, first = self._keypoints[size]
+        rows = torch.cat([torch.arange(first[k], first[k] + len(self.frames[k])) for k in group])
+        if rows.numel() == kps.xy.shape[0] and bool((rows == torch.arange(rows.numel())).all()):
+            return kps
+        rows = rows.to(kps.xy.device)
+        return Keypoints(kps.xy[rows], kps.descriptors[rows], kps.scores[rows], kps.mask[rows],
+                         {name: v[rows] for name, v in kps.extra.items()})
 
 
 def stage_width(stage: Stage, config: EpipolarConfig) -> int:
@@ -218,11 +233,8 @@ def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairM
     fitted = fit.valid & enough
     inl = fit.inliers & mask & fitted[:, None]
     dist = sampson_distance(fit.model.to(torch.float64), x1, x2)
-    if dist.shape[1] == 0:  # no match in any pair (masked_median needs N >= 1)
-        med = mean = dist.new_zeros(dist.shape[0])
-    else:
-        med, _ = masked_median(dist, inl)
-        mean, _ = masked_mean(dist, inl)
+    med, _ = masked_median(dist, inl)  # 0 where a pair has no inlier (or no match at all)
+    mean, _ = masked_mean(dist, inl)
     host = {k: v.cpu().numpy() for k, v in dict(
         kp1=corr.num_kp1, kp2=corr.num_kp2, matches=matches, fitted=fitted,
         inliers=inl.sum(1), med=med, mean=mean).items()}
