@@ -27,15 +27,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ._tensor_utils import masked_median
 from .config import ForegroundConfig, GeoConConfig, load_config
-from .errors import ShapeError
+from .features.multiscale import rescale_gray, scaled_size
 from .flow import forward_backward_reliability, get_flow
+from .io.sampling import spread_evenly
 from .metrics.functional.foreground import adadfrc, adadfrc_summary
+from .segment.files import load_masks
 from .types import Clip
 
 
@@ -46,40 +46,16 @@ def _foreground_config(config: Union[None, dict, GeoConConfig, ForegroundConfig]
     return load_config(config).foreground
 
 
-def _as_masks(masks: Any, clip: Clip) -> torch.Tensor:
-    """(T, K, H, W) bool at the clip's working size (nearest resize), or ShapeError."""
-    if isinstance(masks, np.ndarray):
-        masks = torch.from_numpy(masks)
-    if not isinstance(masks, torch.Tensor):
-        raise ShapeError(f"masks must be a (T, K, H, W) tensor or array, got "
-                         f"{type(masks).__name__}")
-    if masks.ndim == 3:
-        masks = masks.unsqueeze(1)
-    if masks.ndim != 4 or masks.shape[0] != clip.num_frames:
-        raise ShapeError(f"masks must have shape ({clip.num_frames}, K, H, W), got "
-                         f"{tuple(masks.shape)}")
-    masks = masks.to(torch.bool)
-    if tuple(masks.shape[-2:]) != clip.size and masks.shape[1] > 0:
-        masks = F.interpolate(masks.float(), size=clip.size, mode="nearest") > 0.5
-    return masks
-
-
 def _select_pairs(present: torch.Tensor, max_pairs: Optional[int]) -> torch.Tensor:
     """Indices t of the pairs (t, t+1) with at least one present object, evenly capped."""
     idx = torch.nonzero(present.any(1)).flatten()
-    if max_pairs is not None and idx.numel() > max_pairs > 0:
-        pick = torch.linspace(0, idx.numel() - 1, int(max_pairs)).round().long()
-        idx = idx[pick.unique()]
-    return idx
+    cap = int(max_pairs) if max_pairs is not None and max_pairs > 0 else None
+    return idx[torch.from_numpy(spread_evenly(int(idx.numel()), cap)).to(idx.device)]
 
 
 def _resize(x: torch.Tensor, scale: float) -> torch.Tensor:
-    if scale == 1.0:
-        return x
-    h, w = x.shape[-2:]
-    size = (max(1, round(h * scale)), max(1, round(w * scale)))
-    return F.interpolate(x, size=size, mode="bilinear", align_corners=False,
-                         antialias=scale < 1.0)
+    """(B, C, H, W) at ``scale`` of its size (antialiased bilinear when shrinking)."""
+    return rescale_gray(x, scaled_size(*x.shape[-2:], scale))
 
 
 def score_pairs(frames1: torch.Tensor, frames2: torch.Tensor, masks: torch.Tensor,
@@ -151,7 +127,8 @@ def foreground_section(clip: Clip, masks: Any, config: Union[None, dict, GeoConC
     if masks is None:
         out["reason"] = "no object masks: no moving object was given or found"
         return out
-    masks = _as_masks(masks, clip)
+    masks = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
+                       device=clip.frames.device)
     t_, k_ = masks.shape[:2]
     if k_ == 0:
         out["reason"] = "no moving object in the clip"

@@ -85,3 +85,16 @@ def test_masks_at_another_resolution_are_resized(clip_and_masks):
     a = foreground_section(clip, masks, cfg)
     b = foreground_section(clip, big, cfg)
     assert b["objects"][0]["adadfrc_mean"] == pytest.approx(a["objects"][0]["adadfrc_mean"])
+
+
+def test_label_map_masks_give_one_object_per_label(clip_and_masks):
+    """A (T, H, W) label map means what it means for score_clip(masks=...): one object per
+    label, with the same scores as the (T, K, H, W) stack."""
+    clip, masks = clip_and_masks
+    cfg = {"foreground": {"flow": "torch-lk"}}
+    labels = (masks[:, 0].to(torch.uint8) * 1 + masks[:, 1].to(torch.uint8) * 2)
+    by_stack = foreground_section(clip, masks, cfg)
+    by_labels = foreground_section(clip, labels, cfg)
+    assert len(by_labels["objects"]) == 2
+    for a, b in zip(by_stack["objects"], by_labels["objects"]):
+        assert a["adadfrc_mean"] == pytest.approx(b["adadfrc_mean"], rel=1e-6)

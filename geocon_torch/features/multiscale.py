@@ -40,7 +40,7 @@ def scaled_size(h: int, w: int, s: float) -> tuple:
 
 
 def rescale_gray(gray: torch.Tensor, size: tuple) -> torch.Tensor:
-    """(T, 1, H, W) -> (T, 1, h, w): antialiased bilinear when shrinking (align_corners=False)."""
+    """(T, C, H, W) -> (T, C, h, w): antialiased bilinear when shrinking (align_corners=False)."""
     if tuple(gray.shape[-2:]) == tuple(size):
         return gray
     shrink = size[0] * size[1] < gray.shape[-2] * gray.shape[-1]
