@@ -167,7 +167,7 @@ def test_pair_seeds_depend_on_source_frames_and_stage_only():
         (2 * 1000003 + 104729 + 3 * 7919 + 4) % 2 ** 32]
     assert pair_seeds(0, np.array([[3, 4]]), "shi_tomasi_lk")[0] != got[0]
     huge = pair_seeds(2 ** 40 + 5, np.array([[2 ** 33, 1]]), "gvgc")  # wraps mod 2^32
-    assert 0 <= int(huge[0]) < 2 ** 32
+    assert int(huge[0]) == ((2 ** 40 + 5) * 1000003 + 3 * 104729 + 2 ** 33 * 7919 + 1) % 2 ** 32
 
 
 def test_zncc_closed_form(dtype):

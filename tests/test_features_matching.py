@@ -95,7 +95,7 @@ def test_mutual_is_a_subset_and_padding_is_zero():
     for p in range(2):
         sa = set(map(tuple, a.x1[p][a.mask[p]].tolist()))
         sb = set(map(tuple, b.x1[p][b.mask[p]].tolist()))
-        assert sb <= sa
+        assert sb <= sa and len(sb) > 10  # measured 37 and 40 mutual matches
     assert float(a.x1[~a.mask].abs().sum()) == 0 and float(a.scores[~a.mask].abs().sum()) == 0
 
 

@@ -120,7 +120,8 @@ def test_batch_equals_single_and_dtypes():
     assert f64.dtype == torch.float64
     torch.testing.assert_close(f64.float(), both, atol=2e-2, rtol=0)
     u8 = est((a * 255).round().to(torch.uint8), (b * 255).round().to(torch.uint8))
-    assert u8.dtype == torch.float32 and torch.isfinite(u8).all()
+    assert u8.dtype == torch.float32
+    torch.testing.assert_close(u8, both, atol=0.05, rtol=0)  # measured max 0.014 px
     same = est(a, a)
     assert same.abs().max() < 1e-4  # float32 resampling noise only
 

@@ -165,4 +165,7 @@ def test_dust3r_plumbing_random_init(tmp_path):
     g = torch.Generator().manual_seed(0)
     f0 = torch.randint(0, 255, (3, 48, 64), dtype=torch.uint8, generator=g)
     rel = est.relative_pose(f0, f0.roll(2, -1))
-    assert rel is None or (rel.shape == (4, 4) and torch.isfinite(rel).all())
+    assert rel is not None and rel.shape == (4, 4) and torch.isfinite(rel).all()
+    R = rel[:3, :3].double()
+    torch.testing.assert_close(R @ R.T, torch.eye(3, dtype=torch.float64), atol=1e-4, rtol=0)
+    assert float(torch.linalg.det(R)) == pytest.approx(1.0, abs=1e-4)

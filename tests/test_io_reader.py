@@ -329,6 +329,12 @@ def test_content_hash(mp4, tmp_path, frames12):
     assert content_hash(frames12.float()) != content_hash(frames12)  # dtype matters
     assert content_hash(frames12.reshape(6, 2, 3, 96, 128)) != content_hash(frames12)
     folder = write_image_folder(tmp_path / "h", frames12[:2])
-    assert content_hash(folder) == content_hash(folder) and len(content_hash(folder)) == 64
+    ref = hashlib.sha256()  # each image in natural order: its name, a NUL, its bytes
+    for f in sorted(p for p in folder.iterdir() if not p.name.startswith(".")):
+        ref.update(f.name.encode() + b"\0" + f.read_bytes())
+    assert content_hash(folder) == ref.hexdigest()
+    first = sorted(folder.iterdir())[0]
+    first.rename(first.with_name("z" + first.name))  # a renamed frame changes the hash
+    assert content_hash(folder) != ref.hexdigest()
     with pytest.raises(VideoReadError):
         content_hash(tmp_path / "missing.mp4")
