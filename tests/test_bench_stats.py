@@ -186,3 +186,11 @@ def test_adap90_p80_anomaly_rates():
     dyn = out["dynamic_anomaly_background_good"]
     # anomalous: c8, c9 (background passes) and d4 (fails) -> 2 of 15 clips
     assert (dyn["k"], dyn["n"]) == (2, 15)
+
+
+def test_expected_regime_accepts_names_and_aliases_in_any_case():
+    from geocon_torch.bench.stats import expected_regime
+
+    assert [expected_regime(c) for c in ("C1", "c3", " Rotation ", "STRESS", "moving_object")] \
+        == ["H", "F", "H", "F", "H"]
+    assert expected_regime(None) is None and expected_regime("C7") is None

@@ -20,11 +20,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from ..categories import expected_regime
 from .store import flatten_row
 
 Z95 = 1.959963984540054
-H_EXPECTED = {"C1", "C2", "C4", "static", "rotation", "moving_object"}
-F_EXPECTED = {"C3", "C5", "C6", "translation", "complex", "stress"}
 
 
 # --- intervals ------------------------------------------------------------------------------
@@ -202,14 +201,6 @@ def epipolar_trio(rows: Iterable[Dict[str, Any]], *, statistic: str = "median",
 
 
 # --- gate calibration (sec. 6.2, appendix B) -------------------------------------------------
-def expected_regime(category: Optional[str]) -> Optional[str]:
-    """Regime a category is designed for: C1/C2/C4 -> "H", C3/C5/C6 -> "F", else None."""
-    if category is None:
-        return None
-    c = str(category).strip()
-    return "H" if c in H_EXPECTED else "F" if c in F_EXPECTED else None
-
-
 def calibration_curve(t: Sequence[float], is_f: Sequence[bool], n_bins: int = 12,
                       z: float = Z95) -> Dict[str, np.ndarray]:
     """Empirical P(F | t) with equal-count bins and Wilson CIs (paper sec. 6.2, eq. 16).

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
-    from ..synth.scenes import CATEGORIES, MOTIONS, canonical_category
+    from ..categories import CATEGORIES, canonical_category
+    from ..synth.scenes import MOTIONS
 
     if args.category.lower() == "all":
         cats = list(CATEGORIES)

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..bench import stats
+from ..categories import expected_regime
 from ..bench.store import flatten_row, load_results
 from . import plots
 from .audit import audit_card
@@ -181,7 +182,7 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
         same = [r for r in with_stat if r.get("gate_method") == method]
         thresholds = dict(Counter(tuple(sorted(_thresholds(r["_result"].get("gate")).items()))
                                   for r in same).most_common(1)[0][0])
-        labels = [stats.expected_regime(r.get("category")) for r in same]
+        labels = [expected_regime(r.get("category")) for r in same]
         lab = [x == "F" for x in labels] if all(x is not None for x in labels) else None
         t = [r["gate_statistic"] for r in same]
         decisions = Counter(str(r.get("gate_decision")) for r in same)

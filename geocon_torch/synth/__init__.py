@@ -44,10 +44,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..categories import CATEGORIES, EXPECTED_REGIME, canonical_category
 from .camera import fundamental_from_pose, intrinsics, look_at, project, rotation_homography
 from .clip import SynthClip, load_synth
 from .corruptions import CORRUPTIONS, apply_corruption
-from .scenes import CATEGORIES, EXPECTED_REGIME, MOTIONS, canonical_category, render_scene
+from .scenes import MOTIONS, render_scene
 
 GROUNDED_DEFAULTS = {"num_frames": 12, "size": (240, 320), "seed": 0}
 

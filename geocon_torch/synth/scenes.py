@@ -27,33 +27,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .._version import __version__
+from ..categories import CATEGORY_NAMES, EXPECTED_REGIME, canonical_category
 from . import camera as cam
 from .raycast import Rects, render, screen_bounds
 from .textures import make_texture, pack_atlas
 
-CATEGORIES = ("C1", "C2", "C3", "C4", "C5", "C6")
-ALIASES = {"static": "C1", "rotation": "C2", "translation": "C3", "moving_object": "C4",
-           "complex": "C5", "stress": "C6"}
-CATEGORY_NAMES = {"C1": "static", "C2": "rotation", "C3": "translation", "C4": "moving_object",
-                  "C5": "complex", "C6": "stress"}
 MOTIONS = {"C1": ("static",), "C2": ("pan", "tilt", "roll"), "C3": ("truck", "dolly"),
            "C4": ("static",), "C5": ("arc", "orbit"), "C6": ("truck",)}
-EXPECTED_REGIME = {"C1": "H", "C2": "H", "C3": "F", "C4": "H", "C5": "F", "C6": "F"}
 STRESS_KINDS = ("thin", "low_texture", "occlusion", "all")
 FLOOR_Y = 1.6
 ROOM = ((-10.0, 10.0), (-5.0, FLOOR_Y), (-8.0, 14.0))
 MAX_TEXTURE_SIDE = 2048
-
-
-def canonical_category(category: str) -> str:
-    """'C1'..'C6' for a category name or alias (case-insensitive); ValueError otherwise."""
-    key = str(category).strip()
-    if key.upper() in CATEGORIES:
-        return key.upper()
-    if key.lower() in ALIASES:
-        return ALIASES[key.lower()]
-    raise ValueError(f"unknown category {category!r}; use one of {CATEGORIES} or "
-                     f"{sorted(ALIASES)}")
 
 
 @functools.lru_cache(maxsize=4)
@@ -452,7 +436,7 @@ def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] =
         masks = masks if masks is not None else obj.unsqueeze(1) == ids
     rel = cam.relative_pose(poses[:-1], poses[1:])
     true_h = None
-    if cat in ("C1", "C2", "C4") and scene.num_frames > 1:
+    if EXPECTED_REGIME[cat] == "H" and scene.num_frames > 1:
         true_h = cam.rotation_homography(K, rel)
     fps = float(options.get("fps", 24.0))
     sev_tag = f"_{corruption}{float(severity):.2f}" if corruption else ""
