@@ -43,6 +43,14 @@ class ManifestError(GeoConError, ValueError):
     """A manifest file is unreadable or a row is invalid; the message names file and line."""
 
 
+def scene_key(category: Optional[str], prompt: Optional[str], seed: Any, clip_id: Any) -> str:
+    """Scene key of scene-balanced statistics: ``category|prompt|seed``, or ``clip:<clip_id>``
+    when the seed is unknown (the clip is then a scene of its own)."""
+    if seed is None:
+        return f"clip:{clip_id}"
+    return f"{category or ''}|{prompt or ''}|{seed}"
+
+
 @dataclass
 class ManifestEntry:
     """One clip of a leaderboard run (paths already resolved against the manifest folder)."""
@@ -64,11 +72,8 @@ class ManifestEntry:
 
     @property
     def scene(self) -> str:
-        """Scene key used for scene-balanced statistics: (category, prompt, seed), or clip_id
-        when the seed is unknown."""
-        if self.seed is None:
-            return f"clip:{self.clip_id}"
-        return f"{self.category or ''}|{self.prompt or ''}|{self.seed}"
+        """Scene key used for scene-balanced statistics (:func:`scene_key`)."""
+        return scene_key(self.category, self.prompt, self.seed, self.clip_id)
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)

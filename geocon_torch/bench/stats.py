@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ..categories import expected_regime
+from .manifest import scene_key
 from .store import flatten_row
 
 Z95 = 1.959963984540054
@@ -119,7 +120,7 @@ def scene_values(rows: Iterable[Dict[str, Any]], metric: str, *, reduce: str = "
     """One value per scene: the ``reduce`` of the metric over the scene's ok clips."""
     per_scene: Dict[str, List[float]] = defaultdict(list)
     for r, v in _ok_values(_flat(rows), metric):
-        per_scene[str(r.get("scene") or f"clip:{r.get('clip_id')}")].append(v)
+        per_scene[str(r.get("scene") or scene_key(None, None, None, r.get("clip_id")))].append(v)
     fn = _STATS[reduce]
     return {s: float(fn(np.asarray(v))) for s, v in sorted(per_scene.items())}
 
@@ -418,12 +419,10 @@ def adap90_anomalies(rows: Iterable[Dict[str, Any]], *, quantile: float = 0.8,
     CI, median, P90 and max, plus the rate of "dynamic anomaly & background good" clips
     (an object above its group's P80 while the background passes the report gate)."""
     objs = object_table(rows)
-    groups: Dict[Tuple, List[Dict[str, Any]]] = defaultdict(list)
-    for o in objs:
-        groups[tuple(str(o.get(k)) for k in by)].append(o)
+    groups = _group(objs, by)  # the same group labels as the other tables
     table = []
     anomalous_clips = set()
-    for key, members in sorted(groups.items()):
+    for key, members in groups.items():
         v = np.array([o["adap90"] for o in members])
         thr = float(np.quantile(v, quantile))
         above = v > thr

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 from ..errors import GeoConError, OptionalDependencyError
+from .manifest import scene_key
 from .schema import check_result
 
 STORE_FORMAT = "1"
@@ -364,8 +365,7 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
                 "clip_id": clip_id, "model": get("model", "-"),
                 "model_version": get("model_version"), "category": res.get("category"),
                 "prompt": get("prompt"), "seed": seed,
-                "scene": (f"{res.get('category') or ''}|{get('prompt') or ''}|{seed}"
-                          if seed is not None else f"clip:{clip_id}"),
+                "scene": scene_key(res.get("category"), get("prompt"), seed, clip_id),
                 "path": res.get("path"), "status": res.get("status"),
                 "reason": res.get("reason"), "content_hash": res.get("content_hash"),
                 "config_hash": res.get("config_hash"),
