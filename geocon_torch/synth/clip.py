@@ -143,24 +143,14 @@ class SynthClip:
         return json_path
 
 
-def _decode_mp4(path: Path) -> torch.Tensor:
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    except (OSError, av.error.FFmpegError) as exc:  # type: ignore[attr-defined]
-        raise VideoReadError(f"cannot decode {path}: {exc}") from exc
-    if not frames:
-        raise VideoReadError(f"{path} has no frames")
-    return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).contiguous()
-
-
 def load_synth(json_path: Union[str, Path]) -> SynthClip:
     """Read a clip written by :meth:`SynthClip.save` (frames decoded from its mp4)."""
     json_path = Path(json_path)
     gt = read_json_file(json_path, "ground-truth JSON", VideoReadError)
-    frames = _decode_mp4(json_path.parent / gt.get("video_path", f"{gt['clip_id']}.mp4"))
+    from ..io import read_clip  # native resolution (synthetic sizes are even: nothing cropped)
+
+    frames = read_clip(json_path.parent / gt.get("video_path", f"{gt['clip_id']}.mp4"),
+                       long_side=None).frames
     h, w = gt["height"], gt["width"]
     masks = torch.zeros(frames.shape[0], 0, h, w, dtype=torch.bool)
     if gt.get("masks_path"):
