@@ -7,7 +7,7 @@ that says which backend, which path and what to do.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -60,3 +60,24 @@ def read_state_dict(path: Optional[PathLike], what: str, *, hint: str = "pass ch
         n = len(strip_prefix)
         data = {k[n:] if k.startswith(strip_prefix) else k: v for k, v in data.items()}
     return data
+
+
+#: kind -> (key, model): the last model each heavy backend built
+_MODEL_CACHE: Dict[str, Tuple[Tuple, Any]] = {}
+
+
+def cached_model(kind: str, checkpoint: Optional[PathLike], options: Tuple,
+                 build: Callable[[], Any]) -> Any:
+    """``build()``'s model, kept while ``(checkpoint, its modification time, options)`` stays the
+    same, one model per ``kind``: scoring a batch of clips loads a checkpoint once, not once
+    per clip. A changed file or option builds (and keeps) a new model."""
+    path = None if checkpoint is None else Path(checkpoint).expanduser()
+    stamp = path.stat().st_mtime_ns if path is not None and path.exists() else None
+    key = (str(path), stamp) + tuple(options)
+    hit = _MODEL_CACHE.get(kind)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    _MODEL_CACHE.pop(kind, None)  # free the old model before building the new one
+    model = build()
+    _MODEL_CACHE[kind] = (key, model)
+    return model

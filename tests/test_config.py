@@ -36,3 +36,4 @@ def test_unknown_key_and_missing_file_raise(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(GeoConError, match="not valid JSON"):
         load_config(bad)
+

@@ -59,3 +59,15 @@ def test_random_init_tiny_model_plumbing(tmp_path):
     masks = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
                                            {"id": 2, "frame": 0, "points": [[70, 30]]}])
     assert masks.shape == (2, 2, 64, 96) and masks.dtype == torch.bool
+    # a second clip with the same checkpoint reuses the loaded predictor, with the same result
+    import geocon_torch.segment.sam2 as sam2_mod
+
+    loads = []
+    real = sam2_mod.load_sam2_predictor
+    sam2_mod.load_sam2_predictor = lambda *a, **k: loads.append(1) or real(*a, **k)
+    try:
+        again = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
+                                               {"id": 2, "frame": 0, "points": [[70, 30]]}])
+    finally:
+        sam2_mod.load_sam2_predictor = real
+    assert loads == [] and torch.equal(again, masks)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import GateConfig
-from ..checkpoints import require_checkpoint
+from ..checkpoints import cached_model, require_checkpoint
 from ..errors import CheckpointError, OptionalDependencyError
 from ..types import Clip
 from .decision import GateDecision
@@ -107,8 +107,10 @@ def gate_from_dust3r(clip: Clip, pairs: torch.Tensor, cfg: GateConfig,
                      device: Optional[torch.device] = None,
                      estimator: Optional[Dust3rPoseEstimator] = None) -> GateDecision:
     """Algorithm 1 A with DUSt3R: relative pose of (frame 0, frame T-1) -> H / F / U."""
-    est = estimator or Dust3rPoseEstimator(cfg.dust3r_checkpoint, dust3r_path=cfg.dust3r_path,
-                                           device=device, image_size=cfg.dust3r_image_size)
+    est = estimator or cached_model(
+        "dust3r", cfg.dust3r_checkpoint, (cfg.dust3r_path, str(device), cfg.dust3r_image_size),
+        lambda: Dust3rPoseEstimator(cfg.dust3r_checkpoint, dust3r_path=cfg.dust3r_path,
+                                    device=device, image_size=cfg.dust3r_image_size))
     rel = est.relative_pose(clip.frames[0], clip.frames[-1])
     pose = torch.full((4, 4), float("nan"), dtype=torch.float64) if rel is None else rel
     per_pair_cfg = GateConfig(**{**cfg.__dict__, "per_pair": False})

@@ -26,7 +26,7 @@ import torch
 
 from .._json import read_json_file
 from ..config import SegmentConfig
-from ..checkpoints import require_checkpoint
+from ..checkpoints import cached_model, require_checkpoint
 from ..errors import CheckpointError, GeoConError, OptionalDependencyError
 from ..types import Clip
 
@@ -98,8 +98,10 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
                predictor: Any = None) -> torch.Tensor:
     """(T, K, H, W) bool masks of the prompted objects tracked by SAM-2 through ``clip``."""
     prompts = load_prompts(prompts if prompts is not None else cfg.sam2_prompts)
-    pred = predictor or load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,
-                                            image_size=getattr(cfg, "sam2_image_size", None))
+    pred = predictor or cached_model(
+        "sam2", cfg.sam2_checkpoint, (cfg.sam2_config, str(device), cfg.sam2_image_size),
+        lambda: load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,
+                                    image_size=cfg.sam2_image_size))
     import cv2
 
     t, (h, w) = clip.num_frames, clip.size
