@@ -575,7 +575,9 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
             :mod:`geocon_torch.gate.poses`) for the translation gate; None -> DUSt3R when a
             checkpoint is configured, else the weight-free parallax gate.
         config: GeoConConfig, dict, JSON path or None (paper defaults).
-        device: where features and fits run (default: the tensor's device / CPU for files).
+        device: where every stage runs (features, fits, masks, flow, epipolar). Default: the
+            input's device when it is already on an accelerator, else CUDA when available,
+            else the CPU.
         preset: "geocon" (background + foreground), "background" (background only: the
             fastest), "worldatlas" / "gvgc" (epipolar trio only) or "all"; default
             ``config.preset``.
@@ -596,6 +598,10 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     t_start = time.perf_counter()
     with timer("read"):
         clip = _read(video, cfg, dev)
+    if dev is None:  # decided once, so no stage picks a device of its own
+        from .features.base import resolve_device
+
+        dev = clip.frames.device if clip.frames.device.type != "cpu" else resolve_device(None)
     path = None if isinstance(video, (torch.Tensor, Clip)) else str(video)
     res = ClipResult(clip=clip.name, path=path, content_hash=_content_hash(video),
                      config=cfg.to_dict(), config_hash=cfg.config_hash())
