@@ -1,7 +1,8 @@
-"""Masked reductions over padded batches (NaN-free: empty rows give ``fill`` and a False flag)."""
+"""Masked reductions over padded batches (NaN-free: empty rows give ``fill`` and a False flag) and
+lookups at pixel coordinates."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -65,3 +66,21 @@ def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear"
     scale = xy.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
     return torch.nn.functional.grid_sample(img, (xy * scale - 1.0).to(img.dtype), mode=mode,
                                            padding_mode="border", align_corners=True)
+
+
+def mask_at_pixels(mask: torch.Tensor, xy: torch.Tensor,
+                   frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Nearest-pixel lookup of a bool mask at points: True where the pixel nearest to ``xy``
+    (..., 2) (pixel centres at integers) is inside the image and True in the mask.
+
+    ``mask`` is (H, W), or (T, H, W) with ``frames`` (long, broadcastable to ``xy[..., 0]``)
+    giving each point's frame. Returns (...) bool on ``xy``'s device.
+    """
+    h, w = mask.shape[-2:]
+    ix = xy[..., 0].round().long()
+    iy = xy[..., 1].round().long()
+    inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+    flat = iy.clamp(0, h - 1) * w + ix.clamp(0, w - 1)
+    if frames is not None:
+        flat = flat + frames.to(xy.device).long() * (h * w)
+    return mask.to(xy.device).reshape(-1)[flat] & inside

@@ -50,3 +50,16 @@ def test_sample_at_pixels_matches_cv2_remap_with_replicated_border(dtype):
     assert np.allclose(got.float().numpy(), want, atol=2e-2)  # remap uses 5-bit weights
     assert torch.allclose(sample_at_pixels(img, torch.tensor([[[[4.0, 3.0]]]], dtype=dtype)),
                           img[..., 3:4, 4:5])  # integer positions hit pixel centres exactly
+
+
+def test_mask_at_pixels_nearest_pixel_frames_and_bounds():
+    from geocon_torch._tensor_utils import mask_at_pixels
+
+    mask = torch.zeros(2, 4, 5, dtype=torch.bool)
+    mask[0, 1, 2] = True
+    mask[1, 3, 4] = True
+    xy = torch.tensor([[[2.4, 0.6], [4.0, 3.0], [-0.6, 0.0], [2.0, 1.0]]])
+    assert mask_at_pixels(mask[0], xy).tolist() == [[True, False, False, True]]
+    frames = torch.tensor([[0, 1, 1, 1]])
+    assert mask_at_pixels(mask, xy, frames).tolist() == [[True, True, False, False]]
+    assert mask_at_pixels(mask[0], torch.tensor([[5.5, 1.0]])).tolist() == [False]  # outside

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Union, ru
 
 import torch
 
+from .._tensor_utils import mask_at_pixels
 from ..errors import GeoConError, ShapeError
 from ..types import Keypoints
 
@@ -130,12 +131,7 @@ def inside_mask(xy: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
     True in ``mask (H, W)`` (all True when mask is None)."""
     if mask is None:
         return torch.ones(xy.shape[:-1], dtype=torch.bool, device=xy.device)
-    h, w = mask.shape
-    ix = xy[..., 0].round().long()
-    iy = xy[..., 1].round().long()
-    inb = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-    flat = mask.reshape(-1)
-    return inb & flat[(iy.clamp(0, h - 1) * w + ix.clamp(0, w - 1))]
+    return mask_at_pixels(mask, xy)
 
 
 def compact_keypoints(kps: Keypoints, keep: Optional[torch.Tensor] = None,

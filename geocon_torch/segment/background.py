@@ -13,6 +13,7 @@ import torch
 
 from .._checks import check_points
 from .._morphology import dilate_mask
+from .._tensor_utils import mask_at_pixels
 from ..errors import ShapeError
 
 
@@ -49,13 +50,7 @@ def background_mask(content_mask: torch.Tensor, objects: Optional[torch.Tensor],
 def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
     """Look up (T, H, W) bool ``mask`` at (P, N, 2) pixel ``points`` of frames (P,) -> (P, N)."""
     check_points(points, "points")
-    t, h, w = mask.shape
-    xi = points[..., 0].round().long()
-    yi = points[..., 1].round().long()
-    inside = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
-    flat = (frames.to(points.device).long().view(-1, 1) * (h * w) + yi.clamp(0, h - 1) * w
-            + xi.clamp(0, w - 1))
-    return mask.to(points.device).reshape(-1)[flat] & inside
+    return mask_at_pixels(mask, points, frames.view(-1, 1))
 
 
 def background_keep(bg: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
