@@ -57,7 +57,7 @@ def test_torchrun_cli_bench_matches_single_rank(shared_data: Path, tmp_path: Pat
 
 @pytest.mark.slow
 def test_demo_runs_and_writes_report(tmp_path: Path, capsys):
-    rc = main(["demo", "--out", str(tmp_path), "--frames", "4", "--size", "96x128", "--report",
+    rc = main(["demo", "--out", str(tmp_path), "--frames", "4", "--size", "128x96", "--report",
                "--json", str(tmp_path / "d.jsonl"), "--no-progress"])
     assert rc == 0
     out = capsys.readouterr().out

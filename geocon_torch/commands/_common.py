@@ -6,12 +6,24 @@ import glob
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 from ..config import GeoConConfig, load_config
 from ..pipeline import PRESETS
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
+
+
+def frame_size(text: str) -> Tuple[int, int]:
+    """``--size WxH`` (width first, as video resolutions and manifests are written) ->
+    (W, H); argparse type: even sides >= 8, else a usage error."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size must be WxH, e.g. 640x384, got {text!r}")
+    if w < 8 or h < 8 or w % 2 or h % 2:
+        raise argparse.ArgumentTypeError(f"--size needs even W and H >= 8, got {text!r}")
+    return w, h
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 Examples:
   geocon demo
   geocon demo --out demo/ --report          (also writes demo/report/index.html)
-  geocon demo --frames 12 --size 240x320 --json demo.jsonl
+  geocon demo --frames 12 --size 320x240 --json demo.jsonl
 
 The grounded scenes (geocon_torch.synth) have known geometry: a rotating camera (C2, one
 homography explains the background: expect H and IR near 1), a translating camera with parallax
@@ -15,12 +15,10 @@ expect H and a small AdaP90) and the translating scene with a rubber-sheet warp
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 import tempfile
 from pathlib import Path
 
-from ._common import print_table, summary_row, write_jsonl
+from ._common import frame_size, print_table, summary_row, write_jsonl
 
 NAME = "demo"
 HELP = "render grounded clips with known geometry, score them, compare with the truth"
@@ -38,8 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="where clips (and --report) go (default: a "
                                                 "temporary folder)")
     p.add_argument("--frames", type=int, default=6, help="frames per clip (default 6)")
-    p.add_argument("--size", default="144x192", metavar="HxW",
-                   help="frame size (default 144x192, even sides)")
+    p.add_argument("--size", type=frame_size, default=(192, 144), metavar="WxH",
+                   help="frame size, width first as in geocon synth (default 192x144)")
     p.add_argument("--seed", type=int, default=0, help="scene seed (default 0)")
     p.add_argument("--json", metavar="OUT", help="also write the JSON results")
     p.add_argument("--report", action="store_true", help="write OUT/report/index.html")
@@ -54,11 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import score_clips
     from ..synth import render_scene
 
-    m = re.fullmatch(r"(\d+)[xX](\d+)", args.size)
-    if not m:
-        print(f"geocon demo: --size must look like 192x256, got {args.size!r}", file=sys.stderr)
-        return 2
-    size = (int(m.group(1)), int(m.group(2)))
+    w, h = args.size
+    size = (h, w)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="geocon_demo_"))
     clips_dir = out / "clips"
     clips_dir.mkdir(parents=True, exist_ok=True)

@@ -13,18 +13,10 @@ from __future__ import annotations
 import argparse
 from typing import List, Tuple
 
+from ._common import frame_size
+
 NAME = "synth"
 HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)"
-
-
-def _size(text: str) -> Tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--size must be WxH, e.g. 640x384, got {text!r}")
-    if w < 8 or h < 8 or w % 2 or h % 2:
-        raise argparse.ArgumentTypeError(f"--size needs even W and H >= 8, got {text!r}")
-    return w, h
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="corruption severity in [0, 1] (default 0.5; ignored without "
                              "--corruption)")
     parser.add_argument("--frames", type=int, default=48, help="frames per clip (default 48)")
-    parser.add_argument("--size", type=_size, default=(640, 384), help="WxH (default 640x384)")
+    parser.add_argument("--size", type=frame_size, default=(640, 384),
+                        help="WxH (default 640x384)")
     parser.add_argument("--seed", type=int, default=0, help="scene / texture seed (default 0)")
     parser.add_argument("--fps", type=float, default=24.0, help="frames per second (default 24)")
     parser.add_argument("--num-objects", type=int, default=1, help="moving objects in C4 (1-3)")
