@@ -161,17 +161,13 @@ def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.T
     bc, sc = cfg.background, cfg.segment
     p = int(pairs.shape[0])
     fit_h, fit_f = fits
-    stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
-                                min_inliers=bc.min_inliers)
     if pre_gate is not None and pre_gate.decision in ("H", "F"):
         regime = pre_gate.decision
     else:
-        g_stats = {k: v[p:] for k, v in stats.items()}
-        if x1.shape[0] > p and bool(g_stats["valid"].any()):
-            g_stats = _widest_valid(g_stats)
-        else:
-            g_stats = {k: v[:p] for k, v in stats.items()}
-        pg = gate_from_parallax(g_stats, cfg.gate)
+        stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
+                                    min_inliers=bc.min_inliers)
+        rows = torch.arange(x1.shape[0], device=x1.device)
+        pg = gate_from_parallax(_gate_source(stats, rows[:p], rows[p:])[0], cfg.gate)
         regime = pg.decision if pg.decision != "U" else pg.evidence.get("u_resolved")
     adjacent = torch.arange(p, device=x1.device)
     fit_h, fit_f = _fit_rows(fit_h, adjacent), _fit_rows(fit_f, adjacent)
@@ -248,12 +244,22 @@ def _no_gate(method: Optional[str], ext_gate: Optional[GateDecision]) -> Dict[st
     return GateDecision(method, None, {}, None).to_dict()
 
 
-def _widest_valid(stats: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """Gate-pair statistics reduced to the valid near-first/last pairs, else the halves."""
-    wide = slice(0, stats["valid"].shape[0] - 2)
-    if bool(stats["valid"][wide].any()):
-        return {k: v[wide] for k, v in stats.items()}
-    return {k: v[-2:] for k, v in stats.items()}
+def _gate_source(stats: Dict[str, torch.Tensor], evaluated: torch.Tensor,
+                 gate_rows: torch.Tensor, gate_pairs: Optional[torch.Tensor] = None
+                 ) -> Tuple[Dict[str, torch.Tensor], Any]:
+    """The parallax statistics the weight-free gate reads: the valid near-first/last gate pairs
+    (``gate_rows`` in :func:`gate_pairs` order: wide pairs, then the two halves), else the
+    halves, else the ``evaluated`` (adjacent) rows. Returns (statistics, the pairs used: a list
+    of ``gate_pairs`` rows, or "evaluated pairs")."""
+    if gate_rows.numel():
+        valid = stats["valid"][gate_rows]
+        n = int(gate_rows.numel())
+        for part in (slice(0, n - 2), slice(n - 2, n)):  # wide pairs, then the halves
+            if bool(valid[part].any()):
+                rows = gate_rows[part]
+                used = gate_pairs[part].tolist() if gate_pairs is not None else None
+                return {k: v[rows] for k, v in stats.items()}, used
+    return {k: v[evaluated] for k, v in stats.items()}, "evaluated pairs"
 
 
 def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
@@ -412,25 +418,17 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
         stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
                                     min_inliers=bc.min_inliers)
         fin_stats = {k: v[fin] for k, v in stats.items()}
-        gate_stats = {k: v[fin_gate] for k, v in stats.items()}
-        if fin_gate.numel():
-            gate_stats = _widest_valid(gate_stats)
+        src, used = _gate_source(stats, fin, fin_gate, gp)
         # A. gate: external evidence, or the weight-free statistic on the gate pairs
         if ext_gate is not None:
             gate = ext_gate
         else:
-            use_gate_rows = fin_gate.numel() > 0 and bool(gate_stats["valid"].any())
-            src = gate_stats if use_gate_rows else fin_stats
             gate = gate_from_parallax(src, cfg.gate)
-            wide_ok = bool(stats["valid"][fin_gate[:-2]].any()) if use_gate_rows else False
-            gate.evidence["gate_pairs"] = ((gp[:-2] if wide_ok else gp[-2:]).tolist()
-                                           if use_gate_rows else "evaluated pairs")
+            gate.evidence["gate_pairs"] = used
             if cfg.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
                 gate.per_pair = gate_from_parallax(fin_stats, cfg.gate).per_pair
-        src_u = gate_stats if (fin_gate.numel() and bool(gate_stats["valid"].any())) \
-            else fin_stats
-        gric = (float(masked_median(src_u["gric_delta"], src_u["valid"])[0])
-                if bool(src_u["valid"].any()) else 0.0)
+        gric = (float(masked_median(src["gric_delta"], src["valid"])[0])
+                if bool(src["valid"].any()) else 0.0)
         gate.evidence.setdefault("u_resolved", "F" if gric > 0 else "H")
         gate.evidence["gric_delta"] = gric
         if gate.decision is None:
