@@ -14,7 +14,7 @@ one number each.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 from torchmetrics import Metric
@@ -27,17 +27,6 @@ _VALUES = ("ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px")
 _COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error", "num_pass")
 
 Videos = Union[torch.Tensor, Sequence[Union[str, Path, torch.Tensor]]]
-
-
-def _per_clip(x: Any, n: int) -> List[Any]:
-    if x is None:
-        return [None] * n
-    if isinstance(x, torch.Tensor):
-        return list(x.unbind(0))
-    x = list(x)
-    if len(x) != n:
-        raise ValueError(f"expected {n} entries (one per clip), got {len(x)}")
-    return x
 
 
 class BackgroundConsistency(Metric):
@@ -71,18 +60,15 @@ class BackgroundConsistency(Metric):
         tensors; ``masks`` / ``poses`` optional, one entry per clip (or a batched tensor)."""
         from ..pipeline import score_clips
 
-        clips = list(videos.unbind(0)) if isinstance(videos, torch.Tensor) else list(videos)
-        n = len(clips)
-        results = score_clips(clips, masks=_per_clip(masks, n), poses=_per_clip(poses, n),
-                              config=self.config, device=self.scoring_device,
-                              preset=self.preset)
+        results = score_clips(videos, masks=masks, poses=poses, config=self.config,
+                              device=self.scoring_device, preset=self.preset)
         dev = self.num_clips.device
         for name in _VALUES:  # only clips that produced the value (no NaN, no fake 0)
             vals = [float(r.background[name]) for r in results
                     if r.status == "ok" and r.background.get(name) is not None]
             getattr(self, name).append(torch.tensor(vals, dtype=torch.float64, device=dev))
         status = [r.status for r in results]
-        self.num_clips += n
+        self.num_clips += len(results)
         self.num_ok += status.count("ok")
         self.num_not_applicable += status.count("not_applicable")
         self.num_error += status.count("error")
