@@ -68,6 +68,14 @@ def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear"
                                            padding_mode="border", align_corners=True)
 
 
+def sample_patches(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tensor
+                   ) -> torch.Tensor:
+    """Bilinear samples of ``img (B, C, H, W)`` at ``centres (B, N, 2)`` px + ``offsets (K, 2)``
+    px -> (B, C, N, K); pixel centres at integers, the border replicated (as ``cv2.remap(...,
+    BORDER_REPLICATE)``)."""
+    return sample_at_pixels(img, centres[:, :, None, :] + offsets.to(centres))
+
+
 def mask_at_pixels(mask: torch.Tensor, xy: torch.Tensor,
                    frames: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Nearest-pixel lookup of a bool mask at points: True where the pixel nearest to ``xy``

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._tensor_utils import masked_mean, masked_median, sample_at_pixels
+from .._tensor_utils import masked_mean, masked_median, sample_patches
 from ..config import EpipolarConfig
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
@@ -86,14 +86,6 @@ def analysis_frames(clip: Clip, indices: Sequence[int], config: EpipolarConfig,
     return resize_gray(gray, size, config.resize_interpolation) / 255.0
 
 
-def sample_patches(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tensor
-                   ) -> torch.Tensor:
-    """Bilinear samples of ``img`` (P, 1, H, W) at ``centres`` (P, N, 2) px + ``offsets``
-    (K, 2) px -> (P, N, K); pixel centres at integers, the border replicated (as
-    ``cv2.remap(..., BORDER_REPLICATE)``)."""
-    return sample_at_pixels(img, centres[:, :, None, :] + offsets.to(centres))[:, 0]
-
-
 def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
               window: int, max_elements: int = 1 << 25) -> torch.Tensor:
     """(P, N) zero-mean NCC (``protocol.zncc``) of the ``window``-square patches around x1
@@ -106,8 +98,8 @@ def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: tor
     step = max(int(max_elements) // max(int(gray[0].numel()), 1), 1)
     for s in range(0, pairs.shape[0], step):  # chunks bound memory (frame copies)
         sl = slice(s, s + step)
-        a = sample_patches(gray[pairs[sl, 0]], x1[sl].to(gray.dtype), off)
-        b = sample_patches(gray[pairs[sl, 1]], x2[sl].to(gray.dtype), off)
+        a = sample_patches(gray[pairs[sl, 0]], x1[sl].to(gray.dtype), off)[:, 0]
+        b = sample_patches(gray[pairs[sl, 1]], x2[sl].to(gray.dtype), off)[:, 0]
         out[sl] = zncc(a, b)
     return out
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ..errors import GeoConError
 from ..types import Correspondences
-from .._tensor_utils import sample_at_pixels
+from .._tensor_utils import sample_patches
 from .base import check_gray
 from .matching import check_pairs, pack_matches
 
@@ -175,12 +175,6 @@ def _pyr_down(img: torch.Tensor) -> torch.Tensor:
     return u[..., ::2] / 256.0
 
 
-def _sample(img: torch.Tensor, centres: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """Bilinear samples of ``img (B, C, H, W)`` at ``centres (B, N, 2)`` + ``offsets (K, 2)``
-    pixels -> (B, C, N, K); positions past the border take the border value (replicate)."""
-    return sample_at_pixels(img, centres[:, :, None, :] + offsets)
-
-
 def _gather_rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``t (P, N, ...)`` rows ``idx (P, M)`` along dim 1 -> (P, M, ...)."""
     return t.gather(1, idx.reshape(idx.shape + (1,) * (t.ndim - 2)).expand(idx.shape + t.shape[2:]))
@@ -203,7 +197,7 @@ def _refine_level(nxt: torch.Tensor, guess: torch.Tensor, i0: torch.Tensor, grad
     g_w, i0_w, gr_w, hi_w, act_w = (_gather_rows(t, idx) for t in (guess, i0, grad, hinv, active))
     prev_step = torch.zeros_like(g_w)
     for it in range(_MAX_ITERS):
-        j = _sample(nxt, g_w, off)[:, 0]  # (P, M, K)
+        j = sample_patches(nxt, g_w, off)[:, 0]  # (P, M, K)
         b = torch.einsum("pmk,pmkc->pmc", j - i0_w, gr_w)
         step = -torch.einsum("pmcd,pmd->pmc", hi_w, b)
         # OpenCV: a step that undoes the previous one (oscillation) -> go half back, stop
@@ -241,7 +235,7 @@ def _lk_track(prev_pyr: list, next_pyr: list, pts: torch.Tensor, valid: torch.Te
         prev = prev_pyr[lvl]
         nxt = next_pyr[lvl]
         p_l = pts / (2.0 ** lvl)
-        patch = _sample(prev, p_l, off)  # (P, 3, N, K)
+        patch = sample_patches(prev, p_l, off)  # (P, 3, N, K)
         i0, ix, iy = patch[:, 0], patch[:, 1], patch[:, 2]
         gxx = (ix * ix).sum(-1)
         gxy = (ix * iy).sum(-1)
