@@ -161,17 +161,14 @@ def status_counts(rows: Iterable[Dict[str, Any]], by: Sequence[str] = ("model",)
     return out
 
 
-def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: int = 10_000,
-           seed: int = 0) -> List[Dict[str, Any]]:
-    """Table-1 style summary per model: IR (%), GE (px), AdaDFRC (clip mean over objects) as
-    scene-balanced ``statistic`` over all categories (the paper's table uses means), with CIs
-    and the number of scenes behind each column."""
-    rows = _flat(rows)
+def _per_model(rows: Iterable[Dict[str, Any]], columns: Sequence[Tuple[str, str, float]],
+               statistic: str, n_boot: int, seed: int) -> List[Dict[str, Any]]:
+    """Per model, per ``(column, metric, scale)``: the scene-balanced ``statistic`` of the metric
+    with its bootstrap CI (``column``, ``_lo``, ``_hi``, times ``scale``) and ``_scenes``."""
     out = []
-    for (model,), members in _group(rows, ("model",)).items():
+    for (model,), members in _group(_flat(rows), ("model",)).items():
         rec: Dict[str, Any] = {"model": model}
-        for col, metric, scale in (("ir_pct", "ir", 100.0), ("ge_px", "ge_px", 1.0),
-                                   ("adadfrc", "adadfrc_mean", 1.0)):
+        for col, metric, scale in columns:
             sv = scene_values(members, metric, reduce=statistic)
             est = bootstrap_ci(list(sv.values()), statistic=statistic, n_boot=n_boot, seed=seed)
             f = (lambda v: None if v is None else v * scale)  # noqa: E731
@@ -181,6 +178,15 @@ def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: i
     return out
 
 
+def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: int = 10_000,
+           seed: int = 0) -> List[Dict[str, Any]]:
+    """Table-1 style summary per model: IR (%), GE (px), AdaDFRC (clip mean over objects) as
+    scene-balanced ``statistic`` over all categories (the paper's table uses means), with CIs
+    and the number of scenes behind each column."""
+    return _per_model(rows, (("ir_pct", "ir", 100.0), ("ge_px", "ge_px", 1.0),
+                             ("adadfrc", "adadfrc_mean", 1.0)), statistic, n_boot, seed)
+
+
 EPIPOLAR_TRIO = ("epipolar_error", "epipolar_inlier_rate", "feature_match_coverage")
 
 
@@ -188,17 +194,7 @@ def epipolar_trio(rows: Iterable[Dict[str, Any]], *, statistic: str = "median",
                   n_boot: int = 10_000, seed: int = 0) -> List[Dict[str, Any]]:
     """Per model: scene-balanced epipolar_error (px), epipolar_inlier_rate and
     feature_match_coverage with CIs (the WorldAtlas / GVGC trio)."""
-    rows = _flat(rows)
-    out = []
-    for (model,), members in _group(rows, ("model",)).items():
-        rec: Dict[str, Any] = {"model": model}
-        for metric in EPIPOLAR_TRIO:
-            sv = scene_values(members, metric, reduce=statistic)
-            est = bootstrap_ci(list(sv.values()), statistic=statistic, n_boot=n_boot, seed=seed)
-            rec.update({metric: est.value, f"{metric}_lo": est.lo, f"{metric}_hi": est.hi,
-                        f"{metric}_scenes": est.n})
-        out.append(rec)
-    return out
+    return _per_model(rows, tuple((m, m, 1.0) for m in EPIPOLAR_TRIO), statistic, n_boot, seed)
 
 
 # --- gate calibration (sec. 6.2, appendix B) -------------------------------------------------

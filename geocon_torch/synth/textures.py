@@ -44,12 +44,11 @@ def value_noise(h: int, w: int, gen: torch.Generator, coarsest: int = 96,
     return up[0, 0, :h, :w] / total * 2.0
 
 
-def make_texture(h: int, w: int, seed: int, kind: str = "rich",
-                 coverage: float = 1.0) -> torch.Tensor:
+def make_texture(h: int, w: int, seed: int, kind: str = "rich") -> torch.Tensor:
     """(3, h, w) float32 texture in [0, 1] (see module doc).
 
     "rich" is a dead-leaves image: overlapping shapes with power-law radii (density ~ r^-3,
-    3 to 40 texels) and random colours cover the noise background about ``2 * coverage`` times,
+    3 to 40 texels) and random colours cover the noise background about twice,
     so every neighbourhood is a distinct arrangement of edges, corners and blobs (repetitive
     patterns would make ambiguous matches). "sparse" scatters a few shapes on the noise.
     """
@@ -66,7 +65,7 @@ def make_texture(h: int, w: int, seed: int, kind: str = "rich",
     tex = base[:, None, None] * (1 - mix) + other[:, None, None] * mix
     r_min, r_max = 3.0, 40.0
     mean_area = 2 * math.pi * math.log(r_max / r_min) / (r_min ** -2 - r_max ** -2)
-    cover = (2.0 if kind == "rich" else 0.15) * coverage
+    cover = 2.0 if kind == "rich" else 0.15
     n_shapes = int(h * w * cover / mean_area) + 1
     p = _rand(gen, n_shapes, 8).numpy().astype(np.float64)
     radii = (r_min ** -2 - p[:, 3] * (r_min ** -2 - r_max ** -2)) ** -0.5
