@@ -23,10 +23,6 @@ def _shifted(img: np.ndarray, shift) -> np.ndarray:
     return np.stack([img.astype(np.float32), w])
 
 
-def _gray(frames: np.ndarray, dtype=torch.float32, device="cpu") -> torch.Tensor:
-    return (torch.from_numpy(frames.astype(np.float64)).to(dtype) / 255.0)[:, None].to(device)
-
-
 def _interior(c, w, h, border=12):
     x1 = c.x1[0][c.mask[0]]
     keep = (x1[:, 0] > border) & (x1[:, 0] < w - border) & (x1[:, 1] > border) & \
@@ -40,7 +36,7 @@ def test_subpixel_translation_recovered(shared_data, backend, shift, dtype, devi
     if backend == "opencv" and device.type != "cpu":
         pytest.skip("the OpenCV path is the CPU reference")
     img = hill_gray(shared_data)
-    gray = _gray(_shifted(img, shift), dtype, device)
+    gray = to_gray_tensor(_shifted(img, shift), dtype, device)
     c = lk_tracks(gray, torch.tensor([[0, 1]]), max_corners=400, backend=backend)
     assert c.x1.dtype == dtype and c.x1.device.type == device.type
     x1, x2 = _interior(c, 320, 240)
@@ -52,7 +48,7 @@ def test_subpixel_translation_recovered(shared_data, backend, shift, dtype, devi
 
 def test_torch_path_agrees_with_opencv(shared_data):
     img = hill_gray(shared_data)
-    gray = _gray(_shifted(img, (2.2, 1.3)))
+    gray = to_gray_tensor(_shifted(img, (2.2, 1.3)))
     pairs = torch.tensor([[0, 1], [1, 0]])
     a = lk_tracks(gray, pairs, max_corners=300, backend="torch")
     b = lk_tracks(gray, pairs, max_corners=300, backend="opencv")
@@ -71,7 +67,7 @@ def test_corners_match_goodfeaturestotrack(shared_data):
     import cv2
 
     img = hill_gray(shared_data)
-    xy, valid = shi_tomasi(_gray(img[None]), 500, quality=0.001, min_distance=3, block=3)
+    xy, valid = shi_tomasi(to_gray_tensor(img[None]), 500, quality=0.001, min_distance=3, block=3)
     ref = cv2.goodFeaturesToTrack(img, 500, 0.001, 3, blockSize=3).reshape(-1, 2)
     ours = set(map(tuple, xy[0][valid[0]].long().tolist()))
     theirs = set(map(tuple, ref.astype(int).tolist()))
@@ -86,7 +82,7 @@ def test_corners_match_goodfeaturestotrack(shared_data):
 def test_batched_equals_per_pair(shared_data):
     img = hill_gray(shared_data, (160, 120))
     frames = np.concatenate([_shifted(img, (0.5, 0.25)), _shifted(img, (-1.5, 2.0))[1:]])
-    gray = _gray(frames)
+    gray = to_gray_tensor(frames)
     pairs = torch.tensor([[0, 1], [1, 2], [0, 2], [2, 0]])
     batched = lk_tracks(gray, pairs, max_corners=150, chunk=3)
     for p in range(len(pairs)):
@@ -99,9 +95,9 @@ def test_batched_equals_per_pair(shared_data):
 def test_forward_backward_check_rejects_unrelated_frames(shared_data):
     img = hill_gray(shared_data)
     other = np.ascontiguousarray(np.flipud(np.fliplr(img)))
-    gray = _gray(np.stack([img, other]).astype(np.float32))
+    gray = to_gray_tensor(np.stack([img, other]).astype(np.float32))
     c = lk_tracks(gray, torch.tensor([[0, 1]]), max_corners=400)
-    same = lk_tracks(_gray(_shifted(img, SHIFT)), torch.tensor([[0, 1]]), max_corners=400)
+    same = lk_tracks(to_gray_tensor(_shifted(img, SHIFT)), torch.tensor([[0, 1]]), max_corners=400)
     assert int(c.mask.sum()) < 0.3 * int(same.mask.sum())
     # kept tracks satisfy the threshold: score = 1 / (1 + fb) >= 1 / 2.5
     assert bool((same.scores[same.mask] >= 1 / 2.5 - 1e-6).all())
