@@ -36,7 +36,7 @@ import torch
 from ..config import EpipolarConfig
 from ..geometry import epipolar_line_distance
 from ..types import Clip
-from .opencv_path import clip_frame_rgb, opencv_state
+from .opencv_path import clip_frame_rgb, opencv_state, ratio_matches
 from .protocol import pair_seeds, source_frames
 
 MIN_MATCHES = 8  # below this OpenCV's 8-point / RANSAC F estimation is not attempted
@@ -172,25 +172,23 @@ def _gvgc_pair(d: int, i: int, j: int, feats: Dict, matcher, config: EpipolarCon
     kp = (len(kp1), len(kp2))
     if d1 is None or d2 is None or len(kp1) < 2 or len(kp2) < 2:
         return pair_record(d, i, j, kp, 0, 0, None, config)
-    knn = matcher.knnMatch(d1, d2, k=2)
-    good = [m[0] for m in knn if len(m) == 2 and m[0].distance < config.gvgc_ratio * m[1].distance]
-    p1 = np.float32([kp1[m.queryIdx].pt for m in good]).reshape(-1, 2)
-    p2 = np.float32([kp2[m.trainIdx].pt for m in good]).reshape(-1, 2)
-    if len(good) < MIN_MATCHES:
-        return pair_record(d, i, j, kp, len(good), 0, None, config)
+    p1, p2 = ratio_matches(kp1, d1, kp2, d2, config.gvgc_ratio, matcher)
+    good = p1.shape[0]
+    if good < MIN_MATCHES:
+        return pair_record(d, i, j, kp, good, 0, None, config)
     try:
         F, mask = cv2.findFundamentalMat(p1, p2, cv2.FM_RANSAC, float(config.gvgc_threshold_px),
                                          float(config.gvgc_confidence),
                                          int(config.gvgc_max_iterations))
     except cv2.error as exc:
-        return pair_record(d, i, j, kp, len(good), 0, None, config,
+        return pair_record(d, i, j, kp, good, 0, None, config,
                            error=f"fundamental matrix estimation error: {str(exc).strip()[:200]}")
     if F is None or mask is None or F.shape[0] < 3:
-        return pair_record(d, i, j, kp, len(good), 0, None, config)
+        return pair_record(d, i, j, kp, good, 0, None, config)
     inl = mask.reshape(-1).astype(bool)
     n = int(inl.sum())
     stats = line_error_stats(F[:3, :3], p1[inl], p2[inl]) if n > 0 else None
-    return pair_record(d, i, j, kp, len(good), n, stats, config)
+    return pair_record(d, i, j, kp, good, n, stats, config)
 
 
 def gvgc_frames_torch(clip: Clip, config: EpipolarConfig, device: torch.device) -> torch.Tensor:

@@ -95,11 +95,19 @@ def _match(state: _ClipState, i: int, j: int, ratio: float
     kp2, d2 = state.sift(j)
     if d1 is None or d2 is None or len(kp1) == 0 or len(kp2) == 0:
         return len(kp1), len(kp2), np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32)
-    knn = cv2.BFMatcher(cv2.NORM_L2, crossCheck=False).knnMatch(d1, d2, k=2)
+    p1, p2 = ratio_matches(kp1, d1, kp2, d2, ratio)
+    return len(kp1), len(kp2), p1, p2
+
+
+def ratio_matches(kp1, d1, kp2, d2, ratio: float, matcher=None) -> Tuple[np.ndarray, np.ndarray]:
+    """OpenCV 2-NN matching with Lowe's ratio test (``d_1 < ratio d_2``, L2) of two frames'
+    keypoints / descriptors -> matched positions (M, 2) float32 in frame i and in frame j."""
+    matcher = matcher or cv2.BFMatcher(cv2.NORM_L2, crossCheck=False)
+    knn = matcher.knnMatch(d1, d2, k=2)
     good = [m[0] for m in knn if len(m) == 2 and m[0].distance < ratio * m[1].distance]
     p1 = np.asarray([kp1[m.queryIdx].pt for m in good], np.float32).reshape(-1, 2)
     p2 = np.asarray([kp2[m.trainIdx].pt for m in good], np.float32).reshape(-1, 2)
-    return len(kp1), len(kp2), p1, p2
+    return p1, p2
 
 
 def patch_ncc_opencv(gray_i: np.ndarray, gray_j: np.ndarray, x1: np.ndarray, x2: np.ndarray,
