@@ -36,7 +36,8 @@ from .gate import (GateDecision, gate_from_parallax, gate_from_poses, parallax_s
 from .gate.decision import CODE
 from .metrics.functional.background import (PairMetrics, background_pass, categorize,
                                             clip_summary, fundamental_pair_metrics,
-                                            homography_pair_metrics, median_motion_px,
+                                            fundamental_residuals, homography_pair_metrics,
+                                            homography_residuals, median_motion_px,
                                             rotation_from_fundamental, select_pairs,
                                             sensitivity_scan)
 from .result import ClipResult, jsonable
@@ -172,20 +173,16 @@ def _motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.T
     adjacent = torch.arange(p, device=x1.device)
     fit_h, fit_f = _fit_rows(fit_h, adjacent), _fit_rows(fit_f, adjacent)
     x1, x2, mask = x1[:p], x2[:p], mask[:p]
-    from .geometry import symmetric_transfer_error
+    from .geometry import transfer_points
 
     if regime == "F":
-        from .metrics.functional.background import fundamental_residuals
-
         r = fundamental_residuals(fit_f, x1, x2, mask)[0]
         outlier = mask & (r > sc.motion_seed_factor * bc.tau_f) & fit_f.valid.view(-1, 1)
     else:
-        r = symmetric_transfer_error(fit_h.model.to(x1.dtype), x1, x2)
+        r = homography_residuals(fit_h, x1, x2)
         outlier = mask & (r > sc.motion_seed_factor * bc.tau_h) & fit_h.valid.view(-1, 1)
     # motion relative to the background homography (what a rigid mover shares)
-    Hx = fit_h.model.to(x1.dtype)
-    proj = torch.cat([x1, torch.ones_like(x1[..., :1])], -1) @ Hx.transpose(1, 2)
-    rel = x2 - proj[..., :2] / proj[..., 2:].clamp_min(1e-9)
+    rel = x2 - transfer_points(fit_h.model.to(x1.dtype), x1)
     pts = torch.cat([x1[outlier], x2[outlier]])
     frames = torch.cat([pairs[:, 0].to(x1.device).view(-1, 1).expand_as(outlier)[outlier],
                         pairs[:, 1].to(x1.device).view(-1, 1).expand_as(outlier)[outlier]])
@@ -410,13 +407,15 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     # C. one batched call per model over all pairs x scales (+ the gate pairs, finest scale)
     with timer("fit"):
         fit_h, fit_f = _fit_reusing(x1, x2, mask, scores, cfg, pre, pre_rows, pre_mask)
-    with timer("metrics"):
+    with timer("metrics"):  # each model's residuals once, for IR / GE and the gate
+        r_h = homography_residuals(fit_h, x1, x2)
+        r_f = fundamental_residuals(fit_f, x1, x2, mask)
         mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
-                                         min_inliers=bc.min_inliers)
+                                         min_inliers=bc.min_inliers, residuals=r_h)
         mf_all = fundamental_pair_metrics(fit_f, x1, x2, mask, tau_f=bc.tau_f,
-                                          min_inliers=bc.min_inliers)
+                                          min_inliers=bc.min_inliers, residuals=r_f)
         stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
-                                    min_inliers=bc.min_inliers)
+                                    min_inliers=bc.min_inliers, residuals=(r_h, *r_f))
         fin_stats = {k: v[fin] for k, v in stats.items()}
         src, used = _gate_source(stats, fin, fin_gate, gp)
         # A. gate: external evidence, or the weight-free statistic on the gate pairs

@@ -25,14 +25,13 @@ Pixels are at working resolution.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from .._tensor_utils import masked_median
 from ..config import GateConfig
-from ..geometry import symmetric_transfer_error
-from ..metrics.functional.background import fundamental_residuals
+from ..metrics.functional.background import fundamental_residuals, homography_residuals
 from ..types import Fit
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
 
@@ -42,19 +41,26 @@ STATISTICS = ("parallax_excess", "parallax_fraction", "residual_parallax", "gric
 def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tensor,
                         mask: torch.Tensor, *, tau_h: float = 2.0, tau_f: float = 0.1,
                         min_inliers: int = 30, sigma_floor_px: float = 0.1,
-                        excess_k: float = 6.0) -> Dict[str, torch.Tensor]:
+                        excess_k: float = 6.0,
+                        residuals: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+                        ) -> Dict[str, torch.Tensor]:
     """Per-pair gate statistics from the H and F fits of the same correspondences.
 
     Args:
         fit_h, fit_f: fits of (P,) pairs (models in pixels).
         x1, x2: (P, N, 2) pixel points; mask: (P, N) bool background matches.
+        residuals: (symmetric transfer px, normalised Sampson, pixel Sampson) (P, N) of the two
+            fits when already computed (``homography_residuals`` / ``fundamental_residuals``).
     Returns:
         dict of (P,) tensors: ``parallax_excess``, ``parallax_fraction``, ``residual_parallax``,
         ``gric_delta``,
         ``valid`` (bool: both fits valid and >= min_inliers F-inliers).
     """
-    r_h = symmetric_transfer_error(fit_h.model.to(x1.dtype), x1, x2)
-    r_fn, r_fpx = fundamental_residuals(fit_f, x1, x2, mask)
+    if residuals is None:
+        r_h = homography_residuals(fit_h, x1, x2)
+        r_fn, r_fpx = fundamental_residuals(fit_f, x1, x2, mask)
+    else:
+        r_h, r_fn, r_fpx = residuals
     f_in = mask & (r_fn <= tau_f)
     h_in = mask & (r_h <= tau_h)
     n_f = f_in.sum(-1)

@@ -53,11 +53,12 @@ from .homography import homography_dlt
 from .normalization import hartley_normalize
 from .ransac import ransac_fundamental, ransac_homography
 from .residuals import (epipolar_line_distance, epipolar_max_distance, sampson_distance,
-                        sampson_distance_normalized, symmetric_transfer_error, transfer_error)
+                        sampson_distance_normalized, symmetric_transfer_error, transfer_error,
+                        transfer_points)
 
 __all__ = [
     "epipolar_line_distance", "epipolar_max_distance", "fundamental_7pt", "fundamental_8pt",
     "hartley_normalize", "homography_dlt", "ransac_fundamental", "ransac_homography",
     "sampson_distance", "sampson_distance_normalized", "symmetric_transfer_error",
-    "transfer_error", "weighted_affine_lstsq",
+    "transfer_error", "transfer_points", "weighted_affine_lstsq",
 ]

@@ -63,6 +63,14 @@ def _transfer_sq(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.T
     return (u / w - x2[..., 0]).pow(2) + (v / w - x2[..., 1]).pow(2)
 
 
+def transfer_points(H: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``pi(H x)``: points x (P, N, 2) px mapped by homographies H (P, 3, 3) -> (P, N, 2) px
+    (points sent to infinity get a huge but finite position)."""
+    u, v, w = _map(H, x)
+    w = _safe_den(w)
+    return torch.stack([u / w, v / w], -1)
+
+
 def _symmetric_transfer(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
     """Eq. 7: 0.5 ||x2 - pi(H x1)|| + 0.5 ||x1 - pi(H^-1 x2)||, broadcasting."""
     fwd = _safe_sqrt(_transfer_sq(H, x1, x2))

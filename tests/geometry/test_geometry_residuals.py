@@ -240,3 +240,16 @@ def test_affine_gradcheck():
     w = (torch.rand(2, 8, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b, c: weighted_affine_lstsq(a, b, c)[:3],
                                     (p, v, w), eps=1e-6, atol=1e-5)
+
+
+def test_transfer_points_closed_form(dtype):
+    from geocon_torch.geometry import transfer_points
+
+    H = torch.tensor([[[2.0, 0.0, 1.0], [0.0, 3.0, -2.0], [0.0, 0.0, 1.0]],
+                      [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.0, 1.0]]], dtype=dtype)
+    x = torch.tensor([[[1.0, 2.0], [0.0, 0.0]], [[2.0, 4.0], [-2.0, 1.0]]], dtype=dtype)
+    got = transfer_points(H, x)
+    # (2x + 1, 3y - 2); then (x, y) / (0.5 x + 1): (2, 4) -> (1, 2), (-2, 1) has w = 0
+    torch.testing.assert_close(got[0], torch.tensor([[3.0, 4.0], [1.0, -2.0]], dtype=dtype))
+    torch.testing.assert_close(got[1, 0], torch.tensor([1.0, 2.0], dtype=dtype))
+    assert bool(torch.isfinite(got[1, 1]).all()) and float(got[1, 1, 0].abs()) > 1e10

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -77,16 +77,23 @@ def pair_metrics(residuals: torch.Tensor, mask: torch.Tensor, tau: float, *,
     return PairMetrics(torch.where(valid, ir, zero), torch.where(valid, ge, zero), n_in, n, valid)
 
 
+def homography_residuals(fit: Fit, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """(P, N) symmetric transfer error (eq. 7, px) of ``fit.model``, x2 ~ H x1."""
+    return symmetric_transfer_error(fit.model.to(x1.dtype), x1, x2)
+
+
 def homography_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
                             mask: Optional[torch.Tensor] = None, *, tau_h: float = 2.0,
-                            min_inliers: int = 30) -> PairMetrics:
+                            min_inliers: int = 30,
+                            residuals: Optional[torch.Tensor] = None) -> PairMetrics:
     """IR_H / GE_H (eqs. 7-8) of the fitted homographies ``fit.model`` (P, 3, 3), x2 ~ H x1.
 
     Residuals are recomputed from the model (symmetric transfer error, px) so that the same
-    function serves any threshold (sensitivity scans).
+    function serves any threshold (sensitivity scans); ``residuals`` passes in
+    :func:`homography_residuals` already computed.
     """
     check_points(x1, "x1")
-    r = symmetric_transfer_error(fit.model.to(x1.dtype), x1, x2)
+    r = homography_residuals(fit, x1, x2) if residuals is None else residuals
     return pair_metrics(r, check_mask(mask, x1), tau_h, fit_valid=fit.valid,
                         min_inliers=min_inliers)
 
@@ -100,15 +107,18 @@ def fundamental_residuals(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
 
 def fundamental_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
                              mask: Optional[torch.Tensor] = None, *, tau_f: float = 0.1,
-                             min_inliers: int = 30) -> PairMetrics:
+                             min_inliers: int = 30,
+                             residuals: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+                             ) -> PairMetrics:
     """IR_F / GE_F (eqs. 9-11) of the fitted fundamental matrices (P, 3, 3), x2^T F x1 = 0.
 
     Inliers: Sampson distance in Hartley-normalised coordinates (normalisation over ``mask``)
-    ``<= tau_f``; GE: median pixel Sampson distance (eq. 11) of those inliers.
+    ``<= tau_f``; GE: median pixel Sampson distance (eq. 11) of those inliers. ``residuals``
+    passes in :func:`fundamental_residuals` (same ``mask``) already computed.
     """
     check_points(x1, "x1")
     mask = check_mask(mask, x1)
-    r_norm, r_px = fundamental_residuals(fit, x1, x2, mask)
+    r_norm, r_px = fundamental_residuals(fit, x1, x2, mask) if residuals is None else residuals
     return pair_metrics(r_norm, mask, tau_f, ge_residuals=r_px, fit_valid=fit.valid,
                         min_inliers=min_inliers)
 
