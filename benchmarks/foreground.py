@@ -68,7 +68,7 @@ def main() -> None:
     from geocon_torch.config import ForegroundConfig
     from geocon_torch.flow import get_flow
     from geocon_torch.foreground import score_pairs
-    from geocon_torch.metrics.functional.foreground import adadfrc
+    from geocon_torch.measures.foreground import adadfrc
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")

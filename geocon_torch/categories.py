@@ -4,6 +4,7 @@ leaderboard statistics and the reports share it."""
 from __future__ import annotations
 
 from typing import Optional
+from .errors import InputError
 
 CATEGORIES = ("C1", "C2", "C3", "C4", "C5", "C6")
 ALIASES = {"static": "C1", "rotation": "C2", "translation": "C3", "moving_object": "C4",
@@ -19,7 +20,7 @@ def canonical_category(category: str) -> str:
         return key.upper()
     if key.lower() in ALIASES:
         return ALIASES[key.lower()]
-    raise ValueError(f"unknown category {category!r}; use one of {CATEGORIES} or "
+    raise InputError(f"unknown category {category!r}; use one of {CATEGORIES} or "
                      f"{sorted(ALIASES)}")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from ._json import read_json_file
-from .errors import GeoConError
+from .errors import ConfigError
 
 
 @dataclass
@@ -242,11 +242,11 @@ def _to_jsonable(obj: Any) -> Any:
 
 def _merge(target: Any, data: Dict[str, Any], where: str) -> Any:
     if not isinstance(data, dict):
-        raise GeoConError(f"{where} must be a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
     known = {f.name: f for f in dataclasses.fields(target)}
     for key, value in data.items():
         if key not in known:
-            raise GeoConError(f"unknown config key {where}.{key}; known: {sorted(known)}")
+            raise ConfigError(f"unknown config key {where}.{key}; known: {sorted(known)}")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             _merge(current, value, f"{where}.{key}")

@@ -1,5 +1,9 @@
 """Exception types raised by geocon_torch.
 
+Every error the package raises on purpose is a :class:`GeoConError`; errors caused by user input
+(arguments, options, config values, files) also subclass :class:`ValueError` (``InputError``,
+``ConfigError``, ``VideoReadError``, ``ShapeError``, ...), so ``except ValueError`` keeps working.
+
 Every bad-input path raises one of these with a message that says what was wrong and what to do.
 A clip that is readable but cannot be scored (too little texture, too few valid pairs) is *not* an
 error: it comes back as a result with ``status == "not_applicable"`` and a ``reason``.
@@ -9,6 +13,21 @@ from __future__ import annotations
 
 class GeoConError(Exception):
     """Base class of every error raised on purpose by geocon_torch."""
+
+
+class InputError(GeoConError, ValueError):
+    """A user-supplied argument, option or file content is invalid (bad option string, value out
+    of range, malformed mask / pose / prompt file, ...). The message names the argument, what was
+    given and what is allowed."""
+
+
+class ConfigError(InputError):
+    """A configuration value is invalid: unknown key, wrong type, out of range or not one of the
+    allowed option strings. The message gives the field's dotted name (``io.long_side``)."""
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """A function got an argument of the wrong type or an unexpected keyword argument."""
 
 
 class VideoReadError(GeoConError, ValueError):

@@ -8,7 +8,7 @@ which an object mask (taken at frame t) has at least ``min_object_pixels`` pixel
    resolution) with the configured backend (``flow``: auto | torch-lk | raft_small | raft_large);
 2. for each scale ``s`` in ``scales`` (default {1/4, 1/2, 1}): frames resized by ``s``
    (antialiased bilinear), masks by area coverage >= 0.5, ``D_s`` from
-   :func:`~geocon_torch.metrics.functional.foreground.adadfrc` converted to working-resolution
+   :func:`~geocon_torch.measures.foreground.adadfrc` converted to working-resolution
    px^2 (``D_s / s^2``); objects with fewer than ``min_object_pixels`` pixels at a scale are
    invalid at that scale only;
 3. ``D_t`` = the value at the finest valid scale (``scale_reduction="finest"``, the default) or
@@ -33,10 +33,11 @@ from ._tensor_utils import masked_median
 from .config import ForegroundConfig, GeoConConfig, load_config
 from .features.multiscale import rescale_gray, scaled_size
 from .flow import forward_backward_reliability, get_flow
-from .io.sampling import spread_evenly
-from .metrics.functional.foreground import adadfrc, adadfrc_summary
+from .io.pairs import foreground_pairs
+from .measures.foreground import adadfrc, adadfrc_summary
 from .segment.files import load_masks
 from .types import Clip
+from .errors import InputError
 
 
 def _foreground_config(config: Union[None, dict, GeoConConfig, ForegroundConfig]
@@ -44,13 +45,6 @@ def _foreground_config(config: Union[None, dict, GeoConConfig, ForegroundConfig]
     if isinstance(config, ForegroundConfig):
         return config
     return load_config(config).foreground
-
-
-def _select_pairs(present: torch.Tensor, max_pairs: Optional[int]) -> torch.Tensor:
-    """Indices t of the pairs (t, t+1) with at least one present object, evenly capped."""
-    idx = torch.nonzero(present.any(1)).flatten()
-    cap = int(max_pairs) if max_pairs is not None and max_pairs > 0 else None
-    return idx[torch.from_numpy(spread_evenly(int(idx.numel()), cap)).to(idx.device)]
 
 
 def _resize(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -91,7 +85,7 @@ def score_pairs(frames1: torch.Tensor, frames2: torch.Tensor, masks: torch.Tenso
         first = v_s[order].to(torch.int8).argmax(0, keepdim=True)
         return d_s[order].gather(0, first)[0], v_s.any(0), d_s, v_s
     if cfg.scale_reduction != "median":
-        raise ValueError(f"scale_reduction must be 'median' or 'finest', got "
+        raise InputError(f"scale_reduction must be 'median' or 'finest', got "
                          f"{cfg.scale_reduction!r}")
     d, v = masked_median(d_s, v_s, dim=0)
     return d, v, d_s, v_s
@@ -138,7 +132,7 @@ def foreground_section(clip: Clip, masks: Any, config: Union[None, dict, GeoConC
         return out
     dev = torch.device(device) if device is not None else clip.frames.device
     present = (masks[:-1].sum((-1, -2)) >= cfg.min_object_pixels).cpu()  # (T-1, K)
-    pairs = _select_pairs(present, cfg.max_pairs)
+    pairs = foreground_pairs(present, cfg.max_pairs)
     if pairs.numel() == 0:
         out["reason"] = (f"no object has >= {cfg.min_object_pixels} mask pixels in any frame "
                          "pair")

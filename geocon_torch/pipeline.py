@@ -30,16 +30,16 @@ import torch
 
 from ._tensor_utils import masked_median
 from .config import GeoConConfig, load_config
-from .errors import GeoConError, VideoReadError
+from .errors import GeoConError, InputError, VideoReadError
 from .gate import (GateDecision, gate_from_parallax, gate_from_poses, parallax_statistics,
                    resolve_u)
 from .gate.decision import CODE
-from .metrics.functional.background import (PairMetrics, background_pass, categorize,
-                                            clip_summary, fundamental_pair_metrics,
-                                            fundamental_residuals, homography_pair_metrics,
-                                            homography_residuals, median_motion_px,
-                                            rotation_from_fundamental, select_pairs,
-                                            sensitivity_scan)
+from .io.pairs import background_pairs, parallax_gate_pairs
+from .geometry import fundamental_residuals, homography_residuals
+from .measures.background import (PairMetrics, background_pass, choose_model_per_pair,
+                                  classify_behaviour, clip_summary, fundamental_pair_metrics,
+                                  homography_pair_metrics, median_motion_px,
+                                  rotation_from_fundamental, sensitivity_scan)
 from .result import ClipResult, jsonable
 from .segment.background import background_keep, background_mask
 from .types import Clip, Correspondences, Fit, concat_correspondences
@@ -120,9 +120,9 @@ def _resolve_gate_method(cfg: GeoConConfig, poses: Any) -> str:
             return "poses"
         return "dust3r" if cfg.gate.dust3r_checkpoint else "parallax"
     if method not in ("poses", "dust3r", "parallax"):
-        raise GeoConError(f"gate.method must be auto, poses, dust3r or parallax, got {method!r}")
+        raise InputError(f"gate.method must be auto, poses, dust3r or parallax, got {method!r}")
     if method == "poses" and poses is None:
-        raise GeoConError("gate.method='poses' needs score_clip(..., poses=PATH_OR_TENSOR)")
+        raise InputError("gate.method='poses' needs score_clip(..., poses=PATH_OR_TENSOR)")
     return method
 
 
@@ -144,10 +144,10 @@ def _masks_method(cfg: GeoConConfig, masks: Any) -> str:
     if method == "auto":
         return "sam2" if cfg.segment.sam2_checkpoint else "motion"
     if method not in ("files", "sam2", "motion", "none"):
-        raise GeoConError(f"segment.method must be auto, files, sam2, motion or none, "
+        raise InputError(f"segment.method must be auto, files, sam2, motion or none, "
                           f"got {method!r}")
     if method == "files":
-        raise GeoConError("segment.method='files' needs score_clip(..., masks=PATH_OR_TENSOR)")
+        raise InputError("segment.method='files' needs score_clip(..., masks=PATH_OR_TENSOR)")
     return method
 
 
@@ -214,25 +214,6 @@ def _sam2_masks(clip: Clip, cfg: GeoConConfig, device: Optional[torch.device]) -
     return sam2_masks(clip, cfg.segment, device=device)
 
 
-def gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tensor:
-    """Pairs the weight-free gate looks at (parallax grows with the baseline).
-
-    ``"first_last"`` (Algorithm 1 A, made robust): the near-first/last pairs (a, b) with
-    a in {0, 1, 2}, b in {T-3, T-2, T-1} and b - a >= ceil(0.75 (T-1)) (at least (0, T-1)),
-    whose statistics are pooled by their median; then the halves (0, m), (m, T-1) with
-    m = (T-1) // 2 as a fallback when those pairs have too little overlap. ``"adjacent"`` or
-    T < 3: none (the evaluated pairs are used). Returns (G, 2) long, wide pairs first.
-    """
-    if mode not in ("first_last", "adjacent"):
-        raise GeoConError(f"gate.parallax_pairs must be first_last or adjacent, got {mode!r}")
-    if mode == "adjacent" or num_frames < 3:
-        return torch.zeros(0, 2, dtype=torch.long)
-    last, m = num_frames - 1, (num_frames - 1) // 2
-    need = -(-3 * last // 4)
-    wide = [(a, b) for a in range(3) for b in range(last, last - 3, -1) if b - a >= need]
-    return torch.tensor(wide + [(0, m), (m, last)], dtype=torch.long)
-
-
 def _no_gate(method: Optional[str], ext_gate: Optional[GateDecision]) -> Dict[str, Any]:
     """The gate block of a clip that stops before the gate: the external decision when there
     is one, else an empty decision of ``method``."""
@@ -245,7 +226,7 @@ def _gate_source(stats: Dict[str, torch.Tensor], evaluated: torch.Tensor,
                  gate_rows: torch.Tensor, gate_pairs: Optional[torch.Tensor] = None
                  ) -> Tuple[Dict[str, torch.Tensor], Any]:
     """The parallax statistics the weight-free gate reads: the valid near-first/last gate pairs
-    (``gate_rows`` in :func:`gate_pairs` order: wide pairs, then the two halves), else the
+    (``gate_rows`` in :func:`~geocon_torch.io.pairs.parallax_gate_pairs` order: wide pairs, then the two halves), else the
     halves, else the ``evaluated`` (adjacent) rows. Returns (statistics, the pairs used: a list
     of ``gate_pairs`` rows, or "evaluated pairs")."""
     if gate_rows.numel():
@@ -326,7 +307,7 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
     with timer("gate"):
         ext_gate = _external_gate(gate_method, clip, pairs, poses, cfg, device)
     # the weight-free gate also looks at wider baselines (parallax grows with the baseline)
-    gp = (gate_pairs(clip.num_frames, cfg.gate.parallax_pairs) if ext_gate is None
+    gp = (parallax_gate_pairs(clip.num_frames, cfg.gate.parallax_pairs) if ext_gate is None
           else torch.zeros(0, 2, dtype=torch.long))
     all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
     q = int(all_pairs.shape[0])
@@ -454,13 +435,13 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
                 gate.evidence["u_support_margin"] = margin
             use_f = torch.full((ev.numel(),), regime == "F", dtype=torch.bool, device=dev)
             present = torch.ones_like(use_f)
-        chosen = select_pairs(mh, mf, use_f)
+        chosen = choose_model_per_pair(mh, mf, use_f)
         chosen.valid = chosen.valid & present
         s_h = clip_summary(mh.ir, mh.ge, mh.valid & present)
         s_f = clip_summary(mf.ir, mf.ge, mf.valid & present)
         s = clip_summary(chosen.ir, chosen.ge, chosen.valid)
         best_f = mf.valid & (~mh.valid | (mf.ir > mh.ir))
-        best = select_pairs(mh, mf, best_f)
+        best = choose_model_per_pair(mh, mf, best_f)
         s_best = clip_summary(best.ir, best.ge, best.valid & present)
     block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
                  ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
@@ -500,7 +481,7 @@ def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: Ge
                                            bc.category_focal)
         rot = float(masked_median(angles, fv)[0])
     has_objects = objects is not None and objects.shape[1] > 0
-    category = categorize(regime, passed, motion_px, rot, has_objects,
+    category = classify_behaviour(regime, passed, motion_px, rot, has_objects,
                           static_px=bc.category_static_px,
                           rotation_thr_deg=bc.category_rotation_deg)
     block["category_evidence"] = {"median_motion_px": motion_px, "median_rotation_deg": rot,
@@ -589,7 +570,7 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     cfg = load_config(config)
     preset = preset or cfg.preset
     if preset not in PRESETS:
-        raise GeoConError(f"preset must be one of {PRESETS}, got {preset!r}")
+        raise InputError(f"preset must be one of {PRESETS}, got {preset!r}")
     dev = torch.device(device) if device is not None else None
     timer = _Timer()
     t_start = time.perf_counter()
@@ -605,10 +586,7 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     res.backends = {"features": None, "flow": None, "masks": None, "gate": None}
     res.extra["frames"] = clip.num_frames
     res.extra["working_size"] = list(clip.size)
-    from .io import make_pairs
-
-    pairs = make_pairs(clip.num_frames, "adjacent" if cfg.background.pair_stride == 1
-                       else cfg.background.pair_stride)
+    pairs = background_pairs(clip.num_frames, cfg.background.pair_stride)
     objects = None
     primary_status, primary_reason = "ok", None
     if preset in ("geocon", "background", "all"):
@@ -667,7 +645,7 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     masks = list(masks) if masks is not None else [None] * n
     poses = list(poses) if poses is not None else [None] * n
     if len(masks) != n or len(poses) != n:
-        raise GeoConError(f"masks / poses lists must have one entry per clip ({n})")
+        raise InputError(f"masks / poses lists must have one entry per clip ({n})")
     out: List[ClipResult] = []
     for k, (video, m, p) in enumerate(zip(videos, masks, poses)):  # one clip at a time
         name = Path(str(video)).stem if isinstance(video, (str, Path)) else f"clip{k}"

@@ -24,6 +24,7 @@ import torch
 
 from ._version import __version__
 from .config import GeoConConfig
+from .errors import InputError
 
 SCHEMA_VERSION = "1.0"
 STATUSES = ("ok", "not_applicable", "error")
@@ -72,7 +73,7 @@ class ClipResult:
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+            raise InputError(f"status must be one of {STATUSES}, got {self.status!r}")
 
     @classmethod
     def failed(cls, clip: str, status: str, reason: str, config: GeoConConfig, *,

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from geocon_torch.metrics.functional.background import (
-    background_pass, categorize, clip_summary, fundamental_pair_metrics, homography_pair_metrics,
+from geocon_torch.measures.background import (
+    background_pass, classify_behaviour, clip_summary, fundamental_pair_metrics, homography_pair_metrics,
     median_motion_px, rotation_from_fundamental, sensitivity_scan)
 from geocon_torch.types import Fit
 
@@ -116,10 +116,10 @@ def test_median_motion_and_categories():
     assert median_motion_px(x1, x2, torch.ones(2, 4, dtype=torch.bool)).tolist() == \
         pytest.approx([0.1, 5.0])
     kw = dict(static_px=0.5, rotation_thr_deg=0.1)
-    assert categorize("H", True, 0.1, None, False, **kw) == "Static"
-    assert categorize("H", True, 0.1, None, True, **kw) == "StaticCam+MovingObjs"
-    assert categorize("H", True, 4.0, None, True, **kw) == "Rotation-dominant"
-    assert categorize("F", True, 4.0, 0.01, False, **kw) == "Translation-dominant"
-    assert categorize("F", True, 4.0, 0.5, False, **kw) == "Complex"
-    assert categorize("F", False, 4.0, 0.5, False, **kw) == "Stress"
-    assert categorize(None, None, None, None, False, **kw) is None
+    assert classify_behaviour("H", True, 0.1, None, False, **kw) == "Static"
+    assert classify_behaviour("H", True, 0.1, None, True, **kw) == "StaticCam+MovingObjs"
+    assert classify_behaviour("H", True, 4.0, None, True, **kw) == "Rotation-dominant"
+    assert classify_behaviour("F", True, 4.0, 0.01, False, **kw) == "Translation-dominant"
+    assert classify_behaviour("F", True, 4.0, 0.5, False, **kw) == "Complex"
+    assert classify_behaviour("F", False, 4.0, 0.5, False, **kw) == "Stress"
+    assert classify_behaviour(None, None, None, None, False, **kw) is None

@@ -9,7 +9,7 @@ import torch
 
 from geocon_torch.config import EpipolarConfig
 from geocon_torch.epipolar import clip_from_frames, epipolar_section
-from geocon_torch.epipolar.gvgc import gvgc_pairs
+from geocon_torch.io.pairs import gvgc_pairs
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +220,7 @@ def test_one_frame_clip_not_applicable():
 
 
 def test_gvgc_pair_layout_matches_original():
-    rows = gvgc_pairs(EpipolarConfig())
+    rows = gvgc_pairs(EpipolarConfig().gvgc_min_frames, EpipolarConfig().gvgc_intervals)
     assert rows.shape == (66, 3)
     for d, step in zip((60, 50, 40, 30, 20, 10), (1, 2, 3, 4, 5, 6)):
         sel = rows[rows[:, 0] == d]

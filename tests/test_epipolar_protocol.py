@@ -9,29 +9,29 @@ import torch
 
 from geocon_torch.config import EpipolarConfig
 from geocon_torch.epipolar.protocol import (PairMeasurements, analysis_size, clip_values,
-                                            decode_plan, evaluate, protocol_stages, run_protocol,
-                                            select_pairs)
+                                            decode_plan, evaluate, protocol_stages, run_protocol)
+from geocon_torch.io.pairs import worldatlas_pairs
 from geocon_torch.epipolar.torch_path import area_matrix, gray_uint8_levels, resize_gray
 
 
 def test_select_pairs_reference_layout():
     # 35 adjacent pairs of a 36-frame clip, 8 kept at round(linspace(0, 34, 8))
-    got = select_pairs(36, 1, 8)
+    got = worldatlas_pairs(36, 1, 8)
     starts = [0, 5, 10, 15, 19, 24, 29, 34]
     assert got.tolist() == [[s, s + 1] for s in starts]
     # stride 2 steps by 2 (non-overlapping), as the public reference
-    assert select_pairs(7, 2, 8).tolist() == [[0, 2], [2, 4], [4, 6]]
-    assert select_pairs(5, 1, 8).tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
-    assert select_pairs(1, 1, 8).shape == (0, 2)
-    assert select_pairs(2, 2, 8).shape == (0, 2)
-    assert select_pairs(3, 2, 8).tolist() == [[0, 2]]
+    assert worldatlas_pairs(7, 2, 8).tolist() == [[0, 2], [2, 4], [4, 6]]
+    assert worldatlas_pairs(5, 1, 8).tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
+    assert worldatlas_pairs(1, 1, 8).shape == (0, 2)
+    assert worldatlas_pairs(2, 2, 8).shape == (0, 2)
+    assert worldatlas_pairs(3, 2, 8).tolist() == [[0, 2]]
 
 
 def test_decode_plan_maps_back_to_full_clip_pairs():
     cfg = EpipolarConfig()
     indices, local = decode_plan(456, cfg)
     assert len(indices) == 16
-    np.testing.assert_array_equal(indices[local], select_pairs(456, 1, 8))
+    np.testing.assert_array_equal(indices[local], worldatlas_pairs(456, 1, 8))
 
 
 @pytest.mark.parametrize("hw,expected", [((480, 720), (427, 640)), ((240, 320), (240, 320)),
@@ -85,7 +85,7 @@ def test_stages_follow_config():
 
 def test_run_protocol_batches_stages_and_records_trail():
     cfg = EpipolarConfig()
-    pairs = [select_pairs(5, 1, 8), select_pairs(5, 1, 8), select_pairs(1, 1, 8)]
+    pairs = [worldatlas_pairs(5, 1, 8), worldatlas_pairs(5, 1, 8), worldatlas_pairs(1, 1, 8)]
     calls = []
     bad = _meas(matches=np.array([3, 3, 3, 3]))
 

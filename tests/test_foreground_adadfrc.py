@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from geocon_torch.errors import ShapeError
-from geocon_torch.metrics.functional.foreground import (adadfrc, adadfrc_summary, grid_cells,
+from geocon_torch.measures.foreground import (adadfrc, adadfrc_summary, grid_cells,
                                                         sinkhorn_w2)
 
 

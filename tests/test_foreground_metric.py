@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from geocon_torch.metrics.foreground import AdaDFRC
-from geocon_torch.metrics.functional.foreground import adadfrc
+from geocon_torch.measures.foreground import adadfrc
 
 
 def _batch(seed: int, p: int = 4):

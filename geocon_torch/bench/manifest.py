@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from ..errors import GeoConError
+from ..errors import GeoConError, InputError
 
 REQUIRED_FIELDS = ("clip_id", "path", "model")
 OPTIONAL_FIELDS = ("model_version", "prompt", "seed", "resolution", "fps", "duration",
@@ -92,13 +92,13 @@ def _parse_resolution(value: Any) -> Tuple[int, int]:
     elif isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+)\s*[xX,*]\s*(\d+)\s*", value)
         if not m:
-            raise ValueError(f"resolution must look like 1280x720, got {value!r}")
+            raise InputError(f"resolution must look like 1280x720, got {value!r}")
         w, h = m.groups()
     else:
-        raise ValueError(f"resolution must be 'WxH' or [W, H], got {value!r}")
+        raise InputError(f"resolution must be 'WxH' or [W, H], got {value!r}")
     w, h = int(w), int(h)
     if w <= 0 or h <= 0:
-        raise ValueError(f"resolution must be positive, got {w}x{h}")
+        raise InputError(f"resolution must be positive, got {w}x{h}")
     return w, h
 
 
@@ -106,24 +106,24 @@ def _parse_number(name: str, value: Any, *, positive: bool) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
+        raise InputError(f"{name} must be a number, got {value!r}") from None
     if x != x or x in (float("inf"), float("-inf")):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise InputError(f"{name} must be finite, got {value!r}")
     if (positive and x <= 0) or x < 0:
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {x}")
+        raise InputError(f"{name} must be {'> 0' if positive else '>= 0'}, got {x}")
     return x
 
 
 def _parse_seed(value: Any) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"seed must be an integer, got {value!r}")
+        raise InputError(f"seed must be an integer, got {value!r}")
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
-    raise ValueError(f"seed must be an integer, got {value!r}")
+    raise InputError(f"seed must be an integer, got {value!r}")
 
 
 def _resolve(base: Path, value: str) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..config import GeoConConfig, load_config
-from ..errors import GeoConError
+from ..errors import InputError
 from .manifest import ManifestEntry, load_manifest
 from .schema import result_problems
 from .store import ResultStore
@@ -154,7 +154,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
     if not use_dist:
         rank, world, local_rank = 0, 1, 0
     elif local_world != world:
-        raise GeoConError(
+        raise InputError(
             f"geocon bench under torchrun spans {world // max(local_world, 1)} nodes: one SQLite "
             "file cannot be shared safely across machines; run one job per node, each with "
             "its own --db on a local disk")
@@ -223,7 +223,7 @@ def _run_one(entry: ManifestEntry, store: ResultStore, cfg: GeoConConfig, cfg_ha
         result = score_fn(entry, cfg, device)
         problems = result_problems(result)
         if problems:
-            raise GeoConError("scorer returned an invalid result: " + "; ".join(problems))
+            raise InputError("scorer returned an invalid result: " + "; ".join(problems))
         result = dict(result)
         if result.get("category") is None and entry.category is not None:
             result["category"] = entry.category

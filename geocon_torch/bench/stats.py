@@ -23,6 +23,7 @@ import numpy as np
 from ..categories import expected_regime
 from .manifest import scene_key
 from .store import flatten_row
+from ..errors import InputError
 
 Z95 = 1.959963984540054
 
@@ -39,7 +40,7 @@ def wilson_interval(k: Union[int, np.ndarray], n: Union[int, np.ndarray], z: flo
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     if np.any(k < 0) or np.any(k > n):
-        raise ValueError("wilson_interval needs 0 <= k <= n")
+        raise InputError("wilson_interval needs 0 <= k <= n")
     empty = n == 0
     m = np.where(empty, 1.0, n)
     p = np.where(empty, 0.5, k / m)
@@ -81,7 +82,7 @@ def bootstrap_ci(values: Sequence[float], *, statistic: str = "median", n_boot: 
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
     x = x[np.isfinite(x)]
     if statistic not in _STATS:
-        raise ValueError(f"statistic must be one of {sorted(_STATS)}, got {statistic!r}")
+        raise InputError(f"statistic must be one of {sorted(_STATS)}, got {statistic!r}")
     fn = _STATS[statistic]
     n = x.size
     if n == 0:
@@ -211,7 +212,7 @@ def calibration_curve(t: Sequence[float], is_f: Sequence[bool], n_bins: int = 12
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(is_f, dtype=bool)
     if t.shape != y.shape or t.ndim != 1:
-        raise ValueError(f"t and is_f must be 1-D of equal length, got {t.shape} and {y.shape}")
+        raise InputError(f"t and is_f must be 1-D of equal length, got {t.shape} and {y.shape}")
     keep = np.isfinite(t)
     t, y = t[keep], y[keep]
     n = t.size

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-from ..errors import GeoConError, OptionalDependencyError
+from ..errors import GeoConError, InputError, OptionalDependencyError
 from .manifest import scene_key
 from .schema import check_result
 
@@ -170,7 +170,7 @@ class ResultStore:
 
     def count(self, table: str = "results") -> int:
         if table not in ("results", "clips", "leaderboard"):
-            raise ValueError(f"unknown table {table!r}")
+            raise InputError(f"unknown table {table!r}")
         return int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
     def config_hashes(self) -> List[str]:
@@ -205,7 +205,7 @@ class ResultStore:
         error rows).
         """
         if not clip.get("clip_id"):
-            raise ValueError("clip row needs a clip_id")
+            raise InputError("clip row needs a clip_id")
         now = time.time()
         stmts: List[tuple] = []
         if result is not None:
@@ -330,7 +330,7 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
 
     path = Path(source)
     if not path.exists():
-        raise GeoConError(f"results not found: {path}")
+        raise InputError(f"results not found: {path}")
     with path.open("rb") as fh:
         is_sqlite = fh.read(16) == b"SQLite format 3\x00"
     if is_sqlite:

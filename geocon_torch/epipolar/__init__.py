@@ -52,8 +52,8 @@ error).
 torchmetrics: :mod:`geocon_torch.metrics.epipolar` (``EpipolarError``, ``EpipolarInlierRate``,
 ``FeatureMatchCoverage``).
 """
-from .protocol import decode_plan, protocol_stages, select_pairs
+from .protocol import decode_plan, protocol_stages
 from .section import clip_from_frames, epipolar_config, epipolar_section, epipolar_sections
 
 __all__ = ["epipolar_section", "epipolar_sections", "epipolar_config", "clip_from_frames",
-           "decode_plan", "select_pairs", "protocol_stages"]
+           "decode_plan", "protocol_stages"]

@@ -37,22 +37,11 @@ from ..config import EpipolarConfig
 from ..geometry import epipolar_line_distance
 from ..types import Clip
 from .opencv_path import clip_frame_rgb, opencv_state, ratio_matches
+from ..io.pairs import gvgc_pairs
 from .protocol import pair_seeds, source_frames
+from ..errors import InputError
 
 MIN_MATCHES = 8  # below this OpenCV's 8-point / RANSAC F estimation is not attempted
-
-
-def gvgc_pairs(config: EpipolarConfig) -> np.ndarray:
-    """(66, 3) int64 rows (d, i, i + d) in the original's order (d = 60 first)."""
-    end = int(config.gvgc_min_frames)
-    rows = []
-    for d in config.gvgc_intervals:
-        step = max(int((end - 1 - int(d)) / 10), 1)
-        for i in range(0, end, step):
-            if i + int(d) > end - 1:
-                break
-            rows.append((int(d), i, i + int(d)))
-    return np.asarray(rows, np.int64).reshape(-1, 3)
 
 
 def line_error_stats(F: np.ndarray, p1: np.ndarray, p2: np.ndarray) -> Dict[str, float]:
@@ -142,7 +131,7 @@ def _matcher(config: EpipolarConfig):
         return cv2.FlannBasedMatcher()
     if config.gvgc_matcher == "bf":
         return cv2.BFMatcher(cv2.NORM_L2)
-    raise ValueError(f"gvgc_matcher must be 'flann' or 'bf', got {config.gvgc_matcher!r}")
+    raise InputError(f"gvgc_matcher must be 'flann' or 'bf', got {config.gvgc_matcher!r}")
 
 
 def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
@@ -150,7 +139,7 @@ def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
     short = too_short(clip, config, "opencv")
     if short is not None:
         return short
-    rows = gvgc_pairs(config)
+    rows = gvgc_pairs(config.gvgc_min_frames, config.gvgc_intervals)
     info = {"path": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
             "analysis_size": [int(v) for v in config.gvgc_size]}
     with opencv_state(config.opencv_threads, config.seed):
@@ -237,7 +226,7 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
     todo = [k for k, s in enumerate(out) if s is None]
     if not todo:
         return out  # type: ignore[return-value]
-    rows = gvgc_pairs(config)
+    rows = gvgc_pairs(config.gvgc_min_frames, config.gvgc_intervals)
     n = int(config.gvgc_min_frames)
     gray = torch.cat([gvgc_frames_torch(clips[k], config, device) for k in todo])
     kps = get_extractor(features, max_keypoints=int(config.gvgc_sift_features),

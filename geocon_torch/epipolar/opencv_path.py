@@ -23,6 +23,7 @@ from ..types import Clip
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, run_protocol, tracking_guard,
                        zncc)
+from ..errors import InputError
 
 _INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR}
 
@@ -32,7 +33,7 @@ def interpolation_flag(name: str) -> int:
     try:
         return _INTERPOLATION[name]
     except KeyError:
-        raise ValueError(f"resize_interpolation must be one of {sorted(_INTERPOLATION)}, "
+        raise InputError(f"resize_interpolation must be one of {sorted(_INTERPOLATION)}, "
                          f"got {name!r}") from None
 
 

@@ -23,8 +23,8 @@ import torch
 
 from .._tensor_utils import masked_median
 from ..config import EpipolarConfig
-from ..errors import ShapeError
-from ..io.sampling import spread_evenly
+from ..errors import InputError, ShapeError
+from ..io.pairs import worldatlas_pairs
 
 PRIMARY = "sift"
 RELAXED = "relaxed_matching"
@@ -89,32 +89,19 @@ def analysis_size(height: int, width: int, max_width: int) -> Tuple[int, int]:
     return max(int(round(height * scale)), 1), int(max_width)
 
 
-def select_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) -> np.ndarray:
-    """Frame pairs (i, i + s) for i = 0, s, 2s, ... (s = pair_stride; non-overlapping steps, as
-    the public reference) and, when there are more than ``max_pairs`` (> 0), ``max_pairs`` of
-    them spread evenly (``io.sampling.spread_evenly``: round(linspace(0, P - 1))).
-
-    Returns an (P, 2) int64 array of frame positions (P = 0 for clips shorter than s + 1).
-    """
-    s = max(int(pair_stride), 1)
-    starts = np.arange(0, max(int(num_frames) - s, 0), s, dtype=np.int64)
-    pairs = np.stack([starts, starts + s], axis=1) if len(starts) else np.zeros((0, 2), np.int64)
-    return pairs[spread_evenly(len(pairs), int(max_pairs) if max_pairs > 0 else None)]
-
-
 def decode_plan(num_frames: int, config: EpipolarConfig) -> Tuple[np.ndarray, np.ndarray]:
     """What to decode of a long clip: (indices (F,) sorted frame numbers the protocol reads,
     pairs (P, 2) positions into those F frames). ``read_clip(path, indices=indices)`` and
     ``epipolar_section(clip, pairs=pairs)`` then measure exactly the pairs of the full clip."""
-    full = select_pairs(num_frames, config.pair_stride, config.max_pairs)
+    full = worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs)
     indices, inverse = np.unique(full, return_inverse=True)
     return indices, inverse.reshape(-1, 2).astype(np.int64)
 
 
 def clip_pairs(num_frames: int, config: EpipolarConfig, pairs: Any = None) -> np.ndarray:
-    """The (P, 2) pairs of a clip: ``select_pairs`` or the explicit ``pairs`` (positions)."""
+    """The (P, 2) pairs of a clip: ``io.pairs.worldatlas_pairs`` or the explicit ``pairs`` (positions)."""
     if pairs is None:
-        return select_pairs(num_frames, config.pair_stride, config.max_pairs)
+        return worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs)
     arr = np.asarray(pairs.cpu() if hasattr(pairs, "cpu") else pairs, dtype=np.int64)
     arr = arr.reshape(-1, 2)
     if len(arr) and (arr.min() < 0 or arr.max() >= num_frames):
@@ -145,7 +132,7 @@ def ncc_offsets(window: int) -> np.ndarray:
     """(K = window^2, 2) float32 (dx, dy) pixel offsets of a square patch centred on a point,
     row-major (dy outer). ``window`` must be odd and >= 3."""
     if int(window) < 3 or int(window) % 2 == 0:
-        raise ValueError(f"tracking_ncc_window must be odd and >= 3, got {window}")
+        raise InputError(f"tracking_ncc_window must be odd and >= 3, got {window}")
     r = np.arange(int(window), dtype=np.float32) - (int(window) - 1) / 2.0
     oy, ox = np.meshgrid(r, r, indexing="ij")
     return np.stack([ox.reshape(-1), oy.reshape(-1)], -1)
@@ -311,7 +298,7 @@ def evaluate(meas: PairMeasurements, stage: Stage, config: EpipolarConfig,
     meaningful = np.ones(meas.num_pairs, bool)
     if stage.method != PRIMARY:
         if image_size is None:
-            raise ValueError(f"the {stage.method} stage needs the analysis image size")
+            raise InputError(f"the {stage.method} stage needs the analysis image size")
         nfa = np.where(ok_fit, log10_nfa(meas.matches, meas.inliers, image_size,
                                          float(config.ransac_threshold_px)), np.inf)
         meaningful = nfa <= np.log10(float(config.fallback_max_nfa))
@@ -427,7 +414,7 @@ def run_protocol(measure: MeasureFn, clip_pairs: Sequence[np.ndarray], config: E
         measure: ``measure(stage, clip_ids)`` -> one PairMeasurements per listed clip; a batched
             path measures all listed clips in one go. Only clips without a valid pair so far are
             passed to the next stage.
-        clip_pairs: per clip the (P, 2) pairs (``select_pairs``); clips with P = 0 are not
+        clip_pairs: per clip the (P, 2) pairs (``io.pairs.worldatlas_pairs``); clips with P = 0 are not
             measured and come back not_applicable.
         infos: per clip extra keys of the section (path, ``analysis_size`` (H, W) -- needed by
             the fallback stages' NFA check --, features, reason for an empty pair list, ...).

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 
 from ..config import EpipolarConfig, GeoConConfig
-from ..errors import GeoConError, ShapeError
+from ..errors import InputError, ShapeError
 from ..types import Clip
 
 PRESETS = ("worldatlas", "gvgc")
@@ -24,7 +24,7 @@ def epipolar_config(config: ConfigLike) -> EpipolarConfig:
         return config.epipolar
     if isinstance(config, EpipolarConfig):
         return config
-    raise GeoConError(f"config must be an EpipolarConfig or GeoConConfig, got "
+    raise InputError(f"config must be an EpipolarConfig or GeoConConfig, got "
                       f"{type(config).__name__}")
 
 
@@ -34,7 +34,7 @@ def resolve_path(path: Optional[str], config: EpipolarConfig,
     on a CUDA device and the OpenCV reference on the CPU."""
     choice = path if path not in (None, "auto") else config.path
     if choice not in PATHS:
-        raise GeoConError(f"epipolar path must be one of {PATHS}, got {choice!r}")
+        raise InputError(f"epipolar path must be one of {PATHS}, got {choice!r}")
     if choice == "auto":
         return "torch" if device is not None and device.type == "cuda" else "opencv"
     return choice
@@ -67,10 +67,10 @@ def epipolar_sections(clips: Sequence[Clip], config: ConfigLike = None, *,
     """
     cfg = epipolar_config(config)
     if preset not in PRESETS:
-        raise GeoConError(f"epipolar preset must be one of {PRESETS}, got {preset!r}")
+        raise InputError(f"epipolar preset must be one of {PRESETS}, got {preset!r}")
     for clip in clips:
         if not isinstance(clip, Clip):
-            raise GeoConError(f"epipolar_section takes geocon_torch.types.Clip objects, got "
+            raise InputError(f"epipolar_section takes geocon_torch.types.Clip objects, got "
                               f"{type(clip).__name__} (use geocon_torch.io.read_clip)")
     dev = torch.device(device) if device is not None else (
         clips[0].frames.device if clips else torch.device("cpu"))

@@ -32,6 +32,7 @@ from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
                        source_frames, tracking_guard, zncc)
+from ..errors import InputError
 
 # cv2.COLOR_RGB2GRAY of OpenCV 5 on 8-bit images, bit-exact over all 2^24 colours:
 # (19596 R + 38470 G + 7470 B + 2^15) >> 16 (OpenCV 4 uses 14-bit weights; <0.3% differ by 1)
@@ -73,7 +74,7 @@ def resize_gray(gray: torch.Tensor, size: Tuple[int, int], interpolation: str) -
     elif interpolation == "linear":
         out = F.interpolate(gray, size=(h, w), mode="bilinear", align_corners=False)
     else:
-        raise ValueError(f"resize_interpolation must be 'area' or 'linear', got {interpolation!r}")
+        raise InputError(f"resize_interpolation must be 'area' or 'linear', got {interpolation!r}")
     return out.round().clamp(0, 255).to(torch.float32)
 
 

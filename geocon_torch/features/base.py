@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Union, ru
 import torch
 
 from .._tensor_utils import mask_at_pixels
-from ..errors import GeoConError, ShapeError
+from ..errors import GeoConError, InputError, ShapeError
 from ..types import Keypoints
 
 DeviceLike = Union[str, torch.device, None]
@@ -99,11 +99,11 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
     dev = resolve_device(device)
     name = resolve_backend(name, dev)
     if name not in _REGISTRY:
-        raise GeoConError(f"unknown feature backend {name!r}; available: {available_extractors()}"
+        raise InputError(f"unknown feature backend {name!r}; available: {available_extractors()}"
                           " (lk-tracks, loftr and lightglue produce correspondences directly: use"
                           " lk_tracks / get_matcher / extract_correspondences)")
     if max_keypoints < 1:
-        raise GeoConError(f"max_keypoints must be >= 1, got {max_keypoints}")
+        raise InputError(f"max_keypoints must be >= 1, got {max_keypoints}")
     kwargs = dict(options)
     if checkpoint is not None:
         kwargs["checkpoint"] = checkpoint

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoints import read_state_dict
-from ..errors import CheckpointError, GeoConError
+from ..errors import CheckpointError, InputError
 from ..types import Correspondences, Keypoints
 from .base import DeviceLike, check_gray, compact_keypoints, inside_mask, pad_keypoints, \
     register_extractor, resolve_device
@@ -198,7 +198,7 @@ class LightGlueMatcher:
         import kornia.feature as KF
 
         if features not in ("sift", "disk"):
-            raise GeoConError(f"lightglue features must be 'sift' or 'disk', got {features!r}")
+            raise InputError(f"lightglue features must be 'sift' or 'disk', got {features!r}")
         data = load_checkpoint(checkpoint, "lightglue")
         conf = {k: v for k, v in KF.LightGlue.features[features].items() if k != "weights"}
         if isinstance(data.get("conf"), dict):
@@ -276,5 +276,5 @@ def get_matcher(name: str, *, checkpoint: Optional[str] = None, device: DeviceLi
     """Build a learned pair matcher ("loftr" or "lightglue"); ``.match(gray, pairs, mask)``
     returns Correspondences. Raises CheckpointError without a usable local checkpoint."""
     if name not in _MATCHERS:
-        raise GeoConError(f"unknown matcher {name!r}; available: {sorted(_MATCHERS)}")
+        raise InputError(f"unknown matcher {name!r}; available: {sorted(_MATCHERS)}")
     return _MATCHERS[name](checkpoint=checkpoint, device=device, **options)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import GeoConError
+from ..errors import InputError
 from ..types import Correspondences
 from .._tensor_utils import sample_patches
 from .base import check_gray
@@ -270,11 +270,11 @@ def _pyramids(gray: torch.Tensor, levels: int) -> Tuple[list, list]:
 
 def _check_lk_args(window: int, levels: int, max_corners: int) -> None:
     if window < 3 or window % 2 == 0:
-        raise GeoConError(f"LK window must be an odd size >= 3, got {window}")
+        raise InputError(f"LK window must be an odd size >= 3, got {window}")
     if levels < 0:
-        raise GeoConError(f"LK levels (OpenCV maxLevel) must be >= 0, got {levels}")
+        raise InputError(f"LK levels (OpenCV maxLevel) must be >= 0, got {levels}")
     if max_corners < 1:
-        raise GeoConError(f"max_corners must be >= 1, got {max_corners}")
+        raise InputError(f"max_corners must be >= 1, got {max_corners}")
 
 
 def _lk_torch(gray, pairs, corners, corners_ok, *, window, levels, fb_threshold,
@@ -389,6 +389,6 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
         x1, x2, ok, fb = _lk_torch(gray, pairs, corners, corners_ok, window=window,
                                    levels=levels, fb_threshold=fb_threshold, chunk=chunk)
     else:
-        raise GeoConError(f"lk backend must be 'torch' or 'opencv', got {backend!r}")
+        raise InputError(f"lk backend must be 'torch' or 'opencv', got {backend!r}")
     scores = torch.where(ok, 1.0 / (1.0 + fb), torch.zeros_like(fb))
     return pack_matches(x1, x2, ok, scores, pairs, counts[pairs[:, 0]], counts[pairs[:, 1]])

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .._morphology import erode_mask
 from ..config import FeatureConfig
-from ..errors import GeoConError
+from ..errors import GeoConError, InputError
 from ..types import Clip, Correspondences, Keypoints
 from .base import DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_device
 from .lk import lk_tracks
@@ -82,11 +82,11 @@ def resolve_scale_mode(mode: str, backend: str, scales: Sequence[float]) -> str:
     ``"scale_space"`` where it does not apply (not opencv-sift, or a scale not a power of two).
     """
     if mode not in ("auto", "pyramid", "scale_space"):
-        raise GeoConError(f"features.scale_mode must be auto, pyramid or scale_space, got "
+        raise InputError(f"features.scale_mode must be auto, pyramid or scale_space, got "
                           f"{mode!r}")
     fits = backend == "opencv-sift" and all(octave_band(s) is not None for s in scales)
     if mode == "scale_space" and not fits:
-        raise GeoConError(f"features.scale_mode='scale_space' needs the opencv-sift backend and "
+        raise InputError(f"features.scale_mode='scale_space' needs the opencv-sift backend and "
                           f"power-of-two scales, got {backend!r} and {tuple(scales)}")
     return "scale_space" if fits and mode != "pyramid" else "pyramid"
 
@@ -125,7 +125,7 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     cfg = config or FeatureConfig()
     scales = tuple(cfg.scales if scales is None else scales)
     if not scales or any(not (0 < float(s) <= 1.0) for s in scales):
-        raise GeoConError(f"scales must be in (0, 1], got {scales}")
+        raise InputError(f"scales must be in (0, 1], got {scales}")
     pairs = check_pairs(pairs, clip.num_frames)
     dev = resolve_device(device)
     used, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)

@@ -41,7 +41,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..errors import GeoConError
+from ..errors import InputError
 from ..types import Keypoints
 from .base import DeviceLike, check_gray, inside_mask, pad_keypoints, register_extractor
 
@@ -119,7 +119,7 @@ class OpenCVSIFT:
         self.offset = OPENCV_SIFT_OFFSET if centre_correction else 0.0
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
-            raise GeoConError(f"workers must be >= 1, got {workers}")
+            raise InputError(f"workers must be >= 1, got {workers}")
         self._options = dict(sift_options)
         self._sift = cv2.SIFT_create(nfeatures=self.max_keypoints, **self._options)
         self._local = threading.local()

@@ -10,7 +10,7 @@ from typing import Optional, Union
 
 import torch
 
-from ..errors import GeoConError, ShapeError
+from ..errors import GeoConError, InputError, ShapeError
 
 FLOW_BACKENDS = ("auto", "torch-lk", "raft_small", "raft_large")
 
@@ -95,7 +95,7 @@ def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
         GeoConError: unknown name. CheckpointError: RAFT without a usable checkpoint.
     """
     if name not in FLOW_BACKENDS:
-        raise GeoConError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
+        raise InputError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
     from .raft import RaftFlow, cached_checkpoint
 
     if name == "auto":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ShapeError
+from ..errors import InputError, ShapeError
 from .lk_dense import warp
 
 
@@ -44,7 +44,7 @@ def forward_backward_reliability(flow_fw: torch.Tensor, flow_bw: torch.Tensor,
         (P, H, W) float weights in [0, 1] (dtype of ``flow_fw``).
     """
     if not threshold_px > 0:
-        raise ValueError(f"threshold_px must be > 0, got {threshold_px}")
+        raise InputError(f"threshold_px must be > 0, got {threshold_px}")
     err, inside = forward_backward_error(flow_fw, flow_bw)
     w = (2.0 - err / float(threshold_px)).clamp(0.0, 1.0)
     return torch.where(inside, w, torch.zeros_like(w))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from .._tensor_utils import sample_at_pixels
 
 from .base import FlowEstimator, to_gray
+from ..errors import InputError
 
 
 def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -90,7 +91,7 @@ def median_filter(x: torch.Tensor, size: int = 3) -> torch.Tensor:
     if size <= 1:
         return x
     if size % 2 == 0:
-        raise ValueError(f"median size must be odd, got {size}")
+        raise InputError(f"median size must be odd, got {size}")
     r = size // 2
     h, w = x.shape[-2:]
     xp = F.pad(x, (r, r, r, r), mode="replicate")

@@ -31,9 +31,10 @@ import torch
 
 from .._tensor_utils import masked_median
 from ..config import GateConfig
-from ..metrics.functional.background import fundamental_residuals, homography_residuals
+from ..geometry import fundamental_residuals, homography_residuals
 from ..types import Fit
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
+from ..errors import InputError
 
 STATISTICS = ("parallax_excess", "parallax_fraction", "residual_parallax", "gric_delta")
 
@@ -95,7 +96,7 @@ def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateD
     scale's pairs (in temporal order). The U band is resolved by GRIC in ``evidence``."""
     name = cfg.statistic
     if name not in STATISTICS:
-        raise ValueError(f"gate.statistic must be one of {STATISTICS}, got {name!r}")
+        raise InputError(f"gate.statistic must be one of {STATISTICS}, got {name!r}")
     s, valid = stats[name], stats["valid"]
     thresholds = {"low": cfg.parallax_low, "high": cfg.parallax_high}
     evidence: Dict[str, object] = {

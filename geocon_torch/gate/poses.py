@@ -29,7 +29,7 @@ import torch
 
 from .._json import read_json_file
 from ..config import GateConfig
-from ..errors import GeoConError, ShapeError
+from ..errors import GeoConError, InputError, ShapeError
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
 
 PoseSource = Union[str, Path, dict, list, np.ndarray, torch.Tensor, "PoseLog"]
@@ -60,14 +60,14 @@ class PoseLog:
         if self.absolute is not None:
             a = self.absolute
             if int(pairs.max()) >= a.shape[0]:
-                raise GeoConError(f"pose log {self.source} has {a.shape[0]} poses, pairs need "
+                raise InputError(f"pose log {self.source} has {a.shape[0]} poses, pairs need "
                                   f"frame {int(pairs.max())}")
             rel = a[pairs[:, 1]] @ torch.linalg.inv(a[pairs[:, 0]])
             present = torch.isfinite(rel).flatten(1).all(1)
             return torch.nan_to_num(rel), present
         if self.pairs is None:
             if self.relative.shape[0] != pairs.shape[0]:
-                raise GeoConError(
+                raise InputError(
                     f"pose log {self.source} lists {self.relative.shape[0]} poses without pair "
                     f"indices but the clip has {pairs.shape[0]} pairs; add a 'pairs' field")
             return self.relative, self.present
@@ -139,7 +139,7 @@ def _from_mapping(data: Any, source: str) -> PoseLog:
             raise ShapeError(f"{source}: 'pairs' must be ({rel.shape[0]}, 2), "
                              f"got {tuple(pairs.shape)}")
         return PoseLog(torch.nan_to_num(rel), present, pairs, None, source)
-    raise GeoConError(f"pose log {source} has none of the keys relative_pose, pose, poses, "
+    raise InputError(f"pose log {source} has none of the keys relative_pose, pose, poses, "
                       f"absolute_poses (found {sorted(data)})")
 
 
@@ -157,7 +157,7 @@ def load_pose_log(source: PoseSource) -> PoseLog:
         return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1))
     path = Path(source)
     if not path.is_file():
-        raise GeoConError(f"pose log not found: {path}")
+        raise InputError(f"pose log not found: {path}")
     if path.suffix.lower() == ".npz":
         with np.load(path) as z:
             return _from_mapping({k: z[k] for k in z.files}, str(path))
@@ -190,7 +190,7 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
             F; "present_only": excluded, decision None), ``per_pair``.
     """
     if cfg.missing_pose not in ("fail_to_F", "present_only"):
-        raise GeoConError(f"gate.missing_pose must be fail_to_F or present_only, "
+        raise InputError(f"gate.missing_pose must be fail_to_F or present_only, "
                           f"got {cfg.missing_pose!r}")
     log = load_pose_log(poses)
     fail_to_f = cfg.missing_pose == "fail_to_F"

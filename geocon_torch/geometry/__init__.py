@@ -48,6 +48,7 @@ Affine
     ``motion ~ A p + b`` (eqs. 14-15).
 """
 from .affine import weighted_affine_lstsq
+from .fit_residuals import fundamental_residuals, homography_residuals
 from .fundamental import fundamental_7pt, fundamental_8pt
 from .homography import homography_dlt
 from .normalization import hartley_normalize
@@ -58,6 +59,7 @@ from .residuals import (epipolar_line_distance, epipolar_max_distance, sampson_d
 
 __all__ = [
     "epipolar_line_distance", "epipolar_max_distance", "fundamental_7pt", "fundamental_8pt",
+    "fundamental_residuals", "homography_residuals",
     "hartley_normalize", "homography_dlt", "ransac_fundamental", "ransac_homography",
     "sampson_distance", "sampson_distance_normalized", "symmetric_transfer_error",
     "transfer_error", "transfer_points", "weighted_affine_lstsq",

@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as tnf
 
 from .._checks import check_mask, check_points, check_same_shape
-from ..errors import ShapeError
+from ..errors import InputError, ShapeError
 from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
 from .homography import (_homogeneous_t, _homography_4pt, _homography_dlt_normalized,
@@ -367,13 +367,13 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != tuple(mask.shape):
             raise ShapeError(f"scores must have shape {tuple(mask.shape)}")
     if scoring not in ("msac", "ransac"):
-        raise ValueError(f"scoring must be 'msac' or 'ransac', got {scoring!r}")
+        raise InputError(f"scoring must be 'msac' or 'ransac', got {scoring!r}")
     if not (threshold > 0):
-        raise ValueError(f"threshold must be > 0, got {threshold}")
+        raise InputError(f"threshold must be > 0, got {threshold}")
     if not (0 < confidence < 1):
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+        raise InputError(f"confidence must be in (0, 1), got {confidence}")
     if batch_size < 1 or max_iterations < 1:
-        raise ValueError("batch_size and max_iterations must be >= 1")
+        raise InputError("batch_size and max_iterations must be >= 1")
     P, N = mask.shape
     dev, dt = x1.device, x1.dtype
     m = problem.sample_size
@@ -586,7 +586,7 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         num_inliers (P,), iterations (P,) samples drawn, score (P,) final cost.
     """
     if residual not in H_RESIDUALS:
-        raise ValueError(f"residual must be one of {H_RESIDUALS}, got {residual!r}")
+        raise InputError(f"residual must be one of {H_RESIDUALS}, got {residual!r}")
     rfn = _h_residual_sq(residual)
     prob = _Problem("H", 4, rfn, lambda M, ctx: (rfn(M, ctx), None))
     return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
@@ -618,7 +618,7 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
         residuals in the units of ``residual``; other fields as :func:`ransac_homography`.
     """
     if residual not in F_RESIDUALS:
-        raise ValueError(f"residual must be one of {F_RESIDUALS}, got {residual!r}")
+        raise InputError(f"residual must be one of {F_RESIDUALS}, got {residual!r}")
     prob = _Problem("F", 7, _f_residual_sq(residual),
                     _f_residual_sq(residual, with_weights=True))
     return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,

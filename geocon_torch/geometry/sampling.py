@@ -10,6 +10,7 @@ width N of the batch (the estimators' padding invariance rests on this).
 from __future__ import annotations
 
 import torch
+from ..errors import InputError
 
 _M32 = 0xFFFFFFFF
 
@@ -36,7 +37,7 @@ def pair_keys(seed, num_pairs: int, device: torch.device) -> torch.Tensor:
     integer tensor of per-pair seeds (so a pair's draws do not depend on its batch position)."""
     if isinstance(seed, torch.Tensor):
         if seed.shape != (num_pairs,) or seed.is_floating_point():
-            raise ValueError(f"per-pair seeds must be an integer tensor of shape ({num_pairs},), "
+            raise InputError(f"per-pair seeds must be an integer tensor of shape ({num_pairs},), "
                              f"got {seed.dtype} {tuple(seed.shape)}")
         return hash32(seed.to(device=device, dtype=torch.int64) & _M32)
     p = torch.arange(num_pairs, device=device, dtype=torch.int64)

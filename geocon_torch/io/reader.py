@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import VideoReadError
+from ..errors import ArgumentTypeError, VideoReadError
 from ..types import Clip
 from .decode import check_file, decode_selected
 from .images import IMAGE_SUFFIXES, list_images, read_image
@@ -105,7 +105,7 @@ def read_clips(source: Union[Source, Sequence[Source]], **kwargs: Any) -> List[C
                     thr=kwargs.pop("letterbox_threshold", 16.0 / 255.0),
                     frac=kwargs.pop("letterbox_min_fraction", 0.02))
         if kwargs:
-            raise TypeError(f"read_clips got unexpected arguments {sorted(kwargs)}")
+            raise ArgumentTypeError(f"read_clips got unexpected arguments {sorted(kwargs)}")
         names = [f"{name or 'tensor'}[{b}]" for b in range(source.shape[0])]
         return _tensor_clips(source, sel, device, names, fps, opts)
     if isinstance(source, (str, os.PathLike)):

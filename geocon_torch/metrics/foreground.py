@@ -1,4 +1,4 @@
-"""torchmetrics class for AdaDFRC-W2 (the math lives in ``metrics.functional.foreground``)."""
+"""torchmetrics class for AdaDFRC-W2 (the math lives in ``measures.foreground``)."""
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -7,14 +7,15 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from .functional.foreground import SCORES, adadfrc
+from ..measures.foreground import SCORES, adadfrc
+from ..errors import InputError
 
 
 class AdaDFRC(Metric):
     """AdaDFRC-W2 pooled over every valid (pair, object) sample seen by :meth:`update`.
 
     ``update(flow (P, 2, H, W), masks (P, K, H, W) bool, reliability (P, H, W) | None)`` scores
-    each pair's objects with :func:`~geocon_torch.metrics.functional.foreground.adadfrc`.
+    each pair's objects with :func:`~geocon_torch.measures.foreground.adadfrc`.
     ``compute()`` returns a dict of scalar tensors: ``adadfrc_mean`` (mean D over all valid
     samples, px^2), ``adap90`` (the ``percentile`` quantile of those samples) and ``samples``
     (their count). With no valid sample the two scores are NaN (undefined, never 0).
@@ -31,9 +32,9 @@ class AdaDFRC(Metric):
                  percentile: float = 0.9, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+            raise InputError(f"score must be one of {SCORES}, got {score!r}")
         if not 0.0 <= percentile <= 1.0:
-            raise ValueError(f"percentile must be in [0, 1], got {percentile}")
+            raise InputError(f"percentile must be in [0, 1], got {percentile}")
         self.grid = int(grid)
         self.score = score
         self.min_pixels = int(min_pixels)

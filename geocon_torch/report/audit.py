@@ -20,6 +20,7 @@ import numpy as np
 
 from ..config import GeoConConfig
 from . import plots
+from ..errors import InputError
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -108,16 +109,16 @@ def derive_matches(result: Dict[str, Any], *, video: Optional[str] = None,
     cfg = _config_of(result)
     path = video or result.get("path")
     if not path:
-        raise FileNotFoundError("the result has no video path to draw from")
+        raise InputError("the result has no video path to draw from")
     clip = _read(path, cfg, torch.device(device) if device else None)
     i, j = _pick_pair(timeline_series(result.get("background")), clip.num_frames)
     if clip.num_frames < 2 or j >= clip.num_frames:
-        raise ValueError(f"clip has {clip.num_frames} frame(s): no pair to draw")
+        raise InputError(f"clip has {clip.num_frames} frame(s): no pair to draw")
     pairs = torch.tensor([[i, j]], dtype=torch.long)
     finest = max(cfg.features.scales)
     corrs = extract_correspondences(clip, pairs, cfg.features, scales=[finest], device=device)
     if not corrs:
-        raise ValueError("frames too small for feature extraction")
+        raise InputError("frames too small for feature extraction")
     c = next(iter(corrs.values()))
     mask = c.mask
     objects = None

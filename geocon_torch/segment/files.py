@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import GeoConError, ShapeError
+from ..errors import GeoConError, InputError, ShapeError
 from ..io.images import IMAGE_SUFFIXES, image_files, natural_key
 
 MaskSource = Union[str, Path, np.ndarray, torch.Tensor]
@@ -35,10 +35,10 @@ def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
     for f in files:
         img = cv2.imread(str(f), cv2.IMREAD_UNCHANGED)
         if img is None:
-            raise GeoConError(f"mask image could not be read: {f}")
+            raise InputError(f"mask image could not be read: {f}")
         frames.append(img if img.ndim == 2 else img.max(-1))
     if len({fr.shape for fr in frames}) > 1:
-        raise GeoConError(f"mask images in {files[0].parent} differ in size")
+        raise InputError(f"mask images in {files[0].parent} differ in size")
     return np.stack(frames)
 
 
@@ -56,14 +56,14 @@ def _read_folder(folder: Path) -> np.ndarray:
         for d in subdirs:
             files = _images(d)
             if not files:
-                raise GeoConError(f"mask folder {d} holds no images")
+                raise InputError(f"mask folder {d} holds no images")
             stacks.append(_read_png_stack(files) > 0)
         if len({s.shape for s in stacks}) > 1:
-            raise GeoConError(f"object mask folders in {folder} differ in frame count or size")
+            raise InputError(f"object mask folders in {folder} differ in frame count or size")
         return np.stack(stacks, 1)  # (T, K, H, W)
     files = _images(folder)
     if not files:
-        raise GeoConError(f"mask folder {folder} holds no images or object sub-folders")
+        raise InputError(f"mask folder {folder} holds no images or object sub-folders")
     return _read_png_stack(files)  # (T, H, W) label maps
 
 
@@ -98,14 +98,14 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
             with np.load(path) as z:
                 key = "masks" if "masks" in z.files else (z.files[0] if len(z.files) == 1 else None)
                 if key is None:
-                    raise GeoConError(f"{path}: no 'masks' array (found {z.files})")
+                    raise InputError(f"{path}: no 'masks' array (found {z.files})")
                 arr = torch.from_numpy(np.ascontiguousarray(z[key]))
         else:
-            raise GeoConError(f"mask source not found or not a folder / .npz: {path}")
+            raise InputError(f"mask source not found or not a folder / .npz: {path}")
     elif isinstance(source, (np.ndarray, torch.Tensor)):
         arr = torch.as_tensor(source)
     else:
-        raise GeoConError(f"masks must be a path, an array or a tensor, got {type(source).__name__}")
+        raise InputError(f"masks must be a path, an array or a tensor, got {type(source).__name__}")
     if arr.ndim == 3:
         masks = _labels_to_objects(arr)
     elif arr.ndim == 4:

@@ -27,7 +27,7 @@ import torch
 from .._json import read_json_file
 from ..config import SegmentConfig
 from ..checkpoints import cached_model, require_checkpoint
-from ..errors import CheckpointError, GeoConError, OptionalDependencyError
+from ..errors import CheckpointError, InputError, OptionalDependencyError
 from ..types import Clip
 
 Prompts = Sequence[Dict[str, Any]]
@@ -51,7 +51,7 @@ def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
     build = _import_sam2()
     ckpt = require_checkpoint(checkpoint, "SAM-2 masks", "set config.segment.sam2_checkpoint")
     if not config:
-        raise GeoConError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
+        raise InputError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
                           "'configs/sam2.1/sam2.1_hiera_t.yaml'")
     overrides = [f"++model.image_size={int(image_size)}"] if image_size else []
     dev = str(device or "cpu")
@@ -81,14 +81,14 @@ def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
 def load_prompts(source: Union[None, str, Path, Prompts]) -> List[Dict[str, Any]]:
     """Prompt list from a JSON file or a list of dicts (validated)."""
     if source is None:
-        raise GeoConError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
+        raise InputError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
                           "file of boxes / points (see geocon_torch.segment.sam2)")
     if isinstance(source, (str, Path)):
         source = read_json_file(source, "SAM-2 prompt file")
     prompts = list(source)
     for p in prompts:
         if "box" not in p and "points" not in p:
-            raise GeoConError(f"a SAM-2 prompt needs 'box' or 'points': {p}")
+            raise InputError(f"a SAM-2 prompt needs 'box' or 'points': {p}")
     return prompts
 
 

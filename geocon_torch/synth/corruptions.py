@@ -29,7 +29,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ..errors import ShapeError
+from ..errors import InputError, ShapeError
 from .._tensor_utils import sample_at_pixels
 
 CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing", "nonrigid_object", "flicker")
@@ -38,11 +38,11 @@ CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing", "nonrigid_object
 def check_corruption(kind: Optional[str], severity: float) -> Optional[str]:
     """Validate a corruption name ("none"/None -> None) and a severity in [0, 1]."""
     if not isinstance(severity, (int, float)) or not 0.0 <= float(severity) <= 1.0:
-        raise ValueError(f"severity must be a number in [0, 1], got {severity!r}")
+        raise InputError(f"severity must be a number in [0, 1], got {severity!r}")
     if kind is None or str(kind).lower() in ("none", "clean", ""):
         return None
     if kind not in CORRUPTIONS:
-        raise ValueError(f"unknown corruption {kind!r}; use one of {CORRUPTIONS}")
+        raise InputError(f"unknown corruption {kind!r}; use one of {CORRUPTIONS}")
     return kind
 
 
@@ -153,7 +153,7 @@ def apply_corruption(frames: torch.Tensor, kind: str, severity: float, *, seed: 
     """
     kind = check_corruption(kind, severity)
     if kind is None:
-        raise ValueError("apply_corruption needs a corruption kind, got None")
+        raise InputError("apply_corruption needs a corruption kind, got None")
     if not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[1] != 3:
         got = tuple(frames.shape) if isinstance(frames, torch.Tensor) else type(frames).__name__
         raise ShapeError(f"frames must be (T, 3, H, W), got {got}")
@@ -166,7 +166,7 @@ def apply_corruption(frames: torch.Tensor, kind: str, severity: float, *, seed: 
         masks = masks.to(device=frames.device, dtype=torch.bool)
     if kind == "nonrigid_object" and (masks is None or masks.shape[1] == 0
                                       or not bool(masks.any())):
-        raise ValueError("nonrigid_object needs non-empty object masks (T, K, H, W)")
+        raise InputError("nonrigid_object needs non-empty object masks (T, K, H, W)")
     if float(severity) == 0.0:
         out = frames.clone()
         return (out, None if masks is None else masks.clone()) if return_masks else out

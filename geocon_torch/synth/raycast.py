@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .textures import TextureAtlas
+from ..errors import InputError
 
 MISS_COLOR = 0.5
 
@@ -268,7 +269,7 @@ def render(K: torch.Tensor, poses: torch.Tensor, size: Tuple[int, int], rects: R
     """
     s = int(supersample)
     if s < 1:
-        raise ValueError(f"supersample must be >= 1, got {supersample}")
+        raise InputError(f"supersample must be >= 1, got {supersample}")
     atlas = atlas.to(device or torch.device("cpu"), dtype)
     rays = pixel_rays(K, size, 1, dtype, device)
     centre = intersect(rays, poses, rects)

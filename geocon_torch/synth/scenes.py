@@ -31,6 +31,7 @@ from ..categories import CATEGORY_NAMES, EXPECTED_REGIME, canonical_category
 from . import camera as cam
 from .raycast import Rects, render, screen_bounds
 from .textures import make_texture, pack_atlas
+from ..errors import InputError
 
 MOTIONS = {"C1": ("static",), "C2": ("pan", "tilt", "roll"), "C3": ("truck", "dolly"),
            "C4": ("static",), "C5": ("arc", "orbit"), "C6": ("truck",)}
@@ -282,7 +283,7 @@ def _scene_moving(b, gen, t, o):
     b.room()
     n_obj = int(o.get("num_objects", 1))
     if not 1 <= n_obj <= 3:
-        raise ValueError(f"num_objects must be 1, 2 or 3, got {n_obj}")
+        raise InputError(f"num_objects must be 1, 2 or 3, got {n_obj}")
     _props(b, gen, z_range=(8.0, 12.0), x_range=(-5.0, 5.0), boxes=3, panels=2)
     frames = torch.arange(t, dtype=torch.float64)
     speed = float(o.get("speed", 0.05))
@@ -320,7 +321,7 @@ def _scene_complex(b, gen, t, o):
 def _scene_stress(b, gen, t, o):
     stress = o.get("stress", "all")
     if stress not in STRESS_KINDS:
-        raise ValueError(f"stress must be one of {STRESS_KINDS}, got {stress!r}")
+        raise InputError(f"stress must be one of {STRESS_KINDS}, got {stress!r}")
     low = stress in ("low_texture", "all")
     b.room({"back": "flat", "ceiling": "flat"} if low else None)
     speed = _capped(float(o.get("speed", 0.06)), t, 4.0)
@@ -375,17 +376,17 @@ def build_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] = 
     cat = canonical_category(category)
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ValueError(f"unknown render_scene options {sorted(unknown)}; known: "
+        raise InputError(f"unknown render_scene options {sorted(unknown)}; known: "
                          f"{sorted(_OPTIONS)}")
     t = int(num_frames)
     if t < 1:
-        raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+        raise InputError(f"num_frames must be >= 1, got {num_frames}")
     h, w = int(size[0]), int(size[1])
     if h < 8 or w < 8:
-        raise ValueError(f"size must be (H, W) with both >= 8, got {size}")
+        raise InputError(f"size must be (H, W) with both >= 8, got {size}")
     motion = options.get("motion", MOTIONS[cat][0])
     if motion not in MOTIONS[cat]:
-        raise ValueError(f"motion for {cat} must be one of {MOTIONS[cat]}, got {motion!r}")
+        raise InputError(f"motion for {cat} must be one of {MOTIONS[cat]}, got {motion!r}")
     opts = dict(options, motion=motion)
     K = cam.intrinsics((h, w), float(options.get("focal_scale", 0.9)))
     builder = SceneBuilder(t, int(seed))

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
+from ..errors import InputError
 
 TEXTURE_KINDS = ("rich", "sparse", "flat")
 
@@ -53,7 +54,7 @@ def make_texture(h: int, w: int, seed: int, kind: str = "rich") -> torch.Tensor:
     patterns would make ambiguous matches). "sparse" scatters a few shapes on the noise.
     """
     if kind not in TEXTURE_KINDS:
-        raise ValueError(f"texture kind must be one of {TEXTURE_KINDS}, got {kind!r}")
+        raise InputError(f"texture kind must be one of {TEXTURE_KINDS}, got {kind!r}")
     gen = torch.Generator().manual_seed(int(seed))
     base = _rand(gen, 3) * 0.6 + 0.2
     if kind == "flat":

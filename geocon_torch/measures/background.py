@@ -23,12 +23,13 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from ..._checks import check_mask, check_points
-from ..._tensor_utils import masked_median
-from ...geometry import sampson_distance, sampson_distance_normalized, symmetric_transfer_error
-from ...types import Fit
+from .._checks import check_mask, check_points
+from .._tensor_utils import masked_median
+from ..geometry import (fundamental_residuals, homography_residuals, sampson_distance,
+                        sampson_distance_normalized, symmetric_transfer_error)
+from ..types import Fit
 
-CATEGORIES = ("Static", "Rotation-dominant", "Translation-dominant", "StaticCam+MovingObjs",
+BEHAVIOURS = ("Static", "Rotation-dominant", "Translation-dominant", "StaticCam+MovingObjs",
               "Complex", "Stress")
 
 
@@ -77,11 +78,6 @@ def pair_metrics(residuals: torch.Tensor, mask: torch.Tensor, tau: float, *,
     return PairMetrics(torch.where(valid, ir, zero), torch.where(valid, ge, zero), n_in, n, valid)
 
 
-def homography_residuals(fit: Fit, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    """(P, N) symmetric transfer error (eq. 7, px) of ``fit.model``, x2 ~ H x1."""
-    return symmetric_transfer_error(fit.model.to(x1.dtype), x1, x2)
-
-
 def homography_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
                             mask: Optional[torch.Tensor] = None, *, tau_h: float = 2.0,
                             min_inliers: int = 30,
@@ -96,13 +92,6 @@ def homography_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
     r = homography_residuals(fit, x1, x2) if residuals is None else residuals
     return pair_metrics(r, check_mask(mask, x1), tau_h, fit_valid=fit.valid,
                         min_inliers=min_inliers)
-
-
-def fundamental_residuals(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
-                          mask: Optional[torch.Tensor] = None):
-    """(normalised Sampson (P, N) unitless, pixel Sampson (P, N) px) of ``fit.model``."""
-    F = fit.model.to(x1.dtype)
-    return sampson_distance_normalized(F, x1, x2, mask), sampson_distance(F, x1, x2)
 
 
 def fundamental_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
@@ -145,7 +134,7 @@ def background_pass(ir: Optional[float], ge_px: Optional[float], report_ir: floa
     return bool(ir >= report_ir and ge_px <= report_ge_px)
 
 
-def select_pairs(h: PairMetrics, f: PairMetrics, use_f: torch.Tensor) -> PairMetrics:
+def choose_model_per_pair(h: PairMetrics, f: PairMetrics, use_f: torch.Tensor) -> PairMetrics:
     """Per-pair choice between the H and F metrics (``use_f`` (P,) bool)."""
     pick = lambda a, b: torch.where(use_f, b, a)  # noqa: E731
     return PairMetrics(pick(h.ir, f.ir), pick(h.ge, f.ge), pick(h.num_inliers, f.num_inliers),
@@ -199,7 +188,7 @@ def rotation_from_fundamental(F: torch.Tensor, size_hw: Sequence[int],
     two rotation candidates ``U W V^T`` / ``U W^T V^T`` and the one closer to identity is taken
     (inter-frame rotations are small). A wrong focal length keeps a pure translation at 0 deg
     (``D [t]_x D`` stays skew-symmetric), so the angle separates translation from
-    rotation + translation. Used only for the post-hoc category.
+    rotation + translation. Used only for the post-hoc behaviour.
     """
     h, w = int(size_hw[0]), int(size_hw[1])
     f = focal_factor * max(h, w)
@@ -219,10 +208,10 @@ def rotation_from_fundamental(F: torch.Tensor, size_hw: Sequence[int],
     return torch.minimum(*angles) * (180.0 / math.pi)
 
 
-def categorize(regime: Optional[str], passed: Optional[bool], motion_px: Optional[float],
+def classify_behaviour(regime: Optional[str], passed: Optional[bool], motion_px: Optional[float],
                rotation_deg: Optional[float], has_objects: bool, *, static_px: float = 0.5,
                rotation_thr_deg: float = 0.1) -> Optional[str]:
-    """Post-hoc category (Algorithm 1 E) from the gate and the report gates.
+    """Post-hoc behaviour (Algorithm 1 E; the paper's "categories", result field ``behaviour``) from the gate and the report gates.
 
     * background fails the report gates (IR < 0.97 or GE > 3.5 px) -> "Stress";
     * H regime: median background motion < ``static_px`` per pair -> "StaticCam+MovingObjs" when
@@ -246,6 +235,5 @@ def categorize(regime: Optional[str], passed: Optional[bool], motion_px: Optiona
 
 
 __all__ = ["PairMetrics", "pair_metrics", "homography_pair_metrics", "fundamental_pair_metrics",
-           "fundamental_residuals", "clip_summary", "background_pass", "select_pairs",
-           "sensitivity_scan", "median_motion_px", "rotation_from_fundamental", "categorize",
-           "CATEGORIES"]
+           "clip_summary", "background_pass", "choose_model_per_pair", "sensitivity_scan",
+           "median_motion_px", "rotation_from_fundamental", "classify_behaviour", "BEHAVIOURS"]

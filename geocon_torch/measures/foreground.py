@@ -32,9 +32,9 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from ..._tensor_utils import masked_mean, masked_quantile
-from ...errors import ShapeError
-from ...geometry import weighted_affine_lstsq
+from .._tensor_utils import masked_mean, masked_quantile
+from ..errors import InputError, ShapeError
+from ..geometry import weighted_affine_lstsq
 
 SCORES = ("wmse", "w2")
 
@@ -190,9 +190,9 @@ def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch
     """
     _check_inputs(flow, masks, reliability)
     if score not in SCORES:
-        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        raise InputError(f"score must be one of {SCORES}, got {score!r}")
     if int(grid) < 2:
-        raise ValueError(f"grid must be >= 2, got {grid}")
+        raise InputError(f"grid must be >= 2, got {grid}")
     p_, k_ = masks.shape[:2]
     if p_ * k_ == 0:
         return (flow.new_zeros((p_, k_)), torch.zeros((p_, k_), dtype=torch.bool,
@@ -229,7 +229,7 @@ def adadfrc_summary(D: torch.Tensor, valid: torch.Tensor, percentile: float = 0.
         raise ShapeError(f"D and valid must both be (P, K), got {tuple(D.shape)} and "
                          f"{tuple(valid.shape)}")
     if not 0.0 <= float(percentile) <= 1.0:
-        raise ValueError(f"percentile must be in [0, 1], got {percentile}")
+        raise InputError(f"percentile must be in [0, 1], got {percentile}")
     valid = valid.to(torch.bool)
     mean, ok = masked_mean(D, valid, dim=0)
     q, _ = masked_quantile(D, valid, float(percentile), dim=0)

@@ -1,0 +1,177 @@
+"""Frame-pair selection: one function per protocol, named for the protocol.
+
+Every function returns pairs ``(i, j)`` of clip *positions* (0..T-1), first frame first:
+
+=========================  ==========================================================  =========
+function                   protocol                                                    returns
+=========================  ==========================================================  =========
+:func:`make_pairs`         generic: adjacent, every (i, i + s) (overlapping), or a      (P, 2)
+                           given list; optional even cap                                torch
+:func:`background_pairs`   GeoCon background (paper Algorithm 1): every (i, i + s),     (P, 2)
+                           s = ``background.pair_stride`` (1: adjacent)                 torch
+:func:`parallax_gate_pairs` GeoCon weight-free gate: near-first/last pairs, then the     (G, 2)
+                           two halves                                                   torch
+:func:`worldatlas_pairs`   WorldAtlas epipolar trio: (i, i + s) for i = 0, s, 2s, ...   (P, 2)
+                           (non-overlapping steps), at most ``max_pairs`` spread evenly numpy
+:func:`gvgc_pairs`         GVGC (Li et al. 2024): (d, i, i + d) per interval d          (P, 3)
+                                                                                        numpy
+:func:`foreground_pairs`   GeoCon foreground: adjacent pairs (t, t + 1) that hold an    (P',)
+                           object, at most ``max_pairs`` spread evenly                  torch
+=========================  ==========================================================  =========
+
+The protocols differ on purpose (a stride s > 1 gives overlapping pairs for the background and
+non-overlapping ones for WorldAtlas, as in each reference); the even cap is always
+:func:`spread_evenly` (``round(linspace(0, P - 1, max))``, first and last kept).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ShapeError
+from .sampling import PairSpec, _is_int
+
+
+def spread_evenly(num_items: int, max_items: Optional[int]) -> np.ndarray:
+    """Positions of at most ``max_items`` of ``num_items`` items spread evenly over the range.
+
+    ``round(linspace(0, num_items - 1, max_items))``: the first and the last item are always
+    kept (one item: the first). All positions when ``max_items`` is None or >= ``num_items``.
+    """
+    if max_items is None or num_items <= max_items:
+        return np.arange(num_items, dtype=np.int64)
+    if max_items == 1:
+        return np.zeros(1, dtype=np.int64)
+    return np.rint(np.linspace(0, num_items - 1, max_items)).astype(np.int64)
+
+
+def make_pairs(num_frames: int, mode: PairSpec = "adjacent",
+               max_pairs: Optional[int] = None) -> torch.Tensor:
+    """Frame pairs to score, as a (P, 2) int64 tensor of ``(i, j)`` clip positions.
+
+    Args:
+        num_frames: T, the number of frames of the clip (>= 0).
+        mode: ``"adjacent"`` -> (i, i + 1); an int s >= 1 -> (i, i + s) for i = 0..T-1-s;
+            or an explicit list / (P, 2) array / tensor of (i, j), each in 0..T-1 with i != j
+            (kept in the given order).
+        max_pairs: keep at most this many pairs, spread evenly over the candidate list:
+            pair positions ``round(linspace(0, P - 1, max_pairs))`` (first and last pair always
+            kept). This is the WorldAtlas rule "at most 8 pairs spread evenly over the clip".
+
+    Returns:
+        (P, 2) LongTensor on the CPU; (0, 2) when the clip is too short (e.g. T = 1).
+
+    Raises:
+        ShapeError: unknown mode, stride < 1, max_pairs < 1, malformed or out-of-range pairs.
+    """
+    if not _is_int(num_frames) or num_frames < 0:
+        raise ShapeError(f"num_frames must be an integer >= 0, got {num_frames!r}")
+    if max_pairs is not None and (not _is_int(max_pairs) or max_pairs < 1):
+        raise ShapeError(f"max_pairs must be None or an integer >= 1, got {max_pairs!r}")
+    if isinstance(mode, str):
+        if mode != "adjacent":
+            raise ShapeError(f"pair mode must be 'adjacent', an int stride or a list of (i, j); "
+                             f"got {mode!r}")
+        mode = 1
+    if _is_int(mode):
+        if mode < 1:
+            raise ShapeError(f"pair stride must be >= 1, got {mode}")
+        first = np.arange(max(num_frames - int(mode), 0), dtype=np.int64)
+        pairs = np.stack([first, first + int(mode)], axis=1)
+    else:
+        pairs = _explicit_pairs(mode, num_frames)
+    keep = spread_evenly(len(pairs), max_pairs)
+    return torch.from_numpy(np.ascontiguousarray(pairs[keep])).reshape(-1, 2)
+
+
+def _explicit_pairs(spec: PairSpec, num_frames: int) -> np.ndarray:
+    if isinstance(spec, torch.Tensor):
+        arr = spec.detach().cpu().numpy()
+    else:
+        try:
+            arr = np.asarray(spec)
+        except ValueError as exc:  # ragged lists
+            raise ShapeError(f"pairs must be a list of (i, j), got {spec!r}") from exc
+    if arr.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ShapeError(f"pairs must have shape (P, 2), got {tuple(arr.shape)}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ShapeError(f"pair indices must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= num_frames)
+    if bad.any():
+        rows = [tuple(int(v) for v in r) for r in arr[bad.any(1)][:5]]
+        raise ShapeError(f"pairs {rows} index frames outside 0..{num_frames - 1} "
+                         f"(the clip has {num_frames} frames)")
+    same = arr[:, 0] == arr[:, 1]
+    if same.any():
+        raise ShapeError(f"a pair needs two different frames, got {arr[same][0].tolist()}")
+    return arr
+
+
+def background_pairs(num_frames: int, pair_stride: int = 1) -> torch.Tensor:
+    """GeoCon background pairs: (i, i + s) for i = 0..T-1-s (s = ``pair_stride``; 1 = adjacent).
+
+    Returns a (P, 2) LongTensor on the CPU ((0, 2) for a clip shorter than s + 1 frames).
+    """
+    return make_pairs(num_frames, "adjacent" if int(pair_stride) == 1 else int(pair_stride))
+
+
+def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tensor:
+    """Pairs the weight-free (parallax) gate looks at (parallax grows with the baseline).
+
+    ``"first_last"`` (Algorithm 1 A, made robust): the near-first/last pairs (a, b) with
+    a in {0, 1, 2}, b in {T-3, T-2, T-1} and b - a >= ceil(0.75 (T-1)) (at least (0, T-1)),
+    whose statistics are pooled by their median; then the halves (0, m), (m, T-1) with
+    m = (T-1) // 2 as a fallback when those pairs have too little overlap. ``"adjacent"`` or
+    T < 3: none (the evaluated pairs are used). Returns (G, 2) long, wide pairs first.
+    """
+    if mode not in ("first_last", "adjacent"):
+        raise ShapeError(f"gate.parallax_pairs must be first_last or adjacent, got {mode!r}")
+    if mode == "adjacent" or num_frames < 3:
+        return torch.zeros(0, 2, dtype=torch.long)
+    last, m = num_frames - 1, (num_frames - 1) // 2
+    need = -(-3 * last // 4)
+    wide = [(a, b) for a in range(3) for b in range(last, last - 3, -1) if b - a >= need]
+    return torch.tensor(wide + [(0, m), (m, last)], dtype=torch.long)
+
+
+def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) -> np.ndarray:
+    """WorldAtlas pairs (i, i + s) for i = 0, s, 2s, ... (s = pair_stride; non-overlapping steps,
+    as the public reference) and, when there are more than ``max_pairs`` (> 0), ``max_pairs`` of
+    them spread evenly (:func:`spread_evenly`).
+
+    Returns an (P, 2) int64 array of frame positions (P = 0 for clips shorter than s + 1).
+    """
+    s = max(int(pair_stride), 1)
+    starts = np.arange(0, max(int(num_frames) - s, 0), s, dtype=np.int64)
+    pairs = np.stack([starts, starts + s], axis=1) if len(starts) else np.zeros((0, 2), np.int64)
+    return pairs[spread_evenly(len(pairs), int(max_pairs) if max_pairs > 0 else None)]
+
+
+def gvgc_pairs(num_frames: int = 71, intervals: Sequence[int] = (60, 50, 40, 30, 20, 10)
+               ) -> np.ndarray:
+    """GVGC pairs as (P, 3) int64 rows (d, i, i + d) in the original's order (first interval
+    first): for each interval d, i = 0, step, 2 step, ... with step = max(int((T - 1 - d) / 10),
+    1) while i + d <= T - 1 (T = ``num_frames``, the original's 71 frames 0..70)."""
+    end = int(num_frames)
+    rows = []
+    for d in intervals:
+        step = max(int((end - 1 - int(d)) / 10), 1)
+        for i in range(0, end, step):
+            if i + int(d) > end - 1:
+                break
+            rows.append((int(d), i, i + int(d)))
+    return np.asarray(rows, np.int64).reshape(-1, 3)
+
+
+def foreground_pairs(present: torch.Tensor, max_pairs: Optional[int] = None) -> torch.Tensor:
+    """Foreground pairs: indices t of the adjacent pairs (t, t + 1) whose row of ``present``
+    ((T - 1, K) bool: object k present in frame t) holds an object, at most ``max_pairs``
+    (None or <= 0: no cap) spread evenly. Returns (P',) long on ``present``'s device."""
+    idx = torch.nonzero(present.any(1)).flatten()
+    cap = int(max_pairs) if max_pairs is not None and max_pairs > 0 else None
+    return idx[torch.from_numpy(spread_evenly(int(idx.numel()), cap)).to(idx.device)]
