@@ -41,6 +41,7 @@ from .measures.background import (PairMetrics, background_pass, choose_model_per
                                   homography_pair_metrics, median_motion_px,
                                   rotation_from_fundamental, sensitivity_scan)
 from .result import ClipResult, jsonable
+from .sections.epipolar import epipolar_block
 from .segment.background import background_keep, background_mask
 from .types import Clip, Correspondences, Fit, concat_correspondences
 
@@ -263,32 +264,6 @@ def _foreground(clip: Clip, objects: Optional[torch.Tensor], cfg: GeoConConfig,
     return foreground_section(clip, objects, cfg, device)
 
 
-
-
-def _epipolar(video: VideoLike, clip: Clip, cfg: GeoConConfig, preset: str,
-              device: Optional[torch.device]) -> Dict[str, Any]:
-    """The epipolar protocols analyse frames at their own resolution (width <= 640, or 1280x720
-    for gvgc), so the few frames they use are re-read at the source resolution rather than
-    resampled twice through the working resolution."""
-    from .epipolar import decode_plan
-    from .io import read_clip
-    from .metrics.functional.epipolar import epipolar_section
-
-    pairs = None
-    native = clip
-    if not isinstance(video, Clip):
-        if preset == "worldatlas":
-            positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
-        else:  # frames 0..gvgc_min_frames-1; a shorter clip is not_applicable (no re-read)
-            n = int(cfg.epipolar.gvgc_min_frames)
-            positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
-        if len(positions):
-            source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
-            native = read_clip(video, long_side=None, indices=source.tolist(), device=device,
-                               letterbox_threshold=cfg.io.letterbox_threshold,
-                               letterbox_min_fraction=cfg.io.letterbox_min_fraction)
-    return epipolar_section(native, cfg.epipolar, preset=preset, path=cfg.epipolar.path,
-                            device=device, pairs=pairs)
 
 
 def _background(clip: Clip, pairs: torch.Tensor, masks: Any, poses: Any, cfg: GeoConConfig,
@@ -597,7 +572,7 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
         else:
             block, gate, regime, category, objects, backends = _background(
                 clip, pairs, masks, poses, cfg, dev, timer)
-            res.background, res.gate, res.regime, res.category = block, gate, regime, category
+            res.background, res.gate, res.regime, res.behaviour = block, gate, regime, category
             res.backends.update(backends)
         primary_status = res.background.get("status", "ok")
         primary_reason = res.background.get("reason")
@@ -607,10 +582,10 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
             res.backends["flow"] = res.foreground.get("flow")
     if preset in ("worldatlas", "gvgc", "all"):
         which = "worldatlas" if preset == "all" else preset
-        res.epipolar = _section("epipolar", lambda: _epipolar(video, clip, cfg, which, dev), timer)
+        res.epipolar = _section("epipolar", lambda: epipolar_block(video, clip, cfg, which, dev), timer)
         if preset == "all":
             res.extra["epipolar_gvgc"] = _section(
-                "epipolar_gvgc", lambda: _epipolar(video, clip, cfg, "gvgc", dev), timer)
+                "epipolar_gvgc", lambda: epipolar_block(video, clip, cfg, "gvgc", dev), timer)
         else:
             primary_status = res.epipolar.get("status", "ok")
             primary_reason = res.epipolar.get("reason")

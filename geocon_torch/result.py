@@ -8,8 +8,17 @@
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",
                     "pass", "per_pair": [...], "status", "reason", ...},
      "foreground": {...}, "epipolar": {...},     # present when the preset asks for them
-     "category": str | None, "config": {...}, "config_hash": str, "version": str,
+     "behaviour": str | None,        # post-hoc behaviour (paper Algorithm 1 E): "Static",
+                                     # "Rotation-dominant", ..., "Stress" (measured)
+     "prompt_category": str | None,  # prompt family C1-C6 or a free label (given, e.g. by
+                                     # the manifest; None for a clip scored on its own)
+     "config": {...}, "config_hash": str, "version": str,
      "backends": {"features", "flow", "masks", "gate"}, "timing_s": {...}}
+
+Schema history: 1.0 had one ``category`` field holding either a prompt family or a behaviour;
+2.0 splits it into ``prompt_category`` and ``behaviour``. :meth:`ClipResult.from_dict` (and so the
+store and the report) read 1.x rows by sorting the old value into the right field
+(:func:`migrate_result`).
 
 Pixel values (``ge_px`` ...) are at the clip's *working* resolution (``config.io.long_side``).
 """
@@ -26,7 +35,10 @@ from ._version import __version__
 from .config import GeoConConfig
 from .errors import InputError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
+# post-hoc behaviours (paper Algorithm 1 E); anything else in a 1.x ``category`` was a prompt label
+BEHAVIOURS = ("Static", "Rotation-dominant", "Translation-dominant", "StaticCam+MovingObjs",
+              "Complex", "Stress")
 STATUSES = ("ok", "not_applicable", "error")
 
 
@@ -63,7 +75,8 @@ class ClipResult:
     background: Dict[str, Any] = field(default_factory=dict)
     foreground: Optional[Dict[str, Any]] = None
     epipolar: Optional[Dict[str, Any]] = None
-    category: Optional[str] = None
+    behaviour: Optional[str] = None
+    prompt_category: Optional[str] = None
     config: Dict[str, Any] = field(default_factory=dict)
     config_hash: str = ""
     version: str = __version__
@@ -100,7 +113,8 @@ class ClipResult:
             out["foreground"] = self.foreground
         if self.epipolar is not None:
             out["epipolar"] = self.epipolar
-        out.update({"category": self.category, "config": self.config,
+        out.update({"behaviour": self.behaviour, "prompt_category": self.prompt_category,
+                    "config": self.config,
                     "config_hash": self.config_hash, "version": self.version,
                     "backends": self.backends, "timing_s": self.timing_s})
         out.update(self.extra)
@@ -112,8 +126,29 @@ class ClipResult:
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ClipResult":
         """Inverse of :meth:`to_dict` (unknown keys go to ``extra``)."""
-        data = dict(data)
+        data = migrate_result(data)
         data.pop("schema_version", None)
         names = {f for f in cls.__dataclass_fields__ if f != "extra"}
         known = {k: data.pop(k) for k in list(data) if k in names}
         return cls(**known, extra=data)
+
+
+def migrate_result(data: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of a result dict in the current schema (2.0).
+
+    1.x rows carry one ``category``: a paper behaviour name (:data:`BEHAVIOURS`) moves to
+    ``behaviour``, any other value (C1-C6 or a free prompt label) to ``prompt_category``. Rows
+    already in 2.x are returned as a copy, unchanged.
+    """
+    out = dict(data)
+    version = str(out.get("schema_version", "1.0"))
+    if version.split(".")[0] == "1" or "category" in out:
+        old = out.pop("category", None)
+        if old in BEHAVIOURS:
+            out.setdefault("behaviour", old)
+        elif old is not None:
+            out.setdefault("prompt_category", old)
+        out.setdefault("behaviour", None)
+        out.setdefault("prompt_category", None)
+        out["schema_version"] = SCHEMA_VERSION
+    return out

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from geocon_torch.config import EpipolarConfig
-from geocon_torch.epipolar import clip_from_frames, epipolar_section
+from geocon_torch.sections.epipolar import clip_from_frames, epipolar_section
 from geocon_torch.io.pairs import gvgc_pairs
 
 
@@ -203,7 +203,7 @@ def test_torch_tracking_stage_batch_matches_one_by_one(noise3, noise3_torch_sect
                                                        low_texture, low_texture_sections):
     """A noise clip and the low-texture clip in one torch batch (both reach the LK stage, one
     batched lk_tracks + patch NCC + RANSAC): each equals its run alone, bit for bit."""
-    from geocon_torch.epipolar import epipolar_sections
+    from geocon_torch.sections.epipolar import epipolar_sections
 
     got = epipolar_sections([noise3, low_texture], EpipolarConfig(), path="torch",
                             features="opencv-sift")
@@ -277,7 +277,7 @@ def test_torch_batch_of_clips_matches_one_by_one(translation, rubber):
     """Clips of two sizes and a 1-frame clip in one call (one RANSAC over all pairs of all
     clips). RANSAC seeds are per pair, from (config seed, source frames, stage) only
     (protocol.pair_seeds), so every clip is bit-identical to running it alone."""
-    from geocon_torch.epipolar import epipolar_sections
+    from geocon_torch.sections.epipolar import epipolar_sections
 
     crop = clip_from_frames(translation.frames[:, :, :128, :200], name="crop")
     single = clip_from_frames(translation.frames[:1], name="single")
@@ -315,7 +315,7 @@ def test_gvgc_torch_path_agrees_with_opencv(grounded71):
 def test_gvgc_torch_batch_matches_one_by_one(grounded71):
     """gvgc on the torch path: per-pair seeds from the source frames, so a clip batched with
     another gives exactly its numbers alone."""
-    from geocon_torch.epipolar import epipolar_sections
+    from geocon_torch.sections.epipolar import epipolar_sections
     from geocon_torch.synth import apply_corruption
 
     cfg = EpipolarConfig(gvgc_size=(180, 320), gvgc_sift_features=1000, gvgc_matcher="bf")

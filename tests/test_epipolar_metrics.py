@@ -11,7 +11,7 @@ from torchmetrics import MetricCollection
 
 import geocon_torch.metrics.epipolar as epi_metrics
 from geocon_torch.config import EpipolarConfig
-from geocon_torch.epipolar import clip_from_frames, epipolar_section
+from geocon_torch.sections.epipolar import clip_from_frames, epipolar_section
 from geocon_torch.metrics.epipolar import (EpipolarError, EpipolarInlierRate,
                                            FeatureMatchCoverage)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from geocon_torch.config import EpipolarConfig
-from geocon_torch.epipolar import decode_plan, epipolar_section
+from geocon_torch.epipolar import decode_plan
+from geocon_torch.sections.epipolar import epipolar_section
 
 FAST = ["real/realshort.mp4", "real/hill"]
 ALL = ["real/realshort.mp4", "real/box.mp4", "real/vtest_120.mp4", "real/bikes.mp4",

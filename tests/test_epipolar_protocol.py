@@ -139,7 +139,7 @@ def test_area_resize_matches_opencv(src, dst):
 
 def test_section_arguments_are_checked():
     from geocon_torch.config import GeoConConfig
-    from geocon_torch.epipolar import clip_from_frames, epipolar_section
+    from geocon_torch.sections.epipolar import clip_from_frames, epipolar_section
     from geocon_torch.errors import GeoConError, ShapeError
 
     clip = clip_from_frames(torch.zeros(1, 1, 16, 16))  # float gray, 1 frame

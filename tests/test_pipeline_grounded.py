@@ -14,7 +14,7 @@ from geocon_torch.synth import apply_corruption, grounded_clip
 
 CFG = {"io": {"long_side": 320}, "features": {"mutual": True}}
 SCHEMA_KEYS = {"schema_version", "clip", "path", "content_hash", "status", "reason", "regime",
-               "gate", "background", "category", "config", "config_hash", "version", "backends",
+               "gate", "background", "behaviour", "prompt_category", "config", "config_hash", "version", "backends",
                "timing_s"}
 BG_KEYS = {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs", "pass",
            "per_pair", "status", "reason"}
@@ -34,7 +34,7 @@ def test_pure_rotation_gates_h_and_fits_one_homography(rotation):
     assert d["gate"]["statistic"] <= d["gate"]["thresholds"]["low"]
     b = d["background"]
     assert b["ir_h"] >= 0.99 and b["ir"] == b["ir_h"] and b["ge_px"] < 0.5
-    assert b["pass"] is True and d["category"] == "Rotation-dominant"
+    assert b["pass"] is True and d["behaviour"] == "Rotation-dominant"
     assert b["valid_pairs"] >= 10 and b["pairs"] == 5 and len(b["per_pair"]) == 15
     # schema: JSON round trip, version, hashes, config recorded
     assert SCHEMA_KEYS <= set(d) and BG_KEYS <= set(b)
@@ -53,7 +53,7 @@ def test_lateral_translation_gates_f_and_h_fails():
     b = d["background"]
     assert d["gate"]["decision"] == "F" and d["regime"] == "F"
     assert b["ir"] == b["ir_f"] and b["ir_f"] - b["ir_h"] >= 0.1
-    assert b["ge_f_px"] < 0.5 and d["category"] == "Translation-dominant"
+    assert b["ge_f_px"] < 0.5 and d["behaviour"] == "Translation-dominant"
 
 
 def test_pose_log_gate_and_rubber_sheet_lowers_ir_raises_ge(rotation):
@@ -68,7 +68,7 @@ def test_pose_log_gate_and_rubber_sheet_lowers_ir_raises_ge(rotation):
     cb, bb = clean["background"], bad["background"]
     assert bb["ir"] < cb["ir"] and bb["ge_px"] > cb["ge_px"]
     assert bb["ge_h_px"] > 2 * cb["ge_h_px"]
-    assert bad["category"] == "Stress" and cb["pass"] is True
+    assert bad["behaviour"] == "Stress" and cb["pass"] is True
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_static_camera_moving_object_exact_masks(moving):
     d = score_clip(moving.frames, masks=moving.masks, config=CFG, preset="background").to_dict()
     assert d["backends"]["masks"] == "files" and d["regime"] == "H"
     assert d["background"]["ir"] >= 0.99
-    assert d["category"] == "StaticCam+MovingObjs"
+    assert d["behaviour"] == "StaticCam+MovingObjs"
 
 
 def test_static_camera_moving_object_motion_masks(moving):

@@ -64,7 +64,8 @@ def test_failing_section_is_isolated(monkeypatch):
 def test_worldatlas_preset_reads_its_frames_at_source_resolution(shared_data):
     """score_clip's epipolar block equals the protocol run on the source-resolution clip (the
     working resolution, here an upscale to 1024, must not leak into the 640-px analysis)."""
-    from geocon_torch.epipolar import decode_plan, epipolar_section
+    from geocon_torch.epipolar import decode_plan
+    from geocon_torch.sections.epipolar import epipolar_section
     from geocon_torch.io import read_clip
 
     path = shared_data / "aigc" / "cogvideox" / "1.mp4"  # 720x480: upscaled by long_side 1024

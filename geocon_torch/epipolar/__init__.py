@@ -1,7 +1,7 @@
 """Epipolar trio (WorldAtlas, GVGC-style): ``epipolar_error``, ``epipolar_inlier_rate``,
 ``feature_match_coverage``, plus the original GVGC protocol.
 
-``epipolar_section(clip, config, preset="worldatlas" | "gvgc", path="opencv" | "torch" | "auto",
+``geocon_torch.sections.epipolar.epipolar_section(clip, config, preset="worldatlas" | "gvgc", path="opencv" | "torch" | "auto",
 device=None)`` returns the ``epipolar`` block of a result (a JSON-ready dict);
 ``epipolar_sections(clips, ...)`` does several clips at once (one batch on the torch path).
 
@@ -53,7 +53,5 @@ torchmetrics: :mod:`geocon_torch.metrics.epipolar` (``EpipolarError``, ``Epipola
 ``FeatureMatchCoverage``).
 """
 from .protocol import decode_plan, protocol_stages
-from .section import clip_from_frames, epipolar_config, epipolar_section, epipolar_sections
 
-__all__ = ["epipolar_section", "epipolar_sections", "epipolar_config", "clip_from_frames",
-           "decode_plan", "protocol_stages"]
+__all__ = ["decode_plan", "protocol_stages"]

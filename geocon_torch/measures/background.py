@@ -27,10 +27,10 @@ from .._checks import check_mask, check_points
 from .._tensor_utils import masked_median
 from ..geometry import (fundamental_residuals, homography_residuals, sampson_distance,
                         sampson_distance_normalized, symmetric_transfer_error)
+from ..result import BEHAVIOURS
 from ..types import Fit
 
-BEHAVIOURS = ("Static", "Rotation-dominant", "Translation-dominant", "StaticCam+MovingObjs",
-              "Complex", "Stress")
+
 
 
 @dataclass

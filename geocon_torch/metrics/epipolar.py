@@ -27,8 +27,8 @@ from torchmetrics.utilities import rank_zero_warn
 
 from ..errors import ShapeError
 from ..types import Clip
-from .functional.epipolar import (ConfigLike, clip_from_frames, epipolar_config,
-                                  epipolar_sections)
+from ..sections.epipolar import (ConfigLike, clip_from_frames, epipolar_config,
+                                 epipolar_sections)
 
 VideosLike = Union[torch.Tensor, Sequence[Union[torch.Tensor, Clip]]]
 

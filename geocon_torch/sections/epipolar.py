@@ -1,11 +1,20 @@
-"""``epipolar_section``: the ``epipolar`` block of a result, for one clip or a batch of clips."""
+"""The ``epipolar`` result block: :func:`epipolar_block` (what ``score_clip`` calls, re-reading the
+few frames a protocol needs at source resolution), :func:`epipolar_section` (one decoded clip) and
+:func:`epipolar_sections` (a batch of clips; one batch on the torch path). The protocols
+themselves live in :mod:`geocon_torch.epipolar`."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from ..config import EpipolarConfig, GeoConConfig
+from ..epipolar.gvgc import gvgc_section_opencv, gvgc_sections_torch
+from ..epipolar.opencv_path import opencv_sections
+from ..epipolar.protocol import decode_plan
+from ..epipolar.torch_path import resolve_features, torch_sections
+from ..io import read_clip
 from ..errors import InputError, ShapeError
 from ..types import Clip
 
@@ -76,21 +85,12 @@ def epipolar_sections(clips: Sequence[Clip], config: ConfigLike = None, *,
         clips[0].frames.device if clips else torch.device("cpu"))
     chosen = resolve_path(path, cfg, dev)
     if preset == "gvgc" and chosen == "torch":
-        from .gvgc import gvgc_sections_torch
-        from .torch_path import resolve_features
-
         sections = gvgc_sections_torch(clips, cfg, dev, resolve_features(cfg, dev, features))
     elif preset == "gvgc":
-        from .gvgc import gvgc_section_opencv
-
         sections = [gvgc_section_opencv(clip, cfg) for clip in clips]
     elif chosen == "torch":
-        from .torch_path import torch_sections
-
         sections = torch_sections(clips, cfg, dev, features, pairs)
     else:
-        from .opencv_path import opencv_sections
-
         sections = opencv_sections(clips, cfg, pairs)
     for clip, section in zip(clips, sections):
         _add_source_frames(clip, section)
@@ -141,3 +141,27 @@ def epipolar_section(clip: Clip, config: ConfigLike = None, *, preset: str = "wo
     """
     return epipolar_sections([clip], config, preset=preset, path=path, device=device,
                              features=features, pairs=None if pairs is None else [pairs])[0]
+
+
+def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
+              device: Optional[torch.device]) -> Dict[str, Any]:
+    """The ``epipolar`` block of ``score_clip`` for ``preset`` "worldatlas" or "gvgc".
+
+    The epipolar protocols analyse frames at their own resolution (width <= 640, or 1280x720
+    for gvgc), so the few frames they use are re-read at the source resolution rather than
+    resampled twice through the working resolution."""
+    pairs = None
+    native = clip
+    if not isinstance(video, Clip):
+        if preset == "worldatlas":
+            positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
+        else:  # frames 0..gvgc_min_frames-1; a shorter clip is not_applicable (no re-read)
+            n = int(cfg.epipolar.gvgc_min_frames)
+            positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
+        if len(positions):
+            source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
+            native = read_clip(video, long_side=None, indices=source.tolist(), device=device,
+                               letterbox_threshold=cfg.io.letterbox_threshold,
+                               letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+    return epipolar_section(native, cfg.epipolar, preset=preset, path=cfg.epipolar.path,
+                            device=device, pairs=pairs)
