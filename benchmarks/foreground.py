@@ -3,7 +3,7 @@
 Builds P synthetic frame pairs (smooth noise texture, K discs each moving with its own
 translation + rotation) at the given size, then times, on ``--device``:
 
-* ``full``: :func:`geocon_torch.foreground.score_pairs` with the default ForegroundConfig
+* ``full``: :func:`geocon_torch.sections.foreground.score_pairs` with the default ForegroundConfig
   (torch-lk flow forward + backward at scales {1/4, 1/2, 1}, reliability, WMSE score);
 * ``flow``: one forward torch-lk flow at full resolution;
 * ``score``: :func:`adadfrc` (WMSE and W2) on a precomputed flow;
@@ -67,7 +67,7 @@ def timeit(fn, repeats: int, device) -> float:
 def main() -> None:
     from geocon_torch.config import ForegroundConfig
     from geocon_torch.flow import get_flow
-    from geocon_torch.foreground import score_pairs
+    from geocon_torch.sections.foreground import score_pairs
     from geocon_torch.measures.foreground import adadfrc
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

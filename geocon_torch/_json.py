@@ -5,11 +5,11 @@ import json
 from pathlib import Path
 from typing import Any, Type, Union
 
-from .errors import GeoConError
+from .errors import InputError
 
 
 def read_json_file(path: Union[str, Path], what: str,
-                   error: Type[Exception] = GeoConError) -> Any:
+                   error: Type[Exception] = InputError) -> Any:
     """The parsed content of the JSON file ``path``.
 
     Raises ``error`` with ``"{what} not found: {path}"`` when it is not a file and

@@ -25,8 +25,12 @@ def canonical_category(category: str) -> str:
 
 
 def expected_regime(category: Optional[str]) -> Optional[str]:
-    """Regime a category (name or alias, any case) is designed for: "H", "F", or None for an
-    unknown or missing category."""
+    """Regime a prompt category (name or alias, any case) is designed for: "H", "F", or None
+    for an unknown or missing category.
+
+    Pass a result's ``prompt_category``, never its post-hoc ``behaviour``: the alias "stress"
+    names the C6 prompt family, not the measured "Stress" behaviour.
+    """
     if category is None:
         return None
     try:

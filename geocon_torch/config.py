@@ -1,233 +1,690 @@
 """All thresholds and defaults in one place (paper defaults), recorded in every result.
 
-``GeoConConfig`` nests one dataclass per stage. ``to_dict()`` / ``from_dict()`` round-trip through
-JSON, ``config_hash()`` keys stored results, and ``load_config(path)`` reads a JSON file that may
-override any subset of fields (unknown keys are an error, so a typo never passes silently).
+``GeoConConfig`` nests one dataclass per stage; sections whose settings repeat elsewhere are
+nested once more: :class:`LKConfig` (Shi-Tomasi + pyramidal Lucas-Kanade, ``features.lk`` and,
+extended by the epipolar guard as :class:`TrackingConfig`, ``epipolar.tracking``),
+:class:`ProtocolRansacConfig` (``epipolar.ransac``, ``epipolar.gvgc.ransac``) and
+:class:`GvgcConfig` (``epipolar.gvgc``).
+
+Validation. Every field declares its rule next to it (``_int`` / ``_num`` / ``_flag`` /
+``_text`` / ``_choice`` / ``_nums`` / ``_ints`` put a :class:`Rule` in the field's metadata):
+type (an int field rejects 2.5 and booleans, a bool field rejects 1 and "yes", a float field
+accepts ints and stores them as floats), range, and for option strings the allowed values (the
+``*_CHOICES`` tuples below are the one list other modules import). Every way of building a
+config checks it -- ``GeoConConfig(...)`` / ``IOConfig(...)`` (and attribute assignment),
+``from_dict``, ``replace``, ``load_config`` (dict or JSON file) and the CLI flags (which go through
+``replace``) -- and a bad value raises :class:`~geocon_torch.errors.ConfigError` naming the field,
+the value and what is allowed, e.g. ``io.long_side must be a positive int or null, got '512'``.
+
+Old configs. Configs written before the nested sections used flat keys (``features.lk_window``,
+``epipolar.tracking_min_ncc``, ``epipolar.gvgc_size``, ``epipolar.confidence``, ...). Every such
+key is listed in :data:`RENAMED_KEYS` and moved to its nested place when a dict or file is read,
+with a ``DeprecationWarning`` naming the new key; values are unchanged, so results are too.
+
+``to_dict()`` / ``from_dict()`` round-trip through JSON; ``config_hash()`` keys stored results
+(see its docstring); ``load_config(path)`` reads a JSON file that may override any subset of fields
+(unknown keys are an error, so a typo never passes silently).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import difflib
 import hashlib
 import json
+import math
+import numbers
+import warnings
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
 
 from ._json import read_json_file
 from .errors import ConfigError
 
+# ---------------------------------------------------------------------------------------------
+# allowed option strings (the single source; other modules import these)
+FEATURE_BACKEND_CHOICES = ("auto", "kornia-sift", "opencv-sift", "lk-tracks", "disk", "loftr",
+                           "lightglue", "xfeat", "aliked", "xfeat-lighterglue", "aliked-lightglue",
+                           "disk-lightglue")
+SCALE_MODE_CHOICES = ("auto", "pyramid", "scale_space")
+LK_BACKEND_CHOICES = ("auto", "torch", "opencv")
+RANSAC_SCORING_CHOICES = ("msac", "ransac")
+GATE_METHOD_CHOICES = ("auto", "poses", "dust3r", "parallax")
+MISSING_POSE_CHOICES = ("fail_to_F", "present_only")
+GATE_STATISTIC_CHOICES = ("parallax_excess", "parallax_fraction", "residual_parallax",
+                          "gric_delta")
+PARALLAX_PAIRS_CHOICES = ("first_last", "adjacent")
+SEGMENT_METHOD_CHOICES = ("auto", "files", "sam2", "motion", "none")
+FLOW_CHOICES = ("auto", "torch-lk", "raft_small", "raft_large")
+FOREGROUND_SCORE_CHOICES = ("wmse", "w2")
+SCALE_REDUCTION_CHOICES = ("finest", "median")
+EPIPOLAR_PATH_CHOICES = ("auto", "opencv", "torch")
+RESIZE_INTERPOLATION_CHOICES = ("area", "linear")
+EPIPOLAR_FEATURE_CHOICES = ("auto", "kornia-sift", "opencv-sift")
+GVGC_MATCHER_CHOICES = ("flann", "bf")
+PRESET_CHOICES = ("geocon", "background", "worldatlas", "gvgc", "all")
 
+
+# ---------------------------------------------------------------------------------------------
+# field rules
+@dataclass(frozen=True)
+class Rule:
+    """What one config field accepts.
+
+    Attributes:
+        kind: "int", "float", "bool", "str", "choice", "ints" or "floats" (the last two: a
+            non-empty list / tuple of such numbers, stored as a tuple).
+        low, high: bounds, inclusive unless ``low_open`` / ``high_open``; None: unbounded.
+        nullable: None (JSON null) is allowed.
+        odd: an odd int (LK / patch windows).
+        choices: the allowed strings of a "choice".
+        length: the exact length of an "ints" / "floats" tuple (None: any, at least 1).
+    """
+
+    kind: str
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+    nullable: bool = False
+    odd: bool = False
+    choices: Tuple[str, ...] = ()
+    length: Optional[int] = None
+
+    def describe(self) -> str:
+        """What the field accepts, in words (the end of a ConfigError message)."""
+        if self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "str":
+            text = "a string"
+        elif self.kind == "choice":
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.kind in ("ints", "floats"):
+            size = f"a list of {self.length}" if self.length else "a non-empty list of"
+            text = f"{size} {self._numbers(plural=True)}"
+        else:
+            text = self._numbers(plural=False)
+        return text + (" or null" if self.nullable else "")
+
+    def _numbers(self, plural: bool) -> str:
+        noun = ("int" if self.kind in ("int", "ints") else "number") + ("s" if plural else "")
+        art = "" if plural else ("an " if noun.startswith("i") else "a ")
+        if self.odd:
+            return f"{'' if plural else 'an '}odd {noun} >= {self.low:g}"
+        adjective = None
+        if self.high is None and self.low == 0:
+            adjective = "positive" if self.low_open else "non-negative"
+        elif self.high is None and self.low == 1 and noun.startswith("int"):
+            adjective = "positive"
+        if adjective:
+            return f"{'' if plural else 'a '}{adjective} {noun}"
+        if self.low is not None and self.high is not None:
+            return (f"{art}{noun} in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{art}{noun} {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"{art}{noun} {'<' if self.high_open else '<='} {self.high:g}"
+        return f"{art}{noun}"
+
+    def check(self, value: Any, name: str) -> Any:
+        """``value`` normalised (ints of float fields as float, lists as tuples), or a
+        ConfigError naming the dotted field ``name``, the value and what is allowed."""
+        if value is None and self.nullable:
+            return None
+        ok, out = self._convert(value)
+        if not ok:
+            raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
+        return out
+
+    def _convert(self, value: Any) -> Tuple[bool, Any]:
+        if self.kind == "bool":
+            return isinstance(value, bool), value
+        if self.kind == "str":
+            return isinstance(value, str), value
+        if self.kind == "choice":
+            return isinstance(value, str) and value in self.choices, value
+        if self.kind in ("int", "float"):
+            out = self._number(value, self.kind)
+            return out is not None, out
+        if not isinstance(value, (list, tuple)) or not value:
+            return False, value
+        if self.length is not None and len(value) != self.length:
+            return False, value
+        items = [self._number(v, self.kind[:-1]) for v in value]
+        return all(v is not None for v in items), tuple(items)
+
+    def _number(self, value: Any, kind: str) -> Optional[Union[int, float]]:
+        """The value as an int / float inside the bounds, else None."""
+        if isinstance(value, bool):
+            return None
+        if kind == "int":
+            if not isinstance(value, numbers.Integral):
+                return None
+            out: Union[int, float] = int(value)
+        else:
+            if not isinstance(value, numbers.Real) or math.isnan(float(value)):
+                return None
+            out = float(value)
+        if self.low is not None and (out <= self.low if self.low_open else out < self.low):
+            return None
+        if self.high is not None and (out >= self.high if self.high_open else out > self.high):
+            return None
+        if self.odd and int(out) % 2 == 0:
+            return None
+        return out
+
+
+def _rule_field(default: Any, rule: Rule) -> Any:
+    if isinstance(default, (list, dict)):
+        raise ConfigError("config defaults must be immutable")  # pragma: no cover - author error
+    return field(default=default, metadata={"rule": rule})
+
+
+def _int(default: Optional[int], low: Optional[int] = None, high: Optional[int] = None, *,
+         null: bool = False, odd: bool = False) -> Any:
+    """An int field (bounds inclusive)."""
+    return _rule_field(default, Rule("int", low, high, nullable=null, odd=odd))
+
+
+def _num(default: Optional[float], low: Optional[float] = None, high: Optional[float] = None,
+         *, low_open: bool = False, high_open: bool = False, null: bool = False) -> Any:
+    """A float field (ints accepted and stored as floats; NaN rejected)."""
+    return _rule_field(default, Rule("float", low, high, low_open=low_open, high_open=high_open,
+                                     nullable=null))
+
+
+def _flag(default: bool) -> Any:
+    """A bool field (true / false only)."""
+    return _rule_field(default, Rule("bool"))
+
+
+def _text(default: Optional[str] = None) -> Any:
+    """An optional free string (a file or folder path)."""
+    return _rule_field(default, Rule("str", nullable=True))
+
+
+def _choice(default: str, choices: Tuple[str, ...]) -> Any:
+    """An option string, one of ``choices``."""
+    return _rule_field(default, Rule("choice", choices=choices))
+
+
+def _nums(default: Tuple[float, ...], low: Optional[float] = None,
+          high: Optional[float] = None, *, low_open: bool = False) -> Any:
+    """A non-empty tuple of floats (a JSON list)."""
+    return _rule_field(default, Rule("floats", low, high, low_open=low_open))
+
+
+def _ints(default: Tuple[int, ...], low: Optional[int] = None, *,
+          length: Optional[int] = None) -> Any:
+    """A tuple of ints (a JSON list), of ``length`` items when given."""
+    return _rule_field(default, Rule("ints", low, length=length))
+
+
+def _sub(cls: type) -> Any:
+    """A nested section (a JSON object; a dict given to the constructor is merged onto the
+    section's defaults)."""
+    return field(default_factory=cls, metadata={"section": cls})
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+class _Section:
+    """Base of every config section: each field is checked against its :class:`Rule` when it
+    is set (construction included), and ``_cross_check`` relates fields after construction.
+    ``_name`` is the section's dotted place in :class:`GeoConConfig` (used in messages)."""
+
+    _name: ClassVar[str] = ""
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        spec = type(self).__dataclass_fields__.get(key)  # type: ignore[attr-defined]
+        if spec is not None:
+            value = _check_field(spec, value, _join(self._name, key))
+        object.__setattr__(self, key, value)
+
+    def __post_init__(self) -> None:
+        self._cross_check()
+
+    def _cross_check(self) -> None:
+        """Checks that relate several fields (none by default)."""
+
+    def _ordered(self, low: str, high: str) -> None:
+        a, b = getattr(self, low), getattr(self, high)
+        if a > b:
+            raise ConfigError(f"{_join(self._name, low)} must be <= {_join(self._name, high)}, "
+                              f"got {a!r} > {b!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        """The section's defaults overridden by ``data`` (old flat keys are migrated)."""
+        return _merge(cls(), migrate_config(data, cls._name), cls._name)
+
+
+def _check_field(spec: dataclasses.Field, value: Any, name: str) -> Any:
+    """The checked (normalised) value of one field, or ConfigError."""
+    section = spec.metadata.get("section")
+    if section is not None:
+        if isinstance(value, Mapping):
+            return _merge(section(), migrate_config(value, section._name), name)
+        if not isinstance(value, section):
+            raise ConfigError(f"{name} must be a mapping of {section.__name__} fields (or a "
+                              f"{section.__name__}), got {value!r}")
+        return value
+    rule = spec.metadata.get("rule")
+    if rule is None:
+        raise ConfigError(f"config field {name} has no validation rule")  # author error
+    return rule.check(value, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# sections
 @dataclass
-class IOConfig:
+class IOConfig(_Section):
     """Decoding and sampling. Pixel results are reported at the *working* resolution."""
 
-    long_side: Optional[int] = 1024  # working resolution: long side in px, aspect kept; None = native
-    stride: int = 1  # keep every stride-th frame
-    max_frames: Optional[int] = None  # cap on frames after striding
-    letterbox_threshold: float = 16.0 / 255.0  # a bar row/column is darker than this (0..1)
-    letterbox_min_fraction: float = 0.02  # bars thinner than this fraction of the side are ignored
+    _name: ClassVar[str] = "io"
+    # working resolution: long side in px, aspect kept; None = native
+    long_side: Optional[int] = _int(1024, 1, null=True)
+    stride: int = _int(1, 1)  # keep every stride-th frame
+    max_frames: Optional[int] = _int(None, 1, null=True)  # cap on frames after striding
+    letterbox_threshold: float = _num(16.0 / 255.0, 0, 1)  # a bar row/column is darker (0..1)
+    letterbox_min_fraction: float = _num(0.02, 0, 1)  # thinner bars (fraction of side): ignored
+    # a clip that lost more than this fraction of its frames while decoding is an error
+    max_lost_fraction: float = _num(0.1, 0, 1)
 
 
 @dataclass
-class FeatureConfig:
+class LKConfig(_Section):
+    """Shi-Tomasi corners + pyramidal Lucas-Kanade tracks (``features.lk_tracks``; OpenCV
+    parameter meanings). Used as ``features.lk`` (the lk-tracks backend)."""
+
+    _name: ClassVar[str] = "features.lk"
+    max_corners: Optional[int] = _int(None, 1, null=True)  # None: the section's keypoint budget
+    quality: float = _num(0.001, 0, 1, low_open=True)  # Shi-Tomasi qualityLevel
+    min_distance: float = _num(3.0, 0)  # px between corners
+    block: int = _int(3, 1)  # covariance window side, px
+    window: int = _int(21, 3, odd=True)  # LK window side, px (odd)
+    levels: int = _int(3, 0)  # OpenCV maxLevel (levels + 1 pyramid images)
+    fb_threshold: float = _num(1.5, 0, low_open=True)  # px, forward-backward error of a kept track
+    backend: str = _choice("torch", LK_BACKEND_CHOICES)  # auto: torch (epipolar: as the path)
+
+    def corners(self, budget: int) -> int:
+        """Corners per frame: ``max_corners``, else the owning section's keypoint ``budget``."""
+        return int(budget if self.max_corners is None else self.max_corners)
+
+    def lk_kwargs(self, budget: int, backend: str) -> Dict[str, Any]:
+        """Keyword arguments of ``features.lk_tracks``; ``backend`` stands in for "auto"."""
+        return {"max_corners": self.corners(budget), "quality": float(self.quality),
+                "min_distance": float(self.min_distance), "block": int(self.block),
+                "window": int(self.window), "levels": int(self.levels),
+                "fb_threshold": float(self.fb_threshold),
+                "backend": backend if self.backend == "auto" else self.backend}
+
+
+@dataclass
+class TrackingConfig(LKConfig):
+    """The epipolar protocol's LK fallback stage (``epipolar.tracking``): the LK settings plus
+    the stage's minimum track count and the photometric guard (a track is kept only when the
+    zero-mean NCC of the ``ncc_window``^2 patches around x1 (frame i) and x2 (frame j) is
+    >= ``min_ncc``; real content ~0.99, independent noise < 0.5; -1 disables the guard)."""
+
+    _name: ClassVar[str] = "epipolar.tracking"
+    max_corners: Optional[int] = _int(2000, 1, null=True)  # None: epipolar.sift_features
+    backend: str = _choice("auto", LK_BACKEND_CHOICES)  # auto: opencv / torch as the path
+    min_tracks: int = _int(8, 1)  # pairs with fewer kept tracks are not fitted
+    min_ncc: float = _num(0.8, -1, 1)
+    ncc_window: int = _int(11, 3, odd=True)  # px at the analysis resolution
+
+
+@dataclass
+class FeatureConfig(_Section):
     """Keypoints and matching."""
 
-    backend: str = "auto"  # auto | kornia-sift | opencv-sift | lk-tracks | disk | loftr | lightglue
-    max_keypoints: int = 2000
-    ratio: float = 0.75  # Lowe ratio
+    _name: ClassVar[str] = "features"
+    backend: str = _choice("auto", FEATURE_BACKEND_CHOICES)
+    max_keypoints: int = _int(2000, 1)
+    ratio: float = _num(0.75, 0, 1, low_open=True)  # Lowe ratio
     # mutual nearest-neighbour check: many-to-one ratio matches are a matcher artifact that IR
     # would otherwise count against the video (pure rotation: IR_H 0.98 without, 0.996 with)
-    mutual: bool = True
-    scales: Tuple[float, ...] = (0.25, 0.5, 1.0)  # paper Algorithm 1
+    mutual: bool = _flag(True)
+    scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True)  # paper Algorithm 1
     # how a scale s < 1 is realised: "pyramid" detects again on the frames shrunk to s;
     # "scale_space" (opencv-sift, s a power of two) takes the octaves of one working-resolution
     # detection that the shrunk frames also have (features.opencv_sift); "auto": scale_space
     # where it applies, else pyramid
-    scale_mode: str = "auto"
-    checkpoint: Optional[str] = None  # local weights for learned backends
-    content_margin_px: int = 4  # content mask eroded by this much before keypoints are kept
-    # lk-tracks (Shi-Tomasi + pyramidal Lucas-Kanade, OpenCV parameter meanings)
-    lk_quality: float = 0.001
-    lk_min_distance: float = 3.0
-    lk_block: int = 3
-    lk_window: int = 21
-    lk_levels: int = 3  # OpenCV maxLevel (levels + 1 pyramid images)
-    lk_fb_threshold: float = 1.5  # px, forward-backward error of a kept track
-    lk_backend: str = "torch"  # torch | opencv
+    scale_mode: str = _choice("auto", SCALE_MODE_CHOICES)
+    checkpoint: Optional[str] = _text()  # local weights for learned backends
+    content_margin_px: int = _int(4, 0)  # content mask eroded by this much (px) before keypoints
+    # pairs are matched in chunks needing at most this many distinct frames (bounded memory,
+    # identical results); None: all frames at once
+    chunk_frames: Optional[int] = _int(48, 2, null=True)
+    lk: LKConfig = _sub(LKConfig)  # lk-tracks backend (max_corners None: max_keypoints)
 
 
 @dataclass
-class RansacConfig:
+class RansacConfig(_Section):
     """Batched robust estimation (geometry core)."""
 
-    confidence: float = 0.999
-    max_iterations: int = 2000
-    batch_hypotheses: int = 32  # minimal samples drawn per pair per round (geometry batch_size)
-    scoring: str = "msac"  # msac | ransac
-    local_optimization: bool = True
-    lo_iterations: int = 6  # IRLS refits per local optimisation (on <= 256 points)
-    seed: int = 0
+    _name: ClassVar[str] = "ransac"
+    confidence: float = _num(0.999, 0, 1, low_open=True, high_open=True)
+    max_iterations: int = _int(2000, 1)
+    batch_hypotheses: int = _int(32, 1)  # minimal samples drawn per pair per round
+    scoring: str = _choice("msac", RANSAC_SCORING_CHOICES)
+    local_optimization: bool = _flag(True)
+    lo_iterations: int = _int(6, 0)  # IRLS refits per local optimisation (on <= 256 points)
+    seed: int = _int(0, 0)
 
 
 @dataclass
-class GateConfig:
+class GateConfig(_Section):
     """Translation gate (paper sec. 4.2, Algorithm 1 A)."""
 
-    method: str = "auto"  # auto | poses | dust3r | parallax
-    tau_t: float = 0.04  # ||t||_inf gate on first/last relative pose (DUSt3R units)
-    hysteresis_low: float = 0.03  # <= low -> H
-    hysteresis_high: float = 0.05  # >= high -> F; in between U (both fitted, better supported wins)
-    missing_pose: str = "fail_to_F"  # fail_to_F | present_only
-    per_pair: bool = False  # per-pair gate with hysteresis instead of one decision per clip
+    _name: ClassVar[str] = "gate"
+    method: str = _choice("auto", GATE_METHOD_CHOICES)
+    tau_t: float = _num(0.04, 0)  # ||t||_inf gate on first/last relative pose (DUSt3R units)
+    hysteresis_low: float = _num(0.03, 0)  # <= low -> H
+    hysteresis_high: float = _num(0.05, 0)  # >= high -> F; in between U (better supported wins)
+    missing_pose: str = _choice("fail_to_F", MISSING_POSE_CHOICES)
+    per_pair: bool = _flag(False)  # per-pair gate with hysteresis instead of one per clip
     # weight-free statistic thresholds (calibrated by benchmarks/gate_sweep.py)
-    parallax_low: float = 0.13  # parallax_excess <= low -> H (gate_sweep.py calibration)
-    parallax_high: float = 0.27  # >= high -> F; between: U (GRIC or support margin decide)
-    dust3r_checkpoint: Optional[str] = None
-    dust3r_path: Optional[str] = None  # folder holding the dust3r repository (optional import)
-    statistic: str = "parallax_excess"  # | parallax_fraction | residual_parallax | gric_delta
-    parallax_pairs: str = "first_last"  # weight-free gate pairs: first_last | adjacent
-    dust3r_image_size: int = 512  # DUSt3R input size (224 or 512 models)
-    u_margin: float = 0.05  # U band: F when IR_F - IR_H > u_margin or GRIC prefers F
+    parallax_low: float = _num(0.13)  # statistic <= low -> H
+    parallax_high: float = _num(0.27)  # >= high -> F; between: U (GRIC or support margin decide)
+    dust3r_checkpoint: Optional[str] = _text()
+    dust3r_path: Optional[str] = _text()  # folder holding the dust3r repository (optional import)
+    statistic: str = _choice("parallax_excess", GATE_STATISTIC_CHOICES)
+    parallax_pairs: str = _choice("first_last", PARALLAX_PAIRS_CHOICES)  # weight-free gate pairs
+    dust3r_image_size: int = _int(512, 16)  # DUSt3R input size (224 or 512 models)
+    u_margin: float = _num(0.05, 0, 1)  # U band: F when IR_F - IR_H > u_margin or GRIC prefers F
+
+    def _cross_check(self) -> None:
+        self._ordered("hysteresis_low", "hysteresis_high")
+        self._ordered("parallax_low", "parallax_high")
 
 
 @dataclass
-class SegmentConfig:
+class SegmentConfig(_Section):
     """Mask-first background separation (paper sec. 4.3)."""
 
-    method: str = "auto"  # auto | files | sam2 | motion | none
-    safety_margin_px: int = 4  # dilate object masks by this many px before removing them
-    sam2_checkpoint: Optional[str] = None
-    sam2_config: Optional[str] = None
-    sam2_prompts: Optional[str] = None  # JSON file of box / point prompts (see segment.sam2)
-    sam2_image_size: Optional[int] = None  # override the model's input size (None: config)
+    _name: ClassVar[str] = "segment"
+    method: str = _choice("auto", SEGMENT_METHOD_CHOICES)
+    safety_margin_px: int = _int(4, 0)  # dilate object masks by this many px before removing them
+    sam2_checkpoint: Optional[str] = _text()
+    sam2_config: Optional[str] = _text()
+    sam2_prompts: Optional[str] = _text()  # JSON file of box / point prompts (see segment.sam2)
+    sam2_image_size: Optional[int] = _int(None, 1, null=True)  # model input size (None: its config)
     # weight-free motion segmentation (segment.motion)
-    motion_threshold: float = 0.08  # photometric residual (gray, 0..1) after the background warp
-    motion_min_area: int = 64  # px; smaller blobs are dropped
-    motion_max_fraction: float = 0.5  # objects covering more of the content -> unreliable, dropped
-    motion_open_px: int = 1  # morphological opening radius
-    motion_close_px: int = 3  # morphological closing radius
-    motion_min_frames: int = 2  # a track must span this many frames
-    motion_seed_radius_px: int = 8  # background-model outlier matches -> seed discs
-    motion_min_seeds: int = 12  # coherent seed points (2 per match) a component needs
-    motion_seed_factor: float = 2.0  # seed = residual > factor x tau (tau_H or tau_F)
+    motion_threshold: float = _num(0.08, 0, 1)  # photometric residual (gray, 0..1) after the warp
+    motion_min_area: int = _int(64, 0)  # px; smaller blobs are dropped
+    motion_max_fraction: float = _num(0.5, 0, 1)  # objects covering more of the content: dropped
+    motion_open_px: int = _int(1, 0)  # morphological opening radius
+    motion_close_px: int = _int(3, 0)  # morphological closing radius
+    motion_min_frames: int = _int(2, 1)  # a track must span this many frames
+    motion_seed_radius_px: int = _int(8, 0)  # background-model outlier matches -> seed discs
+    motion_min_seeds: int = _int(12, 0)  # coherent seed points (2 per match) a component needs
+    motion_seed_factor: float = _num(2.0, 0, low_open=True)  # seed: residual > factor x tau
+    # mask files whose aspect ratio differs from the clip's by > 1 %: an error unless true
+    resize_masks: bool = _flag(False)
 
 
 @dataclass
-class BackgroundConfig:
+class BackgroundConfig(_Section):
     """IR / GE (paper eqs. 7-13)."""
 
-    tau_h: float = 2.0  # px, symmetric transfer error (eq. 8)
-    tau_f: float = 0.1  # Sampson distance in Hartley-normalised coordinates
-    min_inliers: int = 30  # pairs with fewer inliers are invalid
-    report_ir: float = 0.97  # report gate: IR >= 0.97
-    report_ge_px: float = 3.5  # report gate: GE <= 3.5 px
-    pair_stride: int = 1
-    sensitivity_tau_h: Tuple[float, ...] = (0.5, 1.0, 2.0, 3.0, 4.0)
-    sensitivity_tau_f: Tuple[float, ...] = (0.025, 0.05, 0.1, 0.2, 0.4)
-    sensitivity: bool = False  # run the (tau_h, tau_f) scan and record it in the result
-    min_valid_pairs: int = 1  # fewer valid pairs -> not_applicable
-    category_static_px: float = 0.5  # median background motion per pair below this -> static cam
-    category_rotation_deg: float = 0.1  # F regime: inter-frame rotation >= this -> Complex
-    category_focal: float = 1.0  # assumed focal length / long side for the rotation estimate
-    per_pair: bool = True  # record per-pair IR / GE in the result
+    _name: ClassVar[str] = "background"
+    tau_h: float = _num(2.0, 0, low_open=True)  # px, symmetric transfer error (eq. 8)
+    tau_f: float = _num(0.1, 0, low_open=True)  # Sampson distance, Hartley-normalised coordinates
+    min_inliers: int = _int(30, 1)  # pairs with fewer inliers are invalid
+    report_ir: float = _num(0.97, 0, 1)  # report gate: IR >= 0.97
+    report_ge_px: float = _num(3.5, 0)  # report gate: GE <= 3.5 px
+    pair_stride: int = _int(1, 1)
+    sensitivity_tau_h: Tuple[float, ...] = _nums((0.5, 1.0, 2.0, 3.0, 4.0), 0, low_open=True)
+    sensitivity_tau_f: Tuple[float, ...] = _nums((0.025, 0.05, 0.1, 0.2, 0.4), 0, low_open=True)
+    sensitivity: bool = _flag(False)  # run the (tau_h, tau_f) scan and record it in the result
+    min_valid_pairs: int = _int(1, 1)  # fewer valid pairs -> not_applicable
+    category_static_px: float = _num(0.5, 0)  # median background motion per pair below: static
+    category_rotation_deg: float = _num(0.1, 0)  # F regime: inter-frame rotation >= this: Complex
+    category_focal: float = _num(1.0, 0, low_open=True)  # focal / long side for the rotation
+    per_pair: bool = _flag(True)  # record per-pair IR / GE in the result
 
 
 @dataclass
-class ForegroundConfig:
+class ForegroundConfig(_Section):
     """AdaDFRC-W2 (paper eqs. 14-15, 17)."""
 
-    flow: str = "auto"  # auto | raft_small | raft_large | torch-lk
-    flow_checkpoint: Optional[str] = None
-    grid: int = 8  # adaptive N x N grid over the object box
-    score: str = "wmse"  # wmse | w2
-    occlusion_weighting: bool = True
-    fb_threshold_px: float = 1.0  # forward-backward consistency tolerance
-    min_object_pixels: int = 64
-    percentile: float = 0.9  # AdaP90
-    scales: Tuple[float, ...] = (0.25, 0.5, 1.0)  # flow scales (paper Algorithm 1 D)
-    scale_reduction: str = "finest"  # finest valid scale (default) | median over valid scales
-    max_pairs: Optional[int] = None  # cap on scored adjacent pairs (spread evenly over the clip)
-    batch_pairs: int = 8  # pairs per flow chunk (bounds memory; each chunk is batched)
+    _name: ClassVar[str] = "foreground"
+    flow: str = _choice("auto", FLOW_CHOICES)
+    flow_checkpoint: Optional[str] = _text()
+    grid: int = _int(8, 1)  # adaptive N x N grid over the object box
+    score: str = _choice("wmse", FOREGROUND_SCORE_CHOICES)
+    occlusion_weighting: bool = _flag(True)
+    fb_threshold_px: float = _num(1.0, 0, low_open=True)  # forward-backward consistency tolerance
+    min_object_pixels: int = _int(64, 0)
+    percentile: float = _num(0.9, 0, 1)  # AdaP90
+    scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True)  # flow scales
+    scale_reduction: str = _choice("finest", SCALE_REDUCTION_CHOICES)  # finest valid | median
+    # cost caps (what they cut is reported in the block's ``skipped``; None / 0: no cap)
+    max_pairs: Optional[int] = _int(16, 0, null=True)  # scored pairs, spread evenly over the clip
+    max_objects: Optional[int] = _int(4, 0, null=True)  # scored objects, largest (mask area) first
+    max_flow_side: Optional[int] = _int(512, 16, null=True)  # flow's long side, px, at scale 1
+    batch_pairs: int = _int(8, 1)  # pairs per flow chunk (bounds memory; each chunk is batched)
 
 
 @dataclass
-class EpipolarConfig:
+class ProtocolRansacConfig(_Section):
+    """The fundamental-matrix RANSAC of an epipolar protocol (``epipolar.ransac``: WorldAtlas,
+    ``cv2.findFundamentalMat(USAC_MAGSAC)`` / batched Sampson RANSAC)."""
+
+    _name: ClassVar[str] = "epipolar.ransac"
+    threshold_px: float = _num(1.0, 0, low_open=True)  # inlier threshold, px (analysis size)
+    confidence: float = _num(0.999, 0, 1, low_open=True, high_open=True)
+    max_iterations: int = _int(10000, 1)
+
+
+@dataclass
+class GvgcRansacConfig(ProtocolRansacConfig):
+    """The GVGC preset's RANSAC (``epipolar.gvgc.ransac``): ``cv2.findFundamentalMat(FM_RANSAC,
+    3 px)`` with OpenCV's defaults (confidence 0.99, 1000 iterations)."""
+
+    _name: ClassVar[str] = "epipolar.gvgc.ransac"
+    threshold_px: float = _num(3.0, 0, low_open=True)
+    confidence: float = _num(0.99, 0, 1, low_open=True, high_open=True)
+    max_iterations: int = _int(1000, 1)
+
+
+@dataclass
+class GvgcConfig(_Section):
+    """The gvgc preset (Li et al. 2024; original code: 1280x720, SIFT 40k, FLANN, ratio 0.85,
+    FM_RANSAC 3 px) -- ``epipolar.gvgc``."""
+
+    _name: ClassVar[str] = "epipolar.gvgc"
+    size: Tuple[int, ...] = _ints((720, 1280), 1, length=2)  # (H, W) every frame is resized to
+    intervals: Tuple[int, ...] = _ints((60, 50, 40, 30, 20, 10), 1)  # frame distances d
+    min_frames: int = _int(71, 2)  # the original evaluates frames 0..70
+    sift_features: int = _int(40000, 1)
+    ratio: float = _num(0.85, 0, 1, low_open=True)
+    matcher: str = _choice("flann", GVGC_MATCHER_CHOICES)  # flann (as the original) | bf (exact)
+    ransac: GvgcRansacConfig = _sub(GvgcRansacConfig)
+
+    def _cross_check(self) -> None:
+        if max(self.intervals) >= self.min_frames:
+            raise ConfigError(f"{self._name}.min_frames must exceed every {self._name}.intervals "
+                              f"value, got {self.min_frames} <= {max(self.intervals)}")
+
+
+@dataclass
+class EpipolarConfig(_Section):
     """WorldAtlas / GVGC-style epipolar trio (seed 003)."""
 
-    max_width: int = 640
-    pair_stride: int = 1
-    max_pairs: int = 8
-    sift_features: int = 2000
-    ratio: float = 0.75
-    min_matches: int = 12
-    ransac_threshold_px: float = 1.0
-    confidence: float = 0.999
-    max_iterations: int = 10000
-    min_inliers: int = 8
-    error_norm_px: float = 5.0  # normalised score = clip(1 - error / 5, 0, 1)
-    relaxed_ratio: float = 0.85
-    relaxed_min_matches: int = 8
-    seed: int = 0
-    path: str = "auto"  # auto | opencv | torch
-    resize_interpolation: str = "area"  # area (cv2.INTER_AREA) | linear (cv2.resize default)
-    fallback_enabled: bool = True  # relaxed matching, then Shi-Tomasi + LK, when no pair is valid
-    tracking_max_corners: int = 2000
-    tracking_quality: float = 0.001
-    tracking_min_distance: float = 3.0
-    tracking_block: int = 3
-    tracking_window: int = 21
-    tracking_levels: int = 3
-    tracking_fb_threshold_px: float = 1.5
-    tracking_min_tracks: int = 8
-    # LK fallback photometric guard: keep a track only when the zero-mean NCC of the
-    # tracking_ncc_window^2 patches around x1 (frame i) and x2 (frame j) is >= tracking_min_ncc
-    # (real content ~0.99, independent noise < 0.5); -1.0 disables the guard
-    tracking_min_ncc: float = 0.8
-    tracking_ncc_window: int = 11  # odd, px at the analysis resolution
+    _name: ClassVar[str] = "epipolar"
+    max_width: int = _int(640, 1)  # analysis width, px (aspect kept)
+    pair_stride: int = _int(1, 1)
+    max_pairs: int = _int(8, 0)  # pairs spread evenly over the clip (0: all)
+    sift_features: int = _int(2000, 1)
+    ratio: float = _num(0.75, 0, 1, low_open=True)
+    min_matches: int = _int(12, 1)
+    min_inliers: int = _int(8, 1)
+    error_norm_px: float = _num(5.0, 0, low_open=True)  # score = clip(1 - error / 5, 0, 1)
+    relaxed_ratio: float = _num(0.85, 0, 1, low_open=True)
+    relaxed_min_matches: int = _int(8, 1)
+    seed: int = _int(0, 0)
+    path: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
+    resize_interpolation: str = _choice("area", RESIZE_INTERPOLATION_CHOICES)  # area: INTER_AREA
+    fallback_enabled: bool = _flag(True)  # relaxed matching, then Shi-Tomasi + LK, if none valid
     # fallback stages only: a pair is valid only when its F inlier set is meaningful a contrario
     # (ORSA): NFA = expected number of equally good chance fits of unrelated matches <= this
-    fallback_max_nfa: float = 0.01
-    features: str = "auto"  # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
-    opencv_threads: int = 1  # cv2.setNumThreads during the OpenCV path (restored afterwards)
-    # gvgc preset (Li et al. 2024, original code: 1280x720, SIFT 40k, ratio 0.85, FM_RANSAC 3 px)
-    gvgc_size: Tuple[int, int] = (720, 1280)  # (H, W) every frame is resized to
-    gvgc_intervals: Tuple[int, ...] = (60, 50, 40, 30, 20, 10)
-    gvgc_min_frames: int = 71  # the original evaluates frames 0..70
-    gvgc_sift_features: int = 40000
-    gvgc_ratio: float = 0.85
-    gvgc_threshold_px: float = 3.0
-    gvgc_confidence: float = 0.99  # cv2.findFundamentalMat FM_RANSAC defaults
-    gvgc_max_iterations: int = 1000
-    gvgc_matcher: str = "flann"  # flann (as the original) | bf (exact 2-NN)
+    fallback_max_nfa: float = _num(0.01, 0, low_open=True)
+    # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
+    features: str = _choice("auto", EPIPOLAR_FEATURE_CHOICES)
+    opencv_threads: int = _int(1, 1)  # cv2.setNumThreads during the OpenCV path (restored)
+    ransac: ProtocolRansacConfig = _sub(ProtocolRansacConfig)
+    tracking: TrackingConfig = _sub(TrackingConfig)  # Shi-Tomasi + LK fallback stage
+    gvgc: GvgcConfig = _sub(GvgcConfig)
 
 
+# ---------------------------------------------------------------------------------------------
+# old flat keys -> nested places
+def _renamed() -> Dict[str, str]:
+    lk = ("quality", "min_distance", "block", "window", "levels")
+    out = {f"features.lk_{k}": f"features.lk.{k}" for k in lk + ("fb_threshold", "backend")}
+    out.update({f"epipolar.tracking_{k}": f"epipolar.tracking.{k}"
+                for k in lk + ("max_corners", "min_tracks", "min_ncc", "ncc_window")})
+    out["epipolar.tracking_fb_threshold_px"] = "epipolar.tracking.fb_threshold"
+    out.update({"epipolar.ransac_threshold_px": "epipolar.ransac.threshold_px",
+                "epipolar.confidence": "epipolar.ransac.confidence",
+                "epipolar.max_iterations": "epipolar.ransac.max_iterations"})
+    out.update({f"epipolar.gvgc_{k}": f"epipolar.gvgc.{k}"
+                for k in ("size", "intervals", "min_frames", "sift_features", "ratio", "matcher")})
+    out.update({f"epipolar.gvgc_{k}": f"epipolar.gvgc.ransac.{k}"
+                for k in ("threshold_px", "confidence", "max_iterations")})
+    return out
+
+
+#: flat keys of configs written before the nested sections -> their dotted place now
+RENAMED_KEYS: Dict[str, str] = _renamed()
+
+
+def _copy_tree(data: Any) -> Any:
+    return {k: _copy_tree(v) for k, v in data.items()} if isinstance(data, Mapping) else data
+
+
+def _relative(path: str, prefix: str) -> Optional[List[str]]:
+    """``path`` split relative to ``prefix`` (None when it lies outside)."""
+    if not prefix:
+        return path.split(".")
+    return path[len(prefix) + 1:].split(".") if path.startswith(prefix + ".") else None
+
+
+def _move(tree: Dict[str, Any], old: List[str], new: List[str], names: Tuple[str, str]) -> None:
+    """Move ``tree[old]`` to ``tree[new]`` (creating the nested mappings)."""
+    parent: Any = tree
+    for key in old[:-1]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+    if not isinstance(parent, dict) or old[-1] not in parent:
+        return
+    value = parent.pop(old[-1])
+    warnings.warn(f"config key {names[0]} is deprecated; it now lives at {names[1]}",
+                  DeprecationWarning, stacklevel=4)
+    target: Any = tree
+    for key in new[:-1]:
+        if not isinstance(target.get(key, {}), dict):
+            raise ConfigError(f"{names[0]} (old name of {names[1]}) cannot be moved: "
+                              f"{key} is {target[key]!r}, not a mapping")
+        target = target.setdefault(key, {})
+    if new[-1] in target and target[new[-1]] != value:
+        raise ConfigError(f"{names[0]} (deprecated) and {names[1]} are both given, with different "
+                          f"values {value!r} and {target[new[-1]]!r}; keep only {names[1]}")
+    target[new[-1]] = value
+
+
+def migrate_config(data: Any, prefix: str = "") -> Any:
+    """A copy of a config mapping (the whole config, or the section at dotted ``prefix``) with
+    every old flat key (:data:`RENAMED_KEYS`) moved to its nested place, each with a
+    DeprecationWarning. A non-mapping is returned as is (the merge reports it)."""
+    if not isinstance(data, Mapping):
+        return data
+    tree = _copy_tree(data)
+    for old, new in RENAMED_KEYS.items():
+        rel_old, rel_new = _relative(old, prefix), _relative(new, prefix)
+        if rel_old is not None and rel_new is not None:
+            _move(tree, rel_old, rel_new, (old, new))
+    return tree
+
+
+def _merge(target: Any, data: Any, where: str) -> Any:
+    """A new section: ``target``'s values overridden by the (migrated) mapping ``data``; every
+    value is checked against its field's rule with its dotted name ``where.key``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or 'config'} must be a mapping (a JSON object), "
+                          f"got {type(data).__name__}")
+    known = {f.name: f for f in dataclasses.fields(target)}
+    values = {name: getattr(target, name) for name in known}
+    for key, value in data.items():
+        name = _join(where, str(key))
+        if key not in known:
+            near = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f" (did you mean {_join(where, near[0])}?)" if near else ""
+            raise ConfigError(f"unknown config key config.{name}{hint}; known: {sorted(known)}")
+        spec = known[key]
+        if spec.metadata.get("section") is not None and isinstance(value, Mapping):
+            values[key] = _merge(values[key], value, name)
+        else:
+            values[key] = _check_field(spec, value, name)
+    return type(target)(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole configuration
 @dataclass
-class GeoConConfig:
-    """The whole configuration; every result records ``to_dict()`` and ``config_hash()``."""
+class GeoConConfig(_Section):
+    """The whole configuration; every result records ``to_dict()`` and ``config_hash()``.
 
-    io: IOConfig = field(default_factory=IOConfig)
-    features: FeatureConfig = field(default_factory=FeatureConfig)
-    ransac: RansacConfig = field(default_factory=RansacConfig)
-    gate: GateConfig = field(default_factory=GateConfig)
-    segment: SegmentConfig = field(default_factory=SegmentConfig)
-    background: BackgroundConfig = field(default_factory=BackgroundConfig)
-    foreground: ForegroundConfig = field(default_factory=ForegroundConfig)
-    epipolar: EpipolarConfig = field(default_factory=EpipolarConfig)
-    preset: str = "geocon"  # geocon | background | worldatlas | gvgc | all
+    Every field is checked when the config is built (see the module docstring):
+
+    >>> cfg = GeoConConfig().replace(io={"long_side": 512}, epipolar={"tracking": {"window": 15}})
+    >>> cfg.io.long_side, cfg.epipolar.tracking.window, cfg.features.lk.window
+    (512, 15, 21)
+    >>> GeoConConfig(preset="fast")
+    Traceback (most recent call last):
+    ...
+    geocon_torch.errors.ConfigError: preset must be one of 'geocon', ..., got 'fast'
+    """
+
+    io: IOConfig = _sub(IOConfig)
+    features: FeatureConfig = _sub(FeatureConfig)
+    ransac: RansacConfig = _sub(RansacConfig)
+    gate: GateConfig = _sub(GateConfig)
+    segment: SegmentConfig = _sub(SegmentConfig)
+    background: BackgroundConfig = _sub(BackgroundConfig)
+    foreground: ForegroundConfig = _sub(ForegroundConfig)
+    epipolar: EpipolarConfig = _sub(EpipolarConfig)
+    preset: str = _choice("geocon", PRESET_CHOICES)
 
     def to_dict(self) -> Dict[str, Any]:
+        """The JSON form: nested dicts, tuples as lists."""
         return _to_jsonable(dataclasses.asdict(self))
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "GeoConConfig":
-        return _merge(cls(), data, "config")
+    def from_dict(cls, data: Mapping[str, Any]) -> "GeoConConfig":
+        """Defaults overridden by ``data`` (any subset; old flat keys are migrated)."""
+        return _merge(cls(), migrate_config(data), "")
 
     def replace(self, **sections: Any) -> "GeoConConfig":
         """Copy with overrides, e.g. ``cfg.replace(background={"tau_h": 3.0})``."""
-        return _merge(GeoConConfig.from_dict(self.to_dict()), sections, "config")
+        return _merge(copy.deepcopy(self), migrate_config(sections), "")
 
     def config_hash(self) -> str:
-        """Stable 16-hex-digit hash of the JSON form (sorted keys)."""
+        """Stable 16-hex-digit key of the configuration: the first 16 hex digits of the SHA-256
+        of ``to_dict()`` as compact JSON with sorted keys.
+
+        The hash is taken of the validated, *migrated* config, so an old flat config file and
+        its nested equivalent hash the same, and an int given for a float field (``3``) hashes
+        as the float (``3.0``). Results stored before the nested sections carry a hash of the
+        old flat layout; ``GeoConConfig.from_dict(result["config"]).config_hash()`` gives the
+        current hash of the config they were scored with.
+        """
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -240,29 +697,35 @@ def _to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def _merge(target: Any, data: Dict[str, Any], where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
-    known = {f.name: f for f in dataclasses.fields(target)}
-    for key, value in data.items():
-        if key not in known:
-            raise ConfigError(f"unknown config key {where}.{key}; known: {sorted(known)}")
-        current = getattr(target, key)
-        if dataclasses.is_dataclass(current):
-            _merge(current, value, f"{where}.{key}")
-        else:
-            if isinstance(current, tuple) and isinstance(value, (list, tuple)):
-                value = tuple(value)
-            setattr(target, key, value)
-    return target
+#: every config dataclass, outermost first (tests walk their fields)
+SECTIONS: Tuple[type, ...] = (GeoConConfig, IOConfig, FeatureConfig, LKConfig, RansacConfig,
+                              GateConfig, SegmentConfig, BackgroundConfig, ForegroundConfig,
+                              EpipolarConfig, ProtocolRansacConfig, TrackingConfig, GvgcConfig,
+                              GvgcRansacConfig)
 
 
-def load_config(source: Union[None, str, Path, Dict[str, Any], GeoConConfig]) -> GeoConConfig:
-    """Config from None (defaults), a dict, a GeoConConfig, or a JSON file path."""
+def load_config(source: Union[None, str, Path, Mapping[str, Any], GeoConConfig]
+                ) -> GeoConConfig:
+    """Config from None (defaults), a mapping, a GeoConConfig, or a JSON file path.
+
+    A mapping or file may override any subset of fields; every value is checked, and unknown
+    keys are an error. Flat keys of older configs are moved to their nested place (with a
+    DeprecationWarning).
+
+    >>> cfg = load_config({"background": {"tau_h": 3}, "preset": "background"})
+    >>> cfg.background.tau_h, cfg.preset
+    (3.0, 'background')
+    >>> cfg.config_hash() == load_config(cfg.to_dict()).config_hash()
+    True
+    >>> load_config({"io": {"long_side": "512"}})
+    Traceback (most recent call last):
+    ...
+    geocon_torch.errors.ConfigError: io.long_side must be a positive int or null, got '512'
+    """
     if source is None:
         return GeoConConfig()
     if isinstance(source, GeoConConfig):
         return source
-    if isinstance(source, dict):
+    if isinstance(source, Mapping):
         return GeoConConfig.from_dict(source)
     return GeoConConfig.from_dict(read_json_file(source, "config file"))

@@ -39,6 +39,13 @@ class ShapeError(GeoConError, ValueError):
     """A tensor argument has the wrong shape or dtype; the message shows the bad shape."""
 
 
+class ClipTensorError(VideoReadError, ShapeError):
+    """An in-memory clip / batch tensor is malformed (wrong ndim, C not in {1, 3}, 0 frames, a
+    dtype other than uint8 / float, float values outside [0, 1], NaN / inf). Raised by the one
+    tensor -> Clip path (:func:`geocon_torch.io.clip_from_tensor`) for ``read_clip``, the
+    epipolar sections and every Metric class alike; both a VideoReadError and a ShapeError."""
+
+
 class CheckpointError(GeoConError, FileNotFoundError):
     """A learned backend was requested without a usable local checkpoint (nothing is ever
     downloaded): the path is missing, unreadable, or does not match the architecture."""

@@ -2,8 +2,12 @@
 
 ``ClipResult.to_dict()`` is plain JSON (no tensors, no NaN: missing numbers are ``None``)::
 
-    {"schema_version": "1.0", "clip": str, "path": str | None, "content_hash": str | None,
+    {"schema_version": "2.0", "clip": str, "path": str | None, "content_hash": str | None,
      "status": "ok" | "not_applicable" | "error", "reason": str | None, "regime": "H" | "F" | None,
+     "io": {"source", "announced_frames", "decoded_frames", "lost_frames", "lost_fraction",
+            "timestamp_gaps", "decode_errors", "first_errors", "truncated"},  # what decoding
+                                     # lost ({} for rows written before it was recorded)
+     "warnings": [str, ...],         # scored, but e.g. some frames were lost while decoding
      "gate": {"method", "statistic", "thresholds", "decision", "evidence", ...},
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",
                     "pass", "per_pair": [...], "status", "reason", ...},
@@ -20,6 +24,11 @@ Schema history: 1.0 had one ``category`` field holding either a prompt family or
 store and the report) read 1.x rows by sorting the old value into the right field
 (:func:`migrate_result`).
 
+Partial decodes are never silent (:mod:`geocon_torch.io.integrity`): a clip that lost more than
+``config.io.max_lost_fraction`` of its frames has ``status: "error"`` with the reason and no
+scores; a smaller loss is scored with a ``warnings`` entry. Both fields were added within 2.0
+(older 2.0 rows read back with ``io = {}`` and ``warnings = []``).
+
 Pixel values (``ge_px`` ...) are at the clip's *working* resolution (``config.io.long_side``).
 """
 from __future__ import annotations
@@ -27,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -71,6 +80,8 @@ class ClipResult:
     path: Optional[str] = None
     content_hash: Optional[str] = None
     regime: Optional[str] = None
+    io: Dict[str, Any] = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
     gate: Dict[str, Any] = field(default_factory=dict)
     background: Dict[str, Any] = field(default_factory=dict)
     foreground: Optional[Dict[str, Any]] = None
@@ -107,7 +118,8 @@ class ClipResult:
         out: Dict[str, Any] = {
             "schema_version": SCHEMA_VERSION, "clip": self.clip, "path": self.path,
             "content_hash": self.content_hash, "status": self.status, "reason": self.reason,
-            "regime": self.regime, "gate": self.gate, "background": self.background,
+            "regime": self.regime, "io": self.io, "warnings": list(self.warnings),
+            "gate": self.gate, "background": self.background,
         }
         if self.foreground is not None:
             out["foreground"] = self.foreground

@@ -14,13 +14,19 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from .errors import ShapeError
+
 
 @dataclass
 class Clip:
     """A decoded clip at working resolution.
 
     Attributes:
-        frames: (T, 3, H, W) uint8 RGB frames.
+        frames: (T, 3, H, W) uint8 RGB frames: a tensor, or for a streamed video file
+            (``read_clip(path, stream=True)``, what ``score_clip`` reads) a
+            :class:`~geocon_torch.io.framestore.VideoFrames` store with the same indexing API
+            (``shape``, ``dtype``, ``device``, ``len``, ``[int | slice | index tensor]``,
+            ``index_select``) that decodes the requested frames on demand.
         fps: frames per second of the source (after striding: source fps / stride).
         content_mask: (H, W) bool, False on letterbox / pillarbox bars.
         frame_indices: (T,) long, index of each kept frame in the source video.
@@ -30,7 +36,7 @@ class Clip:
         meta: free-form metadata (path, container frame count, codec, ...).
     """
 
-    frames: torch.Tensor
+    frames: Any  # torch.Tensor or io.framestore.VideoFrames (same indexing API)
     fps: float
     content_mask: torch.Tensor
     frame_indices: torch.Tensor
@@ -48,6 +54,17 @@ class Clip:
         """(H, W) at working resolution."""
         return int(self.frames.shape[-2]), int(self.frames.shape[-1])
 
+    def subclip(self, positions: torch.Tensor) -> "Clip":
+        """The frames at ``positions`` (F,) long as an in-memory Clip (frames a (F, 3, H, W)
+        tensor; content mask, fps, scale, name and meta shared): what a chunked stage works
+        on. Its frame ``k`` is this clip's frame ``positions[k]``."""
+        pos = positions.to(device=self.frames.device, dtype=torch.long)
+        frames = self.frames[pos]
+        return Clip(frames=frames, fps=self.fps, content_mask=self.content_mask,
+                    frame_indices=self.frame_indices[pos.to(self.frame_indices.device)],
+                    source_size=self.source_size, scale=self.scale, name=self.name,
+                    meta=self.meta)
+
     def gray(self, dtype: torch.dtype = torch.float32,
              indices: Optional[torch.Tensor] = None, chunk: int = 16) -> torch.Tensor:
         """(T', 1, H, W) luminance in [0, 1] (ITU-R BT.601 weights, as OpenCV's RGB2GRAY).
@@ -58,7 +75,7 @@ class Clip:
         frames = self.frames if indices is None else self.frames[indices.to(self.frames.device)]
         t, _, h, w = frames.shape
         out = torch.empty((t, 1, h, w), dtype=dtype, device=frames.device)
-        for start in range(0, t, chunk):
+        for start in range(0, t, chunk):  # a streamed store decodes one chunk at a time
             f = frames[start:start + chunk]
             out[start:start + chunk] = (f[:, 0:1].to(dtype) * 0.299 + f[:, 1:2].to(dtype) * 0.587
                                         + f[:, 2:3].to(dtype) * 0.114) / 255.0
@@ -153,6 +170,44 @@ class Fit:
     iterations: torch.Tensor
     score: torch.Tensor
 
+    @property
+    def num_rows(self) -> int:
+        """P, the number of fitted rows (pairs, or pairs x scales)."""
+        return int(self.model.shape[0])
+
+    def rows(self, idx: torch.Tensor) -> "Fit":
+        """The fits of the rows ``idx``: (P',) long row numbers or a (P,) bool row mask.
+
+        >>> fit = Fit("H", torch.eye(3).repeat(4, 1, 1), torch.ones(4, 5, dtype=torch.bool),
+        ...           torch.zeros(4, 5), torch.ones(4, dtype=torch.bool),
+        ...           torch.full((4,), 5), torch.ones(4, dtype=torch.long), torch.zeros(4))
+        >>> fit.rows(torch.tensor([3, 1])).num_rows
+        2
+        """
+        return Fit(self.kind, *(getattr(self, k)[idx] for k in _FIT_TENSORS))
+
+    @classmethod
+    def assemble(cls, num_rows: int, parts: Sequence[Tuple[torch.Tensor, "Fit"]]) -> "Fit":
+        """One Fit of ``num_rows`` rows from ``(rows, fit of those rows)`` parts: row
+        ``rows[k]`` of the result is row ``k`` of that part's fit. The parts must cover every
+        row (an uncovered row would hold zeros); later parts win where rows repeat. Every part
+        has the same kind, and the same N (inlier / residual width) as the first one.
+        """
+        if not parts:
+            raise ShapeError("Fit.assemble needs at least one (rows, fit) part")
+        first = parts[0][1]
+        out = []
+        for name in _FIT_TENSORS:
+            ref = getattr(first, name)
+            t = ref.new_zeros((int(num_rows),) + tuple(ref.shape[1:]))
+            for rows, fit in parts:
+                t[rows] = getattr(fit, name)
+            out.append(t)
+        return cls(first.kind, *out)
+
+
+_FIT_TENSORS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
+
 
 def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> Correspondences:
     """Concatenate Correspondences along P, zero-padding N to max(largest part, ``width``).
@@ -175,3 +230,120 @@ def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> 
         pairs=torch.cat([c.pairs for c in parts]),
         num_kp1=torch.cat([c.num_kp1 for c in parts]),
         num_kp2=torch.cat([c.num_kp2 for c in parts]))
+
+
+class BlockMasks:
+    """(T, K, H, W) bool object masks kept at a reduced resolution and expanded on demand.
+
+    Working pixel (y, x) of object k in frame t is ``low[t, k, y // f, x // f] & content[y, x]``
+    (every cell of ``low`` (T, K, ceil(H/f), ceil(W/f)) repeated as an f x f block, cropped to
+    (H, W)): what the motion segmentation computes at <= 320 px. Full-resolution masks exist
+    only for the frames asked for (``masks[t]``, ``masks[index tensor]``, ``full(frames)``),
+    so their memory does not grow with the clip. Slices along frames (``masks[a:b]``) and
+    object selections (``masks[:, ids]``) stay lazy; ``sum`` over both spatial dims is exact
+    and chunked; any other tensor use materialises the masks (bit-identical to the eager ones).
+    """
+
+    dtype = torch.bool
+    ndim = 4
+
+    def __init__(self, low: torch.Tensor, factor: int, size: Tuple[int, int],
+                 content: torch.Tensor, chunk: int = 16) -> None:
+        self.low, self.factor, self.size = low.bool(), int(factor), (int(size[0]), int(size[1]))
+        self.content, self.chunk = content.bool().to(low.device), max(1, int(chunk))
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(tuple(self.low.shape[:2]) + self.size)
+
+    @property
+    def device(self) -> torch.device:
+        return self.low.device
+
+    def __len__(self) -> int:
+        return int(self.low.shape[0])
+
+    def _like(self, low: torch.Tensor) -> "BlockMasks":
+        return BlockMasks(low, self.factor, self.size, self.content, self.chunk)
+
+    def full(self, frames: Any = None) -> torch.Tensor:
+        """(T', K, H, W) bool masks of the frames ``frames`` (all when None)."""
+        low = self.low if frames is None else self.low[frames]
+        *lead, h, w = low.shape
+        f, (hh, ww) = self.factor, self.size
+        up = low[..., :, None, :, None].expand(*lead, h, f, w, f).reshape(*lead, h * f, w * f)
+        return up[..., :hh, :ww] & self.content.view(*([1] * (up.ndim - 2)), hh, ww)
+
+    def materialize(self) -> torch.Tensor:
+        return self.full()
+
+    def __getitem__(self, key: Any) -> Any:
+        rest: Tuple = ()
+        if isinstance(key, tuple):
+            key, rest = key[0], key[1:]
+        if isinstance(key, slice) and len(rest) <= 1:
+            out = self._like(self.low[key])
+            return out._like(out.low[:, rest[0]]) if rest and not isinstance(
+                rest[0], int) else (out.full()[(slice(None),) + rest] if rest else out)
+        out = self.full(key)
+        return out[(slice(None),) * (out.ndim - 3) + rest] if rest else out
+
+    def to(self, device: Any = None, dtype: Optional[torch.dtype] = None, **kw: Any) -> Any:
+        if isinstance(device, torch.dtype):
+            device, dtype = None, device
+        if dtype not in (None, torch.bool):
+            return self.full().to(device=device, dtype=dtype, **kw)
+        if device is None:
+            return self
+        return BlockMasks(self.low.to(device), self.factor, self.size,
+                          self.content.to(device), self.chunk)
+
+    def bool(self) -> "BlockMasks":
+        return self
+
+    def cpu(self) -> "BlockMasks":
+        return self.to("cpu")
+
+    def sum(self, dim: Any = None, **kw: Any) -> torch.Tensor:
+        """Exact pixel counts; over both spatial dims computed ``chunk`` frames at a time."""
+        dims = (dim,) if isinstance(dim, int) else tuple(dim or ())
+        norm = {d % 4 for d in dims}
+        if not {2, 3} <= norm or kw:
+            return self.full().sum(dim, **kw) if dim is not None else self.full().sum(**kw)
+        per = torch.cat([self.full(slice(s, s + self.chunk)).sum((-1, -2))
+                         for s in range(0, len(self), self.chunk)]) if len(self) else \
+            torch.zeros(tuple(self.low.shape[:2]), dtype=torch.long, device=self.device)
+        left = sorted(norm - {2, 3}, reverse=True)
+        for d in left:
+            per = per.sum(d)
+        return per
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.full(), name)  # any other tensor use: the full masks
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        conv = lambda a: a.full() if isinstance(a, BlockMasks) else a  # noqa: E731
+        args = tuple(conv(a) for a in args)
+        kwargs = {k: conv(v) for k, v in (kwargs or {}).items()}
+        return func(*args, **kwargs)
+
+    def __array__(self, dtype: Any = None) -> Any:
+        return self.full().cpu().numpy() if dtype is None else \
+            self.full().cpu().numpy().astype(dtype)
+
+    def __and__(self, other: Any) -> torch.Tensor:
+        return self.full() & other
+
+    def __or__(self, other: Any) -> torch.Tensor:
+        return self.full() | other
+
+    def __invert__(self) -> torch.Tensor:
+        return ~self.full()
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.full() == other
+
+    __hash__ = None  # type: ignore[assignment]

@@ -16,7 +16,8 @@ from geocon_torch.bench import check_result, result_problems
 
 
 def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "H",
-                category: Optional[str] = None, statistic: float = 0.02,
+                prompt_category: Optional[str] = None, behaviour: Optional[str] = None,
+                statistic: float = 0.02,
                 objects: Sequence[float] = (), epipolar=(0.5, 0.8, 0.6), status: str = "ok",
                 config_hash: str = "cfg", per_pair: Optional[list] = None,
                 path: Optional[str] = None) -> dict:
@@ -25,7 +26,7 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
         {"pair": [t, t + 1], "ir": ir, "ge_px": ge, "valid": True, "num_matches": 100}
         for t in range(4)]
     return {
-        "schema_version": "1.0", "clip": clip, "path": path, "content_hash": None,
+        "schema_version": "2.0", "clip": clip, "path": path, "content_hash": None,
         "status": status, "reason": None if ok else f"fake {status}",
         "regime": regime if ok else None,
         "gate": {"method": "poses", "statistic": statistic,
@@ -43,7 +44,8 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
                       "epipolar_inlier_rate": epipolar[1], "feature_match_coverage": epipolar[2],
                       "pairs": 4, "valid_pairs": 4, "fallback_used": False, "status": "ok",
                       "reason": None} if ok else None),
-        "category": category, "config": {"preset": "geocon"}, "config_hash": config_hash,
+        "behaviour": behaviour, "prompt_category": prompt_category,
+        "config": {"preset": "geocon"}, "config_hash": config_hash,
         "version": "0.1.0", "backends": {"features": "fake", "flow": "fake", "masks": "none",
                                          "gate": "poses"},
         "timing_s": {"total": 0.01},
@@ -81,7 +83,8 @@ class CountingScorer:
             raise RuntimeError(f"boom on {entry.clip_id}")
         u = _unit(entry.clip_id)
         return fake_result(entry.clip_id, ir=0.9 + 0.1 * u, ge=0.5 + 2 * u,
-                           regime="F" if u > 0.5 else "H", category=entry.category,
+                           regime="F" if u > 0.5 else "H",
+                           prompt_category=entry.prompt_category,
                            statistic=0.1 * u, objects=[10 * u], path=entry.path,
                            config_hash=config.config_hash())
 

@@ -23,7 +23,7 @@ def test_csv_all_fields(tmp_path: Path):
     assert a.path == str(tmp_path / "clips/a.mp4")
     assert a.masks_path == str(tmp_path / "masks/a.npz")
     assert a.seed == 3 and a.resolution == (1280, 720) and a.fps == 24.0 and a.duration == 5.0
-    assert a.category == "C4" and a.prompt == "a red car" and a.extra == {"extra_col": "x"}
+    assert a.prompt_category == "C4" and a.prompt == "a red car" and a.extra == {"extra_col": "x"}
     assert a.line == 2 and b.line == 3
     assert b.path == "/abs/b.mp4" and b.seed is None and b.fps is None
     assert b.prompt == "a quote, with comma"
@@ -84,3 +84,18 @@ def test_file_errors(tmp_path: Path):
 def test_entry_in_code_defaults():
     e = ManifestEntry("c", "/x.mp4", "m")
     assert e.scene == "clip:c" and e.to_dict()["resolution"] is None
+
+
+def test_prompt_family_column_is_category_or_prompt_category(tmp_path: Path):
+    p = tmp_path / "m.csv"
+    p.write_text("clip_id,path,model,category,prompt_category,seed\n"
+                 "a,a.mp4,m,C4,,1\nb,b.mp4,m,,C2,1\nc,c.mp4,m,C3,C3,1\nd,d.mp4,m,,,1\n")
+    a, b, c, d = load_manifest(p)
+    assert [e.prompt_category for e in (a, b, c, d)] == ["C4", "C2", "C3", None]
+    assert a.extra == {} and a.scene == "C4||1" and "category" not in a.to_dict()
+    out = write_manifest(tmp_path / "back.csv", [a, b])
+    assert out.read_text().splitlines()[0].split(",")[-1] == "prompt_category"
+    assert [e.prompt_category for e in load_manifest(out)] == ["C4", "C2"]
+    p.write_text("clip_id,path,model,category,prompt_category\na,a.mp4,m,C4,C2\n")
+    with pytest.raises(ManifestError, match="line 2: prompt_category 'C2' and category 'C4'"):
+        load_manifest(p)

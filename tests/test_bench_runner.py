@@ -44,7 +44,8 @@ def test_run_resume_and_error_rows(tmp_path: Path):
     assert len(rows) == 8
     assert rows["c3"]["status"] == "error" and "RuntimeError: boom on c3" in rows["c3"]["reason"]
     assert rows["c3"]["result"]["config_hash"] == GeoConConfig().config_hash()
-    assert rows["c2"]["category"] == "C3" and rows["c2"]["result"]["category"] == "C3"
+    assert rows["c2"]["prompt_category"] == "C3"
+    assert rows["c2"]["result"]["prompt_category"] == "C3"
     again = CountingScorer()
     s2 = run_manifest(m, db, score_fn=again, progress=False)
     assert again.calls == [] and s2.skipped == 8 and s2.computed == 0

@@ -11,10 +11,10 @@ from geocon_torch.bench import stats
 from test_bench_fakes import fake_result
 
 
-def _row(clip, model="m", category="C1", seed=0, prompt="p", **kw):
-    res = fake_result(clip, category=category, **kw)
-    scene = f"{category}|{prompt}|{seed}" if seed is not None else f"clip:{clip}"
-    return {"clip_id": clip, "model": model, "category": category, "prompt": prompt,
+def _row(clip, model="m", prompt_category="C1", seed=0, prompt="p", **kw):
+    res = fake_result(clip, prompt_category=prompt_category, **kw)
+    scene = f"{prompt_category}|{prompt}|{seed}" if seed is not None else f"clip:{clip}"
+    return {"clip_id": clip, "model": model, "prompt_category": prompt_category, "prompt": prompt,
             "seed": seed, "scene": scene, "result": res, "status": res["status"]}
 
 
@@ -84,12 +84,12 @@ def test_scene_balance_weights_each_seed_once():
 
 
 def test_groups_by_model_and_category_and_epipolar_trio():
-    rows = [_row(f"a{i}", model="A", category="C1", seed=i, epipolar=(i, 0.5, 0.25))
+    rows = [_row(f"a{i}", model="A", prompt_category="C1", seed=i, epipolar=(i, 0.5, 0.25))
             for i in range(5)]
-    rows += [_row(f"b{i}", model="B", category="C3", seed=i, epipolar=(2 * i, 0.9, 0.75))
+    rows += [_row(f"b{i}", model="B", prompt_category="C3", seed=i, epipolar=(2 * i, 0.9, 0.75))
              for i in range(5)]
     groups = stats.scene_balanced(rows, "epipolar_error", n_boot=500)
-    assert [(g["model"], g["category"], g["value"]) for g in groups] == [
+    assert [(g["model"], g["prompt_category"], g["value"]) for g in groups] == [
         ("A", "C1", 2.0), ("B", "C3", 4.0)]
     trio = {t["model"]: t for t in stats.epipolar_trio(rows, n_boot=500)}
     assert trio["A"]["epipolar_error"] == 2.0 and trio["B"]["epipolar_inlier_rate"] == 0.9
@@ -131,8 +131,9 @@ def test_net_benefit_and_balanced_accuracy():
 
 
 def test_gate_observations_use_category_expectation():
-    rows = [_row("h", category="C1", statistic=0.01), _row("f", category="C5", statistic=0.2),
-            _row("x", category="other", statistic=0.3)]
+    rows = [_row("h", prompt_category="C1", statistic=0.01),
+            _row("f", prompt_category="C5", statistic=0.2),
+            _row("x", prompt_category="other", statistic=0.3)]
     obs = stats.gate_observations(rows)
     assert obs["clips"] == ["h", "f"] and obs["is_f"].tolist() == [False, True]
     assert obs["method"] == "poses"
@@ -172,12 +173,12 @@ def test_percentile_aligned_summary():
 
 
 def test_adap90_p80_anomaly_rates():
-    rows = [_row(f"c{i}", seed=i, category="C4", objects=[float(i)], ir=0.99, ge=1.0)
+    rows = [_row(f"c{i}", seed=i, prompt_category="C4", objects=[float(i)], ir=0.99, ge=1.0)
             for i in range(10)]
-    rows += [_row(f"d{i}", seed=i, category="C6", objects=[10.0 * i], ir=0.5)
+    rows += [_row(f"d{i}", seed=i, prompt_category="C6", objects=[10.0 * i], ir=0.5)
              for i in range(5)]
     out = stats.adap90_anomalies(rows)
-    g = {x["category"]: x for x in out["groups"]}
+    g = {x["prompt_category"]: x for x in out["groups"]}
     assert g["C4"]["p80"] == pytest.approx(np.quantile(np.arange(10.0), 0.8))
     assert g["C4"]["n_objects"] == 10 and g["C4"]["anomaly_rate"] == pytest.approx(0.2)
     assert g["C6"]["anomaly_rate"] == pytest.approx(0.2) and g["C6"]["max"] == 40.0

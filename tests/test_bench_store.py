@@ -15,8 +15,9 @@ from geocon_torch.errors import OptionalDependencyError
 from test_bench_fakes import fake_result, write_jsonl
 
 
-def _clip(cid, model="m", category="C1"):
-    return {"clip_id": cid, "model": model, "category": category, "seed": 1, "scene": cid}
+def _clip(cid, model="m", prompt_category="C1"):
+    return {"clip_id": cid, "model": model, "prompt_category": prompt_category, "seed": 1,
+            "scene": cid}
 
 
 def test_put_is_idempotent_and_keyed_by_content_and_config(tmp_path: Path):
@@ -74,13 +75,13 @@ def test_concurrent_writers_from_threads(tmp_path: Path):
 
 def test_flatten_and_csv_export(tmp_path: Path):
     with ResultStore(tmp_path / "r.sqlite") as s:
-        s.put(_clip("a", category="C4"), "h1", "c", fake_result("a", ir=0.95, ge=2.0,
+        s.put(_clip("a", prompt_category="C4"), "h1", "c", fake_result("a", ir=0.95, ge=2.0,
                                                                 objects=[4.0, 6.0]))
         s.put(_clip("b"), "h2", "c", fake_result("b", status="error"))
         flat = [flatten_row(r) for r in s.rows()]
         assert flat[0]["ir"] == 0.95 and flat[0]["num_objects"] == 2
         assert flat[0]["adadfrc_mean"] == pytest.approx(0.8 * 5.0) and flat[0]["adap90_max"] == 6
-        assert flat[0]["background_pass"] is False and flat[0]["category"] == "C4"
+        assert flat[0]["background_pass"] is False and flat[0]["prompt_category"] == "C4"
         assert flat[1]["status"] == "error" and flat[1]["ir"] is None
         out = s.export_csv(tmp_path / "r.csv")
     rows = list(csv.DictReader(out.open()))
@@ -110,7 +111,7 @@ def test_load_results_sqlite_and_jsonl(tmp_path: Path):
         s.put(_clip("a"), "h1", "c", fake_result("a"))
     rows = load_results(tmp_path / "r.sqlite")
     assert len(rows) == 1 and rows[0]["result"]["clip"] == "a"
-    res = fake_result("j", category="C3")
+    res = fake_result("j", prompt_category="C3")
     res["model"] = "wan"
     res["seed"] = 7
     p = write_jsonl(tmp_path / "r.jsonl", [res, fake_result("k")])
@@ -118,7 +119,7 @@ def test_load_results_sqlite_and_jsonl(tmp_path: Path):
     assert [r["model"] for r in rows] == ["wan", "-"]
     assert rows[0]["scene"] == "C3||7" and rows[1]["scene"] == "clip:k"
     bad = fake_result("z")
-    bad["schema_version"] = "2.0"
+    bad["schema_version"] = "3.0"
     write_jsonl(p, [res, bad])
     with pytest.raises(ResultSchemaError, match="line 2: schema_version"):
         load_results(p)

@@ -65,4 +65,7 @@ def test_demo_runs_and_writes_report(tmp_path: Path, capsys):
         assert name in out
     rows = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["status"] in ("ok", "not_applicable") for r in rows)
+    # the scene's prompt family is the prompt_category; the behaviour is what was measured
+    assert [r["prompt_category"] for r in rows] == ["C2", "C3", "C4", "C3"]
+    assert all("category" not in r for r in rows)
     assert (tmp_path / "report" / "index.html").is_file()

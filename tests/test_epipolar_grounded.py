@@ -141,10 +141,10 @@ def test_random_noise_not_applicable_torch_path_large():
 
 
 def test_random_noise_without_ncc_guard_reports_the_lk_fallback(noise_clip):
-    """With the guard disabled (tracking_min_ncc = -1, the public reference's tracker alone) LK
+    """With the guard disabled (tracking.min_ncc = -1, the public reference's tracker alone) LK
     tracks noise to spurious forward-backward-consistent minima and F fits a part of them: the
     values then come from the fallback and the trail says so."""
-    s = epipolar_section(noise_clip, EpipolarConfig(tracking_min_ncc=-1.0), path="opencv")
+    s = epipolar_section(noise_clip, EpipolarConfig(tracking={"min_ncc": -1.0}), path="opencv")
     assert [a["method"] for a in s["attempts"]] == ["sift", "relaxed_matching", "shi_tomasi_lk"]
     assert s["attempts"][0]["valid_pairs"] == 0 and s["attempts"][1]["valid_pairs"] == 0
     assert s["status"] == "ok" and s["fallback_used"] and s["method"] == "shi_tomasi_lk"
@@ -220,7 +220,7 @@ def test_one_frame_clip_not_applicable():
 
 
 def test_gvgc_pair_layout_matches_original():
-    rows = gvgc_pairs(EpipolarConfig().gvgc_min_frames, EpipolarConfig().gvgc_intervals)
+    rows = gvgc_pairs(EpipolarConfig().gvgc.min_frames, EpipolarConfig().gvgc.intervals)
     assert rows.shape == (66, 3)
     for d, step in zip((60, 50, 40, 30, 20, 10), (1, 2, 3, 4, 5, 6)):
         sel = rows[rows[:, 0] == d]
@@ -251,7 +251,7 @@ def _check_gvgc_fields(s):
 def test_gvgc_preset_fields_fast_and_deterministic(grounded71):
     """The gvgc protocol at a reduced size (320x180, 3000 features) to keep the suite fast;
     the full-size run is the slow test below. Same input -> the same numbers (FLANN included)."""
-    cfg = EpipolarConfig(gvgc_size=(180, 320), gvgc_sift_features=3000)
+    cfg = EpipolarConfig(gvgc={"size": (180, 320), "sift_features": 3000})
     clip = clip_from_frames(grounded71)
     s = epipolar_section(clip, cfg, preset="gvgc")
     _check_gvgc_fields(s)
@@ -300,7 +300,7 @@ def test_torch_batch_of_clips_matches_one_by_one(translation, rubber):
 @pytest.mark.slow
 def test_gvgc_torch_path_agrees_with_opencv(grounded71):
     """Batched gvgc (one RANSAC over the 66 pairs) vs the OpenCV code with exact 2-NN."""
-    cfg = EpipolarConfig(gvgc_size=(180, 320), gvgc_sift_features=1000, gvgc_matcher="bf")
+    cfg = EpipolarConfig(gvgc={"size": (180, 320), "sift_features": 1000, "matcher": "bf"})
     clip = clip_from_frames(grounded71)
     ref = epipolar_section(clip, cfg, preset="gvgc", path="opencv")
     ours = epipolar_section(clip, cfg, preset="gvgc", path="torch", features="opencv-sift")
@@ -318,7 +318,7 @@ def test_gvgc_torch_batch_matches_one_by_one(grounded71):
     from geocon_torch.sections.epipolar import epipolar_sections
     from geocon_torch.synth import apply_corruption
 
-    cfg = EpipolarConfig(gvgc_size=(180, 320), gvgc_sift_features=1000, gvgc_matcher="bf")
+    cfg = EpipolarConfig(gvgc={"size": (180, 320), "sift_features": 1000, "matcher": "bf"})
     clean = clip_from_frames(grounded71)
     warped = clip_from_frames(apply_corruption(grounded71, "rubber_sheet", 0.5, seed=0))
     both = epipolar_sections([warped, clean], cfg, preset="gvgc", path="torch",

@@ -10,10 +10,11 @@ import torch
 from torchmetrics import MetricCollection
 
 import geocon_torch.metrics.epipolar as epi_metrics
+import geocon_torch.metrics.functional.epipolar as epi_functional
 from geocon_torch.config import EpipolarConfig
 from geocon_torch.sections.epipolar import clip_from_frames, epipolar_section
 from geocon_torch.metrics.epipolar import (EpipolarError, EpipolarInlierRate,
-                                           FeatureMatchCoverage)
+                                           FeatureMatchCoverage, epipolar_collection)
 
 
 @pytest.fixture(scope="module")
@@ -56,31 +57,41 @@ def test_values_equal_epipolar_section(batches):
 
 
 def test_one_analysis_per_batch(batches, monkeypatch):
+    """No module-level cache: separate objects analyse a batch each; a MetricCollection shares
+    one analysis through its compute group (from the first update with epipolar_collection)."""
     calls = []
-    real = epi_metrics.epipolar_sections
+    real = epi_functional.epipolar_sections
 
     def counting(clips, *a, **kw):
         calls.append(len(clips))
         return real(clips, *a, **kw)
 
-    monkeypatch.setattr(epi_metrics, "epipolar_sections", counting)
-    epi_metrics._CACHE.clear()
+    monkeypatch.setattr(epi_functional, "epipolar_sections", counting)
+    assert not hasattr(epi_metrics, "_CACHE")
     metrics = [EpipolarError(), EpipolarInlierRate(), FeatureMatchCoverage()]
-    for m in metrics:  # separate instances share the cache keyed by the batch
+    for m in metrics:  # separate instances: each analyses the batch
         m.update(batches[0])
-    assert calls == [2]
+    assert calls == [2, 2, 2]
+    calls.clear()
     coll = MetricCollection([EpipolarError(), EpipolarInlierRate(), FeatureMatchCoverage()])
-    coll.update(batches[1])  # one analysis for the three (cache); states equal -> one group
-    coll.update(batches[0])  # cache hit
-    assert calls == [2, 2]
+    coll.update(batches[1])  # first update: every metric (torchmetrics finds the groups)
+    coll.update(batches[0])  # states equal -> one group -> one analysis
+    assert calls == [2, 2, 2, 2]
     assert len(coll.compute_groups) == 1
     out = coll.compute()
+    calls.clear()
+    declared = epipolar_collection()
+    declared.update(batches[1])
+    declared.update(batches[0])
+    assert calls == [2, 2]  # group declared up front: one analysis per update
     ref = MetricCollection([EpipolarError(), EpipolarInlierRate(), FeatureMatchCoverage()],
                            compute_groups=False)
     ref.update(batches[1])
     ref.update(batches[0])
+    got = declared.compute()
     for k, v in ref.compute().items():
         assert out[k].item() == pytest.approx(v.item())
+        assert got[k].item() == pytest.approx(v.item())
 
 
 def test_merge_state_across_two_instances(batches):

@@ -232,12 +232,14 @@ def test_tracking_guard_closed_form():
     np.testing.assert_allclose(g.extra["median_track_ncc"], [0.95, 0.525, 0.95])
     # only pair 1 lost its pass to the guard (pair 2 had too few tracks anyway)
     assert g.notes == [None, "not enough LK tracks with patch NCC >= 0.8", None]
-    off = tracking_guard(fb_ok, scores, ncc, stage, EpipolarConfig(tracking_min_ncc=-1.0))
+    off = tracking_guard(fb_ok, scores, ncc, stage, EpipolarConfig(tracking={"min_ncc": -1.0}))
     assert torch.equal(off.kept, fb_ok) and off.notes == [None] * 3
     assert ncc_offsets(3).tolist() == [[-1, -1], [0, -1], [1, -1], [-1, 0], [0, 0], [1, 0],
                                        [-1, 1], [0, 1], [1, 1]]
     with pytest.raises(ValueError, match="odd"):
-        protocol_stages(EpipolarConfig(tracking_ncc_window=10))
+        protocol_stages(EpipolarConfig(tracking={"ncc_window": 10}))
+    with pytest.raises(ValueError, match="odd"):
+        ncc_offsets(10)
 
 
 def test_log10_nfa_closed_form_and_fallback_validity():

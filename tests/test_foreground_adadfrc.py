@@ -213,3 +213,14 @@ def test_bad_inputs():
         adadfrc(flow, masks, score="l1")
     with pytest.raises(ShapeError):
         adadfrc_summary(torch.zeros(3), torch.zeros(3, dtype=torch.bool))
+
+
+def test_non_finite_flow_is_invalid_not_zero():
+    """NaN flow inside an object gives an invalid (pair, object), never a valid 0 score."""
+    flow = torch.zeros(2, 2, 32, 32)
+    flow[0] = float("nan")
+    masks = torch.zeros(2, 1, 32, 32, dtype=torch.bool)
+    masks[:, 0, 8:24, 8:24] = True
+    d, valid = adadfrc(flow, masks, grid=4, min_pixels=16)
+    assert valid.tolist() == [[False], [True]]
+    assert d[0, 0].item() == 0.0 and d[1, 0].item() == pytest.approx(0.0, abs=1e-9)

@@ -32,9 +32,9 @@ def test_metric_equals_functional():
     out = metric.compute()
     d, valid = adadfrc(flow, masks, rel)
     vals = d[valid].double()
-    assert int(out["samples"]) == int(valid.sum()) == 6
-    torch.testing.assert_close(out["adadfrc_mean"], vals.mean())
-    torch.testing.assert_close(out["adap90"], torch.quantile(vals, 0.9))
+    assert int(out["num_samples"]) == int(valid.sum()) == 6
+    torch.testing.assert_close(out["pooled_adadfrc_mean"], vals.mean())
+    torch.testing.assert_close(out["pooled_adadfrc_quantile"], torch.quantile(vals, 0.9))
     assert AdaDFRC.higher_is_better is False and AdaDFRC.is_differentiable is False
     assert AdaDFRC.full_state_update is False
 
@@ -63,12 +63,14 @@ def test_empty_metric_is_nan_not_zero():
     tiny = torch.zeros_like(masks)
     tiny[:, :, :5, :5] = True  # 25 px objects < min_pixels: no valid sample
     metric.update(flow, tiny)
-    out = metric.compute()
-    assert int(out["samples"]) == 0
-    assert math.isnan(float(out["adadfrc_mean"])) and math.isnan(float(out["adap90"]))
+    with pytest.warns(UserWarning, match="min_pixels=64"):  # "no data": NaN + a warning
+        out = metric.compute()
+    assert int(out["num_samples"]) == 0 and int(out["num_not_applicable"]) == 8
+    assert math.isnan(float(out["pooled_adadfrc_mean"]))
+    assert math.isnan(float(out["pooled_adadfrc_quantile"]))
     metric.reset()
     metric.update(flow, masks)
-    assert int(metric.compute()["samples"]) == 6
+    assert int(metric.compute()["num_samples"]) == 6
 
 
 def test_bad_arguments():

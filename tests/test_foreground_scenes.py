@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from geocon_torch.flow.lk_dense import gaussian_blur
-from geocon_torch.foreground import foreground_section
+from geocon_torch.sections.foreground import foreground_block as foreground_section
 from geocon_torch.types import Clip
 
 

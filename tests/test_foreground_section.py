@@ -9,7 +9,7 @@ import torch
 
 from geocon_torch.config import ForegroundConfig, GeoConConfig
 from geocon_torch.errors import ShapeError
-from geocon_torch.foreground import foreground_section
+from geocon_torch.sections.foreground import foreground_block as foreground_section
 from test_foreground_scenes import make_clip, render_object_pair
 
 

@@ -35,6 +35,18 @@ def test_uniform_and_single_frame_clips_are_not_applicable():
     assert one["status"] == "not_applicable" and "no frame pairs" in one["reason"]
 
 
+@pytest.mark.parametrize("size", [8, 64])  # frames too small for any scale / no texture
+def test_external_gate_is_kept_on_early_exits(size):
+    """A pose-log decision is made before the features: a clip that stops later still reports
+    it (and its backend) instead of an empty gate block."""
+    frames = torch.full((3, 3, size, size), 128, dtype=torch.uint8)
+    d = score_clip(frames, poses=torch.eye(4), config={"io": {"long_side": None}},
+                   preset="background", device="cpu").to_dict()
+    assert d["status"] == "not_applicable" and d["regime"] is None
+    assert d["gate"]["method"] == "poses" and d["gate"]["decision"] == "H"
+    assert d["gate"]["statistic"] == 0.0 and d["backends"]["gate"] == "poses"
+
+
 def test_bad_input_raises_or_becomes_error(tmp_path):
     missing = tmp_path / "missing.mp4"
     with pytest.raises(VideoReadError):
@@ -53,7 +65,7 @@ def test_failing_section_is_isolated(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("flow exploded")
 
-    monkeypatch.setattr(pipeline, "_foreground", boom)
+    monkeypatch.setattr(pipeline, "foreground_block", boom)
     g = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 255, (3, 3, 64, 96), dtype=torch.uint8, generator=g)
     d = score_clip(frames, config=CFG, preset="geocon").to_dict()

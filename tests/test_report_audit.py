@@ -1,4 +1,5 @@
-"""Audit cards on a grounded clip: re-derived matches obey the drawn model, masks are drawn."""
+"""Audit cards on a grounded clip: the drawn pair is the scored one (pair_evidence), its matches
+obey the drawn model, masks are drawn."""
 from __future__ import annotations
 
 import json
@@ -6,10 +7,11 @@ from pathlib import Path
 
 import torch
 
+from geocon_torch.bench import file_key
 from geocon_torch.config import GeoConConfig
 from geocon_torch.geometry import sampson_distance, symmetric_transfer_error
 from geocon_torch.pipeline import score_clip
-from geocon_torch.report import audit_card, derive_matches
+from geocon_torch.report import audit_card, pair_evidence
 
 CFG = GeoConConfig().replace(io={"long_side": 192, "max_frames": 5})
 
@@ -23,30 +25,33 @@ def test_card_matches_obey_the_fitted_model(tmp_path: Path):
     video, masks = tmp_path / "c4.mp4", tmp_path / "c4_masks.npz"
     res = score_clip(str(video), masks=str(masks), config=CFG).to_dict()
     assert res["status"] == "ok" and res["regime"] == "H"
-    d = derive_matches(res, masks_path=str(masks))
-    i, j = d["pair"]
-    assert j == i + 1 and d["x1"].shape == d["x2"].shape and d["inliers"].sum() >= 30
-    x1 = torch.from_numpy(d["x1"])[None]
-    x2 = torch.from_numpy(d["x2"])[None]
-    err = symmetric_transfer_error(torch.from_numpy(d["H"])[None], x1, x2)[0]
-    inl = torch.from_numpy(d["inliers"])
+    d = pair_evidence(res, 0, masks=str(masks))
+    i, j = d.pair
+    assert j == i + 1 and d.x1.shape == d.x2.shape and d.inliers.sum() >= 30
+    x1, x2 = d.x1.double()[None], d.x2.double()[None]
+    err = symmetric_transfer_error(d.H[None], x1, x2)[0]
+    inl = d.inliers
     # inliers of the drawn homography are within tau_H = 2 px, and a static background is
-    # explained almost entirely (IR of the drawn pair near the stored clip IR)
-    assert float(err[inl].max()) <= CFG.background.tau_h + 1e-6
+    # explained almost entirely; the drawn inliers are the ones the stored IR counted
+    assert d.model == "H" and float(err[inl].max()) <= CFG.background.tau_h + 1e-6
     assert float(inl.double().mean()) > 0.9
+    stored = [r for r in res["background"]["per_pair"] if r["scale"] == 1.0][0]
+    assert stored["pair"] == [i, j] and float(inl.float().mean()) == stored["ir_h"]
     # the epipolar lines drawn come from an F for which the inliers have small Sampson error
-    samp = sampson_distance(torch.from_numpy(d["F"])[None], x1, x2)[0]
+    samp = sampson_distance(d.F[None], x1, x2)[0]
     assert float(samp[inl].median()) < 1.0
     # masks removed: no drawn match lies on the moving object in frame i
-    obj = d["masks"].any(0)
-    xy = d["x1"].round().astype(int)
-    assert d["masks"].shape[0] >= 1 and not obj[xy[:, 1].clip(0, 143), xy[:, 0].clip(0, 191)].any()
-    row = {"clip_id": "c4", "model": "synth", "category": "C4", "path": str(video),
+    obj = d.objects.any(0)
+    xy = d.x1.round().long()
+    assert d.objects.shape[0] >= 1 and not bool(obj[xy[:, 1].clamp(0, 143),
+                                                    xy[:, 0].clamp(0, 191)].any())
+    row = {"clip_id": "c4", "model": "synth", "prompt_category": "C4", "path": str(video),
            "entry_json": json.dumps({"masks_path": str(masks)}), "result": res}
     html = audit_card(row, tmp_path / "img", rel_to=tmp_path)
+    key = file_key("c4", res.get("content_hash"), str(video))  # unique card file key
     for part in ("timeline", "matches", "epipolar", "masks"):
-        assert (tmp_path / "img" / f"card_c4_{part}.png").stat().st_size > 5_000, part
-        assert f'src="img/card_c4_{part}.png"' in html
+        assert (tmp_path / "img" / f"card_{key}_{part}.png").stat().st_size > 5_000, part
+        assert f'src="img/card_{key}_{part}.png"' in html
     assert "gate method" in html and "drawings unavailable" not in html
 
 

@@ -29,17 +29,18 @@ def _rows():
                 t = float(rng.uniform(0.03, 0.2) if f else rng.uniform(0.0, 0.06))
                 res = fake_result(cid, ir=float(rng.uniform(0.9, 1.0)),
                                   ge=float(rng.uniform(0.2, 3)), regime="F" if t > 0.04 else "H",
-                                  category=cat, statistic=t,
+                                  prompt_category=cat, statistic=t,
                                   objects=list(rng.uniform(1, 20, 2)), config_hash="cfg")
                 res["background"]["sensitivity"] = {
                     "tau_h": [1.0, 2.0, 3.0], "ir_h": [0.8, 0.9, 0.95], "ge_h_px": [0.5, 0.8, 1.0],
                     "tau_f": [0.05, 0.1], "ir_f": [0.9, 0.95], "ge_f_px": [0.3, 0.4]}
-                rows.append({"clip_id": cid, "model": model, "category": cat, "prompt": "p",
+                rows.append({"clip_id": cid, "model": model, "prompt_category": cat,
+                             "prompt": "p",
                              "seed": seed, "scene": f"{cat}|p|{seed}", "config_hash": "cfg",
                              "status": "ok", "result": res})
     bad = fake_result("broken", status="error", config_hash="cfg")
     bad["reason"] = "VideoReadError: zero-byte file"
-    rows.append({"clip_id": "broken", "model": "A", "category": "C1", "seed": 9,
+    rows.append({"clip_id": "broken", "model": "A", "prompt_category": "C1", "seed": 9,
                  "scene": "C1|p|9", "config_hash": "cfg", "status": "error", "result": bad})
     return rows
 
@@ -62,7 +63,7 @@ def test_page_numbers_match_statistics(report):
     assert f"{ge_b:.4g}" in text
     assert "VideoReadError: zero-byte file" in text and "Clips not scored (1)" in text
     assert "24 / 0 / 1" in text and "24 / 0 / 0" in text  # ok / n.a. / error per model
-    for section in ("Leaderboard", "Per category", "Translation gate", "Calibration",
+    for section in ("Leaderboard", "Per prompt category", "Translation gate", "Calibration",
                     "Net benefit", "Threshold-score sensitivity", "Percentile-aligned",
                     "AdaP90", "Audit cards (3)"):
         assert section in text
@@ -88,7 +89,7 @@ def test_every_figure_exists_and_is_not_blank(report):
 def test_report_from_store_and_invalid_jsonl(tmp_path: Path):
     with ResultStore(tmp_path / "r.sqlite") as s:
         for i in range(3):
-            s.put({"clip_id": f"c{i}", "model": "m", "category": "C1", "seed": i,
+            s.put({"clip_id": f"c{i}", "model": "m", "prompt_category": "C1", "seed": i,
                    "scene": f"s{i}"}, f"h{i}", "cfg", fake_result(f"c{i}", ir=0.9 + i / 100))
     page = build_report(tmp_path / "r.sqlite", tmp_path / "rep", draw=False, n_boot=200)
     assert "3 clips" in page.read_text()
@@ -136,3 +137,26 @@ def test_headless_chromium_renders_the_page(report, tmp_path: Path):
     # rendered text, tables and figures: many distinct grey levels, not a blank page
     assert a[..., :3].std() > 0.05 and len(np.unique((a[..., 0] * 255).astype(int))) > 50
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+def test_page_reads_well_pairs_labels_and_no_reprs(tmp_path: Path):
+    """Issue 16: pair counts say what they count, missing labels read "unknown", no raw dict
+    reprs and no "None" anywhere on the page."""
+    from geocon_torch.report.text import compact, pair_counts
+
+    bg = {"valid_pairs": 69, "pairs": 23, "scales": [0.5, 0.75, 1.0]}
+    assert pair_counts(bg) == "69 of 69 (pair, scale) entries valid (23 pairs x 3 scales)"
+    assert pair_counts({"valid_pairs": 3, "pairs": 4}) == "3 of 4 pairs valid"
+    assert compact({"b": {"x": 1.23456, "y": None}, "a": True}) == "a: yes, b: (x: 1.235, y: unknown)"
+    rows = []
+    for i in range(6):
+        res = fake_result(f"c{i}", ir=0.9 + i / 100, statistic=0.01 * i, config_hash="cfg",
+                          prompt_category=None, behaviour=None)
+        res["background"].update(pairs=2, valid_pairs=4, scales=[0.5, 1.0])
+        rows.append({"clip_id": f"c{i}", "model": None if i % 2 else "m", "prompt_category": None,
+                     "seed": None, "scene": f"clip:c{i}", "config_hash": "cfg", "status": "ok",
+                     "result": res})
+    page = build_report(rows, tmp_path / "rep", draw=False, n_boot=50, cards=2).read_text()
+    assert "4 of 4 (pair, scale) entries valid (2 pairs x 2 scales)" in page
+    assert "None" not in page and "{'" not in page and '{"' not in page
+    assert "<td class='l'>unknown</td>" in page and "behaviour</th><td>unknown" in page

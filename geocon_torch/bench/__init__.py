@@ -5,11 +5,14 @@ Quick use::
     from geocon_torch.bench import load_manifest, run_manifest, load_results, stats
     run_manifest("manifest.csv", "results.sqlite", config={"io": {"long_side": 1024}})
     rows = load_results("results.sqlite")          # validated joined rows
-    stats.scene_balanced(rows, "ir")               # per (model, category), 95% bootstrap CI
+    stats.scene_balanced(rows, "ir")               # per (model, prompt_category), 95% CI
     stats.table1(rows)                             # IR %, GE px, AdaDFRC per model
 
+* :mod:`.ids` — unique clip ids derived from paths (shortest unique suffix: ``sora/3``) and
+  unique file-name keys of per-clip artefacts.
 * :mod:`.manifest` — CSV / JSONL manifests with the paper's sec. 5.5 fields (clip_id, path,
-  model, model_version, prompt, seed, resolution, fps, duration, masks_path) plus category and
+  model, model_version, prompt, seed, resolution, fps, duration, masks_path) plus the prompt
+  family (column ``category`` or ``prompt_category``, stored as ``prompt_category``) and
   poses_path; every error names the file and line (:class:`ManifestError`).
 * :mod:`.store` — one SQLite file (WAL): ``results`` keyed by (content hash, config hash),
   ``clips`` (clip_id -> result), view ``leaderboard``; idempotent writes, CSV / Parquet export.
@@ -20,21 +23,23 @@ Quick use::
   (B = 10,000), Wilson intervals (eq. 16), gate calibration with equal-count bins, net benefit
   (eq. 18), balanced-accuracy bootstrap, threshold-score sensitivity, percentile-aligned
   summaries, AdaP90 P80 anomaly rates, Table-1 and epipolar-trio summaries.
-* :mod:`.schema` — validation of result rows (schema "1.x") on store and on load.
+* :mod:`.schema` — validation of result rows (schema "2.x"; "1.x" rows are migrated) on store
+  and on load.
 
 See the README sections "Leaderboard runs", "Statistics and audit reports", "Result schema".
 """
 from . import stats
-from .manifest import (ManifestEntry, ManifestError, entry_from_mapping, load_manifest,
-                       write_manifest)
+from .ids import derive_clip_ids, file_key
+from .manifest import (ManifestEntry, ManifestError, check_unique_ids, entry_from_mapping,
+                       load_manifest, write_manifest)
 from .runner import RunSummary, content_key, default_score_fn, error_result, run_manifest
 from .schema import ResultSchemaError, check_result, result_problems
 from .store import (FLAT_COLUMNS, ResultStore, StoreError, flatten_row, load_results, write_csv,
                     write_parquet)
 
 __all__ = [
-    "stats", "ManifestEntry", "ManifestError", "entry_from_mapping", "load_manifest",
-    "write_manifest",
+    "stats", "derive_clip_ids", "file_key", "ManifestEntry", "ManifestError",
+    "check_unique_ids", "entry_from_mapping", "load_manifest", "write_manifest",
     "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
     "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
     "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet",

@@ -1,11 +1,12 @@
 """Leaderboard manifests: one row per clip, CSV (header line) or JSONL (one object per line).
 
-Fields (paper sec. 5.5 plus ``category`` and optional ``poses_path``):
+Fields (paper sec. 5.5 plus the prompt category and optional ``poses_path``):
 
 ========== ======== ===========================================================================
 field      required meaning
 ========== ======== ===========================================================================
-clip_id    yes      unique id of the clip in the manifest
+clip_id    no       unique id of the clip in the manifest; when blank it is derived from the
+                    path: the file stem, or the shortest unique path suffix (``sora/3``)
 path       yes      video file or image folder; relative paths are relative to the manifest
 model      yes      generator name (the leaderboard groups by it)
 model_version no    free text
@@ -16,11 +17,13 @@ fps        no       frames per second, > 0
 duration   no       seconds, >= 0
 masks_path no       object-mask file for the clip (relative to the manifest)
 poses_path no       camera-pose file for the clip (relative to the manifest)
-category   no       C1..C6 or a free label (statistics are grouped by it)
+category   no       the prompt family: C1..C6 or a free label (statistics are grouped by it);
+                    stored as ``prompt_category`` (a ``prompt_category`` column is read too)
 ========== ======== ===========================================================================
 
-Unknown columns are kept in ``ManifestEntry.extra``. Every problem raises
-:class:`ManifestError` naming the file and the line.
+The prompt family is what the clip was *asked* to show; it never becomes the post-hoc
+``behaviour`` the scorer measures. Unknown columns are kept in ``ManifestEntry.extra``. Every
+problem raises :class:`ManifestError` naming the file and the line.
 """
 from __future__ import annotations
 
@@ -29,26 +32,31 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import GeoConError, InputError
+from .ids import derive_clip_ids
 
-REQUIRED_FIELDS = ("clip_id", "path", "model")
-OPTIONAL_FIELDS = ("model_version", "prompt", "seed", "resolution", "fps", "duration",
-                   "masks_path", "poses_path", "category")
-KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+REQUIRED_FIELDS = ("path", "model")
+OPTIONAL_FIELDS = ("clip_id", "model_version", "prompt", "seed", "resolution", "fps", "duration",
+                   "masks_path", "poses_path", "prompt_category")
+# manifest columns naming the prompt family; "category" is the paper's (and 1.x) column name
+PROMPT_CATEGORY_COLUMNS = ("prompt_category", "category")
+KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS + ("category",)
+COLUMN_ORDER = ("clip_id",) + REQUIRED_FIELDS + OPTIONAL_FIELDS[1:]
 
 
 class ManifestError(GeoConError, ValueError):
     """A manifest file is unreadable or a row is invalid; the message names file and line."""
 
 
-def scene_key(category: Optional[str], prompt: Optional[str], seed: Any, clip_id: Any) -> str:
-    """Scene key of scene-balanced statistics: ``category|prompt|seed``, or ``clip:<clip_id>``
-    when the seed is unknown (the clip is then a scene of its own)."""
+def scene_key(prompt_category: Optional[str], prompt: Optional[str], seed: Any,
+              clip_id: Any) -> str:
+    """Scene key of scene-balanced statistics: ``prompt_category|prompt|seed``, or
+    ``clip:<clip_id>`` when the seed is unknown (the clip is then a scene of its own)."""
     if seed is None:
         return f"clip:{clip_id}"
-    return f"{category or ''}|{prompt or ''}|{seed}"
+    return f"{prompt_category or ''}|{prompt or ''}|{seed}"
 
 
 @dataclass
@@ -66,14 +74,14 @@ class ManifestEntry:
     duration: Optional[float] = None  # seconds
     masks_path: Optional[str] = None
     poses_path: Optional[str] = None
-    category: Optional[str] = None
+    prompt_category: Optional[str] = None  # prompt family C1..C6 or a free label
     extra: Dict[str, Any] = field(default_factory=dict)
     line: int = 0  # 1-based line in the manifest file (0 when built in code)
 
     @property
     def scene(self) -> str:
         """Scene key used for scene-balanced statistics (:func:`scene_key`)."""
-        return scene_key(self.category, self.prompt, self.seed, self.clip_id)
+        return scene_key(self.prompt_category, self.prompt, self.seed, self.clip_id)
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -131,9 +139,39 @@ def _resolve(base: Path, value: str) -> str:
     return str(p if p.is_absolute() else (base / p))
 
 
+def _prompt_category(row: Dict[str, Any]) -> Optional[str]:
+    """The prompt family of a row, from its ``prompt_category`` or ``category`` column (both
+    may be given when they agree)."""
+    values = {k: str(row[k]).strip() for k in PROMPT_CATEGORY_COLUMNS if not _blank(row.get(k))}
+    if len(set(values.values())) > 1:
+        raise InputError(f"prompt_category {values['prompt_category']!r} and category "
+                         f"{values['category']!r} disagree (both name the prompt family; "
+                         "give one)")
+    return next(iter(values.values()), None)
+
+
+def _parse_optional(key: str, value: Any, base: Path) -> Any:
+    """One optional field's value, parsed and checked (InputError on a bad value)."""
+    if key == "seed":
+        return _parse_seed(value)
+    if key == "resolution":
+        return _parse_resolution(value)
+    if key in ("fps", "duration"):
+        return _parse_number(key, value, positive=key == "fps")
+    if key in ("masks_path", "poses_path"):
+        return _resolve(base, str(value).strip())
+    return str(value).strip()
+
+
 def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", line: int = 0,
                        where: str = "manifest") -> ManifestEntry:
-    """Validate one row (a dict of field -> value) and build a :class:`ManifestEntry`."""
+    """Validate one row (a dict of field -> value) and build a :class:`ManifestEntry`.
+
+    The prompt family may come as ``category`` (the paper's column name) or
+    ``prompt_category``; it is stored as :attr:`ManifestEntry.prompt_category`. A blank
+    ``clip_id`` becomes the path's stem here (:func:`load_manifest` makes derived ids unique
+    across the whole manifest).
+    """
     loc = f"{where}, line {line}" if line else where
     if not isinstance(row, dict):
         raise ManifestError(f"{loc}: a row must be an object, got {type(row).__name__}")
@@ -142,26 +180,14 @@ def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", lin
         raise ManifestError(f"{loc}: missing required field(s) {', '.join(missing)} "
                             f"(required: {', '.join(REQUIRED_FIELDS)})")
     base = Path(base)
-    kw: Dict[str, Any] = {"clip_id": str(row["clip_id"]).strip(),
-                          "path": _resolve(base, str(row["path"]).strip()),
-                          "model": str(row["model"]).strip(), "line": line}
+    path = _resolve(base, str(row["path"]).strip())
+    kw: Dict[str, Any] = {"clip_id": Path(path).stem if _blank(row.get("clip_id"))
+                          else str(row["clip_id"]).strip(),
+                          "path": path, "model": str(row["model"]).strip(), "line": line}
     try:
-        for key in OPTIONAL_FIELDS:
-            value = row.get(key)
-            if _blank(value):
-                continue
-            if key == "seed":
-                kw[key] = _parse_seed(value)
-            elif key == "resolution":
-                kw[key] = _parse_resolution(value)
-            elif key == "fps":
-                kw[key] = _parse_number("fps", value, positive=True)
-            elif key == "duration":
-                kw[key] = _parse_number("duration", value, positive=False)
-            elif key in ("masks_path", "poses_path"):
-                kw[key] = _resolve(base, str(value).strip())
-            else:
-                kw[key] = str(value).strip()
+        kw.update({key: _parse_optional(key, row.get(key), base) for key in OPTIONAL_FIELDS
+                   if key not in ("clip_id", "prompt_category") and not _blank(row.get(key))})
+        kw["prompt_category"] = _prompt_category(row)
     except ValueError as exc:
         raise ManifestError(f"{loc}: {exc}") from None
     kw["extra"] = {k: v for k, v in row.items() if k not in KNOWN_FIELDS and k is not None}
@@ -217,18 +243,39 @@ def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
         rows = _rows_jsonl(path)
     else:
         raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'}")
-    entries: List[ManifestEntry] = []
-    seen: Dict[str, int] = {}
-    for lineno, row in rows:
-        entry = entry_from_mapping(row, base=path.parent, line=lineno, where=str(path))
-        if entry.clip_id in seen:
-            raise ManifestError(f"{path}, line {lineno}: duplicate clip_id {entry.clip_id!r} "
-                                f"(first on line {seen[entry.clip_id]})")
-        seen[entry.clip_id] = lineno
-        entries.append(entry)
-    if not entries:
+    rows = list(rows)
+    if not rows:
         raise ManifestError(f"{path}: manifest has no rows")
+    entries = [entry_from_mapping(row, base=path.parent, line=lineno, where=str(path))
+               for lineno, row in rows]
+    explicit = [not _blank(row.get("clip_id")) if isinstance(row, dict) else True
+                for _, row in rows]
+    check_unique_ids([e for e, x in zip(entries, explicit) if x], str(path))
+    _derive_ids([e for e, x in zip(entries, explicit) if not x],
+                [e.clip_id for e, x in zip(entries, explicit) if x], str(path))
     return entries
+
+
+def check_unique_ids(entries: Sequence[ManifestEntry], where: str = "manifest") -> None:
+    """Raise :class:`ManifestError` naming the first duplicated ``clip_id`` and its lines."""
+    seen: Dict[str, int] = {}
+    for e in entries:
+        if e.clip_id in seen:
+            raise ManifestError(f"{where}, line {e.line}: duplicate clip_id {e.clip_id!r} "
+                                f"(first on line {seen[e.clip_id]})")
+        seen[e.clip_id] = e.line
+
+
+def _derive_ids(entries: Sequence[ManifestEntry], taken: Sequence[str], where: str) -> None:
+    """Give entries without a clip_id unique ids from their paths (shortest unique suffix)."""
+    if not entries:
+        return
+    try:
+        ids = derive_clip_ids([e.path for e in entries], taken=taken)
+    except InputError as exc:
+        raise ManifestError(f"{where}: rows without clip_id: {exc}") from None
+    for e, cid in zip(entries, ids):
+        e.clip_id = cid
 
 
 def write_manifest(path: Union[str, Path], entries: Iterable[Union[ManifestEntry, Dict]]) -> Path:
@@ -240,7 +287,8 @@ def write_manifest(path: Union[str, Path], entries: Iterable[Union[ManifestEntry
         if isinstance(r.get("resolution"), (list, tuple)):
             r["resolution"] = "x".join(str(int(v)) for v in r["resolution"])
     if path.suffix.lower() == ".csv":
-        cols = list(KNOWN_FIELDS) + sorted({k for r in rows for k in r} - set(KNOWN_FIELDS))
+        fields = COLUMN_ORDER
+        cols = list(fields) + sorted({k for r in rows for k in r} - set(fields))
         with path.open("w", encoding="utf-8", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=cols)
             w.writeheader()

@@ -26,9 +26,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
 from ..config import GeoConConfig, load_config
-from ..errors import InputError
-from .manifest import ManifestEntry, load_manifest
+from ..errors import InputError, VideoReadError
+from ..io import content_hash
+from ..pipeline import score_clip
+from ..result import ClipResult, migrate_result
+from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .schema import result_problems
 from .store import ResultStore
 
@@ -38,10 +45,8 @@ ScoreFn = Callable[[ManifestEntry, GeoConConfig, Optional[str]], Dict[str, Any]]
 def default_score_fn(entry: ManifestEntry, config: GeoConConfig,
                      device: Optional[str]) -> Dict[str, Any]:
     """Score one manifest entry with :func:`geocon_torch.pipeline.score_clip`."""
-    from ..pipeline import score_clip
-
     result = score_clip(entry.path, masks=entry.masks_path, poses=entry.poses_path,
-                        config=config, device=device)
+                        config=config, device=device, progress=False)  # the runner has a bar
     return result.to_dict()
 
 
@@ -51,8 +56,6 @@ def content_key(path: Union[str, Path]) -> Tuple[str, Optional[str]]:
     (missing, zero-byte, folder without images) gets ``"unreadable:<sha256 of the absolute
     path>"`` and the reason, so its error row is found again on resume and a file that appears
     later is scored under its real hash."""
-    from ..io import content_hash
-
     p = Path(path)
     try:
         return str(content_hash(p)), None
@@ -63,16 +66,16 @@ def content_key(path: Union[str, Path]) -> Tuple[str, Optional[str]]:
 
 def error_result(entry: ManifestEntry, config: GeoConConfig, reason: str,
                  content_hash: Optional[str] = None) -> Dict[str, Any]:
-    """A schema-conforming ``status: "error"`` result for a clip the scorer could not handle."""
-    from ..result import ClipResult
-
+    """A schema-conforming ``status: "error"`` result for a clip the scorer could not handle
+    (its ``prompt_category`` is the manifest's)."""
     return ClipResult.failed(entry.clip_id, "error", reason, config, path=entry.path,
-                             content_hash=content_hash, category=entry.category).to_dict()
+                             content_hash=content_hash,
+                             prompt_category=entry.prompt_category).to_dict()
 
 
 def _clip_row(entry: ManifestEntry) -> Dict[str, Any]:
     return {"clip_id": entry.clip_id, "model": entry.model, "model_version": entry.model_version,
-            "category": entry.category, "prompt": entry.prompt, "seed": entry.seed,
+            "prompt_category": entry.prompt_category, "prompt": entry.prompt, "seed": entry.seed,
             "scene": entry.scene, "path": entry.path, "entry": entry.to_dict()}
 
 
@@ -115,8 +118,6 @@ def _dist_info():
 def _rank_device(device: Optional[str], local_rank: int, world: int) -> Optional[str]:
     if world <= 1:
         return device
-    import torch
-
     if (device in (None, "cuda", "auto")) and torch.cuda.is_available():
         return f"cuda:{local_rank % torch.cuda.device_count()}"
     return device
@@ -146,6 +147,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
     """
     entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
+    check_unique_ids(entries, "manifest entries")
     cfg = load_config(config)
     cfg_hash = cfg.config_hash()
     score_fn = score_fn or default_score_fn
@@ -161,16 +163,12 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
     dev = _rank_device(device, local_rank, world)
     created_group = False
     if use_dist:
-        import torch.distributed as dist
-
         if not dist.is_initialized():
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=dist_timeout_s))
             created_group = True
     shard = entries[rank::world]
     summary = RunSummary(total=len(shard), rank=rank, world_size=world)
     t0 = time.monotonic()
-    from tqdm.auto import tqdm
-
     bar = tqdm(shard, desc=f"geocon bench [rank {rank}/{world}]" if world > 1 else "geocon bench",
                unit="clip", disable=not progress, position=rank, leave=True, dynamic_ncols=True)
     try:
@@ -183,24 +181,28 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         bar.close()
         summary.elapsed_s = time.monotonic() - t0
     if use_dist:
-        import torch.distributed as dist
-
-        dist.barrier()
-        gathered: List[Optional[RunSummary]] = [None] * world if rank == 0 else []
-        dist.gather_object(summary, gathered if rank == 0 else None, dst=0)
-        if rank == 0:
-            total = gathered[0]
-            for s in gathered[1:]:
-                total = total.merge(s)
-            total.world_size = world
-            summary = total
+        summary = _gather_summaries(summary, rank, world)
         if created_group:
             dist.destroy_process_group()
     return summary
 
 
-class _Unreadable(Exception):
-    pass
+def _gather_summaries(summary: RunSummary, rank: int, world: int) -> RunSummary:
+    """Wait for every rank, then merge all ranks' summaries on rank 0 (others keep their own)."""
+    dist.barrier()
+    gathered: List[Optional[RunSummary]] = [None] * world if rank == 0 else []
+    dist.gather_object(summary, gathered if rank == 0 else None, dst=0)
+    if rank != 0:
+        return summary
+    total = gathered[0]
+    for s in gathered[1:]:
+        total = total.merge(s)
+    total.world_size = world
+    return total
+
+
+class _Unreadable(VideoReadError):
+    """The clip's path could not even be hashed (missing, empty, ...): an error row."""
 
 
 def _run_one(entry: ManifestEntry, store: ResultStore, cfg: GeoConConfig, cfg_hash: str,
@@ -224,9 +226,10 @@ def _run_one(entry: ManifestEntry, store: ResultStore, cfg: GeoConConfig, cfg_ha
         problems = result_problems(result)
         if problems:
             raise InputError("scorer returned an invalid result: " + "; ".join(problems))
-        result = dict(result)
-        if result.get("category") is None and entry.category is not None:
-            result["category"] = entry.category
+        result = migrate_result(result)
+        result["clip"] = entry.clip_id  # the manifest's unique id, not the file stem
+        if entry.prompt_category is not None:  # the manifest names the prompt family
+            result["prompt_category"] = entry.prompt_category
         if result.get("content_hash") is None:
             result["content_hash"] = key
     except _Unreadable as exc:

@@ -1,4 +1,5 @@
-"""Validation of result rows (``ClipResult.to_dict()``, schema "1.x") when they are stored or
+"""Validation of result rows (``ClipResult.to_dict()``, schema "2.x"; "1.x" rows are still
+accepted and read through :func:`geocon_torch.result.migrate_result`) when they are stored or
 loaded. The schema itself is documented in the README section "Result schema"."""
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any, Dict, List
 
 from ..errors import GeoConError
 
-SCHEMA_MAJOR = "1"
+SCHEMA_MAJOR = "2"  # the schema written today
+READABLE_MAJORS = ("1", "2")  # 1.x: one ``category`` field, migrated on read
 STATUSES = ("ok", "not_applicable", "error")
 SECTIONS = ("gate", "background", "foreground", "epipolar")
 
@@ -33,8 +35,9 @@ def result_problems(result: Any) -> List[str]:
         return [f"a result must be a JSON object, got {type(result).__name__}"]
     problems: List[str] = []
     version = result.get("schema_version")
-    if not isinstance(version, str) or version.split(".")[0] != SCHEMA_MAJOR:
-        problems.append(f"schema_version must be '{SCHEMA_MAJOR}.x', got {version!r}")
+    if not isinstance(version, str) or version.split(".")[0] not in READABLE_MAJORS:
+        problems.append(f"schema_version must be '{SCHEMA_MAJOR}.x' (or the older "
+                        f"'1.x'), got {version!r}")
     if not isinstance(result.get("clip"), str):
         problems.append("clip must be a string")
     status = result.get("status")
@@ -44,6 +47,9 @@ def result_problems(result: Any) -> List[str]:
         problems.append(f"status {status!r} needs a non-empty reason")
     if not isinstance(result.get("config_hash"), str):
         problems.append("config_hash must be a string")
+    for name in ("behaviour", "prompt_category", "category"):
+        if result.get(name) is not None and not isinstance(result[name], str):
+            problems.append(f"{name} must be a string or null")
     if result.get("regime") not in (None, "H", "F"):
         problems.append(f"regime must be 'H', 'F' or null, got {result.get('regime')!r}")
     for name in SECTIONS:

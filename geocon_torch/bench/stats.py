@@ -5,10 +5,12 @@ metrics are the flat columns of :func:`geocon_torch.bench.flatten_row` ("ir", "g
 "adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a finite metric
 enter a statistic; everything reports how many clips and scenes it used.
 
-Scene balance (sec. 4.4): within a group (model, category) every scene — (category, prompt,
-seed), or the clip itself when the seed is unknown — contributes ONE value (the median, or for
-mean statistics the mean, of its clips, i.e. regenerations), then the statistic is taken over
-scenes. Bootstrap CIs resample scenes with replacement (B = 10,000, seeded
+Scene balance (sec. 4.4): within a group (model, prompt_category) every scene —
+(prompt_category, prompt, seed), or the clip itself when the seed is unknown — contributes ONE
+value (the median, or for mean statistics the mean, of its clips, i.e. regenerations), then the
+statistic is taken over scenes. ``prompt_category`` is the prompt family the clip was generated
+for (C1-C6 or a manifest label); the designed regime of the gate calibration comes from it, never
+from the post-hoc ``behaviour``. Bootstrap CIs resample scenes with replacement (B = 10,000, seeded
 ``numpy.random.Generator``) and take the 2.5 / 97.5 percentiles of the replicated statistic;
 replicates are computed as one (B, S) array (in blocks bounded in memory), never a Python loop.
 """
@@ -134,7 +136,7 @@ def _group(flat: List[Dict[str, Any]], by: Sequence[str]) -> Dict[Tuple, List[Di
 
 
 def scene_balanced(rows: Iterable[Dict[str, Any]], metric: str, *,
-                   by: Sequence[str] = ("model", "category"), statistic: str = "median",
+                   by: Sequence[str] = ("model", "prompt_category"), statistic: str = "median",
                    n_boot: int = 10_000, seed: int = 0) -> List[Dict[str, Any]]:
     """Scene-balanced ``statistic`` of ``metric`` per group with its bootstrap CI (sec. 4.4).
 
@@ -182,8 +184,8 @@ def _per_model(rows: Iterable[Dict[str, Any]], columns: Sequence[Tuple[str, str,
 def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: int = 10_000,
            seed: int = 0) -> List[Dict[str, Any]]:
     """Table-1 style summary per model: IR (%), GE (px), AdaDFRC (clip mean over objects) as
-    scene-balanced ``statistic`` over all categories (the paper's table uses means), with CIs
-    and the number of scenes behind each column."""
+    scene-balanced ``statistic`` over all prompt categories (the paper's table uses means), with
+    CIs and the number of scenes behind each column."""
     return _per_model(rows, (("ir_pct", "ir", 100.0), ("ge_px", "ge_px", 1.0),
                              ("adadfrc", "adadfrc_mean", 1.0)), statistic, n_boot, seed)
 
@@ -236,17 +238,19 @@ def calibration_curve(t: Sequence[float], is_f: Sequence[bool], n_bins: int = 12
 
 def gate_observations(rows: Iterable[Dict[str, Any]], method: Optional[str] = None
                       ) -> Dict[str, Any]:
-    """(t, is_f_expected, method) from ok rows with a gate statistic and a designed regime.
+    """(t, is_f_expected, method) from ok rows with a gate statistic and a designed regime
+    (the expected regime of the row's ``prompt_category``: C1/C2/C4 -> H, C3/C5/C6 -> F).
 
     ``method`` defaults to the most common gate method (statistics of different methods are
     not comparable and are never mixed)."""
     flat = [r for r in _flat(rows) if isinstance(r.get("gate_statistic"), (int, float))
-            and expected_regime(r.get("category")) is not None]
+            and expected_regime(r.get("prompt_category")) is not None]
     if method is None and flat:
         method = Counter(r.get("gate_method") for r in flat).most_common(1)[0][0]
     flat = [r for r in flat if r.get("gate_method") == method]
     return {"t": np.array([r["gate_statistic"] for r in flat], dtype=np.float64),
-            "is_f": np.array([expected_regime(r["category"]) == "F" for r in flat], dtype=bool),
+            "is_f": np.array([expected_regime(r["prompt_category"]) == "F" for r in flat],
+                             dtype=bool),
             "method": method, "clips": [r.get("clip_id") for r in flat]}
 
 
@@ -392,8 +396,8 @@ def percentile_aligned(rows: Iterable[Dict[str, Any]], *, x: str = "ir", y: str 
 
 # --- dynamics (sec. 6.6) --------------------------------------------------------------------
 def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One record per foreground object of ok clips: model, category, clip_id, object id,
-    adap90, adadfrc_mean and the clip's background pass flag."""
+    """One record per foreground object of ok clips: model, prompt_category, clip_id, object
+    id, adap90, adadfrc_mean and the clip's background pass flag."""
     out = []
     for r in _flat(rows):
         if r.get("status") != "ok":
@@ -401,7 +405,8 @@ def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
         fg = (r.get("_result") or {}).get("foreground") or {}
         for o in fg.get("objects") or []:
             if isinstance(o, dict) and isinstance(o.get("adap90"), (int, float)):
-                out.append({"model": r.get("model"), "category": r.get("category"),
+                out.append({"model": r.get("model"),
+                            "prompt_category": r.get("prompt_category"),
                             "clip_id": r.get("clip_id"), "object": o.get("id"),
                             "adap90": float(o["adap90"]),
                             "adadfrc_mean": o.get("adadfrc_mean"),
@@ -410,7 +415,7 @@ def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def adap90_anomalies(rows: Iterable[Dict[str, Any]], *, quantile: float = 0.8,
-                     by: Sequence[str] = ("model", "category")) -> Dict[str, Any]:
+                     by: Sequence[str] = ("model", "prompt_category")) -> Dict[str, Any]:
     """AdaP90 (eq. 17) audit: per (model, prompt category) the P80 threshold of object AdaP90,
     the anomaly rate (objects above it; ~20% by construction, descriptive only) with a Wilson
     CI, median, P90 and max, plus the rate of "dynamic anomaly & background good" clips

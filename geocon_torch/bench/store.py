@@ -5,8 +5,14 @@ Two tables (a view ``leaderboard`` joins them):
 * ``results(content_hash, config_hash, status, reason, result_json, ...)`` — one scored video
   per configuration. The primary key makes inserts idempotent: the same bytes under the same
   config are never scored twice, whatever their clip_id.
-* ``clips(clip_id, config_hash, content_hash, model, category, prompt, seed, scene, path, ...)``
-  — the manifest row that points at a result (two clip_ids with identical bytes share a result).
+* ``clips(clip_id, config_hash, content_hash, model, prompt_category, prompt, seed, scene, path,
+  ...)`` — the manifest row that points at a result (two clip_ids with identical bytes share a
+  result); ``prompt_category`` is the manifest's prompt family (C1-C6 or a free label).
+
+Store formats (``meta.store_format``): "1" named the prompt family ``clips.category``; "2" names
+it ``prompt_category``. Opening a format-1 file migrates it in place (one transaction: the
+column is renamed, the view rebuilt). Result rows keep the JSON they were written with and are
+read through :func:`geocon_torch.result.migrate_result`, so 1.x rows come back in schema 2.
 
 Concurrency: the database runs in WAL mode with a busy timeout; every write is one short
 ``BEGIN IMMEDIATE`` transaction (clip row + result row together, so a kill never leaves half a
@@ -21,16 +27,19 @@ import json
 import random
 import sqlite3
 import time
+from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from ..errors import GeoConError, InputError, OptionalDependencyError
+from ..result import migrate_result
+from .ids import derive_clip_ids
 from .manifest import scene_key
-from .schema import check_result
+from .schema import ResultSchemaError, check_result, result_problems
 
-STORE_FORMAT = "1"
+STORE_FORMAT = "2"  # "1": clips.category; "2": clips.prompt_category (format 1 is migrated)
 
-_SCHEMA = """
+_TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (
     content_hash TEXT NOT NULL,
@@ -49,7 +58,7 @@ CREATE TABLE IF NOT EXISTS clips (
     content_hash TEXT NOT NULL,
     model TEXT,
     model_version TEXT,
-    category TEXT,
+    prompt_category TEXT,
     prompt TEXT,
     seed INTEGER,
     scene TEXT,
@@ -59,16 +68,19 @@ CREATE TABLE IF NOT EXISTS clips (
     PRIMARY KEY (clip_id, config_hash)
 );
 CREATE INDEX IF NOT EXISTS clips_by_result ON clips (content_hash, config_hash);
+"""
+
+_VIEW = """
 CREATE VIEW IF NOT EXISTS leaderboard AS
-    SELECT c.clip_id, c.model, c.model_version, c.category, c.prompt, c.seed, c.scene, c.path,
-           c.entry_json, r.status, r.reason, r.content_hash, r.config_hash, r.schema_version,
-           r.version,
-           r.result_json
+    SELECT c.clip_id, c.model, c.model_version, c.prompt_category, c.prompt, c.seed, c.scene,
+           c.path, c.entry_json, r.status, r.reason, r.content_hash, r.config_hash,
+           r.schema_version, r.version, r.result_json
     FROM clips c JOIN results r
       ON r.content_hash = c.content_hash AND r.config_hash = c.config_hash;
 """
 
-CLIP_COLUMNS = ("clip_id", "model", "model_version", "category", "prompt", "seed", "scene", "path")
+CLIP_COLUMNS = ("clip_id", "model", "model_version", "prompt_category", "prompt", "seed", "scene",
+                "path")
 
 
 class StoreError(GeoConError, RuntimeError):
@@ -105,17 +117,31 @@ class ResultStore:
         c.execute("PRAGMA synchronous = NORMAL")
         c.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in filter(str.strip, _SCHEMA.split(";")):
+            for stmt in filter(str.strip, _TABLES.split(";")):
                 c.execute(stmt)
-            row = c.execute("SELECT value FROM meta WHERE key='store_format'").fetchone()
-            if row is None:
-                c.execute("INSERT INTO meta VALUES ('store_format', ?)", (STORE_FORMAT,))
-            elif row[0] != STORE_FORMAT:
-                raise StoreError(f"{self.path}: store format {row[0]} is not {STORE_FORMAT}")
+            self._check_format()
+            c.execute(_VIEW)
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
             raise
+
+    def _check_format(self) -> None:
+        """Stamp a new file with :data:`STORE_FORMAT`, migrate a format-1 file, refuse others
+        (inside the open schema transaction)."""
+        c = self._conn
+        row = c.execute("SELECT value FROM meta WHERE key='store_format'").fetchone()
+        if row is None:
+            c.execute("INSERT INTO meta VALUES ('store_format', ?)", (STORE_FORMAT,))
+        elif row[0] == "1":
+            # format 1 held the manifest's prompt family in clips.category
+            c.execute("DROP VIEW IF EXISTS leaderboard")
+            c.execute("ALTER TABLE clips RENAME COLUMN category TO prompt_category")
+            c.execute("UPDATE meta SET value=? WHERE key='store_format'", (STORE_FORMAT,))
+        elif row[0] != STORE_FORMAT:
+            raise StoreError(f"{self.path}: store format {row[0]} is newer than this "
+                             f"geocon_torch reads (format {STORE_FORMAT}); upgrade geocon_torch "
+                             "or write to a new --db file")
 
     def _retry(self, fn, *args):
         deadline = time.monotonic() + self.timeout_s
@@ -190,7 +216,7 @@ class ResultStore:
         out = []
         for values in cur.fetchall():
             row = dict(zip(names, values))
-            row["result"] = json.loads(row.pop("result_json"))
+            row["result"] = migrate_result(json.loads(row.pop("result_json")))
             out.append(row)
         return out
 
@@ -202,14 +228,17 @@ class ResultStore:
         ``clip`` holds the CLIP_COLUMNS (clip_id required) and optionally ``entry`` (the whole
         manifest row, stored as JSON). With ``result=None`` only the clip row is (re)linked to an
         existing result. Re-putting the same key is a no-op unless ``replace`` (used to retry
-        error rows).
+        error rows). A 1.x result is stored migrated to the current schema.
         """
         if not clip.get("clip_id"):
             raise InputError("clip row needs a clip_id")
+        if "category" in clip:
+            raise InputError("clip rows name the manifest's prompt family 'prompt_category' "
+                             "(the store's 'category' column was renamed)")
         now = time.time()
         stmts: List[tuple] = []
         if result is not None:
-            check_result(result)
+            result = migrate_result(check_result(result))
             verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
             stmts.append((
                 f"{verb} INTO results (content_hash, config_hash, status, reason, schema_version,"
@@ -219,11 +248,13 @@ class ResultStore:
                  json.dumps(result, sort_keys=True, allow_nan=False), now)))
         values = [clip.get(k) for k in CLIP_COLUMNS]
         stmts.append((
-            "INSERT INTO clips (clip_id, model, model_version, category, prompt, seed, scene, path,"
-            " config_hash, content_hash, entry_json, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+            "INSERT INTO clips (clip_id, model, model_version, prompt_category, prompt, seed,"
+            " scene, path, config_hash, content_hash, entry_json, updated_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (clip_id, config_hash) DO UPDATE SET content_hash=excluded.content_hash,"
             " model=excluded.model, model_version=excluded.model_version,"
-            " category=excluded.category, prompt=excluded.prompt, seed=excluded.seed,"
+            " prompt_category=excluded.prompt_category, prompt=excluded.prompt,"
+            " seed=excluded.seed,"
             " scene=excluded.scene, path=excluded.path, entry_json=excluded.entry_json,"
             " updated_at=excluded.updated_at",
             (*values, config_hash, content_hash,
@@ -245,18 +276,22 @@ def _num(x: Any) -> Optional[float]:
 
 
 FLAT_COLUMNS = (
-    "clip_id", "model", "model_version", "category", "prompt", "seed", "scene", "status",
-    "reason", "regime", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs",
-    "pairs", "background_pass", "gate_method", "gate_statistic", "gate_decision",
+    "clip_id", "model", "model_version", "prompt_category", "behaviour", "prompt", "seed",
+    "scene", "status", "reason", "regime", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px",
+    "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic", "gate_decision",
     "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error", "epipolar_error_score",
-    "epipolar_inlier_rate", "feature_match_coverage", "content_hash", "config_hash",
-    "schema_version", "version", "path",
+    "epipolar_inlier_rate", "feature_match_coverage", "lost_frames", "warnings",
+    "content_hash", "config_hash", "schema_version", "version", "path",
 )
 
 
 def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
-    """One flat record (scalars only) from a joined row: clip metadata + headline numbers."""
-    res = row.get("result") or {}
+    """One flat record (scalars only) from a joined row: clip metadata + headline numbers.
+
+    ``prompt_category`` is the row's (the manifest's), else the result's; ``behaviour`` is the
+    result's post-hoc behaviour (a 1.x result is migrated first).
+    """
+    res = migrate_result(row["result"]) if row.get("result") else {}
     bg = res.get("background") or {}
     gate = res.get("gate") or {}
     fg = res.get("foreground") or {}
@@ -267,7 +302,10 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
     p90 = [_num(o.get("adap90")) for o in objects]
     p90 = [a for a in p90 if a is not None]
     out = {k: row.get(k) for k in CLIP_COLUMNS}
+    if out["prompt_category"] is None:
+        out["prompt_category"] = res.get("prompt_category")
     out.update({
+        "behaviour": res.get("behaviour"),
         "status": res.get("status", row.get("status")),
         "reason": res.get("reason", row.get("reason")),
         "regime": res.get("regime"),
@@ -285,6 +323,8 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
         "epipolar_error_score": _num(ep.get("epipolar_error_score")),
         "epipolar_inlier_rate": _num(ep.get("epipolar_inlier_rate")),
         "feature_match_coverage": _num(ep.get("feature_match_coverage")),
+        "lost_frames": _num((res.get("io") or {}).get("lost_frames")),
+        "warnings": "; ".join(str(w) for w in res.get("warnings") or []) or None,
         "content_hash": row.get("content_hash", res.get("content_hash")),
         "config_hash": row.get("config_hash", res.get("config_hash")),
         "schema_version": res.get("schema_version"), "version": res.get("version"),
@@ -317,32 +357,51 @@ def write_parquet(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> 
     return Path(path)
 
 
-def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
-                 validate: bool = True) -> List[Dict[str, Any]]:
-    """Joined rows from a results SQLite file or a JSON-lines file of results.
+def _jsonl_row(res: Dict[str, Any]) -> Dict[str, Any]:
+    """A joined row from one (validated, migrated) JSONL result: clip metadata from the object
+    itself or its ``meta`` dict (``model`` defaults to "-", the scene to the clip)."""
+    meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
+    get = lambda k, d=None: res.get(k, meta.get(k, d))  # noqa: E731
+    clip_id = str(get("clip_id", res.get("clip")))
+    seed = get("seed")
+    prompt_category = res.get("prompt_category") or meta.get("prompt_category")
+    return {
+        "clip_id": clip_id, "model": get("model", "-"),
+        "model_version": get("model_version"), "prompt_category": prompt_category,
+        "prompt": get("prompt"), "seed": seed,
+        "scene": scene_key(prompt_category, get("prompt"), seed, clip_id),
+        "path": res.get("path"), "status": res.get("status"),
+        "reason": res.get("reason"), "content_hash": res.get("content_hash"),
+        "config_hash": res.get("config_hash"),
+        "schema_version": res.get("schema_version"), "version": res.get("version"),
+        "result": res}
 
-    JSONL lines are ``ClipResult.to_dict()`` objects (as written by ``geocon score --json``);
-    their clip metadata (model, category, prompt, seed) is read from the same object when
-    present (``model`` defaults to "-", the scene to the clip). With ``validate`` every row is
-    checked against the result schema (:class:`ResultSchemaError` names the line).
-    """
-    from .schema import ResultSchemaError, result_problems
 
-    path = Path(source)
-    if not path.exists():
-        raise InputError(f"results not found: {path}")
-    with path.open("rb") as fh:
-        is_sqlite = fh.read(16) == b"SQLite format 3\x00"
-    if is_sqlite:
-        with ResultStore(path) as store:
-            rows = store.rows(config_hash)
-        if validate:
-            for r in rows:
-                problems = result_problems(r["result"])
-                if problems:
-                    raise ResultSchemaError(f"{path}: clip {r['clip_id']}: " + "; ".join(problems))
-        return rows
-    rows = []
+def _unique_jsonl_ids(rows: List[Tuple[int, Dict[str, Any]]], path: Path) -> None:
+    """Rows of one config that share a clip id but come from different files get unique ids
+    (the shortest distinguishing path suffix, e.g. ``cogvideox/3`` / ``sora/3``; their scene
+    follows), so cards and scenes never merge two files; the same file twice is an error."""
+    groups: Dict[Tuple[Any, str], List[Tuple[int, Dict[str, Any]]]] = defaultdict(list)
+    for lineno, row in rows:
+        groups[(row.get("config_hash"), row["clip_id"])].append((lineno, row))
+    for (cfg, cid), members in groups.items():
+        if len(members) < 2:
+            continue
+        paths = [r.get("path") for _, r in members]
+        if None in paths or len(set(paths)) < len(paths):
+            raise ResultSchemaError(
+                f"{path}: clip id {cid!r} appears on lines "
+                f"{', '.join(str(n) for n, _ in members)} for the same (or an unknown) path: "
+                "keep one result per clip and config")
+        taken = [c for (h, c) in groups if h == cfg and c != cid]
+        for (_, row), new in zip(members, derive_clip_ids(paths, taken=taken)):
+            row["clip_id"] = new
+            if row.get("seed") is None:
+                row["scene"] = scene_key(row.get("prompt_category"), row.get("prompt"), None, new)
+
+
+def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool) -> List[Dict[str, Any]]:
+    rows: List[Tuple[int, Dict[str, Any]]] = []
     with path.open(encoding="utf-8") as fh:
         for lineno, text in enumerate(fh, 1):
             if not text.strip():
@@ -357,18 +416,34 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
                 raise ResultSchemaError(f"{path}, line {lineno}: " + "; ".join(problems))
             if config_hash is not None and res.get("config_hash") != config_hash:
                 continue
-            meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
-            get = lambda k, d=None: res.get(k, meta.get(k, d))  # noqa: E731
-            clip_id = str(get("clip_id", res.get("clip")))
-            seed = get("seed")
-            rows.append({
-                "clip_id": clip_id, "model": get("model", "-"),
-                "model_version": get("model_version"), "category": res.get("category"),
-                "prompt": get("prompt"), "seed": seed,
-                "scene": scene_key(res.get("category"), get("prompt"), seed, clip_id),
-                "path": res.get("path"), "status": res.get("status"),
-                "reason": res.get("reason"), "content_hash": res.get("content_hash"),
-                "config_hash": res.get("config_hash"),
-                "schema_version": res.get("schema_version"), "version": res.get("version"),
-                "result": res})
+            rows.append((lineno, _jsonl_row(migrate_result(res))))
+    _unique_jsonl_ids(rows, path)
+    return [row for _, row in rows]
+
+
+def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
+                 validate: bool = True) -> List[Dict[str, Any]]:
+    """Joined rows from a results SQLite file or a JSON-lines file of results.
+
+    JSONL lines are ``ClipResult.to_dict()`` objects (as written by ``geocon score --json``);
+    their clip metadata (model, prompt_category, prompt, seed) is read from the same object
+    when present (``model`` defaults to "-", the scene to the clip). With ``validate`` every
+    row is checked against the result schema (:class:`ResultSchemaError` names the line).
+    Results of schema 1.x come back migrated to the current schema
+    (:func:`geocon_torch.result.migrate_result`).
+    """
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"results not found: {path}")
+    with path.open("rb") as fh:
+        is_sqlite = fh.read(16) == b"SQLite format 3\x00"
+    if not is_sqlite:
+        return _load_jsonl(path, config_hash, validate)
+    with ResultStore(path) as store:
+        rows = store.rows(config_hash)
+    if validate:
+        for r in rows:
+            problems = result_problems(r["result"])
+            if problems:
+                raise ResultSchemaError(f"{path}: clip {r['clip_id']}: " + "; ".join(problems))
     return rows

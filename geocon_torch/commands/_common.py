@@ -4,11 +4,16 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
+import torch
+
 from ..config import GeoConConfig, load_config
+from ..errors import InputError
 from ..pipeline import PRESETS
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
@@ -84,15 +89,39 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
     return [p for p in out if not (str(p) in seen or seen.add(str(p)))]
 
 
-def per_clip_file(option: Optional[str], clip: Path, n_clips: int) -> Optional[str]:
-    """--masks / --poses: a file for a single clip, or a folder holding ``<stem>.npz`` /
-    ``<stem>.json`` / ``<stem>/`` (or ``<stem>_masks.npz``) per clip."""
+def check_device(device: Optional[str]) -> Optional[str]:
+    """``--device``: a torch device string that exists here, checked once before any clip is
+    read (``cuda`` without a GPU, ``cuda:3`` on a 2-GPU machine or ``xyz`` -> InputError)."""
+    if device is None or device == "auto":
+        return device
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise InputError(f"--device {device!r} is not a torch device (use cpu, cuda, cuda:N "
+                         "or mps)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {device}: no CUDA GPU is available on this machine "
+                             "(torch.cuda.is_available() is False); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA "
+                             "device(s) here")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {device}: Apple MPS is not available on this machine")
+    return device
+
+
+def per_clip_file(option: Optional[str], clip: Path, n_clips: int,
+                  clip_id: Optional[str] = None) -> Optional[str]:
+    """--masks / --poses: a file for a single clip, or a folder holding ``<name>.npz`` /
+    ``<name>_masks.npz`` / ``<name>.json`` / ``<name>/`` per clip, where ``<name>`` is the
+    clip's stem, or its unique id when stems repeat (``sora/3`` -> ``masks/sora/3.npz``)."""
     if not option:
         return None
     p = Path(option)
     if p.is_dir():
-        for cand in (p / f"{clip.stem}.npz", p / f"{clip.stem}_masks.npz",
-                     p / f"{clip.stem}.json", p / clip.stem):
+        name = clip_id or clip.stem
+        for cand in (p / f"{name}.npz", p / f"{name}_masks.npz", p / f"{name}.json", p / name):
             if cand.exists():
                 return str(cand)
         if n_clips == 1:
@@ -126,19 +155,28 @@ def summary_row(res: Dict[str, Any]) -> List[str]:
             _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"), _fmt(bg.get("pass"), ""),
             str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
             _fmt(ep.get("epipolar_error"), ".3f"), _fmt(ep.get("epipolar_inlier_rate"), ".3f"),
-            reason if len(reason) <= 60 else reason[:57] + "..."]
+            " ".join(str(reason).split())]
 
 
 def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_COLUMNS,
-                out: Optional[TextIO] = None) -> None:
+                out: Optional[TextIO] = None, width: Optional[int] = None) -> None:
+    """Aligned columns; the last one (the reason) is never cut: it wraps onto continuation
+    lines to fit ``width`` characters (default: the terminal width,
+    :func:`shutil.get_terminal_size`; at least 24 characters are kept for it)."""
     out = out or sys.stdout
     rows = [list(map(str, r)) for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
-    print(line, file=out)
+    lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    widths[-1] = max(len(header[-1]), min(widths[-1], max(24, width - lead - 1)))
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), file=out)
     print("  ".join("-" * w for w in widths), file=out)
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)), file=out)
+        last = textwrap.wrap(r[-1], widths[-1], break_on_hyphens=False) or [""]
+        print("  ".join(c.ljust(w) for c, w in zip(r[:-1] + last[:1], widths)).rstrip(),
+              file=out)
+        for more in last[1:]:
+            print(" " * lead + more, file=out)
 
 
 def write_jsonl(path: str, results: Iterable[Dict[str, Any]]) -> None:

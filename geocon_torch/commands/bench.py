@@ -6,9 +6,12 @@ Examples:
   torchrun --nproc_per_node 4 -m geocon_torch.cli bench manifest.csv --db results.sqlite
   geocon bench --db results.sqlite --export-parquet table.parquet     (export only)
 
-Manifest (CSV with a header, or JSONL): clip_id, path, model (required), prompt,
-model_version, seed, resolution (WxH), fps, duration, masks_path, poses_path, category.
-Relative paths are relative to the manifest.
+Manifest (CSV with a header, or JSONL): path, model (required), clip_id, prompt,
+model_version, seed, resolution (WxH), fps, duration, masks_path, poses_path, category (the
+prompt family C1..C6 or a free label; a prompt_category column is read too).
+Relative paths are relative to the manifest. A blank clip_id is derived from the path: the
+stem, or the shortest unique path suffix (cogvideox/3, sora/3); duplicated ids are an error.
+User errors (bad manifest, missing file, bad option) are one line on stderr, exit status 2.
 
 Rows are keyed by (content hash of the video, config hash): a run killed at any moment resumes
 without recomputing or duplicating a clip; identical files under two clip ids are scored once.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..bench import ResultStore, run_manifest
 from ._common import add_config_arguments, build_config
 
 NAME = "bench"
@@ -47,8 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import ResultStore, run_manifest
-
     cfg = build_config(args)
     summary = None
     if args.manifest:

@@ -18,6 +18,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
+from ..config import GeoConConfig
+from ..pipeline import score_clips
+from ..report import build_report
+from ..synth import render_scene
 from ._common import frame_size, print_table, summary_row, write_jsonl
 
 NAME = "demo"
@@ -46,12 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
-    from ..config import GeoConConfig
-    from ..pipeline import score_clips
-    from ..synth import render_scene
-
     w, h = args.size
     size = (h, w)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="geocon_demo_"))
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         masks = clips_dir / f"{name}_masks.npz" if synth.masks.shape[1] > 0 else None
         res = score_clips([str(video)], masks=[str(masks) if masks else None], config=cfg,
                           device=args.device)[0].to_dict()
-        res["category"] = cat
+        res["prompt_category"] = cat  # the scene's prompt family; res["behaviour"] is measured
         res["meta"] = {"model": "grounded", "expected": expect,
                        "masks_path": str(masks) if masks else None}
         results.append(res)
@@ -81,8 +81,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_jsonl(args.json, results)
     if args.report:
-        from ..report import build_report
-
         jsonl = out / "demo_results.jsonl"
         write_jsonl(str(jsonl), results)
         page = build_report(str(jsonl), out / "report", cards=len(results), n_boot=2000,

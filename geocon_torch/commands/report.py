@@ -6,18 +6,21 @@ Examples:
   geocon report results.sqlite --out report/ --clips wan_c4_s3,sora_c6_s1 --no-draw
 
 The page holds: the leaderboard (Table-1 style scene-balanced IR %, GE px, AdaDFRC with 95%
-bootstrap CIs, the epipolar trio, ok / not applicable / error counts), per-category
-scene-balanced medians with CIs, IR / GE distributions per category, the gate statistic
-histogram with its thresholds, the gate calibration curve P(F | t) (equal-count bins, Wilson
-CIs) with the net-benefit and balanced-accuracy sweeps, threshold-score sensitivity curves,
+bootstrap CIs, the epipolar trio, ok / not applicable / error counts), per-prompt-category
+scene-balanced medians with CIs, IR / GE distributions per prompt category, the gate statistic
+histogram with its thresholds, the gate calibration curve P(F | t) against the regime each prompt
+category (C1-C6) is designed for (equal-count bins, Wilson CIs) with the net-benefit and balanced-accuracy sweeps, threshold-score sensitivity curves,
 percentile-aligned summaries, AdaP90 P80 anomaly rates, the clips that were not scored with
 their reasons, and per-clip audit cards (gate rationale, per-pair IR / GE timeline, inlier /
 outlier matches drawn on a frame pair, epipolar lines, object masks). Drawing the cards reads
-the videos again (--no-draw skips that). Rows are validated against the result schema.
+the videos again (--no-draw skips that). Rows are validated against the result schema;
+schema-1.0 results (one "category" field) are read as prompt_category / behaviour.
 """
 from __future__ import annotations
 
 import argparse
+
+from ..report import build_report
 
 NAME = "report"
 HELP = "static HTML audit report (leaderboard, CIs, gate calibration, audit cards)"
@@ -41,8 +44,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import build_report
-
     clips = [c for c in (args.clips or "").split(",") if c] or None
     path = build_report(args.results, args.out, cards=args.cards, card_clips=clips,
                         draw=not args.no_draw, n_boot=args.boot, seed=args.seed,

@@ -7,11 +7,14 @@ Examples:
   geocon score videos/ --masks masks/ --config thresholds.json --device cuda
 
 A folder is expanded to the videos it holds (or is one clip if it holds only images).
---masks / --poses take a file for one clip, or a folder with <stem>.npz, <stem>_masks.npz,
-<stem>.json or <stem>/ per clip. Columns: IR (inlier ratio), GE px (geometric error at the
+Clip ids are the file stems; where stems repeat they are the shortest path suffix that tells
+the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
+--masks / --poses take a file for one clip, or a folder with <id>.npz, <id>_masks.npz,
+<id>.json or <id>/ per clip (<id> as above: the stem, or e.g. sora/3). Columns: IR (inlier ratio), GE px (geometric error at the
 working resolution), pass (IR >= 0.97 and GE <= 3.5 px), objects and their worst AdaP90
 (AdaDFRC-W2), epipolar error / inlier rate (presets worldatlas, gvgc, all).
-Every clip gives one row: status ok, not_applicable or error with its reason.
+Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
+the terminal width); --json OUT keeps every field of every clip.
 Exit status: 0 when no clip has status error, 1 otherwise.
 """
 from __future__ import annotations
@@ -19,6 +22,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tqdm.auto import tqdm
+
+from ..bench.ids import derive_clip_ids
+from ..pipeline import score_clips
 from ._common import (add_config_arguments, build_config, expand_inputs, per_clip_file,
                       print_table, summary_row, write_jsonl)
 
@@ -35,26 +42,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                    "of per-clip mask files")
     p.add_argument("--poses", metavar="PATH", help="pose log (JSON / .npz) or a folder of "
                                                    "per-clip pose logs")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress output (the bar over clips; stage lines for one clip)")
     add_config_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
-    from ..pipeline import score_clips
-
     cfg = build_config(args)
     clips = expand_inputs(args.paths)
+    ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
     results = []
-    for path in tqdm(clips, desc="geocon score", unit="clip",
-                     disable=args.no_progress or len(clips) < 2):
-        res = score_clips([str(path)], masks=[per_clip_file(args.masks, path, len(clips))],
-                          poses=[per_clip_file(args.poses, path, len(clips))], config=cfg,
-                          device=args.device)[0]
-        results.append(res.to_dict())
+    for path, cid in tqdm(list(zip(clips, ids)), desc="geocon score", unit="clip",
+                          disable=args.no_progress or len(clips) < 2):
+        own = None if cid == path.stem else cid
+        res = score_clips([str(path)], masks=[per_clip_file(args.masks, path, len(clips), own)],
+                          poses=[per_clip_file(args.poses, path, len(clips), own)], config=cfg,
+                          device=args.device,  # stage lines for one clip, on a terminal
+                          progress=False if args.no_progress or len(clips) > 1 else None
+                          )[0].to_dict()
+        res["clip"] = cid
+        results.append(res)
     out = sys.stderr if args.json == "-" else sys.stdout
     print_table([summary_row(r) for r in results], out=out)
+    if not args.json and any(r["status"] != "ok" for r in results):
+        print("(every field of every clip: add --json OUT)", file=out)
     if args.json:
         write_jsonl(args.json, results)
     return 1 if any(r["status"] == "error" for r in results) else 0

@@ -13,6 +13,12 @@ from __future__ import annotations
 import argparse
 from typing import List, Tuple
 
+from tqdm import tqdm
+
+from ..categories import CATEGORIES, canonical_category
+from ..synth import render_scene
+from ..synth.corruptions import CORRUPTIONS
+from ..synth.scenes import MOTIONS
 from ._common import frame_size
 
 NAME = "synth"
@@ -20,8 +26,6 @@ HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..synth.corruptions import CORRUPTIONS
-
     parser.add_argument("outdir", help="folder to write the clips into (created if missing)")
     parser.add_argument("--category", default="all",
                         help="C1..C6, an alias (static, rotation, translation, moving_object, "
@@ -42,9 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
-    from ..categories import CATEGORIES, canonical_category
-    from ..synth.scenes import MOTIONS
-
     if args.category.lower() == "all":
         cats = list(CATEGORIES)
         return [(c, m) for c in cats for m in ([args.motion] if args.motion else MOTIONS[c])
@@ -54,10 +55,6 @@ def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from ..synth import render_scene
-
     if not 0.0 <= args.severity <= 1.0:
         print(f"error: --severity must be in [0, 1], got {args.severity}")
         return 2

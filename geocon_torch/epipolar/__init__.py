@@ -26,8 +26,8 @@ WorldAtlas protocol (preset "worldatlas", the default; seed document 003)
   happened; with nothing valid: ``status: not_applicable``, values None, and the reason.
 
 Fallback guards (ours, both paths, :mod:`.protocol`): an LK track is kept only when the
-zero-mean NCC of the 11x11 patches (``tracking_ncc_window``, bilinear samples) around the corner
-in frame i and its tracked position in frame j is >= ``tracking_min_ncc`` = 0.8 (real content
+zero-mean NCC of the 11x11 patches (``tracking.ncc_window``, bilinear samples) around the corner
+in frame i and its tracked position in frame j is >= ``tracking.min_ncc`` = 0.8 (real content
 tracked between adjacent frames: median NCC ~0.99; independent noise: ~0.1, never above 0.5),
 and a fallback pair is valid only when its inlier set is meaningful a contrario (ORSA, Moisan &
 Stival 2004): NFA = (n - 7) C(n, k) C(k, 7) alpha^(k - 7) <= ``fallback_max_nfa`` = 0.01 for k
@@ -49,8 +49,11 @@ per interval and overall. Clips shorter than 71 frames are not_applicable. Both 
 (the original, FLANN) and torch (exact 2-NN, one batched RANSAC per clip with OpenCV's FM_RANSAC
 error).
 
-torchmetrics: :mod:`geocon_torch.metrics.epipolar` (``EpipolarError``, ``EpipolarInlierRate``,
-``FeatureMatchCoverage``).
+Batched functions: :mod:`geocon_torch.metrics.functional` (``epipolar_error``,
+``epipolar_inlier_rate``, ``feature_match_coverage``: (B, T, C, H, W) -> (B,) float64, NaN for a
+not_applicable clip). torchmetrics: :mod:`geocon_torch.metrics.epipolar` (``EpipolarError``,
+``EpipolarInlierRate``, ``FeatureMatchCoverage``, ``epipolar_collection``). Tensors become
+Clips through the one io path (:func:`geocon_torch.io.clip_from_tensor`, native pixels).
 """
 from .protocol import decode_plan, protocol_stages
 

@@ -1,13 +1,15 @@
 """The original GVGC protocol (Li et al. 2024, "Sora generates videos with stunning geometrical
 consistency"), reproduced from its public code (``PatchAutoEvaluate.py`` + ``core_function.py``).
 
-* frames 0..70 of the clip (``gvgc_min_frames`` = 71; shorter clips are not_applicable), each
-  resized to 1280x720 (cv2.resize default, bilinear) and converted to grayscale;
+* frames 0..70 of the clip (``epipolar.gvgc.min_frames`` = 71; shorter clips are
+  not_applicable), each resized to 1280x720 (cv2.resize default, bilinear) and converted to
+  grayscale;
 * pairs (i, i + d) for d in (60, 50, 40, 30, 20, 10), i = 0, s, 2s, ... with
   s = int((70 - d) / 10) while i + d <= 70: 11 pairs per interval, 66 in all;
 * SIFT with up to 40,000 features, FLANN 2-NN (the original's ``cv2.FlannBasedMatcher()``;
-  ``gvgc_matcher="bf"`` for exact 2-NN), Lowe ratio 0.85;
-* ``cv2.findFundamentalMat(FM_RANSAC, 3 px)`` (OpenCV defaults: confidence 0.99, 1000 iterations);
+  ``epipolar.gvgc.matcher="bf"`` for exact 2-NN), Lowe ratio 0.85;
+* ``cv2.findFundamentalMat(FM_RANSAC, 3 px)`` (OpenCV defaults: confidence 0.99, 1000 iterations;
+  ``epipolar.gvgc.ransac``);
 * per pair over the RANSAC inliers: the one-sided distance of x2 to the epipolar line F x1 (px at
   1280x720, :func:`geocon_torch.geometry.epipolar_line_distance`): mean, median, RMSE, MAE, and
   the keep rate = inliers / ratio-filtered matches;
@@ -33,13 +35,16 @@ import cv2
 import numpy as np
 import torch
 
-from ..config import EpipolarConfig
-from ..geometry import epipolar_line_distance
+from .._tensor_utils import masked_mean, masked_median
+from ..config import GVGC_MATCHER_CHOICES, EpipolarConfig
+from ..errors import InputError
+from ..features import get_extractor, match_descriptors
+from ..geometry import epipolar_line_distance, ransac_fundamental
+from ..io.pairs import gvgc_pairs
 from ..types import Clip
 from .opencv_path import clip_frame_rgb, opencv_state, ratio_matches
-from ..io.pairs import gvgc_pairs
 from .protocol import pair_seeds, source_frames
-from ..errors import InputError
+from .torch_path import gray_uint8_levels
 
 MIN_MATCHES = 8  # below this OpenCV's 8-point / RANSAC F estimation is not attempted
 
@@ -97,7 +102,7 @@ def gvgc_summary(records: List[Dict[str, Any]], config: EpipolarConfig,
     """Section dict of the gvgc preset from its per-pair records."""
     overall = aggregate(records)
     per_interval = {str(int(d)): aggregate([r for r in records if r["interval"] == int(d)])
-                    for d in config.gvgc_intervals}
+                    for d in config.gvgc.intervals}
     ok = overall["valid_pairs"] > 0
     section: Dict[str, Any] = {"preset": "gvgc", **info, **overall, "per_interval": per_interval,
                                "fallback_used": False, "method": "sift_fm_ransac",
@@ -108,30 +113,31 @@ def gvgc_summary(records: List[Dict[str, Any]], config: EpipolarConfig,
 
 
 def too_short(clip: Clip, config: EpipolarConfig, path: str) -> Optional[Dict[str, Any]]:
-    """The not_applicable section of a clip shorter than ``gvgc_min_frames``, else None."""
-    need = int(config.gvgc_min_frames)
+    """The not_applicable section of a clip shorter than ``gvgc.min_frames``, else None."""
+    need = int(config.gvgc.min_frames)
     if clip.num_frames >= need:
         return None
     return {"preset": "gvgc", "path": path, "frames": clip.num_frames, "pairs": 0,
             "valid_pairs": 0, "per_interval": {}, "per_pair": [], "fallback_used": False,
             "method": None, "status": "not_applicable",
             "reason": (f"gvgc preset needs at least {need} frames (pairs up to "
-                       f"{max(config.gvgc_intervals)} frames apart over frames 0..{need - 1}); "
+                       f"{max(config.gvgc.intervals)} frames apart over frames 0..{need - 1}); "
                        f"clip has {clip.num_frames}")}
 
 
 def gvgc_frame_rgb(clip: Clip, index: int, config: EpipolarConfig) -> np.ndarray:
     """(720, 1280, 3) uint8 RGB frame resized as the original (cv2.resize, bilinear)."""
-    h, w = (int(v) for v in config.gvgc_size)
+    h, w = (int(v) for v in config.gvgc.size)
     return cv2.resize(clip_frame_rgb(clip, index), (w, h))
 
 
 def _matcher(config: EpipolarConfig):
-    if config.gvgc_matcher == "flann":
+    if config.gvgc.matcher == "flann":
         return cv2.FlannBasedMatcher()
-    if config.gvgc_matcher == "bf":
+    if config.gvgc.matcher == "bf":
         return cv2.BFMatcher(cv2.NORM_L2)
-    raise InputError(f"gvgc_matcher must be 'flann' or 'bf', got {config.gvgc_matcher!r}")
+    raise InputError(f"epipolar.gvgc.matcher must be one of {GVGC_MATCHER_CHOICES}, got "
+                     f"{config.gvgc.matcher!r}")
 
 
 def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
@@ -139,11 +145,11 @@ def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
     short = too_short(clip, config, "opencv")
     if short is not None:
         return short
-    rows = gvgc_pairs(config.gvgc_min_frames, config.gvgc_intervals)
+    rows = gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals)
     info = {"path": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
-            "analysis_size": [int(v) for v in config.gvgc_size]}
+            "analysis_size": [int(v) for v in config.gvgc.size]}
     with opencv_state(config.opencv_threads, config.seed):
-        sift = cv2.SIFT_create(int(config.gvgc_sift_features))
+        sift = cv2.SIFT_create(int(config.gvgc.sift_features))
         feats = {}
         for f in np.unique(rows[:, 1:]).tolist():
             gray = cv2.cvtColor(gvgc_frame_rgb(clip, f, config), cv2.COLOR_RGB2GRAY)
@@ -161,14 +167,14 @@ def _gvgc_pair(d: int, i: int, j: int, feats: Dict, matcher, config: EpipolarCon
     kp = (len(kp1), len(kp2))
     if d1 is None or d2 is None or len(kp1) < 2 or len(kp2) < 2:
         return pair_record(d, i, j, kp, 0, 0, None, config)
-    p1, p2 = ratio_matches(kp1, d1, kp2, d2, config.gvgc_ratio, matcher)
+    p1, p2 = ratio_matches(kp1, d1, kp2, d2, config.gvgc.ratio, matcher)
     good = p1.shape[0]
     if good < MIN_MATCHES:
         return pair_record(d, i, j, kp, good, 0, None, config)
     try:
-        F, mask = cv2.findFundamentalMat(p1, p2, cv2.FM_RANSAC, float(config.gvgc_threshold_px),
-                                         float(config.gvgc_confidence),
-                                         int(config.gvgc_max_iterations))
+        rc = config.gvgc.ransac
+        F, mask = cv2.findFundamentalMat(p1, p2, cv2.FM_RANSAC, float(rc.threshold_px),
+                                         float(rc.confidence), int(rc.max_iterations))
     except cv2.error as exc:
         return pair_record(d, i, j, kp, good, 0, None, config,
                            error=f"fundamental matrix estimation error: {str(exc).strip()[:200]}")
@@ -183,10 +189,8 @@ def _gvgc_pair(d: int, i: int, j: int, feats: Dict, matcher, config: EpipolarCon
 def gvgc_frames_torch(clip: Clip, config: EpipolarConfig, device: torch.device) -> torch.Tensor:
     """(71, 1, 720, 1280) float gray in [0, 1]: frames 0..70 resized as RGB (bilinear, half-pixel
     centres like cv2.resize) to uint8 levels, then cv2's RGB2GRAY weights."""
-    from .torch_path import gray_uint8_levels
-
-    rgb = clip.frames[: int(config.gvgc_min_frames)].to(device).to(torch.float32)
-    rgb = torch.nn.functional.interpolate(rgb, size=tuple(int(v) for v in config.gvgc_size),
+    rgb = clip.frames[: int(config.gvgc.min_frames)].to(device).to(torch.float32)
+    rgb = torch.nn.functional.interpolate(rgb, size=tuple(int(v) for v in config.gvgc.size),
                                           mode="bilinear", align_corners=False)
     return gray_uint8_levels(rgb.round().clamp(0, 255).to(torch.uint8)) / 255.0
 
@@ -195,12 +199,10 @@ def _fit_line_errors(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
                      seeds: torch.Tensor, config: EpipolarConfig) -> List[torch.Tensor]:
     """One batched FM_RANSAC-like fit of (P, N) matches -> [inliers (P,), valid (P,), mean,
     median, RMSE (P,) of the one-sided epipolar line distance over the inliers (px)]."""
-    from .._tensor_utils import masked_mean, masked_median
-    from ..geometry import ransac_fundamental
-
-    fit = ransac_fundamental(x1, x2, mask, threshold=float(config.gvgc_threshold_px),
-                             residual="epipolar_max", confidence=float(config.gvgc_confidence),
-                             max_iterations=int(config.gvgc_max_iterations), scoring="ransac",
+    rc = config.gvgc.ransac
+    fit = ransac_fundamental(x1, x2, mask, threshold=float(rc.threshold_px),
+                             residual="epipolar_max", confidence=float(rc.confidence),
+                             max_iterations=int(rc.max_iterations), scoring="ransac",
                              local_optimization=False, seed=seeds,
                              min_inliers=int(config.min_inliers))
     inl = fit.inliers & mask & fit.valid[:, None]
@@ -220,20 +222,18 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
     on the clip's own match width and with per-pair seeds (``protocol.pair_seeds``), so a
     clip's numbers do not depend on the other clips (a common width would pad every pair to the
     batch's largest match count, up to 40,000)."""
-    from ..features import get_extractor, match_descriptors
-
     out: List[Optional[Dict[str, Any]]] = [too_short(c, config, "torch") for c in clips]
     todo = [k for k, s in enumerate(out) if s is None]
     if not todo:
         return out  # type: ignore[return-value]
-    rows = gvgc_pairs(config.gvgc_min_frames, config.gvgc_intervals)
-    n = int(config.gvgc_min_frames)
+    rows = gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals)
+    n = int(config.gvgc.min_frames)
     gray = torch.cat([gvgc_frames_torch(clips[k], config, device) for k in todo])
-    kps = get_extractor(features, max_keypoints=int(config.gvgc_sift_features),
+    kps = get_extractor(features, max_keypoints=int(config.gvgc.sift_features),
                         device=device).extract(gray)
     pairs = torch.cat([torch.as_tensor(rows[:, 1:], device=device) + b * n
                        for b in range(len(todo))])
-    corr = match_descriptors(kps, pairs, ratio=float(config.gvgc_ratio))
+    corr = match_descriptors(kps, pairs, ratio=float(config.gvgc.ratio))
     x1, x2 = corr.x1.to(torch.float64), corr.x2.to(torch.float64)
     matches = corr.mask.sum(1)
     mask = corr.mask & (matches >= MIN_MATCHES)[:, None]
@@ -248,8 +248,8 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
                                       config))
     host = [t.cpu().numpy() for t in (corr.num_kp1, corr.num_kp2, matches)] + [
         torch.cat([s[i] for s in stats]).cpu().numpy() for i in range(5)]
-    info = {"path": "torch", "features": features, "analysis_size": [int(v) for v in
-                                                                     config.gvgc_size]}
+    info = {"path": "torch", "features": features,
+            "analysis_size": [int(v) for v in config.gvgc.size]}
     for b, k in enumerate(todo):
         records = []
         for p, (dd, i, j) in enumerate(rows.tolist()):

@@ -2,10 +2,10 @@
 
 Per stage and pair: ``cv2.SIFT_create(nfeatures)`` on the analysis-resolution grayscale frames,
 ``cv2.BFMatcher(NORM_L2).knnMatch(k=2)`` + Lowe ratio, ``cv2.findFundamentalMat`` with
-``cv2.USAC_MAGSAC`` at ``ransac_threshold_px`` (confidence, maxIters from the config); the LK stage
-uses ``cv2.goodFeaturesToTrack`` + ``cv2.calcOpticalFlowPyrLK`` with a forward-backward check
-(``features.lk_tracks(backend="opencv")``) and the patch-NCC guard (``cv2.remap`` patches,
-``protocol.zncc`` / ``protocol.tracking_guard``).
+``cv2.USAC_MAGSAC`` at ``epipolar.ransac.threshold_px`` (``confidence``, ``max_iterations`` as
+maxIters); the LK stage uses ``cv2.goodFeaturesToTrack`` + ``cv2.calcOpticalFlowPyrLK`` with a
+forward-backward check (``features.lk_tracks(backend="opencv")``, settings ``epipolar.tracking``)
+and the patch-NCC guard (``cv2.remap`` patches, ``protocol.zncc`` / ``protocol.tracking_guard``).
 The Sampson distances are :func:`geocon_torch.geometry.sampson_distance` (px, not squared).
 """
 from __future__ import annotations
@@ -17,15 +17,16 @@ import cv2
 import numpy as np
 import torch
 
-from ..config import EpipolarConfig
+from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
+from ..errors import InputError
+from ..features import lk_tracks
 from ..geometry import sampson_distance
 from ..types import Clip
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, run_protocol, tracking_guard,
                        zncc)
-from ..errors import InputError
 
-_INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR}
+_INTERPOLATION = dict(zip(RESIZE_INTERPOLATION_CHOICES, (cv2.INTER_AREA, cv2.INTER_LINEAR)))
 
 
 def interpolation_flag(name: str) -> int:
@@ -33,7 +34,7 @@ def interpolation_flag(name: str) -> int:
     try:
         return _INTERPOLATION[name]
     except KeyError:
-        raise InputError(f"resize_interpolation must be one of {sorted(_INTERPOLATION)}, "
+        raise InputError(f"resize_interpolation must be one of {RESIZE_INTERPOLATION_CHOICES}, "
                          f"got {name!r}") from None
 
 
@@ -133,24 +134,18 @@ def _tracks(state: _ClipState, stage: Stage
     """Per pair: (corners in frame i, x1, x2) of the Shi-Tomasi + pyramidal LK tracks
     (``features.lk_tracks``, OpenCV backend) that pass the forward-backward check and the
     patch-NCC guard (``protocol.tracking_guard``), and the guard's per-pair report."""
-    from ..features import lk_tracks
-
     c = state.config
     used = sorted(state.gray)
     gray = torch.from_numpy(np.stack([state.gray[f] for f in used])[:, None]).float() / 255.0
     local = {f: k for k, f in enumerate(used)}
     pairs = torch.tensor([[local[i], local[j]] for i, j in state.pairs.tolist()],
                          dtype=torch.long).reshape(-1, 2)
-    corr = lk_tracks(gray, pairs, max_corners=int(c.tracking_max_corners),
-                     quality=float(c.tracking_quality), min_distance=float(c.tracking_min_distance),
-                     block=int(c.tracking_block), window=int(c.tracking_window),
-                     levels=int(c.tracking_levels), fb_threshold=float(c.tracking_fb_threshold_px),
-                     backend="opencv")
+    corr = lk_tracks(gray, pairs, **c.tracking.lk_kwargs(c.sift_features, "opencv"))
     ncc = torch.zeros(corr.mask.shape, dtype=torch.float64)
     for p, (i, j) in enumerate(pairs.tolist()):
         ncc[p] = torch.from_numpy(patch_ncc_opencv(gray[i, 0].numpy(), gray[j, 0].numpy(),
                                                    corr.x1[p].numpy(), corr.x2[p].numpy(),
-                                                   int(c.tracking_ncc_window)))
+                                                   int(c.tracking.ncc_window)))
     guard = tracking_guard(corr.mask, corr.scores, ncc, stage, c)
     out = [(int(corr.num_kp1[p]), corr.x1[p][guard.kept[p]].numpy().astype(np.float32),
             corr.x2[p][guard.kept[p]].numpy().astype(np.float32)) for p in range(len(pairs))]
@@ -180,9 +175,9 @@ def _measure_clip(state: _ClipState, stage: Stage) -> PairMeasurements:
             continue
         try:
             F, mask = cv2.findFundamentalMat(p1, p2, method=cv2.USAC_MAGSAC,
-                                             ransacReprojThreshold=float(c.ransac_threshold_px),
-                                             confidence=float(c.confidence),
-                                             maxIters=int(c.max_iterations))
+                                             ransacReprojThreshold=float(c.ransac.threshold_px),
+                                             confidence=float(c.ransac.confidence),
+                                             maxIters=int(c.ransac.max_iterations))
         except cv2.error as exc:
             notes[p] = f"fundamental matrix estimation error: {str(exc).strip()[:200]}"
             continue

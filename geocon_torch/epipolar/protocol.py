@@ -66,7 +66,7 @@ class Stage:
 def protocol_stages(config: EpipolarConfig) -> List[Stage]:
     """The stage sequence: primary, then (only when no pair is valid) relaxed matching with ratio
     max(ratio, relaxed_ratio) and at least ``relaxed_min_matches``, then Shi-Tomasi + LK tracks
-    (forward-backward check, then the patch-NCC guard ``tracking_guard``)."""
+    (``tracking``: forward-backward check, then the patch-NCC guard ``tracking_guard``)."""
     stages = [Stage(PRIMARY, float(config.ratio), int(config.min_matches))]
     if not config.fallback_enabled:
         return stages
@@ -74,8 +74,7 @@ def protocol_stages(config: EpipolarConfig) -> List[Stage]:
     if (relaxed_ratio, int(config.relaxed_min_matches)) != (stages[0].ratio, stages[0].min_matches):
         stages.append(Stage(RELAXED, relaxed_ratio, int(config.relaxed_min_matches),
                             "no valid epipolar frame pairs with primary settings"))
-    ncc_offsets(config.tracking_ncc_window)  # a bad guard window fails before any work
-    stages.append(Stage(TRACKING, None, int(config.tracking_min_tracks),
+    stages.append(Stage(TRACKING, None, int(config.tracking.min_tracks),
                         "no valid epipolar frame pairs with descriptor matching"))
     return stages
 
@@ -99,7 +98,8 @@ def decode_plan(num_frames: int, config: EpipolarConfig) -> Tuple[np.ndarray, np
 
 
 def clip_pairs(num_frames: int, config: EpipolarConfig, pairs: Any = None) -> np.ndarray:
-    """The (P, 2) pairs of a clip: ``io.pairs.worldatlas_pairs`` or the explicit ``pairs`` (positions)."""
+    """The (P, 2) pairs of a clip: ``io.pairs.worldatlas_pairs`` or the explicit ``pairs``
+    (positions)."""
     if pairs is None:
         return worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs)
     arr = np.asarray(pairs.cpu() if hasattr(pairs, "cpu") else pairs, dtype=np.int64)
@@ -132,7 +132,8 @@ def ncc_offsets(window: int) -> np.ndarray:
     """(K = window^2, 2) float32 (dx, dy) pixel offsets of a square patch centred on a point,
     row-major (dy outer). ``window`` must be odd and >= 3."""
     if int(window) < 3 or int(window) % 2 == 0:
-        raise InputError(f"tracking_ncc_window must be odd and >= 3, got {window}")
+        raise InputError(f"the NCC patch window (epipolar.tracking.ncc_window) must be odd and "
+                         f">= 3, got {window}")
     r = np.arange(int(window), dtype=np.float32) - (int(window) - 1) / 2.0
     oy, ox = np.meshgrid(r, r, indexing="ij")
     return np.stack([ox.reshape(-1), oy.reshape(-1)], -1)
@@ -157,7 +158,7 @@ class TrackingGuard:
     """The LK stage after the photometric guard (both paths), for P pairs of N padded tracks.
 
     Attributes:
-        kept: (P, N) bool tracks passing forward-backward AND ``ncc >= tracking_min_ncc``.
+        kept: (P, N) bool tracks passing forward-backward AND ``ncc >= tracking.min_ncc``.
         extra: per-pair numpy arrays for ``per_pair``: ``tracked_points`` (forward-backward
             consistent tracks), ``median_forward_backward_error`` (px) and ``median_track_ncc``
             over those tracks (NaN -> null where there are none).
@@ -177,10 +178,10 @@ def tracking_guard(fb_ok: torch.Tensor, scores: torch.Tensor, ncc: torch.Tensor,
         fb_ok: (P, N) bool tracks that passed the forward-backward check (``lk_tracks`` mask).
         scores: (P, N) ``lk_tracks`` scores = 1 / (1 + forward-backward error px).
         ncc: (P, N) zero-mean NCC (``zncc``) of the patches around x1 in frame i and x2 in
-            frame j (``tracking_ncc_window`` square, bilinear samples).
-        stage: the tracking stage (its ``min_matches`` = ``tracking_min_tracks``).
+            frame j (``tracking.ncc_window`` square, bilinear samples).
+        stage: the tracking stage (its ``min_matches`` = ``tracking.min_tracks``).
     """
-    thr = float(config.tracking_min_ncc)
+    thr = float(config.tracking.min_ncc)
     kept = fb_ok & (ncc >= thr)
     fb = torch.where(fb_ok, 1.0 / scores.to(torch.float64).clamp_min(1e-12) - 1.0,
                      torch.zeros_like(ncc, dtype=torch.float64))
@@ -300,7 +301,7 @@ def evaluate(meas: PairMeasurements, stage: Stage, config: EpipolarConfig,
         if image_size is None:
             raise InputError(f"the {stage.method} stage needs the analysis image size")
         nfa = np.where(ok_fit, log10_nfa(meas.matches, meas.inliers, image_size,
-                                         float(config.ransac_threshold_px)), np.inf)
+                                         float(config.ransac.threshold_px)), np.inf)
         meaningful = nfa <= np.log10(float(config.fallback_max_nfa))
     valid = enough_inliers & meaningful
     too_few = NOT_ENOUGH_MATCHES if stage.uses_descriptors else NOT_ENOUGH_TRACKS
@@ -414,8 +415,8 @@ def run_protocol(measure: MeasureFn, clip_pairs: Sequence[np.ndarray], config: E
         measure: ``measure(stage, clip_ids)`` -> one PairMeasurements per listed clip; a batched
             path measures all listed clips in one go. Only clips without a valid pair so far are
             passed to the next stage.
-        clip_pairs: per clip the (P, 2) pairs (``io.pairs.worldatlas_pairs``); clips with P = 0 are not
-            measured and come back not_applicable.
+        clip_pairs: per clip the (P, 2) pairs (``io.pairs.worldatlas_pairs``); clips with P = 0
+            are not measured and come back not_applicable.
         infos: per clip extra keys of the section (path, ``analysis_size`` (H, W) -- needed by
             the fallback stages' NFA check --, features, reason for an empty pair list, ...).
     """

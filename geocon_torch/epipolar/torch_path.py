@@ -5,9 +5,10 @@ The same protocol as :mod:`.opencv_path` (stages, validity and aggregation live 
 extraction per frame size (``features.get_extractor``), all pairs through one
 ``features.match_descriptors`` (or one ``features.lk_tracks`` in the tracking stage) per size,
 and the pairs of *all* clips through ONE ``geometry.ransac_fundamental`` call (residual
-"sampson", threshold ``ransac_threshold_px``), followed by batched masked medians of the Sampson
-distances. No Python loop over pairs on the hot path. The LK stage's patch-NCC guard samples all
-patches of all pairs with one ``grid_sample`` per chunk of pairs.
+"sampson", ``epipolar.ransac``: threshold_px, confidence, max_iterations), followed by batched
+masked medians of the Sampson distances. No Python loop over pairs on the hot path. The LK
+stage's patch-NCC guard samples all patches of all pairs with one ``grid_sample`` per chunk of
+pairs.
 
 RANSAC seeds are per pair (``protocol.pair_seeds``: config seed, the pair's source frame numbers
 and the stage), so a clip's numbers do not depend on the other clips of the batch or on its
@@ -27,12 +28,14 @@ import torch
 import torch.nn.functional as F
 
 from .._tensor_utils import masked_mean, masked_median, sample_patches
-from ..config import EpipolarConfig
+from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
+from ..errors import InputError
+from ..features import get_extractor, lk_tracks, match_descriptors
+from ..geometry import ransac_fundamental, sampson_distance
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
                        source_frames, tracking_guard, zncc)
-from ..errors import InputError
 
 # cv2.COLOR_RGB2GRAY of OpenCV 5 on 8-bit images, bit-exact over all 2^24 colours:
 # (19596 R + 38470 G + 7470 B + 2^15) >> 16 (OpenCV 4 uses 14-bit weights; <0.3% differ by 1)
@@ -74,7 +77,8 @@ def resize_gray(gray: torch.Tensor, size: Tuple[int, int], interpolation: str) -
     elif interpolation == "linear":
         out = F.interpolate(gray, size=(h, w), mode="bilinear", align_corners=False)
     else:
-        raise InputError(f"resize_interpolation must be 'area' or 'linear', got {interpolation!r}")
+        raise InputError(f"resize_interpolation must be one of {RESIZE_INTERPOLATION_CHOICES}, "
+                         f"got {interpolation!r}")
     return out.round().clamp(0, 255).to(torch.float32)
 
 
@@ -142,8 +146,6 @@ class _Batch:
 
     def extractor(self):
         if self._extractor is None:
-            from ..features import get_extractor
-
             self._extractor = get_extractor(self.features,
                                             max_keypoints=int(self.config.sift_features),
                                             device=self.device)
@@ -153,18 +155,11 @@ class _Batch:
                         ) -> Tuple[Correspondences, Optional[TrackingGuard]]:
         """Matches of the group's pairs; in the LK stage the tracks after the patch-NCC guard
         (mask = kept tracks) and the guard's per-pair report."""
-        from ..features import lk_tracks, match_descriptors
-
         gray, pairs = self.stacked(group)
         if not stage.uses_descriptors:
             c = self.config
-            corr = lk_tracks(gray, pairs, max_corners=int(c.tracking_max_corners),
-                             quality=float(c.tracking_quality),
-                             min_distance=float(c.tracking_min_distance),
-                             block=int(c.tracking_block), window=int(c.tracking_window),
-                             levels=int(c.tracking_levels),
-                             fb_threshold=float(c.tracking_fb_threshold_px), backend="torch")
-            ncc = patch_ncc(gray, pairs, corr.x1, corr.x2, int(c.tracking_ncc_window))
+            corr = lk_tracks(gray, pairs, **c.tracking.lk_kwargs(c.sift_features, "torch"))
+            ncc = patch_ncc(gray, pairs, corr.x1, corr.x2, int(c.tracking.ncc_window))
             guard = tracking_guard(corr.mask, corr.scores, ncc, stage, c)
             # coverage is counted against the detected corners of frame i (both sides)
             return Correspondences(corr.x1, corr.x2, guard.kept, corr.scores, corr.pairs,
@@ -192,17 +187,17 @@ class _Batch:
 
 def stage_width(stage: Stage, config: EpipolarConfig) -> int:
     """The padded width N of a stage's RANSAC batch: the stage's bound on matches per pair
-    (``sift_features`` keypoints, ``tracking_max_corners`` corners). A constant width makes a
+    (``sift_features`` keypoints, ``tracking.max_corners`` corners). A constant width makes a
     pair's RANSAC (pre-verification and LO subsets, masked sums) independent of the other pairs
     of the batch; only a pair above the bound (SIFT ties) widens it."""
-    return int(config.sift_features if stage.uses_descriptors else config.tracking_max_corners)
+    if stage.uses_descriptors:
+        return int(config.sift_features)
+    return config.tracking.corners(config.sift_features)
 
 
 def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairMeasurements]:
     """Measure the pairs of the listed clips: one RANSAC call over all of their pairs, with
     per-pair seeds (``protocol.pair_seeds``) and the constant width ``stage_width``."""
-    from ..geometry import ransac_fundamental, sampson_distance
-
     c = batch.config
     order: List[int] = []
     parts: List[Correspondences] = []
@@ -220,9 +215,9 @@ def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairM
     enough = enough_matches(matches, stage)
     mask = corr.mask & enough[:, None]
     fit = ransac_fundamental(x1, x2, mask, corr.scores.to(torch.float64),
-                             threshold=float(c.ransac_threshold_px), residual="sampson",
-                             confidence=float(c.confidence), max_iterations=int(c.max_iterations),
-                             seed=seeds)
+                             threshold=float(c.ransac.threshold_px), residual="sampson",
+                             confidence=float(c.ransac.confidence),
+                             max_iterations=int(c.ransac.max_iterations), seed=seeds)
     fitted = fit.valid & enough
     inl = fit.inliers & mask & fitted[:, None]
     dist = sampson_distance(fit.model.to(torch.float64), x1, x2)

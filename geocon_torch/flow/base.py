@@ -1,4 +1,4 @@
-"""The optical-flow interface and the backend factory.
+"""The optical-flow interface (the backend factory is :func:`geocon_torch.flow.factory.get_flow`).
 
 Convention: ``flow = estimator(img1, img2)`` is the forward flow from ``img1`` to ``img2`` in
 pixels: the content at pixel ``(x, y)`` of ``img1`` is found at ``(x + u, y + v)`` in ``img2``,
@@ -10,9 +10,8 @@ from typing import Optional, Union
 
 import torch
 
-from ..errors import GeoConError, InputError, ShapeError
-
-FLOW_BACKENDS = ("auto", "torch-lk", "raft_small", "raft_large")
+from ..config import FLOW_CHOICES as FLOW_BACKENDS  # the one list (config.foreground.flow)
+from ..errors import ShapeError
 
 
 class FlowEstimator:
@@ -75,36 +74,3 @@ def to_gray(img: torch.Tensor) -> torch.Tensor:
         return img
     w = torch.tensor([0.299, 0.587, 0.114], dtype=img.dtype, device=img.device)
     return (img * w.view(1, 3, 1, 1)).sum(1, keepdim=True)
-
-
-def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
-             device: Optional[Union[str, torch.device]] = None, **options) -> FlowEstimator:
-    """Build a flow backend.
-
-    Args:
-        name: ``"torch-lk"`` (weight-free pyramidal dense Lucas-Kanade, :class:`DenseLKFlow`),
-            ``"raft_small"`` / ``"raft_large"`` (torchvision RAFT from a local checkpoint or the
-            torch hub cache, never downloaded), or ``"auto"``: RAFT-small (the paper's choice)
-            when ``checkpoint`` is given or its weights file is in the torch hub cache, otherwise
-            ``torch-lk``.
-        checkpoint: local weights file for RAFT (a torchvision state_dict).
-        device: where the estimator runs (inputs are moved there and results moved back).
-        **options: backend keyword options (e.g. ``levels``, ``iterations`` for torch-lk,
-            ``num_flow_updates`` for RAFT).
-    Raises:
-        GeoConError: unknown name. CheckpointError: RAFT without a usable checkpoint.
-    """
-    if name not in FLOW_BACKENDS:
-        raise InputError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
-    from .raft import RaftFlow, cached_checkpoint
-
-    if name == "auto":
-        if checkpoint is not None or cached_checkpoint("raft_small") is not None:
-            name = "raft_small"
-        else:
-            name = "torch-lk"
-    if name == "torch-lk":
-        from .lk_dense import DenseLKFlow
-
-        return DenseLKFlow(device=device, **options)
-    return RaftFlow(name, checkpoint=checkpoint, device=device, **options)

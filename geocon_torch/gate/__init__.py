@@ -16,11 +16,18 @@ Three sources of translation evidence, chosen by ``config.gate.method``:
 ``"auto"`` uses the poses when ``score_clip(..., poses=...)`` gets them, DUSt3R when a checkpoint
 is configured, else the parallax statistic. ``per_pair=True`` adds a per-pair decision with
 hysteresis (sec. 4.2: inside the band the previous pair's decision is kept).
+
+:mod:`.select` holds the gate stage of ``score_clip``: which source, the gate pairs the parallax
+statistic reads, and the regime per pair; the U band is resolved by one rule,
+:func:`~.decision.resolve_u` (``resolve_u_clip`` for a clip-level decision).
 """
-from .decision import GateDecision, hysteresis, threshold_decision
-from .parallax import STATISTICS, gate_from_parallax, parallax_statistics, resolve_u
+from .decision import GateDecision, hysteresis, resolve_u, resolve_u_clip, threshold_decision
+from .parallax import STATISTICS, gate_from_parallax, parallax_statistics
 from .poses import PoseLog, gate_from_poses, load_pose_log, translation_inf
+from .select import (decide_gate, external_gate, gate_block, gate_source, pair_models,
+                     preliminary_regime, resolve_gate_method)
 
 __all__ = ["GateDecision", "hysteresis", "threshold_decision", "PoseLog", "load_pose_log",
            "translation_inf", "gate_from_poses", "parallax_statistics", "gate_from_parallax",
-           "resolve_u", "STATISTICS"]
+           "resolve_u", "resolve_u_clip", "STATISTICS", "resolve_gate_method", "external_gate",
+           "gate_block", "gate_source", "preliminary_regime", "decide_gate", "pair_models"]

@@ -89,3 +89,39 @@ def hysteresis(statistic: torch.Tensor, low: float, high: float,
 
 def codes_to_names(codes: torch.Tensor) -> List[Optional[str]]:
     return [NAME[int(c)] for c in codes.tolist()]
+
+
+def resolve_u(per_pair_codes: torch.Tensor, gric_delta: torch.Tensor,
+              support_margin: Optional[torch.Tensor] = None, u_margin: float = 0.05
+              ) -> torch.Tensor:
+    """The one U-resolution rule, batched: (P,) bool use-F per pair.
+
+    F for code F; for code U, F when GRIC prefers it (``gric_delta`` > 0) or the F support
+    exceeds the H support by more than ``u_margin`` (``support_margin`` = IR_F - IR_H, None: not
+    considered); H otherwise (codes H and none included).
+
+    Args:
+        per_pair_codes: (P,) long decision codes (:data:`CODE`).
+        gric_delta: (P,) (GRIC(H) - GRIC(F)) / n, > 0 favours F.
+        support_margin: (P,) IR_F - IR_H or None.
+
+    >>> resolve_u(torch.tensor([0, 1, 2, 2]), torch.tensor([1.0, -1.0, 0.5, -0.5])).tolist()
+    [False, True, True, False]
+    """
+    u_f = gric_delta > 0
+    if support_margin is not None:
+        u_f = u_f | (support_margin > u_margin)
+    return (per_pair_codes == CODE["F"]) | ((per_pair_codes == CODE["U"]) & u_f)
+
+
+def resolve_u_clip(gric_delta: float, support_margin: Optional[float] = None,
+                   u_margin: float = 0.05) -> str:
+    """:func:`resolve_u` of one clip-level U decision: ``"F"`` or ``"H"``.
+
+    >>> resolve_u_clip(-0.2), resolve_u_clip(-0.2, support_margin=0.1)
+    ('H', 'F')
+    """
+    as_t = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    use_f = resolve_u(torch.tensor([CODE["U"]]), as_t(gric_delta),
+                      None if support_margin is None else as_t(support_margin), u_margin)
+    return "F" if bool(use_f[0]) else "H"

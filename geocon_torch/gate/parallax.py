@@ -30,13 +30,14 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .._tensor_utils import masked_median
-from ..config import GateConfig
+from ..config import GATE_STATISTIC_CHOICES, GateConfig
 from ..geometry import fundamental_residuals, homography_residuals
 from ..types import Fit
-from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
+from .decision import (GateDecision, codes_to_names, hysteresis, resolve_u_clip,
+                       threshold_decision)
 from ..errors import InputError
 
-STATISTICS = ("parallax_excess", "parallax_fraction", "residual_parallax", "gric_delta")
+STATISTICS = GATE_STATISTIC_CHOICES  # the one list (config.gate.statistic)
 
 
 def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tensor,
@@ -112,22 +113,9 @@ def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateD
     clip_s = float(masked_median(s, valid)[0])
     code = int(threshold_decision(torch.tensor([clip_s]), cfg.parallax_low, cfg.parallax_high)[0])
     decision = codes_to_names(torch.tensor([code]))[0]
-    gric = float(masked_median(stats["gric_delta"], valid)[0])
-    evidence["u_resolved"] = "F" if gric > 0 else "H"
+    evidence["u_resolved"] = resolve_u_clip(float(masked_median(stats["gric_delta"], valid)[0]))
     per_pair = None
     if cfg.per_pair:
         per_pair = codes_to_names(hysteresis(s, cfg.parallax_low, cfg.parallax_high,
                                              present=valid))
     return GateDecision("parallax", clip_s, thresholds, decision, per_pair, evidence)
-
-
-def resolve_u(per_pair_codes: torch.Tensor, gric_delta: torch.Tensor,
-              support_margin: Optional[torch.Tensor] = None, u_margin: float = 0.05
-              ) -> torch.Tensor:
-    """(P,) bool use-F per pair: F for code F; for U, F when GRIC prefers it (delta > 0) or the
-    F support exceeds the H support by more than ``u_margin`` (``support_margin`` = IR_F - IR_H
-    per pair); H otherwise."""
-    u_f = gric_delta > 0
-    if support_margin is not None:
-        u_f = u_f | (support_margin > u_margin)
-    return (per_pair_codes == CODE["F"]) | ((per_pair_codes == CODE["U"]) & u_f)

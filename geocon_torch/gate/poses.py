@@ -219,7 +219,8 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
         else:
             codes = hysteresis(t, cfg.hysteresis_low, cfg.hysteresis_high, present=pp)
         per_pair = codes_to_names(codes)
-        evidence["pair_t_inf"] = [float(v) if ok else None for v, ok in zip(t.tolist(), pp.tolist())]
+        evidence["pair_t_inf"] = [float(v) if ok else None
+                                  for v, ok in zip(t.tolist(), pp.tolist())]
         evidence["pairs_missing"] = int((~pp).sum())
         if not present:
             counts = Counter(d for d in per_pair if d is not None)

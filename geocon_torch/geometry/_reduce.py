@@ -9,7 +9,9 @@ length and layout), and the chunk totals are added left to right. Trailing all-z
 add exact zeros, so the result depends only on the first n entries, never on N. This rests on a
 fixed-shape reduction / GEMM giving the same bits whatever the batch around it, which holds for
 the CPU kernels (checked by tests/geometry/test_geometry_padding_invariance.py); it is not
-verified for CUDA.
+verified for CUDA. MKL's batched eigen-solver did not hold to it (its rounding followed each
+matrix's memory alignment inside the batch): ``homography._smallest_eigvec`` pads its matrices
+so that every one of them is aligned alike.
 """
 from __future__ import annotations
 

@@ -56,13 +56,32 @@ def _dlt_index() -> Tuple[torch.Tensor, torch.Tensor]:
 _DLT_IDX, _DLT_SGN = _dlt_index()
 
 
+_EIG_SIZE = 16  # 16 x 16 float64 = 2048 bytes: every matrix of a batch starts 64-byte aligned
+
+
 def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
     """Unit eigenvector of the smallest eigenvalue of symmetric (..., 9, 9) matrices (float64
-    internally); returns (..., 9) in M's dtype."""
+    internally); returns (..., 9) in M's dtype.
+
+    LAPACK (MKL's ``syevd``) was seen to round differently with the memory alignment of a
+    matrix: in a batch of 9 x 9 float64 matrices (648 bytes each) every odd one sits 8 bytes
+    off, so a matrix got other bits beside others than alone (AMD EPYC, MKL 2024.2). Each
+    matrix is therefore embedded as the leading block of a 16 x 16 one (2048 bytes, so every
+    matrix of the batch and its 16 eigenvalues start 64-byte aligned) whose other diagonal
+    entries exceed every eigenvalue of the block (``1 + sum |diag|`` >= the largest one of a
+    positive semi-definite block, and > the smallest of any symmetric one): the decoupled
+    block keeps its eigenvectors, the smallest eigenvalue is still the block's, and the result
+    no longer depends on the batch around the matrix.
+    """
     M64 = M.to(torch.float64)
     M64 = 0.5 * (M64 + M64.transpose(-1, -2))
-    _, vecs = torch.linalg.eigh(M64)
-    return vecs[..., 0].to(M.dtype)
+    n = M64.shape[-1]
+    big = M64.diagonal(dim1=-2, dim2=-1).abs().sum(-1) + 1.0  # (...,)
+    E = torch.zeros(*M64.shape[:-2], _EIG_SIZE, _EIG_SIZE, dtype=torch.float64, device=M.device)
+    E[..., :n, :n] = M64
+    E.diagonal(dim1=-2, dim2=-1)[..., n:] = big.unsqueeze(-1)
+    _, vecs = torch.linalg.eigh(E)
+    return vecs[..., :n, 0].to(M.dtype)
 
 
 def _homography_dlt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,

@@ -1,33 +1,34 @@
 """Batched robust estimation of homographies and fundamental matrices over P pairs at once.
 
-Algorithm (one implementation for H and F):
+Algorithm (one implementation for H and F; the function of each stage in brackets):
 
 1. Every pair's valid points are compacted to the front of a working width (a multiple of 64)
    in order: by descending ``scores`` when given (PROSAC-style), else by index; then
-   Hartley-normalised (paper eq. 9).
-2. Rounds: each still-active pair draws ``batch_size`` minimal samples (4 points for H, 7 for F)
-   without replacement among its valid points (from the fifth round on, 2x more per round up
-   to 8x: hard pairs finish in fewer rounds, easy ones are unaffected); with ``scores`` the first rounds draw from the
-   top-ranked 25 %, then 50 %, then all points. Degenerate samples (collinear / duplicated
-   points, singular systems) are rejected. The 7-point solver yields up to 3 models per sample,
-   so a round has P x K (H) or P x 3K (F) candidates with a validity mask. They are scored in
-   batched GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
+   Hartley-normalised, paper eq. 9 (``_compact``, ``_prepare``).
+2. Rounds (``_run_round``): each still-active pair draws ``batch_size`` minimal samples (4
+   points for H, 7 for F) without replacement among its valid points (from the fifth round on,
+   2x more per round up to 8x: hard pairs finish in fewer rounds, easy ones are unaffected);
+   with ``scores`` the first rounds draw from the top-ranked 25 %, then 50 %, then all points.
+   Degenerate samples (collinear / duplicated points, singular systems) are rejected. The
+   7-point solver yields up to 3 models per sample, so a round has P x K (H) or P x 3K (F)
+   candidates with a validity mask (``_sample_hypotheses``). They are scored in batched
+   GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
    pixels): first on 32 random valid points per pair (all of them when it has <= 32;
-   pre-verification), then the best 2 per pair (per batch_size samples) on all points.
+   ``_preverify``), then the best 2 per pair (per batch_size samples) on all points
+   (``_round_winners``).
 3. MSAC cost ``sum min(r^2, t^2)`` (or the outlier count for ``scoring="ransac"``) picks each
    pair's round winner; when it is within 1.25x of the pair's best cost, local optimisation
-   runs on it: iterated
-   weighted least-squares refits (IRLS: DLT / 8-point with Tukey weights, plus Sampson
-   weighting for F) on 256 random valid points of a pair with more than 512 (else on all),
-   started from the best of 4 inner-sample refits, kept only when the result lowers the cost
-   on all points.
+   runs on it (``_optimize_winners``): iterated weighted least-squares refits (IRLS: DLT /
+   8-point with Tukey weights, plus Sampson weighting for F) on 256 random valid points of a
+   pair with more than 512 (else on all), started from the best of 4 inner-sample refits,
+   kept only when the result lowers the cost on all points.
 4. A pair stops when its adaptive bound ``log(1 - confidence) / log(1 - w^m)`` (w = inlier
-   ratio of its best model) or ``max_iterations`` samples is reached. Python loops only over
-   rounds and LO iterations, never over pairs or hypotheses.
-5. A final least-squares refit on the inliers (kept if it lowers the cost) gives the model; the
-   inliers are the valid points whose residual is ``<= threshold``. A pair is invalid when it
-   has too few valid points, no non-degenerate sample, fewer than ``min_inliers`` inliers, or
-   inliers that are collinear in either image.
+   ratio of its best model) or ``max_iterations`` samples is reached (``_stopping_rule``).
+   Python loops only over rounds and LO iterations, never over pairs or hypotheses.
+5. A final least-squares refit on the inliers (kept if it lowers the cost) gives the model
+   (``_final_refit``); the inliers are the valid points whose residual is ``<= threshold``. A
+   pair is invalid when it has too few valid points, no non-degenerate sample, fewer than
+   ``min_inliers`` inliers, or inliers that are collinear in either image (``_assemble_fit``).
 
 Randomness is a counter-based hash keyed by ``seed + pair index`` (see ``sampling.py``): the
 same seed gives the same result, and pair p of a batch equals a single-pair call with
@@ -38,9 +39,11 @@ num_inliers, valid, score) depends only on its valid points (in order), its scor
 key, bit for bit (verified on CPU): not on the padded width N, on where its masked entries sit
 or what they hold, nor on the other pairs of the batch. Every random choice is drawn in
 [0, n_valid) from the pair's own key, every per-pair switch (pre-check and LO subsets) is
-decided from n_valid, candidate ties go to the earlier candidate (stable sorts), and every sum
+decided from n_valid, candidate ties go to the earlier candidate (stable sorts), every sum
 over the point axis goes through ``_reduce`` (fixed 64 / 256-entry chunks added left to
-right), so padded entries add exact zeros in a fixed place.
+right), so padded entries add exact zeros in a fixed place, and the LS refits' eigen-solver
+sees every matrix of a batch at the same memory alignment (``homography._smallest_eigvec``:
+LAPACK's rounding was seen to depend on it).
 """
 from __future__ import annotations
 
@@ -355,10 +358,67 @@ def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, 
     return torch.where(sel, pos, torch.zeros_like(pos)), sel
 
 
-def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
-                mask: Optional[torch.Tensor], scores: Optional[torch.Tensor], threshold: float,
-                confidence: float, max_iterations: int, scoring: str, local_optimization: bool,
-                seed: Union[int, torch.Tensor], min_inliers: int, batch_size: int, lo_iterations: int) -> Fit:
+@dataclass
+class _Settings:
+    """The scalar options of one robust fit (validated by :func:`_check_inputs`)."""
+
+    threshold: float  # inlier threshold, in the residual's units
+    scoring: str  # "msac" or "ransac"
+    confidence: float
+    max_iterations: int
+    batch_size: int
+    local_optimization: bool
+    lo_iterations: int
+    min_inliers: int
+
+    @property
+    def thr2(self) -> float:
+        return float(self.threshold) ** 2
+
+
+@dataclass
+class _Batch:
+    """P pairs with their valid points compacted to the front of a working width N (a multiple
+    of the reduction chunk, masked zeros after them) and Hartley-normalised."""
+
+    mask: torch.Tensor  # (P, N) bool: position < n_valid
+    n_valid: torch.Tensor  # (P,) valid points per pair
+    keep_pos: torch.Tensor  # (P, n_keep) caller positions of the first n_keep working columns
+    width_in: int  # the caller's padded width
+    c1: torch.Tensor  # (P, 2) Hartley centroids (px) and scales (P,) of both images
+    s1: torch.Tensor
+    c2: torch.Tensor
+    s2: torch.Tensor
+    fittable: torch.Tensor  # (P,) bool: enough valid points and non-degenerate normalisation
+    full: _Context  # in the points' dtype, with monomials: LO and the final refit
+    fast: _Context  # float32: hypothesis scoring
+
+
+@dataclass
+class _Search:
+    """Per-pair state of the sampling loop, all (P,) except best_model (P, 3, 3)."""
+
+    best_model: torch.Tensor  # normalised frame
+    best_cost: torch.Tensor
+    best_ninl: torch.Tensor
+    found: torch.Tensor  # a non-degenerate hypothesis was scored
+    iters: torch.Tensor  # minimal samples drawn
+    rounds: torch.Tensor
+    active: torch.Tensor
+
+    @staticmethod
+    def start(batch: _Batch) -> "_Search":
+        P, dt, dev = batch.mask.shape[0], batch.full.x1n.dtype, batch.mask.device
+        long0 = lambda: torch.zeros(P, dtype=torch.long, device=dev)  # noqa: E731
+        return _Search(torch.eye(3, dtype=dt, device=dev).expand(P, 3, 3).clone(),
+                       torch.full((P,), math.inf, dtype=dt, device=dev), long0(),
+                       torch.zeros(P, dtype=torch.bool, device=dev), long0(), long0(),
+                       batch.fittable.clone())
+
+
+def _check_inputs(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor],
+                  scores: Optional[torch.Tensor], cfg: _Settings) -> torch.Tensor:
+    """Validate the points, scores and options; returns the (P, N) bool mask."""
     check_points(x1, "x1")
     check_points(x2, "x2")
     check_same_shape([x1, x2], ["x1", "x2"])
@@ -366,200 +426,292 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
     if scores is not None:
         if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != tuple(mask.shape):
             raise ShapeError(f"scores must have shape {tuple(mask.shape)}")
-    if scoring not in ("msac", "ransac"):
-        raise InputError(f"scoring must be 'msac' or 'ransac', got {scoring!r}")
-    if not (threshold > 0):
-        raise InputError(f"threshold must be > 0, got {threshold}")
-    if not (0 < confidence < 1):
-        raise InputError(f"confidence must be in (0, 1), got {confidence}")
-    if batch_size < 1 or max_iterations < 1:
+    if cfg.scoring not in ("msac", "ransac"):
+        raise InputError(f"scoring must be 'msac' or 'ransac', got {cfg.scoring!r}")
+    if not (cfg.threshold > 0):
+        raise InputError(f"threshold must be > 0, got {cfg.threshold}")
+    if not (0 < cfg.confidence < 1):
+        raise InputError(f"confidence must be in (0, 1), got {cfg.confidence}")
+    if cfg.batch_size < 1 or cfg.max_iterations < 1:
         raise InputError("batch_size and max_iterations must be >= 1")
+    return mask
+
+
+def _compact(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
+             scores: Optional[torch.Tensor]):
+    """Every pair's valid points moved to the front (PROSAC order, best score first, when
+    ``scores`` is given; else index order), masked zeros after them. From here on a pair's data
+    is its n_valid points, whatever the padding looked like (padding invariance).
+
+    Returns x1, x2 (P, N', 2), mask (P, N') with N' a multiple of the reduction chunk,
+    n_valid (P,) and keep_pos (P, n_keep) (caller positions of the first n_keep columns).
+    """
     P, N = mask.shape
     dev, dt = x1.device, x1.dtype
-    m = problem.sample_size
-    thr2 = float(threshold) ** 2
-    finite = torch.isfinite(x1).all(-1) & torch.isfinite(x2).all(-1)
-    mask = mask & finite
-    x1 = torch.where(mask.unsqueeze(-1), x1, torch.zeros_like(x1))
-    x2 = torch.where(mask.unsqueeze(-1), x2, torch.zeros_like(x2))
     n_valid = mask.sum(-1)
-    N_in = N
+    order = _valid_first_order(mask, scores, n_valid)  # (P, N)
+    n_keep = min(N, max(int(n_valid.max()) if P else 0, 1))
+    keep_pos = order[:, :n_keep]
+    width = max(-(-n_keep // _CHUNK), 1) * _CHUNK  # no padding copies in the reductions
+    mask = torch.arange(width, device=dev).view(1, width) < n_valid.view(P, 1)
+    g2 = keep_pos.unsqueeze(-1).expand(-1, -1, 2)
+    zero = torch.zeros((), dtype=dt, device=dev)
 
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask.unsqueeze(-1), tnf.pad(x.gather(1, g2), (0, 0, 0, width - n_keep)),
+                           zero)
+
+    return gather(x1), gather(x2), mask, n_valid, keep_pos
+
+
+def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
+             scores: Optional[torch.Tensor], min_inliers: int) -> _Batch:
+    """Compact (:func:`_compact`) and Hartley-normalise (paper eq. 9) P pairs (P, N, 2) px."""
+    dt = x1.dtype
+    width_in = mask.shape[1]
+    mask = mask & torch.isfinite(x1).all(-1) & torch.isfinite(x2).all(-1)
+    x1, x2 = (torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)) for x in (x1, x2))
+    x1, x2, mask, n_valid, keep_pos = _compact(x1, x2, mask, scores)
+    wm = mask.to(dt)
+    c1, s1, ok1 = _weighted_hartley(x1, wm)
+    c2, s2, ok2 = _weighted_hartley(x2, wm)
+    x1n = torch.where(mask.unsqueeze(-1), (x1 - c1.unsqueeze(-2)) * s1[:, None, None], 0 * x1)
+    x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
+    fittable = (n_valid >= max(problem.sample_size, min_inliers)) & ok1 & ok2
+    return _Batch(mask, n_valid, keep_pos, width_in, c1, s1, c2, s2, fittable,
+                  _Context.build(x1n, x2n, mask, s1, s2, dt, monomials=True),
+                  _Context.build(x1n, x2n, mask, s1, s2, torch.float32))
+
+
+def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Context]:
+    """The points hypotheses are pre-scored on and the points in-loop LO iterates on.
+
+    Pre-verification: a pair with more than 32 valid points is pre-scored on 32 of them drawn
+    with replacement, a smaller one on all its points (always 32 columns, so a plain sum scores
+    them). In-loop LO: 256 random valid points (with replacement) of a pair with more than 512,
+    else all its points; its result is then scored on all points. Both are decided per pair
+    from its own valid count and key.
+    """
+    N = batch.mask.shape[1]
+    sub = batch.fast.points(*_subset(keys, -1, batch.n_valid, _PREVERIFY_POINTS,
+                                     _PREVERIFY_POINTS, N, fixed=True))
+    if N <= 2 * _LO_POINTS:
+        return sub, batch.full
+    lo = batch.full.points(*_subset(keys, -2, batch.n_valid, _LO_POINTS, 2 * _LO_POINTS, N))
+    lo.mono1, lo.mono2 = _monomials(lo.x1n), _monomials(lo.x2n)
+    return sub, lo
+
+
+def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
+                       rounds: torch.Tensor, n_valid: torch.Tensor, prosac: bool, K: int
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """K minimal samples per pair for A active pairs, drawn without replacement among the
+    pair's valid points (PROSAC: among its top 25 %, 50 %, ... in the first rounds), and their
+    models: (A, C, 3, 3) float32 and validity (A, C); C = K for H, <= 3K for F (the slots
+    that no pair fills, complex 7-point roots, are dropped)."""
+    m = problem.sample_size
+    if prosac:
+        frac = 0.25 * torch.pow(2.0, rounds.to(torch.float64))
+        pool = torch.minimum(n_valid, torch.maximum(
+            torch.ceil(n_valid.to(torch.float64) * frac).long(), torch.full_like(n_valid, 3 * m)))
+    else:
+        pool = n_valid
+    pos = draw_without_replacement(uniform(keys, rounds, (K, m)), pool)  # (A, K, m)
+    A = pos.shape[0]
+    ar = torch.arange(A, device=pos.device).view(A, 1, 1)
+    solve = _solve_h if problem.kind == "H" else _solve_f
+    models, hvalid = solve(ctx.x1n[ar, pos], ctx.x2n[ar, pos])
+    models = models.to(torch.float32)
+    if problem.kind == "F":
+        cnt = int(hvalid.sum(1).max())
+        if 0 < cnt < hvalid.shape[1]:
+            first = torch.sort((~hvalid).to(torch.uint8), dim=1, stable=True).indices[:, :cnt]
+            models = models[torch.arange(A, device=pos.device).view(A, 1), first]
+            hvalid = hvalid.gather(1, first)
+    return models, hvalid
+
+
+def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, sub: _Context,
+               keep: int, cfg: _Settings) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Each pair's ``keep`` best hypotheses (A, C, 3, 3) by their cost on its pre-verification
+    points, in candidate order: (A, keep, 3, 3), (A, keep)."""
+    pre, _ = _cost(problem.residual_sq(models, sub), sub.mask, cfg.thr2, cfg.scoring,
+                   fixed_width=True)
+    pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
+    # stable: ties go to the earlier candidate, then back to candidate order, so the pick does
+    # not depend on how many (invalid, trailing) slots the batch carries
+    top = torch.sort(pre, dim=-1, stable=True).indices[:, :keep].sort(-1).values  # (A, keep)
+    A = models.shape[0]
+    return models[torch.arange(A, device=models.device).view(A, 1), top], hvalid.gather(1, top)
+
+
+def _round_winners(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor,
+                   ctx: _Context, cfg: _Settings, dtype: torch.dtype):
+    """Score hypotheses (A, C, 3, 3) on all points: each pair's cheapest valid one as
+    (cost (A,), model (A, 3, 3) in ``dtype``, inlier count (A,)); cost inf when none is valid."""
+    cost, ninl = _cost(problem.residual_sq(models, ctx), ctx.mask, cfg.thr2, cfg.scoring)
+    cost = torch.where(hvalid, cost.to(dtype), torch.full_like(cost, math.inf, dtype=dtype))
+    rc, rj = cost.min(-1)
+    A = models.shape[0]
+    r_model = models[torch.arange(A, device=models.device), rj].to(dtype)
+    return rc, r_model, ninl.gather(1, rj.view(A, 1)).squeeze(1)
+
+
+def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, keys: torch.Tensor,
+                      rounds: torch.Tensor, idx: torch.Tensor, best_cost: torch.Tensor,
+                      winners: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                      cfg: _Settings) -> None:
+    """LO-RANSAC on the round winners of pairs ``idx`` (A,) whose cost is within 1.25x of
+    their best (a raw minimal model rarely beats an optimised one, and this keeps a pair from
+    settling on a wrong local optimum). ``winners`` = (cost, model, inlier count) are updated
+    in place where the optimised model costs less on all points."""
+    rc, r_model, r_ninl = winners
+    promising = rc < _LO_MARGIN * best_cost
+    if not bool(promising.any()):
+        return
+    sel = promising.nonzero().squeeze(1)
+    pairs = idx[sel]
+    every = sel.numel() == batch.mask.shape[0]  # skip the gathers when all pairs take part
+    clo = lo_ctx if every else lo_ctx.index(pairs)
+    u_in = uniform_rows(keys[pairs], rounds[pairs] + (1 << 20), _INNER_SAMPLES, clo.x1n.shape[1])
+    lm, _, _, _ = _local_optimization(problem, clo, r_model[sel], cfg.thr2, cfg.scoring,
+                                      cfg.lo_iterations, u=u_in)
+    cfull = batch.full if every else batch.full.index(pairs)
+    lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull.mask, cfg.thr2,
+                   cfg.scoring)
+    lc, ln = lc.squeeze(1), ln.squeeze(1)
+    keep = lc < rc[sel]
+    r_model[sel] = torch.where(keep[:, None, None], lm, r_model[sel])
+    rc[sel] = torch.where(keep, lc, rc[sel])
+    r_ninl[sel] = torch.where(keep, ln, r_ninl[sel])
+
+
+def _stopping_rule(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn: int, m: int,
+                   cfg: _Settings) -> None:
+    """Count the round's ``drawn`` samples for pairs ``idx`` and deactivate those that reached
+    their adaptive bound (:func:`_required_iterations`), ``max_iterations``, or drew
+    ``_GIVE_UP_SAMPLES`` samples without a non-degenerate one."""
+    st.iters[idx] += drawn
+    st.rounds[idx] += 1
+    need = _required_iterations(st.best_ninl[idx], n_valid, m, cfg.confidence,
+                                cfg.max_iterations)
+    hopeless = ~st.found[idx] & (st.iters[idx] >= _GIVE_UP_SAMPLES)
+    cap = torch.minimum(need, torch.full_like(need, cfg.max_iterations))
+    st.active[idx] = (st.iters[idx] < cap) & ~hopeless
+
+
+def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor,
+               subsets: Tuple[_Context, _Context], r: int, prosac: bool, cfg: _Settings
+               ) -> None:
+    """Round ``r`` for every active pair: sample, pre-verify, score, optimise the winner, keep
+    the best model, apply the stopping rule. Every active pair is in round r (pairs only ever
+    drop out), so the round size depends on r alone: the same for a pair alone or in a batch."""
+    grow = min(2 ** max(r - _STEADY_ROUNDS + 1, 0), _ROUND_GROWTH)
+    K, keep_top = int(cfg.batch_size) * grow, _PREVERIFY_KEEP * grow
+    idx = st.active.nonzero().squeeze(1)
+    everyone = idx.numel() == batch.mask.shape[0]  # skip the gathers while all pairs run
+    ctx = batch.fast if everyone else batch.fast.index(idx)
+    nv = batch.n_valid[idx]
+    models, hvalid = _sample_hypotheses(problem, ctx, keys[idx], st.rounds[idx], nv, prosac, K)
+    if models.shape[1] > keep_top:
+        sub = subsets[0] if everyone else subsets[0].index(idx)
+        models, hvalid = _preverify(problem, models, hvalid, sub, keep_top, cfg)
+    winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
+    if cfg.local_optimization:
+        _optimize_winners(problem, batch, subsets[1], keys, st.rounds, idx, st.best_cost[idx],
+                          winners, cfg)
+    rc, r_model, r_ninl = winners
+    improved = rc < st.best_cost[idx]
+    upd = idx[improved]
+    st.best_model[upd] = r_model[improved]
+    st.best_cost[upd] = rc[improved]
+    st.best_ninl[upd] = r_ninl[improved]
+    st.found[upd] = True
+    _stopping_rule(st, idx, nv, K, problem.sample_size, cfg)
+
+
+def _final_refit(problem: _Problem, batch: _Batch, st: _Search, cfg: _Settings) -> torch.Tensor:
+    """Least-squares refit of every found pair's best model on its inliers, kept if it lowers
+    the cost (updates ``st``); returns the squared residuals (P, N) of the final models."""
+    P, N = batch.mask.shape
+    good = st.found.nonzero().squeeze(1)
+    rsq = torch.zeros((P, N), dtype=batch.full.x1n.dtype, device=batch.mask.device)
+    if good.numel() > 0:
+        cfull = batch.full if good.numel() == P else batch.full.index(good)
+        fm, fc, fn, fr = _local_optimization(problem, cfull, st.best_model[good], cfg.thr2,
+                                             cfg.scoring, 1, robust=False)
+        st.best_model[good], st.best_cost[good], st.best_ninl[good] = fm, fc, fn
+        rsq[good] = fr
+    return rsq
+
+
+def _denormalize(kind: str, batch: _Batch, model: torch.Tensor
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Normalised-frame models (P, 3, 3) in pixels (H = T2^-1 Hn T1, H[2, 2] = 1;
+    F = T2^T Fn T1, unit norm) and the fallback for invalid pairs (identity / zeros)."""
+    T1 = _similarity_matrix(batch.c1, batch.s1)
+    P, dt, dev = model.shape[0], model.dtype, model.device
+    if kind == "H":
+        return (_normalize_h_scale(_similarity_inverse(batch.c2, batch.s2) @ model @ T1),
+                torch.eye(3, dtype=dt, device=dev).expand(P, 3, 3))
+    T2 = _similarity_matrix(batch.c2, batch.s2)
+    return (_unit_fro(T2.transpose(-1, -2) @ model @ T1),
+            torch.zeros(P, 3, 3, dtype=dt, device=dev))
+
+
+def _assemble_fit(problem: _Problem, batch: _Batch, st: _Search, rsq: torch.Tensor,
+                  cfg: _Settings) -> Fit:
+    """The Fit of the final models: inliers, residuals, validity (enough inliers, not
+    collinear, finite), score, all back in the caller's layout (padding: no inlier, 0)."""
+    mask, thr2, msac = batch.mask, cfg.thr2, cfg.scoring == "msac"
+    P, dt, dev = mask.shape[0], rsq.dtype, mask.device
+    resid = torch.sqrt(rsq.clamp_min(0))
+    inliers = (rsq <= thr2) & mask & st.found.unsqueeze(-1)
+    num_inliers = inliers.sum(-1)
+    model, fallback = _denormalize(problem.kind, batch, st.best_model)
+    spread = torch.minimum(_spread(batch.full.x1n, inliers), _spread(batch.full.x2n, inliers))
+    valid = st.found & (num_inliers >= max(problem.sample_size, cfg.min_inliers)) \
+        & (spread > _MIN_SPREAD) & torch.isfinite(model).flatten(-2).all(-1) \
+        & torch.isfinite(resid).all(-1)
+    model = torch.where(valid[:, None, None], model, fallback)
+    inliers = inliers & valid.unsqueeze(-1)
+    resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
+    score = padded_sum(rsq.clamp_max(thr2) * mask) if msac \
+        else (batch.n_valid - num_inliers).to(dt)
+    score = torch.where(valid, score, batch.n_valid.to(dt) * (thr2 if msac else 1.0))
+    n_keep, pos = batch.keep_pos.shape[1], batch.keep_pos
+    inliers = torch.zeros((P, batch.width_in), dtype=torch.bool, device=dev).scatter_(
+        1, pos, inliers[:, :n_keep])
+    resid = torch.zeros((P, batch.width_in), dtype=dt, device=dev).scatter_(
+        1, pos, resid[:, :n_keep])
+    return Fit(kind=problem.kind, model=model, inliers=inliers, residuals=resid, valid=valid,
+               num_inliers=num_inliers * valid, iterations=st.iters, score=score)
+
+
+def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
+                mask: Optional[torch.Tensor], scores: Optional[torch.Tensor],
+                seed: Union[int, torch.Tensor], cfg: _Settings) -> Fit:
+    """The batched robust estimator of the module docstring, for H or F (``problem``)."""
+    mask = _check_inputs(x1, x2, mask, scores, cfg)
     with torch.no_grad():
-        # Compact every pair's valid points to the front (PROSAC order, best score first, when
-        # scores are given; else index order). From here on a pair's data is its n_valid points
-        # followed by masked zeros, so nothing depends on where its padding sat or how wide the
-        # batch is (padding invariance).
-        order = _valid_first_order(mask, scores, n_valid)  # (P, N)
-        n_keep = min(N, max(int(n_valid.max()) if P else 0, 1))
-        keep_pos = order[:, :n_keep]
-        # the working width is a multiple of the reduction chunk (no padding copies later)
-        N = max(-(-n_keep // _CHUNK), 1) * _CHUNK
-        mask = torch.arange(N, device=dev).view(1, N) < n_valid.view(P, 1)
-        g2 = keep_pos.unsqueeze(-1).expand(-1, -1, 2)
-        zero = torch.zeros((), dtype=dt, device=dev)
-        x1 = torch.where(mask.unsqueeze(-1), tnf.pad(x1.gather(1, g2), (0, 0, 0, N - n_keep)), zero)
-        x2 = torch.where(mask.unsqueeze(-1), tnf.pad(x2.gather(1, g2), (0, 0, 0, N - n_keep)), zero)
-        wm = mask.to(dt)
-        c1, s1, ok1 = _weighted_hartley(x1, wm)
-        c2, s2, ok2 = _weighted_hartley(x2, wm)
-        x1n = torch.where(mask.unsqueeze(-1), (x1 - c1.unsqueeze(-2)) * s1[:, None, None], 0 * x1)
-        x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
-        ctx_full = _Context.build(x1n, x2n, mask, s1, s2, dt, monomials=True)  # LO / final
-        ctx_fast = _Context.build(x1n, x2n, mask, s1, s2, torch.float32)  # hypothesis scoring
-
-        fittable = (n_valid >= max(m, min_inliers)) & ok1 & ok2
-        eye = torch.eye(3, dtype=dt, device=dev)
-        best_model = eye.expand(P, 3, 3).clone()
-        best_cost = torch.full((P,), math.inf, dtype=dt, device=dev)
-        best_ninl = torch.zeros(P, dtype=torch.long, device=dev)
-        found = torch.zeros(P, dtype=torch.bool, device=dev)
-        iters = torch.zeros(P, dtype=torch.long, device=dev)
-        rounds = torch.zeros(P, dtype=torch.long, device=dev)
-        active = fittable.clone()
-        keys = pair_keys(seed, P, dev)
-        solve = _solve_h if problem.kind == "H" else _solve_f
-
-        # Pre-verification points, decided per pair from its own valid count: a pair with more
-        # than 32 valid points is pre-scored on 32 of them drawn with replacement, a smaller one
-        # on all its points; always 32 columns, so a plain sum scores them.
-        ctx_sub = ctx_fast.points(*_subset(keys, -1, n_valid, _PREVERIFY_POINTS,
-                                           _PREVERIFY_POINTS, N, fixed=True))
-        # In-loop LO iterates on 256 random valid points (with replacement) of a pair with more
-        # than 512, else on all its points; its result is then scored on all points. The final
-        # refit always uses all points.
-        if N > 2 * _LO_POINTS:
-            ctx_lo = ctx_full.points(*_subset(keys, -2, n_valid, _LO_POINTS, 2 * _LO_POINTS, N))
-            ctx_lo.mono1, ctx_lo.mono2 = _monomials(ctx_lo.x1n), _monomials(ctx_lo.x2n)
-        else:
-            ctx_lo = ctx_full
-
+        batch = _prepare(problem, x1, x2, mask, scores, cfg.min_inliers)
+        st = _Search.start(batch)
+        keys = pair_keys(seed, mask.shape[0], x1.device)
+        subsets = _point_subsets(batch, keys)
         r = 0
-        while bool(active.any()):
-            # every active pair is in round r (pairs only ever drop out), so the round size
-            # depends on r alone: the same for a pair alone or in any batch
-            grow = min(2 ** max(r - _STEADY_ROUNDS + 1, 0), _ROUND_GROWTH)
-            K, keep_top = int(batch_size) * grow, _PREVERIFY_KEEP * grow
+        while bool(st.active.any()):
+            _run_round(problem, batch, st, keys, subsets, r, scores is not None, cfg)
             r += 1
-            idx = active.nonzero().squeeze(1)
-            A = idx.numel()
-            everyone = A == P  # skip the gathers while all pairs are still running
-            ctx = ctx_fast if everyone else ctx_fast.index(idx)
-            nv = n_valid[idx]
-            if scores is not None:
-                frac = 0.25 * torch.pow(2.0, rounds[idx].to(torch.float64))
-                pool = torch.minimum(nv, torch.maximum(
-                    torch.ceil(nv.to(torch.float64) * frac).long(), torch.full_like(nv, 3 * m)))
-            else:
-                pool = nv
-            u = uniform(keys[idx], rounds[idx], (K, m))
-            pos = draw_without_replacement(u, pool)  # (A, K, m) positions in `order`
-            ar = torch.arange(A, device=dev).view(A, 1, 1)
-            models, hvalid = solve(ctx.x1n[ar, pos], ctx.x2n[ar, pos])
-            models = models.to(torch.float32)
-            if problem.kind == "F":  # drop the slots no pair fills (complex 7-point roots)
-                cnt = int(hvalid.sum(1).max())
-                if 0 < cnt < hvalid.shape[1]:
-                    first = torch.sort((~hvalid).to(torch.uint8), dim=1, stable=True).indices
-                    first = first[:, :cnt]
-                    models = models[torch.arange(A, device=dev).view(A, 1), first]
-                    hvalid = hvalid.gather(1, first)
-            if models.shape[1] > keep_top:
-                cs = ctx_sub if everyone else ctx_sub.index(idx)
-                pre, _ = _cost(problem.residual_sq(models, cs), cs.mask, thr2, scoring,
-                               fixed_width=True)
-                pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
-                # stable: ties go to the earlier candidate, then back to candidate order, so the
-                # pick does not depend on how many (invalid, trailing) slots the batch carries
-                top = torch.sort(pre, dim=-1, stable=True).indices[:, :keep_top]
-                top = top.sort(-1).values  # (A, T)
-                models = models[torch.arange(A, device=dev).view(A, 1), top]
-                hvalid = hvalid.gather(1, top)
-            cost, ninl = _cost(problem.residual_sq(models, ctx), ctx.mask, thr2, scoring)
-            cost = torch.where(hvalid, cost.to(dt), torch.full_like(cost, math.inf, dtype=dt))
-            rc, rj = cost.min(-1)
-            r_model = models[torch.arange(A, device=dev), rj].to(dt)
-            r_ninl = ninl.gather(1, rj.view(A, 1)).squeeze(1)
-            improved = rc < best_cost[idx]
-            # LO also runs on near-best round winners: a raw minimal model rarely beats an
-            # optimised one, and this keeps a pair from settling on a wrong local optimum
-            promising = rc < _LO_MARGIN * best_cost[idx]
-            if local_optimization and bool(promising.any()):
-                sel = promising.nonzero().squeeze(1)
-                all_sel = sel.numel() == P
-                clo = ctx_lo if all_sel else ctx_lo.index(idx[sel])
-                u_in = uniform_rows(keys[idx[sel]], rounds[idx[sel]] + (1 << 20),
-                                    _INNER_SAMPLES, clo.x1n.shape[1])
-                lm, _, _, _ = _local_optimization(problem, clo, r_model[sel], thr2, scoring,
-                                                  lo_iterations, u=u_in)
-                cfull = ctx_full if all_sel else ctx_full.index(idx[sel])
-                lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull.mask, thr2,
-                               scoring)
-                lc, ln = lc.squeeze(1), ln.squeeze(1)
-                keep = lc < rc[sel]
-                r_model[sel] = torch.where(keep[:, None, None], lm, r_model[sel])
-                rc[sel] = torch.where(keep, lc, rc[sel])
-                r_ninl[sel] = torch.where(keep, ln, r_ninl[sel])
-                improved = rc < best_cost[idx]
-            upd = idx[improved]
-            best_model[upd] = r_model[improved]
-            best_cost[upd] = rc[improved]
-            best_ninl[upd] = r_ninl[improved]
-            found[upd] = True
-            iters[idx] += K
-            rounds[idx] += 1
-            need = _required_iterations(best_ninl[idx], nv, m, confidence, max_iterations)
-            hopeless = ~found[idx] & (iters[idx] >= _GIVE_UP_SAMPLES)
-            cap = torch.minimum(need, torch.full_like(need, max_iterations))
-            active[idx] = (iters[idx] < cap) & ~hopeless
-
-        # final refit on the inliers (plus LO for pairs that never ran it), kept if better
-        good = found.nonzero().squeeze(1)
-        if good.numel() > 0:
-            cfull = ctx_full if good.numel() == P else ctx_full.index(good)
-            fm, fc, fn, fr = _local_optimization(problem, cfull, best_model[good], thr2, scoring,
-                                                 1, robust=False)
-            best_model[good], best_cost[good], best_ninl[good] = fm, fc, fn
-        rsq = torch.zeros((P, N), dtype=dt, device=dev)
-        if good.numel() > 0:
-            rsq[good] = fr
-        resid = torch.sqrt(rsq.clamp_min(0))
-        inliers = (rsq <= thr2) & mask & found.unsqueeze(-1)
-        num_inliers = inliers.sum(-1)
-        # denormalise: H = T2^-1 Hn T1, F = T2^T Fn T1
-        T1, T2 = _similarity_matrix(c1, s1), _similarity_matrix(c2, s2)
-        if problem.kind == "H":
-            model = _normalize_h_scale(_similarity_inverse(c2, s2) @ best_model @ T1)
-            fallback = eye.expand(P, 3, 3)
-        else:
-            model = _unit_fro(T2.transpose(-1, -2) @ best_model @ T1)
-            fallback = torch.zeros(P, 3, 3, dtype=dt, device=dev)
-        spread = torch.minimum(_spread(x1n, inliers), _spread(x2n, inliers))
-        valid = found & (num_inliers >= max(m, min_inliers)) & (spread > _MIN_SPREAD) \
-            & torch.isfinite(model).flatten(-2).all(-1) & torch.isfinite(resid).all(-1)
-        model = torch.where(valid[:, None, None], model, fallback)
-        inliers = inliers & valid.unsqueeze(-1)
-        resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
-        if scoring == "msac":
-            score = padded_sum(rsq.clamp_max(thr2) * mask)
-        else:
-            score = (n_valid - num_inliers).to(dt)
-        score = torch.where(valid, score, n_valid.to(dt) * (thr2 if scoring == "msac" else 1.0))
-        # back to the caller's layout (padded entries: not inliers, residual 0)
-        inliers = torch.zeros((P, N_in), dtype=torch.bool, device=dev).scatter_(
-            1, keep_pos, inliers[:, :n_keep])
-        resid = torch.zeros((P, N_in), dtype=dt, device=dev).scatter_(1, keep_pos,
-                                                                       resid[:, :n_keep])
-        return Fit(kind=problem.kind, model=model, inliers=inliers, residuals=resid, valid=valid,
-                   num_inliers=num_inliers * valid, iterations=iters, score=score)
+        rsq = _final_refit(problem, batch, st, cfg)
+        return _assemble_fit(problem, batch, st, rsq, cfg)
 
 
 def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,
                       scores: Optional[torch.Tensor] = None, *, threshold: float = 2.0,
                       confidence: float = 0.999, max_iterations: int = 2000,
-                      scoring: str = "msac", local_optimization: bool = True, seed: Union[int, torch.Tensor] = 0,
-                      residual: str = "symmetric", min_inliers: int = 4, batch_size: int = 32,
-                      lo_iterations: int = 6) -> Fit:
+                      scoring: str = "msac", local_optimization: bool = True,
+                      seed: Union[int, torch.Tensor] = 0, residual: str = "symmetric",
+                      min_inliers: int = 4, batch_size: int = 32, lo_iterations: int = 6) -> Fit:
     r"""Robust homography per pair, batched over P pairs (x2 ~ H x1, pixels).
 
     Args:
@@ -584,21 +736,39 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         Fit with kind "H": model (P, 3, 3) (H[2, 2] = 1; identity where invalid), inliers (P, N),
         residuals (P, N) px of ``residual`` (0 where padded / invalid), valid (P,),
         num_inliers (P,), iterations (P,) samples drawn, score (P,) final cost.
+
+    Example: 100 points mapped exactly by H, the first 20 replaced by random outliers.
+
+        >>> import torch
+        >>> from geocon_torch.geometry import ransac_homography
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x1 = torch.rand(1, 100, 2, generator=g, dtype=torch.float64) * 640
+        >>> H = torch.tensor([[1.02, 0.01, 5.0], [-0.01, 0.98, -3.0], [1e-5, 0.0, 1.0]],
+        ...                  dtype=torch.float64)
+        >>> xh = torch.cat([x1, torch.ones_like(x1[..., :1])], -1) @ H.T
+        >>> x2 = xh[..., :2] / xh[..., 2:]
+        >>> x2[:, :20] = torch.rand(1, 20, 2, generator=g, dtype=torch.float64) * 640
+        >>> fit = ransac_homography(x1, x2, threshold=2.0, seed=0)
+        >>> fit.valid.item(), fit.num_inliers.item(), fit.inliers[0, :20].any().item()
+        (True, 80, False)
+        >>> torch.allclose(fit.model[0], H, atol=1e-6)
+        True
     """
     if residual not in H_RESIDUALS:
         raise InputError(f"residual must be one of {H_RESIDUALS}, got {residual!r}")
     rfn = _h_residual_sq(residual)
     prob = _Problem("H", 4, rfn, lambda M, ctx: (rfn(M, ctx), None))
-    return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
-                       scoring, local_optimization, seed, min_inliers, batch_size, lo_iterations)
+    cfg = _Settings(threshold, scoring, confidence, max_iterations, batch_size,
+                    local_optimization, lo_iterations, min_inliers)
+    return _robust_fit(prob, x1, x2, mask, scores, seed, cfg)
 
 
 def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,
                        scores: Optional[torch.Tensor] = None, *, threshold: float = 0.1,
                        residual: str = "sampson_normalized", confidence: float = 0.999,
                        max_iterations: int = 2000, scoring: str = "msac",
-                       local_optimization: bool = True, seed: Union[int, torch.Tensor] = 0, min_inliers: int = 8,
-                       batch_size: int = 32, lo_iterations: int = 6) -> Fit:
+                       local_optimization: bool = True, seed: Union[int, torch.Tensor] = 0,
+                       min_inliers: int = 8, batch_size: int = 32, lo_iterations: int = 6) -> Fit:
     r"""Robust fundamental matrix per pair, batched over P pairs (x2^T F x1 = 0, pixels).
 
     Minimal samples use the 7-point solver (up to 3 models each); LO and the final refit use
@@ -616,11 +786,33 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
     Returns:
         Fit with kind "F": model (P, 3, 3) rank 2, unit Frobenius norm (zeros where invalid);
         residuals in the units of ``residual``; other fields as :func:`ransac_homography`.
+
+    Example: 100 points of a 3-D scene seen by two cameras (rotation + translation), the first
+    20 matches replaced by random outliers; the inliers lie on their epipolar lines.
+
+        >>> import torch
+        >>> from geocon_torch.geometry import ransac_fundamental, sampson_distance
+        >>> f64 = dict(dtype=torch.float64)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.rand(1, 100, 3, generator=g, **f64) * 4 - torch.tensor([2, 2, -4.0], **f64)
+        >>> K = torch.tensor([[500.0, 0, 320], [0, 500.0, 240], [0, 0, 1]], **f64)
+        >>> c, s = torch.cos(torch.tensor(0.1, **f64)), torch.sin(torch.tensor(0.1, **f64))
+        >>> R = torch.tensor([[c, 0, s], [0, 1, 0], [-s, 0, c]], **f64)
+        >>> def project(P):
+        ...     p = P @ K.T
+        ...     return p[..., :2] / p[..., 2:]
+        >>> x1, x2 = project(X), project(X @ R.T + torch.tensor([0.5, 0.1, 0.0], **f64))
+        >>> x2[:, :20] = torch.rand(1, 20, 2, generator=g, **f64) * 640
+        >>> fit = ransac_fundamental(x1, x2, threshold=1.0, residual="sampson", seed=0)
+        >>> fit.valid.item(), fit.num_inliers.item(), fit.inliers[0, :20].any().item()
+        (True, 80, False)
+        >>> bool(sampson_distance(fit.model, x1, x2)[0, 20:].max() < 1e-6)
+        True
     """
     if residual not in F_RESIDUALS:
         raise InputError(f"residual must be one of {F_RESIDUALS}, got {residual!r}")
     prob = _Problem("F", 7, _f_residual_sq(residual),
                     _f_residual_sq(residual, with_weights=True))
-    return _robust_fit(prob, x1, x2, mask, scores, threshold, confidence, max_iterations,
-                       scoring, local_optimization, seed, max(min_inliers, 8), batch_size,
-                       lo_iterations)
+    cfg = _Settings(threshold, scoring, confidence, max_iterations, batch_size,
+                    local_optimization, lo_iterations, max(min_inliers, 8))
+    return _robust_fit(prob, x1, x2, mask, scores, seed, cfg)

@@ -17,6 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from .._checks import check_mask, check_matrices, check_points, check_same_shape
+from ..errors import ShapeError
 from .normalization import _normalize_points, _similarity_inverse
 
 
@@ -26,7 +27,6 @@ def _check(model: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, name: str) -
     check_points(x2, "x2")
     check_same_shape([x1, x2], ["x1", "x2"])
     if model.shape[0] != x1.shape[0]:
-        from ..errors import ShapeError
         raise ShapeError(f"{name} has {model.shape[0]} pairs but x1 has {x1.shape[0]}")
 
 
@@ -133,6 +133,16 @@ def symmetric_transfer_error(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor
 
     Returns:
         (P, N) residuals in pixels (compared with tau_H = 2 px in the paper).
+
+    Example: a shift by (5, -2) px; the second match is 3 px off in both directions.
+
+        >>> import torch
+        >>> from geocon_torch.geometry import symmetric_transfer_error
+        >>> H = torch.tensor([[[1.0, 0.0, 5.0], [0.0, 1.0, -2.0], [0.0, 0.0, 1.0]]])
+        >>> x1 = torch.tensor([[[0.0, 0.0], [10.0, 10.0]]])
+        >>> x2 = torch.tensor([[[5.0, -2.0], [15.0, 11.0]]])
+        >>> symmetric_transfer_error(H, x1, x2).round(decimals=4)
+        tensor([[0., 3.]])
     """
     _check(H, x1, x2, "H")
     return _symmetric_transfer(H, x1, x2)
@@ -152,6 +162,17 @@ def sampson_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
 
     Returns:
         (P, N) distances in pixels (px^2 when squared).
+
+    Example: F of a camera translated along x (epipolar lines are the rows, ``y2 = y1``);
+    the second match is 3 px off its line, so its Sampson distance is ``3 / sqrt(2)``.
+
+        >>> import torch
+        >>> from geocon_torch.geometry import sampson_distance
+        >>> F = torch.tensor([[[0.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]])
+        >>> x1 = torch.tensor([[[10.0, 20.0], [30.0, 40.0]]])
+        >>> x2 = torch.tensor([[[50.0, 20.0], [70.0, 43.0]]])
+        >>> sampson_distance(F, x1, x2).round(decimals=4)
+        tensor([[0.0000, 2.1213]])
     """
     _check(F, x1, x2, "F")
     d2 = _sampson_sq(F, x1, x2)

@@ -23,6 +23,11 @@ frames are resized at once (cv2.INTER_AREA when shrinking), so a long 4K clip ne
 memory at full resolution. Tensors are resized on their own device (antialiased bilinear).
 ``read_clips`` reads a (B, T, C, H, W) batch or a list of sources.
 
+One tensor -> Clip path: ``check_clip_tensor`` (the rule) and ``clips_from_tensor`` /
+``clip_from_tensor`` (the conversion; ``long_side`` defaults to None = native pixels there) are
+what ``read_clip``'s tensor branch, ``score_clip``, the epipolar sections and every Metric class
+use, so a batch is accepted or rejected the same way everywhere.
+
 Sampling: ``stride`` / ``max_frames`` (the first ``max_frames`` after striding) or explicit
 ``indices``. Pairs: ``make_pairs(T, "adjacent" | s | [(i, j), ...], max_pairs=None)``; with
 ``max_pairs`` the pairs are spread evenly, positions ``round(linspace(0, P - 1, max_pairs))``.
@@ -30,7 +35,8 @@ A 1-frame clip is valid and has no pairs.
 
 Bad input raises :class:`~geocon_torch.errors.VideoReadError` with the path and the cause: missing
 path, empty (0-byte) file, a non-video file, a file truncated before its first frame, 0 frames,
-images of different sizes, indices past the end, tensors of the wrong shape / dtype / range. A
+images of different sizes, indices past the end; tensors of the wrong shape / dtype / range raise
+its subclass :class:`~geocon_torch.errors.ClipTensorError` (also a ShapeError). A
 file cut mid-way gives the frames that decode and ``meta["truncated"] = True``.
 
 ``probe_video(path)`` gives fps, frame count (by decoding: containers can be off, e.g.
@@ -40,7 +46,8 @@ is the SHA-256 of the file bytes (or the tensor's dtype, shape and bytes).
 from .hashing import content_hash
 from .letterbox import detect_content_mask
 from .probe import VideoInfo, probe_video
-from .reader import DEFAULT_FPS, read_clip, read_clips
+from .reader import (DEFAULT_FPS, check_clip_tensor, clip_from_tensor, clips_from_tensor,
+                     read_clip, read_clips)
 from .resize import WorkingSize, working_size
 from .pairs import (background_pairs, foreground_pairs, gvgc_pairs, make_pairs,
                     parallax_gate_pairs, spread_evenly, worldatlas_pairs)
@@ -48,7 +55,8 @@ from .sampling import FrameSelection, frame_selection
 from .writer import write_gif, write_image_folder, write_video
 
 __all__ = [
-    "read_clip", "read_clips", "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
+    "read_clip", "read_clips", "clip_from_tensor", "clips_from_tensor", "check_clip_tensor",
+    "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
     "background_pairs", "parallax_gate_pairs", "worldatlas_pairs", "gvgc_pairs", "foreground_pairs",
     "detect_content_mask", "content_hash", "working_size", "WorkingSize", "frame_selection",
     "FrameSelection", "DEFAULT_FPS", "write_video", "write_image_folder", "write_gif",

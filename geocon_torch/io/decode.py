@@ -114,6 +114,21 @@ class Decoded:
     container_frames: Optional[int] = None
     codec: str = ""
     fps: Optional[float] = None
+    pts: List[int] = field(default_factory=list)
+
+    @property
+    def timestamp_gaps(self) -> Tuple[int, int]:
+        """(gaps, missing frames) inferred from the presentation timestamps: with the frame
+        duration taken as the median step between consecutive decoded frames, a step longer
+        than 1.5 durations is a gap of round(step / duration) - 1 missing frames (a file whose
+        frames were dropped announces and decodes fewer frames: only its timestamps show it)."""
+        diffs = np.diff(np.sort(np.asarray(self.pts, dtype=np.float64)))
+        diffs = diffs[diffs > 0]
+        if diffs.size < 2:
+            return 0, 0
+        steps = diffs / float(np.median(diffs))
+        big = steps > 1.5
+        return int(big.sum()), int(np.rint(steps[big]).sum() - big.sum())
 
     @property
     def truncated(self) -> bool:
@@ -123,17 +138,21 @@ class Decoded:
         return bool(self.errors) or short
 
     def metadata(self, path: Path) -> Dict[str, object]:
+        gaps, missing = self.timestamp_gaps
         return {
             "path": str(path), "codec": self.codec, "source_fps": self.fps,
             "container_frames": self.container_frames,
             "decoded_frames": self.decoded, "decode_complete": self.complete,
             "num_source_frames": self.decoded if self.complete else self.container_frames,
             "truncated": self.truncated, "decode_errors": self.errors[:5],
+            "num_decode_errors": len(self.errors), "timestamp_gaps": gaps,
+            "timestamp_missing_frames": missing,
         }
 
 
 def decode_selected(path: Path, selection: Optional[FrameSelection],
-                    plan: Optional[Callable[[int, int], Callable]] = None) -> Decoded:
+                    plan: Optional[Callable[[int, int], Callable]] = None,
+                    sink: Optional[Callable[[np.ndarray], None]] = None) -> Decoded:
     """Decode ``path`` frame by frame, converting only the frames ``selection`` keeps.
 
     Args:
@@ -141,6 +160,8 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
         plan: called once with the first frame's (H, W); returns the per-frame converter
             ``(H, W, 3) uint8 -> (h, w, 3) uint8`` (the working-resolution resize). Unselected
             frames are never converted to RGB.
+        sink: when given, each converted frame is handed to it instead of being kept in
+            ``Decoded.images`` (streaming: nothing of the clip stays in memory).
 
     Raises:
         VideoReadError: unreadable file, or no frame could be decoded.
@@ -154,6 +175,8 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
         for frame in iter_frames(container, stream, out.errors):
             i = out.decoded
             out.decoded += 1
+            if frame.pts is not None:
+                out.pts.append(int(frame.pts))
             if out.source_size is None:
                 out.source_size = (int(frame.height), int(frame.width))
             if selection is None or not selection.keeps(i, len(out.indices)):
@@ -163,7 +186,11 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                 continue
             if convert is None:
                 convert = plan(*out.source_size) if plan else (lambda a: a)
-            out.images.append(convert(frame.to_ndarray(format="rgb24")))
+            image = convert(frame.to_ndarray(format="rgb24"))
+            if sink is None:
+                out.images.append(image)
+            else:
+                sink(image)
             out.indices.append(i)
             if selection.finished(i, len(out.indices)):
                 stopped = True

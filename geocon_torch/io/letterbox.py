@@ -8,6 +8,8 @@ edge row is not a letterbox). Everything else is content.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from ..errors import ShapeError
@@ -65,10 +67,24 @@ def dark_lines(frames: torch.Tensor, threshold: float) -> tuple:
     _check_frames(frames)
     lead, (t, c, h, w) = frames.shape[:-4], frames.shape[-4:]
     flat = frames.reshape(-1, t, c, h, w)
-    thr = float(threshold)
-    weights = torch.tensor(_LUMA if c == 3 else (1.0,), device=frames.device)
     ch_peak = flat.amax(1)  # (B, C, H, W) per-channel maxima over time
     lo_peak = flat.amin(2).amax(1)  # (B, H, W) max over time of the smallest channel
+
+    def exact(line_dim: int, other: int, b_idx: torch.Tensor, l_idx: torch.Tensor):
+        sel = flat.permute(0, line_dim, 1, 2, other)[b_idx, l_idx]  # (U, T, C, L_other)
+        return _luma(sel.unsqueeze(-2)).amax(dim=(1, 2, 3))  # (U,)
+
+    rows, cols = _decide_dark(ch_peak, lo_peak, float(threshold), exact)
+    return rows.reshape(*lead, -1), cols.reshape(*lead, -1)
+
+
+def _decide_dark(ch_peak: torch.Tensor, lo_peak: torch.Tensor, thr: float, exact) -> tuple:
+    """The dark rows (B, H) and columns (B, W) from the uint8 peaks over time: ``ch_peak``
+    (B, C, H, W) per-channel maxima, ``lo_peak`` (B, H, W) maxima of the smallest channel;
+    ``exact(line_dim, other, b_idx, l_idx)`` gives the exact max luminance (0..255) of the
+    lines left undecided by the bounds (line_dim 3: rows, 4: columns)."""
+    c = ch_peak.shape[1]
+    weights = torch.tensor(_LUMA if c == 3 else (1.0,), device=ch_peak.device)
     out = []
     for line_dim, other in ((3, 4), (4, 3)):  # rows (over x), columns (over y)
         ch_max = ch_peak.amax(other - 1).float()  # (B, C, L)
@@ -79,11 +95,48 @@ def dark_lines(frames: torch.Tensor, threshold: float) -> tuple:
         unsure = ~dark & (lower < thr * 255.0 + 0.01)
         if bool(unsure.any()):
             b_idx, l_idx = unsure.nonzero(as_tuple=True)
-            sel = flat.permute(0, line_dim, 1, 2, other)[b_idx, l_idx]  # (U, T, C, L_other)
-            exact = _luma(sel.unsqueeze(-2)).amax(dim=(1, 2, 3))  # (U,)
-            dark[b_idx, l_idx] = exact / 255.0 < thr
-        out.append(dark.reshape(*lead, -1))
+            dark[b_idx, l_idx] = exact(line_dim, other, b_idx, l_idx) / 255.0 < thr
+        out.append(dark)
     return out[0], out[1]
+
+
+class ContentMaskAccumulator:
+    """:func:`detect_content_mask` of a clip streamed in chunks of frames: ``update`` with
+    (k, C, H, W) uint8 chunks in any order, then ``mask(threshold, min_fraction)`` is the
+    (H, W) bool mask ``detect_content_mask`` gives for all the frames at once (the same uint8
+    peaks, and the same exact luminance of undecided lines: running maxima over the chunks).
+    Holds O(C H W) numbers, whatever the clip length.
+    """
+
+    def __init__(self) -> None:
+        self.ch_peak: Optional[torch.Tensor] = None  # (1, C, H, W) uint8
+        self.lo_peak: Optional[torch.Tensor] = None  # (1, H, W) uint8
+        self.line_luma: list = []  # [(1, H) row, (1, W) column] max luminance, 0..255 float
+
+    def update(self, frames: torch.Tensor) -> None:
+        """Add a chunk of (k, C, H, W) uint8 frames (k >= 1)."""
+        _check_frames(frames)
+        ch, lo = frames.amax(0, keepdim=True), frames.amin(1).amax(0, keepdim=True)
+        lum = _luma(frames)  # (k, H, W) 0..255, as dark_lines' exact lines
+        lines = [lum.amax(-1).amax(0, keepdim=True), lum.amax(-2).amax(0, keepdim=True)]
+        if self.ch_peak is None:
+            self.ch_peak, self.lo_peak, self.line_luma = ch, lo, lines
+            return
+        self.ch_peak = torch.maximum(self.ch_peak, ch)
+        self.lo_peak = torch.maximum(self.lo_peak, lo)
+        self.line_luma = [torch.maximum(a, b) for a, b in zip(self.line_luma, lines)]
+
+    def mask(self, threshold: float = 16.0 / 255.0, min_fraction: float = 0.02) -> torch.Tensor:
+        """(H, W) bool content mask (see :func:`detect_content_mask`)."""
+        if self.ch_peak is None:
+            raise ShapeError("ContentMaskAccumulator.mask: no frames were added")
+        _check_thresholds(threshold, min_fraction)
+
+        def exact(line_dim: int, other: int, b_idx: torch.Tensor, l_idx: torch.Tensor):
+            return self.line_luma[line_dim - 3][b_idx, l_idx]
+
+        rows, cols = _decide_dark(self.ch_peak, self.lo_peak, float(threshold), exact)
+        return _mask_from_lines(rows[0], cols[0], min_fraction)
 
 
 def _border_run(dark: torch.Tensor, min_len: float) -> tuple:
@@ -111,16 +164,26 @@ def detect_content_mask(frames: torch.Tensor, threshold: float = 16.0 / 255.0,
         (H, W) bool (or (B, H, W)) on the frames' device: True on content, False on bars. A clip
         that is dark everywhere gets an all-True mask (there is no picture to separate from bars).
     """
+    _check_thresholds(threshold, min_fraction)
+    dark_rows, dark_cols = dark_lines(frames, threshold)  # (..., H), (..., W)
+    return _mask_from_lines(dark_rows, dark_cols, min_fraction)
+
+
+def _check_thresholds(threshold: float, min_fraction: float) -> None:
     if not 0.0 <= float(threshold) <= 1.0:
         raise ShapeError(f"threshold is a luminance in [0, 1], got {threshold}")
     if not 0.0 <= float(min_fraction) < 0.5:
         raise ShapeError(f"min_fraction must be in [0, 0.5), got {min_fraction}")
-    h, w = frames.shape[-2:]
-    dark_rows, dark_cols = dark_lines(frames, threshold)  # (..., H), (..., W)
+
+
+def _mask_from_lines(dark_rows: torch.Tensor, dark_cols: torch.Tensor,
+                     min_fraction: float) -> torch.Tensor:
+    """(..., H, W) content mask from (..., H) dark rows and (..., W) dark columns."""
+    h, w = dark_rows.shape[-1], dark_cols.shape[-1]
     top, bottom = _border_run(dark_rows, min_fraction * h)
     left, right = _border_run(dark_cols, min_fraction * w)
-    rows = torch.arange(h, device=frames.device)
-    cols = torch.arange(w, device=frames.device)
+    rows = torch.arange(h, device=dark_rows.device)
+    cols = torch.arange(w, device=dark_rows.device)
     row_ok = (rows >= top[..., None]) & (rows < (h - bottom)[..., None])
     col_ok = (cols >= left[..., None]) & (cols < (w - right)[..., None])
     mask = row_ok[..., :, None] & col_ok[..., None, :]

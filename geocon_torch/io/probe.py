@@ -7,6 +7,7 @@ from typing import Optional, Union
 
 from ..errors import VideoReadError
 from .decode import check_file, decode_selected, open_video, stream_fps
+from .images import list_images, read_image
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,6 @@ def probe_video(path: Union[str, Path], *, exact: bool = True) -> VideoInfo:
     """
     path = check_file(Path(path))
     if path.is_dir():
-        from .images import list_images, read_image
-
         files = list_images(path)
         h, w = read_image(files[0]).shape[:2]
         return VideoInfo(str(path), None, len(files), h, w, "images", counted="files")

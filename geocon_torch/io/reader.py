@@ -3,7 +3,14 @@ working resolution.
 
 Sources: a video file (mp4, webm, avi, mkv, mov, gif, anything PyAV decodes), a folder of images,
 one image file, or an in-memory tensor (T, C, H, W) / (B, T, C, H, W), C in {1, 3}, uint8 or
-float in [0, 1]. Files are decoded frame by frame; an unselected frame is never converted to RGB
+float in [0, 1].
+
+Tensors take **one path** in the whole package: :func:`check_clip_tensor` (the rule) and
+:func:`clips_from_tensor` / :func:`clip_from_tensor` (the conversion), used by ``read_clip``,
+``score_clip``, the epipolar sections and every Metric class, so one batch is accepted or
+rejected the same way everywhere. A malformed tensor raises
+:class:`~geocon_torch.errors.ClipTensorError` (a VideoReadError and a ShapeError); nothing is
+clamped silently. Files are decoded frame by frame; an unselected frame is never converted to RGB
 and a kept frame is resized to the working resolution at once, so memory holds the working-res
 clip plus one source frame.
 """
@@ -16,11 +23,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import ArgumentTypeError, VideoReadError
+from ..errors import ArgumentTypeError, ClipTensorError, VideoReadError
 from ..types import Clip
 from .decode import check_file, decode_selected
 from .images import IMAGE_SUFFIXES, list_images, read_image
-from .letterbox import detect_content_mask
+from .framestore import VideoFrames
+from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
 from .sampling import FrameSelection, check_indices_in_range, frame_selection
 
@@ -29,6 +37,8 @@ from .sampling import FrameSelection, check_indices_in_range, frame_selection
 DEFAULT_FPS = 24.0
 _TENSOR_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _RANGE_TOL = 1e-6
+#: frames per letterbox-accumulator update while streaming (bounds the float copy)
+_MASK_CHUNK = 16
 
 Source = Union[str, os.PathLike, torch.Tensor]
 
@@ -37,7 +47,7 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
               max_frames: Optional[int] = None, indices: Optional[Iterable[int]] = None,
               device: Union[None, str, torch.device] = None, name: Optional[str] = None,
               letterbox_threshold: float = 16.0 / 255.0, letterbox_min_fraction: float = 0.02,
-              fps: Optional[float] = None, upscale: bool = True) -> Clip:
+              fps: Optional[float] = None, upscale: bool = True, stream: bool = False) -> Clip:
     """Read one clip at working resolution.
 
     Args:
@@ -57,6 +67,17 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         letterbox_threshold, letterbox_min_fraction: see :func:`detect_content_mask`.
         fps: frame rate for sources that carry none (tensors, image folders); default 24.
         upscale: when False, sources smaller than ``long_side`` are not enlarged.
+        stream: video files only: ``frames`` is a :class:`~geocon_torch.io.framestore.VideoFrames`
+            (decoded on demand, bit-identical to the eager tensor) instead of a tensor,
+            so memory does not grow with the clip's length; the file is decoded once
+            here (metadata, letterbox mask) and again by each stage that reads frames.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.io import read_clip
+        >>> clip = read_clip(torch.rand(5, 3, 60, 80), long_side=40, stride=2)
+        >>> tuple(clip.frames.shape), clip.frame_indices.tolist(), clip.fps
+        ((3, 3, 30, 40), [0, 2, 4], 12.0)
 
     Returns:
         Clip with ``frames`` (T, 3, h, w) uint8 RGB, ``fps`` = source fps / stride,
@@ -66,19 +87,23 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
 
     Raises:
         VideoReadError: missing path, zero-byte or non-video file, a file truncated before its
-            first frame, 0 frames, images of different sizes, out-of-range indices, bad tensor
-            shape / dtype / value range, bad sampling arguments. A file cut mid-way returns the
+            first frame, 0 frames, images of different sizes, out-of-range indices, bad sampling
+            arguments; ClipTensorError (a VideoReadError) for a bad tensor shape / dtype /
+            value range. A file cut mid-way returns the
             frames that decode, with ``meta["truncated"] = True``.
     """
-    sel = frame_selection(stride, max_frames, indices)
-    opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
-                frac=letterbox_min_fraction)
     if isinstance(source, torch.Tensor):
         if source.ndim == 5:
-            raise VideoReadError(f"read_clip takes one clip (T, C, H, W); got a batch "
-                                 f"{tuple(source.shape)}: use read_clips")
-        return _tensor_clips(source.unsqueeze(0), sel, device, [name or "tensor"], fps, opts)[0]
+            raise ClipTensorError(f"read_clip takes one clip (T, C, H, W); got a batch "
+                                  f"{tuple(source.shape)}: use read_clips")
+        return clip_from_tensor(source, name=name or "tensor", long_side=long_side,
+                                stride=stride, max_frames=max_frames, indices=indices,
+                                device=device, fps=fps, letterbox_threshold=letterbox_threshold,
+                                letterbox_min_fraction=letterbox_min_fraction, upscale=upscale)
     if isinstance(source, (str, os.PathLike)):
+        sel = frame_selection(stride, max_frames, indices)
+        opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
+                    frac=letterbox_min_fraction, stream=bool(stream))
         return _file_clip(Path(source), sel, device, name, fps, opts)
     raise VideoReadError(f"cannot read a {type(source).__name__}: give a file / folder path or a "
                          f"(T, C, H, W) tensor")
@@ -95,19 +120,10 @@ def read_clips(source: Union[Source, Sequence[Source]], **kwargs: Any) -> List[C
     if isinstance(source, torch.Tensor):
         if source.ndim == 4:
             return [read_clip(source, name=name, **kwargs)]
-        if source.ndim != 5:
-            raise VideoReadError(f"read_clips takes (B, T, C, H, W) or (T, C, H, W) tensors, got "
-                                 f"shape {tuple(source.shape)}")
-        sel = frame_selection(kwargs.pop("stride", 1), kwargs.pop("max_frames", None),
-                              kwargs.pop("indices", None))
-        device, fps = kwargs.pop("device", None), kwargs.pop("fps", None)
-        opts = dict(long_side=kwargs.pop("long_side", 1024), upscale=kwargs.pop("upscale", True),
-                    thr=kwargs.pop("letterbox_threshold", 16.0 / 255.0),
-                    frac=kwargs.pop("letterbox_min_fraction", 0.02))
-        if kwargs:
-            raise ArgumentTypeError(f"read_clips got unexpected arguments {sorted(kwargs)}")
-        names = [f"{name or 'tensor'}[{b}]" for b in range(source.shape[0])]
-        return _tensor_clips(source, sel, device, names, fps, opts)
+        unknown = sorted(set(kwargs) - set(_TENSOR_OPTIONS))
+        if unknown:
+            raise ArgumentTypeError(f"read_clips got unexpected arguments {unknown}")
+        return clips_from_tensor(source, name=name or "tensor", **{"long_side": 1024, **kwargs})
     if isinstance(source, (str, os.PathLike)):
         return [read_clip(source, name=name, **kwargs)]
     if isinstance(source, (list, tuple)):
@@ -127,6 +143,8 @@ def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     elif path.suffix.lower() in IMAGE_SUFFIXES:
         images, idx, ws, meta = _read_images([path], sel, opts)
         meta["source"] = "image"
+    elif opts.get("stream"):
+        return _streamed_clip(path, sel, device, name, fps, opts)
     else:
         images, idx, ws, meta = _read_video(path, sel, opts)
         meta["source"] = "video"
@@ -153,6 +171,39 @@ def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
     check_indices_in_range(sel.indices, dec.decoded)
     pos = {src: k for k, src in enumerate(dec.indices)}
     return [dec.images[pos[i]] for i in sel.indices], list(sel.indices), sizes[0], meta
+
+
+def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
+                   fps: Optional[float], opts: Dict[str, Any]) -> Clip:
+    """A video file as a Clip whose ``frames`` are a :class:`VideoFrames` store: one decoding
+    pass now (metadata, and the letterbox mask from running maxima), frames on demand later."""
+    sizes: List[WorkingSize] = []
+    acc, buf = ContentMaskAccumulator(), []
+
+    def plan(h: int, w: int):
+        sizes.append(working_size(h, w, opts["long_side"], opts["upscale"]))
+        return lambda rgb: resize_image(rgb, sizes[0])
+
+    def sink(image: np.ndarray) -> None:  # chunks of frames into the mask accumulator
+        buf.append(torch.from_numpy(image).permute(2, 0, 1))
+        if len(buf) == _MASK_CHUNK:
+            acc.update(torch.stack(buf))
+            buf.clear()
+
+    dec = decode_selected(path, sel, plan, sink)
+    if buf:
+        acc.update(torch.stack(buf))
+    idx = list(dec.indices)
+    if sel.indices is not None:
+        check_indices_in_range(sel.indices, dec.decoded)
+        idx = list(sel.indices)
+    meta = dict(dec.metadata(path), source="video", path=str(path))
+    source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
+    meta.update(source_fps=source_fps, fps_source=fps_source)
+    frames = VideoFrames(path, idx, sizes[0], device)
+    mask = acc.mask(opts["thr"], opts["frac"]).to(frames.device)
+    return _finish(frames, idx, sizes[0], sel.fps(source_fps), name or path.stem, meta, opts,
+                   mask=mask)
 
 
 def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any]):
@@ -198,33 +249,111 @@ def _pick_fps(source_fps: Optional[float], given: Optional[float]) -> Tuple[floa
 
 # ---------------------------------------------------------------------------------- tensors
 
-def _check_tensor(x: torch.Tensor) -> None:
-    """Raise VideoReadError unless ``x`` is a (B, T, C, H, W) uint8 / float-in-[0, 1] batch."""
-    shape = tuple(x.shape[1:])
-    if x.ndim != 5 or x.shape[2] not in (1, 3):
-        hint = ""
-        if x.ndim == 5 and x.shape[-1] in (1, 3):
-            hint = " (looks channels-last: permute to (T, C, H, W))"
-        raise VideoReadError(f"a clip tensor must be (T, C, H, W) with C in {{1, 3}}, got "
-                             f"{shape}{hint}")
+_TENSOR_OPTIONS = ("long_side", "stride", "max_frames", "indices", "device", "fps",
+                   "letterbox_threshold", "letterbox_min_fraction", "upscale")
+
+
+def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
+    """Raise :class:`~geocon_torch.errors.ClipTensorError` unless ``x`` is a valid clip tensor.
+
+    The one rule for in-memory video in the package (``read_clip``, ``clip_from_tensor``,
+    ``score_clip``, the epipolar sections and every Metric class): shape (T, C, H, W), or
+    (B, T, C, H, W) with ``batched=True``; C in {1, 3}; T >= 1; dtype uint8 or a float dtype
+    with every value finite and in [0, 1] (1e-6 tolerance). Nothing is clamped: a float batch
+    in [-1, 1] or 0..255, NaN, int64, bool or channels-last is rejected with a hint.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise ClipTensorError(f"a clip must be a torch.Tensor, got {type(x).__name__}")
+    want = 5 if batched else 4
+    shape = tuple(x.shape[1:]) if batched and x.ndim == 5 else tuple(x.shape)
+    if x.ndim != want:
+        layout = "(B, T, C, H, W)" if batched else "(T, C, H, W)"
+        raise ClipTensorError(f"a clip {'batch' if batched else 'tensor'} must be {layout} with C"
+                              f" in {{1, 3}}, got shape {tuple(x.shape)}")
+    if shape[1] not in (1, 3):
+        hint = " (looks channels-last: permute to (T, C, H, W))" if shape[-1] in (1, 3) else ""
+        raise ClipTensorError(f"a clip tensor must be (T, C, H, W) with C in {{1, 3}}, got "
+                              f"{shape}{hint}")
     if x.dtype not in _TENSOR_DTYPES:
-        raise VideoReadError(f"a clip tensor must be uint8, or float in [0, 1]; got {x.dtype}")
-    if x.shape[1] == 0:
-        raise VideoReadError(f"the clip tensor has 0 frames (shape {shape})")
+        raise ClipTensorError(f"a clip tensor must be uint8, or float in [0, 1]; got {x.dtype}")
+    if shape[0] == 0:
+        raise ClipTensorError(f"the clip tensor has 0 frames (shape {shape})")
     if x.is_floating_point() and x.numel():
-        lo, hi = x.min().item(), x.max().item()
-        if not (np.isfinite(lo) and np.isfinite(hi)):
-            raise VideoReadError("the clip tensor holds NaN or infinite values")
-        if lo < -_RANGE_TOL or hi > 1 + _RANGE_TOL:
-            hint = " (looks like [-1, 1]: pass (x + 1) / 2)" if lo < 0 and hi <= 1 else ""
-            hint = " (looks like 0..255: pass x / 255 or uint8)" if hi > 1 and lo >= 0 else hint
-            raise VideoReadError(f"float clip tensors must lie in [0, 1]; got values in "
-                                 f"[{lo:.4g}, {hi:.4g}]{hint}")
+        _check_float_range(x)
 
 
-def _tensor_clips(x: torch.Tensor, sel: FrameSelection, device, names: List[str],
-                  fps: Optional[float], opts: Dict[str, Any]) -> List[Clip]:
-    _check_tensor(x)
+def _check_float_range(x: torch.Tensor) -> None:
+    lo_t, hi_t = torch.aminmax(x.detach().float())
+    lo, hi = float(lo_t), float(hi_t)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ClipTensorError("the clip tensor holds NaN or infinite values")
+    if lo < -_RANGE_TOL or hi > 1 + _RANGE_TOL:
+        hint = " (looks like [-1, 1]: pass (x + 1) / 2)" if lo < 0 and hi <= 1 else ""
+        hint = " (looks like 0..255: pass x / 255 or uint8)" if hi > 1 and lo >= 0 else hint
+        raise ClipTensorError(f"float clip tensors must lie in [0, 1]; got values in "
+                              f"[{lo:.4g}, {hi:.4g}]{hint}")
+
+
+def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
+                      **kwargs: Any) -> List[Clip]:
+    """The one tensor -> Clip path: a (B, T, C, H, W) batch -> B Clips named ``name[b]``.
+
+    Checked by :func:`check_clip_tensor` (raises ClipTensorError), then frames are selected,
+    floats mapped to uint8 (``round(x * 255)``), gray repeated to RGB, resized in one batched
+    call on the tensor's (or ``device``'s) device and given a letterbox content mask.
+
+    Args:
+        videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3}.
+        name: clip ``b`` is named ``f"{name}[{b}]"``.
+        **kwargs: ``long_side`` (default None here: native pixels; an odd side loses its last
+            row / column, as everywhere in the package), ``stride``, ``max_frames``,
+            ``indices``, ``device``, ``fps``, ``letterbox_threshold``,
+            ``letterbox_min_fraction``, ``upscale``: as in :func:`read_clip`.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.io import clips_from_tensor
+        >>> clips = clips_from_tensor(torch.rand(2, 3, 3, 32, 48))
+        >>> [c.name for c in clips], tuple(clips[0].frames.shape), clips[0].frames.dtype
+        (['tensor[0]', 'tensor[1]'], (3, 3, 32, 48), torch.uint8)
+    """
+    check_clip_tensor(videos, batched=True)
+    names = [f"{name}[{b}]" for b in range(videos.shape[0])]
+    return _tensor_clips(videos, names, **kwargs)
+
+
+def clip_from_tensor(frames: torch.Tensor, *, name: str = "tensor", **kwargs: Any) -> Clip:
+    """One (T, C, H, W) clip tensor -> Clip, by the rule of :func:`clips_from_tensor` (same
+    keyword arguments; ``long_side`` default None = native pixels).
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.io import clip_from_tensor
+        >>> clip = clip_from_tensor(torch.zeros(4, 1, 30, 40), long_side=20)
+        >>> tuple(clip.frames.shape), clip.name
+        ((4, 3, 16, 20), 'tensor')
+        >>> clip_from_tensor(torch.full((4, 3, 30, 40), 2.0))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        geocon_torch.errors.ClipTensorError: float clip tensors must lie in [0, 1]; got ...
+    """
+    if isinstance(frames, torch.Tensor) and frames.ndim == 5:
+        raise ClipTensorError(f"one clip is (T, C, H, W); got a batch {tuple(frames.shape)}: "
+                              f"use clips_from_tensor / read_clips")
+    check_clip_tensor(frames)
+    return _tensor_clips(frames.unsqueeze(0), [name], **kwargs)[0]
+
+
+def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int] = None,
+                  stride: int = 1, max_frames: Optional[int] = None,
+                  indices: Optional[Iterable[int]] = None,
+                  device: Union[None, str, torch.device] = None, fps: Optional[float] = None,
+                  letterbox_threshold: float = 16.0 / 255.0,
+                  letterbox_min_fraction: float = 0.02, upscale: bool = True) -> List[Clip]:
+    """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`)."""
+    sel = frame_selection(stride, max_frames, indices)
+    opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
+                frac=letterbox_min_fraction)
     b, t, c, h, w = x.shape
     meta_base = {"source": "tensor", "shape": [t, c, h, w], "dtype": str(x.dtype).replace(
         "torch.", ""), "codec": None, "container_frames": t, "decoded_frames": t,
@@ -254,8 +383,8 @@ def _tensor_clips(x: torch.Tensor, sel: FrameSelection, device, names: List[str]
 
 # ----------------------------------------------------------------------------------- common
 
-def _finish(frames: torch.Tensor, idx: List[int], ws: WorkingSize, fps: float, name: str,
-            meta: Dict[str, Any], opts: Dict[str, Any],
+def _finish(frames: Union[torch.Tensor, VideoFrames], idx: List[int], ws: WorkingSize,
+            fps: float, name: str, meta: Dict[str, Any], opts: Dict[str, Any],
             mask: Optional[torch.Tensor] = None) -> Clip:
     if mask is None:
         mask = detect_content_mask(frames, opts["thr"], opts["frac"])

@@ -33,10 +33,11 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .._tensor_utils import masked_mean, masked_quantile
+from ..config import FOREGROUND_SCORE_CHOICES
 from ..errors import InputError, ShapeError
 from ..geometry import weighted_affine_lstsq
 
-SCORES = ("wmse", "w2")
+SCORES = FOREGROUND_SCORE_CHOICES  # the one list (config.foreground.score)
 
 
 def _check_inputs(flow: torch.Tensor, masks: torch.Tensor,
@@ -209,8 +210,8 @@ def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch
     cells = (wts > 0).sum(-1)
     valid = (fit_ok & (cells >= 3)).reshape(p_, k_) & (pixels >= int(min_pixels))
     d = d.reshape(p_, k_)
-    d = torch.where(valid & torch.isfinite(d), d, torch.zeros_like(d))
-    return d, valid & torch.isfinite(d)
+    valid = valid & torch.isfinite(d)  # NaN / inf flow inside an object: invalid, never a 0
+    return torch.where(valid, d, torch.zeros_like(d)), valid
 
 
 def adadfrc_summary(D: torch.Tensor, valid: torch.Tensor, percentile: float = 0.9

@@ -1,35 +1,36 @@
 """torchmetrics classes for background consistency (IR / GE), e.g. inside a training loop.
 
-``BackgroundConsistency`` scores every clip of a batch with :func:`geocon_torch.score_clips`
-(background only by default) and keeps the per-clip values as ``cat`` states, so the clip-level
-medians are exact after a ``torch.distributed`` sync (every rank's clips are gathered before the
-median; counts are ``sum`` states). ``compute()`` returns a dict of 0-d float64 tensors (``None``
-for a value no clip produced). ``BackgroundInlierRatio`` / ``BackgroundGeometricError`` return
-one number each.
-
-    metric = BackgroundConsistency(config={"io": {"long_side": 480}})
-    metric.update(videos)          # (B, T, C, H, W) uint8 / float [0, 1], any device; or paths
-    metric.compute()["ir"]         # median clip IR over every clip seen (all ranks)
+``BackgroundConsistency`` scores every clip of a batch with
+:func:`~geocon_torch.metrics.functional.background_consistency` (``score_clips``, background
+preset by default) and keeps the per-clip values as ``cat`` states, so the clip-level medians
+are exact after a ``torch.distributed`` sync (every rank's clips are gathered before the
+median; counts are ``sum`` states). ``compute()`` returns a dict of 0-d tensors; a value no clip
+produced is NaN with a warning naming the first not_applicable / error reason (the package's
+"no data" convention, never None). ``BackgroundInlierRatio`` / ``BackgroundGeometricError``
+return one number each. A malformed batch raises ClipTensorError in ``update`` (the io tensor
+rule), exactly as ``read_clip`` and the epipolar classes do.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
-from torchmetrics import Metric
+from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
-from .._tensor_utils import masked_median
 from ..config import GeoConConfig, load_config
-
-_VALUES = ("ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px")
-_COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error", "num_pass")
+from .functional._common import OK
+from .functional.background import (BACKGROUND_COUNTS, BACKGROUND_VALUES,
+                                    _background_consistency_compute,
+                                    _background_consistency_update)
+from ._base import GeoConMetric
 
 Videos = Union[torch.Tensor, Sequence[Union[str, Path, torch.Tensor]]]
+_PLOTTED = ("ir", "ir_h", "ir_f", "pass_rate")
 
 
-class BackgroundConsistency(Metric):
+class BackgroundConsistency(GeoConMetric):
     """Median clip IR / GE (and both model families, pass rate, status counts) over all clips.
 
     Args:
@@ -37,11 +38,42 @@ class BackgroundConsistency(Metric):
         preset: score_clip preset (default "background": no foreground / epipolar work).
         scoring_device: where features and fits run (default: each clip tensor's device).
         **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``...).
+
+    ``compute()`` returns 0-d tensors: the float64 medians ``ir``, ``ge_px``, ``ir_h``,
+    ``ge_h_px``, ``ir_f``, ``ge_f_px`` over the clips that produced them, ``pass_rate``
+    (num_pass / num_ok) and the int64 counts ``num_clips``, ``num_ok``, ``num_not_applicable``,
+    ``num_error``, ``num_pass``. NaN (with one warning) where no clip gave a value.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.metrics import BackgroundConsistency
+        >>> import torch.nn.functional as F
+        >>> g = torch.Generator().manual_seed(0)
+        >>> tex = F.avg_pool2d(torch.rand(1, 3, 80, 112, generator=g), 5, stride=1, padding=2)[0]
+        >>> tex = ((tex - tex.min()) / (tex.max() - tex.min()) * 255).to(torch.uint8)
+        >>> pan = torch.stack([tex[:, 8:72, 2 * t:2 * t + 96] for t in range(3)])  # (3, 3, 64, 96)
+        >>> metric = BackgroundConsistency(config={"io": {"long_side": None}})
+        >>> metric.update(pan[None])  # (B, T, C, H, W)
+        >>> out = metric.compute()
+        >>> out["ir"].item(), int(out["num_ok"]), int(out["num_error"])
+        (1.0, 1, 0)
     """
 
     higher_is_better: Optional[bool] = None
     is_differentiable = False
     full_state_update = False
+    plot_lower_bound: Optional[float] = 0.0
+    plot_upper_bound: Optional[float] = 1.0
+
+    ir: List[Tensor]
+    ge_px: List[Tensor]
+    ir_h: List[Tensor]
+    ge_h_px: List[Tensor]
+    ir_f: List[Tensor]
+    ge_f_px: List[Tensor]
+    num_clips: Tensor
+    num_ok: Tensor
+    num_pass: Tensor
 
     def __init__(self, config: Union[None, str, Path, dict, GeoConConfig] = None, *,
                  preset: str = "background", scoring_device: Optional[torch.device] = None,
@@ -50,57 +82,80 @@ class BackgroundConsistency(Metric):
         self.config = load_config(config)
         self.preset = preset
         self.scoring_device = scoring_device
-        for name in _VALUES:  # one entry per clip (list states gather uneven ranks)
+        for name in BACKGROUND_VALUES:  # one entry per clip (list states gather uneven ranks)
             self.add_state(name, default=[], dist_reduce_fx="cat")
-        for name in _COUNTS:
+        for name in ("num_clips", "num_ok", "num_pass"):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self._add_no_data_states()
 
     def update(self, videos: Videos, masks: Any = None, poses: Any = None) -> None:
         """Score a batch: ``videos`` (B, T, C, H, W) tensor or a list of paths / (T, C, H, W)
         tensors; ``masks`` / ``poses`` optional, one entry per clip (or a batched tensor)."""
-        from ..pipeline import score_clips
+        got = _background_consistency_update(videos, masks, poses, self.config, self.preset,
+                                             self.scoring_device, self.num_clips.device)
+        for name in BACKGROUND_VALUES:  # only clips that produced the value (no NaN, no fake 0)
+            v = got.values[name]
+            getattr(self, name).append(v[~torch.isnan(v)])
+        self.num_clips += got.status.numel()
+        self.num_ok += got.count(OK)
+        self.num_pass += int((got.values["passed"] == 1.0).sum())
+        self._record_clips(got.status, got.first_reason())
 
-        results = score_clips(videos, masks=masks, poses=poses, config=self.config,
-                              device=self.scoring_device, preset=self.preset)
-        dev = self.num_clips.device
-        for name in _VALUES:  # only clips that produced the value (no NaN, no fake 0)
-            vals = [float(r.background[name]) for r in results
-                    if r.status == "ok" and r.background.get(name) is not None]
-            getattr(self, name).append(torch.tensor(vals, dtype=torch.float64, device=dev))
-        status = [r.status for r in results]
-        self.num_clips += len(results)
-        self.num_ok += status.count("ok")
-        self.num_not_applicable += status.count("not_applicable")
-        self.num_error += status.count("error")
-        self.num_pass += sum(1 for r in results if r.background.get("pass") is True)
+    def _counts(self) -> Dict[str, Tensor]:
+        return {name: getattr(self, name) for name in BACKGROUND_COUNTS}
 
-    def compute(self) -> Dict[str, Optional[torch.Tensor]]:
-        out: Dict[str, Optional[torch.Tensor]] = {}
-        for name in _VALUES:
+    def compute(self) -> Dict[str, Tensor]:
+        values = {}
+        for name in BACKGROUND_VALUES:
             state = getattr(self, name)
-            v = dim_zero_cat(state) if (isinstance(state, torch.Tensor) or state) else None
-            out[name] = (masked_median(v, torch.ones_like(v, dtype=torch.bool))[0]
-                         if v is not None and v.numel() else None)
-        for name in _COUNTS:
-            out[name] = getattr(self, name).clone()
-        out["pass_rate"] = (self.num_pass.double() / self.num_ok.double()
-                            if int(self.num_ok) > 0 else None)
+            values[name] = (dim_zero_cat(state) if isinstance(state, Tensor) or len(state) else
+                            torch.zeros(0, dtype=torch.float64, device=self.num_clips.device))
+        out = _background_consistency_compute(values, self._counts())
+        self._warn_nan(out, BACKGROUND_VALUES + ("pass_rate",), self._counts())
         return out
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot ``ir``, ``ir_h``, ``ir_f`` and ``pass_rate`` (bounds [0, 1]) of one ``compute()``
+        output or a list of them (default: the current value). Returns (figure, axes)."""
+        return self._plot_subset(val, _PLOTTED, ax)
 
 
 class BackgroundInlierRatio(BackgroundConsistency):
-    """Median clip background IR of the gated regime (higher is better)."""
+    """Median clip background IR of the gated regime, in [0, 1] (higher is better); NaN (with
+    a warning) when no clip produced one.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.metrics import BackgroundInlierRatio
+        >>> metric = BackgroundInlierRatio(config={"io": {"long_side": None}})
+        >>> metric.update(torch.full((1, 3, 3, 48, 64), 128, dtype=torch.uint8))  # flat grey
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     value = metric.compute()  # not_applicable: no texture
+        >>> value, "no applicable clip gave ir" in str(caught[0].message)
+        (tensor(nan, dtype=torch.float64), True)
+    """
 
     higher_is_better = True
 
-    def compute(self) -> Optional[torch.Tensor]:  # type: ignore[override]
+    def compute(self) -> Tensor:  # type: ignore[override]
         return super().compute()["ir"]
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot the IR (one value or a list of them); bounds [0, 1]."""
+        return self._plot(val, ax)
 
 
 class BackgroundGeometricError(BackgroundConsistency):
-    """Median clip background GE in px at working resolution (lower is better)."""
+    """Median clip background GE in px at working resolution, >= 0 (lower is better)."""
 
     higher_is_better = False
+    plot_upper_bound: Optional[float] = None
 
-    def compute(self) -> Optional[torch.Tensor]:  # type: ignore[override]
+    def compute(self) -> Tensor:  # type: ignore[override]
         return super().compute()["ge_px"]
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot the GE in px (one value or a list of them); lower bound 0."""
+        return self._plot(val, ax)

@@ -1,85 +1,44 @@
 """torchmetrics classes of the WorldAtlas epipolar trio: ``EpipolarError``, ``EpipolarInlierRate``,
 ``FeatureMatchCoverage``.
 
-All three hold the same states and run the same analysis (:func:`epipolar_sections`): in a
-``MetricCollection`` torchmetrics puts them in one compute group (one update for the three), and
-used separately they share a small cache keyed by the batch tensor, so a batch is analysed once.
-The value over a run is the mean of the per-clip values over the *applicable* clips (clips that
-come back not_applicable are counted in ``num_not_applicable`` and left out); with no applicable
-clip ``compute()`` warns and returns NaN. States are sums (``dist_reduce_fx="sum"``), so
-``merge_state`` and torch.distributed sync are exact.
+All three hold the same states and run the same analysis
+(:func:`~geocon_torch.metrics.functional.epipolar._epipolar_update`, i.e.
+:func:`epipolar_sections` on the batch converted by the one io tensor -> Clip path). There is no
+module-level cache: in a ``MetricCollection`` torchmetrics' compute groups share one update
+among the three (after the first update, or from the start with :func:`epipolar_collection`);
+used as separate objects, each class analyses the batch itself.
+
+The value over a run is the mean of the per-clip values over the *applicable* clips; clips that
+come back not_applicable are counted in ``num_not_applicable`` and left out. With no applicable
+clip ``compute()`` warns (counts and the first reason) and returns NaN. Every state is a
+``sum`` (or the ``cat`` reason state), so ``merge_state`` and torch.distributed sync are exact;
+``compute()``, ``compute_score()``, ``counts()`` and ``first_reason()`` all read synced states
+(collectives under DDP: call them on every rank). ``last_sections`` (the sections of the last
+batch analysed by this object) is a local diagnostic, not a metric value.
 
 Example::
 
-    trio = MetricCollection([EpipolarError(), EpipolarInlierRate(), FeatureMatchCoverage()])
-    trio.update(videos)          # (B, T, C, H, W) uint8 or float in [0, 1], any device
-    trio.compute()               # {"EpipolarError": px, "EpipolarInlierRate": .., ...}
+    trio = epipolar_collection()     # MetricCollection, one analysis per update
+    trio.update(videos)              # (B, T, C, H, W) uint8 or float in [0, 1], any device
+    trio.compute()                   # {"EpipolarError": px, "EpipolarInlierRate": .., ...}
 """
 from __future__ import annotations
 
-import weakref
-from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional
 
 import torch
-from torchmetrics import Metric
-from torchmetrics.utilities import rank_zero_warn
+from torch import Tensor
+from torchmetrics import MetricCollection
 
-from ..errors import ShapeError
-from ..types import Clip
-from ..sections.epipolar import (ConfigLike, clip_from_frames, epipolar_config,
-                                 epipolar_sections)
+from ..sections.epipolar import ConfigLike, epipolar_config
+from .functional._common import OK, VideosLike
+from .functional.epipolar import EPIPOLAR_FIELDS, _epipolar_compute, _epipolar_update
+from ._base import GeoConMetric
 
-VideosLike = Union[torch.Tensor, Sequence[Union[torch.Tensor, Clip]]]
-
-_CACHE: "OrderedDict[Tuple, Tuple[Any, List[Dict[str, Any]]]]" = OrderedDict()
-_CACHE_SIZE = 4
-_FIELDS = {"error": "epipolar_error", "score": "epipolar_error_score",
-           "rate": "epipolar_inlier_rate", "coverage": "feature_match_coverage"}
+_COUNTS = ("num_clips", "num_applicable", "num_not_applicable", "num_error")
 
 
-def as_clips(videos: VideosLike) -> List[Clip]:
-    """(B, T, C, H, W) tensor, or a list of (T, C, H, W) tensors / Clips -> list of Clips."""
-    if isinstance(videos, torch.Tensor):
-        if videos.ndim != 5:
-            raise ShapeError(f"videos must have shape (B, T, C, H, W), got {tuple(videos.shape)}")
-        return [clip_from_frames(v, name=f"batch[{b}]") for b, v in enumerate(videos)]
-    return [v if isinstance(v, Clip) else clip_from_frames(v, name=f"batch[{b}]")
-            for b, v in enumerate(videos)]
-
-
-def _cache_key(videos: VideosLike, config: Any, path: str, features: Optional[str]) -> Tuple:
-    if isinstance(videos, torch.Tensor):
-        ident: Tuple = (videos.data_ptr(), tuple(videos.shape), videos.dtype, str(videos.device),
-                        videos._version)
-    else:
-        ident = tuple(id(v) for v in videos)
-    return (id(videos), ident, repr(config), path, features)
-
-
-def shared_sections(videos: VideosLike, config: ConfigLike = None, *, path: str = "auto",
-                    features: Optional[str] = None) -> List[Dict[str, Any]]:
-    """Epipolar sections of a batch, computed once per (batch, config, path, features)."""
-    cfg = epipolar_config(config)
-    key = _cache_key(videos, cfg, path, features)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is videos:
-        _CACHE.move_to_end(key)
-        return hit[1]
-    clips = as_clips(videos)
-    device = clips[0].frames.device if clips else None
-    sections = epipolar_sections(clips, cfg, preset="worldatlas", path=path, device=device,
-                                 features=features)
-    try:
-        _CACHE[key] = (weakref.ref(videos), sections)
-    except TypeError:  # a plain list cannot be weak-referenced: do not cache it
-        return sections
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return sections
-
-
-class _EpipolarTrio(Metric):
+class _EpipolarTrio(GeoConMetric):
     """Shared states and update of the three epipolar metrics (see the module docstring).
 
     Args:
@@ -93,73 +52,132 @@ class _EpipolarTrio(Metric):
     full_state_update = False
     _field = "error"
 
+    error_sum: Tensor
+    score_sum: Tensor
+    rate_sum: Tensor
+    coverage_sum: Tensor
+    num_applicable: Tensor
+    num_clips: Tensor
+
     def __init__(self, config: ConfigLike = None, *, path: str = "auto",
                  features: Optional[str] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.epipolar_config = epipolar_config(config)
         self.path = path
         self.features = features
-        for name in _FIELDS:
+        for name in EPIPOLAR_FIELDS:
             self.add_state(f"{name}_sum", torch.tensor(0.0, dtype=torch.float64),
                            dist_reduce_fx="sum")
         self.add_state("num_applicable", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("num_clips", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self._add_no_data_states()
         self.last_sections: List[Dict[str, Any]] = []
 
     def update(self, videos: VideosLike) -> None:
         """Analyse a batch: (B, T, C, H, W) uint8 / float [0, 1] tensor (any device) or a list
-        of (T, C, H, W) tensors or Clips."""
-        sections = shared_sections(videos, self.epipolar_config, path=self.path,
-                                   features=self.features)
-        self.last_sections = sections
-        ok = [s for s in sections if s["status"] == "ok"]
-        for name, key in _FIELDS.items():
-            total = sum(float(s[key]) for s in ok)
+        of (T, C, H, W) tensors or Clips. Raises ClipTensorError for a malformed batch."""
+        got, self.last_sections = _epipolar_update(videos, self.epipolar_config, self.path,
+                                                   self.features, self.num_clips.device)
+        ok = got.status == OK
+        for name, key in EPIPOLAR_FIELDS.items():
             state = getattr(self, f"{name}_sum")
-            setattr(self, f"{name}_sum", state + torch.tensor(total, dtype=torch.float64,
-                                                              device=state.device))
-        self.num_applicable += len(ok)
-        self.num_clips += len(sections)
+            setattr(self, f"{name}_sum", state + got.values[key][ok].sum())
+        self.num_applicable += int(ok.sum())
+        self.num_clips += got.status.numel()
+        self._record_clips(got.status, got.first_reason())
 
-    @property
-    def num_not_applicable(self) -> int:
-        return int(self.num_clips - self.num_applicable)
+    def _mean(self, name: str) -> Tensor:
+        value = _epipolar_compute(getattr(self, f"{name}_sum"), self.num_applicable)
+        field = EPIPOLAR_FIELDS[name]
+        self._warn_nan({field: value}, (field,), {k: getattr(self, k) for k in _COUNTS})
+        return value
 
-    def _mean(self, name: str) -> torch.Tensor:
-        n = int(self.num_applicable)
-        if n == 0:
-            rank_zero_warn(f"{type(self).__name__}: no applicable clip among {int(self.num_clips)}"
-                           " (all not_applicable); returning NaN")
-            return torch.tensor(float("nan"), dtype=torch.float64, device=self.num_clips.device)
-        return getattr(self, f"{name}_sum") / n
-
-    def compute(self) -> torch.Tensor:
+    def compute(self) -> Tensor:
         return self._mean(self._field)
+
+    def counts(self) -> Dict[str, Tensor]:
+        """Synced 0-d int64 counts: ``num_clips``, ``num_applicable``, ``num_not_applicable``,
+        ``num_error`` (a collective under DDP: call it on every rank)."""
+        return self._synced(lambda: {k: getattr(self, k).clone() for k in _COUNTS})
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot one ``compute()`` value or a list of them (torchmetrics ``_plot``, with this
+        class's bounds). Returns (figure, axes)."""
+        return self._plot(val, ax)
 
 
 class EpipolarError(_EpipolarTrio):
     """Mean over applicable clips of ``epipolar_error`` (px at the analysis resolution: median
-    over pairs of the per-pair median Sampson distance of the RANSAC inliers). Lower is better.
-    ``compute_score()`` gives the mean normalised score clip(1 - error / 5, 0, 1)."""
+    over pairs of the per-pair median Sampson distance of the RANSAC inliers), >= 0. Lower is
+    better. ``compute_score()`` gives the mean normalised score clip(1 - error / 5, 0, 1),
+    synced like ``compute()``.
+
+    Example:
+        >>> import torch, warnings
+        >>> from geocon_torch.metrics import EpipolarError
+        >>> metric = EpipolarError()
+        >>> metric.update(torch.full((2, 3, 3, 64, 64), 128, dtype=torch.uint8))  # flat grey
+        >>> with warnings.catch_warnings(record=True):
+        ...     warnings.simplefilter("always")
+        ...     value, score = metric.compute(), metric.compute_score()
+        >>> value, int(metric.counts()["num_not_applicable"])
+        (tensor(nan, dtype=torch.float64), 2)
+    """
 
     higher_is_better = False
+    plot_lower_bound: Optional[float] = 0.0
     _field = "error"
 
-    def compute_score(self) -> torch.Tensor:
-        return self._mean("score")
+    def compute_score(self) -> Tensor:
+        """Mean normalised score over applicable clips, in [0, 1] (synced; NaN when none)."""
+        return self._synced(lambda: self._mean("score"))
 
 
 class EpipolarInlierRate(_EpipolarTrio):
     """Mean over applicable clips of ``epipolar_inlier_rate`` (RANSAC inliers / ratio-filtered
-    matches, averaged over pairs). Higher is better."""
+    matches, averaged over pairs), in [0, 1]. Higher is better.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.metrics import EpipolarInlierRate
+        >>> metric = EpipolarInlierRate()
+        >>> metric.update([torch.zeros(2, 1, 48, 48)])  # a list of (T, C, H, W) clips
+        >>> int(metric.counts()["num_clips"]), metric.first_reason() is not None
+        (1, True)
+    """
 
     higher_is_better = True
+    plot_lower_bound: Optional[float] = 0.0
+    plot_upper_bound: Optional[float] = 1.0
     _field = "rate"
 
 
 class FeatureMatchCoverage(_EpipolarTrio):
     """Mean over applicable clips of ``feature_match_coverage`` (min(inliers / min(kp_left,
-    kp_right), 1), averaged over pairs). Higher is better."""
+    kp_right), 1), averaged over pairs), in [0, 1]. Higher is better.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.metrics import FeatureMatchCoverage
+        >>> metric = FeatureMatchCoverage()
+        >>> metric.update(torch.rand(1, 2, 3, 48, 48))  # float in [0, 1] is accepted
+        >>> int(metric.num_clips)
+        1
+    """
 
     higher_is_better = True
+    plot_lower_bound: Optional[float] = 0.0
+    plot_upper_bound: Optional[float] = 1.0
     _field = "coverage"
+
+
+def epipolar_collection(config: ConfigLike = None, **kwargs: Any) -> MetricCollection:
+    """The trio as a MetricCollection with its compute group declared up front, so every
+    ``update`` (the first one too) analyses the batch once for the three metrics.
+
+    ``kwargs`` go to each class (``path``, ``features``, torchmetrics options)."""
+    return MetricCollection(
+        {"EpipolarError": EpipolarError(config, **kwargs),
+         "EpipolarInlierRate": EpipolarInlierRate(config, **kwargs),
+         "FeatureMatchCoverage": FeatureMatchCoverage(config, **kwargs)},
+        compute_groups=[["EpipolarError", "EpipolarInlierRate", "FeatureMatchCoverage"]])

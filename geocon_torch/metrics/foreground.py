@@ -1,32 +1,65 @@
-"""torchmetrics class for AdaDFRC-W2 (the math lives in ``measures.foreground``)."""
+"""torchmetrics class for AdaDFRC-W2 (the math lives in ``measures.foreground``; the functional
+split in :mod:`geocon_torch.metrics.functional.foreground`)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
-from torchmetrics import Metric
+from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
-from ..measures.foreground import SCORES, adadfrc
 from ..errors import InputError
+from ..measures.foreground import SCORES
+from .functional.foreground import _adadfrc_compute, _adadfrc_update
+from ._base import GeoConMetric
+
+_PLOTTED = ("pooled_adadfrc_mean", "pooled_adadfrc_quantile")
 
 
-class AdaDFRC(Metric):
+class AdaDFRC(GeoConMetric):
     """AdaDFRC-W2 pooled over every valid (pair, object) sample seen by :meth:`update`.
 
     ``update(flow (P, 2, H, W), masks (P, K, H, W) bool, reliability (P, H, W) | None)`` scores
-    each pair's objects with :func:`~geocon_torch.measures.foreground.adadfrc`.
-    ``compute()`` returns a dict of scalar tensors: ``adadfrc_mean`` (mean D over all valid
-    samples, px^2), ``adap90`` (the ``percentile`` quantile of those samples) and ``samples``
-    (their count). With no valid sample the two scores are NaN (undefined, never 0).
+    each pair's objects with :func:`~geocon_torch.metrics.functional.adadfrc`.
+    ``compute()`` returns a dict of 0-d tensors:
 
-    States (reduce correctly under torch.distributed): ``sum_d`` and ``count`` (``sum``) and
-    ``values`` (``cat``; needed for the quantile).
+    * ``pooled_adadfrc_mean``: mean D over all valid samples (px^2);
+    * ``pooled_adadfrc_quantile``: the ``percentile`` quantile of those samples;
+    * ``num_samples`` (their count), ``num_not_applicable`` ((pair, object) slots where the
+      object is absent or below ``min_pixels``) and ``num_error`` (valid slots with NaN / inf
+      flow inside the object or a non-finite D: left out of the pool).
+
+    The names say *pooled*: ``score_clip``'s foreground block reports ``adadfrc_mean`` /
+    ``adap90`` per object (over that object's pairs), a different quantity. With no valid
+    sample both scores are NaN (never 0) and ``compute()`` warns with the first reason.
+
+    States (reduce correctly under torch.distributed): ``sum_d``, ``count``,
+    ``num_not_applicable``, ``num_error`` (``sum``), ``values`` and ``reasons`` (``cat``;
+    ``values`` is needed for the quantile).
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.metrics import AdaDFRC
+        >>> flow = torch.zeros(2, 2, 32, 32)
+        >>> flow[:, 0] = 1.5  # rigid translation
+        >>> masks = torch.zeros(2, 1, 32, 32, dtype=torch.bool)
+        >>> masks[:, 0, 4:28, 4:28] = True
+        >>> metric = AdaDFRC()
+        >>> metric.update(flow, masks)
+        >>> out = metric.compute()
+        >>> int(out["num_samples"]), bool(out["pooled_adadfrc_mean"] < 1e-6)
+        (2, True)
     """
 
     higher_is_better = False
     is_differentiable = False
     full_state_update = False
+    plot_lower_bound: Optional[float] = 0.0
+    _unit = "(pair, object) sample"
+
+    sum_d: Tensor
+    count: Tensor
+    values: List[Tensor]
 
     def __init__(self, grid: int = 8, score: str = "wmse", min_pixels: int = 64,
                  percentile: float = 0.9, **kwargs: Any) -> None:
@@ -43,22 +76,33 @@ class AdaDFRC(Metric):
                        dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("values", default=[], dist_reduce_fx="cat")
+        self._add_no_data_states()
 
-    def update(self, flow: torch.Tensor, masks: torch.Tensor,
-               reliability: Optional[torch.Tensor] = None) -> None:
-        d, valid = adadfrc(flow, masks, reliability, grid=self.grid, score=self.score,
-                           min_pixels=self.min_pixels)
-        vals = d[valid].to(torch.float64)
+    def update(self, flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None) -> None:
+        vals, n_na, n_err = _adadfrc_update(flow, masks, reliability, grid=self.grid,
+                                            score=self.score, min_pixels=self.min_pixels)
         self.sum_d += vals.sum()
         self.count += vals.numel()
         self.values.append(vals)
+        reason = None
+        if n_err:
+            reason = f"error: NaN / inf flow or D in {n_err} (pair, object) samples"
+        elif n_na:
+            reason = (f"not_applicable: object absent or below min_pixels={self.min_pixels} px "
+                      f"in {n_na} (pair, object) slots")
+        self._record(n_na, n_err, reason)
 
-    def compute(self) -> Dict[str, torch.Tensor]:
+    def compute(self) -> Dict[str, Tensor]:
         vals = dim_zero_cat(self.values) if len(self.values) else \
             torch.zeros(0, dtype=torch.float64, device=self.sum_d.device)
-        nan = torch.tensor(float("nan"), dtype=torch.float64, device=self.sum_d.device)
-        if vals.numel() == 0:
-            return {"adadfrc_mean": nan, "adap90": nan.clone(), "samples": self.count.clone()}
-        return {"adadfrc_mean": self.sum_d / self.count,
-                "adap90": torch.quantile(vals, self.percentile),
-                "samples": self.count.clone()}
+        out = _adadfrc_compute(self.sum_d, self.count, vals.to(torch.float64), self.percentile)
+        counts = {"num_samples": self.count.clone(),
+                  "num_not_applicable": self.num_not_applicable.clone(),
+                  "num_error": self.num_error.clone()}
+        self._warn_nan(out, _PLOTTED, counts)
+        return {**out, **counts}
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot the pooled mean and quantile (px^2, lower bound 0) of one ``compute()`` output
+        or a list of them. Returns (figure, axes)."""
+        return self._plot_subset(val, _PLOTTED, ax)

@@ -1,5 +1,5 @@
 """``geocon report``: one static HTML page (plus PNGs in ``img/``) from a results store or a
-JSON-lines file: leaderboard (Table-1 style, epipolar trio, status counts), per-category
+JSON-lines file: leaderboard (Table-1 style, epipolar trio, status counts), per-prompt-category
 scene-balanced medians with bootstrap CIs, IR / GE distributions, the gate statistic histogram
 with its thresholds, gate calibration (equal-count bins, Wilson CIs) and net benefit,
 threshold-score sensitivity curves, percentile-aligned summaries, AdaP90 P80 anomaly rates,
@@ -11,15 +11,18 @@ import datetime
 import html
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..bench import stats
-from ..categories import expected_regime
 from ..bench.store import flatten_row, load_results
+from ..categories import expected_regime
 from . import plots
 from .audit import audit_card
+from .text import compact, counts, label
 
 CSS = """
 body{font-family:system-ui,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;max-width:1200px;
@@ -31,6 +34,7 @@ td.l,th.l{text-align:left}.card{border:1px solid #bbb;border-radius:6px;padding:
 .card table.facts td{text-align:left}figure{display:inline-block;margin:6px;vertical-align:top}
 figure img{max-width:560px;border:1px solid #eee}figcaption{font-size:0.8em;color:#555}
 .err{color:#a00}.muted{color:#777;font-size:0.85em}
+table.kv{font-size:0.85em;margin:4px 0}table.kv th,table.kv td{padding:1px 6px}
 """
 
 
@@ -42,6 +46,11 @@ def _f(v: Any, digits: int = 4) -> str:
             return "-"
         return f"{v:.{digits}g}"
     return html.escape(str(v))
+
+
+def _l(v: Any) -> str:
+    """A label cell (model, prompt category, behaviour): "unknown" when missing."""
+    return html.escape(label(v))
 
 
 def _ci(rec: Dict[str, Any], key: str, digits: int = 4) -> str:
@@ -86,12 +95,290 @@ def _pick_cards(flat: List[Dict[str, Any]], n: int, explicit: Optional[Sequence[
     return (picked + others)[:n]
 
 
+@dataclass
+class _Page:
+    """What every section reads: the flat rows of the chosen config (each with its result dict
+    under ``_result``), the page folder, its image folder and the bootstrap settings."""
+
+    flat: List[Dict[str, Any]]
+    out: Path
+    img: Path
+    n_boot: int
+    seed: int
+
+    @property
+    def boot(self) -> Dict[str, int]:
+        """Keyword arguments of every bootstrap statistic on the page."""
+        return {"n_boot": self.n_boot, "seed": self.seed}
+
+    def figure(self, src: Path, alt: str) -> str:
+        """An ``<figure>`` for a PNG written under :attr:`img`."""
+        return _img(src, self.out, alt)
+
+
+def _chosen_rows(source: Union[str, Path, List[Dict[str, Any]]], config_hash: Optional[str]
+                 ) -> Tuple[List[Dict[str, Any]], str, Counter, Optional[str]]:
+    """(rows of the chosen config, source name, config-hash counts, chosen hash); the chosen
+    hash is ``config_hash`` or the most common one."""
+    rows = list(source) if isinstance(source, list) else load_results(source)
+    src_name = "rows" if isinstance(source, list) else str(source)
+    hashes = Counter(r.get("config_hash") for r in rows)
+    chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
+    return [r for r in rows if r.get("config_hash") == chosen], src_name, hashes, chosen
+
+
+def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optional[str]) -> str:
+    """Source, config hash, package / schema versions, backends and bootstrap settings."""
+    flat = page.flat
+    versions = Counter(label(r.get("version")) for r in flat)
+    schemas = Counter(label(r.get("schema_version")) for r in flat)
+    backends = Counter(compact(r["_result"].get("backends") or {}) for r in flat)
+    head = [f"<p>Source <code>{html.escape(src_name)}</code>: {len(flat)} clips, config "
+            f"<code>{_f(chosen)}</code>"
+            + (f" (other configs in the source: {', '.join(_f(h) for h in hashes if h != chosen)})"
+               if len(hashes) > 1 else "") + "</p>",
+            f"<p class='muted'>package version (clips): {html.escape(counts(versions))}; "
+            f"result schema: {html.escape(counts(schemas))}; backends: "
+            f"{html.escape(counts(backends))}; bootstrap B = {page.n_boot}, seed "
+            f"{page.seed}; generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
+            " UTC</p>"]
+    return "\n".join(head)
+
+
+def _leaderboard_section(page: _Page) -> str:
+    """Table-1 style leaderboard per model with status counts, then the epipolar trio."""
+    t1 = stats.table1(page.flat, **page.boot)
+    counts = {c["model"]: c for c in stats.status_counts(page.flat)}
+    lb_rows = [[_l(r["model"]), _ci(r, "ir_pct", 4), _ci(r, "ge_px"), _ci(r, "adadfrc"),
+                f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
+                f"{counts[r['model']]['ok']} / {counts[r['model']]['not_applicable']} / "
+                f"{counts[r['model']]['error']}"] for r in t1]
+    lb = ["<h2 id='leaderboard'>Leaderboard</h2>",
+          "<p>Scene-balanced means over all prompt categories (paper Table 1; each scene = "
+          "(prompt category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
+          "IR &uarr;, GE &darr; (px at working resolution), AdaDFRC &darr; (clip mean over "
+          "objects).</p>",
+          _table(["model", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
+                  "ok / n.a. / error"], lb_rows)]
+    trio = stats.epipolar_trio(page.flat, **page.boot)
+    if any(r["epipolar_error_scenes"] for r in trio):
+        lb.append("<p>Epipolar trio (WorldAtlas / GVGC), scene-balanced medians:</p>")
+        lb.append(_table(["model", "epipolar_error (px)", "epipolar_inlier_rate",
+                          "feature_match_coverage"],
+                         [[_l(r["model"]), _ci(r, "epipolar_error"),
+                           _ci(r, "epipolar_inlier_rate"), _ci(r, "feature_match_coverage")]
+                          for r in trio]))
+    return "\n".join(lb)
+
+
+def _prompt_category_section(page: _Page) -> str:
+    """Per (model, prompt category): scene-balanced medians of IR and GE with CIs, their plot
+    and the per-clip distributions."""
+    cat = ["<h2 id='prompt-categories'>Per prompt category</h2>",
+           "<p>Scene-balanced medians (sec. 4.4) with 95% bootstrap CIs (resampling scenes, "
+           f"B = {page.n_boot}).</p>"]
+    for metric in ("ir", "ge_px"):
+        groups = stats.scene_balanced(page.flat, metric, by=("model", "prompt_category"),
+                                      **page.boot)
+        cat.append(_table(["model", "prompt category", f"median {metric}", "scenes", "clips"],
+                          [[_l(g["model"]), _l(g["prompt_category"]),
+                            _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"]}, "v"),
+                            str(g["n_scenes"]), str(g["n_clips"])] for g in groups], left=2))
+        if any(g["value"] is not None for g in groups):
+            cat.append(page.figure(
+                plots.prompt_category_cis(groups, metric, page.img / f"ci_{metric}.png"),
+                f"{metric}: scene-balanced median per prompt category with 95% CI"))
+        values: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in page.flat:
+            if r.get("status") == "ok" and r.get(metric) is not None:
+                values[label(r.get("prompt_category"))][label(r.get("model"))].append(r[metric])
+        if values:
+            cat.append(page.figure(
+                plots.distributions(values, metric, page.img / f"dist_{metric}.png"),
+                f"{metric} distribution per prompt category"))
+    return "\n".join(cat)
+
+
+def _gate_calibration(page: _Page, obs: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
+    """Calibration table + curve of P(F-expected | gate statistic) in equal-count bins."""
+    curve = stats.calibration_curve(obs["t"], obs["is_f"],
+                                    n_bins=min(12, max(2, obs["t"].size // 5)))
+    tau = thresholds.get("tau")
+    return [
+        "<p>Calibration P(F-expected | statistic), equal-count bins, Wilson 95% CIs (eq. 16); "
+        "F-expected = prompt categories C3 / C5 / C6.</p>",
+        _table(["bin", "t range", "n", "P(F)", "Wilson 95%"],
+               [[str(b), f"{_f(curve['t_min'][b])} - {_f(curve['t_max'][b])}",
+                 str(int(curve["count"][b])), _f(float(curve["p_hat"][b]), 3),
+                 f"[{_f(float(curve['lo'][b]), 3)}, {_f(float(curve['hi'][b]), 3)}]"]
+                for b in range(curve["count"].size)]),
+        page.figure(plots.calibration(curve, page.img / "gate_calibration.png",
+                                      tau if isinstance(tau, (int, float)) else None),
+                    "gate calibration curve")]
+
+
+def _gate_net_benefit(page: _Page, obs: Dict[str, Any], method: str) -> List[str]:
+    """Net benefit (eq. 18) and bootstrap balanced accuracy over a grid of thresholds."""
+    grid = (np.array([0.02, 0.03, 0.04, 0.05, 0.06, 0.08]) if method in ("poses", "dust3r")
+            else np.unique(np.quantile(obs["t"], np.linspace(0.05, 0.95, 10))))
+    nb = stats.net_benefit(obs["t"], obs["is_f"], grid)
+    ba = stats.balanced_accuracy_bootstrap(obs["t"], obs["is_f"], grid, seed=page.seed)
+    return [
+        "<p>Net benefit NB = (TP - c FP) / N (eq. 18) and balanced accuracy (bootstrap "
+        "B = 400) per threshold:</p>",
+        _table(["tau", "NB c=0.5", "NB c=1", "NB c=2", "balanced acc.", "95% CI",
+                "best in resamples"],
+               [[_f(float(tv)), *(_f(float(nb["nb"][c, k]), 3) for c in range(3)),
+                 _f(float(ba["point"][k]), 3),
+                 f"[{_f(float(ba['lo'][k]), 3)}, {_f(float(ba['hi'][k]), 3)}]",
+                 str(int(ba["best_counts"][k]))] for k, tv in enumerate(grid)], left=0),
+        page.figure(plots.net_benefit(nb, page.img / "net_benefit.png"), "net benefit sweep")]
+
+
+def _gate_section(page: _Page) -> str:
+    """Gate statistic histogram with its thresholds; calibration and net benefit against the
+    regime each prompt category is designed for (never the post-hoc behaviour)."""
+    gate = ["<h2 id='gate'>Translation gate</h2>"]
+    with_stat = [r for r in page.flat if isinstance(r.get("gate_statistic"), float)]
+    if not with_stat:
+        gate.append("<p class='muted'>No gate statistic in the results.</p>")
+        return "\n".join(gate)
+    method = Counter(r.get("gate_method") for r in with_stat).most_common(1)[0][0]
+    same = [r for r in with_stat if r.get("gate_method") == method]
+    thresholds = dict(Counter(tuple(sorted(_thresholds(r["_result"].get("gate")).items()))
+                              for r in same).most_common(1)[0][0])
+    labels = [expected_regime(r.get("prompt_category")) for r in same]
+    lab = [x == "F" for x in labels] if all(x is not None for x in labels) else None
+    decisions = Counter(label(r.get("gate_decision")) for r in same)
+    gate.append(f"<p>method <b>{_l(method)}</b>, {len(same)} clips; decisions (clips): "
+                f"{html.escape(counts(decisions))}; thresholds: "
+                f"{html.escape(compact(thresholds))}.</p>")
+    gate.append(page.figure(
+        plots.gate_histogram([r["gate_statistic"] for r in same], thresholds,
+                             page.img / "gate_hist.png", labels=lab, name=f"{method} statistic"),
+        "gate statistic histogram with its thresholds"))
+    obs = stats.gate_observations(page.flat, method)
+    if obs["t"].size >= 4 and 0 < obs["is_f"].sum() < obs["t"].size:
+        gate += _gate_calibration(page, obs, thresholds) + _gate_net_benefit(page, obs, method)
+    else:
+        gate.append("<p class='muted'>Calibration needs clips of both designed regimes "
+                    "(prompt categories C1/C2/C4 and C3/C5/C6).</p>")
+    return "\n".join(gate)
+
+
+def _sensitivity_section(page: _Page) -> str:
+    """Report-gate pass rate vs GE threshold, IR vs inlier thresholds, percentile-aligned GE."""
+    flat, img = page.flat, page.img
+    sens = ["<h2 id='sensitivity'>Threshold-score sensitivity</h2>"]
+    rg = stats.report_gate_sensitivity(flat)
+    curves = [{"model": r["model"], "ge": r["ge_thresholds"],
+               "pass": r["pass"][r["ir_thresholds"].index(0.97)]} for r in rg if r["n"]]
+    if curves:
+        sens.append(page.figure(
+            plots.sensitivity(curves, img / "sens_report_gate.png", x_key="ge", y_key="pass",
+                              label_key="model", xlabel="GE threshold delta (px)",
+                              ylabel="fraction passing",
+                              title="report gate IR >= 0.97 and GE <= delta"),
+            "report-gate pass rate vs GE threshold"))
+        sens.append(_table(["model", "n"] + [f"IR>={a:g}, GE<={d:g}" for a in
+                                             rg[0]["ir_thresholds"][-2:] for d in
+                                             rg[0]["ge_thresholds"]],
+                           [[_l(r["model"]), str(r["n"])] +
+                            [_f(v, 3) for row in r["pass"][-2:] for v in row] for r in rg]))
+    inl = stats.inlier_threshold_sensitivity(flat)
+    for fam, tau_name in (("h", "tau_H (px)"), ("f", "tau_F")):
+        cs = [r for r in inl if f"tau_{fam}" in r]
+        if cs:
+            sens.append(page.figure(
+                plots.sensitivity(cs, img / f"sens_tau_{fam}.png", x_key=f"tau_{fam}",
+                                  y_key=f"ir_{fam}", label_key="model", xlabel=tau_name,
+                                  ylabel="median clip IR",
+                                  title=f"IR vs inlier threshold {tau_name}"),
+                f"IR sensitivity to {tau_name}"))
+    pa = stats.percentile_aligned(flat)
+    if any(r["n"] for r in pa):
+        sens.append("<p>Percentile-aligned summary: GE (px) at matched IR percentiles "
+                    "(median GE of the clips within +-10 percentile points):</p>")
+        sens.append(_table(["model", "n"] + [f"P{int(q)}: IR / GE" for q in pa[0]["percentiles"]],
+                           [[_l(r["model"]), str(r["n"])] +
+                            [f"{_f(x, 3)} / {_f(y, 3)}" for x, y in zip(r["x_q"], r["y_at_x_q"])]
+                            for r in pa]))
+    return "\n".join(sens)
+
+
+def _dynamics_section(page: _Page) -> str:
+    """Foreground: AdaP90 P80 anomaly rates per (model, prompt category)."""
+    dyn = stats.adap90_anomalies(page.flat, by=("model", "prompt_category"))
+    d = ["<h2 id='dynamics'>Dynamic coherence (AdaP90)</h2>"]
+    if not dyn["groups"]:
+        d.append("<p class='muted'>No foreground objects in the results.</p>")
+        return "\n".join(d)
+    d.append("<p>Per (model, prompt category): P80 of object AdaP90 (eq. 17) and the fraction "
+             "of objects above it (about 20% by construction: descriptive, not a ranking).</p>")
+    d.append(_table(["model", "prompt category", "objects", "P80", "above P80", "Wilson 95%",
+                     "median", "P90", "max"],
+                    [[_l(g["model"]), _l(g["prompt_category"]), str(g["n_objects"]),
+                      _f(g["p80"]), _f(g["anomaly_rate"], 3),
+                      f"[{_f(g['lo'], 3)}, {_f(g['hi'], 3)}]", _f(g["median"]),
+                      _f(g["p90"]), _f(g["max"])] for g in dyn["groups"]], left=2))
+    j = dyn["dynamic_anomaly_background_good"]
+    d.append(f"<p>Dynamic anomaly &amp; background good: {j['k']} of {j['n']} clips with "
+             f"objects ({_f(j['rate'], 3)}, Wilson [{_f(j['lo'], 3)}, {_f(j['hi'], 3)}]).</p>")
+    return "\n".join(d)
+
+
+def _problems_section(page: _Page) -> str:
+    """Status: every clip that was not scored (not applicable or error) with its reason."""
+    bad = [r for r in page.flat if r.get("status") != "ok"]
+    p = [f"<h2 id='problems'>Clips not scored ({len(bad)})</h2>"]
+    if bad:
+        p.append(_table(["clip", "model", "status", "reason"],
+                        [[_f(r["clip_id"]), _l(r["model"]), _f(r["status"]),
+                          f"<span class='err'>{_f(r['reason'])}</span>"] for r in bad], left=4))
+    warned = [r for r in page.flat if r.get("warnings")]  # e.g. frames lost while decoding
+    if warned:
+        p.append(f"<h2 id='warnings'>Clips scored with warnings ({len(warned)})</h2>")
+        p.append(_table(["clip", "model", "lost frames", "warnings"],
+                        [[_f(r["clip_id"]), _l(r["model"]), _f(r.get("lost_frames")),
+                          f"<span class='err'>{_f(r['warnings'])}</span>"] for r in warned],
+                        left=4))
+    return "\n".join(p)
+
+
+def _cards_section(page: _Page, rows: List[Dict[str, Any]], picked: List[str], *, draw: bool,
+                   device: Optional[str], progress: bool) -> str:
+    """One audit card per picked clip id."""
+    by_id = {r.get("clip_id"): r for r in rows}
+    c = [f"<h2 id='cards'>Audit cards ({len(picked)})</h2>"]
+    for cid in tqdm(picked, desc="audit cards", disable=not progress):
+        c.append(audit_card(by_id[cid], page.img, draw=draw, device=device, rel_to=page.out))
+    return "\n".join(c)
+
+
+NAV = (("leaderboard", "leaderboard"), ("prompt-categories", "prompt categories"),
+       ("gate", "gate"), ("sensitivity", "sensitivity"), ("dynamics", "dynamics"),
+       ("problems", "problems"), ("cards", "audit cards"))
+
+
+def _page_html(title: str, sections: List[str]) -> str:
+    nav = " | ".join(f"<a href='#{a}'>{t}</a>" for a, t in NAV)
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><p>{nav}</p>" + "\n".join(sections) +
+            "</body></html>")
+
+
 def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[str, Path], *,
                  cards: int = 6, card_clips: Optional[Sequence[str]] = None, draw: bool = True,
                  n_boot: int = 10_000, seed: int = 0, config_hash: Optional[str] = None,
                  title: str = "geocon audit report", device: Optional[str] = None,
                  progress: bool = False) -> Path:
     """Write ``out_dir/index.html`` (+ ``out_dir/img/*.png``) and return the HTML path.
+
+    Tables and plots are grouped by the prompt category (``prompt_category``: C1-C6 or a
+    manifest label); the designed regime of the gate calibration comes from it, never from the
+    post-hoc ``behaviour``. Schema-1.x results are read through
+    :func:`geocon_torch.result.migrate_result`.
 
     Args:
         source: results SQLite file, JSONL file, or already loaded rows.
@@ -104,216 +391,14 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     out = Path(out_dir)
     img = out / "img"
     img.mkdir(parents=True, exist_ok=True)
-    rows = list(source) if isinstance(source, list) else load_results(source)
-    src_name = "rows" if isinstance(source, list) else str(source)
-    hashes = Counter(r.get("config_hash") for r in rows)
-    chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
-    rows = [r for r in rows if r.get("config_hash") == chosen]
+    rows, src_name, hashes, chosen = _chosen_rows(source, config_hash)
     flat = [{**flatten_row(r), "_result": r.get("result") or {}} for r in rows]
-    sections: List[str] = []
-    kw = {"n_boot": n_boot, "seed": seed}
-
-    # -- header ---------------------------------------------------------------------------
-    versions = Counter(str(r.get("version")) for r in flat)
-    schemas = Counter(str(r.get("schema_version")) for r in flat)
-    backends = Counter(
-        ", ".join(f"{k}={v}" for k, v in sorted(((r["_result"].get("backends") or {})).items()))
-        for r in flat)
-    head = [f"<p>Source <code>{html.escape(src_name)}</code>: {len(flat)} clips, config "
-            f"<code>{_f(chosen)}</code>"
-            + (f" (other configs in the source: {', '.join(_f(h) for h in hashes if h != chosen)})"
-               if len(hashes) > 1 else "") + "</p>",
-            f"<p class='muted'>package versions {dict(versions)}; schema {dict(schemas)}; "
-            f"backends {html.escape(str(dict(backends)))}; bootstrap B = {n_boot}, seed {seed}; "
-            f"generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC</p>"]
-    sections.append("\n".join(head))
-
-    # -- leaderboard ----------------------------------------------------------------------
-    t1 = stats.table1(flat, **kw)
-    counts = {c["model"]: c for c in stats.status_counts(flat)}
-    lb_rows = [[_f(r["model"]), _ci(r, "ir_pct", 4), _ci(r, "ge_px"), _ci(r, "adadfrc"),
-                f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
-                f"{counts[r['model']]['ok']} / {counts[r['model']]['not_applicable']} / "
-                f"{counts[r['model']]['error']}"] for r in t1]
-    lb = ["<h2 id='leaderboard'>Leaderboard</h2>",
-          "<p>Scene-balanced means over all categories (paper Table 1; each scene = "
-          "(category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
-          "IR &uarr;, GE &darr; (px at working resolution), AdaDFRC &darr; (clip mean over "
-          "objects).</p>",
-          _table(["model", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
-                  "ok / n.a. / error"], lb_rows)]
-    trio = stats.epipolar_trio(flat, **kw)
-    if any(r["epipolar_error_scenes"] for r in trio):
-        lb.append("<p>Epipolar trio (WorldAtlas / GVGC), scene-balanced medians:</p>")
-        lb.append(_table(["model", "epipolar_error (px)", "epipolar_inlier_rate",
-                          "feature_match_coverage"],
-                         [[_f(r["model"]), _ci(r, "epipolar_error"),
-                           _ci(r, "epipolar_inlier_rate"), _ci(r, "feature_match_coverage")]
-                          for r in trio]))
-    sections.append("\n".join(lb))
-
-    # -- per category ---------------------------------------------------------------------
-    cat = ["<h2 id='categories'>Per category</h2>",
-           "<p>Scene-balanced medians (sec. 4.4) with 95% bootstrap CIs (resampling scenes, "
-           f"B = {n_boot}).</p>"]
-    for metric in ("ir", "ge_px"):
-        groups = stats.scene_balanced(flat, metric, **kw)
-        cat.append(_table(["model", "category", f"median {metric}", "scenes", "clips"],
-                          [[_f(g["model"]), _f(g["category"]),
-                            _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"]}, "v"),
-                            str(g["n_scenes"]), str(g["n_clips"])] for g in groups], left=2))
-        if any(g["value"] is not None for g in groups):
-            cat.append(_img(plots.category_cis(groups, metric, img / f"ci_{metric}.png"), out,
-                            f"{metric}: scene-balanced median per category with 95% CI"))
-        values: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
-        for r in flat:
-            if r.get("status") == "ok" and r.get(metric) is not None:
-                values[str(r.get("category"))][str(r.get("model"))].append(r[metric])
-        if values:
-            cat.append(_img(plots.distributions(values, metric, img / f"dist_{metric}.png"),
-                            out, f"{metric} distribution per category"))
-    sections.append("\n".join(cat))
-
-    # -- gate -----------------------------------------------------------------------------
-    gate = ["<h2 id='gate'>Translation gate</h2>"]
-    with_stat = [r for r in flat if isinstance(r.get("gate_statistic"), float)]
-    if with_stat:
-        method = Counter(r.get("gate_method") for r in with_stat).most_common(1)[0][0]
-        same = [r for r in with_stat if r.get("gate_method") == method]
-        thresholds = dict(Counter(tuple(sorted(_thresholds(r["_result"].get("gate")).items()))
-                                  for r in same).most_common(1)[0][0])
-        labels = [expected_regime(r.get("category")) for r in same]
-        lab = [x == "F" for x in labels] if all(x is not None for x in labels) else None
-        t = [r["gate_statistic"] for r in same]
-        decisions = Counter(str(r.get("gate_decision")) for r in same)
-        gate.append(f"<p>method <b>{_f(method)}</b>, {len(same)} clips; decisions "
-                    f"{html.escape(str(dict(decisions)))}; thresholds "
-                    f"{html.escape(str(thresholds))}.</p>")
-        gate.append(_img(plots.gate_histogram(t, thresholds, img / "gate_hist.png", labels=lab,
-                                              name=f"{method} statistic"), out,
-                         "gate statistic histogram with its thresholds"))
-        obs = stats.gate_observations(flat, method)
-        if obs["t"].size >= 4 and 0 < obs["is_f"].sum() < obs["t"].size:
-            curve = stats.calibration_curve(obs["t"], obs["is_f"],
-                                            n_bins=min(12, max(2, obs["t"].size // 5)))
-            tau = thresholds.get("tau")
-            gate.append("<p>Calibration P(F-expected | statistic), equal-count bins, Wilson "
-                        "95% CIs (eq. 16); F-expected = categories C3 / C5 / C6.</p>")
-            gate.append(_table(["bin", "t range", "n", "P(F)", "Wilson 95%"],
-                               [[str(b), f"{_f(curve['t_min'][b])} - {_f(curve['t_max'][b])}",
-                                 str(int(curve["count"][b])), _f(float(curve["p_hat"][b]), 3),
-                                 f"[{_f(float(curve['lo'][b]), 3)}, "
-                                 f"{_f(float(curve['hi'][b]), 3)}]"]
-                                for b in range(curve["count"].size)]))
-            gate.append(_img(plots.calibration(curve, img / "gate_calibration.png",
-                                               tau if isinstance(tau, (int, float)) else None),
-                             out, "gate calibration curve"))
-            grid = (np.array([0.02, 0.03, 0.04, 0.05, 0.06, 0.08]) if method in
-                    ("poses", "dust3r") else np.unique(np.quantile(obs["t"],
-                                                                   np.linspace(0.05, 0.95, 10))))
-            nb = stats.net_benefit(obs["t"], obs["is_f"], grid)
-            ba = stats.balanced_accuracy_bootstrap(obs["t"], obs["is_f"], grid, seed=seed)
-            gate.append("<p>Net benefit NB = (TP - c FP) / N (eq. 18) and balanced accuracy "
-                        "(bootstrap B = 400) per threshold:</p>")
-            gate.append(_table(["tau", "NB c=0.5", "NB c=1", "NB c=2", "balanced acc.",
-                                "95% CI", "best in resamples"],
-                               [[_f(float(tv)), *(_f(float(nb["nb"][c, k]), 3) for c in range(3)),
-                                 _f(float(ba["point"][k]), 3),
-                                 f"[{_f(float(ba['lo'][k]), 3)}, {_f(float(ba['hi'][k]), 3)}]",
-                                 str(int(ba["best_counts"][k]))]
-                                for k, tv in enumerate(grid)], left=0))
-            gate.append(_img(plots.net_benefit(nb, img / "net_benefit.png"), out,
-                             "net benefit sweep"))
-        else:
-            gate.append("<p class='muted'>Calibration needs clips of both designed regimes "
-                        "(categories C1/C2/C4 and C3/C5/C6).</p>")
-    else:
-        gate.append("<p class='muted'>No gate statistic in the results.</p>")
-    sections.append("\n".join(gate))
-
-    # -- sensitivity ----------------------------------------------------------------------
-    sens = ["<h2 id='sensitivity'>Threshold-score sensitivity</h2>"]
-    rg = stats.report_gate_sensitivity(flat)
-    curves = [{"model": r["model"], "ge": r["ge_thresholds"],
-               "pass": r["pass"][r["ir_thresholds"].index(0.97)]} for r in rg if r["n"]]
-    if curves:
-        sens.append(_img(plots.sensitivity(curves, img / "sens_report_gate.png", x_key="ge",
-                                           y_key="pass", label_key="model",
-                                           xlabel="GE threshold delta (px)",
-                                           ylabel="fraction passing",
-                                           title="report gate IR >= 0.97 and GE <= delta"),
-                         out, "report-gate pass rate vs GE threshold"))
-        sens.append(_table(["model", "n"] + [f"IR>={a:g}, GE<={d:g}" for a in
-                                             rg[0]["ir_thresholds"][-2:] for d in
-                                             rg[0]["ge_thresholds"]],
-                           [[_f(r["model"]), str(r["n"])] +
-                            [_f(v, 3) for row in r["pass"][-2:] for v in row] for r in rg]))
-    inl = stats.inlier_threshold_sensitivity(flat)
-    for fam, tau_name in (("h", "tau_H (px)"), ("f", "tau_F")):
-        cs = [r for r in inl if f"tau_{fam}" in r]
-        if cs:
-            sens.append(_img(plots.sensitivity(cs, img / f"sens_tau_{fam}.png",
-                                               x_key=f"tau_{fam}", y_key=f"ir_{fam}",
-                                               label_key="model", xlabel=tau_name,
-                                               ylabel="median clip IR",
-                                               title=f"IR vs inlier threshold {tau_name}"),
-                             out, f"IR sensitivity to {tau_name}"))
-    pa = stats.percentile_aligned(flat)
-    if any(r["n"] for r in pa):
-        sens.append("<p>Percentile-aligned summary: GE (px) at matched IR percentiles "
-                    "(median GE of the clips within +-10 percentile points):</p>")
-        sens.append(_table(["model", "n"] + [f"P{int(q)}: IR / GE" for q in pa[0]["percentiles"]],
-                           [[_f(r["model"]), str(r["n"])] +
-                            [f"{_f(x, 3)} / {_f(y, 3)}" for x, y in zip(r["x_q"], r["y_at_x_q"])]
-                            for r in pa]))
-    sections.append("\n".join(sens))
-
-    # -- dynamics -------------------------------------------------------------------------
-    dyn = stats.adap90_anomalies(flat)
-    d = ["<h2 id='dynamics'>Dynamic coherence (AdaP90)</h2>"]
-    if dyn["groups"]:
-        d.append("<p>Per (model, category): P80 of object AdaP90 (eq. 17) and the fraction of "
-                 "objects above it (about 20% by construction: descriptive, not a ranking).</p>")
-        d.append(_table(["model", "category", "objects", "P80", "above P80", "Wilson 95%",
-                         "median", "P90", "max"],
-                        [[_f(g["model"]), _f(g["category"]), str(g["n_objects"]),
-                          _f(g["p80"]), _f(g["anomaly_rate"], 3),
-                          f"[{_f(g['lo'], 3)}, {_f(g['hi'], 3)}]", _f(g["median"]),
-                          _f(g["p90"]), _f(g["max"])] for g in dyn["groups"]], left=2))
-        j = dyn["dynamic_anomaly_background_good"]
-        d.append(f"<p>Dynamic anomaly &amp; background good: {j['k']} of {j['n']} clips with "
-                 f"objects ({_f(j['rate'], 3)}, Wilson [{_f(j['lo'], 3)}, {_f(j['hi'], 3)}]).</p>")
-    else:
-        d.append("<p class='muted'>No foreground objects in the results.</p>")
-    sections.append("\n".join(d))
-
-    # -- problems -------------------------------------------------------------------------
-    bad = [r for r in flat if r.get("status") != "ok"]
-    p = [f"<h2 id='problems'>Clips not scored ({len(bad)})</h2>"]
-    if bad:
-        p.append(_table(["clip", "model", "status", "reason"],
-                        [[_f(r["clip_id"]), _f(r["model"]), _f(r["status"]),
-                          f"<span class='err'>{_f(r['reason'])}</span>"] for r in bad], left=4))
-    sections.append("\n".join(p))
-
-    # -- cards ----------------------------------------------------------------------------
-    picked = _pick_cards(flat, cards, card_clips)
-    by_id = {r.get("clip_id"): r for r in rows}
-    c = [f"<h2 id='cards'>Audit cards ({len(picked)})</h2>"]
-    from tqdm.auto import tqdm
-
-    for cid in tqdm(picked, desc="audit cards", disable=not progress):
-        c.append(audit_card(by_id[cid], img, draw=draw, device=device, rel_to=out))
-    sections.append("\n".join(c))
-
-    nav = " | ".join(f"<a href='#{a}'>{t}</a>" for a, t in (
-        ("leaderboard", "leaderboard"), ("categories", "categories"), ("gate", "gate"),
-        ("sensitivity", "sensitivity"), ("dynamics", "dynamics"), ("problems", "problems"),
-        ("cards", "audit cards")))
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1><p>{nav}</p>" + "\n".join(sections) +
-            "</body></html>")
+    page = _Page(flat=flat, out=out, img=img, n_boot=n_boot, seed=seed)
+    sections = [_header_section(page, src_name, hashes, chosen), _leaderboard_section(page),
+                _prompt_category_section(page), _gate_section(page), _sensitivity_section(page),
+                _dynamics_section(page), _problems_section(page),
+                _cards_section(page, rows, _pick_cards(flat, cards, card_clips), draw=draw,
+                               device=device, progress=progress)]
     path = out / "index.html"
-    path.write_text(page, encoding="utf-8")
+    path.write_text(_page_html(title, sections), encoding="utf-8")
     return path

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import OptionalDependencyError
+from .text import label
 
 PathLike = Union[str, Path]
 
@@ -43,7 +44,7 @@ def _colors(n: int):
 
 def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, models: List[str],
                        path: PathLike) -> Path:
-    ax.set_xticks(range(len(cats)), cats)
+    ax.set_xticks(range(len(cats)), [label(c) for c in cats])
     ax.set_ylabel(metric)
     ax.set_title(title)
     if models:
@@ -53,12 +54,13 @@ def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, models
 
 def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
                   path: PathLike) -> Path:
-    """Per-category strip + box plots of one metric, one colour per model.
+    """Per-prompt-category strip + box plots of one metric, one colour per model.
 
     Args:
-        values: {category: {model: [clip values]}}.
+        values: {prompt_category: {model: [clip values]}}.
     """
     plt = _plt()
+    values = {label(c): {label(m): v for m, v in per.items()} for c, per in values.items()}
     cats = sorted(values)
     models = sorted({m for c in cats for m in values[c]})
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.4))
@@ -76,13 +78,17 @@ def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
                              for p, (_, v) in zip(pos, data)])
         ax.scatter(xs, np.concatenate([v for _, v in data]), s=10, color=color, alpha=0.7,
                    label=model)
-    return _finish_categories(fig, ax, cats, metric, f"{metric} per category", models, path)
+    return _finish_categories(fig, ax, cats, metric, f"{metric} per prompt category", models,
+                              path)
 
 
-def category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path:
-    """Scene-balanced medians with 95% bootstrap CIs (rows of ``stats.scene_balanced``)."""
+def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path:
+    """Scene-balanced medians with 95% bootstrap CIs per prompt category (rows of
+    ``stats.scene_balanced`` grouped by ("model", "prompt_category"))."""
     plt = _plt()
-    cats = sorted({g["category"] for g in groups})
+    groups = [dict(g, prompt_category=label(g["prompt_category"]), model=label(g["model"]))
+              for g in groups]
+    cats = sorted({g["prompt_category"] for g in groups})
     models = sorted({g["model"] for g in groups})
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.2))
     width = 0.8 / max(len(models), 1)
@@ -90,7 +96,7 @@ def category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path:
         gs = [g for g in groups if g["model"] == model and g["value"] is not None]
         if not gs:
             continue
-        x = [cats.index(g["category"]) - 0.4 + width * (k + 0.5) for g in gs]
+        x = [cats.index(g["prompt_category"]) - 0.4 + width * (k + 0.5) for g in gs]
         v = np.array([g["value"] for g in gs])
         err = np.clip([v - np.array([g["lo"] for g in gs]), np.array([g["hi"] for g in gs]) - v],
                       0, None)
@@ -113,11 +119,14 @@ def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathL
                 color=["tab:blue", "tab:orange"])
     else:
         ax.hist(t, bins=bins, color="tab:gray")
-    for key, value in sorted(thresholds.items()):
-        if isinstance(value, (int, float)):
-            ax.axvline(value, ls="--", color="k", lw=1)
-            ax.text(value, ax.get_ylim()[1] * 0.95, f" {key}={value:g}", fontsize=8, va="top")
-    ax.set_xlabel(name)
+    marks = sorted((v, k) for k, v in thresholds.items() if isinstance(v, (int, float)))
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0, top * (1.12 + 0.1 * len(marks)))  # room for one label row per threshold
+    for row, (value, key) in enumerate(marks):  # staggered rows: close thresholds stay legible
+        ax.axvline(value, ls="--", color="k", lw=1)
+        ax.text(value, top * (1.05 + 0.1 * row), f" {key} = {value:g}", fontsize=8,
+                va="bottom", bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})
+    ax.set_xlabel(label(name))
     ax.set_ylabel("clips")
     if labels is not None and t.size:
         ax.legend(fontsize=8)
@@ -162,7 +171,7 @@ def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, l
     for rec, color in zip(curves, _colors(len(curves))):
         x = np.asarray(rec[x_key], dtype=float)
         y = np.asarray([np.nan if v is None else v for v in rec[y_key]], dtype=float)
-        ax.plot(x, y, marker="o", color=color, label=str(rec[label_key]))
+        ax.plot(x, y, marker="o", color=color, label=label(rec.get(label_key)))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -183,6 +192,7 @@ def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
     gev = np.asarray([np.nan if a is None else a for a in ge], dtype=float)
     ax.plot(x[v], irv[v], "o-", color="tab:green", ms=3, label="IR")
     ax.set_ylim(0, 1.05)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("pair index")
     ax.set_ylabel("IR", color="tab:green")
     ax2 = ax.twinx()
@@ -191,7 +201,8 @@ def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
     if (~v).any():
         ax.plot(x[~v], np.zeros((~v).sum()), "x", color="tab:red", label="invalid pair")
     ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower left", fontsize=7)
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, loc="lower left", fontsize=7)
     return _save(fig, path)
 
 

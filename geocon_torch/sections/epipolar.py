@@ -14,8 +14,8 @@ from ..epipolar.gvgc import gvgc_section_opencv, gvgc_sections_torch
 from ..epipolar.opencv_path import opencv_sections
 from ..epipolar.protocol import decode_plan
 from ..epipolar.torch_path import resolve_features, torch_sections
-from ..io import read_clip
-from ..errors import InputError, ShapeError
+from ..io import clip_from_tensor, read_clip
+from ..errors import InputError
 from ..types import Clip
 
 PRESETS = ("worldatlas", "gvgc")
@@ -49,21 +49,14 @@ def resolve_path(path: Optional[str], config: EpipolarConfig,
     return choice
 
 
-def clip_from_frames(frames: torch.Tensor, name: str = "tensor", fps: float = 0.0) -> Clip:
-    """A Clip of (T, C, H, W) frames as they are (no resizing): uint8, or float in [0, 1];
-    C = 3 (RGB) or 1 (gray, repeated to RGB). Raises ShapeError on any other layout."""
-    if not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[1] not in (1, 3):
-        got = tuple(frames.shape) if isinstance(frames, torch.Tensor) else type(frames).__name__
-        raise ShapeError(f"frames must have shape (T, C, H, W) with C in (1, 3), got {got}")
-    if frames.dtype != torch.uint8:
-        if not frames.is_floating_point():
-            raise ShapeError(f"frames must be uint8 or float in [0, 1], got {frames.dtype}")
-        frames = (frames.detach().clamp(0, 1) * 255.0).round().to(torch.uint8)
-    frames = frames.expand(-1, 3, -1, -1).contiguous() if frames.shape[1] == 1 else frames
-    h, w = int(frames.shape[-2]), int(frames.shape[-1])
-    return Clip(frames=frames, fps=float(fps),
-                content_mask=torch.ones(h, w, dtype=torch.bool, device=frames.device),
-                frame_indices=torch.arange(frames.shape[0]), source_size=(h, w), name=name)
+def clip_from_frames(frames: torch.Tensor, name: str = "tensor",
+                     fps: Optional[float] = None) -> Clip:
+    """A Clip of (T, C, H, W) frames at native pixels: :func:`geocon_torch.io.clip_from_tensor`
+    with ``long_side=None`` (the one tensor -> Clip path; an odd side loses its last row /
+    column, as in ``score_clip``'s epipolar block). uint8, or float in [0, 1]; C = 3 (RGB) or 1
+    (gray, repeated to RGB). Raises ClipTensorError (a ShapeError) on any other input; floats
+    outside [0, 1] are rejected, no longer clamped."""
+    return clip_from_tensor(frames, name=name, long_side=None, fps=fps)
 
 
 def epipolar_sections(clips: Sequence[Clip], config: ConfigLike = None, *,
@@ -155,8 +148,8 @@ def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
     if not isinstance(video, Clip):
         if preset == "worldatlas":
             positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
-        else:  # frames 0..gvgc_min_frames-1; a shorter clip is not_applicable (no re-read)
-            n = int(cfg.epipolar.gvgc_min_frames)
+        else:  # frames 0..gvgc.min_frames-1; a shorter clip is not_applicable (no re-read)
+            n = int(cfg.epipolar.gvgc.min_frames)
             positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
         if len(positions):
             source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]

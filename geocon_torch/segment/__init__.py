@@ -11,7 +11,8 @@ Object masks come from one of three providers (``config.segment.method``):
   the dominant background motion are seeds, dense photometric residuals after warping by the
   background homography give the shapes, space-time connected components group and track them,
   and a component is an object only when its seeds move coherently (a rigid mover does, scattered
-  mismatches and non-rigid warps do not) (:func:`motion_segment`).
+  mismatches and non-rigid warps do not) (:func:`motion_segment`; seeded from the background
+  fits by :func:`motion_masks`).
 
 The background is ``content mask \\ dilate(U_k objects, safety_margin_px)``; only matches with
 both endpoints in their frame's background are fitted (:func:`background_mask`,
@@ -20,6 +21,8 @@ both endpoints in their frame's background are fitted (:func:`background_mask`,
 from .background import background_keep, background_mask, dilate, sample_mask
 from .files import load_masks
 from .motion import connected_components, motion_segment
+from .seeds import motion_masks
+from .select import masks_method
 
 __all__ = ["load_masks", "background_mask", "background_keep", "dilate", "sample_mask",
-           "motion_segment", "connected_components"]
+           "motion_segment", "connected_components", "motion_masks", "masks_method"]

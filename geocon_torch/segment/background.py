@@ -47,6 +47,33 @@ def background_mask(content_mask: torch.Tensor, objects: Optional[torch.Tensor],
     return content_mask.bool().unsqueeze(0) & ~dilate(union, margin_px)
 
 
+def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, margin_px: int,
+                            x1: torch.Tensor, x2: torch.Tensor, pairs: torch.Tensor,
+                            chunk: int = 16) -> torch.Tensor:
+    """``background_keep(background_mask(content_mask, objects, margin_px), x1, x2, pairs)``
+    computed ``chunk`` frames at a time, so no (T, H, W) mask of the whole clip exists
+    (identical result: every lookup reads the same per-frame mask).
+
+    Args:
+        objects: (T, K, H, W) bool (a tensor or lazy :class:`~geocon_torch.types.BlockMasks`);
+        x1, x2: (P, N, 2) px; pairs: (P, 2) long frames of x1 / x2.
+    Returns:
+        (P, N) bool.
+    """
+    keep = torch.ones(x1.shape[:2], dtype=torch.bool, device=x1.device)
+    pairs = pairs.to(x1.device)
+    for start in range(0, int(objects.shape[0]), chunk):
+        bg = None
+        for pts, col in ((x1, 0), (x2, 1)):
+            rows = ((pairs[:, col] >= start) & (pairs[:, col] < start + chunk)).nonzero()[:, 0]
+            if rows.numel() == 0:
+                continue
+            if bg is None:
+                bg = background_mask(content_mask, objects[start:start + chunk], margin_px)
+            keep[rows] &= sample_mask(bg.to(x1.device), pts[rows], pairs[rows, col] - start)
+    return keep
+
+
 def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
     """Look up (T, H, W) bool ``mask`` at (P, N, 2) pixel ``points`` of frames (P,) -> (P, N)."""
     check_points(points, "points")

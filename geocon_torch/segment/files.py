@@ -8,8 +8,13 @@ Accepted sources (:func:`load_masks`):
 * a folder: sub-folders (one per object, sorted by name) each holding one PNG per frame
   (non-zero = object), or PNGs directly (one label map per frame; each non-zero value an object).
 
-Masks are resized to the clip's working resolution with nearest-neighbour sampling; when the file
-covers the source video and the clip was subsampled, ``frame_indices`` picks the kept frames.
+Masks are resized to the clip's working resolution with nearest-neighbour sampling when they
+have the clip's aspect ratio (within :data:`ASPECT_TOLERANCE`, 1 %); masks of another aspect
+ratio (a 100 x 100 file for a 720 x 480 clip) are an :class:`~geocon_torch.errors.InputError`
+naming both sizes, and are stretched only when asked (``resize=True``, the config's
+``segment.resize_masks``). Float masks must be binary (0 / 1): NaN or soft values are an
+InputError saying so. When the file covers the source video and the clip was subsampled,
+``frame_indices`` picks the kept frames.
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ from ..io.images import IMAGE_SUFFIXES, image_files, natural_key
 MaskSource = Union[str, Path, np.ndarray, torch.Tensor]
 #: mask images may also be TIFF (label maps are often 16-bit)
 MASK_SUFFIXES = IMAGE_SUFFIXES | {".tif", ".tiff"}
+#: masks whose aspect ratio (W / H) differs from the clip's by more than this (relative) are
+#: an error unless resizing was asked for
+ASPECT_TOLERANCE = 0.01
 
 
 def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
@@ -76,10 +84,39 @@ def _labels_to_objects(arr: torch.Tensor) -> torch.Tensor:
     return arr.unsqueeze(1) == labels.view(1, -1, 1, 1)
 
 
+def check_float_masks(arr: torch.Tensor, where: str) -> None:
+    """InputError unless a floating-point mask array is finite and binary (values 0 / 1)."""
+    if not arr.is_floating_point() or arr.numel() == 0:
+        return
+    nan = torch.isnan(arr)
+    if bool(nan.any()):
+        raise InputError(f"{where}: float masks hold {int(nan.sum())} NaN value(s) of "
+                         f"{arr.numel()}; give bool or 0 / 1 masks (e.g. np.nan_to_num(m) > 0.5)")
+    binary = (arr == 0) | (arr == 1)
+    if not bool(binary.all()):
+        bad = arr[~binary]
+        raise InputError(f"{where}: float masks must be binary (0 / 1), found {bad.numel()} "
+                         f"value(s) in [{float(bad.min()):g}, {float(bad.max()):g}] (e.g. "
+                         f"{float(bad[0]):g}); threshold soft masks first (e.g. m > 0.5)")
+
+
+def check_aspect(mask_size: Tuple[int, int], size: Tuple[int, int], where: str) -> None:
+    """InputError when masks of (H, W) ``mask_size`` do not have the aspect ratio of the clip's
+    (H, W) ``size`` (within :data:`ASPECT_TOLERANCE`)."""
+    (hm, wm), (h, w) = (int(v) for v in mask_size), (int(v) for v in size)
+    am, ac = wm / max(hm, 1), w / max(h, 1)
+    if abs(am / ac - 1.0) > ASPECT_TOLERANCE:
+        raise InputError(
+            f"{where}: masks are {wm} x {hm} px (aspect {am:.3f}) but the clip's frames are "
+            f"{w} x {h} px (aspect {ac:.3f}), more than {100 * ASPECT_TOLERANCE:g} % apart; "
+            f"masks must cover the same picture as the video. Give masks of the video's size, "
+            f"or set segment.resize_masks = true to stretch them")
+
+
 def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
                size: Optional[Tuple[int, int]] = None,
                frame_indices: Optional[torch.Tensor] = None,
-               device: Optional[torch.device] = None) -> torch.Tensor:
+               device: Optional[torch.device] = None, resize: bool = False) -> torch.Tensor:
     """Object masks (T, K, H, W) bool from a tensor, an .npz file or a PNG folder.
 
     Args:
@@ -87,8 +124,11 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         num_frames: the clip's T; masks covering more frames are subsampled with
             ``frame_indices`` (source frame of each clip frame).
         size: (H, W) working resolution to resize to (nearest neighbour).
+        resize: stretch masks whose aspect ratio differs from ``size``'s by more than 1 %
+            (default: that is an InputError).
     Raises:
-        GeoConError / ShapeError with the path and the problem.
+        InputError: unreadable source, NaN / non-binary float masks, another aspect ratio.
+        ShapeError: wrong rank or frame count.
     """
     if isinstance(source, (str, Path)):
         path = Path(source)
@@ -106,6 +146,8 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         arr = torch.as_tensor(source)
     else:
         raise InputError(f"masks must be a path, an array or a tensor, got {type(source).__name__}")
+    where = f"masks {source}" if isinstance(source, (str, Path)) else "masks"
+    check_float_masks(arr, where)
     if arr.ndim == 3:
         masks = _labels_to_objects(arr)
     elif arr.ndim == 4:
@@ -118,6 +160,8 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
             raise ShapeError(f"masks have {masks.shape[0]} frames but the clip has {num_frames}")
         masks = masks[idx.to(masks.device)]
     if size is not None and tuple(masks.shape[-2:]) != tuple(size):
+        if not resize:
+            check_aspect(tuple(masks.shape[-2:]), tuple(size), where)
         t, k = masks.shape[:2]
         if k:
             masks = F.interpolate(masks.reshape(t * k, 1, *masks.shape[-2:]).float(),

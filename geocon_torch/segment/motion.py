@@ -40,6 +40,7 @@ from ..config import SegmentConfig
 from ..errors import ShapeError
 from .._morphology import erode_mask
 from .._tensor_utils import masked_median, sample_at_pixels
+from ..types import BlockMasks
 from .background import dilate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -276,9 +277,9 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
                         motion_open_px=round(cfg.motion_open_px / f))
         obj, evidence = motion_segment(small, Hs, valid, c_small, s_cfg, regime, seeds=s_seeds,
                                        max_objects=max_objects, max_side=max_side)
-        obj = block_upsample(obj, f)[..., :h, :w]
         evidence["scale"] = 1.0 / f
-        return obj & content.to(gray.device).view(1, 1, h, w), evidence
+        # kept at the reduced size, expanded per requested frame (memory bounded in T)
+        return BlockMasks(obj, f, (h, w), content.to(gray.device)), evidence
     dev = gray.device
     empty = torch.zeros(t, 0, h, w, dtype=torch.bool, device=dev)
     content = content.to(dev)

@@ -19,6 +19,8 @@ import torch
 from .._version import __version__
 from .._json import read_json_file
 from ..errors import VideoReadError
+from ..io import read_clip
+from ..io.writer import write_video
 from ..types import Clip
 from . import camera as cam
 
@@ -129,8 +131,6 @@ class SynthClip:
     def save(self, outdir: Union[str, Path]) -> Path:
         """Write ``<clip_id>.mp4``, ``<clip_id>_masks.npz`` and ``<clip_id>.json`` into
         ``outdir``; returns the JSON path."""
-        from ..io.writer import write_video
-
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
         write_video(outdir / f"{self.clip_id}.mp4", self.frames.cpu(), fps=self.fps)
@@ -147,8 +147,7 @@ def load_synth(json_path: Union[str, Path]) -> SynthClip:
     """Read a clip written by :meth:`SynthClip.save` (frames decoded from its mp4)."""
     json_path = Path(json_path)
     gt = read_json_file(json_path, "ground-truth JSON", VideoReadError)
-    from ..io import read_clip  # native resolution (synthetic sizes are even: nothing cropped)
-
+    # native resolution (synthetic sizes are even: nothing cropped)
     frames = read_clip(json_path.parent / gt.get("video_path", f"{gt['clip_id']}.mp4"),
                        long_side=None).frames
     h, w = gt["height"], gt["width"]

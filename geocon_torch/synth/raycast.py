@@ -45,6 +45,14 @@ class Rects:
 EPS_DEPTH = 1e-4  # hits closer than this camera depth are ignored
 
 
+def _dot3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a . b`` over a last axis of size 3, broadcasting: ``(a0 b0 + a1 b1) + a2 b2`` in
+    separate elementwise ops. A GEMM or a ``sum`` may group or fuse these differently with the
+    shape around them (the tile size, the number of candidate rectangles), which would change
+    a ray's hit by an ulp between two renders of the same pixel; this order is fixed."""
+    return (a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1]) + a[..., 2] * b[..., 2]
+
+
 def _frame_params(poses: torch.Tensor, rects: Rects):
     """Per-frame, per-rectangle constants of the intersection, all float64:
     world-to-camera rotation (T, 3, 3), camera centre (T, 3), and (T, R, 12) =
@@ -53,11 +61,11 @@ def _frame_params(poses: torch.Tensor, rects: Rects):
     center = -(rot.transpose(1, 2) @ poses[:, :3, 3:].to(torch.float64)).squeeze(-1)
     o, u, v = rects.origin.to(torch.float64), rects.u.to(torch.float64), rects.v.to(torch.float64)
     n = torch.linalg.cross(u, v)
-    n = n / n.norm(dim=-1, keepdim=True)
-    u_s = u / (u * u).sum(-1, keepdim=True)
-    v_s = v / (v * v).sum(-1, keepdim=True)
+    n = n / _dot3(n, n).sqrt().unsqueeze(-1)
+    u_s = u / _dot3(u, u).unsqueeze(-1)
+    v_s = v / _dot3(v, v).unsqueeze(-1)
     rel = center[:, None, :] - o
-    scal = torch.stack([-(rel * n).sum(-1), (rel * u_s).sum(-1), (rel * v_s).sum(-1)], -1)
+    scal = torch.stack([-_dot3(rel, n), _dot3(rel, u_s), _dot3(rel, v_s)], -1)
     return rot, center, torch.cat([n, u_s, v_s, scal], -1)
 
 
@@ -123,6 +131,72 @@ def pixel_rays(K: torch.Tensor, size: Tuple[int, int], supersample: int = 1,
     return rays.to(device=device, dtype=dtype)
 
 
+def _tile_rays(rays_cam: torch.Tensor, tile: int) -> Tuple[torch.Tensor, int, int]:
+    """(H, W, 3) rays -> (nT, tile * tile, 3) grouped by tile (edge-replicated padding up to
+    whole tiles), and the tile grid (nty, ntx)."""
+    h, w, _ = rays_cam.shape
+    ph, pw = -h % tile, -w % tile
+    rays = rays_cam.permute(2, 0, 1)[None]
+    rays = F.pad(rays, (0, pw, 0, ph), mode="replicate")[0].permute(1, 2, 0)
+    nty, ntx = (h + ph) // tile, (w + pw) // tile
+    rays = rays.reshape(nty, tile, ntx, tile, 3).permute(0, 2, 1, 3, 4).reshape(nty * ntx, -1, 3)
+    return rays, nty, ntx
+
+
+def _tile_candidates(poses: torch.Tensor, rects: Rects, rays: torch.Tensor) -> torch.Tensor:
+    """(T * nT, R) bool: which rectangles' screen bounds overlap each (frame, tile) item."""
+    box, vis = screen_bounds(poses, rects)
+    r64 = rays.to(torch.float64)
+    ext = torch.stack([r64[..., 0].amin(1), r64[..., 0].amax(1),
+                       r64[..., 1].amin(1), r64[..., 1].amax(1)], -1)  # (nT, 4)
+    m = 1e-6
+    cand = (vis[:, None, :]
+            & (box[:, None, :, 1] >= ext[None, :, None, 0] - m)
+            & (box[:, None, :, 0] <= ext[None, :, None, 1] + m)
+            & (box[:, None, :, 3] >= ext[None, :, None, 2] - m)
+            & (box[:, None, :, 2] <= ext[None, :, None, 3] + m))  # (T, nT, R)
+    return cand.reshape(-1, cand.shape[-1])
+
+
+def _nearest_hits(rays: torch.Tensor, rot: torch.Tensor, prm: torch.Tensor, idx: torch.Tensor
+                  ) -> Tuple[torch.Tensor, ...]:
+    """Nearest hit among S candidate rectangles of n items of P rays each.
+
+    Args:
+        rays: (n, P, 3) camera-frame directions; rot: (n, 3, 3) world-to-camera rotations.
+        prm: (n, S, 12) rectangle constants (:func:`_frame_params`; padded slots NaN at 9).
+        idx: (n, S) rectangle index of each slot.
+
+    Returns:
+        depth (inf on a miss), rect (-1 on a miss), a, b, cos; each (n, P).
+    """
+    d = _dot3(rays.unsqueeze(-2), rot.transpose(-1, -2).unsqueeze(1))  # (n, P, 3): R^T d_cam
+    # d.n | d.u_s | d.v_s of every slot, (n, P, 3S), summed in _dot3's order over contiguous
+    # component planes (a batched GEMM rounded differently with the tile and candidate count)
+    comp = prm[..., :9].unflatten(-1, (3, 3)).permute(0, 3, 2, 1).flatten(2).unsqueeze(2)
+    dc = d.permute(0, 2, 1).unsqueeze(-1)  # (n, 3, P, 1); comp (n, 3, 1, 3S)
+    proj = dc[:, 0] * comp[:, 0]
+    proj += dc[:, 1] * comp[:, 1]
+    proj += dc[:, 2] * comp[:, 2]
+    dn, du, dv = proj.split(prm.shape[1], dim=-1)
+    a0, b0 = prm[:, None, :, 10], prm[:, None, :, 11]
+    t = prm[:, None, :, 9] / dn
+    # a0 + t du as a product then a sum (a fused multiply-add may round differently)
+    a = torch.mul(t, du).add_(a0).sub_(0.5).abs_()
+    b = torch.mul(t, dv).add_(b0).sub_(0.5).abs_()
+    hit = torch.maximum(a, b, out=a).le_(0.5).logical_and_(t > EPS_DEPTH)
+    dep, j = t.masked_fill_(~hit.bool(), float("inf")).min(-1)  # (n, P)
+    g = j.unsqueeze(-1)
+    miss = torch.isinf(dep)
+    dep0 = torch.where(miss, torch.zeros_like(dep), dep)
+    n_pix = rays.shape[1]
+    pick = lambda x: x.expand(-1, n_pix, -1).gather(-1, g).squeeze(-1)  # noqa: E731
+    rect = torch.where(miss, torch.full_like(j, -1), idx.gather(-1, j))
+    return (dep, rect, pick(a0) + dep0 * du.gather(-1, g).squeeze(-1),
+            pick(b0) + dep0 * dv.gather(-1, g).squeeze(-1),
+            dn.gather(-1, g).squeeze(-1).abs() / _dot3(d, d).sqrt())
+
+
 def intersect(rays_cam: torch.Tensor, poses: torch.Tensor, rects: Rects, tile: int = 16,
               max_elements: int = 2_000_000) -> Hits:
     """Nearest rectangle hit of every ray in every frame.
@@ -130,7 +204,8 @@ def intersect(rays_cam: torch.Tensor, poses: torch.Tensor, rects: Rects, tile: i
     The image is cut into ``tile`` x ``tile`` pixel tiles; each tile tests only the rectangles
     whose clipped screen bounds (:func:`screen_bounds`) overlap it. (frame, tile) items are
     bucketed by candidate count (padded to a power of two) and each bucket is tested in one
-    batched expression. Culling is conservative: the result equals testing every rectangle.
+    batched expression. Culling is conservative and every ray-rectangle test is elementwise
+    (:func:`_dot3`): the result equals testing every rectangle, bit for bit, for any tile size.
 
     Args:
         rays_cam: (H, W, 3) camera-frame directions (z = 1); their dtype/device run the math.
@@ -143,38 +218,18 @@ def intersect(rays_cam: torch.Tensor, poses: torch.Tensor, rects: Rects, tile: i
     """
     dt, dev = rays_cam.dtype, rays_cam.device
     h, w, _ = rays_cam.shape
-    t_total = rects.origin.shape[0]
     rot, _, params = _frame_params(poses, rects)
-    box, vis = screen_bounds(poses, rects)
-    # rays grouped by tile (edge-replicated padding up to whole tiles)
-    ph, pw = -h % tile, -w % tile
-    rays = rays_cam.permute(2, 0, 1)[None]
-    rays = torch.nn.functional.pad(rays, (0, pw, 0, ph), mode="replicate")[0].permute(1, 2, 0)
-    nty, ntx = (h + ph) // tile, (w + pw) // tile
-    rays = rays.reshape(nty, tile, ntx, tile, 3).permute(0, 2, 1, 3, 4).reshape(nty * ntx, -1, 3)
-    r64 = rays.to(torch.float64)
-    ext = torch.stack([r64[..., 0].amin(1), r64[..., 0].amax(1),
-                       r64[..., 1].amin(1), r64[..., 1].amax(1)], -1)  # (nT, 4)
-    m = 1e-6
-    cand = (vis[:, None, :]
-            & (box[:, None, :, 1] >= ext[None, :, None, 0] - m)
-            & (box[:, None, :, 0] <= ext[None, :, None, 1] + m)
-            & (box[:, None, :, 3] >= ext[None, :, None, 2] - m)
-            & (box[:, None, :, 2] <= ext[None, :, None, 3] + m))  # (T, nT, R)
+    rays, nty, ntx = _tile_rays(rays_cam, tile)
+    cand = _tile_candidates(poses, rects, rays)  # one work item per (frame, tile)
     n_tiles, n_pix = rays.shape[:2]
-    cand = cand.reshape(t_total * n_tiles, -1)  # one work item per (frame, tile)
     counts = cand.sum(-1)
     order = torch.sort(cand.to(torch.int8), dim=-1, descending=True, stable=True).indices
-    item_frame = torch.arange(t_total).repeat_interleave(n_tiles)
-    item_tile = torch.arange(n_tiles).repeat(t_total)
-    rays = rays.to(dt)
-    rot_t = rot.to(device=dev, dtype=dt)
-    params = params.to(device=dev, dtype=dt)
-    n_items = t_total * n_tiles
-    depth = torch.full((n_items, n_pix), float("inf"), dtype=dt, device=dev)
-    rect = torch.full((n_items, n_pix), -1, dtype=torch.long, device=dev)
-    coord_a, coord_b, cosine = (torch.zeros(n_items, n_pix, dtype=dt, device=dev)
-                                for _ in range(3))
+    item_frame = torch.arange(rects.origin.shape[0]).repeat_interleave(n_tiles).to(dev)
+    item_tile = torch.arange(n_tiles).repeat(rects.origin.shape[0]).to(dev)
+    rays, rot_t, params = rays.to(dt), rot.to(device=dev, dtype=dt), params.to(device=dev, dtype=dt)
+    fields = [torch.full((cand.shape[0], n_pix), float("inf"), dtype=dt, device=dev),
+              torch.full((cand.shape[0], n_pix), -1, dtype=torch.long, device=dev)]
+    fields += [torch.zeros(cand.shape[0], n_pix, dtype=dt, device=dev) for _ in range(3)]
     # items bucketed by candidate count (padded to a power of two) so padding stays small
     bucket = torch.where(counts > 0, torch.ceil(torch.log2(counts.clamp_min(1).double())), -1.0)
     for level in torch.unique(bucket).tolist():
@@ -185,37 +240,20 @@ def intersect(rays_cam: torch.Tensor, poses: torch.Tensor, rects: Rects, tile: i
         step = max(1, max_elements // (n_pix * s))
         for c0 in range(0, items.numel(), step):
             it = items[c0:c0 + step]
-            fr, tl = item_frame[it], item_tile[it]
-            idx = order[it, :s]  # (n, S) candidate rectangles
-            prm = params[fr.to(dev)[:, None], idx.to(dev)]  # (n, S, 12)
-            ok = cand[it].gather(-1, idx).to(dev)
-            prm[..., 9].masked_fill_(~ok, float("nan"))  # padded slots never hit
-            d = rays[tl.to(dev)] @ rot_t[fr.to(dev)]  # (n, P, 3) world directions (R^T d_cam)
-            dirs = prm[..., :9].reshape(-1, s, 3, 3).transpose(1, 2).reshape(-1, 3 * s, 3)
-            proj = d @ dirs.transpose(-1, -2)  # (n, P, 3S): d.n | d.u_s | d.v_s
-            dn, du, dv = proj.split(s, dim=-1)
-            a0, b0 = prm[:, None, :, 10], prm[:, None, :, 11]
-            t = prm[:, None, :, 9] / dn
-            a = torch.addcmul(a0, t, du).sub_(0.5).abs_()
-            b = torch.addcmul(b0, t, dv).sub_(0.5).abs_()
-            hit = torch.maximum(a, b, out=a).le_(0.5).logical_and_(t > EPS_DEPTH)
-            dep, j = t.masked_fill_(~hit.bool(), float("inf")).min(-1)  # (n, P)
-            g = j.unsqueeze(-1)
-            miss = torch.isinf(dep)
-            dep0 = torch.where(miss, torch.zeros_like(dep), dep)
-            pick = lambda x: x.expand(-1, n_pix, -1).gather(-1, g).squeeze(-1)  # noqa: E731
             itd = it.to(dev)
-            depth[itd] = dep
-            rect[itd] = torch.where(miss, torch.full_like(j, -1), idx.to(dev).gather(-1, j))
-            coord_a[itd] = pick(a0) + dep0 * du.gather(-1, g).squeeze(-1)
-            coord_b[itd] = pick(b0) + dep0 * dv.gather(-1, g).squeeze(-1)
-            cosine[itd] = dn.gather(-1, g).squeeze(-1).abs() / d.norm(dim=-1)
+            fr = item_frame[itd]
+            idx = order[it, :s].to(dev)  # (n, S) candidate rectangles
+            prm = params[fr[:, None], idx]  # (n, S, 12)
+            prm[..., 9].masked_fill_(~cand[it].gather(-1, order[it, :s]).to(dev), float("nan"))
+            hits = _nearest_hits(rays[item_tile[itd]], rot_t[fr], prm, idx)
+            for dst, src in zip(fields, hits):
+                dst[itd] = src
 
     def untile(x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(-1, nty, ntx, tile, tile).permute(0, 1, 3, 2, 4)
         return x.reshape(-1, nty * tile, ntx * tile)[:, :h, :w]
 
-    return Hits(*[untile(f) for f in (depth, rect, coord_a, coord_b, cosine)])
+    return Hits(*[untile(f) for f in fields])
 
 
 def shade(hits: Hits, rects: Rects, atlas: TextureAtlas, texel_density: torch.Tensor,

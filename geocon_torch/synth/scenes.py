@@ -29,6 +29,8 @@ import torch
 from .._version import __version__
 from ..categories import CATEGORY_NAMES, EXPECTED_REGIME, canonical_category
 from . import camera as cam
+from .clip import SynthClip
+from .corruptions import apply_corruption, check_corruption
 from .raycast import Rects, render, screen_bounds
 from .textures import make_texture, pack_atlas
 from ..errors import InputError
@@ -418,9 +420,6 @@ def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] =
     Returns:
         :class:`geocon_torch.synth.SynthClip`.
     """
-    from .clip import SynthClip
-    from .corruptions import apply_corruption, check_corruption
-
     corruption = check_corruption(corruption, severity)
     scene = build_scene(category, num_frames=num_frames, size=size, seed=seed, **options)
     cat, motion, K, poses = scene.category, scene.motion, scene.K, scene.poses

@@ -1,0 +1,43 @@
+"""The flow backend factory: a backend name (``config.foreground.flow``) -> an estimator.
+
+Kept apart from :mod:`.base` because the backends import the interface from there.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from ..errors import InputError
+from .base import FLOW_BACKENDS, FlowEstimator
+from .lk_dense import DenseLKFlow
+from .raft import RaftFlow, cached_checkpoint
+
+
+def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
+             device: Optional[Union[str, torch.device]] = None, **options) -> FlowEstimator:
+    """Build a flow backend.
+
+    Args:
+        name: ``"torch-lk"`` (weight-free pyramidal dense Lucas-Kanade, :class:`DenseLKFlow`),
+            ``"raft_small"`` / ``"raft_large"`` (torchvision RAFT from a local checkpoint or the
+            torch hub cache, never downloaded), or ``"auto"``: RAFT-small (the paper's choice)
+            when ``checkpoint`` is given or its weights file is in the torch hub cache, otherwise
+            ``torch-lk``.
+        checkpoint: local weights file for RAFT (a torchvision state_dict).
+        device: where the estimator runs (inputs are moved there and results moved back).
+        **options: backend keyword options (e.g. ``levels``, ``iterations`` for torch-lk,
+            ``num_flow_updates`` for RAFT).
+    Raises:
+        GeoConError: unknown name. CheckpointError: RAFT without a usable checkpoint.
+    """
+    if name not in FLOW_BACKENDS:
+        raise InputError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
+    if name == "auto":
+        if checkpoint is not None or cached_checkpoint("raft_small") is not None:
+            name = "raft_small"
+        else:
+            name = "torch-lk"
+    if name == "torch-lk":
+        return DenseLKFlow(device=device, **options)
+    return RaftFlow(name, checkpoint=checkpoint, device=device, **options)

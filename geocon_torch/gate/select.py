@@ -1,0 +1,176 @@
+"""The gate stage of ``score_clip`` (paper Algorithm 1 A): which evidence decides, which pairs
+the weight-free statistic reads, and which model (H or F) each evaluated pair is scored with.
+
+Row layout (as in :mod:`geocon_torch.sections.background`): the rows of the statistics are
+frame pairs x scales; ``evaluated`` names the finest-scale rows of the evaluated (adjacent)
+pairs in temporal order, ``gate_rows`` the finest-scale rows of the wide gate pairs of
+:func:`~geocon_torch.io.pairs.parallax_gate_pairs` (wide pairs, then the two halves).
+
+The U band is resolved by one rule, :func:`~.decision.resolve_u` (per pair) /
+:func:`~.decision.resolve_u_clip` (one clip decision): F when GRIC prefers F or F's inlier
+ratio beats H's by more than ``gate.u_margin``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple, Union
+
+import torch
+
+from .._tensor_utils import masked_median
+from ..config import GeoConConfig
+from ..errors import InputError
+from ..types import Clip, Fit
+from .decision import CODE, GateDecision, resolve_u, resolve_u_clip
+from .dust3r import gate_from_dust3r
+from .parallax import gate_from_parallax, parallax_statistics
+from .poses import gate_from_poses
+
+GATE_METHODS = ("poses", "dust3r", "parallax")
+Stats = Dict[str, torch.Tensor]
+
+
+def resolve_gate_method(config: GeoConConfig, poses: Any) -> str:
+    """``config.gate.method`` made concrete: "auto" is "poses" when ``poses`` are given, else
+    "dust3r" when a DUSt3R checkpoint is configured, else "parallax" (weight-free).
+
+    Raises:
+        InputError: an unknown method, or "poses" without a pose log.
+    """
+    method = config.gate.method
+    if method == "auto":
+        if poses is not None:
+            return "poses"
+        return "dust3r" if config.gate.dust3r_checkpoint else "parallax"
+    if method not in GATE_METHODS:
+        raise InputError(f"gate.method must be auto, poses, dust3r or parallax, got {method!r}")
+    if method == "poses" and poses is None:
+        raise InputError("gate.method='poses' needs score_clip(..., poses=PATH_OR_TENSOR)")
+    return method
+
+
+def external_gate(method: str, clip: Clip, pairs: torch.Tensor, poses: Any,
+                  config: GeoConConfig, device: Optional[torch.device] = None
+                  ) -> Optional[GateDecision]:
+    """The decision of a pose source (``method`` "poses" or "dust3r") for the (P, 2) evaluated
+    ``pairs``; None for the weight-free "parallax" gate, which needs the fits first."""
+    if method == "poses":
+        return gate_from_poses(poses, pairs, clip.num_frames, config.gate)
+    if method == "dust3r":
+        return gate_from_dust3r(clip, pairs, config.gate, device)
+    return None
+
+
+def gate_block(method: Optional[str], ext_gate: Optional[GateDecision]) -> Dict[str, Any]:
+    """The ``gate`` block of a clip that stops before the gate statistic: the external decision
+    when there is one (it was made, so it is reported), else an empty decision of ``method``."""
+    if ext_gate is not None:
+        return ext_gate.to_dict()
+    return GateDecision(method, None, {}, None).to_dict()
+
+
+def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
+                gate_pairs: Optional[torch.Tensor] = None) -> Tuple[Stats, Union[list, str, None]]:
+    """The parallax statistics the weight-free gate reads: the valid wide gate pairs (``gate_rows``
+    in :func:`~geocon_torch.io.pairs.parallax_gate_pairs` order: wide pairs, then the two
+    halves), else the halves, else the ``evaluated`` rows.
+
+    Args:
+        stats: :func:`~.parallax.parallax_statistics`, each (R,) over all rows.
+        evaluated: (P,) long rows of the evaluated pairs; gate_rows: (G,) long rows.
+        gate_pairs: (G, 2) frame pairs of ``gate_rows`` (for the evidence) or None.
+    Returns:
+        (statistics restricted to the rows used, the pairs used: a list of ``gate_pairs`` rows,
+        None without ``gate_pairs``, or "evaluated pairs").
+    """
+    if gate_rows.numel():
+        valid = stats["valid"][gate_rows]
+        n = int(gate_rows.numel())
+        for part in (slice(0, n - 2), slice(n - 2, n)):  # wide pairs, then the halves
+            if bool(valid[part].any()):
+                rows = gate_rows[part]
+                used = gate_pairs[part].tolist() if gate_pairs is not None else None
+                return {k: v[rows] for k, v in stats.items()}, used
+    return {k: v[evaluated] for k, v in stats.items()}, "evaluated pairs"
+
+
+def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor,
+                       mask: torch.Tensor, num_evaluated: int, ext_gate: Optional[GateDecision],
+                       config: GeoConConfig) -> Optional[str]:
+    """The regime the motion-mask seeds are taken under, before any object is removed: an
+    external H / F decision, else the weight-free gate on the preliminary ``fits`` (U resolved by
+    GRIC); None when no pair has enough inliers to decide.
+
+    Args:
+        fits: (H fit, F fit) of the R rows of ``x1`` / ``x2`` (R, N, 2) px / ``mask`` (R, N): the
+            ``num_evaluated`` evaluated pairs first, then the gate pairs.
+    """
+    if ext_gate is not None and ext_gate.decision in ("H", "F"):
+        return ext_gate.decision
+    bc = config.background
+    stats = parallax_statistics(fits[0], fits[1], x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
+                                min_inliers=bc.min_inliers)
+    rows = torch.arange(x1.shape[0], device=x1.device)
+    pre = gate_from_parallax(gate_source(stats, rows[:num_evaluated],
+                                         rows[num_evaluated:])[0], config.gate)
+    return pre.decision if pre.decision != "U" else pre.evidence.get("u_resolved")
+
+
+def decide_gate(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
+                gate_pairs: torch.Tensor, ext_gate: Optional[GateDecision],
+                config: GeoConConfig) -> GateDecision:
+    """The clip's gate: the external decision, or the weight-free statistic on the gate pairs
+    (with per-pair hysteresis on the ``evaluated`` rows when ``gate.per_pair``). Its evidence
+    gets ``gric_delta`` (median over the rows the statistic read) and ``u_resolved``.
+
+    Args:
+        stats: (R,) parallax statistics of every row; evaluated (P,), gate_rows (G,) long rows;
+            gate_pairs: (G, 2) frame pairs of ``gate_rows``.
+    """
+    src, used = gate_source(stats, evaluated, gate_rows, gate_pairs)
+    if ext_gate is not None:
+        gate = ext_gate
+    else:
+        gate = gate_from_parallax(src, config.gate)
+        gate.evidence["gate_pairs"] = used
+        if config.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
+            per_pair_stats = {k: v[evaluated] for k, v in stats.items()}
+            gate.per_pair = gate_from_parallax(per_pair_stats, config.gate).per_pair
+    gric = (float(masked_median(src["gric_delta"], src["valid"])[0])
+            if bool(src["valid"].any()) else 0.0)
+    gate.evidence.setdefault("u_resolved", resolve_u_clip(gric))
+    gate.evidence["gric_delta"] = gric
+    return gate
+
+
+def pair_models(gate: GateDecision, config: GeoConConfig, gric_delta: torch.Tensor,
+                support_margin: torch.Tensor, clip_support_margin: float, num_scales: int
+                ) -> Tuple[str, torch.Tensor, torch.Tensor]:
+    """The regime and the model of every evaluated row (pairs x scales) for a decided ``gate``.
+
+    Per-pair gate: each pair's code, U resolved per pair; the clip regime is F when at least
+    half the pairs use F. Clip gate: one model for all; a U decision is resolved with the
+    clip's ``gric_delta`` evidence and ``clip_support_margin`` (written to the evidence).
+
+    Args:
+        gric_delta, support_margin: (P,) per evaluated pair at the finest scale (IR_F - IR_H).
+        clip_support_margin: clip IR_F - IR_H (0 when either is missing).
+        num_scales: S; the rows are S blocks of the P pairs, coarsest first.
+    Returns:
+        (regime "H" | "F", use_f (S*P,) bool, present (S*P,) bool: False for a pair the gate
+        excluded).
+    """
+    dev = gric_delta.device
+    if config.gate.per_pair and gate.per_pair is not None:
+        codes = torch.tensor([CODE[d] for d in gate.per_pair], device=dev)
+        use_f_pair = resolve_u(codes, gric_delta, support_margin, config.gate.u_margin)
+        regime = "F" if float(use_f_pair.double().mean()) >= 0.5 else "H"
+        return regime, use_f_pair.repeat(num_scales), (codes != CODE[None]).repeat(num_scales)
+    regime = gate.decision
+    if regime == "U":  # both fitted: the better-supported model wins
+        regime = resolve_u_clip(gate.evidence["gric_delta"], clip_support_margin,
+                                config.gate.u_margin)
+        gate.evidence["u_resolved"] = regime
+        gate.evidence["u_support_margin"] = clip_support_margin
+    use_f = torch.full((num_scales * int(gric_delta.numel()),), regime == "F",
+                       dtype=torch.bool, device=dev)
+    return regime, use_f, torch.ones_like(use_f)

@@ -1,0 +1,62 @@
+"""Decode integrity: what a clip lost while it was read, as the result's ``io`` block.
+
+A file can decode only in part (corrupt packets, a cut tail, dropped frames). That is never
+silent: :func:`decode_report` turns the reader's ``Clip.meta`` into the ``io`` block recorded in
+every result, and :func:`decode_verdict` says whether the clip may be scored:
+
+* ``lost_frames`` = the most frames any evidence says are missing: frames the container
+  announced but that did not decode (after a complete decode), and frames missing between
+  timestamps (gaps longer than 1.5 frame durations);
+* ``lost_fraction`` = lost / (decoded + lost);
+* more than ``io.max_lost_fraction`` (default 0.1) lost -> the clip is an ``error`` with the
+  reason; any loss or decode error below that -> scored, with a ``warnings`` entry.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+
+def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``io`` block of a result from a clip's ``meta`` (see :mod:`geocon_torch.io.reader`).
+
+    Keys: ``source`` (video / images / image / tensor), ``announced_frames`` (the container's
+    count, None when unknown), ``decoded_frames``, ``lost_frames``, ``lost_fraction``,
+    ``timestamp_gaps``, ``decode_errors`` (count) and ``first_errors`` (up to 5 messages),
+    ``truncated``.
+    """
+    announced = meta.get("container_frames")
+    decoded = int(meta.get("decoded_frames") or 0)
+    complete = bool(meta.get("decode_complete", True))
+    errors = list(meta.get("decode_errors") or [])
+    short = (int(announced) - decoded) if (announced and complete) else 0
+    missing = int(meta.get("timestamp_missing_frames") or 0)
+    lost = max(short, missing, 0)
+    total = decoded + lost
+    return {
+        "source": meta.get("source"), "announced_frames": announced, "decoded_frames": decoded,
+        "lost_frames": lost, "lost_fraction": (lost / total) if total else 0.0,
+        "timestamp_gaps": int(meta.get("timestamp_gaps") or 0),
+        "decode_errors": int(meta.get("num_decode_errors") or len(errors)),
+        "first_errors": errors[:5], "truncated": bool(meta.get("truncated", False)),
+    }
+
+
+def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
+                   ) -> Tuple[Optional[str], List[str]]:
+    """(error reason or None, warnings) for an ``io`` block: an error when more than
+    ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error."""
+    lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
+    total = int(block["decoded_frames"]) + lost
+    first = f": {block['first_errors'][0]}" if block["first_errors"] else ""
+    what = (f"{lost} of {total} frames ({100 * frac:.0f} %) were lost while decoding "
+            f"({block['decode_errors']} decode error(s), {block['timestamp_gaps']} timestamp "
+            f"gap(s)){first}")
+    if lost and frac > max_lost_fraction:
+        return (f"{what}; more than io.max_lost_fraction = {max_lost_fraction:g} of the clip is "
+                f"missing, so it is not scored"), []
+    warnings = []
+    if lost:
+        warnings.append(f"{what}; scored on the frames that decoded")
+    elif block["decode_errors"]:
+        warnings.append(f"{block['decode_errors']} decode error(s) but no frame lost{first}")
+    return None, warnings

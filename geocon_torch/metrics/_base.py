@@ -1,0 +1,80 @@
+"""What every geocon_torch Metric class shares: the "no data" states and warning, and reads
+synced under torch.distributed.
+
+Convention (see :mod:`geocon_torch.metrics.functional._common`): a value no clip / sample
+produced is NaN (never None, never 0); ``num_not_applicable`` and ``num_error`` count why
+(``sum`` states); ``reasons`` keeps the first reason met on each rank (UTF-8 codes, a ``cat``
+state, so it survives compute groups, ``merge_state`` and DDP sync); ``compute()`` warns with
+the counts and that first reason whenever it returns a NaN.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from .functional._common import ERROR, NOT_APPLICABLE, encode_reason, first_reason, warn_no_data
+
+T = TypeVar("T")
+
+
+class GeoConMetric(Metric):
+    """Base class: ``num_not_applicable`` / ``num_error`` / ``reasons`` states and helpers."""
+
+    is_differentiable = False
+    full_state_update = False
+
+    num_not_applicable: Tensor
+    num_error: Tensor
+    reasons: List[Tensor]
+
+    def _add_no_data_states(self) -> None:
+        for name in ("num_not_applicable", "num_error"):
+            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("reasons", default=[], dist_reduce_fx="cat")
+
+    def _record(self, num_not_applicable: int, num_error: int, reason: Optional[str]) -> None:
+        """Add the batch's counts; keep its reason when this rank has none yet."""
+        self.num_not_applicable += num_not_applicable
+        self.num_error += num_error
+        if reason and not len(self.reasons):
+            self.reasons.append(encode_reason(reason, self.num_error.device))
+
+    def _record_clips(self, status: Tensor, reason: Optional[str]) -> None:
+        self._record(int((status == NOT_APPLICABLE).sum()), int((status == ERROR).sum()), reason)
+
+    def first_reason(self) -> Optional[str]:
+        """The first not_applicable / error reason (synced: call it on every rank)."""
+        return self._synced(lambda: first_reason(self.reasons))
+
+    _unit = "clip"
+
+    def _warn_nan(self, out: Dict[str, Tensor], names: Sequence[str],
+                  counts: Dict[str, Tensor]) -> None:
+        """The one "no data" warning, when any of ``names`` in ``out`` is NaN (inside compute:
+        the states are already synced)."""
+        missing = [n for n in names if bool(torch.isnan(out[n]))]
+        if missing:
+            warn_no_data(type(self).__name__, missing, {k: int(v) for k, v in counts.items()},
+                         first_reason(self.reasons), self._unit)
+
+    def _synced(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on states synced over the process group, as ``compute()`` does (a
+        collective under DDP: call it on every rank); plain call when already synced."""
+        if self._is_synced:
+            return fn()
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync,
+                               should_unsync=self._should_unsync):
+            return fn()
+
+    def _plot_subset(self, val: Any, keys: Sequence[str], ax: Any = None) -> Any:
+        """Plot the ``keys`` of a dict output (or of a list of them) with torchmetrics'
+        ``_plot`` (bounds: ``plot_lower_bound`` / ``plot_upper_bound``)."""
+        val = val if val is not None else self.compute()
+        if isinstance(val, dict):
+            val = {k: val[k] for k in keys}
+        elif isinstance(val, (list, tuple)):
+            val = [{k: v[k] for k in keys} for v in val]
+        return self._plot(val, ax)

@@ -1,0 +1,227 @@
+"""Training-time geometric rewards over (B, T, C, H, W) video batches.
+
+``geometric_reward(videos, kind, config=None, seed=0) -> (rewards (B,), RewardDiagnostics)``:
+``videos`` uint8, or float in [0, 1], on any device; rewards are a float tensor on the videos'
+device (the videos' float dtype, float32 for uint8), **higher is better, each in [0, 1]**.
+Tensors are scored at their native resolution (no working-size resize) unless the config asks
+for one.
+
+Folding of each kind into one number (documented; every term lies in [0, 1]):
+
+* ``"epipolar-dpo"`` (Kupyn et al. 2025, :mod:`geocon_torch.epipolar.dpo`):
+  ``exp(-mean_epipolar_error / 5 px)`` (5 px = the protocol's inlier threshold): 1 for a
+  perfect epipolar fit, 0.37 at 5 px mean Sampson error; strictly decreasing in the error.
+* ``"epipolar"`` (the WorldAtlas trio, :mod:`geocon_torch.sections.epipolar`, batched torch
+  path): the mean of ``epipolar_error_score`` (= clip(1 - error / 5 px, 0, 1)),
+  ``epipolar_inlier_rate`` and ``feature_match_coverage``.
+* ``"background"`` (GeoCon, ``score_clips(preset="background")``): ``IR * exp(-GE /
+  report_ge_px)`` of the gated model (IR = inlier ratio, GE = geometric error in px,
+  ``report_ge_px`` = 3.5 px, the paper's report gate).
+
+Clips that cannot be scored (textureless or black frames, too few frames, no valid pair, an error
+inside the scorer) get the **neutral value** ``neutral`` (default 0.0, the bottom of the range:
+a generator cannot escape the reward by producing unscoreable video) and a status
+("not_applicable" or "error") with a reason in the diagnostics; never NaN, and one bad clip never
+raises for the batch. A malformed batch (wrong shape / dtype / range) raises ClipTensorError.
+
+Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipolar" and
+"background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``), so the same
+call gives identical rewards. "epipolar-dpo" has no randomness.
+
+Config: None, a mapping, a JSON path or a GeoConConfig (as ``score_clip``); a mapping without
+``io.long_side`` gets ``long_side=None`` (native pixels); a mapping may hold an
+``"epipolar_dpo"`` entry (the fields of :class:`~geocon_torch.epipolar.dpo.EpipolarDPOConfig`),
+or pass an EpipolarDPOConfig directly for kind "epipolar-dpo".
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import torch
+
+from .config import GeoConConfig, load_config
+from .epipolar.dpo import EpipolarDPOConfig, clip_reason, measure_dpo, sample_positions
+from .errors import InputError
+from .io import check_clip_tensor, clips_from_tensor
+from .pipeline import score_clips
+from .sections.epipolar import epipolar_sections
+
+KINDS = ("epipolar", "background", "epipolar-dpo")
+NEUTRAL_REWARD = 0.0
+FOLDS = {"epipolar-dpo": "exp(-mean_epipolar_error / inlier_threshold_px)",
+         "epipolar": "(epipolar_error_score + epipolar_inlier_rate + feature_match_coverage) / 3",
+         "background": "ir * exp(-ge_px / background.report_ge_px)"}
+ConfigLike = Union[None, str, Path, Mapping[str, Any], GeoConConfig, EpipolarDPOConfig]
+
+
+@dataclass
+class ClipReward:
+    """Diagnostics of one clip.
+
+    Attributes:
+        reward: the reward given (the neutral value when not scored).
+        status: "ok", "not_applicable" or "error".
+        reason: why it was not scored (None when ok).
+        valid_pairs, total_pairs: frame pairs the scorer could use / tried.
+        raw: the raw values the reward folds (e.g. ``mean_epipolar_error``, ``ir``, ``ge_px``).
+    """
+
+    reward: float
+    status: str
+    reason: Optional[str]
+    valid_pairs: int
+    total_pairs: int
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardDiagnostics:
+    """Per-clip diagnostics of one :func:`geometric_reward` call (``clips[b]`` for video b)."""
+
+    kind: str
+    fold: str
+    neutral: float
+    clips: List[ClipReward]
+
+    @property
+    def status(self) -> List[str]:
+        return [c.status for c in self.clips]
+
+    @property
+    def scored(self) -> List[bool]:
+        """Whether each clip got a real reward (status "ok")."""
+        return [c.status == "ok" for c in self.clips]
+
+
+def _config_dict(config: ConfigLike, seed: int) -> Tuple[GeoConConfig, Dict[str, Any]]:
+    """(GeoConConfig with native resolution unless asked otherwise and the seeds set, the
+    ``epipolar_dpo`` overrides of a mapping)."""
+    dpo: Dict[str, Any] = {}
+    if config is None or isinstance(config, EpipolarDPOConfig):
+        d: Dict[str, Any] = {"io": {"long_side": None}}
+    elif isinstance(config, Mapping):
+        d = copy.deepcopy(dict(config))
+        dpo = dict(d.pop("epipolar_dpo", None) or {})
+        d["io"] = {"long_side": None, **dict(d.get("io") or {})}
+    else:
+        d = load_config(config).to_dict()
+    for section in ("ransac", "epipolar"):
+        d[section] = {**dict(d.get(section) or {}), "seed": int(seed)}
+    return load_config(d), dpo
+
+
+def _neutral_rewards(ok: torch.Tensor, values: torch.Tensor, neutral: float,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """``values`` where ``ok`` else ``neutral`` (also where a value is not finite)."""
+    good = ok & torch.isfinite(values)
+    return torch.where(good, values, torch.full_like(values, neutral)).to(dtype)
+
+
+def _dpo_rewards(videos: torch.Tensor, config: EpipolarDPOConfig, neutral: float
+                 ) -> Tuple[torch.Tensor, List[ClipReward]]:
+    """kind "epipolar-dpo": one batched measurement of all clips (module docstring)."""
+    positions = sample_positions(int(videos.shape[1]), config.sampling_rate)
+    clips = clips_from_tensor(videos, long_side=None, indices=positions)
+    m = measure_dpo([c.frames for c in clips], config, videos.device,
+                    frame_numbers=[positions] * len(clips))
+    ok = m.valid_pairs > 0
+    values = torch.exp(-m.mean_epipolar_error / config.inlier_threshold_px)
+    rewards = _neutral_rewards(ok, values, neutral, torch.float64)
+    infos = []
+    for b, (r, e, ir, nv, nt) in enumerate(zip(*(t.tolist() for t in (
+            rewards, m.mean_epipolar_error, m.mean_inlier_rate, m.valid_pairs, m.total_pairs)))):
+        good = nv > 0
+        infos.append(ClipReward(r, "ok" if good else "not_applicable", clip_reason(m, b, config),
+                                nv, nt, {"mean_epipolar_error": e if good else None,
+                                         "mean_inlier_rate": ir if good else None}))
+    return rewards, infos
+
+
+def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
+    keys = ("epipolar_error_score", "epipolar_inlier_rate", "feature_match_coverage")
+    vals = [section.get(k) for k in keys]
+    if section.get("status") != "ok" or any(v is None for v in vals):
+        return None
+    return sum(float(v) for v in vals) / 3.0
+
+
+def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
+                      ) -> Tuple[torch.Tensor, List[ClipReward]]:
+    """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
+    clips = clips_from_tensor(videos, long_side=None)
+    path = "torch" if cfg.epipolar.path == "auto" else cfg.epipolar.path
+    sections = epipolar_sections(clips, cfg.epipolar, path=path, device=videos.device)
+    infos = []
+    for s in sections:
+        value = _fold_epipolar(s)
+        raw = {k: s.get(k) for k in ("epipolar_error", "epipolar_error_score",
+                                     "epipolar_inlier_rate", "feature_match_coverage")}
+        infos.append(_info(value, neutral, s.get("status", "error"), s.get("reason"),
+                           s.get("valid_pairs"), s.get("pairs"), raw))
+    return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
+
+
+def _info(value: Optional[float], neutral: float, status: str, reason: Optional[str],
+          valid: Any, total: Any, raw: Dict[str, Any]) -> ClipReward:
+    """A ClipReward: the value when it is finite, else the neutral reward with the scorer's
+    status ("not_applicable" unless it said "error") and reason."""
+    if value is not None and math.isfinite(value):
+        return ClipReward(float(value), "ok", None, int(valid or 0), int(total or 0), raw)
+    status = status if status in ("not_applicable", "error") else "not_applicable"
+    return ClipReward(float(neutral), status, reason or "no finite value to fold",
+                      int(valid or 0), int(total or 0), raw)
+
+
+def _background_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
+                        ) -> Tuple[torch.Tensor, List[ClipReward]]:
+    """kind "background": GeoCon IR / GE of the gated model (``score_clips``, clip by clip)."""
+    results = score_clips(videos, config=cfg, device=videos.device, preset="background")
+    infos = []
+    for res in results:
+        bg = res.background or {}
+        ok = res.status == "ok" and res.ir is not None and res.ge_px is not None
+        value = float(res.ir) * math.exp(-float(res.ge_px) / cfg.background.report_ge_px) \
+            if ok else None
+        infos.append(_info(value, neutral, res.status, res.reason, bg.get("valid_pairs"),
+                           bg.get("pairs"), {"ir": res.ir, "ge_px": res.ge_px,
+                                             "regime": res.regime}))
+    return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
+
+
+def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo", config: ConfigLike = None,
+                     seed: int = 0, *, neutral: float = NEUTRAL_REWARD
+                     ) -> Tuple[torch.Tensor, RewardDiagnostics]:
+    """Geometric-consistency reward of every video of a batch (module docstring).
+
+    Args:
+        videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3}; any device.
+        kind: "epipolar-dpo" (default), "epipolar" or "background".
+        config: None, a mapping, a JSON path, a GeoConConfig, or (kind "epipolar-dpo") an
+            EpipolarDPOConfig.
+        seed: seeds the RANSAC of "epipolar" / "background" (same seed -> same rewards).
+        neutral: the reward of a clip that cannot be scored.
+    Returns:
+        rewards: (B,) on ``videos.device``, ``videos.dtype`` when float else float32; higher is
+        better, in [0, 1]. diagnostics: :class:`RewardDiagnostics`.
+    Raises:
+        ClipTensorError: ``videos`` is not a valid clip batch; InputError: unknown ``kind``.
+    """
+    if kind not in KINDS:
+        raise InputError(f"reward kind must be one of {KINDS}, got {kind!r}")
+    check_clip_tensor(videos, batched=True)
+    cfg, dpo_overrides = _config_dict(config, seed)
+    if kind == "epipolar-dpo":
+        dpo_cfg = config if isinstance(config, EpipolarDPOConfig) else \
+            EpipolarDPOConfig(**dpo_overrides)
+        rewards, infos = _dpo_rewards(videos, dpo_cfg, neutral)
+    elif kind == "epipolar":
+        rewards, infos = _epipolar_rewards(videos, cfg, neutral)
+    else:
+        rewards, infos = _background_rewards(videos, cfg, neutral)
+    out_dtype = videos.dtype if videos.is_floating_point() else torch.float32
+    return rewards.to(device=videos.device, dtype=out_dtype), RewardDiagnostics(
+        kind, FOLDS[kind], float(neutral), infos)

@@ -1,0 +1,442 @@
+"""The ``background`` and ``gate`` blocks of a clip result (paper Algorithm 1 A-C, E).
+
+    pairs -> features (all pairs + wide gate pairs, scales {1/4, 1/2, 1}) -> external gate
+          -> object masks (files | SAM-2 | motion segmentation seeded by preliminary fits)
+          -> background correspondences -> batched RANSAC per model (H and F) over all pairs x
+             scales -> IR / GE per pair (eqs. 7-12) -> gate (poses | DUSt3R | parallax)
+          -> clip medians (eq. 13), report gate, post-hoc behaviour
+
+Rows: every tensor of this module stacks S scales (coarsest first) of Q frame pairs: the P
+evaluated pairs, then the G wide gate pairs of the weight-free gate (finest scale only; their
+coarser rows are emptied). Pixels are at the working resolution.
+
+:func:`background_block` is the section; :func:`score_background` also returns the per-row
+tensors the numbers came from (:class:`BackgroundRows`), which audits read.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from .._tensor_utils import masked_median
+from ..config import GeoConConfig, load_config
+from ..features import extract_correspondences
+from ..features.base import resolve_backend
+from ..features.multiscale import resolve_scale_mode
+from ..gate import (GateDecision, decide_gate, external_gate, gate_block, pair_models,
+                    parallax_statistics, preliminary_regime, resolve_gate_method)
+from ..geometry import fundamental_residuals, homography_residuals
+from ..io.pairs import parallax_gate_pairs
+from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
+                                   classify_behaviour, clip_summary, fundamental_pair_metrics,
+                                   homography_pair_metrics, median_motion_px,
+                                   rotation_from_fundamental, sensitivity_scan)
+from ..segment import load_masks, masks_method, motion_masks
+from ..segment.background import background_keep_chunked
+from ..segment.sam2 import sam2_masks
+from ..types import Clip, Fit, concat_correspondences
+from .fits import fit_both, fit_reusing
+
+Timer = Callable[[str], ContextManager[Any]]
+
+
+def _untimed(name: str) -> ContextManager[None]:
+    return nullcontext()
+
+
+@dataclass
+class BackgroundBlock:
+    """What the background section hands to the result.
+
+    Attributes:
+        block: the JSON ``background`` block (status, reason, IR / GE, per-pair rows, ...).
+        gate: the JSON ``gate`` block (also on early exits: an external decision is kept).
+        regime: "H" | "F" (None when not decided); behaviour: post-hoc behaviour or None.
+        objects: (T, K, H, W) bool object masks used (None: none computed).
+        backends: the backends used (features, scale_mode, masks, gate, ransac).
+    """
+
+    block: Dict[str, Any]
+    gate: Dict[str, Any]
+    regime: Optional[str] = None
+    behaviour: Optional[str] = None
+    objects: Optional[torch.Tensor] = None
+    backends: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BackgroundRows:
+    """The evaluated rows (S scales x P pairs, coarsest first) the block was computed from.
+
+    Attributes:
+        scales: the S scales; pairs: (P, 2) long evaluated frame pairs.
+        x1, x2: (S*P, N, 2) px; mask: (S*P, N) bool background correspondences ``C_bg``.
+        fit_h, fit_f: the fits of those rows.
+        inliers_h, inliers_f: (S*P, N) bool inliers of IR / GE (``C_bg`` and residual <= tau).
+        metrics_h, metrics_f: per-row IR / GE of each model (what ``per_pair`` records).
+        use_f: (S*P,) bool, the model each row is scored with.
+    """
+
+    scales: List[float]
+    pairs: torch.Tensor
+    x1: torch.Tensor
+    x2: torch.Tensor
+    mask: torch.Tensor
+    fit_h: Fit
+    fit_f: Fit
+    inliers_h: torch.Tensor
+    inliers_f: torch.Tensor
+    metrics_h: PairMetrics
+    metrics_f: PairMetrics
+    use_f: torch.Tensor
+
+    def row(self, pair_index: int, scale: Optional[float] = None) -> int:
+        """The row of evaluated pair ``pair_index`` at ``scale`` (default: the finest)."""
+        s = len(self.scales) - 1 if scale is None else self.scales.index(float(scale))
+        return s * int(self.pairs.shape[0]) + int(pair_index)
+
+
+@dataclass
+class _Stack:
+    """All correspondences of the clip: rows = S scales x (P evaluated + G gate pairs)."""
+
+    scales: List[float]
+    pairs: torch.Tensor  # (Q, 2): the evaluated pairs, then the gate pairs
+    num_evaluated: int
+    x1: torch.Tensor
+    x2: torch.Tensor
+    mask: torch.Tensor
+    scores: torch.Tensor
+
+    def _rows(self, first: int, last: int, scales: slice) -> torch.Tensor:
+        """Rows of pairs [first, last) at the scales ``scales``, scale-major."""
+        q, dev = int(self.pairs.shape[0]), self.x1.device
+        base = torch.arange(len(self.scales), device=dev)[scales].view(-1, 1) * q
+        return (base + torch.arange(first, last, device=dev).view(1, -1)).reshape(-1)
+
+    @property
+    def evaluated(self) -> torch.Tensor:
+        """(S*P,) rows of the evaluated pairs, all scales."""
+        return self._rows(0, self.num_evaluated, slice(None))
+
+    @property
+    def finest(self) -> torch.Tensor:
+        """(P,) rows of the evaluated pairs at the finest scale."""
+        return self._rows(0, self.num_evaluated, slice(-1, None))
+
+    @property
+    def finest_gate(self) -> torch.Tensor:
+        """(G,) rows of the gate pairs at the finest scale."""
+        return self._rows(self.num_evaluated, int(self.pairs.shape[0]), slice(-1, None))
+
+    @property
+    def coarse_gate(self) -> torch.Tensor:
+        """Rows of the gate pairs at the coarser scales (emptied: the gate reads the finest)."""
+        return self._rows(self.num_evaluated, int(self.pairs.shape[0]), slice(None, -1))
+
+    @property
+    def row_pairs(self) -> torch.Tensor:
+        """(S*Q, 2) frame pair of every row."""
+        return self.pairs.to(self.x1.device).repeat(len(self.scales), 1)
+
+
+@dataclass
+class _Segmented:
+    """Object masks and the preliminary fits of the finest rows (motion masks only)."""
+
+    objects: Optional[torch.Tensor]
+    evidence: Dict[str, Any]
+    pre: Optional[Tuple[Fit, Fit]]
+    pre_rows: torch.Tensor
+    pre_mask: torch.Tensor
+
+
+def background_block(clip: Clip, pairs: torch.Tensor, *, masks: Any = None, poses: Any = None,
+                     config: Union[None, dict, GeoConConfig] = None,
+                     device: Optional[torch.device] = None,
+                     timer: Optional[Timer] = None) -> BackgroundBlock:
+    """The ``background`` and ``gate`` blocks of a clip (paper Algorithm 1 A-C, E).
+
+    Args:
+        clip: the decoded clip (working resolution).
+        pairs: (P, 2) long evaluated frame pairs (:func:`~geocon_torch.io.pairs.background_pairs`).
+        masks: object masks for ``segment.method`` files (path or tensor), or None.
+        poses: a pose log for the gate (path or tensor), or None.
+        config: GeoConConfig, dict or None (paper defaults).
+        device: where features, fits and masks run (None: the features' default).
+        timer: ``timer(stage)`` returns a context manager timing that stage (optional).
+    Returns:
+        :class:`BackgroundBlock`; ``block["status"]`` is "ok" or "not_applicable" with a reason.
+    """
+    return score_background(clip, pairs, masks=masks, poses=poses, config=config,
+                            device=device, timer=timer)[0]
+
+
+def score_background(clip: Clip, pairs: torch.Tensor, *, masks: Any = None, poses: Any = None,
+                     config: Union[None, dict, GeoConConfig] = None,
+                     device: Optional[torch.device] = None, timer: Optional[Timer] = None
+                     ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
+    """:func:`background_block` and the evaluated rows its numbers come from (None when the
+    clip stopped before the gate decided). Deterministic: same clip, inputs and config give
+    the same rows, fits and numbers."""
+    cfg, timer = load_config(config), timer or _untimed
+    p = int(pairs.shape[0])
+    out = BackgroundBlock({"status": "not_applicable", "pairs": p}, gate_block(None, None))
+    if p == 0:
+        out.block["reason"] = f"clip has {clip.num_frames} frame(s): no frame pairs"
+        return out, None
+    method = resolve_gate_method(cfg, poses)
+    out.backends = {"ransac": "geocon_torch", "gate": method}
+    with timer("gate"):
+        ext = external_gate(method, clip, pairs, poses, cfg, device)
+    out.gate = gate_block(method, ext)  # kept on every exit before the gate statistic
+    stack = _match(clip, pairs, ext, cfg, device, timer, out.backends)
+    if stack is None:
+        out.block["reason"] = "frames too small for any feature scale"
+        return out, None
+    if not _enough_texture(stack, cfg, out.block):
+        return out, None
+    seg = _segment(clip, stack, masks, ext, cfg, device, timer, out.backends)
+    out.objects = seg.objects
+    out.block = _block_head(stack, seg, cfg)
+    if out.block["median_matches"] < cfg.background.min_inliers:
+        out.block.update(status="not_applicable", reason=(
+            f"too little texture: median {out.block['median_matches']:.0f} background matches "
+            f"per pair at scale {stack.scales[-1]} (< {cfg.background.min_inliers})"))
+        return out, None
+    return _fit_and_score(clip, stack, seg, ext, cfg, timer, out)
+
+
+def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: GeoConConfig,
+           device: Optional[torch.device], timer: Timer, backends: Dict[str, Any]
+           ) -> Optional[_Stack]:
+    """Correspondences of the evaluated pairs and (weight-free gate only: the gate reads wider
+    baselines, where parallax grows) the gate pairs, every scale stacked; None when the frames
+    are too small for any scale."""
+    gp = (parallax_gate_pairs(clip.num_frames, cfg.gate.parallax_pairs) if ext is None
+          else torch.zeros(0, 2, dtype=torch.long))
+    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
+    with timer("features"):
+        corrs = extract_correspondences(clip, all_pairs, cfg.features, device=device)
+    backends["features"] = resolve_backend(cfg.features.backend, device)
+    backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
+                                                cfg.features.scales)
+    if not corrs:
+        return None
+    scales = sorted(corrs)
+    c = concat_correspondences([corrs[s] for s in scales])
+    stack = _Stack(scales, all_pairs, int(pairs.shape[0]), c.x1, c.x2, c.mask, c.scores)
+    stack.mask[stack.coarse_gate] = False  # the gate reads the finest rows: the rest cost nothing
+    return stack
+
+
+def _enough_texture(stack: _Stack, cfg: GeoConConfig, block: Dict[str, Any]) -> bool:
+    """False (and the not_applicable reason in ``block``) when the finest evaluated pairs have
+    a median of fewer than ``min_inliers`` matches."""
+    n_all, fin, need = stack.mask.sum(-1), stack.finest, cfg.background.min_inliers
+    if stack.x1.shape[1] > 0 and float(n_all[fin].double().median()) >= need:
+        return True
+    med = float(n_all[fin].double().median()) if n_all.numel() else 0.0
+    block.update(scales=stack.scales, median_matches=med,
+                 reason=f"too little texture: median {med:.0f} matches per pair at scale "
+                        f"{stack.scales[-1]} (< {need})")
+    return False
+
+
+def _segment(clip: Clip, stack: _Stack, masks: Any, ext: Optional[GateDecision],
+             cfg: GeoConConfig, device: Optional[torch.device], timer: Timer,
+             backends: Dict[str, Any]) -> _Segmented:
+    """Algorithm 1 B: object masks, then ``stack.mask`` keeps only background correspondences.
+
+    With motion masks the finest rows are first fitted on all their matches to find the
+    movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
+    method = masks_method(cfg, masks)
+    backends["masks"] = method
+    pre_rows = torch.cat([stack.finest, stack.finest_gate])
+    seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
+    if method == "motion":
+        with timer("fit"):
+            seg.pre = fit_both(stack.x1[pre_rows], stack.x2[pre_rows], seg.pre_mask,
+                               stack.scores[pre_rows], cfg, rows=pre_rows)
+    with timer("segment"):
+        seg.objects, seg.evidence = _object_masks(method, clip, stack, masks, seg, ext, cfg,
+                                                  device)
+        if seg.objects is not None and seg.objects.shape[1] > 0:
+            dev = stack.x1.device
+            keep = background_keep_chunked(clip.content_mask.to(dev), seg.objects,
+                                           cfg.segment.safety_margin_px, stack.x1, stack.x2,
+                                           stack.row_pairs)
+            ev = stack.evaluated
+            seg.evidence["removed_matches"] = int((stack.mask[ev] & ~keep[ev]).sum())
+            stack.mask = stack.mask & keep
+    return seg
+
+
+def _object_masks(method: str, clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
+                  ext: Optional[GateDecision], cfg: GeoConConfig,
+                  device: Optional[torch.device]
+                  ) -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
+    """(T, K, H, W) bool objects of the provider ``method`` (None for "none") and the
+    segmentation evidence."""
+    dev, evidence = stack.x1.device, dict(seg.evidence)
+    if method == "motion":
+        rows = seg.pre_rows
+        x1, x2, p = stack.x1[rows], stack.x2[rows], stack.num_evaluated
+        regime = preliminary_regime(seg.pre, x1, x2, seg.pre_mask, p, ext, cfg)
+        return motion_masks(clip, stack.pairs[:p], x1, x2, seg.pre_mask, seg.pre, cfg, regime)
+    if method == "files":
+        objects = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
+                             frame_indices=clip.frame_indices, device=dev,
+                             resize=cfg.segment.resize_masks)
+    elif method == "sam2":
+        objects = sam2_masks(clip, cfg.segment, device=device).to(dev)
+    else:
+        return None, evidence
+    evidence["objects"] = int(objects.shape[1])
+    return objects, evidence
+
+
+def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig) -> Dict[str, Any]:
+    """The block's leading entries: pairs, scales, thresholds, segmentation, median count."""
+    n_bg = stack.mask.sum(-1)
+    return {"pairs": stack.num_evaluated, "scales": stack.scales, "tau_h": cfg.background.tau_h,
+            "tau_f": cfg.background.tau_f, "segment": seg.evidence,
+            "median_matches": float(n_bg[stack.finest].double().median())}
+
+
+def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[GateDecision],
+                   cfg: GeoConConfig, timer: Timer, out: BackgroundBlock
+                   ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
+    """Algorithm 1 C, A, E: fits, per-pair IR / GE, the gate, clip summaries, behaviour."""
+    bc, x1, x2, mask = cfg.background, stack.x1, stack.x2, stack.mask
+    with timer("fit"):  # one batched call per model over all pairs x scales (+ gate pairs)
+        fit_h, fit_f = fit_reusing(x1, x2, mask, stack.scores, cfg, seg.pre, seg.pre_rows,
+                                   seg.pre_mask)
+    with timer("metrics"):  # each model's residuals once, for IR / GE and the gate
+        r_h = homography_residuals(fit_h, x1, x2)
+        r_f = fundamental_residuals(fit_f, x1, x2, mask)
+        mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
+                                         min_inliers=bc.min_inliers, residuals=r_h)
+        mf_all = fundamental_pair_metrics(fit_f, x1, x2, mask, tau_f=bc.tau_f,
+                                          min_inliers=bc.min_inliers, residuals=r_f)
+        stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
+                                    min_inliers=bc.min_inliers, residuals=(r_h, *r_f))
+        gate = decide_gate(stats, stack.finest, stack.finest_gate,
+                           stack.pairs[stack.num_evaluated:], ext, cfg)
+        out.gate = gate.to_dict()
+        if gate.decision is None:
+            out.block.update(status="not_applicable", reason="gate undecided: "
+                             + str(gate.evidence.get("why", "no evidence")))
+            return out, None
+        ev, fin = stack.evaluated, stack.finest
+        mh, mf = _subset(mh_all, ev), _subset(mf_all, ev)
+        out.regime, use_f, present = pair_models(
+            gate, cfg, stats["gric_delta"][fin], mf_all.ir[fin] - mh_all.ir[fin],
+            _support_margin(mh, mf), len(stack.scales))
+        out.gate = gate.to_dict()
+        summary = _summaries(out.block, mh, mf, use_f, present)
+    _add_diagnostics(out.block, stack, (fit_h, fit_f), mh, mf, use_f, stats, cfg)
+    rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], x1[ev], x2[ev],
+                          mask[ev], fit_h.rows(ev), fit_f.rows(ev),
+                          mask[ev] & (r_h[ev] <= bc.tau_h), mask[ev] & (r_f[0][ev] <= bc.tau_f),
+                          mh, mf, use_f)
+    _finish(clip, stack, (fit_h, fit_f), (mh_all, mf_all), summary, cfg, out)
+    return out, rows
+
+
+def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
+    return PairMetrics(pm.ir[idx], pm.ge[idx], pm.num_inliers[idx], pm.num_matches[idx],
+                       pm.valid[idx])
+
+
+def _support_margin(mh: PairMetrics, mf: PairMetrics) -> float:
+    """Clip IR_F - IR_H over each model's valid rows (0 when either has none)."""
+    ir_h = clip_summary(mh.ir, mh.ge, mh.valid)["ir"]
+    ir_f = clip_summary(mf.ir, mf.ge, mf.valid)["ir"]
+    return (ir_f - ir_h) if (ir_h is not None and ir_f is not None) else 0.0
+
+
+def _summaries(block: Dict[str, Any], mh: PairMetrics, mf: PairMetrics, use_f: torch.Tensor,
+               present: torch.Tensor) -> Dict[str, Any]:
+    """Eq. 13 clip medians of the gated model, of each model and of the best-of-both
+    (diagnostic) into ``block``; returns the gated model's summary."""
+    chosen = choose_model_per_pair(mh, mf, use_f)
+    chosen.valid = chosen.valid & present
+    s_h = clip_summary(mh.ir, mh.ge, mh.valid & present)
+    s_f = clip_summary(mf.ir, mf.ge, mf.valid & present)
+    s = clip_summary(chosen.ir, chosen.ge, chosen.valid)
+    best_f = mf.valid & (~mh.valid | (mf.ir > mh.ir))
+    best = choose_model_per_pair(mh, mf, best_f)
+    s_best = clip_summary(best.ir, best.ge, best.valid & present)
+    block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
+                 ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
+                 valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
+                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]})
+    return s
+
+
+def _add_diagnostics(block: Dict[str, Any], stack: _Stack, fits: Tuple[Fit, Fit],
+                     mh: PairMetrics, mf: PairMetrics, use_f: torch.Tensor,
+                     stats: Dict[str, torch.Tensor], cfg: GeoConConfig) -> None:
+    """``per_pair`` rows (one per evaluated row, coarsest scale first) and the optional
+    threshold ``sensitivity`` scan."""
+    bc, ev, p = cfg.background, stack.evaluated, stack.num_evaluated
+    if bc.per_pair:
+        cols = {"ir_h": mh.ir, "ge_h_px": mh.ge, "inliers_h": mh.num_inliers,
+                "valid_h": mh.valid, "ir_f": mf.ir, "ge_f_px": mf.ge,
+                "inliers_f": mf.num_inliers, "valid_f": mf.valid, "matches": mh.num_matches,
+                "model": use_f, "gric_delta": stats["gric_delta"][ev]}
+        lists = {k: v.tolist() for k, v in cols.items()}
+        lists["model"] = ["F" if v else "H" for v in lists["model"]]
+        pl = stack.pairs[:p].tolist()
+        scale_of = [s for s in stack.scales for _ in range(p)]
+        block["per_pair"] = [dict({"pair": pl[k % p], "scale": scale_of[k]},
+                                  **{c: lists[c][k] for c in lists}) for k in range(ev.numel())]
+    if bc.sensitivity:
+        block["sensitivity"] = sensitivity_scan(fits[0].rows(ev), fits[1].rows(ev),
+                                                stack.x1[ev], stack.x2[ev], stack.mask[ev],
+                                                bc.sensitivity_tau_h, bc.sensitivity_tau_f,
+                                                min_inliers=bc.min_inliers)
+
+
+def _finish(clip: Clip, stack: _Stack, fits: Tuple[Fit, Fit],
+            metrics: Tuple[PairMetrics, PairMetrics], summary: Dict[str, Any],
+            cfg: GeoConConfig, out: BackgroundBlock) -> None:
+    """Status (too few valid pairs: not_applicable), report gate and post-hoc behaviour."""
+    bc, block = cfg.background, out.block
+    if summary["valid_pairs"] < bc.min_valid_pairs:
+        block.update(status="not_applicable", ir=None, ge_px=None, **{"pass": None},
+                     reason=f"too few valid pairs: {summary['valid_pairs']} of "
+                            f"{stack.evaluated.numel()} (pair, scale) entries have >= "
+                            f"{bc.min_inliers} {out.regime}-inliers")
+        return
+    passed = background_pass(summary["ir"], summary["ge_px"], bc.report_ir, bc.report_ge_px)
+    block.update(status="ok", reason=None, **{"pass": passed})
+    out.behaviour, block["behaviour_evidence"] = _behaviour(clip, stack, fits[1], metrics,
+                                                            out.regime, passed, out.objects, cfg)
+
+
+def _behaviour(clip: Clip, stack: _Stack, fit_f: Fit, metrics: Tuple[PairMetrics, PairMetrics],
+               regime: Optional[str], passed: Optional[bool], objects: Optional[torch.Tensor],
+               cfg: GeoConConfig) -> Tuple[str, Dict[str, Any]]:
+    """Algorithm 1 E: the post-hoc behaviour from the finest evaluated pairs' median motion
+    (px), the median inter-frame rotation of F (deg) and whether objects move."""
+    bc, fin = cfg.background, stack.finest
+    fv = fit_f.valid[fin]
+    valid_fin = (metrics[0].valid | metrics[1].valid)[fin]
+    motion = median_motion_px(stack.x1[fin], stack.x2[fin], stack.mask[fin])
+    motion_px = float(masked_median(motion, valid_fin)[0]) if bool(valid_fin.any()) else None
+    rot = None
+    if bool(fv.any()):
+        angles = rotation_from_fundamental(fit_f.model[fin].to(torch.float64), clip.size,
+                                           bc.category_focal)
+        rot = float(masked_median(angles, fv)[0])
+    has_objects = objects is not None and objects.shape[1] > 0
+    behaviour = classify_behaviour(regime, passed, motion_px, rot, has_objects,
+                                   static_px=bc.category_static_px,
+                                   rotation_thr_deg=bc.category_rotation_deg)
+    return behaviour, {"median_motion_px": motion_px, "median_rotation_deg": rot,
+                       "moving_objects": has_objects}

@@ -1,0 +1,96 @@
+"""The ``epipolar_dpo`` result block: the Epipolar-DPO protocol (Kupyn et al. 2025) of
+:mod:`geocon_torch.epipolar.dpo` on frames 0, 15, 30, ... at native resolution.
+
+Keys: ``mean_epipolar_error`` (px, mean over valid pairs of the per-pair mean Sampson distance
+``sqrt(s^2 + 1e-8)`` under the 8-point F of all matches), ``mean_inlier_rate`` (mean over valid
+pairs of the fraction of matches within 5 px), ``valid_pairs``, ``total_pairs``, ``status``
+("ok" | "not_applicable": no valid pair; the values are then None), ``reason``, ``preset``,
+``frames`` (source frame numbers used), ``analysis_size`` ((H, W) px), ``protocol`` (the
+settings) and ``per_pair`` rows. Lower error is better.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+
+from ..config import GeoConConfig
+from ..epipolar.dpo import (DPOMeasurement, EpipolarDPOConfig, clip_reason, measure_dpo,
+                            pair_records, sample_positions)
+from ..errors import InputError
+from ..io import read_clip
+from ..types import Clip
+
+PRESET = "epipolar-dpo"
+DeviceLike = Union[None, str, torch.device]
+
+
+def dpo_block(m: DPOMeasurement, b: int, config: EpipolarDPOConfig) -> Dict[str, Any]:
+    """The ``epipolar_dpo`` block of clip ``b`` of a :class:`DPOMeasurement`."""
+    ok = int(m.valid_pairs[b]) > 0
+    return {"preset": PRESET, "status": "ok" if ok else "not_applicable",
+            "reason": clip_reason(m, b, config),
+            "mean_epipolar_error": float(m.mean_epipolar_error[b]) if ok else None,
+            "mean_inlier_rate": float(m.mean_inlier_rate[b]) if ok else None,
+            "valid_pairs": int(m.valid_pairs[b]), "total_pairs": int(m.total_pairs[b]),
+            "frames": list(m.frames[b]), "analysis_size": list(m.sizes[b]),
+            "protocol": config.to_dict(), "per_pair": pair_records(m, b, config)}
+
+
+def epipolar_dpo_sections(clips: Sequence[Clip], config: Optional[EpipolarDPOConfig] = None, *,
+                          device: DeviceLike = None) -> List[Dict[str, Any]]:
+    """One ``epipolar_dpo`` block per clip; all pairs of all clips are matched and fitted in one
+    batch (SIFT per frame on the CPU thread pool).
+
+    Args:
+        clips: decoded clips at the resolution to analyse (the protocol's is native:
+            ``read_clip(..., long_side=None)``); frames 0, r, 2r, ... (``sampling_rate`` r) of
+            each clip are used, so read clips with stride 1.
+        config: protocol settings (default :class:`EpipolarDPOConfig`, the reference's).
+        device: where matching and fitting run (default: the first clip's device).
+    Returns:
+        one block dict per clip (module docstring).
+    """
+    cfg = config or EpipolarDPOConfig()
+    for clip in clips:
+        if not isinstance(clip, Clip):
+            raise InputError(f"epipolar_dpo_sections takes geocon_torch.types.Clip objects, got "
+                             f"{type(clip).__name__} (use geocon_torch.io.read_clip)")
+    positions = [torch.as_tensor(sample_positions(c.num_frames, cfg.sampling_rate),
+                                 dtype=torch.long) for c in clips]
+    frames = [c.frames[p.to(c.frames.device)] for c, p in zip(clips, positions)]
+    numbers = [c.frame_indices.cpu()[p].tolist() for c, p in zip(clips, positions)]
+    return _blocks(frames, numbers, cfg, device)
+
+
+def _blocks(frames: Sequence[torch.Tensor], numbers: Sequence[Sequence[int]],
+            config: EpipolarDPOConfig, device: DeviceLike) -> List[Dict[str, Any]]:
+    """Blocks of clips given by their sampled (T_b, 3, H, W) uint8 frames and source numbers."""
+    m = measure_dpo(frames, config, device, frame_numbers=numbers)
+    return [dpo_block(m, b, config) for b in range(len(frames))]
+
+
+def epipolar_dpo_section(clip: Clip, config: Optional[EpipolarDPOConfig] = None, *,
+                         device: DeviceLike = None) -> Dict[str, Any]:
+    """The ``epipolar_dpo`` block of one clip (see :func:`epipolar_dpo_sections`)."""
+    return epipolar_dpo_sections([clip], config, device=device)[0]
+
+
+def epipolar_dpo_block(video: Any, clip: Clip, cfg: GeoConConfig, device: DeviceLike,
+                       config: Optional[EpipolarDPOConfig] = None) -> Dict[str, Any]:
+    """The ``epipolar_dpo`` block of ``score_clip`` (``preset="epipolar-dpo"``).
+
+    The protocol works at native resolution on source frames 0, 15, 30, ...: for a file or
+    tensor ``video`` those frames (up to the last frame ``clip`` covers) are re-read with
+    ``long_side=None``; a :class:`Clip` is used as given.
+    """
+    dpo_cfg = config or EpipolarDPOConfig()
+    if not isinstance(video, Clip):
+        last = int(clip.frame_indices.max()) + 1 if clip.num_frames else 0
+        source = sample_positions(last, dpo_cfg.sampling_rate)
+        if len(source) > 1:
+            native = read_clip(video, long_side=None, indices=source, device=device,
+                               letterbox_threshold=cfg.io.letterbox_threshold,
+                               letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+            return _blocks([native.frames], [source], dpo_cfg, device)[0]
+    return epipolar_dpo_section(clip, dpo_cfg, device=device)

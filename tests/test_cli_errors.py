@@ -1,0 +1,111 @@
+"""CLI user errors (issue 16): one line on stderr, exit status 2, no traceback unless --debug;
+--device checked once up front; the summary table wraps the full reason."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from geocon_torch.cli import main
+from geocon_torch.commands import score as score_cmd
+from geocon_torch.commands._common import print_table, summary_row
+from geocon_torch.errors import ConfigError
+
+NO_GPU_DEVICE = "cuda:99" if torch.cuda.is_available() else "cuda"
+
+
+def _fail(capsys, argv, match: str) -> str:
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("geocon ") and match in lines[0], lines[0]
+    return lines[0]
+
+
+def test_user_errors_are_one_line_exit_2(tmp_path: Path, capsys):
+    cfg = tmp_path / "typo.json"
+    cfg.write_text(json.dumps({"background": {"tua_h": 3.0}}))
+    _fail(capsys, ["score", "x.mp4", "--config", str(cfg)], "tua_h")
+    _fail(capsys, ["score", "x.mp4", "--config", str(tmp_path / "none.json")], "not found")
+    _fail(capsys, ["report", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")],
+          "results not found")
+    m = tmp_path / "m.csv"
+    m.write_text("clip_id,path\na,a.mp4\n")
+    _fail(capsys, ["bench", str(m), "--db", str(tmp_path / "r.sqlite")], "lacks column(s) model")
+    m = tmp_path / "m.jsonl"
+    m.write_text('{"clip_id": "a", "path": "a.mp4"}\n')
+    _fail(capsys, ["bench", str(m), "--db", str(tmp_path / "r.sqlite")],
+          "missing required field(s) model")
+    _fail(capsys, ["score", "x.mp4", "--long-side", "0"], "io.long_side")
+    _fail(capsys, ["score", "x.mp4", "--device", "nonsense"], "not a torch device")
+    with pytest.raises(SystemExit) as exc:  # argparse errors: one line too
+        main(["synth", str(tmp_path / "s"), "--size", "12"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "--size must be WxH" in err[0]
+
+
+def test_device_without_gpu_fails_once_up_front(tmp_path: Path, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(score_cmd, "score_clips", lambda *a, **k: calls.append(a))
+    line = _fail(capsys, ["score", "a.mp4", "b.mp4", "--device", NO_GPU_DEVICE], "--device")
+    assert "cuda" in line and calls == []
+    assert capsys.readouterr().out == ""  # no table, no per-clip errors
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys):
+    cfg = tmp_path / "typo.json"
+    cfg.write_text(json.dumps({"io": {"long_sid": 3}}))
+    with pytest.raises(ConfigError):
+        main(["--debug", "score", "x.mp4", "--config", str(cfg)])
+    with pytest.raises(ConfigError):
+        main(["score", "x.mp4", "--config", str(cfg), "--debug"])
+
+
+def test_entry_point_subprocess_no_traceback(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "geocon_torch.cli", "report",
+                           str(tmp_path / "missing.sqlite"), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"geocon report: error: results not found: {tmp_path / 'missing.sqlite'}"]
+
+
+def test_table_wraps_the_full_reason():
+    reason = ("VideoReadError: " + "a very long explanation of what went wrong " * 6).strip()
+    res = {"clip": "sora/3", "status": "error", "reason": reason}
+    buf = io.StringIO()
+    print_table([summary_row(res)], out=buf, width=100)
+    lines = buf.getvalue().splitlines()
+    assert max(len(x) for x in lines) <= 100 and len(lines) > 3
+    lead = lines[1].rfind(" ") + 1  # where the reason column starts
+    text = " ".join([lines[2][lead:]] + [x.strip() for x in lines[3:]])
+    assert text == reason and lines[2].startswith("sora/3")
+
+
+def test_score_two_files_with_the_same_stem(shared_data: Path, tmp_path: Path, capsys):
+    src = shared_data / "real" / "realshort.mp4"
+    for model in ("cogvideox", "sora"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "3.mp4").write_bytes(src.read_bytes())
+    out = tmp_path / "r.jsonl"
+    rc = main(["score", str(tmp_path / "cogvideox" / "3.mp4"), str(tmp_path / "sora"),
+               "--json", str(out), "--no-progress", "--preset", "background",
+               "--long-side", "128", "--max-frames", "4"])
+    assert rc == 0
+    table = capsys.readouterr().out.splitlines()
+    assert any(x.startswith("cogvideox/3 ") for x in table)
+    assert any(x.startswith("sora/3 ") for x in table)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["clip"] for r in rows] == ["cogvideox/3", "sora/3"]
+    rc = main(["report", str(out), "--out", str(tmp_path / "rep"), "--boot", "50",
+               "--cards", "2", "--no-draw"])
+    assert rc == 0
+    cards = list((tmp_path / "rep" / "img").glob("card_*_timeline.png"))
+    assert len(cards) == 2

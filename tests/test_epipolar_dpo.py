@@ -1,0 +1,181 @@
+"""The Epipolar-DPO protocol (geocon_torch.epipolar.dpo) against a re-implementation of the
+reference per-pair loop of KupynOrest/epipolar-dpo (metrics/video_evaluation/epipolar.py):
+OpenCV SIFT + BFMatcher knn 2 / ratio 0.75 + kornia find_fundamental (8-point, all matches) +
+kornia Sampson distance, one frame pair at a time. Bounds: error within 2 %, inlier rate within
+0.01, same valid pairs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from geocon_torch.epipolar.dpo import (EpipolarDPOConfig, consecutive_pairs, measure_dpo,
+                                       sample_positions)
+from geocon_torch.io import read_clip
+from geocon_torch.sections.epipolar_dpo import epipolar_dpo_block, epipolar_dpo_section
+from geocon_torch.config import GeoConConfig
+from geocon_torch.synth import render_scene
+
+from conftest import DEVICES, SHARED_DATA
+
+cv2 = pytest.importorskip("cv2")
+kornia_epi = pytest.importorskip("kornia.geometry.epipolar")
+
+FAST_CLIPS = ("real/realshort.mp4",)
+ERR_RTOL, RATE_ATOL = 0.02, 0.01
+
+
+# ------------------------------------------------------------------------- the reference loop
+def reference_pair(g1: np.ndarray, g2: np.ndarray) -> Optional[Dict[str, float]]:
+    """Their ``compute_metric_for_pair`` on two gray uint8 frames (None: invalid pair)."""
+    sift = cv2.SIFT_create()
+    kp1, d1 = sift.detectAndCompute(g1, None)
+    kp2, d2 = sift.detectAndCompute(g2, None)
+    if len(kp1) < 8 or len(kp2) < 8 or d1 is None or d2 is None:
+        return None
+    good = []
+    for pair in cv2.BFMatcher().knnMatch(d1, d2, k=2):
+        if len(pair) == 2 and pair[0].distance < 0.75 * pair[1].distance:
+            good.append(pair[0])
+    if len(good) < 20:
+        return None
+    p1 = torch.from_numpy(np.array([kp1[m.queryIdx].pt for m in good], np.float32))[None]
+    p2 = torch.from_numpy(np.array([kp2[m.trainIdx].pt for m in good], np.float32))[None]
+    F = kornia_epi.find_fundamental(p1, p2)
+    if torch.isnan(F).any():
+        return None
+    d = torch.sqrt(kornia_epi.sampson_epipolar_distance(p1, p2, F, squared=True) + 1e-8)
+    d = d.squeeze().numpy()
+    if not np.isfinite(d.mean()):
+        return None
+    return {"error": float(d.mean()), "inlier_rate": float((d <= 5.0).mean()),
+            "matches": len(good)}
+
+
+def reference_video(frames_rgb: torch.Tensor) -> List[Optional[Dict[str, float]]]:
+    """Per consecutive pair of already-sampled (T, 3, H, W) uint8 RGB frames (their BGR2GRAY of
+    the BGR frame = RGB2GRAY of the RGB frame)."""
+    grays = [cv2.cvtColor(f.permute(1, 2, 0).cpu().numpy(), cv2.COLOR_RGB2GRAY)
+             for f in frames_rgb]
+    return [reference_pair(grays[k], grays[k + 1]) for k in range(len(grays) - 1)]
+
+
+def sampled(frames: torch.Tensor) -> torch.Tensor:
+    return frames[torch.as_tensor(sample_positions(frames.shape[0], 15))]
+
+
+def assert_agrees(m, b: int, ref: Sequence[Optional[Dict[str, float]]], label: str) -> None:
+    sel = (m.pair_clip == b).nonzero()[:, 0].cpu()
+    valid = m.valid.cpu()[sel].tolist()
+    assert valid == [r is not None for r in ref], label
+    err, rate = m.epipolar_error.cpu()[sel], m.inlier_rate.cpu()[sel]
+    for k, r in enumerate(ref):
+        if r is None:
+            continue
+        assert int(m.num_matches.cpu()[sel[k]]) == pytest.approx(r["matches"], rel=0.01), label
+        assert float(err[k]) == pytest.approx(r["error"], rel=ERR_RTOL), (label, k)
+        assert abs(float(rate[k]) - r["inlier_rate"]) <= RATE_ATOL, (label, k)
+    ok = [r for r in ref if r is not None]
+    if ok:
+        mean_err = float(np.mean([r["error"] for r in ok]))
+        mean_rate = float(np.mean([r["inlier_rate"] for r in ok]))
+        assert float(m.mean_epipolar_error[b]) == pytest.approx(mean_err, rel=ERR_RTOL), label
+        assert abs(float(m.mean_inlier_rate[b]) - mean_rate) <= RATE_ATOL, label
+    assert int(m.valid_pairs[b]) == len(ok) and int(m.total_pairs[b]) == len(ref)
+
+
+def shared_frames(rel: str) -> torch.Tensor:
+    """Frames 0, 15, 30, 45 (those present) of a shared clip at native resolution."""
+    path = SHARED_DATA / rel
+    if not path.is_file():
+        pytest.skip(f"shared clip {path} not found (see ../shared/data/README.md)")
+    return sampled(read_clip(path, long_side=None, max_frames=46).frames)
+
+
+def all_shared_clips() -> List[str]:
+    if not SHARED_DATA.is_dir():
+        return []
+    return sorted(str(p.relative_to(SHARED_DATA)) for p in SHARED_DATA.rglob("*.mp4"))
+
+
+@pytest.fixture(scope="module")
+def grounded() -> List[torch.Tensor]:
+    """Sampled frames (0, 15) of grounded translation (C3) and arc (C5) scenes."""
+    return [sampled(render_scene(c, num_frames=16, size=(180, 240), seed=0).frames)
+            for c in ("C3", "C5")]
+
+
+# ------------------------------------------------------------------------------ the tests
+def test_pairs_and_positions():
+    pairs, owner, local = consecutive_pairs(torch.tensor([3, 1, 0, 2]))
+    assert pairs.tolist() == [[0, 1], [1, 2], [4, 5]]
+    assert owner.tolist() == [0, 0, 3] and local.tolist() == [[0, 1], [1, 2], [0, 1]]
+    assert sample_positions(49) == [0, 15, 30, 45] and sample_positions(15) == [0]
+
+
+def test_matches_reference_on_grounded_clips(grounded):
+    m = measure_dpo(grounded)
+    for b, frames in enumerate(grounded):
+        assert_agrees(m, b, reference_video(frames), f"grounded {b}")
+    assert bool((m.valid_pairs == 1).all())
+    # rigid scenes: most matches on their epipolar lines (no RANSAC: outliers stay in the mean)
+    assert float(m.mean_inlier_rate.min()) > 0.6
+
+
+@pytest.mark.parametrize("rel", FAST_CLIPS)
+def test_matches_reference_on_a_shared_clip(rel):
+    frames = shared_frames(rel)
+    assert_agrees(measure_dpo([frames]), 0, reference_video(frames), rel)
+
+
+@pytest.mark.slow
+def test_matches_reference_on_every_shared_clip():
+    """Every shared clip (first 46 frames -> up to 4 sampled frames), all in one batch."""
+    names = all_shared_clips()
+    if not names:
+        pytest.skip(f"shared clips not found at {SHARED_DATA}")
+    frames = [shared_frames(n) for n in names]
+    m = measure_dpo(frames)
+    for b, (name, f) in enumerate(zip(names, frames)):
+        assert_agrees(m, b, reference_video(f), name)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_device_path_same_keypoints(dev, grounded):
+    """Keypoints computed once, then matching, fitting and Sampson on ``dev`` (CUDA when
+    present): same bounds against the reference."""
+    frames = [f.to(dev) for f in grounded]
+    m = measure_dpo(frames, device=dev)
+    assert m.epipolar_error.device.type == torch.device(dev).type
+    for b, f in enumerate(grounded):
+        assert_agrees(m, b, reference_video(f), f"{dev} grounded {b}")
+
+
+def test_bad_clips_not_applicable(grounded):
+    flat = torch.full_like(grounded[0], 90)
+    single = grounded[0][:1]
+    m = measure_dpo([grounded[0], flat, single])
+    assert m.valid_pairs.tolist() == [1, 0, 0] and m.total_pairs.tolist() == [1, 1, 0]
+    assert torch.isfinite(m.mean_epipolar_error).all()
+    sec = epipolar_dpo_section(read_clip(torch.full((16, 3, 40, 60), 7, dtype=torch.uint8)))
+    assert sec["status"] == "not_applicable" and sec["mean_epipolar_error"] is None
+    assert "not enough keypoints" in sec["reason"] and sec["total_pairs"] == 1
+
+
+def test_section_block_keys(grounded, tmp_path):
+    frames = render_scene("C3", num_frames=16, size=(180, 240), seed=0).frames
+    clip = read_clip(frames, long_side=None)
+    sec = epipolar_dpo_section(clip)
+    assert sec["status"] == "ok" and sec["valid_pairs"] == 1 and sec["total_pairs"] == 1
+    assert sec["frames"] == [0, 15] and sec["analysis_size"] == [180, 240]
+    assert sec["per_pair"][0]["left_frame"] == 0 and sec["per_pair"][0]["right_frame"] == 15
+    ref = reference_video(grounded[0])[0]
+    assert sec["mean_epipolar_error"] == pytest.approx(ref["error"], rel=ERR_RTOL)
+    # score_clip's block re-reads frames 0, 15 at native size from a working-size clip
+    small = read_clip(frames, long_side=120)
+    block = epipolar_dpo_block(frames, small, GeoConConfig(), "cpu")
+    assert block["analysis_size"] == [180, 240]
+    assert block["mean_epipolar_error"] == pytest.approx(sec["mean_epipolar_error"], rel=1e-9)

@@ -1,0 +1,144 @@
+"""Partial decodes reach the result, the store and the flat rows (issue 16 item 1): files
+damaged in the test (recipes of tests/test_io_integrity.py) are scored by ``score_clip``."""
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from geocon_torch import score_clip
+from geocon_torch.bench.store import ResultStore, flatten_row
+from geocon_torch.io.writer import write_video
+from geocon_torch.report import build_report
+from geocon_torch.result import ClipResult
+
+T = 48
+DROPPED = (10, 11, 12, 30)
+CFG = {"io": {"long_side": None}, "preset": "background"}
+
+
+@pytest.fixture(scope="module")
+def frames() -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    base = torch.randint(0, 256, (3, 64, 96), generator=g, dtype=torch.uint8)
+    return torch.stack([torch.roll(base, shifts=2 * t, dims=2) for t in range(T)])
+
+
+@pytest.fixture(scope="module")
+def clean(frames, tmp_path_factory) -> Path:
+    return write_video(tmp_path_factory.mktemp("pipe") / "clean.mp4", frames, fps=24,
+                       faststart=True)
+
+
+@pytest.fixture(scope="module")
+def corrupted(clean, tmp_path_factory) -> Path:
+    data = bytearray(clean.read_bytes())
+    n = len(data)
+    data[n // 2:n // 2 + n // 6] = np.random.default_rng(0).integers(
+        0, 256, n // 6, dtype=np.uint8).tobytes()
+    bad = tmp_path_factory.mktemp("pipe") / "mid.mp4"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.fixture(scope="module")
+def truncated(clean, tmp_path_factory) -> Path:
+    cut = tmp_path_factory.mktemp("pipe") / "tail.mp4"
+    data = clean.read_bytes()
+    cut.write_bytes(data[:int(len(data) * 0.7)])
+    return cut
+
+
+@pytest.fixture(scope="module")
+def dropped(frames, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("pipe") / "drop.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=24)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 24)
+        for t in range(T):
+            if t in DROPPED:
+                continue
+            frame = av.VideoFrame.from_ndarray(frames[t].permute(1, 2, 0).numpy(), format="rgb24")
+            frame.pts = t
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def test_clean_clip_has_an_io_block_and_no_warnings(clean):
+    res = score_clip(clean, config=CFG, device="cpu", progress=False)
+    d = res.to_dict()
+    assert d["io"]["lost_frames"] == 0 and d["io"]["decoded_frames"] == T
+    assert d["warnings"] == [] and res.status != "error"
+
+
+def test_corrupted_middle_is_an_error_and_not_scored(corrupted):
+    res = score_clip(corrupted, config=CFG, device="cpu", progress=False)
+    assert res.status == "error" and "io.max_lost_fraction" in res.reason
+    assert f"{res.io['lost_frames']} of {T} frames" in res.reason
+    assert res.io["decode_errors"] > 0 and res.io["truncated"]
+    assert res.background == {} and res.ir is None and res.warnings == []
+    assert "features" not in res.timing_s
+
+
+def test_truncated_tail_error_or_warning_by_the_limit(truncated):
+    res = score_clip(truncated, config=CFG, device="cpu", progress=False)
+    assert res.status == "error" and res.io["announced_frames"] == T
+    loose = dict(CFG, io={"long_side": None, "max_lost_fraction": 0.9})
+    res = score_clip(truncated, config=loose, device="cpu", progress=False)
+    assert res.status != "error" and res.background.get("pairs")
+    assert len(res.warnings) == 1 and f"{res.io['lost_frames']} of {T}" in res.warnings[0]
+
+
+def test_dropped_frames_are_scored_with_a_warning(dropped):
+    res = score_clip(dropped, config=CFG, device="cpu", progress=False)
+    assert res.status != "error" and res.background.get("pairs") == T - len(DROPPED) - 1
+    assert res.io["lost_frames"] == len(DROPPED) and res.io["timestamp_gaps"] == 2
+    assert res.warnings and "4 of 48 frames (8 %)" in res.warnings[0]
+
+
+def test_io_and_warnings_survive_the_store(dropped, corrupted, tmp_path):
+    results = {"drop": score_clip(dropped, config=CFG, device="cpu", progress=False),
+               "mid": score_clip(corrupted, config=CFG, device="cpu", progress=False)}
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        for cid, res in results.items():
+            store.put({"clip_id": cid, "model": "m"}, res.content_hash or cid, res.config_hash,
+                      res.to_dict())
+        rows = {r["clip_id"]: r for r in store.rows()}
+    for cid, res in results.items():
+        back = ClipResult.from_dict(rows[cid]["result"])
+        assert back.io == res.to_dict()["io"] and back.warnings == res.warnings
+        assert back.status == res.status
+    flat = {cid: flatten_row(r) for cid, r in rows.items()}
+    assert flat["drop"]["lost_frames"] == len(DROPPED)
+    assert "4 of 48 frames" in flat["drop"]["warnings"]
+    assert flat["mid"]["status"] == "error" and flat["mid"]["lost_frames"] > 0
+    assert flat["mid"]["warnings"] is None
+    page = build_report(tmp_path / "s.sqlite", tmp_path / "rep", draw=False, n_boot=50,
+                        cards=0).read_text()
+    assert "Clips scored with warnings (1)" in page and "4 of 48 frames" in page
+
+
+def test_old_rows_read_back_with_empty_io():
+    d = ClipResult(clip="x").to_dict()
+    del d["io"], d["warnings"]
+    back = ClipResult.from_dict(d)
+    assert back.io == {} and back.warnings == []
+
+
+def test_progress_lines_on_stderr_and_off_by_default(capsys):
+    frames = torch.randint(0, 256, (4, 3, 48, 64), generator=torch.Generator().manual_seed(1),
+                           dtype=torch.uint8)
+    score_clip(frames, config=CFG, device="cpu")  # stderr is captured: not a terminal
+    assert "geocon" not in capsys.readouterr().err
+    score_clip(frames, config=CFG, device="cpu", progress=True)
+    err = capsys.readouterr().err
+    assert "geocon clip: read" in err and "features 4 frames, 3 pairs" in err
+    assert "features done in" in err

@@ -1,0 +1,92 @@
+"""geocon_torch.rewards.geometric_reward on grounded scenes: clean beats rubber-sheet-corrupted
+for every kind, unscoreable clips get the neutral value and a status, device / dtype follow the
+input, repeated calls are identical."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from geocon_torch.epipolar.dpo import EpipolarDPOConfig
+from geocon_torch.errors import ClipTensorError, InputError
+from geocon_torch.rewards import NEUTRAL_REWARD, geometric_reward
+from geocon_torch.synth import render_scene
+from geocon_torch.synth.corruptions import apply_corruption
+
+pytest.importorskip("cv2")
+
+
+@pytest.fixture(scope="module")
+def batch() -> torch.Tensor:
+    """(4, 16, 3, 180, 240) uint8: a clean translating scene (C3), its rubber-sheet versions at
+    severity 0.3 and 0.6, and a textureless clip."""
+    clean = render_scene("C3", num_frames=16, size=(180, 240), seed=0).frames
+    bad = [apply_corruption(clean, "rubber_sheet", s, seed=0) for s in (0.3, 0.6)]
+    return torch.stack([clean, *bad, torch.full_like(clean, 128)])
+
+
+#: the grounded clip packs its whole camera path into 16 frames, so frames 15 apart are far
+#: apart; the ranking test samples every 5th frame (3 pairs) instead
+EVERY_5TH = {"epipolar_dpo": {"sampling_rate": 5}}
+
+
+def check_bad_clip(rewards: torch.Tensor, diag, b: int = 3) -> None:
+    assert float(rewards[b]) == NEUTRAL_REWARD
+    assert diag.clips[b].status == "not_applicable" and diag.clips[b].reason
+    assert not diag.scored[b]
+
+
+def test_epipolar_dpo_reward(batch):
+    rewards, diag = geometric_reward(batch, kind="epipolar-dpo")  # the reference protocol
+    assert rewards.shape == (4,) and rewards.dtype == torch.float32
+    assert rewards.device == batch.device and torch.isfinite(rewards).all()
+    assert diag.scored == [True, True, True, False] and diag.kind == "epipolar-dpo"
+    check_bad_clip(rewards, diag)
+    assert diag.clips[0].valid_pairs == 1 and diag.clips[0].total_pairs == 1
+    ranked, diag5 = geometric_reward(batch, kind="epipolar-dpo", config=EVERY_5TH)
+    assert float(ranked[0]) > float(ranked[1]) > float(ranked[2]) > 0.0
+    check_bad_clip(ranked, diag5)
+    for c in diag.clips[:3] + diag5.clips[:3]:  # the documented fold, strictly decreasing in the error
+        assert c.reward == pytest.approx(math.exp(-c.raw["mean_epipolar_error"] / 5.0), rel=1e-6)
+    again, _ = geometric_reward(batch, kind="epipolar-dpo")
+    assert torch.equal(rewards, again)
+
+
+def test_float_input_dtype_and_config(batch):
+    videos = batch[:2].double() / 255.0
+    rewards, diag = geometric_reward(videos, kind="epipolar-dpo")
+    assert rewards.dtype == torch.float64
+    ref, _ = geometric_reward(batch[:2], kind="epipolar-dpo")
+    assert torch.allclose(rewards, ref.double(), rtol=0, atol=1e-6)
+    # a sampling rate every 5th frame: more pairs, via a mapping or the dataclass
+    r5, d5 = geometric_reward(batch[:1], kind="epipolar-dpo",
+                              config={"epipolar_dpo": {"sampling_rate": 5}})
+    r5b, _ = geometric_reward(batch[:1], kind="epipolar-dpo",
+                              config=EpipolarDPOConfig(sampling_rate=5))
+    assert d5.clips[0].total_pairs == 3 and torch.equal(r5, r5b)
+
+
+def test_too_short_clip_is_neutral(batch):
+    rewards, diag = geometric_reward(batch[:, :10], kind="epipolar-dpo", neutral=-1.0)
+    assert rewards.tolist() == [-1.0] * 4
+    assert diag.clips[0].total_pairs == 0 and "fewer than two" in diag.clips[0].reason
+
+
+def test_bad_arguments(batch):
+    with pytest.raises(InputError):
+        geometric_reward(batch, kind="nope")
+    with pytest.raises(ClipTensorError):
+        geometric_reward(batch[0], kind="epipolar-dpo")  # not a batch
+
+
+@pytest.mark.parametrize("kind", ["epipolar", "background"])
+def test_other_kinds_rank_clean_first(batch, kind):
+    videos = batch[:, :6].contiguous()  # these kinds use every frame: 6 are enough
+    rewards, diag = geometric_reward(videos, kind=kind, seed=3)
+    assert rewards.shape == (4,) and torch.isfinite(rewards).all()
+    assert float(rewards[0]) > float(rewards[1]) and float(rewards[0]) > float(rewards[2])
+    assert 0.0 <= float(rewards.min()) and float(rewards.max()) <= 1.0
+    check_bad_clip(rewards, diag)
+    again, _ = geometric_reward(videos, kind=kind, seed=3)
+    assert torch.equal(rewards, again)

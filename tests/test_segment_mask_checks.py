@@ -1,0 +1,66 @@
+"""Mask files of another aspect ratio and NaN / soft float masks are clear InputErrors
+(issue 16 item 8); resizing them happens only when asked."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from geocon_torch import score_clip
+from geocon_torch.config import load_config
+from geocon_torch.errors import InputError
+from geocon_torch.segment.files import load_masks
+from geocon_torch.synth import grounded_clip
+
+
+def _square(t: int = 3, side: int = 100) -> np.ndarray:
+    m = np.zeros((t, side, side), bool)
+    m[:, 20:60, 30:70] = True
+    return m
+
+
+def test_other_aspect_ratio_is_an_error_naming_both_sizes():
+    with pytest.raises(InputError, match=r"100 x 100 px .* 720 x 480 px") as err:
+        load_masks(_square(), size=(480, 720))
+    assert "segment.resize_masks" in str(err.value)
+
+
+def test_other_aspect_ratio_is_resized_when_asked():
+    got = load_masks(_square(), size=(480, 720), resize=True)
+    assert got.shape == (3, 1, 480, 720) and bool(got.any())
+
+
+def test_same_aspect_within_one_percent_is_resized():
+    m = np.zeros((2, 100, 150), bool)
+    m[:, 10:20, 10:20] = True
+    assert load_masks(m, size=(200, 300)).shape == (2, 1, 200, 300)
+    assert load_masks(m, size=(683, 1024)).shape == (2, 1, 683, 1024)  # 0.05 % off
+
+
+def test_nan_float_masks_get_a_clear_message():
+    m = _square().astype(np.float32)
+    m[0, 0, 0] = np.nan
+    with pytest.raises(InputError, match="NaN"):
+        load_masks(m)
+    with pytest.raises(InputError, match="NaN"):
+        load_masks(torch.from_numpy(m[:, None]))  # (T, K, H, W) too
+
+
+def test_soft_float_masks_get_a_clear_message(tmp_path):
+    m = _square().astype(np.float32) * 0.7
+    np.savez(tmp_path / "soft.npz", masks=m)
+    with pytest.raises(InputError, match=r"binary \(0 / 1\).*m > 0.5"):
+        load_masks(tmp_path / "soft.npz")
+    assert load_masks((m > 0.5).astype(np.float32)).shape == (3, 1, 100, 100)  # 0 / 1 floats
+
+
+def test_score_clip_refuses_stretched_masks_unless_configured():
+    frames = grounded_clip("C1", num_frames=4, size=(120, 160)).frames
+    masks = torch.zeros(4, 50, 50, dtype=torch.bool)
+    masks[:, 10:20, 10:20] = True
+    with pytest.raises(InputError, match="aspect"):
+        score_clip(frames, masks=masks, preset="background", device="cpu", progress=False)
+    cfg = load_config({"segment": {"resize_masks": True}})
+    res = score_clip(frames, masks=masks, preset="background", device="cpu", config=cfg,
+                     progress=False)
+    assert res.background["segment"]["objects"] == 1
