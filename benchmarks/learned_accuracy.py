@@ -8,13 +8,15 @@ matches against the true F (median, and fraction below 1 px). Also matches per p
 frame pair (extraction + matching of the pair's two frames) on this machine.
 
 Usage: ``python benchmarks/learned_accuracy.py [--device cpu] [--max-keypoints 2000] [--quick]``.
-The last line is ``RESULT {json}``.
+``--quick`` is a smoke run: seed-0 texture warps at 128x192, no graf, C3 only, 256 keypoints, one
+torch thread (explicit flags win). The last line is ``RESULT {json}``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -78,6 +80,8 @@ def graf_case() -> Optional[Tuple[str, torch.Tensor, torch.Tensor]]:
     gray = torch.stack([torch.from_numpy(i).float()[None] / 255.0 for i in imgs])
     return "graf1to3", gray, H
 
+#: defaults of ``--quick`` (flags given explicitly still win)
+QUICK = {"max_keypoints": 256, "size": "128x192", "graf": False, "threads": 1}
 
 _BUILT: Dict[Tuple[str, int, str], object] = {}
 
@@ -169,20 +173,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-keypoints", type=int, default=2000)
-    ap.add_argument("--quick", action="store_true", help="fewer cases (smoke run)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + json.dumps(QUICK))
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--size", default="384x512", help="HxW of the texture warps")
+    ap.add_argument("--no-graf", dest="graf", action="store_false", help="leave graf 1->3 out")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    if "--quick" in sys.argv[1:]:
+        ap.set_defaults(**QUICK)
     args = ap.parse_args()
-    warps = texture_cases(seeds=(0,) if args.quick else (0, 1))
-    graf = graf_case()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    size = tuple(int(v) for v in args.size.lower().split("x"))
+    warps = texture_cases(size=size, seeds=(0,) if args.quick else (0, 1))
+    graf = graf_case() if args.graf else None
     if graf is not None:
         warps.append(graf)
     grounded = grounded_cases(args.quick)
     rows: Dict[str, Dict[str, float]] = {}
+    skipped: Dict[str, str] = {}
     for name in args.backends.split(","):
         try:
             rows[name] = evaluate(name, warps, grounded, args.max_keypoints, args.device)
         except GeoConError as exc:  # e.g. the learned extra is not installed
             print(f"{name}: skipped ({exc})")
+            skipped[name] = str(exc)
     head = (f"{'backend':<19}{'<=2px':>7}{'<=5px':>7}{'matches':>9}{'Sampson med':>13}"
             f"{'<1px':>7}{'matches':>9}{'s/pair':>8}")
     print(f"warps: {[w[0] for w in warps]}; grounded: {[g[0] for g in grounded]}; "
@@ -192,10 +206,13 @@ def main() -> None:
         print(f"{name:<19}{r['within_2px']:>7.3f}{r['within_5px']:>7.3f}{r['matches_H']:>9.0f}"
               f"{r['sampson_median_px']:>13.3f}{r['sampson_below_1px']:>7.3f}"
               f"{r['matches_F']:>9.0f}{r['s_per_pair']:>8.2f}")
-    print("RESULT " + json.dumps({"benchmark": "learned_accuracy", "device": args.device,
+    print("RESULT " + json.dumps({"benchmark": "learned_accuracy", "quick": args.quick,
+                                  "device": args.device, "size": list(size),
+                                  "threads": torch.get_num_threads(),
                                   "max_keypoints": args.max_keypoints,
                                   "warps": [w[0] for w in warps],
-                                  "grounded": [g[0] for g in grounded], "backends": rows}))
+                                  "grounded": [g[0] for g in grounded], "backends": rows,
+                                  "skipped": skipped}))
 
 
 if __name__ == "__main__":

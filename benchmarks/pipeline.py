@@ -13,13 +13,18 @@ process, one after the other, clip by clip; decode time is included on both side
 timed ``--repeats`` times on each side (alternating) and the fastest run counts: noise on a shared
 machine only ever adds time, so the minimum is the stable figure (every run's time is printed).
 
-Peak memory: a 120-frame 1024x720 clip is written to a temporary mp4 and scored in a fresh
-subprocess; ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` after it exits is the peak RSS.
+Peak memory: ``real/vtest_120.mp4`` (768x576, static camera, walking people) looped forwards /
+backwards to a 120-frame and an 800-frame mp4, each scored at a 1024 px long side with the
+default preset ("geocon": background + foreground) and with ``preset="background"``, each run in
+a fresh subprocess whose own ``ru_maxrss`` is its peak RSS: ``peak_rss_mb`` =
+``{"geocon_120", "geocon_800", "background_120", "background_800"}`` (``memory_seconds`` the
+matching times). Memory must not grow with the clip's length (frames streamed, features in
+chunks of ``features.chunk_frames`` frames, object masks kept at the segmentation's size).
 
     python benchmarks/pipeline.py [--long-side 640] [--frames 48] [--repeats 2] [--skip-memory]
                                   [--torch-threads N]
 
-Last line: ``RESULT {"fps", "opencv_fps", "ratio_vs_opencv", "peak_rss_mb", ...}``.
+Last line: ``RESULT {"fps", "opencv_fps", "ratio_vs_opencv", "peak_rss_mb": {...}, ...}``.
 """
 from __future__ import annotations
 
@@ -91,37 +96,50 @@ def ours(path: Path, long_side: int, max_frames: int) -> dict:
 
 
 MEMORY_CHILD = r"""
-import os, sys, torch
+import os, resource, sys, time, torch
 torch.set_num_threads(os.cpu_count() or 1)
-sys.path.insert(0, sys.argv[2])
+sys.path.insert(0, sys.argv[3])
 from geocon_torch import score_clip
-d = score_clip(sys.argv[1], config={"io": {"long_side": 1024}}, preset="background").to_dict()
-print(d["status"], d["frames"], d["working_size"], d["timing_s"]["total"])
+t0 = time.perf_counter()
+d = score_clip(sys.argv[1], config={"io": {"long_side": 1024}}, preset=sys.argv[2],
+               progress=False).to_dict()
+print("MEM", d["status"], d["frames"], "x".join(map(str, d["working_size"])),
+      round(time.perf_counter() - t0, 1), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
+MEMORY_FRAMES = (120, 800)
+MEMORY_PRESETS = ("geocon", "background")
 
 
-def memory_probe(tmp: Path) -> dict:
-    """Write a 120-frame 1024x720 textured clip (a camera panning over a random texture) and
-    score it in a subprocess; returns its peak RSS."""
+def memory_clips(tmp: Path) -> dict:
+    """{frames: path}: ``real/vtest_120.mp4`` (768x576, static camera, walking people) played
+    forwards and backwards until it has 120 / 800 frames (scored at a 1024 px long side)."""
     import torch
-    import torch.nn.functional as F
 
-    from geocon_torch.io import write_video
+    from geocon_torch.io import read_clip, write_video
 
-    g = torch.Generator().manual_seed(0)
-    tex = torch.rand(1, 3, 900, 1500, generator=g)
-    tex = F.avg_pool2d(tex, 7, stride=1, padding=3)
-    tex = ((tex - tex.amin()) / (tex.amax() - tex.amin()) * 255).to(torch.uint8)[0]
-    frames = torch.stack([tex[:, 90:810, 3 * t: 3 * t + 1024] for t in range(120)])
-    path = write_video(tmp / "mem_1024x720.mp4", frames, fps=24)
-    del frames, tex
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(path), str(ROOT)],
-                         capture_output=True, text=True, check=True)
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"peak_rss_mb": round(max(peak_kb, before) / 1024.0, 1),
-            "memory_clip": out.stdout.strip(), "memory_seconds": round(time.perf_counter() - t0, 1)}
+    src = read_clip(DATA / "real" / "vtest_120.mp4", long_side=None).frames
+    out = {}
+    for n in MEMORY_FRAMES:
+        loops = [src if k % 2 == 0 else src.flip(0) for k in range(-(-n // src.shape[0]))]
+        out[n] = write_video(tmp / f"vtest_{n}.mp4", torch.cat(loops)[:n], fps=10)
+    return out
+
+
+def memory_probe(tmp: Path, presets=MEMORY_PRESETS) -> dict:
+    """Peak RSS (MB) and seconds of ``score_clip`` at 1024 px on the 120- and 800-frame clips,
+    for each preset, each run in a fresh subprocess (its own ``ru_maxrss``)."""
+    clips = memory_clips(tmp)
+    peak, secs, info = {}, {}, {}
+    for preset in presets:
+        for n, path in clips.items():
+            out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(path), preset,
+                                  str(ROOT)], capture_output=True, text=True, check=True)
+            line = [x for x in out.stdout.splitlines() if x.startswith("MEM ")][-1].split()
+            key = f"{preset}_{n}"
+            peak[key], secs[key] = round(int(line[5]) / 1024.0, 1), float(line[4])
+            info[key] = f"{line[1]} {line[2]} frames {line[3]}"
+            print(f"memory {key}: {peak[key]} MB, {secs[key]} s ({info[key]})", flush=True)
+    return {"peak_rss_mb": peak, "memory_seconds": secs, "memory_clips": info}
 
 
 def main() -> int:
@@ -131,9 +149,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2,
                     help="timed runs per clip and side; the fastest counts")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="only the peak-RSS probes (no speed comparison)")
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count() or 1,
                     help="torch threads on our side (default: all cores)")
     args = ap.parse_args()
+    if args.memory_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print("RESULT " + json.dumps(memory_probe(Path(tmp))))
+        return 0
     import cv2
     import torch
 

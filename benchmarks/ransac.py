@@ -14,12 +14,17 @@ time is reported too, which is the fairer figure on a shared, oversubscribed mac
 agreement = our total inlier count / OpenCV's. Prints a table, then ``RESULT {json}`` last.
 
     python benchmarks/ransac.py [--device cpu|cuda] [--pairs 256] [--matches 1000] [--threads N]
+                                [--quick]
+
+``--quick``: a smoke run (16 pairs x 300 matches, one repeat, 2 kornia pairs); explicit flags
+win.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import cv2
@@ -28,6 +33,9 @@ import torch
 
 from geocon_torch.geometry import ransac_fundamental, ransac_homography
 from geocon_torch.geometry._synthetic import fundamental_pairs, homography_pairs
+
+#: defaults of ``--quick`` (tiny sizes; flags given explicitly still win)
+QUICK = {"pairs": 16, "matches": 300, "repeats": 1, "kornia_pairs": 2}
 
 
 def _sync(device: torch.device) -> None:
@@ -86,6 +94,9 @@ def main() -> None:
                     help="torch and OpenCV thread count (default 1: the OpenCV loop runs one "
                          "pair at a time on one core, so both sides get one core; 0 keeps the "
                          "library defaults)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + json.dumps(QUICK))
+    if "--quick" in sys.argv[1:]:
+        ap.set_defaults(**QUICK)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -100,7 +111,8 @@ def main() -> None:
                                             confidence=0.999, max_iterations=2000),
             "F": lambda d: ransac_fundamental(d["x1"], d["x2"], threshold=1.0, residual="sampson",
                                               confidence=0.999, max_iterations=2000)}
-    res = {"device": str(device), "pairs": P, "matches": N, "outliers": args.outliers,
+    res = {"benchmark": "ransac", "quick": args.quick, "device": str(device), "pairs": P,
+           "matches": N, "outliers": args.outliers,
            "torch_threads": torch.get_num_threads()}
     rows = []
     for kind in ("H", "F"):

@@ -32,6 +32,34 @@ def require_checkpoint(path: Optional[PathLike], what: str, hint: str = "pass ch
     return p
 
 
+def load_weights_only(path: Path, what: str, allowed: Sequence[type] = ()) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, with the classes in ``allowed``
+    allow-listed for this one load (``torch.serialization.safe_globals``; e.g.
+    ``argparse.Namespace``, which DUSt3R checkpoints store their constructor arguments in).
+
+    Allow-listing a plain data class keeps the load safe: the unpickler may rebuild those
+    objects, and still refuses every other global (no ``weights_only=False`` code execution).
+
+    Raises:
+        CheckpointError: an unreadable file, a global outside the allow-list, or a torch
+            without ``safe_globals`` (< 2.5) when ``allowed`` is not empty.
+    """
+    try:
+        if not allowed:
+            return torch.load(str(path), map_location="cpu", weights_only=True)
+        safe = getattr(torch.serialization, "safe_globals", None)
+        if safe is None:
+            raise CheckpointError(f"{what} checkpoint {path}: reading it safely needs "
+                                  f"torch >= 2.5 (torch.serialization.safe_globals); this is "
+                                  f"torch {torch.__version__}")
+        with safe(list(allowed)):
+            return torch.load(str(path), map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad checkpoint
+        raise CheckpointError(f"{what} checkpoint {path} could not be read: {exc}") from exc
+
+
 def read_state_dict(path: Optional[PathLike], what: str, *, hint: str = "pass checkpoint=PATH",
                     unwrap: Sequence[str] = (), strip_prefix: str = "") -> Dict[str, Any]:
     """Read a local torch checkpoint with ``weights_only=True``.
@@ -44,10 +72,7 @@ def read_state_dict(path: Optional[PathLike], what: str, *, hint: str = "pass ch
         CheckpointError: missing path or file, unreadable file, or not a dict.
     """
     p = require_checkpoint(path, what, hint)
-    try:
-        data = torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad checkpoint
-        raise CheckpointError(f"{what} checkpoint {p} could not be read: {exc}") from exc
+    data = load_weights_only(p, what)
     if isinstance(data, dict):
         for key in unwrap:
             if isinstance(data.get(key), dict):

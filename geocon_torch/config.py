@@ -14,7 +14,7 @@ accepts ints and stores them as floats), range, and for option strings the allow
 config checks it -- ``GeoConConfig(...)`` / ``IOConfig(...)`` (and attribute assignment),
 ``from_dict``, ``replace``, ``load_config`` (dict or JSON file) and the CLI flags (which go through
 ``replace``) -- and a bad value raises :class:`~geocon_torch.errors.ConfigError` naming the field,
-the value and what is allowed, e.g. ``io.long_side must be a positive int or null, got '512'``.
+the value and what is allowed, e.g. ``io.long_side must be a positive int, null or 'auto', got '512'``.
 
 Old configs. Configs written before the nested sections used flat keys (``features.lk_window``,
 ``epipolar.tracking_min_ncc``, ``epipolar.gvgc_size``, ``epipolar.confidence``, ...). Every such
@@ -63,7 +63,7 @@ EPIPOLAR_PATH_CHOICES = ("auto", "opencv", "torch")
 RESIZE_INTERPOLATION_CHOICES = ("area", "linear")
 EPIPOLAR_FEATURE_CHOICES = ("auto", "kornia-sift", "opencv-sift")
 GVGC_MATCHER_CHOICES = ("flann", "bf")
-PRESET_CHOICES = ("geocon", "background", "worldatlas", "gvgc", "all")
+PRESET_CHOICES = ("geocon", "background", "worldatlas", "gvgc", "epipolar-dpo", "all")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,6 +80,7 @@ class Rule:
         odd: an odd int (LK / patch windows).
         choices: the allowed strings of a "choice".
         length: the exact length of an "ints" / "floats" tuple (None: any, at least 1).
+        words: strings a number field also accepts (e.g. "auto").
     """
 
     kind: str
@@ -91,6 +92,7 @@ class Rule:
     odd: bool = False
     choices: Tuple[str, ...] = ()
     length: Optional[int] = None
+    words: Tuple[str, ...] = ()
 
     def describe(self) -> str:
         """What the field accepts, in words (the end of a ConfigError message)."""
@@ -105,7 +107,10 @@ class Rule:
             text = f"{size} {self._numbers(plural=True)}"
         else:
             text = self._numbers(plural=False)
-        return text + (" or null" if self.nullable else "")
+        extra = (["null"] if self.nullable else []) + [repr(w) for w in self.words]
+        if len(extra) == 2:
+            return f"{text}, {extra[0]} or {extra[1]}"
+        return text + (f" or {extra[0]}" if extra else "")
 
     def _numbers(self, plural: bool) -> str:
         noun = ("int" if self.kind in ("int", "ints") else "number") + ("s" if plural else "")
@@ -133,6 +138,8 @@ class Rule:
         ConfigError naming the dotted field ``name``, the value and what is allowed."""
         if value is None and self.nullable:
             return None
+        if isinstance(value, str) and value in self.words:
+            return value
         ok, out = self._convert(value)
         if not ok:
             raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
@@ -182,10 +189,11 @@ def _rule_field(default: Any, rule: Rule) -> Any:
     return field(default=default, metadata={"rule": rule})
 
 
-def _int(default: Optional[int], low: Optional[int] = None, high: Optional[int] = None, *,
-         null: bool = False, odd: bool = False) -> Any:
-    """An int field (bounds inclusive)."""
-    return _rule_field(default, Rule("int", low, high, nullable=null, odd=odd))
+def _int(default: Union[None, int, str], low: Optional[int] = None,
+         high: Optional[int] = None, *, null: bool = False, odd: bool = False,
+         words: Tuple[str, ...] = ()) -> Any:
+    """An int field (bounds inclusive); ``words``: strings it also accepts."""
+    return _rule_field(default, Rule("int", low, high, nullable=null, odd=odd, words=words))
 
 
 def _num(default: Optional[float], low: Optional[float] = None, high: Optional[float] = None,
@@ -286,8 +294,9 @@ class IOConfig(_Section):
     """Decoding and sampling. Pixel results are reported at the *working* resolution."""
 
     _name: ClassVar[str] = "io"
-    # working resolution: long side in px, aspect kept; None = native
-    long_side: Optional[int] = _int(1024, 1, null=True)
+    # working resolution: long side in px, aspect kept; None = native pixels; "auto" = 1024 px
+    # (the paper's) for files, native pixels for tensors (training batches are scored as given)
+    long_side: Union[None, int, str] = _int("auto", 1, null=True, words=("auto",))
     stride: int = _int(1, 1)  # keep every stride-th frame
     max_frames: Optional[int] = _int(None, 1, null=True)  # cap on frames after striding
     letterbox_threshold: float = _num(16.0 / 255.0, 0, 1)  # a bar row/column is darker (0..1)
@@ -466,10 +475,12 @@ class ForegroundConfig(_Section):
     scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True)  # flow scales
     scale_reduction: str = _choice("finest", SCALE_REDUCTION_CHOICES)  # finest valid | median
     # cost caps (what they cut is reported in the block's ``skipped``; None / 0: no cap)
-    max_pairs: Optional[int] = _int(16, 0, null=True)  # scored pairs, spread evenly over the clip
+    max_pairs: Optional[int] = _int(12, 0, null=True)  # scored pairs, spread evenly over the clip
     max_objects: Optional[int] = _int(4, 0, null=True)  # scored objects, largest (mask area) first
     max_flow_side: Optional[int] = _int(512, 16, null=True)  # flow's long side, px, at scale 1
-    batch_pairs: int = _int(8, 1)  # pairs per flow chunk (bounds memory; each chunk is batched)
+    # pairs per flow chunk, batched (bounds memory: 2 pairs at 512 px, forward + backward,
+    # ~0.2 GB of flow state, 4 pairs ~0.7 GB, at the same speed); results do not depend on it
+    batch_pairs: int = _int(2, 1)
 
 
 @dataclass
@@ -720,7 +731,7 @@ def load_config(source: Union[None, str, Path, Mapping[str, Any], GeoConConfig]
     >>> load_config({"io": {"long_side": "512"}})
     Traceback (most recent call last):
     ...
-    geocon_torch.errors.ConfigError: io.long_side must be a positive int or null, got '512'
+    geocon_torch.errors.ConfigError: io.long_side must be a positive int, null or 'auto', got '512'
     """
     if source is None:
         return GeoConConfig()

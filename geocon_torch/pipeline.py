@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .config import GeoConConfig, load_config
+from .config import PRESET_CHOICES, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_device
 from .io import content_hash, read_clip
@@ -38,15 +38,30 @@ from .io.pairs import background_pairs
 from .result import ClipResult, jsonable
 from .sections.background import background_block
 from .sections.epipolar import epipolar_block
+from .sections.epipolar_dpo import epipolar_dpo_block
 from .sections.foreground import foreground_block
 from .sections.progress import Progress, progress_enabled
 from .types import Clip
 
-PRESETS = ("geocon", "background", "worldatlas", "gvgc", "all")
+PRESETS = PRESET_CHOICES  # the one list (config.preset)
 BACKGROUND_PRESETS = ("geocon", "background", "all")
 EPIPOLAR_PRESETS = ("worldatlas", "gvgc", "all")
 VideoLike = Union[str, Path, torch.Tensor, Clip]
 ConfigLike = Union[None, str, Path, dict, GeoConConfig]
+
+
+#: io.long_side = "auto" for files and folders: the paper's 1024-px working resolution
+FILE_LONG_SIDE = 1024
+
+
+def working_long_side(cfg: GeoConConfig, video: VideoLike) -> Optional[int]:
+    """The long side ``video`` is scored at: ``config.io.long_side`` when it is a number (or
+    None: native pixels); "auto" (the default) means 1024 px for a file or folder, as in the
+    paper, and native pixels for a tensor, so a training batch is scored at its own size."""
+    side = cfg.io.long_side
+    if side != "auto":
+        return side
+    return None if isinstance(video, torch.Tensor) else FILE_LONG_SIDE
 
 
 def load_clip(video: VideoLike, config: ConfigLike = None,
@@ -66,7 +81,7 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
     if isinstance(video, Clip):
         clip = video
     else:
-        clip = read_clip(video, long_side=cfg.io.long_side, stride=cfg.io.stride,
+        clip = read_clip(video, long_side=working_long_side(cfg, video), stride=cfg.io.stride,
                          max_frames=cfg.io.max_frames, device=dev,
                          letterbox_threshold=cfg.io.letterbox_threshold,
                          letterbox_min_fraction=cfg.io.letterbox_min_fraction,
@@ -102,6 +117,10 @@ def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig) -> ClipResult:
     res.backends = {"features": None, "flow": None, "masks": None, "gate": None}
     res.extra["frames"] = clip.num_frames
     res.extra["working_size"] = list(clip.size)
+    res.extra["resolution"] = {"working_size": list(clip.size),
+                               "source_size": list(clip.source_size),
+                               "scale": float(clip.scale),
+                               "long_side": jsonable(cfg.io.long_side)}
     return res
 
 
@@ -133,10 +152,12 @@ def _epipolar(res: ClipResult, video: VideoLike, clip: Clip, cfg: GeoConConfig, 
 def _status(res: ClipResult, preset: str) -> Tuple[str, Optional[str]]:
     """The clip's status and reason: the epipolar block's for the epipolar-only presets, else
     the background block's."""
-    if preset in ("worldatlas", "gvgc"):
-        status, reason = res.epipolar.get("status", "ok"), res.epipolar.get("reason")
+    if preset in ("worldatlas", "gvgc", "epipolar-dpo"):
+        block = res.epipolar_dpo if preset == "epipolar-dpo" else res.epipolar
+        status, reason = block.get("status", "ok"), block.get("reason")
         if status == "error":
-            reason = f"epipolar section failed: {reason}"
+            reason = f"{'epipolar_dpo' if preset == 'epipolar-dpo' else 'epipolar'} section " \
+                     f"failed: {reason}"
     else:
         status, reason = res.background.get("status", "ok"), res.background.get("reason")
     return (status if status in ("ok", "not_applicable", "error") else "ok"), reason
@@ -161,8 +182,9 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
             input's device when it is already on an accelerator, else CUDA when available,
             else the CPU.
         preset: "geocon" (background + foreground), "background" (background only: the
-            fastest), "worldatlas" / "gvgc" (epipolar trio only) or "all"; default
-            ``config.preset``.
+            fastest), "worldatlas" / "gvgc" (epipolar trio only), "epipolar-dpo" (the
+            Epipolar-DPO protocol of Kupyn et al. 2025 only: block ``epipolar_dpo``, frames at
+            their source resolution) or "all"; default ``config.preset``.
         progress: stage names, frame / pair counts and stage times on stderr (see
             :mod:`geocon_torch.sections.progress`); None: on when stderr is a terminal.
 
@@ -230,6 +252,10 @@ def _score(res: ClipResult, video: VideoLike, clip: Clip, masks: Any, poses: Any
             res.backends["flow"] = res.foreground.get("flow")
     if preset in EPIPOLAR_PRESETS:
         _epipolar(res, video, clip, cfg, preset, dev, timer)
+    if preset == "epipolar-dpo":
+        res.epipolar_dpo = _section("epipolar_dpo",
+                                    lambda: epipolar_dpo_block(video, clip, cfg, dev), timer)
+        res.backends["epipolar"] = "epipolar-dpo"
 
 
 def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] = None,

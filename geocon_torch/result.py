@@ -86,6 +86,7 @@ class ClipResult:
     background: Dict[str, Any] = field(default_factory=dict)
     foreground: Optional[Dict[str, Any]] = None
     epipolar: Optional[Dict[str, Any]] = None
+    epipolar_dpo: Optional[Dict[str, Any]] = None
     behaviour: Optional[str] = None
     prompt_category: Optional[str] = None
     config: Dict[str, Any] = field(default_factory=dict)
@@ -125,6 +126,8 @@ class ClipResult:
             out["foreground"] = self.foreground
         if self.epipolar is not None:
             out["epipolar"] = self.epipolar
+        if self.epipolar_dpo is not None:
+            out["epipolar_dpo"] = self.epipolar_dpo
         out.update({"behaviour": self.behaviour, "prompt_category": self.prompt_category,
                     "config": self.config,
                     "config_hash": self.config_hash, "version": self.version,

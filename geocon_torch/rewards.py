@@ -44,11 +44,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from .config import GeoConConfig, load_config
-from .epipolar.dpo import EpipolarDPOConfig, clip_reason, measure_dpo, sample_positions
+from .epipolar.dpo import EpipolarDPOConfig, measure_dpo, sample_positions
 from .errors import InputError
 from .io import check_clip_tensor, clips_from_tensor
 from .pipeline import score_clips
 from .sections.epipolar import epipolar_sections
+from .sections.epipolar_dpo import dpo_block
 
 KINDS = ("epipolar", "background", "epipolar-dpo")
 NEUTRAL_REWARD = 0.0
@@ -114,13 +115,6 @@ def _config_dict(config: ConfigLike, seed: int) -> Tuple[GeoConConfig, Dict[str,
     return load_config(d), dpo
 
 
-def _neutral_rewards(ok: torch.Tensor, values: torch.Tensor, neutral: float,
-                     dtype: torch.dtype) -> torch.Tensor:
-    """``values`` where ``ok`` else ``neutral`` (also where a value is not finite)."""
-    good = ok & torch.isfinite(values)
-    return torch.where(good, values, torch.full_like(values, neutral)).to(dtype)
-
-
 def _dpo_rewards(videos: torch.Tensor, config: EpipolarDPOConfig, neutral: float
                  ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar-dpo": one batched measurement of all clips (module docstring)."""
@@ -128,17 +122,9 @@ def _dpo_rewards(videos: torch.Tensor, config: EpipolarDPOConfig, neutral: float
     clips = clips_from_tensor(videos, long_side=None, indices=positions)
     m = measure_dpo([c.frames for c in clips], config, videos.device,
                     frame_numbers=[positions] * len(clips))
-    ok = m.valid_pairs > 0
-    values = torch.exp(-m.mean_epipolar_error / config.inlier_threshold_px)
-    rewards = _neutral_rewards(ok, values, neutral, torch.float64)
-    infos = []
-    for b, (r, e, ir, nv, nt) in enumerate(zip(*(t.tolist() for t in (
-            rewards, m.mean_epipolar_error, m.mean_inlier_rate, m.valid_pairs, m.total_pairs)))):
-        good = nv > 0
-        infos.append(ClipReward(r, "ok" if good else "not_applicable", clip_reason(m, b, config),
-                                nv, nt, {"mean_epipolar_error": e if good else None,
-                                         "mean_inlier_rate": ir if good else None}))
-    return rewards, infos
+    infos = [reward_from_result({"epipolar_dpo": dpo_block(m, b, config)}, "epipolar-dpo",
+                                neutral=neutral) for b in range(len(clips))]
+    return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
 
 
 def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
@@ -155,13 +141,8 @@ def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
     clips = clips_from_tensor(videos, long_side=None)
     path = "torch" if cfg.epipolar.path == "auto" else cfg.epipolar.path
     sections = epipolar_sections(clips, cfg.epipolar, path=path, device=videos.device)
-    infos = []
-    for s in sections:
-        value = _fold_epipolar(s)
-        raw = {k: s.get(k) for k in ("epipolar_error", "epipolar_error_score",
-                                     "epipolar_inlier_rate", "feature_match_coverage")}
-        infos.append(_info(value, neutral, s.get("status", "error"), s.get("reason"),
-                           s.get("valid_pairs"), s.get("pairs"), raw))
+    infos = [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
+                                "epipolar", cfg, neutral) for s in sections]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
 
 
@@ -180,16 +161,64 @@ def _background_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                         ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "background": GeoCon IR / GE of the gated model (``score_clips``, clip by clip)."""
     results = score_clips(videos, config=cfg, device=videos.device, preset="background")
-    infos = []
-    for res in results:
-        bg = res.background or {}
-        ok = res.status == "ok" and res.ir is not None and res.ge_px is not None
-        value = float(res.ir) * math.exp(-float(res.ge_px) / cfg.background.report_ge_px) \
-            if ok else None
-        infos.append(_info(value, neutral, res.status, res.reason, bg.get("valid_pairs"),
-                           bg.get("pairs"), {"ir": res.ir, "ge_px": res.ge_px,
-                                             "regime": res.regime}))
+    infos = [reward_from_result(res.to_dict(), "background", cfg, neutral) for res in results]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
+
+
+def _fold_dpo(block: Mapping[str, Any]) -> Optional[float]:
+    """``exp(-mean_epipolar_error / inlier_threshold_px)`` of an ``epipolar_dpo`` block."""
+    err = block.get("mean_epipolar_error")
+    if block.get("status") != "ok" or err is None or not int(block.get("valid_pairs") or 0):
+        return None
+    thr = float((block.get("protocol") or {}).get("inlier_threshold_px",
+                                                  EpipolarDPOConfig().inlier_threshold_px))
+    return math.exp(-float(err) / thr)
+
+
+def _fold_background(result: Mapping[str, Any], report_ge_px: float) -> Optional[float]:
+    """``ir * exp(-ge_px / report_ge_px)`` of an ok result's ``background`` block."""
+    bg = result.get("background") or {}
+    ir, ge = bg.get("ir"), bg.get("ge_px")
+    if result.get("status") != "ok" or ir is None or ge is None:
+        return None
+    return float(ir) * math.exp(-float(ge) / report_ge_px)
+
+
+def reward_from_result(result: Mapping[str, Any], kind: str,
+                       config: Optional[GeoConConfig] = None,
+                       neutral: float = NEUTRAL_REWARD) -> ClipReward:
+    """The reward of ONE scored clip from its result dict (``ClipResult.to_dict()`` or a row of
+    the bench store): the fold of :data:`FOLDS` that :func:`geometric_reward` applies too.
+
+    Reads the block of ``kind``: ``background`` (+ the result's ``status``), ``epipolar`` or
+    ``epipolar_dpo``. ``config`` gives ``background.report_ge_px`` (default: the result's
+    recorded config, else 3.5 px). A missing block, a non-ok status or a non-finite value gives
+    the neutral reward with the status and reason of the block (or of the result).
+    """
+    if kind not in KINDS:
+        raise InputError(f"reward kind must be one of {KINDS}, got {kind!r}")
+    block_key = {"background": "background", "epipolar": "epipolar",
+                 "epipolar-dpo": "epipolar_dpo"}[kind]
+    block = result.get(block_key) or {}
+    if kind == "background":
+        cfg = config or load_config(result.get("config") or None)
+        value = _fold_background(result, cfg.background.report_ge_px)
+        raw = {"ir": block.get("ir"), "ge_px": block.get("ge_px"), "regime": result.get("regime")}
+        status, reason, total = result.get("status", "error"), result.get("reason"), "pairs"
+    elif kind == "epipolar":
+        value = _fold_epipolar(block)
+        raw = {k: block.get(k) for k in ("epipolar_error", "epipolar_error_score",
+                                         "epipolar_inlier_rate", "feature_match_coverage")}
+        status, reason, total = block.get("status", "error"), block.get("reason"), "pairs"
+    else:
+        value = _fold_dpo(block)
+        ok = value is not None
+        raw = {k: block.get(k) if ok else None for k in ("mean_epipolar_error",
+                                                         "mean_inlier_rate")}
+        status, reason, total = block.get("status", "error"), block.get("reason"), "total_pairs"
+    if not block:
+        reason = reason or f"the result has no {block_key} block (scored with another preset?)"
+    return _info(value, neutral, status, reason, block.get("valid_pairs"), block.get(total), raw)
 
 
 def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo", config: ConfigLike = None,

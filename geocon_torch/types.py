@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from .errors import ShapeError
+from .errors import GeoConError, ShapeError
 
 
 @dataclass
@@ -232,6 +232,10 @@ def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> 
         num_kp2=torch.cat([c.num_kp2 for c in parts]))
 
 
+class _NoAttribute(GeoConError, AttributeError):
+    """A private attribute :class:`BlockMasks` does not have (an AttributeError)."""
+
+
 class BlockMasks:
     """(T, K, H, W) bool object masks kept at a reduced resolution and expanded on demand.
 
@@ -320,7 +324,7 @@ class BlockMasks:
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
-            raise AttributeError(name)
+            raise _NoAttribute(name)
         return getattr(self.full(), name)  # any other tensor use: the full masks
 
     @classmethod

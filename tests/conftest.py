@@ -8,6 +8,8 @@ import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+DUST3R_CHECKOUT = SHARED_DATA.parent / "third_party" / "dust3r"
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64]
 
@@ -18,6 +20,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared clips not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def dust3r_checkout() -> Path:
+    """``../shared/third_party/dust3r`` (DUSt3R + CroCo code, no weights), put on ``sys.path``
+    as ``config.gate.dust3r_path`` would; tests that need it skip when it is absent or when the
+    ``dust3r`` extra (roma, huggingface_hub) is not installed."""
+    if not (DUST3R_CHECKOUT / "dust3r").is_dir():
+        pytest.skip(f"DUSt3R checkout not found at {DUST3R_CHECKOUT}")
+    for module in ("roma", "huggingface_hub"):
+        pytest.importorskip(module, reason=f"{module} missing: pip install -e '.[dust3r]'")
+    from geocon_torch.gate.dust3r import import_dust3r
+
+    import_dust3r(str(DUST3R_CHECKOUT))
+    return DUST3R_CHECKOUT
 
 
 @pytest.fixture(params=DEVICES)

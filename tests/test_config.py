@@ -12,7 +12,7 @@ def test_defaults_are_paper_values():
     assert (cfg.background.report_ir, cfg.background.report_ge_px) == (0.97, 3.5)
     assert cfg.gate.tau_t == 0.04
     assert (cfg.gate.hysteresis_low, cfg.gate.hysteresis_high) == (0.03, 0.05)
-    assert cfg.features.scales == (0.25, 0.5, 1.0) and cfg.io.long_side == 1024
+    assert cfg.features.scales == (0.25, 0.5, 1.0) and cfg.io.long_side == "auto"
     assert cfg.foreground.grid == 8 and cfg.foreground.percentile == 0.9
 
 

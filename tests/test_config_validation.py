@@ -114,7 +114,7 @@ def test_every_field_rejects_wrong_types_and_ranges(place, cls, spec):
 
 def test_messages_of_the_issue():
     cases = [({"io": {"long_side": "512"}},
-              "io.long_side must be a positive int or null, got '512'"),
+              "io.long_side must be a positive int, null or 'auto', got '512'"),
              ({"background": {"tau_h": "three"}},
               "background.tau_h must be a positive number, got 'three'"),
              ({"features": {"max_keypoints": 2.5}},
@@ -123,7 +123,7 @@ def test_messages_of_the_issue():
              ({"segment": {"method": "sam"}}, "segment.method must be one of 'auto', 'files', "
                                               "'sam2', 'motion', 'none', got 'sam'"),
              ({"preset": "fast"}, "preset must be one of 'geocon', 'background', 'worldatlas', "
-                                  "'gvgc', 'all', got 'fast'")]
+                                  "'gvgc', 'epipolar-dpo', 'all', got 'fast'")]
     for data, message in cases:
         with pytest.raises(ConfigError) as info:
             load_config(data)
@@ -156,7 +156,7 @@ def test_cli_flags_go_through_validation():
     from geocon_torch.commands._common import build_config
 
     args = argparse.Namespace(config=None, long_side=0, max_frames=None, stride=None, preset=None)
-    with pytest.raises(ConfigError, match="^io.long_side must be a positive int or null, got 0"):
+    with pytest.raises(ConfigError, match="^io.long_side must be a positive int, null or 'auto', got 0"):
         build_config(args)
     args.long_side = 512
     assert build_config(args).io.long_side == 512

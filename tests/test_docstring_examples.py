@@ -19,7 +19,8 @@ PUBLIC_API: List[Tuple[str, Tuple[str, ...]]] = [
     ("geocon_torch.geometry.residuals", ("sampson_distance", "symmetric_transfer_error")),
     ("geocon_torch.config", ("load_config",)),
     ("geocon_torch.metrics.functional", ("background_consistency", "adadfrc", "epipolar_error",
-                                         "epipolar_inlier_rate", "feature_match_coverage")),
+                                         "epipolar_inlier_rate", "feature_match_coverage",
+                                         "soft_background_consistency")),
     ("geocon_torch.metrics", ("BackgroundConsistency", "AdaDFRC", "EpipolarError",
                               "EpipolarInlierRate", "FeatureMatchCoverage")),
 ]

@@ -179,3 +179,20 @@ def test_section_block_keys(grounded, tmp_path):
     block = epipolar_dpo_block(frames, small, GeoConConfig(), "cpu")
     assert block["analysis_size"] == [180, 240]
     assert block["mean_epipolar_error"] == pytest.approx(sec["mean_epipolar_error"], rel=1e-9)
+
+
+def test_score_clip_preset_epipolar_dpo():
+    """``score_clip(preset="epipolar-dpo")`` returns the ``epipolar_dpo`` block of the protocol
+    (every 15th frame) at the tensor's own resolution, and the clip's status follows it."""
+    from geocon_torch import score_clip
+    from geocon_torch.io import clip_from_tensor
+
+    frames = render_scene("C3", num_frames=31, size=(180, 240), seed=0).frames
+    res = score_clip(frames, preset="epipolar-dpo").to_dict()
+    want = epipolar_dpo_section(clip_from_tensor(frames, long_side=None))
+    block = res["epipolar_dpo"]
+    assert res["status"] == block["status"] == want["status"] == "ok"
+    assert res["backends"]["epipolar"] == "epipolar-dpo" and not res["background"]
+    assert block["total_pairs"] == 2 and block["valid_pairs"] == want["valid_pairs"]
+    for key in ("mean_epipolar_error", "mean_inlier_rate"):
+        assert block[key] == want[key]

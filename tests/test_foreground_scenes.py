@@ -99,7 +99,7 @@ def make_clip(frames: torch.Tensor, name: str = "synthetic") -> Clip:
                 frame_indices=torch.arange(t), source_size=(h, w), name=name)
 
 
-CFG = {"foreground": {"flow": "torch-lk"}}
+CFG = {"foreground": {"flow": "torch-lk", "max_objects": None}}  # 7 scenes = 7 objects: no cap
 
 SIZE = (144, 192)
 SIM = dict(angle_deg=4.0, scale=1.04, shift=(2.5, -1.5))

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from geocon_torch.config import GateConfig
-from geocon_torch.errors import GeoConError, OptionalDependencyError, CheckpointError
+from geocon_torch.categories import EXPECTED_REGIME
+from geocon_torch.errors import GeoConError
 from geocon_torch.gate import gate_from_poses, hysteresis, load_pose_log, translation_inf
 from geocon_torch.gate.decision import CODE, codes_to_names
+from geocon_torch.synth import MOTIONS, grounded_clip
 
 
 def pose(t, angle_deg=0.0):
@@ -124,48 +126,41 @@ def test_bad_logs(tmp_path):
         load_pose_log(np.zeros((2, 5, 5)))
 
 
-def test_dust3r_adapter_errors(tmp_path):
-    from geocon_torch.gate.dust3r import Dust3rPoseEstimator, import_dust3r
-
-    with pytest.raises(OptionalDependencyError, match="not a folder"):
-        import_dust3r(str(tmp_path / "nowhere"))
-    try:
-        import_dust3r(None)
-    except OptionalDependencyError as exc:
-        assert "dust3r_path" in str(exc)
-        pytest.skip("dust3r is not importable here (not on PyPI; needs a checkout): the plumbing "
-                    "test with a random-init model runs where it is")
-    with pytest.raises(CheckpointError):
-        Dust3rPoseEstimator(None)
-    with pytest.raises(CheckpointError, match="not found"):
-        Dust3rPoseEstimator(str(tmp_path / "none.pth"))
+GROUNDED = [(cat, motion) for cat, motions in MOTIONS.items() for motion in motions]
 
 
-def test_dust3r_plumbing_random_init(tmp_path):
-    """Tiny random-init DUSt3R saved to tmp_path and loaded back through the real loader."""
-    from geocon_torch.gate.dust3r import Dust3rPoseEstimator, import_dust3r
+@pytest.fixture(scope="module")
+def grounded_poses():
+    """True world-to-camera poses (T, 4, 4) and the mean depth of frames 0 / T-1 of every
+    category and motion (tiny renders: only the camera path and depth are used)."""
+    out = {}
+    for cat, motion in GROUNDED:
+        clip = grounded_clip(cat, motion=motion, num_frames=12, size=(48, 64))
+        d = clip.depth[[0, -1]]
+        out[cat, motion] = (clip.poses, float(d[torch.isfinite(d)].mean()))
+    return out
 
-    try:
-        import_dust3r(None)
-    except OptionalDependencyError:
-        pytest.skip("dust3r is not importable here (not on PyPI; needs a checkout)")
-    import argparse
 
-    from dust3r.model import AsymmetricCroCo3DStereo
-
-    spec = ("AsymmetricCroCo3DStereo(pos_embed='RoPE100', img_size=(64, 64), head_type='linear', "
-            "output_mode='pts3d', depth_mode=('exp', -inf, inf), conf_mode=('exp', 1, inf), "
-            "enc_embed_dim=64, enc_depth=1, enc_num_heads=2, dec_embed_dim=64, dec_depth=1, "
-            "dec_num_heads=2)")
-    torch.manual_seed(0)
-    model = eval(spec, {"AsymmetricCroCo3DStereo": AsymmetricCroCo3DStereo, "inf": float("inf")})
-    ckpt = tmp_path / "tiny.pth"
-    torch.save({"args": argparse.Namespace(model=spec), "model": model.state_dict()}, ckpt)
-    est = Dust3rPoseEstimator(str(ckpt), image_size=64)
-    g = torch.Generator().manual_seed(0)
-    f0 = torch.randint(0, 255, (3, 48, 64), dtype=torch.uint8, generator=g)
-    rel = est.relative_pose(f0, f0.roll(2, -1))
-    assert rel is not None and rel.shape == (4, 4) and torch.isfinite(rel).all()
-    R = rel[:3, :3].double()
-    torch.testing.assert_close(R @ R.T, torch.eye(3, dtype=torch.float64), atol=1e-4, rtol=0)
-    assert float(torch.linalg.det(R)) == pytest.approx(1.0, abs=1e-4)
+@pytest.mark.parametrize("cat,motion", GROUNDED, ids=[f"{c}-{m}" for c, m in GROUNDED])
+def test_pose_log_gate_on_grounded_true_poses(tmp_path, grounded_poses, cat, motion):
+    """The pose-log gate on each grounded clip's true camera path decides the category's regime,
+    in world units and in DUSt3R's unit-scale normalisation (translation / mean scene depth),
+    with the clip gate and the per-pair gate, read back from an .npz pose log."""
+    poses, depth = grounded_poses[cat, motion]
+    t = poses.shape[0]
+    path = tmp_path / "poses.npz"
+    np.savez(path, absolute_poses=poses.numpy())
+    want = EXPECTED_REGIME[cat]
+    d = gate_from_poses(path, adjacent(t), t, GateConfig())
+    assert d.decision == want, (cat, motion, d.statistic)
+    assert d.evidence["eq5_decision"] == want
+    unit = poses.clone()
+    unit[:, :3, 3] /= depth  # DUSt3R-like scale: the scene's mean depth is 1
+    first_last = unit[-1] @ torch.linalg.inv(unit[0])
+    d_unit = gate_from_poses(first_last, adjacent(t), t, GateConfig())
+    assert d_unit.decision == want, (cat, motion, d_unit.statistic)
+    assert d_unit.statistic == pytest.approx(float(translation_inf(first_last)))
+    if want == "H":  # a fixed camera centre: no translation at all
+        assert d.statistic == pytest.approx(0.0, abs=1e-9)
+        per_pair = gate_from_poses(path, adjacent(t), t, GateConfig(per_pair=True)).per_pair
+        assert per_pair == ["H"] * (t - 1)

@@ -3,33 +3,26 @@ dropped frames) report what they lost in the ``io`` block, and the verdict follo
 ``io.max_lost_fraction``."""
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 
-import av
-import numpy as np
 import pytest
 import torch
 
 from geocon_torch.io import read_clip
 from geocon_torch.io.integrity import decode_report, decode_verdict
-from geocon_torch.io.writer import write_video
 
-T = 48
-DROPPED = (10, 11, 12, 30)
+from damaged_videos import (DROPPED, T, clean_video, corrupt_middle, drop_frames, moving_noise,
+                            truncate_tail)
 
 
 @pytest.fixture(scope="module")
 def frames() -> torch.Tensor:
-    g = torch.Generator().manual_seed(0)
-    base = torch.randint(0, 256, (3, 64, 96), generator=g, dtype=torch.uint8)
-    return torch.stack([torch.roll(base, shifts=2 * t, dims=2) for t in range(T)])
+    return moving_noise()
 
 
 @pytest.fixture(scope="module")
 def clean(frames, tmp_path_factory) -> Path:
-    return write_video(tmp_path_factory.mktemp("dec") / "clean.mp4", frames, fps=24,
-                       faststart=True)
+    return clean_video(tmp_path_factory.mktemp("dec") / "clean.mp4", frames)
 
 
 def _report(path: Path) -> dict:
@@ -44,13 +37,7 @@ def test_clean_file_loses_nothing(clean):
 
 
 def test_corrupted_middle_is_an_error(clean, tmp_path):
-    data = bytearray(clean.read_bytes())
-    n = len(data)
-    noise = np.random.default_rng(0).integers(0, 256, n // 6, dtype=np.uint8).tobytes()
-    data[n // 2:n // 2 + n // 6] = noise
-    bad = tmp_path / "mid.mp4"
-    bad.write_bytes(bytes(data))
-    r = _report(bad)
+    r = _report(corrupt_middle(clean, tmp_path / "mid.mp4"))
     assert r["decode_errors"] > 0 and r["truncated"]
     assert r["lost_frames"] == T - r["decoded_frames"] > 0
     assert r["first_errors"] and "decode" in r["first_errors"][0]
@@ -60,10 +47,7 @@ def test_corrupted_middle_is_an_error(clean, tmp_path):
 
 
 def test_truncated_tail_counts_the_missing_frames(clean, tmp_path):
-    data = clean.read_bytes()
-    cut = tmp_path / "tail.mp4"
-    cut.write_bytes(data[:int(len(data) * 0.7)])
-    r = _report(cut)
+    r = _report(truncate_tail(clean, tmp_path / "tail.mp4"))
     assert r["announced_frames"] == T and 0 < r["decoded_frames"] < T
     assert r["lost_frames"] == T - r["decoded_frames"] and r["truncated"]
     assert r["lost_fraction"] == pytest.approx(r["lost_frames"] / T)
@@ -75,21 +59,7 @@ def test_truncated_tail_counts_the_missing_frames(clean, tmp_path):
 
 
 def test_dropped_frames_show_in_timestamps(frames, tmp_path):
-    path = tmp_path / "drop.mp4"
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=24)
-        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
-        stream.codec_context.time_base = Fraction(1, 24)
-        for t in range(T):
-            if t in DROPPED:
-                continue
-            frame = av.VideoFrame.from_ndarray(frames[t].permute(1, 2, 0).numpy(), format="rgb24")
-            frame.pts = t
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    r = _report(path)
+    r = _report(drop_frames(tmp_path / "drop.mp4", frames))
     # the container announces and decodes the 44 frames it holds: only timestamps show the loss
     assert r["announced_frames"] == r["decoded_frames"] == T - len(DROPPED)
     assert r["timestamp_gaps"] == 2 and r["lost_frames"] == len(DROPPED)

@@ -2,74 +2,45 @@
 damaged in the test (recipes of tests/test_io_integrity.py) are scored by ``score_clip``."""
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 
-import av
-import numpy as np
 import pytest
 import torch
 
 from geocon_torch import score_clip
 from geocon_torch.bench.store import ResultStore, flatten_row
-from geocon_torch.io.writer import write_video
 from geocon_torch.report import build_report
 from geocon_torch.result import ClipResult
 
-T = 48
-DROPPED = (10, 11, 12, 30)
+from damaged_videos import (DROPPED, T, clean_video, corrupt_middle, drop_frames, moving_noise,
+                            truncate_tail)
+
 CFG = {"io": {"long_side": None}, "preset": "background"}
 
 
 @pytest.fixture(scope="module")
 def frames() -> torch.Tensor:
-    g = torch.Generator().manual_seed(0)
-    base = torch.randint(0, 256, (3, 64, 96), generator=g, dtype=torch.uint8)
-    return torch.stack([torch.roll(base, shifts=2 * t, dims=2) for t in range(T)])
+    return moving_noise()
 
 
 @pytest.fixture(scope="module")
 def clean(frames, tmp_path_factory) -> Path:
-    return write_video(tmp_path_factory.mktemp("pipe") / "clean.mp4", frames, fps=24,
-                       faststart=True)
+    return clean_video(tmp_path_factory.mktemp("pipe") / "clean.mp4", frames)
 
 
 @pytest.fixture(scope="module")
 def corrupted(clean, tmp_path_factory) -> Path:
-    data = bytearray(clean.read_bytes())
-    n = len(data)
-    data[n // 2:n // 2 + n // 6] = np.random.default_rng(0).integers(
-        0, 256, n // 6, dtype=np.uint8).tobytes()
-    bad = tmp_path_factory.mktemp("pipe") / "mid.mp4"
-    bad.write_bytes(bytes(data))
-    return bad
+    return corrupt_middle(clean, tmp_path_factory.mktemp("pipe") / "mid.mp4")
 
 
 @pytest.fixture(scope="module")
 def truncated(clean, tmp_path_factory) -> Path:
-    cut = tmp_path_factory.mktemp("pipe") / "tail.mp4"
-    data = clean.read_bytes()
-    cut.write_bytes(data[:int(len(data) * 0.7)])
-    return cut
+    return truncate_tail(clean, tmp_path_factory.mktemp("pipe") / "tail.mp4")
 
 
 @pytest.fixture(scope="module")
 def dropped(frames, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("pipe") / "drop.mp4"
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=24)
-        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
-        stream.codec_context.time_base = Fraction(1, 24)
-        for t in range(T):
-            if t in DROPPED:
-                continue
-            frame = av.VideoFrame.from_ndarray(frames[t].permute(1, 2, 0).numpy(), format="rgb24")
-            frame.pts = t
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
+    return drop_frames(tmp_path_factory.mktemp("pipe") / "drop.mp4", frames)
 
 
 def test_clean_clip_has_an_io_block_and_no_warnings(clean):

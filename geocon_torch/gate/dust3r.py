@@ -11,20 +11,34 @@ run symmetrised through the network, and the pair is aligned with DUSt3R's ``Pai
 relative pose camera-0 -> camera-1 is ``inv(P_1) P_0`` of its camera-to-world poses, in DUSt3R's
 unit-scale scene normalisation (where tau_t = 0.04 applies). A failed reconstruction returns None,
 which the gate treats by ``missing_pose`` (fail_to_F by default).
+
+Loading a checkpoint safely (:func:`load_dust3r_model`): a DUSt3R ``.pth`` is a dict
+``{"args": argparse.Namespace(model="AsymmetricCroCo3DStereo(...)"), "model": state_dict}``.
+DUSt3R's own ``load_model`` unpickles it with ``weights_only=False`` and ``eval``s the model
+string, so a crafted file runs code. Here the file is read with ``weights_only=True`` and only
+``argparse.Namespace`` allow-listed (``torch.serialization.safe_globals``, for this one load),
+and the model string is *parsed*, not evaluated: it must be one call
+``AsymmetricCroCo3DStereo(key=literal, ...)`` (literals and ``inf``), else CheckpointError.
+A local Hugging Face folder (``config.json`` + safetensors) goes through
+``AsymmetricCroCo3DStereo.from_pretrained`` (safetensors hold tensors only).
+
+Install: ``pip install -e ".[dust3r]"`` (roma, huggingface_hub) plus the checkout.
 """
 from __future__ import annotations
 
+import argparse
+import ast
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..config import GateConfig
-from ..checkpoints import cached_model, require_checkpoint
+from ..checkpoints import cached_model, load_weights_only, require_checkpoint
 from ..errors import CheckpointError, OptionalDependencyError
 from ..types import Clip
 from .decision import GateDecision
@@ -49,6 +63,94 @@ def import_dust3r(dust3r_path: Optional[str] = None) -> Any:
             f"to the checkout; import failed: {exc}") from exc
 
 
+MODEL_CLASS = "AsymmetricCroCo3DStereo"
+WHAT = "the DUSt3R gate"
+
+
+class _Inf(ast.NodeTransformer):
+    """``inf`` in a model string -> the float constant (``ast.literal_eval`` has no names)."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id == "inf":
+            return ast.copy_location(ast.Constant(float("inf")), node)
+        raise CheckpointError(f"{WHAT}: the checkpoint's model string is not a plain "
+                              f"{MODEL_CLASS}(...) call (name {node.id!r})")
+
+
+def model_kwargs(spec: str) -> Dict[str, Any]:
+    """The constructor keywords of a DUSt3R checkpoint's model string, parsed without ``eval``.
+
+    ``"AsymmetricCroCo3DStereo(pos_embed='RoPE100', img_size=(512, 512), depth_mode=('exp',
+    -inf, inf), ...)"`` -> ``{"pos_embed": "RoPE100", ...}``; DUSt3R's ``load_model``
+    substitutions are applied (``ManyAR_PatchEmbed`` -> ``PatchEmbedDust3R``,
+    ``landscape_only=False``).
+
+    Raises:
+        CheckpointError: not a single ``AsymmetricCroCo3DStereo(...)`` call with literal
+            keyword values.
+    """
+    bad = (f"{WHAT}: the checkpoint's model string {str(spec)[:200]!r} is not a plain "
+           f"{MODEL_CLASS}(key=value, ...) call")
+    try:
+        call = ast.parse(str(spec).strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise CheckpointError(f"{bad} ({exc})") from exc
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            and call.func.id == MODEL_CLASS and not call.args
+            and all(k.arg for k in call.keywords)):
+        raise CheckpointError(bad)
+    try:
+        kwargs = {k.arg: ast.literal_eval(_Inf().visit(k.value)) for k in call.keywords}
+    except (ValueError, TypeError, SyntaxError) as exc:
+        raise CheckpointError(f"{bad} ({exc})") from exc
+    if kwargs.get("patch_embed_cls") == "ManyAR_PatchEmbed":
+        kwargs["patch_embed_cls"] = "PatchEmbedDust3R"
+    kwargs["landscape_only"] = False
+    return kwargs
+
+
+def _model_class() -> Any:
+    try:
+        from dust3r.model import AsymmetricCroCo3DStereo  # lazy: optional checkout
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            f"{WHAT} needs roma and huggingface_hub (pip install -e \".[dust3r]\") and the "
+            f"dust3r checkout with croco; import failed: {exc}") from exc
+    return AsymmetricCroCo3DStereo
+
+
+def load_dust3r_model(path: Path) -> torch.nn.Module:
+    """A DUSt3R model from a local ``.pth`` checkpoint or Hugging Face folder, read safely
+    (see the module docstring). Nothing is downloaded.
+
+    Raises:
+        CheckpointError: unreadable file, not a ``{"args", "model"}`` dict, an unsafe model
+            string, missing weights.
+    """
+    cls = _model_class()
+    if path.is_dir():  # local HF folder: config.json + safetensors
+        try:
+            return cls.from_pretrained(str(path))
+        except Exception as exc:  # noqa: BLE001 - any failure is a bad checkpoint
+            raise CheckpointError(f"could not load DUSt3R model folder {path}: {exc}") from exc
+    ckpt = load_weights_only(path, WHAT, allowed=(argparse.Namespace,))
+    spec = getattr(ckpt.get("args"), "model", None) if isinstance(ckpt, dict) else None
+    if spec is None or not isinstance(ckpt.get("model"), dict):
+        raise CheckpointError(f"{WHAT} checkpoint {path} is not a DUSt3R checkpoint (a dict "
+                              "with 'args' (Namespace with .model) and 'model' (state_dict))")
+    try:
+        model = cls(**model_kwargs(spec))
+        missing, _ = model.load_state_dict(ckpt["model"], strict=False)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - wrong architecture / shapes
+        raise CheckpointError(f"could not build DUSt3R from {path}: {exc}") from exc
+    if missing:
+        raise CheckpointError(f"{WHAT} checkpoint {path} lacks {len(missing)} weights, e.g. "
+                              f"{missing[:3]}")
+    return model
+
+
 class Dust3rPoseEstimator:
     """First/last relative pose with a DUSt3R model loaded from a local checkpoint.
 
@@ -67,14 +169,9 @@ class Dust3rPoseEstimator:
         self.image_size = int(image_size)
         import_dust3r(dust3r_path)
         if model is None:
-            path = require_checkpoint(checkpoint, "the DUSt3R gate",
-                                      "set config.gate.dust3r_checkpoint", allow_dir=True)
-            from dust3r.model import AsymmetricCroCo3DStereo
-
-            try:
-                model = AsymmetricCroCo3DStereo.from_pretrained(str(path))
-            except Exception as exc:  # corrupt file, wrong architecture
-                raise CheckpointError(f"could not load DUSt3R checkpoint {path}: {exc}") from exc
+            path = require_checkpoint(checkpoint, WHAT, "set config.gate.dust3r_checkpoint",
+                                      allow_dir=True)
+            model = load_dust3r_model(path)
         self.model = model.to(self.device).eval()
 
     def _view(self, frame: torch.Tensor, idx: int) -> dict:
@@ -89,9 +186,9 @@ class Dust3rPoseEstimator:
     @torch.no_grad()
     def relative_pose(self, frame0: torch.Tensor, frame1: torch.Tensor) -> Optional[torch.Tensor]:
         """(4, 4) float64 pose camera-0 -> camera-1 of two (3, H, W) uint8 frames, or None."""
-        from dust3r.cloud_opt import GlobalAlignerMode, global_aligner
-        from dust3r.image_pairs import make_pairs
-        from dust3r.inference import inference
+        from dust3r.cloud_opt import GlobalAlignerMode, global_aligner  # lazy: optional checkout
+        from dust3r.image_pairs import make_pairs  # lazy: optional checkout
+        from dust3r.inference import inference  # lazy: optional checkout
 
         views = [self._view(frame0.cpu(), 0), self._view(frame1.cpu(), 1)]
         pairs = make_pairs(views, scene_graph="complete", prefilter=None, symmetrize=True)

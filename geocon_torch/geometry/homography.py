@@ -75,6 +75,8 @@ def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
     """
     M64 = M.to(torch.float64)
     M64 = 0.5 * (M64 + M64.transpose(-1, -2))
+    if M64.requires_grad:  # autograd: the padding's repeated eigenvalues would make eigh's
+        return torch.linalg.eigh(M64)[1][..., 0].to(M.dtype)  # backward NaN; solve unpadded
     n = M64.shape[-1]
     big = M64.diagonal(dim1=-2, dim2=-1).abs().sum(-1) + 1.0  # (...,)
     E = torch.zeros(*M64.shape[:-2], _EIG_SIZE, _EIG_SIZE, dtype=torch.float64, device=M.device)

@@ -18,6 +18,12 @@ one image file, or a tensor (T, C, H, W) with C in {1, 3}, uint8 or float in [0,
   ``meta`` (path, codec, source_fps, container_frames, decoded_frames, num_source_frames,
   truncated, ...).
 
+Streaming: ``read_clip(path, stream=True)`` (what ``score_clip`` uses) decodes a video file once
+for its metadata and letterbox mask and keeps no frame: ``clip.frames`` is a
+:class:`~geocon_torch.io.framestore.VideoFrames` (same shape / dtype / indexing API as the
+tensor, bit-identical frames) that decodes requested frames through one sequential decoder, so a
+clip's memory does not grow with its length.
+
 Files are decoded frame by frame: frames that are not selected are never converted to RGB, kept
 frames are resized at once (cv2.INTER_AREA when shrinking), so a long 4K clip never sits in
 memory at full resolution. Tensors are resized on their own device (antialiased bilinear).
@@ -44,7 +50,8 @@ file cut mid-way gives the frames that decode and ``meta["truncated"] = True``.
 is the SHA-256 of the file bytes (or the tensor's dtype, shape and bytes).
 """
 from .hashing import content_hash
-from .letterbox import detect_content_mask
+from .framestore import VideoFrames
+from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .probe import VideoInfo, probe_video
 from .reader import (DEFAULT_FPS, check_clip_tensor, clip_from_tensor, clips_from_tensor,
                      read_clip, read_clips)
@@ -60,4 +67,5 @@ __all__ = [
     "background_pairs", "parallax_gate_pairs", "worldatlas_pairs", "gvgc_pairs", "foreground_pairs",
     "detect_content_mask", "content_hash", "working_size", "WorkingSize", "frame_selection",
     "FrameSelection", "DEFAULT_FPS", "write_video", "write_image_folder", "write_gif",
+    "VideoFrames", "ContentMaskAccumulator",
 ]

@@ -22,13 +22,21 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import ShapeError, VideoReadError
+from ..errors import GeoConError, ShapeError, VideoReadError
 from .decode import iter_frames, open_video
 from .resize import WorkingSize, resize_image
 
 #: Converted frames kept after they were returned (overlaps between consecutive chunks).
 CACHE_FRAMES = 16
 Index = Union[int, slice, Sequence[int], np.ndarray, torch.Tensor]
+
+
+class FrameIndexError(ShapeError, IndexError):
+    """A frame position past the end of the clip (an IndexError: iteration stops there)."""
+
+
+class NoAttributeError(GeoConError, AttributeError):
+    """A private attribute a lazy store does not have (an AttributeError, for ``hasattr``)."""
 
 
 class VideoFrames:
@@ -97,7 +105,7 @@ class VideoFrames:
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
-            raise AttributeError(name)
+            raise NoAttributeError(name)
         return getattr(self.materialize(), name)  # rare whole-clip paths (SAM-2, audits)
 
     # ------------------------------------------------------------------ decoding
@@ -164,7 +172,7 @@ class VideoFrames:
     def _position(self, p: int) -> int:
         n = len(self)
         if not -n <= p < n:
-            raise IndexError(f"frame {p} out of range for a clip of {n} frames")
+            raise FrameIndexError(f"frame {p} out of range for a clip of {n} frames")
         return p % n
 
     def _positions(self, key: Any) -> List[int]:

@@ -10,6 +10,7 @@ import torch
 
 from ..errors import VideoReadError
 from .decode import check_file
+from .framestore import VideoFrames
 from .images import list_images
 
 _BLOCK = 1 << 20
@@ -26,12 +27,15 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
 
     * file: the file's bytes (identical to ``sha256sum FILE``);
     * folder of images: for each image in natural order, its name and its bytes;
+    * streamed frames (:class:`~geocon_torch.io.framestore.VideoFrames`): their file's bytes;
     * tensor: its dtype, shape and raw bytes (row-major), so the same pixels in another
       layout or dtype hash differently. CUDA tensors are copied to the CPU to be hashed.
 
     Raises VideoReadError for a missing or empty path, a folder without images, or another type.
     """
     digest = hashlib.sha256()
+    if isinstance(source, VideoFrames):  # a streamed clip's frames: its file
+        source = source.path
     if isinstance(source, torch.Tensor):
         t = source.detach().contiguous().cpu()
         digest.update(f"tensor|{str(t.dtype)}|{tuple(t.shape)}|".encode())

@@ -102,13 +102,17 @@ def _decide_dark(ch_peak: torch.Tensor, lo_peak: torch.Tensor, thr: float, exact
 
 class ContentMaskAccumulator:
     """:func:`detect_content_mask` of a clip streamed in chunks of frames: ``update`` with
-    (k, C, H, W) uint8 chunks in any order, then ``mask(threshold, min_fraction)`` is the
-    (H, W) bool mask ``detect_content_mask`` gives for all the frames at once (the same uint8
-    peaks, and the same exact luminance of undecided lines: running maxima over the chunks).
+    (k, C, H, W) uint8 chunks in any order, then ``mask(min_fraction)`` is the (H, W) bool mask
+    ``detect_content_mask(all frames, threshold, min_fraction)`` gives (the same uint8 peaks,
+    and the same exact luminance of undecided lines: running maxima over the chunks). Exact
+    luminance is computed only for lines whose smallest channel has stayed below the
+    threshold so far (bars, and lines next to them): the only ones that can end undecided.
     Holds O(C H W) numbers, whatever the clip length.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, threshold: float = 16.0 / 255.0) -> None:
+        _check_thresholds(threshold, 0.0)
+        self.threshold = float(threshold)
         self.ch_peak: Optional[torch.Tensor] = None  # (1, C, H, W) uint8
         self.lo_peak: Optional[torch.Tensor] = None  # (1, H, W) uint8
         self.line_luma: list = []  # [(1, H) row, (1, W) column] max luminance, 0..255 float
@@ -117,25 +121,33 @@ class ContentMaskAccumulator:
         """Add a chunk of (k, C, H, W) uint8 frames (k >= 1)."""
         _check_frames(frames)
         ch, lo = frames.amax(0, keepdim=True), frames.amin(1).amax(0, keepdim=True)
-        lum = _luma(frames)  # (k, H, W) 0..255, as dark_lines' exact lines
-        lines = [lum.amax(-1).amax(0, keepdim=True), lum.amax(-2).amax(0, keepdim=True)]
         if self.ch_peak is None:
-            self.ch_peak, self.lo_peak, self.line_luma = ch, lo, lines
-            return
-        self.ch_peak = torch.maximum(self.ch_peak, ch)
-        self.lo_peak = torch.maximum(self.lo_peak, lo)
-        self.line_luma = [torch.maximum(a, b) for a, b in zip(self.line_luma, lines)]
+            h, w = frames.shape[-2:]
+            self.ch_peak, self.lo_peak = ch, lo
+            self.line_luma = [torch.zeros(1, h, device=frames.device),
+                              torch.zeros(1, w, device=frames.device)]
+        else:
+            self.ch_peak = torch.maximum(self.ch_peak, ch)
+            self.lo_peak = torch.maximum(self.lo_peak, lo)
+        bound = self.threshold * 255.0 + 0.01  # as _decide_dark's "unsure" test
+        for k, (line_dim, other) in enumerate(((2, 3), (3, 2))):  # rows, columns
+            cand = (self.lo_peak[0].amax(other - 2).float() < bound).nonzero()[:, 0]
+            if cand.numel():  # (k, C, L_cand, L_other) -> exact luminance maxima
+                lum = _luma(frames.index_select(line_dim, cand).movedim(line_dim, 1)
+                            .unsqueeze(-2)).amax(dim=(0, 2, 3))
+                cur = self.line_luma[k][0, cand]
+                self.line_luma[k][0, cand] = torch.maximum(cur, lum)
 
-    def mask(self, threshold: float = 16.0 / 255.0, min_fraction: float = 0.02) -> torch.Tensor:
+    def mask(self, min_fraction: float = 0.02) -> torch.Tensor:
         """(H, W) bool content mask (see :func:`detect_content_mask`)."""
         if self.ch_peak is None:
             raise ShapeError("ContentMaskAccumulator.mask: no frames were added")
-        _check_thresholds(threshold, min_fraction)
+        _check_thresholds(self.threshold, min_fraction)
 
         def exact(line_dim: int, other: int, b_idx: torch.Tensor, l_idx: torch.Tensor):
             return self.line_luma[line_dim - 3][b_idx, l_idx]
 
-        rows, cols = _decide_dark(self.ch_peak, self.lo_peak, float(threshold), exact)
+        rows, cols = _decide_dark(self.ch_peak, self.lo_peak, self.threshold, exact)
         return _mask_from_lines(rows[0], cols[0], min_fraction)
 
 

@@ -178,7 +178,7 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     """A video file as a Clip whose ``frames`` are a :class:`VideoFrames` store: one decoding
     pass now (metadata, and the letterbox mask from running maxima), frames on demand later."""
     sizes: List[WorkingSize] = []
-    acc, buf = ContentMaskAccumulator(), []
+    acc, buf = ContentMaskAccumulator(opts["thr"]), []
 
     def plan(h: int, w: int):
         sizes.append(working_size(h, w, opts["long_side"], opts["upscale"]))
@@ -201,7 +201,7 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
     meta.update(source_fps=source_fps, fps_source=fps_source)
     frames = VideoFrames(path, idx, sizes[0], device)
-    mask = acc.mask(opts["thr"], opts["frac"]).to(frames.device)
+    mask = acc.mask(opts["frac"]).to(frames.device)
     return _finish(frames, idx, sizes[0], sel.fps(source_fps), name or path.stem, meta, opts,
                    mask=mask)
 

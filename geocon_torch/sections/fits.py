@@ -16,6 +16,10 @@ from ..geometry import ransac_fundamental, ransac_homography
 from ..types import Fit
 
 
+#: rows per batched RANSAC call (bounds the fits' memory on long clips; results identical)
+FIT_CHUNK_ROWS = 512
+
+
 def fit_both(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
              config: GeoConConfig, rows: Optional[torch.Tensor] = None) -> Tuple[Fit, Fit]:
     """H (symmetric transfer px <= ``tau_h``) and F (normalised Sampson <= ``tau_f``) of every
@@ -28,6 +32,15 @@ def fit_both(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: tor
     Returns:
         (fit_h, fit_f), each of R rows.
     """
+    r = int(x1.shape[0])
+    if r > FIT_CHUNK_ROWS:  # chunks of rows bound RANSAC's memory; per-row seeds: same fits
+        pos = torch.arange(r, device=x1.device) if rows is None else rows.to(x1.device).long()
+        parts = [(torch.arange(a, min(a + FIT_CHUNK_ROWS, r), device=x1.device),
+                  fit_both(x1[a:a + FIT_CHUNK_ROWS], x2[a:a + FIT_CHUNK_ROWS],
+                           mask[a:a + FIT_CHUNK_ROWS], scores[a:a + FIT_CHUNK_ROWS], config,
+                           rows=pos[a:a + FIT_CHUNK_ROWS])) for a in range(0, r, FIT_CHUNK_ROWS)]
+        return (Fit.assemble(r, [(idx, f[0]) for idx, f in parts]),
+                Fit.assemble(r, [(idx, f[1]) for idx, f in parts]))
     rc, bc = config.ransac, config.background
     seed = rc.seed if rows is None else rows.to(x1.device).long() + int(rc.seed)
     common = dict(confidence=rc.confidence, max_iterations=rc.max_iterations,

@@ -28,7 +28,7 @@ cap is reported with what it cut in the block's ``caps`` / ``skipped``; None or 
 
 * ``max_objects`` (default 4): the objects with the largest mask area over the clip are scored,
   the others are listed in ``skipped.objects`` (count) and left out of ``objects``;
-* ``max_pairs`` (default 16): at most that many of the adjacent pairs holding an object, spread
+* ``max_pairs`` (default 12): at most that many of the adjacent pairs holding an object, spread
   evenly over the clip (first and last kept); ``skipped.pairs`` counts the others;
 * ``max_flow_side`` (default 512 px): flow runs on frames whose long side is at most that at
   scale 1 (every scale ``s`` becomes ``s * c`` with ``c = min(1, max_flow_side / long side)``,
@@ -170,14 +170,14 @@ def foreground_block(clip: Clip, masks: Any, config: Union[None, dict, GeoConCon
     return _score_objects(clip, masks, ids, present, cfg, device, progress, out)
 
 
-def _largest_objects(masks: torch.Tensor, max_objects: Optional[int]) -> torch.Tensor:
+def _largest_objects(masks: Union[torch.Tensor, BlockMasks], max_objects: Optional[int]) -> torch.Tensor:
     """Indices (K',) long, ascending, of the ``max_objects`` objects of ``masks`` (T, K, H, W)
     with the largest mask area summed over the clip (all when None / 0 or K <= the cap; ties:
     the lower index first)."""
     k = int(masks.shape[1])
     if not max_objects or k <= int(max_objects):
         return torch.arange(k)
-    area = masks.sum((0, 2, 3)).cpu()  # (K,) px summed over frames
+    area = masks.sum((-1, -2)).sum(0).cpu()  # (K,) px summed over frames (lazy-mask safe)
     order = torch.sort(area, descending=True, stable=True).indices[:int(max_objects)]
     return order.sort().values
 

@@ -47,6 +47,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..types import Clip
 
 
+#: pairs per chunk of the dense change masks (each pair is independent: identical results)
+_PAIR_CHUNK = 32
+#: frames per chunk of the full-size int64 label work (upsampling, per-frame counts): exact
+#: integers, identical results; bounds the (T, h, w) int64 temporaries to one output tensor
+_LABEL_CHUNK = 64
+
+
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Sample ``img`` (P, 1, h, w) at ``H x`` for every pixel x -> (warped, inside) (P, h, w).
 
@@ -89,11 +96,16 @@ def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Te
     Hd = homographies.to(gray.device, torch.float64)
     Hinv = torch.linalg.inv(torch.where(valid.view(-1, 1, 1).to(gray.device), Hd,
                                         torch.eye(3, dtype=Hd.dtype, device=Hd.device)))
-    warped_next, in_f = _warp(gray[1:], Hd)          # I_{t+1}(H x) on frame t's grid
-    warped_prev, in_b = _warp(gray[:-1], Hinv)       # I_t(H^-1 x) on frame t+1's grid
     ok = valid.to(gray.device).view(-1, 1, 1) & content.to(gray.device)
-    fwd = (_smooth((gray[:-1, 0] - warped_next).abs()) > threshold) & in_f & ok  # frame t
-    bwd = (_smooth((gray[1:, 0] - warped_prev).abs()) > threshold) & in_b & ok   # frame t+1
+    fwd, bwd = [], []
+    for a in range(0, t - 1, _PAIR_CHUNK):  # chunks of pairs bound the float warps' memory
+        b = min(a + _PAIR_CHUNK, t - 1)
+        warped_next, in_f = _warp(gray[a + 1:b + 1], Hd[a:b])  # I_{t+1}(H x), frame t's grid
+        warped_prev, in_b = _warp(gray[a:b], Hinv[a:b])  # I_t(H^-1 x) on frame t+1's grid
+        fwd.append((_smooth((gray[a:b, 0] - warped_next).abs()) > threshold) & in_f & ok[a:b])
+        bwd.append((_smooth((gray[a + 1:b + 1, 0] - warped_prev).abs()) > threshold) & in_b
+                   & ok[a:b])
+    fwd, bwd = torch.cat(fwd), torch.cat(bwd)  # (T-1, h, w): frame t / frame t+1
     seen_f = torch.cat([valid, valid.new_zeros(1)]).to(gray.device)  # frame t has pair (t, t+1)
     seen_b = torch.cat([valid.new_zeros(1), valid]).to(gray.device)  # frame t has pair (t-1, t)
     fwd_t = torch.cat([fwd, fwd.new_zeros(1, *fwd.shape[1:])])
@@ -141,7 +153,9 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     t, h, w = mask.shape
     if not bool(mask.any()):
         return torch.zeros(t, h, w, dtype=torch.long, device=mask.device)
-    small = F.max_pool2d(mask.float().unsqueeze(1), downsample, ceil_mode=True)[:, 0] > 0.5
+    small = torch.cat([F.max_pool2d(mask[a:a + _LABEL_CHUNK].float().unsqueeze(1), downsample,
+                                    ceil_mode=True)[:, 0] > 0.5  # chunks: no (T, h, w) float
+                       for a in range(0, t, _LABEL_CHUNK)])
     n = small.numel()
     ids = torch.arange(1, n + 1, device=mask.device, dtype=torch.long).view(small.shape)
     zero = torch.zeros_like(ids)
@@ -154,9 +168,34 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
             break
         lab = nxt
     uniq, inv = torch.unique(lab.view(-1), return_inverse=True)  # 0 maps to 0 (sorted first)
-    lab = inv.view(small.shape)
-    full = block_upsample(lab, downsample)[:, :h, :w]
-    return torch.where(mask, full, torch.zeros_like(full))
+    return _upsample_labels(inv.view(small.shape), mask, downsample)
+
+
+def _upsample_labels(lab: torch.Tensor, mask: torch.Tensor, f: int) -> torch.Tensor:
+    """Labels (T, ceil(h/f), ceil(w/f)) long -> (T, h, w) long: every cell's label as an f x f
+    block, kept only inside ``mask`` (T, h, w) bool (0 elsewhere); ``_LABEL_CHUNK`` frames at a
+    time, so the only full-size int64 tensor is the output."""
+    t, h, w = mask.shape
+    out = torch.zeros(t, h, w, dtype=torch.long, device=mask.device)
+    for a in range(0, t, _LABEL_CHUNK):
+        b = min(a + _LABEL_CHUNK, t)
+        full = block_upsample(lab[a:b], f)[:, :h, :w]
+        out[a:b] = torch.where(mask[a:b], full, full.new_zeros(()))
+    return out
+
+
+def per_frame_counts(labels: torch.Tensor, k: int) -> torch.Tensor:
+    """Pixels of every component in every frame: labels (T, h, w) long in 0..k -> (T, k) long
+    (label 0 = none is not counted). Exact integer counts, ``_LABEL_CHUNK`` frames at a time
+    (no (T, h, w) int64 index temporaries)."""
+    parts = []
+    for a in range(0, labels.shape[0], _LABEL_CHUNK):
+        lab = labels[a:a + _LABEL_CHUNK]
+        n = lab.shape[0]
+        frame_of = torch.arange(n, device=lab.device).view(-1, 1, 1) * (k + 1)
+        counts = torch.bincount((lab + frame_of).reshape(-1), minlength=n * (k + 1))
+        parts.append(counts.view(n, k + 1)[:, 1:])
+    return torch.cat(parts) if parts else labels.new_zeros(0, k)
 
 
 def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, int],
@@ -312,9 +351,7 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
         evidence.update(objects=0)
         return empty, evidence
     # per-component statistics by counting (no (T, K, h, w) one-hot over all candidates)
-    frame_of = torch.arange(t, device=dev).view(-1, 1, 1).expand_as(labels)
-    per_frame = torch.bincount((frame_of * (k + 1) + labels).reshape(-1),
-                               minlength=t * (k + 1)).view(t, k + 1)[:, 1:]  # (T, K) pixels
+    per_frame = per_frame_counts(labels, k)  # (T, K) pixels
     n_seeds = coherent_seeds(labels, seeds, k) if seeds is not None else \
         torch.zeros(k, dtype=torch.long, device=dev)
     support = n_seeds >= cfg.motion_min_seeds

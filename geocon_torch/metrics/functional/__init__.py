@@ -4,7 +4,9 @@
   status tensors), :func:`epipolar_error`, :func:`epipolar_inlier_rate`,
   :func:`feature_match_coverage` (videos -> (B,) float64, NaN where a clip has no value;
   ``return_status=True`` adds the (B,) status codes into :data:`STATUSES`);
-* :func:`adadfrc` (flow (P, 2, H, W) + masks (P, K, H, W) -> D (P, K), valid (P, K)).
+* :func:`adadfrc` (flow (P, 2, H, W) + masks (P, K, H, W) -> D (P, K), valid (P, K));
+* :func:`soft_background_consistency` (float videos (B, T, C, H, W) -> (B,) differentiable soft
+  inlier ratio: a training-time monitor, not the paper's IR).
 
 Each Metric class in :mod:`geocon_torch.metrics` shares its private ``_xxx_update`` /
 ``_xxx_compute`` helpers with these functions. The per-clip / per-pair math itself lives in
@@ -17,6 +19,7 @@ from ._common import STATUSES
 from .background import background_consistency
 from .epipolar import epipolar_error, epipolar_inlier_rate, feature_match_coverage
 from .foreground import adadfrc
+from .soft import soft_background_consistency
 
 __all__ = ["background_consistency", "adadfrc", "epipolar_error", "epipolar_inlier_rate",
-           "feature_match_coverage", "STATUSES"]
+           "feature_match_coverage", "STATUSES", "soft_background_consistency"]

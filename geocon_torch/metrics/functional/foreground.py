@@ -65,7 +65,9 @@ def _adadfrc_update(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] =
     bad_px = ~torch.isfinite(flow).all(1)  # (P, H, W)
     bad = (bad_px[:, None] & masks.bool()).flatten(2).any(-1) | ~torch.isfinite(d)  # (P, K)
     keep = valid & ~bad
-    return d[keep].to(torch.float64), int((~valid).sum()), int((valid & bad).sum())
+    # the measure already marks non-finite objects invalid: count them as errors, not as
+    # not-applicable (absent / too small) slots
+    return d[keep].to(torch.float64), int((~valid & ~bad).sum()), int(bad.sum())
 
 
 def _adadfrc_compute(sum_d: Tensor, count: Tensor, values: Tensor, percentile: float

@@ -1,0 +1,131 @@
+"""Preference pairs for DPO: group a manifest's clips by prompt, choose best vs worst by reward.
+
+Every clip is scored through the resumable store (:func:`~geocon_torch.bench.runner.run_manifest`
+with the preset of the reward kind: ``background`` -> "background", ``epipolar`` ->
+"worldatlas", ``epipolar-dpo`` -> "epipolar-dpo"), so a rerun recomputes nothing. The reward of a
+clip is :func:`geocon_torch.rewards.reward_from_result` of its stored result: the very fold
+:func:`~geocon_torch.rewards.geometric_reward` uses (higher is better, in [0, 1]).
+
+One record per prompt (in the order prompts first appear in the manifest):
+
+* ``{"status": "pair", "prompt", "kind", "chosen", "rejected", "chosen_reward",
+  "rejected_reward", "margin", "num_clips", "num_scored", "unscored"}``: ``chosen`` /
+  ``rejected`` are clip ids (the highest / lowest reward; ties go to the clip listed first /
+  last), ``margin = chosen_reward - rejected_reward``, ``unscored`` maps the clip ids left out
+  to their reason.
+* ``{"status": "skipped", "prompt", "kind", "reason", "num_clips", "num_scored", "unscored"}``
+  when fewer than two clips of the prompt could be scored, or the margin is below
+  ``min_margin`` (``reason`` says which; ``margin``, ``chosen`` and ``rejected`` are given in
+  the latter case). Clips without a prompt form no group: each is one skipped record with
+  ``prompt: null``.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ..config import GeoConConfig, load_config
+from ..errors import InputError
+from ..pipeline import PRESETS
+from ..rewards import KINDS, ClipReward, reward_from_result
+from .manifest import ManifestEntry, check_unique_ids, load_manifest
+from .runner import RunSummary, run_manifest
+from .store import ResultStore
+
+KIND_PRESETS = {"background": "background", "epipolar": "worldatlas",
+                "epipolar-dpo": "epipolar-dpo"}
+ConfigLike = Union[None, str, Path, Mapping[str, Any], GeoConConfig]
+
+
+def kind_config(config: ConfigLike, kind: str) -> GeoConConfig:
+    """The config scored for reward ``kind``: ``config`` with the kind's preset."""
+    if kind not in KINDS:
+        raise InputError(f"reward kind must be one of {KINDS}, got {kind!r}")
+    preset = KIND_PRESETS[kind]
+    if preset not in PRESETS:
+        raise InputError(f"kind {kind!r} needs the score_clip preset {preset!r}, which this "
+                         f"build does not have (presets: {', '.join(PRESETS)})")
+    return load_config(config).replace(preset=preset)
+
+
+def group_by_prompt(entries: Sequence[ManifestEntry]) -> List[Tuple[Optional[str],
+                                                                    List[ManifestEntry]]]:
+    """(prompt, entries) groups in order of first appearance; an entry without a prompt is a
+    group of its own with prompt None."""
+    groups: "OrderedDict[Any, List[ManifestEntry]]" = OrderedDict()
+    for e in entries:
+        key = ("prompt", e.prompt) if e.prompt else ("clip", e.clip_id)
+        groups.setdefault(key, []).append(e)
+    return [(k[1] if k[0] == "prompt" else None, v) for k, v in groups.items()]
+
+
+def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]], kind: str,
+                min_margin: float = 0.0) -> Dict[str, Any]:
+    """The record of one prompt from its clips' (clip_id, ClipReward) (module docstring)."""
+    scored = [(cid, r.reward) for cid, r in rewards if r.status == "ok"]
+    rec: Dict[str, Any] = {"prompt": prompt, "kind": kind, "num_clips": len(rewards),
+                           "num_scored": len(scored),
+                           "unscored": {cid: f"{r.status}: {r.reason}" for cid, r in rewards
+                                        if r.status != "ok"}}
+    if prompt is None:
+        return {"status": "skipped", **rec, "reason": "the clip has no prompt"}
+    if len(scored) < 2:
+        return {"status": "skipped", **rec,
+                "reason": f"{len(scored)} scoreable clip(s) of {len(rewards)}; a pair needs 2"}
+    best = max(range(len(scored)), key=lambda i: (scored[i][1], -i))
+    worst = min(range(len(scored)), key=lambda i: (scored[i][1], -i))
+    margin = scored[best][1] - scored[worst][1]
+    pair = {"chosen": scored[best][0], "rejected": scored[worst][0],
+            "chosen_reward": scored[best][1], "rejected_reward": scored[worst][1],
+            "margin": margin}
+    if margin < min_margin or best == worst:
+        return {"status": "skipped", **rec, **pair,
+                "reason": f"margin {margin:.4g} is below the minimum {min_margin:.4g}"}
+    return {"status": "pair", **rec, **pair}
+
+
+def preference_records(entries: Sequence[ManifestEntry], results: Mapping[str, Mapping[str, Any]],
+                       kind: str, config: Optional[GeoConConfig] = None,
+                       min_margin: float = 0.0) -> List[Dict[str, Any]]:
+    """One record per prompt from the results of the entries (``clip_id -> result dict``; a
+    clip without a result is unscored with reason "no stored result")."""
+    out = []
+    for prompt, group in group_by_prompt(entries):
+        rewards = []
+        for e in group:
+            res = results.get(e.clip_id)
+            rewards.append((e.clip_id, reward_from_result(res, kind, config) if res is not None
+                            else ClipReward(0.0, "error", "no stored result", 0, 0)))
+        out.append(choose_pair(prompt, rewards, kind, min_margin))
+    return out
+
+
+def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Union[str, Path],
+                     *, kind: str = "background", config: ConfigLike = None,
+                     min_margin: float = 0.0, device: Optional[str] = None,
+                     progress: bool = False) -> Tuple[List[Dict[str, Any]], RunSummary]:
+    """Score the manifest into ``db`` (resumable) and build one record per prompt.
+
+    Args:
+        manifest: a CSV / JSONL manifest path or ManifestEntry list (``prompt`` groups clips).
+        db: the SQLite store (shared with ``geocon bench``; rows are keyed by content and by
+            the config with the kind's preset).
+        kind: "background", "epipolar" or "epipolar-dpo" (:data:`KIND_PRESETS`).
+        config: anything :func:`~geocon_torch.config.load_config` takes.
+        min_margin: prompts whose best - worst reward is below it are skipped.
+        device, progress: as :func:`run_manifest`.
+    Returns:
+        (records (module docstring), the run's :class:`RunSummary`).
+    """
+    if not min_margin >= 0:
+        raise InputError(f"min_margin must be >= 0, got {min_margin!r}")
+    entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
+    check_unique_ids(entries, "manifest entries")
+    cfg = kind_config(config, kind)
+    summary = run_manifest(entries, db, config=cfg, device=device, progress=progress,
+                           distributed=False)
+    with ResultStore(db) as store:
+        rows = store.rows(cfg.config_hash())
+    results = {row["clip_id"]: row["result"] for row in rows}
+    return preference_records(entries, results, kind, cfg, min_margin), summary

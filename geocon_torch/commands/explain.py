@@ -1,0 +1,92 @@
+"""Explain one clip's verdict in plain text: the regime and why (gate statistic against its
+thresholds, U resolution), IR / GE against each report threshold, which pairs fail and where
+their outliers lie (re-derived exactly as scored, as on the audit card), and what would change
+the verdict.
+
+RESULT_OR_VIDEO is a result JSON file (one ``ClipResult`` object), a JSON-lines file or a
+``results.sqlite`` store (``--clip ID`` picks the clip when it holds several), or a video /
+image folder, which is scored first with the configuration options.
+
+  geocon explain out/results.jsonl --clip C3_truck_seed0
+  geocon explain clip.mp4 --preset background --poses poses.npz --pair 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..bench import load_results
+from ..errors import InputError
+from ..pipeline import score_clip
+from ..report.explain import explain_result
+from ._common import VIDEO_SUFFIXES, add_config_arguments, build_config
+
+NAME = "explain"
+HELP = "plain-text account of one clip's verdict (why this regime, which thresholds fail)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="RESULT_OR_VIDEO",
+                   help="result JSON / JSONL / results.sqlite, or a video to score first")
+    p.add_argument("--clip", metavar="ID", help="clip id (or name) in a multi-clip results file")
+    p.add_argument("--pair", type=int, metavar="K",
+                   help="evaluated pair to locate the outliers of (default: the worst pair)")
+    p.add_argument("--masks", metavar="PATH", help="object masks the clip is (was) scored with")
+    p.add_argument("--poses", metavar="PATH", help="pose log the clip is (was) scored with")
+    p.add_argument("--no-evidence", action="store_true",
+                   help="stored numbers only: do not re-derive the worst pair's matches")
+    add_config_arguments(p)
+
+
+def _is_video(path: Path) -> bool:
+    return path.suffix.lower() in VIDEO_SUFFIXES or path.is_dir()
+
+
+def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[str, Any]:
+    """The one row of ``clip`` (by clip_id or result ``clip`` name); the only row without it."""
+    if clip is None:
+        if len(rows) != 1:
+            ids = ", ".join(str(r.get("clip_id")) for r in rows[:8])
+            raise InputError(f"{where} holds {len(rows)} clips: pick one with --clip "
+                             f"(e.g. {ids})")
+        return rows[0]
+    hits = [r for r in rows if clip in (r.get("clip_id"), (r.get("result") or {}).get("clip"))]
+    if len(hits) != 1:
+        raise InputError(f"--clip {clip!r}: {len(hits)} matching clips in {where}")
+    return hits[0]
+
+
+def load_one_result(path: Path, clip: Optional[str]) -> Dict[str, Any]:
+    """One result dict from a JSON object file, JSON lines or a SQLite store."""
+    if not path.is_file():
+        raise InputError(f"not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        data = None  # JSON lines or SQLite
+    if isinstance(data, dict):
+        if clip is not None and clip not in (data.get("clip"), data.get("clip_id")):
+            raise InputError(f"--clip {clip!r}: {path} holds clip {data.get('clip')!r}")
+        return data
+    row = _pick(load_results(path, validate=False), clip, path)
+    res = dict(row["result"])
+    res.setdefault("path", row.get("path"))
+    return res
+
+
+def run(args: argparse.Namespace) -> int:
+    src = Path(args.source)
+    if not src.exists():
+        raise InputError(f"not found: {src}")
+    if _is_video(src):
+        cfg = build_config(args)
+        result: Dict[str, Any] = score_clip(str(src), masks=args.masks, poses=args.poses,
+                                            config=cfg, device=args.device,
+                                            progress=False).to_dict()
+    else:
+        result = load_one_result(src, args.clip)
+    print(explain_result(result, pair=args.pair, masks=args.masks, poses=args.poses,
+                         device=args.device, evidence=not args.no_evidence), end="")
+    return 0

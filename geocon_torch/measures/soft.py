@@ -1,0 +1,188 @@
+"""Differentiable background consistency: dense flow -> IRLS-weighted H / F -> soft inlier ratio.
+
+Every step is a differentiable torch op, so ``score.backward()`` reaches the pixels:
+
+1. **Correspondences**: dense pyramidal Lucas-Kanade flow
+   (:class:`geocon_torch.flow.lk_dense.DenseLKFlow` with its median filters switched off, so
+   each Gauss-Newton step is a smooth function of the pixels: bilinear sampling, Gaussian
+   windows and a closed-form 2x2 solve) between frames ``t`` and ``t + 1``; a regular grid of
+   points ``x1`` (every ``grid_step`` px, ``border`` px inside) and ``x2 = x1 + flow(x1)``.
+2. **Confidence** of each grid point: the smaller eigenvalue of the 2x2 structure tensor of
+   frame ``t`` (Gaussian window), mapped to ``lambda / (lambda + mean lambda)`` in [0, 1)
+   (it says where flow is measurable; smooth, so it is differentiated too).
+3. **Model**: weighted DLT homography (:func:`geocon_torch.geometry.homography_dlt`) or weighted
+   normalised 8-point F (:func:`geocon_torch.geometry.fundamental_8pt`), refitted ``irls_iters``
+   times with weights ``confidence * sigmoid((c_k tau - r) / temperature)``, ``c_k`` shrinking
+   from 4 to 1 (iteratively reweighted least squares; no random sampling, so the map from
+   pixels to the model is smooth).
+4. **Soft inlier ratio** (as the soft inlier count of DSAC / DSAC*):
+   ``sum_i conf_i * sigmoid((tau - r_i) / temperature) / sum_i conf_i`` per pair, where ``r``
+   is the paper's residual of the model: the symmetric transfer error in px (H, compared with
+   ``tau_h``) or the Sampson distance in Hartley-normalised coordinates (F, unitless, compared
+   with ``tau_f``). As ``temperature -> 0`` this is the hard IR of the IRLS fit.
+
+Shapes: frames (P, C, H, W) pairs in, (P,) scores out; see :func:`soft_pair_scores`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import torch
+
+from ..errors import InputError
+from ..flow.base import to_gray
+from ..flow.lk_dense import DenseLKFlow, _gradients, gaussian_blur
+from ..geometry import (fundamental_8pt, homography_dlt, sampson_distance_normalized,
+                        symmetric_transfer_error)
+
+SOFT_MODELS = ("homography", "fundamental", "auto")
+
+
+@dataclass(frozen=True)
+class SoftConsistencyConfig:
+    """Settings of the soft score (units: px of the input frames unless said otherwise).
+
+    Attributes:
+        model: "homography", "fundamental" or "auto" (per pair: H when its soft IR is within
+            ``auto_margin`` of F's, else F; the choice itself is not differentiated).
+        tau_h: inlier threshold of the symmetric transfer error, px (paper: 2 px).
+        tau_f: inlier threshold of the normalised Sampson distance, unitless (paper: 0.1).
+        temperature_h: sigmoid temperature for H residuals, px.
+        temperature_f: sigmoid temperature for F residuals, unitless.
+        grid_step: spacing of the correspondence grid, px.
+        border: grid points keep this distance from the image edge, px.
+        irls_iters: weighted refits after the unweighted first fit.
+        auto_margin: "auto" keeps H while ``ir_h >= ir_f - auto_margin``.
+        levels, iterations, window_sigma: dense LK pyramid levels, Gauss-Newton steps per
+            level, integration window (px).
+    """
+
+    model: str = "auto"
+    tau_h: float = 2.0
+    tau_f: float = 0.1
+    temperature_h: float = 0.5
+    temperature_f: float = 0.025
+    grid_step: int = 4
+    border: int = 4
+    irls_iters: int = 3
+    auto_margin: float = 0.05
+    levels: int = 4
+    iterations: int = 4
+    window_sigma: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.model not in SOFT_MODELS:
+            raise InputError(f"model must be one of {SOFT_MODELS}, got {self.model!r}")
+        for name in ("tau_h", "tau_f", "temperature_h", "temperature_f"):
+            if not float(getattr(self, name)) > 0:
+                raise InputError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if int(self.grid_step) < 1 or int(self.border) < 0 or int(self.irls_iters) < 0:
+            raise InputError("grid_step must be >= 1, border and irls_iters >= 0")
+
+
+def differentiable_flow(img1: torch.Tensor, img2: torch.Tensor,
+                        cfg: SoftConsistencyConfig) -> torch.Tensor:
+    """Dense LK flow ``img1 -> img2`` without median filtering: (P, C, H, W) float in [0, 1]
+    -> (P, 2, H, W) px, differentiable with respect to both images."""
+    lk = DenseLKFlow(levels=cfg.levels, iterations=cfg.iterations, fine_iterations=0,
+                     window_sigma=cfg.window_sigma, median=1, level_median=1,
+                     min_level_size=8)
+    return lk(img1, img2)
+
+
+def grid_points(h: int, w: int, step: int, border: int, dtype: torch.dtype,
+                device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Integer grid ``(x, y)`` (N, 2) every ``step`` px at least ``border`` px inside an
+    H x W image, and its row / column indices (N,), (N,)."""
+    b = min(border, (min(h, w) - 1) // 2)
+    ys = torch.arange(b, h - b, step, device=device)
+    xs = torch.arange(b, w - b, step, device=device)
+    yy, xx = torch.meshgrid(ys, xs, indexing="ij")
+    yy, xx = yy.reshape(-1), xx.reshape(-1)
+    return torch.stack([xx, yy], -1).to(dtype), yy, xx
+
+
+def texture_confidence(img: torch.Tensor, sigma: float) -> torch.Tensor:
+    """(P, C, H, W) -> (P, H, W) confidence in [0, 1): the smaller eigenvalue ``lambda`` of the
+    structure tensor (Gaussian window ``sigma`` px) as ``lambda / (lambda + mean lambda)``
+    (smooth, so it is differentiated like everything else)."""
+    g = _gradients(to_gray(img))
+    gx, gy = g[:, :1], g[:, 1:]
+    j = gaussian_blur(torch.cat([gx * gx, gx * gy, gy * gy], 1), sigma)
+    a, b, c = j[:, 0], j[:, 1], j[:, 2]
+    lam = 0.5 * (a + c) - torch.sqrt(0.25 * (a - c) ** 2 + b * b + 1e-12)
+    lam = torch.nn.functional.softplus(lam, beta=1e4)  # >= 0, smooth at 0
+    mean = lam.flatten(1).mean(1).clamp_min(1e-12).view(-1, 1, 1)
+    return lam / (lam + mean)
+
+
+def soft_ratio(residual: torch.Tensor, conf: torch.Tensor, tau: float,
+               temperature: float) -> torch.Tensor:
+    """Confidence-weighted soft inlier ratio: (P, N) residuals and weights -> (P,) in [0, 1]."""
+    soft = torch.sigmoid((tau - residual) / temperature)
+    return (conf * soft).sum(-1) / conf.sum(-1).clamp_min(1e-12)
+
+
+def _residuals(model: str, M: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+               mask: torch.Tensor) -> torch.Tensor:
+    if model == "homography":
+        return symmetric_transfer_error(M, x1, x2)
+    return sampson_distance_normalized(M, x1, x2, mask)
+
+
+def irls_fit(model: str, x1: torch.Tensor, x2: torch.Tensor, conf: torch.Tensor,
+             cfg: SoftConsistencyConfig) -> Tuple[torch.Tensor, torch.Tensor]:
+    """IRLS H or F of (P, N, 2) points under (P, N) confidences -> (model (P, 3, 3),
+    residuals (P, N): px for H, normalised Sampson for F)."""
+    solve = homography_dlt if model == "homography" else fundamental_8pt
+    tau, temp = (cfg.tau_h, cfg.temperature_h) if model == "homography" else \
+        (cfg.tau_f, cfg.temperature_f)
+    mask = conf > 0
+    M = solve(x1, x2, conf)
+    r = _residuals(model, M, x1, x2, mask)
+    for k in range(cfg.irls_iters):
+        scale = 4.0 ** (1.0 - k / max(cfg.irls_iters - 1, 1))  # 4 tau ... 1 tau
+        M = solve(x1, x2, conf * torch.sigmoid((scale * tau - r) / temp))
+        r = _residuals(model, M, x1, x2, mask)
+    return M, r
+
+
+def pair_correspondences(img1: torch.Tensor, img2: torch.Tensor, cfg: SoftConsistencyConfig
+                         ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(P, C, H, W) frame pairs -> (x1 (P, N, 2), x2 (P, N, 2) px, confidence (P, N))."""
+    p, _, h, w = img1.shape
+    flow = differentiable_flow(img1, img2, cfg)
+    grid, yy, xx = grid_points(h, w, cfg.grid_step, cfg.border, img1.dtype, img1.device)
+    x1 = grid.unsqueeze(0).expand(p, -1, -1)
+    x2 = x1 + flow[:, :, yy, xx].transpose(1, 2)
+    conf = texture_confidence(img1, cfg.window_sigma)[:, yy, xx]
+    return x1, x2, conf
+
+
+def soft_pair_scores(img1: torch.Tensor, img2: torch.Tensor, cfg: SoftConsistencyConfig
+                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Soft inlier ratio of every frame pair (module docstring).
+
+    Args:
+        img1, img2: (P, C, H, W) float in [0, 1] (C in {1, 3}), frames t and t + 1.
+        cfg: :class:`SoftConsistencyConfig`.
+    Returns:
+        score (P,) in [0, 1] (differentiable), soft IR under H (P,), soft IR under F (P,)
+        (NaN-free; the one of a model not fitted is all zeros).
+    """
+    x1, x2, conf = pair_correspondences(img1, img2, cfg)
+    zero = x1.new_zeros(x1.shape[0])
+    ir_h = ir_f = zero
+    if cfg.model in ("homography", "auto"):
+        _, r = irls_fit("homography", x1, x2, conf, cfg)
+        ir_h = soft_ratio(r, conf, cfg.tau_h, cfg.temperature_h)
+    if cfg.model in ("fundamental", "auto"):
+        _, r = irls_fit("fundamental", x1, x2, conf, cfg)
+        ir_f = soft_ratio(r, conf, cfg.tau_f, cfg.temperature_f)
+    if cfg.model == "homography":
+        return ir_h, ir_h, ir_f
+    if cfg.model == "fundamental":
+        return ir_f, ir_h, ir_f
+    use_h = (ir_h >= ir_f - cfg.auto_margin).detach()
+    return torch.where(use_h, ir_h, ir_f), ir_h, ir_f

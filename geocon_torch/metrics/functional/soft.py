@@ -1,0 +1,89 @@
+"""``soft_background_consistency``: a differentiable stand-in for the background inlier ratio.
+
+What it is: for every pair of consecutive frames, dense Lucas-Kanade flow gives grid
+correspondences, an IRLS-weighted DLT homography and / or 8-point fundamental matrix is fitted
+to them, and the confidence-weighted **soft inlier ratio** ``sigmoid((tau - r) / temperature)``
+(DSAC*-style) is averaged over the pairs of each clip. Gradients reach every pixel (the flow,
+the fits and the sigmoid are all differentiable), so it can monitor or regularise a generator
+during training. The math is in :mod:`geocon_torch.measures.soft`.
+
+What it is not: it is **not** the paper's IR (no SIFT, no RANSAC, no translation gate, no object
+masks, mean over pairs instead of the median); it tracks the hard IR across corruption severities
+(Spearman >= 0.9 on the grounded scenes of the tests) but its values are not comparable with
+published IR numbers. Use :func:`geocon_torch.score_clip` / ``geometric_reward`` for reported
+scores. Moving objects count as outliers here (there is no masking).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Optional
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from ...errors import ShapeError
+from ...io import check_clip_tensor
+from ...measures.soft import SoftConsistencyConfig, soft_pair_scores
+
+
+def soft_background_consistency(frames: Tensor, *, model: str = "auto",
+                                tau_h: float = 2.0, tau_f: float = 0.1,
+                                temperature_h: float = 0.5, temperature_f: float = 0.025,
+                                grid_step: int = 4,
+                                config: Optional[SoftConsistencyConfig] = None,
+                                **options: Any) -> Tensor:
+    """Differentiable background consistency of every clip of a batch (module docstring).
+
+    Args:
+        frames: (B, T, C, H, W) float in [0, 1] (float32 or float64; C in {1, 3}; T >= 2); may
+            require grad, any device. Pixel units below are pixels of these frames.
+        model: "homography" (symmetric transfer error vs ``tau_h`` px), "fundamental"
+            (Sampson distance in Hartley-normalised coordinates vs ``tau_f``, unitless) or
+            "auto" (per pair: H unless F's soft IR is more than 0.05 higher; the switch
+            itself carries no gradient).
+        tau_h, tau_f: inlier thresholds (the paper's 2 px and 0.1).
+        temperature_h, temperature_f: sigmoid temperatures in the residual's units (0.5 px and
+            0.025): a residual ``tau + 2 * temperature`` counts as 0.12 of an inlier,
+            ``tau - 2 * temperature`` as 0.88; as they go to 0 the score becomes the hard IR
+            of the IRLS fit.
+        grid_step: spacing of the grid of flow correspondences, px.
+        config: a full :class:`~geocon_torch.measures.soft.SoftConsistencyConfig` (the keyword
+            arguments above are then ignored); ``**options`` sets its other fields
+            (``irls_iters``, ``levels``, ``iterations``, ``window_sigma``, ``border``,
+            ``auto_margin``).
+    Returns:
+        (B,) scores in [0, 1] in ``frames.dtype`` on ``frames.device``, higher is better: the
+        mean over the T - 1 consecutive pairs of the soft inlier ratio.
+    Raises:
+        ClipTensorError: not a (B, T, C, H, W) float clip batch in [0, 1]; ShapeError: uint8
+            frames (no gradient) or fewer than 2 frames; InputError: a bad setting.
+
+    Example (gradients reach the pixels):
+
+        >>> import torch
+        >>> from geocon_torch.metrics.functional import soft_background_consistency
+        >>> x = torch.rand(1, 2, 1, 24, 24, dtype=torch.float64, requires_grad=True)
+        >>> score = soft_background_consistency(x)
+        >>> score.shape, bool((0 <= score).all() and (score <= 1).all())
+        (torch.Size([1]), True)
+        >>> score.sum().backward(); x.grad.shape
+        torch.Size([1, 2, 1, 24, 24])
+    """
+    check_clip_tensor(frames, batched=True)
+    if not frames.is_floating_point():
+        raise ShapeError("soft_background_consistency needs float frames in [0, 1] (uint8 "
+                         "carries no gradient: pass frames.float() / 255)")
+    b, t = int(frames.shape[0]), int(frames.shape[1])
+    if t < 2:
+        raise ShapeError(f"soft_background_consistency needs T >= 2 frames, got shape "
+                         f"{tuple(frames.shape)}")
+    cfg = config if config is not None else SoftConsistencyConfig(
+        model=model, tau_h=tau_h, tau_f=tau_f, temperature_h=temperature_h,
+        temperature_f=temperature_f, grid_step=grid_step)
+    cfg = replace(cfg, **options) if options else cfg
+    x = frames if frames.dtype in (torch.float32, torch.float64) else frames.float()
+    img1 = rearrange(x[:, :-1], "b t c h w -> (b t) c h w")
+    img2 = rearrange(x[:, 1:], "b t c h w -> (b t) c h w")
+    score, _, _ = soft_pair_scores(img1, img2, cfg)
+    return rearrange(score, "(b t) -> b t", b=b).mean(1).to(frames.dtype)

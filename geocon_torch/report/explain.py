@@ -1,0 +1,300 @@
+"""``geocon explain``: a short plain-text account of one clip's verdict.
+
+Four parts, each from the stored result and, for the worst pair, from the same re-derived
+evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`):
+
+1. the regime and why: gate method, its statistic against the H / F thresholds (hysteresis
+   band), how a U was resolved;
+2. the report gate: clip IR and GE against ``background.report_ir`` / ``report_ge_px`` (and the
+   calibrated gate when the result carries one);
+3. which pairs fail (finest-scale ``background.per_pair`` rows below the thresholds) and, for the
+   worst pair, where its outliers lie (image quadrants, near object masks);
+4. what would change the verdict: the threshold of the sensitivity scan at which IR would pass,
+   the statistic value at which the gate would flip.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from ..config import GeoConConfig
+from ..errors import GeoConError, InputError
+from ..result import ClipResult
+from .audit import timeline_series
+from .evidence import PairEvidence, pair_evidence
+from .text import label
+
+ResultLike = Union[ClipResult, Mapping[str, Any]]
+QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
+NEAR_MASK_PX = 8  # outliers within this many px of an object mask count as "at an object edge"
+
+
+def _f(v: Any, digits: int = 4) -> str:
+    return f"{v:.{digits}g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else (
+        "n/a" if v is None else str(v))
+
+
+def _config(res: Dict[str, Any]) -> Tuple[GeoConConfig, Optional[str]]:
+    """The result's own config (defaults and a note when it cannot be rebuilt)."""
+    try:
+        return GeoConConfig.from_dict(res.get("config") or {}), None
+    except ValueError as exc:
+        return GeoConConfig(), f"(config not rebuilt, paper defaults used: {exc})"
+
+
+def _side(s: float, low: float, high: float) -> str:
+    if s <= low:
+        return f"<= low {low:g} -> H"
+    if s >= high:
+        return f">= high {high:g} -> F"
+    return f"inside the band ({low:g}, {high:g}) -> U"
+
+
+def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[str]:
+    """Why the clip got its regime: method, statistic vs thresholds, U resolution."""
+    if not gate or not gate.get("method"):
+        return [f"Regime {label(regime)}: no gate decision recorded."]
+    ev, th = gate.get("evidence") or {}, gate.get("thresholds") or {}
+    method, s, dec = gate["method"], gate.get("statistic"), gate.get("decision")
+    name = ev.get("statistic_name") or ("t_inf = ||t||_inf of the first/last pose"
+                                        if method in ("poses", "dust3r") else "statistic")
+    out = [f"Regime {label(regime)}: gate method '{method}', decision {label(dec)}."]
+    lo, hi = th.get("low"), th.get("high")
+    if isinstance(s, (int, float)) and isinstance(lo, (int, float)):
+        out.append(f"  {name} = {s:.4g}, {_side(s, lo, hi)} (H if <= {lo:g}, F if >= {hi:g}).")
+    else:
+        out.append(f"  {name} unavailable: {ev.get('why', 'no evidence')}.")
+    if "tau_t" in th and ev.get("eq5_decision"):
+        out.append(f"  paper eq. 5 (t_inf > tau_t {th['tau_t']:g}) would say "
+                   f"{ev['eq5_decision']}.")
+    if dec == "U":
+        out.append(f"  U resolved to {label(ev.get('u_resolved'))}: GRIC delta "
+                   f"{_f(ev.get('gric_delta'), 3)} (> 0 favours F), IR_F - IR_H support "
+                   f"margin {_f(ev.get('u_support_margin'), 3)}.")
+    if gate.get("per_pair"):
+        pp = [d for d in gate["per_pair"]]
+        counts = ", ".join(f"{k} {pp.count(k)}" for k in ("H", "F", "U", None) if pp.count(k))
+        out.append(f"  per-pair gate (hysteresis): {counts} of {len(pp)} pairs.")
+    return out
+
+
+def _calibrated(bg: Dict[str, Any], res: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The calibrated report gate when the result carries one: {"pass", "ir", "ge_px"}."""
+    if "pass_calibrated" not in bg:
+        return None
+    cal: Dict[str, Any] = {"pass": bg.get("pass_calibrated")}
+    for src in (bg.get("calibration"), bg.get("calibrated_gate"), res.get("calibration")):
+        if isinstance(src, dict):
+            th = src.get("thresholds") if isinstance(src.get("thresholds"), dict) else src
+            cal.setdefault("ir", th.get("report_ir", th.get("ir")))
+            cal.setdefault("ge_px", th.get("report_ge_px", th.get("ge_px")))
+            cal.setdefault("source", src.get("hash") or src.get("file"))
+    return cal
+
+
+def threshold_lines(bg: Dict[str, Any], res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
+    """Clip IR / GE against each report threshold."""
+    bc = cfg.background
+    ir, ge = bg.get("ir"), bg.get("ge_px")
+    if bg.get("status") not in (None, "ok") or ir is None:
+        return [f"Report gate: no verdict (background {label(bg.get('status'))}: "
+                f"{label(bg.get('reason'))})."]
+    ok_ir, ok_ge = ir >= bc.report_ir, ge is not None and ge <= bc.report_ge_px
+    out = [f"Report gate (paper): {'PASS' if bg.get('pass') else 'FAIL'}",
+           f"  IR {ir:.4f} {'>=' if ok_ir else '<'} report_ir {bc.report_ir:g}: "
+           f"{'ok' if ok_ir else 'FAILS'} (margin {ir - bc.report_ir:+.4f})",
+           f"  GE {_f(ge)} px {'<=' if ok_ge else '>'} report_ge_px {bc.report_ge_px:g}: "
+           f"{'ok' if ok_ge else 'FAILS'}" + (f" (margin {bc.report_ge_px - ge:+.3g} px)"
+                                               if ge is not None else "")]
+    cal = _calibrated(bg, res)
+    if cal is not None:
+        verdict = "n/a" if cal["pass"] is None else "PASS" if cal["pass"] else "FAIL"
+        line = f"Report gate (calibrated): {verdict}"
+        if cal.get("ir") is not None or cal.get("ge_px") is not None:
+            line += (f" (IR >= {_f(cal.get('ir'))} -> {'ok' if _ge(ir, cal.get('ir')) else 'FAILS'}"
+                     f", GE <= {_f(cal.get('ge_px'))} px -> "
+                     f"{'ok' if _ge(cal.get('ge_px'), ge) else 'FAILS'})")
+        out.append(line)
+    return out
+
+
+def _ge(a: Any, b: Any) -> bool:
+    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a >= b
+
+
+def failing_pairs(bg: Dict[str, Any], cfg: GeoConConfig) -> List[Dict[str, Any]]:
+    """Finest-scale pairs whose own model's IR < report_ir, GE > report_ge_px, or invalid:
+    [{"index", "pair", "model", "ir", "ge", "valid", "why"}], worst (lowest IR) first."""
+    series = timeline_series(bg)
+    if not series:
+        return []
+    bc, out = cfg.background, []
+    for k, pair, ir, ge, ok, model in zip(series["index"], series["pair"], series["ir"],
+                                          series["ge"], series["valid"], series["model"]):
+        why = ([] if ok else ["invalid (too few inliers)"]) + (
+            [f"IR {ir:.4f} < {bc.report_ir:g}"] if ok and ir is not None and ir < bc.report_ir
+            else []) + ([f"GE {ge:.3g} px > {bc.report_ge_px:g}"]
+                        if ok and ge is not None and ge > bc.report_ge_px else [])
+        if why:
+            out.append({"index": k, "pair": pair, "model": model, "ir": ir, "ge": ge,
+                        "valid": ok, "why": "; ".join(why)})
+    return sorted(out, key=lambda r: (r["valid"], r["ir"] if r["ir"] is not None else 2.0))
+
+
+def worst_pair(bg: Dict[str, Any]) -> Optional[int]:
+    """Index of the valid finest-scale pair with the lowest IR (the audit card's pair)."""
+    series = timeline_series(bg)
+    if not series:
+        return None
+    cand = [(ir, k) for k, ir, ok in zip(series["index"], series["ir"], series["valid"])
+            if ok and ir is not None]
+    return min(cand)[1] if cand else len(series["index"]) // 2
+
+
+def _share(points: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """(4,) fraction of (N, 2) px points in each image quadrant (QUADRANTS order)."""
+    q = (points[:, 0] >= w / 2).long() + 2 * (points[:, 1] >= h / 2).long()
+    return torch.bincount(q, minlength=4).double() / max(1, points.shape[0])
+
+
+def outlier_lines(ev: PairEvidence) -> List[str]:
+    """Where the pair's outliers (background matches that are not ``ev.model`` inliers) lie:
+    their share per image quadrant against all matches', and how many sit near object masks."""
+    out_mask = ~ev.inliers
+    n, n_out = int(ev.inliers.numel()), int(out_mask.sum())
+    head = (f"Worst pair #{ev.index} {ev.pair} ({ev.model}): {n_out} outliers of {n} "
+            f"background matches, IR {ev.ir:.4f}.")
+    if n_out == 0:
+        return [head]
+    h, w = ev.frame1.shape[-2:]
+    x = ev.x1.double()
+    s_out, s_all = _share(x[out_mask], h, w), _share(x, h, w)
+    k = int(torch.argmax(s_out - s_all))
+    lines = [head, "  outliers by quadrant (frame i): " + ", ".join(
+        f"{q} {100 * float(o):.0f}% (matches {100 * float(a):.0f}%)"
+        for q, o, a in zip(QUADRANTS, s_out, s_all)) + ".",
+        f"  most over-represented: {QUADRANTS[k]} "
+        f"({100 * float(s_out[k]):.0f}% of outliers vs {100 * float(s_all[k]):.0f}% of matches)."]
+    if ev.objects is not None and ev.objects.shape[0]:
+        near = F.max_pool2d(ev.objects.any(0)[None, None].float(), 2 * NEAR_MASK_PX + 1, 1,
+                            NEAR_MASK_PX)[0, 0] > 0
+        xi = x.round().long()
+        xi[:, 0].clamp_(0, w - 1)
+        xi[:, 1].clamp_(0, h - 1)
+        at = near[xi[:, 1], xi[:, 0]]
+        lines.append(f"  {100 * float(at[out_mask].double().mean()):.0f}% of outliers lie within "
+                     f"{NEAR_MASK_PX} px of an object mask ({100 * float(at.double().mean()):.0f}"
+                     f"% of all matches); {ev.objects.shape[0]} object mask(s).")
+    else:
+        lines.append("  no object masks on this pair: the outliers are background matches.")
+    return lines
+
+
+def _scan_line(bg: Dict[str, Any], model: str, cfg: GeoConConfig) -> Optional[str]:
+    """From the sensitivity scan: the smallest inlier threshold at which the gate would pass."""
+    scan = bg.get("sensitivity")
+    if not isinstance(scan, dict):
+        return None
+    fam = model.lower()
+    taus, irs = scan.get(f"tau_{fam}") or [], scan.get(f"ir_{fam}") or []
+    ges = scan.get(f"ge_{fam}_px") or [None] * len(taus)
+    bc = cfg.background
+    unit = "px" if fam == "h" else "(normalised Sampson)"
+    for tau, ir, ge in sorted(zip(taus, irs, ges), key=lambda r: r[0]):
+        if ir is not None and ir >= bc.report_ir and (ge is None or ge <= bc.report_ge_px):
+            return (f"  the report gate would pass at tau_{model} >= {tau:g} {unit} "
+                    f"(scan: IR {ir:.4f}, GE {_f(ge, 3)} px).")
+    return (f"  no tau_{model} in the sensitivity scan ({', '.join(f'{t:g}' for t in taus)}) "
+            "makes the report gate pass.")
+
+
+def change_lines(res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
+    """What would change the verdict: report-gate margins / scan, gate flip points."""
+    bg, gate = res.get("background") or {}, res.get("gate") or {}
+    out = ["What would change it:"]
+    ir, model = bg.get("ir"), res.get("regime") or "H"
+    if ir is not None and not bg.get("pass"):
+        out.append(_scan_line(bg, model, cfg) or
+                   "  run with background.sensitivity = true to see at which tau_H / tau_F the "
+                   "report gate would pass.")
+    elif ir is not None:
+        out.append(f"  the report gate would fail if IR fell below {cfg.background.report_ir:g} "
+                   f"(now {ir:.4f}) or GE rose above {cfg.background.report_ge_px:g} px.")
+    s, th = gate.get("statistic"), gate.get("thresholds") or {}
+    lo, hi = th.get("low"), th.get("high")
+    name = (gate.get("evidence") or {}).get("statistic_name") or "t_inf"
+    if isinstance(s, (int, float)) and isinstance(lo, (int, float)):
+        dec = gate.get("decision")
+        if dec == "H":
+            out.append(f"  the gate would flip to F if {name} rose to >= {hi:g} (now {s:.4g}; "
+                       f"U above {lo:g}).")
+        elif dec == "F":
+            out.append(f"  the gate would flip to H if {name} fell to <= {lo:g} (now {s:.4g}; "
+                       f"U below {hi:g}).")
+        else:
+            out.append(f"  the gate would decide H at {name} <= {lo:g} or F at >= {hi:g} "
+                       f"(now {s:.4g}, inside the band).")
+    return out
+
+
+def _pair_lines(bg: Dict[str, Any], cfg: GeoConConfig, limit: int = 6) -> List[str]:
+    bad = failing_pairs(bg, cfg)
+    series = timeline_series(bg)
+    total = len(series["index"]) if series else 0
+    if not bad:
+        return [f"Pairs: none of {total} finest-scale pairs is below a threshold."]
+    out = [f"Pairs below a threshold: {len(bad)} of {total} (finest scale, worst first):"]
+    out += [f"  #{r['index']} {r['pair']} {r['model']}: {r['why']}" for r in bad[:limit]]
+    if len(bad) > limit:
+        out.append(f"  ... and {len(bad) - limit} more.")
+    return out
+
+
+def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any = None,
+                   masks: Any = None, poses: Any = None,
+                   device: Union[None, str, torch.device] = None,
+                   evidence: bool = True) -> str:
+    """The plain-text account of one result's verdict (see the module docstring).
+
+    Args:
+        result: a :class:`ClipResult` or its dict.
+        pair: evaluated pair to show the outliers of (default: the worst valid pair).
+        video, masks, poses, device: as for :func:`pair_evidence` (defaults: the result's
+            path and its ``meta`` masks / poses paths).
+        evidence: re-derive the pair's matches (False: the stored numbers only).
+    Raises:
+        InputError: ``pair`` out of range.
+    """
+    res = result.to_dict() if isinstance(result, ClipResult) else dict(result)
+    bg = res.get("background") or {}
+    cfg, note = _config(res)
+    lines = [f"Clip {label(res.get('clip'))}: status {label(res.get('status'))}"
+             + (f" ({res['reason']})" if res.get("reason") else "") + (f" {note}" if note else "")]
+    lines += gate_lines(res.get("gate"), res.get("regime"))
+    lines += threshold_lines(bg, res, cfg)
+    lines += _pair_lines(bg, cfg)
+    k = worst_pair(bg) if pair is None else int(pair)
+    n_pairs = len((timeline_series(bg) or {}).get("index", []))
+    if pair is not None and not 0 <= k < n_pairs:
+        raise InputError(f"--pair must be in [0, {n_pairs}), got {pair}")
+    if evidence and k is not None and res.get("status") != "error":
+        lines += _evidence_lines(res, k, video, masks, poses, device)
+    lines += change_lines(res, cfg)
+    return "\n".join(lines) + "\n"
+
+
+def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: Any,
+                    device: Any) -> List[str]:
+    meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
+    try:
+        ev = pair_evidence(res, k, video=video, masks=masks or meta.get("masks_path"),
+                           poses=poses or meta.get("poses_path"), device=device)
+    except (GeoConError, OSError) as exc:
+        return [f"Pair #{k}: outlier locations unavailable ({exc})."]
+    return outlier_lines(ev)
+
+
+__all__ = ["explain_result", "gate_lines", "threshold_lines", "failing_pairs", "worst_pair",
+           "outlier_lines", "change_lines", "QUADRANTS"]

@@ -1,0 +1,224 @@
+"""Memory that does not grow with clip length (issue 16, item 2): streamed frames, features in
+chunks of frames, object masks at their reduced size; every result identical to the one-shot
+run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from geocon_torch import score_clip
+from geocon_torch.config import FeatureConfig
+from geocon_torch.features import extract_correspondences
+from geocon_torch.features.multiscale import pair_chunks
+from geocon_torch.io import read_clip, write_video
+from geocon_torch.io.framestore import VideoFrames
+from geocon_torch.io.letterbox import ContentMaskAccumulator, detect_content_mask
+from geocon_torch.io.pairs import background_pairs, parallax_gate_pairs
+from geocon_torch.segment.background import (background_keep, background_keep_chunked,
+                                             background_mask)
+from geocon_torch.segment.motion import block_upsample
+from geocon_torch.synth import grounded_clip
+from geocon_torch.types import BlockMasks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def movie(tmp_path_factory) -> Path:
+    """A 14-frame 160x120 clip with a moving object on a static textured background, letterboxed
+    by 8 black rows at the top and bottom."""
+    frames = grounded_clip("C4", num_frames=14, size=(120, 160)).frames.clone()
+    frames[:, :, :8] = 0
+    frames[:, :, -8:] = 0
+    return write_video(tmp_path_factory.mktemp("mem") / "clip.mp4", frames, fps=12)
+
+
+def test_streamed_frames_equal_eager(movie):
+    eager = read_clip(movie, long_side=200)
+    lazy = read_clip(movie, long_side=200, stream=True)
+    assert isinstance(lazy.frames, VideoFrames)
+    assert lazy.frames.shape == eager.frames.shape and lazy.frames.dtype == torch.uint8
+    assert lazy.num_frames == eager.num_frames and lazy.size == eager.size
+    assert torch.equal(lazy.content_mask, eager.content_mask)
+    assert not bool(lazy.content_mask[:5].any())  # the bars were found while streaming
+    assert lazy.meta == eager.meta
+    assert torch.equal(lazy.frames[3], eager.frames[3])
+    assert torch.equal(lazy.frames[2:9], eager.frames[2:9])
+    idx = torch.tensor([9, 1, 1, 13])
+    assert torch.equal(lazy.frames[idx], eager.frames[idx])
+    assert torch.equal(lazy.frames.index_select(0, idx), eager.frames.index_select(0, idx))
+    assert torch.equal(lazy.gray(), eager.gray())
+    assert torch.equal(lazy.frames.float(), eager.frames.float())  # whole-clip fallback
+
+
+def test_streamed_sampling_and_sequential_decoding(movie):
+    for kw in ({"stride": 3, "max_frames": 3}, {"indices": [10, 2, 2, 5]}):
+        eager = read_clip(movie, long_side=None, **kw)
+        lazy = read_clip(movie, long_side=None, stream=True, **kw)
+        assert torch.equal(lazy.frames[:], eager.frames)
+        assert torch.equal(lazy.frame_indices, eager.frame_indices)
+    lazy = read_clip(movie, long_side=None, stream=True)
+    for start in range(0, 14, 4):  # increasing chunks: one decoder, never re-opened
+        lazy.frames[start:start + 5]  # overlapping by one frame: served from the cache
+    assert lazy.frames.opens == 1
+    lazy.frames[0]
+    assert lazy.frames.opens == 1  # still cached
+    lazy.frames.cache_frames = 0
+    lazy.frames._cache.clear()
+    lazy.frames[1]  # behind the decoder: re-opened
+    assert lazy.frames.opens == 2
+
+
+def test_content_mask_accumulator_matches_batch():
+    g = torch.Generator().manual_seed(0)
+    for trial in range(10):
+        x = torch.randint(0, 256, (9, 3, 30, 40), generator=g, dtype=torch.uint8)
+        top, left = trial % 5, (3 * trial) % 7
+        x[:, :, :top] = torch.randint(0, 20, (9, 3, top, 40), generator=g, dtype=torch.uint8)
+        x[..., :left] = torch.randint(0, 20, (9, 3, 30, left), generator=g, dtype=torch.uint8)
+        acc = ContentMaskAccumulator(16.0 / 255.0)
+        for s in range(0, 9, 4):
+            acc.update(x[s:s + 4])
+        assert torch.equal(acc.mask(), detect_content_mask(x))
+
+
+def test_pair_chunks_bound_frames():
+    pairs = torch.cat([background_pairs(40), parallax_gate_pairs(40)])
+    chunks = pair_chunks(pairs, 6)
+    assert sorted(torch.cat(chunks).tolist()) == list(range(pairs.shape[0]))
+    assert all(torch.unique(pairs[c]).numel() <= 6 for c in chunks)
+    assert len(pair_chunks(pairs, None)) == 1 and len(pair_chunks(pairs, 64)) == 1
+    assert len(pair_chunks(torch.tensor([[0, 30]]), 2)) == 1
+
+
+def test_chunked_features_identical(movie):
+    clip = read_clip(movie, long_side=None, stream=True)
+    pairs = torch.cat([background_pairs(14, 1), parallax_gate_pairs(14)])
+    one = extract_correspondences(read_clip(movie, long_side=None), pairs,
+                                  FeatureConfig(chunk_frames=None), device="cpu")
+    many = extract_correspondences(clip, pairs, FeatureConfig(chunk_frames=3), device="cpu")
+    assert sorted(one) == sorted(many)
+    for s in one:
+        for name in ("x1", "x2", "mask", "scores", "pairs", "num_kp1", "num_kp2"):
+            assert torch.equal(getattr(one[s], name), getattr(many[s], name)), (s, name)
+
+
+def test_block_masks_and_chunked_keep():
+    g = torch.Generator().manual_seed(1)
+    low = torch.rand(7, 3, 5, 6, generator=g) > 0.6
+    content = torch.ones(18, 22, dtype=torch.bool)
+    content[:2] = False
+    full = block_upsample(low, 4)[..., :18, :22] & content.view(1, 1, 18, 22)
+    lazy = BlockMasks(low, 4, (18, 22), content, chunk=3)
+    assert lazy.shape == full.shape and torch.equal(lazy.full(), full)
+    assert torch.equal(lazy[torch.tensor([5, 0])], full[[5, 0]])
+    assert torch.equal(lazy[:-1].sum((-1, -2)), full[:-1].sum((-1, -2)))
+    assert torch.equal(lazy.sum((0, 2, 3)), full.sum((0, 2, 3)))
+    assert torch.equal(lazy[:, torch.tensor([2, 0])].full(), full[:, [2, 0]])
+    pairs = torch.tensor([[0, 1], [1, 2], [2, 5], [6, 0]])
+    x1 = torch.rand(4, 20, 2, generator=g) * torch.tensor([21.0, 17.0])
+    x2 = torch.rand(4, 20, 2, generator=g) * torch.tensor([21.0, 17.0])
+    want = background_keep(background_mask(content, full, 2), x1, x2, pairs)
+    assert torch.equal(background_keep_chunked(content, lazy, 2, x1, x2, pairs, chunk=2), want)
+    assert torch.equal(background_keep_chunked(content, full, 2, x1, x2, pairs, chunk=3), want)
+
+
+@pytest.mark.parametrize("preset", ["geocon", "background"])
+def test_score_clip_chunked_identical(movie, preset):
+    def run(video, chunk):
+        cfg = {"io": {"long_side": 400}, "features": {"chunk_frames": chunk}}  # masks at 1/2
+        d = score_clip(video, config=cfg, preset=preset, device="cpu", progress=False).to_dict()
+        for key in ("timing_s", "config", "config_hash", "content_hash", "path"):
+            d.pop(key, None)
+        return json.dumps(d, sort_keys=True, default=str)
+
+    streamed_chunked = run(movie, 3)  # a path: streamed frames, features 3 frames at a time
+    eager_one_shot = run(read_clip(movie, long_side=400), None)
+    assert streamed_chunked == eager_one_shot
+
+
+_PEAK = r"""
+import resource, sys, torch
+from geocon_torch import score_clip
+score_clip(sys.argv[1], config={"io": {"long_side": 1024}}, preset=sys.argv[2], device="cpu",
+           progress=False)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+"""
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_length(tmp_path):
+    """Peak RSS of score_clip at 1024 px: 240 frames within 25 % (+150 MB) of 48 frames."""
+    base = grounded_clip("C4", num_frames=48, size=(360, 480)).frames
+    long = torch.cat([base, base.flip(0)] * 2 + [base] * 1)
+    peaks = []
+    for name, frames in (("short", base), ("long", long)):
+        path = write_video(tmp_path / f"{name}.mp4", frames, fps=24)
+        out = subprocess.run([sys.executable, "-c", _PEAK, str(path), "background"],
+                             capture_output=True, text=True, check=True, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        peaks.append(float(out.stdout.strip().splitlines()[-1]))
+    assert peaks[1] <= peaks[0] * 1.25 + 150, peaks
+
+
+def test_change_masks_chunked_identical(monkeypatch):
+    import geocon_torch.segment.motion as motion
+
+    g = torch.Generator().manual_seed(0)
+    gray = torch.rand(11, 1, 30, 40, generator=g)
+    hs = torch.eye(3).repeat(10, 1, 1) + torch.randn(10, 3, 3, generator=g) * 0.01
+    valid = torch.rand(10, generator=g) > 0.2
+    content = torch.ones(30, 40, dtype=torch.bool)
+    content[:3] = False
+    monkeypatch.setattr(motion, "_PAIR_CHUNK", 3)
+    chunked = motion.change_masks(gray, hs, valid, content, 0.1)
+    monkeypatch.setattr(motion, "_PAIR_CHUNK", 10 ** 6)
+    assert torch.equal(chunked, motion.change_masks(gray, hs, valid, content, 0.1))
+
+
+def test_fits_in_row_chunks_identical(monkeypatch):
+    import geocon_torch.sections.fits as fits
+    from geocon_torch.config import GeoConConfig
+
+    g = torch.Generator().manual_seed(0)
+    r, n = 9, 60
+    x1 = torch.rand(r, n, 2, generator=g) * 300
+    hom = torch.tensor([[1.01, 0.01, 3.0], [0.0, 0.99, -2.0], [0.0, 0.0, 1.0]])
+    xh = torch.cat([x1, torch.ones(r, n, 1)], -1) @ hom.T
+    x2 = xh[..., :2] / xh[..., 2:] + torch.randn(r, n, 2, generator=g) * 0.5
+    x2[:, :10] += torch.rand(r, 10, 2, generator=g) * 50
+    mask, scores = torch.rand(r, n, generator=g) > 0.1, torch.rand(r, n, generator=g)
+    cfg = GeoConConfig()
+    out = []
+    for chunk in (4, 10 ** 6):
+        monkeypatch.setattr(fits, "FIT_CHUNK_ROWS", chunk)
+        out.append(fits.fit_both(x1, x2, mask, scores, cfg, rows=torch.arange(r) + 5)
+                   + fits.fit_both(x1, x2, mask, scores, cfg))
+    for a, b in zip(*out):
+        for k in ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score"):
+            assert torch.equal(getattr(a, k), getattr(b, k)), k
+
+
+def test_connected_components_chunked_identical(monkeypatch):
+    import geocon_torch.segment.motion as motion
+
+    g = torch.Generator().manual_seed(3)
+    mask = torch.rand(9, 21, 26, generator=g) > 0.6
+    mask[4] = False  # an empty frame inside the volume
+    monkeypatch.setattr(motion, "_LABEL_CHUNK", 10 ** 6)
+    want = {f: motion.connected_components(mask, downsample=f) for f in (1, 4)}
+    monkeypatch.setattr(motion, "_LABEL_CHUNK", 2)
+    for f, one_shot in want.items():
+        got = motion.connected_components(mask, downsample=f)
+        assert got.dtype == torch.long and torch.equal(got, one_shot)
+        k = int(got.max())
+        frame_of = torch.arange(9).view(-1, 1, 1).expand_as(got)
+        ref = torch.bincount((frame_of * (k + 1) + got).reshape(-1),
+                             minlength=9 * (k + 1)).view(9, k + 1)[:, 1:]
+        assert torch.equal(motion.per_frame_counts(got, k), ref)
