@@ -303,6 +303,10 @@ class IOConfig(_Section):
     letterbox_min_fraction: float = _num(0.02, 0, 1)  # thinner bars (fraction of side): ignored
     # a clip that lost more than this fraction of its frames while decoding is an error
     max_lost_fraction: float = _num(0.1, 0, 1)
+    # video files whose container announces more frames than this (after stride / max_frames)
+    # are decoded on demand in bounded chunks; shorter ones are held in memory (<= this many
+    # frames: a constant bound, and one decoding pass); null: always in memory, 0: always stream
+    stream_min_frames: Optional[int] = _int(64, 0, null=True)
 
 
 @dataclass

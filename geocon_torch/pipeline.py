@@ -32,7 +32,8 @@ import torch
 from .config import PRESET_CHOICES, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_device
-from .io import content_hash, read_clip
+from .io import content_hash, probe_video, read_clip
+from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
 from .result import ClipResult, jsonable
@@ -64,6 +65,27 @@ def working_long_side(cfg: GeoConConfig, video: VideoLike) -> Optional[int]:
     return None if isinstance(video, torch.Tensor) else FILE_LONG_SIDE
 
 
+def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
+    """Whether a video file is read with frames decoded on demand (bounded memory whatever its
+    length): when its container announces more than ``io.stream_min_frames`` frames after
+    ``io.stride`` / ``io.max_frames`` (or announces none). Tensors, Clips, image folders and
+    short videos are held in memory (one decoding pass, at most that many frames)."""
+    limit = cfg.io.stream_min_frames
+    if limit is None or isinstance(video, (torch.Tensor, Clip)):
+        return False
+    path = Path(video)
+    if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
+        return False
+    try:
+        n = probe_video(path, exact=False).num_frames
+    except GeoConError:
+        return True  # read_clip reports the problem itself
+    n = -(-int(n) // int(cfg.io.stride))
+    if cfg.io.max_frames is not None:
+        n = min(n, int(cfg.io.max_frames))
+    return n > int(limit)
+
+
 def load_clip(video: VideoLike, config: ConfigLike = None,
               device: Union[None, str, torch.device] = None) -> Tuple[Clip, torch.device]:
     """The clip as :func:`score_clip` reads it and the device every stage then runs on.
@@ -85,7 +107,7 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
                          max_frames=cfg.io.max_frames, device=dev,
                          letterbox_threshold=cfg.io.letterbox_threshold,
                          letterbox_min_fraction=cfg.io.letterbox_min_fraction,
-                         stream=True)  # video files: frames decoded on demand (bounded memory)
+                         stream=streams_frames(video, cfg))
     if dev is None:  # decided once, so no stage picks a device of its own
         dev = clip.frames.device if clip.frames.device.type != "cpu" else resolve_device(None)
     return clip, dev

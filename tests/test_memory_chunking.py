@@ -132,7 +132,8 @@ def test_block_masks_and_chunked_keep():
 @pytest.mark.parametrize("preset", ["geocon", "background"])
 def test_score_clip_chunked_identical(movie, preset):
     def run(video, chunk):
-        cfg = {"io": {"long_side": 400}, "features": {"chunk_frames": chunk}}  # masks at 1/2
+        cfg = {"io": {"long_side": 400, "stream_min_frames": 0},  # always stream a file
+               "features": {"chunk_frames": chunk}}  # masks at 1/2
         d = score_clip(video, config=cfg, preset=preset, device="cpu", progress=False).to_dict()
         for key in ("timing_s", "config", "config_hash", "content_hash", "path"):
             d.pop(key, None)
@@ -141,6 +142,24 @@ def test_score_clip_chunked_identical(movie, preset):
     streamed_chunked = run(movie, 3)  # a path: streamed frames, features 3 frames at a time
     eager_one_shot = run(read_clip(movie, long_side=400), None)
     assert streamed_chunked == eager_one_shot
+
+
+def test_streaming_decision(movie, tmp_path):
+    """Video files announcing more than io.stream_min_frames frames are streamed; tensors,
+    image folders and short files are held in memory."""
+    from geocon_torch.config import GeoConConfig
+    from geocon_torch.io.framestore import VideoFrames
+    from geocon_torch.pipeline import load_clip, streams_frames
+
+    n = read_clip(movie, long_side=None).num_frames
+    for limit, want in ((n - 1, True), (n, False), (None, False), (0, True)):
+        cfg = GeoConConfig(io={"long_side": 64, "stream_min_frames": limit})
+        assert streams_frames(str(movie), cfg) is want
+        clip, _ = load_clip(movie, cfg)
+        assert isinstance(clip.frames, VideoFrames) is want
+    cfg = GeoConConfig(io={"stream_min_frames": 0, "max_frames": 2})
+    assert streams_frames(movie, cfg) is True
+    assert not streams_frames(read_clip(movie, long_side=64).frames, cfg)
 
 
 _PEAK = r"""
@@ -217,8 +236,27 @@ def test_connected_components_chunked_identical(monkeypatch):
     for f, one_shot in want.items():
         got = motion.connected_components(mask, downsample=f)
         assert got.dtype == torch.long and torch.equal(got, one_shot)
+        small = motion.connected_components(mask, downsample=f, dtype=torch.int32)
+        assert small.dtype == torch.int32 and torch.equal(small.long(), one_shot)
         k = int(got.max())
         frame_of = torch.arange(9).view(-1, 1, 1).expand_as(got)
         ref = torch.bincount((frame_of * (k + 1) + got).reshape(-1),
                              minlength=9 * (k + 1)).view(9, k + 1)[:, 1:]
         assert torch.equal(motion.per_frame_counts(got, k), ref)
+        assert torch.equal(motion.per_frame_counts(small, k), ref)
+
+
+def test_coherent_seeds_chunked_identical(monkeypatch):
+    import geocon_torch.segment.motion as motion
+
+    g = torch.Generator().manual_seed(5)
+    labels = torch.randint(0, 12, (6, 20, 24), generator=g)
+    pts = torch.rand(300, 2, generator=g) * torch.tensor([23.0, 19.0])
+    frames = torch.randint(0, 6, (300,), generator=g)
+    vec = torch.randn(300, 2, generator=g) * 5 + (labels[frames, pts[:, 1].round().long(),
+                                                         pts[:, 0].round().long()] % 3).view(-1, 1)
+    monkeypatch.setattr(motion, "_SEED_CHUNK", 10 ** 6)
+    want = motion.coherent_seeds(labels, (pts, frames, vec), 11)
+    monkeypatch.setattr(motion, "_SEED_CHUNK", 4)
+    assert torch.equal(motion.coherent_seeds(labels, (pts, frames, vec), 11), want)
+    assert want.sum() > 0

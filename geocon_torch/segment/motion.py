@@ -49,9 +49,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: pairs per chunk of the dense change masks (each pair is independent: identical results)
 _PAIR_CHUNK = 32
-#: frames per chunk of the full-size int64 label work (upsampling, per-frame counts): exact
-#: integers, identical results; bounds the (T, h, w) int64 temporaries to one output tensor
+#: frames per chunk of the full-size label work (pooling, upsampling, per-frame counts): exact
+#: integers, identical results; the only (T, h, w) label tensor is the output
 _LABEL_CHUNK = 64
+#: components per chunk of the (K, M) seed statistics (rows are independent: identical results)
+_SEED_CHUNK = 16
 
 
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -140,8 +142,9 @@ def _max3(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def connected_components(mask: torch.Tensor, downsample: int = 4,
-                         max_iterations: int = 512) -> torch.Tensor:
-    """Space-time connected components of (T, h, w) bool -> (T, h, w) long labels (0 = none).
+                         max_iterations: int = 512, dtype: torch.dtype = torch.long
+                         ) -> torch.Tensor:
+    """Space-time connected components of (T, h, w) bool -> (T, h, w) labels (0 = none).
 
     Every cell starts with its own id; each iteration takes the 3x3x3 maximum (separable; 8-
     connected in a frame, overlapping blobs linked across consecutive frames) inside the mask,
@@ -149,15 +152,17 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     the same component and its label is at least as large), so labels reach the component's
     largest id in a few iterations, on a ``downsample``-times smaller grid. Labels are
     renumbered 1..K in the order of the components' largest cell (raster (t, y, x) order).
+    ``dtype=torch.int32`` halves the labels' memory (exact while T h w < 2^31: K <= T h w).
     """
     t, h, w = mask.shape
     if not bool(mask.any()):
-        return torch.zeros(t, h, w, dtype=torch.long, device=mask.device)
+        return torch.zeros(t, h, w, dtype=dtype, device=mask.device)
     small = torch.cat([F.max_pool2d(mask[a:a + _LABEL_CHUNK].float().unsqueeze(1), downsample,
                                     ceil_mode=True)[:, 0] > 0.5  # chunks: no (T, h, w) float
                        for a in range(0, t, _LABEL_CHUNK)])
     n = small.numel()
-    ids = torch.arange(1, n + 1, device=mask.device, dtype=torch.long).view(small.shape)
+    idtype = torch.int32 if n < 2 ** 31 - 1 else torch.long  # cell ids, exact either way
+    ids = torch.arange(1, n + 1, device=mask.device, dtype=idtype).view(small.shape)
     zero = torch.zeros_like(ids)
     lab = torch.where(small, ids, zero)
     for _ in range(max_iterations):  # O(log diameter) iterations for most shapes
@@ -168,15 +173,15 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
             break
         lab = nxt
     uniq, inv = torch.unique(lab.view(-1), return_inverse=True)  # 0 maps to 0 (sorted first)
-    return _upsample_labels(inv.view(small.shape), mask, downsample)
+    return _upsample_labels(inv.view(small.shape).to(dtype), mask, downsample)
 
 
 def _upsample_labels(lab: torch.Tensor, mask: torch.Tensor, f: int) -> torch.Tensor:
-    """Labels (T, ceil(h/f), ceil(w/f)) long -> (T, h, w) long: every cell's label as an f x f
-    block, kept only inside ``mask`` (T, h, w) bool (0 elsewhere); ``_LABEL_CHUNK`` frames at a
-    time, so the only full-size int64 tensor is the output."""
+    """Labels (T, ceil(h/f), ceil(w/f)) int -> (T, h, w) same dtype: every cell's label as an
+    f x f block, kept only inside ``mask`` (T, h, w) bool (0 elsewhere); ``_LABEL_CHUNK`` frames
+    at a time, so the only full-size label tensor is the output."""
     t, h, w = mask.shape
-    out = torch.zeros(t, h, w, dtype=torch.long, device=mask.device)
+    out = torch.zeros(t, h, w, dtype=lab.dtype, device=mask.device)
     for a in range(0, t, _LABEL_CHUNK):
         b = min(a + _LABEL_CHUNK, t)
         full = block_upsample(lab[a:b], f)[:, :h, :w]
@@ -185,7 +190,7 @@ def _upsample_labels(lab: torch.Tensor, mask: torch.Tensor, f: int) -> torch.Ten
 
 
 def per_frame_counts(labels: torch.Tensor, k: int) -> torch.Tensor:
-    """Pixels of every component in every frame: labels (T, h, w) long in 0..k -> (T, k) long
+    """Pixels of every component in every frame: labels (T, h, w) int in 0..k -> (T, k) long
     (label 0 = none is not counted). Exact integer counts, ``_LABEL_CHUNK`` frames at a time
     (no (T, h, w) int64 index temporaries)."""
     parts = []
@@ -195,7 +200,8 @@ def per_frame_counts(labels: torch.Tensor, k: int) -> torch.Tensor:
         frame_of = torch.arange(n, device=lab.device).view(-1, 1, 1) * (k + 1)
         counts = torch.bincount((lab + frame_of).reshape(-1), minlength=n * (k + 1))
         parts.append(counts.view(n, k + 1)[:, 1:])
-    return torch.cat(parts) if parts else labels.new_zeros(0, k)
+    return torch.cat(parts) if parts else torch.zeros(0, k, dtype=torch.long,
+                                                      device=labels.device)
 
 
 def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, int],
@@ -216,15 +222,24 @@ def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
     """(K,) number of seeds per component whose relative motion agrees with the component's
     median relative motion (batched over components with a masked median)."""
     pts, frames, vec = (s.to(labels.device) for s in seeds)
-    if pts.numel() == 0:
+    if pts.numel() == 0 or k == 0:
         return torch.zeros(k, dtype=torch.long, device=labels.device)
     t, h, w = labels.shape
     x = pts[:, 0].round().long().clamp(0, w - 1)
     y = pts[:, 1].round().long().clamp(0, h - 1)
     lab = labels[frames.long(), y, x]  # (M,) component of each seed (0 = none)
-    member = lab.view(1, -1) == torch.arange(1, k + 1, device=labels.device).view(-1, 1)
-    vx = masked_median(vec[:, 0].expand(k, -1), member)[0]
-    vy = masked_median(vec[:, 1].expand(k, -1), member)[0]
+    # ``_SEED_CHUNK`` components at a time: the (K, M) temporaries grow with T otherwise
+    return torch.cat([_coherent_counts(lab, vec, a, min(a + _SEED_CHUNK, k))
+                      for a in range(0, k, _SEED_CHUNK)])
+
+
+def _coherent_counts(lab: torch.Tensor, vec: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """Coherent seeds of components a+1..b: seed labels (M,), relative motion (M, 2) px ->
+    (b - a,) long (see :func:`coherent_seeds`)."""
+    n = b - a
+    member = lab.view(1, -1) == torch.arange(a + 1, b + 1, device=lab.device).view(-1, 1)
+    vx = masked_median(vec[:, 0].expand(n, -1), member)[0]
+    vy = masked_median(vec[:, 1].expand(n, -1), member)[0]
     med = torch.stack([vx, vy], -1)  # (K, 2)
     dev = (vec.unsqueeze(0) - med.unsqueeze(1)).norm(dim=-1)  # (K, M)
     tol = (0.3 * med.norm(dim=-1, keepdim=True)).clamp_min(3.0)
@@ -345,7 +360,8 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     unreliable = frac > cfg.motion_max_fraction
     motion = motion & ~unreliable.view(-1, 1, 1)
     evidence["unreliable_frames"] = int(unreliable.sum())
-    labels = connected_components(motion)
+    labels = connected_components(  # int32 labels: exact below 2^31 pixels, half the memory
+        motion, dtype=torch.int32 if motion.numel() < 2 ** 31 - 1 else torch.long)
     k = int(labels.max())
     if k == 0:
         evidence.update(objects=0)
