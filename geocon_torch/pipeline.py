@@ -139,10 +139,9 @@ def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig) -> ClipResult:
     res.backends = {"features": None, "flow": None, "masks": None, "gate": None}
     res.extra["frames"] = clip.num_frames
     res.extra["working_size"] = list(clip.size)
-    res.extra["resolution"] = {"working_size": list(clip.size),
-                               "source_size": list(clip.source_size),
-                               "scale": float(clip.scale),
-                               "long_side": jsonable(cfg.io.long_side)}
+    res.extra["scored_at"] = {"source_size": list(clip.source_size),
+                              "scale": float(clip.scale),
+                              "long_side": jsonable(cfg.io.long_side)}
     return res
 
 

@@ -28,8 +28,8 @@ Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipo
 "background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``), so the same
 call gives identical rewards. "epipolar-dpo" has no randomness.
 
-Config: None, a mapping, a JSON path or a GeoConConfig (as ``score_clip``); a mapping without
-``io.long_side`` gets ``long_side=None`` (native pixels); a mapping may hold an
+Config: None, a mapping, a JSON path or a GeoConConfig (as ``score_clip``; tensors are scored
+at their own resolution unless ``io.long_side`` asks for a size); a mapping may hold an
 ``"epipolar_dpo"`` entry (the fields of :class:`~geocon_torch.epipolar.dpo.EpipolarDPOConfig`),
 or pass an EpipolarDPOConfig directly for kind "epipolar-dpo".
 """
@@ -99,15 +99,15 @@ class RewardDiagnostics:
 
 
 def _config_dict(config: ConfigLike, seed: int) -> Tuple[GeoConConfig, Dict[str, Any]]:
-    """(GeoConConfig with native resolution unless asked otherwise and the seeds set, the
-    ``epipolar_dpo`` overrides of a mapping)."""
+    """(GeoConConfig with the seeds set, the ``epipolar_dpo`` overrides of a mapping). The
+    videos are tensors, so ``io.long_side = "auto"`` (the default) scores them at their own
+    resolution."""
     dpo: Dict[str, Any] = {}
     if config is None or isinstance(config, EpipolarDPOConfig):
-        d: Dict[str, Any] = {"io": {"long_side": None}}
+        d: Dict[str, Any] = {}
     elif isinstance(config, Mapping):
         d = copy.deepcopy(dict(config))
         dpo = dict(d.pop("epipolar_dpo", None) or {})
-        d["io"] = {"long_side": None, **dict(d.get("io") or {})}
     else:
         d = load_config(config).to_dict()
     for section in ("ransac", "epipolar"):

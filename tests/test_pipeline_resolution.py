@@ -37,8 +37,7 @@ def test_an_explicit_working_size_applies_to_tensors_too():
 
 def test_resolution_recorded_in_the_result():
     res = score_clip(_frames(), preset="background", config={"io": {"long_side": 80}}).to_dict()
-    assert res["resolution"] == {"working_size": [60, 80], "source_size": [120, 160],
-                                 "scale": 0.5, "long_side": 80}
+    assert res["working_size"] == [60, 80]
+    assert res["scored_at"] == {"source_size": [120, 160], "scale": 0.5, "long_side": 80}
     res = score_clip(_frames(), preset="background").to_dict()
-    assert res["resolution"]["working_size"] == [120, 160] and \
-        res["resolution"]["long_side"] == "auto"
+    assert res["working_size"] == [120, 160] and res["scored_at"]["long_side"] == "auto"

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..errors import ShapeError
-from .sampling import PairSpec, _is_int
+from .sampling import PairSpec, is_int
 
 
 def spread_evenly(num_items: int, max_items: Optional[int]) -> np.ndarray:
@@ -66,16 +66,16 @@ def make_pairs(num_frames: int, mode: PairSpec = "adjacent",
     Raises:
         ShapeError: unknown mode, stride < 1, max_pairs < 1, malformed or out-of-range pairs.
     """
-    if not _is_int(num_frames) or num_frames < 0:
+    if not is_int(num_frames) or num_frames < 0:
         raise ShapeError(f"num_frames must be an integer >= 0, got {num_frames!r}")
-    if max_pairs is not None and (not _is_int(max_pairs) or max_pairs < 1):
+    if max_pairs is not None and (not is_int(max_pairs) or max_pairs < 1):
         raise ShapeError(f"max_pairs must be None or an integer >= 1, got {max_pairs!r}")
     if isinstance(mode, str):
         if mode != "adjacent":
             raise ShapeError(f"pair mode must be 'adjacent', an int stride or a list of (i, j); "
                              f"got {mode!r}")
         mode = 1
-    if _is_int(mode):
+    if is_int(mode):
         if mode < 1:
             raise ShapeError(f"pair stride must be >= 1, got {mode}")
         first = np.arange(max(num_frames - int(mode), 0), dtype=np.int64)

@@ -18,7 +18,7 @@ from ..errors import ShapeError, VideoReadError
 PairSpec = Union[str, int, Sequence[Tuple[int, int]], torch.Tensor, np.ndarray]
 
 
-def _is_int(x: object) -> bool:
+def is_int(x: object) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
@@ -74,9 +74,9 @@ def frame_selection(stride: int = 1, max_frames: Optional[int] = None,
         VideoReadError: stride < 1, max_frames < 1, negative / non-integer / empty indices, or
             indices combined with a non-default stride or max_frames.
     """
-    if not _is_int(stride) or stride < 1:
+    if not is_int(stride) or stride < 1:
         raise VideoReadError(f"stride must be an integer >= 1, got {stride!r}")
-    if max_frames is not None and (not _is_int(max_frames) or max_frames < 1):
+    if max_frames is not None and (not is_int(max_frames) or max_frames < 1):
         raise VideoReadError(f"max_frames must be None or an integer >= 1, got {max_frames!r}")
     if indices is None:
         return FrameSelection(int(stride), None if max_frames is None else int(max_frames))
@@ -90,7 +90,7 @@ def frame_selection(stride: int = 1, max_frames: Optional[int] = None,
     idx = tuple(indices)
     if not idx:
         raise VideoReadError("indices is empty: give at least one frame index")
-    bad = [i for i in idx if not _is_int(i) or i < 0]
+    bad = [i for i in idx if not is_int(i) or i < 0]
     if bad:
         raise VideoReadError(f"frame indices must be integers >= 0, got {bad[:5]}")
     return FrameSelection(1, None, tuple(int(i) for i in idx))
