@@ -19,6 +19,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["geocon_torch", "geocon_torch.*"]),
     include_package_data=True,
+    # the shipped report-gate calibrations (geocon_torch.io.calibration)
+    package_data={"geocon_torch": ["data/calibration/*.json"]},
     install_requires=[
         # Ranges admit the torch 2.14.1 + torchvision 0.29.1 pair on this machine's disk.
         "torch>=2.1",

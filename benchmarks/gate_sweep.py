@@ -15,6 +15,20 @@ overlap of the two classes' values.
 ``--quick``: a smoke run (4 scenes: C1, C2 pan, C3 truck, C5 arc; one seed, 6 frames at 160 px);
 explicit flags win.
 
+Agreement mode (``--backends`` and / or ``--sizes``): the regime decision of every clip (grounded
+scenes of every category, rendered at each working size, and the shared real clips, ``--real``)
+for every feature backend x working long side, with the configured gate; prints one row per clip
+and the agreement (same decision for all settings; U vs H / F counts as a disagreement; a
+setting where the clip stopped before the gate, ``-``: a decode error or too little texture,
+is left out and listed under ``not_scored``) per axis:
+
+    python benchmarks/gate_sweep.py --backends opencv-sift,kornia-sift --sizes 256,512,1024
+        [--learned-sizes 256] [--seeds 2] [--frames 8] [--real-frames 16] [--no-real]
+
+``--learned-sizes``: sizes at which the learned backends (slow on a CPU) run (default: all).
+Last line: ``RESULT {json}`` with ``agreement`` {backend, size, overall, u_compatible} and the
+grounded accuracy.
+
 Last line: ``RESULT {json}`` with the chosen statistic, thresholds and accuracies.
 """
 from __future__ import annotations
@@ -24,6 +38,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -74,8 +89,113 @@ def calibrate(values_h, values_f):
             "relative_gap": gap / scale, "low": low, "high": high}
 
 
+AGREE_SCENES = [("C1", {}), ("C2", {"motion": "pan"}), ("C3", {"motion": "truck"}),
+                ("C4", {"num_objects": 1}), ("C5", {"motion": "arc"}), ("C6", {"stress": "thin"}),
+                ("C2", {"motion": "tilt"}), ("C3", {"motion": "dolly"})]
+REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+REAL_CLIPS = ["realshort.mp4", "box.mp4", "vtest_120.mp4", "bikes.mp4", "hill"]
+LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
+#: a setting where the clip stopped before the gate (no evidence at all): left out of agreement
+NOT_SCORED = "-"
+
+
+def gate_decision(source, backend: str, size: int, frames: int, device: str,
+                  statistic: Optional[str] = None) -> dict:
+    """The gate block's decision and evidence of one clip / backend / working size."""
+    cfg = {"features": {"backend": backend}, "gate": {"method": "parallax"},
+           "io": {"long_side": size, "max_frames": frames}}
+    if statistic:
+        cfg["gate"]["statistic"] = statistic
+    res = score_clip(source, config=cfg, preset="background", device=device).to_dict()
+    gate, ev = res["gate"], res["gate"].get("evidence") or {}
+    decision = gate.get("decision")
+    if decision is None and not str(res.get("reason") or "").startswith("gate undecided"):
+        decision = NOT_SCORED  # stopped before the gate (decode error, too little texture)
+    return {"decision": decision, "statistic": gate.get("statistic"),
+            "ci": ev.get("magnitude_ci_ref_px"), "band": ev.get("band_ref_px"),
+            "regime": res.get("regime")}
+
+
+def agreement_clips(args) -> list:
+    """(name, expected regime or None, {size: source}) of the grounded and real clips."""
+    clips = []
+    for seed in range(args.seeds):
+        for cat, opts in AGREE_SCENES[:args.scenes]:
+            name = f"{cat} {json.dumps(opts)} seed {seed}"
+            render = (lambda c, o, sd: lambda s: render_scene(  # noqa: E731
+                c, num_frames=args.frames, size=(s * 3 // 4, s), seed=sd, **o).frames)
+            clips.append((name, EXPECTED_REGIME[cat], render(cat, opts, seed)))
+    if args.real:
+        for f in REAL_CLIPS:
+            if (REAL_DIR / f).exists():
+                clips.append((f, None, (lambda p: lambda s: p)(REAL_DIR / f)))
+    return clips
+
+
+def agreement(args) -> dict:
+    """Decisions of every clip x backend x size; agreement per axis and overall."""
+    backends, sizes = args.backends.split(","), [int(v) for v in args.sizes.split(",")]
+    lsizes = [int(v) for v in args.learned_sizes.split(",")] if args.learned_sizes else sizes
+    settings = [(b, s) for b in backends for s in sizes if b not in LEARNED or s in lsizes]
+    rows, t0 = [], time.time()
+    print(f"{'clip':44s} exp  " + " ".join(f"{b[:10]}@{s}" for b, s in settings) + "  agree")
+    for name, expected, source in agreement_clips(args):
+        frames = args.frames if expected is not None else args.real_frames
+        dec = {}
+        for s in sizes:
+            src = source(s)
+            for b in backends:
+                if (b, s) in settings:
+                    dec[(b, s)] = gate_decision(src, b, s, frames, args.device,
+                                                   args.statistic)["decision"]
+        rows.append({"clip": name, "expected": expected, "decisions": dec})
+        same = len(set(dec.values())) == 1
+        print(f"{name[:44]:44s} {expected or '-':3s}  "
+              + " ".join(f"{str(dec[k]):>{len(k[0][:10]) + 1 + len(str(k[1]))}s}"
+                         for k in settings) + f"  {'yes' if same else 'NO'}", flush=True)
+    return summarise(rows, backends, sizes, settings, time.time() - t0)
+
+
+def summarise(rows, backends, sizes, settings, seconds) -> dict:
+    """Agreement rates: per backend axis (clip x size groups), per size axis (clip x backend
+    groups), overall (clips), U-compatible (H / F never both present), grounded accuracy."""
+    def rate(groups):
+        groups = [[d for d in g if d != NOT_SCORED] for g in groups]
+        groups = [g for g in groups if len(g) > 1]
+        return round(sum(len(set(g)) == 1 for g in groups) / len(groups), 4) if groups else 1.0
+
+    by_size = [[r["decisions"][(b, s)] for b in backends if (b, s) in r["decisions"]]
+               for r in rows for s in sizes]
+    by_backend = [[r["decisions"][(b, s)] for s in sizes if (b, s) in r["decisions"]]
+                  for r in rows for b in backends]
+    overall = [[d for d in r["decisions"].values() if d != NOT_SCORED] for r in rows]
+    compatible = sum(not {"H", "F"} <= set(g) and None not in g for g in overall)
+    grounded = [r for r in rows if r["expected"] is not None]
+    correct = sum(all(d == r["expected"] for d in r["decisions"].values() if d != NOT_SCORED)
+                  for r in grounded)
+    disagree = [r["clip"] for r, g in zip(rows, overall) if len(set(g)) > 1]
+    not_scored = [f"{r['clip']} {b}@{s}" for r in rows for (b, s), d in r["decisions"].items()
+                  if d == NOT_SCORED]
+    return {"agreement": {"backend": rate(by_size), "size": rate(by_backend),
+                          "overall": rate(overall),
+                          "u_compatible": round(compatible / max(len(rows), 1), 4)},
+            "grounded_all_correct": round(correct / max(len(grounded), 1), 4),
+            "clips": len(rows), "settings": [f"{b}@{s}" for b, s in settings],
+            "disagreeing": disagree, "not_scored": not_scored, "seconds": round(seconds, 1),
+            "decisions": {r["clip"]: {f"{b}@{s}": d for (b, s), d in r["decisions"].items()}
+                          for r in rows}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default=None, help="agreement mode: comma list of backends")
+    ap.add_argument("--sizes", default=None, help="agreement mode: comma list of long sides")
+    ap.add_argument("--learned-sizes", default=None, help="sizes for the learned backends")
+    ap.add_argument("--real-frames", type=int, default=16, help="frames of each real clip")
+    ap.add_argument("--no-real", dest="real", action="store_false", help="grounded clips only")
+    ap.add_argument("--scenes", type=int, default=len(AGREE_SCENES),
+                    help="agreement mode: the first N grounded scenes (6: one per category)")
+    ap.add_argument("--statistic", default=None, help="gate.statistic (default: configured)")
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--long-side", type=int, default=320)
@@ -85,8 +205,18 @@ def main() -> int:
     if "--quick" in sys.argv[1:]:
         ap.set_defaults(**QUICK)
     args = ap.parse_args()
-    scenes = QUICK_SCENES if args.quick else SCENES
     torch.set_num_threads(1)
+    if args.backends or args.sizes:
+        args.backends = args.backends or "opencv-sift"
+        args.sizes = args.sizes or str(args.long_side)
+        out = agreement(args)
+        a = out["agreement"]
+        print(f"agreement: backend {a['backend']:.3f}  size {a['size']:.3f}  overall "
+              f"{a['overall']:.3f}  (U-compatible {a['u_compatible']:.3f}); grounded all-correct "
+              f"{out['grounded_all_correct']:.3f}; disagreeing: {out['disagreeing'] or 'none'}")
+        print("RESULT " + json.dumps({"benchmark": "gate_sweep", "mode": "agreement", **out}))
+        return 0
+    scenes = QUICK_SCENES if args.quick else SCENES
     cfg = {"io": {"long_side": args.long_side}, "features": {"mutual": True},
            "gate": {"method": "parallax", "parallax_pairs": args.pairs}}
     rows = []

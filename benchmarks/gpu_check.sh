@@ -133,7 +133,8 @@ steps_file, logs, out_file, device, quick, wall = sys.argv[1:]
 KEYS = {  # figures shown in the summary (those present)
     "ransac": ["h_ratio_vs_opencv", "f_ratio_vs_opencv", "h_pairs_per_s", "f_pairs_per_s"],
     "features": [r".*_vs_opencv_.*"],
-    "pipeline": ["fps", "opencv_fps", "ratio_vs_opencv", "worst_over_median"],
+    "pipeline": ["fps", "opencv_fps", "ratio_vs_opencv", "worst_over_median", "worst_clip",
+                 "user_over_system"],
     "foreground": ["object_pairs_per_s", "flow_pairs_per_s"],
     "reward": ["ratio_vs_reference", "videos_per_s", "cuda_videos_per_s"],
     "gate_sweep": ["statistic", "rule_accuracy"],

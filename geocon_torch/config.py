@@ -52,8 +52,8 @@ LK_BACKEND_CHOICES = ("auto", "torch", "opencv")
 RANSAC_SCORING_CHOICES = ("msac", "ransac")
 GATE_METHOD_CHOICES = ("auto", "poses", "dust3r", "parallax")
 MISSING_POSE_CHOICES = ("fail_to_F", "present_only")
-GATE_STATISTIC_CHOICES = ("parallax_excess", "parallax_fraction", "residual_parallax",
-                          "gric_delta")
+GATE_STATISTIC_CHOICES = ("parallax_magnitude", "parallax_excess", "parallax_fraction",
+                          "residual_parallax", "gric_delta")
 PARALLAX_PAIRS_CHOICES = ("first_last", "adjacent")
 SEGMENT_METHOD_CHOICES = ("auto", "files", "sam2", "motion", "none")
 FLOW_CHOICES = ("auto", "torch-lk", "raft_small", "raft_large")
@@ -407,7 +407,17 @@ class GateConfig(_Section):
     parallax_high: float = _num(0.27)  # >= high -> F; between: U (GRIC or support margin decide)
     dust3r_checkpoint: Optional[str] = _text()
     dust3r_path: Optional[str] = _text()  # folder holding the dust3r repository (optional import)
-    statistic: str = _choice("parallax_excess", GATE_STATISTIC_CHOICES)
+    statistic: str = _choice("parallax_magnitude", GATE_STATISTIC_CHOICES)
+    # parallax_magnitude (resolution- and density-normalised, see gate.parallax): the
+    # magnitude_quantile of the F-inliers' H transfer error in px at a reference_long_side
+    # working long side; H if its upper confidence bound (z = ci_z) <= max(magnitude_low,
+    # noise_k x noise), F if its lower bound >= magnitude_high, otherwise U with its evidence
+    magnitude_low: float = _num(3.0, 0)  # reference px
+    magnitude_high: float = _num(16.0, 0)  # reference px
+    magnitude_quantile: float = _num(0.9, 0, 1, low_open=True, high_open=True)
+    reference_long_side: float = _num(1024.0, 0, low_open=True)  # px
+    noise_k: float = _num(4.5, 0)  # H bound >= noise_k x the same quantile of Sampson px
+    ci_z: float = _num(1.645, 0)  # one-sided 95 % order-statistic bound on the quantile
     parallax_pairs: str = _choice("first_last", PARALLAX_PAIRS_CHOICES)  # weight-free gate pairs
     dust3r_image_size: int = _int(512, 16)  # DUSt3R input size (224 or 512 models)
     u_margin: float = _num(0.05, 0, 1)  # U band: F when IR_F - IR_H > u_margin or GRIC prefers F
@@ -415,6 +425,7 @@ class GateConfig(_Section):
     def _cross_check(self) -> None:
         self._ordered("hysteresis_low", "hysteresis_high")
         self._ordered("parallax_low", "parallax_high")
+        self._ordered("magnitude_low", "magnitude_high")
 
 
 @dataclass
@@ -461,6 +472,9 @@ class BackgroundConfig(_Section):
     category_rotation_deg: float = _num(0.1, 0)  # F regime: inter-frame rotation >= this: Complex
     category_focal: float = _num(1.0, 0, low_open=True)  # focal / long side for the rotation
     per_pair: bool = _flag(True)  # record per-pair IR / GE in the result
+    # calibrated report gate (background.pass_calibrated, geocon_torch.io.calibration):
+    # "default" (shipped for the features backend), a calibration JSON path, or null (off)
+    calibration: Optional[str] = _text("default")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ._memory import release_freed_memory
 from .config import PRESET_CHOICES, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_device
@@ -267,6 +268,7 @@ def _score(res: ClipResult, video: VideoLike, clip: Clip, masks: Any, poses: Any
     """The blocks of ``preset`` into ``res`` (background + gate, foreground, epipolar)."""
     if preset in BACKGROUND_PRESETS:
         objects = _background(res, clip, masks, poses, cfg, dev, timer)
+        release_freed_memory(collect=True)  # the background block's tensors are gone
         if preset in ("geocon", "all"):
             res.foreground = _section(
                 "foreground", lambda: foreground_block(clip, objects, cfg, dev, timer), timer)

@@ -10,7 +10,11 @@
      "warnings": [str, ...],         # scored, but e.g. some frames were lost while decoding
      "gate": {"method", "statistic", "thresholds", "decision", "evidence", ...},
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",
-                    "pass", "per_pair": [...], "status", "reason", ...},
+                    "pass", "pass_calibrated", "calibration": {"name", "hash", "thresholds",
+                    ...}, "per_pair": [...], "status", "reason", ...},  # pass: the paper's
+                                     # report gate; pass_calibrated: the gate calibrated on
+                                     # grounded scenes (config background.calibration; absent
+                                     # when it is null), see measures.calibration
      "foreground": {...}, "epipolar": {...},     # present when the preset asks for them
      "behaviour": str | None,        # post-hoc behaviour (paper Algorithm 1 E): "Static",
                                      # "Rotation-dominant", ..., "Stress" (measured)

@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from .config import GeoConConfig, load_config
-from .epipolar.dpo import EpipolarDPOConfig, measure_dpo, sample_positions
+from .epipolar.dpo import EpipolarDPOConfig, measure_dpo, one_torch_thread, sample_positions
 from .errors import InputError
 from .io import check_clip_tensor, clips_from_tensor
 from .pipeline import score_clips
@@ -115,6 +115,7 @@ def _config_dict(config: ConfigLike, seed: int) -> Tuple[GeoConConfig, Dict[str,
     return load_config(d), dpo
 
 
+@one_torch_thread()  # the work is spread over the SIFT pool (epipolar.dpo.one_torch_thread)
 def _dpo_rewards(videos: torch.Tensor, config: EpipolarDPOConfig, neutral: float
                  ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar-dpo": one batched measurement of all clips (module docstring)."""

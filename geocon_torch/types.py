@@ -236,16 +236,54 @@ class _NoAttribute(GeoConError, AttributeError):
     """A private attribute :class:`BlockMasks` does not have (an AttributeError)."""
 
 
+def pack_mask_bits(low: torch.Tensor) -> torch.Tensor:
+    """(T, K, h, w) bool -> (T, ceil(K/8), h, w) uint8: bit b of byte j is channel 8j + b."""
+    t, k, h, w = low.shape
+    out = torch.zeros(t, -(-k // 8), h, w, dtype=torch.uint8, device=low.device)
+    for c in range(k):  # K small (objects): one pass per channel, no (T, 8, ...) temporary
+        out[:, c // 8] |= low[:, c].to(torch.uint8) << (c % 8)
+    return out
+
+
+def labels_to_mask_bits(labels: torch.Tensor, num_objects: int, chunk: int = 64
+                        ) -> torch.Tensor:
+    """Disjoint objects as a label map (T, h, w) int (0: none, k in 1..K: object k-1) ->
+    the packed bits (T, ceil(K/8), h, w) uint8 of :func:`pack_mask_bits` (no one-hot; int16
+    temporaries of ``chunk`` frames)."""
+    t, h, w = labels.shape
+    out = torch.zeros(t, -(-int(num_objects) // 8), h, w, dtype=torch.uint8,
+                      device=labels.device)
+    one = torch.ones((), dtype=torch.uint8, device=labels.device)
+    for a in range(0, t, chunk):
+        lab = labels[a:a + chunk].to(torch.int16)
+        for j in range(out.shape[1]):
+            rel = lab - (8 * j + 1)  # bit position of the label within byte j
+            inside = (rel >= 0) & (rel < 8)
+            shift = rel.clamp(0, 7).to(torch.uint8)
+            out[a:a + chunk, j] = torch.where(inside, one.bitwise_left_shift(shift), 0)
+    return out
+
+
+def unpack_mask_bits(bits: torch.Tensor, channels: torch.Tensor) -> torch.Tensor:
+    """(T, B, h, w) uint8 packed bits -> (T, len(channels), h, w) bool of those channels."""
+    byte = bits.index_select(1, channels // 8)
+    shift = (channels % 8).to(torch.uint8).view(1, -1, 1, 1)
+    return (byte.bitwise_right_shift(shift) & 1).bool()
+
+
 class BlockMasks:
     """(T, K, H, W) bool object masks kept at a reduced resolution and expanded on demand.
 
     Working pixel (y, x) of object k in frame t is ``low[t, k, y // f, x // f] & content[y, x]``
     (every cell of ``low`` (T, K, ceil(H/f), ceil(W/f)) repeated as an f x f block, cropped to
-    (H, W)): what the motion segmentation computes at <= 320 px. Full-resolution masks exist
-    only for the frames asked for (``masks[t]``, ``masks[index tensor]``, ``full(frames)``),
-    so their memory does not grow with the clip. Slices along frames (``masks[a:b]``) and
-    object selections (``masks[:, ids]``) stay lazy; ``sum`` over both spatial dims is exact
-    and chunked; any other tensor use materialises the masks (bit-identical to the eager ones).
+    (H, W)): what the motion segmentation computes at <= 320 px. ``low`` itself is stored as
+    packed bits (8 objects per byte, :func:`pack_mask_bits`; motion segmentation writes them
+    straight from its label map, :meth:`from_labels`), so a clip's masks cost ``T * h * w``
+    bytes for up to 8 objects. Full-resolution masks exist only for the frames asked for
+    (``masks[t]``, ``masks[index tensor]``, ``full(frames)``), so their memory does not grow
+    with the clip. Slices along frames (``masks[a:b]``) and object selections
+    (``masks[:, ids]``) stay lazy; ``sum`` over both spatial dims is exact and chunked; any
+    other tensor use materialises the masks (bit-identical to the eager ones).
     """
 
     dtype = torch.bool
@@ -253,26 +291,53 @@ class BlockMasks:
 
     def __init__(self, low: torch.Tensor, factor: int, size: Tuple[int, int],
                  content: torch.Tensor, chunk: int = 16) -> None:
-        self.low, self.factor, self.size = low.bool(), int(factor), (int(size[0]), int(size[1]))
-        self.content, self.chunk = content.bool().to(low.device), max(1, int(chunk))
+        self._set(pack_mask_bits(low.bool()), torch.arange(int(low.shape[1]), device=low.device),
+                  factor, size, content, chunk)
+
+    @classmethod
+    def from_labels(cls, labels: torch.Tensor, num_objects: int, factor: int,
+                    size: Tuple[int, int], content: torch.Tensor, chunk: int = 16
+                    ) -> "BlockMasks":
+        """Disjoint objects from a (T, h, w) int label map (0: none, k: object k-1)."""
+        out = cls.__new__(cls)
+        out._set(labels_to_mask_bits(labels, num_objects),
+                 torch.arange(int(num_objects), device=labels.device), factor, size, content,
+                 chunk)
+        return out
+
+    def _set(self, bits: torch.Tensor, ids: torch.Tensor, factor: int, size: Tuple[int, int],
+             content: torch.Tensor, chunk: int) -> None:
+        self.bits, self.ids = bits, ids.to(bits.device)
+        self.factor, self.size = int(factor), (int(size[0]), int(size[1]))
+        self.content, self.chunk = content.bool().to(bits.device), max(1, int(chunk))
+
+    @property
+    def low(self) -> torch.Tensor:
+        """(T, K, h, w) bool masks at the reduced resolution (unpacked on each access)."""
+        return unpack_mask_bits(self.bits, self.ids)
 
     @property
     def shape(self) -> torch.Size:
-        return torch.Size(tuple(self.low.shape[:2]) + self.size)
+        return torch.Size((int(self.bits.shape[0]), int(self.ids.numel())) + self.size)
 
     @property
     def device(self) -> torch.device:
-        return self.low.device
+        return self.bits.device
 
     def __len__(self) -> int:
-        return int(self.low.shape[0])
+        return int(self.bits.shape[0])
 
-    def _like(self, low: torch.Tensor) -> "BlockMasks":
-        return BlockMasks(low, self.factor, self.size, self.content, self.chunk)
+    def _like(self, bits: torch.Tensor, ids: Optional[torch.Tensor] = None) -> "BlockMasks":
+        out = BlockMasks.__new__(BlockMasks)
+        out._set(bits, self.ids if ids is None else ids, self.factor, self.size, self.content,
+                 self.chunk)
+        return out
 
     def full(self, frames: Any = None) -> torch.Tensor:
         """(T', K, H, W) bool masks of the frames ``frames`` (all when None)."""
-        low = self.low if frames is None else self.low[frames]
+        bits = self.bits if frames is None else self.bits[frames]
+        low = unpack_mask_bits(bits.reshape(-1, *self.bits.shape[1:]), self.ids)
+        low = low.reshape(*bits.shape[:-3], *low.shape[1:])
         *lead, h, w = low.shape
         f, (hh, ww) = self.factor, self.size
         up = low[..., :, None, :, None].expand(*lead, h, f, w, f).reshape(*lead, h * f, w * f)
@@ -286,9 +351,9 @@ class BlockMasks:
         if isinstance(key, tuple):
             key, rest = key[0], key[1:]
         if isinstance(key, slice) and len(rest) <= 1:
-            out = self._like(self.low[key])
-            return out._like(out.low[:, rest[0]]) if rest and not isinstance(
-                rest[0], int) else (out.full()[(slice(None),) + rest] if rest else out)
+            out = self._like(self.bits[key])
+            return out._like(out.bits, self.ids[rest[0]].reshape(-1)) if rest and not \
+                isinstance(rest[0], int) else (out.full()[(slice(None),) + rest] if rest else out)
         out = self.full(key)
         return out[(slice(None),) * (out.ndim - 3) + rest] if rest else out
 
@@ -299,8 +364,10 @@ class BlockMasks:
             return self.full().to(device=device, dtype=dtype, **kw)
         if device is None:
             return self
-        return BlockMasks(self.low.to(device), self.factor, self.size,
-                          self.content.to(device), self.chunk)
+        out = BlockMasks.__new__(BlockMasks)
+        out._set(self.bits.to(device), self.ids.to(device), self.factor, self.size,
+                 self.content.to(device), self.chunk)
+        return out
 
     def bool(self) -> "BlockMasks":
         return self
@@ -316,7 +383,7 @@ class BlockMasks:
             return self.full().sum(dim, **kw) if dim is not None else self.full().sum(**kw)
         per = torch.cat([self.full(slice(s, s + self.chunk)).sum((-1, -2))
                          for s in range(0, len(self), self.chunk)]) if len(self) else \
-            torch.zeros(tuple(self.low.shape[:2]), dtype=torch.long, device=self.device)
+            torch.zeros(tuple(self.shape[:2]), dtype=torch.long, device=self.device)
         left = sorted(norm - {2, 3}, reverse=True)
         for d in left:
             per = per.sum(d)

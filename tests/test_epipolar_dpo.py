@@ -5,6 +5,7 @@ kornia Sampson distance, one frame pair at a time. Bounds: error within 2 %, inl
 0.01, same valid pairs."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from geocon_torch.epipolar.dpo import (EpipolarDPOConfig, consecutive_pairs, measure_dpo,
-                                       sample_positions)
+from geocon_torch.epipolar.dpo import (EpipolarDPOConfig, byte_ratio_match, consecutive_pairs,
+                                       extract_sift, measure_dpo, one_torch_thread,
+                                       sample_positions, sift_extractor)
+from geocon_torch.features.matching import match_descriptors
 from geocon_torch.io import read_clip
 from geocon_torch.sections.epipolar_dpo import epipolar_dpo_block, epipolar_dpo_section
 from geocon_torch.config import GeoConConfig
@@ -114,6 +117,26 @@ def test_pairs_and_positions():
     assert pairs.tolist() == [[0, 1], [1, 2], [4, 5]]
     assert owner.tolist() == [0, 0, 3] and local.tolist() == [[0, 1], [1, 2], [0, 1]]
     assert sample_positions(49) == [0, 15, 30, 45] and sample_positions(15) == [0]
+
+
+def test_byte_matcher_equals_float_matcher(grounded):
+    """The CPU byte matcher (exact int8 GEMMs over the pool) gives exactly the matches of the
+    float matcher, including a flat frame (no keypoints) and a pair into it."""
+    frames = [grounded[0], grounded[1], torch.cat([grounded[0][:1], grounded[0][:1] * 0])]
+    cfg = EpipolarDPOConfig(workers=2)
+    sift = sift_extractor(cfg)
+    kps = extract_sift(frames, cfg, None, sift)
+    assert int(kps.counts[-1]) == 0 and kps.descriptors.dtype == torch.uint8
+    pairs = torch.tensor([[0, 1], [2, 3], [4, 5], [5, 4], [1, 0]])
+    want = match_descriptors(replace(kps, descriptors=kps.descriptors.float()), pairs, ratio=0.75)
+    with one_torch_thread():
+        got = byte_ratio_match(kps, pairs, 0.75, sift.parallel_map)
+        assert torch.get_num_threads() == 1
+    assert got.mask.sum(1).tolist() == want.mask.sum(1).tolist()
+    assert int(got.mask.sum()) > 100 and not got.mask[2:4].any()
+    for key in ("mask", "x1", "x2", "num_kp1", "num_kp2"):
+        assert torch.equal(getattr(got, key), getattr(want, key)), key
+    assert torch.allclose(got.scores, want.scores, atol=1e-6)
 
 
 def test_matches_reference_on_grounded_clips(grounded):

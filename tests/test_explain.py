@@ -52,7 +52,7 @@ def test_passing_f_clip(scored):
     assert res["regime"] == "F"
     text = explain_result(res, device="cpu", evidence=False)
     assert "Regime F" in text and "decision F" in text and "-> F" in text
-    assert "would flip to H if parallax_excess fell to <= " in text
+    assert "would flip to H if parallax_magnitude fell to <= " in text
     assert "Worst pair" not in text  # evidence=False: stored numbers only
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from geocon_torch import score_clip
+from geocon_torch._memory import _malloc_trim, release_freed_memory
 from geocon_torch.config import FeatureConfig
 from geocon_torch.features import extract_correspondences
 from geocon_torch.features.multiscale import pair_chunks
@@ -127,6 +128,52 @@ def test_block_masks_and_chunked_keep():
     want = background_keep(background_mask(content, full, 2), x1, x2, pairs)
     assert torch.equal(background_keep_chunked(content, lazy, 2, x1, x2, pairs, chunk=2), want)
     assert torch.equal(background_keep_chunked(content, full, 2, x1, x2, pairs, chunk=3), want)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _malloc_trim() is None,
+                    reason="glibc malloc_trim only")
+def test_release_freed_memory_returns_heap_to_the_os():
+    """Small freed blocks stay in glibc's arenas (RSS does not fall on ``del``) until
+    :func:`release_freed_memory`, which the pipeline calls between stages."""
+    release_freed_memory()
+    base = _rss_mb()
+    blocks = [bytearray(4000) for _ in range(40000)]  # ~160 MB of small heap blocks
+    pin = bytearray(4000)  # allocated last: the heap's top cannot shrink on its own
+    grown = _rss_mb()
+    del blocks
+    kept = _rss_mb()
+    assert grown - base > 100 and kept - base > 0.5 * (grown - base)  # retained by malloc
+    assert release_freed_memory() is True
+    assert _rss_mb() - base < 0.2 * (grown - base)
+    del pin
+
+
+@pytest.mark.parametrize("num_objects", [3, 8, 11])
+def test_block_masks_packed_bits(num_objects):
+    """Masks are stored as packed bits (one byte per cell for up to 8 objects) and expand to
+    exactly the one-hot masks of the label map, also past one byte (11 objects)."""
+    g = torch.Generator().manual_seed(num_objects)
+    labels = torch.randint(0, num_objects + 1, (5, 6, 7), generator=g).to(torch.uint8)
+    onehot = labels.unsqueeze(1) == torch.arange(1, num_objects + 1).view(1, -1, 1, 1)
+    content = torch.ones(21, 27, dtype=torch.bool)
+    content[:, :3] = False
+    lazy = BlockMasks.from_labels(labels, num_objects, 4, (21, 27), content)
+    eager = BlockMasks(onehot, 4, (21, 27), content)
+    want = block_upsample(onehot, 4)[..., :21, :27] & content
+    assert lazy.bits.dtype == torch.uint8 and lazy.bits.shape == (5, -(-num_objects // 8), 6, 7)
+    assert torch.equal(lazy.bits, eager.bits) and torch.equal(lazy.low, onehot)
+    assert lazy.shape == (5, num_objects, 21, 27) and torch.equal(lazy.full(), want)
+    assert torch.equal(lazy[3], want[3]) and torch.equal(lazy[1:4].full(), want[1:4])
+    ids = torch.tensor([num_objects - 1, 0])
+    assert torch.equal(lazy[:, ids].full(), want[:, ids])
+    assert torch.equal(lazy[2:, ids][torch.tensor([1, 0])], want[2:, ids][[1, 0]])
+    assert torch.equal(lazy.sum((-1, -2)), want.sum((-1, -2)))
+    assert torch.equal(lazy.to("cpu").full(), want)
 
 
 @pytest.mark.parametrize("preset", ["geocon", "background"])

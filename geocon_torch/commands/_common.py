@@ -144,6 +144,11 @@ SUMMARY_COLUMNS = ("clip", "status", "regime", "IR", "GE px", "pass", "objects",
                    "epi err", "epi inl", "reason")
 
 
+def _passes(bg: Dict[str, Any]) -> str:
+    """The paper verdict and the calibrated one, "yes/no" ("-" where not computed)."""
+    return f"{_fmt(bg.get('pass'), '')}/{_fmt(bg.get('pass_calibrated'), '')}"
+
+
 def summary_row(res: Dict[str, Any]) -> List[str]:
     bg = res.get("background") or {}
     fg = res.get("foreground") or {}
@@ -152,7 +157,7 @@ def summary_row(res: Dict[str, Any]) -> List[str]:
     p90 = [o["adap90"] for o in objs if isinstance(o.get("adap90"), (int, float))]
     reason = res.get("reason") or ""
     return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("regime"), ""),
-            _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"), _fmt(bg.get("pass"), ""),
+            _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"), _passes(bg),
             str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
             _fmt(ep.get("epipolar_error"), ".3f"), _fmt(ep.get("epipolar_inlier_rate"), ".3f"),
             " ".join(str(reason).split())]

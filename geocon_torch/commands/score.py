@@ -11,7 +11,8 @@ Clip ids are the file stems; where stems repeat they are the shortest path suffi
 the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
 --masks / --poses take a file for one clip, or a folder with <id>.npz, <id>_masks.npz,
 <id>.json or <id>/ per clip (<id> as above: the stem, or e.g. sora/3). Columns: IR (inlier ratio), GE px (geometric error at the
-working resolution), pass (IR >= 0.97 and GE <= 3.5 px), objects and their worst AdaP90
+working resolution), pass as paper/calibrated, e.g. yes/no (paper: IR >= 0.97 and GE <= 3.5 px; the
+calibrated gate of background.calibration), objects and their worst AdaP90
 (AdaDFRC-W2), epipolar error / inlier rate (presets worldatlas, gvgc, all).
 Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
 the terminal width); --json OUT keeps every field of every clip.

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .._morphology import erode_mask
+from .._memory import release_freed_memory
 from ..config import FeatureConfig
 from ..errors import GeoConError, InputError
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
@@ -141,6 +142,8 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
         frames, local = torch.unique(pairs[rows], return_inverse=True)
         part = _extract_all(clip.subclip(frames), local.reshape(-1, 2), cfg, scales, device)
         parts.append({s: _with_pairs(c, pairs[rows]) for s, c in part.items()})
+        del part
+        release_freed_memory()  # the chunk's frames and features are gone: RSS too
     order = torch.argsort(torch.cat(chunks))  # back to the order of ``pairs``
     return {s: _take_rows(concat_correspondences([p[s] for p in parts]), order)
             for s in parts[0]}

@@ -206,6 +206,12 @@ class OpenCVSIFT:
             cv2.setNumThreads(cv_threads)
             torch.set_num_threads(torch_threads)
 
+    def parallel_map(self, fn: Callable[[int], object], n: int) -> List[object]:
+        """``[fn(k) for k in range(n)]`` on this extractor's pool (same thread rules as the
+        detection: OpenCV and torch at one thread per worker while it runs), for per-frame or
+        per-pair work that follows the detection."""
+        return self._map(fn, n)
+
     @torch.no_grad()
     def extract_many(self, num_frames: int,
                      images: Callable[[int], Sequence[np.ndarray]],

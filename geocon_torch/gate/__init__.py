@@ -9,9 +9,11 @@ Three sources of translation evidence, chosen by ``config.gate.method``:
   pair (``"present_only"``). See :mod:`geocon_torch.gate.poses`.
 * ``"dust3r"`` — live DUSt3R on the first/last frames (optional; a local dust3r checkout and a
   local checkpoint). See :mod:`geocon_torch.gate.dust3r`.
-* ``"parallax"`` — the weight-free default: the fraction of epipolar-consistent background matches
-  that the best homography cannot explain (residual parallax), thresholds calibrated on grounded
-  scenes by ``benchmarks/gate_sweep.py``. See :mod:`geocon_torch.gate.parallax`.
+* ``"parallax"`` — the weight-free default: how far the epipolar-consistent background matches
+  sit from the best homography (90th percentile, in reference px = px x 1024 / working long side,
+  so resolution-invariant), with an order-statistic confidence interval (so the number of
+  matches a backend returns sets the precision, not the value) and a noise floor; U with its
+  evidence when the interval is not clear of the band. See :mod:`geocon_torch.gate.parallax`.
 
 ``"auto"`` uses the poses when ``score_clip(..., poses=...)`` gets them, DUSt3R when a checkpoint
 is configured, else the parallax statistic. ``per_pair=True`` adds a per-pair decision with

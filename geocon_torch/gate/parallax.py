@@ -6,9 +6,32 @@ but the epipolar geometry explains. From the two robust fits every pair gets any
 F at tau_F on the same background correspondences), per pair, over the F-inliers (normalised
 Sampson <= tau_F):
 
-* ``parallax_excess`` (default): the fraction of F-inliers the best H misses by more than
-  ``6 sigma`` (symmetric transfer), sigma = median F-inlier pixel Sampson distance / 0.6745
-  (>= 0.1 px): parallax measured against the clip's own noise level;
+* ``parallax_magnitude`` (default): the ``q = 0.9`` quantile of the F-inliers' symmetric transfer
+  error under the best H, in **reference pixels** (px x ``reference_long_side`` / working long
+  side, 1024 by default): how far the 10 % most displaced background points sit from the
+  homography, as a fraction of the image. Normalisation:
+
+  - *resolution*: the error is measured in units of the working long side, so the same clip at
+    256, 512 or 1024 px gives the same value (a fraction-over-a-pixel-threshold statistic grows
+    with the resolution because parallax scales with it and keypoint noise does not);
+  - *noise*: the same quantile of the F-inliers' pixel Sampson distances (reference px: the
+    keypoint jitter of this backend at this resolution, heavy tails included); the H bound is
+    ``max(magnitude_low, noise_k x noise)``; when it reaches half of ``magnitude_high`` the clip
+    is noise-limited (a parallax of half the F threshold could hide in the noise) and cannot
+    be called H;
+  - *keypoint density*: a quantile does not depend on how many matches a backend returns, only
+    its precision does: the order-statistic confidence bounds ``q -/+ ci_z sqrt(q (1 - q) / n)``
+    (n = the pair's F-inliers) give ``parallax_magnitude_lo`` / ``_hi``; with few matches the
+    interval is wide.
+
+  The clip takes the median over the valid gate pairs of the value and of both bounds. H when the
+  upper bound is <= the H bound, F when the lower bound is >= ``max(magnitude_high, H bound)``,
+  otherwise **U** (the evidence cannot decide: the interval straddles the band, or the noise
+  floor reaches the F threshold); ``evidence`` records the value, its interval, the effective
+  band, sigma, the noise floor, the F-inlier counts and why. U is resolved downstream by GRIC
+  (:func:`~.decision.resolve_u`).
+* ``parallax_excess``: the fraction of F-inliers the best H misses by more than ``6 sigma``
+  (symmetric transfer, working px; sigma >= 0.1 px). Not resolution invariant (see above);
 * ``parallax_fraction``: the fraction of F-inliers that are H-outliers at tau_H (2 px);
 * ``residual_parallax``: median symmetric transfer error of the F-inliers under H / tau_H;
 * ``gric_delta``: (GRIC(H) - GRIC(F)) / n, Torr's geometric robust information criterion
@@ -16,11 +39,11 @@ Sampson <= tau_F):
   d = 3, k = 7 with e^2 = Sampson^2); > 0 favours F. It helps settle the U band.
 
 The pipeline evaluates the statistic on wide-baseline gate pairs (the near-first/last pairs, as
-the paper's first/last DUSt3R gate; parallax grows with the baseline), pooled by their median:
-H if <= ``parallax_low``, F if >= ``parallax_high``, otherwise U (F when GRIC prefers F or F's
-inlier ratio beats H's by more than ``u_margin``). Defaults calibrated by
-``benchmarks/gate_sweep.py`` on 42 grounded clips (C1/C2/C4 vs C3/C5/C6: balanced accuracy 1.0).
-Pixels are at working resolution.
+the paper's first/last DUSt3R gate; parallax grows with the baseline), pooled by their median.
+``parallax_magnitude`` uses ``gate.magnitude_low`` / ``magnitude_high`` (3 / 16 reference px),
+the fraction statistics ``gate.parallax_low`` / ``parallax_high`` (H if <= low, F if >= high,
+otherwise U). Thresholds and the decision agreement across feature backends and working
+resolutions are measured by ``benchmarks/gate_sweep.py`` (see benchmarks/README.md).
 """
 from __future__ import annotations
 
@@ -38,14 +61,63 @@ from .decision import (GateDecision, codes_to_names, hysteresis, resolve_u_clip,
 from ..errors import InputError
 
 STATISTICS = GATE_STATISTIC_CHOICES  # the one list (config.gate.statistic)
+_DEFAULT_GATE = GateConfig()
+
+
+def quantile_bounds(values: torch.Tensor, keep: torch.Tensor, q: float, z: float
+                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row quantile ``q`` of the kept values and its order-statistic confidence bounds.
+
+    The bounds are the values at ranks ``n (q -/+ z sqrt(q (1 - q) / n))`` (normal approximation
+    of the binomial count below the true quantile; clamped to the smallest / largest value), so
+    fewer values give a wider interval.
+
+    Args:
+        values: (P, N); keep: (P, N) bool; q in (0, 1); z >= 0.
+    Returns:
+        (value, lower, upper), each (P,) (0 for a row with nothing kept).
+
+    >>> v = torch.arange(100.).unsqueeze(0)
+    >>> [round(float(t), 1) for t in quantile_bounds(v, v >= 0, 0.9, 1.645)]
+    [89.1, 84.2, 94.0]
+    """
+    n = keep.sum(-1)
+    nf = n.clamp_min(1).to(torch.float64)
+    big = torch.finfo(values.dtype).max
+    vals = torch.where(keep, values, torch.full_like(values, big)).sort(-1).values
+    half = z * torch.sqrt(torch.tensor(q * (1.0 - q), dtype=torch.float64) / nf)
+
+    def at(p: torch.Tensor) -> torch.Tensor:  # linear interpolation between order statistics
+        pos = p.clamp(0.0, 1.0) * (nf - 1)
+        lo = pos.floor().long()
+        hi = pos.ceil().long()
+        v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+        v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
+        out = v_lo + (v_hi - v_lo) * (pos - lo.to(torch.float64)).to(values.dtype)
+        return torch.where(n > 0, out, torch.zeros_like(out))
+
+    base = torch.full_like(nf, q)
+    return at(base), at(base - half), at(base + half)
+
+
+def reference_scale(x1: torch.Tensor, mask: torch.Tensor, long_side_px: Optional[float],
+                    reference_long_side: float) -> float:
+    """Reference px per working px: ``reference_long_side / long_side_px``; without
+    ``long_side_px`` the long side is taken as the extent of the matched points (the largest
+    coordinate of any masked point of ``x1`` (P, N, 2), a lower bound of the frame's)."""
+    if long_side_px is None:
+        pts = x1[mask]
+        long_side_px = float(pts.abs().amax()) if pts.numel() else reference_long_side
+    return float(reference_long_side) / max(float(long_side_px), 1.0)
 
 
 def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tensor,
                         mask: torch.Tensor, *, tau_h: float = 2.0, tau_f: float = 0.1,
                         min_inliers: int = 30, sigma_floor_px: float = 0.1,
                         excess_k: float = 6.0,
-                        residuals: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
-                        ) -> Dict[str, torch.Tensor]:
+                        residuals: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
+                        long_side_px: Optional[float] = None,
+                        gate: Optional[GateConfig] = None) -> Dict[str, torch.Tensor]:
     """Per-pair gate statistics from the H and F fits of the same correspondences.
 
     Args:
@@ -53,11 +125,18 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
         x1, x2: (P, N, 2) pixel points; mask: (P, N) bool background matches.
         residuals: (symmetric transfer px, normalised Sampson, pixel Sampson) (P, N) of the two
             fits when already computed (``homography_residuals`` / ``fundamental_residuals``).
+        long_side_px: the working long side (px) the points are in; None: estimated from the
+            points (:func:`reference_scale`).
+        gate: the quantile, reference long side and ``ci_z`` of ``parallax_magnitude``
+            (None: the defaults).
     Returns:
-        dict of (P,) tensors: ``parallax_excess``, ``parallax_fraction``, ``residual_parallax``,
-        ``gric_delta``,
+        dict of (P,) tensors: ``parallax_magnitude`` (+ ``_lo`` / ``_hi`` bounds, reference px),
+        ``noise_ref_px`` (the same quantile of the F-inliers' pixel Sampson distances, reference
+        px), ``num_f_inliers``, ``parallax_excess``,
+        ``parallax_fraction``, ``residual_parallax``, ``gric_delta``,
         ``valid`` (bool: both fits valid and >= min_inliers F-inliers).
     """
+    gate = gate or _DEFAULT_GATE
     if residuals is None:
         r_h = homography_residuals(fit_h, x1, x2)
         r_fn, r_fpx = fundamental_residuals(fit_f, x1, x2, mask)
@@ -69,9 +148,28 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
     valid = (n_f >= min_inliers) & fit_h.valid.to(x1.device) & fit_f.valid.to(x1.device)
     frac = (f_in & ~h_in).sum(-1).to(x1.dtype) / n_f.clamp_min(1).to(x1.dtype)
     resid = masked_median(r_h, f_in)[0] / tau_h
-    # GRIC (Torr 1998), residuals in px^2, sigma from the F-inliers' Sampson distances
-    n = mask.sum(-1).clamp_min(1).to(x1.dtype)
     sigma = (masked_median(r_fpx, f_in)[0] / 0.6745).clamp_min(sigma_floor_px)
+    delta = _gric_delta(r_h, r_fpx, mask, sigma)
+    # noise-relative parallax: F-inliers the best H misses by more than excess_k x sigma
+    excess_thr = (excess_k * sigma).unsqueeze(-1)
+    excess = ((f_in & (r_h > excess_thr)).sum(-1).to(x1.dtype)
+              / n_f.clamp_min(1).to(x1.dtype))
+    ref = reference_scale(x1, mask, long_side_px, gate.reference_long_side)
+    mag = quantile_bounds(r_h * ref, f_in, gate.magnitude_quantile, gate.ci_z)
+    noise = quantile_bounds(r_fpx * ref, f_in, gate.magnitude_quantile, 0.0)[0]
+    zero = torch.zeros_like(frac)
+    out = {"parallax_excess": excess, "parallax_fraction": frac, "residual_parallax": resid,
+           "gric_delta": delta, "parallax_magnitude": mag[0], "parallax_magnitude_lo": mag[1],
+           "parallax_magnitude_hi": mag[2], "noise_ref_px": noise}
+    out = {k: torch.where(valid, v, zero) for k, v in out.items()}
+    out.update(valid=valid, num_f_inliers=n_f)
+    return out
+
+
+def _gric_delta(r_h: torch.Tensor, r_fpx: torch.Tensor, mask: torch.Tensor,
+                sigma: torch.Tensor) -> torch.Tensor:
+    """(GRIC(H) - GRIC(F)) / n (Torr 1998), (P,): residuals (P, N) px, sigma (P,) px."""
+    n = mask.sum(-1).clamp_min(1).to(r_h.dtype)
     s2 = (sigma * sigma).unsqueeze(-1)
     r_dim, lam3 = 4.0, 2.0
 
@@ -80,16 +178,7 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
         rho = torch.where(mask, rho, torch.zeros_like(rho)).sum(-1)
         return rho + math.log(r_dim) * d * n + torch.log(r_dim * n) * k
 
-    delta = (gric(r_h * r_h / 2, 2, 8) - gric(r_fpx * r_fpx, 3, 7)) / n
-    # noise-relative parallax: F-inliers the best H misses by more than excess_k x sigma
-    excess_thr = (excess_k * sigma).unsqueeze(-1)
-    excess = ((f_in & (r_h > excess_thr)).sum(-1).to(x1.dtype)
-              / n_f.clamp_min(1).to(x1.dtype))
-    zero = torch.zeros_like(frac)
-    return {"parallax_excess": torch.where(valid, excess, zero),
-            "parallax_fraction": torch.where(valid, frac, zero),
-            "residual_parallax": torch.where(valid, resid, zero),
-            "gric_delta": torch.where(valid, delta, zero), "valid": valid}
+    return (gric(r_h * r_h / 2, 2, 8) - gric(r_fpx * r_fpx, 3, 7)) / n
 
 
 def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateDecision:
@@ -99,23 +188,70 @@ def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateD
     if name not in STATISTICS:
         raise InputError(f"gate.statistic must be one of {STATISTICS}, got {name!r}")
     s, valid = stats[name], stats["valid"]
-    thresholds = {"low": cfg.parallax_low, "high": cfg.parallax_high}
     evidence: Dict[str, object] = {
         "statistic_name": name, "valid_pairs": int(valid.sum()),
         "pair_statistic": [float(v) if ok else None for v, ok in zip(s.tolist(), valid.tolist())],
     }
     for other in STATISTICS:
-        if bool(valid.any()):
+        if bool(valid.any()) and other in stats:
             evidence[f"median_{other}"] = float(masked_median(stats[other], valid)[0])
+    if name == "parallax_magnitude":
+        low, high = magnitude_band(stats, valid, cfg)
+    else:
+        low, high = cfg.parallax_low, cfg.parallax_high
+    thresholds = {"low": low, "high": high}
     if not bool(valid.any()):
         evidence["why"] = "no pair with enough F-inliers to measure parallax"
         return GateDecision("parallax", None, thresholds, None, None, evidence)
     clip_s = float(masked_median(s, valid)[0])
-    code = int(threshold_decision(torch.tensor([clip_s]), cfg.parallax_low, cfg.parallax_high)[0])
-    decision = codes_to_names(torch.tensor([code]))[0]
+    if name == "parallax_magnitude":
+        decision = magnitude_decision(stats, valid, cfg, evidence)
+    else:
+        code = int(threshold_decision(torch.tensor([clip_s]), low, high)[0])
+        decision = codes_to_names(torch.tensor([code]))[0]
     evidence["u_resolved"] = resolve_u_clip(float(masked_median(stats["gric_delta"], valid)[0]))
     per_pair = None
     if cfg.per_pair:
-        per_pair = codes_to_names(hysteresis(s, cfg.parallax_low, cfg.parallax_high,
-                                             present=valid))
+        per_pair = codes_to_names(hysteresis(s, low, high, present=valid))
     return GateDecision("parallax", clip_s, thresholds, decision, per_pair, evidence)
+
+
+def magnitude_band(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg: GateConfig
+                   ) -> Tuple[float, float]:
+    """The effective (H bound, F bound) of ``parallax_magnitude`` in reference px:
+    ``low = max(magnitude_low, noise_k x noise)`` (noise: median ``noise_ref_px`` of the valid
+    rows), ``high = max(magnitude_high, low)``."""
+    noise = float(masked_median(stats["noise_ref_px"], valid)[0]) if bool(valid.any()) else 0.0
+    low = max(float(cfg.magnitude_low), float(cfg.noise_k) * noise)
+    return low, max(float(cfg.magnitude_high), low)
+
+
+def magnitude_decision(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg: GateConfig,
+                       evidence: Dict[str, object]) -> str:
+    """H / F / U of ``parallax_magnitude`` with its confidence interval (clip value and bounds:
+    medians over the ``valid`` rows); writes the interval, band, noise and counts to
+    ``evidence``. H: upper bound <= H bound; F: lower bound >= F bound (and the noise floor is
+    under the F threshold); otherwise U with ``why``."""
+    med = lambda k: float(masked_median(stats[k], valid)[0])  # noqa: E731
+    q, q_lo, q_hi, noise = (med("parallax_magnitude"), med("parallax_magnitude_lo"),
+                            med("parallax_magnitude_hi"), med("noise_ref_px"))
+    low, high = magnitude_band(stats, valid, cfg)
+    counts = stats["num_f_inliers"][valid].tolist()
+    evidence.update(magnitude_ref_px=q, magnitude_ci_ref_px=[q_lo, q_hi], band_ref_px=[low, high],
+                    configured_band_ref_px=[float(cfg.magnitude_low), float(cfg.magnitude_high)],
+                    noise_ref_px=noise, noise_floor_ref_px=float(cfg.noise_k) * noise,
+                    quantile=float(cfg.magnitude_quantile), ci_z=float(cfg.ci_z),
+                    reference_long_side=float(cfg.reference_long_side),
+                    f_inliers_per_pair=[int(c) for c in counts])
+    noisy = low >= 0.5 * float(cfg.magnitude_high)  # half the F threshold could hide in it
+    if q_hi <= low and not noisy:
+        return "H"
+    if q_lo >= high:
+        return "F"
+    evidence["why_u"] = (
+        f"noise floor {cfg.noise_k:g} x {noise:.2f} ref px reaches half the F threshold "
+        f"{cfg.magnitude_high:g}: H cannot be told from a small parallax" if noisy else
+        f"parallax {q:.2f} ref px, {cfg.ci_z:g}-sigma interval [{q_lo:.2f}, {q_hi:.2f}] not "
+        f"clear of the band [{low:.2f}, {high:.2f}] (F-inliers per pair {min(counts)}-"
+        f"{max(counts)})")
+    return "U"

@@ -95,7 +95,8 @@ def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
 
 def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor,
                        mask: torch.Tensor, num_evaluated: int, ext_gate: Optional[GateDecision],
-                       config: GeoConConfig) -> Optional[str]:
+                       config: GeoConConfig, long_side_px: Optional[float] = None
+                       ) -> Optional[str]:
     """The regime the motion-mask seeds are taken under, before any object is removed: an
     external H / F decision, else the weight-free gate on the preliminary ``fits`` (U resolved by
     GRIC); None when no pair has enough inliers to decide.
@@ -103,12 +104,15 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
     Args:
         fits: (H fit, F fit) of the R rows of ``x1`` / ``x2`` (R, N, 2) px / ``mask`` (R, N): the
             ``num_evaluated`` evaluated pairs first, then the gate pairs.
+        long_side_px: the working long side (px) for the resolution normalisation (None:
+            estimated from the points).
     """
     if ext_gate is not None and ext_gate.decision in ("H", "F"):
         return ext_gate.decision
     bc = config.background
     stats = parallax_statistics(fits[0], fits[1], x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
-                                min_inliers=bc.min_inliers)
+                                min_inliers=bc.min_inliers, long_side_px=long_side_px,
+                                gate=config.gate)
     rows = torch.arange(x1.shape[0], device=x1.device)
     pre = gate_from_parallax(gate_source(stats, rows[:num_evaluated],
                                          rows[num_evaluated:])[0], config.gate)

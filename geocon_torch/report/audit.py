@@ -20,7 +20,7 @@ import numpy as np
 from ..bench.ids import file_key
 from . import plots
 from .evidence import PairEvidence, pair_evidence
-from .text import compact, label, pair_counts
+from .text import calibrated_verdict, compact, label, pair_counts
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -172,7 +172,8 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
                          f"(H: {_fmt(bg.get('ir_h'))} / {_fmt(bg.get('ge_h_px'))}, "
                          f"F: {_fmt(bg.get('ir_f'))} / {_fmt(bg.get('ge_f_px'))})"),
         ("valid pairs", f"{html.escape(pair_counts(bg))}; report gate pass: "
-                        f"{html.escape(compact(bg.get('pass')))}"),
+                        f"{html.escape(compact(bg.get('pass')))} (paper), "
+                        f"{html.escape(calibrated_verdict(bg))}"),
         ("gate", html.escape(gate_rationale(res.get("gate"), res.get("regime")))),
         ("objects", obj_txt),
         ("epipolar trio", f"error {_fmt(ep.get('epipolar_error'))} px, inlier rate "

@@ -90,3 +90,17 @@ def pair_counts(background: Optional[Dict[str, Any]]) -> str:
         return f"{valid_txt} of {pairs} pairs valid"
     return (f"{valid_txt} of {pairs * n_scales} (pair, scale) entries valid "
             f"({pairs} pairs x {n_scales} scales)")
+
+
+def calibrated_verdict(background: Optional[Dict[str, Any]]) -> str:
+    """The calibrated report gate in words: "calibrated: yes (IR >= 0.97, GE <= 0.06 px;
+    default:opencv-sift 1a2b...)", or "calibrated: off" for results scored without one."""
+    bg = background or {}
+    if "pass_calibrated" not in bg:
+        return "calibrated: off"
+    cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
+    th = cal.get("thresholds") if isinstance(cal.get("thresholds"), dict) else {}
+    bounds = (f"IR >= {compact(th.get('ir'))}, GE <= {compact(th.get('ge_px'))} px; "
+              if th else "")
+    return (f"calibrated: {compact(bg.get('pass_calibrated'))} ({bounds}"
+            f"{label(cal.get('name'))} {label(cal.get('hash'))})")

@@ -4,7 +4,8 @@
           -> object masks (files | SAM-2 | motion segmentation seeded by preliminary fits)
           -> background correspondences -> batched RANSAC per model (H and F) over all pairs x
              scales -> IR / GE per pair (eqs. 7-12) -> gate (poses | DUSt3R | parallax)
-          -> clip medians (eq. 13), report gate, post-hoc behaviour
+          -> clip medians (eq. 13), report gate (paper ``pass``; ``pass_calibrated`` with the
+             ``background.calibration`` file, measures.calibration), post-hoc behaviour
 
 Rows: every tensor of this module stacks S scales (coarsest first) of Q frame pairs: the P
 evaluated pairs, then the G wide gate pairs of the weight-free gate (finest scale only; their
@@ -30,6 +31,8 @@ from ..gate import (GateDecision, decide_gate, external_gate, gate_block, pair_m
                     parallax_statistics, preliminary_regime, resolve_gate_method)
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
+from ..io.calibration import load_calibration
+from ..measures.calibration import calibrated_pass, ge_bound_px, peak_ge
 from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
                                    classify_behaviour, clip_summary, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
@@ -285,7 +288,8 @@ def _object_masks(method: str, clip: Clip, stack: _Stack, masks: Any, seg: _Segm
     if method == "motion":
         rows = seg.pre_rows
         x1, x2, p = stack.x1[rows], stack.x2[rows], stack.num_evaluated
-        regime = preliminary_regime(seg.pre, x1, x2, seg.pre_mask, p, ext, cfg)
+        regime = preliminary_regime(seg.pre, x1, x2, seg.pre_mask, p, ext, cfg,
+                                    long_side_px=max(clip.size))
         return motion_masks(clip, stack.pairs[:p], x1, x2, seg.pre_mask, seg.pre, cfg, regime)
     if method == "files":
         objects = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
@@ -323,7 +327,8 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
         mf_all = fundamental_pair_metrics(fit_f, x1, x2, mask, tau_f=bc.tau_f,
                                           min_inliers=bc.min_inliers, residuals=r_f)
         stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
-                                    min_inliers=bc.min_inliers, residuals=(r_h, *r_f))
+                                    min_inliers=bc.min_inliers, residuals=(r_h, *r_f),
+                                    long_side_px=max(clip.size), gate=cfg.gate)
         gate = decide_gate(stats, stack.finest, stack.finest_gate,
                            stack.pairs[stack.num_evaluated:], ext, cfg)
         out.gate = gate.to_dict()
@@ -337,7 +342,7 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
             gate, cfg, stats["gric_delta"][fin], mf_all.ir[fin] - mh_all.ir[fin],
             _support_margin(mh, mf), len(stack.scales))
         out.gate = gate.to_dict()
-        summary = _summaries(out.block, mh, mf, use_f, present)
+        summary = _summaries(out.block, mh, mf, use_f, present, stack.num_evaluated)
     _add_diagnostics(out.block, stack, (fit_h, fit_f), mh, mf, use_f, stats, cfg)
     rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], x1[ev], x2[ev],
                           mask[ev], fit_h.rows(ev), fit_f.rows(ev),
@@ -360,9 +365,11 @@ def _support_margin(mh: PairMetrics, mf: PairMetrics) -> float:
 
 
 def _summaries(block: Dict[str, Any], mh: PairMetrics, mf: PairMetrics, use_f: torch.Tensor,
-               present: torch.Tensor) -> Dict[str, Any]:
+               present: torch.Tensor, num_pairs: int) -> Dict[str, Any]:
     """Eq. 13 clip medians of the gated model, of each model and of the best-of-both
-    (diagnostic) into ``block``; returns the gated model's summary."""
+    (diagnostic), and the gated model's median and 90th percentile GE over the ``num_pairs``
+    finest rows (the last ones: ``ge_fine_px``, ``ge_peak_px``) into ``block``; returns the
+    gated model's summary."""
     chosen = choose_model_per_pair(mh, mf, use_f)
     chosen.valid = chosen.valid & present
     s_h = clip_summary(mh.ir, mh.ge, mh.valid & present)
@@ -374,7 +381,9 @@ def _summaries(block: Dict[str, Any], mh: PairMetrics, mf: PairMetrics, use_f: t
     block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
                  ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
                  valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
-                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]})
+                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
+                 ge_fine_px=peak_ge(chosen.ge[-num_pairs:], chosen.valid[-num_pairs:], 0.5),
+                 ge_peak_px=peak_ge(chosen.ge[-num_pairs:], chosen.valid[-num_pairs:]))
     return s
 
 
@@ -412,11 +421,42 @@ def _finish(clip: Clip, stack: _Stack, fits: Tuple[Fit, Fit],
                      reason=f"too few valid pairs: {summary['valid_pairs']} of "
                             f"{stack.evaluated.numel()} (pair, scale) entries have >= "
                             f"{bc.min_inliers} {out.regime}-inliers")
+        _calibrated(block, out, max(clip.size), cfg)
         return
     passed = background_pass(summary["ir"], summary["ge_px"], bc.report_ir, bc.report_ge_px)
     block.update(status="ok", reason=None, **{"pass": passed})
+    _calibrated(block, out, max(clip.size), cfg)
     out.behaviour, block["behaviour_evidence"] = _behaviour(clip, stack, fits[1], metrics,
                                                             out.regime, passed, out.objects, cfg)
+
+
+def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
+                cfg: GeoConConfig) -> None:
+    """``pass_calibrated`` (the calibrated report gate of :mod:`geocon_torch.measures.calibration`,
+    None when not scored) and ``calibration`` (file name, hash, the regime's bounds at this
+    working resolution) into ``block``; nothing when ``background.calibration`` is null."""
+    cal = load_calibration(cfg.background.calibration, out.backends.get("features"))
+    if cal is None:
+        return
+    ok = block.get("status") == "ok"
+    th = cal.thresholds.get(str(out.regime))
+    block["pass_calibrated"] = (calibrated_pass(block.get("ir"), block.get("ge_px"), long_side,
+                                                out.regime, cal.thresholds, cal.ref_long_side,
+                                                ge_fine_px=block.get("ge_fine_px"),
+                                                ge_peak_px=block.get("ge_peak_px"),
+                                                ge_h_px=block.get("ge_h_px"))
+                                if ok else None)
+    record = cal.record(out.backends.get("features"))
+    if th is not None:
+        record["thresholds"] = {"regime": out.regime, "ir": th["ir_min"],
+                                "ge_px": ge_bound_px(th["ge_norm_max"], long_side,
+                                                     cal.ref_long_side),
+                                "ge_norm_max": th["ge_norm_max"]}
+        for key, name in (("ge_fine_norm_max", "ge_fine_px"), ("ge_peak_norm_max", "ge_peak_px"),
+                          ("ge_h_norm_min", "ge_h_px_min")):
+            if key in th:  # the optional bounds, in px at this working resolution
+                record["thresholds"][name] = ge_bound_px(th[key], long_side, cal.ref_long_side)
+    block["calibration"] = record
 
 
 def _behaviour(clip: Clip, stack: _Stack, fit_f: Fit, metrics: Tuple[PairMetrics, PairMetrics],

@@ -34,6 +34,11 @@ cap is reported with what it cut in the block's ``caps`` / ``skipped``; None or 
   scale 1 (every scale ``s`` becomes ``s * c`` with ``c = min(1, max_flow_side / long side)``,
   reported as ``flow_scale``); values are still converted to working-resolution px^2
   (``D / (s c)^2``). Working sizes up to 512 px are unaffected.
+
+Flow crop: each chunk's flow runs on the box around its objects (the union of the chunk's masks,
+widened by :func:`crop_margin` px on each side, clamped to the frame), not on the whole frame:
+the flow and AdaDFRC only read pixels near the objects, and a 640x384 clip with one box of about
+a tenth of the frame then costs about a quarter of the flow (bounded per-clip cost, issue 14).
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from .._tensor_utils import masked_median
+from .._memory import release_freed_memory
 from ..config import ForegroundConfig, GeoConConfig, load_config
 from ..errors import InputError
 from ..features.multiscale import rescale_gray, scaled_size
@@ -73,20 +79,41 @@ def flow_scale(size: Tuple[int, int], max_flow_side: Optional[int]) -> float:
     return min(1.0, float(max_flow_side) / float(max(int(size[0]), int(size[1]))))
 
 
+def crop_margin(size: Tuple[int, int]) -> int:
+    """Flow-crop margin in px around the objects: max(32, 0.075 x the long side) (object motion
+    between adjacent frames, the LK window and the pyramid's reach all stay inside it)."""
+    return max(32, int(round(0.075 * max(int(size[0]), int(size[1])))))
+
+
+def object_box(masks: torch.Tensor, margin: int) -> Tuple[slice, slice]:
+    """(rows, cols) slices of the box holding every True pixel of ``masks`` (..., H, W) bool,
+    widened by ``margin`` px and clamped to the frame (the whole frame when nothing is set)."""
+    h, w = masks.shape[-2:]
+    rows = masks.reshape(-1, h, w).any(0).any(1).nonzero()[:, 0]
+    cols = masks.reshape(-1, h, w).any(0).any(0).nonzero()[:, 0]
+    if rows.numel() == 0:
+        return slice(0, h), slice(0, w)
+    y0, y1 = max(0, int(rows[0]) - margin), min(h, int(rows[-1]) + 1 + margin)
+    x0, x1 = max(0, int(cols[0]) - margin), min(w, int(cols[-1]) + 1 + margin)
+    return slice(y0, y1), slice(x0, x1)
+
+
 def score_pairs(frames1: torch.Tensor, frames2: torch.Tensor, masks: torch.Tensor,
-                estimator, cfg: ForegroundConfig) -> tuple:
+                estimator, cfg: ForegroundConfig,
+                size: Optional[Tuple[int, int]] = None) -> tuple:
     """Multi-scale AdaDFRC of a chunk of pairs.
 
     Args:
         frames1, frames2: (P, 3, H, W) float [0, 1]; masks: (P, K, H, W) bool at frames1.
         estimator: a FlowEstimator. cfg: ForegroundConfig (``max_flow_side`` caps the flow's
-            resolution: each scale s runs at s * :func:`flow_scale`).
+            resolution: each scale s runs at s * :func:`flow_scale` of ``size``).
+        size: (H, W) of the whole frame when the inputs are a crop of it (None: their size).
     Returns:
         D (P, K) in working-resolution px^2, valid (P, K) bool, and the per-scale values
         D_s (S, P, K) (working px^2) with their validity (S, P, K).
     """
     per_scale, ok_scale = [], []
-    cap = flow_scale(tuple(frames1.shape[-2:]), cfg.max_flow_side)
+    cap = flow_scale(tuple(size or frames1.shape[-2:]), cfg.max_flow_side)
     for s in cfg.scales:
         s = float(s) * cap
         a, b = _resize(frames1, s), _resize(frames2, s)
@@ -232,9 +259,12 @@ def _score_track(clip: Clip, masks: torch.Tensor, pairs: torch.Tensor, estimator
         both = torch.cat([t, t + 1]).to(clip.frames.device)  # one request: one decode pass
         f1, f2 = (clip.frames[both].to(dev).float() / 255.0).chunk(2)
         m = masks[t.to(masks.device)].to(dev)
-        d, v, d_s, v_s = score_pairs(f1, f2, m, estimator, cfg)
+        ys, xs = object_box(m, crop_margin(clip.size))  # the flow runs on the objects' box
+        d, v, d_s, v_s = score_pairs(f1[..., ys, xs], f2[..., ys, xs], m[..., ys, xs],
+                                     estimator, cfg, size=clip.size)
         d_all[t], v_all[t] = d.double().cpu(), v.cpu()
         ds_all[:, t], vs_all[:, t] = d_s.double().cpu(), v_s.cpu()
+        release_freed_memory()  # flow temporaries of the chunk: back to the OS
         if progress is not None:
             progress.count("foreground", start + int(t.numel()), int(pairs.numel()), "pairs")
     return d_all, v_all, ds_all, vs_all

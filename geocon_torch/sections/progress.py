@@ -9,6 +9,10 @@ wall time to ``times``), so a stage is announced and timed in one place::
     geocon vtest_120: features 120 frames, 121 pairs ...
     geocon vtest_120: features done in 8.4 s
     geocon vtest_120: foreground 64/119 pairs
+
+Every stage's end also hands the heap memory its temporaries freed back to the OS
+(:func:`~geocon_torch._memory.release_freed_memory`), so the process's RSS follows the live
+tensors from stage to stage instead of the largest stage's high-water mark.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import sys
 import time
 from contextlib import contextmanager
 from typing import Dict, Iterator, Optional, TextIO
+
+from .._memory import release_freed_memory
 
 
 def progress_enabled(progress: Optional[bool], stream: Optional[TextIO] = None) -> bool:
@@ -69,4 +75,5 @@ class Progress:
         finally:
             dt = time.perf_counter() - t0
             self.times[stage] = self.times.get(stage, 0.0) + dt
+            release_freed_memory()  # the stage's temporaries are freed: RSS follows them
             self.say(f"{stage} done in {dt:.1f} s")

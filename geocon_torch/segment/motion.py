@@ -308,7 +308,6 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             given already pooled to that scale (:func:`pooled_gray`; saves a full-resolution
             float copy of the clip); the working size is always ``content``'s.
     """
-    t = gray.shape[0]
     h, w = content.shape[-2:]
     f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
     pooled = (-(-h // f), -(-w // f))
@@ -329,13 +328,28 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
                         motion_seed_radius_px=max(1, round(cfg.motion_seed_radius_px / f)),
                         motion_close_px=max(1, round(cfg.motion_close_px / f)),
                         motion_open_px=round(cfg.motion_open_px / f))
-        obj, evidence = motion_segment(small, Hs, valid, c_small, s_cfg, regime, seeds=s_seeds,
-                                       max_objects=max_objects, max_side=max_side)
+        kept, evidence = _motion_labels(small, Hs, valid, c_small, s_cfg, regime, s_seeds,
+                                        max_objects)
         evidence["scale"] = 1.0 / f
-        # kept at the reduced size, expanded per requested frame (memory bounded in T)
-        return BlockMasks(obj, f, (h, w), content.to(gray.device)), evidence
+        # kept at the reduced size as packed bits, expanded per requested frame (memory
+        # bounded in T: one byte per low-resolution cell for up to 8 objects)
+        return BlockMasks.from_labels(kept, int(evidence["objects"]), f, (h, w),
+                                      content.to(gray.device)), evidence
+    kept, evidence = _motion_labels(gray, homographies, valid, content, cfg, regime, seeds,
+                                    max_objects)
+    ids = torch.arange(1, int(evidence["objects"]) + 1, device=kept.device)
+    return kept.unsqueeze(1) == ids.view(1, -1, 1, 1), evidence
+
+
+def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
+                   content: torch.Tensor, cfg: SegmentConfig, regime: Optional[str],
+                   seeds: Optional[Tuple[torch.Tensor, ...]], max_objects: int
+                   ) -> Tuple[torch.Tensor, Dict[str, object]]:
+    """:func:`motion_segment` at the size of ``gray``: the kept objects as a (T, h, w) uint8 /
+    int16 label map (0: none, k: object k-1, largest first) and the evidence (``objects``: K)."""
+    t = gray.shape[0]
+    h, w = content.shape[-2:]
     dev = gray.device
-    empty = torch.zeros(t, 0, h, w, dtype=torch.bool, device=dev)
     content = content.to(dev)
     evidence: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
                                    "regime": regime}
@@ -365,7 +379,7 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     k = int(labels.max())
     if k == 0:
         evidence.update(objects=0)
-        return empty, evidence
+        return torch.zeros(t, h, w, dtype=torch.uint8, device=dev), evidence
     # per-component statistics by counting (no (T, K, h, w) one-hot over all candidates)
     per_frame = per_frame_counts(labels, k)  # (T, K) pixels
     n_seeds = coherent_seeds(labels, seeds, k) if seeds is not None else \
@@ -375,9 +389,14 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             & ((per_frame > 0).sum(0) >= cfg.motion_min_frames))
     order = per_frame.sum(0).masked_fill(~keep, -1).argsort(descending=True)
     order = order[: min(max_objects, int(keep.sum()))]
-    objects = labels.unsqueeze(1) == (order + 1).view(1, -1, 1, 1)  # (T, K_kept, h, w)
-    union = objects.any(1).flatten(1).sum(1).double()
-    evidence.update(objects=int(objects.shape[1]), candidates=k,
+    n_kept = int(order.numel())
+    remap = torch.zeros(k + 1, dtype=torch.uint8 if n_kept < 256 else torch.int16, device=dev)
+    remap[order + 1] = torch.arange(1, n_kept + 1, device=dev).to(remap.dtype)
+    kept = torch.cat([remap[labels[a:a + _LABEL_CHUNK]]  # chunks: no (T, h, w) int64 index
+                      for a in range(0, int(labels.shape[0]), _LABEL_CHUNK)])
+    del labels  # (T, h, w): object k-1 where kept == k (largest first), else 0
+    union = (kept > 0).flatten(1).sum(1).double()
+    evidence.update(objects=n_kept, candidates=k,
                     seeds=n_seed_points, object_seeds=n_seeds[order].tolist(),
                     max_object_fraction=float((union / content.sum().clamp_min(1)).max()))
-    return objects, evidence
+    return kept, evidence

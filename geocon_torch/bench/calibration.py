@@ -1,0 +1,325 @@
+"""Grounded calibration of the report gate (``geocon calibrate``).
+
+    grounded scenes (every category C1-C6 and camera motion, ``seeds`` layouts) -> clean clip
+      + each background corruption (rubber_sheet, background_slide, breathing) at ``severities``
+    -> score_clips(preset="background", calibration off)           (one row per clip)
+    -> per gated regime H / F: the bounds of measures.calibration.REGIME_BOUNDS (IR lower,
+       GE_norm upper, GE_peak_norm upper; F also GE_H_norm lower) at the target false-pass
+       rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
+    -> calibration.json (thresholds, rates, per-clip scores, provenance, content hash) and
+       ROC-style curves per corruption (roc_<regime>.png, matplotlib when installed)
+
+The rates are over clips the background section could score (status ok); unscored clips are
+counted in ``rates[...]["unscored"]``. A regime without clean or corrupted clips gets the
+thresholds fitted on both regimes pooled (``"pooled": true``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from .._version import __version__
+from ..config import GeoConConfig, load_config
+from ..errors import InputError
+from ..io.calibration import FORMAT, calibration_hash
+from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, calibrated_pass, relax_ir,
+                                    roc_curve, select_bounds)
+from ..pipeline import score_clips
+from ..synth import MOTIONS, apply_corruption, render_scene
+
+#: the corruptions that break the static background (the background verdict's business)
+BACKGROUND_CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing")
+GATE_RULE = ("IR >= ir_min and GE_norm <= ge_norm_max and GE_peak_norm <= ge_peak_norm_max "
+             "and GE_H_norm >= ge_h_norm_min (bounds of thresholds[regime] that are present; "
+             "X_norm = X_px * ref_long_side / long_side)")
+
+
+@dataclass
+class CalibrationPlan:
+    """What to render and score.
+
+    Attributes:
+        frames: frames per clip; size: (H, W) px (the working resolution: clips are scored at
+            their native size).
+        seeds: scene / texture / corruption seeds.
+        backend: features backend; device: where scoring runs.
+        corruptions, severities: the corrupted variants of every clean clip.
+        target_false_pass: allowed fraction of corrupted clips (severity >= min_severity)
+            passing; min_severity: weaker corruptions are scored and plotted, not constrained.
+    """
+
+    frames: int = 8
+    size: Tuple[int, int] = (192, 256)
+    seeds: Tuple[int, ...] = (0, 1)
+    backend: str = "opencv-sift"
+    device: str = "cpu"
+    corruptions: Tuple[str, ...] = BACKGROUND_CORRUPTIONS
+    severities: Tuple[float, ...] = (0.25, 0.5, 1.0)
+    target_false_pass: float = 0.05
+    min_severity: float = 0.5
+    categories: Tuple[str, ...] = field(default_factory=lambda: tuple(MOTIONS))
+
+    def config(self) -> GeoConConfig:
+        """The scoring config: the backend, calibration off (no circularity)."""
+        return load_config({"features": {"backend": self.backend},
+                            "background": {"calibration": None}})
+
+
+def scene_clips(plan: CalibrationPlan) -> Iterator[Tuple[List[Dict[str, Any]], List[torch.Tensor]]]:
+    """Per (category, motion, seed): the clips' labels and (T, 3, H, W) uint8 frames, clean
+    first, then every corruption x severity (rendered once, corrupted as ``render_scene``
+    does)."""
+    for cat in plan.categories:
+        for motion in MOTIONS[cat]:
+            for seed in plan.seeds:
+                clean = render_scene(cat, motion=motion, num_frames=plan.frames,
+                                     size=tuple(plan.size), seed=int(seed)).frames
+                labels = [{"category": cat, "motion": motion, "seed": int(seed),
+                           "corruption": None, "severity": 0.0}]
+                frames = [clean]
+                for kind in plan.corruptions:
+                    for sev in plan.severities:
+                        labels.append(dict(labels[0], corruption=kind, severity=float(sev)))
+                        frames.append(apply_corruption(clean, kind, float(sev), seed=int(seed)))
+                yield labels, frames
+
+
+def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
+    """One clip's calibration row: its label and the background numbers."""
+    bg = res.get("background") or {}
+    size = res.get("working_size") or [0, 0]
+    long_side = int(max(size)) if size else 0
+
+    def norm(v: Optional[float]) -> Optional[float]:
+        return float(v) * REF_LONG_SIDE / long_side if v is not None and long_side else None
+
+    return dict(label, status=res.get("status"), regime=res.get("regime"), ir=bg.get("ir"),
+                ge_px=bg.get("ge_px"), ge_norm=norm(bg.get("ge_px")), long_side=long_side,
+                ge_fine_px=bg.get("ge_fine_px"), ge_fine_norm=norm(bg.get("ge_fine_px")),
+                ge_peak_px=bg.get("ge_peak_px"), ge_peak_norm=norm(bg.get("ge_peak_px")),
+                ir_h=bg.get("ir_h"), ge_h_px=bg.get("ge_h_px"), ge_h_norm=norm(bg.get("ge_h_px")),
+                ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"), **{"pass": bg.get("pass")})
+
+
+def score_plan(plan: CalibrationPlan,
+               progress: Optional[Callable[[str], None]] = None) -> List[Dict[str, Any]]:
+    """Render and score every clip of ``plan`` (preset background, one batch per scene);
+    returns one row per clip (:func:`_row`)."""
+    cfg, rows = plan.config(), []
+    for labels, frames in scene_clips(plan):
+        results = score_clips(frames, config=cfg, device=plan.device, preset="background")
+        rows.extend(_row(lb, r.to_dict()) for lb, r in zip(labels, results))
+        if progress is not None:
+            l0 = labels[0]
+            progress(f"{l0['category']} {l0['motion']} seed {l0['seed']}: {len(labels)} clips")
+    return rows
+
+
+def _scored(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok" and r.get("ir") is not None
+            and r.get("ge_norm") is not None and r.get("regime") in ("H", "F")]
+
+
+def _stat(row: Dict[str, Any], name: str) -> float:
+    """A row's statistic for a bound: GE_peak falls back to the clip GE, a missing GE_H (no valid
+    H pair) is +inf (as :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
+    v = row.get(name)
+    if v is None and name in ("ge_fine_norm", "ge_peak_norm"):
+        v = row.get("ge_norm")
+    return float("inf") if v is None else float(v)
+
+
+def _matrix(rows: Sequence[Dict[str, Any]], names: Sequence[str]) -> torch.Tensor:
+    """(N, D) float64 statistics ``names`` of ``rows``."""
+    return torch.tensor([[_stat(r, n) for n in names] for r in rows],
+                        dtype=torch.float64).view(len(rows), len(names))
+
+
+def _vectors(rows: Sequence[Dict[str, Any]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    m = _matrix(rows, ("ir", "ge_norm"))
+    return m[:, 0], m[:, 1]
+
+
+def _split(rows: Sequence[Dict[str, Any]], min_severity: float
+           ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(clean rows, corrupted rows of severity >= min_severity)."""
+    clean = [r for r in rows if r["corruption"] is None]
+    bad = [r for r in rows if r["corruption"] is not None and r["severity"] >= min_severity]
+    return clean, bad
+
+
+def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], regime: str,
+               target_false_pass: float = 0.05) -> Dict[str, Any]:
+    """One regime's bounds (:data:`~geocon_torch.measures.calibration.REGIME_BOUNDS`) fitted on
+    clean / corrupted rows, with their rates and counts (the IR bound relaxed as in
+    :func:`~geocon_torch.measures.calibration.relax_ir`)."""
+    spec = REGIME_BOUNDS[regime]
+    names = [name for _, name, _ in spec]
+    c, b = _matrix(clean, names), _matrix(bad, names)
+    bounds, tp, fp = select_bounds(c, b, [low for _, _, low in spec], target_false_pass)
+    # a bound on a statistic no clip has (GE_H of clips without valid H pairs) is no bound
+    out: Dict[str, Any] = {key: v for (key, _, _), v in zip(spec, bounds) if math.isfinite(v)}
+    out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c[:, 0], b[:, 0]]))
+    out.update(false_pass=fp, true_pass=tp, n_clean=len(clean), n_corrupted=len(bad))
+    return out
+
+
+def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.05,
+                   min_severity: float = 0.5) -> Dict[str, Dict[str, Any]]:
+    """{"H": {...}, "F": {...}}: each regime's bounds (:func:`fit_regime`, plus "pooled") from the
+    scored rows of that gated regime (both regimes' rows pooled when one side is empty)."""
+    scored = _scored(rows)
+    clean_all, bad_all = _split(scored, min_severity)
+    if not clean_all or not bad_all:
+        raise InputError(f"calibration needs scored clean and corrupted clips, got "
+                         f"{len(clean_all)} clean and {len(bad_all)} corrupted")
+    out: Dict[str, Dict[str, Any]] = {}
+    for regime in ("H", "F"):
+        clean = [r for r in clean_all if r["regime"] == regime]
+        bad = [r for r in bad_all if r["regime"] == regime]
+        pooled = not clean or not bad
+        c, b = (clean_all, bad_all) if pooled else (clean, bad)
+        out[regime] = dict(fit_regime(c, b, regime, target_false_pass), pooled=pooled)
+    return out
+
+
+def verdict(row: Dict[str, Any], thresholds: Dict[str, Dict[str, float]],
+            ref_long_side: float = REF_LONG_SIDE) -> Optional[bool]:
+    """The calibrated verdict of a calibration row (None when not scored)."""
+    if row.get("status") != "ok":
+        return None
+    return calibrated_pass(row.get("ir"), row.get("ge_px"), row.get("long_side") or 1,
+                           row.get("regime"), thresholds, ref_long_side,
+                           ge_fine_px=row.get("ge_fine_px"), ge_peak_px=row.get("ge_peak_px"),
+                           ge_h_px=row.get("ge_h_px"))
+
+
+def evaluate(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, float]],
+             min_severity: float = 0.5, ref_long_side: float = REF_LONG_SIDE
+             ) -> Dict[str, Any]:
+    """Rates of the calibrated gate on ``rows``: "true_pass" on clean clips, "false_pass" on
+    corrupted ones (severity >= min_severity) overall and per corruption, with counts and the
+    unscored clips; also the paper gate's rates ("paper_*")."""
+    clean, bad = _split(rows, min_severity)
+    out: Dict[str, Any] = {}
+    groups = [("clean", clean), ("corrupted", bad)] + [
+        (kind, [r for r in bad if r["corruption"] == kind])
+        for kind in sorted({r["corruption"] for r in bad})]
+    for name, group in groups:
+        cal = [verdict(r, thresholds, ref_long_side) for r in group]
+        paper = [r.get("pass") if r.get("status") == "ok" else None for r in group]
+        known, pknown = [v for v in cal if v is not None], [v for v in paper if v is not None]
+        out[name] = {"n": len(known), "unscored": len(group) - len(known),
+                     "pass_rate": (sum(known) / len(known)) if known else None,
+                     "paper_pass_rate": (sum(pknown) / len(pknown)) if pknown else None}
+    out["true_pass"] = out["clean"]["pass_rate"]
+    out["false_pass"] = out["corrupted"]["pass_rate"]
+    return out
+
+
+def _roc_vectors(rows: Sequence[Dict[str, Any]], regime: str, others: Dict[str, float]
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(IR, GE_norm) of ``rows`` with IR set to -1 where a clip fails one of the ``others``
+    bounds (any GE bound then leaves it failing)."""
+    ir, ge = _vectors(rows)
+    ok = torch.tensor([bool(verdict(r, {regime: others})) for r in rows], dtype=torch.bool)
+    return torch.where(ok, ir, torch.full_like(ir, -1.0)), ge
+
+
+def roc_curves(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, float]],
+               min_severity: float = 0.5) -> Dict[str, Dict[str, Any]]:
+    """{regime: {corruption: ROC curve}} of the GE bound at the regime's other bounds
+    (:func:`~geocon_torch.measures.calibration.roc_curve`; a clip failing a bound other than
+    ``ge_norm_max`` never passes), corrupted clips of severity >= min_severity of that
+    corruption against the clean clips."""
+    scored = _scored(rows)
+    out: Dict[str, Dict[str, Any]] = {}
+    for regime, th in thresholds.items():
+        clean = [r for r in scored if r["regime"] == regime and r["corruption"] is None]
+        bad = [r for r in scored if r["regime"] == regime and r["corruption"] is not None
+               and r["severity"] >= min_severity]
+        others = dict(th, ge_norm_max=float("inf"))
+        ir_c, ge_c = _roc_vectors(clean, regime, others)
+        out[regime] = {}
+        for kind in sorted({r["corruption"] for r in bad}):
+            ir_b, ge_b = _roc_vectors([r for r in bad if r["corruption"] == kind], regime,
+                                      others)
+            out[regime][kind] = roc_curve(ge_c, ge_b, ir_c, ir_b, th["ir_min"])
+    return out
+
+
+def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The calibration file's content (with its ``content_hash``)."""
+    th = fit_thresholds(rows, plan.target_false_pass, plan.min_severity)
+    plan_d = asdict(plan)
+    doc: Dict[str, Any] = {
+        "format": FORMAT, "gate": GATE_RULE, "ref_long_side": REF_LONG_SIDE,
+        "backend": plan.backend, "working_size": list(plan.size),
+        "long_side": int(max(plan.size)), "frames": plan.frames, "seeds": list(plan.seeds),
+        "categories": {c: list(MOTIONS[c]) for c in plan.categories},
+        "corruptions": list(plan.corruptions), "severities": list(plan.severities),
+        "target_false_pass": plan.target_false_pass, "min_severity": plan.min_severity,
+        "thresholds": th, "rates": evaluate(rows, th, plan.min_severity),
+        "score_config_hash": plan.config().config_hash(), "version": __version__,
+        "plan": {k: (list(v) if isinstance(v, tuple) else v) for k, v in plan_d.items()},
+        "clips": rows,
+    }
+    doc["content_hash"] = calibration_hash(doc)
+    return doc
+
+
+def plot_roc(curves: Dict[str, Dict[str, Any]], thresholds: Dict[str, Dict[str, Any]],
+             outdir: Path) -> List[Path]:
+    """roc_<regime>.png per regime (false-pass vs true-pass, one curve per corruption, the
+    chosen operating point marked); [] when matplotlib is missing."""
+    try:
+        import matplotlib  # lazy: optional plotting dependency
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # lazy: optional plotting dependency
+    except ImportError:
+        return []
+    paths = []
+    for regime, by_kind in curves.items():
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        for kind, c in by_kind.items():
+            ax.step(c["false_pass"], c["true_pass"], where="post", label=kind)
+        th = thresholds[regime]
+        ax.plot([th["false_pass"]], [th["true_pass"]], "ko",
+                label=f"chosen: IR>={th['ir_min']:.3f}, GE_norm<={th['ge_norm_max']:.3g}px")
+        ax.set_xlabel("false-pass rate (corrupted clips)")
+        ax.set_ylabel("true-pass rate (clean clips)")
+        ax.set_title(f"calibrated report gate, regime {regime}")
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7, loc="lower right")
+        path = outdir / f"roc_{regime}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def run_calibration(plan: CalibrationPlan, outdir: Path,
+                    progress: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+    """Score the plan, write OUTDIR/calibration.json and the ROC plots; returns the document
+    (plus "plots": the written plot paths, not part of the file)."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = score_plan(plan, progress)
+    doc = calibration_document(plan, rows)
+    (outdir / "calibration.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
+    curves = roc_curves(rows, doc["thresholds"], plan.min_severity)
+    (outdir / "roc.json").write_text(json.dumps(curves, allow_nan=False))
+    plots = plot_roc(curves, doc["thresholds"], outdir)
+    return dict(doc, plots=[str(p) for p in plots])
+
+
+__all__ = ["BACKGROUND_CORRUPTIONS", "GATE_RULE", "CalibrationPlan", "scene_clips", "score_plan",
+           "fit_regime", "fit_thresholds", "verdict", "evaluate", "roc_curves",
+           "calibration_document", "plot_roc", "run_calibration"]

@@ -1,0 +1,115 @@
+"""Calibrate the report gate on grounded scenes (paper gate: IR >= 0.97 and GE <= 3.5 px).
+
+Renders every grounded category C1-C6 and camera motion (``--seeds`` layouts), clean and with
+each background corruption (rubber_sheet, background_slide, breathing) at several severities,
+scores them (preset background), and writes OUTDIR/calibration.json: per gated regime H / F an
+IR lower bound and a GE upper bound (px of a 1024-px frame: GE_px * 1024 / long side) chosen at
+the target false-pass rate on corrupted clips of severity >= --min-severity, the resulting
+true-pass rate on clean clips, the per-clip scores, backend, working size, frames, seeds and a
+content hash; plus roc_H.png / roc_F.png (ROC-style curves per corruption) and roc.json.
+
+Use the file with ``{"background": {"calibration": "OUTDIR/calibration.json"}}``; results then
+carry ``background.pass_calibrated`` and ``background.calibration`` (name and hash).
+
+Examples:
+  geocon calibrate cal/                          # 256x192, 8 frames, 2 seeds, opencv-sift
+  geocon calibrate cal/ --size 512x384 --seeds 3 --target-false-pass 0.05
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..bench.calibration import BACKGROUND_CORRUPTIONS, CalibrationPlan, run_calibration
+from ..categories import canonical_category
+from ..config import FEATURE_BACKEND_CHOICES
+from ..synth import CORRUPTIONS, MOTIONS
+from ._common import frame_size
+
+NAME = "calibrate"
+HELP = "calibrate the report gate on grounded scenes (writes calibration.json + ROC plots)"
+
+
+def _size(text: str):
+    """--size WxH (as ``geocon synth``) or a long side (4:3 landscape) -> (H, W)."""
+    if "x" not in text.lower():
+        try:
+            long_side = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--size must be WxH or a long side, got {text!r}")
+        w, h = frame_size(f"{long_side}x{2 * round(long_side * 3 / 8)}")
+    else:
+        w, h = frame_size(text)
+    return h, w
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("outdir", help="folder for calibration.json and the plots")
+    parser.add_argument("--frames", type=int, default=8, help="frames per clip (default 8)")
+    parser.add_argument("--size", type=_size, default=(192, 256),
+                        help="WxH or a long side in px (4:3), the working resolution "
+                             "(default 256x192)")
+    parser.add_argument("--seeds", type=int, default=2,
+                        help="scene layouts per category and motion: seeds 0..N-1 (default 2)")
+    parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--backend", default="opencv-sift", choices=FEATURE_BACKEND_CHOICES,
+                        help="features backend (default opencv-sift, the CPU default)")
+    parser.add_argument("--device", default="cpu", help="torch device for scoring (default cpu)")
+    parser.add_argument("--target-false-pass", type=float, default=0.05,
+                        help="allowed fraction of corrupted clips passing (default 0.05)")
+    parser.add_argument("--min-severity", type=float, default=0.5,
+                        help="corrupted clips below this severity are plotted but not "
+                             "constrained (default 0.5)")
+    parser.add_argument("--severities", default="0.25,0.5,1.0",
+                        help="comma-separated corruption severities (default 0.25,0.5,1.0)")
+    parser.add_argument("--categories", default="all",
+                        help="comma-separated categories C1..C6 (default all, every motion)")
+    parser.add_argument("--corruptions", default=",".join(BACKGROUND_CORRUPTIONS),
+                        help="comma-separated corruptions (default: "
+                             f"{','.join(BACKGROUND_CORRUPTIONS)})")
+
+
+def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
+    """The calibration plan the options describe (usage errors as ArgumentTypeError)."""
+    if args.frames < 2 or args.seeds < 1:
+        raise argparse.ArgumentTypeError("--frames must be >= 2 and --seeds >= 1")
+    try:
+        sev = tuple(float(v) for v in args.severities.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--severities must be numbers, got {args.severities!r}")
+    kinds = tuple(v.strip() for v in args.corruptions.split(",") if v.strip())
+    bad = [k for k in kinds if k not in CORRUPTIONS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"--corruptions must name some of {CORRUPTIONS}, "
+                                         f"got {args.corruptions!r}")
+    cats = tuple(MOTIONS) if args.categories == "all" else tuple(
+        canonical_category(v.strip()) for v in args.categories.split(",") if v.strip())
+    return CalibrationPlan(frames=args.frames, size=tuple(args.size),
+                           seeds=tuple(range(args.first_seed, args.first_seed + args.seeds)),
+                           backend=args.backend, device=args.device, corruptions=kinds,
+                           severities=sev, target_false_pass=args.target_false_pass,
+                           min_severity=args.min_severity, categories=cats)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = plan_from_args(args)
+    except argparse.ArgumentTypeError as exc:
+        print(f"geocon calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    doc = run_calibration(plan, args.outdir, progress=lambda s: print(s, file=sys.stderr))
+    print(f"wrote {args.outdir}/calibration.json (hash {doc['content_hash']}) "
+          f"{' '.join(doc['plots'])}")
+    for regime, th in doc["thresholds"].items():
+        extra = "".join(f", {label} {th[key]:.4g}" for key, label in (
+            ("ge_fine_norm_max", "GE_fine_norm <="), ("ge_peak_norm_max", "GE_peak_norm <="),
+            ("ge_h_norm_min", "GE_H_norm >="))
+            if key in th)
+        print(f"  {regime}: IR >= {th['ir_min']:.4f}, GE_norm <= {th['ge_norm_max']:.4g} px "
+              f"(at 1024 px; {th['ge_norm_max'] * max(plan.size) / 1024:.4g} px here){extra}: "
+              f"false-pass {th['false_pass']:.3f} of {th['n_corrupted']}, true-pass "
+              f"{th['true_pass']:.3f} of {th['n_clean']}" + (" (pooled)" if th["pooled"] else ""))
+    r = doc["rates"]
+    print(f"  overall: true-pass {r['true_pass']}, false-pass {r['false_pass']} "
+          f"(paper gate: {r['clean']['paper_pass_rate']} / {r['corrupted']['paper_pass_rate']})")
+    return 0

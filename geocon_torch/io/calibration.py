@@ -1,0 +1,125 @@
+"""Calibration files of the report gate: reading, content hash, the shipped defaults.
+
+A calibration file (written by ``geocon calibrate``, :mod:`geocon_torch.bench.calibration`) is
+JSON holding, among its provenance, ``thresholds`` = {"H": {"ir_min", "ge_norm_max", ...},
+"F": {...}} (required: "ir_min", "ge_norm_max"; optional bounds "ge_fine_norm_max",
+"ge_peak_norm_max", "ge_h_norm_min", applied when present) and ``ref_long_side`` (GE bounds are px of a frame with that long side; see
+:mod:`geocon_torch.measures.calibration` for the gate and the resolution rule) and
+``content_hash``: the first 16 hex digits of the SHA-256 of the file's JSON without that key
+(compact, sorted keys), which results record.
+
+``config.background.calibration`` picks the file: "default" (the one shipped for the features
+backend in ``geocon_torch/data/calibration/<backend>.json``, else the opencv-sift one), a path,
+or None (no calibrated verdict). A path that is missing or not a calibration is a ConfigError.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .._json import read_json_file
+from ..errors import ConfigError
+
+#: folder of the shipped calibrations, one ``<features backend>.json`` each
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+#: the calibration "default" falls back to when its backend has none shipped
+FALLBACK_BACKEND = "opencv-sift"
+FORMAT = "geocon-calibration/1"
+
+
+def calibration_hash(data: Mapping[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of ``data`` without "content_hash" (compact JSON, sorted
+    keys): the same for the file as written and as read back."""
+    body = {k: v for k, v in data.items() if k != "content_hash"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A loaded calibration.
+
+    Attributes:
+        name: "default:<backend>" for a shipped file, else the file name.
+        path: the file; hash: its content hash (recomputed on reading).
+        backend: the features backend it was calibrated with; long_side: its working long
+            side (px); ref_long_side: px of the GE bounds.
+        thresholds: {"H": {"ir_min", "ge_norm_max", ...}, "F": {...}}.
+    """
+
+    name: str
+    path: str
+    hash: str
+    backend: Optional[str]
+    long_side: Optional[int]
+    ref_long_side: float
+    thresholds: Dict[str, Dict[str, float]]
+
+    def record(self, backend: Optional[str]) -> Dict[str, Any]:
+        """What a result's background block records about the calibration used."""
+        return {"name": self.name, "hash": self.hash, "backend": self.backend,
+                "backend_matches": backend is None or backend == self.backend,
+                "calibrated_long_side": self.long_side, "ref_long_side": self.ref_long_side}
+
+
+def default_calibration_path(backend: Optional[str]) -> Tuple[str, Path]:
+    """(name, path) of the shipped calibration of ``backend`` (else the opencv-sift one)."""
+    for b in ((backend,) if backend else ()) + (FALLBACK_BACKEND,):
+        path = DEFAULT_DIR / f"{b}.json"
+        if path.is_file():
+            return f"default:{b}", path
+    raise ConfigError(f"background.calibration 'default': no shipped calibration in {DEFAULT_DIR} "
+                      f"(reinstall geocon_torch or set background.calibration to a file or null)")
+
+
+def load_calibration(spec: Optional[str], backend: Optional[str] = None
+                     ) -> Optional[Calibration]:
+    """The calibration ``config.background.calibration`` names (None for None).
+
+    Args:
+        spec: "default", a path to a calibration JSON, or None.
+        backend: the features backend in use (picks the shipped default).
+    Raises:
+        ConfigError: the file is missing, not JSON, or has no valid thresholds.
+    """
+    if spec is None:
+        return None
+    if spec == "default":
+        name, path = default_calibration_path(backend)
+    else:
+        path = Path(spec).expanduser()
+        name = path.name
+        if not path.is_file():
+            raise ConfigError(f"background.calibration file not found: {spec}")
+    path = path.resolve()
+    return _read(str(path), path.stat().st_mtime_ns, name)
+
+
+@functools.lru_cache(maxsize=16)
+def _read(path: str, mtime_ns: int, name: str) -> Calibration:
+    """Parse and check one file (cached per path and modification time)."""
+    data = read_json_file(path, "background.calibration file", ConfigError)
+    th = data.get("thresholds") if isinstance(data, dict) else None
+    if not isinstance(th, dict) or not th or not all(
+            isinstance(v, dict) and _num(v.get("ir_min")) and _num(v.get("ge_norm_max"))
+            for v in th.values()):
+        raise ConfigError(f"background.calibration file {path} is not a calibration: it needs "
+                          f"'thresholds' {{regime: {{'ir_min', 'ge_norm_max'}}}}")
+    long_side = data.get("long_side")
+    return Calibration(name, path, calibration_hash(data), data.get("backend"),
+                       int(long_side) if _num(long_side) else None,
+                       float(data.get("ref_long_side", 1024)),
+                       {str(k): {kk: float(vv) for kk, vv in v.items() if _num(vv)}
+                        for k, v in th.items()})
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+__all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "calibration_hash",
+           "default_calibration_path", "load_calibration"]

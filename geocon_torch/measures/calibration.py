@@ -1,0 +1,285 @@
+"""Calibrated report gate: threshold math (no I/O).
+
+The paper's report gate (IR >= 0.97 and GE <= 3.5 px) barely ranks: on real and generated clips
+IR under F is ~1.000 (tau_F is loose), and 3.5 px is far above the GE of a rubber-sheet warp
+(~0.5 px at 256 px). The calibrated gate keeps the paper's form, an IR lower bound and a GE
+upper bound, per gated regime r in {H, F}, and adds three bounds (where the calibration file
+has them), all chosen on grounded scenes (:mod:`geocon_torch.bench.calibration`) at a target
+false-pass rate on corrupted clips::
+
+    pass_calibrated = IR >= ir_min[r]  and  GE_norm <= ge_norm_max[r]
+                      and  GE_fine_norm <= ge_fine_norm_max[r]        (finest scale)
+                      and  GE_peak_norm <= ge_peak_norm_max[r]        (the worst pairs)
+                      and  GE_H_norm >= ge_h_norm_min[r]              (F only: parallax seen)
+    X_norm = X_px * ref_long_side / long_side     (ref_long_side = 1024, the paper's)
+
+* ``GE_fine`` / ``GE_peak`` (:func:`peak_ge`): the median / 90th percentile of the gated
+  model's per-pair GE over the valid pairs at the finest scale. The clip GE (eq. 13) pools the
+  coarse scales, whose GE is in working-resolution px (keypoint noise 2-4x the finest's) and
+  dilutes a sub-pixel corruption; a corruption whose strength varies over time (a sliding
+  region, breathing) lifts a few pairs well above the median.
+* ``GE_H`` (F regime): the clip's median H transfer error (eq. 13 GE_H). A radial warp about
+  the frame centre (breathing) on a static or rotating camera moves every point along a line
+  through one epipole, so F fits it exactly and the gate sees parallax; but the H residual it
+  leaves is a fraction of what real parallax leaves (0.5-1.1 px @1024 at severity 0.5-1 on the
+  grounded scenes, against >= 1.5 px for their parallax clips). A clip gated F whose H fit is
+  nearly as good carries no evidence of a rigid 3-D scene and fails. A clip without valid H
+  pairs meets this bound (H cannot fit: strong parallax).
+
+Resolution rule: every GE statistic is in pixels of a ``ref_long_side``-px frame. A corruption's
+displacement scales with the frame (every injector's amplitude is a fraction of the image size),
+so the corrupted clips' normalised GE is about the same at any working resolution and the
+false-pass rate chosen at one resolution transfers to the others; clean clips' GE is keypoint
+localisation noise (a fraction of a pixel at any size), so their normalised GE shrinks as the
+resolution grows and the true-pass rate measured at a small calibration size is a lower bound
+for larger ones. The same holds for the parallax bound ``GE_H_norm`` (parallax scales with the
+frame). IR_F is unitless (tau_F in Hartley-normalised units) and IR_H uses tau_H in px: a
+corruption puts more H residuals over tau_H at larger sizes (lower IR_H, a stricter gate).
+
+Selection (:func:`select_bounds`; :func:`select_thresholds` is its (IR, GE) case): every
+combination of candidate bounds (each statistic's values on the clean clips, plus one that
+rejects every clip) is tried (a (K_1, ..., K_D, N) boolean grid, built one candidate of the
+first statistic at a time); the combination with the highest true-pass rate on clean clips among
+those whose false-pass rate on corrupted clips is <= the target is kept (ties: lower false-pass,
+then the tightest bounds, which sit on the extreme accepted clean clip), and each bound is then
+moved half way to the next observed value beyond it (no calibration clip changes side; the bound
+sits in the middle of the gap). Where no clip lies below the IR bound (IR carried no
+information), it is relaxed to ``ir_floor`` (the paper's 0.97) when that is lower.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from ..errors import InputError
+
+#: GE thresholds are stored in px of a frame with this long side (the paper's working size)
+REF_LONG_SIDE = 1024
+
+
+def normalised_ge(ge_px: torch.Tensor, long_side: torch.Tensor,
+                  ref_long_side: float = REF_LONG_SIDE) -> torch.Tensor:
+    """GE in px of a ``ref_long_side``-px frame: ``ge_px * ref_long_side / long_side`` (same
+    shape as the broadcast inputs; px at the working resolution in, reference px out)."""
+    return ge_px * (float(ref_long_side) / long_side.to(ge_px.dtype))
+
+
+@dataclass
+class Thresholds:
+    """One regime's calibrated gate and how it did on the calibration clips.
+
+    Attributes:
+        ir_min: IR lower bound (inclusive); ge_norm_max: GE upper bound (inclusive), px at
+            :data:`REF_LONG_SIDE`.
+        false_pass: fraction of corrupted clips that pass; true_pass: of clean clips.
+        n_clean, n_corrupted: clips the rates are measured on.
+    """
+
+    ir_min: float
+    ge_norm_max: float
+    false_pass: float
+    true_pass: float
+    n_clean: int
+    n_corrupted: int
+
+    def to_dict(self) -> Dict[str, float]:
+        return dict(vars(self))
+
+
+#: the gate's bounds: (threshold key, row statistic, True for a lower bound); the F regime uses
+#: all four, H the first three (:data:`REGIME_BOUNDS`)
+BOUNDS = (("ir_min", "ir", True), ("ge_norm_max", "ge_norm", False),
+          ("ge_fine_norm_max", "ge_fine_norm", False),
+          ("ge_peak_norm_max", "ge_peak_norm", False), ("ge_h_norm_min", "ge_h_norm", True))
+REGIME_BOUNDS = {"H": BOUNDS[:4], "F": BOUNDS}
+#: percentile of the finest-scale per-pair GE that ``GE_peak`` reads
+PEAK_QUANTILE = 0.9
+
+
+def peak_ge(ge: torch.Tensor, valid: torch.Tensor, q: float = PEAK_QUANTILE) -> Optional[float]:
+    """``GE_peak``: the ``q`` quantile (linear interpolation) of the per-pair GE ``ge`` (P,) px
+    over the ``valid`` (P,) bool pairs; None when none is valid."""
+    v = ge[valid.to(torch.bool)].double()
+    return float(torch.quantile(v, float(q))) if v.numel() else None
+
+
+def _candidates(values: torch.Tensor, lower: bool) -> torch.Tensor:
+    """(K,) candidate bounds: the unique observed values, plus one that excludes everything."""
+    u = torch.unique(values)
+    if u.numel() == 0:
+        return torch.zeros(1, dtype=values.dtype)
+    beyond = (u[0] - 1.0) if not lower else (u[-1] + 1.0)
+    return torch.cat([u, beyond.view(1)])
+
+
+def _halfway(bound: float, values: torch.Tensor, lower: bool) -> float:
+    """``bound`` moved half way towards the nearest observed value beyond it (lower bounds go
+    down, upper bounds up); unchanged when none lies beyond."""
+    beyond = values[values < bound] if lower else values[values > bound]
+    if beyond.numel() == 0:
+        return float(bound)
+    nxt = float(beyond.max()) if lower else float(beyond.min())
+    return 0.5 * (float(bound) + nxt)
+
+
+def _pass_grid(cands: Sequence[torch.Tensor], x: torch.Tensor, lower: Sequence[bool]
+               ) -> torch.Tensor:
+    """(K_1, ..., K_D) fraction of the N clips x (N, D) that meet every bound of each
+    combination of candidates (``cands[d]`` (K_d,), ``lower[d]``: x >= bound, else x <= bound);
+    0 when N = 0."""
+    d_all = len(cands)
+    shape = [int(c.numel()) for c in cands]
+    if x.shape[0] == 0:
+        return torch.zeros(shape, dtype=torch.float64)
+    # per-statistic pass masks (K_d, N), combined one candidate of the first statistic at a
+    # time: memory K_2 * ... * K_D * N booleans
+    n = int(x.shape[0])
+    masks = [(x[:, d].view(1, n) >= c.view(-1, 1)) if low else (x[:, d].view(1, n) <= c.view(-1, 1))
+             for d, (c, low) in enumerate(zip(cands, lower))]
+    rest = torch.ones(shape[1:] + [n], dtype=torch.bool)
+    for d in range(1, d_all):
+        rest = rest & masks[d].view([shape[d] if i == d else 1 for i in range(1, d_all)] + [n])
+    out = torch.stack([(rest & m).sum(-1) for m in masks[0]])
+    return out.double() / n
+
+
+def gate_rates(ir_min: torch.Tensor, ge_max: torch.Tensor, ir: torch.Tensor,
+               ge: torch.Tensor) -> torch.Tensor:
+    """(A, B) fraction of the N clips (ir, ge: (N,)) that pass ``IR >= ir_min[a]`` and
+    ``GE <= ge_max[b]`` (ir_min (A,), ge_max (B,)); 0 when N = 0."""
+    return _pass_grid([ir_min.double(), ge_max.double()],
+                      torch.stack([ir.double(), ge.double()], -1), (True, False))
+
+
+def select_bounds(clean: torch.Tensor, bad: torch.Tensor, lower: Sequence[bool],
+                  target_false_pass: float = 0.05) -> Tuple[List[float], float, float]:
+    """The bounds (one per statistic) with the best true-pass rate at a false-pass rate <=
+    ``target_false_pass`` (see the module docstring), each moved half way into its gap.
+
+    Args:
+        clean, bad: (Nc, D) and (Nb, D) statistics of clean and corrupted clips (the grid
+            holds ~Nc^D combinations: keep D <= 5 and Nc small).
+        lower: D flags, True where the statistic must be >= its bound, else <=.
+        target_false_pass: largest allowed fraction of corrupted clips passing, in [0, 1].
+    Returns:
+        (bounds (D floats), true-pass rate, false-pass rate); the rates are measured before the
+        half-way move, which changes no clip's side.
+    """
+    if not 0.0 <= float(target_false_pass) <= 1.0:
+        raise InputError(f"target_false_pass must be in [0, 1], got {target_false_pass!r}")
+    clean, bad = clean.double(), bad.double()
+    every = torch.cat([clean, bad])
+    if every.shape[0] == 0:
+        raise InputError("no scored clips to calibrate on")
+    # an optimal bound sits on a clean clip's value (tightening it to the extreme accepted clean
+    # clip keeps the true-pass rate and cannot raise the false-pass rate): K_d <= Nc + 1
+    cands = [_candidates(clean[:, d], lower=low) for d, low in enumerate(lower)]
+    tp, fp = _pass_grid(cands, clean, lower), _pass_grid(cands, bad, lower)
+    # lexicographic: feasible, true-pass high, false-pass low, then the tightest bounds (they
+    # sit on the extreme accepted clean clip, and the half-way move centres them in the gap)
+    score = tp * 1e8 - fp * 1e4
+    for d, (c, low) in enumerate(zip(cands, lower)):
+        rank = torch.argsort(torch.argsort(c)).double() / c.numel()  # in [0, 1)
+        score = score + ((rank if low else -rank) * 0.1 ** (d + 1)).view(
+            [-1 if i == d else 1 for i in range(len(cands))])
+    score = torch.where(fp <= float(target_false_pass) + 1e-12, score,
+                        torch.full_like(score, -float("inf")))
+    idx = torch.unravel_index(torch.argmax(score), score.shape)
+    bounds = []
+    for d, (c, low) in enumerate(zip(cands, lower)):
+        b, v = float(c[idx[d]]), every[:, d]
+        met = b <= float(v.max()) if low else b >= float(v.min())  # some clip meets it
+        bounds.append(_halfway(b, v, low) if met else b)
+    return bounds, float(tp[idx]), float(fp[idx])
+
+
+def select_thresholds(ir_clean: torch.Tensor, ge_clean: torch.Tensor, ir_bad: torch.Tensor,
+                      ge_bad: torch.Tensor, target_false_pass: float = 0.05, *,
+                      ir_floor: float = 0.97) -> Thresholds:
+    """The (IR lower, GE upper) bound pair with the best true-pass rate at a false-pass rate
+    <= ``target_false_pass`` (:func:`select_bounds` with D = 2).
+
+    Args:
+        ir_clean, ge_clean: (Nc,) IR and GE of clean clips (GE in any one unit, e.g. GE_norm).
+        ir_bad, ge_bad: (Nb,) the same of corrupted clips.
+        target_false_pass: largest allowed fraction of corrupted clips passing, in [0, 1].
+        ir_floor: the IR bound where no calibration clip lies below the chosen one (IR carried
+            no information there; IR_F is ~1.000 on most clips): min(chosen, ir_floor), by
+            default the paper's 0.97.
+    Returns:
+        :class:`Thresholds` (rates measured on these clips).
+    """
+    clean = torch.stack([ir_clean.double(), ge_clean.double()], -1)
+    bad = torch.stack([ir_bad.double(), ge_bad.double()], -1)
+    (ir_min, ge_max), tp, fp = select_bounds(clean, bad, (True, False), target_false_pass)
+    ir_min = relax_ir(ir_min, torch.cat([clean[:, 0], bad[:, 0]]), ir_floor)
+    return Thresholds(ir_min, ge_max, fp, tp, int(ir_clean.numel()), int(ir_bad.numel()))
+
+
+def relax_ir(ir_min: float, ir_all: torch.Tensor, ir_floor: float = 0.97) -> float:
+    """``min(ir_min, ir_floor)`` where no clip of ``ir_all`` (N,) lies below ``ir_min`` (IR
+    carried no information), else ``ir_min``."""
+    if ir_all.numel() and not bool((ir_all < ir_min).any()):
+        return min(float(ir_min), float(ir_floor))
+    return float(ir_min)
+
+
+def roc_curve(ge_clean: torch.Tensor, ge_bad: torch.Tensor, ir_clean: torch.Tensor,
+              ir_bad: torch.Tensor, ir_min: float) -> Dict[str, list]:
+    """ROC-style curve of the GE bound at a fixed IR bound: for every candidate GE threshold
+    (ascending), the false-pass rate on the corrupted clips and the true-pass rate on the clean
+    ones. Returns {"ge_thresholds", "false_pass", "true_pass"} (lists of equal length)."""
+    b = _candidates(torch.cat([ge_clean, ge_bad]).double(), lower=False).sort().values
+    a = torch.tensor([float(ir_min)], dtype=torch.float64)
+    tp = gate_rates(a, b, ir_clean.double(), ge_clean.double())[0]
+    fp = gate_rates(a, b, ir_bad.double(), ge_bad.double())[0]
+    return {"ge_thresholds": b.tolist(), "false_pass": fp.tolist(), "true_pass": tp.tolist()}
+
+
+def calibrated_pass(ir: Optional[float], ge_px: Optional[float], long_side: int,
+                    regime: Optional[str], thresholds: Mapping[str, Mapping[str, float]],
+                    ref_long_side: float = REF_LONG_SIDE, *, ge_fine_px: Optional[float] = None,
+                    ge_peak_px: Optional[float] = None, ge_h_px: Optional[float] = None
+                    ) -> Optional[bool]:
+    """The calibrated verdict of one clip (None when IR / GE / the regime's thresholds are
+    missing).
+
+    Args:
+        ir, ge_px: the clip's IR and GE (px at the working resolution, long side
+            ``long_side`` px) of the gated model.
+        regime: "H" / "F"; thresholds[regime] holds "ir_min", "ge_norm_max" and optionally
+            "ge_peak_norm_max" / "ge_h_norm_min" (px at ``ref_long_side``; an absent key is
+            no bound).
+        ge_fine_px, ge_peak_px: :func:`peak_ge` at q = 0.5 and 0.9 of the gated model (px;
+            None: the clip GE stands in).
+        ge_h_px: the clip's GE_H (px; None: no valid H pair, which meets ``ge_h_norm_min``).
+    """
+    th = thresholds.get(str(regime)) if regime is not None else None
+    if ir is None or ge_px is None or th is None:
+        return None
+    scale = float(ref_long_side) / float(long_side)
+    stats = {"ir": float(ir), "ge_norm": float(ge_px) * scale,
+             "ge_fine_norm": float(ge_px if ge_fine_px is None else ge_fine_px) * scale,
+             "ge_peak_norm": float(ge_px if ge_peak_px is None else ge_peak_px) * scale,
+             "ge_h_norm": float("inf") if ge_h_px is None else float(ge_h_px) * scale}
+    return all((stats[name] >= float(th[key])) if low else (stats[name] <= float(th[key]))
+               for key, name, low in BOUNDS if key in th)
+
+
+def ge_bound_px(ge_norm_max: float, long_side: int,
+                ref_long_side: float = REF_LONG_SIDE) -> float:
+    """The GE bound in px at a working resolution of long side ``long_side`` px."""
+    return float(ge_norm_max) * float(long_side) / float(ref_long_side)
+
+
+def pass_rates(passed: Sequence[Optional[bool]]) -> Optional[float]:
+    """Fraction of True among the non-None verdicts (None when there are none)."""
+    known = [bool(p) for p in passed if p is not None]
+    return (sum(known) / len(known)) if known else None
+
+
+__all__ = ["REF_LONG_SIDE", "BOUNDS", "REGIME_BOUNDS", "PEAK_QUANTILE", "Thresholds",
+           "normalised_ge", "peak_ge", "gate_rates", "select_bounds", "select_thresholds",
+           "relax_ir", "roc_curve", "calibrated_pass", "ge_bound_px", "pass_rates"]
