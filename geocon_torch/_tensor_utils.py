@@ -2,7 +2,7 @@
 lookups at pixel coordinates."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -25,30 +25,39 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int = -1,
     return mean, nonempty
 
 
+def sorted_valid(x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The valid entries of every row of ``x`` (..., N) in ascending order, first (the invalid
+    ones after them as the dtype's largest value), and their count (...,) long."""
+    big = torch.finfo(x.dtype).max if x.is_floating_point() else torch.iinfo(x.dtype).max
+    return torch.where(mask, x, torch.full_like(x, big)).sort(-1).values, mask.sum(-1)
+
+
+def quantile_of_sorted(vals: torch.Tensor, n: torch.Tensor, q: Union[float, torch.Tensor],
+                       fill: float = 0.0) -> torch.Tensor:
+    """Quantile ``q`` (a float, or a (...,) tensor: one per row; clamped to [0, 1]) of the first
+    ``n`` entries of each row of :func:`sorted_valid`'s ``vals`` (..., N), numpy's default
+    linear interpolation; ``fill`` for rows with ``n == 0``."""
+    if vals.shape[-1] == 0:
+        return torch.full(vals.shape[:-1], fill, dtype=vals.dtype, device=vals.device)
+    q = torch.as_tensor(q, dtype=torch.float64, device=vals.device).clamp(0.0, 1.0)
+    pos = q * (n.clamp_min(1) - 1).to(torch.float64)
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+    v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
+    frac = (pos - lo.to(torch.float64)).to(vals.dtype) if vals.is_floating_point() else 0
+    out = v_lo + (v_hi - v_lo) * frac
+    return torch.where(n > 0, out, torch.full_like(out, fill))
+
+
 def masked_quantile(x: torch.Tensor, mask: torch.Tensor, q: float, dim: int = -1,
                     fill: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Quantile ``q`` in [0, 1] of the valid entries of ``x`` along ``dim`` (numpy's default
     linear interpolation). Rows with no valid entry give ``fill``.
     Returns (value, nonempty) as :func:`masked_mean`.
     """
-    x = x.movedim(dim, -1)
-    mask = mask.movedim(dim, -1)
-    if x.shape[-1] == 0:
-        empty = torch.full(x.shape[:-1], fill, dtype=x.dtype, device=x.device)
-        return empty, torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
-    big = torch.finfo(x.dtype).max if x.is_floating_point() else torch.iinfo(x.dtype).max
-    vals = torch.where(mask, x, torch.full_like(x, big)).sort(-1).values
-    n = mask.sum(-1)
-    nonempty = n > 0
-    pos = q * (n.clamp_min(1) - 1).to(torch.float64)
-    lo = pos.floor().long()
-    hi = pos.ceil().long()
-    v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
-    v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
-    frac = (pos - lo.to(torch.float64)).to(x.dtype) if x.is_floating_point() else 0
-    out = v_lo + (v_hi - v_lo) * frac
-    out = torch.where(nonempty, out, torch.full_like(out, fill))
-    return out, nonempty
+    vals, n = sorted_valid(x.movedim(dim, -1), mask.movedim(dim, -1))
+    return quantile_of_sorted(vals, n, q, fill), n > 0
 
 
 def masked_median(x: torch.Tensor, mask: torch.Tensor, dim: int = -1, fill: float = 0.0

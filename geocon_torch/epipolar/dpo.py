@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from ..errors import InputError, ShapeError
+from ..features.base import pad_keypoints
 from ..features.matching import match_descriptors, pack_matches
 from ..features.opencv_sift import OpenCVSIFT
 from ..geometry import fundamental_8pt, sampson_distance
@@ -220,17 +220,10 @@ def extract_sift(frames: Sequence[torch.Tensor], config: EpipolarDPOConfig,
 def _pad_frames(feats: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
                 device: DeviceLike) -> Keypoints:
     """Per frame (xy (n, 2), descriptors (n, 128) uint8, response (n,)) -> padded Keypoints
-    on ``device`` (zeros where padded)."""
+    on ``device`` (zeros where padded; descriptors stay uint8)."""
     dev = torch.device("cpu") if device is None else torch.device(device)
-    if not feats:
-        return Keypoints(torch.zeros(0, 0, 2, device=dev), torch.zeros(
-            0, 0, 128, dtype=torch.uint8, device=dev), torch.zeros(0, 0, device=dev),
-            torch.zeros(0, 0, dtype=torch.bool, device=dev))
-    xy, desc, score = (pad_sequence(list(part), batch_first=True).to(dev)
-                       for part in zip(*feats))
-    counts = torch.tensor([int(f[0].shape[0]) for f in feats], device=dev)
-    mask = torch.arange(xy.shape[1], device=dev) < counts[:, None]
-    return Keypoints(xy=xy, descriptors=desc, scores=score, mask=mask)
+    xys, descs, scores = zip(*feats) if feats else ((), (), ())
+    return pad_keypoints(xys, descs, scores, 128, dev, torch.float32, desc_dtype=torch.uint8)
 
 
 def byte_codes(kps: Keypoints) -> Tuple[torch.Tensor, torch.Tensor]:

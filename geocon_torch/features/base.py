@@ -167,12 +167,14 @@ def compact_keypoints(kps: Keypoints, keep: Optional[torch.Tensor] = None,
 def pad_keypoints(xys: Sequence[torch.Tensor], descs: Sequence[torch.Tensor],
                   scores: Sequence[torch.Tensor], desc_dim: int, device: torch.device,
                   dtype: torch.dtype = torch.float32,
-                  extras: Optional[Dict[str, Sequence[torch.Tensor]]] = None) -> Keypoints:
-    """Stack per-frame results ((n_t, 2), (n_t, D), (n_t,)) into padded Keypoints."""
+                  extras: Optional[Dict[str, Sequence[torch.Tensor]]] = None,
+                  desc_dtype: Optional[torch.dtype] = None) -> Keypoints:
+    """Stack per-frame results ((n_t, 2), (n_t, D), (n_t,)) into padded Keypoints (zeros where
+    padded); descriptors in ``desc_dtype`` (default ``dtype``; e.g. uint8 for SIFT bytes)."""
     t = len(xys)
     n = max([int(x.shape[0]) for x in xys], default=0)
     xy = torch.zeros(t, n, 2, dtype=dtype, device=device)
-    de = torch.zeros(t, n, desc_dim, dtype=dtype, device=device)
+    de = torch.zeros(t, n, desc_dim, dtype=desc_dtype or dtype, device=device)
     sc = torch.zeros(t, n, dtype=dtype, device=device)
     mk = torch.zeros(t, n, dtype=torch.bool, device=device)
     ex = {}
@@ -182,7 +184,7 @@ def pad_keypoints(xys: Sequence[torch.Tensor], descs: Sequence[torch.Tensor],
     for i in range(t):
         k = int(xys[i].shape[0])
         xy[i, :k] = xys[i].to(device=device, dtype=dtype)
-        de[i, :k] = descs[i].to(device=device, dtype=dtype)
+        de[i, :k] = descs[i].to(device=device, dtype=de.dtype)
         sc[i, :k] = scores[i].to(device=device, dtype=dtype)
         mk[i, :k] = True
         for name, values in (extras or {}).items():

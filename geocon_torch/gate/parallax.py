@@ -52,7 +52,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .._tensor_utils import masked_median
+from .._tensor_utils import masked_median, quantile_of_sorted, sorted_valid
 from ..config import GATE_STATISTIC_CHOICES, GateConfig
 from ..geometry import fundamental_residuals, homography_residuals
 from ..types import Fit
@@ -81,23 +81,10 @@ def quantile_bounds(values: torch.Tensor, keep: torch.Tensor, q: float, z: float
     >>> [round(float(t), 1) for t in quantile_bounds(v, v >= 0, 0.9, 1.645)]
     [89.1, 84.2, 94.0]
     """
-    n = keep.sum(-1)
-    nf = n.clamp_min(1).to(torch.float64)
-    big = torch.finfo(values.dtype).max
-    vals = torch.where(keep, values, torch.full_like(values, big)).sort(-1).values
-    half = z * torch.sqrt(torch.tensor(q * (1.0 - q), dtype=torch.float64) / nf)
-
-    def at(p: torch.Tensor) -> torch.Tensor:  # linear interpolation between order statistics
-        pos = p.clamp(0.0, 1.0) * (nf - 1)
-        lo = pos.floor().long()
-        hi = pos.ceil().long()
-        v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
-        v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
-        out = v_lo + (v_hi - v_lo) * (pos - lo.to(torch.float64)).to(values.dtype)
-        return torch.where(n > 0, out, torch.zeros_like(out))
-
-    base = torch.full_like(nf, q)
-    return at(base), at(base - half), at(base + half)
+    vals, n = sorted_valid(values, keep)
+    half = z * torch.sqrt(q * (1.0 - q) / n.clamp_min(1).to(torch.float64))
+    return tuple(quantile_of_sorted(vals, n, p) for p in (torch.full_like(half, q), q - half,
+                                                           q + half))
 
 
 def reference_scale(x1: torch.Tensor, mask: torch.Tensor, long_side_px: Optional[float],

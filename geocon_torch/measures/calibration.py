@@ -53,6 +53,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .._tensor_utils import masked_quantile
 from ..errors import InputError
 
 #: GE thresholds are stored in px of a frame with this long side (the paper's working size)
@@ -101,8 +102,8 @@ PEAK_QUANTILE = 0.9
 def peak_ge(ge: torch.Tensor, valid: torch.Tensor, q: float = PEAK_QUANTILE) -> Optional[float]:
     """``GE_peak``: the ``q`` quantile (linear interpolation) of the per-pair GE ``ge`` (P,) px
     over the ``valid`` (P,) bool pairs; None when none is valid."""
-    v = ge[valid.to(torch.bool)].double()
-    return float(torch.quantile(v, float(q))) if v.numel() else None
+    value, nonempty = masked_quantile(ge.double(), valid.to(torch.bool), float(q))
+    return float(value) if bool(nonempty) else None
 
 
 def _candidates(values: torch.Tensor, lower: bool) -> torch.Tensor:
