@@ -15,19 +15,21 @@ overlap of the two classes' values.
 ``--quick``: a smoke run (4 scenes: C1, C2 pan, C3 truck, C5 arc; one seed, 6 frames at 160 px);
 explicit flags win.
 
-Agreement mode (``--backends`` and / or ``--sizes``): the regime decision of every clip (grounded
-scenes of every category, rendered at each working size, and the shared real clips, ``--real``)
-for every feature backend x working long side, with the configured gate; prints one row per clip
-and the agreement (same decision for all settings; U vs H / F counts as a disagreement; a
-setting where the clip stopped before the gate, ``-``: a decode error or too little texture,
-is left out and listed under ``not_scored``) per axis:
+Agreement mode (``--backends`` and / or ``--sizes``): the gate decision (H / F / U) and the
+regime (U resolved) of every clip (grounded scenes of every category, rendered once at the
+largest size and written losslessly to a PNG folder, and the shared real clips, ``--real``) for
+every feature backend x working long side (``io.long_side``), with the configured gate; prints
+one row per clip (``decision/regime`` per setting) and the agreement (same value for all
+settings; U vs H / F counts as a disagreement; a setting where the clip stopped before the gate,
+``-``: a decode error or too little texture, is left out and listed under ``not_scored``) per
+axis, for the decision and for the regime:
 
     python benchmarks/gate_sweep.py --backends opencv-sift,kornia-sift --sizes 256,512,1024
         [--learned-sizes 256] [--seeds 2] [--frames 8] [--real-frames 16] [--no-real]
 
 ``--learned-sizes``: sizes at which the learned backends (slow on a CPU) run (default: all).
-Last line: ``RESULT {json}`` with ``agreement`` {backend, size, overall, u_compatible} and the
-grounded accuracy.
+Last line: ``RESULT {json}`` with ``agreement`` {backend, size, overall, u_compatible} (the
+decision), ``regime_agreement`` (the same for the regime) and the grounded accuracy.
 
 Last line: ``RESULT {json}`` with the chosen statistic, thresholds and accuracies.
 """
@@ -36,10 +38,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
+import cv2
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -118,18 +122,30 @@ def gate_decision(source, backend: str, size: int, frames: int, device: str,
 
 def agreement_clips(args) -> list:
     """(name, expected regime or None, {size: source}) of the grounded and real clips."""
-    clips = []
+    clips, side = [], max(int(v) for v in args.sizes.split(","))
+    folder = Path(tempfile.mkdtemp(prefix="gate_sweep_"))
     for seed in range(args.seeds):
         for cat, opts in AGREE_SCENES[:args.scenes]:
             name = f"{cat} {json.dumps(opts)} seed {seed}"
-            render = (lambda c, o, sd: lambda s: render_scene(  # noqa: E731
-                c, num_frames=args.frames, size=(s * 3 // 4, s), seed=sd, **o).frames)
-            clips.append((name, EXPECTED_REGIME[cat], render(cat, opts, seed)))
+            # one source per clip (rendered at the largest size, written losslessly), scored at
+            # each working size: the axis a user changes with io.long_side
+            frames = render_scene(cat, num_frames=args.frames, size=(side * 3 // 4, side),
+                                  seed=seed, **opts).frames
+            clips.append((name, EXPECTED_REGIME[cat],
+                          (lambda p: lambda s: p)(write_frames(frames, folder / f"{len(clips)}"))))
     if args.real:
         for f in REAL_CLIPS:
             if (REAL_DIR / f).exists():
                 clips.append((f, None, (lambda p: lambda s: p)(REAL_DIR / f)))
     return clips
+
+
+def write_frames(frames: torch.Tensor, folder: Path) -> Path:
+    """(T, 3, H, W) uint8 frames -> ``folder/0000.png, ...`` (lossless); returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, f in enumerate(frames):
+        cv2.imwrite(str(folder / f"{k:04d}.png"), f.permute(1, 2, 0).flip(-1).cpu().numpy())
+    return folder
 
 
 def agreement(args) -> dict:
@@ -141,19 +157,25 @@ def agreement(args) -> dict:
     print(f"{'clip':44s} exp  " + " ".join(f"{b[:10]}@{s}" for b, s in settings) + "  agree")
     for name, expected, source in agreement_clips(args):
         frames = args.frames if expected is not None else args.real_frames
-        dec = {}
+        dec, reg = {}, {}
         for s in sizes:
             src = source(s)
             for b in backends:
                 if (b, s) in settings:
-                    dec[(b, s)] = gate_decision(src, b, s, frames, args.device,
-                                                   args.statistic)["decision"]
-        rows.append({"clip": name, "expected": expected, "decisions": dec})
-        same = len(set(dec.values())) == 1
+                    g = gate_decision(src, b, s, frames, args.device, args.statistic)
+                    dec[(b, s)] = g["decision"]
+                    reg[(b, s)] = g["regime"] if g["decision"] != NOT_SCORED else NOT_SCORED
+        rows.append({"clip": name, "expected": expected, "decisions": dec, "regimes": reg})
+        same = len({d for d in dec.values() if d != NOT_SCORED}) <= 1
         print(f"{name[:44]:44s} {expected or '-':3s}  "
-              + " ".join(f"{str(dec[k]):>{len(k[0][:10]) + 1 + len(str(k[1]))}s}"
+              + " ".join(f"{str(dec[k]) + '/' + str(reg[k]):>{len(k[0][:10]) + 1 + len(str(k[1]))}s}"
                          for k in settings) + f"  {'yes' if same else 'NO'}", flush=True)
-    return summarise(rows, backends, sizes, settings, time.time() - t0)
+    out = summarise(rows, backends, sizes, settings, time.time() - t0)
+    regimes = summarise([dict(r, decisions=r["regimes"]) for r in rows], backends, sizes,
+                        settings, 0.0)
+    out["regime_agreement"] = regimes["agreement"]
+    out["regime_disagreeing"] = regimes["disagreeing"]
+    return out
 
 
 def summarise(rows, backends, sizes, settings, seconds) -> dict:
@@ -211,9 +233,14 @@ def main() -> int:
         args.sizes = args.sizes or str(args.long_side)
         out = agreement(args)
         a = out["agreement"]
-        print(f"agreement: backend {a['backend']:.3f}  size {a['size']:.3f}  overall "
-              f"{a['overall']:.3f}  (U-compatible {a['u_compatible']:.3f}); grounded all-correct "
-              f"{out['grounded_all_correct']:.3f}; disagreeing: {out['disagreeing'] or 'none'}")
+        r = out["regime_agreement"]
+        print(f"gate decision (H / F / U) agreement: backend {a['backend']:.3f}  size "
+              f"{a['size']:.3f}  overall {a['overall']:.3f}  (U-compatible "
+              f"{a['u_compatible']:.3f}); grounded all-correct {out['grounded_all_correct']:.3f};"
+              f" disagreeing: {out['disagreeing'] or 'none'}")
+        print(f"regime (H / F, U resolved) agreement: backend {r['backend']:.3f}  size "
+              f"{r['size']:.3f}  overall {r['overall']:.3f}; disagreeing: "
+              f"{out['regime_disagreeing'] or 'none'}")
         print("RESULT " + json.dumps({"benchmark": "gate_sweep", "mode": "agreement", **out}))
         return 0
     scenes = QUICK_SCENES if args.quick else SCENES

@@ -371,6 +371,9 @@ class FeatureConfig(_Section):
     scale_mode: str = _choice("auto", SCALE_MODE_CHOICES)
     checkpoint: Optional[str] = _text()  # local weights for learned backends
     content_margin_px: int = _int(4, 0)  # content mask eroded by this much (px) before keypoints
+    # opencv-sift's contrastThreshold (OpenCV's default 0.04); lower finds keypoints on weakly
+    # textured frames (the strongest max_keypoints are kept either way)
+    opencv_contrast_threshold: float = _num(0.04, 0)
     # pairs are matched in chunks needing at most this many distinct frames (bounded memory,
     # identical results); None: all frames at once
     chunk_frames: Optional[int] = _int(48, 2, null=True)
@@ -419,6 +422,13 @@ class GateConfig(_Section):
     noise_k: float = _num(4.5, 0)  # H bound >= noise_k x the same quantile of Sampson px
     ci_z: float = _num(1.645, 0)  # one-sided 95 % order-statistic bound on the quantile
     parallax_pairs: str = _choice("first_last", PARALLAX_PAIRS_CHOICES)  # weight-free gate pairs
+    # the weight-free gate's own view (gate.view): its gate pairs are matched by view_backend at
+    # view_long_side (capped by the source), whatever features.backend / io.long_side score the
+    # clip, so the regime does not change with them; "same": the scoring backend and resolution
+    view_backend: str = _choice("opencv-sift", FEATURE_BACKEND_CHOICES + ("same",))
+    view_long_side: Optional[int] = _int(512, 16, null=True)  # px; None: the working side
+    view_max_keypoints: int = _int(2000, 1)
+    view_contrast_threshold: float = _num(0.01, 0)  # opencv-sift's: weakly textured clips too
     dust3r_image_size: int = _int(512, 16)  # DUSt3R input size (224 or 512 models)
     u_margin: float = _num(0.05, 0, 1)  # U band: F when IR_F - IR_H > u_margin or GRIC prefers F
 
@@ -475,6 +485,9 @@ class BackgroundConfig(_Section):
     # calibrated report gate (background.pass_calibrated, geocon_torch.io.calibration):
     # "default" (shipped for the features backend), a calibration JSON path, or null (off)
     calibration: Optional[str] = _text("default")
+    # the content hash of that calibration file: filled in when a clip is scored (the result's
+    # config records it, so config_hash changes with the file); given, the file must match it
+    calibration_hash: Optional[str] = _text()
 
 
 @dataclass

@@ -32,8 +32,9 @@ import torch
 from ._memory import release_freed_memory
 from .config import PRESET_CHOICES, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
-from .features.base import resolve_device
+from .features.base import resolve_backend, resolve_device
 from .io import content_hash, probe_video, read_clip
+from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
@@ -85,6 +86,16 @@ def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
     if cfg.io.max_frames is not None:
         n = min(n, int(cfg.io.max_frames))
     return n > int(limit)
+
+
+def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = None
+                  ) -> GeoConConfig:
+    """The config results are recorded under: ``background.calibration_hash`` set to the hash
+    of the calibration file in use for the features backend on ``device``
+    (:func:`~geocon_torch.io.calibration.pin_calibration`), so ``config_hash()`` keys results
+    by the calibration too. What :func:`score_clip` and the bench runner record."""
+    cfg = load_config(config)
+    return pin_calibration(cfg, resolve_backend(cfg.features.backend, device))
 
 
 def load_clip(video: VideoLike, config: ConfigLike = None,
@@ -237,6 +248,7 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
         clip, dev = load_clip(video, cfg, device)
     timer.name = clip.name
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
+    cfg = pinned_config(cfg, dev)
     res = _new_result(video, clip, cfg)
     if _decode_ok(res, clip, cfg, timer):
         _score(res, video, clip, masks, poses, cfg, preset, dev, timer)

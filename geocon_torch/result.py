@@ -20,8 +20,10 @@
                                      # "Rotation-dominant", ..., "Stress" (measured)
      "prompt_category": str | None,  # prompt family C1-C6 or a free label (given, e.g. by
                                      # the manifest; None for a clip scored on its own)
-     "config": {...}, "config_hash": str, "version": str,
-     "backends": {"features", "flow", "masks", "gate"}, "timing_s": {...}}
+     "config": {...}, "config_hash": str, "version": str,  # config: the scoring config with
+                                     # background.calibration_hash = the calibration file's
+                                     # content hash (part of config_hash)
+     "backends": {"features", "flow", "masks", "gate", "gate_view"}, "timing_s": {...}}
 
 Schema history: 1.0 had one ``category`` field holding either a prompt family or a behaviour;
 2.0 splits it into ``prompt_category`` and ``behaviour``. :meth:`ClipResult.from_dict` (and so the

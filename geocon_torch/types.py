@@ -232,6 +232,16 @@ def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> 
         num_kp2=torch.cat([c.num_kp2 for c in parts]))
 
 
+def empty_rows(like: Correspondences) -> Correspondences:
+    """Rows with no matches (N = 0) for the pairs of ``like``: placeholders that keep a stacked
+    row layout (e.g. the gate pairs at the scales the gate does not read)."""
+    p, dev = like.num_pairs, like.x1.device
+    return Correspondences(like.x1.new_zeros(p, 0, 2), like.x2.new_zeros(p, 0, 2),
+                           torch.zeros(p, 0, dtype=torch.bool, device=dev),
+                           like.scores.new_zeros(p, 0), like.pairs,
+                           torch.zeros_like(like.num_kp1), torch.zeros_like(like.num_kp2))
+
+
 class _NoAttribute(GeoConError, AttributeError):
     """A private attribute :class:`BlockMasks` does not have (an AttributeError)."""
 

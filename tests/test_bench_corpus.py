@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from geocon_torch.pipeline import pinned_config
 from geocon_torch.bench import ResultStore, default_score_fn, run_manifest
 from geocon_torch.config import GeoConConfig
 from geocon_torch.io import write_video
@@ -60,7 +61,7 @@ def test_bad_input_corpus_finishes_and_resumes(tmp_path: Path):
         assert r["status"] in ("ok", "not_applicable", "error"), cid
         if r["status"] != "ok":
             assert isinstance(r["reason"], str) and len(r["reason"]) > 5, cid
-        assert r["result"]["config_hash"] == CFG.config_hash()
+        assert r["result"]["config_hash"] == pinned_config(CFG).config_hash()
     assert rows["good"]["status"] == "ok" and rows["good"]["result"]["background"]["ir"] > 0.9
     assert rows["missing"]["status"] == "error" and "no such file" in rows["missing"]["reason"]
     for bad in ("zero", "text"):

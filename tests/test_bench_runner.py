@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from geocon_torch.pipeline import pinned_config
 from geocon_torch.bench import ResultStore, load_manifest, run_manifest
 from geocon_torch.config import GeoConConfig
 
@@ -43,7 +44,7 @@ def test_run_resume_and_error_rows(tmp_path: Path):
     rows = {r["clip_id"]: r for r in _table(db)}
     assert len(rows) == 8
     assert rows["c3"]["status"] == "error" and "RuntimeError: boom on c3" in rows["c3"]["reason"]
-    assert rows["c3"]["result"]["config_hash"] == GeoConConfig().config_hash()
+    assert rows["c3"]["result"]["config_hash"] == pinned_config(GeoConConfig()).config_hash()
     assert rows["c2"]["prompt_category"] == "C3"
     assert rows["c2"]["result"]["prompt_category"] == "C3"
     again = CountingScorer()

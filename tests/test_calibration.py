@@ -16,8 +16,8 @@ from geocon_torch.errors import ConfigError
 from geocon_torch.io.calibration import DEFAULT_DIR, calibration_hash, load_calibration
 from geocon_torch.measures.calibration import (calibrated_pass, ge_bound_px, normalised_ge,
                                                peak_ge, roc_curve, select_bounds,
-                                               select_thresholds)
-from geocon_torch.pipeline import score_clip
+                                               select_thresholds, spread_of)
+from geocon_torch.pipeline import pinned_config, score_clip
 from geocon_torch.report.audit import _facts
 from geocon_torch.report.text import calibrated_verdict
 from geocon_torch.synth import grounded_clip
@@ -203,6 +203,32 @@ def test_results_carry_both_verdicts_and_the_hash(c3_frames, tmp_path: Path):
                    config={"background": {"calibration": str(tmp_path / "nope.json")}})
 
 
+def test_config_record_pins_the_calibration_hash(c3_frames, tmp_path: Path):
+    """The result's config record holds the calibration file's hash, so config_hash changes
+    with the file; a config naming another hash is refused before scoring."""
+    shipped = json.loads(SHIPPED.read_text())["content_hash"]
+    res = score_clip(c3_frames, preset="background", device="cpu")
+    assert res.config["background"]["calibration_hash"] == shipped
+    assert res.config_hash == GeoConConfig.from_dict(res.config).config_hash()
+    assert res.config_hash != GeoConConfig().config_hash()  # the unpinned config differs
+    assert pinned_config(None, "cpu").config_hash() == res.config_hash
+    a = _write_calibration(tmp_path / "a.json", ge_norm_max=0.5)
+    b = _write_calibration(tmp_path / "b.json", ge_norm_max=0.6)
+    ra, rb = (score_clip(c3_frames, preset="background", device="cpu",
+                         config={"background": {"calibration": str(p)}}) for p in (a, b))
+    assert ra.config["background"]["calibration_hash"] == ra.background["calibration"]["hash"]
+    assert ra.config_hash != rb.config_hash
+    # the same file path with new content: a config pinned to the old hash is refused
+    pinned = ra.config
+    _write_calibration(a, ge_norm_max=0.7)
+    with pytest.raises(ConfigError, match="calibration changed"):
+        score_clip(c3_frames, preset="background", device="cpu", config=pinned)
+    off = score_clip(c3_frames, preset="background", device="cpu",
+                     config={"background": {"calibration": None}})
+    assert off.config["background"]["calibration_hash"] is None
+    assert off.config_hash == load_config({"background": {"calibration": None}}).config_hash()
+
+
 def test_table_and_report_show_both_verdicts():
     res = {"clip": "a", "status": "ok", "regime": "F",
            "background": {"ir": 1.0, "ge_px": 0.3, "pass": True, "pass_calibrated": False,
@@ -242,3 +268,33 @@ def test_calibrate_cli_rejects_bad_options(tmp_path: Path, capsys):
 
 def test_plan_config_scores_without_calibration():
     assert CalibrationPlan().config().background.calibration is None
+
+
+def test_ties_take_the_loosest_bounds():
+    """Among bound sets with the same true / false-pass rates the loosest wins (the widest
+    margin for unseen clean clips; the first statistic first): clean A (1, 1), B (1, 2),
+    C (0.5, 5), corrupted X (0.5, 4) in (IR >=, GE <=). Accepting C would accept X, so 2 of 3
+    clean pass, with IR >= 1 or with IR >= 0.5 and GE <= 2: the loose IR bound 0.5 is kept (the
+    tightest would be 1, moved half way to 0.75) and GE <= 2 moves half way to X's 4."""
+    clean = torch.tensor([[1.0, 1.0], [1.0, 2.0], [0.5, 5.0]], dtype=torch.float64)
+    bad = torch.tensor([[0.5, 4.0]], dtype=torch.float64)
+    (ir_min, ge_max), tp, fp = select_bounds(clean, bad, (True, False), 0.0)
+    assert (tp, fp) == (pytest.approx(2 / 3), 0.0)
+    assert (ir_min, ge_max) == (pytest.approx(0.5), pytest.approx(3.0))
+    th = {"H": {"ir_min": ir_min, "ge_norm_max": ge_max}}
+    assert calibrated_pass(0.6, 2.9 * 256 / 1024, 256, "H", th) is True  # unseen, in the margin
+    assert calibrated_pass(0.5, 4.0 * 256 / 1024, 256, "H", th) is False  # X
+
+
+def test_spread_bound_reads_peak_minus_fine():
+    """GE_spread = GE_peak - GE_fine (px @1024): an even high GE passes the spread bound, a
+    low median with a few high pairs does not; a file with the older peak bound still applies."""
+    th = {"H": {"ir_min": 0.9, "ge_norm_max": 2.0, "ge_spread_norm_max": 0.2}}
+    even = dict(ge_fine_px=0.4 * 256 / 1024, ge_peak_px=0.45 * 256 / 1024)
+    spiky = dict(ge_fine_px=0.05 * 256 / 1024, ge_peak_px=0.4 * 256 / 1024)
+    assert spread_of(0.05, 0.4) == pytest.approx(0.35) and spread_of(None, 1.0) == 0.0
+    assert calibrated_pass(1.0, 0.1, 256, "H", th, **even) is True
+    assert calibrated_pass(1.0, 0.1, 256, "H", th, **spiky) is False
+    old = {"H": {"ir_min": 0.9, "ge_norm_max": 2.0, "ge_peak_norm_max": 0.42}}
+    assert calibrated_pass(1.0, 0.1, 256, "H", old, **even) is False
+    assert calibrated_pass(1.0, 0.1, 256, "H", old, **spiky) is True

@@ -51,11 +51,8 @@ def test_corrupted_background_clips_fail_the_calibrated_gate(held_out_rates):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 15 acceptance not met at the 256 px calibration size: breathing at severity 0.5 on "
-    "translating scenes (C3 / C6) leaves GE_F within clean parallax GE (sub-pixel at 256 px) "
-    "and C4 (static camera, moving objects) has IR_H 0.93-0.94; held-out seed 100: true-pass "
-    "0.80 at false-pass 0.067 (benchmarks/README.md)"))
 def test_clean_rigid_clips_pass_the_calibrated_gate(held_out_rates):
+    # every category and motion, clean, 2 held-out seeds (20 clips): 18 pass with the shipped
+    # calibration (benchmarks/README.md); the paper's gate passes as many
     assert held_out_rates["clean"]["n"] >= 18
     assert held_out_rates["true_pass"] >= 0.90

@@ -112,3 +112,25 @@ def test_blank_frames_give_empty_keypoints(backend):
     assert int(kps.mask.sum()) == 0
     c = match_descriptors(kps, PAIR)
     assert c.x1.shape == (1, 0, 2) and int(c.num_kp1[0]) == 0
+
+
+def test_contrast_threshold_reaches_opencv_through_the_feature_config(shared_data):
+    """features.opencv_contrast_threshold is cv2's contrastThreshold: on a blurred frame the
+    keypoints of extract_correspondences are OpenCV's count at each threshold (lower: more)."""
+    import cv2
+
+    from geocon_torch.config import FeatureConfig
+    from geocon_torch.features import extract_correspondences
+    from geocon_torch.io import read_clip
+
+    img = cv2.GaussianBlur(hill_gray(shared_data, (200, 150)), (0, 0), 3)
+    clip = read_clip(torch.from_numpy(np.stack([img] * 2))[:, None].expand(2, 3, 150, 200)
+                     .contiguous(), long_side=None)
+    counts = {}
+    for ct in (0.04, 0.01):
+        cfg = FeatureConfig(backend="opencv-sift", scales=(1.0,), content_margin_px=0,
+                            scale_mode="pyramid", opencv_contrast_threshold=ct)
+        c = extract_correspondences(clip, torch.tensor([[0, 1]]), cfg, device="cpu")[1.0]
+        counts[ct] = int(c.num_kp1[0])
+        assert counts[ct] == len(cv2.SIFT_create(2000, contrastThreshold=ct).detect(img, None))
+    assert counts[0.01] > 1.5 * counts[0.04]

@@ -4,12 +4,17 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
+import cv2
 import pytest
 import torch
 
 from geocon_torch import score_clip
-from geocon_torch.config import GateConfig
+from geocon_torch.config import GateConfig, load_config
 from geocon_torch.gate.parallax import gate_from_parallax, parallax_statistics, quantile_bounds
+from geocon_torch.gate.select import gate_source
+from geocon_torch.gate.view import view_long_side
+from geocon_torch.io.pairs import gate_pair_tiers, parallax_gate_pairs
+from geocon_torch.io import read_clip
 from geocon_torch.synth import EXPECTED_REGIME, render_scene
 
 CFG = GateConfig()  # statistic parallax_magnitude, band [3, 16] reference px
@@ -122,20 +127,100 @@ def test_agreement_rate_over_grounded_clips():
 
 
 def test_realshort_gate_does_not_flip_with_the_backend(shared_data):
-    """The issue's case: realshort (16 frames, 256 px) was H with opencv-sift and F / U with
-    kornia-sift. Its parallax (~5-12 reference px against a keypoint noise of ~2) is not clear
-    of the band for either backend, or within its noise: U for both, with the evidence,
-    resolved downstream."""
+    """The issue's case: realshort (16 frames, 256 px) was H with opencv-sift and F with
+    kornia-sift. The gate now reads its own view (opencv-sift at the source's 320 px), so both
+    backends get the same gate rows: the same U decision with the same evidence (parallax ~5-7
+    reference px within the noise floor) and the same regime (F: the clip is a handheld
+    translation, ../shared/data/README.md)."""
     out = {}
     for b in ("opencv-sift", "kornia-sift"):
         cfg = {"features": {"backend": b}, "gate": {"method": "parallax"},
                "io": {"long_side": 256, "max_frames": 16}}
-        d = score_clip(shared_data / "real" / "realshort.mp4", config=cfg, preset="background",
-                       device="cpu").to_dict()
-        out[b] = d["gate"]
-    assert {g["decision"] for g in out.values()} == {"U"}, out
-    for g in out.values():
+        out[b] = score_clip(shared_data / "real" / "realshort.mp4", config=cfg,
+                            preset="background", device="cpu").to_dict()
+    gates = [r["gate"] for r in out.values()]
+    assert {g["decision"] for g in gates} == {"U"}, gates
+    assert {r["regime"] for r in out.values()} == {"F"}
+    a, b = (g["evidence"]["magnitude_ci_ref_px"] for g in gates)
+    assert a == pytest.approx(b, rel=1e-6)
+    for r in out.values():
+        view = r["backends"]["gate_view"]
+        assert (view["backend"], view["long_side"], view["source"]) == ("opencv-sift", 320, "file")
+        g = r["gate"]
         lo, hi = g["evidence"]["magnitude_ci_ref_px"]
         assert lo < g["thresholds"]["high"]  # not F; not H: above the H bound or noise-limited
         assert hi > g["thresholds"]["low"] or "noise floor" in g["evidence"]["why_u"]
-        assert g["evidence"]["u_resolved"] in ("H", "F")
+
+
+def _write_pngs(frames, folder):
+    folder.mkdir()
+    for k, f in enumerate(frames):
+        cv2.imwrite(str(folder / f"{k:03d}.png"), f.permute(1, 2, 0).flip(-1).numpy())
+    return folder
+
+
+def test_gate_view_reads_the_same_pixels_at_any_working_size(tmp_path):
+    """A 480x360 file scored at io.long_side 192, 256 and 384: the gate reads it at its view
+    side (opencv-sift at 320 px). Below the view side the gate frames are re-read from the file,
+    so the gate rows, their fits (in view px) and the statistic are identical; above it the
+    working frames are shrunk to the view side (a resampling apart, the same value)."""
+    frames = render_scene("C3", num_frames=6, size=(360, 480), seed=0, motion="truck").frames
+    folder = _write_pngs(frames, tmp_path / "clip")
+    res = {}
+    for view, side in (("opencv-sift", 192), ("opencv-sift", 256), ("opencv-sift", 384),
+                       ("same", 192)):
+        cfg = {"gate": {"method": "parallax", "view_long_side": 320, "view_backend": view},
+               "io": {"long_side": side}, "features": {"backend": "opencv-sift"},
+               "segment": {"method": "none"}}
+        res[(view, side)] = score_clip(folder, config=cfg, preset="background",
+                                       device="cpu").to_dict()
+    ev = {k: r["gate"]["evidence"] for k, r in res.items()}
+    a, b, c = (ev[("opencv-sift", s)] for s in (192, 256, 384))
+    assert a["magnitude_ref_px"] == pytest.approx(b["magnitude_ref_px"], rel=1e-4)
+    assert a["magnitude_ci_ref_px"] == pytest.approx(b["magnitude_ci_ref_px"], rel=1e-4)
+    assert a["noise_ref_px"] == pytest.approx(b["noise_ref_px"], rel=1e-4)
+    assert c["magnitude_ref_px"] == pytest.approx(a["magnitude_ref_px"], rel=0.05)
+    assert {r["gate"]["decision"] for k, r in res.items()} == {"F"}
+    assert res[("opencv-sift", 192)]["backends"]["gate_view"]["source"] == "file"
+    view = res[("opencv-sift", 384)]["backends"]["gate_view"]
+    assert (view["backend"], view["long_side"], view["source"]) == ("opencv-sift", 320,
+                                                                    "working frames")
+    assert view["scale_xy"] == pytest.approx([320 / 384, 240 / 288])
+    assert res[("same", 192)]["backends"]["gate_view"]["source"] == "scoring"
+    assert "view" not in ev[("same", 192)]
+
+
+def test_gate_view_of_a_tensor_is_capped_by_its_pixels():
+    """A tensor has nothing finer than its frames: the view side is min(view_long_side, the
+    source side), and above the working side it falls back to the working frames."""
+    frames = render_scene("C1", num_frames=4, size=(120, 160), seed=0).frames
+    clip = read_clip(frames, long_side=None)
+    cfg = load_config({"gate": {"view_long_side": 512}})
+    assert view_long_side(clip, cfg) == 160
+    assert view_long_side(clip, cfg.replace(gate={"view_backend": "same"})) == 160
+    d = score_clip(frames, config={"io": {"long_side": 128}, "gate": {"method": "parallax"}},
+                   preset="background", device="cpu").to_dict()
+    view = d["backends"]["gate_view"]
+    assert (view["long_side"], view["source"], view["scale_xy"]) == (128, "working frames",
+                                                                     [1.0, 1.0])
+
+
+def test_gate_pair_tiers_and_fallback_order():
+    """Wide pairs, then the halves, then the quarters; the gate reads the widest tier with a
+    valid pair (a cut or a fast pan empties the wide ones), else the evaluated pairs."""
+    gp = parallax_gate_pairs(9)
+    assert gp.tolist() == [[0, 8], [0, 7], [0, 6], [1, 8], [1, 7], [2, 8], [0, 4], [4, 8],
+                           [0, 2], [2, 4], [4, 6], [6, 8]]
+    assert gate_pair_tiers(gp).tolist() == [0] * 6 + [1] * 2 + [2] * 4
+    assert gate_pair_tiers(parallax_gate_pairs(4)).tolist() == [0, 1, 1]  # no quarters
+    rows = torch.arange(15)  # 3 evaluated rows, then the 12 gate rows
+    stats = {"valid": torch.zeros(15, dtype=torch.bool), "v": rows.double()}
+    stats["valid"][[12, 13]] = True  # two quarters valid
+    src, used = gate_source(stats, rows[:3], rows[3:], gp)
+    assert src["v"].tolist() == [11.0, 12.0, 13.0, 14.0] and used == gp[8:].tolist()
+    stats["valid"][4] = True  # a wide pair is valid: only the wide tier is read
+    src, used = gate_source(stats, rows[:3], rows[3:], gp)
+    assert src["v"].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0] and used == gp[:6].tolist()
+    stats["valid"][:] = False
+    stats["valid"][0] = True
+    assert gate_source(stats, rows[:3], rows[3:], gp)[1] == "evaluated pairs"

@@ -4,7 +4,7 @@
       + each background corruption (rubber_sheet, background_slide, breathing) at ``severities``
     -> score_clips(preset="background", calibration off)           (one row per clip)
     -> per gated regime H / F: the bounds of measures.calibration.REGIME_BOUNDS (IR lower,
-       GE_norm upper, GE_peak_norm upper; F also GE_H_norm lower) at the target false-pass
+       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also GE_H_norm lower) at the target false-pass
        rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
     -> calibration.json (thresholds, rates, per-clip scores, provenance, content hash) and
        ROC-style curves per corruption (roc_<regime>.png, matplotlib when installed)
@@ -28,14 +28,15 @@ from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io.calibration import FORMAT, calibration_hash
 from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, calibrated_pass, relax_ir,
-                                    roc_curve, select_bounds)
+                                    roc_curve, select_bounds, spread_of)
 from ..pipeline import score_clips
 from ..synth import MOTIONS, apply_corruption, render_scene
 
 #: the corruptions that break the static background (the background verdict's business)
 BACKGROUND_CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing")
-GATE_RULE = ("IR >= ir_min and GE_norm <= ge_norm_max and GE_peak_norm <= ge_peak_norm_max "
-             "and GE_H_norm >= ge_h_norm_min (bounds of thresholds[regime] that are present; "
+GATE_RULE = ("IR >= ir_min and GE_norm <= ge_norm_max and GE_fine_norm <= ge_fine_norm_max "
+             "and GE_spread_norm <= ge_spread_norm_max (GE_spread = GE_peak - GE_fine) and "
+             "GE_H_norm >= ge_h_norm_min (bounds of thresholds[regime] that are present; "
              "X_norm = X_px * ref_long_side / long_side)")
 
 
@@ -102,6 +103,7 @@ def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
                 ge_px=bg.get("ge_px"), ge_norm=norm(bg.get("ge_px")), long_side=long_side,
                 ge_fine_px=bg.get("ge_fine_px"), ge_fine_norm=norm(bg.get("ge_fine_px")),
                 ge_peak_px=bg.get("ge_peak_px"), ge_peak_norm=norm(bg.get("ge_peak_px")),
+                ge_spread_norm=spread_of(norm(bg.get("ge_fine_px")), norm(bg.get("ge_peak_px"))),
                 ir_h=bg.get("ir_h"), ge_h_px=bg.get("ge_h_px"), ge_h_norm=norm(bg.get("ge_h_px")),
                 ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"), **{"pass": bg.get("pass")})
 
@@ -131,6 +133,8 @@ def _stat(row: Dict[str, Any], name: str) -> float:
     v = row.get(name)
     if v is None and name in ("ge_fine_norm", "ge_peak_norm"):
         v = row.get("ge_norm")
+    if v is None and name == "ge_spread_norm":
+        v = spread_of(row.get("ge_fine_norm"), row.get("ge_peak_norm"))
     return float("inf") if v is None else float(v)
 
 

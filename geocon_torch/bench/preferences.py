@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
-from ..pipeline import PRESETS
+from ..pipeline import PRESETS, pinned_config
 from ..rewards import KINDS, ClipReward, reward_from_result
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .runner import RunSummary, run_manifest
@@ -126,6 +126,6 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
     summary = run_manifest(entries, db, config=cfg, device=device, progress=progress,
                            distributed=False)
     with ResultStore(db) as store:
-        rows = store.rows(cfg.config_hash())
+        rows = store.rows(pinned_config(cfg, device).config_hash())
     results = {row["clip_id"]: row["result"] for row in rows}
     return preference_records(entries, results, kind, cfg, min_margin), summary

@@ -30,10 +30,10 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from ..config import GeoConConfig, load_config
+from ..config import GeoConConfig
 from ..errors import InputError, VideoReadError
 from ..io import content_hash
-from ..pipeline import score_clip
+from ..pipeline import pinned_config, score_clip
 from ..result import ClipResult, migrate_result
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .schema import result_problems
@@ -148,8 +148,6 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
     """
     entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
     check_unique_ids(entries, "manifest entries")
-    cfg = load_config(config)
-    cfg_hash = cfg.config_hash()
     score_fn = score_fn or default_score_fn
     rank, world, local_rank, local_world = _dist_info()
     use_dist = (world > 1) if distributed is None else (bool(distributed) and world > 1)
@@ -161,6 +159,8 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             "file cannot be shared safely across machines; run one job per node, each with "
             "its own --db on a local disk")
     dev = _rank_device(device, local_rank, world)
+    cfg = pinned_config(config, dev)  # results are keyed by the calibration file too
+    cfg_hash = cfg.config_hash()
     created_group = False
     if use_dist:
         if not dist.is_initialized():

@@ -27,6 +27,7 @@ import argparse
 import sys
 
 from ..bench import ResultStore, run_manifest
+from ..pipeline import pinned_config
 from ._common import add_config_arguments, build_config
 
 NAME = "bench"
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print("geocon bench: give a MANIFEST to run or --export-csv / --export-parquet",
               file=sys.stderr)
         return 2
-    cfg_hash = None if args.all_configs else cfg.config_hash()
+    cfg_hash = None if args.all_configs else pinned_config(cfg, args.device).config_hash()
     with ResultStore(args.db) as store:
         if args.export_csv:
             store.export_csv(args.export_csv, cfg_hash)

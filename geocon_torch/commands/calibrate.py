@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
           f"{' '.join(doc['plots'])}")
     for regime, th in doc["thresholds"].items():
         extra = "".join(f", {label} {th[key]:.4g}" for key, label in (
-            ("ge_fine_norm_max", "GE_fine_norm <="), ("ge_peak_norm_max", "GE_peak_norm <="),
-            ("ge_h_norm_min", "GE_H_norm >="))
+            ("ge_fine_norm_max", "GE_fine_norm <="), ("ge_spread_norm_max", "GE_spread_norm <="),
+            ("ge_peak_norm_max", "GE_peak_norm <="), ("ge_h_norm_min", "GE_H_norm >="))
             if key in th)
         print(f"  {regime}: IR >= {th['ir_min']:.4f}, GE_norm <= {th['ge_norm_max']:.4g} px "
               f"(at 1024 px; {th['ge_norm_max'] * max(plan.size) / 1024:.4g} px here){extra}: "

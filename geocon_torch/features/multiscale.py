@@ -27,11 +27,15 @@ from .._memory import release_freed_memory
 from ..config import FeatureConfig
 from ..errors import GeoConError, InputError
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
-from .base import DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_device
+from .base import (DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_backend,
+                   resolve_device)
 from .learned import MATCHER_NAMES, get_matcher
 from .lk import lk_tracks
 from .matching import check_pairs, match_descriptors, pack_matches
 from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
+
+#: OpenCV's default SIFT contrastThreshold (features.opencv_contrast_threshold)
+OPENCV_CONTRAST = 0.04
 
 MIN_SIDE = 16  # a scale whose frames would be smaller than this (px) is skipped
 
@@ -211,8 +215,11 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
         opts = {"max_keypoints": cfg.max_keypoints} if backend != "loftr" else {}
         matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
     elif backend != "lk-tracks":
+        opts = ({"contrastThreshold": cfg.opencv_contrast_threshold}
+                if resolve_backend(backend, dev) == "opencv-sift"
+                and cfg.opencv_contrast_threshold != OPENCV_CONTRAST else {})
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
-                                  checkpoint=cfg.checkpoint)
+                                  checkpoint=cfg.checkpoint, **opts)
     bands = [octave_band(lv[0]) for lv in levels]
     if resolve_scale_mode(mode, extractor.name if extractor is not None else backend,
                           scales) == "scale_space":

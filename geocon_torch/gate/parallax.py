@@ -38,6 +38,13 @@ Sampson <= tau_F):
   (r = 4, lambda1 = ln 4, lambda2 = ln 4n, lambda3 = 2; H: d = 2, k = 8 with e^2 = r_sym^2 / 2; F:
   d = 3, k = 7 with e^2 = Sampson^2); > 0 favours F. It helps settle the U band.
 
+**One instrument** (:mod:`~geocon_torch.gate.view`): the gate pairs are matched by the gate's
+own view, ``gate.view_backend`` (opencv-sift) at ``gate.view_long_side`` (512 px, or the
+source's long side when smaller; re-read from the file when the working size is smaller), and
+fitted in those pixels; so the statistic, its noise floor and its interval are the same
+whatever ``features.backend`` and ``io.long_side`` score the clip, and the regime does not flip
+with them. The reference-px normalisation above is what makes the view's size a free choice.
+
 The pipeline evaluates the statistic on wide-baseline gate pairs (the near-first/last pairs, as
 the paper's first/last DUSt3R gate; parallax grows with the baseline), pooled by their median.
 ``parallax_magnitude`` uses ``gate.magnitude_low`` / ``magnitude_high`` (3 / 16 reference px),
@@ -48,7 +55,7 @@ resolutions are measured by ``benchmarks/gate_sweep.py`` (see benchmarks/README.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 
@@ -87,11 +94,16 @@ def quantile_bounds(values: torch.Tensor, keep: torch.Tensor, q: float, z: float
                                                            q + half))
 
 
-def reference_scale(x1: torch.Tensor, mask: torch.Tensor, long_side_px: Optional[float],
-                    reference_long_side: float) -> float:
-    """Reference px per working px: ``reference_long_side / long_side_px``; without
-    ``long_side_px`` the long side is taken as the extent of the matched points (the largest
-    coordinate of any masked point of ``x1`` (P, N, 2), a lower bound of the frame's)."""
+def reference_scale(x1: torch.Tensor, mask: torch.Tensor,
+                    long_side_px: Union[None, float, torch.Tensor],
+                    reference_long_side: float) -> Union[float, torch.Tensor]:
+    """Reference px per px: ``reference_long_side / long_side_px``, a float, or (P, 1) for a
+    (P,) tensor of per-row long sides; without ``long_side_px`` the long side is taken as the
+    extent of the matched points (the largest coordinate of any masked point of ``x1`` (P, N,
+    2), a lower bound of the frame's)."""
+    if isinstance(long_side_px, torch.Tensor):
+        side = long_side_px.to(device=x1.device, dtype=x1.dtype).clamp_min(1.0)
+        return (float(reference_long_side) / side).view(-1, 1)
     if long_side_px is None:
         pts = x1[mask]
         long_side_px = float(pts.abs().amax()) if pts.numel() else reference_long_side
@@ -103,7 +115,7 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
                         min_inliers: int = 30, sigma_floor_px: float = 0.1,
                         excess_k: float = 6.0,
                         residuals: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
-                        long_side_px: Optional[float] = None,
+                        long_side_px: Union[None, float, torch.Tensor] = None,
                         gate: Optional[GateConfig] = None) -> Dict[str, torch.Tensor]:
     """Per-pair gate statistics from the H and F fits of the same correspondences.
 
@@ -112,8 +124,9 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
         x1, x2: (P, N, 2) pixel points; mask: (P, N) bool background matches.
         residuals: (symmetric transfer px, normalised Sampson, pixel Sampson) (P, N) of the two
             fits when already computed (``homography_residuals`` / ``fundamental_residuals``).
-        long_side_px: the working long side (px) the points are in; None: estimated from the
-            points (:func:`reference_scale`).
+        long_side_px: the long side (px) of the frame the points are in, one for all rows or
+            (P,) per row (the gate's view rows); None: estimated from the points
+            (:func:`reference_scale`).
         gate: the quantile, reference long side and ``ci_z`` of ``parallax_magnitude``
             (None: the defaults).
     Returns:

@@ -4,7 +4,7 @@ the weight-free statistic reads, and which model (H or F) each evaluated pair is
 Row layout (as in :mod:`geocon_torch.sections.background`): the rows of the statistics are
 frame pairs x scales; ``evaluated`` names the finest-scale rows of the evaluated (adjacent)
 pairs in temporal order, ``gate_rows`` the finest-scale rows of the wide gate pairs of
-:func:`~geocon_torch.io.pairs.parallax_gate_pairs` (wide pairs, then the two halves).
+:func:`~geocon_torch.io.pairs.parallax_gate_pairs` (wide pairs, halves, quarters).
 
 The U band is resolved by one rule, :func:`~.decision.resolve_u` (per pair) /
 :func:`~.decision.resolve_u_clip` (one clip decision): F when GRIC prefers F or F's inlier
@@ -19,6 +19,7 @@ import torch
 from .._tensor_utils import masked_median
 from ..config import GeoConConfig
 from ..errors import InputError
+from ..io.pairs import gate_pair_tiers
 from ..types import Clip, Fit
 from .decision import CODE, GateDecision, resolve_u, resolve_u_clip
 from .dust3r import gate_from_dust3r
@@ -70,32 +71,36 @@ def gate_block(method: Optional[str], ext_gate: Optional[GateDecision]) -> Dict[
 
 def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
                 gate_pairs: Optional[torch.Tensor] = None) -> Tuple[Stats, Union[list, str, None]]:
-    """The parallax statistics the weight-free gate reads: the valid wide gate pairs (``gate_rows``
-    in :func:`~geocon_torch.io.pairs.parallax_gate_pairs` order: wide pairs, then the two
-    halves), else the halves, else the ``evaluated`` rows.
+    """The parallax statistics the weight-free gate reads: the valid rows of the widest tier of
+    gate pairs that has one (wide pairs, then the halves, then the quarters:
+    :func:`~geocon_torch.io.pairs.gate_pair_tiers`), else the ``evaluated`` rows.
 
     Args:
         stats: :func:`~.parallax.parallax_statistics`, each (R,) over all rows.
         evaluated: (P,) long rows of the evaluated pairs; gate_rows: (G,) long rows.
-        gate_pairs: (G, 2) frame pairs of ``gate_rows`` (for the evidence) or None.
+        gate_pairs: (G, 2) frame pairs of ``gate_rows`` (their tiers, and the evidence); None:
+            one tier.
     Returns:
         (statistics restricted to the rows used, the pairs used: a list of ``gate_pairs`` rows,
         None without ``gate_pairs``, or "evaluated pairs").
     """
     if gate_rows.numel():
         valid = stats["valid"][gate_rows]
-        n = int(gate_rows.numel())
-        for part in (slice(0, n - 2), slice(n - 2, n)):  # wide pairs, then the halves
+        tiers = (gate_pair_tiers(gate_pairs).to(valid.device) if gate_pairs is not None
+                 else torch.zeros_like(gate_rows))
+        for tier in range(3):
+            part = (tiers == tier).nonzero()[:, 0]
             if bool(valid[part].any()):
-                rows = gate_rows[part]
-                used = gate_pairs[part].tolist() if gate_pairs is not None else None
-                return {k: v[rows] for k, v in stats.items()}, used
+                used = gate_pairs[part.cpu()].tolist() if gate_pairs is not None else None
+                return {k: v[gate_rows[part]] for k, v in stats.items()}, used
     return {k: v[evaluated] for k, v in stats.items()}, "evaluated pairs"
 
 
 def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor,
                        mask: torch.Tensor, num_evaluated: int, ext_gate: Optional[GateDecision],
-                       config: GeoConConfig, long_side_px: Optional[float] = None
+                       config: GeoConConfig,
+                       long_side_px: Union[None, float, torch.Tensor] = None,
+                       gate_pairs: Optional[torch.Tensor] = None
                        ) -> Optional[str]:
     """The regime the motion-mask seeds are taken under, before any object is removed: an
     external H / F decision, else the weight-free gate on the preliminary ``fits`` (U resolved by
@@ -104,8 +109,9 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
     Args:
         fits: (H fit, F fit) of the R rows of ``x1`` / ``x2`` (R, N, 2) px / ``mask`` (R, N): the
             ``num_evaluated`` evaluated pairs first, then the gate pairs.
-        long_side_px: the working long side (px) for the resolution normalisation (None:
-            estimated from the points).
+        long_side_px: the long side (px) of the rows' frames for the resolution
+            normalisation, one or (R,) per row (None: estimated from the points).
+        gate_pairs: (G, 2) frame pairs of the gate rows (their tiers; None: one tier).
     """
     if ext_gate is not None and ext_gate.decision in ("H", "F"):
         return ext_gate.decision
@@ -114,8 +120,8 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
                                 min_inliers=bc.min_inliers, long_side_px=long_side_px,
                                 gate=config.gate)
     rows = torch.arange(x1.shape[0], device=x1.device)
-    pre = gate_from_parallax(gate_source(stats, rows[:num_evaluated],
-                                         rows[num_evaluated:])[0], config.gate)
+    pre = gate_from_parallax(gate_source(stats, rows[:num_evaluated], rows[num_evaluated:],
+                                         gate_pairs)[0], config.gate)
     return pre.decision if pre.decision != "U" else pre.evidence.get("u_resolved")
 
 

@@ -57,14 +57,14 @@ from .reader import (DEFAULT_FPS, check_clip_tensor, clip_from_tensor, clips_fro
                      read_clip, read_clips)
 from .resize import WorkingSize, working_size
 from .pairs import (background_pairs, foreground_pairs, gvgc_pairs, make_pairs,
-                    parallax_gate_pairs, spread_evenly, worldatlas_pairs)
+                    gate_pair_tiers, parallax_gate_pairs, spread_evenly, worldatlas_pairs)
 from .sampling import FrameSelection, frame_selection
 from .writer import write_gif, write_image_folder, write_video
 
 __all__ = [
     "read_clip", "read_clips", "clip_from_tensor", "clips_from_tensor", "check_clip_tensor",
     "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
-    "background_pairs", "parallax_gate_pairs", "worldatlas_pairs", "gvgc_pairs", "foreground_pairs",
+    "background_pairs", "parallax_gate_pairs", "gate_pair_tiers", "worldatlas_pairs", "gvgc_pairs", "foreground_pairs",
     "detect_content_mask", "content_hash", "working_size", "WorkingSize", "frame_selection",
     "FrameSelection", "DEFAULT_FPS", "write_video", "write_image_folder", "write_gif",
     "VideoFrames", "ContentMaskAccumulator",

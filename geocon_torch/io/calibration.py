@@ -11,6 +11,8 @@ JSON holding, among its provenance, ``thresholds`` = {"H": {"ir_min", "ge_norm_m
 ``config.background.calibration`` picks the file: "default" (the one shipped for the features
 backend in ``geocon_torch/data/calibration/<backend>.json``, else the opencv-sift one), a path,
 or None (no calibrated verdict). A path that is missing or not a calibration is a ConfigError.
+Scoring pins the file (:func:`pin_calibration`): ``background.calibration_hash`` in the
+result's config record is the file's content hash, and so part of ``config_hash``.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .._json import read_json_file
+from ..config import GeoConConfig
 from ..errors import ConfigError
 
 #: folder of the shipped calibrations, one ``<features backend>.json`` each
@@ -117,9 +120,32 @@ def _read(path: str, mtime_ns: int, name: str) -> Calibration:
                         for k, v in th.items()})
 
 
+def pin_calibration(config: GeoConConfig, backend: Optional[str] = None) -> GeoConConfig:
+    """``config`` with ``background.calibration_hash`` set to the content hash of the file
+    ``background.calibration`` resolves to for the features ``backend`` in use (unchanged when
+    the calibration is off). Scoring pins its config this way, so the result's config record
+    names the calibration file and ``config_hash()`` changes when the file does.
+
+    Raises:
+        ConfigError: the file cannot be read, or ``calibration_hash`` is given and the file's
+            hash differs (the calibration changed since the config was written).
+    """
+    bc = config.background
+    cal = load_calibration(bc.calibration, backend)
+    if cal is None:
+        return config
+    if bc.calibration_hash is not None and bc.calibration_hash != cal.hash:
+        raise ConfigError(
+            f"background.calibration_hash is {bc.calibration_hash} but {cal.name} ({cal.path}) "
+            f"has hash {cal.hash}: the calibration changed since this config was written; "
+            f"remove calibration_hash to use the current file, or restore the file")
+    return config if bc.calibration_hash == cal.hash else config.replace(
+        background={"calibration_hash": cal.hash})
+
+
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 __all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "calibration_hash",
-           "default_calibration_path", "load_calibration"]
+           "default_calibration_path", "load_calibration", "pin_calibration"]

@@ -10,7 +10,7 @@ function                   protocol                                             
 :func:`background_pairs`   GeoCon background (paper Algorithm 1): every (i, i + s),     (P, 2)
                            s = ``background.pair_stride`` (1: adjacent)                 torch
 :func:`parallax_gate_pairs` GeoCon weight-free gate: near-first/last pairs, then the     (G, 2)
-                           two halves                                                   torch
+                           two halves, then the quarters                                torch
 :func:`worldatlas_pairs`   WorldAtlas epipolar trio: (i, i + s) for i = 0, s, 2s, ...   (P, 2)
                            (non-overlapping steps), at most ``max_pairs`` spread evenly numpy
 :func:`gvgc_pairs`         GVGC (Li et al. 2024): (d, i, i + d) per interval d          (P, 3)
@@ -126,8 +126,10 @@ def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tens
     ``"first_last"`` (Algorithm 1 A, made robust): the near-first/last pairs (a, b) with
     a in {0, 1, 2}, b in {T-3, T-2, T-1} and b - a >= ceil(0.75 (T-1)) (at least (0, T-1)),
     whose statistics are pooled by their median; then the halves (0, m), (m, T-1) with
-    m = (T-1) // 2 as a fallback when those pairs have too little overlap. ``"adjacent"`` or
-    T < 3: none (the evaluated pairs are used). Returns (G, 2) long, wide pairs first.
+    m = (T-1) // 2, and (T >= 5) the quarters between round(k (T-1) / 4), k = 0..4, as
+    fallbacks when the wider pairs share too little (a cut, a fast pan). ``"adjacent"`` or
+    T < 3: none (the evaluated pairs are used). Returns (G, 2) long, widest tier first
+    (:func:`gate_pair_tiers`).
     """
     if mode not in ("first_last", "adjacent"):
         raise ShapeError(f"gate.parallax_pairs must be first_last or adjacent, got {mode!r}")
@@ -136,7 +138,21 @@ def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tens
     last, m = num_frames - 1, (num_frames - 1) // 2
     need = -(-3 * last // 4)
     wide = [(a, b) for a in range(3) for b in range(last, last - 3, -1) if b - a >= need]
-    return torch.tensor(wide + [(0, m), (m, last)], dtype=torch.long)
+    cuts = [int(round(k * last / 4)) for k in range(5)]
+    quarters = list(zip(cuts[:-1], cuts[1:])) if last >= 4 else []
+    return torch.tensor(wide + [(0, m), (m, last)] + quarters, dtype=torch.long)
+
+
+def gate_pair_tiers(pairs: torch.Tensor) -> torch.Tensor:
+    """(G,) long tier of each :func:`parallax_gate_pairs` pair (G, 2): 0 for the wide pairs
+    (span >= ceil(0.75 x the widest span)), 1 for the halves (span >= half of it), 2 for the
+    quarters; the gate reads the first tier with a valid pair."""
+    if pairs.numel() == 0:
+        return torch.zeros(0, dtype=torch.long)
+    span = (pairs[:, 1] - pairs[:, 0]).abs()
+    last = int(span.max())
+    need, m = -(-3 * last // 4), last // 2
+    return torch.where(span >= need, 0, torch.where(span >= m, 1, 2)).long()
 
 
 def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) -> np.ndarray:

@@ -66,6 +66,11 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
         out.append(f"  {name} = {s:.4g}, {_side(s, lo, hi)} (H if <= {lo:g}, F if >= {hi:g}).")
     else:
         out.append(f"  {name} unavailable: {ev.get('why', 'no evidence')}.")
+    view = ev.get("view")
+    if isinstance(view, dict):
+        out.append(f"  read on the gate's own view: {view.get('backend')} at "
+                   f"{view.get('long_side')} px ({view.get('source')}), the same whatever "
+                   f"backend and working size score the clip.")
     if "tau_t" in th and ev.get("eq5_decision"):
         out.append(f"  paper eq. 5 (t_inf > tau_t {th['tau_t']:g}) would say "
                    f"{ev['eq5_decision']}.")

@@ -27,6 +27,7 @@ from ..config import GeoConConfig, load_config
 from ..features import extract_correspondences
 from ..features.base import resolve_backend
 from ..features.multiscale import resolve_scale_mode
+from ..gate.view import gate_view_correspondences, view_to_working
 from ..gate import (GateDecision, decide_gate, external_gate, gate_block, pair_models,
                     parallax_statistics, preliminary_regime, resolve_gate_method)
 from ..geometry import fundamental_residuals, homography_residuals
@@ -40,7 +41,7 @@ from ..measures.background import (PairMetrics, background_pass, choose_model_pe
 from ..segment import load_masks, masks_method, motion_masks
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
-from ..types import Clip, Fit, concat_correspondences
+from ..types import Clip, Fit, concat_correspondences, empty_rows
 from .fits import fit_both, fit_reusing
 
 Timer = Callable[[str], ContextManager[Any]]
@@ -113,6 +114,27 @@ class _Stack:
     x2: torch.Tensor
     mask: torch.Tensor
     scores: torch.Tensor
+    working_long_side: int = 0
+    view: Optional[Dict[str, Any]] = None  # the gate view's info: its rows are in view px
+
+    def long_side_px(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(R,) long side (px) of the frame each row's points are in: the working side, the
+        view's for the gate rows when the gate has its own view (``rows``: a subset)."""
+        q, dev = int(self.pairs.shape[0]), self.x1.device
+        rows = torch.arange(len(self.scales) * q, device=dev) if rows is None else rows
+        side = torch.full((int(rows.numel()),), float(self.working_long_side),
+                          dtype=self.x1.dtype, device=dev)
+        if self.view is not None:
+            side[(rows % q) >= self.num_evaluated] = float(self.view["long_side"])
+        return side
+
+    def working_points(self, rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(x1, x2) of ``rows`` in working px (gate rows mapped back from view px)."""
+        x1, x2 = self.x1[rows], self.x2[rows]
+        if self.view is None:
+            return x1, x2
+        return (view_to_working(x1, self.view["scale_xy"]),
+                view_to_working(x2, self.view["scale_xy"]))
 
     def _rows(self, first: int, last: int, scales: slice) -> torch.Tensor:
         """Rows of pairs [first, last) at the scales ``scales``, scale-major."""
@@ -223,15 +245,25 @@ def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: Ge
           else torch.zeros(0, 2, dtype=torch.long))
     all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
     with timer("features"):
-        corrs = extract_correspondences(clip, all_pairs, cfg.features, device=device)
+        view = gate_view_correspondences(clip, gp, cfg, device) if gp.shape[0] else None
+        corrs = extract_correspondences(clip, pairs if view else all_pairs, cfg.features,
+                                        device=device)
     backends["features"] = resolve_backend(cfg.features.backend, device)
     backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
                                                 cfg.features.scales)
+    if gp.shape[0]:
+        backends["gate_view"] = view[1] if view else {
+            "backend": backends["features"], "long_side": max(clip.size), "source": "scoring"}
     if not corrs:
         return None
     scales = sorted(corrs)
+    if view:  # the gate rows come from the gate's view, at the finest scale only
+        corrs = {s: concat_correspondences([c, view[0] if s == scales[-1]
+                                            else empty_rows(view[0])])
+                 for s, c in corrs.items()}
     c = concat_correspondences([corrs[s] for s in scales])
-    stack = _Stack(scales, all_pairs, int(pairs.shape[0]), c.x1, c.x2, c.mask, c.scores)
+    stack = _Stack(scales, all_pairs, int(pairs.shape[0]), c.x1, c.x2, c.mask, c.scores,
+                   max(clip.size), view[1] if view else None)
     stack.mask[stack.coarse_gate] = False  # the gate reads the finest rows: the rest cost nothing
     return stack
 
@@ -269,9 +301,14 @@ def _segment(clip: Clip, stack: _Stack, masks: Any, ext: Optional[GateDecision],
                                                   device)
         if seg.objects is not None and seg.objects.shape[1] > 0:
             dev = stack.x1.device
-            keep = background_keep_chunked(clip.content_mask.to(dev), seg.objects,
-                                           cfg.segment.safety_margin_px, stack.x1, stack.x2,
-                                           stack.row_pairs)
+            content = clip.content_mask.to(dev)
+            keep = background_keep_chunked(content, seg.objects, cfg.segment.safety_margin_px,
+                                           stack.x1, stack.x2, stack.row_pairs)
+            if stack.view is not None:  # the gate rows' points are in view px
+                g = stack.finest_gate
+                keep[g] = background_keep_chunked(content, seg.objects,
+                                                  cfg.segment.safety_margin_px,
+                                                  *stack.working_points(g), stack.row_pairs[g])
             ev = stack.evaluated
             seg.evidence["removed_matches"] = int((stack.mask[ev] & ~keep[ev]).sum())
             stack.mask = stack.mask & keep
@@ -289,7 +326,8 @@ def _object_masks(method: str, clip: Clip, stack: _Stack, masks: Any, seg: _Segm
         rows = seg.pre_rows
         x1, x2, p = stack.x1[rows], stack.x2[rows], stack.num_evaluated
         regime = preliminary_regime(seg.pre, x1, x2, seg.pre_mask, p, ext, cfg,
-                                    long_side_px=max(clip.size))
+                                    long_side_px=stack.long_side_px(rows),
+                                    gate_pairs=stack.pairs[p:])
         return motion_masks(clip, stack.pairs[:p], x1, x2, seg.pre_mask, seg.pre, cfg, regime)
     if method == "files":
         objects = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
@@ -328,9 +366,11 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
                                           min_inliers=bc.min_inliers, residuals=r_f)
         stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
                                     min_inliers=bc.min_inliers, residuals=(r_h, *r_f),
-                                    long_side_px=max(clip.size), gate=cfg.gate)
+                                    long_side_px=stack.long_side_px(), gate=cfg.gate)
         gate = decide_gate(stats, stack.finest, stack.finest_gate,
                            stack.pairs[stack.num_evaluated:], ext, cfg)
+        if ext is None and stack.view is not None:  # what the weight-free gate read
+            gate.evidence["view"] = {k: stack.view[k] for k in ("backend", "long_side", "source")}
         out.gate = gate.to_dict()
         if gate.decision is None:
             out.block.update(status="not_applicable", reason="gate undecided: "
@@ -338,9 +378,12 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
             return out, None
         ev, fin = stack.evaluated, stack.finest
         mh, mf = _subset(mh_all, ev), _subset(mf_all, ev)
+        g_rows = stack.finest_gate  # the U band is settled on the gate's own rows when it has
+        clip_margin = (_support_margin(_subset(mh_all, g_rows), _subset(mf_all, g_rows))
+                       if g_rows.numel() else _support_margin(mh, mf))
         out.regime, use_f, present = pair_models(
             gate, cfg, stats["gric_delta"][fin], mf_all.ir[fin] - mh_all.ir[fin],
-            _support_margin(mh, mf), len(stack.scales))
+            clip_margin, len(stack.scales))
         out.gate = gate.to_dict()
         summary = _summaries(out.block, mh, mf, use_f, present, stack.num_evaluated)
     _add_diagnostics(out.block, stack, (fit_h, fit_f), mh, mf, use_f, stats, cfg)
@@ -453,6 +496,7 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
                                                      cal.ref_long_side),
                                 "ge_norm_max": th["ge_norm_max"]}
         for key, name in (("ge_fine_norm_max", "ge_fine_px"), ("ge_peak_norm_max", "ge_peak_px"),
+                          ("ge_spread_norm_max", "ge_spread_px"),
                           ("ge_h_norm_min", "ge_h_px_min")):
             if key in th:  # the optional bounds, in px at this working resolution
                 record["thresholds"][name] = ge_bound_px(th[key], long_side, cal.ref_long_side)

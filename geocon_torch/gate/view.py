@@ -1,0 +1,138 @@
+"""The weight-free gate's own view of a clip: one fixed instrument, whatever the scoring setup.
+
+The paper's gate (DUSt3R on the first / last frames at its own input size) does not depend on
+the feature backend or the working resolution the clip is scored with. The weight-free gate
+does the same: the matches of its wide gate pairs come from ``gate.view_backend`` (opencv-sift,
+deterministic, CPU) at ``gate.view_long_side`` (512 px; the source's long side when that is
+smaller), with ``gate.view_max_keypoints`` keypoints (contrast threshold
+``gate.view_contrast_threshold`` = 0.01, a quarter of OpenCV's default, so weakly textured
+footage still gives the gate matches; the strongest keypoints are kept), at one scale. So the regime a clip gets
+does not change when a user switches ``features.backend`` or ``io.long_side``: the statistic
+reads the same pixels with the same detector (measured by ``benchmarks/gate_sweep.py``).
+
+* view side <= working side: the frames are shrunk inside :func:`extract_correspondences`
+  (one scale ``view / working``);
+* view side > working side (e.g. ``io.long_side = 256`` on a 720p file): the gate pairs' frames
+  are read again from the clip's file at the view side (:func:`read_clip` with their source
+  indices); a tensor source has nothing finer than the working frames, which are then used.
+
+Matches are returned in **view pixels**, and the gate rows are fitted in them: RANSAC's
+``tau_H`` is in px, so fitting the same points in working px would pick a different homography
+at each working size. Object masks are looked up at the points mapped to working px
+(:func:`view_to_working`), and the reference-px normalisation of
+:mod:`~geocon_torch.gate.parallax` uses the view's long side. ``gate.view_backend = "same"`` keeps the
+scoring backend at the working resolution (the behaviour before the view existed).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from ..config import FeatureConfig, GeoConConfig
+from ..errors import GeoConError
+from ..features.multiscale import extract_correspondences, scaled_size, to_working_pixels
+from ..io.reader import read_clip
+from ..types import Clip, Correspondences
+
+SAME = "same"  # gate.view_backend: the scoring backend at the working resolution
+
+
+def view_long_side(clip: Clip, config: GeoConConfig) -> int:
+    """The long side (px) the gate reads: ``gate.view_long_side`` capped by the source's long
+    side (the working side when the view is off or unset)."""
+    work = max(clip.size)
+    side = config.gate.view_long_side
+    if config.gate.view_backend == SAME or side is None:
+        return work
+    return int(min(int(side), max(clip.source_size)))
+
+
+def view_features(config: GeoConConfig) -> FeatureConfig:
+    """The feature settings of the gate's view: its backend and keypoint budget at one scale;
+    matching rules (ratio, mutual) and the content margin as the scoring features."""
+    g, f = config.gate, config.features
+    if g.view_backend == SAME:
+        return f
+    return FeatureConfig(backend=g.view_backend, max_keypoints=g.view_max_keypoints,
+                         ratio=f.ratio, mutual=f.mutual, scales=(1.0,),
+                         scale_mode="pyramid", content_margin_px=f.content_margin_px,
+                         chunk_frames=f.chunk_frames,
+                         opencv_contrast_threshold=g.view_contrast_threshold)
+
+
+def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConConfig,
+                              device: Optional[torch.device] = None
+                              ) -> Optional[Tuple[Correspondences, Dict[str, Any]]]:
+    """Matches of the gate ``pairs`` (G, 2) as the gate's view sees them, in **view px**.
+
+    Returns:
+        (Correspondences with x1 / x2 (G, N, 2) view px, info {"backend", "long_side",
+        "source", "scale_xy"}: ``scale_xy`` = (sx, sy) view px per working px, see
+        :func:`view_to_working`), or None when ``gate.view_backend`` is "same" (the caller
+        matches the gate pairs with the scoring backend) or the frames are too small.
+    """
+    if config.gate.view_backend == SAME:
+        return None
+    side, (h, w) = view_long_side(clip, config), clip.size
+    fcfg = view_features(config)
+    info: Dict[str, Any] = {"backend": fcfg.backend, "long_side": side,
+                            "source": "working frames"}
+    if side > max(h, w):
+        finer = _read_finer(clip, pairs, side)
+        if finer is not None:
+            view, local = finer
+            c = extract_correspondences(view, local, fcfg, scales=(1.0,), device=device).get(1.0)
+            if c is None:
+                return None
+            (hv, wv) = view.size
+            info.update(source="file", long_side=max(hv, wv), scale_xy=[wv / w, hv / h])
+            return _with_pairs(c, pairs), info
+        side = info["long_side"] = max(h, w)  # a tensor source: the working frames are finest
+    scale = side / max(h, w)
+    c = extract_correspondences(clip, pairs, fcfg, scales=(scale,), device=device).get(scale)
+    if c is None:
+        return None
+    hs, ws = scaled_size(h, w, scale)
+    sx, sy = ws / w, hs / h
+    info.update(long_side=max(hs, ws), scale_xy=[sx, sy])
+    return Correspondences(working_to_view(c.x1, (sx, sy)), working_to_view(c.x2, (sx, sy)),
+                           c.mask, c.scores, c.pairs, c.num_kp1, c.num_kp2), info
+
+
+def working_to_view(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor:
+    """Working px (..., 2) -> view px (pixel-centre convention of the feature scales)."""
+    s = xy.new_tensor([float(scale_xy[0]), float(scale_xy[1])])
+    return (xy + 0.5) * s - 0.5
+
+
+def view_to_working(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor:
+    """View px (..., 2) -> working px: the inverse of :func:`working_to_view`."""
+    return to_working_pixels(xy, float(scale_xy[0]), float(scale_xy[1]))
+
+
+def _read_finer(clip: Clip, pairs: torch.Tensor, side: int
+                ) -> Optional[Tuple[Clip, torch.Tensor]]:
+    """The gate pairs' frames read again from the clip's file at long side ``side`` and the
+    pairs re-indexed into them; None without a readable file."""
+    path = clip.meta.get("path") if isinstance(clip.meta, dict) else None
+    if not path:
+        return None
+    used, local = torch.unique(pairs.cpu(), return_inverse=True)
+    src = clip.frame_indices.cpu()[used].tolist()
+    try:
+        view = read_clip(path, long_side=side, indices=src)
+    except GeoConError:
+        return None
+    if view.num_frames != len(src):
+        return None
+    return view, local.reshape(-1, 2)
+
+
+def _with_pairs(c: Correspondences, pairs: torch.Tensor) -> Correspondences:
+    return Correspondences(c.x1, c.x2, c.mask, c.scores, pairs.to(c.pairs.device), c.num_kp1,
+                           c.num_kp2)
+
+
+__all__ = ["SAME", "gate_view_correspondences", "view_features", "view_long_side",
+           "view_to_working", "working_to_view"]
