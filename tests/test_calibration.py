@@ -259,11 +259,34 @@ def test_calibrate_cli_tiny_run(tmp_path: Path, capsys):
     assert "wrote" in capsys.readouterr().out
     cal = load_calibration(str(out / "calibration.json"))
     assert cal.hash == doc["content_hash"]
+    # refit at another target from the scored clips: no rescoring, the bounds fit_thresholds
+    # gives on the same rows, the plan otherwise unchanged
+    rc = main(["calibrate", str(tmp_path / "refit"), "--refit", str(out / "calibration.json"),
+               "--target-false-pass", "0.5"])
+    assert rc == 0
+    again = json.loads((tmp_path / "refit" / "calibration.json").read_text())
+    assert again["clips"] == doc["clips"] and again["target_false_pass"] == 0.5
+    assert again["thresholds"] == json.loads(json.dumps(fit_thresholds(doc["clips"], 0.5, 0.5)))
+    assert {k: v for k, v in again["plan"].items() if k != "target_false_pass"} == {
+        k: v for k, v in doc["plan"].items() if k != "target_false_pass"}
 
 
 def test_calibrate_cli_rejects_bad_options(tmp_path: Path, capsys):
     assert main(["calibrate", str(tmp_path), "--frames", "1"]) == 2
     assert "--frames" in capsys.readouterr().err
+    (tmp_path / "x.json").write_text("{}")
+    assert main(["calibrate", str(tmp_path / "o"), "--refit", str(tmp_path / "x.json")]) == 2
+    assert "--refit needs a calibration.json" in capsys.readouterr().err
+
+
+def test_default_calibration_follows_the_backend():
+    """One shipped file per default features backend (opencv-sift on the CPU, kornia-sift on
+    CUDA); any other backend falls back to the opencv-sift one."""
+    for backend in ("opencv-sift", "kornia-sift"):
+        cal = load_calibration("default", backend)
+        assert cal.name == f"default:{backend}" and cal.backend == backend
+        assert cal.record(backend)["backend_matches"] is True
+    assert load_calibration("default", "xfeat").record("xfeat")["backend_matches"] is False
 
 
 def test_plan_config_scores_without_calibration():

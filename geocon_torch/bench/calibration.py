@@ -310,12 +310,14 @@ def plot_roc(curves: Dict[str, Dict[str, Any]], thresholds: Dict[str, Dict[str, 
 
 
 def run_calibration(plan: CalibrationPlan, outdir: Path,
-                    progress: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
-    """Score the plan, write OUTDIR/calibration.json and the ROC plots; returns the document
-    (plus "plots": the written plot paths, not part of the file)."""
+                    progress: Optional[Callable[[str], None]] = None,
+                    rows: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """Score the plan (or take its already scored ``rows``), write OUTDIR/calibration.json and
+    the ROC plots; returns the document (plus "plots": the written plot paths, not part of the
+    file)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    rows = score_plan(plan, progress)
+    rows = score_plan(plan, progress) if rows is None else list(rows)
     doc = calibration_document(plan, rows)
     (outdir / "calibration.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
     curves = roc_curves(rows, doc["thresholds"], plan.min_severity)
@@ -324,6 +326,29 @@ def run_calibration(plan: CalibrationPlan, outdir: Path,
     return dict(doc, plots=[str(p) for p in plots])
 
 
+def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: float
+               ) -> Tuple[CalibrationPlan, List[Dict[str, Any]]]:
+    """The plan of an earlier calibration document ``doc`` with a new target false-pass rate
+    and minimum severity, and its scored clips: refitting the bounds needs no rescoring (the
+    scores depend on the plan's clips and scoring config only, which ``score_config_hash``
+    records).
+
+    Raises:
+        InputError: ``doc`` is not a calibration document with its plan and clips.
+    """
+    plan_d, rows = doc.get("plan"), doc.get("clips")
+    if not isinstance(plan_d, dict) or not isinstance(rows, list) or not rows:
+        raise InputError("--refit needs a calibration.json written by geocon calibrate (with "
+                         "its 'plan' and scored 'clips')")
+    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in plan_d.items()}
+    plan = CalibrationPlan(**dict(fields, target_false_pass=float(target_false_pass),
+                                  min_severity=float(min_severity)))
+    if doc.get("score_config_hash") not in (None, plan.config().config_hash()):
+        raise InputError("--refit: the clips were scored with another scoring config "
+                         f"({doc.get('score_config_hash')}); score them again")
+    return plan, rows
+
+
 __all__ = ["BACKGROUND_CORRUPTIONS", "GATE_RULE", "CalibrationPlan", "scene_clips", "score_plan",
            "fit_regime", "fit_thresholds", "verdict", "evaluate", "roc_curves",
-           "calibration_document", "plot_roc", "run_calibration"]
+           "calibration_document", "plot_roc", "refit_plan", "run_calibration"]

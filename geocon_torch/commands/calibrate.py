@@ -14,15 +14,19 @@ carry ``background.pass_calibrated`` and ``background.calibration`` (name and ha
 Examples:
   geocon calibrate cal/                          # 256x192, 8 frames, 2 seeds, opencv-sift
   geocon calibrate cal/ --size 512x384 --seeds 3 --target-false-pass 0.05
+  geocon calibrate cal8/ --refit cal/calibration.json --target-false-pass 0.08   # no rescoring
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..bench.calibration import BACKGROUND_CORRUPTIONS, CalibrationPlan, run_calibration
+from .._json import read_json_file
+from ..bench.calibration import (BACKGROUND_CORRUPTIONS, CalibrationPlan, refit_plan,
+                                  run_calibration)
 from ..categories import canonical_category
 from ..config import FEATURE_BACKEND_CHOICES
+from ..errors import GeoConError
 from ..synth import CORRUPTIONS, MOTIONS
 from ._common import frame_size
 
@@ -64,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated corruption severities (default 0.25,0.5,1.0)")
     parser.add_argument("--categories", default="all",
                         help="comma-separated categories C1..C6 (default all, every motion)")
+    parser.add_argument("--refit", metavar="CALIBRATION_JSON", default=None,
+                        help="refit the bounds from the scored clips of an earlier calibration "
+                             "(its plan; --target-false-pass / --min-severity apply), no "
+                             "rescoring")
     parser.add_argument("--corruptions", default=",".join(BACKGROUND_CORRUPTIONS),
                         help="comma-separated corruptions (default: "
                              f"{','.join(BACKGROUND_CORRUPTIONS)})")
@@ -92,12 +100,18 @@ def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
 
 
 def run(args: argparse.Namespace) -> int:
+    rows = None
     try:
-        plan = plan_from_args(args)
-    except argparse.ArgumentTypeError as exc:
+        if args.refit:
+            plan, rows = refit_plan(read_json_file(args.refit, "calibration file"),
+                                    args.target_false_pass, args.min_severity)
+        else:
+            plan = plan_from_args(args)
+    except (argparse.ArgumentTypeError, GeoConError) as exc:
         print(f"geocon calibrate: error: {exc}", file=sys.stderr)
         return 2
-    doc = run_calibration(plan, args.outdir, progress=lambda s: print(s, file=sys.stderr))
+    doc = run_calibration(plan, args.outdir, progress=lambda s: print(s, file=sys.stderr),
+                          rows=rows)
     print(f"wrote {args.outdir}/calibration.json (hash {doc['content_hash']}) "
           f"{' '.join(doc['plots'])}")
     for regime, th in doc["thresholds"].items():

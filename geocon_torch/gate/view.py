@@ -79,7 +79,7 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
     info: Dict[str, Any] = {"backend": fcfg.backend, "long_side": side,
                             "source": "working frames"}
     if side > max(h, w):
-        finer = _read_finer(clip, pairs, side)
+        finer = _read_finer(clip, pairs, side, config)
         if finer is not None:
             view, local = finer
             c = extract_correspondences(view, local, fcfg, scales=(1.0,), device=device).get(1.0)
@@ -111,17 +111,20 @@ def view_to_working(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor
     return to_working_pixels(xy, float(scale_xy[0]), float(scale_xy[1]))
 
 
-def _read_finer(clip: Clip, pairs: torch.Tensor, side: int
+def _read_finer(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
                 ) -> Optional[Tuple[Clip, torch.Tensor]]:
-    """The gate pairs' frames read again from the clip's file at long side ``side`` and the
-    pairs re-indexed into them; None without a readable file."""
+    """The gate pairs' frames read again from the clip's file at long side ``side`` (the
+    letterbox rule of ``config.io``) and the pairs re-indexed into them; None without a
+    readable file."""
     path = clip.meta.get("path") if isinstance(clip.meta, dict) else None
     if not path:
         return None
     used, local = torch.unique(pairs.cpu(), return_inverse=True)
     src = clip.frame_indices.cpu()[used].tolist()
     try:
-        view = read_clip(path, long_side=side, indices=src)
+        view = read_clip(path, long_side=side, indices=src,
+                         letterbox_threshold=config.io.letterbox_threshold,
+                         letterbox_min_fraction=config.io.letterbox_min_fraction)
     except GeoConError:
         return None
     if view.num_frames != len(src):
