@@ -43,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import cv2
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from geocon_torch.gate.parallax import STATISTICS  # noqa: E402
+from geocon_torch.io import write_image_folder  # noqa: E402
 from geocon_torch.pipeline import score_clip  # noqa: E402
 from geocon_torch.synth import EXPECTED_REGIME, render_scene  # noqa: E402
 
@@ -131,21 +131,13 @@ def agreement_clips(args) -> list:
             # each working size: the axis a user changes with io.long_side
             frames = render_scene(cat, num_frames=args.frames, size=(side * 3 // 4, side),
                                   seed=seed, **opts).frames
-            clips.append((name, EXPECTED_REGIME[cat],
-                          (lambda p: lambda s: p)(write_frames(frames, folder / f"{len(clips)}"))))
+            path = write_image_folder(folder / f"{len(clips)}", frames)
+            clips.append((name, EXPECTED_REGIME[cat], (lambda p: lambda s: p)(path)))
     if args.real:
         for f in REAL_CLIPS:
             if (REAL_DIR / f).exists():
                 clips.append((f, None, (lambda p: lambda s: p)(REAL_DIR / f)))
     return clips
-
-
-def write_frames(frames: torch.Tensor, folder: Path) -> Path:
-    """(T, 3, H, W) uint8 frames -> ``folder/0000.png, ...`` (lossless); returns the folder."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for k, f in enumerate(frames):
-        cv2.imwrite(str(folder / f"{k:04d}.png"), f.permute(1, 2, 0).flip(-1).cpu().numpy())
-    return folder
 
 
 def agreement(args) -> dict:
@@ -167,9 +159,9 @@ def agreement(args) -> dict:
                     reg[(b, s)] = g["regime"] if g["decision"] != NOT_SCORED else NOT_SCORED
         rows.append({"clip": name, "expected": expected, "decisions": dec, "regimes": reg})
         same = len({d for d in dec.values() if d != NOT_SCORED}) <= 1
-        print(f"{name[:44]:44s} {expected or '-':3s}  "
-              + " ".join(f"{str(dec[k]) + '/' + str(reg[k]):>{len(k[0][:10]) + 1 + len(str(k[1]))}s}"
-                         for k in settings) + f"  {'yes' if same else 'NO'}", flush=True)
+        cells = [(f"{dec[k]}/{reg[k]}", len(k[0][:10]) + 1 + len(str(k[1]))) for k in settings]
+        print(f"{name[:44]:44s} {expected or '-':3s}  " + " ".join(f"{c:>{n}s}" for c, n in cells)
+              + f"  {'yes' if same else 'NO'}", flush=True)
     out = summarise(rows, backends, sizes, settings, time.time() - t0)
     regimes = summarise([dict(r, decisions=r["regimes"]) for r in rows], backends, sizes,
                         settings, 0.0)

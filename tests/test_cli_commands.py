@@ -69,7 +69,8 @@ def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: P
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["clip"] for r in rows] == ["realshort", "missing"]
     ok, err = rows
-    assert ok["schema_version"] == "2.0" and ok["config_hash"] == pinned_config(_small_cfg()).config_hash()
+    assert ok["schema_version"] == "2.0"
+    assert ok["config_hash"] == pinned_config(_small_cfg()).config_hash()
     assert ok["status"] == "ok" and 0.5 < ok["background"]["ir"] <= 1.0
     assert set(ok["backends"]) >= {"features", "flow", "masks", "gate"}
     assert ok["version"] and "VideoReadError" in err["reason"]
@@ -89,7 +90,8 @@ def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsy
     assert "2 clips on 1 rank(s): 2 scored (1 ok, 0 not applicable, 1 error)" in out
     table = list(csv.DictReader((tmp_path / "t.csv").open()))
     assert [(r["clip_id"], r["status"]) for r in table] == [("gone", "error"), ("short", "ok")]
-    assert table[1]["config_hash"] == pinned_config(_small_cfg()).config_hash() and table[1]["model"] == "wan"
+    assert table[1]["config_hash"] == pinned_config(_small_cfg()).config_hash()
+    assert table[1]["model"] == "wan"
     rc = main(["bench", str(manifest), "--db", str(db), "--no-progress", *SMALL, "--strict"])
     out2 = capsys.readouterr().out
     assert rc == 0 and "0 scored" in out2 and "2 already stored" in out2

@@ -4,7 +4,6 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
-import cv2
 import pytest
 import torch
 
@@ -14,7 +13,7 @@ from geocon_torch.gate.parallax import gate_from_parallax, parallax_statistics, 
 from geocon_torch.gate.select import gate_source
 from geocon_torch.gate.view import view_long_side
 from geocon_torch.io.pairs import gate_pair_tiers, parallax_gate_pairs
-from geocon_torch.io import read_clip
+from geocon_torch.io import read_clip, write_image_folder
 from geocon_torch.synth import EXPECTED_REGIME, render_scene
 
 CFG = GateConfig()  # statistic parallax_magnitude, band [3, 16] reference px
@@ -152,20 +151,13 @@ def test_realshort_gate_does_not_flip_with_the_backend(shared_data):
         assert hi > g["thresholds"]["low"] or "noise floor" in g["evidence"]["why_u"]
 
 
-def _write_pngs(frames, folder):
-    folder.mkdir()
-    for k, f in enumerate(frames):
-        cv2.imwrite(str(folder / f"{k:03d}.png"), f.permute(1, 2, 0).flip(-1).numpy())
-    return folder
-
-
 def test_gate_view_reads_the_same_pixels_at_any_working_size(tmp_path):
     """A 480x360 file scored at io.long_side 192, 256 and 384: the gate reads it at its view
     side (opencv-sift at 320 px). Below the view side the gate frames are re-read from the file,
     so the gate rows, their fits (in view px) and the statistic are identical; above it the
     working frames are shrunk to the view side (a resampling apart, the same value)."""
     frames = render_scene("C3", num_frames=6, size=(360, 480), seed=0, motion="truck").frames
-    folder = _write_pngs(frames, tmp_path / "clip")
+    folder = write_image_folder(tmp_path / "clip", frames)
     res = {}
     for view, side in (("opencv-sift", 192), ("opencv-sift", 256), ("opencv-sift", 384),
                        ("same", 192)):

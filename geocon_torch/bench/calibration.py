@@ -4,8 +4,8 @@
       + each background corruption (rubber_sheet, background_slide, breathing) at ``severities``
     -> score_clips(preset="background", calibration off)           (one row per clip)
     -> per gated regime H / F: the bounds of measures.calibration.REGIME_BOUNDS (IR lower,
-       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also GE_H_norm lower) at the target false-pass
-       rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
+       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also GE_H_norm lower) at the
+       target false-pass rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
     -> calibration.json (thresholds, rates, per-clip scores, provenance, content hash) and
        ROC-style curves per corruption (roc_<regime>.png, matplotlib when installed)
 

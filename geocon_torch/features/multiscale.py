@@ -34,9 +34,6 @@ from .lk import lk_tracks
 from .matching import check_pairs, match_descriptors, pack_matches
 from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
 
-#: OpenCV's default SIFT contrastThreshold (features.opencv_contrast_threshold)
-OPENCV_CONTRAST = 0.04
-
 MIN_SIDE = 16  # a scale whose frames would be smaller than this (px) is skipped
 
 
@@ -216,8 +213,7 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
         matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
     elif backend != "lk-tracks":
         opts = ({"contrastThreshold": cfg.opencv_contrast_threshold}
-                if resolve_backend(backend, dev) == "opencv-sift"
-                and cfg.opencv_contrast_threshold != OPENCV_CONTRAST else {})
+                if resolve_backend(backend, dev) == "opencv-sift" else {})
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
                                   checkpoint=cfg.checkpoint, **opts)
     bands = [octave_band(lv[0]) for lv in levels]

@@ -6,9 +6,10 @@ does the same: the matches of its wide gate pairs come from ``gate.view_backend`
 deterministic, CPU) at ``gate.view_long_side`` (512 px; the source's long side when that is
 smaller), with ``gate.view_max_keypoints`` keypoints (contrast threshold
 ``gate.view_contrast_threshold`` = 0.01, a quarter of OpenCV's default, so weakly textured
-footage still gives the gate matches; the strongest keypoints are kept), at one scale. So the regime a clip gets
-does not change when a user switches ``features.backend`` or ``io.long_side``: the statistic
-reads the same pixels with the same detector (measured by ``benchmarks/gate_sweep.py``).
+footage still gives the gate matches; the strongest keypoints are kept), at one scale. So the
+regime a clip gets does not change when a user switches ``features.backend`` or
+``io.long_side``: the statistic reads the same pixels with the same detector (measured by
+``benchmarks/gate_sweep.py``).
 
 * view side <= working side: the frames are shrunk inside :func:`extract_correspondences`
   (one scale ``view / working``);
@@ -20,11 +21,12 @@ Matches are returned in **view pixels**, and the gate rows are fitted in them: R
 ``tau_H`` is in px, so fitting the same points in working px would pick a different homography
 at each working size. Object masks are looked up at the points mapped to working px
 (:func:`view_to_working`), and the reference-px normalisation of
-:mod:`~geocon_torch.gate.parallax` uses the view's long side. ``gate.view_backend = "same"`` keeps the
-scoring backend at the working resolution (the behaviour before the view existed).
+:mod:`~geocon_torch.gate.parallax` uses the view's long side. ``gate.view_backend = "same"``
+keeps the scoring backend at the working resolution (the behaviour before the view existed).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
@@ -76,8 +78,7 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
         return None
     side, (h, w) = view_long_side(clip, config), clip.size
     fcfg = view_features(config)
-    info: Dict[str, Any] = {"backend": fcfg.backend, "long_side": side,
-                            "source": "working frames"}
+    info: Dict[str, Any] = {"backend": fcfg.backend, "source": "working frames"}
     if side > max(h, w):
         finer = _read_finer(clip, pairs, side, config)
         if finer is not None:
@@ -87,8 +88,8 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
                 return None
             (hv, wv) = view.size
             info.update(source="file", long_side=max(hv, wv), scale_xy=[wv / w, hv / h])
-            return _with_pairs(c, pairs), info
-        side = info["long_side"] = max(h, w)  # a tensor source: the working frames are finest
+            return replace(c, pairs=pairs.to(c.pairs.device)), info
+        side = max(h, w)  # a tensor source: the working frames are the finest
     scale = side / max(h, w)
     c = extract_correspondences(clip, pairs, fcfg, scales=(scale,), device=device).get(scale)
     if c is None:
@@ -96,8 +97,8 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
     hs, ws = scaled_size(h, w, scale)
     sx, sy = ws / w, hs / h
     info.update(long_side=max(hs, ws), scale_xy=[sx, sy])
-    return Correspondences(working_to_view(c.x1, (sx, sy)), working_to_view(c.x2, (sx, sy)),
-                           c.mask, c.scores, c.pairs, c.num_kp1, c.num_kp2), info
+    return replace(c, x1=working_to_view(c.x1, (sx, sy)),
+                   x2=working_to_view(c.x2, (sx, sy))), info
 
 
 def working_to_view(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor:
@@ -130,11 +131,6 @@ def _read_finer(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
     if view.num_frames != len(src):
         return None
     return view, local.reshape(-1, 2)
-
-
-def _with_pairs(c: Correspondences, pairs: torch.Tensor) -> Correspondences:
-    return Correspondences(c.x1, c.x2, c.mask, c.scores, pairs.to(c.pairs.device), c.num_kp1,
-                           c.num_kp2)
 
 
 __all__ = ["SAME", "gate_view_correspondences", "view_features", "view_long_side",

@@ -64,7 +64,8 @@ from .writer import write_gif, write_image_folder, write_video
 __all__ = [
     "read_clip", "read_clips", "clip_from_tensor", "clips_from_tensor", "check_clip_tensor",
     "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
-    "background_pairs", "parallax_gate_pairs", "gate_pair_tiers", "worldatlas_pairs", "gvgc_pairs", "foreground_pairs",
+    "background_pairs", "parallax_gate_pairs", "gate_pair_tiers", "worldatlas_pairs",
+    "gvgc_pairs", "foreground_pairs",
     "detect_content_mask", "content_hash", "working_size", "WorkingSize", "frame_selection",
     "FrameSelection", "DEFAULT_FPS", "write_video", "write_image_folder", "write_gif",
     "VideoFrames", "ContentMaskAccumulator",

@@ -269,8 +269,8 @@ def calibrated_pass(ir: Optional[float], ge_px: Optional[float], long_side: int,
         ir, ge_px: the clip's IR and GE (px at the working resolution, long side
             ``long_side`` px) of the gated model.
         regime: "H" / "F"; thresholds[regime] holds "ir_min", "ge_norm_max" and optionally
-            "ge_peak_norm_max" / "ge_h_norm_min" (px at ``ref_long_side``; an absent key is
-            no bound).
+            "ge_fine_norm_max", "ge_spread_norm_max", "ge_h_norm_min" (or an older file's
+            "ge_peak_norm_max"; px at ``ref_long_side``; an absent key is no bound).
         ge_fine_px, ge_peak_px: :func:`peak_ge` at q = 0.5 and 0.9 of the gated model (px;
             None: the clip GE stands in).
         ge_h_px: the clip's GE_H (px; None: no valid H pair, which meets ``ge_h_norm_min``).
@@ -301,5 +301,6 @@ def pass_rates(passed: Sequence[Optional[bool]]) -> Optional[float]:
 
 
 __all__ = ["REF_LONG_SIDE", "BOUNDS", "REGIME_BOUNDS", "PEAK_QUANTILE", "Thresholds",
-           "normalised_ge", "peak_ge", "spread_of", "gate_rates", "select_bounds", "select_thresholds",
+           "normalised_ge", "peak_ge", "spread_of", "gate_rates", "select_bounds",
+           "select_thresholds",
            "relax_ir", "roc_curve", "calibrated_pass", "ge_bound_px", "pass_rates"]

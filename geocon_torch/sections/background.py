@@ -27,9 +27,9 @@ from ..config import GeoConConfig, load_config
 from ..features import extract_correspondences
 from ..features.base import resolve_backend
 from ..features.multiscale import resolve_scale_mode
-from ..gate.view import gate_view_correspondences, view_to_working
 from ..gate import (GateDecision, decide_gate, external_gate, gate_block, pair_models,
                     parallax_statistics, preliminary_regime, resolve_gate_method)
+from ..gate.view import gate_view_correspondences, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
@@ -114,7 +114,7 @@ class _Stack:
     x2: torch.Tensor
     mask: torch.Tensor
     scores: torch.Tensor
-    working_long_side: int = 0
+    working_long_side: int
     view: Optional[Dict[str, Any]] = None  # the gate view's info: its rows are in view px
 
     def long_side_px(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
