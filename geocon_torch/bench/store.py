@@ -1,6 +1,6 @@
-"""SQLite result store: one file, results keyed by (content hash, config hash).
+"""Result stores: results keyed by (content hash, config hash), SQLite file or PostgreSQL server.
 
-Two tables (a view ``leaderboard`` joins them):
+Two tables (a view ``leaderboard`` joins them), the same on both back ends:
 
 * ``results(content_hash, config_hash, status, reason, result_json, ...)`` — one scored video
   per configuration. The primary key makes inserts idempotent: the same bytes under the same
@@ -9,27 +9,38 @@ Two tables (a view ``leaderboard`` joins them):
   ...)`` — the manifest row that points at a result (two clip_ids with identical bytes share a
   result); ``prompt_category`` is the manifest's prompt family (C1-C6 or a free label).
 
-Store formats (``meta.store_format``): "1" named the prompt family ``clips.category``; "2" names
-it ``prompt_category``. Opening a format-1 file migrates it in place (one transaction: the
-column is renamed, the view rebuilt). Result rows keep the JSON they were written with and are
-read through :func:`geocon_torch.result.migrate_result`, so 1.x rows come back in schema 2.
+``ResultStore(db)`` opens the back end ``db`` names: a file path is a :class:`SQLiteStore` (the
+embedded default); a ``postgresql://`` / ``postgres://`` URL or a libpq ``service=NAME`` /
+``host=... dbname=...`` string is a :class:`~geocon_torch.bench.pg_store.PostgresStore`. Every
+query and write below is shared; a back end only supplies its connection, transactions,
+placeholders and retry rule, so every reader (report, exports, preference pairs, statistics)
+works on either.
 
-Concurrency: the database runs in WAL mode with a busy timeout; every write is one short
+Store formats (``meta.store_format``): "1" named the prompt family ``clips.category``; "2" names
+it ``prompt_category``. Opening a format-1 store migrates it in place (one transaction: the
+column is renamed, the view rebuilt); a newer format is refused. Result rows keep the JSON they
+were written with and are read through :func:`geocon_torch.result.migrate_result`, so 1.x rows
+come back in schema 2.
+
+SQLite concurrency: the database runs in WAL mode with a busy timeout; every write is one short
 ``BEGIN IMMEDIATE`` transaction (clip row + result row together, so a kill never leaves half a
 clip) retried with back-off while another process holds the write lock. Several processes on
 ONE machine may write the same file (that is how ``torchrun`` ranks share it); SQLite locking is
-not reliable on network file systems, so keep the file on a local disk.
+not reliable on network file systems, so keep the file on a local disk and use a PostgreSQL
+store (or per-node files and ``geocon merge``) across machines.
 """
 from __future__ import annotations
 
 import csv
 import json
 import random
+import re
 import sqlite3
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 from ..errors import GeoConError, InputError, OptionalDependencyError
 from ..result import migrate_result
@@ -39,6 +50,7 @@ from .schema import ResultSchemaError, check_result, result_problems
 
 STORE_FORMAT = "2"  # "1": clips.category; "2": clips.prompt_category (format 1 is migrated)
 
+# {real} / {bigint}: the back end's 8-byte float and integer types
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (
@@ -49,7 +61,7 @@ CREATE TABLE IF NOT EXISTS results (
     schema_version TEXT,
     version TEXT,
     result_json TEXT NOT NULL,
-    created_at REAL NOT NULL,
+    created_at {real} NOT NULL,
     PRIMARY KEY (content_hash, config_hash)
 );
 CREATE TABLE IF NOT EXISTS clips (
@@ -60,35 +72,245 @@ CREATE TABLE IF NOT EXISTS clips (
     model_version TEXT,
     prompt_category TEXT,
     prompt TEXT,
-    seed INTEGER,
+    seed {bigint},
     scene TEXT,
     path TEXT,
     entry_json TEXT,
-    updated_at REAL NOT NULL,
+    updated_at {real} NOT NULL,
     PRIMARY KEY (clip_id, config_hash)
 );
 CREATE INDEX IF NOT EXISTS clips_by_result ON clips (content_hash, config_hash);
 """
 
-_VIEW = """
-CREATE VIEW IF NOT EXISTS leaderboard AS
+_VIEW_BODY = """leaderboard AS
     SELECT c.clip_id, c.model, c.model_version, c.prompt_category, c.prompt, c.seed, c.scene,
            c.path, c.entry_json, r.status, r.reason, r.content_hash, r.config_hash,
            r.schema_version, r.version, r.result_json
     FROM clips c JOIN results r
-      ON r.content_hash = c.content_hash AND r.config_hash = c.config_hash;
+      ON r.content_hash = c.content_hash AND r.config_hash = c.config_hash
 """
 
 CLIP_COLUMNS = ("clip_id", "model", "model_version", "prompt_category", "prompt", "seed", "scene",
                 "path")
+# raw rows as stored (what geocon merge copies between stores)
+RESULT_FIELDS = ("content_hash", "config_hash", "status", "reason", "schema_version", "version",
+                 "result_json", "created_at")
+CLIP_FIELDS = ("clip_id", "config_hash", "content_hash", "model", "model_version",
+               "prompt_category", "prompt", "seed", "scene", "path", "entry_json", "updated_at")
+_INSERT_RESULT = (f"INSERT INTO results ({', '.join(RESULT_FIELDS)}) VALUES "
+                  f"({', '.join('?' * len(RESULT_FIELDS))})")
+_INSERT_CLIP = (f"INSERT INTO clips ({', '.join(CLIP_FIELDS)}) VALUES "
+                f"({', '.join('?' * len(CLIP_FIELDS))})")
+_UPSERT_CLIP = _INSERT_CLIP + " ON CONFLICT (clip_id, config_hash) DO UPDATE SET " + ", ".join(
+    f"{k}=excluded.{k}" for k in CLIP_FIELDS if k not in ("clip_id", "config_hash"))
+_REPLACE_RESULT = (_INSERT_RESULT + " ON CONFLICT (content_hash, config_hash) DO UPDATE SET "
+                   + ", ".join(f"{k}=excluded.{k}" for k in RESULT_FIELDS[2:]))
+
+Statement = Tuple[str, Sequence[Any]]
+_SERVER_PREFIXES = ("postgresql://", "postgres://")
+_CONNINFO = re.compile(r"^\s*(service|host|hostaddr|dbname|user|port)\s*=")
 
 
 class StoreError(GeoConError, RuntimeError):
     """The result database could not be opened or written (after retries)."""
 
 
+def is_server_url(db: Union[str, Path]) -> bool:
+    """True when ``db`` names a PostgreSQL server (URL or libpq key=value string), not a file."""
+    return isinstance(db, str) and (db.startswith(_SERVER_PREFIXES) or bool(_CONNINFO.match(db)))
+
+
 class ResultStore:
-    """A results database. Use as a context manager or call :meth:`close`.
+    """A results database; ``ResultStore(db)`` opens the back end ``db`` names (module doc).
+    Use as a context manager or call :meth:`close`.
+
+    Back ends implement ``_transaction(fn)`` (run ``fn()`` in one retried write transaction),
+    ``_execute(sql, params)`` (inside it; returns the fetched rows), ``_select(sql, params)``
+    (a retried read: column names and rows), ``_init_schema()``, ``close()`` and ``name`` (for
+    messages; never holds a password). SQL is written with ``?`` placeholders.
+    """
+
+    server_class: Optional[type] = None  # PostgresStore, registered by .pg_store
+    name = "store"
+    _create_view = "CREATE VIEW IF NOT EXISTS "
+    kind = "sqlite"
+
+    def __new__(cls, db: Union[str, Path], **kwargs: Any):
+        if cls is ResultStore:
+            if is_server_url(db):
+                if ResultStore.server_class is None:
+                    raise StoreError("no PostgreSQL store is registered (import "
+                                     "geocon_torch.bench)")
+                cls = ResultStore.server_class
+            else:
+                cls = SQLiteStore
+        return super().__new__(cls)
+
+    # -- back-end plumbing --------------------------------------------------------------------
+    def _transaction(self, fn: Callable[[], Any]) -> Any:
+        raise NotImplementedError
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
+        raise NotImplementedError
+
+    def _select(self, sql: str, params: Sequence[Any] = ()) -> Tuple[List[str], List[tuple]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _create_schema(self, real: str, bigint: str) -> None:
+        """Tables, format check / migration and view (inside the open schema transaction)."""
+        for stmt in filter(str.strip, _TABLES.format(real=real, bigint=bigint).split(";")):
+            self._execute(stmt)
+        self._check_format()
+        self._execute(self._create_view + _VIEW_BODY)
+
+    def _check_format(self) -> None:
+        """Stamp a new store with :data:`STORE_FORMAT`, migrate a format-1 store, refuse others
+        (inside the open schema transaction)."""
+        rows = self._execute("SELECT value FROM meta WHERE key='store_format'")
+        if not rows:
+            self._execute("INSERT INTO meta VALUES ('store_format', ?)", (STORE_FORMAT,))
+        elif rows[0][0] == "1":
+            # format 1 held the manifest's prompt family in clips.category
+            self._execute("DROP VIEW IF EXISTS leaderboard")
+            self._execute("ALTER TABLE clips RENAME COLUMN category TO prompt_category")
+            self._execute("UPDATE meta SET value=? WHERE key='store_format'", (STORE_FORMAT,))
+        elif rows[0][0] != STORE_FORMAT:
+            raise StoreError(f"{self.name}: store format {rows[0][0]} is newer than this "
+                             f"geocon_torch reads (format {STORE_FORMAT}); upgrade geocon_torch "
+                             "or write to a new --db store")
+
+    def _write(self, statements: Sequence[Statement]) -> None:
+        """Run ``statements`` in ONE transaction (retried as a whole)."""
+        def tx():
+            for sql, params in statements:
+                self._execute(sql, params)
+        self._transaction(tx)
+
+    def _one(self, sql: str, params: Sequence[Any]) -> Optional[tuple]:
+        rows = self._select(sql, params)[1]
+        return rows[0] if rows else None
+
+    # -- queries ------------------------------------------------------------------------------
+    def has(self, content_hash: str, config_hash: str) -> bool:
+        return self.status_of(content_hash, config_hash) is not None
+
+    def status_of(self, content_hash: str, config_hash: str) -> Optional[str]:
+        row = self._one("SELECT status FROM results WHERE content_hash=? AND config_hash=?",
+                        (content_hash, config_hash))
+        return None if row is None else row[0]
+
+    def linked(self, clip_id: str, config_hash: str) -> Optional[str]:
+        """Content hash the clip row points at, or None."""
+        row = self._one("SELECT content_hash FROM clips WHERE clip_id=? AND config_hash=?",
+                        (clip_id, config_hash))
+        return None if row is None else row[0]
+
+    def count(self, table: str = "results") -> int:
+        if table not in ("results", "clips", "leaderboard"):
+            raise InputError(f"unknown table {table!r}")
+        return int(self._select(f"SELECT COUNT(*) FROM {table}")[1][0][0])
+
+    def config_hashes(self) -> List[str]:
+        return [r[0] for r in self._select(
+            "SELECT DISTINCT config_hash FROM clips ORDER BY config_hash")[1]]
+
+    def rows(self, config_hash: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Joined rows (clip metadata + ``result`` dict), sorted by (config_hash, clip_id)."""
+        sql = "SELECT * FROM leaderboard"
+        params: tuple = ()
+        if config_hash is not None:
+            sql += " WHERE config_hash = ?"
+            params = (config_hash,)
+        names, values = self._select(sql + " ORDER BY config_hash, clip_id", params)
+        out = []
+        for vals in values:
+            row = dict(zip(names, vals))
+            row["result"] = migrate_result(json.loads(row.pop("result_json")))
+            out.append(row)
+        return out
+
+    def raw_results(self) -> Iterator[Dict[str, Any]]:
+        """Every ``results`` row as stored (:data:`RESULT_FIELDS`), by key."""
+        names, rows = self._select(f"SELECT {', '.join(RESULT_FIELDS)} FROM results "
+                                   "ORDER BY config_hash, content_hash")
+        return (dict(zip(names, r)) for r in rows)
+
+    def raw_clips(self) -> Iterator[Dict[str, Any]]:
+        """Every ``clips`` row as stored (:data:`CLIP_FIELDS`), by key."""
+        names, rows = self._select(f"SELECT {', '.join(CLIP_FIELDS)} FROM clips "
+                                   "ORDER BY config_hash, clip_id")
+        return (dict(zip(names, r)) for r in rows)
+
+    # -- writes -------------------------------------------------------------------------------
+    def put_statements(self, clip: Dict[str, Any], content_hash: str, config_hash: str,
+                       result: Optional[Dict[str, Any]] = None, *,
+                       replace: bool = False) -> List[Statement]:
+        """The statements :meth:`put` runs (validated), for callers adding their own to the
+        same transaction."""
+        if not clip.get("clip_id"):
+            raise InputError("clip row needs a clip_id")
+        if "category" in clip:
+            raise InputError("clip rows name the manifest's prompt family 'prompt_category' "
+                             "(the store's 'category' column was renamed)")
+        now = time.time()
+        stmts: List[Statement] = []
+        if result is not None:
+            result = migrate_result(check_result(result))
+            sql = _REPLACE_RESULT if replace else _INSERT_RESULT + " ON CONFLICT DO NOTHING"
+            stmts.append((sql, (content_hash, config_hash, result["status"],
+                                result.get("reason"), result.get("schema_version"),
+                                result.get("version"),
+                                json.dumps(result, sort_keys=True, allow_nan=False), now)))
+        row = {k: clip.get(k) for k in CLIP_COLUMNS}
+        row.update(config_hash=config_hash, content_hash=content_hash, updated_at=now,
+                   entry_json=json.dumps(clip.get("entry"), sort_keys=True, default=str))
+        stmts.append((_UPSERT_CLIP, tuple(row[k] for k in CLIP_FIELDS)))
+        return stmts
+
+    def put(self, clip: Dict[str, Any], content_hash: str, config_hash: str,
+            result: Optional[Dict[str, Any]] = None, *, replace: bool = False,
+            also: Sequence[Statement] = ()) -> None:
+        """Record a clip row and (if given) its result in ONE transaction.
+
+        ``clip`` holds the CLIP_COLUMNS (clip_id required) and optionally ``entry`` (the whole
+        manifest row, stored as JSON). With ``result=None`` only the clip row is (re)linked to an
+        existing result. Re-putting the same key is a no-op unless ``replace`` (used to retry
+        error rows). A 1.x result is stored migrated to the current schema. ``also``: more
+        statements committed in the same transaction (the work queue's "done" mark).
+        """
+        self._write(self.put_statements(clip, content_hash, config_hash, result,
+                                        replace=replace) + list(also))
+
+    def insert_raw(self, results: Sequence[Dict[str, Any]],
+                   clips: Sequence[Dict[str, Any]]) -> None:
+        """Insert raw rows (:meth:`raw_results` / :meth:`raw_clips`) in ONE transaction; keys
+        already present are left as they are."""
+        self._write([(_INSERT_RESULT + " ON CONFLICT DO NOTHING",
+                      tuple(r[k] for k in RESULT_FIELDS)) for r in results] +
+                    [(_INSERT_CLIP + " ON CONFLICT DO NOTHING",
+                      tuple(c[k] for k in CLIP_FIELDS)) for c in clips])
+
+    # -- export -------------------------------------------------------------------------------
+    def export_csv(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
+        """Flat CSV (one line per clip, columns of :func:`flatten_row`)."""
+        return write_csv(path, [flatten_row(r) for r in self.rows(config_hash)])
+
+    def export_parquet(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
+        """Flat Parquet table (needs the optional pyarrow: pip install geocon_torch[parquet])."""
+        return write_parquet(path, [flatten_row(r) for r in self.rows(config_hash)])
+
+
+class SQLiteStore(ResultStore):
+    """The embedded back end: one SQLite file (WAL mode, see the module doc).
 
     Args:
         path: the SQLite file (created with its folder if missing).
@@ -97,6 +319,7 @@ class ResultStore:
 
     def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0):
         self.path = Path(path)
+        self.name = str(self.path)
         self.timeout_s = float(timeout_s)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -106,7 +329,6 @@ class ResultStore:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open result store {self.path}: {exc}") from exc
 
-    # -- plumbing -----------------------------------------------------------------------------
     def _init_schema(self) -> None:
         c = self._conn
         c.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
@@ -115,33 +337,17 @@ class ResultStore:
             raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode}); is it on a "
                              "network file system? Use a local disk.")
         c.execute("PRAGMA synchronous = NORMAL")
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in filter(str.strip, _TABLES.split(";")):
-                c.execute(stmt)
-            self._check_format()
-            c.execute(_VIEW)
-            c.execute("COMMIT")
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
+        self._begin_commit(lambda: self._create_schema("REAL", "INTEGER"))
 
-    def _check_format(self) -> None:
-        """Stamp a new file with :data:`STORE_FORMAT`, migrate a format-1 file, refuse others
-        (inside the open schema transaction)."""
-        c = self._conn
-        row = c.execute("SELECT value FROM meta WHERE key='store_format'").fetchone()
-        if row is None:
-            c.execute("INSERT INTO meta VALUES ('store_format', ?)", (STORE_FORMAT,))
-        elif row[0] == "1":
-            # format 1 held the manifest's prompt family in clips.category
-            c.execute("DROP VIEW IF EXISTS leaderboard")
-            c.execute("ALTER TABLE clips RENAME COLUMN category TO prompt_category")
-            c.execute("UPDATE meta SET value=? WHERE key='store_format'", (STORE_FORMAT,))
-        elif row[0] != STORE_FORMAT:
-            raise StoreError(f"{self.path}: store format {row[0]} is newer than this "
-                             f"geocon_torch reads (format {STORE_FORMAT}); upgrade geocon_torch "
-                             "or write to a new --db file")
+    def _begin_commit(self, fn: Callable[[], Any]) -> Any:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn()
+            self._conn.execute("COMMIT")
+            return out
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def _retry(self, fn, *args):
         deadline = time.monotonic() + self.timeout_s
@@ -156,119 +362,20 @@ class ResultStore:
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 1.0)
 
-    def _write(self, statements: List[tuple]) -> None:
-        def tx():
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, params in statements:
-                    self._conn.execute(sql, params)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-        self._retry(tx)
+    def _transaction(self, fn: Callable[[], Any]) -> Any:
+        return self._retry(self._begin_commit, fn)
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
+        return self._conn.execute(sql, tuple(params)).fetchall()
+
+    def _select(self, sql: str, params: Sequence[Any] = ()) -> Tuple[List[str], List[tuple]]:
+        def read():
+            cur = self._conn.execute(sql, tuple(params))
+            return [d[0] for d in cur.description], cur.fetchall()
+        return self._retry(read)
 
     def close(self) -> None:
         self._conn.close()
-
-    def __enter__(self) -> "ResultStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # -- queries ------------------------------------------------------------------------------
-    def has(self, content_hash: str, config_hash: str) -> bool:
-        row = self._conn.execute("SELECT 1 FROM results WHERE content_hash=? AND config_hash=?",
-                                 (content_hash, config_hash)).fetchone()
-        return row is not None
-
-    def status_of(self, content_hash: str, config_hash: str) -> Optional[str]:
-        row = self._conn.execute("SELECT status FROM results WHERE content_hash=? AND "
-                                 "config_hash=?", (content_hash, config_hash)).fetchone()
-        return None if row is None else row[0]
-
-    def linked(self, clip_id: str, config_hash: str) -> Optional[str]:
-        """Content hash the clip row points at, or None."""
-        row = self._conn.execute("SELECT content_hash FROM clips WHERE clip_id=? AND "
-                                 "config_hash=?", (clip_id, config_hash)).fetchone()
-        return None if row is None else row[0]
-
-    def count(self, table: str = "results") -> int:
-        if table not in ("results", "clips", "leaderboard"):
-            raise InputError(f"unknown table {table!r}")
-        return int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-
-    def config_hashes(self) -> List[str]:
-        return [r[0] for r in self._conn.execute(
-            "SELECT DISTINCT config_hash FROM clips ORDER BY config_hash")]
-
-    def rows(self, config_hash: Optional[str] = None) -> List[Dict[str, Any]]:
-        """Joined rows (clip metadata + ``result`` dict), sorted by (config_hash, clip_id)."""
-        sql = "SELECT * FROM leaderboard"
-        params: tuple = ()
-        if config_hash is not None:
-            sql += " WHERE config_hash = ?"
-            params = (config_hash,)
-        sql += " ORDER BY config_hash, clip_id"
-        cur = self._conn.execute(sql, params)
-        names = [d[0] for d in cur.description]
-        out = []
-        for values in cur.fetchall():
-            row = dict(zip(names, values))
-            row["result"] = migrate_result(json.loads(row.pop("result_json")))
-            out.append(row)
-        return out
-
-    # -- writes -------------------------------------------------------------------------------
-    def put(self, clip: Dict[str, Any], content_hash: str, config_hash: str,
-            result: Optional[Dict[str, Any]] = None, *, replace: bool = False) -> None:
-        """Record a clip row and (if given) its result in ONE transaction.
-
-        ``clip`` holds the CLIP_COLUMNS (clip_id required) and optionally ``entry`` (the whole
-        manifest row, stored as JSON). With ``result=None`` only the clip row is (re)linked to an
-        existing result. Re-putting the same key is a no-op unless ``replace`` (used to retry
-        error rows). A 1.x result is stored migrated to the current schema.
-        """
-        if not clip.get("clip_id"):
-            raise InputError("clip row needs a clip_id")
-        if "category" in clip:
-            raise InputError("clip rows name the manifest's prompt family 'prompt_category' "
-                             "(the store's 'category' column was renamed)")
-        now = time.time()
-        stmts: List[tuple] = []
-        if result is not None:
-            result = migrate_result(check_result(result))
-            verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
-            stmts.append((
-                f"{verb} INTO results (content_hash, config_hash, status, reason, schema_version,"
-                " version, result_json, created_at) VALUES (?,?,?,?,?,?,?,?)",
-                (content_hash, config_hash, result["status"], result.get("reason"),
-                 result.get("schema_version"), result.get("version"),
-                 json.dumps(result, sort_keys=True, allow_nan=False), now)))
-        values = [clip.get(k) for k in CLIP_COLUMNS]
-        stmts.append((
-            "INSERT INTO clips (clip_id, model, model_version, prompt_category, prompt, seed,"
-            " scene, path, config_hash, content_hash, entry_json, updated_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-            " ON CONFLICT (clip_id, config_hash) DO UPDATE SET content_hash=excluded.content_hash,"
-            " model=excluded.model, model_version=excluded.model_version,"
-            " prompt_category=excluded.prompt_category, prompt=excluded.prompt,"
-            " seed=excluded.seed,"
-            " scene=excluded.scene, path=excluded.path, entry_json=excluded.entry_json,"
-            " updated_at=excluded.updated_at",
-            (*values, config_hash, content_hash,
-             json.dumps(clip.get("entry"), sort_keys=True, default=str), now)))
-        self._write(stmts)
-
-    # -- export -------------------------------------------------------------------------------
-    def export_csv(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
-        """Flat CSV (one line per clip, columns of :func:`flatten_row`)."""
-        return write_csv(path, [flatten_row(r) for r in self.rows(config_hash)])
-
-    def export_parquet(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
-        """Flat Parquet table (needs the optional pyarrow: pip install geocon_torch[parquet])."""
-        return write_parquet(path, [flatten_row(r) for r in self.rows(config_hash)])
 
 
 def _num(x: Any) -> Optional[float]:
@@ -423,7 +530,7 @@ def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool) -> List[
 
 def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
                  validate: bool = True) -> List[Dict[str, Any]]:
-    """Joined rows from a results SQLite file or a JSON-lines file of results.
+    """Joined rows from a result store (SQLite file or PostgreSQL URL) or a JSON-lines file.
 
     JSONL lines are ``ClipResult.to_dict()`` objects (as written by ``geocon score --json``);
     their clip metadata (model, prompt_category, prompt, seed) is read from the same object
@@ -432,18 +539,20 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
     Results of schema 1.x come back migrated to the current schema
     (:func:`geocon_torch.result.migrate_result`).
     """
-    path = Path(source)
-    if not path.exists():
-        raise InputError(f"results not found: {path}")
-    with path.open("rb") as fh:
-        is_sqlite = fh.read(16) == b"SQLite format 3\x00"
-    if not is_sqlite:
-        return _load_jsonl(path, config_hash, validate)
-    with ResultStore(path) as store:
+    if not is_server_url(source):
+        path = Path(source)
+        if not path.exists():
+            raise InputError(f"results not found: {path}")
+        with path.open("rb") as fh:
+            is_sqlite = fh.read(16) == b"SQLite format 3\x00"
+        if not is_sqlite:
+            return _load_jsonl(path, config_hash, validate)
+    with ResultStore(source) as store:
         rows = store.rows(config_hash)
+        name = store.name
     if validate:
         for r in rows:
             problems = result_problems(r["result"])
             if problems:
-                raise ResultSchemaError(f"{path}: clip {r['clip_id']}: " + "; ".join(problems))
+                raise ResultSchemaError(f"{name}: clip {r['clip_id']}: " + "; ".join(problems))
     return rows
