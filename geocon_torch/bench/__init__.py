@@ -1,4 +1,4 @@
-"""Leaderboard runs: manifests, the SQLite result store, the resumable/sharded runner, statistics.
+"""Leaderboard runs: manifests, SQLite / PostgreSQL result stores, the runner, merging, statistics.
 
 Quick use::
 
@@ -14,11 +14,15 @@ Quick use::
   model, model_version, prompt, seed, resolution, fps, duration, masks_path) plus the prompt
   family (column ``category`` or ``prompt_category``, stored as ``prompt_category``) and
   poses_path; every error names the file and line (:class:`ManifestError`).
-* :mod:`.store` — one SQLite file (WAL): ``results`` keyed by (content hash, config hash),
-  ``clips`` (clip_id -> result), view ``leaderboard``; idempotent writes, CSV / Parquet export.
+* :mod:`.store` — ``ResultStore(db)``: ``results`` keyed by (content hash, config hash),
+  ``clips`` (clip_id -> result), view ``leaderboard``; idempotent writes, CSV / Parquet export;
+  one SQLite file (WAL, the embedded default) or :mod:`.pg_store` (a PostgreSQL server, psycopg
+  3, for jobs spanning nodes; passwords never printed: :func:`mask_url`).
 * :mod:`.runner` — :func:`run_manifest`: resume by key, one transaction per clip, error rows
-  with reasons, tqdm progress, torchrun sharding (rank r takes clips r::N and commits its own
-  rows to the shared file; single node).
+  with reasons, tqdm progress, torchrun ranks: static r::N on SQLite (one node), dynamic claims
+  with expiring leases on PostgreSQL (:mod:`.claims`; any number of nodes).
+* :mod:`.merge` — :func:`merge_stores`: per-node stores into one, deduplicated by key,
+  conflicting results reported with both values (``geocon merge``).
 * :mod:`.stats` — scene-balanced medians / means with seeded, vectorised bootstrap CIs
   (B = 10,000), Wilson intervals (eq. 16), gate calibration with equal-count bins, net benefit
   (eq. 18), balanced-accuracy bootstrap, threshold-score sensitivity, percentile-aligned
@@ -34,13 +38,16 @@ from .manifest import (ManifestEntry, ManifestError, check_unique_ids, entry_fro
                        load_manifest, write_manifest)
 from .runner import RunSummary, content_key, default_score_fn, error_result, run_manifest
 from .schema import ResultSchemaError, check_result, result_problems
-from .store import (FLAT_COLUMNS, ResultStore, StoreError, flatten_row, load_results, write_csv,
-                    write_parquet)
+from .store import (FLAT_COLUMNS, ResultStore, SQLiteStore, StoreError, flatten_row,
+                    is_server_url, load_results, write_csv, write_parquet)
+from .pg_store import PostgresStore, mask_url
+from .merge import MergeReport, merge_stores
 
 __all__ = [
     "stats", "derive_clip_ids", "file_key", "ManifestEntry", "ManifestError",
     "check_unique_ids", "entry_from_mapping", "load_manifest", "write_manifest",
     "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
     "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
-    "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet",
+    "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet", "SQLiteStore",
+    "is_server_url", "PostgresStore", "mask_url", "MergeReport", "merge_stores",
 ]

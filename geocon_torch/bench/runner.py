@@ -1,4 +1,4 @@
-"""Resumable, shardable leaderboard runs: manifest -> SQLite store.
+"""Resumable, shardable leaderboard runs: manifest -> result store (SQLite or PostgreSQL).
 
 Resume: before scoring a clip the runner hashes its bytes; if (content hash, config hash) is in
 the store the clip is skipped (a clip row is linked if the bytes were stored under another id).
@@ -7,24 +7,34 @@ the clips in flight and a re-run neither recomputes nor duplicates anything. A c
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
 on (``retry_errors=True`` recomputes those rows).
 
-Sharding (``torchrun --nproc_per_node N -m geocon_torch.cli bench ...``): rank r takes clips
-``r::N`` of the manifest and writes its rows itself to the SAME SQLite file (WAL mode, busy
-timeout and retried ``BEGIN IMMEDIATE`` transactions: one small write per clip, so lock waits
-are milliseconds). A gloo process group is only used for a final barrier and to gather the
-per-rank summaries. This is safe on one machine (the file must be on a local disk); a job
-spanning several nodes is refused, because SQLite locking over a network file system is not
-reliable — run one job per node with its own database instead.
+Several ranks (``torchrun ... -m geocon_torch.cli bench ...``) give out the rows in one of two
+ways (``assign``):
+
+* static (a SQLite file, the default there): rank r takes clips ``r::N`` of the manifest and
+  writes its rows itself to the SAME file (WAL mode, busy timeout and retried ``BEGIN
+  IMMEDIATE`` transactions: one small write per clip, so lock waits are milliseconds). Safe on
+  one machine (the file on a local disk); a job spanning several nodes is refused, because
+  SQLite locking over a network file system is not reliable: use a PostgreSQL store, or one
+  file per node combined with ``geocon merge``.
+* dynamic (a PostgreSQL store, the default there; also across nodes): ranks claim the next
+  unscored row with an expiring lease (:mod:`.claims`), so long clips do not pile up on one
+  rank and a killed rank's rows are taken by the others.
+
+A gloo process group is only used to share the dynamic job id, for a final barrier and to
+gather the per-rank summaries.
 """
 from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
 import os
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 import torch.distributed as dist
@@ -36,9 +46,11 @@ from ..io import content_hash
 from ..pipeline import pinned_config, score_clip
 from ..result import ClipResult, migrate_result
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
+from .claims import LeaseKeeper, WorkQueue, drop_job, new_job, new_owner
 from .schema import result_problems
-from .store import ResultStore
+from .store import ResultStore, is_server_url
 
+log = logging.getLogger("geocon_torch.bench")
 ScoreFn = Callable[[ManifestEntry, GeoConConfig, Optional[str]], Dict[str, Any]]
 
 
@@ -94,13 +106,17 @@ class RunSummary:
     world_size: int = 1
     elapsed_s: float = 0.0
     errors: List[str] = field(default_factory=list)  # "clip_id: reason" of new error rows
+    assign: str = "static"  # how rows were given to ranks: "static" (r::N) or "dynamic"
+    job: Optional[str] = None  # the dynamic job id (work table)
+    rank_elapsed_s: List[float] = field(default_factory=list)  # per rank, rank order
 
     def merge(self, other: "RunSummary") -> "RunSummary":
-        out = RunSummary(rank=0, world_size=self.world_size)
+        out = RunSummary(rank=0, world_size=self.world_size, assign=self.assign, job=self.job)
         for k in ("total", "computed", "skipped", "linked", "ok", "not_applicable", "error"):
             setattr(out, k, getattr(self, k) + getattr(other, k))
         out.elapsed_s = max(self.elapsed_s, other.elapsed_s)
         out.errors = self.errors + other.errors
+        out.rank_elapsed_s = self.rank_elapsed_s + other.rank_elapsed_s
         return out
 
     def to_dict(self) -> Dict[str, Any]:
@@ -123,18 +139,43 @@ def _rank_device(device: Optional[str], local_rank: int, world: int) -> Optional
     return device
 
 
+ASSIGNMENTS = ("auto", "static", "dynamic")
+
+
+def _assignment(assign: str, db: Union[str, Path], world: int, local_world: int,
+                use_dist: bool) -> str:
+    """"static" (rank r takes r::N) or "dynamic" (claims on a server store); refuses a
+    multi-node job on a SQLite file and dynamic claiming without a server."""
+    if assign not in ASSIGNMENTS:
+        raise InputError(f"assign must be one of {ASSIGNMENTS}, got {assign!r}")
+    server = is_server_url(db)
+    if use_dist and local_world != world and not server:
+        raise InputError(
+            f"geocon bench under torchrun spans {world // max(local_world, 1)} nodes: one SQLite "
+            "file cannot be shared safely across machines; use a PostgreSQL store (--db "
+            "postgresql://HOST/DB) for one live leaderboard, or run one job per node with its "
+            "own --db file on a local disk and combine them with geocon merge OUT.sqlite "
+            "NODE.sqlite...")
+    if assign == "dynamic" and not server:
+        raise InputError("dynamic work claiming needs a PostgreSQL store (--db "
+                         "postgresql://HOST/DB); a SQLite file is shared statically (r::N)")
+    return "dynamic" if assign == "dynamic" or (assign == "auto" and server) else "static"
+
+
 def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                  db: Union[str, Path], *, config: Union[None, str, Path, dict,
                                                         GeoConConfig] = None,
                  score_fn: Optional[ScoreFn] = None, device: Optional[str] = None,
                  retry_errors: bool = False, progress: bool = True,
                  distributed: Optional[bool] = None,
-                 dist_timeout_s: float = 7 * 24 * 3600.0) -> RunSummary:
+                 dist_timeout_s: float = 7 * 24 * 3600.0, assign: str = "auto",
+                 lease_s: float = 120.0, store_timeout_s: float = 120.0) -> RunSummary:
     """Score every clip of ``manifest`` into the store ``db``; resumable and shardable.
 
     Args:
         manifest: a manifest path (CSV / JSONL) or a list of :class:`ManifestEntry`.
-        db: the SQLite results file.
+        db: the SQLite results file, or a PostgreSQL URL / service string (see
+            :mod:`.pg_store`).
         config: a GeoConConfig, dict, JSON path or None (defaults); its hash keys the rows.
         score_fn: ``f(entry, config, device) -> result dict`` (default: the real pipeline).
         device: torch device string; under torchrun "cuda" becomes ``cuda:LOCAL_RANK``.
@@ -142,6 +183,11 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         progress: show a tqdm bar (one per rank).
         distributed: None = auto (on when WORLD_SIZE > 1), False = ignore torchrun variables.
         dist_timeout_s: how long a finished rank waits at the final barrier for the others.
+        assign: "auto" (dynamic on a server store, static on SQLite), "static" (rank r takes
+            r::N) or "dynamic" (ranks claim rows with expiring leases: :mod:`.claims`).
+        lease_s: seconds a dynamic claim holds without renewal (renewed every lease_s / 3
+            while the rank lives).
+        store_timeout_s: how long a store operation keeps retrying (a lock, a lost server).
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
@@ -152,46 +198,130 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
     rank, world, local_rank, local_world = _dist_info()
     use_dist = (world > 1) if distributed is None else (bool(distributed) and world > 1)
     if not use_dist:
-        rank, world, local_rank = 0, 1, 0
-    elif local_world != world:
-        raise InputError(
-            f"geocon bench under torchrun spans {world // max(local_world, 1)} nodes: one SQLite "
-            "file cannot be shared safely across machines; run one job per node, each with "
-            "its own --db on a local disk")
+        rank, world, local_rank, local_world = 0, 1, 0, 1
+    mode = _assignment(assign, db, world, local_world, use_dist)
+    if not lease_s > 0:
+        raise InputError(f"lease_s must be > 0, got {lease_s!r}")
     dev = _rank_device(device, local_rank, world)
     cfg = pinned_config(config, dev)  # results are keyed by the calibration file too
-    cfg_hash = cfg.config_hash()
     created_group = False
-    if use_dist:
-        if not dist.is_initialized():
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=dist_timeout_s))
-            created_group = True
-    shard = entries[rank::world]
-    summary = RunSummary(total=len(shard), rank=rank, world_size=world)
-    t0 = time.monotonic()
-    bar = tqdm(shard, desc=f"geocon bench [rank {rank}/{world}]" if world > 1 else "geocon bench",
-               unit="clip", disable=not progress, position=rank, leave=True, dynamic_ncols=True)
+    if use_dist and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=dist_timeout_s))
+        created_group = True
+    job = _Job(cfg, cfg.config_hash(), score_fn, dev, retry_errors, progress, rank, world)
     try:
-        with ResultStore(db) as store:
-            for entry in bar:
-                _run_one(entry, store, cfg, cfg_hash, score_fn, dev, retry_errors, summary)
-                bar.set_postfix(done=summary.computed, skip=summary.skipped + summary.linked,
-                                err=summary.error, refresh=False)
+        with ResultStore(db, timeout_s=store_timeout_s) as store:
+            if mode == "dynamic":
+                summary = _run_dynamic(entries, store, job, lease_s, use_dist)
+            else:
+                summary = _run_static(entries[rank::world], store, job)
+            if use_dist:
+                summary = _gather_summaries(summary, rank, world, mode, lease_s)
+            if mode == "dynamic" and rank == 0:
+                drop_job(store, summary.job)
     finally:
-        bar.close()
-        summary.elapsed_s = time.monotonic() - t0
-    if use_dist:
-        summary = _gather_summaries(summary, rank, world)
         if created_group:
             dist.destroy_process_group()
     return summary
 
 
-def _gather_summaries(summary: RunSummary, rank: int, world: int) -> RunSummary:
-    """Wait for every rank, then merge all ranks' summaries on rank 0 (others keep their own)."""
-    dist.barrier()
-    gathered: List[Optional[RunSummary]] = [None] * world if rank == 0 else []
-    dist.gather_object(summary, gathered if rank == 0 else None, dst=0)
+@dataclass
+class _Job:
+    """What every clip of one rank's run shares."""
+
+    cfg: GeoConConfig
+    cfg_hash: str
+    score_fn: ScoreFn
+    device: Optional[str]
+    retry_errors: bool
+    progress: bool
+    rank: int
+    world: int
+
+    def bar(self, items: Iterable, total: Optional[int]):
+        desc = f"geocon bench [rank {self.rank}/{self.world}]" if self.world > 1 \
+            else "geocon bench"
+        return tqdm(items, total=total, desc=desc, unit="clip", disable=not self.progress,
+                    position=self.rank, leave=True, dynamic_ncols=True)
+
+
+def _loop(items: Iterable[Tuple[ManifestEntry, Optional[WorkQueue]]], total: Optional[int],
+          store: ResultStore, job: _Job, summary: RunSummary) -> RunSummary:
+    """Score ``items`` (entry, its work queue or None) into ``store``, timing the rank."""
+    t0 = time.monotonic()
+    bar = job.bar(items, total)
+    try:
+        for entry, work in bar:
+            summary.total += 1
+            _run_one(entry, store, job, summary, work)
+            bar.set_postfix(done=summary.computed, skip=summary.skipped + summary.linked,
+                            err=summary.error, refresh=False)
+    finally:
+        bar.close()
+        summary.elapsed_s = time.monotonic() - t0
+        summary.rank_elapsed_s = [summary.elapsed_s]
+    return summary
+
+
+def _run_static(shard: List[ManifestEntry], store: ResultStore, job: _Job) -> RunSummary:
+    summary = RunSummary(rank=job.rank, world_size=job.world, assign="static")
+    return _loop(((e, None) for e in shard), len(shard), store, job, summary)
+
+
+def _shared_job_id(cfg_hash: str, entries: Sequence[ManifestEntry], use_dist: bool) -> str:
+    """One job id for every rank of the run (drawn on rank 0, broadcast over gloo)."""
+    box: List[Optional[str]] = [new_job(cfg_hash, [e.clip_id for e in entries])]
+    if use_dist:
+        dist.broadcast_object_list(box, src=0)
+    return str(box[0])
+
+
+def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, lease_s: float,
+                 use_dist: bool) -> RunSummary:
+    """Claim rows until every row of the job is done (:mod:`.claims`)."""
+    queue = WorkQueue(store, _shared_job_id(job.cfg_hash, entries, use_dist), job.cfg_hash,
+                      new_owner(), lease_s)
+    queue.enqueue([e.clip_id for e in entries])
+    by_id = {e.clip_id: e for e in entries}
+    poll_s = min(1.0, lease_s / 4.0)
+
+    def claimed() -> Iterator[Tuple[ManifestEntry, Optional[WorkQueue]]]:
+        while True:
+            cid = queue.claim()
+            if cid is not None:
+                yield by_id[cid], queue
+            elif queue.pending() == 0:
+                return
+            else:  # the rest is leased by other ranks: wait for them or their leases
+                time.sleep(poll_s)
+
+    summary = RunSummary(rank=job.rank, world_size=job.world, assign="dynamic", job=queue.job)
+    with LeaseKeeper(queue):
+        _loop(claimed(), None, store, job, summary)
+    return summary
+
+
+def _gather_summaries(summary: RunSummary, rank: int, world: int, mode: str,
+                      lease_s: float) -> RunSummary:
+    """Wait for every rank, then merge all ranks' summaries on rank 0 (others keep their own).
+
+    Dynamic ranks finish together (each waits until the job's rows are done), so a rank that
+    is still missing after ``4 * lease_s`` (at least a minute) is gone: the summary of this
+    rank is returned with a warning; every row is stored either way."""
+    try:
+        if mode == "dynamic":
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=max(60.0, 4 * lease_s)),
+                                   wait_all_ranks=True)
+        else:
+            dist.barrier()
+        gathered: List[Optional[RunSummary]] = [None] * world if rank == 0 else []
+        dist.gather_object(summary, gathered if rank == 0 else None, dst=0)
+    except RuntimeError as exc:
+        if mode != "dynamic":
+            raise
+        log.warning("geocon bench: rank %d could not gather the other ranks' summaries (%s); "
+                    "the store holds every finished row", rank, " ".join(str(exc).split())[:300])
+        return summary
     if rank != 0:
         return summary
     total = gathered[0]
@@ -205,24 +335,14 @@ class _Unreadable(VideoReadError):
     """The clip's path could not even be hashed (missing, empty, ...): an error row."""
 
 
-def _run_one(entry: ManifestEntry, store: ResultStore, cfg: GeoConConfig, cfg_hash: str,
-             score_fn: ScoreFn, device: Optional[str], retry_errors: bool,
-             summary: RunSummary) -> None:
-    key, unreadable = content_key(entry.path)
-    clip = _clip_row(entry)
-    status = store.status_of(key, cfg_hash)
-    if status is not None and not (retry_errors and status == "error"):
-        if store.linked(entry.clip_id, cfg_hash) == key:
-            summary.skipped += 1
-        else:
-            store.put(clip, key, cfg_hash, None)
-            summary.linked += 1
-        return
-    summary.computed += 1
+def _score(entry: ManifestEntry, job: _Job, key: str,
+           unreadable: Optional[str]) -> Dict[str, Any]:
+    """The result dict of one clip: the scorer's (checked), or an error row with the reason."""
+    cfg = job.cfg
     try:
         if unreadable is not None:
             raise _Unreadable(unreadable)
-        result = score_fn(entry, cfg, device)
+        result = job.score_fn(entry, cfg, job.device)
         problems = result_problems(result)
         if problems:
             raise InputError("scorer returned an invalid result: " + "; ".join(problems))
@@ -240,10 +360,33 @@ def _run_one(entry: ManifestEntry, store: ResultStore, cfg: GeoConConfig, cfg_ha
         if tb:
             reason += f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})"
         result = error_result(entry, cfg, reason, key)
-    if result.get("config_hash") != cfg_hash:
+    if result.get("config_hash") != job.cfg_hash:
         result["config_hash_reported"] = result.get("config_hash")
-        result["config_hash"] = cfg_hash
-    store.put(clip, key, cfg_hash, result, replace=status is not None)
+        result["config_hash"] = job.cfg_hash
+    return result
+
+
+def _run_one(entry: ManifestEntry, store: ResultStore, job: _Job, summary: RunSummary,
+             work: Optional[WorkQueue]) -> None:
+    """Skip, link or score one clip; its rows (and its work row's "done") in one
+    transaction."""
+    key, unreadable = content_key(entry.path)
+    clip = _clip_row(entry)
+    cfg_hash = job.cfg_hash
+    done = [work.done_statement(entry.clip_id)] if work is not None else []
+    status = store.status_of(key, cfg_hash)
+    if status is not None and not (job.retry_errors and status == "error"):
+        if store.linked(entry.clip_id, cfg_hash) == key:
+            summary.skipped += 1
+            if work is not None:
+                work.finish(entry.clip_id)
+        else:
+            store.put(clip, key, cfg_hash, None, also=done)
+            summary.linked += 1
+        return
+    summary.computed += 1
+    result = _score(entry, job, key, unreadable)
+    store.put(clip, key, cfg_hash, result, replace=status is not None, also=done)
     st = result["status"]
     setattr(summary, st, getattr(summary, st) + 1)
     if st == "error":

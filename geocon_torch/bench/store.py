@@ -201,7 +201,7 @@ class ResultStore:
 
     # -- queries ------------------------------------------------------------------------------
     def has(self, content_hash: str, config_hash: str) -> bool:
-        return self.status_of(content_hash, config_hash) is not None
+        return self.stored_result_json(content_hash, config_hash) is not None
 
     def status_of(self, content_hash: str, config_hash: str) -> Optional[str]:
         row = self._one("SELECT status FROM results WHERE content_hash=? AND config_hash=?",
@@ -237,6 +237,12 @@ class ResultStore:
             row["result"] = migrate_result(json.loads(row.pop("result_json")))
             out.append(row)
         return out
+
+    def stored_result_json(self, content_hash: str, config_hash: str) -> Optional[str]:
+        """The result JSON stored under a key, as written (None if absent)."""
+        row = self._one("SELECT result_json FROM results WHERE content_hash=? AND "
+                        "config_hash=?", (content_hash, config_hash))
+        return None if row is None else row[0]
 
     def raw_results(self) -> Iterator[Dict[str, Any]]:
         """Every ``results`` row as stored (:data:`RESULT_FIELDS`), by key."""

@@ -1,9 +1,11 @@
-"""Resumable leaderboard run: score every clip of a manifest into a SQLite store.
+"""Resumable leaderboard run: score every clip of a manifest into a result store.
 
 Examples:
   geocon bench manifest.csv --db results.sqlite
   geocon bench manifest.jsonl --db results.sqlite --config eval.json --export-csv table.csv
   torchrun --nproc_per_node 4 -m geocon_torch.cli bench manifest.csv --db results.sqlite
+  torchrun --nnodes 4 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \
+      -m geocon_torch.cli bench manifest.csv --db postgresql://geocon@dbhost/leaderboard
   geocon bench --db results.sqlite --export-parquet table.parquet     (export only)
 
 Manifest (CSV with a header, or JSONL): path, model (required), clip_id, prompt,
@@ -16,10 +18,18 @@ User errors (bad manifest, missing file, bad option) are one line on stderr, exi
 Rows are keyed by (content hash of the video, config hash): a run killed at any moment resumes
 without recomputing or duplicating a clip; identical files under two clip ids are scored once.
 A clip that fails is stored with status "error" and its reason and the run goes on
-(--retry-errors recomputes those). Under torchrun, rank r scores clips r::N and every rank
-commits its own rows to the same SQLite file (WAL, busy timeout, retried transactions); keep the
-file on a local disk (one node). Exit status 0 unless the run itself failed (error rows do not
-change it); --strict returns 1 when any clip of this run is an error.
+(--retry-errors recomputes those).
+
+--db is a SQLite file (the embedded default) or a PostgreSQL server: a postgresql:// URL or a
+libpq service=NAME string; the password comes from PGPASSWORD, ~/.pgpass or the service file
+(a password in the URL works but is always printed as ***). Under torchrun, on a SQLite file
+rank r scores clips r::N and every rank commits its own rows to the same file (WAL, busy
+timeout, retried transactions; one node, local disk: a job over several nodes is refused). On
+PostgreSQL ranks claim the next unscored clip with an expiring lease (--assign dynamic, the
+default there; renewed while the rank lives, so a killed rank's clips are taken by the others
+after --lease-s), on any number of nodes. Without a server, run one job per node with its own
+file and combine them with geocon merge. Exit status 0 unless the run itself failed (error rows
+do not change it); --strict returns 1 when any clip of this run is an error.
 """
 from __future__ import annotations
 
@@ -27,18 +37,30 @@ import argparse
 import sys
 
 from ..bench import ResultStore, run_manifest
+from ..bench.pg_store import mask_url
+from ..bench.runner import ASSIGNMENTS
 from ..pipeline import pinned_config
 from ._common import add_config_arguments, build_config
 
 NAME = "bench"
-HELP = "score a manifest into a resumable SQLite store (torchrun-shardable), export CSV/Parquet"
+HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, multi-node), "
+        "export CSV/Parquet")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("manifest", nargs="?", metavar="MANIFEST",
                    help="CSV or JSONL manifest (omit to only export the store)")
-    p.add_argument("--db", required=True, metavar="FILE", help="SQLite results file (created "
-                                                               "if missing)")
+    p.add_argument("--db", required=True, metavar="FILE|URL",
+                   help="SQLite results file (created if missing) or PostgreSQL URL / "
+                        "service=NAME (password from PGPASSWORD / ~/.pgpass)")
+    p.add_argument("--assign", choices=ASSIGNMENTS, default="auto",
+                   help="how ranks share the manifest: static r::N (SQLite) or dynamic claims "
+                        "with expiring leases (PostgreSQL); auto picks by store (default)")
+    p.add_argument("--lease-s", type=float, default=120.0, metavar="S",
+                   help="seconds a dynamic claim survives its rank's death (default 120)")
+    p.add_argument("--store-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds a store operation keeps retrying a busy or unreachable "
+                        "store before the run fails (default 120)")
     p.add_argument("--retry-errors", action="store_true",
                    help="recompute clips stored with status error")
     p.add_argument("--export-csv", metavar="OUT", help="after the run, write the flat table")
@@ -56,13 +78,16 @@ def run(args: argparse.Namespace) -> int:
     summary = None
     if args.manifest:
         summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
-                               retry_errors=args.retry_errors, progress=not args.no_progress)
+                               retry_errors=args.retry_errors, progress=not args.no_progress,
+                               assign=args.assign, lease_s=args.lease_s,
+                               store_timeout_s=args.store_timeout)
         if summary.rank != 0:
             return 0
         print(f"geocon bench: {summary.total} clips on {summary.world_size} rank(s): "
               f"{summary.computed} scored ({summary.ok} ok, {summary.not_applicable} not "
               f"applicable, {summary.error} error), {summary.skipped} already stored, "
-              f"{summary.linked} linked to identical files; {summary.elapsed_s:.1f} s")
+              f"{summary.linked} linked to identical files; {summary.elapsed_s:.1f} s "
+              f"({summary.assign} assignment, store {mask_url(str(args.db))})")
         for line in summary.errors[:20]:
             print(f"  error {line}", file=sys.stderr)
     elif not (args.export_csv or args.export_parquet):
@@ -70,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     cfg_hash = None if args.all_configs else pinned_config(cfg, args.device).config_hash()
-    with ResultStore(args.db) as store:
+    with ResultStore(args.db, timeout_s=args.store_timeout) as store:
         if args.export_csv:
             store.export_csv(args.export_csv, cfg_hash)
             print(f"wrote {args.export_csv}")

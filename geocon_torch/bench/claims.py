@@ -1,0 +1,161 @@
+"""Dynamic work claiming on a PostgreSQL store: ranks take the next unscored manifest row
+instead of a fixed ``r::N`` share, so one rank with long clips does not hold the whole job.
+
+One run is one *job* (an id every rank of the run shares: rank 0 draws it and broadcasts it).
+Every rank enqueues the manifest's clip ids into the ``work`` table (idempotent: the first
+rank's insert wins), then loops:
+
+1. claim the next row in manifest order: ``SELECT ... FOR UPDATE SKIP LOCKED`` picks a row that
+   is not done and not leased (or whose lease has expired, or that this rank already owns: a
+   claim whose reply was lost), then ``lease_until = now() + lease`` on the server's clock;
+   a clip leased by another live job on the same config is left alone;
+2. score it and commit the result together with ``done = TRUE`` (one transaction), or mark it
+   done when the store already holds it;
+3. when nothing is claimable but rows are still leased by other ranks, wait and look again:
+   a killed rank's leases expire and its rows are taken by the others.
+
+A :class:`LeaseKeeper` thread (its own connection) renews this rank's leases every
+``lease_s / 3`` s while it scores, so a clip is never taken from a live rank however long it
+takes; a killed rank stops renewing and its claim expires after ``lease_s``. A re-run is a new
+job: it re-checks every row against the results (exactly what is missing is scored).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import List, Optional, Sequence
+
+from .pg_store import PostgresStore
+from .store import Statement
+
+log = logging.getLogger("geocon_torch.bench")
+
+_CLAIM = """
+WITH pick AS (
+    SELECT w.job, w.clip_id FROM work w
+    WHERE w.job = ? AND NOT w.done
+      AND (w.lease_until IS NULL OR w.lease_until < now() OR w.owner = ?)
+      AND NOT EXISTS (SELECT 1 FROM work o
+                      WHERE o.config_hash = w.config_hash AND o.clip_id = w.clip_id
+                        AND o.job <> w.job AND NOT o.done AND o.lease_until >= now())
+    ORDER BY w.position LIMIT 1
+    FOR UPDATE OF w SKIP LOCKED)
+UPDATE work SET owner = ?, lease_until = now() + ? * interval '1 second',
+    claims = work.claims + 1
+FROM pick WHERE work.job = pick.job AND work.clip_id = pick.clip_id
+RETURNING work.clip_id
+"""
+
+
+def new_owner() -> str:
+    """A claim owner id: host, pid and a random suffix (unique per process start)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def new_job(config_hash: str, clip_ids: Sequence[str]) -> str:
+    """A fresh job id (the run's nonce plus a digest of what it scores, for humans)."""
+    digest = hashlib.sha256("\n".join([config_hash, *clip_ids]).encode()).hexdigest()[:12]
+    return f"{digest}-{uuid.uuid4().hex[:12]}"
+
+
+class WorkQueue:
+    """The ``work`` rows of one job on a :class:`PostgresStore`.
+
+    Args:
+        store: the rank's store (claims and "done" marks go through its connection).
+        job: the job id every rank of the run shares.
+        config_hash: the run's config hash.
+        owner: this rank's owner id (:func:`new_owner`).
+        lease_s: seconds a claim holds without renewal.
+    """
+
+    def __init__(self, store: PostgresStore, job: str, config_hash: str, owner: str,
+                 lease_s: float):
+        self.store, self.job, self.config_hash = store, job, config_hash
+        self.owner, self.lease_s = owner, float(lease_s)
+        self.claimed = 0
+
+    def enqueue(self, clip_ids: Sequence[str]) -> None:
+        """Insert the job's rows once (ranks racing here wait on the job's advisory lock)."""
+        def tx():
+            self.store.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (self.job,))
+            have = self.store.execute("SELECT COUNT(*) FROM work WHERE job = ?", (self.job,))
+            if have[0][0] >= len(clip_ids):
+                return
+            for pos, cid in enumerate(clip_ids):
+                self.store.execute(
+                    "INSERT INTO work (job, clip_id, config_hash, position) VALUES (?,?,?,?) "
+                    "ON CONFLICT DO NOTHING", (self.job, cid, self.config_hash, pos))
+        self.store.transaction(tx)
+
+    def claim(self) -> Optional[str]:
+        """The clip id this rank now holds a lease on, or None when nothing is claimable."""
+        rows = self.store.transaction(lambda: self.store.execute(
+            _CLAIM, (self.job, self.owner, self.owner, self.lease_s)))
+        if not rows:
+            return None
+        self.claimed += 1
+        return rows[0][0]
+
+    def done_statement(self, clip_id: str) -> Statement:
+        """The statement that marks ``clip_id`` done (committed with its result)."""
+        return ("UPDATE work SET done = TRUE, lease_until = NULL WHERE job = ? AND clip_id = ?",
+                (self.job, clip_id))
+
+    def finish(self, clip_id: str) -> None:
+        """Mark a row done on its own (the store already held its result)."""
+        sql, params = self.done_statement(clip_id)
+        self.store.transaction(lambda: self.store.execute(sql, params))
+
+    def pending(self) -> int:
+        """Rows of the job not done yet (claimed by someone or not)."""
+        return int(self.store.select("SELECT COUNT(*) FROM work WHERE job = ? AND NOT done",
+                                     (self.job,))[0][0])
+
+
+
+def drop_job(store: PostgresStore, job: Optional[str]) -> None:
+    """Delete the finished rows of ``job`` (rank 0, once every rank is done)."""
+    if job:
+        store.transaction(lambda: store.execute("DELETE FROM work WHERE job = ? AND done",
+                                                (job,)))
+
+
+class LeaseKeeper:
+    """A daemon thread renewing ``queue.owner``'s leases every ``lease_s / 3`` s on its own
+    connection, while the rank scores. A failed renewal is logged and tried again."""
+
+    def __init__(self, queue: WorkQueue):
+        self.queue = queue
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="geocon-lease", daemon=True)
+        self._store: Optional[PostgresStore] = None
+        self.renewals: List[int] = []
+
+    def _loop(self) -> None:
+        q = self.queue
+        while not self._stop.wait(q.lease_s / 3.0):
+            try:
+                if self._store is None:
+                    self._store = q.store.clone()
+                store = self._store
+                rows = store.transaction(lambda: store.execute(
+                    "UPDATE work SET lease_until = now() + ? * interval '1 second' "
+                    "WHERE owner = ? AND NOT done RETURNING clip_id", (q.lease_s, q.owner)))
+                self.renewals.append(len(rows))
+            except Exception as exc:  # noqa: BLE001 - the scorer thread must go on
+                log.warning("geocon store: lease renewal failed (%s); trying again", exc)
+
+    def __enter__(self) -> "LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self._store is not None:
+            self._store.close()

@@ -1,0 +1,205 @@
+"""PostgreSQL result store (psycopg 3): the same tables, format and idempotent writes as the
+SQLite file, on a server every node of a multi-node job can reach.
+
+``--db`` takes a libpq URL (``postgresql://user@host:5432/leaderboard``) or key=value string
+(``service=leaderboard``, ``host=/run/postgresql dbname=lb``). Keep the password out of it: libpq
+reads ``PGPASSWORD``, ``~/.pgpass`` (``PGPASSFILE``) or the service file (``PGSERVICEFILE``).
+A password written in the URL still works, but every message, log line, report and export
+names the store by :func:`mask_url` (``postgresql://user:***@host/db``).
+
+Failures: a lost connection, a server that is restarting or shutting down, a serialization
+failure or a deadlock is retried — one warning line per retry on the ``geocon_torch.bench``
+logger (stderr), reconnecting with back-off — until ``timeout_s`` has passed, then a
+:class:`~geocon_torch.bench.store.StoreError` names the store, the attempts and the last error.
+Every write is one transaction whose statements are idempotent (inserts that keep an existing
+key, upserts of the same values), so a write retried after an unknown commit outcome is never
+lost nor doubled. Other errors (bad password, missing database) fail at once.
+
+Schema creation takes a transaction-level advisory lock, so ranks opening a new database at the
+same moment do not race. The ``work`` table (:mod:`.claims`) lives in the same database.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from typing import Any, Callable, List, Sequence, Tuple
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import OptionalDependencyError
+from .store import ResultStore, StoreError
+
+log = logging.getLogger("geocon_torch.bench")
+
+# SQLSTATE classes worth a retry: connection exception, transaction rollback (serialization
+# failure, deadlock), operator intervention (admin / crash shutdown, cannot connect now)
+_RETRY_SQLSTATE = ("08", "40", "57")
+_SCHEMA_LOCK = 0x6765_6F63  # "geoc": advisory lock id held while the schema is created
+_WORK_TABLE = """
+CREATE TABLE IF NOT EXISTS work (
+    job TEXT NOT NULL,
+    clip_id TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    position BIGINT NOT NULL,
+    done BOOLEAN NOT NULL DEFAULT FALSE,
+    owner TEXT,
+    lease_until TIMESTAMPTZ,
+    claims INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job, clip_id)
+);
+CREATE INDEX IF NOT EXISTS work_by_clip ON work (config_hash, clip_id);
+"""
+
+
+def mask_url(db: str) -> str:
+    """``db`` with any password replaced by ``***`` (URL userinfo, ``password=`` in a
+    key=value string or a URL query)."""
+    text = str(db)
+    if text.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(text)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            if ":" in userinfo:
+                userinfo = userinfo.split(":", 1)[0] + ":***"
+            netloc = f"{userinfo}@{host}"
+        query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", text)
+
+
+def _psycopg():
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            "a postgresql:// store needs psycopg 3: pip install 'geocon_torch[postgres]'") from exc
+    return psycopg
+
+
+def retryable(exc: BaseException) -> bool:
+    """True for errors a reconnect / re-run of the transaction may cure (module doc)."""
+    psycopg = _psycopg()
+    if isinstance(exc, psycopg.InterfaceError):  # the connection object is closed / broken
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    if state is None:  # no answer from a server: refused, reset, timed out
+        return "does not exist" not in str(exc) and "authentication" not in str(exc)
+    return state.startswith(_RETRY_SQLSTATE)
+
+
+class PostgresStore(ResultStore):
+    """The server back end (module doc).
+
+    Args:
+        dsn: libpq URL or key=value string (password from the environment / pgpass / service).
+        timeout_s: how long an operation may keep retrying a lost server before failing.
+        connect_timeout_s: libpq's timeout of one connection attempt.
+    """
+
+    kind = "postgresql"
+    _create_view = "CREATE OR REPLACE VIEW "
+
+    def __init__(self, dsn: str, *, timeout_s: float = 120.0, connect_timeout_s: float = 5.0):
+        self.dsn = str(dsn)
+        self.name = mask_url(self.dsn)
+        self.timeout_s = float(timeout_s)
+        self.connect_timeout_s = float(connect_timeout_s)
+        self.retries = 0  # retried attempts over this store's life (reported by tests)
+        self._psycopg = _psycopg()
+        self._conn = None
+        self._retry(lambda: self._tx_body(self._init_schema))
+
+    # -- connection and retries ---------------------------------------------------------------
+    def _connect(self) -> None:
+        self._conn = self._psycopg.connect(self.dsn, autocommit=True,
+                                           connect_timeout=max(1, int(self.connect_timeout_s)),
+                                           application_name="geocon")
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close
+                pass
+        self._conn = None
+
+    def _clean(self, exc: BaseException) -> str:
+        """One line of ``exc`` that never repeats the DSN (which may hold a password)."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return text.replace(self.dsn, self.name)
+
+    def _retry(self, fn: Callable[[], Any]) -> Any:
+        start = time.monotonic()
+        delay, attempt = 0.2, 0
+        while True:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._connect()
+                return fn()
+            except self._psycopg.Error as exc:
+                if not retryable(exc):
+                    raise StoreError(f"{self.name}: {self._clean(exc)}") from None
+                self._drop()
+                attempt += 1
+                self.retries += 1
+                waited = time.monotonic() - start
+                if waited + delay > self.timeout_s:
+                    raise StoreError(
+                        f"{self.name}: the PostgreSQL server did not answer after {attempt} "
+                        f"attempts over {waited:.0f} s (store timeout {self.timeout_s:.0f} s): "
+                        f"{self._clean(exc)}") from None
+                log.warning("geocon store %s: %s; retry %d in %.1f s", self.name,
+                            self._clean(exc), attempt, delay)
+                time.sleep(delay * (1 + 0.25 * random.random()))
+                delay = min(delay * 2, 5.0)
+
+    def _tx_body(self, fn: Callable[[], Any]) -> Any:
+        with self._conn.transaction():
+            return fn()
+
+    def _init_schema(self) -> None:
+        self._execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+        self._create_schema("DOUBLE PRECISION", "BIGINT")
+        for stmt in filter(str.strip, _WORK_TABLE.split(";")):
+            self._execute(stmt)
+
+    # -- the back-end interface ---------------------------------------------------------------
+    def _transaction(self, fn: Callable[[], Any]) -> Any:
+        return self._retry(lambda: self._tx_body(fn))
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
+        cur = self._conn.execute(sql.replace("?", "%s"), tuple(params))
+        return cur.fetchall() if cur.description else []
+
+    def _select(self, sql: str, params: Sequence[Any] = ()) -> Tuple[List[str], List[tuple]]:
+        def read():
+            cur = self._conn.execute(sql.replace("?", "%s"), tuple(params))
+            return [d.name for d in cur.description], cur.fetchall()
+        return self._retry(read)
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
+        """Rows of a retried read (``?`` placeholders); for the work queue."""
+        return self._select(sql, params)[1]
+
+    def transaction(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` in one retried transaction (it calls :meth:`execute`)."""
+        return self._transaction(fn)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
+        """One statement inside :meth:`transaction`."""
+        return self._execute(sql, params)
+
+    def clone(self) -> "PostgresStore":
+        """A second connection to the same store (for a helper thread)."""
+        return PostgresStore(self.dsn, timeout_s=self.timeout_s,
+                             connect_timeout_s=self.connect_timeout_s)
+
+    def close(self) -> None:
+        self._drop()
+
+
+ResultStore.server_class = PostgresStore
