@@ -38,8 +38,8 @@ from .manifest import (ManifestEntry, ManifestError, check_unique_ids, entry_fro
                        load_manifest, write_manifest)
 from .runner import RunSummary, content_key, default_score_fn, error_result, run_manifest
 from .schema import ResultSchemaError, check_result, result_problems
-from .store import (FLAT_COLUMNS, ResultStore, SQLiteStore, StoreError, flatten_row,
-                    is_server_url, load_results, write_csv, write_parquet)
+from .store import (FLAT_COLUMNS, ResultStore, SQLiteStore, StoreConnectionError, StoreError,
+                    flatten_row, is_server_url, load_results, write_csv, write_parquet)
 from .pg_store import PostgresStore, mask_url
 from .merge import MergeReport, merge_stores
 
@@ -49,5 +49,5 @@ __all__ = [
     "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
     "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
     "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet", "SQLiteStore",
-    "is_server_url", "PostgresStore", "mask_url", "MergeReport", "merge_stores",
+    "StoreConnectionError", "is_server_url", "PostgresStore", "mask_url", "MergeReport", "merge_stores",
 ]

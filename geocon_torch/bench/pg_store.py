@@ -10,7 +10,7 @@ names the store by :func:`mask_url` (``postgresql://user:***@host/db``).
 Failures: a lost connection, a server that is restarting or shutting down, a serialization
 failure or a deadlock is retried — one warning line per retry on the ``geocon_torch.bench``
 logger (stderr), reconnecting with back-off — until ``timeout_s`` has passed, then a
-:class:`~geocon_torch.bench.store.StoreError` names the store, the attempts and the last error.
+:class:`~geocon_torch.bench.store.StoreConnectionError` names the store, the attempts and the last error.
 Every write is one transaction whose statements are idempotent (inserts that keep an existing
 key, upserts of the same values), so a write retried after an unknown commit outcome is never
 lost nor doubled. Other errors (bad password, missing database) fail at once.
@@ -28,7 +28,7 @@ from typing import Any, Callable, List, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import OptionalDependencyError
-from .store import ResultStore, StoreError
+from .store import ResultStore, StoreConnectionError, StoreError
 
 log = logging.getLogger("geocon_torch.bench")
 
@@ -142,13 +142,15 @@ class PostgresStore(ResultStore):
                 return fn()
             except self._psycopg.Error as exc:
                 if not retryable(exc):
-                    raise StoreError(f"{self.name}: {self._clean(exc)}") from None
+                    cls = (StoreConnectionError if isinstance(exc, self._psycopg.OperationalError)
+                           else StoreError)
+                    raise cls(f"{self.name}: {self._clean(exc)}") from None
                 self._drop()
                 attempt += 1
                 self.retries += 1
                 waited = time.monotonic() - start
                 if waited + delay > self.timeout_s:
-                    raise StoreError(
+                    raise StoreConnectionError(
                         f"{self.name}: the PostgreSQL server did not answer after {attempt} "
                         f"attempts over {waited:.0f} s (store timeout {self.timeout_s:.0f} s): "
                         f"{self._clean(exc)}") from None

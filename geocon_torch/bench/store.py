@@ -115,6 +115,11 @@ class StoreError(GeoConError, RuntimeError):
     """The result database could not be opened or written (after retries)."""
 
 
+class StoreConnectionError(StoreError, ConnectionError):
+    """A store server refused the connection (bad database, role or password) or did not
+    answer within the store timeout; the message names the store (password masked)."""
+
+
 def is_server_url(db: Union[str, Path]) -> bool:
     """True when ``db`` names a PostgreSQL server (URL or libpq key=value string), not a file."""
     return isinstance(db, str) and (db.startswith(_SERVER_PREFIXES) or bool(_CONNINFO.match(db)))

@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..bench import stats
+from ..bench.pg_store import mask_url
 from ..bench.store import flatten_row, load_results
 from ..categories import expected_regime
 from . import plots
@@ -121,7 +122,7 @@ def _chosen_rows(source: Union[str, Path, List[Dict[str, Any]]], config_hash: Op
     """(rows of the chosen config, source name, config-hash counts, chosen hash); the chosen
     hash is ``config_hash`` or the most common one."""
     rows = list(source) if isinstance(source, list) else load_results(source)
-    src_name = "rows" if isinstance(source, list) else str(source)
+    src_name = "rows" if isinstance(source, list) else mask_url(str(source))
     hashes = Counter(r.get("config_hash") for r in rows)
     chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
     return [r for r in rows if r.get("config_hash") == chosen], src_name, hashes, chosen
