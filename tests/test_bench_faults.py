@@ -1,0 +1,166 @@
+"""Faults on a real PostgreSQL store: a node SIGKILLed in a two-node torchrun job, the server
+restarted mid-run, the server gone for good. Every manifest row ends up stored exactly once,
+nothing stored is scored again, and no clip is scored twice while its lease holds."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from geocon_torch.bench import ResultStore
+
+from pg_server import own_pg_server, pg_server, pg_url  # noqa: F401 - fixtures
+from test_bench_fakes import write_clips, write_jsonl
+from pg_server import _free_port
+from test_bench_runner import _torchrun
+
+TESTS = Path(__file__).resolve().parent
+WORKER = TESTS / "bench_worker.py"
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _calls(log: Path) -> List[Tuple[str, str, float]]:
+    """(clip_id, node, unix time) of every scorer call logged under ``log.*``."""
+    out = []
+    for f in log.parent.glob(log.name + ".*"):
+        for line in f.read_text().splitlines():
+            cid, node, _, t = line.split()
+            out.append((cid, node, float(t)))
+    return sorted(out, key=lambda c: c[2])
+
+
+def _stored(db: str) -> Tuple[List[str], int]:
+    with ResultStore(db) as s:
+        return sorted(r["clip_id"] for r in s.rows()), s.count()
+
+
+def _wait_calls(log: Path, n: int, procs, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(_calls(log)) < n:
+        assert time.monotonic() < deadline, "workers never started scoring"
+        assert all(p.poll() is None for p in procs), "a worker ended early"
+        time.sleep(0.05)
+
+
+def _bench_args(m: Path, db: str, *extra: str) -> List[str]:
+    return ["bench", str(m), "--db", db, "--no-progress", *extra]
+
+
+@pytest.mark.slow
+def test_two_nodes_one_sigkilled_then_rerun(tmp_path: Path, pg_url: str):
+    n, lease = 24, 3.0
+    ids = [f"c{i}" for i in range(n)]
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
+    log = tmp_path / "calls"
+    port = _free_port()
+    agents = []
+    for node in (0, 1):
+        cmd = [_torchrun(), "--nnodes", "2", "--nproc_per_node", "1", "--node_rank", str(node),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--rdzv-id", "faults", str(WORKER), str(log), "0.3", "--",
+               *_bench_args(m, pg_url, "--lease-s", str(lease))]
+        agents.append(subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True,
+                                       start_new_session=True))
+    try:
+        _wait_calls(log, 6, agents)
+        kill_t = time.time()
+        os.killpg(agents[1].pid, signal.SIGKILL)  # the node: agent and its worker
+        out0, _ = agents[0].communicate(timeout=240)
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                os.killpg(a.pid, signal.SIGKILL)
+    assert agents[1].wait() == -signal.SIGKILL
+    first = _calls(log)
+    stored_ids, _ = _stored(pg_url)
+    assert set(stored_ids) <= set(c for c, _, _ in first)
+    # within the job a clip is scored again only after its (killed) holder's lease ran out
+    seen = {}
+    for cid, node, t in first:
+        if cid in seen:
+            assert seen[cid][0] == "1"  # the killed node held it
+            assert t >= kill_t + lease / 2, f"{cid} scored again while its lease held"
+        seen[cid] = (node, t)
+    # re-run (one plain process): exactly the missing rows are scored
+    (tmp_path / "calls2.0").unlink(missing_ok=True)
+    rerun = subprocess.run([sys.executable, str(WORKER), str(tmp_path / "calls2"), "0", "--",
+                            *_bench_args(m, pg_url)], env=_env(), capture_output=True,
+                           text=True, timeout=240)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    again = [c for c, _, _ in _calls(tmp_path / "calls2")]
+    assert sorted(again) == sorted(set(ids) - set(stored_ids)), out0[-2000:]
+    final_ids, results = _stored(pg_url)
+    assert final_ids == sorted(ids) and results == n
+    assert f"{n} clips on 1 rank(s): {len(again)} scored" in rerun.stdout
+
+
+def _single(tmp_path: Path, m: Path, db: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / "calls"), "0.15", "--",
+                             *_bench_args(m, db, *extra)], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_server_restart_mid_run_retries_then_succeeds(tmp_path: Path, own_pg_server):
+    n = 16
+    db = own_pg_server.url(own_pg_server.create_db())
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
+    proc = _single(tmp_path, m, db, "--store-timeout", "120", "--lease-s", "30")
+    try:
+        _wait_calls(tmp_path / "calls", 4, [proc])
+        own_pg_server.stop("fast")
+        time.sleep(1.5)
+        own_pg_server.start()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    assert "retry 1 in" in err and "geocon store postgresql://" in err
+    calls = [c for c, _, _ in _calls(tmp_path / "calls")]
+    assert Counter(calls).most_common(1)[0][1] == 1 and len(calls) == n  # none scored twice
+    assert _stored(db) == (sorted(f"c{i}" for i in range(n)), n)
+    assert f"{n} clips on 1 rank(s): {n} scored" in out
+
+
+def test_server_gone_is_a_clear_error_and_loses_no_row(tmp_path: Path, own_pg_server):
+    n = 12
+    db = own_pg_server.url(own_pg_server.create_db())
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
+    proc = _single(tmp_path, m, db, "--store-timeout", "3")
+    try:
+        _wait_calls(tmp_path / "calls", 3, [proc])
+        own_pg_server.stop("fast")
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("geocon bench: error: postgresql://geocon@127.0.0.1")
+    assert "did not answer after" in last and "store timeout 3 s" in last
+    own_pg_server.start()
+    stored, _ = _stored(db)
+    called = [c for c, _, _ in _calls(tmp_path / "calls")]
+    assert set(stored) <= set(called) and len(stored) >= 2
+    rerun = subprocess.run([sys.executable, str(WORKER), str(tmp_path / "again"), "0", "--",
+                            *_bench_args(m, db)], env=_env(), capture_output=True, text=True,
+                           timeout=240)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert sorted(c for c, _, _ in _calls(tmp_path / "again")) == \
+        sorted(set(f"c{i}" for i in range(n)) - set(stored))
+    assert _stored(db) == (sorted(f"c{i}" for i in range(n)), n)
