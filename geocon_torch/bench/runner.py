@@ -169,7 +169,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                  retry_errors: bool = False, progress: bool = True,
                  distributed: Optional[bool] = None,
                  dist_timeout_s: float = 7 * 24 * 3600.0, assign: str = "auto",
-                 lease_s: float = 120.0, store_timeout_s: float = 120.0) -> RunSummary:
+                 lease_s: float = 60.0, store_timeout_s: float = 120.0) -> RunSummary:
     """Score every clip of ``manifest`` into the store ``db``; resumable and shardable.
 
     Args:

@@ -56,8 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--assign", choices=ASSIGNMENTS, default="auto",
                    help="how ranks share the manifest: static r::N (SQLite) or dynamic claims "
                         "with expiring leases (PostgreSQL); auto picks by store (default)")
-    p.add_argument("--lease-s", type=float, default=120.0, metavar="S",
-                   help="seconds a dynamic claim survives its rank's death (default 120)")
+    p.add_argument("--lease-s", type=float, default=60.0, metavar="S",
+                   help="seconds a dynamic claim survives its rank's death; a re-run after a "
+                        "crash waits this long for the crashed run's clips in flight (default 60)")
     p.add_argument("--store-timeout", type=float, default=120.0, metavar="S",
                    help="seconds a store operation keeps retrying a busy or unreachable "
                         "store before the run fails (default 120)")
