@@ -5,6 +5,7 @@ removed afterwards. The password reaches libpq through a pgpass file (``PGPASSFI
 URL. As root the server runs as the ``postgres`` system user (initdb refuses root).
 
 Fixtures: ``pg_server`` (one per session), ``pg_url`` (a fresh database on it per test),
+``any_db`` (a SQLite path, then a PostgreSQL database: one test on both back ends),
 ``own_pg_server`` (a private server a test may stop and restart).
 """
 from __future__ import annotations
@@ -139,6 +140,14 @@ def pg_server():
 def pg_url(pg_server) -> str:
     """A fresh, empty database on the session's server (no password in the URL)."""
     return pg_server.url(pg_server.create_db())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db(request, tmp_path) -> str:
+    """The same test on both back ends: a SQLite path, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "r.sqlite")
+    return request.getfixturevalue("pg_url")
 
 
 @pytest.fixture

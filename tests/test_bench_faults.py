@@ -155,26 +155,33 @@ def test_two_nodes_one_sigkilled_then_rerun(tmp_path: Path, pg_url: str):
     assert _stored(pg_url) == (sorted(ids), n)
 
 
-def _single(tmp_path: Path, m: Path, db: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / "calls"), "0.15", "--",
+def _single_with_outage(tmp_path: Path, server, n: int, calls: int, restart_after_s,
+                        *extra: str) -> Tuple[str, subprocess.Popen, str, str]:
+    """A one-process run on a fresh database of ``server``, stopped after ``calls`` scorer
+    calls and (unless ``restart_after_s`` is None) started again after that many seconds.
+    Returns (db, finished process, stdout, stderr)."""
+    db = server.url(server.create_db())
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
+    proc = subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / "calls"), "0.15", "--",
                              *_bench_args(m, db, *extra)], env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def test_server_restart_mid_run_retries_then_succeeds(tmp_path: Path, own_pg_server):
-    n = 16
-    db = own_pg_server.url(own_pg_server.create_db())
-    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
-    proc = _single(tmp_path, m, db, "--store-timeout", "120", "--lease-s", "30")
     try:
-        _wait_calls(tmp_path / "calls", 4, [proc])
-        own_pg_server.stop("fast")
-        time.sleep(1.5)
-        own_pg_server.start()
+        _wait_calls(tmp_path / "calls", calls, [proc])
+        server.stop("fast")
+        if restart_after_s is not None:
+            time.sleep(restart_after_s)
+            server.start()
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    return db, proc, out, err
+
+
+def test_server_restart_mid_run_retries_then_succeeds(tmp_path: Path, own_pg_server):
+    n = 16
+    db, proc, out, err = _single_with_outage(tmp_path, own_pg_server, n, 4, 1.5,
+                                             "--store-timeout", "120", "--lease-s", "30")
     assert proc.returncode == 0, err[-3000:]
     assert "retry 1 in" in err and "geocon store postgresql://" in err
     calls = [c for c, _, _ in _calls(tmp_path / "calls")]
@@ -185,16 +192,8 @@ def test_server_restart_mid_run_retries_then_succeeds(tmp_path: Path, own_pg_ser
 
 def test_server_gone_is_a_clear_error_and_loses_no_row(tmp_path: Path, own_pg_server):
     n = 12
-    db = own_pg_server.url(own_pg_server.create_db())
-    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
-    proc = _single(tmp_path, m, db, "--store-timeout", "3", "--lease-s", "4")
-    try:
-        _wait_calls(tmp_path / "calls", 3, [proc])
-        own_pg_server.stop("fast")
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    db, proc, out, err = _single_with_outage(tmp_path, own_pg_server, n, 3, None,
+                                             "--store-timeout", "3", "--lease-s", "4")
     assert proc.returncode == 2, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("geocon bench: error: postgresql://geocon@127.0.0.1")
@@ -204,7 +203,8 @@ def test_server_gone_is_a_clear_error_and_loses_no_row(tmp_path: Path, own_pg_se
     called = [c for c, _, _ in _calls(tmp_path / "calls")]
     assert set(stored) <= set(called) and len(stored) >= 2
     rerun = subprocess.run([sys.executable, str(WORKER), str(tmp_path / "again"), "0", "--",
-                            *_bench_args(m, db)], env=_env(), capture_output=True, text=True,
+                            *_bench_args(tmp_path / "m.jsonl", db)], env=_env(),
+                           capture_output=True, text=True,
                            timeout=240)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert sorted(c for c, _, _ in _calls(tmp_path / "again")) == \

@@ -97,15 +97,22 @@ INSERT INTO meta VALUES ('store_format', '1');
 """
 
 
+def format_1_rows():
+    """(results rows, clips rows) of a format-1 store, as value tuples."""
+    results, clips = [], []
+    for i, res in enumerate(_v1_rows()):
+        results.append((f"h{i}", "cfg", "ok", None, "1.0", "0.1.0", json.dumps(res), 0.0))
+        clips.append((res["clip"], "cfg", f"h{i}", "m", None, "C4" if i == 0 else None,
+                      "a car", i, f"s{i}", None, "{}", 0.0))
+    return results, clips
+
+
 def _old_store(path: Path, fmt: str = "1") -> Path:
     conn = sqlite3.connect(path)
     conn.executescript(_FORMAT_1.replace("'store_format', '1'", f"'store_format', '{fmt}'"))
-    for i, res in enumerate(_v1_rows()):
-        conn.execute("INSERT INTO results VALUES (?,?,?,?,?,?,?,?)",
-                     (f"h{i}", "cfg", "ok", None, "1.0", "0.1.0", json.dumps(res), 0.0))
-        conn.execute("INSERT INTO clips VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                     (res["clip"], "cfg", f"h{i}", "m", None, "C4" if i == 0 else None,
-                      "a car", i, f"s{i}", None, "{}", 0.0))
+    results, clips = format_1_rows()
+    conn.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?)", results)
+    conn.executemany("INSERT INTO clips VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", clips)
     conn.commit()
     conn.close()
     return path

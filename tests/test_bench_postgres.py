@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from geocon_torch.bench import (PostgresStore, ResultStore, SQLiteStore, StoreError,
-                                load_results, mask_url, run_manifest)
+from geocon_torch.bench import ResultStore, StoreError, load_results, mask_url, run_manifest
 from geocon_torch.bench.claims import WorkQueue
 from geocon_torch.bench.preferences import preference_pairs
 from geocon_torch.cli import main
@@ -20,21 +19,9 @@ from geocon_torch.errors import InputError
 from geocon_torch.report import build_report
 
 from pg_server import PASSWORD, own_pg_server, pg_server, pg_url  # noqa: F401 - fixtures
+from test_bench_store import _clip
 from test_bench_fakes import CountingScorer, fake_result, write_clips, write_jsonl
-from test_bench_migration import _FORMAT_1, _v1_rows
-
-
-def _clip(cid, model="m", prompt_category="C1"):
-    return {"clip_id": cid, "model": model, "prompt_category": prompt_category, "seed": 1,
-            "scene": cid}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path):
-    """The same test on both back ends."""
-    if request.param == "sqlite":
-        return str(tmp_path / "r.sqlite")
-    return request.getfixturevalue("pg_url")
+from test_bench_migration import _FORMAT_1, format_1_rows
 
 
 def _table(db):
@@ -52,27 +39,6 @@ def test_mask_url_hides_every_password_form():
     assert mask_url("host=h dbname=lb password='p w' user=u") == \
         "host=h dbname=lb password=*** user=u"
     assert mask_url("service=leaderboard") == "service=leaderboard"
-
-
-def test_store_dispatch_and_writes_on_both_backends(db):
-    with ResultStore(db) as s:
-        assert isinstance(s, PostgresStore if db.startswith("postgresql") else SQLiteStore)
-        s.put(_clip("a"), "h1", "cfgA", fake_result("a", ir=0.9))
-        s.put(_clip("a"), "h1", "cfgA", fake_result("a", ir=0.1))  # ignored: same key
-        assert s.count() == 1 and s.count("clips") == 1
-        assert s.rows()[0]["result"]["background"]["ir"] == 0.9
-        s.put(_clip("a"), "h1", "cfgA", fake_result("a", ir=0.5), replace=True)
-        assert s.rows()[0]["result"]["background"]["ir"] == 0.5
-        s.put(_clip("b", model="other"), "h1", "cfgA", None)
-        s.put({**_clip("c"), "seed": 2 ** 40}, "h1", "cfgB", fake_result("c", ir=0.7))
-        assert s.count() == 2 and s.count("clips") == 3 and s.config_hashes() == ["cfgA", "cfgB"]
-        assert s.status_of("h1", "cfgA") == "ok" and s.linked("b", "cfgA") == "h1"
-        assert s.has("h1", "cfgB") and not s.has("h2", "cfgB")
-        assert [r["clip_id"] for r in s.rows("cfgA")] == ["a", "b"]
-        assert s.rows("cfgB")[0]["seed"] == 2 ** 40
-        with pytest.raises(ValueError, match="non-finite numbers at background.ge_px"):
-            s.put(_clip("z"), "h9", "cfgA", fake_result("z", ge=float("inf")))
-        assert s.count() == 2
 
 
 def test_same_run_same_table_and_readers_on_both(tmp_path, pg_url):
@@ -129,12 +95,11 @@ def test_format_1_and_newer_format_on_postgres(pg_url):
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for stmt in filter(str.strip, _FORMAT_1.split(";")):
             conn.execute(stmt)
-        for i, res in enumerate(_v1_rows()):
-            conn.execute("INSERT INTO results VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-                         (f"h{i}", "cfg", "ok", None, "1.0", "0.1.0", json.dumps(res), 0.0))
-            conn.execute("INSERT INTO clips VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                         (res["clip"], "cfg", f"h{i}", "m", None, "C4" if i == 0 else None,
-                          "a car", i, f"s{i}", None, "{}", 0.0))
+        results, clips = format_1_rows()
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO results VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", results)
+            cur.executemany("INSERT INTO clips VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                            clips)
     with ResultStore(pg_url) as s:
         rows = {r["clip_id"]: r for r in s.rows()}
     assert rows["c4"]["prompt_category"] == "C4" and "category" not in rows["c4"]

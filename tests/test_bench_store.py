@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from geocon_torch.bench import ResultSchemaError, ResultStore, flatten_row, load_results
+from geocon_torch.bench import (PostgresStore, ResultSchemaError, ResultStore, SQLiteStore,
+                                flatten_row, is_server_url, load_results)
 from geocon_torch.errors import OptionalDependencyError
 
+from pg_server import any_db, pg_server, pg_url  # noqa: F401 - fixtures
 from test_bench_fakes import fake_result, write_jsonl
 
 
@@ -20,9 +22,10 @@ def _clip(cid, model="m", prompt_category="C1"):
             "scene": cid}
 
 
-def test_put_is_idempotent_and_keyed_by_content_and_config(tmp_path: Path):
-    db = tmp_path / "r.sqlite"
-    with ResultStore(db) as s:
+def test_put_is_idempotent_and_keyed_by_content_and_config(any_db: str):
+    """On both back ends (tests/pg_server.py): ResultStore(db) picks the back end by name."""
+    with ResultStore(any_db) as s:
+        assert isinstance(s, PostgresStore if is_server_url(any_db) else SQLiteStore)
         s.put(_clip("a"), "h1", "cfgA", fake_result("a", ir=0.9))
         s.put(_clip("a"), "h1", "cfgA", fake_result("a", ir=0.1))  # ignored: same key
         assert s.count() == 1 and s.count("clips") == 1
@@ -34,15 +37,17 @@ def test_put_is_idempotent_and_keyed_by_content_and_config(tmp_path: Path):
         assert s.count() == 1 and s.count("clips") == 2
         assert [r["clip_id"] for r in s.rows()] == ["a", "b"]
         assert s.rows()[1]["model"] == "other"
-        # another config is another key
-        s.put(_clip("a"), "h1", "cfgB", fake_result("a", ir=0.7))
+        # another config is another key (a 64-bit seed fits on both back ends)
+        s.put({**_clip("a"), "seed": 2 ** 40}, "h1", "cfgB", fake_result("a", ir=0.7))
         assert s.count() == 2 and s.config_hashes() == ["cfgA", "cfgB"]
         assert len(s.rows("cfgB")) == 1 and s.has("h1", "cfgB") and not s.has("h2", "cfgB")
+        assert s.rows("cfgB")[0]["seed"] == 2 ** 40
         assert s.status_of("h1", "cfgA") == "ok" and s.linked("b", "cfgA") == "h1"
-    conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    if not is_server_url(any_db):
+        conn = sqlite3.connect(any_db)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # reopening keeps everything
-    with ResultStore(db) as s:
+    with ResultStore(any_db) as s:
         assert s.count() == 2
 
 

@@ -108,7 +108,16 @@ class RunSummary:
     errors: List[str] = field(default_factory=list)  # "clip_id: reason" of new error rows
     assign: str = "static"  # how rows were given to ranks: "static" (r::N) or "dynamic"
     job: Optional[str] = None  # the dynamic job id (work table)
+    busy_s: float = 0.0  # seconds spent on clips (hash, score, write), not waiting
     rank_elapsed_s: List[float] = field(default_factory=list)  # per rank, rank order
+    rank_busy_s: List[float] = field(default_factory=list)  # per rank, rank order
+
+    def idle_fraction(self) -> float:
+        """Share of the ranks' time spent idle while the slowest rank finishes:
+        ``1 - sum(busy) / (ranks * max(elapsed))`` (0 when every rank is busy to the end)."""
+        span = max(self.rank_elapsed_s or [self.elapsed_s])
+        busy = self.rank_busy_s or [self.busy_s]
+        return max(0.0, 1.0 - sum(busy) / (len(busy) * span)) if span > 0 else 0.0
 
     def merge(self, other: "RunSummary") -> "RunSummary":
         out = RunSummary(rank=0, world_size=self.world_size, assign=self.assign, job=self.job)
@@ -116,7 +125,9 @@ class RunSummary:
             setattr(out, k, getattr(self, k) + getattr(other, k))
         out.elapsed_s = max(self.elapsed_s, other.elapsed_s)
         out.errors = self.errors + other.errors
+        out.busy_s = self.busy_s + other.busy_s
         out.rank_elapsed_s = self.rank_elapsed_s + other.rank_elapsed_s
+        out.rank_busy_s = self.rank_busy_s + other.rank_busy_s
         return out
 
     def to_dict(self) -> Dict[str, Any]:
@@ -253,13 +264,16 @@ def _loop(items: Iterable[Tuple[ManifestEntry, Optional[WorkQueue]]], total: Opt
     try:
         for entry, work in bar:
             summary.total += 1
+            t1 = time.monotonic()
             _run_one(entry, store, job, summary, work)
+            summary.busy_s += time.monotonic() - t1
             bar.set_postfix(done=summary.computed, skip=summary.skipped + summary.linked,
                             err=summary.error, refresh=False)
     finally:
         bar.close()
         summary.elapsed_s = time.monotonic() - t0
         summary.rank_elapsed_s = [summary.elapsed_s]
+        summary.rank_busy_s = [summary.busy_s]
     return summary
 
 
