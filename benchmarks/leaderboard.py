@@ -20,8 +20,8 @@ package, as the tests start it):
 * 2 local nodes: PostgreSQL dynamic (two torchrun agents, ``--nnodes 2``, c10d rendezvous on
   127.0.0.1), and SQLite: one job per node into its own file (r::2 halves) + ``geocon merge``.
 
-Per case: makespan (the slowest rank's scoring loop, torch start-up excluded; plus the merge for
-per-node SQLite), rows/s = clips / makespan, and the idle fraction ``1 - sum(busy) / (ranks *
+Per case: makespan (wall clock from the first rank's first clip to the last rank's end, torch
+start-up excluded; plus the merge for per-node SQLite), rows/s = clips / makespan, and the idle fraction ``1 - sum(busy) / (ranks *
 makespan)``: the share of rank-time spent idle while the slowest rank finishes. RESULT line:
 dynamic makespan / static makespan on PostgreSQL, 2 ranks (target <= 0.8).
 """
@@ -132,7 +132,8 @@ def run_case(a, kind: str, manifest: Path, db: str, assign: str) -> Dict[str, fl
                          "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bench",
                          *_worker_cmd(a, manifest, db, assign)]) for _ in range(2)]
     s = _summaries(procs)[0]
-    span = max(s["rank_elapsed_s"])
+    window = s["rank_window"]
+    span = max(e for _, e in window) - min(b for b, _ in window)
     busy = s["rank_busy_s"]
     return {"makespan_s": span, "rows_s": s["total"] / span,
             "idle": 1 - sum(busy) / (len(busy) * span), "ranks": len(busy)}
@@ -150,7 +151,8 @@ def per_node_sqlite(a, manifest: Path, tmp: Path) -> Dict[str, float]:
     rep = merge_stores(tmp / "merged.sqlite", [tmp / "node0.sqlite", tmp / "node1.sqlite"])
     merge_s = time.monotonic() - t0
     assert rep.results_added == len(entries) and not rep.conflicts
-    span = max(s["elapsed_s"] for s in sums) + merge_s
+    window = [w for s in sums for w in s["rank_window"]]
+    span = max(e for _, e in window) - min(b for b, _ in window) + merge_s
     busy = [s["busy_s"] for s in sums]
     return {"makespan_s": span, "rows_s": len(entries) / span,
             "idle": 1 - sum(busy) / (2 * span), "ranks": 2, "merge_s": merge_s}
@@ -201,14 +203,13 @@ def main() -> None:
     st = res["2 ranks / 1 node, PostgreSQL static"]
     dy = res["2 ranks / 1 node, PostgreSQL dynamic"]
     ratio = dy["makespan_s"] / st["makespan_s"]
-    print(f"RESULT leaderboard clips={a.clips} scorer={a.scorer} "
-          f"dynamic/static_makespan={ratio:.2f} (target <= 0.8) "
-          f"idle_static={st['idle']:.2f} idle_dynamic={dy['idle']:.2f} "
-          f"rows_s_1rank_sqlite={res['1 rank, SQLite']['rows_s']:.2f} "
-          f"rows_s_2nodes_pg={res['2 nodes, PostgreSQL dynamic']['rows_s']:.2f} "
-          f"rows_s_2nodes_sqlite_merge="
-          f"{res['2 nodes, per-node SQLite + geocon merge']['rows_s']:.2f} "
-          f"{'PASS' if ratio <= 0.8 else 'FAIL'}")
+    result = {
+        "benchmark": "leaderboard", "clips": a.clips, "scorer": a.scorer,
+        "dynamic_over_static_makespan": round(ratio, 3), "target": 0.8,
+        "idle_static": round(st["idle"], 3), "idle_dynamic": round(dy["idle"], 3),
+        "rows_per_s": {k: round(v["rows_s"], 3) for k, v in res.items()},
+        "pass": ratio <= 0.8}
+    print("RESULT " + json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def test_claims_skip_locked_rows_and_expired_leases_are_taken_again(pg_url):
         assert b.claim() == "z"
         assert b.claim() == "z"  # a row B holds but never finished (a lost reply) is B's again
         b.finish("z")
-        assert b.claim() is None and b.pending() == 1  # x is leased by A
+        assert b.claim() is None and b.pending() == 1 and not b.finished()  # x is leased by A
         # another job on the same config leaves a clip leased elsewhere alone
         other = WorkQueue(b_store, "job2", "cfg", "C", lease_s=30)
         other.enqueue(["x"])
@@ -133,7 +133,7 @@ def test_claims_skip_locked_rows_and_expired_leases_are_taken_again(pg_url):
         assert b.claim() == "x"
         assert a.claim() is None  # B's live lease now protects x from A as well
         b.finish("x")
-        assert b.pending() == 0 and other.claim() == "x"
+        assert b.pending() == 0 and b.finished() and other.claim() == "x"
     finally:
         a_store.close()
         b_store.close()

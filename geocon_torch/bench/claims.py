@@ -116,6 +116,11 @@ class WorkQueue:
         return int(self.store.select("SELECT COUNT(*) FROM work WHERE job = ? AND NOT done",
                                      (self.job,))[0][0])
 
+    def finished(self) -> bool:
+        """True when every row of the job is done (cheap: the partial index of open rows)."""
+        return not self.store.select("SELECT 1 FROM work WHERE job = ? AND NOT done LIMIT 1",
+                                     (self.job,))
+
 
 
 def drop_job(store: PostgresStore, job: Optional[str]) -> None:

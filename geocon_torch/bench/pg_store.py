@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS work (
     PRIMARY KEY (job, clip_id)
 );
 CREATE INDEX IF NOT EXISTS work_by_clip ON work (config_hash, clip_id);
+CREATE INDEX IF NOT EXISTS work_open ON work (job, position) WHERE NOT done;
 """
 
 

@@ -111,11 +111,18 @@ class RunSummary:
     busy_s: float = 0.0  # seconds spent on clips (hash, score, write), not waiting
     rank_elapsed_s: List[float] = field(default_factory=list)  # per rank, rank order
     rank_busy_s: List[float] = field(default_factory=list)  # per rank, rank order
+    rank_window: List[Tuple[float, float]] = field(default_factory=list)  # (start, end) unix s
+
+    def makespan_s(self) -> float:
+        """Wall-clock seconds from the first rank's start to the last rank's end."""
+        if not self.rank_window:
+            return self.elapsed_s
+        return max(e for _, e in self.rank_window) - min(s for s, _ in self.rank_window)
 
     def idle_fraction(self) -> float:
         """Share of the ranks' time spent idle while the slowest rank finishes:
-        ``1 - sum(busy) / (ranks * max(elapsed))`` (0 when every rank is busy to the end)."""
-        span = max(self.rank_elapsed_s or [self.elapsed_s])
+        ``1 - sum(busy) / (ranks * makespan)`` (0 when every rank is busy to the end)."""
+        span = self.makespan_s()
         busy = self.rank_busy_s or [self.busy_s]
         return max(0.0, 1.0 - sum(busy) / (len(busy) * span)) if span > 0 else 0.0
 
@@ -128,6 +135,7 @@ class RunSummary:
         out.busy_s = self.busy_s + other.busy_s
         out.rank_elapsed_s = self.rank_elapsed_s + other.rank_elapsed_s
         out.rank_busy_s = self.rank_busy_s + other.rank_busy_s
+        out.rank_window = self.rank_window + other.rank_window
         return out
 
     def to_dict(self) -> Dict[str, Any]:
@@ -259,7 +267,7 @@ class _Job:
 def _loop(items: Iterable[Tuple[ManifestEntry, Optional[WorkQueue]]], total: Optional[int],
           store: ResultStore, job: _Job, summary: RunSummary) -> RunSummary:
     """Score ``items`` (entry, its work queue or None) into ``store``, timing the rank."""
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     bar = job.bar(items, total)
     try:
         for entry, work in bar:
@@ -274,6 +282,7 @@ def _loop(items: Iterable[Tuple[ManifestEntry, Optional[WorkQueue]]], total: Opt
         summary.elapsed_s = time.monotonic() - t0
         summary.rank_elapsed_s = [summary.elapsed_s]
         summary.rank_busy_s = [summary.busy_s]
+        summary.rank_window = [(wall0, time.time())]
     return summary
 
 
@@ -297,14 +306,14 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
                       new_owner(), lease_s)
     queue.enqueue([e.clip_id for e in entries])
     by_id = {e.clip_id: e for e in entries}
-    poll_s = min(1.0, lease_s / 4.0)
+    poll_s = min(0.2, lease_s / 4.0)
 
     def claimed() -> Iterator[Tuple[ManifestEntry, Optional[WorkQueue]]]:
         while True:
             cid = queue.claim()
             if cid is not None:
                 yield by_id[cid], queue
-            elif queue.pending() == 0:
+            elif queue.finished():
                 return
             else:  # the rest is leased by other ranks: wait for them or their leases
                 time.sleep(poll_s)
