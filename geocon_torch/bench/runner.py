@@ -311,6 +311,9 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
     def claimed() -> Iterator[Tuple[ManifestEntry, Optional[WorkQueue]]]:
         while True:
             cid = queue.claim()
+            if cid is not None and cid not in by_id:
+                raise InputError(f"dynamic job {queue.job}: clip {cid!r} is not in this rank's "
+                                 "manifest; every rank must read the same manifest")
             if cid is not None:
                 yield by_id[cid], queue
             elif queue.finished():
