@@ -21,8 +21,9 @@ package, as the tests start it):
   127.0.0.1), and SQLite: one job per node into its own file (r::2 halves) + ``geocon merge``.
 
 Per case: makespan (wall clock from the first rank's first clip to the last rank's end, torch
-start-up excluded; plus the merge for per-node SQLite), rows/s = clips / makespan, and the idle fraction ``1 - sum(busy) / (ranks *
-makespan)``: the share of rank-time spent idle while the slowest rank finishes. RESULT line:
+start-up excluded; plus the merge for per-node SQLite), rows/s = clips / makespan, and the idle
+fraction ``1 - sum(busy) / (ranks * makespan)``: the share of rank-time spent idle while the
+slowest rank finishes. RESULT line:
 dynamic makespan / static makespan on PostgreSQL, 2 ranks (target <= 0.8).
 """
 from __future__ import annotations

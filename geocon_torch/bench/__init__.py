@@ -49,5 +49,6 @@ __all__ = [
     "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
     "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
     "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet", "SQLiteStore",
-    "StoreConnectionError", "is_server_url", "PostgresStore", "mask_url", "MergeReport", "merge_stores",
+    "StoreConnectionError", "is_server_url", "PostgresStore", "mask_url", "MergeReport",
+    "merge_stores",
 ]

@@ -10,7 +10,8 @@ names the store by :func:`mask_url` (``postgresql://user:***@host/db``).
 Failures: a lost connection, a server that is restarting or shutting down, a serialization
 failure or a deadlock is retried — one warning line per retry on the ``geocon_torch.bench``
 logger (stderr), reconnecting with back-off — until ``timeout_s`` has passed, then a
-:class:`~geocon_torch.bench.store.StoreConnectionError` names the store, the attempts and the last error.
+:class:`~geocon_torch.bench.store.StoreConnectionError` names the store, the attempts and the
+last error.
 Every write is one transaction whose statements are idempotent (inserts that keep an existing
 key, upserts of the same values), so a write retried after an unknown commit outcome is never
 lost nor doubled. Other errors (bad password, missing database) fail at once.
