@@ -82,9 +82,10 @@ def epipolar_dpo_block(video: Any, clip: Clip, cfg: GeoConConfig, device: Device
 
     The protocol works at native resolution on source frames 0, 15, 30, ...: for a file or
     tensor ``video`` those frames (up to the last frame ``clip`` covers) are re-read with
-    ``long_side=None``; a :class:`Clip` is used as given.
+    ``long_side=None``; a :class:`Clip` is used as given. ``config``: default
+    ``cfg.epipolar_dpo``.
     """
-    dpo_cfg = config or EpipolarDPOConfig()
+    dpo_cfg = config or cfg.epipolar_dpo
     if not isinstance(video, Clip):
         last = int(clip.frame_indices.max()) + 1 if clip.num_frames else 0
         source = sample_positions(last, dpo_cfg.sampling_rate)
