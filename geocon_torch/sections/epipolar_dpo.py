@@ -34,7 +34,7 @@ def dpo_block(m: DPOMeasurement, b: int, config: EpipolarDPOConfig) -> Dict[str,
             "mean_inlier_rate": float(m.mean_inlier_rate[b]) if ok else None,
             "valid_pairs": int(m.valid_pairs[b]), "total_pairs": int(m.total_pairs[b]),
             "frames": list(m.frames[b]), "analysis_size": list(m.sizes[b]),
-            "protocol": config.to_dict(), "per_pair": pair_records(m, b, config)}
+            "protocol": config.protocol_dict(), "per_pair": pair_records(m, b, config)}
 
 
 def epipolar_dpo_sections(clips: Sequence[Clip], config: Optional[EpipolarDPOConfig] = None, *,
