@@ -473,7 +473,8 @@ class GateConfig(_Section):
     parallax_low: float = _num(0.13)  # statistic <= low -> H
     parallax_high: float = _num(0.27)  # >= high -> F; between: U (GRIC or support margin decide)
     dust3r_checkpoint: Optional[str] = _text(local=True)
-    dust3r_path: Optional[str] = _text(local=True)  # folder holding the dust3r repository (optional import)
+    # folder holding the dust3r repository (optional import)
+    dust3r_path: Optional[str] = _text(local=True)
     statistic: str = _choice("parallax_magnitude", GATE_STATISTIC_CHOICES)
     # parallax_magnitude (resolution- and density-normalised, see gate.parallax): the
     # magnitude_quantile of the F-inliers' H transfer error in px at a reference_long_side
@@ -644,7 +645,8 @@ class EpipolarConfig(_Section):
     fallback_max_nfa: float = _num(0.01, 0, low_open=True)
     # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
     features: str = _choice("auto", EPIPOLAR_FEATURE_CHOICES)
-    opencv_threads: int = _int(1, 1, runtime=True)  # cv2.setNumThreads during the OpenCV path (restored)
+    # cv2.setNumThreads during the OpenCV path (restored)
+    opencv_threads: int = _int(1, 1, runtime=True)
     ransac: ProtocolRansacConfig = _sub(ProtocolRansacConfig)
     tracking: TrackingConfig = _sub(TrackingConfig)  # Shi-Tomasi + LK fallback stage
     gvgc: GvgcConfig = _sub(GvgcConfig)

@@ -110,11 +110,13 @@ def preset_for_kind(kind: str) -> Preset:
 
 def preset_table() -> str:
     """The table as Markdown (the README's preset table is this text)."""
-    rows = ["| preset | sections | status from | reward kind | what it scores |",
-            "|---|---|---|---|---|"]
+    rows = ["| preset | sections | status from | reward kind | config overrides | what it scores |",
+            "|---|---|---|---|---|---|"]
     for p in PRESETS.values():
         secs = ", ".join(f"`{s}`" + (f" ({p.epipolar_protocol})" if s == "epipolar" else "")
                          for s in p.sections)
+        over = ", ".join(f"`{k}={v}`" for k, v in sorted(p.overrides.items())) or "-"
         rows.append(f"| `{p.name}` | {secs} | `{p.status_from}` | "
-                    f"{'`' + p.reward_kind + '`' if p.reward_kind else '-'} | {p.summary} |")
+                    f"{'`' + p.reward_kind + '`' if p.reward_kind else '-'} | {over} | "
+                    f"{p.summary} |")
     return "\n".join(rows)
