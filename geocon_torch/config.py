@@ -20,6 +20,10 @@ Old configs. Configs written before the nested sections used flat keys (``featur
 ``epipolar.tracking_min_ncc``, ``epipolar.gvgc_size``, ``epipolar.confidence``, ...). Every such
 key is listed in :data:`RENAMED_KEYS` and moved to its nested place when a dict or file is read,
 with a ``DeprecationWarning`` naming the new key; values are unchanged, so results are too.
+Nested keys renamed to match docs/GLOSSARY.md (``features.lk.fb_threshold`` ->
+``fb_threshold_px``, ``epipolar.path`` -> ``epipolar.implementation``) are listed in
+:data:`RETIRED_KEYS` and migrated the same way; the old attribute names still read and write
+(a section's ``_aliases``), with a DeprecationWarning.
 
 ``to_dict()`` / ``from_dict()`` round-trip through JSON; ``config_hash()`` keys stored results
 (see its docstring); ``load_config(path)`` reads a JSON file that may override any subset of fields
@@ -261,8 +265,21 @@ class _Section:
     section's dotted place in :class:`GeoConConfig` (used in messages)."""
 
     _name: ClassVar[str] = ""
+    #: retired field name -> its name now (docs/GLOSSARY.md); reads and writes still work, with
+    #: a DeprecationWarning
+    _aliases: ClassVar[Dict[str, str]] = {}
+
+    def __getattr__(self, key: str) -> Any:  # only reached when normal lookup fails
+        new = type(self)._aliases.get(key)
+        if new is None:  # Python's own AttributeError
+            return object.__getattribute__(self, key)
+        _retired(_join(self._name, key), _join(self._name, new))
+        return getattr(self, new)
 
     def __setattr__(self, key: str, value: Any) -> None:
+        if key in type(self)._aliases:
+            _retired(_join(self._name, key), _join(self._name, type(self)._aliases[key]))
+            key = type(self)._aliases[key]
         spec = type(self).__dataclass_fields__.get(key)  # type: ignore[attr-defined]
         built = self.__dict__.get("_built", False)
         if spec is None or not spec.metadata:  # not a field (ClassVars have no metadata)
@@ -313,6 +330,11 @@ class _Section:
     def from_dict(cls, data: Mapping[str, Any]):
         """The section's defaults overridden by ``data`` (old flat keys are migrated)."""
         return _merge(cls(), migrate_config(data, cls._name), cls._name)
+
+
+def _retired(old: str, new: str) -> None:
+    warnings.warn(f"config field {old} is deprecated; it is now {new} (docs/GLOSSARY.md)",
+                  DeprecationWarning, stacklevel=3)
 
 
 def _split(section: Any, runtime: bool) -> Dict[str, Any]:
@@ -379,13 +401,14 @@ class LKConfig(_Section):
     parameter meanings). Used as ``features.lk`` (the lk-tracks backend)."""
 
     _name: ClassVar[str] = "features.lk"
+    _aliases: ClassVar[Dict[str, str]] = {"fb_threshold": "fb_threshold_px"}  # retired names
     max_corners: Optional[int] = _int(None, 1, null=True)  # None: the section's keypoint budget
     quality: float = _num(0.001, 0, 1, low_open=True)  # Shi-Tomasi qualityLevel
     min_distance: float = _num(3.0, 0)  # px between corners
     block: int = _int(3, 1)  # covariance window side, px
     window: int = _int(21, 3, odd=True)  # LK window side, px (odd)
     levels: int = _int(3, 0)  # OpenCV maxLevel (levels + 1 pyramid images)
-    fb_threshold: float = _num(1.5, 0, low_open=True)  # px, forward-backward error of a kept track
+    fb_threshold_px: float = _num(1.5, 0, low_open=True)  # forward-backward error of a kept track
     backend: str = _choice("torch", LK_BACKEND_CHOICES)  # auto: torch (epipolar: as the path)
 
     def corners(self, budget: int) -> int:
@@ -397,7 +420,7 @@ class LKConfig(_Section):
         return {"max_corners": self.corners(budget), "quality": float(self.quality),
                 "min_distance": float(self.min_distance), "block": int(self.block),
                 "window": int(self.window), "levels": int(self.levels),
-                "fb_threshold": float(self.fb_threshold),
+                "fb_threshold_px": float(self.fb_threshold_px),
                 "backend": backend if self.backend == "auto" else self.backend}
 
 
@@ -626,6 +649,7 @@ class EpipolarConfig(_Section):
     """WorldAtlas / GVGC-style epipolar trio (seed 003)."""
 
     _name: ClassVar[str] = "epipolar"
+    _aliases: ClassVar[Dict[str, str]] = {"path": "implementation"}  # retired names
     max_width: int = _int(640, 1)  # analysis width, px (aspect kept)
     pair_stride: int = _int(1, 1)
     max_pairs: int = _int(8, 0)  # pairs spread evenly over the clip (0: all)
@@ -637,7 +661,8 @@ class EpipolarConfig(_Section):
     relaxed_ratio: float = _num(0.85, 0, 1, low_open=True)
     relaxed_min_matches: int = _int(8, 1)
     seed: int = _int(0, 0)
-    path: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
+    # how the protocol is computed: "opencv" (the reference, CPU), "torch" (batched) or "auto"
+    implementation: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
     resize_interpolation: str = _choice("area", RESIZE_INTERPOLATION_CHOICES)  # area: INTER_AREA
     fallback_enabled: bool = _flag(True)  # relaxed matching, then Shi-Tomasi + LK, if none valid
     # fallback stages only: a pair is valid only when its F inlier set is meaningful a contrario
@@ -716,10 +741,11 @@ class SoftConsistencyConfig(_Section):
 # old flat keys -> nested places
 def _renamed() -> Dict[str, str]:
     lk = ("quality", "min_distance", "block", "window", "levels")
-    out = {f"features.lk_{k}": f"features.lk.{k}" for k in lk + ("fb_threshold", "backend")}
+    out = {f"features.lk_{k}": f"features.lk.{k}" for k in lk + ("backend",)}
+    out["features.lk_fb_threshold"] = "features.lk.fb_threshold_px"
     out.update({f"epipolar.tracking_{k}": f"epipolar.tracking.{k}"
                 for k in lk + ("max_corners", "min_tracks", "min_ncc", "ncc_window")})
-    out["epipolar.tracking_fb_threshold_px"] = "epipolar.tracking.fb_threshold"
+    out["epipolar.tracking_fb_threshold_px"] = "epipolar.tracking.fb_threshold_px"
     out.update({"epipolar.ransac_threshold_px": "epipolar.ransac.threshold_px",
                 "epipolar.confidence": "epipolar.ransac.confidence",
                 "epipolar.max_iterations": "epipolar.ransac.max_iterations"})
@@ -732,6 +758,11 @@ def _renamed() -> Dict[str, str]:
 
 #: flat keys of configs written before the nested sections -> their dotted place now
 RENAMED_KEYS: Dict[str, str] = _renamed()
+#: nested keys renamed to match docs/GLOSSARY.md -> their name now
+RETIRED_KEYS: Dict[str, str] = {"features.lk.fb_threshold": "features.lk.fb_threshold_px",
+                                "epipolar.tracking.fb_threshold":
+                                    "epipolar.tracking.fb_threshold_px",
+                                "epipolar.path": "epipolar.implementation"}
 
 
 def _copy_tree(data: Any) -> Any:
@@ -774,7 +805,7 @@ def migrate_config(data: Any, prefix: str = "") -> Any:
     if not isinstance(data, Mapping):
         return data
     tree = _copy_tree(data)
-    for old, new in RENAMED_KEYS.items():
+    for old, new in {**RENAMED_KEYS, **RETIRED_KEYS}.items():
         rel_old, rel_new = _relative(old, prefix), _relative(new, prefix)
         if rel_old is not None and rel_new is not None:
             _move(tree, rel_old, rel_new, (old, new))
@@ -899,8 +930,12 @@ def _runtime_fields(cls: type, prefix: str = "") -> Dict[str, str]:
 RUNTIME_FIELDS: Dict[str, str] = _runtime_fields(GeoConConfig)
 
 
-def load_config(source: Union[None, str, Path, Mapping[str, Any], GeoConConfig]
-                ) -> GeoConConfig:
+#: what every ``config=`` argument takes: None (defaults), a JSON file path, a mapping of any
+#: subset of fields, or a GeoConConfig (see :func:`load_config`)
+ConfigLike = Union[None, str, Path, Mapping[str, Any], "GeoConConfig"]
+
+
+def load_config(source: ConfigLike) -> GeoConConfig:
     """Config from None (defaults), a mapping, a GeoConConfig, or a JSON file path.
 
     A mapping or file may override any subset of fields; every value is checked, and unknown

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from ._memory import release_freed_memory
-from .config import GeoConConfig, load_config
+from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
 from .io import content_hash, probe_video, read_clip
@@ -50,7 +50,6 @@ from .types import Clip
 
 PRESETS = PRESET_NAMES  # the names of the preset table (geocon_torch.presets.PRESETS)
 VideoLike = Union[str, Path, torch.Tensor, Clip]
-ConfigLike = Union[None, str, Path, dict, GeoConConfig]
 
 
 #: io.long_side = "auto" for files and folders: the paper's 1024-px working resolution

@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
-from .config import EpipolarDPOConfig, GeoConConfig, load_config
+from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .io import check_clip_tensor, clips_from_tensor
 from .pipeline import pinned_config, score_clips
@@ -58,7 +57,9 @@ NEUTRAL_REWARD = 0.0
 FOLDS = {"epipolar-dpo": "exp(-mean_epipolar_error / inlier_threshold_px)",
          "epipolar": "(epipolar_error_score + epipolar_inlier_rate + feature_match_coverage) / 3",
          "background": "ir * exp(-ge_px / background.report_ge_px)"}
-ConfigLike = Union[None, str, Path, Mapping[str, Any], GeoConConfig, EpipolarDPOConfig]
+#: a ``config=`` of :func:`geometric_reward`: any ConfigLike, or an EpipolarDPOConfig (the
+#: ``epipolar_dpo`` section)
+RewardConfigLike = Union[ConfigLike, EpipolarDPOConfig]
 
 
 @dataclass
@@ -102,7 +103,7 @@ class RewardDiagnostics:
         return [c.status == "ok" for c in self.clips]
 
 
-def _reward_config(config: ConfigLike, kind: str, seed: int) -> GeoConConfig:
+def _reward_config(config: RewardConfigLike, kind: str, seed: int) -> GeoConConfig:
     """The config ``kind`` is scored with: ``config`` (an EpipolarDPOConfig is its
     ``epipolar_dpo`` section) with the seeds set and the kind's preset chosen. The videos are
     tensors, so ``io.long_side = "auto"`` (the default) scores them at their own resolution."""
@@ -137,8 +138,8 @@ def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                       ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
     clips = clips_from_tensor(videos, long_side=None)
-    path = "torch" if cfg.epipolar.path == "auto" else cfg.epipolar.path
-    sections = epipolar_sections(clips, cfg.epipolar, path=path, device=videos.device)
+    impl = "torch" if cfg.epipolar.implementation == "auto" else cfg.epipolar.implementation
+    sections = epipolar_sections(clips, cfg.epipolar, implementation=impl, device=videos.device)
     infos = [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
                                 "epipolar", cfg, neutral) for s in sections]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
@@ -216,8 +217,9 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     return _info(value, neutral, status, reason, block.get("valid_pairs"), block.get(total), raw)
 
 
-def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo", config: ConfigLike = None,
-                     seed: int = 0, *, neutral: float = NEUTRAL_REWARD
+def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
+                     config: RewardConfigLike = None, seed: int = 0, *,
+                     neutral: float = NEUTRAL_REWARD
                      ) -> Tuple[torch.Tensor, RewardDiagnostics]:
     """Geometric-consistency reward of every video of a batch (module docstring).
 

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..config import GeoConConfig, load_config
+from ..config import ConfigLike, GeoConConfig, load_config
 from ..errors import InputError
 from ..pipeline import pinned_config
 from ..presets import PRESETS, preset_for_kind
@@ -36,7 +36,6 @@ from .store import ResultStore
 
 #: reward kind -> the preset it is scored with (from the preset table)
 KIND_PRESETS = {p.reward_kind: p.name for p in PRESETS.values() if p.reward_kind}
-ConfigLike = Union[None, str, Path, Mapping[str, Any], GeoConConfig]
 
 
 def kind_config(config: ConfigLike, kind: str) -> GeoConConfig:

@@ -15,7 +15,7 @@ scores. Moving objects count as outliers here (there is no masking).
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 from einops import rearrange
