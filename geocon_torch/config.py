@@ -20,6 +20,10 @@ Old configs. Configs written before the nested sections used flat keys (``featur
 ``epipolar.tracking_min_ncc``, ``epipolar.gvgc_size``, ``epipolar.confidence``, ...). Every such
 key is listed in :data:`RENAMED_KEYS` and moved to its nested place when a dict or file is read,
 with a ``DeprecationWarning`` naming the new key; values are unchanged, so results are too.
+Nested keys renamed to match docs/GLOSSARY.md (``features.lk.fb_threshold`` ->
+``fb_threshold_px``, ``epipolar.path`` -> ``epipolar.implementation``) are listed in
+:data:`RETIRED_KEYS` and migrated the same way; the old attribute names still read and write
+(a section's ``_aliases``), with a DeprecationWarning.
 
 ``to_dict()`` / ``from_dict()`` round-trip through JSON; ``config_hash()`` keys stored results
 (see its docstring); ``load_config(path)`` reads a JSON file that may override any subset of fields
@@ -41,6 +45,7 @@ from pathlib import Path
 
 from ._json import read_json_file
 from .errors import ConfigError
+from .presets import PRESET_NAMES, get_preset
 
 # ---------------------------------------------------------------------------------------------
 # allowed option strings (the single source; other modules import these)
@@ -63,7 +68,13 @@ EPIPOLAR_PATH_CHOICES = ("auto", "opencv", "torch")
 RESIZE_INTERPOLATION_CHOICES = ("area", "linear")
 EPIPOLAR_FEATURE_CHOICES = ("auto", "kornia-sift", "opencv-sift")
 GVGC_MATCHER_CHOICES = ("flann", "bf")
-PRESET_CHOICES = ("geocon", "background", "worldatlas", "gvgc", "epipolar-dpo", "all")
+PRESET_CHOICES = PRESET_NAMES  # the preset table (geocon_torch.presets)
+SOFT_MODEL_CHOICES = ("homography", "fundamental", "auto")
+#: what a runtime field is (field metadata "runtime"): a "setting" (chunk sizes, thread counts:
+#: results do not depend on it) is left out of config_hash; a "path" (a local checkpoint or
+#: checkout) enters it only as given / not given (moving the file changes no number, and "auto"
+#: choices depend on whether one is configured)
+RUNTIME_KINDS = ("setting", "path")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,17 +194,22 @@ class Rule:
         return out
 
 
-def _rule_field(default: Any, rule: Rule) -> Any:
-    if isinstance(default, (list, dict)):
+def _rule_field(default: Any, rule: Rule, runtime: Optional[str] = None) -> Any:
+    if isinstance(default, (list, dict)) or runtime not in (None,) + RUNTIME_KINDS:
         raise ConfigError("config defaults must be immutable")  # pragma: no cover - author error
-    return field(default=default, metadata={"rule": rule})
+    meta: Dict[str, Any] = {"rule": rule}
+    if runtime:
+        meta["runtime"] = runtime
+    return field(default=default, metadata=meta)
 
 
 def _int(default: Union[None, int, str], low: Optional[int] = None,
          high: Optional[int] = None, *, null: bool = False, odd: bool = False,
-         words: Tuple[str, ...] = ()) -> Any:
-    """An int field (bounds inclusive); ``words``: strings it also accepts."""
-    return _rule_field(default, Rule("int", low, high, nullable=null, odd=odd, words=words))
+         words: Tuple[str, ...] = (), runtime: bool = False) -> Any:
+    """An int field (bounds inclusive); ``words``: strings it also accepts; ``runtime``: a
+    runtime setting (results do not depend on it; left out of ``config_hash``)."""
+    return _rule_field(default, Rule("int", low, high, nullable=null, odd=odd, words=words),
+                       "setting" if runtime else None)
 
 
 def _num(default: Optional[float], low: Optional[float] = None, high: Optional[float] = None,
@@ -208,9 +224,10 @@ def _flag(default: bool) -> Any:
     return _rule_field(default, Rule("bool"))
 
 
-def _text(default: Optional[str] = None) -> Any:
-    """An optional free string (a file or folder path)."""
-    return _rule_field(default, Rule("str", nullable=True))
+def _text(default: Optional[str] = None, *, local: bool = False) -> Any:
+    """An optional free string (a file or folder path); ``local``: the path of a local
+    checkpoint / checkout (a runtime "path": only whether it is given enters ``config_hash``)."""
+    return _rule_field(default, Rule("str", nullable=True), "path" if local else None)
 
 
 def _choice(default: str, choices: Tuple[str, ...]) -> Any:
@@ -242,19 +259,49 @@ def _join(prefix: str, key: str) -> str:
 
 class _Section:
     """Base of every config section: each field is checked against its :class:`Rule` when it
-    is set (construction included), and ``_cross_check`` relates fields after construction.
-    ``_name`` is the section's dotted place in :class:`GeoConConfig` (used in messages)."""
+    is set (construction included), and ``_cross_check`` relates fields after construction and
+    after every attribute assignment (a refused assignment leaves the section unchanged; an
+    unknown attribute is refused too, so a typo never passes silently). ``_name`` is the
+    section's dotted place in :class:`GeoConConfig` (used in messages)."""
 
     _name: ClassVar[str] = ""
+    #: retired field name -> its name now (docs/GLOSSARY.md); reads and writes still work, with
+    #: a DeprecationWarning
+    _aliases: ClassVar[Dict[str, str]] = {}
+
+    def __getattr__(self, key: str) -> Any:  # only reached when normal lookup fails
+        new = type(self)._aliases.get(key)
+        if new is None:  # Python's own AttributeError
+            return object.__getattribute__(self, key)
+        _retired(_join(self._name, key), _join(self._name, new))
+        return getattr(self, new)
 
     def __setattr__(self, key: str, value: Any) -> None:
+        if key in type(self)._aliases:
+            _retired(_join(self._name, key), _join(self._name, type(self)._aliases[key]))
+            key = type(self)._aliases[key]
         spec = type(self).__dataclass_fields__.get(key)  # type: ignore[attr-defined]
-        if spec is not None:
-            value = _check_field(spec, value, _join(self._name, key))
+        built = self.__dict__.get("_built", False)
+        if spec is None or not spec.metadata:  # not a field (ClassVars have no metadata)
+            if built and not key.startswith("_"):
+                known = sorted(f.name for f in dataclasses.fields(self))  # type: ignore
+                raise ConfigError(f"unknown config key config.{_join(self._name, key)}; "
+                                  f"known: {known}")
+            object.__setattr__(self, key, value)
+            return
+        value = _check_field(spec, value, _join(self._name, key))
+        old = self.__dict__.get(key)
         object.__setattr__(self, key, value)
+        if built:
+            try:
+                self._cross_check()
+            except ConfigError:
+                object.__setattr__(self, key, old)
+                raise
 
     def __post_init__(self) -> None:
         self._cross_check()
+        object.__setattr__(self, "_built", True)
 
     def _cross_check(self) -> None:
         """Checks that relate several fields (none by default)."""
@@ -265,10 +312,49 @@ class _Section:
             raise ConfigError(f"{_join(self._name, low)} must be <= {_join(self._name, high)}, "
                               f"got {a!r} > {b!r}")
 
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON form: nested dicts, tuples as lists (every field, runtime ones too)."""
+        return _to_jsonable(dataclasses.asdict(self))
+
+    def protocol_dict(self) -> Dict[str, Any]:
+        """:meth:`to_dict` without the runtime settings, and each local path as whether it is
+        given (``True`` / ``None``): what ``config_hash`` covers."""
+        return _split(self, runtime=False)
+
+    def runtime_dict(self) -> Dict[str, Any]:
+        """The runtime fields only (nested like :meth:`to_dict`; sections without any are
+        left out)."""
+        return _split(self, runtime=True)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):
         """The section's defaults overridden by ``data`` (old flat keys are migrated)."""
         return _merge(cls(), migrate_config(data, cls._name), cls._name)
+
+
+def _retired(old: str, new: str) -> None:
+    warnings.warn(f"config field {old} is deprecated; it is now {new} (docs/GLOSSARY.md)",
+                  DeprecationWarning, stacklevel=3)
+
+
+def _split(section: Any, runtime: bool) -> Dict[str, Any]:
+    """The protocol (``runtime=False``) or runtime part of ``section``'s JSON form."""
+    out: Dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if f.metadata.get("section") is not None:
+            sub = _split(value, runtime)
+            if sub or not runtime:
+                out[f.name] = sub
+            continue
+        kind = f.metadata.get("runtime")
+        if runtime and kind:
+            out[f.name] = _to_jsonable(value)
+        elif not runtime and kind == "path":
+            out[f.name] = True if value is not None else None
+        elif not runtime and not kind:
+            out[f.name] = _to_jsonable(value)
+    return out
 
 
 def _check_field(spec: dataclasses.Field, value: Any, name: str) -> Any:
@@ -306,7 +392,7 @@ class IOConfig(_Section):
     # video files whose container announces more frames than this (after stride / max_frames)
     # are decoded on demand in bounded chunks; shorter ones are held in memory (<= this many
     # frames: a constant bound, and one decoding pass); null: always in memory, 0: always stream
-    stream_min_frames: Optional[int] = _int(64, 0, null=True)
+    stream_min_frames: Optional[int] = _int(64, 0, null=True, runtime=True)
 
 
 @dataclass
@@ -315,13 +401,14 @@ class LKConfig(_Section):
     parameter meanings). Used as ``features.lk`` (the lk-tracks backend)."""
 
     _name: ClassVar[str] = "features.lk"
+    _aliases: ClassVar[Dict[str, str]] = {"fb_threshold": "fb_threshold_px"}  # retired names
     max_corners: Optional[int] = _int(None, 1, null=True)  # None: the section's keypoint budget
     quality: float = _num(0.001, 0, 1, low_open=True)  # Shi-Tomasi qualityLevel
     min_distance: float = _num(3.0, 0)  # px between corners
     block: int = _int(3, 1)  # covariance window side, px
     window: int = _int(21, 3, odd=True)  # LK window side, px (odd)
     levels: int = _int(3, 0)  # OpenCV maxLevel (levels + 1 pyramid images)
-    fb_threshold: float = _num(1.5, 0, low_open=True)  # px, forward-backward error of a kept track
+    fb_threshold_px: float = _num(1.5, 0, low_open=True)  # forward-backward error of a kept track
     backend: str = _choice("torch", LK_BACKEND_CHOICES)  # auto: torch (epipolar: as the path)
 
     def corners(self, budget: int) -> int:
@@ -333,7 +420,7 @@ class LKConfig(_Section):
         return {"max_corners": self.corners(budget), "quality": float(self.quality),
                 "min_distance": float(self.min_distance), "block": int(self.block),
                 "window": int(self.window), "levels": int(self.levels),
-                "fb_threshold": float(self.fb_threshold),
+                "fb_threshold_px": float(self.fb_threshold_px),
                 "backend": backend if self.backend == "auto" else self.backend}
 
 
@@ -369,14 +456,14 @@ class FeatureConfig(_Section):
     # detection that the shrunk frames also have (features.opencv_sift); "auto": scale_space
     # where it applies, else pyramid
     scale_mode: str = _choice("auto", SCALE_MODE_CHOICES)
-    checkpoint: Optional[str] = _text()  # local weights for learned backends
+    checkpoint: Optional[str] = _text(local=True)  # local weights for learned backends
     content_margin_px: int = _int(4, 0)  # content mask eroded by this much (px) before keypoints
     # opencv-sift's contrastThreshold (OpenCV's default 0.04); lower finds keypoints on weakly
     # textured frames (the strongest max_keypoints are kept either way)
     opencv_contrast_threshold: float = _num(0.04, 0)
     # pairs are matched in chunks needing at most this many distinct frames (bounded memory,
     # identical results); None: all frames at once
-    chunk_frames: Optional[int] = _int(48, 2, null=True)
+    chunk_frames: Optional[int] = _int(48, 2, null=True, runtime=True)
     lk: LKConfig = _sub(LKConfig)  # lk-tracks backend (max_corners None: max_keypoints)
 
 
@@ -408,8 +495,9 @@ class GateConfig(_Section):
     # weight-free statistic thresholds (calibrated by benchmarks/gate_sweep.py)
     parallax_low: float = _num(0.13)  # statistic <= low -> H
     parallax_high: float = _num(0.27)  # >= high -> F; between: U (GRIC or support margin decide)
-    dust3r_checkpoint: Optional[str] = _text()
-    dust3r_path: Optional[str] = _text()  # folder holding the dust3r repository (optional import)
+    dust3r_checkpoint: Optional[str] = _text(local=True)
+    # folder holding the dust3r repository (optional import)
+    dust3r_path: Optional[str] = _text(local=True)
     statistic: str = _choice("parallax_magnitude", GATE_STATISTIC_CHOICES)
     # parallax_magnitude (resolution- and density-normalised, see gate.parallax): the
     # magnitude_quantile of the F-inliers' H transfer error in px at a reference_long_side
@@ -445,7 +533,7 @@ class SegmentConfig(_Section):
     _name: ClassVar[str] = "segment"
     method: str = _choice("auto", SEGMENT_METHOD_CHOICES)
     safety_margin_px: int = _int(4, 0)  # dilate object masks by this many px before removing them
-    sam2_checkpoint: Optional[str] = _text()
+    sam2_checkpoint: Optional[str] = _text(local=True)
     sam2_config: Optional[str] = _text()
     sam2_prompts: Optional[str] = _text()  # JSON file of box / point prompts (see segment.sam2)
     sam2_image_size: Optional[int] = _int(None, 1, null=True)  # model input size (None: its config)
@@ -496,7 +584,7 @@ class ForegroundConfig(_Section):
 
     _name: ClassVar[str] = "foreground"
     flow: str = _choice("auto", FLOW_CHOICES)
-    flow_checkpoint: Optional[str] = _text()
+    flow_checkpoint: Optional[str] = _text(local=True)
     grid: int = _int(8, 1)  # adaptive N x N grid over the object box
     score: str = _choice("wmse", FOREGROUND_SCORE_CHOICES)
     occlusion_weighting: bool = _flag(True)
@@ -511,7 +599,7 @@ class ForegroundConfig(_Section):
     max_flow_side: Optional[int] = _int(512, 16, null=True)  # flow's long side, px, at scale 1
     # pairs per flow chunk, batched (bounds memory: 2 pairs at 512 px, forward + backward,
     # ~0.2 GB of flow state, 4 pairs ~0.7 GB, at the same speed); results do not depend on it
-    batch_pairs: int = _int(2, 1)
+    batch_pairs: int = _int(2, 1, runtime=True)
 
 
 @dataclass
@@ -561,6 +649,7 @@ class EpipolarConfig(_Section):
     """WorldAtlas / GVGC-style epipolar trio (seed 003)."""
 
     _name: ClassVar[str] = "epipolar"
+    _aliases: ClassVar[Dict[str, str]] = {"path": "implementation"}  # retired names
     max_width: int = _int(640, 1)  # analysis width, px (aspect kept)
     pair_stride: int = _int(1, 1)
     max_pairs: int = _int(8, 0)  # pairs spread evenly over the clip (0: all)
@@ -572,7 +661,8 @@ class EpipolarConfig(_Section):
     relaxed_ratio: float = _num(0.85, 0, 1, low_open=True)
     relaxed_min_matches: int = _int(8, 1)
     seed: int = _int(0, 0)
-    path: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
+    # how the protocol is computed: "opencv" (the reference, CPU), "torch" (batched) or "auto"
+    implementation: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
     resize_interpolation: str = _choice("area", RESIZE_INTERPOLATION_CHOICES)  # area: INTER_AREA
     fallback_enabled: bool = _flag(True)  # relaxed matching, then Shi-Tomasi + LK, if none valid
     # fallback stages only: a pair is valid only when its F inlier set is meaningful a contrario
@@ -580,20 +670,82 @@ class EpipolarConfig(_Section):
     fallback_max_nfa: float = _num(0.01, 0, low_open=True)
     # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
     features: str = _choice("auto", EPIPOLAR_FEATURE_CHOICES)
-    opencv_threads: int = _int(1, 1)  # cv2.setNumThreads during the OpenCV path (restored)
+    # cv2.setNumThreads during the OpenCV path (restored)
+    opencv_threads: int = _int(1, 1, runtime=True)
     ransac: ProtocolRansacConfig = _sub(ProtocolRansacConfig)
     tracking: TrackingConfig = _sub(TrackingConfig)  # Shi-Tomasi + LK fallback stage
     gvgc: GvgcConfig = _sub(GvgcConfig)
+
+
+@dataclass
+class EpipolarDPOConfig(_Section):
+    """The Epipolar-DPO protocol (``epipolar_dpo``; Kupyn et al. 2025, defaults: the reference
+    code's; :mod:`geocon_torch.epipolar.dpo`).
+
+    Attributes:
+        sampling_rate: every n-th frame is used (frames 0, n, 2n, ...).
+        ratio: Lowe ratio of the 2-NN matching.
+        min_keypoints: a pair needs at least this many SIFT keypoints in both frames.
+        min_matches: a pair needs at least this many ratio-test matches (>= 8: the 8-point F).
+        inlier_threshold_px: a match is an inlier when its Sampson distance is <= this (px).
+        eps: added to the squared Sampson distance before the square root (px^2).
+        workers: SIFT threads (runtime; None: ``os.cpu_count()``; results do not depend on it).
+    """
+
+    _name: ClassVar[str] = "epipolar_dpo"
+    sampling_rate: int = _int(15, 1)
+    ratio: float = _num(0.75, 0, 1, low_open=True)
+    min_keypoints: int = _int(8, 0)
+    min_matches: int = _int(20, 8)
+    inlier_threshold_px: float = _num(5.0, 0, low_open=True)
+    eps: float = _num(1e-8, 0)
+    workers: Optional[int] = _int(None, 1, null=True, runtime=True)
+
+
+@dataclass
+class SoftConsistencyConfig(_Section):
+    """The differentiable soft score (``soft``; :mod:`geocon_torch.measures.soft`, units: px of
+    the input frames unless said otherwise).
+
+    Attributes:
+        model: "homography", "fundamental" or "auto" (per pair: H when its soft IR is within
+            ``auto_margin`` of F's, else F; the choice itself is not differentiated).
+        tau_h: inlier threshold of the symmetric transfer error, px (paper: 2 px).
+        tau_f: inlier threshold of the normalised Sampson distance, unitless (paper: 0.1).
+        temperature_h: sigmoid temperature for H residuals, px.
+        temperature_f: sigmoid temperature for F residuals, unitless.
+        grid_step: spacing of the correspondence grid, px.
+        border: grid points keep this distance from the image edge, px.
+        irls_iters: weighted refits after the unweighted first fit.
+        auto_margin: "auto" keeps H while ``ir_h >= ir_f - auto_margin``.
+        levels, iterations, window_sigma: dense LK pyramid levels, Gauss-Newton steps per
+            level, integration window (px).
+    """
+
+    _name: ClassVar[str] = "soft"
+    model: str = _choice("auto", SOFT_MODEL_CHOICES)
+    tau_h: float = _num(2.0, 0, low_open=True)
+    tau_f: float = _num(0.1, 0, low_open=True)
+    temperature_h: float = _num(0.5, 0, low_open=True)
+    temperature_f: float = _num(0.025, 0, low_open=True)
+    grid_step: int = _int(4, 1)
+    border: int = _int(4, 0)
+    irls_iters: int = _int(3, 0)
+    auto_margin: float = _num(0.05, 0, 1)
+    levels: int = _int(4, 1)
+    iterations: int = _int(4, 1)
+    window_sigma: float = _num(2.0, 0, low_open=True)
 
 
 # ---------------------------------------------------------------------------------------------
 # old flat keys -> nested places
 def _renamed() -> Dict[str, str]:
     lk = ("quality", "min_distance", "block", "window", "levels")
-    out = {f"features.lk_{k}": f"features.lk.{k}" for k in lk + ("fb_threshold", "backend")}
+    out = {f"features.lk_{k}": f"features.lk.{k}" for k in lk + ("backend",)}
+    out["features.lk_fb_threshold"] = "features.lk.fb_threshold_px"
     out.update({f"epipolar.tracking_{k}": f"epipolar.tracking.{k}"
                 for k in lk + ("max_corners", "min_tracks", "min_ncc", "ncc_window")})
-    out["epipolar.tracking_fb_threshold_px"] = "epipolar.tracking.fb_threshold"
+    out["epipolar.tracking_fb_threshold_px"] = "epipolar.tracking.fb_threshold_px"
     out.update({"epipolar.ransac_threshold_px": "epipolar.ransac.threshold_px",
                 "epipolar.confidence": "epipolar.ransac.confidence",
                 "epipolar.max_iterations": "epipolar.ransac.max_iterations"})
@@ -606,6 +758,11 @@ def _renamed() -> Dict[str, str]:
 
 #: flat keys of configs written before the nested sections -> their dotted place now
 RENAMED_KEYS: Dict[str, str] = _renamed()
+#: nested keys renamed to match docs/GLOSSARY.md -> their name now
+RETIRED_KEYS: Dict[str, str] = {"features.lk.fb_threshold": "features.lk.fb_threshold_px",
+                                "epipolar.tracking.fb_threshold":
+                                    "epipolar.tracking.fb_threshold_px",
+                                "epipolar.path": "epipolar.implementation"}
 
 
 def _copy_tree(data: Any) -> Any:
@@ -648,7 +805,7 @@ def migrate_config(data: Any, prefix: str = "") -> Any:
     if not isinstance(data, Mapping):
         return data
     tree = _copy_tree(data)
-    for old, new in RENAMED_KEYS.items():
+    for old, new in {**RENAMED_KEYS, **RETIRED_KEYS}.items():
         rel_old, rel_new = _relative(old, prefix), _relative(new, prefix)
         if rel_old is not None and rel_new is not None:
             _move(tree, rel_old, rel_new, (old, new))
@@ -702,11 +859,9 @@ class GeoConConfig(_Section):
     background: BackgroundConfig = _sub(BackgroundConfig)
     foreground: ForegroundConfig = _sub(ForegroundConfig)
     epipolar: EpipolarConfig = _sub(EpipolarConfig)
+    epipolar_dpo: EpipolarDPOConfig = _sub(EpipolarDPOConfig)
+    soft: SoftConsistencyConfig = _sub(SoftConsistencyConfig)
     preset: str = _choice("geocon", PRESET_CHOICES)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The JSON form: nested dicts, tuples as lists."""
-        return _to_jsonable(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GeoConConfig":
@@ -717,9 +872,23 @@ class GeoConConfig(_Section):
         """Copy with overrides, e.g. ``cfg.replace(background={"tau_h": 3.0})``."""
         return _merge(copy.deepcopy(self), migrate_config(sections), "")
 
+    def with_preset(self, name: str) -> "GeoConConfig":
+        """Copy scoring preset ``name`` (:data:`geocon_torch.presets.PRESETS`): ``preset`` set
+        to it and its config ``overrides`` applied. Every entry point that picks a preset by
+        name (``score_clip(preset=...)``, ``--preset``, Metric classes, reward kinds, bench
+        kinds) goes through here, so the preset scored is the preset recorded and hashed."""
+        name = _check_field(GeoConConfig.__dataclass_fields__["preset"], name, "preset")
+        overrides = copy.deepcopy(dict(get_preset(name).overrides))
+        return self.replace(preset=name, **overrides)
+
     def config_hash(self) -> str:
         """Stable 16-hex-digit key of the configuration: the first 16 hex digits of the SHA-256
-        of ``to_dict()`` as compact JSON with sorted keys.
+        of :meth:`protocol_dict` (every field that can change a number: thresholds, sizes,
+        backends, seeds, the calibration hash, the preset) as compact JSON with sorted keys.
+        Runtime settings (chunk sizes, thread counts; :data:`RUNTIME_FIELDS`) are left out and
+        local checkpoint / checkout paths enter only as given or not, so changing a thread
+        count or moving a checkpoint keeps stored results; results record the whole
+        ``to_dict()``.
 
         The hash is taken of the validated, *migrated* config, so an old flat config file and
         its nested equivalent hash the same, and an int given for a float field (``3``) hashes
@@ -727,7 +896,7 @@ class GeoConConfig(_Section):
         old flat layout; ``GeoConConfig.from_dict(result["config"]).config_hash()`` gives the
         current hash of the config they were scored with.
         """
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(self.protocol_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -743,11 +912,30 @@ def _to_jsonable(obj: Any) -> Any:
 SECTIONS: Tuple[type, ...] = (GeoConConfig, IOConfig, FeatureConfig, LKConfig, RansacConfig,
                               GateConfig, SegmentConfig, BackgroundConfig, ForegroundConfig,
                               EpipolarConfig, ProtocolRansacConfig, TrackingConfig, GvgcConfig,
-                              GvgcRansacConfig)
+                              GvgcRansacConfig, EpipolarDPOConfig, SoftConsistencyConfig)
 
 
-def load_config(source: Union[None, str, Path, Mapping[str, Any], GeoConConfig]
-                ) -> GeoConConfig:
+def _runtime_fields(cls: type, prefix: str = "") -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("section") is not None:
+            out.update(_runtime_fields(f.metadata["section"], _join(prefix, f.name)))
+        elif f.metadata.get("runtime"):
+            out[_join(prefix, f.name)] = f.metadata["runtime"]
+    return out
+
+
+#: dotted name -> "setting" | "path" of every runtime field (see :data:`RUNTIME_KINDS`);
+#: every other field is a protocol parameter
+RUNTIME_FIELDS: Dict[str, str] = _runtime_fields(GeoConConfig)
+
+
+#: what every ``config=`` argument takes: None (defaults), a JSON file path, a mapping of any
+#: subset of fields, or a GeoConConfig (see :func:`load_config`)
+ConfigLike = Union[None, str, Path, Mapping[str, Any], "GeoConConfig"]
+
+
+def load_config(source: ConfigLike) -> GeoConConfig:
     """Config from None (defaults), a mapping, a GeoConConfig, or a JSON file path.
 
     A mapping or file may override any subset of fields; every value is checked, and unknown

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ._memory import release_freed_memory
-from .config import PRESET_CHOICES, GeoConConfig, load_config
+from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
 from .io import content_hash, probe_video, read_clip
@@ -38,6 +39,7 @@ from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
+from .presets import PRESET_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
 from .sections.background import background_block
 from .sections.epipolar import epipolar_block
@@ -46,11 +48,8 @@ from .sections.foreground import foreground_block
 from .sections.progress import Progress, progress_enabled
 from .types import Clip
 
-PRESETS = PRESET_CHOICES  # the one list (config.preset)
-BACKGROUND_PRESETS = ("geocon", "background", "all")
-EPIPOLAR_PRESETS = ("worldatlas", "gvgc", "all")
+PRESETS = PRESET_NAMES  # the names of the preset table (geocon_torch.presets.PRESETS)
 VideoLike = Union[str, Path, torch.Tensor, Clip]
-ConfigLike = Union[None, str, Path, dict, GeoConConfig]
 
 
 #: io.long_side = "auto" for files and folders: the paper's 1024-px working resolution
@@ -170,29 +169,14 @@ def _background(res: ClipResult, clip: Clip, masks: Any, poses: Any, cfg: GeoCon
     return bg.objects
 
 
-def _epipolar(res: ClipResult, video: VideoLike, clip: Clip, cfg: GeoConConfig, preset: str,
-              dev: torch.device, timer: Progress) -> None:
-    """The epipolar block (WorldAtlas for "all", plus GVGC in ``extra``) into ``res``."""
-    which = "worldatlas" if preset == "all" else preset
-    res.epipolar = _section("epipolar", lambda: epipolar_block(video, clip, cfg, which, dev),
-                            timer)
-    if preset == "all":
-        res.extra["epipolar_gvgc"] = _section(
-            "epipolar_gvgc", lambda: epipolar_block(video, clip, cfg, "gvgc", dev), timer)
-    res.backends.setdefault("epipolar", which)
-
-
 def _status(res: ClipResult, preset: str) -> Tuple[str, Optional[str]]:
-    """The clip's status and reason: the epipolar block's for the epipolar-only presets, else
-    the background block's."""
-    if preset in ("worldatlas", "gvgc", "epipolar-dpo"):
-        block = res.epipolar_dpo if preset == "epipolar-dpo" else res.epipolar
-        status, reason = block.get("status", "ok"), block.get("reason")
-        if status == "error":
-            reason = f"{'epipolar_dpo' if preset == 'epipolar-dpo' else 'epipolar'} section " \
-                     f"failed: {reason}"
-    else:
-        status, reason = res.background.get("status", "ok"), res.background.get("reason")
+    """The clip's status and reason: those of the preset's ``status_from`` block (a failed
+    optional section says so in the reason)."""
+    block_name = get_preset(preset).status_from
+    block = getattr(res, block_name)
+    status, reason = block.get("status", "ok"), block.get("reason")
+    if status == "error" and block_name != "background":
+        reason = f"{block_name} section failed: {reason}"
     return (status if status in ("ok", "not_applicable", "error") else "ok"), reason
 
 
@@ -214,10 +198,12 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
         device: where every stage runs (features, fits, masks, flow, epipolar). Default: the
             input's device when it is already on an accelerator, else CUDA when available,
             else the CPU.
-        preset: "geocon" (background + foreground), "background" (background only: the
-            fastest), "worldatlas" / "gvgc" (epipolar trio only), "epipolar-dpo" (the
-            Epipolar-DPO protocol of Kupyn et al. 2025 only: block ``epipolar_dpo``, frames at
-            their source resolution) or "all"; default ``config.preset``.
+        preset: a name of the preset table (:data:`geocon_torch.presets.PRESETS`): "geocon"
+            (background + foreground), "background" (background only: the fastest),
+            "worldatlas" / "gvgc" (epipolar trio only), "epipolar-dpo" (the Epipolar-DPO
+            protocol of Kupyn et al. 2025 only: block ``epipolar_dpo``, frames at their source
+            resolution) or "all"; default ``config.preset``. The result's config records it
+            (``config.preset``, part of ``config_hash``).
         progress: stage names, frame / pair counts and stage times on stderr (see
             :mod:`geocon_torch.sections.progress`); None: on when stderr is a terminal.
 
@@ -238,10 +224,8 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     >>> res.ir, res.background["pass"], res.background["pairs"]
     (1.0, True, 5)
     """
-    cfg = load_config(config)
-    preset = preset or cfg.preset
-    if preset not in PRESETS:
-        raise InputError(f"preset must be one of {PRESETS}, got {preset!r}")
+    cfg = scoring_config(config, preset)
+    preset = cfg.preset
     name = Path(str(video)).stem if isinstance(video, (str, Path)) else "clip"
     timer, t_start = Progress(name, progress_enabled(progress)), time.perf_counter()
     with timer("read"):
@@ -275,22 +259,72 @@ def _decode_ok(res: ClipResult, clip: Clip, cfg: GeoConConfig, timer: Progress) 
     return False
 
 
+@dataclass
+class _Job:
+    """What the section steps of one clip read and fill."""
+
+    res: ClipResult
+    video: VideoLike
+    clip: Clip
+    masks: Any
+    poses: Any
+    cfg: GeoConConfig
+    spec: Preset
+    dev: torch.device
+    timer: Progress
+    objects: Optional[torch.Tensor] = None
+
+
+def _step_background(job: _Job) -> None:
+    job.objects = _background(job.res, job.clip, job.masks, job.poses, job.cfg, job.dev,
+                              job.timer)
+    release_freed_memory(collect=True)  # the background block's tensors are gone
+
+
+def _step_foreground(job: _Job) -> None:
+    job.res.foreground = _section("foreground", lambda: foreground_block(
+        job.clip, job.objects, job.cfg, job.dev, job.timer), job.timer)
+    job.res.backends["flow"] = job.res.foreground.get("flow")
+
+
+def _step_epipolar(job: _Job) -> None:
+    protocol = job.spec.epipolar_protocol
+    job.res.epipolar = _section("epipolar", lambda: epipolar_block(
+        job.video, job.clip, job.cfg, protocol, job.dev), job.timer)
+    job.res.backends.setdefault("epipolar", protocol)
+
+
+def _step_epipolar_gvgc(job: _Job) -> None:
+    job.res.extra["epipolar_gvgc"] = _section("epipolar_gvgc", lambda: epipolar_block(
+        job.video, job.clip, job.cfg, "gvgc", job.dev), job.timer)
+
+
+def _step_epipolar_dpo(job: _Job) -> None:
+    job.res.epipolar_dpo = _section("epipolar_dpo", lambda: epipolar_dpo_block(
+        job.video, job.clip, job.cfg, job.dev), job.timer)
+    job.res.backends["epipolar"] = "epipolar-dpo"
+
+
+#: section name of the preset table -> the step that fills its block
+SECTION_STEPS: Dict[str, Callable[[_Job], None]] = {
+    "background": _step_background, "foreground": _step_foreground,
+    "epipolar": _step_epipolar, "epipolar_gvgc": _step_epipolar_gvgc,
+    "epipolar_dpo": _step_epipolar_dpo}
+
+
 def _score(res: ClipResult, video: VideoLike, clip: Clip, masks: Any, poses: Any,
            cfg: GeoConConfig, preset: str, dev: torch.device, timer: Progress) -> None:
-    """The blocks of ``preset`` into ``res`` (background + gate, foreground, epipolar)."""
-    if preset in BACKGROUND_PRESETS:
-        objects = _background(res, clip, masks, poses, cfg, dev, timer)
-        release_freed_memory(collect=True)  # the background block's tensors are gone
-        if preset in ("geocon", "all"):
-            res.foreground = _section(
-                "foreground", lambda: foreground_block(clip, objects, cfg, dev, timer), timer)
-            res.backends["flow"] = res.foreground.get("flow")
-    if preset in EPIPOLAR_PRESETS:
-        _epipolar(res, video, clip, cfg, preset, dev, timer)
-    if preset == "epipolar-dpo":
-        res.epipolar_dpo = _section("epipolar_dpo",
-                                    lambda: epipolar_dpo_block(video, clip, cfg, dev), timer)
-        res.backends["epipolar"] = "epipolar-dpo"
+    """The blocks of ``preset`` into ``res``: its table entry's sections, in order."""
+    job = _Job(res, video, clip, masks, poses, cfg, get_preset(preset), dev, timer)
+    for name in job.spec.sections:
+        SECTION_STEPS[name](job)
+
+
+def scoring_config(config: ConfigLike, preset: Optional[str] = None) -> GeoConConfig:
+    """The config a clip is scored and recorded under: ``config`` with ``preset`` chosen
+    (:meth:`GeoConConfig.with_preset`) when one is given, else as it is."""
+    cfg = load_config(config)
+    return cfg.with_preset(preset) if preset is not None else cfg
 
 
 def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] = None,
@@ -305,7 +339,7 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     (or None). Each clip is scored exactly as by :func:`score_clip`; ``progress`` is passed on
     (default False: a batch API, e.g. inside metrics and rewards; None: on for a terminal).
     """
-    cfg = load_config(config)
+    cfg = scoring_config(config, preset)
     if isinstance(videos, torch.Tensor):
         if videos.ndim != 5:
             raise VideoReadError(f"a batch of clips must be (B, T, C, H, W), got "

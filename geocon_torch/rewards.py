@@ -29,34 +29,37 @@ Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipo
 call gives identical rewards. "epipolar-dpo" has no randomness.
 
 Config: None, a mapping, a JSON path or a GeoConConfig (as ``score_clip``; tensors are scored
-at their own resolution unless ``io.long_side`` asks for a size); a mapping may hold an
-``"epipolar_dpo"`` entry (the fields of :class:`~geocon_torch.epipolar.dpo.EpipolarDPOConfig`),
-or pass an EpipolarDPOConfig directly for kind "epipolar-dpo".
+at their own resolution unless ``io.long_side`` asks for a size); the Epipolar-DPO settings are
+its ``epipolar_dpo`` section (an :class:`~geocon_torch.config.EpipolarDPOConfig` may also be
+passed directly). Each kind is scored with its preset of the preset table
+(:func:`geocon_torch.presets.preset_for_kind`: background -> "background", epipolar ->
+"worldatlas", epipolar-dpo -> "epipolar-dpo"); the diagnostics record that preset and the
+``config_hash`` a ``score_clip`` of the same preset and config records.
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
-from .config import GeoConConfig, load_config
-from .epipolar.dpo import EpipolarDPOConfig, measure_dpo, one_torch_thread, sample_positions
-from .errors import InputError
+from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
+from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .io import check_clip_tensor, clips_from_tensor
-from .pipeline import score_clips
+from .pipeline import pinned_config, score_clips
+from .presets import REWARD_KINDS, preset_for_kind
 from .sections.epipolar import epipolar_sections
 from .sections.epipolar_dpo import dpo_block
 
-KINDS = ("epipolar", "background", "epipolar-dpo")
+KINDS = REWARD_KINDS  # the reward kinds of the preset table
 NEUTRAL_REWARD = 0.0
 FOLDS = {"epipolar-dpo": "exp(-mean_epipolar_error / inlier_threshold_px)",
          "epipolar": "(epipolar_error_score + epipolar_inlier_rate + feature_match_coverage) / 3",
          "background": "ir * exp(-ge_px / background.report_ge_px)"}
-ConfigLike = Union[None, str, Path, Mapping[str, Any], GeoConConfig, EpipolarDPOConfig]
+#: a ``config=`` of :func:`geometric_reward`: any ConfigLike, or an EpipolarDPOConfig (the
+#: ``epipolar_dpo`` section)
+RewardConfigLike = Union[ConfigLike, EpipolarDPOConfig]
 
 
 @dataclass
@@ -87,6 +90,8 @@ class RewardDiagnostics:
     fold: str
     neutral: float
     clips: List[ClipReward]
+    preset: Optional[str] = None  # the preset the kind is scored with
+    config_hash: Optional[str] = None  # of the config scored (as score_clip records it)
 
     @property
     def status(self) -> List[str]:
@@ -98,21 +103,14 @@ class RewardDiagnostics:
         return [c.status == "ok" for c in self.clips]
 
 
-def _config_dict(config: ConfigLike, seed: int) -> Tuple[GeoConConfig, Dict[str, Any]]:
-    """(GeoConConfig with the seeds set, the ``epipolar_dpo`` overrides of a mapping). The
-    videos are tensors, so ``io.long_side = "auto"`` (the default) scores them at their own
-    resolution."""
-    dpo: Dict[str, Any] = {}
-    if config is None or isinstance(config, EpipolarDPOConfig):
-        d: Dict[str, Any] = {}
-    elif isinstance(config, Mapping):
-        d = copy.deepcopy(dict(config))
-        dpo = dict(d.pop("epipolar_dpo", None) or {})
-    else:
-        d = load_config(config).to_dict()
-    for section in ("ransac", "epipolar"):
-        d[section] = {**dict(d.get(section) or {}), "seed": int(seed)}
-    return load_config(d), dpo
+def _reward_config(config: RewardConfigLike, kind: str, seed: int) -> GeoConConfig:
+    """The config ``kind`` is scored with: ``config`` (an EpipolarDPOConfig is its
+    ``epipolar_dpo`` section) with the seeds set and the kind's preset chosen. The videos are
+    tensors, so ``io.long_side = "auto"`` (the default) scores them at their own resolution."""
+    if isinstance(config, EpipolarDPOConfig):
+        config = GeoConConfig().replace(epipolar_dpo=config)
+    cfg = load_config(config).replace(ransac={"seed": int(seed)}, epipolar={"seed": int(seed)})
+    return cfg.with_preset(preset_for_kind(kind).name)
 
 
 @one_torch_thread()  # the work is spread over the SIFT pool (epipolar.dpo.one_torch_thread)
@@ -140,8 +138,8 @@ def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                       ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
     clips = clips_from_tensor(videos, long_side=None)
-    path = "torch" if cfg.epipolar.path == "auto" else cfg.epipolar.path
-    sections = epipolar_sections(clips, cfg.epipolar, path=path, device=videos.device)
+    impl = "torch" if cfg.epipolar.implementation == "auto" else cfg.epipolar.implementation
+    sections = epipolar_sections(clips, cfg.epipolar, implementation=impl, device=videos.device)
     infos = [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
                                 "epipolar", cfg, neutral) for s in sections]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
@@ -161,7 +159,7 @@ def _info(value: Optional[float], neutral: float, status: str, reason: Optional[
 def _background_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                         ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "background": GeoCon IR / GE of the gated model (``score_clips``, clip by clip)."""
-    results = score_clips(videos, config=cfg, device=videos.device, preset="background")
+    results = score_clips(videos, config=cfg, device=videos.device)
     infos = [reward_from_result(res.to_dict(), "background", cfg, neutral) for res in results]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
 
@@ -196,10 +194,7 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     recorded config, else 3.5 px). A missing block, a non-ok status or a non-finite value gives
     the neutral reward with the status and reason of the block (or of the result).
     """
-    if kind not in KINDS:
-        raise InputError(f"reward kind must be one of {KINDS}, got {kind!r}")
-    block_key = {"background": "background", "epipolar": "epipolar",
-                 "epipolar-dpo": "epipolar_dpo"}[kind]
+    block_key = preset_for_kind(kind).status_from
     block = result.get(block_key) or {}
     if kind == "background":
         cfg = config or load_config(result.get("config") or None)
@@ -222,16 +217,17 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     return _info(value, neutral, status, reason, block.get("valid_pairs"), block.get(total), raw)
 
 
-def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo", config: ConfigLike = None,
-                     seed: int = 0, *, neutral: float = NEUTRAL_REWARD
+def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
+                     config: RewardConfigLike = None, seed: int = 0, *,
+                     neutral: float = NEUTRAL_REWARD
                      ) -> Tuple[torch.Tensor, RewardDiagnostics]:
     """Geometric-consistency reward of every video of a batch (module docstring).
 
     Args:
         videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3}; any device.
         kind: "epipolar-dpo" (default), "epipolar" or "background".
-        config: None, a mapping, a JSON path, a GeoConConfig, or (kind "epipolar-dpo") an
-            EpipolarDPOConfig.
+        config: None, a mapping, a JSON path, a GeoConConfig, or an EpipolarDPOConfig (its
+            ``epipolar_dpo`` section).
         seed: seeds the RANSAC of "epipolar" / "background" (same seed -> same rewards).
         neutral: the reward of a clip that cannot be scored.
     Returns:
@@ -240,18 +236,15 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo", config: C
     Raises:
         ClipTensorError: ``videos`` is not a valid clip batch; InputError: unknown ``kind``.
     """
-    if kind not in KINDS:
-        raise InputError(f"reward kind must be one of {KINDS}, got {kind!r}")
+    preset_for_kind(kind)  # InputError for an unknown kind
     check_clip_tensor(videos, batched=True)
-    cfg, dpo_overrides = _config_dict(config, seed)
+    cfg = pinned_config(_reward_config(config, kind, seed), videos.device)
     if kind == "epipolar-dpo":
-        dpo_cfg = config if isinstance(config, EpipolarDPOConfig) else \
-            EpipolarDPOConfig(**dpo_overrides)
-        rewards, infos = _dpo_rewards(videos, dpo_cfg, neutral)
+        rewards, infos = _dpo_rewards(videos, cfg.epipolar_dpo, neutral)
     elif kind == "epipolar":
         rewards, infos = _epipolar_rewards(videos, cfg, neutral)
     else:
         rewards, infos = _background_rewards(videos, cfg, neutral)
     out_dtype = videos.dtype if videos.is_floating_point() else torch.float32
     return rewards.to(device=videos.device, dtype=out_dtype), RewardDiagnostics(
-        kind, FOLDS[kind], float(neutral), infos)
+        kind, FOLDS[kind], float(neutral), infos, cfg.preset, cfg.config_hash())

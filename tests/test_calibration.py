@@ -211,7 +211,9 @@ def test_config_record_pins_the_calibration_hash(c3_frames, tmp_path: Path):
     assert res.config["background"]["calibration_hash"] == shipped
     assert res.config_hash == GeoConConfig.from_dict(res.config).config_hash()
     assert res.config_hash != GeoConConfig().config_hash()  # the unpinned config differs
-    assert pinned_config(None, "cpu").config_hash() == res.config_hash
+    # the preset scored is recorded (and hashed) too
+    assert pinned_config(GeoConConfig().with_preset("background"), "cpu").config_hash() == \
+        res.config_hash
     a = _write_calibration(tmp_path / "a.json", ge_norm_max=0.5)
     b = _write_calibration(tmp_path / "b.json", ge_norm_max=0.6)
     ra, rb = (score_clip(c3_frames, preset="background", device="cpu",
@@ -226,7 +228,8 @@ def test_config_record_pins_the_calibration_hash(c3_frames, tmp_path: Path):
     off = score_clip(c3_frames, preset="background", device="cpu",
                      config={"background": {"calibration": None}})
     assert off.config["background"]["calibration_hash"] is None
-    assert off.config_hash == load_config({"background": {"calibration": None}}).config_hash()
+    assert off.config_hash == load_config({"background": {"calibration": None},
+                                                 "preset": "background"}).config_hash()
 
 
 def test_table_and_report_show_both_verdicts():

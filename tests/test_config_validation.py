@@ -186,10 +186,10 @@ OLD_FLAT = {
 }
 NESTED = {
     "features": {"lk": {"quality": 0.01, "min_distance": 5.0, "block": 5, "window": 15,
-                        "levels": 2, "fb_threshold": 1.0, "backend": "opencv"}},
+                        "levels": 2, "fb_threshold_px": 1.0, "backend": "opencv"}},
     "epipolar": {"ransac": {"threshold_px": 2.0, "confidence": 0.99, "max_iterations": 500},
                  "tracking": {"max_corners": 500, "quality": 0.01, "min_distance": 4.0,
-                              "block": 5, "window": 15, "levels": 2, "fb_threshold": 1.0,
+                              "block": 5, "window": 15, "levels": 2, "fb_threshold_px": 1.0,
                               "min_tracks": 10, "min_ncc": 0.5, "ncc_window": 7},
                  "gvgc": {"size": [360, 640], "intervals": [20, 10], "min_frames": 31,
                           "sift_features": 1000, "ratio": 0.8, "matcher": "bf",
@@ -249,7 +249,7 @@ def test_old_defaults_are_the_new_defaults():
     cfg = GeoConConfig()
     assert cfg.features.lk.lk_kwargs(cfg.features.max_keypoints, "torch") == dict(
         max_corners=2000, quality=0.001, min_distance=3.0, block=3, window=21, levels=3,
-        fb_threshold=1.5, backend="torch")
+        fb_threshold_px=1.5, backend="torch")
     assert cfg.epipolar.tracking.lk_kwargs(cfg.epipolar.sift_features, "opencv")["backend"] \
         == "opencv"
 

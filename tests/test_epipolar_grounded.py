@@ -35,7 +35,7 @@ def rubber(grounded71):
 
 @pytest.fixture(scope="module")
 def clean_section(translation):
-    return epipolar_section(translation, EpipolarConfig(), path="opencv")
+    return epipolar_section(translation, EpipolarConfig(), implementation="opencv")
 
 
 def test_translation_clip_is_epipolar_consistent(clean_section):
@@ -58,14 +58,15 @@ def test_translation_clip_is_epipolar_consistent(clean_section):
 
 
 def test_rubber_sheet_raises_error_and_lowers_inlier_rate(clean_section, rubber):
-    bad = epipolar_section(rubber, EpipolarConfig(), path="opencv")
+    bad = epipolar_section(rubber, EpipolarConfig(), implementation="opencv")
     assert bad["status"] == "ok"
     assert bad["epipolar_error"] > clean_section["epipolar_error"]
     assert bad["epipolar_inlier_rate"] < clean_section["epipolar_inlier_rate"]
 
 
 def test_translation_torch_path(translation, clean_section):
-    s = epipolar_section(translation, EpipolarConfig(), path="torch", features="opencv-sift")
+    s = epipolar_section(translation, EpipolarConfig(),
+                         implementation="torch", features="opencv-sift")
     assert s["status"] == "ok" and s["path"] == "torch" and s["valid_pairs"] >= 7
     assert s["epipolar_error"] < 0.5 and s["epipolar_inlier_rate"] > 0.9
     assert abs(s["epipolar_inlier_rate"] - clean_section["epipolar_inlier_rate"]) <= 0.03
@@ -84,7 +85,8 @@ def noise_clip():
 
 
 def test_random_noise_descriptor_protocol_not_applicable(noise_clip):
-    s = epipolar_section(noise_clip, EpipolarConfig(fallback_enabled=False), path="opencv")
+    s = epipolar_section(noise_clip, EpipolarConfig(fallback_enabled=False),
+                         implementation="opencv")
     assert s["status"] == "not_applicable"
     assert s["epipolar_error"] is None and s["epipolar_inlier_rate"] is None
     assert s["feature_match_coverage"] is None and s["epipolar_error_score"] is None
@@ -114,7 +116,8 @@ def _assert_noise_not_applicable(s, pairs):
 
 @pytest.mark.parametrize("size", [(120, 160), (384, 640)])
 def test_random_noise_not_applicable(size):
-    _assert_noise_not_applicable(epipolar_section(_noise(size), EpipolarConfig(), path="opencv"),
+    _assert_noise_not_applicable(epipolar_section(_noise(size), EpipolarConfig(),
+                                                  implementation="opencv"),
                                  4)
 
 
@@ -125,7 +128,8 @@ def noise3():
 
 @pytest.fixture(scope="module")
 def noise3_torch_section(noise3):
-    return epipolar_section(noise3, EpipolarConfig(), path="torch", features="opencv-sift")
+    return epipolar_section(noise3, EpipolarConfig(),
+                            implementation="torch", features="opencv-sift")
 
 
 def test_random_noise_not_applicable_torch_path(noise3_torch_section):
@@ -135,7 +139,7 @@ def test_random_noise_not_applicable_torch_path(noise3_torch_section):
 
 @pytest.mark.slow
 def test_random_noise_not_applicable_torch_path_large():
-    s = epipolar_section(_noise((384, 640)), EpipolarConfig(), path="torch",
+    s = epipolar_section(_noise((384, 640)), EpipolarConfig(), implementation="torch",
                          features="opencv-sift")
     _assert_noise_not_applicable(s, 4)
 
@@ -144,7 +148,8 @@ def test_random_noise_without_ncc_guard_reports_the_lk_fallback(noise_clip):
     """With the guard disabled (tracking.min_ncc = -1, the public reference's tracker alone) LK
     tracks noise to spurious forward-backward-consistent minima and F fits a part of them: the
     values then come from the fallback and the trail says so."""
-    s = epipolar_section(noise_clip, EpipolarConfig(tracking={"min_ncc": -1.0}), path="opencv")
+    s = epipolar_section(noise_clip, EpipolarConfig(tracking={"min_ncc": -1.0}),
+                         implementation="opencv")
     assert [a["method"] for a in s["attempts"]] == ["sift", "relaxed_matching", "shi_tomasi_lk"]
     assert s["attempts"][0]["valid_pairs"] == 0 and s["attempts"][1]["valid_pairs"] == 0
     assert s["status"] == "ok" and s["fallback_used"] and s["method"] == "shi_tomasi_lk"
@@ -155,7 +160,7 @@ def test_random_noise_without_ncc_guard_reports_the_lk_fallback(noise_clip):
 
 def test_uniform_grey_not_applicable_with_full_trail():
     s = epipolar_section(clip_from_frames(torch.full((5, 3, 120, 160), 128, dtype=torch.uint8)),
-                         EpipolarConfig(), path="opencv")
+                         EpipolarConfig(), implementation="opencv")
     assert s["status"] == "not_applicable" and s["fallback_used"] is False
     assert s["method"] is None and s["epipolar_error"] is None
     assert [a["method"] for a in s["attempts"]] == ["sift", "relaxed_matching", "shi_tomasi_lk"]
@@ -179,8 +184,8 @@ def low_texture():
 
 @pytest.fixture(scope="module")
 def low_texture_sections(low_texture):
-    return {path: epipolar_section(low_texture, EpipolarConfig(), path=path,
-                                   features="opencv-sift") for path in ("opencv", "torch")}
+    return {impl: epipolar_section(low_texture, EpipolarConfig(), implementation=impl,
+                                   features="opencv-sift") for impl in ("opencv", "torch")}
 
 
 @pytest.mark.parametrize("path", ["opencv", "torch"])
@@ -205,7 +210,7 @@ def test_torch_tracking_stage_batch_matches_one_by_one(noise3, noise3_torch_sect
     batched lk_tracks + patch NCC + RANSAC): each equals its run alone, bit for bit."""
     from geocon_torch.sections.epipolar import epipolar_sections
 
-    got = epipolar_sections([noise3, low_texture], EpipolarConfig(), path="torch",
+    got = epipolar_sections([noise3, low_texture], EpipolarConfig(), implementation="torch",
                             features="opencv-sift")
     assert got[0]["status"] == "not_applicable" and got[1]["status"] == "ok"
     assert got[0]["per_pair"] == noise3_torch_section["per_pair"]
@@ -282,17 +287,19 @@ def test_torch_batch_of_clips_matches_one_by_one(translation, rubber):
     crop = clip_from_frames(translation.frames[:, :, :128, :200], name="crop")
     single = clip_from_frames(translation.frames[:1], name="single")
     clips = [translation, crop, single, rubber]
-    batch = epipolar_sections(clips, EpipolarConfig(), path="torch", features="opencv-sift")
+    batch = epipolar_sections(clips, EpipolarConfig(),
+                              implementation="torch", features="opencv-sift")
     assert [s["status"] for s in batch] == ["ok", "ok", "not_applicable", "ok"]
     assert batch[1]["analysis_size"] == [128, 200]
     keys = ("epipolar_error", "epipolar_error_score", "epipolar_inlier_rate",
             "feature_match_coverage", "pairs", "valid_pairs", "status", "reason", "method")
     for clip, s in zip(clips, batch):
-        one = epipolar_section(clip, EpipolarConfig(), path="torch", features="opencv-sift")
+        one = epipolar_section(clip, EpipolarConfig(),
+                               implementation="torch", features="opencv-sift")
         assert {k: s[k] for k in keys} == {k: one[k] for k in keys}  # exact, floats included
         assert s["per_pair"] == one["per_pair"]
     # the batch order does not matter either
-    flipped = epipolar_sections(clips[::-1], EpipolarConfig(), path="torch",
+    flipped = epipolar_sections(clips[::-1], EpipolarConfig(), implementation="torch",
                                 features="opencv-sift")
     assert [s["per_pair"] for s in flipped[::-1]] == [s["per_pair"] for s in batch]
 
@@ -302,8 +309,9 @@ def test_gvgc_torch_path_agrees_with_opencv(grounded71):
     """Batched gvgc (one RANSAC over the 66 pairs) vs the OpenCV code with exact 2-NN."""
     cfg = EpipolarConfig(gvgc={"size": (180, 320), "sift_features": 1000, "matcher": "bf"})
     clip = clip_from_frames(grounded71)
-    ref = epipolar_section(clip, cfg, preset="gvgc", path="opencv")
-    ours = epipolar_section(clip, cfg, preset="gvgc", path="torch", features="opencv-sift")
+    ref = epipolar_section(clip, cfg, preset="gvgc", implementation="opencv")
+    ours = epipolar_section(clip, cfg, preset="gvgc",
+                            implementation="torch", features="opencv-sift")
     _check_gvgc_fields(ours)
     assert ours["path"] == "torch"
     assert abs(ours["keep_rate"] - ref["keep_rate"]) <= 0.05
@@ -321,9 +329,10 @@ def test_gvgc_torch_batch_matches_one_by_one(grounded71):
     cfg = EpipolarConfig(gvgc={"size": (180, 320), "sift_features": 1000, "matcher": "bf"})
     clean = clip_from_frames(grounded71)
     warped = clip_from_frames(apply_corruption(grounded71, "rubber_sheet", 0.5, seed=0))
-    both = epipolar_sections([warped, clean], cfg, preset="gvgc", path="torch",
+    both = epipolar_sections([warped, clean], cfg, preset="gvgc", implementation="torch",
                              features="opencv-sift")
-    alone = epipolar_section(clean, cfg, preset="gvgc", path="torch", features="opencv-sift")
+    alone = epipolar_section(clean, cfg, preset="gvgc",
+                             implementation="torch", features="opencv-sift")
     assert both[1]["per_pair"] == alone["per_pair"]
     assert both[1]["median_error"] == alone["median_error"]
 

@@ -32,7 +32,7 @@ def _expected(batch_list, key):
     vals = []
     for batch in batch_list:
         for video in batch:
-            s = epipolar_section(clip_from_frames(video), EpipolarConfig(), path="opencv")
+            s = epipolar_section(clip_from_frames(video), EpipolarConfig(), implementation="opencv")
             if s["status"] == "ok":
                 vals.append(s[key])
     return float(np.mean(vals))
@@ -102,7 +102,7 @@ def test_merge_state_across_two_instances(batches):
     whole.update(batches[1])
     a.merge_state(b)
     assert a.compute().item() == pytest.approx(whole.compute().item())
-    assert int(a.num_clips) == 4 and int(a.num_applicable) == 3
+    assert int(a.num_clips) == 4 and int(a.num_ok) == 3
 
 
 def test_float_input_equals_uint8(batches):
@@ -130,7 +130,7 @@ def _dist_worker(rank, world, port, batch, out):
                             world_size=world)
     m = EpipolarInlierRate()
     m.update(batch[rank::world])
-    local = float(m.rate_sum / m.num_applicable)
+    local = float(m.rate_sum / m.num_ok)
     out[rank] = (m.compute().item(), int(m.num_clips), local)  # compute() syncs, then unsyncs
     dist.destroy_process_group()
 

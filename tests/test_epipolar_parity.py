@@ -36,8 +36,8 @@ def _sections(shared_data, name, features="opencv-sift", device="cpu"):
         clip = read_clip(path, long_side=None, indices=indices.tolist())
     else:  # image sets (graf: 2 views, hill: 3 views) as short sequences
         clip = read_clip(path, long_side=None)
-    ref = epipolar_section(clip, cfg, path="opencv", pairs=pairs)
-    ours = epipolar_section(clip, cfg, path="torch", features=features, device=device,
+    ref = epipolar_section(clip, cfg, implementation="opencv", pairs=pairs)
+    ours = epipolar_section(clip, cfg, implementation="torch", features=features, device=device,
                             pairs=pairs)
     return ref, ours
 

@@ -148,8 +148,8 @@ def test_section_arguments_are_checked():
     assert s["status"] == "not_applicable" and s["path"] == "opencv"
     with pytest.raises(GeoConError, match="preset"):
         epipolar_section(clip, preset="geocon")
-    with pytest.raises(GeoConError, match="path"):
-        epipolar_section(clip, path="gpu")
+    with pytest.raises(GeoConError, match="implementation"):
+        epipolar_section(clip, implementation="gpu")
     with pytest.raises(GeoConError, match="Clip"):
         epipolar_section(torch.zeros(2, 3, 8, 8))
     with pytest.raises(ShapeError, match="pairs"):

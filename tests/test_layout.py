@@ -5,7 +5,7 @@ error raised on purpose is a GeoConError.
 The layers, lowest first (a module may import from its own layer or any lower one, never up):
 
 0. basics: ``errors``, ``_version``, ``_json``, ``_checks``, ``_tensor_utils``, ``_morphology``,
-   ``config``, ``types``, ``categories``, ``result``, ``checkpoints``
+   ``presets``, ``config``, ``types``, ``categories``, ``result``, ``checkpoints``
 1. ``io``           2. ``features``        3. ``geometry``
 4. ``gate``, ``segment``, ``flow``, ``synth`` (grounded scenes: geometry + io writers)
 5. ``measures`` (per-pair / per-clip measure math) and ``epipolar`` (the protocols' engines)
@@ -31,7 +31,7 @@ MAX_FUNCTION_LINES = 100
 LAYERS: Dict[str, int] = {
     "errors": 0, "_version": 0, "_json": 0, "_checks": 0, "_tensor_utils": 0, "_morphology": 0,
     "_memory": 0,
-    "config": 0, "types": 0, "categories": 0, "result": 0, "checkpoints": 0,
+    "config": 0, "presets": 0, "types": 0, "categories": 0, "result": 0, "checkpoints": 0,
     "io": 1, "features": 2, "geometry": 3,
     "gate": 4, "segment": 4, "flow": 4, "synth": 4,
     "measures": 5, "epipolar": 5,

@@ -25,28 +25,23 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..config import GeoConConfig, load_config
+from ..config import ConfigLike, GeoConConfig, load_config
 from ..errors import InputError
-from ..pipeline import PRESETS, pinned_config
-from ..rewards import KINDS, ClipReward, reward_from_result
+from ..pipeline import pinned_config
+from ..presets import PRESETS, preset_for_kind
+from ..rewards import ClipReward, reward_from_result
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .runner import RunSummary, run_manifest
 from .store import ResultStore
 
-KIND_PRESETS = {"background": "background", "epipolar": "worldatlas",
-                "epipolar-dpo": "epipolar-dpo"}
-ConfigLike = Union[None, str, Path, Mapping[str, Any], GeoConConfig]
+#: reward kind -> the preset it is scored with (from the preset table)
+KIND_PRESETS = {p.reward_kind: p.name for p in PRESETS.values() if p.reward_kind}
 
 
 def kind_config(config: ConfigLike, kind: str) -> GeoConConfig:
-    """The config scored for reward ``kind``: ``config`` with the kind's preset."""
-    if kind not in KINDS:
-        raise InputError(f"reward kind must be one of {KINDS}, got {kind!r}")
-    preset = KIND_PRESETS[kind]
-    if preset not in PRESETS:
-        raise InputError(f"kind {kind!r} needs the score_clip preset {preset!r}, which this "
-                         f"build does not have (presets: {', '.join(PRESETS)})")
-    return load_config(config).replace(preset=preset)
+    """The config scored for reward ``kind``: ``config`` with the kind's preset chosen
+    (:func:`~geocon_torch.presets.preset_for_kind`, ``GeoConConfig.with_preset``)."""
+    return load_config(config).with_preset(preset_for_kind(kind).name)
 
 
 def group_by_prompt(entries: Sequence[ManifestEntry]) -> List[Tuple[Optional[str],

@@ -7,10 +7,11 @@ import math
 from typing import Any, Dict, List
 
 from ..errors import GeoConError
+from ..result import STATUSES as RESULT_STATUSES
 
 SCHEMA_MAJOR = "2"  # the schema written today
 READABLE_MAJORS = ("1", "2")  # 1.x: one ``category`` field, migrated on read
-STATUSES = ("ok", "not_applicable", "error")
+STATUSES = RESULT_STATUSES  # the one list (geocon_torch.result.STATUSES)
 SECTIONS = ("gate", "background", "foreground", "epipolar")
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
-from ..pipeline import PRESETS
+from ..presets import PRESETS
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
 
@@ -37,9 +37,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON file overriding any subset of GeoConConfig, e.g. "
                         '{"background": {"tau_h": 3.0}, "io": {"long_side": 512}}; unknown '
                         "keys are an error")
-    g.add_argument("--preset", choices=PRESETS,
-                   help="geocon: background IR/GE + AdaDFRC (default); background: IR/GE "
-                        "only; worldatlas / gvgc: the epipolar trio only; all: everything")
+    g.add_argument("--preset", choices=tuple(PRESETS),
+                   help="; ".join(f"{p.name}: {p.summary}" for p in PRESETS.values())
+                   + " (default: the config's, geocon)")
     g.add_argument("--long-side", type=int, metavar="PX",
                    help="working resolution: long side in pixels (default 1024; pixel scores "
                         "are reported at this resolution)")
@@ -59,12 +59,8 @@ def build_config(args: argparse.Namespace) -> GeoConConfig:
         io["max_frames"] = int(args.max_frames)
     if getattr(args, "stride", None) is not None:
         io["stride"] = int(args.stride)
-    over: Dict[str, Any] = {}
-    if io:
-        over["io"] = io
-    if getattr(args, "preset", None):
-        over["preset"] = args.preset
-    return cfg.replace(**over) if over else cfg
+    cfg = cfg.replace(io=io) if io else cfg
+    return cfg.with_preset(args.preset) if getattr(args, "preset", None) else cfg
 
 
 def expand_inputs(items: Sequence[str]) -> List[Path]:

@@ -1,8 +1,9 @@
 """Epipolar trio (WorldAtlas, GVGC-style): ``epipolar_error``, ``epipolar_inlier_rate``,
 ``feature_match_coverage``, plus the original GVGC protocol.
 
-``geocon_torch.sections.epipolar.epipolar_section(clip, config, preset="worldatlas" | "gvgc", path="opencv" | "torch" | "auto",
-device=None)`` returns the ``epipolar`` block of a result (a JSON-ready dict);
+``geocon_torch.sections.epipolar.epipolar_section(clip, config, preset="worldatlas" | "gvgc",
+implementation="opencv" | "torch" | "auto", device=None)`` returns the ``epipolar`` block of a
+result (a JSON-ready dict);
 ``epipolar_sections(clips, ...)`` does several clips at once (one batch on the torch path).
 
 WorldAtlas protocol (preset "worldatlas", the default; seed document 003)

@@ -42,7 +42,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
-from ..errors import InputError, ShapeError
+from ..config import EpipolarDPOConfig  # the ``epipolar_dpo`` section of GeoConConfig
+from ..errors import ShapeError
 from ..features.base import pad_keypoints
 from ..features.matching import match_descriptors, pack_matches
 from ..features.opencv_sift import OpenCVSIFT
@@ -64,40 +65,6 @@ OK, NOT_ENOUGH_KEYPOINTS, TOO_FEW_MATCHES, FIT_FAILED = 0, 1, 2, 3
 PAIR_REASONS = {NOT_ENOUGH_KEYPOINTS: "not enough keypoints (< {k} in a frame)",
                 TOO_FEW_MATCHES: "too few matches (< {m})",
                 FIT_FAILED: "fundamental matrix estimation failed"}
-
-
-@dataclass(frozen=True)
-class EpipolarDPOConfig:
-    """Settings of the Epipolar-DPO protocol (defaults: the reference code's).
-
-    Attributes:
-        sampling_rate: every n-th frame is used (frames 0, n, 2n, ...).
-        ratio: Lowe ratio of the 2-NN matching.
-        min_keypoints: a pair needs at least this many SIFT keypoints in both frames.
-        min_matches: a pair needs at least this many ratio-test matches.
-        inlier_threshold_px: a match is an inlier when its Sampson distance is <= this (px).
-        eps: added to the squared Sampson distance before the square root (px^2).
-        workers: SIFT threads (None: ``os.cpu_count()``; results do not depend on it).
-    """
-
-    sampling_rate: int = 15
-    ratio: float = 0.75
-    min_keypoints: int = 8
-    min_matches: int = 20
-    inlier_threshold_px: float = 5.0
-    eps: float = 1e-8
-    workers: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if int(self.sampling_rate) < 1 or int(self.min_matches) < 8:
-            raise InputError(f"epipolar-dpo needs sampling_rate >= 1 and min_matches >= 8, got "
-                             f"{self.sampling_rate}, {self.min_matches}")
-        if not 0 < float(self.ratio) <= 1 or float(self.inlier_threshold_px) <= 0:
-            raise InputError(f"epipolar-dpo needs ratio in (0, 1] and a positive inlier "
-                             f"threshold, got {self.ratio}, {self.inlier_threshold_px}")
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass

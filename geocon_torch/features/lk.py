@@ -14,17 +14,18 @@ Two paths with the same parameters:
 
 ``levels`` is OpenCV's ``maxLevel``: the pyramid has ``levels + 1`` images (level 0 = full
 resolution). A track survives when both directions converge inside the image and the
-forward-backward error ``|x1 - LK_back(LK_fwd(x1))|`` is <= ``fb_threshold`` px.
+forward-backward error ``|x1 - LK_back(LK_fwd(x1))|`` is <= ``fb_threshold_px``.
 Points are pixels with pixel centres at integers.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._checks import retired_argument
 from ..errors import InputError
 from ..types import Correspondences
 from .._tensor_utils import sample_patches
@@ -347,9 +348,9 @@ def _lk_opencv(gray, pairs, max_corners, quality, min_distance, block, window, l
 
 def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 2000,
               quality: float = 0.001, min_distance: float = 3.0, block: int = 3,
-              window: int = 21, levels: int = 3, fb_threshold: float = 1.5,
+              window: int = 21, levels: int = 3, fb_threshold_px: float = 1.5,
               backend: str = "torch", mask: Optional[torch.Tensor] = None,
-              chunk: Optional[int] = None) -> Correspondences:
+              chunk: Optional[int] = None, **retired: Any) -> Correspondences:
     """Shi-Tomasi corners of frame i tracked into frame j by pyramidal LK, for all pairs.
 
     Args:
@@ -357,7 +358,8 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
         pairs: (P, 2) long (i, j).
         max_corners, quality, min_distance, block: Shi-Tomasi parameters (OpenCV meaning).
         window: LK window side (odd, px); levels: OpenCV ``maxLevel``.
-        fb_threshold: maximum forward-backward error (px) of a kept track.
+        fb_threshold_px: maximum forward-backward error (px) of a kept track (the retired
+            name ``fb_threshold`` still works, with a DeprecationWarning).
         backend: "torch" (batched, any device) or "opencv" (CPU loop, parity reference).
         mask: (H, W) bool content mask; corners only where True.
         chunk: pairs per batched tracking call (None: automatic).
@@ -366,6 +368,7 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
         (P, N, 2) px; mask = kept tracks; scores = 1 / (1 + FB error) (higher is better);
         num_kp1 / num_kp2 = corners detected in frames i / j.
     """
+    fb_threshold = retired_argument(retired, "fb_threshold", "fb_threshold_px", fb_threshold_px)
     mask = check_gray(gray, mask)
     pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
     _check_lk_args(window, levels, max_corners)

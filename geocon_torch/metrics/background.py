@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
-from ..config import GeoConConfig, load_config
+from ..config import GeoConConfig
+from ..pipeline import scoring_config
 from .functional._common import OK
 from .functional.background import (BACKGROUND_COUNTS, BACKGROUND_VALUES,
                                     _background_consistency_compute,
@@ -35,7 +36,9 @@ class BackgroundConsistency(GeoConMetric):
 
     Args:
         config: GeoConConfig / dict / JSON path for :func:`score_clip` (paper defaults).
-        preset: score_clip preset (default "background": no foreground / epipolar work).
+        preset: score_clip preset (default "background": no foreground / epipolar work);
+            ``metric.config`` is the config scored, with that preset chosen (the preset the
+            clips' results record).
         scoring_device: where features and fits run (default: each clip tensor's device).
         **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``...).
 
@@ -79,8 +82,8 @@ class BackgroundConsistency(GeoConMetric):
                  preset: str = "background", scoring_device: Optional[torch.device] = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.config = load_config(config)
-        self.preset = preset
+        self.config = scoring_config(config, preset)  # records the preset it scores with
+        self.preset = self.config.preset
         self.scoring_device = scoring_device
         for name in BACKGROUND_VALUES:  # one entry per clip (list states gather uneven ranks)
             self.add_state(name, default=[], dist_reduce_fx="cat")

@@ -24,18 +24,20 @@ Example::
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from ..sections.epipolar import ConfigLike, epipolar_config
+from .._checks import retired_argument
+from ..sections.epipolar import EpipolarConfigLike, epipolar_config
 from .functional._common import OK, VideosLike
 from .functional.epipolar import EPIPOLAR_FIELDS, _epipolar_compute, _epipolar_update
 from ._base import GeoConMetric
 
-_COUNTS = ("num_clips", "num_applicable", "num_not_applicable", "num_error")
+_COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error")
 
 
 class _EpipolarTrio(GeoConMetric):
@@ -43,7 +45,8 @@ class _EpipolarTrio(GeoConMetric):
 
     Args:
         config: EpipolarConfig / GeoConConfig / None (defaults).
-        path: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or "torch".
+        implementation: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or
+            "torch" (the retired name ``path=`` still works, with a DeprecationWarning).
         features: torch-path feature backend ("auto", "kornia-sift", "opencv-sift").
         kwargs: torchmetrics Metric options (dist_sync_on_step, process_group, ...).
     """
@@ -56,19 +59,22 @@ class _EpipolarTrio(GeoConMetric):
     score_sum: Tensor
     rate_sum: Tensor
     coverage_sum: Tensor
-    num_applicable: Tensor
+    num_ok: Tensor
     num_clips: Tensor
 
-    def __init__(self, config: ConfigLike = None, *, path: str = "auto",
+    def __init__(self, config: EpipolarConfigLike = None, *, implementation: str = "auto",
                  features: Optional[str] = None, **kwargs: Any) -> None:
+        if "path" in kwargs:
+            implementation = retired_argument({"path": kwargs.pop("path")}, "path",
+                                              "implementation", implementation)
         super().__init__(**kwargs)
         self.epipolar_config = epipolar_config(config)
-        self.path = path
+        self.implementation = implementation
         self.features = features
         for name in EPIPOLAR_FIELDS:
             self.add_state(f"{name}_sum", torch.tensor(0.0, dtype=torch.float64),
                            dist_reduce_fx="sum")
-        self.add_state("num_applicable", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("num_ok", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("num_clips", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
         self.last_sections: List[Dict[str, Any]] = []
@@ -76,18 +82,19 @@ class _EpipolarTrio(GeoConMetric):
     def update(self, videos: VideosLike) -> None:
         """Analyse a batch: (B, T, C, H, W) uint8 / float [0, 1] tensor (any device) or a list
         of (T, C, H, W) tensors or Clips. Raises ClipTensorError for a malformed batch."""
-        got, self.last_sections = _epipolar_update(videos, self.epipolar_config, self.path,
-                                                   self.features, self.num_clips.device)
+        got, self.last_sections = _epipolar_update(videos, self.epipolar_config,
+                                                   self.implementation, self.features,
+                                                   self.num_clips.device)
         ok = got.status == OK
         for name, key in EPIPOLAR_FIELDS.items():
             state = getattr(self, f"{name}_sum")
             setattr(self, f"{name}_sum", state + got.values[key][ok].sum())
-        self.num_applicable += int(ok.sum())
+        self.num_ok += int(ok.sum())
         self.num_clips += got.status.numel()
         self._record_clips(got.status, got.first_reason())
 
     def _mean(self, name: str) -> Tensor:
-        value = _epipolar_compute(getattr(self, f"{name}_sum"), self.num_applicable)
+        value = _epipolar_compute(getattr(self, f"{name}_sum"), self.num_ok)
         field = EPIPOLAR_FIELDS[name]
         self._warn_nan({field: value}, (field,), {k: getattr(self, k) for k in _COUNTS})
         return value
@@ -96,9 +103,16 @@ class _EpipolarTrio(GeoConMetric):
         return self._mean(self._field)
 
     def counts(self) -> Dict[str, Tensor]:
-        """Synced 0-d int64 counts: ``num_clips``, ``num_applicable``, ``num_not_applicable``,
+        """Synced 0-d int64 counts: ``num_clips``, ``num_ok``, ``num_not_applicable``,
         ``num_error`` (a collective under DDP: call it on every rank)."""
         return self._synced(lambda: {k: getattr(self, k).clone() for k in _COUNTS})
+
+    @property
+    def num_applicable(self) -> Tensor:
+        """Retired name of ``num_ok`` (docs/GLOSSARY.md)."""
+        warnings.warn("num_applicable is deprecated; use num_ok (docs/GLOSSARY.md)",
+                      DeprecationWarning, stacklevel=2)
+        return self.num_ok
 
     def plot(self, val: Any = None, ax: Any = None) -> Any:
         """Plot one ``compute()`` value or a list of them (torchmetrics ``_plot``, with this
@@ -171,11 +185,11 @@ class FeatureMatchCoverage(_EpipolarTrio):
     _field = "coverage"
 
 
-def epipolar_collection(config: ConfigLike = None, **kwargs: Any) -> MetricCollection:
+def epipolar_collection(config: EpipolarConfigLike = None, **kwargs: Any) -> MetricCollection:
     """The trio as a MetricCollection with its compute group declared up front, so every
     ``update`` (the first one too) analyses the batch once for the three metrics.
 
-    ``kwargs`` go to each class (``path``, ``features``, torchmetrics options)."""
+    ``kwargs`` go to each class (``implementation``, ``features``, torchmetrics options)."""
     return MetricCollection(
         {"EpipolarError": EpipolarError(config, **kwargs),
          "EpipolarInlierRate": EpipolarInlierRate(config, **kwargs),

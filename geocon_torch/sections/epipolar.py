@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..config import EpipolarConfig, GeoConConfig
+from .._checks import retired_argument
+from ..config import EPIPOLAR_PATH_CHOICES, EpipolarConfig, GeoConConfig
 from ..epipolar.gvgc import gvgc_section_opencv, gvgc_sections_torch
 from ..epipolar.opencv_path import opencv_sections
 from ..epipolar.protocol import decode_plan
@@ -19,13 +20,13 @@ from ..errors import InputError
 from ..types import Clip
 
 PRESETS = ("worldatlas", "gvgc")
-PATHS = ("auto", "opencv", "torch")
+IMPLEMENTATIONS = EPIPOLAR_PATH_CHOICES  # "auto", "opencv", "torch"
 
-ConfigLike = Union[None, EpipolarConfig, GeoConConfig]
+EpipolarConfigLike = Union[None, EpipolarConfig, GeoConConfig]
 DeviceLike = Union[None, str, torch.device]
 
 
-def epipolar_config(config: ConfigLike) -> EpipolarConfig:
+def epipolar_config(config: EpipolarConfigLike) -> EpipolarConfig:
     """The EpipolarConfig of ``config`` (a GeoConConfig, an EpipolarConfig, or None: defaults)."""
     if config is None:
         return EpipolarConfig()
@@ -37,13 +38,15 @@ def epipolar_config(config: ConfigLike) -> EpipolarConfig:
                       f"{type(config).__name__}")
 
 
-def resolve_path(path: Optional[str], config: EpipolarConfig,
-                 device: Optional[torch.device]) -> str:
-    """"opencv" or "torch": an explicit ``path`` wins, then ``config.path``; "auto" means torch
-    on a CUDA device and the OpenCV reference on the CPU."""
-    choice = path if path not in (None, "auto") else config.path
-    if choice not in PATHS:
-        raise InputError(f"epipolar path must be one of {PATHS}, got {choice!r}")
+def resolve_implementation(implementation: Optional[str], config: EpipolarConfig,
+                           device: Optional[torch.device]) -> str:
+    """"opencv" or "torch": an explicit ``implementation`` wins, then
+    ``config.implementation``; "auto" means torch on a CUDA device and the OpenCV reference on
+    the CPU."""
+    choice = implementation if implementation not in (None, "auto") else config.implementation
+    if choice not in IMPLEMENTATIONS:
+        raise InputError(f"epipolar implementation must be one of {IMPLEMENTATIONS}, got "
+                         f"{choice!r}")
     if choice == "auto":
         return "torch" if device is not None and device.type == "cuda" else "opencv"
     return choice
@@ -59,14 +62,17 @@ def clip_from_frames(frames: torch.Tensor, name: str = "tensor",
     return clip_from_tensor(frames, name=name, long_side=None, fps=fps)
 
 
-def epipolar_sections(clips: Sequence[Clip], config: ConfigLike = None, *,
-                      preset: str = "worldatlas", path: Optional[str] = "auto",
+def epipolar_sections(clips: Sequence[Clip], config: EpipolarConfigLike = None, *,
+                      preset: str = "worldatlas", implementation: Optional[str] = "auto",
                       device: DeviceLike = None, features: Optional[str] = None,
-                      pairs: Optional[Sequence[Any]] = None) -> List[Dict[str, Any]]:
-    """One ``epipolar`` section per clip; the torch path measures all clips in one batch.
+                      pairs: Optional[Sequence[Any]] = None, **retired: Any
+                      ) -> List[Dict[str, Any]]:
+    """One ``epipolar`` section per clip; the torch implementation measures all clips in one
+    batch.
 
     See :func:`epipolar_section` for the arguments and the keys of each section.
     """
+    implementation = retired_argument(retired, "path", "implementation", implementation)
     cfg = epipolar_config(config)
     if preset not in PRESETS:
         raise InputError(f"epipolar preset must be one of {PRESETS}, got {preset!r}")
@@ -76,7 +82,7 @@ def epipolar_sections(clips: Sequence[Clip], config: ConfigLike = None, *,
                               f"{type(clip).__name__} (use geocon_torch.io.read_clip)")
     dev = torch.device(device) if device is not None else (
         clips[0].frames.device if clips else torch.device("cpu"))
-    chosen = resolve_path(path, cfg, dev)
+    chosen = resolve_implementation(implementation, cfg, dev)
     if preset == "gvgc" and chosen == "torch":
         sections = gvgc_sections_torch(clips, cfg, dev, resolve_features(cfg, dev, features))
     elif preset == "gvgc":
@@ -100,9 +106,10 @@ def _add_source_frames(clip: Clip, section: Dict[str, Any]) -> None:
         rec["right_frame"] = int(src[rec["right_index"]])
 
 
-def epipolar_section(clip: Clip, config: ConfigLike = None, *, preset: str = "worldatlas",
-                     path: Optional[str] = "auto", device: DeviceLike = None,
-                     features: Optional[str] = None, pairs: Any = None) -> Dict[str, Any]:
+def epipolar_section(clip: Clip, config: EpipolarConfigLike = None, *, preset: str = "worldatlas",
+                     implementation: Optional[str] = "auto", device: DeviceLike = None,
+                     features: Optional[str] = None, pairs: Any = None,
+                     **retired: Any) -> Dict[str, Any]:
     """The epipolar trio of one clip (the ``epipolar`` block of the result).
 
     Args:
@@ -111,8 +118,9 @@ def epipolar_section(clip: Clip, config: ConfigLike = None, *, preset: str = "wo
         config: EpipolarConfig, GeoConConfig or None (defaults).
         preset: "worldatlas" (the WorldAtlas protocol, default) or "gvgc" (the original GVGC
             code of Li et al. 2024).
-        path: "opencv" (CPU reference), "torch" (batched; CPU or CUDA) or "auto" (config.path,
-            then torch on CUDA, OpenCV on CPU).
+        implementation: "opencv" (CPU reference), "torch" (batched; CPU or CUDA) or "auto"
+            (``config.implementation``, then torch on CUDA, OpenCV on CPU); the retired name
+            ``path=`` still works, with a DeprecationWarning.
         device: device of the torch path (None: the clip's device).
         features: torch-path feature backend overriding ``config.features``
             ("kornia-sift", "opencv-sift"; "auto" = kornia-sift on CUDA, opencv-sift on CPU).
@@ -132,8 +140,10 @@ def epipolar_section(clip: Clip, config: ConfigLike = None, *, preset: str = "wo
         ``keep_rate``, ``num_inliers``, ``num_pts``, ``per_interval`` ({"60": {...}, ...}),
         ``pairs``, ``valid_pairs``, ``status``, ``reason``, ``per_pair``.
     """
-    return epipolar_sections([clip], config, preset=preset, path=path, device=device,
-                             features=features, pairs=None if pairs is None else [pairs])[0]
+    implementation = retired_argument(retired, "path", "implementation", implementation)
+    return epipolar_sections([clip], config, preset=preset, implementation=implementation,
+                             device=device, features=features,
+                             pairs=None if pairs is None else [pairs])[0]
 
 
 def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
@@ -156,5 +166,6 @@ def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
             native = read_clip(video, long_side=None, indices=source.tolist(), device=device,
                                letterbox_threshold=cfg.io.letterbox_threshold,
                                letterbox_min_fraction=cfg.io.letterbox_min_fraction)
-    return epipolar_section(native, cfg.epipolar, preset=preset, path=cfg.epipolar.path,
-                            device=device, pairs=pairs)
+    return epipolar_section(native, cfg.epipolar, preset=preset,
+                            implementation=cfg.epipolar.implementation, device=device,
+                            pairs=pairs)

@@ -34,7 +34,7 @@ def dpo_block(m: DPOMeasurement, b: int, config: EpipolarDPOConfig) -> Dict[str,
             "mean_inlier_rate": float(m.mean_inlier_rate[b]) if ok else None,
             "valid_pairs": int(m.valid_pairs[b]), "total_pairs": int(m.total_pairs[b]),
             "frames": list(m.frames[b]), "analysis_size": list(m.sizes[b]),
-            "protocol": config.to_dict(), "per_pair": pair_records(m, b, config)}
+            "protocol": config.protocol_dict(), "per_pair": pair_records(m, b, config)}
 
 
 def epipolar_dpo_sections(clips: Sequence[Clip], config: Optional[EpipolarDPOConfig] = None, *,
@@ -82,9 +82,10 @@ def epipolar_dpo_block(video: Any, clip: Clip, cfg: GeoConConfig, device: Device
 
     The protocol works at native resolution on source frames 0, 15, 30, ...: for a file or
     tensor ``video`` those frames (up to the last frame ``clip`` covers) are re-read with
-    ``long_side=None``; a :class:`Clip` is used as given.
+    ``long_side=None``; a :class:`Clip` is used as given. ``config``: default
+    ``cfg.epipolar_dpo``.
     """
-    dpo_cfg = config or EpipolarDPOConfig()
+    dpo_cfg = config or cfg.epipolar_dpo
     if not isinstance(video, Clip):
         last = int(clip.frame_indices.max()) + 1 if clip.num_frames else 0
         source = sample_positions(last, dpo_cfg.sampling_rate)

@@ -35,8 +35,9 @@ cap is reported with what it cut in the block's ``caps`` / ``skipped``; None or 
   reported as ``flow_scale``); values are still converted to working-resolution px^2
   (``D / (s c)^2``). Working sizes up to 512 px are unaffected.
 
-Flow crop: each chunk's flow runs on the box around its objects (the union of the chunk's masks,
-widened by :func:`crop_margin` px on each side, clamped to the frame), not on the whole frame:
+Flow crop: the flow runs on the box around the objects (the union of their masks over every
+scored pair, :func:`track_box`, so chunking changes no number; widened by :func:`crop_margin` px
+on each side, clamped to the frame), not on the whole frame:
 the flow and AdaDFRC only read pixels near the objects, and a 640x384 clip with one box of about
 a tenth of the frame then costs about a quarter of the flow (bounded per-clip cost, issue 14).
 """
@@ -96,6 +97,16 @@ def object_box(masks: torch.Tensor, margin: int) -> Tuple[slice, slice]:
     y0, y1 = max(0, int(rows[0]) - margin), min(h, int(rows[-1]) + 1 + margin)
     x0, x1 = max(0, int(cols[0]) - margin), min(w, int(cols[-1]) + 1 + margin)
     return slice(y0, y1), slice(x0, x1)
+
+
+def track_box(masks: Any, pairs: torch.Tensor, margin: int, step: int) -> Tuple[slice, slice]:
+    """The union of :func:`object_box` over the masks (T, K, H, W) of the frames ``pairs``
+    (M,), read in chunks of ``step`` (lazy masks stay bounded): one flow crop for the whole
+    track, so the scores do not depend on how the pairs are chunked (``batch_pairs``)."""
+    boxes = [object_box(masks[pairs[s:s + step].to(masks.device)], margin)
+             for s in range(0, int(pairs.numel()), step)]
+    return (slice(min(b[0].start for b in boxes), max(b[0].stop for b in boxes)),
+            slice(min(b[1].start for b in boxes), max(b[1].stop for b in boxes)))
 
 
 def score_pairs(frames1: torch.Tensor, frames2: torch.Tensor, masks: torch.Tensor,
@@ -254,12 +265,12 @@ def _score_track(clip: Clip, masks: torch.Tensor, pairs: torch.Tensor, estimator
     ds_all = torch.zeros(n_s, t_ - 1, k_, dtype=torch.float64)
     vs_all = torch.zeros(n_s, t_ - 1, k_, dtype=torch.bool)
     step = max(1, int(cfg.batch_pairs))
+    ys, xs = track_box(masks, pairs, crop_margin(clip.size), step)  # the objects' box
     for start in range(0, pairs.numel(), step):  # chunks bound the flow's memory
         t = pairs[start:start + step]
         both = torch.cat([t, t + 1]).to(clip.frames.device)  # one request: one decode pass
         f1, f2 = (clip.frames[both].to(dev).float() / 255.0).chunk(2)
         m = masks[t.to(masks.device)].to(dev)
-        ys, xs = object_box(m, crop_margin(clip.size))  # the flow runs on the objects' box
         d, v, d_s, v_s = score_pairs(f1[..., ys, xs], f2[..., ys, xs], m[..., ys, xs],
                                      estimator, cfg, size=clip.size)
         d_all[t], v_all[t] = d.double().cpu(), v.cpu()

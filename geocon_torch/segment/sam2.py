@@ -1,7 +1,8 @@
 """Optional SAM-2 video segmentation (paper sec. 4.3, Algorithm 1 B): prompts -> tracked masks.
 
-Needs the ``sam2`` package (``pip install "geocon_torch[sam2]"``; on a CPU-only machine
-``SAM2_BUILD_CUDA=0 pip install --no-build-isolation sam2``) and a *local* checkpoint
+Needs the ``sam2`` package (``pip install "geocon_torch[sam2]"``: the sdist builds in pip's
+isolated build environment, skipping its optional CUDA extension where it cannot be built) and a
+*local* checkpoint
 (``config.segment.sam2_checkpoint``, a ``.pt`` with a ``"model"`` state dict, as Meta ships them)
 plus its model config (``config.segment.sam2_config``: a config name inside the sam2 package such
 as ``"configs/sam2.1/sam2.1_hiera_t.yaml"``, or a path to a YAML file). Nothing is downloaded.
@@ -38,8 +39,8 @@ def _import_sam2() -> Any:
         from sam2.build_sam import build_sam2_video_predictor
     except ImportError as exc:
         raise OptionalDependencyError(
-            "SAM-2 masks need the sam2 package: pip install 'geocon_torch[sam2]' (CPU-only: "
-            f"SAM2_BUILD_CUDA=0 pip install --no-build-isolation sam2); import failed: {exc}"
+            "SAM-2 masks need the sam2 package: pip install 'geocon_torch[sam2]'; "
+            f"import failed: {exc}"
         ) from exc
     return build_sam2_video_predictor
 

@@ -22,10 +22,11 @@ from torchmetrics.utilities import rank_zero_warn
 
 from ...errors import ClipTensorError
 from ...io import check_clip_tensor, clip_from_tensor, clips_from_tensor
+from ...result import STATUSES as RESULT_STATUSES
 from ...types import Clip
 
 #: Per-clip status codes: ``status[b]`` indexes this tuple.
-STATUSES = ("ok", "not_applicable", "error")
+STATUSES = RESULT_STATUSES  # the one list (geocon_torch.result.STATUSES); codes 0, 1, 2
 OK, NOT_APPLICABLE, ERROR = 0, 1, 2
 _REASON_BYTES = 240
 

@@ -3,14 +3,13 @@ batched function, and the ``_update`` / ``_compute`` helpers that ``BackgroundCo
 shares with it (the torchmetrics ``mse.py`` split)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from ..._tensor_utils import masked_median
-from ...config import GeoConConfig, load_config
+from ...config import ConfigLike, GeoConConfig, load_config
 from ...pipeline import score_clips
 from ._common import ClipValues, VideosLike, check_videos, per_clip, status_codes
 
@@ -19,7 +18,6 @@ BACKGROUND_VALUES = ("ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px")
 #: Count states of ``BackgroundConsistency`` (all ``sum``-reduced).
 BACKGROUND_COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error", "num_pass")
 
-ConfigLike = Union[None, str, Path, dict, GeoConConfig]
 
 
 def _background_consistency_update(videos: VideosLike, masks: Optional[Sequence[Any]] = None,

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ...sections.epipolar import ConfigLike, epipolar_config, epipolar_sections
+from ..._checks import retired_argument
+from ...sections.epipolar import EpipolarConfigLike, epipolar_config, epipolar_sections
 from ._common import ClipValues, VideosLike, as_clips, per_clip, status_codes
 
 #: Metric-class state prefix -> per-clip field of the ``epipolar`` block.
@@ -22,7 +23,8 @@ EPIPOLAR_FIELDS = {"error": "epipolar_error", "score": "epipolar_error_score",
                    "rate": "epipolar_inlier_rate", "coverage": "feature_match_coverage"}
 
 
-def _epipolar_update(videos: VideosLike, config: ConfigLike = None, path: str = "auto",
+def _epipolar_update(videos: VideosLike, config: EpipolarConfigLike = None,
+                     implementation: str = "auto",
                      features: Optional[str] = None,
                      out_device: Union[None, str, torch.device] = None
                      ) -> Tuple[ClipValues, List[Dict[str, Any]]]:
@@ -31,7 +33,8 @@ def _epipolar_update(videos: VideosLike, config: ConfigLike = None, path: str = 
     ``epipolar`` sections. Raises ClipTensorError for a malformed batch."""
     clips = as_clips(videos)
     device = clips[0].frames.device if clips else None
-    sections = epipolar_sections(clips, epipolar_config(config), preset="worldatlas", path=path,
+    sections = epipolar_sections(clips, epipolar_config(config), preset="worldatlas",
+                                 implementation=implementation,
                                  device=device, features=features)
     ok = [s["status"] == "ok" for s in sections]
     values = {key: per_clip([s[key] if good else None for s, good in zip(sections, ok)],
@@ -41,24 +44,26 @@ def _epipolar_update(videos: VideosLike, config: ConfigLike = None, path: str = 
                       reasons), sections
 
 
-def _epipolar_compute(total: Tensor, num_applicable: Tensor) -> Tensor:
-    """Mean over applicable clips: ``total / num_applicable`` (0-d float64; NaN when 0)."""
-    if int(num_applicable) == 0:
+def _epipolar_compute(total: Tensor, num_ok: Tensor) -> Tensor:
+    """Mean over scored clips: ``total / num_ok`` (0-d float64; NaN when 0)."""
+    if int(num_ok) == 0:
         return torch.tensor(float("nan"), dtype=torch.float64, device=total.device)
-    return total / num_applicable
+    return total / num_ok
 
 
-def _per_clip(key: str, videos: VideosLike, config: ConfigLike, path: str,
-              features: Optional[str], return_status: bool
+def _per_clip(key: str, videos: VideosLike, config: EpipolarConfigLike, implementation: str,
+              features: Optional[str], return_status: bool, retired: Dict[str, Any]
               ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    implementation = retired_argument(retired, "path", "implementation", implementation)
     out_device = videos.device if isinstance(videos, Tensor) else None
-    got, _ = _epipolar_update(videos, config, path, features, out_device)
+    got, _ = _epipolar_update(videos, config, implementation, features, out_device)
     return (got.values[key], got.status) if return_status else got.values[key]
 
 
-def epipolar_error(videos: VideosLike, config: ConfigLike = None, *, path: str = "auto",
-                   features: Optional[str] = None, normalized: bool = False,
-                   return_status: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
+                   implementation: str = "auto", features: Optional[str] = None,
+                   normalized: bool = False, return_status: bool = False,
+                   **retired: Any) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Per-clip epipolar error: median over valid pairs of the per-pair median Sampson distance
     of the RANSAC inliers, px at the analysis resolution (width <= 640). Lower is better.
 
@@ -66,7 +71,8 @@ def epipolar_error(videos: VideosLike, config: ConfigLike = None, *, path: str =
         videos: (B, T, C, H, W) uint8 / float in [0, 1] (any device), or a list of
             (T, C, H, W) tensors / Clips.
         config: EpipolarConfig / GeoConConfig / None (defaults).
-        path: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or "torch".
+        implementation: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or
+            "torch" (the retired name ``path=`` still works, with a DeprecationWarning).
         features: torch-path feature backend ("auto", "kornia-sift", "opencv-sift").
         normalized: return the score clip(1 - error / 5, 0, 1) instead (higher is better).
         return_status: also return the (B,) int64 status codes (``STATUSES``).
@@ -87,11 +93,13 @@ def epipolar_error(videos: VideosLike, config: ConfigLike = None, *, path: str =
         (tensor([nan], dtype=torch.float64), tensor([1]))
     """
     key = "epipolar_error_score" if normalized else "epipolar_error"
-    return _per_clip(key, videos, config, path, features, return_status)
+    return _per_clip(key, videos, config, implementation, features, return_status,
+                     retired)
 
 
-def epipolar_inlier_rate(videos: VideosLike, config: ConfigLike = None, *, path: str = "auto",
-                         features: Optional[str] = None, return_status: bool = False
+def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigLike = None, *,
+                         implementation: str = "auto", features: Optional[str] = None,
+                         return_status: bool = False, **retired: Any
                          ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Per-clip epipolar inlier rate: RANSAC inliers / ratio-filtered matches, averaged over
     valid pairs, in [0, 1]. Higher is better. Arguments, return value and errors as in
@@ -103,11 +111,13 @@ def epipolar_inlier_rate(videos: VideosLike, config: ConfigLike = None, *, path:
         >>> epipolar_inlier_rate([torch.zeros(2, 1, 48, 48)])  # flat: not_applicable
         tensor([nan], dtype=torch.float64)
     """
-    return _per_clip("epipolar_inlier_rate", videos, config, path, features, return_status)
+    return _per_clip("epipolar_inlier_rate", videos, config, implementation, features,
+                     return_status, retired)
 
 
-def feature_match_coverage(videos: VideosLike, config: ConfigLike = None, *, path: str = "auto",
-                           features: Optional[str] = None, return_status: bool = False
+def feature_match_coverage(videos: VideosLike, config: EpipolarConfigLike = None, *,
+                           implementation: str = "auto", features: Optional[str] = None,
+                           return_status: bool = False, **retired: Any
                            ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Per-clip feature match coverage: min(inliers / min(kp_left, kp_right), 1), averaged
     over valid pairs, in [0, 1]. Higher is better. Arguments, return value and errors as in
@@ -119,4 +129,5 @@ def feature_match_coverage(videos: VideosLike, config: ConfigLike = None, *, pat
         >>> feature_match_coverage(torch.full((2, 2, 3, 48, 48), 0.5), return_status=True)[1]
         tensor([1, 1])
     """
-    return _per_clip("feature_match_coverage", videos, config, path, features, return_status)
+    return _per_clip("feature_match_coverage", videos, config, implementation, features,
+                     return_status, retired)

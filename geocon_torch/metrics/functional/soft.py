@@ -15,8 +15,7 @@ scores. Moving objects count as outliers here (there is no masking).
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Union
 
 import torch
 from einops import rearrange
@@ -24,14 +23,16 @@ from torch import Tensor
 
 from ...errors import ShapeError
 from ...io import check_clip_tensor
-from ...measures.soft import SoftConsistencyConfig, soft_pair_scores
+from ...config import GeoConConfig, SoftConsistencyConfig
+from ...measures.soft import soft_pair_scores
 
 
 def soft_background_consistency(frames: Tensor, *, model: str = "auto",
                                 tau_h: float = 2.0, tau_f: float = 0.1,
                                 temperature_h: float = 0.5, temperature_f: float = 0.025,
                                 grid_step: int = 4,
-                                config: Optional[SoftConsistencyConfig] = None,
+                                config: Union[None, SoftConsistencyConfig,
+                                              GeoConConfig] = None,
                                 **options: Any) -> Tensor:
     """Differentiable background consistency of every clip of a batch (module docstring).
 
@@ -48,10 +49,10 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
             ``tau - 2 * temperature`` as 0.88; as they go to 0 the score becomes the hard IR
             of the IRLS fit.
         grid_step: spacing of the grid of flow correspondences, px.
-        config: a full :class:`~geocon_torch.measures.soft.SoftConsistencyConfig` (the keyword
-            arguments above are then ignored); ``**options`` sets its other fields
-            (``irls_iters``, ``levels``, ``iterations``, ``window_sigma``, ``border``,
-            ``auto_margin``).
+        config: a full :class:`~geocon_torch.config.SoftConsistencyConfig` or a GeoConConfig
+            (its ``soft`` section; the keyword arguments above are then ignored); ``**options``
+            sets its other fields (``irls_iters``, ``levels``, ``iterations``,
+            ``window_sigma``, ``border``, ``auto_margin``), validated as the config is.
     Returns:
         (B,) scores in [0, 1] in ``frames.dtype`` on ``frames.device``, higher is better: the
         mean over the T - 1 consecutive pairs of the soft inlier ratio.
@@ -81,7 +82,8 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
     cfg = config if config is not None else SoftConsistencyConfig(
         model=model, tau_h=tau_h, tau_f=tau_f, temperature_h=temperature_h,
         temperature_f=temperature_f, grid_step=grid_step)
-    cfg = replace(cfg, **options) if options else cfg
+    cfg = cfg.soft if isinstance(cfg, GeoConConfig) else cfg
+    cfg = SoftConsistencyConfig.from_dict({**cfg.to_dict(), **options}) if options else cfg
     x = frames if frames.dtype in (torch.float32, torch.float64) else frames.float()
     img1 = rearrange(x[:, :-1], "b t c h w -> (b t) c h w")
     img2 = rearrange(x[:, 1:], "b t c h w -> (b t) c h w")
