@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
 from geocon_torch.categories import CATEGORIES  # noqa: E402
-from geocon_torch.features import matching  # noqa: E402
+from geocon_torch.features import matching, torch_sift  # noqa: E402
 from geocon_torch.features.base import resolve_backend  # noqa: E402
 from geocon_torch.metrics import BackgroundConsistency  # noqa: E402
 from geocon_torch.pipeline import score_clips  # noqa: E402
@@ -75,14 +75,17 @@ def runner(path: str, config: Dict[str, Any]) -> Callable[[torch.Tensor], Any]:
 def cuda_budgets(enabled: bool):
     """Chunk budgets at their CUDA values while counting on the CPU (so chunking is counted as
     the CUDA run would do it)."""
-    saved = dict(matching.CHUNK_DISTANCES)
+    budgets = (matching.CHUNK_DISTANCES, torch_sift.CHUNK_SAMPLES)
+    saved = [dict(b) for b in budgets]
     if enabled:
-        matching.CHUNK_DISTANCES["cpu"] = matching.CHUNK_DISTANCES["default"]
+        for b in budgets:
+            b["cpu"] = b["default"]
     try:
         yield
     finally:
-        matching.CHUNK_DISTANCES.clear()
-        matching.CHUNK_DISTANCES.update(saved)
+        for b, old in zip(budgets, saved):
+            b.clear()
+            b.update(old)
 
 
 def count(fn: Callable[[], Any]) -> Dict[str, Any]:
@@ -169,11 +172,12 @@ def main(argv: List[str] = None) -> Dict[str, Any]:
                       f"(scalar {r['scalar']}, data-dep {r['data_dependent']}, transfer "
                       f"{r['transfer']})  opencv {r['opencv']:>5}  {r['seconds']:.1f}s", flush=True)
     verdicts = judge(rows, sizes[-1])
-    print(f"\nbackend {args.backend}, device {args.device}, {args.frames} frames {size[0]}x{size[1]}")
+    print(f"\nbackend {args.backend}, device {args.device}, {args.frames} frames "
+          f"{size[0]}x{size[1]}")
     print(f"{'path':<22}" + "".join(f"{'B=' + str(b):>26}" for b in sizes) + f"{'ops_growth':>12}")
     for path, by_b in rows.items():
-        cells = "".join(f"{by_b[b]['ops']:>9} ops {by_b[b]['syncs']:>5} sy {by_b[b]['opencv']:>3} cv"
-                        for b in sizes)
+        cells = "".join(f"{by_b[b]['ops']:>9} ops {by_b[b]['syncs']:>5} sy "
+                        f"{by_b[b]['opencv']:>3} cv" for b in sizes)
         print(f"{path:<22}{cells}{verdicts['ops_growth'].get(path, float('nan')):>12.2f}")
     result = {"benchmark": "batching", "device": args.device, "backend": args.backend,
               "quick": args.quick, "frames": args.frames, "size": list(size), "clips": sizes,

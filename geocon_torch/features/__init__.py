@@ -38,10 +38,11 @@ from .lk import lk_tracks, min_eigenvalue_map, shi_tomasi
 from .matching import match_descriptors, ratio_match
 from .multiscale import extract_correspondences, to_working_pixels
 from .opencv_sift import OpenCVSIFT
+from .torch_sift import TorchSIFT
 
 __all__ = [
     "FeatureExtractor", "get_extractor", "available_extractors", "register_extractor",
-    "compact_keypoints", "KorniaSIFT", "OpenCVSIFT", "DiskExtractor", "LoFTRMatcher",
+    "compact_keypoints", "KorniaSIFT", "TorchSIFT", "OpenCVSIFT", "DiskExtractor", "LoFTRMatcher",
     "LightGlueMatcher", "get_matcher", "load_checkpoint", "lk_tracks", "shi_tomasi",
     "min_eigenvalue_map", "match_descriptors", "ratio_match", "extract_correspondences",
     "to_working_pixels",
