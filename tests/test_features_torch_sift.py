@@ -10,11 +10,13 @@ import kornia
 import pytest
 import torch
 
+from geocon_torch import score_clip
 from geocon_torch.config import GeoConConfig
 from geocon_torch.features import get_extractor, match_descriptors
 from geocon_torch.features.base import resolve_backend
 from geocon_torch.gate.view import view_backend
 from geocon_torch.io.calibration import load_calibration
+from geocon_torch.synth import grounded_clip
 from geocon_torch.synth.textures import make_texture
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -129,3 +131,23 @@ def test_torch_sift_uses_the_kornia_sift_calibration():
     assert cal.name == "default:kornia-sift" and cal.backend == "kornia-sift"
     assert cal.record("torch-sift")["backend_matches"] is False
     assert load_calibration("default", "kornia-sift").hash == cal.hash
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cat,opts,regime", [("C2", {"motion": "pan"}, "H"),
+                                             ("C3", {"motion": "truck", "speed": 0.15}, "F")])
+def test_grounded_verdicts_with_torch_sift(cat, opts, regime):
+    """The CUDA default path forced on the CPU (features and gate view torch-sift): a pan gates
+    H with IR_H ~ 1, a truck gates F with IR_F well above IR_H; GE under half a pixel (the
+    assertions of test_pipeline_grounded.py, which all hold with torch-sift forced)."""
+    clip = grounded_clip(cat, num_frames=6, **opts)
+    cfg = {"io": {"long_side": 320}, "features": {"mutual": True, "backend": "torch-sift"}}
+    d = score_clip(clip.frames, config=cfg, preset="background").to_dict()
+    b = d["background"]
+    assert d["backends"]["features"] == "torch-sift"
+    assert d["backends"]["gate_view"]["backend"] == "torch-sift"
+    assert d["gate"]["decision"] == regime and d["regime"] == regime
+    if regime == "H":
+        assert b["ir_h"] >= 0.99 and b["ge_px"] < 0.5 and b["pass"] is True
+    else:
+        assert b["ir_f"] - b["ir_h"] >= 0.1 and b["ge_f_px"] < 0.5

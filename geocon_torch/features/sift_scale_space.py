@@ -101,11 +101,18 @@ def gaussian_pyramid(gray: torch.Tensor) -> List[torch.Tensor]:
         first = levels[INTERVALS][..., : 2 * (hh // 2): 2, : 2 * (ww // 2): 2]
 
 
+def _max3x3(x: torch.Tensor) -> torch.Tensor:
+    """3x3 maximum filter of ``x (..., H, W)`` (borders replicated) by shifted maxima: faster
+    than ``max_pool2d`` on the CPU, and a fixed handful of ops."""
+    p = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    r = torch.maximum(torch.maximum(p[..., :-2], p[..., 1:-1]), p[..., 2:])
+    return torch.maximum(torch.maximum(r[..., :-2, :], r[..., 1:-1, :]), r[..., 2:, :])
+
+
 def _extrema_scores(dog: torch.Tensor, threshold: float) -> torch.Tensor:
     """(B, 3, H, W) |DoG| at 3x3x3 extrema of levels 1..3 above ``threshold`` (0 elsewhere)."""
-    b, n, h, w = dog.shape
-    mx = F.max_pool2d(dog.reshape(b * n, 1, h, w), 3, stride=1, padding=1).reshape(b, n, h, w)
-    mn = -F.max_pool2d(-dog.reshape(b * n, 1, h, w), 3, stride=1, padding=1).reshape(b, n, h, w)
+    _, _, h, w = dog.shape
+    mx, mn = _max3x3(dog), -_max3x3(-dog)
     top = INTERVALS + 1
     mx = torch.maximum(torch.maximum(mx[:, :top - 1], mx[:, 1:top]), mx[:, 2:top + 1])
     mn = torch.minimum(torch.minimum(mn[:, :top - 1], mn[:, 1:top]), mn[:, 2:top + 1])
