@@ -4,14 +4,14 @@ One call runs every frame of the batch through the same fixed tensor program
 (:mod:`.sift_scale_space`): Gaussian octaves, DoG extrema kept by ``topk`` per octave, refined
 (fixed step count), then the ``max_keypoints`` strongest per frame over all octaves (``topk``
 again). Orientation and description sample every keypoint's patch from one atlas of the Gaussian
-images (octaves side by side in rows, levels 1..3 stacked) with one ``grid_sample`` each: the
+images (the octaves one under the other, each with its levels 1..3 stacked) with one ``grid_sample`` each: the
 dominant gradient orientation (kornia's ``PatchDominantGradientOrientation``, 36 bins) on an
 upright patch, then a (Root)SIFT descriptor (kornia's ``SIFTDescriptor``) on the rotated patch,
 both over the keypoint's LAF (scale 6 sigma, like kornia SIFT). The number of ops does not grow
-with the number of frames; the host syncs are two (trimming the padded keypoint width once, and
+with the number of frames (within a chunk); the host syncs are two (trimming the padded keypoint width once, and
 ``compact_keypoints``). Frames are processed in chunks only when a chunk would exceed
-``CHUNK_SAMPLES`` (patch samples + pyramid pixels; the CUDA value holds 8 clips x 16 frames at
-640x384 with 2000 keypoints in one chunk).
+``CHUNK_SAMPLES`` (patch samples + pyramid pixels; the accelerator value holds 8 clips x 16
+frames at 640x384 with 2000 keypoints in one chunk, an estimated ~20 GB peak).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from .pip_weights import cat_keypoints
 from .sift_scale_space import INTERVALS, Detections, detect, gaussian_pyramid
 
 #: patch samples + pyramid pixels per chunk of frames (memory bound): CPU / accelerators
-CHUNK_SAMPLES = {"cpu": 1.5e8, "default": 2e9}
+CHUNK_SAMPLES = {"cpu": 1.5e8, "default": 2.5e9}
 LAF_SCALE = 6.0  # LAF half-size in detection sigmas (kornia's mr_size)
 
 
