@@ -190,7 +190,7 @@ def main(argv: List[str] = None) -> Dict[str, Any]:
         fps_size = (96, 160) if args.quick else (384, 640)
         result["frames_per_s"] = round(frames_per_s(config, args.device, 8 if not args.quick else 2,
                                                     16 if not args.quick else 4, fps_size,
-                                                    1 if args.quick else 3), 2)
+                                                    1 if args.quick else 2), 2)
         result["fps_setting"] = {"clips": 8, "frames": 16, "size": list(fps_size)} \
             if not args.quick else {"clips": 2, "frames": 4, "size": list(fps_size)}
         print(f"frames/s (background metric): {result['frames_per_s']} "

@@ -16,7 +16,7 @@
 # Default device: cuda (an error when no CUDA device is visible: pass --device cpu). Default
 # output: $OUT/gpu_check.json when $OUT is set, else out/gpu_check/gpu_check.json (gitignored);
 # each step's log goes to <output folder>/gpu_check_logs/. Wall-clock budget: 560 s in all
-# (210 s with --quick); each step also has its own cap. Exit status: 0 when every step passed,
+# (250 s with --quick); each step also has its own cap. Exit status: 0 when every step passed,
 # 1 when a test or benchmark failed, timed out or printed no RESULT line, 2 on bad arguments.
 # Python: $PYTHON, else .venv/bin/python, else python3.
 set -u -o pipefail
@@ -64,7 +64,7 @@ if [ "${DEVICE%%:*}" = cuda ] && ! "$PY" -c "$HAS_CUDA"; then
 fi
 
 QFLAG=()
-if [ "$QUICK" = 1 ]; then BUDGET=210; QFLAG=(--quick); else BUDGET=560; fi
+if [ "$QUICK" = 1 ]; then BUDGET=250; QFLAG=(--quick); else BUDGET=560; fi
 START=$SECONDS
 echo "gpu_check: device $DEVICE, quick $QUICK, budget ${BUDGET}s, python $PY, logs $LOGS"
 
@@ -124,7 +124,7 @@ run_step learned_accuracy "$(cap 60 90)" "$PY" benchmarks/learned_accuracy.py --
 run_step gate_sweep "$(cap 30 100)" "$PY" benchmarks/gate_sweep.py --device "$DEVICE" "${QFLAG[@]}"
 # launches / syncs / OpenCV calls per batch (B = 1 and 8 clips) and frames/s of the background
 # metric for B = 8 clips of 16 frames at 640x384 (issue 21)
-run_step batching "$(cap 40 150)" "$PY" benchmarks/batching.py --device "$DEVICE" "${QFLAG[@]}" \
+run_step batching "$(cap 90 200)" "$PY" benchmarks/batching.py --device "$DEVICE" "${QFLAG[@]}" \
   --fps
 
 "$PY" - "$STEPS" "$LOGS" "$OUT_FILE" "$DEVICE" "$QUICK" "$((SECONDS - START))" <<'EOF'

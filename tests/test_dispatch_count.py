@@ -10,6 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import batching  # noqa: E402
 from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
 
 
@@ -62,3 +63,17 @@ def test_opencv_calls_and_object_methods_are_counted():
     assert cv.calls == 4
     assert cv.by_name["resize"] == 2 and cv.by_name["SIFT_create.detectAndCompute"] == 1
     assert cv2.resize is not None and type(cv2.resize).__name__ == "builtin_function_or_method"
+
+
+@pytest.mark.slow
+def test_batching_quick_run_counts_the_cuda_default_path():
+    """benchmarks/batching.py --quick: B = 1 and 2 tiny grounded clips through the background
+    metric on the CUDA default path (torch-sift, its own gate view): no OpenCV call, and the
+    RESULT holds ops / syncs per B and the growth."""
+    res = batching.main(["--quick"])
+    assert res["backend"] == "torch-sift"
+    bg = res["paths"]["background"]
+    assert set(bg) == {"1", "2"} and all(bg[b]["opencv"] == 0 for b in bg)
+    assert bg["2"]["ops"] > bg["1"]["ops"] > 0
+    assert res["ops_growth"]["background"] == pytest.approx(bg["2"]["ops"] / bg["1"]["ops"],
+                                                            abs=1e-3)

@@ -127,7 +127,7 @@ def test_quick_cpu_run_writes_every_result(tmp_path):
     assert "gpu_check summary" in res.stdout
     report = json.loads(out.read_text())
     assert report["ok"] and report["failed"] == [] and report["device"] == "cpu"
-    assert report["quick"] is True and report["wall_s"] < 230
+    assert report["quick"] is True and report["wall_s"] < 270
     steps = report["steps"]
     assert set(steps) == {"tests", *BENCHMARKS}
     assert steps["tests"]["ok"] and steps["tests"].get("failed", 0) == 0
