@@ -10,12 +10,13 @@
 #    flags its --help lists (--device, --quick or small --frames/--long-side, --skip-memory);
 # 3. one JSON file of every `RESULT {json}` line, the per-step status and wall times, then a
 #    summary (key figures, and the GPU targets: batched RANSAC >= 50x OpenCV per pair,
-#    background pipeline >= 1000 frames/s at 640x384).
+#    background pipeline >= 1000 frames/s at 640x384; benchmarks/batching.py: launches, syncs and
+#    OpenCV calls per batch, and frames/s of batches of 8 clips x 16 frames at 640x384).
 #
 # Default device: cuda (an error when no CUDA device is visible: pass --device cpu). Default
 # output: $OUT/gpu_check.json when $OUT is set, else out/gpu_check/gpu_check.json (gitignored);
-# each step's log goes to <output folder>/gpu_check_logs/. Wall-clock budget: 450 s in all
-# (170 s with --quick); each step also has its own cap. Exit status: 0 when every step passed,
+# each step's log goes to <output folder>/gpu_check_logs/. Wall-clock budget: 560 s in all
+# (250 s with --quick); each step also has its own cap. Exit status: 0 when every step passed,
 # 1 when a test or benchmark failed, timed out or printed no RESULT line, 2 on bad arguments.
 # Python: $PYTHON, else .venv/bin/python, else python3.
 set -u -o pipefail
@@ -63,7 +64,7 @@ if [ "${DEVICE%%:*}" = cuda ] && ! "$PY" -c "$HAS_CUDA"; then
 fi
 
 QFLAG=()
-if [ "$QUICK" = 1 ]; then BUDGET=170; QFLAG=(--quick); else BUDGET=450; fi
+if [ "$QUICK" = 1 ]; then BUDGET=250; QFLAG=(--quick); else BUDGET=560; fi
 START=$SECONDS
 echo "gpu_check: device $DEVICE, quick $QUICK, budget ${BUDGET}s, python $PY, logs $LOGS"
 
@@ -121,6 +122,10 @@ run_step reward "$(cap 40 90)" "$PY" benchmarks/reward.py --device "$DEVICE" "${
 run_step learned_accuracy "$(cap 60 90)" "$PY" benchmarks/learned_accuracy.py --device "$DEVICE" \
   "${QFLAG[@]}"
 run_step gate_sweep "$(cap 30 100)" "$PY" benchmarks/gate_sweep.py --device "$DEVICE" "${QFLAG[@]}"
+# launches / syncs / OpenCV calls per batch (B = 1 and 8 clips) and frames/s of the background
+# metric for B = 8 clips of 16 frames at 640x384 (issue 21)
+run_step batching "$(cap 90 200)" "$PY" benchmarks/batching.py --device "$DEVICE" "${QFLAG[@]}" \
+  --fps
 
 "$PY" - "$STEPS" "$LOGS" "$OUT_FILE" "$DEVICE" "$QUICK" "$((SECONDS - START))" <<'EOF'
 """Collect the RESULT lines of every step into one JSON, print a summary, exit 1 on a failure."""
@@ -139,6 +144,7 @@ KEYS = {  # figures shown in the summary (those present)
     "reward": ["ratio_vs_reference", "videos_per_s", "cuda_videos_per_s"],
     "gate_sweep": ["statistic", "rule_accuracy"],
     "learned_accuracy": ["skipped"],
+    "batching": ["frames_per_s", "ops_growth"],
 }
 
 
@@ -210,6 +216,18 @@ def targets(steps: dict) -> list:
                      f"{p.get('long_side', '?')} on {p.get('device', 'its default device')} "
                      f"(GPU target >= 1000 at 640x384: "
                      f"{judge(p['fps'] >= 1000) if at_640 else 'not at 640 px'})")
+    b = (steps.get("batching") or {}).get("result") or {}
+    if "frames_per_s" in b:
+        setting = b.get("fps_setting", {})
+        at_640 = setting.get("size") == [384, 640] and setting.get("clips") == 8
+        lines.append(f"background metric, batches of {setting.get('clips')} clips x "
+                     f"{setting.get('frames')} frames at {setting.get('size')}: "
+                     f"{b['frames_per_s']:.1f} frames/s (GPU target >= 1000 at 640x384: "
+                     f"{judge(b['frames_per_s'] >= 1000) if at_640 else 'not at 640x384'})")
+    met = b.get("targets_met") or {}
+    if met:
+        lines.append("batching targets (counted on " + device + "): " + ", ".join(
+            f"{k} {'met' if v else 'not met'}" for k, v in met.items()))
     return lines
 
 

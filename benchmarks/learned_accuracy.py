@@ -32,10 +32,11 @@ from geocon_torch.geometry.residuals import sampson_distance
 from geocon_torch.synth import grounded_clip
 from geocon_torch.synth.textures import make_texture
 
-BACKENDS = ("opencv-sift", "kornia-sift", "xfeat", "xfeat-lighterglue", "aliked-lightglue",
+BACKENDS = ("opencv-sift", "kornia-sift", "torch-sift", "xfeat", "xfeat-lighterglue", "aliked-lightglue",
             "disk-lightglue")
 #: descriptor matching per extractor backend: (Lowe ratio, mutual); XFeat: plain mutual NN
-MATCHING = {"opencv-sift": (0.75, False), "kornia-sift": (0.75, False), "xfeat": (1.0, True)}
+MATCHING = {"opencv-sift": (0.75, False), "kornia-sift": (0.75, False), "torch-sift": (0.75, False),
+            "xfeat": (1.0, True)}
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 
 #: fixed test homographies (x2 ~ H x1) for a W x H = 512 x 384 texture
@@ -177,6 +178,8 @@ def main() -> None:
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--size", default="384x512", help="HxW of the texture warps")
     ap.add_argument("--no-graf", dest="graf", action="store_false", help="leave graf 1->3 out")
+    ap.add_argument("--graf", dest="graf", action="store_true",
+                    help="include graf 1->3 (the default without --quick)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     if "--quick" in sys.argv[1:]:
         ap.set_defaults(**QUICK)

@@ -49,9 +49,9 @@ from .presets import PRESET_NAMES, get_preset
 
 # ---------------------------------------------------------------------------------------------
 # allowed option strings (the single source; other modules import these)
-FEATURE_BACKEND_CHOICES = ("auto", "kornia-sift", "opencv-sift", "lk-tracks", "disk", "loftr",
-                           "lightglue", "xfeat", "aliked", "xfeat-lighterglue", "aliked-lightglue",
-                           "disk-lightglue")
+FEATURE_BACKEND_CHOICES = ("auto", "kornia-sift", "opencv-sift", "torch-sift", "lk-tracks", "disk",
+                           "loftr", "lightglue", "xfeat", "aliked", "xfeat-lighterglue",
+                           "aliked-lightglue", "disk-lightglue")
 SCALE_MODE_CHOICES = ("auto", "pyramid", "scale_space")
 LK_BACKEND_CHOICES = ("auto", "torch", "opencv")
 RANSAC_SCORING_CHOICES = ("msac", "ransac")
@@ -512,8 +512,10 @@ class GateConfig(_Section):
     parallax_pairs: str = _choice("first_last", PARALLAX_PAIRS_CHOICES)  # weight-free gate pairs
     # the weight-free gate's own view (gate.view): its gate pairs are matched by view_backend at
     # view_long_side (capped by the source), whatever features.backend / io.long_side score the
-    # clip, so the regime does not change with them; "same": the scoring backend and resolution
-    view_backend: str = _choice("opencv-sift", FEATURE_BACKEND_CHOICES + ("same",))
+    # clip, so the regime does not change with them; "same": the scoring backend and resolution;
+    # "auto": torch-sift when the features backend is torch-sift (the CUDA default: the view stays
+    # on the device), else opencv-sift
+    view_backend: str = _choice("auto", FEATURE_BACKEND_CHOICES + ("same",))
     view_long_side: Optional[int] = _int(512, 16, null=True)  # px; None: the working side
     view_max_keypoints: int = _int(2000, 1)
     view_contrast_threshold: float = _num(0.01, 0)  # opencv-sift's: weakly textured clips too

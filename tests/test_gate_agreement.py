@@ -97,9 +97,11 @@ def _decisions(cat, opts, settings):
 
 @pytest.mark.parametrize("cat,opts", [("C2", {"motion": "pan"}), ("C3", {"motion": "truck"})])
 def test_backends_and_sizes_agree_on_grounded_clips(cat, opts):
-    """opencv-sift at 256 and 512 px and kornia-sift at 256 px (both axes, kept fast): one
-    decision, the category's regime."""
-    dec = _decisions(cat, opts, [("opencv-sift", 256), ("opencv-sift", 512), ("kornia-sift", 256)])
+    """opencv-sift at 256 and 512 px, kornia-sift and torch-sift (the CUDA default, whose gate
+    view is torch-sift too) at 256 px (both axes, kept fast): one decision, the category's
+    regime."""
+    dec = _decisions(cat, opts, [("opencv-sift", 256), ("opencv-sift", 512), ("kornia-sift", 256),
+                                 ("torch-sift", 256)])
     assert set(dec.values()) == {EXPECTED_REGIME[cat]}, dec
 
 

@@ -4,8 +4,11 @@ Backends (``get_extractor(name, max_keypoints=2000, device=None, checkpoint=None
 returns padded :class:`~geocon_torch.types.Keypoints` ``xy (T, N, 2)`` px, ``descriptors
 (T, N, D)``, ``scores (T, N)``, ``mask (T, N)``):
 
-* ``kornia-sift`` (default on CUDA): kornia's scale-space SIFT, RootSIFT descriptors, batched
-  over frames (chunks bound memory), no weights;
+* ``torch-sift`` (default on CUDA): batched SIFT in torch with a fixed number of ops and two
+  host syncs per call whatever the number of frames (``topk`` instead of ``nonzero``, fixed-step
+  refinement, RootSIFT descriptors), no weights;
+* ``kornia-sift``: kornia's scale-space SIFT, RootSIFT descriptors, batched over frames (chunks
+  bound memory; its op and sync counts grow with the frames), no weights;
 * ``opencv-sift`` (default on CPU; the parity backend of the WorldAtlas / GVGC protocols):
   ``cv2.SIFT_create(nfeatures=max_keypoints)`` per frame;
 * ``disk``: kornia DISK from a local checkpoint only;
@@ -38,10 +41,11 @@ from .lk import lk_tracks, min_eigenvalue_map, shi_tomasi
 from .matching import match_descriptors, ratio_match
 from .multiscale import extract_correspondences, to_working_pixels
 from .opencv_sift import OpenCVSIFT
+from .torch_sift import TorchSIFT
 
 __all__ = [
     "FeatureExtractor", "get_extractor", "available_extractors", "register_extractor",
-    "compact_keypoints", "KorniaSIFT", "OpenCVSIFT", "DiskExtractor", "LoFTRMatcher",
+    "compact_keypoints", "KorniaSIFT", "TorchSIFT", "OpenCVSIFT", "DiskExtractor", "LoFTRMatcher",
     "LightGlueMatcher", "get_matcher", "load_checkpoint", "lk_tracks", "shi_tomasi",
     "min_eigenvalue_map", "match_descriptors", "ratio_match", "extract_correspondences",
     "to_working_pixels",

@@ -70,12 +70,17 @@ def resolve_device(device: DeviceLike) -> torch.device:
     return torch.device(device)
 
 
+#: what "auto" picks: torch-sift on CUDA (batched, a fixed op count and two host syncs per call;
+#: chosen by benchmarks/learned_accuracy.py, see benchmarks/README.md), opencv-sift on the CPU
+AUTO_BACKENDS = {"cuda": "torch-sift", "cpu": "opencv-sift"}
+
+
 def resolve_backend(name: str, device: DeviceLike = None) -> str:
-    """The backend ``name`` stands for: "auto" is kornia-sift on CUDA and opencv-sift on the CPU
+    """The backend ``name`` stands for: "auto" is torch-sift on CUDA and opencv-sift on the CPU
     (``device`` None: CUDA when available); any other name is itself."""
     if name != "auto":
         return name
-    return "kornia-sift" if resolve_device(device).type == "cuda" else "opencv-sift"
+    return AUTO_BACKENDS["cuda" if resolve_device(device).type == "cuda" else "cpu"]
 
 
 def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: DeviceLike = None,
@@ -83,8 +88,8 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
     """Build a feature extractor.
 
     Args:
-        name: "auto" (kornia-sift on CUDA, opencv-sift on CPU), "kornia-sift", "opencv-sift" or
-            "disk" (learned; needs ``checkpoint``).
+        name: "auto" (torch-sift on CUDA, opencv-sift on CPU), "torch-sift", "kornia-sift",
+            "opencv-sift", "xfeat", "aliked" or "disk" (learned; needs ``checkpoint``).
         max_keypoints: keypoints kept per frame (strongest first).
         device: where the backend runs (None: CUDA if available). opencv-sift always computes on
             the CPU and returns tensors on the input's device.

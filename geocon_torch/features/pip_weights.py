@@ -89,7 +89,8 @@ def chunk_frames(h: int, w: int, device: torch.device) -> int:
 
 
 def cat_keypoints(parts: List[Keypoints]) -> Keypoints:
-    """Concatenate padded Keypoints of frame chunks along T (padding widths may differ)."""
+    """Concatenate padded Keypoints of frame chunks along T (padding widths may differ; the
+    ``extra`` fields of the first chunk, which every chunk has)."""
     n = max(int(k.xy.shape[1]) for k in parts)
 
     def pad(t: torch.Tensor) -> torch.Tensor:
@@ -98,7 +99,8 @@ def cat_keypoints(parts: List[Keypoints]) -> Keypoints:
     return Keypoints(xy=torch.cat([pad(k.xy) for k in parts]),
                      descriptors=torch.cat([pad(k.descriptors) for k in parts]),
                      scores=torch.cat([pad(k.scores) for k in parts]),
-                     mask=torch.cat([pad(k.mask) for k in parts]))
+                     mask=torch.cat([pad(k.mask) for k in parts]),
+                     extra={e: torch.cat([pad(k.extra[e]) for k in parts]) for e in parts[0].extra})
 
 
 class _ChunkedExtractor:

@@ -2,11 +2,13 @@
 
 The paper's gate (DUSt3R on the first / last frames at its own input size) does not depend on
 the feature backend or the working resolution the clip is scored with. The weight-free gate
-does the same: the matches of its wide gate pairs come from ``gate.view_backend`` (opencv-sift,
-deterministic, CPU) at ``gate.view_long_side`` (512 px; the source's long side when that is
-smaller), with ``gate.view_max_keypoints`` keypoints (contrast threshold
+does the same: the matches of its wide gate pairs come from ``gate.view_backend`` at
+``gate.view_long_side`` (512 px; the source's long side when that is smaller), with ``gate.view_max_keypoints`` keypoints (contrast threshold
 ``gate.view_contrast_threshold`` = 0.01, a quarter of OpenCV's default, so weakly textured
-footage still gives the gate matches; the strongest keypoints are kept), at one scale. So the
+footage still gives the gate matches; the strongest keypoints are kept), at one scale.
+``view_backend = "auto"`` (the default) is opencv-sift (deterministic, CPU) unless the scoring
+backend is torch-sift (the CUDA default), whose view is torch-sift too: the CUDA default path
+then has no OpenCV step and no frame round trip to the host. So the
 regime a clip gets does not change when a user switches ``features.backend`` or
 ``io.long_side``: the statistic reads the same pixels with the same detector (measured by
 ``benchmarks/gate_sweep.py``).
@@ -33,11 +35,25 @@ import torch
 
 from ..config import FeatureConfig, GeoConConfig
 from ..errors import GeoConError
+from ..features.base import resolve_backend
 from ..features.multiscale import extract_correspondences, scaled_size, to_working_pixels
 from ..io.reader import read_clip
 from ..types import Clip, Correspondences
 
 SAME = "same"  # gate.view_backend: the scoring backend at the working resolution
+AUTO = "auto"  # gate.view_backend: DEVICE_VIEW when the scoring backend is it, else HOST_VIEW
+DEVICE_VIEW = "torch-sift"
+HOST_VIEW = "opencv-sift"
+
+
+def view_backend(config: GeoConConfig, device: Optional[torch.device] = None) -> str:
+    """The backend of the gate's view: ``gate.view_backend``, with "auto" resolved (torch-sift
+    when ``features.backend`` resolves to it on ``device``, else opencv-sift)."""
+    name = config.gate.view_backend
+    if name != AUTO:
+        return name
+    scoring = resolve_backend(config.features.backend, device)
+    return DEVICE_VIEW if scoring == DEVICE_VIEW else HOST_VIEW
 
 
 def view_long_side(clip: Clip, config: GeoConConfig) -> int:
@@ -50,13 +66,15 @@ def view_long_side(clip: Clip, config: GeoConConfig) -> int:
     return int(min(int(side), max(clip.source_size)))
 
 
-def view_features(config: GeoConConfig) -> FeatureConfig:
-    """The feature settings of the gate's view: its backend and keypoint budget at one scale;
-    matching rules (ratio, mutual) and the content margin as the scoring features."""
+def view_features(config: GeoConConfig, device: Optional[torch.device] = None
+                  ) -> FeatureConfig:
+    """The feature settings of the gate's view: its backend (:func:`view_backend`) and keypoint
+    budget at one scale; matching rules (ratio, mutual) and the content margin as the scoring
+    features."""
     g, f = config.gate, config.features
     if g.view_backend == SAME:
         return f
-    return FeatureConfig(backend=g.view_backend, max_keypoints=g.view_max_keypoints,
+    return FeatureConfig(backend=view_backend(config, device), max_keypoints=g.view_max_keypoints,
                          ratio=f.ratio, mutual=f.mutual, scales=(1.0,),
                          scale_mode="pyramid", content_margin_px=f.content_margin_px,
                          chunk_frames=f.chunk_frames,
@@ -77,7 +95,7 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
     if config.gate.view_backend == SAME:
         return None
     side, (h, w) = view_long_side(clip, config), clip.size
-    fcfg = view_features(config)
+    fcfg = view_features(config, device)
     info: Dict[str, Any] = {"backend": fcfg.backend, "source": "working frames"}
     if side > max(h, w):
         finer = _read_finer(clip, pairs, side, config)
@@ -133,5 +151,5 @@ def _read_finer(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
     return view, local.reshape(-1, 2)
 
 
-__all__ = ["SAME", "gate_view_correspondences", "view_features", "view_long_side",
-           "view_to_working", "working_to_view"]
+__all__ = ["AUTO", "SAME", "gate_view_correspondences", "view_backend", "view_features",
+           "view_long_side", "view_to_working", "working_to_view"]

@@ -31,6 +31,11 @@ from ..errors import ConfigError
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
 #: the calibration "default" falls back to when its backend has none shipped
 FALLBACK_BACKEND = "opencv-sift"
+#: backends that use another backend's shipped file, and why: torch-sift is the same detector
+#: family as kornia-sift (DoG on the doubled scale space, 6-sigma RootSIFT patches, ratio 0.75)
+#: and matches at least as accurately (benchmarks/README.md, learned_accuracy.py), so the bounds
+#: fitted for kornia-sift apply; a file of its own, when shipped, wins
+SHARED_CALIBRATION = {"torch-sift": "kornia-sift"}
 FORMAT = "geocon-calibration/1"
 
 
@@ -70,8 +75,10 @@ class Calibration:
 
 
 def default_calibration_path(backend: Optional[str]) -> Tuple[str, Path]:
-    """(name, path) of the shipped calibration of ``backend`` (else the opencv-sift one)."""
-    for b in ((backend,) if backend else ()) + (FALLBACK_BACKEND,):
+    """(name, path) of the shipped calibration of ``backend`` (else the one it shares,
+    :data:`SHARED_CALIBRATION`, else the opencv-sift one)."""
+    own = (backend, SHARED_CALIBRATION.get(backend)) if backend else ()
+    for b in tuple(x for x in own if x) + (FALLBACK_BACKEND,):
         path = DEFAULT_DIR / f"{b}.json"
         if path.is_file():
             return f"default:{b}", path
@@ -147,5 +154,5 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-__all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "calibration_hash",
-           "default_calibration_path", "load_calibration", "pin_calibration"]
+__all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "SHARED_CALIBRATION",
+           "calibration_hash", "default_calibration_path", "load_calibration", "pin_calibration"]

@@ -1,0 +1,203 @@
+"""Launches, host syncs and OpenCV calls per batch of clips, counted on the CPU (issue 21).
+
+For B = 1 and B = 8 grounded clips (12 frames, 192x320, categories C1..C6 in turn) every path
+below runs once under :class:`benchmarks._dispatch_count.DispatchCounter` (every aten op = one
+kernel launch on CUDA; syncs = ``.item()``-style reads, data-dependent sizes and host copies) and
+:class:`~benchmarks._dispatch_count.OpenCVCounter`:
+
+* ``background``: ``BackgroundConsistency.update`` (the headline metric);
+* ``reward-<kind>``: ``geometric_reward`` of every kind of :data:`geocon_torch.rewards.KINDS`;
+* ``score_clips``: ``score_clips(preset="geocon")``.
+
+The features backend is forced to the one ``"auto"`` picks on CUDA (``--backend``), so the CUDA
+default path is what is counted although it runs on the CPU; the memory budgets that size chunks
+(matching, extraction) take their CUDA values (``--cpu-budgets`` keeps the CPU ones). Targets
+(background, B = 8): <= 25 000 ops, <= 100 syncs, ops_growth = ops(B=8) / ops(B=1) <= 1.5, no
+OpenCV call; every reward kind: ops_growth <= 1.5.
+
+``--fps``: also frames/s of ``BackgroundConsistency.update`` for B = 8 clips of 16 frames at
+640x384 on ``--device`` (the GPU target is >= 1000 frames/s on one H200-class GPU).
+
+Usage: ``python benchmarks/batching.py [--device cpu] [--quick] [--paths background,...] [--fps]``.
+``--quick``: B = 1 and 2 clips of 4 frames at 96x160, the background path only. The last line is
+``RESULT {json}``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
+from geocon_torch.categories import CATEGORIES  # noqa: E402
+from geocon_torch.features import matching, torch_sift  # noqa: E402
+from geocon_torch.features.base import resolve_backend  # noqa: E402
+from geocon_torch.metrics import BackgroundConsistency  # noqa: E402
+from geocon_torch.pipeline import score_clips  # noqa: E402
+from geocon_torch.rewards import KINDS, geometric_reward  # noqa: E402
+from geocon_torch.synth import grounded_clip  # noqa: E402
+
+PATHS = ("background",) + tuple(f"reward-{k}" for k in KINDS) + ("score_clips",)
+QUICK = {"clips": "1,2", "frames": 4, "size": "96x160", "paths": "background"}
+TARGETS = {"background_ops": 25000, "background_syncs": 100, "ops_growth": 1.5,
+           "background_opencv": 0}
+
+
+def grounded_batch(b: int, frames: int, size: tuple, device: str) -> torch.Tensor:
+    """(b, frames, 3, H, W) uint8: grounded clips of categories C1..C6 in turn (seed = index)."""
+    clips = [grounded_clip(CATEGORIES[k % len(CATEGORIES)], num_frames=frames, size=size,
+                           seed=k).frames for k in range(b)]
+    return torch.stack(clips).to(device)
+
+
+def runner(path: str, config: Dict[str, Any]) -> Callable[[torch.Tensor], Any]:
+    """The call of ``path`` on a (B, T, C, H, W) batch."""
+    if path == "background":
+        return lambda v: BackgroundConsistency(config=config).update(v)
+    if path.startswith("reward-"):
+        kind = path[len("reward-"):]
+        return lambda v: geometric_reward(v, kind=kind, config=config)
+    if path == "score_clips":
+        return lambda v: score_clips(v, config=config, preset="geocon")
+    raise SystemExit(f"unknown path {path!r}; choose from {PATHS}")
+
+
+@contextlib.contextmanager
+def cuda_budgets(enabled: bool):
+    """Chunk budgets at their CUDA values while counting on the CPU (so chunking is counted as
+    the CUDA run would do it)."""
+    budgets = (matching.CHUNK_DISTANCES, torch_sift.CHUNK_SAMPLES)
+    saved = [dict(b) for b in budgets]
+    if enabled:
+        for b in budgets:
+            b["cpu"] = b["default"]
+    try:
+        yield
+    finally:
+        for b, old in zip(budgets, saved):
+            b.clear()
+            b.update(old)
+
+
+def count(fn: Callable[[], Any]) -> Dict[str, Any]:
+    """ops / syncs / OpenCV calls of one call of ``fn`` (plus wall seconds, counting included)."""
+    t0 = time.perf_counter()
+    with DispatchCounter() as ops, OpenCVCounter() as cv:
+        fn()
+    out = ops.summary()
+    out.update(opencv=cv.calls, opencv_sites=dict(cv.by_name.most_common(6)),
+               seconds=round(time.perf_counter() - t0, 2))
+    return out
+
+
+def frames_per_s(config: Dict[str, Any], device: str, b: int, t: int, size: tuple,
+                 repeats: int) -> float:
+    """frames/s of BackgroundConsistency.update on (b, t, 3, H, W) grounded clips (best of
+    ``repeats`` after one warm-up)."""
+    videos = grounded_batch(b, t, size, device)
+    fn = runner("background", config)
+    fn(videos)  # warm-up: kernels, caches
+    best = float("inf")
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(videos)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return b * t / best
+
+
+def judge(rows: Dict[str, Dict[int, Dict[str, Any]]], bmax: int) -> Dict[str, Any]:
+    """ops_growth per path and the targets' verdicts."""
+    growth = {p: round(r[bmax]["ops"] / max(1, r[min(r)]["ops"]), 3) for p, r in rows.items()
+              if bmax in r}
+    verdict: Dict[str, Any] = {}
+    bg = rows.get("background", {}).get(bmax)
+    if bg is not None:
+        verdict["background_ops"] = bg["ops"] <= TARGETS["background_ops"]
+        verdict["background_syncs"] = bg["syncs"] <= TARGETS["background_syncs"]
+        verdict["background_opencv"] = bg["opencv"] <= TARGETS["background_opencv"]
+        verdict["background_growth"] = growth["background"] <= TARGETS["ops_growth"]
+    for p in rows:
+        if p.startswith("reward-") and p in growth:
+            verdict[f"{p}_growth"] = growth[p] <= TARGETS["ops_growth"]
+    return {"ops_growth": growth, "targets_met": verdict}
+
+
+def main(argv: List[str] = None) -> Dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", help="device of the clip tensors (default cpu)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + json.dumps(QUICK))
+    ap.add_argument("--clips", default="1,8", help="batch sizes B, comma-separated")
+    ap.add_argument("--frames", type=int, default=12)
+    ap.add_argument("--size", default="192x320", help="HxW of the grounded clips")
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--backend", default=resolve_backend("auto", "cuda"),
+                    help="features.backend (default: what 'auto' picks on CUDA)")
+    ap.add_argument("--cpu-budgets", action="store_true",
+                    help="keep the CPU chunk budgets (default: the CUDA ones)")
+    ap.add_argument("--fps", action="store_true",
+                    help="also frames/s of the background metric, B=8 x 16 frames at 640x384")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    argv = sys.argv[1:] if argv is None else argv
+    if "--quick" in argv:
+        ap.set_defaults(**QUICK)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    size = tuple(int(v) for v in args.size.lower().split("x"))
+    sizes = sorted(int(b) for b in args.clips.split(","))
+    config = {"features": {"backend": args.backend}}
+    rows: Dict[str, Dict[int, Dict[str, Any]]] = {}
+    with cuda_budgets(not args.cpu_budgets and args.device == "cpu"):
+        for path in args.paths.split(","):
+            fn = runner(path, config)
+            rows[path] = {}
+            for b in sizes:
+                videos = grounded_batch(b, args.frames, size, args.device)
+                rows[path][b] = count(lambda: fn(videos))
+                r = rows[path][b]
+                print(f"  {path:<22} B={b:<3} ops {r['ops']:>8}  syncs {r['syncs']:>6} "
+                      f"(scalar {r['scalar']}, data-dep {r['data_dependent']}, transfer "
+                      f"{r['transfer']})  opencv {r['opencv']:>5}  {r['seconds']:.1f}s", flush=True)
+    verdicts = judge(rows, sizes[-1])
+    print(f"\nbackend {args.backend}, device {args.device}, {args.frames} frames "
+          f"{size[0]}x{size[1]}")
+    print(f"{'path':<22}" + "".join(f"{'B=' + str(b):>26}" for b in sizes) + f"{'ops_growth':>12}")
+    for path, by_b in rows.items():
+        cells = "".join(f"{by_b[b]['ops']:>9} ops {by_b[b]['syncs']:>5} sy "
+                        f"{by_b[b]['opencv']:>3} cv" for b in sizes)
+        print(f"{path:<22}{cells}{verdicts['ops_growth'].get(path, float('nan')):>12.2f}")
+    result = {"benchmark": "batching", "device": args.device, "backend": args.backend,
+              "quick": args.quick, "frames": args.frames, "size": list(size), "clips": sizes,
+              "cuda_budgets": not args.cpu_budgets and args.device == "cpu",
+              "paths": {p: {str(b): {k: r[k] for k in ("ops", "syncs", "scalar", "data_dependent",
+                                                       "transfer", "opencv")}
+                            for b, r in by_b.items()} for p, by_b in rows.items()},
+              **verdicts}
+    if args.fps:
+        fps_size = (96, 160) if args.quick else (384, 640)
+        result["frames_per_s"] = round(frames_per_s(config, args.device, 8 if not args.quick else 2,
+                                                    16 if not args.quick else 4, fps_size,
+                                                    1 if args.quick else 2), 2)
+        result["fps_setting"] = {"clips": 8, "frames": 16, "size": list(fps_size)} \
+            if not args.quick else {"clips": 2, "frames": 4, "size": list(fps_size)}
+        print(f"frames/s (background metric): {result['frames_per_s']} "
+              f"{result['fps_setting']} on {args.device}")
+    print("RESULT " + json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""Fixed-size DoG scale-space detection for a batch of frames (no data-dependent shapes).
+
+The Gaussian pyramid of Lowe's SIFT (the frame doubled, camera sigma 0.5 -> 1.0, six Gaussian
+images per octave at sigma 1.6 * 2^(i/3) octave px, three DoG intervals; the next octave
+decimates level 3), then per octave: 3x3x3 DoG extrema above a pre-threshold, the ``k``
+strongest per frame by ``topk`` (never ``nonzero``), a fixed number of quadratic refinement steps
+(OpenCV's rule: move to the neighbour while an offset exceeds 0.5), OpenCV's contrast and edge
+(principal curvature ratio) tests. Every step is a fixed sequence of batched tensor ops whose
+count depends on the frame size (octaves), not on the number of frames or detections.
+
+Conventions: a pixel of octave ``o`` is ``0.5 * 2**o`` original px (octave 0 is the doubled
+frame, its pixel 2i is original pixel i); positions are original px with pixel centres at
+integers; ``sigma`` is the detection scale in original px.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import torch
+import torch.nn.functional as F
+
+INTERVALS = 3  # DoG intervals per octave (Lowe, OpenCV)
+SIGMA0 = 1.6
+BORDER = 5  # octave px kept clear of extrema (OpenCV's SIFT_IMG_BORDER)
+REFINE_STEPS = 5  # OpenCV's SIFT_MAX_INTERP_STEPS
+MIN_OCTAVE_SIDE = 2 * BORDER + 3
+
+
+@dataclass
+class Detections:
+    """Per-frame candidates of one or all octaves, (B, K) each.
+
+    Attributes:
+        xy: (B, K, 2) original px; sigma: (B, K) original px; response: (B, K) |refined DoG|;
+        octave, level: (B, K) long (Gaussian level 1..3 of the detection); oct_xy: (B, K, 2)
+        position in octave px; valid: (B, K) bool.
+    """
+
+    xy: torch.Tensor
+    sigma: torch.Tensor
+    response: torch.Tensor
+    octave: torch.Tensor
+    level: torch.Tensor
+    oct_xy: torch.Tensor
+    valid: torch.Tensor
+
+    def take(self, idx: torch.Tensor) -> "Detections":
+        """Entries ``idx (B, K')`` of every field."""
+        def g(t: torch.Tensor) -> torch.Tensor:
+            return t.gather(1, idx if t.ndim == 2 else idx[..., None].expand(-1, -1, t.shape[-1]))
+
+        return Detections(*(g(getattr(self, f)) for f in self.__dataclass_fields__))
+
+    @staticmethod
+    def cat(parts: List["Detections"]) -> "Detections":
+        return Detections(*(torch.cat([getattr(p, f) for p in parts], 1)
+                            for f in Detections.__dataclass_fields__))
+
+
+def _kernels(dtype: torch.dtype, device: torch.device) -> List[torch.Tensor]:
+    """1-D Gaussian kernels of the initial blur and the five incremental blurs."""
+    k = 2.0 ** (1.0 / INTERVALS)
+    sigmas = [math.sqrt(SIGMA0 ** 2 - 1.0)]
+    sigmas += [SIGMA0 * k ** i * math.sqrt(k * k - 1.0) for i in range(INTERVALS + 2)]
+    out = []
+    for s in sigmas:
+        r = int(4.0 * s + 0.5)
+        x = torch.arange(-r, r + 1, dtype=torch.float64)
+        g = torch.exp(-0.5 * (x / s) ** 2)
+        out.append((g / g.sum()).to(device=device, dtype=dtype))
+    return out
+
+
+def _blur(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Separable Gaussian of ``x (B, 1, H, W)``, reflected borders (replicated when too small)."""
+    r = kernel.numel() // 2
+    mode = "reflect" if min(x.shape[-2:]) > r else "replicate"
+    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode=mode), kernel.view(1, 1, 1, -1))
+    return F.conv2d(F.pad(x, (0, 0, r, r), mode=mode), kernel.view(1, 1, -1, 1))
+
+
+def gaussian_pyramid(gray: torch.Tensor) -> List[torch.Tensor]:
+    """Gaussian octaves of ``gray (B, 1, H, W)``: a list of (B, 6, H_o, W_o), octave 0 at twice
+    the frame size; octaves stop before a side would drop below ``MIN_OCTAVE_SIDE``."""
+    h, w = gray.shape[-2:]
+    x = F.interpolate(gray, size=(2 * h - 1, 2 * w - 1), mode="bilinear", align_corners=True)
+    x = F.pad(x, (0, 1, 0, 1), mode="replicate")
+    ks = _kernels(gray.dtype, gray.device)
+    first = _blur(x, ks[0])
+    octaves = []
+    while True:
+        levels = [first]
+        for k in ks[1:]:
+            levels.append(_blur(levels[-1], k))
+        octaves.append(torch.cat(levels, 1))
+        hh, ww = first.shape[-2:]
+        if min(hh // 2, ww // 2) < MIN_OCTAVE_SIDE:
+            return octaves
+        first = levels[INTERVALS][..., : 2 * (hh // 2): 2, : 2 * (ww // 2): 2]
+
+
+def _max3x3(x: torch.Tensor) -> torch.Tensor:
+    """3x3 maximum filter of ``x (..., H, W)`` (borders replicated) by shifted maxima: faster
+    than ``max_pool2d`` on the CPU, and a fixed handful of ops."""
+    p = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    r = torch.maximum(torch.maximum(p[..., :-2], p[..., 1:-1]), p[..., 2:])
+    return torch.maximum(torch.maximum(r[..., :-2, :], r[..., 1:-1, :]), r[..., 2:, :])
+
+
+def _extrema_scores(dog: torch.Tensor, threshold: float) -> torch.Tensor:
+    """(B, 3, H, W) |DoG| at 3x3x3 extrema of levels 1..3 above ``threshold`` (0 elsewhere)."""
+    _, _, h, w = dog.shape
+    mx, mn = _max3x3(dog), -_max3x3(-dog)
+    top = INTERVALS + 1
+    mx = torch.maximum(torch.maximum(mx[:, :top - 1], mx[:, 1:top]), mx[:, 2:top + 1])
+    mn = torch.minimum(torch.minimum(mn[:, :top - 1], mn[:, 1:top]), mn[:, 2:top + 1])
+    inner = dog[:, 1:top]
+    ext = (inner == mx) | (inner == mn)
+    ext &= inner.abs() > threshold
+    ys = torch.arange(h, device=dog.device)
+    xs = torch.arange(w, device=dog.device)
+    inside = ((ys >= BORDER) & (ys < h - BORDER))[:, None] & ((xs >= BORDER) & (xs < w - BORDER))
+    return torch.where(ext & inside, inner.abs(), torch.zeros_like(inner))
+
+
+def _stencil() -> torch.Tensor:
+    """(27, 10) finite-difference weights on a 3x3x3 neighbourhood (flattened [s, y, x]) giving
+    v, dx, dy, ds, dxx, dyy, dss, dxy, dxs, dys (central differences)."""
+    w = torch.zeros(3, 3, 3, 10, dtype=torch.float64)
+    w[1, 1, 1, 0] = 1
+    for col, (ds, dy, dx) in ((1, (0, 0, 1)), (2, (0, 1, 0)), (3, (1, 0, 0))):
+        w[1 + ds, 1 + dy, 1 + dx, col] += 0.5
+        w[1 - ds, 1 - dy, 1 - dx, col] -= 0.5
+        w[1 + ds, 1 + dy, 1 + dx, col + 3] += 1
+        w[1 - ds, 1 - dy, 1 - dx, col + 3] += 1
+        w[1, 1, 1, col + 3] -= 2
+    for col, (a, b) in ((7, (2, 1)), (8, (2, 0)), (9, (1, 0))):  # (x, y), (x, s), (y, s)
+        for sa in (-1, 1):
+            for sb in (-1, 1):
+                idx = [1, 1, 1]
+                idx[a] += sa
+                idx[b] += sb
+                w[idx[0], idx[1], idx[2], col] += 0.25 * sa * sb
+    return w.reshape(27, 10)
+
+
+_STENCIL = _stencil()
+_DS, _DY, _DX = (torch.tensor([-1, 0, 1]).repeat_interleave(r).repeat(9 // r) for r in (9, 3, 1))
+_HESS = torch.tensor([4, 7, 8, 7, 5, 9, 8, 9, 6])  # (3, 3) Hessian from the 10 derivatives
+# adjugate of a 3x3 matrix (flattened row-major): cof = a[P] * a[Q] - a[R] * a[S]
+_P, _Q = torch.tensor([4, 2, 1, 5, 0, 2, 3, 1, 0]), torch.tensor([8, 7, 5, 6, 8, 3, 7, 6, 4])
+_R, _S = torch.tensor([5, 1, 2, 3, 2, 0, 4, 0, 1]), torch.tensor([7, 8, 4, 8, 6, 5, 6, 7, 3])
+
+
+@dataclass
+class DoGStack:
+    """The DoG octaves of a batch flattened into one buffer (for one gather over all octaves).
+
+    Attributes:
+        flat: (sum_o B * 5 * H_o * W_o,) values; base, height, width: (O,) long per octave.
+    """
+
+    flat: torch.Tensor
+    base: torch.Tensor
+    height: torch.Tensor
+    width: torch.Tensor
+
+    def neighbours(self, o: torch.Tensor) -> torch.Tensor:
+        """(..., 27) flat offsets of the 3x3x3 neighbourhood ([s, y, x] order) in octave ``o``."""
+        h, w = self.height[o][..., None], self.width[o][..., None]
+        return _DS.to(h.device) * (h * w) + _DY.to(h.device) * w + _DX.to(h.device)
+
+    def derivatives(self, o: torch.Tensor, off: torch.Tensor, b: torch.Tensor, s: torch.Tensor,
+                    y: torch.Tensor, x: torch.Tensor
+                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Value (...), gradient (..., 3) and Hessian (..., 3, 3) (order x, y, s) at integer
+        positions of octave ``o`` (``off``: :meth:`neighbours` of ``o``)."""
+        h, w = self.height[o], self.width[o]
+        centre = self.base[o] + ((b * 5 + s) * h + y) * w + x
+        d = self.flat[centre[..., None] + off] @ _STENCIL.to(self.flat)
+        hess = d.index_select(-1, _HESS.to(d.device)).unflatten(-1, (3, 3))
+        return d[..., 0], d[..., 1:4], hess
+
+
+def _solve3(hess: torch.Tensor, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(-H^-1 g (..., 3), ok (...)) by the adjugate (no LAPACK call, no host sync); ok False
+    where H is singular."""
+    a = hess.flatten(-2)
+    dev = a.device
+    cof = (a.index_select(-1, _P.to(dev)) * a.index_select(-1, _Q.to(dev))
+           - a.index_select(-1, _R.to(dev)) * a.index_select(-1, _S.to(dev)))
+    det = (a[..., :3] * cof[..., 0::3]).sum(-1)
+    ok = det.abs() > 1e-12
+    safe = torch.where(ok, det, torch.ones_like(det))
+    return -(cof.unflatten(-1, (3, 3)) @ g[..., None])[..., 0] / safe[..., None], ok
+
+
+def octave_candidates(gauss: torch.Tensor, k: int, threshold: float
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                 torch.Tensor]:
+    """DoG ``(B, 5, H, W)`` of one octave and its ``k`` strongest extrema per frame as
+    (score, s, y, x) (B, k) each (score 0: no extremum, position clamped inside)."""
+    b, _, h, w = gauss.shape
+    dog = gauss[:, 1:] - gauss[:, :-1]
+    score = _extrema_scores(dog, threshold).reshape(b, -1)
+    top, idx = score.topk(min(k, score.shape[1]), dim=1)
+    s = torch.div(idx, h * w, rounding_mode="floor") + 1
+    y = torch.div(idx % (h * w), w, rounding_mode="floor").clamp(BORDER, h - 1 - BORDER)
+    x = (idx % w).clamp(BORDER, w - 1 - BORDER)
+    return dog, top, s, y, x
+
+
+def detect(octaves: List[torch.Tensor], k: int, threshold: float, contrast: float,
+           edge_ratio: float) -> Detections:
+    """The ``k`` strongest extrema per frame of every octave (B, O * k), refined together."""
+    parts = [octave_candidates(g, k, threshold) for g in octaves]
+    dev = octaves[0].device
+    sizes = [p[0].numel() for p in parts]
+    stack = DoGStack(torch.cat([p[0].reshape(-1) for p in parts]),
+                     torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], device=dev),
+                     torch.tensor([g.shape[-2] for g in octaves], device=dev),
+                     torch.tensor([g.shape[-1] for g in octaves], device=dev))
+    top, s, y, x = (torch.cat([p[i] for p in parts], 1) for i in range(1, 5))
+    o = torch.cat([torch.full_like(p[1], i, dtype=torch.long) for i, p in enumerate(parts)], 1)
+    bi = torch.arange(top.shape[0], device=dev)[:, None].expand_as(o)
+    xmax, ymax = stack.width[o] - 1 - BORDER, stack.height[o] - 1 - BORDER
+    off_n = stack.neighbours(o)
+    done = torch.zeros_like(top, dtype=torch.bool)
+    for _ in range(REFINE_STEPS):  # fixed count: a converged point stops moving
+        _, g, hess = stack.derivatives(o, off_n, bi, s, y, x)
+        off, ok = _solve3(hess, g)
+        done = done | (ok & (off.abs() < 0.5).all(-1))
+        step = torch.where(done[..., None], torch.zeros_like(off), off.round()).long()
+        x = torch.minimum((x + step[..., 0]).clamp_min(BORDER), xmax)
+        y = torch.minimum((y + step[..., 1]).clamp_min(BORDER), ymax)
+        s = (s + step[..., 2]).clamp(1, INTERVALS)
+    v, g, hess = stack.derivatives(o, off_n, bi, s, y, x)
+    off, ok = _solve3(hess, g)
+    ok = ok & done & (off.abs() < 1.0).all(-1)
+    off = torch.where(ok[..., None], off.clamp(-0.5, 0.5), torch.zeros_like(off))
+    resp = (v + 0.5 * (g * off).sum(-1)).abs()
+    tr = hess[..., 0, 0] + hess[..., 1, 1]
+    det = hess[..., 0, 0] * hess[..., 1, 1] - hess[..., 0, 1] ** 2
+    ok = ok & (top > 0) & (resp >= contrast) & (det > 0) & \
+        (tr * tr * edge_ratio < (edge_ratio + 1) ** 2 * det)
+    pix = 0.5 * torch.pow(2.0, o.to(off.dtype))
+    oct_xy = torch.stack([x + off[..., 0], y + off[..., 1]], -1)
+    sigma = SIGMA0 * torch.pow(2.0, (s.to(off.dtype) + off[..., 2]) / INTERVALS) * pix
+    return Detections(xy=oct_xy * pix[..., None], sigma=sigma,
+                      response=torch.where(ok, resp, torch.full_like(resp, -1.0)), octave=o,
+                      level=s, oct_xy=oct_xy, valid=ok)
+
+
+__all__ = ["Detections", "gaussian_pyramid", "detect", "INTERVALS"]

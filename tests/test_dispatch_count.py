@@ -1,0 +1,79 @@
+"""benchmarks/_dispatch_count.py: the op / sync / OpenCV counters of benchmarks/batching.py count
+known sequences exactly."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import batching  # noqa: E402
+from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
+
+
+def test_item_is_one_op_and_one_sync():
+    x = torch.arange(6.0)
+    with DispatchCounter() as c:
+        x.sum().item()
+    assert (c.ops, c.syncs, c.scalar) == (2, 1, 1)
+    assert c.by_op == {"aten.sum": 1, "aten._local_scalar_dense": 1}
+
+
+def test_each_kind_of_sync_is_counted():
+    x = torch.arange(6.0)
+    with DispatchCounter() as c:
+        y = x * 2                # 1 op, no sync
+        bool(y.max() > 3)        # max, gt, _local_scalar_dense: 3 ops, 1 scalar sync
+        x[x > 2]                 # gt + boolean-mask index: 2 ops, 1 data-dependent sync
+        torch.nonzero(x)         # 1 op, 1 data-dependent sync
+        x.tolist()               # no op, 1 transfer
+        x.cpu()                  # no op, 1 transfer
+    assert (c.scalar, c.data_dependent, c.transfer, c.syncs) == (1, 2, 2, 5)
+    assert c.ops == 7
+    # the wrapped Tensor methods are restored on exit
+    with DispatchCounter() as d:
+        pass
+    x.tolist()
+    assert d.transfer == 0
+
+
+def test_topk_and_integer_index_do_not_sync():
+    x = torch.rand(4, 10, generator=torch.Generator().manual_seed(0))
+    with DispatchCounter() as c:
+        idx = x.topk(3, dim=1).indices
+        x.gather(1, idx)
+        x[:, torch.tensor([0, 2])]
+    assert c.syncs == 0 and c.ops >= 3
+
+
+def test_opencv_calls_and_object_methods_are_counted():
+    cv2 = pytest.importorskip("cv2")
+    img = np.zeros((16, 16), np.uint8)
+    with OpenCVCounter() as cv:
+        cv2.resize(img, (8, 8))
+        sift = cv2.SIFT_create(10)       # factory: 1 call, the object is proxied
+        sift.detectAndCompute(img, None)  # method: 1 call
+        try:
+            cv2.resize(None, (0, 0))
+        except cv2.error:                # exception classes stay usable
+            pass
+    assert cv.calls == 4
+    assert cv.by_name["resize"] == 2 and cv.by_name["SIFT_create.detectAndCompute"] == 1
+    assert cv2.resize is not None and type(cv2.resize).__name__ == "builtin_function_or_method"
+
+
+@pytest.mark.slow
+def test_batching_quick_run_counts_the_cuda_default_path():
+    """benchmarks/batching.py --quick: B = 1 and 2 tiny grounded clips through the background
+    metric on the CUDA default path (torch-sift, its own gate view): no OpenCV call, and the
+    RESULT holds ops / syncs per B and the growth."""
+    res = batching.main(["--quick"])
+    assert res["backend"] == "torch-sift"
+    bg = res["paths"]["background"]
+    assert set(bg) == {"1", "2"} and all(bg[b]["opencv"] == 0 for b in bg)
+    assert bg["2"]["ops"] > bg["1"]["ops"] > 0
+    assert res["ops_growth"]["background"] == pytest.approx(bg["2"]["ops"] / bg["1"]["ops"],
+                                                            abs=1e-3)
