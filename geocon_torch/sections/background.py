@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple, Union
+from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 
@@ -42,7 +43,7 @@ from ..segment import load_masks, masks_method, motion_masks
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
 from ..types import Clip, Fit, concat_correspondences, empty_rows
-from .fits import fit_both, fit_reusing
+from .fits import ClipRows, fit_clips
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -207,32 +208,144 @@ def score_background(clip: Clip, pairs: torch.Tensor, *, masks: Any = None, pose
     """:func:`background_block` and the evaluated rows its numbers come from (None when the
     clip stopped before the gate decided). Deterministic: same clip, inputs and config give
     the same rows, fits and numbers."""
+    out = score_backgrounds([clip], [pairs], masks=[masks], poses=[poses], config=config,
+                            device=device, timer=timer)[0]
+    if isinstance(out, BaseException):
+        raise out
+    return out
+
+
+Scored = Union[Tuple[BackgroundBlock, Optional[BackgroundRows]], BaseException]
+
+
+@dataclass
+class _Job:
+    """One clip of a batch on its way through the stages (``result`` set when it is done)."""
+
+    clip: Clip
+    pairs: torch.Tensor
+    masks: Any
+    poses: Any
+    out: BackgroundBlock
+    ext: Optional[GateDecision] = None
+    stack: Optional[_Stack] = None
+    seg: Optional[_Segmented] = None
+    result: Optional[Scored] = None
+
+    def stop(self) -> None:
+        self.result = (self.out, None)
+
+
+def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
+                      masks: Optional[Sequence[Any]] = None,
+                      poses: Optional[Sequence[Any]] = None,
+                      config: Union[None, dict, GeoConConfig] = None,
+                      device: Optional[torch.device] = None, timer: Optional[Timer] = None
+                      ) -> List[Scored]:
+    """:func:`score_background` of B clips as one batch: each stage runs over every clip still
+    in play (features, the motion masks' preliminary fits, one RANSAC call per model over the
+    rows of all clips, the gate and summaries). A clip's result equals the one it gets alone
+    (bit for bit on the CPU); a clip that stops early (no pairs, no texture, gate undecided)
+    or raises (its exception is its entry) changes nothing for the others.
+
+    Args:
+        clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
+            None; config, device, timer: as :func:`background_block`.
+    Returns:
+        one (BackgroundBlock, BackgroundRows or None) per clip, or the exception it raised.
+    """
     cfg, timer = load_config(config), timer or _untimed
-    p = int(pairs.shape[0])
-    out = BackgroundBlock({"status": "not_applicable", "pairs": p}, gate_block(None, None))
-    if p == 0:
-        out.block["reason"] = f"clip has {clip.num_frames} frame(s): no frame pairs"
-        return out, None
-    method = resolve_gate_method(cfg, poses)
-    out.backends = {"ransac": "geocon_torch", "gate": method}
+    n = len(clips)
+    masks = list(masks) if masks is not None else [None] * n
+    poses = list(poses) if poses is not None else [None] * n
+    jobs = [_Job(c, p, m, q, BackgroundBlock({"status": "not_applicable",
+                                              "pairs": int(p.shape[0])}, gate_block(None, None)))
+            for c, p, m, q in zip(clips, pairs, masks, poses)]
+    _each(jobs, lambda j: _open(j, cfg, device, timer))
+    _each(jobs, lambda j: _match_job(j, cfg, device, timer))
+    _each(jobs, lambda j: _seg_start(j, cfg))
+    with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
+        live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
+        for j, pre in zip(live, fit_clips([_pre_rows(j) for j in live], cfg)):
+            j.seg.pre = pre
+    _each(jobs, lambda j: _segment_job(j, cfg, device, timer))
+    live = [j for j in jobs if j.result is None]
+    with timer("fit"):  # one batched call per model over all rows of all clips
+        fits = fit_clips([_final_rows(j) for j in live], cfg)
+    for j, f in zip(live, fits):
+        _run(j, lambda job: setattr(job, "result", _fit_and_score(
+            job.clip, job.stack, job.seg, job.ext, cfg, timer, job.out, f)))
+    return [j.result for j in jobs]
+
+
+def _run(job: _Job, fn: Callable[[_Job], None]) -> None:
+    """``fn(job)``; an exception becomes the job's result (the other clips go on)."""
+    try:
+        fn(job)
+    except Exception as exc:  # noqa: BLE001 - one clip's failure must not stop the batch
+        job.result = exc
+
+
+def _each(jobs: Sequence[_Job], fn: Callable[[_Job], None]) -> None:
+    for job in jobs:
+        if job.result is None:
+            _run(job, fn)
+
+
+def _open(job: _Job, cfg: GeoConConfig, device: Optional[torch.device], timer: Timer) -> None:
+    """No pairs: stop; else the gate method and the external gate's decision (if any)."""
+    if int(job.pairs.shape[0]) == 0:
+        job.out.block["reason"] = f"clip has {job.clip.num_frames} frame(s): no frame pairs"
+        return job.stop()
+    method = resolve_gate_method(cfg, job.poses)
+    job.out.backends = {"ransac": "geocon_torch", "gate": method}
     with timer("gate"):
-        ext = external_gate(method, clip, pairs, poses, cfg, device)
-    out.gate = gate_block(method, ext)  # kept on every exit before the gate statistic
-    stack = _match(clip, pairs, ext, cfg, device, timer, out.backends)
-    if stack is None:
-        out.block["reason"] = "frames too small for any feature scale"
-        return out, None
-    if not _enough_texture(stack, cfg, out.block):
-        return out, None
-    seg = _segment(clip, stack, masks, ext, cfg, device, timer, out.backends)
-    out.objects = seg.objects
-    out.block = _block_head(stack, seg, cfg)
-    if out.block["median_matches"] < cfg.background.min_inliers:
-        out.block.update(status="not_applicable", reason=(
-            f"too little texture: median {out.block['median_matches']:.0f} background matches "
-            f"per pair at scale {stack.scales[-1]} (< {cfg.background.min_inliers})"))
-        return out, None
-    return _fit_and_score(clip, stack, seg, ext, cfg, timer, out)
+        job.ext = external_gate(method, job.clip, job.pairs, job.poses, cfg, device)
+    job.out.gate = gate_block(method, job.ext)  # kept on every exit before the gate statistic
+    return None
+
+
+def _match_job(job: _Job, cfg: GeoConConfig, device: Optional[torch.device],
+               timer: Timer) -> None:
+    job.stack = _match(job.clip, job.pairs, job.ext, cfg, device, timer, job.out.backends)
+    if job.stack is None:
+        job.out.block["reason"] = "frames too small for any feature scale"
+        job.stop()
+    elif not _enough_texture(job.stack, cfg, job.out.block):
+        job.stop()
+
+
+def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
+    """The masks provider and the finest rows the motion masks' preliminary fits read."""
+    method = masks_method(cfg, job.masks)
+    job.out.backends["masks"] = method
+    stack = job.stack
+    pre_rows = torch.cat([stack.finest, stack.finest_gate])
+    job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
+
+
+def _pre_rows(job: _Job) -> ClipRows:
+    st, rows = job.stack, job.seg.pre_rows
+    return ClipRows(st.x1[rows], st.x2[rows], job.seg.pre_mask, st.scores[rows], rows=rows)
+
+
+def _final_rows(job: _Job) -> ClipRows:
+    st, seg = job.stack, job.seg
+    return ClipRows(st.x1, st.x2, st.mask, st.scores, pre=seg.pre, pre_rows=seg.pre_rows,
+                    pre_mask=seg.pre_mask)
+
+
+def _segment_job(job: _Job, cfg: GeoConConfig, device: Optional[torch.device],
+                 timer: Timer) -> None:
+    """Object masks (:func:`_segment`), the block head and the background-match check."""
+    _segment(job.clip, job.stack, job.masks, job.seg, job.ext, cfg, device, timer)
+    job.out.objects = job.seg.objects
+    job.out.block = _block_head(job.stack, job.seg, cfg)
+    if job.out.block["median_matches"] < cfg.background.min_inliers:
+        job.out.block.update(status="not_applicable", reason=(
+            f"too little texture: median {job.out.block['median_matches']:.0f} background "
+            f"matches per pair at scale {job.stack.scales[-1]} (< {cfg.background.min_inliers})"))
+        job.stop()
 
 
 def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: GeoConConfig,
@@ -281,27 +394,19 @@ def _enough_texture(stack: _Stack, cfg: GeoConConfig, block: Dict[str, Any]) -> 
     return False
 
 
-def _segment(clip: Clip, stack: _Stack, masks: Any, ext: Optional[GateDecision],
-             cfg: GeoConConfig, device: Optional[torch.device], timer: Timer,
-             backends: Dict[str, Any]) -> _Segmented:
-    """Algorithm 1 B: object masks, then ``stack.mask`` keeps only background correspondences.
+def _segment(clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
+             ext: Optional[GateDecision], cfg: GeoConConfig, device: Optional[torch.device],
+             timer: Timer) -> None:
+    """Algorithm 1 B: object masks into ``seg``, then ``stack.mask`` keeps only background
+    correspondences.
 
-    With motion masks the finest rows are first fitted on all their matches to find the
-    movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
-    method = masks_method(cfg, masks)
-    backends["masks"] = method
-    pre_rows = torch.cat([stack.finest, stack.finest_gate])
-    seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
-    if method == "motion":
-        with timer("fit"):
-            seg.pre = fit_both(stack.x1[pre_rows], stack.x2[pre_rows], seg.pre_mask,
-                               stack.scores[pre_rows], cfg, rows=pre_rows)
+    With motion masks the finest rows were first fitted on all their matches (``seg.pre``) to
+    find the movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
     with timer("segment"):
-        seg.objects, seg.evidence = _object_masks(method, clip, stack, masks, seg, ext, cfg,
-                                                  device)
+        seg.objects, seg.evidence = _object_masks(seg.evidence["method"], clip, stack, masks,
+                                                  seg, ext, cfg, device)
         if seg.objects is not None and seg.objects.shape[1] > 0:
-            dev = stack.x1.device
-            content = clip.content_mask.to(dev)
+            content = clip.content_mask.to(stack.x1.device)
             keep = background_keep_chunked(content, seg.objects, cfg.segment.safety_margin_px,
                                            stack.x1, stack.x2, stack.row_pairs)
             if stack.view is not None:  # the gate rows' points are in view px
@@ -312,7 +417,6 @@ def _segment(clip: Clip, stack: _Stack, masks: Any, ext: Optional[GateDecision],
             ev = stack.evaluated
             seg.evidence["removed_matches"] = int((stack.mask[ev] & ~keep[ev]).sum())
             stack.mask = stack.mask & keep
-    return seg
 
 
 def _object_masks(method: str, clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
@@ -350,13 +454,12 @@ def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig) -> Dict[str, 
 
 
 def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[GateDecision],
-                   cfg: GeoConConfig, timer: Timer, out: BackgroundBlock
+                   cfg: GeoConConfig, timer: Timer, out: BackgroundBlock, fits: Tuple[Fit, Fit]
                    ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
-    """Algorithm 1 C, A, E: fits, per-pair IR / GE, the gate, clip summaries, behaviour."""
+    """Algorithm 1 C, A, E: from the fits of every row, per-pair IR / GE, the gate, clip
+    summaries, behaviour."""
     bc, x1, x2, mask = cfg.background, stack.x1, stack.x2, stack.mask
-    with timer("fit"):  # one batched call per model over all pairs x scales (+ gate pairs)
-        fit_h, fit_f = fit_reusing(x1, x2, mask, stack.scores, cfg, seg.pre, seg.pre_rows,
-                                   seg.pre_mask)
+    fit_h, fit_f = fits
     with timer("metrics"):  # each model's residuals once, for IR / GE and the gate
         r_h = homography_residuals(fit_h, x1, x2)
         r_f = fundamental_residuals(fit_f, x1, x2, mask)
