@@ -17,7 +17,7 @@ tensors the numbers came from (:class:`BackgroundRows`), which audits read.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple,
                     Union)
 
@@ -42,7 +42,7 @@ from ..measures.background import (PairMetrics, background_pass, choose_model_pe
 from ..segment import load_masks, masks_method, motion_masks
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
-from ..types import Clip, Fit, concat_correspondences, empty_rows
+from ..types import Clip, Correspondences, Fit, concat_correspondences, empty_rows
 from .fits import ClipRows, fit_clips
 
 Timer = Callable[[str], ContextManager[Any]]
@@ -262,7 +262,7 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
                                               "pairs": int(p.shape[0])}, gate_block(None, None)))
             for c, p, m, q in zip(clips, pairs, masks, poses)]
     _each(jobs, lambda j: _open(j, cfg, device, timer))
-    _each(jobs, lambda j: _match_job(j, cfg, device, timer))
+    _match_all([j for j in jobs if j.result is None], cfg, device, timer)
     _each(jobs, lambda j: _seg_start(j, cfg))
     with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
         live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
@@ -305,16 +305,6 @@ def _open(job: _Job, cfg: GeoConConfig, device: Optional[torch.device], timer: T
     return None
 
 
-def _match_job(job: _Job, cfg: GeoConConfig, device: Optional[torch.device],
-               timer: Timer) -> None:
-    job.stack = _match(job.clip, job.pairs, job.ext, cfg, device, timer, job.out.backends)
-    if job.stack is None:
-        job.out.block["reason"] = "frames too small for any feature scale"
-        job.stop()
-    elif not _enough_texture(job.stack, cfg, job.out.block):
-        job.stop()
-
-
 def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
     """The masks provider and the finest rows the motion masks' preliminary fits read."""
     method = masks_method(cfg, job.masks)
@@ -348,19 +338,47 @@ def _segment_job(job: _Job, cfg: GeoConConfig, device: Optional[torch.device],
         job.stop()
 
 
-def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: GeoConConfig,
-           device: Optional[torch.device], timer: Timer, backends: Dict[str, Any]
-           ) -> Optional[_Stack]:
-    """Correspondences of the evaluated pairs and (weight-free gate only: the gate reads wider
-    baselines, where parallax grows) the gate pairs, every scale stacked; None when the frames
-    are too small for any scale."""
-    gp = (parallax_gate_pairs(clip.num_frames, cfg.gate.parallax_pairs) if ext is None
-          else torch.zeros(0, 2, dtype=torch.long))
-    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
+def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
+               timer: Timer) -> None:
+    """Correspondences of every clip's evaluated pairs and (weight-free gate only: the gate
+    reads wider baselines, where parallax grows) gate pairs, every scale stacked into the
+    clip's :class:`_Stack`. Clips of one size go through the feature stage together
+    (:func:`_merged`: one frame batch, chunked by ``features.chunk_frames``, not by clip)."""
+    gps = [parallax_gate_pairs(j.clip.num_frames, cfg.gate.parallax_pairs) if j.ext is None
+           else torch.zeros(0, 2, dtype=torch.long) for j in jobs]
     with timer("features"):
-        view = gate_view_correspondences(clip, gp, cfg, device) if gp.shape[0] else None
-        corrs = extract_correspondences(clip, pairs if view else all_pairs, cfg.features,
-                                        device=device)
+        viewed = [(j, gp) for j, gp in zip(jobs, gps) if gp.shape[0]]
+        views = dict(zip([id(j) for j, _ in viewed], _merged(
+            [j.clip for j, _ in viewed], [gp for _, gp in viewed],
+            lambda clip, pairs: gate_view_correspondences(clip, pairs, cfg, device))))
+        asked = [j.pairs if views.get(id(j)) else torch.cat([j.pairs, gp])
+                 for j, gp in zip(jobs, gps)]
+        corrs = _merged([j.clip for j in jobs], asked, lambda clip, pairs: extract_correspondences(
+            clip, pairs, cfg.features, device=device))
+    for j, gp, c in zip(jobs, gps, corrs):
+        _run(j, lambda job: _match_job(job, gp, c, views.get(id(job)), cfg, device))
+
+
+def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
+               view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
+               device: Optional[torch.device]) -> None:
+    """The clip's stack; stops the clip when its frames are too small for any feature scale
+    or it has too little texture."""
+    job.stack = _stack(job.clip, job.pairs, gp, corrs, view, cfg, device, job.out.backends)
+    if job.stack is None:
+        job.out.block["reason"] = "frames too small for any feature scale"
+        job.stop()
+    elif not _enough_texture(job.stack, cfg, job.out.block):
+        job.stop()
+
+
+def _stack(clip: Clip, pairs: torch.Tensor, gp: torch.Tensor,
+           corrs: Dict[float, Correspondences],
+           view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
+           device: Optional[torch.device], backends: Dict[str, Any]) -> Optional[_Stack]:
+    """The evaluated rows ``corrs`` and the gate rows (the gate's ``view``, at the finest
+    scale only, when it has one) stacked; None when no scale fits the frames."""
+    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
     backends["features"] = resolve_backend(cfg.features.backend, device)
     backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
                                                 cfg.features.scales)
@@ -379,6 +397,68 @@ def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: Ge
                    max(clip.size), view[1] if view else None)
     stack.mask[stack.coarse_gate] = False  # the gate reads the finest rows: the rest cost nothing
     return stack
+
+
+def _merge_key(clip: Clip) -> Optional[tuple]:
+    """Clips with the same key go through the feature stage as one frame batch: in-memory
+    frames of one size, dtype and device, same source size, no file to re-read (None: alone)."""
+    if not isinstance(clip.frames, torch.Tensor) or (isinstance(clip.meta, dict)
+                                                     and clip.meta.get("path")):
+        return None
+    return (clip.size, tuple(clip.source_size), clip.frames.dtype, str(clip.frames.device))
+
+
+def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
+            fn: Callable[[Clip, torch.Tensor], Any]) -> List[Any]:
+    """``fn(clip, pairs)`` of every clip, clips of one :func:`_merge_key` (and content mask)
+    as one clip of all their frames (their pairs offset into it); each clip gets its own rows
+    back, cut to its own width (:func:`_split_rows`). ``fn`` returns {scale: Correspondences},
+    (Correspondences, info) or None."""
+    out: List[Any] = [None] * len(clips)
+    groups: List[List[int]] = []
+    for k, clip in enumerate(clips):
+        key = _merge_key(clip)
+        home = next((g for g in groups if key is not None and _merge_key(clips[g[0]]) == key
+                     and torch.equal(clips[g[0]].content_mask, clip.content_mask)), None)
+        if home is None:
+            groups.append([k])
+        else:
+            home.append(k)
+    for g in groups:
+        if len(g) == 1:
+            out[g[0]] = fn(clips[g[0]], pairs[g[0]])
+            continue
+        starts = torch.tensor([0] + [clips[k].num_frames for k in g]).cumsum(0).tolist()
+        first = clips[g[0]]
+        batch = replace(first, frames=torch.cat([clips[k].frames for k in g]),
+                        frame_indices=torch.cat([clips[k].frame_indices for k in g]),
+                        name="batch", meta={})
+        got = fn(batch, torch.cat([pairs[k].cpu() + a for k, a in zip(g, starts)]))
+        sizes = [int(pairs[k].shape[0]) for k in g]
+        for k, part in zip(g, _split_rows(got, sizes, [pairs[k] for k in g])):
+            out[k] = part
+    return out
+
+
+def _split_rows(got: Any, sizes: Sequence[int], pairs: Sequence[torch.Tensor]) -> List[Any]:
+    """The rows of each clip of a merged result (``sizes``: rows per clip, in order), every
+    Correspondences cut to the width of its clip's largest row (what the clip alone gets)."""
+    if got is None:
+        return [None] * len(sizes)
+    if isinstance(got, tuple):
+        return [(c, got[1]) for c in _split_corrs(got[0], sizes, pairs)]
+    per_scale = {s: _split_corrs(c, sizes, pairs) for s, c in got.items()}
+    return [{s: parts[k] for s, parts in per_scale.items()} for k in range(len(sizes))]
+
+
+def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch.Tensor]
+                 ) -> List[Correspondences]:
+    bounds = torch.tensor([0] + list(sizes)).cumsum(0).tolist()
+    count = c.mask.sum(1)
+    widths = [int(count[a:b].max()) if b > a else 0 for a, b in zip(bounds, bounds[1:])]
+    return [Correspondences(c.x1[a:b, :n], c.x2[a:b, :n], c.mask[a:b, :n], c.scores[a:b, :n],
+                            p.to(c.pairs.device), c.num_kp1[a:b], c.num_kp2[a:b])
+            for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]
 
 
 def _enough_texture(stack: _Stack, cfg: GeoConConfig, block: Dict[str, Any]) -> bool:
