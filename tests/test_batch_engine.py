@@ -7,8 +7,11 @@ import json
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from geocon_torch.config import GeoConConfig
+from geocon_torch.geometry import ransac_fundamental, ransac_homography
+from geocon_torch.geometry import ransac
 from geocon_torch.geometry._synthetic import fundamental_pairs
 from geocon_torch.pipeline import score_clip, score_clips
 from geocon_torch.sections.fits import ClipRows, fit_both, fit_clips
@@ -79,3 +82,31 @@ def test_grounded_clips_keep_their_regime(batch):
     _, results = batch
     assert results[0].regime == "H" and results[0].ir == 1.0
     assert results[1].background["valid_pairs"] > 0 and results[4].ir > 0.9
+
+
+class _Syncs(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.syncs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.syncs += func is torch.ops.aten._local_scalar_dense.default
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kind", ["H", "F"])
+def test_ransac_syncs_once_per_round_on_an_accelerator_path(monkeypatch, kind):
+    """The accelerator path (no optional syncs) gives the CPU path's fits bit for bit, and
+    syncs once per round (its stop test) plus a fixed setup."""
+    x1, x2, mask, scores = _rows(7, 6, 300)
+    fit = ransac_homography if kind == "H" else ransac_fundamental
+    ref = fit(x1, x2, mask, scores, seed=3)
+    rounds = []
+    real_round = ransac._run_round
+    monkeypatch.setattr(ransac, "_run_round", lambda *a: rounds.append(1) or real_round(*a))
+    monkeypatch.setattr(ransac, "_sync_free", lambda device: True)
+    with _Syncs() as counter:
+        got = fit(x1, x2, mask, scores, seed=3)
+    for f in FIELDS:
+        assert torch.equal(getattr(got, f), getattr(ref, f)), f
+    assert len(rounds) >= 2 and counter.syncs <= len(rounds) + 1 + 4
