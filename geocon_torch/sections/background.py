@@ -34,9 +34,10 @@ from ..gate.view import gate_view_correspondences, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
-from ..measures.calibration import calibrated_pass, ge_bound_px, peak_ge
+from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
-                                   classify_behaviour, clip_summary, fundamental_pair_metrics,
+                                   classify_behaviour, clip_summaries, clip_summary,
+                                   fine_quantiles, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
                                    rotation_from_fundamental, sensitivity_scan)
 from ..segment import load_masks, masks_method, motion_masks
@@ -272,9 +273,7 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     live = [j for j in jobs if j.result is None]
     with timer("fit"):  # one batched call per model over all rows of all clips
         fits = fit_clips([_final_rows(j) for j in live], cfg)
-    for j, f in zip(live, fits):
-        _run(j, lambda job: setattr(job, "result", _fit_and_score(
-            job.clip, job.stack, job.seg, job.ext, cfg, timer, job.out, f)))
+    _score_all(live, fits, cfg, timer)
     return [j.result for j in jobs]
 
 
@@ -533,12 +532,43 @@ def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig) -> Dict[str, 
             "median_matches": float(n_bg[stack.finest].double().median())}
 
 
-def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[GateDecision],
-                   cfg: GeoConConfig, timer: Timer, out: BackgroundBlock, fits: Tuple[Fit, Fit]
-                   ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
-    """Algorithm 1 C, A, E: from the fits of every row, per-pair IR / GE, the gate, clip
-    summaries, behaviour."""
-    bc, x1, x2, mask = cfg.background, stack.x1, stack.x2, stack.mask
+@dataclass
+class _Scoring:
+    """A clip's rows after the gate: residuals, per-row metrics, the model of every row."""
+
+    fits: Tuple[Fit, Fit]
+    r_h: torch.Tensor
+    r_f: Tuple[torch.Tensor, torch.Tensor]
+    all_rows: Tuple[PairMetrics, PairMetrics]
+    stats: Dict[str, torch.Tensor]
+    mh: PairMetrics
+    mf: PairMetrics
+    use_f: torch.Tensor
+    present: torch.Tensor
+
+
+def _score_all(jobs: Sequence[_Job], fits: Sequence[Tuple[Fit, Fit]], cfg: GeoConConfig,
+               timer: Timer) -> None:
+    """Algorithm 1 C, A, E for every clip from the fits of its rows: per-pair IR / GE and the
+    gate (per clip), the clip summaries of all clips at once (:func:`_summaries`, one host
+    transfer), then per-pair rows, report gate and behaviour."""
+    scored = []
+    for j, f in zip(jobs, fits):
+        _run(j, lambda job: scored.append((job, _gate_phase(job, f, cfg, timer))))
+    scored = [(j, sc) for j, sc in scored if sc is not None and j.result is None]
+    with timer("metrics"):
+        summaries = _summaries([j.out.block for j, _ in scored], [sc for _, sc in scored],
+                               [j.stack.num_evaluated for j, _ in scored])
+    for (j, sc), summary in zip(scored, summaries):
+        _run(j, lambda job: setattr(job, "result", _finish_phase(job, sc, summary, cfg)))
+
+
+def _gate_phase(job: _Job, fits: Tuple[Fit, Fit], cfg: GeoConConfig, timer: Timer
+                ) -> Optional[_Scoring]:
+    """Residuals, per-row IR / GE, gate statistics and decision, the model of every row
+    (None, and the job stopped, when the gate is undecided)."""
+    bc, stack, out = cfg.background, job.stack, job.out
+    x1, x2, mask = stack.x1, stack.x2, stack.mask
     fit_h, fit_f = fits
     with timer("metrics"):  # each model's residuals once, for IR / GE and the gate
         r_h = homography_residuals(fit_h, x1, x2)
@@ -551,14 +581,15 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
                                     min_inliers=bc.min_inliers, residuals=(r_h, *r_f),
                                     long_side_px=stack.long_side_px(), gate=cfg.gate)
         gate = decide_gate(stats, stack.finest, stack.finest_gate,
-                           stack.pairs[stack.num_evaluated:], ext, cfg)
-        if ext is None and stack.view is not None:  # what the weight-free gate read
+                           stack.pairs[stack.num_evaluated:], job.ext, cfg)
+        if job.ext is None and stack.view is not None:  # what the weight-free gate read
             gate.evidence["view"] = {k: stack.view[k] for k in ("backend", "long_side", "source")}
         out.gate = gate.to_dict()
         if gate.decision is None:
             out.block.update(status="not_applicable", reason="gate undecided: "
                              + str(gate.evidence.get("why", "no evidence")))
-            return out, None
+            job.stop()
+            return None
         ev, fin = stack.evaluated, stack.finest
         mh, mf = _subset(mh_all, ev), _subset(mf_all, ev)
         g_rows = stack.finest_gate  # the U band is settled on the gate's own rows when it has
@@ -568,14 +599,21 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
             gate, cfg, stats["gric_delta"][fin], mf_all.ir[fin] - mh_all.ir[fin],
             clip_margin, len(stack.scales))
         out.gate = gate.to_dict()
-        summary = _summaries(out.block, mh, mf, use_f, present, stack.num_evaluated)
-    _add_diagnostics(out.block, stack, (fit_h, fit_f), mh, mf, use_f, stats, cfg)
-    rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], x1[ev], x2[ev],
-                          mask[ev], fit_h.rows(ev), fit_f.rows(ev),
-                          mask[ev] & (r_h[ev] <= bc.tau_h), mask[ev] & (r_f[0][ev] <= bc.tau_f),
-                          mh, mf, use_f)
-    _finish(clip, stack, (fit_h, fit_f), (mh_all, mf_all), summary, cfg, out)
-    return out, rows
+    return _Scoring(fits, r_h, r_f, (mh_all, mf_all), stats, mh, mf, use_f, present)
+
+
+def _finish_phase(job: _Job, sc: _Scoring, summary: Dict[str, Any], cfg: GeoConConfig
+                  ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
+    """Per-pair rows, the evaluated rows, status, report gate and behaviour."""
+    bc, stack, ev = cfg.background, job.stack, job.stack.evaluated
+    fit_h, fit_f = sc.fits
+    _add_diagnostics(job.out.block, stack, sc.fits, sc.mh, sc.mf, sc.use_f, sc.stats, cfg)
+    rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], stack.x1[ev],
+                          stack.x2[ev], stack.mask[ev], fit_h.rows(ev), fit_f.rows(ev),
+                          stack.mask[ev] & (sc.r_h[ev] <= bc.tau_h),
+                          stack.mask[ev] & (sc.r_f[0][ev] <= bc.tau_f), sc.mh, sc.mf, sc.use_f)
+    _finish(job.clip, stack, sc.fits, sc.all_rows, summary, cfg, job.out)
+    return job.out, rows
 
 
 def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
@@ -590,27 +628,36 @@ def _support_margin(mh: PairMetrics, mf: PairMetrics) -> float:
     return (ir_f - ir_h) if (ir_h is not None and ir_f is not None) else 0.0
 
 
-def _summaries(block: Dict[str, Any], mh: PairMetrics, mf: PairMetrics, use_f: torch.Tensor,
-               present: torch.Tensor, num_pairs: int) -> Dict[str, Any]:
+def _summaries(blocks: Sequence[Dict[str, Any]], scorings: Sequence[_Scoring],
+               num_pairs: Sequence[int]) -> List[Dict[str, Any]]:
     """Eq. 13 clip medians of the gated model, of each model and of the best-of-both
-    (diagnostic), and the gated model's median and 90th percentile GE over the ``num_pairs``
-    finest rows (the last ones: ``ge_fine_px``, ``ge_peak_px``) into ``block``; returns the
-    gated model's summary."""
-    chosen = choose_model_per_pair(mh, mf, use_f)
-    chosen.valid = chosen.valid & present
-    s_h = clip_summary(mh.ir, mh.ge, mh.valid & present)
-    s_f = clip_summary(mf.ir, mf.ge, mf.valid & present)
-    s = clip_summary(chosen.ir, chosen.ge, chosen.valid)
-    best_f = mf.valid & (~mh.valid | (mf.ir > mh.ir))
-    best = choose_model_per_pair(mh, mf, best_f)
-    s_best = clip_summary(best.ir, best.ge, best.valid & present)
-    block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
-                 ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
-                 valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
-                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
-                 ge_fine_px=peak_ge(chosen.ge[-num_pairs:], chosen.valid[-num_pairs:], 0.5),
-                 ge_peak_px=peak_ge(chosen.ge[-num_pairs:], chosen.valid[-num_pairs:]))
-    return s
+    (diagnostic), and the gated model's median and 90th percentile GE over each clip's
+    ``num_pairs`` finest rows (the last ones: ``ge_fine_px``, ``ge_peak_px``), for every clip
+    at once (:func:`~geocon_torch.measures.background.clip_summaries`: the same order
+    statistics as clip by clip) into ``blocks``; returns each clip's gated-model summary."""
+    series, fine = [], []
+    for sc, p in zip(scorings, num_pairs):
+        mh, mf, present = sc.mh, sc.mf, sc.present
+        chosen = choose_model_per_pair(mh, mf, sc.use_f)
+        chosen.valid = chosen.valid & present
+        best = choose_model_per_pair(mh, mf, mf.valid & (~mh.valid | (mf.ir > mh.ir)))
+        series += [(chosen.ir, chosen.ge, chosen.valid), (mh.ir, mh.ge, mh.valid & present),
+                   (mf.ir, mf.ge, mf.valid & present), (best.ir, best.ge, best.valid & present)]
+        fine.append((chosen.ge[-p:], chosen.valid[-p:]))
+    if not series:
+        return []
+    sums = clip_summaries(series)
+    peaks = fine_quantiles(fine, (0.5, PEAK_QUANTILE))
+    out = []
+    for k, block in enumerate(blocks):
+        s, s_h, s_f, s_best = sums[4 * k:4 * k + 4]
+        block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
+                     ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
+                     valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
+                     best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
+                     ge_fine_px=peaks[k][0], ge_peak_px=peaks[k][1])
+        out.append(s)
+    return out
 
 
 def _add_diagnostics(block: Dict[str, Any], stack: _Stack, fits: Tuple[Fit, Fit],
