@@ -41,7 +41,7 @@ from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
 from .presets import PRESET_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
-from .sections.background import background_block
+from .sections.background import BackgroundBlock, background_block, score_backgrounds
 from .sections.epipolar import epipolar_block
 from .sections.epipolar_dpo import epipolar_dpo_block
 from .sections.foreground import foreground_block
@@ -158,11 +158,15 @@ def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig) -> ClipResult:
 
 def _background(res: ClipResult, clip: Clip, masks: Any, poses: Any, cfg: GeoConConfig,
                 dev: torch.device, timer: Progress) -> Optional[torch.Tensor]:
-    """The background and gate blocks into ``res``; returns the object masks (or None)."""
-    pairs = background_pairs(clip.num_frames, cfg.background.pair_stride)
-    timer.note("features", f"{clip.num_frames} frames, {int(pairs.shape[0])} pairs")
-    bg = background_block(clip, pairs, masks=masks, poses=poses, config=cfg, device=dev,
-                          timer=timer)
+    """The background and gate blocks into ``res``; returns the object masks (or None).
+    ``masks`` may be the clip's BackgroundBlock already scored with its batch (score_clips)."""
+    if isinstance(masks, BackgroundBlock):
+        bg = masks
+    else:
+        pairs = background_pairs(clip.num_frames, cfg.background.pair_stride)
+        timer.note("features", f"{clip.num_frames} frames, {int(pairs.shape[0])} pairs")
+        bg = background_block(clip, pairs, masks=masks, poses=poses, config=cfg, device=dev,
+                              timer=timer)
     res.background, res.gate, res.regime, res.behaviour = bg.block, bg.gate, bg.regime, \
         bg.behaviour
     res.backends.update(bg.backends)
@@ -224,9 +228,36 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     >>> res.ir, res.background["pass"], res.background["pairs"]
     (1.0, True, 5)
     """
+    return _complete(_prepare(video, masks, poses, config, device, preset, progress))
+
+
+@dataclass
+class _Item:
+    """One clip read and checked, waiting for its blocks (:func:`score_clip` and the batches
+    of :func:`score_clips`)."""
+
+    video: VideoLike
+    masks: Any
+    poses: Any
+    clip: Clip
+    dev: torch.device
+    cfg: GeoConConfig
+    preset: str
+    res: ClipResult
+    timer: Progress
+    t_start: float
+    decoded: bool
+
+
+def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
+             device: Union[None, str, torch.device], preset: Optional[str],
+             progress: Optional[bool], name: Optional[str] = None) -> _Item:
+    """Read ``video`` (:func:`load_clip`), pin the config, start its result and record what
+    decoding lost; raises as :func:`score_clip`."""
     cfg = scoring_config(config, preset)
     preset = cfg.preset
-    name = Path(str(video)).stem if isinstance(video, (str, Path)) else "clip"
+    if name is None:
+        name = Path(str(video)).stem if isinstance(video, (str, Path)) else "clip"
     timer, t_start = Progress(name, progress_enabled(progress)), time.perf_counter()
     with timer("read"):
         clip, dev = load_clip(video, cfg, device)
@@ -234,10 +265,19 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
     cfg = pinned_config(cfg, dev)
     res = _new_result(video, clip, cfg)
-    if _decode_ok(res, clip, cfg, timer):
-        _score(res, video, clip, masks, poses, cfg, preset, dev, timer)
-        res.status, res.reason = _status(res, preset)
-    timer.times["total"] = time.perf_counter() - t_start
+    decoded = _decode_ok(res, clip, cfg, timer)
+    return _Item(video, masks, poses, clip, dev, cfg, preset, res, timer, t_start, decoded)
+
+
+def _complete(item: _Item, background: Optional[BackgroundBlock] = None) -> ClipResult:
+    """The blocks of the item's preset (``background``: its background block, already scored
+    with its batch), status, timings."""
+    res, timer = item.res, item.timer
+    if item.decoded:
+        _score(res, item.video, item.clip, item.masks if background is None else background,
+               item.poses, item.cfg, item.preset, item.dev, timer)
+        res.status, res.reason = _status(res, item.preset)
+    timer.times["total"] = time.perf_counter() - item.t_start
     res.timing_s = {k: round(v, 4) for k, v in timer.times.items()}
     res.background = jsonable(res.background)
     return res
@@ -327,17 +367,29 @@ def scoring_config(config: ConfigLike, preset: Optional[str] = None) -> GeoConCo
     return cfg.with_preset(preset) if preset is not None else cfg
 
 
+#: memory budget of one batch of :func:`score_clips`: the decoded frames of the clips scored
+#: together (T x H x W x 3 bytes at working resolution, summed); a longer clip is scored alone
+BATCH_BYTES = 768 * 2 ** 20
+
+
 def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] = None,
                 poses: Optional[Sequence[Any]] = None,
                 config: Union[None, str, Path, dict, GeoConConfig] = None,
                 device: Union[None, str, torch.device] = None,
-                preset: Optional[str] = None, progress: Optional[bool] = False
-                ) -> List[ClipResult]:
-    """Score many clips; never raises for one bad clip (its result has ``status: "error"``).
+                preset: Optional[str] = None, progress: Optional[bool] = False,
+                batch_bytes: Optional[int] = None) -> List[ClipResult]:
+    """Score many clips as batches; never raises for one bad clip (its result has
+    ``status: "error"``).
 
     ``videos`` may also be a (B, T, C, H, W) tensor; ``masks`` / ``poses`` are per-clip lists
-    (or None). Each clip is scored exactly as by :func:`score_clip`; ``progress`` is passed on
-    (default False: a batch API, e.g. inside metrics and rewards; None: on for a terminal).
+    (or None). Clips are read in order and gathered into batches of at most ``batch_bytes``
+    decoded frames (default :data:`BATCH_BYTES`; a streamed file is a batch of its own); the
+    background block of a batch is one tensor program
+    (:func:`~geocon_torch.sections.background.score_backgrounds`: features, one RANSAC call
+    per model over the rows of all clips, gate, summaries). Each clip's result equals
+    :func:`score_clip`'s (bit for bit on the CPU, timings aside: a batched stage's time is the
+    batch's). ``progress`` is passed on (default False: a batch API, e.g. inside metrics and
+    rewards; None: on for a terminal).
     """
     cfg = scoring_config(config, preset)
     if isinstance(videos, torch.Tensor):
@@ -350,14 +402,65 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     poses = list(poses) if poses is not None else [None] * n
     if len(masks) != n or len(poses) != n:
         raise InputError(f"masks / poses lists must have one entry per clip ({n})")
-    out: List[ClipResult] = []
-    for k, (video, m, p) in enumerate(zip(videos, masks, poses)):  # one clip at a time
-        name = Path(str(video)).stem if isinstance(video, (str, Path)) else f"clip{k}"
+    budget = BATCH_BYTES if batch_bytes is None else int(batch_bytes)
+    out: List[Optional[ClipResult]] = [None] * n
+    batch: List[Tuple[int, _Item]] = []
+    for k, (video, m, p) in enumerate(zip(videos, masks, poses)):
         try:
-            out.append(score_clip(video, masks=m, poses=p, config=cfg, device=device,
-                                  preset=preset, progress=progress))
+            item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k))
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
-            out.append(ClipResult.failed(
-                name, "error", f"{type(exc).__name__}: {exc}", cfg,
-                path=str(video) if isinstance(video, (str, Path)) else None))
-    return out
+            out[k] = _failed(video, k, exc, cfg)
+            continue
+        size = _frame_bytes(item.clip)
+        if batch and sum(_frame_bytes(b.clip) for _, b in batch) + size > budget:
+            _score_batch(batch, out, cfg, progress)
+            batch = []
+        batch.append((k, item))
+    _score_batch(batch, out, cfg, progress)
+    return [r for r in out if r is not None]
+
+
+def _clip_name(video: VideoLike, k: int) -> str:
+    return Path(str(video)).stem if isinstance(video, (str, Path)) else f"clip{k}"
+
+
+def _failed(video: VideoLike, k: int, exc: BaseException, cfg: GeoConConfig) -> ClipResult:
+    return ClipResult.failed(_clip_name(video, k), "error", f"{type(exc).__name__}: {exc}", cfg,
+                             path=str(video) if isinstance(video, (str, Path)) else None)
+
+
+def _frame_bytes(clip: Clip) -> int:
+    """Decoded bytes of a clip's frames (a streamed file counts as unbounded: alone)."""
+    if not isinstance(clip.frames, torch.Tensor):
+        return 1 << 62
+    return int(clip.frames.numel()) * int(clip.frames.element_size())
+
+
+def _score_batch(batch: List[Tuple[int, "_Item"]], out: List[Optional[ClipResult]],
+                 cfg: GeoConConfig, progress: Optional[bool]) -> None:
+    """The background blocks of the batch's decoded clips as one batch (per device), then
+    every clip's other blocks; results into ``out`` at the clips' positions."""
+    blocks: Dict[int, Any] = {}
+    todo = [(k, it) for k, it in batch
+            if it.decoded and "background" in get_preset(it.preset).sections]
+    for dev in sorted({str(it.dev) for _, it in todo}):
+        group = [(k, it) for k, it in todo if str(it.dev) == dev]
+        timer = Progress(f"batch of {len(group)} clips", progress_enabled(progress))
+        got = score_backgrounds(
+            [it.clip for _, it in group],
+            [background_pairs(it.clip.num_frames, it.cfg.background.pair_stride)
+             for _, it in group],
+            masks=[it.masks for _, it in group], poses=[it.poses for _, it in group],
+            config=group[0][1].cfg, device=group[0][1].dev, timer=timer)
+        for (k, it), r in zip(group, got):
+            blocks[k] = r if isinstance(r, BaseException) else r[0]
+            for stage, t in timer.times.items():
+                it.timer.times[stage] = it.timer.times.get(stage, 0.0) + t
+    for k, it in batch:
+        bg = blocks.get(k)
+        try:
+            if isinstance(bg, BaseException):
+                raise bg
+            out[k] = _complete(it, bg)
+        except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
+            out[k] = _failed(it.video, k, exc, cfg)

@@ -181,39 +181,68 @@ def _gric_delta(r_h: torch.Tensor, r_fpx: torch.Tensor, mask: torch.Tensor,
     return (gric(r_h * r_h / 2, 2, 8) - gric(r_fpx * r_fpx, 3, 7)) / n
 
 
+_MAGNITUDE_KEYS = ("parallax_magnitude", "parallax_magnitude_lo", "parallax_magnitude_hi",
+                   "noise_ref_px")
+
+
+def _on_host(stats: Dict[str, torch.Tensor], valid: torch.Tensor, name: str
+             ) -> Tuple[Dict[str, float], list, list, list]:
+    """The medians over the ``valid`` rows of every statistic the gate reads, the statistic
+    ``name`` per row, the validity and F-inlier count per row: one host transfer."""
+    keys = list(dict.fromkeys([k for k in STATISTICS if k in stats] + [name, "gric_delta"]
+                              + [k for k in _MAGNITUDE_KEYS if k in stats]))
+    meds = [masked_median(stats[k], valid)[0].double().reshape(1) for k in keys]
+    n = int(valid.numel())
+    counts = stats.get("num_f_inliers", torch.zeros_like(valid, dtype=torch.long))
+    host = torch.cat(meds + [stats[name].double().reshape(-1), valid.double().reshape(-1),
+                             counts.double().reshape(-1)]).tolist()
+    k = len(keys)
+    return (dict(zip(keys, host[:k])), host[k:k + n],
+            [v > 0 for v in host[k + n:k + 2 * n]], [int(c) for c in host[k + 2 * n:]])
+
+
 def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateDecision:
     """Clip (and optionally per-pair) decision from :func:`parallax_statistics` of the finest
-    scale's pairs (in temporal order). The U band is resolved by GRIC in ``evidence``."""
+    scale's pairs (in temporal order). The U band is resolved by GRIC in ``evidence``. The
+    statistics reach the host once (:func:`_on_host`)."""
     name = cfg.statistic
     if name not in STATISTICS:
         raise InputError(f"gate.statistic must be one of {STATISTICS}, got {name!r}")
     s, valid = stats[name], stats["valid"]
+    med, values, ok, counts = _on_host(stats, valid, name)
+    any_valid = any(ok)
     evidence: Dict[str, object] = {
-        "statistic_name": name, "valid_pairs": int(valid.sum()),
-        "pair_statistic": [float(v) if ok else None for v, ok in zip(s.tolist(), valid.tolist())],
+        "statistic_name": name, "valid_pairs": sum(ok),
+        "pair_statistic": [v if good else None for v, good in zip(values, ok)],
     }
     for other in STATISTICS:
-        if bool(valid.any()) and other in stats:
-            evidence[f"median_{other}"] = float(masked_median(stats[other], valid)[0])
+        if any_valid and other in stats:
+            evidence[f"median_{other}"] = med[other]
     if name == "parallax_magnitude":
-        low, high = magnitude_band(stats, valid, cfg)
+        low, high = _band(med["noise_ref_px"] if any_valid else 0.0, cfg)
     else:
         low, high = cfg.parallax_low, cfg.parallax_high
     thresholds = {"low": low, "high": high}
-    if not bool(valid.any()):
+    if not any_valid:
         evidence["why"] = "no pair with enough F-inliers to measure parallax"
         return GateDecision("parallax", None, thresholds, None, None, evidence)
-    clip_s = float(masked_median(s, valid)[0])
+    clip_s = med[name]
     if name == "parallax_magnitude":
-        decision = magnitude_decision(stats, valid, cfg, evidence)
+        decision = _magnitude_decision(med, [c for c, good in zip(counts, ok) if good], cfg,
+                                       evidence)
     else:
         code = int(threshold_decision(torch.tensor([clip_s]), low, high)[0])
         decision = codes_to_names(torch.tensor([code]))[0]
-    evidence["u_resolved"] = resolve_u_clip(float(masked_median(stats["gric_delta"], valid)[0]))
+    evidence["u_resolved"] = resolve_u_clip(med["gric_delta"])
     per_pair = None
     if cfg.per_pair:
         per_pair = codes_to_names(hysteresis(s, low, high, present=valid))
     return GateDecision("parallax", clip_s, thresholds, decision, per_pair, evidence)
+
+
+def _band(noise: float, cfg: GateConfig) -> Tuple[float, float]:
+    low = max(float(cfg.magnitude_low), float(cfg.noise_k) * noise)
+    return low, max(float(cfg.magnitude_high), low)
 
 
 def magnitude_band(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg: GateConfig
@@ -222,8 +251,7 @@ def magnitude_band(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg: Gat
     ``low = max(magnitude_low, noise_k x noise)`` (noise: median ``noise_ref_px`` of the valid
     rows), ``high = max(magnitude_high, low)``."""
     noise = float(masked_median(stats["noise_ref_px"], valid)[0]) if bool(valid.any()) else 0.0
-    low = max(float(cfg.magnitude_low), float(cfg.noise_k) * noise)
-    return low, max(float(cfg.magnitude_high), low)
+    return _band(noise, cfg)
 
 
 def magnitude_decision(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg: GateConfig,
@@ -232,11 +260,16 @@ def magnitude_decision(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg:
     medians over the ``valid`` rows); writes the interval, band, noise and counts to
     ``evidence``. H: upper bound <= H bound; F: lower bound >= F bound (and the noise floor is
     under the F threshold); otherwise U with ``why``."""
-    med = lambda k: float(masked_median(stats[k], valid)[0])  # noqa: E731
-    q, q_lo, q_hi, noise = (med("parallax_magnitude"), med("parallax_magnitude_lo"),
-                            med("parallax_magnitude_hi"), med("noise_ref_px"))
-    low, high = magnitude_band(stats, valid, cfg)
-    counts = stats["num_f_inliers"][valid].tolist()
+    med = {k: float(masked_median(stats[k], valid)[0]) for k in _MAGNITUDE_KEYS}
+    return _magnitude_decision(med, stats["num_f_inliers"][valid].tolist(), cfg, evidence)
+
+
+def _magnitude_decision(med: Dict[str, float], counts: list, cfg: GateConfig,
+                        evidence: Dict[str, object]) -> str:
+    """:func:`magnitude_decision` from the medians ``med`` and the valid rows' F-inlier
+    ``counts`` already on the host."""
+    q, q_lo, q_hi, noise = (med[k] for k in _MAGNITUDE_KEYS)
+    low, high = _band(noise, cfg)
     evidence.update(magnitude_ref_px=q, magnitude_ci_ref_px=[q_lo, q_hi], band_ref_px=[low, high],
                     configured_band_ref_px=[float(cfg.magnitude_low), float(cfg.magnitude_high)],
                     noise_ref_px=noise, noise_floor_ref_px=float(cfg.noise_k) * noise,

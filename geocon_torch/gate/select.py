@@ -88,9 +88,11 @@ def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
         valid = stats["valid"][gate_rows]
         tiers = (gate_pair_tiers(gate_pairs).to(valid.device) if gate_pairs is not None
                  else torch.zeros_like(gate_rows))
+        per_tier = torch.zeros(3, dtype=torch.long, device=valid.device).index_add_(
+            0, tiers.long(), valid.long()).tolist()  # valid rows per tier: one host transfer
         for tier in range(3):
-            part = (tiers == tier).nonzero()[:, 0]
-            if bool(valid[part].any()):
+            if per_tier[tier] > 0:
+                part = (tiers == tier).nonzero()[:, 0]
                 used = gate_pairs[part.cpu()].tolist() if gate_pairs is not None else None
                 return {k: v[gate_rows[part]] for k, v in stats.items()}, used
     return {k: v[evaluated] for k, v in stats.items()}, "evaluated pairs"
@@ -145,8 +147,7 @@ def decide_gate(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
         if config.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
             per_pair_stats = {k: v[evaluated] for k, v in stats.items()}
             gate.per_pair = gate_from_parallax(per_pair_stats, config.gate).per_pair
-    gric = (float(masked_median(src["gric_delta"], src["valid"])[0])
-            if bool(src["valid"].any()) else 0.0)
+    gric = float(masked_median(src["gric_delta"], src["valid"])[0])  # 0.0 (fill): no valid row
     gate.evidence.setdefault("u_resolved", resolve_u_clip(gric))
     gate.evidence["gric_delta"] = gric
     return gate

@@ -117,6 +117,14 @@ class _Context:
                         self.mask.gather(1, pos) & sel, self.s1, self.s2)
 
 
+def _sync_free(device: torch.device) -> bool:
+    """Whether the rounds skip their optional host syncs on ``device`` (accelerators: a sync
+    drains the stream): local optimisation then runs on every active pair and keeps the
+    promising ones, the 7-point slots are not compacted. Same per-pair results either way; on
+    the CPU the syncs save work."""
+    return device.type != "cpu"
+
+
 def _rows(M: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
     """``M X`` for models (A, K, 3, 3) and points (A, 3, N) -> (A, K, 3, N) (one batched GEMM)."""
     A, K = M.shape[:2]
@@ -522,8 +530,8 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
     solve = _solve_h if problem.kind == "H" else _solve_f
     models, hvalid = solve(ctx.x1n[ar, pos], ctx.x2n[ar, pos])
     models = models.to(torch.float32)
-    if problem.kind == "F":
-        cnt = int(hvalid.sum(1).max())
+    if problem.kind == "F" and not _sync_free(pos.device):  # drop the slots no pair fills
+        cnt = int(hvalid.sum(1).max())  # (on an accelerator all 3K slots stay: no sync)
         if 0 < cnt < hvalid.shape[1]:
             first = torch.sort((~hvalid).to(torch.uint8), dim=1, stable=True).indices[:, :cnt]
             models = models[torch.arange(A, device=pos.device).view(A, 1), first]
@@ -567,9 +575,12 @@ def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, keys: 
     in place where the optimised model costs less on all points."""
     rc, r_model, r_ninl = winners
     promising = rc < _LO_MARGIN * best_cost
-    if not bool(promising.any()):
-        return
-    sel = promising.nonzero().squeeze(1)
+    if not _sync_free(batch.mask.device):  # only the promising pairs (one host sync a round)
+        sel = promising.nonzero().squeeze(1)
+        if sel.numel() == 0:
+            return
+    else:  # every active pair, kept where promising: no sync (same per-pair results)
+        sel = torch.arange(int(rc.shape[0]), device=rc.device)
     pairs = idx[sel]
     every = sel.numel() == batch.mask.shape[0]  # skip the gathers when all pairs take part
     clo = lo_ctx if every else lo_ctx.index(pairs)
@@ -580,7 +591,7 @@ def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, keys: 
     lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull.mask, cfg.thr2,
                    cfg.scoring)
     lc, ln = lc.squeeze(1), ln.squeeze(1)
-    keep = lc < rc[sel]
+    keep = (lc < rc[sel]) & promising[sel]
     r_model[sel] = torch.where(keep[:, None, None], lm, r_model[sel])
     rc[sel] = torch.where(keep, lc, rc[sel])
     r_ninl[sel] = torch.where(keep, ln, r_ninl[sel])
@@ -601,14 +612,14 @@ def _stopping_rule(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn:
 
 
 def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor,
-               subsets: Tuple[_Context, _Context], r: int, prosac: bool, cfg: _Settings
-               ) -> None:
+               subsets: Tuple[_Context, _Context], r: int, prosac: bool, cfg: _Settings,
+               idx: torch.Tensor) -> None:
     """Round ``r`` for every active pair: sample, pre-verify, score, optimise the winner, keep
     the best model, apply the stopping rule. Every active pair is in round r (pairs only ever
-    drop out), so the round size depends on r alone: the same for a pair alone or in a batch."""
+    drop out), so the round size depends on r alone: the same for a pair alone or in a batch.
+    ``idx``: the active pairs (the round's one host sync, its stop test, made by the caller)."""
     grow = min(2 ** max(r - _STEADY_ROUNDS + 1, 0), _ROUND_GROWTH)
     K, keep_top = int(cfg.batch_size) * grow, _PREVERIFY_KEEP * grow
-    idx = st.active.nonzero().squeeze(1)
     everyone = idx.numel() == batch.mask.shape[0]  # skip the gathers while all pairs run
     ctx = batch.fast if everyone else batch.fast.index(idx)
     nv = batch.n_valid[idx]
@@ -698,10 +709,10 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         st = _Search.start(batch)
         keys = pair_keys(seed, mask.shape[0], x1.device)
         subsets = _point_subsets(batch, keys)
-        r = 0
-        while bool(st.active.any()):
-            _run_round(problem, batch, st, keys, subsets, r, scores is not None, cfg)
-            r += 1
+        r, idx = 0, st.active.nonzero().squeeze(1)
+        while idx.numel() > 0:  # the stop test: one host sync per round
+            _run_round(problem, batch, st, keys, subsets, r, scores is not None, cfg, idx)
+            r, idx = r + 1, st.active.nonzero().squeeze(1)
         rsq = _final_refit(problem, batch, st, cfg)
         return _assemble_fit(problem, batch, st, rsq, cfg)
 

@@ -17,8 +17,9 @@ tensors the numbers came from (:class:`BackgroundRows`), which audits read.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass, field, replace
+from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 
@@ -33,16 +34,17 @@ from ..gate.view import gate_view_correspondences, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
-from ..measures.calibration import calibrated_pass, ge_bound_px, peak_ge
+from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
-                                   classify_behaviour, clip_summary, fundamental_pair_metrics,
+                                   classify_behaviour, clip_summaries, clip_summary,
+                                   fine_quantiles, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
                                    rotation_from_fundamental, sensitivity_scan)
 from ..segment import load_masks, masks_method, motion_masks
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
-from ..types import Clip, Fit, concat_correspondences, empty_rows
-from .fits import fit_both, fit_reusing
+from ..types import Clip, Correspondences, Fit, concat_correspondences, empty_rows
+from .fits import ClipRows, fit_clips
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -207,47 +209,175 @@ def score_background(clip: Clip, pairs: torch.Tensor, *, masks: Any = None, pose
     """:func:`background_block` and the evaluated rows its numbers come from (None when the
     clip stopped before the gate decided). Deterministic: same clip, inputs and config give
     the same rows, fits and numbers."""
+    out = score_backgrounds([clip], [pairs], masks=[masks], poses=[poses], config=config,
+                            device=device, timer=timer)[0]
+    if isinstance(out, BaseException):
+        raise out
+    return out
+
+
+Scored = Union[Tuple[BackgroundBlock, Optional[BackgroundRows]], BaseException]
+
+
+@dataclass
+class _Job:
+    """One clip of a batch on its way through the stages (``result`` set when it is done)."""
+
+    clip: Clip
+    pairs: torch.Tensor
+    masks: Any
+    poses: Any
+    out: BackgroundBlock
+    ext: Optional[GateDecision] = None
+    stack: Optional[_Stack] = None
+    seg: Optional[_Segmented] = None
+    result: Optional[Scored] = None
+
+    def stop(self) -> None:
+        self.result = (self.out, None)
+
+
+def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
+                      masks: Optional[Sequence[Any]] = None,
+                      poses: Optional[Sequence[Any]] = None,
+                      config: Union[None, dict, GeoConConfig] = None,
+                      device: Optional[torch.device] = None, timer: Optional[Timer] = None
+                      ) -> List[Scored]:
+    """:func:`score_background` of B clips as one batch: each stage runs over every clip still
+    in play (features, the motion masks' preliminary fits, one RANSAC call per model over the
+    rows of all clips, the gate and summaries). A clip's result equals the one it gets alone
+    (bit for bit on the CPU); a clip that stops early (no pairs, no texture, gate undecided)
+    or raises (its exception is its entry) changes nothing for the others.
+
+    Args:
+        clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
+            None; config, device, timer: as :func:`background_block`.
+    Returns:
+        one (BackgroundBlock, BackgroundRows or None) per clip, or the exception it raised.
+    """
     cfg, timer = load_config(config), timer or _untimed
-    p = int(pairs.shape[0])
-    out = BackgroundBlock({"status": "not_applicable", "pairs": p}, gate_block(None, None))
-    if p == 0:
-        out.block["reason"] = f"clip has {clip.num_frames} frame(s): no frame pairs"
-        return out, None
-    method = resolve_gate_method(cfg, poses)
-    out.backends = {"ransac": "geocon_torch", "gate": method}
+    n = len(clips)
+    masks = list(masks) if masks is not None else [None] * n
+    poses = list(poses) if poses is not None else [None] * n
+    jobs = [_Job(c, p, m, q, BackgroundBlock({"status": "not_applicable",
+                                              "pairs": int(p.shape[0])}, gate_block(None, None)))
+            for c, p, m, q in zip(clips, pairs, masks, poses)]
+    _each(jobs, lambda j: _open(j, cfg, device, timer))
+    _match_all([j for j in jobs if j.result is None], cfg, device, timer)
+    _each(jobs, lambda j: _seg_start(j, cfg))
+    with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
+        live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
+        for j, pre in zip(live, fit_clips([_pre_rows(j) for j in live], cfg)):
+            j.seg.pre = pre
+    _each(jobs, lambda j: _segment_job(j, cfg, device, timer))
+    live = [j for j in jobs if j.result is None]
+    with timer("fit"):  # one batched call per model over all rows of all clips
+        fits = fit_clips([_final_rows(j) for j in live], cfg)
+    _score_all(live, fits, cfg, timer)
+    return [j.result for j in jobs]
+
+
+def _run(job: _Job, fn: Callable[[_Job], None]) -> None:
+    """``fn(job)``; an exception becomes the job's result (the other clips go on)."""
+    try:
+        fn(job)
+    except Exception as exc:  # noqa: BLE001 - one clip's failure must not stop the batch
+        job.result = exc
+
+
+def _each(jobs: Sequence[_Job], fn: Callable[[_Job], None]) -> None:
+    for job in jobs:
+        if job.result is None:
+            _run(job, fn)
+
+
+def _open(job: _Job, cfg: GeoConConfig, device: Optional[torch.device], timer: Timer) -> None:
+    """No pairs: stop; else the gate method and the external gate's decision (if any)."""
+    if int(job.pairs.shape[0]) == 0:
+        job.out.block["reason"] = f"clip has {job.clip.num_frames} frame(s): no frame pairs"
+        return job.stop()
+    method = resolve_gate_method(cfg, job.poses)
+    job.out.backends = {"ransac": "geocon_torch", "gate": method}
     with timer("gate"):
-        ext = external_gate(method, clip, pairs, poses, cfg, device)
-    out.gate = gate_block(method, ext)  # kept on every exit before the gate statistic
-    stack = _match(clip, pairs, ext, cfg, device, timer, out.backends)
-    if stack is None:
-        out.block["reason"] = "frames too small for any feature scale"
-        return out, None
-    if not _enough_texture(stack, cfg, out.block):
-        return out, None
-    seg = _segment(clip, stack, masks, ext, cfg, device, timer, out.backends)
-    out.objects = seg.objects
-    out.block = _block_head(stack, seg, cfg)
-    if out.block["median_matches"] < cfg.background.min_inliers:
-        out.block.update(status="not_applicable", reason=(
-            f"too little texture: median {out.block['median_matches']:.0f} background matches "
-            f"per pair at scale {stack.scales[-1]} (< {cfg.background.min_inliers})"))
-        return out, None
-    return _fit_and_score(clip, stack, seg, ext, cfg, timer, out)
+        job.ext = external_gate(method, job.clip, job.pairs, job.poses, cfg, device)
+    job.out.gate = gate_block(method, job.ext)  # kept on every exit before the gate statistic
+    return None
 
 
-def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: GeoConConfig,
-           device: Optional[torch.device], timer: Timer, backends: Dict[str, Any]
-           ) -> Optional[_Stack]:
-    """Correspondences of the evaluated pairs and (weight-free gate only: the gate reads wider
-    baselines, where parallax grows) the gate pairs, every scale stacked; None when the frames
-    are too small for any scale."""
-    gp = (parallax_gate_pairs(clip.num_frames, cfg.gate.parallax_pairs) if ext is None
-          else torch.zeros(0, 2, dtype=torch.long))
-    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
+def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
+    """The masks provider and the finest rows the motion masks' preliminary fits read."""
+    method = masks_method(cfg, job.masks)
+    job.out.backends["masks"] = method
+    stack = job.stack
+    pre_rows = torch.cat([stack.finest, stack.finest_gate])
+    job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
+
+
+def _pre_rows(job: _Job) -> ClipRows:
+    st, rows = job.stack, job.seg.pre_rows
+    return ClipRows(st.x1[rows], st.x2[rows], job.seg.pre_mask, st.scores[rows], rows=rows)
+
+
+def _final_rows(job: _Job) -> ClipRows:
+    st, seg = job.stack, job.seg
+    return ClipRows(st.x1, st.x2, st.mask, st.scores, pre=seg.pre, pre_rows=seg.pre_rows,
+                    pre_mask=seg.pre_mask)
+
+
+def _segment_job(job: _Job, cfg: GeoConConfig, device: Optional[torch.device],
+                 timer: Timer) -> None:
+    """Object masks (:func:`_segment`), the block head and the background-match check."""
+    _segment(job.clip, job.stack, job.masks, job.seg, job.ext, cfg, device, timer)
+    job.out.objects = job.seg.objects
+    job.out.block = _block_head(job.stack, job.seg, cfg)
+    if job.out.block["median_matches"] < cfg.background.min_inliers:
+        job.out.block.update(status="not_applicable", reason=(
+            f"too little texture: median {job.out.block['median_matches']:.0f} background "
+            f"matches per pair at scale {job.stack.scales[-1]} (< {cfg.background.min_inliers})"))
+        job.stop()
+
+
+def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
+               timer: Timer) -> None:
+    """Correspondences of every clip's evaluated pairs and (weight-free gate only: the gate
+    reads wider baselines, where parallax grows) gate pairs, every scale stacked into the
+    clip's :class:`_Stack`. Clips of one size go through the feature stage together
+    (:func:`_merged`: one frame batch, chunked by ``features.chunk_frames``, not by clip)."""
+    gps = [parallax_gate_pairs(j.clip.num_frames, cfg.gate.parallax_pairs) if j.ext is None
+           else torch.zeros(0, 2, dtype=torch.long) for j in jobs]
     with timer("features"):
-        view = gate_view_correspondences(clip, gp, cfg, device) if gp.shape[0] else None
-        corrs = extract_correspondences(clip, pairs if view else all_pairs, cfg.features,
-                                        device=device)
+        viewed = [(j, gp) for j, gp in zip(jobs, gps) if gp.shape[0]]
+        views = dict(zip([id(j) for j, _ in viewed], _merged(
+            [j.clip for j, _ in viewed], [gp for _, gp in viewed],
+            lambda clip, pairs: gate_view_correspondences(clip, pairs, cfg, device))))
+        asked = [j.pairs if views.get(id(j)) else torch.cat([j.pairs, gp])
+                 for j, gp in zip(jobs, gps)]
+        corrs = _merged([j.clip for j in jobs], asked, lambda clip, pairs: extract_correspondences(
+            clip, pairs, cfg.features, device=device))
+    for j, gp, c in zip(jobs, gps, corrs):
+        _run(j, lambda job: _match_job(job, gp, c, views.get(id(job)), cfg, device))
+
+
+def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
+               view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
+               device: Optional[torch.device]) -> None:
+    """The clip's stack; stops the clip when its frames are too small for any feature scale
+    or it has too little texture."""
+    job.stack = _stack(job.clip, job.pairs, gp, corrs, view, cfg, device, job.out.backends)
+    if job.stack is None:
+        job.out.block["reason"] = "frames too small for any feature scale"
+        job.stop()
+    elif not _enough_texture(job.stack, cfg, job.out.block):
+        job.stop()
+
+
+def _stack(clip: Clip, pairs: torch.Tensor, gp: torch.Tensor,
+           corrs: Dict[float, Correspondences],
+           view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
+           device: Optional[torch.device], backends: Dict[str, Any]) -> Optional[_Stack]:
+    """The evaluated rows ``corrs`` and the gate rows (the gate's ``view``, at the finest
+    scale only, when it has one) stacked; None when no scale fits the frames."""
+    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
     backends["features"] = resolve_backend(cfg.features.backend, device)
     backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
                                                 cfg.features.scales)
@@ -268,6 +398,68 @@ def _match(clip: Clip, pairs: torch.Tensor, ext: Optional[GateDecision], cfg: Ge
     return stack
 
 
+def _merge_key(clip: Clip) -> Optional[tuple]:
+    """Clips with the same key go through the feature stage as one frame batch: in-memory
+    frames of one size, dtype and device, same source size, no file to re-read (None: alone)."""
+    if not isinstance(clip.frames, torch.Tensor) or (isinstance(clip.meta, dict)
+                                                     and clip.meta.get("path")):
+        return None
+    return (clip.size, tuple(clip.source_size), clip.frames.dtype, str(clip.frames.device))
+
+
+def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
+            fn: Callable[[Clip, torch.Tensor], Any]) -> List[Any]:
+    """``fn(clip, pairs)`` of every clip, clips of one :func:`_merge_key` (and content mask)
+    as one clip of all their frames (their pairs offset into it); each clip gets its own rows
+    back, cut to its own width (:func:`_split_rows`). ``fn`` returns {scale: Correspondences},
+    (Correspondences, info) or None."""
+    out: List[Any] = [None] * len(clips)
+    groups: List[List[int]] = []
+    for k, clip in enumerate(clips):
+        key = _merge_key(clip)
+        home = next((g for g in groups if key is not None and _merge_key(clips[g[0]]) == key
+                     and torch.equal(clips[g[0]].content_mask, clip.content_mask)), None)
+        if home is None:
+            groups.append([k])
+        else:
+            home.append(k)
+    for g in groups:
+        if len(g) == 1:
+            out[g[0]] = fn(clips[g[0]], pairs[g[0]])
+            continue
+        starts = torch.tensor([0] + [clips[k].num_frames for k in g]).cumsum(0).tolist()
+        first = clips[g[0]]
+        batch = replace(first, frames=torch.cat([clips[k].frames for k in g]),
+                        frame_indices=torch.cat([clips[k].frame_indices for k in g]),
+                        name="batch", meta={})
+        got = fn(batch, torch.cat([pairs[k].cpu() + a for k, a in zip(g, starts)]))
+        sizes = [int(pairs[k].shape[0]) for k in g]
+        for k, part in zip(g, _split_rows(got, sizes, [pairs[k] for k in g])):
+            out[k] = part
+    return out
+
+
+def _split_rows(got: Any, sizes: Sequence[int], pairs: Sequence[torch.Tensor]) -> List[Any]:
+    """The rows of each clip of a merged result (``sizes``: rows per clip, in order), every
+    Correspondences cut to the width of its clip's largest row (what the clip alone gets)."""
+    if got is None:
+        return [None] * len(sizes)
+    if isinstance(got, tuple):
+        return [(c, got[1]) for c in _split_corrs(got[0], sizes, pairs)]
+    per_scale = {s: _split_corrs(c, sizes, pairs) for s, c in got.items()}
+    return [{s: parts[k] for s, parts in per_scale.items()} for k in range(len(sizes))]
+
+
+def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch.Tensor]
+                 ) -> List[Correspondences]:
+    bounds = torch.tensor([0] + list(sizes)).cumsum(0).tolist()
+    count = c.mask.sum(1)
+    widths = [int(count[a:b].max()) if b > a else 0 for a, b in zip(bounds, bounds[1:])]
+    return [Correspondences(c.x1[a:b, :n], c.x2[a:b, :n], c.mask[a:b, :n], c.scores[a:b, :n],
+                            p.to(c.pairs.device), c.num_kp1[a:b], c.num_kp2[a:b])
+            for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]
+
+
 def _enough_texture(stack: _Stack, cfg: GeoConConfig, block: Dict[str, Any]) -> bool:
     """False (and the not_applicable reason in ``block``) when the finest evaluated pairs have
     a median of fewer than ``min_inliers`` matches."""
@@ -281,27 +473,19 @@ def _enough_texture(stack: _Stack, cfg: GeoConConfig, block: Dict[str, Any]) -> 
     return False
 
 
-def _segment(clip: Clip, stack: _Stack, masks: Any, ext: Optional[GateDecision],
-             cfg: GeoConConfig, device: Optional[torch.device], timer: Timer,
-             backends: Dict[str, Any]) -> _Segmented:
-    """Algorithm 1 B: object masks, then ``stack.mask`` keeps only background correspondences.
+def _segment(clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
+             ext: Optional[GateDecision], cfg: GeoConConfig, device: Optional[torch.device],
+             timer: Timer) -> None:
+    """Algorithm 1 B: object masks into ``seg``, then ``stack.mask`` keeps only background
+    correspondences.
 
-    With motion masks the finest rows are first fitted on all their matches to find the
-    movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
-    method = masks_method(cfg, masks)
-    backends["masks"] = method
-    pre_rows = torch.cat([stack.finest, stack.finest_gate])
-    seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
-    if method == "motion":
-        with timer("fit"):
-            seg.pre = fit_both(stack.x1[pre_rows], stack.x2[pre_rows], seg.pre_mask,
-                               stack.scores[pre_rows], cfg, rows=pre_rows)
+    With motion masks the finest rows were first fitted on all their matches (``seg.pre``) to
+    find the movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
     with timer("segment"):
-        seg.objects, seg.evidence = _object_masks(method, clip, stack, masks, seg, ext, cfg,
-                                                  device)
+        seg.objects, seg.evidence = _object_masks(seg.evidence["method"], clip, stack, masks,
+                                                  seg, ext, cfg, device)
         if seg.objects is not None and seg.objects.shape[1] > 0:
-            dev = stack.x1.device
-            content = clip.content_mask.to(dev)
+            content = clip.content_mask.to(stack.x1.device)
             keep = background_keep_chunked(content, seg.objects, cfg.segment.safety_margin_px,
                                            stack.x1, stack.x2, stack.row_pairs)
             if stack.view is not None:  # the gate rows' points are in view px
@@ -312,7 +496,6 @@ def _segment(clip: Clip, stack: _Stack, masks: Any, ext: Optional[GateDecision],
             ev = stack.evaluated
             seg.evidence["removed_matches"] = int((stack.mask[ev] & ~keep[ev]).sum())
             stack.mask = stack.mask & keep
-    return seg
 
 
 def _object_masks(method: str, clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
@@ -349,14 +532,44 @@ def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig) -> Dict[str, 
             "median_matches": float(n_bg[stack.finest].double().median())}
 
 
-def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[GateDecision],
-                   cfg: GeoConConfig, timer: Timer, out: BackgroundBlock
-                   ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
-    """Algorithm 1 C, A, E: fits, per-pair IR / GE, the gate, clip summaries, behaviour."""
-    bc, x1, x2, mask = cfg.background, stack.x1, stack.x2, stack.mask
-    with timer("fit"):  # one batched call per model over all pairs x scales (+ gate pairs)
-        fit_h, fit_f = fit_reusing(x1, x2, mask, stack.scores, cfg, seg.pre, seg.pre_rows,
-                                   seg.pre_mask)
+@dataclass
+class _Scoring:
+    """A clip's rows after the gate: residuals, per-row metrics, the model of every row."""
+
+    fits: Tuple[Fit, Fit]
+    r_h: torch.Tensor
+    r_f: Tuple[torch.Tensor, torch.Tensor]
+    all_rows: Tuple[PairMetrics, PairMetrics]
+    stats: Dict[str, torch.Tensor]
+    mh: PairMetrics
+    mf: PairMetrics
+    use_f: torch.Tensor
+    present: torch.Tensor
+
+
+def _score_all(jobs: Sequence[_Job], fits: Sequence[Tuple[Fit, Fit]], cfg: GeoConConfig,
+               timer: Timer) -> None:
+    """Algorithm 1 C, A, E for every clip from the fits of its rows: per-pair IR / GE and the
+    gate (per clip), the clip summaries of all clips at once (:func:`_summaries`, one host
+    transfer), then per-pair rows, report gate and behaviour."""
+    scored = []
+    for j, f in zip(jobs, fits):
+        _run(j, lambda job: scored.append((job, _gate_phase(job, f, cfg, timer))))
+    scored = [(j, sc) for j, sc in scored if sc is not None and j.result is None]
+    with timer("metrics"):
+        summaries = _summaries([j.out.block for j, _ in scored], [sc for _, sc in scored],
+                               [j.stack.num_evaluated for j, _ in scored])
+    for (j, sc), summary in zip(scored, summaries):
+        _run(j, lambda job: setattr(job, "result", _finish_phase(job, sc, summary, cfg)))
+
+
+def _gate_phase(job: _Job, fits: Tuple[Fit, Fit], cfg: GeoConConfig, timer: Timer
+                ) -> Optional[_Scoring]:
+    """Residuals, per-row IR / GE, gate statistics and decision, the model of every row
+    (None, and the job stopped, when the gate is undecided)."""
+    bc, stack, out = cfg.background, job.stack, job.out
+    x1, x2, mask = stack.x1, stack.x2, stack.mask
+    fit_h, fit_f = fits
     with timer("metrics"):  # each model's residuals once, for IR / GE and the gate
         r_h = homography_residuals(fit_h, x1, x2)
         r_f = fundamental_residuals(fit_f, x1, x2, mask)
@@ -368,14 +581,15 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
                                     min_inliers=bc.min_inliers, residuals=(r_h, *r_f),
                                     long_side_px=stack.long_side_px(), gate=cfg.gate)
         gate = decide_gate(stats, stack.finest, stack.finest_gate,
-                           stack.pairs[stack.num_evaluated:], ext, cfg)
-        if ext is None and stack.view is not None:  # what the weight-free gate read
+                           stack.pairs[stack.num_evaluated:], job.ext, cfg)
+        if job.ext is None and stack.view is not None:  # what the weight-free gate read
             gate.evidence["view"] = {k: stack.view[k] for k in ("backend", "long_side", "source")}
         out.gate = gate.to_dict()
         if gate.decision is None:
             out.block.update(status="not_applicable", reason="gate undecided: "
                              + str(gate.evidence.get("why", "no evidence")))
-            return out, None
+            job.stop()
+            return None
         ev, fin = stack.evaluated, stack.finest
         mh, mf = _subset(mh_all, ev), _subset(mf_all, ev)
         g_rows = stack.finest_gate  # the U band is settled on the gate's own rows when it has
@@ -385,14 +599,21 @@ def _fit_and_score(clip: Clip, stack: _Stack, seg: _Segmented, ext: Optional[Gat
             gate, cfg, stats["gric_delta"][fin], mf_all.ir[fin] - mh_all.ir[fin],
             clip_margin, len(stack.scales))
         out.gate = gate.to_dict()
-        summary = _summaries(out.block, mh, mf, use_f, present, stack.num_evaluated)
-    _add_diagnostics(out.block, stack, (fit_h, fit_f), mh, mf, use_f, stats, cfg)
-    rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], x1[ev], x2[ev],
-                          mask[ev], fit_h.rows(ev), fit_f.rows(ev),
-                          mask[ev] & (r_h[ev] <= bc.tau_h), mask[ev] & (r_f[0][ev] <= bc.tau_f),
-                          mh, mf, use_f)
-    _finish(clip, stack, (fit_h, fit_f), (mh_all, mf_all), summary, cfg, out)
-    return out, rows
+    return _Scoring(fits, r_h, r_f, (mh_all, mf_all), stats, mh, mf, use_f, present)
+
+
+def _finish_phase(job: _Job, sc: _Scoring, summary: Dict[str, Any], cfg: GeoConConfig
+                  ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
+    """Per-pair rows, the evaluated rows, status, report gate and behaviour."""
+    bc, stack, ev = cfg.background, job.stack, job.stack.evaluated
+    fit_h, fit_f = sc.fits
+    _add_diagnostics(job.out.block, stack, sc.fits, sc.mh, sc.mf, sc.use_f, sc.stats, cfg)
+    rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], stack.x1[ev],
+                          stack.x2[ev], stack.mask[ev], fit_h.rows(ev), fit_f.rows(ev),
+                          stack.mask[ev] & (sc.r_h[ev] <= bc.tau_h),
+                          stack.mask[ev] & (sc.r_f[0][ev] <= bc.tau_f), sc.mh, sc.mf, sc.use_f)
+    _finish(job.clip, stack, sc.fits, sc.all_rows, summary, cfg, job.out)
+    return job.out, rows
 
 
 def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
@@ -407,27 +628,36 @@ def _support_margin(mh: PairMetrics, mf: PairMetrics) -> float:
     return (ir_f - ir_h) if (ir_h is not None and ir_f is not None) else 0.0
 
 
-def _summaries(block: Dict[str, Any], mh: PairMetrics, mf: PairMetrics, use_f: torch.Tensor,
-               present: torch.Tensor, num_pairs: int) -> Dict[str, Any]:
+def _summaries(blocks: Sequence[Dict[str, Any]], scorings: Sequence[_Scoring],
+               num_pairs: Sequence[int]) -> List[Dict[str, Any]]:
     """Eq. 13 clip medians of the gated model, of each model and of the best-of-both
-    (diagnostic), and the gated model's median and 90th percentile GE over the ``num_pairs``
-    finest rows (the last ones: ``ge_fine_px``, ``ge_peak_px``) into ``block``; returns the
-    gated model's summary."""
-    chosen = choose_model_per_pair(mh, mf, use_f)
-    chosen.valid = chosen.valid & present
-    s_h = clip_summary(mh.ir, mh.ge, mh.valid & present)
-    s_f = clip_summary(mf.ir, mf.ge, mf.valid & present)
-    s = clip_summary(chosen.ir, chosen.ge, chosen.valid)
-    best_f = mf.valid & (~mh.valid | (mf.ir > mh.ir))
-    best = choose_model_per_pair(mh, mf, best_f)
-    s_best = clip_summary(best.ir, best.ge, best.valid & present)
-    block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
-                 ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
-                 valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
-                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
-                 ge_fine_px=peak_ge(chosen.ge[-num_pairs:], chosen.valid[-num_pairs:], 0.5),
-                 ge_peak_px=peak_ge(chosen.ge[-num_pairs:], chosen.valid[-num_pairs:]))
-    return s
+    (diagnostic), and the gated model's median and 90th percentile GE over each clip's
+    ``num_pairs`` finest rows (the last ones: ``ge_fine_px``, ``ge_peak_px``), for every clip
+    at once (:func:`~geocon_torch.measures.background.clip_summaries`: the same order
+    statistics as clip by clip) into ``blocks``; returns each clip's gated-model summary."""
+    series, fine = [], []
+    for sc, p in zip(scorings, num_pairs):
+        mh, mf, present = sc.mh, sc.mf, sc.present
+        chosen = choose_model_per_pair(mh, mf, sc.use_f)
+        chosen.valid = chosen.valid & present
+        best = choose_model_per_pair(mh, mf, mf.valid & (~mh.valid | (mf.ir > mh.ir)))
+        series += [(chosen.ir, chosen.ge, chosen.valid), (mh.ir, mh.ge, mh.valid & present),
+                   (mf.ir, mf.ge, mf.valid & present), (best.ir, best.ge, best.valid & present)]
+        fine.append((chosen.ge[-p:], chosen.valid[-p:]))
+    if not series:
+        return []
+    sums = clip_summaries(series)
+    peaks = fine_quantiles(fine, (0.5, PEAK_QUANTILE))
+    out = []
+    for k, block in enumerate(blocks):
+        s, s_h, s_f, s_best = sums[4 * k:4 * k + 4]
+        block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
+                     ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
+                     valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
+                     best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
+                     ge_fine_px=peaks[k][0], ge_peak_px=peaks[k][1])
+        out.append(s)
+    return out
 
 
 def _add_diagnostics(block: Dict[str, Any], stack: _Stack, fits: Tuple[Fit, Fit],

@@ -7,7 +7,8 @@ the preliminary fits of the motion-mask step wherever the background mask left a
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -55,20 +56,23 @@ def fit_both(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: tor
 
 def fit_reusing(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
                 config: GeoConConfig, pre: Optional[Tuple[Fit, Fit]], pre_rows: torch.Tensor,
-                pre_mask: torch.Tensor) -> Tuple[Fit, Fit]:
+                pre_mask: torch.Tensor, row_ids: Optional[torch.Tensor] = None
+                ) -> Tuple[Fit, Fit]:
     """:func:`fit_both` of every row, reusing the preliminary fits where nothing changed.
 
     Args:
         x1, x2, mask, scores: all R rows, as :func:`fit_both` (``mask``: the final one).
         pre: (H, F) fits of the rows ``pre_rows`` (fitted with their row seeds on the
             correspondences ``pre_mask`` (R', N)), or None (every row is fitted).
+        row_ids: (R,) long seed position of every row (rows of several clips: each row's
+            position in its own clip); None: ``arange(R)``.
     Returns:
         (fit_h, fit_f) of R rows, equal to ``fit_both(x1, x2, mask, scores, config)``: a row
         whose ``pre_mask`` equals its ``mask`` keeps its preliminary fit (same input and seed
         give the same fit); the others are fitted in one batched call per model.
     """
     if pre is None:
-        return fit_both(x1, x2, mask, scores, config)
+        return fit_both(x1, x2, mask, scores, config, rows=row_ids)
     r = int(x1.shape[0])
     same = (pre_mask == mask[pre_rows]).all(-1)
     todo = torch.ones(r, dtype=torch.bool, device=x1.device)
@@ -78,6 +82,92 @@ def fit_reusing(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: 
     old = (pre[0].rows(same), pre[1].rows(same))
     if todo.numel() == 0:
         return Fit.assemble(r, [(kept, old[0])]), Fit.assemble(r, [(kept, old[1])])
-    new = fit_both(x1[todo], x2[todo], mask[todo], scores[todo], config, rows=todo)
+    new = fit_both(x1[todo], x2[todo], mask[todo], scores[todo], config,
+                   rows=todo if row_ids is None else row_ids.to(todo.device)[todo])
     return (Fit.assemble(r, [(todo, new[0]), (kept, old[0])]),
             Fit.assemble(r, [(todo, new[1]), (kept, old[1])]))
+
+
+@dataclass
+class ClipRows:
+    """The rows one clip contributes to a batched fit of several clips.
+
+    Attributes:
+        x1, x2: (R, N, 2) px; mask: (R, N) bool; scores: (R, N) (N: this clip's own width).
+        rows: (R,) long positions of the rows in the clip's full row layout (their seeds).
+        pre: preliminary (H, F) fits of the clip's rows ``pre_rows`` on ``pre_mask``
+            (R', N), or None (see :func:`fit_reusing`).
+    """
+
+    x1: torch.Tensor
+    x2: torch.Tensor
+    mask: torch.Tensor
+    scores: torch.Tensor
+    rows: Optional[torch.Tensor] = None
+    pre: Optional[Tuple[Fit, Fit]] = None
+    pre_rows: Optional[torch.Tensor] = None
+    pre_mask: Optional[torch.Tensor] = None
+
+
+def _pad(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, N, ...) zero-padded to (R, n, ...) along the point axis."""
+    extra = n - int(t.shape[1])
+    if extra == 0:
+        return t
+    return torch.cat([t, t.new_zeros((t.shape[0], extra) + tuple(t.shape[2:]))], 1)
+
+
+def _pad_fit(fit: Fit, n: int) -> Fit:
+    out = Fit(fit.kind, *(getattr(fit, k) for k in _FIELDS))
+    out.inliers, out.residuals = _pad(fit.inliers, n), _pad(fit.residuals, n)
+    return out
+
+
+def _trim_fit(fit: Fit, rows: slice, n: int) -> Fit:
+    """Rows ``rows`` of ``fit`` with inliers / residuals cut to the first ``n`` points."""
+    out = Fit(fit.kind, *(getattr(fit, k)[rows] for k in _FIELDS))
+    out.inliers, out.residuals = out.inliers[:, :n], out.residuals[:, :n]
+    return out
+
+
+_FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
+
+
+def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit, Fit]]:
+    """:func:`fit_reusing` (:func:`fit_both` where no part has preliminary fits) of the rows of
+    several clips in one batched RANSAC call per model: the rows are stacked (point axis
+    zero-padded to the widest clip) and each draws the random stream of its position in its
+    own clip (``part.rows``, default ``arange(R)``). RANSAC is padding invariant, so every
+    clip's fits equal those of the clip fitted alone, bit for bit on the CPU.
+
+    Returns:
+        one (fit_h, fit_f) per part, of its R rows and its own width N.
+    """
+    if not parts:
+        return []
+    dev = parts[0].x1.device
+    n = max(int(p.x1.shape[1]) for p in parts)
+    sizes = [int(p.x1.shape[0]) for p in parts]
+    starts = [sum(sizes[:k]) for k in range(len(parts))]
+    ids = torch.cat([torch.arange(r, device=dev) if p.rows is None else p.rows.to(dev).long()
+                     for p, r in zip(parts, sizes)])
+    cat = lambda name: torch.cat([_pad(getattr(p, name), n) for p in parts])  # noqa: E731
+    with_pre = [(k, p) for k, p in enumerate(parts) if p.pre is not None]
+    pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None
+    if with_pre:
+        pre = tuple(Fit.assemble(sum(int(p.pre_rows.numel()) for _, p in with_pre), [
+            (torch.arange(a, a + int(p.pre_rows.numel()), device=dev), _pad_fit(p.pre[m], n))
+            for a, (_, p) in zip(_offsets([p.pre_rows for _, p in with_pre]), with_pre)])
+            for m in range(2))
+        pre_rows = torch.cat([p.pre_rows.to(dev) + starts[k] for k, p in with_pre])
+        pre_mask = torch.cat([_pad(p.pre_mask, n) for _, p in with_pre])
+    fit_h, fit_f = fit_reusing(cat("x1"), cat("x2"), cat("mask"), cat("scores"), config, pre,
+                               pre_rows, pre_mask, row_ids=ids)
+    return [(_trim_fit(fit_h, slice(a, a + r), int(p.x1.shape[1])),
+             _trim_fit(fit_f, slice(a, a + r), int(p.x1.shape[1])))
+            for a, r, p in zip(starts, sizes, parts)]
+
+
+def _offsets(tensors: Sequence[torch.Tensor]) -> List[int]:
+    sizes = [int(t.numel()) for t in tensors]
+    return [sum(sizes[:k]) for k in range(len(sizes))]
