@@ -38,6 +38,7 @@ from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
+from .measures.headline import headline_score, headline_terms
 from .result import ClipResult, jsonable
 from .sections.background import background_block
 from .sections.epipolar import epipolar_block
@@ -253,6 +254,8 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     if _decode_ok(res, clip, cfg, timer):
         _score(res, video, clip, masks, poses, cfg, preset, dev, timer)
         res.status, res.reason = _status(res, preset)
+        scored = res.to_dict()
+        res.score, res.extra["score_terms"] = headline_score(scored), headline_terms(scored)
     timer.times["total"] = time.perf_counter() - t_start
     res.timing_s = {k: round(v, 4) for k, v in timer.times.items()}
     res.background = jsonable(res.background)
