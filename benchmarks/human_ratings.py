@@ -145,14 +145,8 @@ def _bg(key: str, sign: float = 1.0) -> Callable[[Dict[str, Any]], Optional[floa
     return get
 
 
-def _score(res: Dict[str, Any]) -> Optional[float]:
-    if "score" in res:
-        return res["score"]
-    return headline_score(res)
-
-
 NUMBERS: Dict[str, Callable[[Dict[str, Any]], Optional[float]]] = {
-    "score": _score, "IR": _bg("ir"), "-GE": _bg("ge_px", -1.0),
+    "score": headline_score, "IR": _bg("ir"), "-GE": _bg("ge_px", -1.0),
     "-GE_F": _bg("ge_f_px", -1.0), "epipolar reward": _epipolar_reward}
 
 

@@ -28,10 +28,16 @@ def test_terms_and_fold_closed_form():
     assert terms["match"] == 0.5 and terms["inliers"] == 0.8
     assert terms["ge"] == pytest.approx(math.exp(-0.7 / GE_SCALE_PX))
     assert terms["rigidity"] == pytest.approx(math.exp(-2.0 / GE_SCALE_PX))  # sqrt(1) px * 2
-    want = (0.5 * 0.8 * math.exp(-0.7 / GE_SCALE_PX) * math.exp(-2.0 / GE_SCALE_PX)) ** 0.25
+    # weights: match 1, inliers 2, ge 1, rigidity 0.25
+    want = math.exp((math.log(0.5) + 2 * math.log(0.8) - 0.7 / GE_SCALE_PX
+                     - 0.25 * 2.0 / GE_SCALE_PX) / 4.25)
     assert headline_score(res) == pytest.approx(want)
-    # a block that is not ok contributes nothing; an error or no term is no score
-    res["background"]["status"] = "not_applicable"
+    # too few valid pairs: GE = tau_H (2 px at 512 = 4 px at 1024)
+    res["background"] = {"status": "not_applicable", "pairs": 4, "ge_px": None}
+    assert headline_terms(res)["ge"] == pytest.approx(math.exp(-4.0 / GE_SCALE_PX))
+    # a block that is not ok (and not tried on pairs) contributes nothing; an error or no
+    # term is no score
+    res["background"] = {"status": "not_applicable", "pairs": 0}
     assert set(headline_terms(res)) == {"match", "inliers", "rigidity"}
     assert headline_score(dict(res, status="error")) is None
     assert headline_score(_result()) is None
