@@ -51,3 +51,28 @@ def test_score_in_the_result_and_round_trip():
     assert 0.0 <= d["score"] <= 1.0 and d["score"] == headline_score(d)
     assert set(d["score_terms"]) == {"match", "inliers", "ge"}
     assert ClipResult.from_dict(d).score == d["score"]
+
+
+def _scores(category, kind, severities, size=(144, 192), frames=6):
+    out = []
+    for sev in severities:
+        clip = render_scene(category, num_frames=frames, size=size, seed=0,
+                            corruption=kind if sev else None, severity=float(sev))
+        masks = clip.masks if clip.masks.shape[1] else None
+        out.append(score_clip(clip.frames, masks=masks, preset="all", device="cpu").score)
+    return out
+
+
+@pytest.mark.parametrize("category,kind", [("C1", "rubber_sheet"), ("C3", "flicker")])
+def test_score_falls_with_severity(category, kind):
+    """Severity 0 / 0.5 / 1 of a grounded corruption: the score falls at each step."""
+    s = _scores(category, kind, (0.0, 0.5, 1.0))
+    assert s[0] > s[1] > s[2], s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("category,kind", [("C1", "breathing"), ("C3", "rubber_sheet"),
+                                           ("C4", "nonrigid_object"), ("C4", "flicker")])
+def test_score_falls_with_severity_more(category, kind):
+    s = _scores(category, kind, (0.0, 0.5, 1.0))
+    assert s[0] > s[1] > s[2], s
