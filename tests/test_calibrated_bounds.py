@@ -6,7 +6,7 @@ import pytest
 from geocon_torch import score_clip
 from geocon_torch.measures.calibration import (bound_checks, calibrated_pass,
                                                clip_statistics)
-from geocon_torch.report.audit import _bounds_html
+from geocon_torch.report.audit import _bounds_html, _facts
 from geocon_torch.report.explain import explain_result
 from geocon_torch.report.text import calibrated_checks, calibrated_verdict
 from geocon_torch.synth import grounded_clip
@@ -85,3 +85,12 @@ def test_stored_bounds_reproduce_the_scored_verdict(kw):
     checks = calibrated_checks(bg)
     assert checks and len(checks) >= 4
     assert all(c.passed for c in checks) is bg["pass_calibrated"]
+
+
+def test_score_line_in_explain_and_card():
+    res = _result(0.1, 0.2)
+    res.update(score=0.8712, score_terms={"match": 0.8, "inliers": 0.99, "ge": 0.97})
+    line = "Score 0.871 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]"
+    assert line in explain_result(res, evidence=False).splitlines()
+    assert dict(_facts({}, res))["score"] == line
+    assert "Score unknown [0-1" in explain_result(_result(0.1, 0.2), evidence=False)

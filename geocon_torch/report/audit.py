@@ -21,7 +21,8 @@ from ..bench.ids import file_key
 from ..measures.calibration import STAT_LABEL
 from . import plots
 from .evidence import PairEvidence, pair_evidence
-from .text import calibrated_checks, calibrated_verdict, compact, label, pair_counts
+from .text import (calibrated_checks, calibrated_verdict, compact, label, pair_counts,
+                   score_line)
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -183,6 +184,7 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         ("model / prompt cat.", html.escape(f"{label(row.get('model'))} / "
                                             f"{label(row.get('prompt_category'))}")),
         ("behaviour", html.escape(label(res.get("behaviour")))),
+        ("score", html.escape(score_line(res))),
         ("status", f"{_fmt(res.get('status'))}" + (f": {_fmt(res.get('reason'))}"
                                                    if res.get("reason") else "")),
         ("IR / GE (px)", f"{_fmt(bg.get('ir'))} / {_fmt(bg.get('ge_px'))} "

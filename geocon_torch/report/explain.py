@@ -5,8 +5,10 @@ evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`)
 
 1. the regime and why: gate method, its statistic against the H / F thresholds (hysteresis
    band), how a U was resolved;
-2. the report gate: clip IR and GE against ``background.report_ir`` / ``report_ge_px`` (and the
-   calibrated gate when the result carries one);
+2. the report gate: clip IR and GE against ``background.report_ir`` / ``report_ge_px``, and the
+   calibrated gate when the result carries one: every bound with the clip's value, the
+   threshold (px at the working size), ok / FAILS, why the bound is there, and the failed
+   one(s) named in the verdict line;
 3. which pairs fail (finest-scale ``background.per_pair`` rows below the thresholds) and, for the
    worst pair, where its outliers lie (image quadrants, near object masks);
 4. what would change the verdict: the threshold of the sensitivity scan at which IR would pass,
@@ -25,7 +27,7 @@ from ..result import ClipResult
 from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
 from ..measures.calibration import BOUND_WHY
-from .text import calibrated_checks, label
+from .text import calibrated_checks, label, score_line
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -271,6 +273,7 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     cfg, note = _config(res)
     lines = [f"Clip {label(res.get('clip'))}: status {label(res.get('status'))}"
              + (f" ({res['reason']})" if res.get("reason") else "") + (f" {note}" if note else "")]
+    lines.append(score_line(res))
     lines += gate_lines(res.get("gate"), res.get("regime"))
     lines += threshold_lines(bg, res, cfg)
     lines += _pair_lines(bg, cfg)

@@ -94,6 +94,15 @@ def pair_counts(background: Optional[Dict[str, Any]]) -> str:
             f"({pairs} pairs x {n_scales} scales)")
 
 
+def score_line(result: Mapping[str, Any]) -> str:
+    """The headline score and the terms it folds (:mod:`geocon_torch.measures.headline`):
+    "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]"."""
+    terms = result.get("score_terms") if isinstance(result.get("score_terms"), Mapping) else {}
+    detail = ", ".join(f"{k} {compact(v, 3)}" for k, v in terms.items())
+    return (f"Score {compact(result.get('score'), 3)}" + (f" ({detail})" if detail else "")
+            + " [0-1, higher is better]")
+
+
 #: the calibration record's thresholds (px at the working resolution) -> threshold keys
 RECORD_KEYS = {"ir": "ir_min", "ge_px": "ge_norm_max", "ge_fine_px": "ge_fine_norm_max",
                "ge_spread_px": "ge_spread_norm_max", "ge_h_px_min": "ge_h_norm_min",
