@@ -39,6 +39,7 @@ from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
+from .measures.headline import headline_score, headline_terms
 from .presets import PRESET_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
 from .sections.background import BackgroundBlock, background_block, score_backgrounds
@@ -277,6 +278,8 @@ def _complete(item: _Item, background: Optional[BackgroundBlock] = None) -> Clip
         _score(res, item.video, item.clip, item.masks if background is None else background,
                item.poses, item.cfg, item.preset, item.dev, timer)
         res.status, res.reason = _status(res, item.preset)
+        scored = res.to_dict()
+        res.score, res.extra["score_terms"] = headline_score(scored), headline_terms(scored)
     timer.times["total"] = time.perf_counter() - item.t_start
     res.timing_s = {k: round(v, 4) for k, v in timer.times.items()}
     res.background = jsonable(res.background)

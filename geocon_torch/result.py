@@ -4,6 +4,8 @@
 
     {"schema_version": "2.0", "clip": str, "path": str | None, "content_hash": str | None,
      "status": "ok" | "not_applicable" | "error", "reason": str | None, "regime": "H" | "F" | None,
+     "score": float | None,          # headline score in [0, 1], higher is better (None: not
+                                     # scored), see measures.headline; "score_terms": its terms
      "io": {"source", "announced_frames", "decoded_frames", "lost_frames", "lost_fraction",
             "timestamp_gaps", "decode_errors", "first_errors", "truncated"},  # what decoding
                                      # lost ({} for rows written before it was recorded)
@@ -86,6 +88,7 @@ class ClipResult:
     path: Optional[str] = None
     content_hash: Optional[str] = None
     regime: Optional[str] = None
+    score: Optional[float] = None
     io: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     gate: Dict[str, Any] = field(default_factory=dict)
@@ -125,7 +128,7 @@ class ClipResult:
         out: Dict[str, Any] = {
             "schema_version": SCHEMA_VERSION, "clip": self.clip, "path": self.path,
             "content_hash": self.content_hash, "status": self.status, "reason": self.reason,
-            "regime": self.regime, "io": self.io, "warnings": list(self.warnings),
+            "regime": self.regime, "score": self.score, "io": self.io, "warnings": list(self.warnings),
             "gate": self.gate, "background": self.background,
         }
         if self.foreground is not None:

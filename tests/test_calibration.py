@@ -240,7 +240,8 @@ def test_table_and_report_show_both_verdicts():
     assert summary_row(res)[5] == "yes/no"
     assert summary_row({"clip": "b", "background": {"pass": True}})[5] == "yes/-"
     text = calibrated_verdict(res["background"])
-    assert "calibrated: no" in text and "abc123" in text and "GE <= 0.05 px" in text
+    assert "calibrated: no" in text and "abc123" in text
+    assert "fails GE 0.3 px > 0.05 px" in text and "IR 1 >= 0.97: ok" in text
     facts = dict(_facts({}, res))
     assert "yes (paper)" in facts["valid pairs"] and "calibrated: no" in facts["valid pairs"]
     assert calibrated_verdict({"pass": True}) == "calibrated: off"

@@ -257,13 +257,80 @@ def roc_curve(ge_clean: torch.Tensor, ge_bad: torch.Tensor, ir_clean: torch.Tens
     return {"ge_thresholds": b.tolist(), "false_pass": fp.tolist(), "true_pass": tp.tolist()}
 
 
+#: why each bound is in the gate (what a clean rigid clip does that a corruption does not)
+BOUND_WHY = {
+    "ir_min": "rigid scenes put nearly every match on one model; a warp leaves outliers",
+    "ge_norm_max": "the clip GE (eq. 13): a rigid clip's residual is keypoint noise",
+    "ge_fine_norm_max": "finest scale alone: coarse scales dilute a sub-pixel corruption",
+    "ge_spread_norm_max": "worst pairs - typical pair: a corruption that varies in time",
+    "ge_h_norm_min": "F only: a real 3-D scene leaves an H residual; a radial warp does not",
+    "ge_peak_norm_max": "90th percentile of the finest-scale pair GE (older files)",
+}
+#: the statistic's name as a person reads it, and its unit
+STAT_LABEL = {"ir": ("IR", ""), "ge_norm": ("GE", "px"), "ge_fine_norm": ("GE_fine", "px"),
+              "ge_spread_norm": ("GE_spread", "px"), "ge_h_norm": ("GE_H", "px"),
+              "ge_peak_norm": ("GE_peak", "px")}
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """One bound of the calibrated gate on one clip.
+
+    Attributes:
+        key: threshold key (``ge_norm_max`` ...); statistic: the row statistic it bounds.
+        value, threshold: the clip's statistic and the bound, in one unit (px of the frame the
+            caller chose, or unitless for IR); inf where a statistic is absent (no valid H pair).
+        lower: True for ``value >= threshold``, else ``value <= threshold``.
+        passed: whether the clip meets it.
+    """
+
+    key: str
+    statistic: str
+    value: float
+    threshold: float
+    lower: bool
+    passed: bool
+
+    def describe(self) -> str:
+        """``"GE_fine 0.41 px <= 0.35 px: FAILS"``-style text."""
+        name, unit = STAT_LABEL.get(self.statistic, (self.statistic, ""))
+        sym = (">=" if self.lower else "<=") if self.passed else ("<" if self.lower else ">")
+        u = f" {unit}" if unit else ""
+        return (f"{name} {self.value:.4g}{u} {sym} {self.threshold:.4g}{u}: "
+                f"{'ok' if self.passed else 'FAILS'}")
+
+
+def clip_statistics(ir: float, ge_px: float, scale: float = 1.0, *,
+                    ge_fine_px: Optional[float] = None, ge_peak_px: Optional[float] = None,
+                    ge_h_px: Optional[float] = None) -> Dict[str, float]:
+    """The gate's row statistics of one clip (keys: :data:`STAT_LABEL`), every GE multiplied
+    by ``scale`` (``ref_long_side / long_side`` for normalised px, 1 for working px). An
+    absent fine / peak GE takes the clip GE; an absent GE_H (no valid H pair) is +inf."""
+    fine = float(ge_px if ge_fine_px is None else ge_fine_px) * scale
+    peak = float(ge_px if ge_peak_px is None else ge_peak_px) * scale
+    return {"ir": float(ir), "ge_norm": float(ge_px) * scale, "ge_fine_norm": fine,
+            "ge_peak_norm": peak, "ge_spread_norm": spread_of(fine, peak),
+            "ge_h_norm": float("inf") if ge_h_px is None else float(ge_h_px) * scale}
+
+
+def bound_checks(stats: Mapping[str, float], th: Mapping[str, float]) -> List[BoundCheck]:
+    """Every bound of ``th`` (threshold key -> value; an absent key is no bound) checked on
+    ``stats`` (:func:`clip_statistics`), in :data:`BOUNDS` order."""
+    out = []
+    for key, name, low in BOUNDS:
+        if key in th and th[key] is not None:
+            v, b = float(stats[name]), float(th[key])
+            out.append(BoundCheck(key, name, v, b, low, (v >= b) if low else (v <= b)))
+    return out
+
+
 def calibrated_pass(ir: Optional[float], ge_px: Optional[float], long_side: int,
                     regime: Optional[str], thresholds: Mapping[str, Mapping[str, float]],
                     ref_long_side: float = REF_LONG_SIDE, *, ge_fine_px: Optional[float] = None,
                     ge_peak_px: Optional[float] = None, ge_h_px: Optional[float] = None
                     ) -> Optional[bool]:
     """The calibrated verdict of one clip (None when IR / GE / the regime's thresholds are
-    missing).
+    missing): every :func:`bound_checks` entry met.
 
     Args:
         ir, ge_px: the clip's IR and GE (px at the working resolution, long side
@@ -278,14 +345,9 @@ def calibrated_pass(ir: Optional[float], ge_px: Optional[float], long_side: int,
     th = thresholds.get(str(regime)) if regime is not None else None
     if ir is None or ge_px is None or th is None:
         return None
-    scale = float(ref_long_side) / float(long_side)
-    fine = float(ge_px if ge_fine_px is None else ge_fine_px) * scale
-    peak = float(ge_px if ge_peak_px is None else ge_peak_px) * scale
-    stats = {"ir": float(ir), "ge_norm": float(ge_px) * scale, "ge_fine_norm": fine,
-             "ge_peak_norm": peak, "ge_spread_norm": spread_of(fine, peak),
-             "ge_h_norm": float("inf") if ge_h_px is None else float(ge_h_px) * scale}
-    return all((stats[name] >= float(th[key])) if low else (stats[name] <= float(th[key]))
-               for key, name, low in BOUNDS if key in th)
+    stats = clip_statistics(ir, ge_px, float(ref_long_side) / float(long_side),
+                            ge_fine_px=ge_fine_px, ge_peak_px=ge_peak_px, ge_h_px=ge_h_px)
+    return all(c.passed for c in bound_checks(stats, th))
 
 
 def ge_bound_px(ge_norm_max: float, long_side: int,
@@ -301,6 +363,7 @@ def pass_rates(passed: Sequence[Optional[bool]]) -> Optional[float]:
 
 
 __all__ = ["REF_LONG_SIDE", "BOUNDS", "REGIME_BOUNDS", "PEAK_QUANTILE", "Thresholds",
+           "BOUND_WHY", "STAT_LABEL", "BoundCheck", "clip_statistics", "bound_checks",
            "normalised_ge", "peak_ge", "spread_of", "gate_rates", "select_bounds",
            "select_thresholds",
            "relax_ir", "roc_curve", "calibrated_pass", "ge_bound_px", "pass_rates"]

@@ -18,9 +18,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..bench.ids import file_key
+from ..measures.calibration import STAT_LABEL
 from . import plots
 from .evidence import PairEvidence, pair_evidence
-from .text import calibrated_verdict, compact, label, pair_counts
+from .text import (calibrated_checks, calibrated_verdict, compact, label, pair_counts,
+                   score_line)
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -153,6 +155,22 @@ def _fmt(v: Any, digits: int = 4) -> str:
     return html.escape("-" if v is None else str(v))
 
 
+def _bounds_html(bg: Dict[str, Any]) -> str:
+    """Every bound of the calibrated gate (value, threshold, ok / FAILS; failed ones in bold),
+    the same as ``geocon explain`` prints."""
+    checks = calibrated_checks(bg)
+    if checks is None:
+        return html.escape("off" if "pass_calibrated" not in bg else
+                           f"{compact(bg.get('pass_calibrated'))} (no bounds recorded)")
+    items = [html.escape(c.describe()) if c.passed else f"<b>{html.escape(c.describe())}</b>"
+             for c in checks]
+    failed = [c.statistic for c in checks if not c.passed]
+    head = (f"{'PASS' if bg.get('pass_calibrated') else 'FAIL'}"
+            + (f" (failed: {html.escape(', '.join(STAT_LABEL[s][0] for s in failed))})"
+               if failed else ""))
+    return head + "<ul class='bounds'>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
 def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
     """The card's fact table: (label, HTML-escaped value) rows."""
     bg = res.get("background") or {}
@@ -166,6 +184,7 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         ("model / prompt cat.", html.escape(f"{label(row.get('model'))} / "
                                             f"{label(row.get('prompt_category'))}")),
         ("behaviour", html.escape(label(res.get("behaviour")))),
+        ("score", html.escape(score_line(res))),
         ("status", f"{_fmt(res.get('status'))}" + (f": {_fmt(res.get('reason'))}"
                                                    if res.get("reason") else "")),
         ("IR / GE (px)", f"{_fmt(bg.get('ir'))} / {_fmt(bg.get('ge_px'))} "
@@ -174,6 +193,7 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         ("valid pairs", f"{html.escape(pair_counts(bg))}; report gate pass: "
                         f"{html.escape(compact(bg.get('pass')))} (paper), "
                         f"{html.escape(calibrated_verdict(bg))}"),
+        ("calibrated gate", _bounds_html(bg)),
         ("gate", html.escape(gate_rationale(res.get("gate"), res.get("regime")))),
         ("objects", obj_txt),
         ("epipolar trio", f"error {_fmt(ep.get('epipolar_error'))} px, inlier rate "

@@ -5,8 +5,10 @@ evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`)
 
 1. the regime and why: gate method, its statistic against the H / F thresholds (hysteresis
    band), how a U was resolved;
-2. the report gate: clip IR and GE against ``background.report_ir`` / ``report_ge_px`` (and the
-   calibrated gate when the result carries one);
+2. the report gate: clip IR and GE against ``background.report_ir`` / ``report_ge_px``, and the
+   calibrated gate when the result carries one: every bound with the clip's value, the
+   threshold (px at the working size), ok / FAILS, why the bound is there, and the failed
+   one(s) named in the verdict line;
 3. which pairs fail (finest-scale ``background.per_pair`` rows below the thresholds) and, for the
    worst pair, where its outliers lie (image quadrants, near object masks);
 4. what would change the verdict: the threshold of the sensitivity scan at which IR would pass,
@@ -24,7 +26,8 @@ from ..errors import GeoConError, InputError
 from ..result import ClipResult
 from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
-from .text import label
+from ..measures.calibration import BOUND_WHY
+from .text import calibrated_checks, label, score_line
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -85,18 +88,24 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
     return out
 
 
-def _calibrated(bg: Dict[str, Any], res: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The calibrated report gate when the result carries one: {"pass", "ir", "ge_px"}."""
+def calibrated_lines(bg: Dict[str, Any]) -> List[str]:
+    """The calibrated report gate: verdict, the failed bound(s) named, then every bound with
+    the clip's value, the threshold (px at the working resolution), pass / fail and why the
+    bound is in the gate; [] when the result has no calibrated gate."""
     if "pass_calibrated" not in bg:
-        return None
-    cal: Dict[str, Any] = {"pass": bg.get("pass_calibrated")}
-    for src in (bg.get("calibration"), bg.get("calibrated_gate"), res.get("calibration")):
-        if isinstance(src, dict):
-            th = src.get("thresholds") if isinstance(src.get("thresholds"), dict) else src
-            cal.setdefault("ir", th.get("report_ir", th.get("ir")))
-            cal.setdefault("ge_px", th.get("report_ge_px", th.get("ge_px")))
-            cal.setdefault("source", src.get("hash") or src.get("file"))
-    return cal
+        return []
+    p = bg.get("pass_calibrated")
+    checks = calibrated_checks(bg)
+    cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
+    regime = (cal.get("thresholds") or {}).get("regime") if isinstance(cal, dict) else None
+    head = (f"Report gate (calibrated{', ' + regime + ' bounds' if regime else ''}, "
+            f"{label(cal.get('name'))}): {'n/a' if p is None else 'PASS' if p else 'FAIL'}")
+    if not checks:
+        return [head + " (no bounds recorded for this regime / clip)"]
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        head += " -- failed: " + ", ".join(c.describe().rsplit(":", 1)[0] for c in failed)
+    return [head] + [f"  {c.describe()} ({BOUND_WHY.get(c.key, c.key)})" for c in checks]
 
 
 def threshold_lines(bg: Dict[str, Any], res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
@@ -113,20 +122,7 @@ def threshold_lines(bg: Dict[str, Any], res: Dict[str, Any], cfg: GeoConConfig) 
            f"  GE {_f(ge)} px {'<=' if ok_ge else '>'} report_ge_px {bc.report_ge_px:g}: "
            f"{'ok' if ok_ge else 'FAILS'}" + (f" (margin {bc.report_ge_px - ge:+.3g} px)"
                                                if ge is not None else "")]
-    cal = _calibrated(bg, res)
-    if cal is not None:
-        verdict = "n/a" if cal["pass"] is None else "PASS" if cal["pass"] else "FAIL"
-        line = f"Report gate (calibrated): {verdict}"
-        if cal.get("ir") is not None or cal.get("ge_px") is not None:
-            line += (f" (IR >= {_f(cal.get('ir'))} -> {'ok' if _ge(ir, cal.get('ir')) else 'FAILS'}"
-                     f", GE <= {_f(cal.get('ge_px'))} px -> "
-                     f"{'ok' if _ge(cal.get('ge_px'), ge) else 'FAILS'})")
-        out.append(line)
-    return out
-
-
-def _ge(a: Any, b: Any) -> bool:
-    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a >= b
+    return out + calibrated_lines(bg)
 
 
 def failing_pairs(bg: Dict[str, Any], cfg: GeoConConfig) -> List[Dict[str, Any]]:
@@ -277,6 +273,7 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     cfg, note = _config(res)
     lines = [f"Clip {label(res.get('clip'))}: status {label(res.get('status'))}"
              + (f" ({res['reason']})" if res.get("reason") else "") + (f" {note}" if note else "")]
+    lines.append(score_line(res))
     lines += gate_lines(res.get("gate"), res.get("regime"))
     lines += threshold_lines(bg, res, cfg)
     lines += _pair_lines(bg, cfg)
@@ -301,5 +298,5 @@ def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: 
     return outlier_lines(ev)
 
 
-__all__ = ["explain_result", "gate_lines", "threshold_lines", "failing_pairs", "worst_pair",
+__all__ = ["explain_result", "gate_lines", "threshold_lines", "calibrated_lines", "failing_pairs", "worst_pair",
            "outlier_lines", "change_lines", "QUADRANTS"]

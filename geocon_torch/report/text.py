@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
+
+from ..measures.calibration import BoundCheck, bound_checks, clip_statistics
 
 UNKNOWN = "unknown"
 
@@ -92,15 +94,49 @@ def pair_counts(background: Optional[Dict[str, Any]]) -> str:
             f"({pairs} pairs x {n_scales} scales)")
 
 
+def score_line(result: Mapping[str, Any]) -> str:
+    """The headline score and the terms it folds (:mod:`geocon_torch.measures.headline`):
+    "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]"."""
+    terms = result.get("score_terms") if isinstance(result.get("score_terms"), Mapping) else {}
+    detail = ", ".join(f"{k} {compact(v, 3)}" for k, v in terms.items())
+    return (f"Score {compact(result.get('score'), 3)}" + (f" ({detail})" if detail else "")
+            + " [0-1, higher is better]")
+
+
+#: the calibration record's thresholds (px at the working resolution) -> threshold keys
+RECORD_KEYS = {"ir": "ir_min", "ge_px": "ge_norm_max", "ge_fine_px": "ge_fine_norm_max",
+               "ge_spread_px": "ge_spread_norm_max", "ge_h_px_min": "ge_h_norm_min",
+               "ge_peak_px": "ge_peak_norm_max"}
+
+
+def calibrated_checks(background: Optional[Dict[str, Any]]) -> Optional[List[BoundCheck]]:
+    """Every bound of the calibrated gate on this clip, in px at the working resolution: the
+    clip's value, the threshold and pass / fail
+    (:func:`~geocon_torch.measures.calibration.bound_checks` on the result's stored numbers
+    and its ``calibration.thresholds`` record). None when the result has no calibrated gate,
+    no thresholds for its regime or no IR / GE."""
+    bg = background or {}
+    cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
+    rec = cal.get("thresholds") if isinstance(cal.get("thresholds"), dict) else None
+    if "pass_calibrated" not in bg or not rec or bg.get("ir") is None or bg.get("ge_px") is None:
+        return None
+    th = {key: rec[name] for name, key in RECORD_KEYS.items() if rec.get(name) is not None}
+    stats = clip_statistics(bg["ir"], bg["ge_px"], ge_fine_px=bg.get("ge_fine_px"),
+                            ge_peak_px=bg.get("ge_peak_px"), ge_h_px=bg.get("ge_h_px"))
+    return bound_checks(stats, th)
+
+
 def calibrated_verdict(background: Optional[Dict[str, Any]]) -> str:
-    """The calibrated report gate in words: "calibrated: yes (IR >= 0.97, GE <= 0.06 px;
+    """The calibrated report gate in words, every bound with the clip's value, and the failed
+    ones named: "calibrated: no (fails GE_fine 0.41 px > 0.35 px; IR 1 >= 0.999: ok, ...;
     default:opencv-sift 1a2b...)", or "calibrated: off" for results scored without one."""
     bg = background or {}
     if "pass_calibrated" not in bg:
         return "calibrated: off"
     cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
-    th = cal.get("thresholds") if isinstance(cal.get("thresholds"), dict) else {}
-    bounds = (f"IR >= {compact(th.get('ir'))}, GE <= {compact(th.get('ge_px'))} px; "
-              if th else "")
+    checks = calibrated_checks(bg) or []
+    failed = [c.describe().rsplit(":", 1)[0] for c in checks if not c.passed]
+    bounds = ("fails " + ", ".join(failed) + "; " if failed else "") + (
+        "; ".join(c.describe() for c in checks) + "; " if checks else "")
     return (f"calibrated: {compact(bg.get('pass_calibrated'))} ({bounds}"
             f"{label(cal.get('name'))} {label(cal.get('hash'))})")

@@ -1,0 +1,78 @@
+"""The headline score (``result["score"]``, geocon_torch.measures.headline): closed-form terms
+and fold, in [0, 1], in every scored result, and monotone in the severity of grounded
+corruptions."""
+import math
+
+import pytest
+
+from geocon_torch import score_clip
+from geocon_torch.measures.headline import (GE_SCALE_PX, fold_terms, headline_score,
+                                            headline_terms)
+from geocon_torch.result import ClipResult
+from geocon_torch.synth import render_scene
+
+
+def _result(**blocks):
+    base = {"status": "ok", "working_size": [256, 512]}
+    base.update(blocks)
+    return base
+
+
+def test_terms_and_fold_closed_form():
+    res = _result(epipolar={"status": "ok", "feature_match_coverage": 0.5,
+                            "epipolar_inlier_rate": 0.8},
+                  background={"status": "ok", "ge_px": 0.35},  # 0.7 px at 1024
+                  foreground={"status": "ok", "objects": [{"adadfrc_mean": 0.25},
+                                                          {"adadfrc_mean": 1.0}]})
+    terms = headline_terms(res)
+    assert terms["match"] == 0.5 and terms["inliers"] == 0.8
+    assert terms["ge"] == pytest.approx(math.exp(-0.7 / GE_SCALE_PX))
+    assert terms["rigidity"] == pytest.approx(math.exp(-2.0 / GE_SCALE_PX))  # sqrt(1) px * 2
+    # weights: match 1, inliers 2, ge 1, rigidity 0.25
+    want = math.exp((math.log(0.5) + 2 * math.log(0.8) - 0.7 / GE_SCALE_PX
+                     - 0.25 * 2.0 / GE_SCALE_PX) / 4.25)
+    assert headline_score(res) == pytest.approx(want)
+    # too few valid pairs: GE = tau_H (2 px at 512 = 4 px at 1024)
+    res["background"] = {"status": "not_applicable", "pairs": 4, "ge_px": None}
+    assert headline_terms(res)["ge"] == pytest.approx(math.exp(-4.0 / GE_SCALE_PX))
+    # a block that is not ok (and not tried on pairs) contributes nothing; an error or no
+    # term is no score
+    res["background"] = {"status": "not_applicable", "pairs": 0}
+    assert set(headline_terms(res)) == {"match", "inliers", "rigidity"}
+    assert headline_score(dict(res, status="error")) is None
+    assert headline_score(_result()) is None
+    assert fold_terms({"match": 0.0, "inliers": 1.0}) == 0.0
+
+
+def test_score_in_the_result_and_round_trip():
+    clip = render_scene("C1", num_frames=5, size=(120, 160), seed=0)
+    res = score_clip(clip.frames, preset="all", device="cpu")
+    d = res.to_dict()
+    assert 0.0 <= d["score"] <= 1.0 and d["score"] == headline_score(d)
+    assert set(d["score_terms"]) == {"match", "inliers", "ge"}
+    assert ClipResult.from_dict(d).score == d["score"]
+
+
+def _scores(category, kind, severities, size=(144, 192), frames=6):
+    out = []
+    for sev in severities:
+        clip = render_scene(category, num_frames=frames, size=size, seed=0,
+                            corruption=kind if sev else None, severity=float(sev))
+        masks = clip.masks if clip.masks.shape[1] else None
+        out.append(score_clip(clip.frames, masks=masks, preset="all", device="cpu").score)
+    return out
+
+
+@pytest.mark.parametrize("category,kind", [("C1", "rubber_sheet"), ("C3", "flicker")])
+def test_score_falls_with_severity(category, kind):
+    """Severity 0 / 0.5 / 1 of a grounded corruption: the score falls at each step."""
+    s = _scores(category, kind, (0.0, 0.5, 1.0))
+    assert s[0] > s[1] > s[2], s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("category,kind", [("C1", "breathing"), ("C3", "rubber_sheet"),
+                                           ("C4", "nonrigid_object"), ("C4", "flicker")])
+def test_score_falls_with_severity_more(category, kind):
+    s = _scores(category, kind, (0.0, 0.5, 1.0))
+    assert s[0] > s[1] > s[2], s
