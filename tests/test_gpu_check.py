@@ -37,7 +37,8 @@ EXPECTED = {
 }
 LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: benchmarks/*.py that are not device benchmarks (the script does not run them)
-NOT_DEVICE = ("calibrate_default",)  # regenerates the shipped calibration (CPU, ~30 min)
+NOT_DEVICE = ("calibrate_default",  # regenerates the shipped calibration (CPU, ~30 min)
+              "leaderboard")  # store / scheduling throughput (CPU, PostgreSQL server)
 
 
 def run_script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
