@@ -281,7 +281,7 @@ class _Section:
             _retired(_join(self._name, key), _join(self._name, type(self)._aliases[key]))
             key = type(self)._aliases[key]
         spec = type(self).__dataclass_fields__.get(key)  # type: ignore[attr-defined]
-        built = self.__dict__.get("_built", False)
+        built = self._built()
         if spec is None or not spec.metadata:  # not a field (ClassVars have no metadata)
             if built and not key.startswith("_"):
                 known = sorted(f.name for f in dataclasses.fields(self))  # type: ignore
@@ -301,7 +301,11 @@ class _Section:
 
     def __post_init__(self) -> None:
         self._cross_check()
-        object.__setattr__(self, "_built", True)
+
+    def _built(self) -> bool:
+        """Whether every field is set (construction is over; no flag in ``__dict__``, so
+        ``Section(**vars(other))`` keeps working)."""
+        return all(f.name in self.__dict__ for f in dataclasses.fields(self))
 
     def _cross_check(self) -> None:
         """Checks that relate several fields (none by default)."""
