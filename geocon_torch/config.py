@@ -61,7 +61,7 @@ FOREGROUND_SCORE_CHOICES = ("wmse", "w2")
 SCALE_REDUCTION_CHOICES = ("finest", "median")
 EPIPOLAR_PATH_CHOICES = ("auto", "opencv", "torch")
 RESIZE_INTERPOLATION_CHOICES = ("area", "linear")
-EPIPOLAR_FEATURE_CHOICES = ("auto", "kornia-sift", "opencv-sift")
+EPIPOLAR_FEATURE_CHOICES = ("auto", "kornia-sift", "opencv-sift", "torch-sift")
 GVGC_MATCHER_CHOICES = ("flann", "bf")
 PRESET_CHOICES = ("geocon", "background", "worldatlas", "gvgc", "epipolar-dpo", "all")
 

@@ -44,7 +44,7 @@ class _EpipolarTrio(GeoConMetric):
     Args:
         config: EpipolarConfig / GeoConConfig / None (defaults).
         path: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or "torch".
-        features: torch-path feature backend ("auto", "kornia-sift", "opencv-sift").
+        features: torch-path feature backend ("auto", "torch-sift", "kornia-sift", "opencv-sift").
         kwargs: torchmetrics Metric options (dist_sync_on_step, process_group, ...).
     """
 

@@ -67,7 +67,7 @@ def epipolar_error(videos: VideosLike, config: ConfigLike = None, *, path: str =
             (T, C, H, W) tensors / Clips.
         config: EpipolarConfig / GeoConConfig / None (defaults).
         path: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or "torch".
-        features: torch-path feature backend ("auto", "kornia-sift", "opencv-sift").
+        features: torch-path feature backend ("auto", "torch-sift", "kornia-sift", "opencv-sift").
         normalized: return the score clip(1 - error / 5, 0, 1) instead (higher is better).
         return_status: also return the (B,) int64 status codes (``STATUSES``).
 
