@@ -9,11 +9,12 @@ kernel launch on CUDA; syncs = ``.item()``-style reads, data-dependent sizes and
 * ``reward-<kind>``: ``geometric_reward`` of every kind of :data:`geocon_torch.rewards.KINDS`;
 * ``score_clips``: ``score_clips(preset="geocon")``.
 
-The features backend is forced to the one ``"auto"`` picks on CUDA (``--backend``), so the CUDA
-default path is what is counted although it runs on the CPU; the memory budgets that size chunks
-(matching, extraction) take their CUDA values (``--cpu-budgets`` keeps the CPU ones). Targets
-(background, B = 8): <= 25 000 ops, <= 100 syncs, ops_growth = ops(B=8) / ops(B=1) <= 1.5, no
-OpenCV call; every reward kind: ops_growth <= 1.5.
+The features backend (and the epipolar torch path's) is forced to the one ``"auto"`` picks on
+CUDA (``--backend``), so the CUDA default path is what is counted although it runs on the CPU;
+the memory budgets that size chunks (matching, extraction) take their CUDA values
+(``--cpu-budgets`` keeps the CPU ones). Targets (background, B = 8): <= 25 000 ops, <= 100
+syncs, ops_growth = ops(B=8) / ops(B=1) <= 1.5, no OpenCV call; every reward kind: ops_growth
+<= 1.5.
 
 ``--fps``: also frames/s of ``BackgroundConsistency.update`` for B = 8 clips of 16 frames at
 640x384 on ``--device`` (the GPU target is >= 1000 frames/s on one H200-class GPU).
@@ -158,7 +159,7 @@ def main(argv: List[str] = None) -> Dict[str, Any]:
         torch.set_num_threads(args.threads)
     size = tuple(int(v) for v in args.size.lower().split("x"))
     sizes = sorted(int(b) for b in args.clips.split(","))
-    config = {"features": {"backend": args.backend}}
+    config = {"features": {"backend": args.backend}, "epipolar": {"features": args.backend}}
     rows: Dict[str, Dict[int, Dict[str, Any]]] = {}
     with cuda_budgets(not args.cpu_budgets and args.device == "cpu"):
         for path in args.paths.split(","):

@@ -36,7 +36,7 @@ inliers of n matches, alpha = 2 * threshold * diagonal / area. Random-noise fram
 not_applicable. The primary stage keeps the reference's rules unchanged.
 
 Execution paths: ``opencv`` (CPU reference, one pair at a time) and ``torch`` (features
-``opencv-sift`` on CPU / ``kornia-sift`` on CUDA by default, batched matching, one batched RANSAC
+``opencv-sift`` on CPU / ``torch-sift`` on CUDA by default, batched matching, one batched RANSAC
 for all pairs of all clips, padded to a constant width with per-pair seeds from (seed, source
 frames, stage): a clip gives bit-identical numbers alone or anywhere in a batch). Both share
 :mod:`.protocol` (pairs, stages, guards, validity, aggregation).

@@ -31,6 +31,7 @@ from .._tensor_utils import masked_mean, masked_median, sample_patches
 from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
 from ..errors import InputError
 from ..features import get_extractor, lk_tracks, match_descriptors
+from ..features.base import resolve_backend
 from ..geometry import ransac_fundamental, sampson_distance
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
@@ -246,11 +247,8 @@ def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairM
 def resolve_features(config: EpipolarConfig, device: torch.device,
                      features: Optional[str] = None) -> str:
     """Feature backend of the torch path: ``features`` or ``config.features``; "auto" means
-    kornia-sift on CUDA and opencv-sift on the CPU."""
-    name = features or config.features
-    if name == "auto":
-        name = "kornia-sift" if device.type == "cuda" else "opencv-sift"
-    return name
+    the features default of ``device`` (torch-sift on CUDA, opencv-sift on the CPU)."""
+    return resolve_backend(features or config.features, device)
 
 
 def torch_sections(clips: Sequence[Clip], config: EpipolarConfig,

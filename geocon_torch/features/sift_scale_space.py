@@ -2,10 +2,11 @@
 
 The Gaussian pyramid of Lowe's SIFT (the frame doubled, camera sigma 0.5 -> 1.0, six Gaussian
 images per octave at sigma 1.6 * 2^(i/3) octave px, three DoG intervals; the next octave
-decimates level 3), then per octave: 3x3x3 DoG extrema above a pre-threshold, the ``k``
-strongest per frame by ``topk`` (never ``nonzero``), a fixed number of quadratic refinement steps
-(OpenCV's rule: move to the neighbour while an offset exceeds 0.5), OpenCV's contrast and edge
-(principal curvature ratio) tests. Every step is a fixed sequence of batched tensor ops whose
+decimates level 3), then per octave: 3x3x3 DoG extrema above a pre-threshold and the ``k``
+strongest per frame by ``topk`` (never ``nonzero``); the candidates of all octaves are then
+refined together (the DoG octaves flattened into one buffer, one gather per step) in a fixed
+number of quadratic steps (OpenCV's rule: move to the neighbour while an offset exceeds 0.5),
+with OpenCV's contrast and edge (principal curvature ratio) tests. Every step is a fixed sequence of batched tensor ops whose
 count depends on the frame size (octaves), not on the number of frames or detections.
 
 Conventions: a pixel of octave ``o`` is ``0.5 * 2**o`` original px (octave 0 is the doubled
@@ -52,11 +53,6 @@ class Detections:
             return t.gather(1, idx if t.ndim == 2 else idx[..., None].expand(-1, -1, t.shape[-1]))
 
         return Detections(*(g(getattr(self, f)) for f in self.__dataclass_fields__))
-
-    @staticmethod
-    def cat(parts: List["Detections"]) -> "Detections":
-        return Detections(*(torch.cat([getattr(p, f) for p in parts], 1)
-                            for f in Detections.__dataclass_fields__))
 
 
 def _kernels(dtype: torch.dtype, device: torch.device) -> List[torch.Tensor]:

@@ -57,7 +57,7 @@ def build_atlas(octaves: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor
             torch.tensor(sizes, device=dev))
 
 
-def sample_patches(atlas: torch.Tensor, row0: torch.Tensor, sizes: torch.Tensor,
+def atlas_patches(atlas: torch.Tensor, row0: torch.Tensor, sizes: torch.Tensor,
                    det: Detections, angle: torch.Tensor, size: int, scale: float) -> torch.Tensor:
     """(B * K, 1, size, size) patches of every detection from its octave and level of
     ``atlas``: a ``size x size`` grid over the LAF ``centre + scale * LAF_SCALE * sigma_oct *
@@ -133,10 +133,10 @@ class TorchSIFT:
         atlas, row0, sizes = build_atlas(octaves)
         del octaves
         zero = torch.zeros_like(det.sigma)
-        upright = sample_patches(atlas, row0, sizes, det, zero, 19, 1.0)
+        upright = atlas_patches(atlas, row0, sizes, det, zero, 19, 1.0)
         angle = self.orienter(upright).reshape(b, n)
         # kornia's angle is the LAF orientation: the patch x axis points at -angle in the image
-        patches = sample_patches(atlas, row0, sizes, det, -angle, self.patch_size, 1.0)
+        patches = atlas_patches(atlas, row0, sizes, det, -angle, self.patch_size, 1.0)
         desc = self.describer(patches).reshape(b, n, -1)
         return Keypoints(xy=det.xy, descriptors=desc.masked_fill(~det.valid[..., None], 0),
                          scores=det.response.clamp_min(0), mask=det.valid,

@@ -47,7 +47,8 @@ class _EpipolarTrio(GeoConMetric):
         config: EpipolarConfig / GeoConConfig / None (defaults).
         implementation: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or
             "torch" (the retired name ``path=`` still works, with a DeprecationWarning).
-        features: torch-path feature backend ("auto", "kornia-sift", "opencv-sift").
+        features: torch-path feature backend ("auto", "torch-sift", "kornia-sift",
+            "opencv-sift").
         kwargs: torchmetrics Metric options (dist_sync_on_step, process_group, ...).
     """
 

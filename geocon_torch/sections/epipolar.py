@@ -123,7 +123,8 @@ def epipolar_section(clip: Clip, config: EpipolarConfigLike = None, *, preset: s
             ``path=`` still works, with a DeprecationWarning.
         device: device of the torch path (None: the clip's device).
         features: torch-path feature backend overriding ``config.features``
-            ("kornia-sift", "opencv-sift"; "auto" = kornia-sift on CUDA, opencv-sift on CPU).
+            ("torch-sift", "kornia-sift", "opencv-sift"; "auto" = torch-sift on CUDA, opencv-sift
+            on CPU).
         pairs: optional (P, 2) frame positions replacing the protocol's pair selection, e.g.
             from :func:`geocon_torch.epipolar.decode_plan` after decoding only the frames the
             protocol needs (worldatlas only).

@@ -73,7 +73,8 @@ def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
         config: EpipolarConfig / GeoConConfig / None (defaults).
         implementation: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or
             "torch" (the retired name ``path=`` still works, with a DeprecationWarning).
-        features: torch-path feature backend ("auto", "kornia-sift", "opencv-sift").
+        features: torch-path feature backend ("auto", "torch-sift", "kornia-sift",
+            "opencv-sift").
         normalized: return the score clip(1 - error / 5, 0, 1) instead (higher is better).
         return_status: also return the (B,) int64 status codes (``STATUSES``).
 
