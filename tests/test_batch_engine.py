@@ -14,6 +14,7 @@ from geocon_torch.geometry import ransac_fundamental, ransac_homography
 from geocon_torch.geometry import ransac
 from geocon_torch.geometry._synthetic import fundamental_pairs
 from geocon_torch.pipeline import score_clip, score_clips
+from geocon_torch.rewards import geometric_reward
 from geocon_torch.sections.fits import ClipRows, fit_both, fit_clips
 from geocon_torch.synth import grounded_clip
 
@@ -110,3 +111,16 @@ def test_ransac_syncs_once_per_round_on_an_accelerator_path(monkeypatch, kind):
     for f in FIELDS:
         assert torch.equal(getattr(got, f), getattr(ref, f)), f
     assert len(rounds) >= 2 and counter.syncs <= len(rounds) + 1 + 4
+
+
+def test_background_reward_of_a_batch_equals_each_clip_alone():
+    """geometric_reward(kind="background") goes through the batched engine: a (B, T, C, H, W)
+    batch gives every clip the reward it gets alone."""
+    clips = torch.stack([grounded_clip(c, num_frames=5, size=(96, 128), seed=k).frames
+                         for k, c in enumerate(("C1", "C3"))])
+    cfg = {"features": {"backend": "opencv-sift"}}
+    batch, info = geometric_reward(clips, kind="background", config=cfg)
+    alone = torch.cat([geometric_reward(clips[k:k + 1], kind="background", config=cfg)[0]
+                       for k in range(2)])
+    assert torch.equal(batch, alone)
+    assert info.status == ["ok", "ok"] and bool((batch > 0.5).all())

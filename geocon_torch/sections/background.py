@@ -36,7 +36,7 @@ from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
-                                   classify_behaviour, clip_summaries, clip_summary,
+                                   classify_behaviour, clip_summaries,
                                    fine_quantiles, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
                                    rotation_from_fundamental, sensitivity_scan)
@@ -454,7 +454,9 @@ def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch
                  ) -> List[Correspondences]:
     bounds = torch.tensor([0] + list(sizes)).cumsum(0).tolist()
     count = c.mask.sum(1)
-    widths = [int(count[a:b].max()) if b > a else 0 for a, b in zip(bounds, bounds[1:])]
+    zero = count.new_zeros(())
+    widths = torch.stack([count[a:b].max() if b > a else zero  # one host transfer
+                          for a, b in zip(bounds, bounds[1:])]).tolist()
     return [Correspondences(c.x1[a:b, :n], c.x2[a:b, :n], c.mask[a:b, :n], c.scores[a:b, :n],
                             p.to(c.pairs.device), c.num_kp1[a:b], c.num_kp2[a:b])
             for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]
@@ -623,8 +625,8 @@ def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
 
 def _support_margin(mh: PairMetrics, mf: PairMetrics) -> float:
     """Clip IR_F - IR_H over each model's valid rows (0 when either has none)."""
-    ir_h = clip_summary(mh.ir, mh.ge, mh.valid)["ir"]
-    ir_f = clip_summary(mf.ir, mf.ge, mf.valid)["ir"]
+    ir_h, ir_f = (s["ir"] for s in clip_summaries([(mh.ir, mh.ge, mh.valid),
+                                                   (mf.ir, mf.ge, mf.valid)]))
     return (ir_f - ir_h) if (ir_h is not None and ir_f is not None) else 0.0
 
 
@@ -742,9 +744,12 @@ def _behaviour(clip: Clip, stack: _Stack, fit_f: Fit, metrics: Tuple[PairMetrics
     fv = fit_f.valid[fin]
     valid_fin = (metrics[0].valid | metrics[1].valid)[fin]
     motion = median_motion_px(stack.x1[fin], stack.x2[fin], stack.mask[fin])
-    motion_px = float(masked_median(motion, valid_fin)[0]) if bool(valid_fin.any()) else None
+    some_motion, some_f, motion_px = torch.stack([  # one host transfer
+        valid_fin.any().double(), fv.any().double(),
+        masked_median(motion, valid_fin)[0].double()]).tolist()
+    motion_px = motion_px if some_motion else None
     rot = None
-    if bool(fv.any()):
+    if some_f:
         angles = rotation_from_fundamental(fit_f.model[fin].to(torch.float64), clip.size,
                                            bc.category_focal)
         rot = float(masked_median(angles, fv)[0])

@@ -151,6 +151,10 @@ def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit
     starts = [sum(sizes[:k]) for k in range(len(parts))]
     ids = torch.cat([torch.arange(r, device=dev) if p.rows is None else p.rows.to(dev).long()
                      for p, r in zip(parts, sizes)])
+    if len(parts) == 1:  # no copies: one clip's rows as they are (bounded memory)
+        p = parts[0]
+        return [fit_reusing(p.x1, p.x2, p.mask, p.scores, config, p.pre, p.pre_rows,
+                            p.pre_mask, row_ids=ids)]
     cat = lambda name: torch.cat([_pad(getattr(p, name), n) for p in parts])  # noqa: E731
     with_pre = [(k, p) for k, p in enumerate(parts) if p.pre is not None]
     pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None

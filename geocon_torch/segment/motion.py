@@ -396,7 +396,8 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
                       for a in range(0, int(labels.shape[0]), _LABEL_CHUNK)])
     del labels  # (T, h, w): object k-1 where kept == k (largest first), else 0
     union = (kept > 0).flatten(1).sum(1).double()
-    evidence.update(objects=n_kept, candidates=k,
-                    seeds=n_seed_points, object_seeds=n_seeds[order].tolist(),
-                    max_object_fraction=float((union / content.sum().clamp_min(1)).max()))
+    host = torch.cat([(union / content.sum().clamp_min(1)).max().reshape(1),
+                      n_seeds[order].double()]).tolist()  # one host transfer
+    evidence.update(objects=n_kept, candidates=k, seeds=n_seed_points,
+                    object_seeds=[int(v) for v in host[1:]], max_object_fraction=host[0])
     return kept, evidence
