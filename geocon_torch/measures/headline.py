@@ -24,14 +24,13 @@ does not depend on the working size or the features backend:
   (AdaDFRC-W2, px^2) in px^2 of a 1024-px frame: an object that deforms lowers it.
 
 ``score`` = the weighted geometric mean of the terms present (:data:`WEIGHTS`: ``inliers`` 2,
-``rigidity`` 0.25, the others 1), so each term
-pulls the score down in proportion to its log and the score is monotone in every term. Every
-term lies in [0, 1] and so does the score. Each term is read from its own block when that block
+``rigidity`` 0.25, the others 1), so each term pulls the score down in proportion to its log
+and the score is monotone in every term. Every term lies in [0, 1] and so does the score. Each term is read from its own block when that block
 is ok (a clip whose background is not_applicable can still have ``match`` and ``inliers``); a
-clip with no ok block to read, or an error, has no score (None), never a silent 0. Which terms a score used is recorded next to it
-(``score_terms``); two scores compare best when they folded the same terms: the "all" preset
-has all of them, "geocon" / "background" only ``ge`` and ``rigidity`` (and a clip that the
-background block cannot score), "worldatlas" only ``match`` and ``inliers``.
+clip with no ok block to read, or an error, has no score (None), never a silent 0. Which
+terms a score used is recorded next to it (``score_terms``); two scores compare best when they
+folded the same terms: the "all" preset has all of them, "geocon" / "background" only ``ge`` and
+``rigidity``, "worldatlas" only ``match`` and ``inliers``.
 """
 from __future__ import annotations
 

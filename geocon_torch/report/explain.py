@@ -298,5 +298,5 @@ def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: 
     return outlier_lines(ev)
 
 
-__all__ = ["explain_result", "gate_lines", "threshold_lines", "calibrated_lines", "failing_pairs", "worst_pair",
-           "outlier_lines", "change_lines", "QUADRANTS"]
+__all__ = ["explain_result", "gate_lines", "threshold_lines", "calibrated_lines",
+           "failing_pairs", "worst_pair", "outlier_lines", "change_lines", "QUADRANTS"]
