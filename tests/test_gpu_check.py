@@ -40,7 +40,8 @@ LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: benchmarks/*.py that are not device benchmarks (the script does not run them)
 NOT_DEVICE = ("calibrate_default",  # regenerates the shipped calibration (CPU, ~30 min)
               "_dispatch_count",  # the op / sync counters batching.py imports
-              "leaderboard")  # store / scheduling throughput (CPU, PostgreSQL server)
+              "leaderboard",  # store / scheduling throughput (CPU, PostgreSQL server)
+              "human_ratings", "score_curves")  # external rated data; CPU accuracy curves
 
 
 def run_script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
