@@ -64,7 +64,7 @@ def make_manifest(folder: Path, n: int, short: int, long: int, size) -> Path:
 
 
 def sleep_scorer(unit_s: float):
-    from test_bench_fakes import CountingScorer
+    from helpers import CountingScorer
     base = CountingScorer()
 
     def score(entry, config, device):

@@ -15,9 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from helpers import CountingScorer  # noqa: E402
+
 from geocon_torch.bench import runner  # noqa: E402
 from geocon_torch.cli import main  # noqa: E402
-from test_bench_fakes import CountingScorer  # noqa: E402
 
 
 class LoggingScorer(CountingScorer):

@@ -5,10 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-DUST3R_CHECKOUT = SHARED_DATA.parent / "third_party" / "dust3r"
+from helpers import DUST3R_CHECKOUT, SHARED_DATA  # noqa: F401 (tests import SHARED_DATA from here)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64]

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 
 from geocon_torch import score_clip
 from geocon_torch.synth import grounded_clip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _segment(clip) -> dict:

@@ -3,13 +3,13 @@ known sequences exactly."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import REPO_ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(REPO_ROOT))
 from benchmarks import batching  # noqa: E402
 from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
 

@@ -12,6 +12,7 @@ from typing import Any, Iterator, Tuple
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 
 import geocon_torch
 from geocon_torch import GeoConConfig, load_config
@@ -23,7 +24,7 @@ from geocon_torch.sections.epipolar import clip_from_frames, epipolar_section
 from geocon_torch.synth import grounded_clip
 
 ROOT = Path(geocon_torch.__file__).parent
-GLOSSARY = Path(__file__).resolve().parents[1] / "docs" / "GLOSSARY.md"
+GLOSSARY = REPO_ROOT / "docs" / "GLOSSARY.md"
 #: names that must not appear anywhere in the public API or a result (docs/GLOSSARY.md)
 RETIRED = {"fb_threshold", "num_applicable"}
 #: what "path" may no longer name: an implementation choice

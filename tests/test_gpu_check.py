@@ -13,12 +13,12 @@ import re
 import runpy
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 #: the benchmarks the script runs; pipeline.py is called with whatever flags its --help lists
 BENCHMARKS = ("ransac", "features", "pipeline", "foreground", "reward", "learned_accuracy",

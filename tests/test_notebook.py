@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
+NOTEBOOK = REPO_ROOT / "notebooks" / "quickstart.ipynb"
 
 
 def test_quickstart_notebook_runs(shared_data: Path, monkeypatch):

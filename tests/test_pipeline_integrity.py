@@ -1,19 +1,25 @@
 """Partial decodes reach the result, the store and the flat rows (issue 16 item 1): files
-damaged in the test (recipes of tests/test_io_integrity.py) are scored by ``score_clip``."""
+damaged in the test (recipes of tests/io/test_io_integrity.py) are scored by ``score_clip``."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import (
+    DROPPED,
+    T,
+    clean_video,
+    corrupt_middle,
+    drop_frames,
+    moving_noise,
+    truncate_tail,
+)
 
 from geocon_torch import score_clip
 from geocon_torch.bench.store import ResultStore, flatten_row
 from geocon_torch.report import build_report
 from geocon_torch.result import ClipResult
-
-from damaged_videos import (DROPPED, T, clean_video, corrupt_middle, drop_frames, moving_noise,
-                            truncate_tail)
 
 CFG = {"io": {"long_side": None}, "preset": "background"}
 

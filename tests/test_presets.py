@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
 from geocon_torch import ConfigError, GeoConConfig
 from geocon_torch import presets as presets_module
@@ -19,12 +19,19 @@ from geocon_torch.config import PRESET_CHOICES
 from geocon_torch.io.writer import write_image_folder
 from geocon_torch.metrics import BackgroundConsistency
 from geocon_torch.pipeline import SECTION_STEPS, pinned_config, score_clip, score_clips
-from geocon_torch.presets import (PRESETS, REWARD_KINDS, SECTION_NAMES, InputError, get_preset,
-                                  preset_for_kind, preset_table)
+from geocon_torch.presets import (
+    PRESETS,
+    REWARD_KINDS,
+    SECTION_NAMES,
+    InputError,
+    get_preset,
+    preset_for_kind,
+    preset_table,
+)
 from geocon_torch.rewards import KINDS, geometric_reward, reward_from_result
 from geocon_torch.synth import grounded_clip
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO_ROOT / "README.md"
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 from typing import List, Tuple
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 
 from geocon_torch.bench import write_manifest
 from geocon_torch.cli import main
@@ -18,7 +18,7 @@ from geocon_torch.synth import grounded_clip
 
 pytest.importorskip("cv2")
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO_ROOT / "README.md"
 
 
 def training_blocks() -> List[Tuple[str, str]]:

@@ -28,7 +28,7 @@ exact too as SIFT descriptors are integers), one padded 8-point solve
 and masked per-pair / per-clip reductions; torch stays on one CPU thread meanwhile
 (:func:`one_torch_thread`). Their code fits in float32 with kornia
 (``find_fundamental`` + ``sampson_epipolar_distance``); agreement: error within 2 %, inlier rate
-within 0.01 on the shared clips (tests/test_epipolar_dpo.py).
+within 0.01 on the shared clips (tests/epipolar/test_epipolar_dpo.py).
 
 Conventions: pixels (x, y) at the clip's native resolution; ``x2^T F x1 = 0`` with x1 in the
 earlier frame of the pair.

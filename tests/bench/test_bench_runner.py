@@ -1,0 +1,185 @@
+"""Runner: resume without recomputing, errors recorded, kill -9 mid-run, torchrun sharding."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import CountingScorer, _torchrun, write_clips, write_jsonl
+
+from geocon_torch.bench import ResultStore, load_manifest, run_manifest
+from geocon_torch.config import GeoConConfig
+from geocon_torch.pipeline import pinned_config
+
+TESTS = Path(__file__).resolve().parents[1]  # tests/ (bench_worker.py, helpers.py)
+
+
+def _manifest(tmp_path: Path, n: int) -> Path:
+    return write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
+
+
+def _table(db: Path):
+    """Store content without wall-clock fields: what must be identical across runs."""
+    with ResultStore(db) as s:
+        rows = s.rows()
+    for r in rows:
+        r["result"].pop("timing_s", None)
+    return rows
+
+
+def test_run_resume_and_error_rows(tmp_path: Path):
+    m = _manifest(tmp_path, 8)
+    db = tmp_path / "r.sqlite"
+    scorer = CountingScorer(fail_on={"c3"})
+    s = run_manifest(m, db, score_fn=scorer, progress=False)
+    assert scorer.calls == [f"c{i}" for i in range(8)]
+    assert (s.total, s.computed, s.ok, s.error, s.skipped) == (8, 8, 7, 1, 0)
+    rows = {r["clip_id"]: r for r in _table(db)}
+    assert len(rows) == 8
+    assert rows["c3"]["status"] == "error" and "RuntimeError: boom on c3" in rows["c3"]["reason"]
+    assert rows["c3"]["result"]["config_hash"] == pinned_config(GeoConConfig()).config_hash()
+    assert rows["c2"]["prompt_category"] == "C3"
+    assert rows["c2"]["result"]["prompt_category"] == "C3"
+    again = CountingScorer()
+    s2 = run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == [] and s2.skipped == 8 and s2.computed == 0
+    # retry_errors recomputes exactly the error row, which now succeeds
+    s3 = run_manifest(m, db, score_fn=again, progress=False, retry_errors=True)
+    assert again.calls == ["c3"] and s3.ok == 1
+    assert {r["clip_id"]: r["status"] for r in _table(db)}["c3"] == "ok"
+    # another config is another key: everything is scored again, old rows stay
+    other = CountingScorer()
+    run_manifest(m, db, score_fn=other, progress=False, config={"background": {"tau_h": 3.0}})
+    assert len(other.calls) == 8
+    with ResultStore(db) as st:
+        assert st.count() == 16 and len(st.config_hashes()) == 2
+
+
+def test_missing_file_and_duplicate_bytes(tmp_path: Path):
+    rows = write_clips(tmp_path / "clips", 3)
+    rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"})
+    shutil.copy(tmp_path / "clips" / "c0.mp4", tmp_path / "clips" / "dup.mp4")
+    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "model": "m2"})
+    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    db = tmp_path / "r.sqlite"
+    scorer = CountingScorer()
+    s = run_manifest(m, db, score_fn=scorer, progress=False)
+    assert scorer.calls == ["c0", "c1", "c2"]  # missing file never reaches the scorer
+    assert s.error == 1 and s.linked == 1 and s.computed == 4
+    table = {r["clip_id"]: r for r in _table(db)}
+    assert table["gone"]["status"] == "error" and "nope.mp4" in table["gone"]["reason"]
+    assert table["gone"]["content_hash"].startswith("unreadable:")
+    assert table["dup"]["content_hash"] == table["c0"]["content_hash"]
+    assert table["dup"]["model"] == "m2" and table["dup"]["result"]["clip"] == "c0"
+    again = CountingScorer()
+    s2 = run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == [] and s2.skipped == 5
+    # the file appears: it is scored under its real hash
+    (tmp_path / "clips" / "nope.mp4").write_bytes(b"now here")
+    run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == ["gone"]
+    assert {r["clip_id"]: r["status"] for r in _table(db)}["gone"] == "ok"
+
+
+def test_invalid_result_from_scorer_is_an_error_row(tmp_path: Path):
+    m = _manifest(tmp_path, 2)
+
+    def scorer(entry, config, device):
+        out = CountingScorer()(entry, config, device)
+        if entry.clip_id == "c1":
+            out["background"]["ge_px"] = float("nan")
+        return out
+
+    s = run_manifest(m, tmp_path / "r.sqlite", score_fn=scorer, progress=False)
+    assert s.ok == 1 and s.error == 1
+    row = {r["clip_id"]: r for r in _table(tmp_path / "r.sqlite")}["c1"]
+    assert "non-finite numbers at background.ge_px" in row["reason"]
+
+
+_KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from helpers import CountingScorer
+from geocon_torch.bench import run_manifest
+run_manifest({m!r}, {db!r}, score_fn=CountingScorer({log!r}, sleep_s=0.25), progress=False)
+"""
+
+
+def test_kill_9_mid_run_resumes_without_recompute_or_duplicates(tmp_path: Path):
+    n = 12
+    m = _manifest(tmp_path, n)
+    db, log = tmp_path / "r.sqlite", tmp_path / "calls.log"
+    script = _KILL_SCRIPT.format(tests=str(TESTS), m=str(m), db=str(db), log=str(log))
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().split()) >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with ResultStore(db) as s:
+        committed = s.count()
+    calls_before = log.read_text().split()
+    assert 3 <= committed < n and committed <= len(calls_before) <= committed + 1
+    scorer = CountingScorer()
+    s = run_manifest(m, db, score_fn=scorer, progress=False)
+    assert len(scorer.calls) == n - committed and s.skipped == committed
+    assert scorer.calls == [f"c{i}" for i in range(committed, n)]
+    table = _table(db)
+    assert sorted(r["clip_id"] for r in table) == sorted(f"c{i}" for i in range(n))
+    third = CountingScorer()
+    run_manifest(m, db, score_fn=third, progress=False)
+    assert third.calls == []
+
+
+_RANK_SCRIPT = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from helpers import CountingScorer
+from geocon_torch.bench import run_manifest
+rank = os.environ["RANK"]
+s = run_manifest({m!r}, {db!r}, score_fn=CountingScorer({log!r} + rank), progress=False)
+if rank == "0":
+    print("SUMMARY", s.total, s.computed, s.world_size, flush=True)
+"""
+
+
+
+
+def test_torchrun_two_gloo_ranks_same_table_as_one_rank(tmp_path: Path):
+    n = 7
+    m = _manifest(tmp_path, n)
+    single = tmp_path / "one.sqlite"
+    run_manifest(m, single, score_fn=CountingScorer(), progress=False)
+    db, log = tmp_path / "two.sqlite", tmp_path / "rank"
+    script = tmp_path / "worker.py"
+    script.write_text(_RANK_SCRIPT.format(tests=str(TESTS), m=str(m), db=str(db), log=str(log)))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.Popen([_torchrun(), "--standalone", "--nproc_per_node", "2", str(script)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+        stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "SUMMARY 7 7 2" in stdout
+    calls0 = (tmp_path / "rank0").read_text().split()
+    calls1 = (tmp_path / "rank1").read_text().split()
+    ids = [e.clip_id for e in load_manifest(m)]
+    assert calls0 == ids[0::2] and calls1 == ids[1::2]
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "path"} for r in rows]
+
+    assert json.dumps(strip(_table(db)), sort_keys=True) == \
+        json.dumps(strip(_table(single)), sort_keys=True)

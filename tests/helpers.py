@@ -1,0 +1,401 @@
+"""Shared builders for the test suite (one module; tests never import each other).
+
+Real frames warped by known maps (features), damaged videos (io integrity), fake
+results and an injectable counting scorer (bench / report / cli), synthetic rigid
+objects (foreground / flow) and small panning clips (metrics); the repository
+paths the tests read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Optional, Sequence
+
+import av
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from geocon_torch.flow.lk_dense import gaussian_blur
+from geocon_torch.io.writer import write_video
+from geocon_torch.types import Clip
+
+#: the repository root and the shared clips beside the checkout
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+DUST3R_CHECKOUT = SHARED_DATA.parent / "third_party" / "dust3r"
+
+# --- from features_helpers.py -------------------------------------------------
+
+#: a moderate viewpoint change (rotation, shear, perspective) for a 320x240 frame
+H_WARP = np.array([[0.95, 0.08, 12.0], [-0.06, 1.02, -6.0], [1e-4, -2e-4, 1.0]])
+
+
+def hill_gray(shared_data: Path, size=(320, 240)) -> np.ndarray:
+    """hill/1.JPG as uint8 gray at ``size`` (W, H)."""
+    import cv2
+
+    img = cv2.imread(str(shared_data / "real" / "hill" / "1.JPG"), cv2.IMREAD_GRAYSCALE)
+    assert img is not None
+    return cv2.resize(img, size, interpolation=cv2.INTER_AREA)
+
+
+def warp_pair(img: np.ndarray, h: np.ndarray = H_WARP) -> np.ndarray:
+    """(2, H, W) uint8: the image and its warp by ``h`` (x2 ~ h x1, bilinear)."""
+    import cv2
+
+    w = cv2.warpPerspective(img, h, (img.shape[1], img.shape[0]), flags=cv2.INTER_LINEAR)
+    return np.stack([img, w])
+
+
+def to_gray_tensor(frames: np.ndarray, dtype=torch.float32, device="cpu") -> torch.Tensor:
+    """(T, H, W) uint8 -> (T, 1, H, W) float [0, 1]."""
+    return (torch.from_numpy(frames).to(dtype) / 255.0)[:, None].to(device)
+
+
+def to_clip(frames: np.ndarray, content_mask: np.ndarray | None = None) -> Clip:
+    """(T, H, W) uint8 gray -> Clip with RGB = gray."""
+    t, h, w = frames.shape
+    rgb = torch.from_numpy(frames)[:, None].expand(t, 3, h, w).contiguous()
+    mask = torch.ones(h, w, dtype=torch.bool) if content_mask is None else \
+        torch.from_numpy(content_mask)
+    return Clip(frames=rgb, fps=30.0, content_mask=mask, frame_indices=torch.arange(t),
+                source_size=(h, w))
+
+
+def transfer_errors(x1: torch.Tensor, x2: torch.Tensor, h: np.ndarray) -> np.ndarray:
+    """|h x1 - x2| in px for (N, 2) point sets."""
+    p = np.c_[x1.double().cpu().numpy(), np.ones(len(x1))] @ h.T
+    return np.linalg.norm(p[:, :2] / p[:, 2:] - x2.double().cpu().numpy(), axis=1)
+
+
+def letterbox(frames: np.ndarray, top: int, left: int) -> tuple:
+    """Add black bars (top/bottom ``top`` rows, left/right ``left`` columns) to (T, H, W).
+    Returns (frames, content mask (H', W') bool)."""
+    t, h, w = frames.shape
+    out = np.zeros((t, h + 2 * top, w + 2 * left), np.uint8)
+    out[:, top:top + h, left:left + w] = frames
+    mask = np.zeros(out.shape[1:], bool)
+    mask[top:top + h, left:left + w] = True
+    return out, mask
+
+
+# --- from damaged_videos.py ---------------------------------------------------
+
+T = 48
+
+
+DROPPED = (10, 11, 12, 30)
+
+
+def moving_noise(num_frames: int = T) -> torch.Tensor:
+    """(T, 3, 64, 96) uint8 random texture translated by 2 px per frame."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randint(0, 256, (3, 64, 96), generator=g, dtype=torch.uint8)
+    return torch.stack([torch.roll(base, shifts=2 * t, dims=2) for t in range(num_frames)])
+
+
+def clean_video(path: Path, frames: torch.Tensor) -> Path:
+    return write_video(path, frames, fps=24, faststart=True)
+
+
+def corrupt_middle(clean: Path, path: Path) -> Path:
+    """A copy of ``clean`` with the sixth of its bytes after the middle replaced by noise."""
+    data = bytearray(clean.read_bytes())
+    n = len(data)
+    data[n // 2:n // 2 + n // 6] = np.random.default_rng(0).integers(
+        0, 256, n // 6, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+    return path
+
+
+def truncate_tail(clean: Path, path: Path, keep: float = 0.7) -> Path:
+    """The first ``keep`` of ``clean``'s bytes (the moov atom is in front: it still opens)."""
+    data = clean.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+    return path
+
+
+def drop_frames(path: Path, frames: torch.Tensor, dropped: Sequence[int] = DROPPED) -> Path:
+    """An mp4 of ``frames`` without the ``dropped`` ones, timestamps kept (pts = frame index):
+    the container announces only the frames it holds, the gaps show in the timestamps."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=24)
+        stream.width, stream.height, stream.pix_fmt = frames.shape[-1], frames.shape[-2], \
+            "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 24)
+        for t in range(frames.shape[0]):
+            if t in dropped:
+                continue
+            frame = av.VideoFrame.from_ndarray(frames[t].permute(1, 2, 0).numpy(), format="rgb24")
+            frame.pts = t
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+# --- from test_bench_fakes.py -------------------------------------------------
+
+def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "H",
+                prompt_category: Optional[str] = None, behaviour: Optional[str] = None,
+                statistic: float = 0.02,
+                objects: Sequence[float] = (), epipolar=(0.5, 0.8, 0.6), status: str = "ok",
+                config_hash: str = "cfg", per_pair: Optional[list] = None,
+                path: Optional[str] = None) -> dict:
+    ok = status == "ok"
+    per_pair = per_pair if per_pair is not None else [
+        {"pair": [t, t + 1], "ir": ir, "ge_px": ge, "valid": True, "num_matches": 100}
+        for t in range(4)]
+    return {
+        "schema_version": "2.0", "clip": clip, "path": path, "content_hash": None,
+        "status": status, "reason": None if ok else f"fake {status}",
+        "regime": regime if ok else None,
+        "gate": {"method": "poses", "statistic": statistic,
+                 "thresholds": {"low": 0.03, "high": 0.05, "tau": 0.04},
+                 "decision": regime, "evidence": {"t_inf": statistic}},
+        "background": ({"ir": ir, "ge_px": ge, "ir_h": ir, "ge_h_px": ge, "ir_f": ir,
+                        "ge_f_px": ge * 0.9, "valid_pairs": len(per_pair), "pairs": len(per_pair),
+                        "pass": bool(ir >= 0.97 and ge <= 3.5), "per_pair": per_pair,
+                        "status": "ok", "reason": None} if ok else None),
+        "foreground": {"objects": [{"id": i, "frames": 8, "adadfrc_mean": float(v) * 0.8,
+                                    "adap90": float(v)} for i, v in enumerate(objects)],
+                       "status": "ok" if objects else "not_applicable",
+                       "reason": None if objects else "no objects"},
+        "epipolar": ({"epipolar_error": epipolar[0], "epipolar_error_score": 1 - epipolar[0] / 5,
+                      "epipolar_inlier_rate": epipolar[1], "feature_match_coverage": epipolar[2],
+                      "pairs": 4, "valid_pairs": 4, "fallback_used": False, "status": "ok",
+                      "reason": None} if ok else None),
+        "behaviour": behaviour, "prompt_category": prompt_category,
+        "config": {"preset": "geocon"}, "config_hash": config_hash,
+        "version": "0.1.0", "backends": {"features": "fake", "flow": "fake", "masks": "none",
+                                         "gate": "poses"},
+        "timing_s": {"total": 0.01},
+    }
+
+
+def _unit(s: str) -> float:
+    return int(hashlib.sha256(s.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
+class CountingScorer:
+    """Injectable score_fn: deterministic fake numbers per clip_id, call counting, failures.
+
+    Args:
+        log: file that gets one line per call (survives a killed process).
+        fail_on: clip_ids whose scoring raises RuntimeError.
+        sleep_s: seconds to sleep inside each call (gives a test time to kill the process).
+    """
+
+    def __init__(self, log: Optional[Path] = None, fail_on: Sequence[str] = (),
+                 sleep_s: float = 0.0):
+        self.log = Path(log) if log else None
+        self.fail_on = set(fail_on)
+        self.sleep_s = sleep_s
+        self.calls: list = []
+
+    def __call__(self, entry, config, device):
+        self.calls.append(entry.clip_id)
+        if self.log is not None:
+            with self.log.open("a") as fh:
+                fh.write(entry.clip_id + "\n")
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        if entry.clip_id in self.fail_on:
+            raise RuntimeError(f"boom on {entry.clip_id}")
+        u = _unit(entry.clip_id)
+        return fake_result(entry.clip_id, ir=0.9 + 0.1 * u, ge=0.5 + 2 * u,
+                           regime="F" if u > 0.5 else "H",
+                           prompt_category=entry.prompt_category,
+                           statistic=0.1 * u, objects=[10 * u], path=entry.path,
+                           config_hash=config.config_hash())
+
+
+def write_clips(folder: Path, n: int, *, model: str = "m", prefix: str = "c") -> list:
+    """n small distinct files standing in for videos + manifest rows pointing at them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        p = folder / f"{prefix}{i}.mp4"
+        p.write_bytes(f"fake video {prefix}{i}".encode())
+        rows.append({"clip_id": f"{prefix}{i}", "path": str(p), "model": model,
+                     "category": f"C{i % 6 + 1}", "seed": i // 6, "prompt": f"p{i % 6}"})
+    return rows
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# --- from test_foreground_scenes.py -------------------------------------------
+
+def _texture(gen: torch.Generator, shape, sigma: float, dtype) -> torch.Tensor:
+    t = gaussian_blur(torch.rand((1,) + tuple(shape), generator=gen, dtype=dtype), sigma)
+    lo = t.amin(dim=(-1, -2), keepdim=True)
+    hi = t.amax(dim=(-1, -2), keepdim=True)
+    return (t - lo) / (hi - lo)
+
+
+def _sample(tex: torch.Tensor, x: torch.Tensor, y: torch.Tensor, extent) -> torch.Tensor:
+    """Bilinear sample of ``tex`` (1, C, h, w) spanning [0, extent_x] x [0, extent_y] at (x, y)."""
+    grid = torch.stack([2 * x / extent[0] - 1, 2 * y / extent[1] - 1], -1).reshape(1, -1, 1, 2)
+    out = F.grid_sample(tex, grid, mode="bilinear", padding_mode="reflection",
+                        align_corners=False)
+    return out.reshape(tex.shape[1], *x.shape)
+
+
+def render_object_pair(size=(96, 128), radius=30.0, center=None, angle_deg=0.0, scale=1.0,
+                       shift=(0.0, 0.0), ripple_px=0.0, ripple_wavelength=0.5, seed=0,
+                       supersample=4, texture_sigma=1.2, dtype=torch.float64):
+    """Frames t, t+1 of a textured disc over a static textured background.
+
+    Object coordinates ``u`` (px, disc centre 0): frame t shows ``c + u``; frame t+1 shows
+    ``G(u) = c + shift + s R (u + r(u))`` with ``r(u) = ripple_px (sin(2 pi u_y / L),
+    sin(2 pi u_x / L))`` and ``L = ripple_wavelength * 2 * radius`` (the ripple scales with the
+    object). Returns frames (2, 3, H, W) in [0, 1], mask at t (H, W) bool and the true forward
+    flow at t (2, H, W) px (0 on the background).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    h, w = size
+    ss = supersample
+    c = torch.tensor(center if center is not None else (w / 2.0, h / 2.0), dtype=dtype)
+    bg = _texture(gen, (3, h, w), texture_sigma, dtype)  # one texel per px, sampled bilinearly
+    r_obj = float(radius)
+    n = int(math.ceil(2 * r_obj * 1.2))
+    obj = _texture(gen, (3, n, n), texture_sigma, dtype)
+    off = n / 2.0
+    ys = (torch.arange(h * ss, dtype=dtype) + 0.5) / ss - 0.5
+    xs = (torch.arange(w * ss, dtype=dtype) + 0.5) / ss - 0.5
+    yy, xx = torch.meshgrid(ys, xs, indexing="ij")
+    bgv = _sample(bg, xx + 0.5, yy + 0.5, (w, h))
+    a = math.radians(angle_deg)
+    rot = scale * torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                               dtype=dtype)
+    length = ripple_wavelength * 2 * r_obj
+    t = torch.tensor(shift, dtype=dtype)
+
+    def ripple(u):
+        return ripple_px * torch.stack([torch.sin(2 * math.pi * u[..., 1] / length),
+                                        torch.sin(2 * math.pi * u[..., 0] / length)], -1)
+
+    pts = torch.stack([xx, yy], -1)
+    frames = []
+    mask = None
+    for k in range(2):
+        if k == 0:
+            u = pts - c
+        else:  # invert G by fixed-point iteration (ripple gradient < 1)
+            v = (pts - c - t) @ torch.linalg.inv(rot).T
+            u = v.clone()
+            for _ in range(30):
+                u = v - ripple(u)
+        inside = u.pow(2).sum(-1) < r_obj * r_obj
+        img = torch.where(inside, _sample(obj, u[..., 0] + off, u[..., 1] + off, (n, n)), bgv)
+        frames.append(F.avg_pool2d(img[None], ss)[0])
+        if k == 0:
+            mask = F.avg_pool2d(inside[None, None].to(dtype), ss)[0, 0] >= 0.5
+    py, px = torch.meshgrid(torch.arange(h, dtype=dtype), torch.arange(w, dtype=dtype),
+                            indexing="ij")
+    p = torch.stack([px, py], -1)
+    u = p - c
+    g = c + t + (u + ripple(u)) @ rot.T
+    flow = torch.where(mask[..., None], g - p, torch.zeros_like(p)).permute(2, 0, 1)
+    return torch.stack(frames), mask, flow
+
+
+def make_clip(frames: torch.Tensor, name: str = "synthetic") -> Clip:
+    """A Clip from (T, 3, H, W) float [0, 1] frames."""
+    u8 = (frames.clamp(0, 1) * 255).round().to(torch.uint8)
+    t, _, h, w = u8.shape
+    return Clip(frames=u8, fps=24.0, content_mask=torch.ones(h, w, dtype=torch.bool),
+                frame_indices=torch.arange(t), source_size=(h, w), name=name)
+
+
+# --- from test_background_metric.py -------------------------------------------
+
+def make_clips(seed: int = 0, n: int = 4):
+    """n clips (3, 3, 120, 160) uint8: a smooth random texture shifted by whole pixels per frame
+    (pure translation of a plane: one homography per pair); clip 3 is a flat grey clip."""
+    g = torch.Generator().manual_seed(seed)
+    clips = []
+    for k in range(n):
+        tex = torch.rand(1, 3, 200, 240, generator=g)
+        tex = F.avg_pool2d(tex, 5, stride=1, padding=2)
+        tex = ((tex - tex.amin()) / (tex.amax() - tex.amin()) * 255).to(torch.uint8)[0]
+        frames = torch.stack([tex[:, 20 + 2 * t * (k + 1): 140 + 2 * t * (k + 1), 30:190]
+                              for t in range(3)])
+        clips.append(frames if k != n - 1 else torch.full_like(frames, 128))
+    return torch.stack(clips)
+
+
+# --- from test_bench_runner.py ------------------------------------------------
+
+def _torchrun() -> str:
+    exe = Path(sys.executable).with_name("torchrun")
+    if not exe.exists():
+        pytest.skip("torchrun not installed beside the interpreter")
+    return str(exe)
+
+
+# --- from test_bench_migration.py ---------------------------------------------
+
+def _v1(clip: str, category, **kw) -> dict:
+    """A schema-1.0 result: one ``category`` field, no behaviour / prompt_category."""
+    res = fake_result(clip, **kw)
+    res.pop("behaviour")
+    res.pop("prompt_category")
+    res.update({"schema_version": "1.0", "category": category})
+    return res
+
+
+def _v1_rows() -> list:
+    c4 = _v1("c4", "C4", statistic=0.01, objects=[3.0])
+    c4.update({"model": "m", "seed": 1, "prompt": "a car"})
+    stress = _v1("stress", "Stress", statistic=0.2, ir=0.6, ge=6.0)
+    stress.update({"model": "m", "seed": 2})
+    return [c4, stress]
+
+
+# the format-1 schema, as geocon_torch wrote it before the prompt_category rename
+_FORMAT_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE results (content_hash TEXT NOT NULL, config_hash TEXT NOT NULL,
+    status TEXT NOT NULL, reason TEXT, schema_version TEXT, version TEXT,
+    result_json TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (content_hash, config_hash));
+CREATE TABLE clips (clip_id TEXT NOT NULL, config_hash TEXT NOT NULL, content_hash TEXT NOT NULL,
+    model TEXT, model_version TEXT, category TEXT, prompt TEXT, seed INTEGER, scene TEXT,
+    path TEXT, entry_json TEXT, updated_at REAL NOT NULL, PRIMARY KEY (clip_id, config_hash));
+CREATE INDEX clips_by_result ON clips (content_hash, config_hash);
+CREATE VIEW leaderboard AS
+    SELECT c.clip_id, c.model, c.model_version, c.category, c.prompt, c.seed, c.scene, c.path,
+           c.entry_json, r.status, r.reason, r.content_hash, r.config_hash, r.schema_version,
+           r.version, r.result_json
+    FROM clips c JOIN results r
+      ON r.content_hash = c.content_hash AND r.config_hash = c.config_hash;
+INSERT INTO meta VALUES ('store_format', '1');
+"""
+
+
+def format_1_rows():
+    """(results rows, clips rows) of a format-1 store, as value tuples."""
+    results, clips = [], []
+    for i, res in enumerate(_v1_rows()):
+        results.append((f"h{i}", "cfg", "ok", None, "1.0", "0.1.0", json.dumps(res), 0.0))
+        clips.append((res["clip"], "cfg", f"h{i}", "m", None, "C4" if i == 0 else None,
+                      "a car", i, f"s{i}", None, "{}", 0.0))
+    return results, clips
+
+
+# --- from test_bench_store.py -------------------------------------------------
+
+def _clip(cid, model="m", prompt_category="C1"):
+    return {"clip_id": cid, "model": model, "prompt_category": prompt_category, "seed": 1,
+            "scene": cid}

@@ -1,0 +1,161 @@
+"""HTML report from a synthetic results table: numbers on the page equal the statistics,
+every figure is written, failures are listed, and headless Chromium renders the page."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import fake_result, write_jsonl
+
+from geocon_torch.bench import ResultSchemaError, ResultStore
+from geocon_torch.report import build_report, gate_rationale, timeline_series
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _rows():
+    rng = np.random.default_rng(0)
+    rows = []
+    for model in ("A", "B"):
+        for cat in ("C1", "C2", "C3", "C4", "C5", "C6"):
+            for seed in range(4):
+                cid = f"{model}_{cat}_{seed}"
+                f = cat in ("C3", "C5", "C6")
+                t = float(rng.uniform(0.03, 0.2) if f else rng.uniform(0.0, 0.06))
+                res = fake_result(cid, ir=float(rng.uniform(0.9, 1.0)),
+                                  ge=float(rng.uniform(0.2, 3)), regime="F" if t > 0.04 else "H",
+                                  prompt_category=cat, statistic=t,
+                                  objects=list(rng.uniform(1, 20, 2)), config_hash="cfg")
+                res["background"]["sensitivity"] = {
+                    "tau_h": [1.0, 2.0, 3.0], "ir_h": [0.8, 0.9, 0.95], "ge_h_px": [0.5, 0.8, 1.0],
+                    "tau_f": [0.05, 0.1], "ir_f": [0.9, 0.95], "ge_f_px": [0.3, 0.4]}
+                rows.append({"clip_id": cid, "model": model, "prompt_category": cat,
+                             "prompt": "p",
+                             "seed": seed, "scene": f"{cat}|p|{seed}", "config_hash": "cfg",
+                             "status": "ok", "result": res})
+    bad = fake_result("broken", status="error", config_hash="cfg")
+    bad["reason"] = "VideoReadError: zero-byte file"
+    rows.append({"clip_id": "broken", "model": "A", "prompt_category": "C1", "seed": 9,
+                 "scene": "C1|p|9", "config_hash": "cfg", "status": "error", "result": bad})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    rows = _rows()
+    return build_report(rows, out, draw=False, n_boot=1000, cards=3), rows
+
+
+def test_page_numbers_match_statistics(report):
+    page, rows = report
+    text = page.read_text()
+    # model A, Table-1 IR %: mean over scenes of the clip IR (one clip per scene) * 100
+    ir_a = np.mean([r["result"]["background"]["ir"] for r in rows
+                    if r["model"] == "A" and r["status"] == "ok"]) * 100
+    assert f"{ir_a:.4g}" in text
+    ge_b = np.mean([r["result"]["background"]["ge_px"] for r in rows if r["model"] == "B"])
+    assert f"{ge_b:.4g}" in text
+    assert "VideoReadError: zero-byte file" in text and "Clips not scored (1)" in text
+    assert "24 / 0 / 1" in text and "24 / 0 / 0" in text  # ok / n.a. / error per model
+    for section in ("Leaderboard", "Per prompt category", "Translation gate", "Calibration",
+                    "Net benefit", "Threshold-score sensitivity", "Percentile-aligned",
+                    "AdaP90", "Audit cards (3)"):
+        assert section in text
+    assert len(re.findall(r"class=\"card\"", text)) == 3
+
+
+def test_every_figure_exists_and_is_not_blank(report):
+    page, _ = report
+    img = page.parent / "img"
+    names = {"ci_ir.png", "ci_ge_px.png", "dist_ir.png", "dist_ge_px.png", "gate_hist.png",
+             "gate_calibration.png", "net_benefit.png", "sens_report_gate.png",
+             "sens_tau_h.png", "sens_tau_f.png"}
+    assert names <= {p.name for p in img.iterdir()}
+    import matplotlib.image as mpimg
+
+    for name in names:
+        a = mpimg.imread(img / name)
+        assert a.shape[0] > 100 and a[..., :3].std() > 0.02, name
+    for src in re.findall(r'src="([^"]+)"', page.read_text()):
+        assert (page.parent / src).is_file(), src
+
+
+def test_report_from_store_and_invalid_jsonl(tmp_path: Path):
+    with ResultStore(tmp_path / "r.sqlite") as s:
+        for i in range(3):
+            s.put({"clip_id": f"c{i}", "model": "m", "prompt_category": "C1", "seed": i,
+                   "scene": f"s{i}"}, f"h{i}", "cfg", fake_result(f"c{i}", ir=0.9 + i / 100))
+    page = build_report(tmp_path / "r.sqlite", tmp_path / "rep", draw=False, n_boot=200)
+    assert "3 clips" in page.read_text()
+    bad = fake_result("x")
+    bad["status"] = "maybe"
+    p = write_jsonl(tmp_path / "bad.jsonl", [bad])
+    with pytest.raises(ResultSchemaError, match="line 1: status"):
+        build_report(p, tmp_path / "rep2")
+
+
+def test_gate_rationale_and_timeline():
+    gate = {"method": "parallax", "statistic": 0.7, "thresholds": {"low": 0.5, "high": 1.0},
+            "decision": "U", "evidence": {"statistic_name": "parallax_fraction",
+                                          "u_resolved": "F", "gric_delta": 3.0}}
+    text = gate_rationale(gate, "F")
+    assert "parallax_fraction = 0.7" in text and "H if <= 0.5, F if >= 1" in text
+    assert "U resolved to F" in text and "scored with F" in text
+    bg = {"per_pair": [
+        {"pair": [0, 1], "scale": 0.5, "ir_h": 0.1, "valid_h": True, "model": "H"},
+        {"pair": [0, 1], "scale": 1.0, "ir_h": 0.9, "ge_h_px": 1.0, "valid_h": True,
+         "ir_f": 0.5, "model": "H"},
+        {"pair": [1, 2], "scale": 1.0, "ir_f": 0.8, "ge_f_px": 0.2, "valid_f": False,
+         "model": "F"}]}
+    s = timeline_series(bg)
+    assert s["ir"] == [0.9, 0.8] and s["ge"] == [1.0, 0.2] and s["valid"] == [True, False]
+    assert s["pair"] == [[0, 1], [1, 2]] and timeline_series({}) is None
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(),
+                    reason="headless Chromium not installed: apt-get update && "
+                           "apt-get install -y chromium")
+def test_headless_chromium_renders_the_page(report, tmp_path: Path):
+    page, _ = report
+    shot = tmp_path / "shot.png"
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+           f"--screenshot={shot}", "--window-size=1280,2000", page.resolve().as_uri()]
+    subprocess.run(cmd, capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000
+    import matplotlib.image as mpimg
+
+    a = mpimg.imread(shot)
+    assert a.shape[:2] == (2000, 1280)
+    # rendered text, tables and figures: many distinct grey levels, not a blank page
+    assert a[..., :3].std() > 0.05 and len(np.unique((a[..., 0] * 255).astype(int))) > 50
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+def test_page_reads_well_pairs_labels_and_no_reprs(tmp_path: Path):
+    """Issue 16: pair counts say what they count, missing labels read "unknown", no raw dict
+    reprs and no "None" anywhere on the page."""
+    from geocon_torch.report.text import compact, pair_counts
+
+    bg = {"valid_pairs": 69, "pairs": 23, "scales": [0.5, 0.75, 1.0]}
+    assert pair_counts(bg) == "69 of 69 (pair, scale) entries valid (23 pairs x 3 scales)"
+    assert pair_counts({"valid_pairs": 3, "pairs": 4}) == "3 of 4 pairs valid"
+    assert compact({"b": {"x": 1.23456, "y": None}, "a": True}) == "a: yes, b: (x: 1.235, y: unknown)"
+    rows = []
+    for i in range(6):
+        res = fake_result(f"c{i}", ir=0.9 + i / 100, statistic=0.01 * i, config_hash="cfg",
+                          prompt_category=None, behaviour=None)
+        res["background"].update(pairs=2, valid_pairs=4, scales=[0.5, 1.0])
+        rows.append({"clip_id": f"c{i}", "model": None if i % 2 else "m", "prompt_category": None,
+                     "seed": None, "scene": f"clip:c{i}", "config_hash": "cfg", "status": "ok",
+                     "result": res})
+    page = build_report(rows, tmp_path / "rep", draw=False, n_boot=50, cards=2).read_text()
+    assert "4 of 4 (pair, scale) entries valid (2 pairs x 2 scales)" in page
+    assert "None" not in page and "{'" not in page and '{"' not in page
+    assert "<td class='l'>unknown</td>" in page and "behaviour</th><td>unknown" in page
