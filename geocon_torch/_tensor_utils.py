@@ -2,7 +2,7 @@
 lookups at pixel coordinates."""
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -65,6 +65,42 @@ def masked_median(x: torch.Tensor, mask: torch.Tensor, dim: int = -1, fill: floa
     """Median of valid entries along ``dim`` (mean of the two middle values for even counts,
     as ``numpy.median``). Returns (median, nonempty)."""
     return masked_quantile(x, mask, 0.5, dim=dim, fill=fill)
+
+
+def group_index(groups: Sequence[Sequence[int]], device: Union[None, str, torch.device] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(G, L) long row numbers of G groups of rows given on the host (padded with row 0 to the
+    largest group, L >= 1) and the (G, L) bool membership mask: one host-to-device copy each,
+    no sync. Feeds :func:`grouped_quantiles`.
+
+    >>> idx, member = group_index([[4, 2], [], [7]])
+    >>> idx.tolist(), member.tolist()
+    ([[4, 2], [0, 0], [7, 0]], [[True, True], [False, False], [True, False]])
+    """
+    width = max([len(g) for g in groups] + [1])
+    idx = [list(g) + [0] * (width - len(g)) for g in groups]
+    member = [[True] * len(g) + [False] * (width - len(g)) for g in groups]
+    return (torch.tensor(idx, dtype=torch.long).reshape(len(groups), width).to(device),
+            torch.tensor(member, dtype=torch.bool).reshape(len(groups), width).to(device))
+
+
+def grouped_quantiles(values: torch.Tensor, valid: torch.Tensor, index: torch.Tensor,
+                      member: torch.Tensor, qs: Sequence[float] = (0.5,)
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Quantiles of the valid entries of row groups, for K series at once (numpy's linear
+    interpolation, the order statistics of :func:`masked_quantile` over each group's rows).
+
+    Args:
+        values: (K, R) K series over R rows; valid: (K, R) or (R,) bool.
+        index, member: (G, L) of :func:`group_index` (rows of every group).
+        qs: Q quantiles in [0, 1].
+    Returns:
+        (quantiles (Q, K, G): 0 for a group with no valid row, counts (K, G) long of valid rows).
+    """
+    vals = values[:, index]  # (K, G, L)
+    ok = valid.expand_as(values)[:, index] & member
+    srt, n = sorted_valid(vals, ok)
+    return torch.stack([quantile_of_sorted(srt, n, float(q)) for q in qs]), n
 
 
 def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:

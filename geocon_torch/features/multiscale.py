@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from .._morphology import erode_mask
 from .._memory import release_freed_memory
 from ..config import FeatureConfig
-from ..errors import GeoConError, InputError
+from ..errors import InputError
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .base import (DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_backend,
                    resolve_device)
@@ -158,18 +158,18 @@ def pair_chunks(pairs: torch.Tensor, chunk_frames: Optional[int]) -> List[torch.
     frames fit: one chunk. Returns a list of (P_k,) long row indices into ``pairs``.
     """
     p = int(pairs.shape[0])
-    pc = pairs.detach().cpu()
-    if not chunk_frames or p == 0 or int(torch.unique(pc).numel()) <= int(chunk_frames):
+    rows = pairs.detach().cpu().tolist()  # host bookkeeping: one transfer, no per-pair reads
+    if not chunk_frames or p == 0 or len({f for r in rows for f in r}) <= int(chunk_frames):
         return [torch.arange(p)]
-    lo, hi = pc.min(1).values, pc.max(1).values
-    wide = (hi - lo) >= max(1, int(chunk_frames) // 2)
-    key = wide.long() * (int(pc.max()) + 1) ** 2 + lo * (int(pc.max()) + 1) + hi
+    span = max(1, int(chunk_frames) // 2)
+    order = sorted(range(p), key=lambda r: (max(rows[r]) - min(rows[r]) >= span,
+                                            min(rows[r]), max(rows[r])))
     chunks, current, frames = [], [], set()
-    for r in torch.argsort(key, stable=True).tolist():
-        need = frames | {int(pc[r, 0]), int(pc[r, 1])}
+    for r in order:
+        need = frames | set(rows[r])
         if current and len(need) > int(chunk_frames):
             chunks.append(current)
-            current, need = [], {int(pc[r, 0]), int(pc[r, 1])}
+            current, need = [], set(rows[r])
         current.append(r)
         frames = need
     chunks.append(current)

@@ -15,6 +15,7 @@ frames at 640x384 with 2000 keypoints in one chunk, an estimated ~20 GB peak).
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Optional, Tuple
 
 import kornia.feature as KF
@@ -82,6 +83,15 @@ def atlas_patches(atlas: torch.Tensor, row0: torch.Tensor, sizes: torch.Tensor,
     return out.reshape(b * k, 1, size, size)
 
 
+@functools.lru_cache(maxsize=16)
+def _patch_modules(patch_size: int, rootsift: bool, device: torch.device
+                   ) -> Tuple[torch.nn.Module, torch.nn.Module]:
+    """kornia's orientation and descriptor modules, built once per (size, rootsift, device):
+    building them dispatches their kernels' ops, and they hold no state that a call changes."""
+    return (KF.PatchDominantGradientOrientation(19).to(device),
+            KF.SIFTDescriptor(patch_size, rootsift=rootsift).to(device))
+
+
 @register_extractor("torch-sift")
 class TorchSIFT:
     """Batched, sync-bounded SIFT in torch (module docstring).
@@ -107,8 +117,8 @@ class TorchSIFT:
         self.contrast_threshold = float(contrast_threshold)
         self.edge_threshold = float(edge_threshold)
         self.patch_size = int(patch_size)
-        self.orienter = KF.PatchDominantGradientOrientation(19).to(self.device)
-        self.describer = KF.SIFTDescriptor(self.patch_size, rootsift=rootsift).to(self.device)
+        self.orienter, self.describer = _patch_modules(self.patch_size, bool(rootsift),
+                                                       self.device)
 
     def detect(self, gray: torch.Tensor, mask: Optional[torch.Tensor]
                ) -> Tuple[List[torch.Tensor], Detections]:

@@ -108,20 +108,25 @@ def resolve_u(per_pair_codes: torch.Tensor, gric_delta: torch.Tensor,
     >>> resolve_u(torch.tensor([0, 1, 2, 2]), torch.tensor([1.0, -1.0, 0.5, -0.5])).tolist()
     [False, True, True, False]
     """
+    u_f = prefers_f(gric_delta, support_margin, u_margin)
+    return (per_pair_codes == CODE["F"]) | ((per_pair_codes == CODE["U"]) & u_f)
+
+
+def prefers_f(gric_delta: Any, support_margin: Any = None, u_margin: float = 0.05) -> Any:
+    """The U band's rule on tensors (elementwise) or host floats: GRIC prefers F
+    (``gric_delta`` > 0) or F's support beats H's by more than ``u_margin``."""
     u_f = gric_delta > 0
     if support_margin is not None:
         u_f = u_f | (support_margin > u_margin)
-    return (per_pair_codes == CODE["F"]) | ((per_pair_codes == CODE["U"]) & u_f)
+    return u_f
 
 
 def resolve_u_clip(gric_delta: float, support_margin: Optional[float] = None,
                    u_margin: float = 0.05) -> str:
-    """:func:`resolve_u` of one clip-level U decision: ``"F"`` or ``"H"``.
+    """:func:`resolve_u` of one clip-level U decision, on the host: ``"F"`` or ``"H"``.
 
     >>> resolve_u_clip(-0.2), resolve_u_clip(-0.2, support_margin=0.1)
     ('H', 'F')
     """
-    as_t = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
-    use_f = resolve_u(torch.tensor([CODE["U"]]), as_t(gric_delta),
-                      None if support_margin is None else as_t(support_margin), u_margin)
-    return "F" if bool(use_f[0]) else "H"
+    return "F" if prefers_f(float(gric_delta), None if support_margin is None
+                            else float(support_margin), u_margin) else "H"

@@ -55,16 +55,16 @@ resolutions are measured by ``benchmarks/gate_sweep.py`` (see benchmarks/README.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
 from .._tensor_utils import masked_median, quantile_of_sorted, sorted_valid
 from ..config import GATE_STATISTIC_CHOICES, GateConfig
 from ..geometry import fundamental_residuals, homography_residuals
+from ..geometry._reduce import padded_sum
 from ..types import Fit
-from .decision import (GateDecision, codes_to_names, hysteresis, resolve_u_clip,
-                       threshold_decision)
+from .decision import GateDecision, codes_to_names, hysteresis, resolve_u_clip
 from ..errors import InputError
 
 STATISTICS = GATE_STATISTIC_CHOICES  # the one list (config.gate.statistic)
@@ -175,7 +175,7 @@ def _gric_delta(r_h: torch.Tensor, r_fpx: torch.Tensor, mask: torch.Tensor,
 
     def gric(e2: torch.Tensor, d: int, k: int) -> torch.Tensor:
         rho = torch.clamp(e2 / s2, max=lam3 * (r_dim - d))
-        rho = torch.where(mask, rho, torch.zeros_like(rho)).sum(-1)
+        rho = padded_sum(torch.where(mask, rho, torch.zeros_like(rho)))  # padding-invariant
         return rho + math.log(r_dim) * d * n + torch.log(r_dim * n) * k
 
     return (gric(r_h * r_h / 2, 2, 8) - gric(r_fpx * r_fpx, 3, 7)) / n
@@ -189,8 +189,7 @@ def _on_host(stats: Dict[str, torch.Tensor], valid: torch.Tensor, name: str
              ) -> Tuple[Dict[str, float], list, list, list]:
     """The medians over the ``valid`` rows of every statistic the gate reads, the statistic
     ``name`` per row, the validity and F-inlier count per row: one host transfer."""
-    keys = list(dict.fromkeys([k for k in STATISTICS if k in stats] + [name, "gric_delta"]
-                              + [k for k in _MAGNITUDE_KEYS if k in stats]))
+    keys = gate_keys(stats, name)
     meds = [masked_median(stats[k], valid)[0].double().reshape(1) for k in keys]
     n = int(valid.numel())
     counts = stats.get("num_f_inliers", torch.zeros_like(valid, dtype=torch.long))
@@ -205,18 +204,42 @@ def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateD
     """Clip (and optionally per-pair) decision from :func:`parallax_statistics` of the finest
     scale's pairs (in temporal order). The U band is resolved by GRIC in ``evidence``. The
     statistics reach the host once (:func:`_on_host`)."""
+    name = check_statistic(cfg)
+    valid = stats["valid"]
+    gate = decide_on_host(*_on_host(stats, valid, name), cfg)
+    if cfg.per_pair:
+        low, high = gate.thresholds["low"], gate.thresholds["high"]
+        gate.per_pair = codes_to_names(hysteresis(stats[name], low, high, present=valid))
+    return gate
+
+
+def check_statistic(cfg: GateConfig) -> str:
+    """``cfg.statistic``, checked against :data:`STATISTICS`."""
+    if cfg.statistic not in STATISTICS:
+        raise InputError(f"gate.statistic must be one of {STATISTICS}, got {cfg.statistic!r}")
+    return cfg.statistic
+
+
+def gate_keys(stats: Dict[str, torch.Tensor], name: str) -> List[str]:
+    """The statistics whose medians the gate reads: every known one present, ``name``,
+    ``gric_delta`` and the magnitude keys (in this order, each once)."""
+    return list(dict.fromkeys([k for k in STATISTICS if k in stats] + [name, "gric_delta"]
+                              + [k for k in _MAGNITUDE_KEYS if k in stats]))
+
+
+def decide_on_host(med: Dict[str, float], values: list, ok: list, counts: list,
+                   cfg: GateConfig) -> GateDecision:
+    """The clip decision of :func:`gate_from_parallax` from numbers already on the host: the
+    medians ``med`` over the valid rows of :func:`gate_keys`, and per row the statistic
+    ``values``, validity ``ok`` and F-inlier ``counts`` (no per-pair decision)."""
     name = cfg.statistic
-    if name not in STATISTICS:
-        raise InputError(f"gate.statistic must be one of {STATISTICS}, got {name!r}")
-    s, valid = stats[name], stats["valid"]
-    med, values, ok, counts = _on_host(stats, valid, name)
     any_valid = any(ok)
     evidence: Dict[str, object] = {
         "statistic_name": name, "valid_pairs": sum(ok),
         "pair_statistic": [v if good else None for v, good in zip(values, ok)],
     }
     for other in STATISTICS:
-        if any_valid and other in stats:
+        if any_valid and other in med:
             evidence[f"median_{other}"] = med[other]
     if name == "parallax_magnitude":
         low, high = _band(med["noise_ref_px"] if any_valid else 0.0, cfg)
@@ -231,13 +254,10 @@ def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateD
         decision = _magnitude_decision(med, [c for c, good in zip(counts, ok) if good], cfg,
                                        evidence)
     else:
-        code = int(threshold_decision(torch.tensor([clip_s]), low, high)[0])
-        decision = codes_to_names(torch.tensor([code]))[0]
+        # threshold_decision's rule on the host (F wins where the bands overlap)
+        decision = "F" if clip_s >= high else "H" if clip_s <= low else "U"
     evidence["u_resolved"] = resolve_u_clip(med["gric_delta"])
-    per_pair = None
-    if cfg.per_pair:
-        per_pair = codes_to_names(hysteresis(s, low, high, present=valid))
-    return GateDecision("parallax", clip_s, thresholds, decision, per_pair, evidence)
+    return GateDecision("parallax", clip_s, thresholds, decision, None, evidence)
 
 
 def _band(noise: float, cfg: GateConfig) -> Tuple[float, float]:

@@ -12,18 +12,20 @@ ratio beats H's by more than ``gate.u_margin``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .._tensor_utils import masked_median
+from .._tensor_utils import group_index, grouped_quantiles
 from ..config import GeoConConfig
 from ..errors import InputError
 from ..io.pairs import gate_pair_tiers
 from ..types import Clip, Fit
 from .decision import CODE, GateDecision, resolve_u, resolve_u_clip
 from .dust3r import gate_from_dust3r
-from .parallax import gate_from_parallax, parallax_statistics
+from .parallax import (check_statistic, decide_on_host, gate_from_parallax, gate_keys,
+                       parallax_statistics)
 from .poses import gate_from_poses
 
 GATE_METHODS = ("poses", "dust3r", "parallax")
@@ -127,30 +129,128 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
     return pre.decision if pre.decision != "U" else pre.evidence.get("u_resolved")
 
 
+@dataclass
+class GateRows:
+    """Where one clip's gate reads in the rows of a batch (host lists: no device read).
+
+    Attributes:
+        evaluated: rows of the evaluated pairs at the finest scale, in temporal order.
+        gate_rows: rows of the wide gate pairs at the finest scale (may be empty).
+        gate_pairs: the (G, 2) frame pairs of ``gate_rows``.
+        ext: the external gate's decision (poses / DUSt3R), or None (weight-free gate).
+        support: the rows of the clip's IR support margin (IR_F - IR_H, which settles a U
+            decision): its gate rows when it has some, else its evaluated rows.
+    """
+
+    evaluated: List[int]
+    gate_rows: List[int]
+    gate_pairs: List[List[int]]
+    ext: Optional[GateDecision] = None
+    support: List[int] = field(default_factory=list)
+
+    def sources(self) -> List[List[int]]:
+        """The four row sets the gate may read: the gate pairs' tiers 0, 1, 2
+        (:func:`~geocon_torch.io.pairs.gate_pair_tiers`), then the evaluated rows."""
+        tiers = gate_pair_tiers(self.gate_pairs)
+        return [[r for r, t in zip(self.gate_rows, tiers) if t == k] for k in range(3)] + [
+            list(self.evaluated)]
+
+
+def decide_gates(stats: Stats, clips: Sequence[GateRows], config: GeoConConfig,
+                 support: Optional[Tuple[torch.Tensor, ...]] = None
+                 ) -> List[Tuple[GateDecision, float]]:
+    """:func:`decide_gate` of every clip of a batch from the statistics of all their rows at
+    once: the medians of every source a clip may read (:meth:`GateRows.sources`) in one
+    batched order-statistic call, and one host transfer; the decisions are then taken on the
+    host. The weight-free gate reads the widest tier with a valid row, else the evaluated
+    rows (:func:`gate_source`); its evidence gets ``gate_pairs``, ``gric_delta`` (median over
+    the rows read) and ``u_resolved``. A per-pair gate (``gate.per_pair``, opt-in) adds each
+    clip's hysteresis over its evaluated rows.
+
+    Args:
+        stats: :func:`~.parallax.parallax_statistics` of R rows, each (R,).
+        clips: where each clip's rows are (:class:`GateRows`).
+        support: (ir_h, valid_h, ir_f, valid_f), each (R,): the per-row IR of both models.
+    Returns:
+        per clip (decision, support margin: the median IR_F - the median IR_H over the valid
+        ``support`` rows of each model, 0.0 when either has none or ``support`` is None).
+    """
+    if not clips:
+        return []
+    name = check_statistic(config.gate)
+    keys = gate_keys(stats, name)
+    sources = [c.sources() for c in clips]
+    index, member = group_index([rows for src in sources for rows in src], stats["valid"].device)
+    meds, counts = grouped_quantiles(torch.stack([stats[k] for k in keys]), stats["valid"],
+                                     index, member)
+    r = int(stats["valid"].numel())
+    row_counts = stats.get("num_f_inliers", torch.zeros_like(stats["valid"], dtype=torch.long))
+    parts = [meds[0].double().reshape(-1), counts[0].double(), stats[name].double().reshape(-1),
+             stats["valid"].double().reshape(-1), row_counts.double().reshape(-1)]
+    b = len(clips)
+    if support is not None:
+        s_idx, s_member = group_index([c.support for c in clips], index.device)
+        s_med, s_n = grouped_quantiles(torch.stack([support[0], support[2]]),
+                                       torch.stack([support[1], support[3]]), s_idx, s_member)
+        parts += [s_med[0].double().reshape(-1), s_n.double().reshape(-1)]
+    host = torch.cat(parts).tolist()  # the one host transfer
+    k, g = len(keys), int(index.shape[0])
+    med_of = lambda j: {key: host[i * g + j] for i, key in enumerate(keys)}  # noqa: E731
+    n_valid, rows_host = host[k * g:k * g + g], host[k * g + g:]
+    values, ok, row_n = rows_host[:r], [v > 0 for v in rows_host[r:2 * r]], rows_host[2 * r:3 * r]
+    margins = [0.0] * b
+    if support is not None:
+        sm, sn = rows_host[3 * r:3 * r + 2 * b], rows_host[3 * r + 2 * b:]
+        margins = [sm[b + c] - sm[c] if sn[c] > 0 and sn[b + c] > 0 else 0.0 for c in range(b)]
+    out = []
+    for c, (clip, src) in enumerate(zip(clips, sources)):
+        pick = next((t for t in range(3) if src[t] and n_valid[4 * c + t] > 0), 3)
+        med, rows = med_of(4 * c + pick), src[pick]
+        if clip.ext is not None:
+            gate = clip.ext
+        else:
+            gate = decide_on_host(med, [values[i] for i in rows], [ok[i] for i in rows],
+                                  [int(row_n[i]) for i in rows], config.gate)
+            gate.evidence["gate_pairs"] = ([clip.gate_pairs[clip.gate_rows.index(i)]
+                                            for i in rows] if pick < 3 else "evaluated pairs")
+            if config.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
+                ev = torch.tensor(clip.evaluated, dtype=torch.long, device=index.device)
+                gate.per_pair = gate_from_parallax({key: v[ev] for key, v in stats.items()},
+                                                   config.gate).per_pair
+        gric = med["gric_delta"]  # 0.0 (fill) when no row is valid
+        gate.evidence.setdefault("u_resolved", resolve_u_clip(gric))
+        gate.evidence["gric_delta"] = gric
+        out.append((gate, margins[c]))
+    return out
+
+
 def decide_gate(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
                 gate_pairs: torch.Tensor, ext_gate: Optional[GateDecision],
                 config: GeoConConfig) -> GateDecision:
     """The clip's gate: the external decision, or the weight-free statistic on the gate pairs
     (with per-pair hysteresis on the ``evaluated`` rows when ``gate.per_pair``). Its evidence
-    gets ``gric_delta`` (median over the rows the statistic read) and ``u_resolved``.
+    gets ``gric_delta`` (median over the rows the statistic read) and ``u_resolved``
+    (:func:`decide_gates` of one clip).
 
     Args:
         stats: (R,) parallax statistics of every row; evaluated (P,), gate_rows (G,) long rows;
             gate_pairs: (G, 2) frame pairs of ``gate_rows``.
     """
-    src, used = gate_source(stats, evaluated, gate_rows, gate_pairs)
-    if ext_gate is not None:
-        gate = ext_gate
-    else:
-        gate = gate_from_parallax(src, config.gate)
-        gate.evidence["gate_pairs"] = used
-        if config.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
-            per_pair_stats = {k: v[evaluated] for k, v in stats.items()}
-            gate.per_pair = gate_from_parallax(per_pair_stats, config.gate).per_pair
-    gric = float(masked_median(src["gric_delta"], src["valid"])[0])  # 0.0 (fill): no valid row
-    gate.evidence.setdefault("u_resolved", resolve_u_clip(gric))
-    gate.evidence["gric_delta"] = gric
-    return gate
+    rows = GateRows(evaluated.tolist(), gate_rows.tolist(),
+                    gate_pairs.reshape(-1, 2).tolist(), ext_gate)
+    return decide_gates(stats, [rows], config)[0][0]
+
+
+def clip_regime(gate: GateDecision, config: GeoConConfig, clip_support_margin: float) -> str:
+    """The regime of a clip gate's decision (host only): H or F as decided; U resolved with the
+    clip's ``gric_delta`` evidence and ``clip_support_margin`` (both written to the evidence)."""
+    regime = gate.decision
+    if regime == "U":  # both fitted: the better-supported model wins
+        regime = resolve_u_clip(gate.evidence["gric_delta"], clip_support_margin,
+                                config.gate.u_margin)
+        gate.evidence["u_resolved"] = regime
+        gate.evidence["u_support_margin"] = clip_support_margin
+    return regime
 
 
 def pair_models(gate: GateDecision, config: GeoConConfig, gric_delta: torch.Tensor,
@@ -176,12 +276,7 @@ def pair_models(gate: GateDecision, config: GeoConConfig, gric_delta: torch.Tens
         use_f_pair = resolve_u(codes, gric_delta, support_margin, config.gate.u_margin)
         regime = "F" if float(use_f_pair.double().mean()) >= 0.5 else "H"
         return regime, use_f_pair.repeat(num_scales), (codes != CODE[None]).repeat(num_scales)
-    regime = gate.decision
-    if regime == "U":  # both fitted: the better-supported model wins
-        regime = resolve_u_clip(gate.evidence["gric_delta"], clip_support_margin,
-                                config.gate.u_margin)
-        gate.evidence["u_resolved"] = regime
-        gate.evidence["u_support_margin"] = clip_support_margin
+    regime = clip_regime(gate, config, clip_support_margin)
     use_f = torch.full((num_scales * int(gric_delta.numel()),), regime == "F",
                        dtype=torch.bool, device=dev)
     return regime, use_f, torch.ones_like(use_f)

@@ -25,7 +25,7 @@ non-overlapping ones for WorldAtlas, as in each reference); the even cap is alwa
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -143,16 +143,18 @@ def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tens
     return torch.tensor(wide + [(0, m), (m, last)] + quarters, dtype=torch.long)
 
 
-def gate_pair_tiers(pairs: torch.Tensor) -> torch.Tensor:
-    """(G,) long tier of each :func:`parallax_gate_pairs` pair (G, 2): 0 for the wide pairs
+def gate_pair_tiers(pairs: Union[torch.Tensor, Sequence[Sequence[int]]]
+                    ) -> Union[torch.Tensor, List[int]]:
+    """Tier of each :func:`parallax_gate_pairs` pair (G, 2): 0 for the wide pairs
     (span >= ceil(0.75 x the widest span)), 1 for the halves (span >= half of it), 2 for the
-    quarters; the gate reads the first tier with a valid pair."""
-    if pairs.numel() == 0:
-        return torch.zeros(0, dtype=torch.long)
-    span = (pairs[:, 1] - pairs[:, 0]).abs()
-    last = int(span.max())
+    quarters; the gate reads the first tier with a valid pair. Pairs are host bookkeeping: a
+    tensor gives a (G,) long tensor (one transfer), a list of pairs a list of ints."""
+    rows = pairs.tolist() if isinstance(pairs, torch.Tensor) else [list(p) for p in pairs]
+    spans = [abs(int(b) - int(a)) for a, b in rows]
+    last = max(spans, default=0)
     need, m = -(-3 * last // 4), last // 2
-    return torch.where(span >= need, 0, torch.where(span >= m, 1, 2)).long()
+    tiers = [0 if s >= need else 1 if s >= m else 2 for s in spans]
+    return torch.tensor(tiers, dtype=torch.long) if isinstance(pairs, torch.Tensor) else tiers
 
 
 def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -220,7 +220,7 @@ def median_motion_px(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor) -> 
     return masked_median((x2 - x1).norm(dim=-1), mask)[0]
 
 
-def rotation_from_fundamental(F: torch.Tensor, size_hw: Sequence[int],
+def rotation_from_fundamental(F: torch.Tensor, size_hw: Union[Sequence[int], torch.Tensor],
                               focal_factor: float = 1.0) -> torch.Tensor:
     """(P,) inter-frame rotation angle (degrees) implied by pixel F (P, 3, 3).
 
@@ -229,13 +229,15 @@ def rotation_from_fundamental(F: torch.Tensor, size_hw: Sequence[int],
     two rotation candidates ``U W V^T`` / ``U W^T V^T`` and the one closer to identity is taken
     (inter-frame rotations are small). A wrong focal length keeps a pure translation at 0 deg
     (``D [t]_x D`` stays skew-symmetric), so the angle separates translation from
-    rotation + translation. Used only for the post-hoc behaviour.
+    rotation + translation. Used only for the post-hoc behaviour. ``size_hw``: (H, W) px of
+    every row's frames, or a (P, 2) tensor of each row's own (rows of clips of several sizes).
     """
-    h, w = int(size_hw[0]), int(size_hw[1])
-    f = focal_factor * max(h, w)
-    K = torch.tensor([[f, 0.0, w / 2.0], [0.0, f, h / 2.0], [0.0, 0.0, 1.0]], dtype=F.dtype,
-                     device=F.device)
-    E = K.T @ F @ K
+    hw = torch.as_tensor(size_hw, dtype=F.dtype, device=F.device).reshape(-1, 2)
+    h, w = hw[:, 0], hw[:, 1]
+    f = focal_factor * torch.maximum(h, w)
+    zero, one = torch.zeros_like(f), torch.ones_like(f)
+    K = torch.stack([f, zero, w / 2.0, zero, f, h / 2.0, zero, zero, one], -1).view(-1, 3, 3)
+    E = K.transpose(-1, -2) @ F @ K
     U, _, Vh = torch.linalg.svd(E)
     U = U * torch.where(torch.linalg.det(U) < 0, -1.0, 1.0).to(F.dtype).view(-1, 1, 1)
     Vh = Vh * torch.where(torch.linalg.det(Vh) < 0, -1.0, 1.0).to(F.dtype).view(-1, 1, 1)

@@ -24,28 +24,28 @@ from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequenc
 
 import torch
 
-from .._tensor_utils import masked_median
+from .._tensor_utils import group_index, grouped_quantiles
 from ..config import GeoConConfig, load_config
 from ..features import extract_correspondences
 from ..features.base import resolve_backend
 from ..features.multiscale import resolve_scale_mode
-from ..gate import (GateDecision, decide_gate, external_gate, gate_block, pair_models,
-                    parallax_statistics, preliminary_regime, resolve_gate_method)
+from ..gate import (GateDecision, external_gate, gate_block, pair_models, parallax_statistics,
+                    preliminary_regime, resolve_gate_method)
+from ..gate.select import GateRows, clip_regime, decide_gates
 from ..gate.view import gate_view_correspondences, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
-                                   classify_behaviour, clip_summaries,
-                                   fine_quantiles, fundamental_pair_metrics,
+                                   classify_behaviour, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
                                    rotation_from_fundamental, sensitivity_scan)
 from ..segment import load_masks, masks_method, motion_masks
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
 from ..types import Clip, Correspondences, Fit, concat_correspondences, empty_rows
-from .fits import ClipRows, fit_clips
+from .fits import ClipRows, MergedFits, fit_clips, fit_merged, pad_points
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -145,6 +145,11 @@ class _Stack:
         base = torch.arange(len(self.scales), device=dev)[scales].view(-1, 1) * q
         return (base + torch.arange(first, last, device=dev).view(1, -1)).reshape(-1)
 
+    def row_list(self, first: int, last: int, scales: slice) -> List[int]:
+        """:meth:`_rows` as a host list (no device work)."""
+        q = int(self.pairs.shape[0])
+        return [s * q + i for s in range(len(self.scales))[scales] for i in range(first, last)]
+
     @property
     def evaluated(self) -> torch.Tensor:
         """(S*P,) rows of the evaluated pairs, all scales."""
@@ -211,7 +216,7 @@ def score_background(clip: Clip, pairs: torch.Tensor, *, masks: Any = None, pose
     clip stopped before the gate decided). Deterministic: same clip, inputs and config give
     the same rows, fits and numbers."""
     out = score_backgrounds([clip], [pairs], masks=[masks], poses=[poses], config=config,
-                            device=device, timer=timer)[0]
+                            device=device, timer=timer, keep_rows=True)[0]
     if isinstance(out, BaseException):
         raise out
     return out
@@ -242,11 +247,12 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
                       masks: Optional[Sequence[Any]] = None,
                       poses: Optional[Sequence[Any]] = None,
                       config: Union[None, dict, GeoConConfig] = None,
-                      device: Optional[torch.device] = None, timer: Optional[Timer] = None
-                      ) -> List[Scored]:
+                      device: Optional[torch.device] = None, timer: Optional[Timer] = None,
+                      keep_rows: bool = False) -> List[Scored]:
     """:func:`score_background` of B clips as one batch: each stage runs over every clip still
     in play (features, the motion masks' preliminary fits, one RANSAC call per model over the
-    rows of all clips, the gate and summaries). A clip's result equals the one it gets alone
+    rows of all clips, then residuals, per-row IR / GE, gate statistics, gate decisions and
+    clip summaries over the rows of all clips at once, with two host transfers in all). A clip's result equals the one it gets alone
     (bit for bit on the CPU); a clip that stops early (no pairs, no texture, gate undecided)
     or raises (its exception is its entry) changes nothing for the others.
 
@@ -272,9 +278,10 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
             j.seg.pre = pre
     _each(jobs, lambda j: _segment_job(j, cfg, device, timer))
     live = [j for j in jobs if j.result is None]
-    with timer("fit"):  # one batched call per model over all rows of all clips
-        fits = fit_clips([_final_rows(j) for j in live], cfg)
-    _score_all(live, fits, cfg, timer)
+    if live:
+        with timer("fit"):  # one batched call per model over all rows of all clips
+            fits = fit_merged([_final_rows(j) for j in live], cfg)
+        _score_all(live, fits, cfg, timer, keep_rows)
     return [j.result for j in jobs]
 
 
@@ -537,87 +544,269 @@ def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig) -> Dict[str, 
 
 
 @dataclass
-class _Scoring:
-    """A clip's rows after the gate: residuals, per-row metrics, the model of every row."""
+class _Merged:
+    """The rows of every live clip after the fits, as one batch: clip after clip, the point
+    axis zero-padded to the widest clip (every per-row quantity below is padding invariant).
 
-    fits: Tuple[Fit, Fit]
-    r_h: torch.Tensor
-    r_f: Tuple[torch.Tensor, torch.Tensor]
-    all_rows: Tuple[PairMetrics, PairMetrics]
-    stats: Dict[str, torch.Tensor]
-    mh: PairMetrics
-    mf: PairMetrics
-    use_f: torch.Tensor
-    present: torch.Tensor
+    Attributes:
+        fits: the merged fits (:class:`~.fits.MergedFits`: each clip's first row and size).
+        x1, x2: (R, N, 2) px; mask: (R, N) bool background correspondences.
+        side: (R,) long side (px) of the frame each row's points are in.
+        r_h: (R, N) symmetric transfer px; r_f: (normalised Sampson, pixel Sampson) (R, N).
+        mh, mf: per-row IR / GE of each model; stats: the parallax statistics, each (R,).
+    """
 
+    fits: MergedFits
+    x1: torch.Tensor
+    x2: torch.Tensor
+    mask: torch.Tensor
+    side: torch.Tensor
+    r_h: Optional[torch.Tensor] = None
+    r_f: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+    mh: Optional[PairMetrics] = None
+    mf: Optional[PairMetrics] = None
+    stats: Optional[Dict[str, torch.Tensor]] = None
 
-def _score_all(jobs: Sequence[_Job], fits: Sequence[Tuple[Fit, Fit]], cfg: GeoConConfig,
-               timer: Timer) -> None:
-    """Algorithm 1 C, A, E for every clip from the fits of its rows: per-pair IR / GE and the
-    gate (per clip), the clip summaries of all clips at once (:func:`_summaries`, one host
-    transfer), then per-pair rows, report gate and behaviour."""
-    scored = []
-    for j, f in zip(jobs, fits):
-        _run(j, lambda job: scored.append((job, _gate_phase(job, f, cfg, timer))))
-    scored = [(j, sc) for j, sc in scored if sc is not None and j.result is None]
-    with timer("metrics"):
-        summaries = _summaries([j.out.block for j, _ in scored], [sc for _, sc in scored],
-                               [j.stack.num_evaluated for j, _ in scored])
-    for (j, sc), summary in zip(scored, summaries):
-        _run(j, lambda job: setattr(job, "result", _finish_phase(job, sc, summary, cfg)))
+    def at(self, k: int, rows: Sequence[int]) -> List[int]:
+        """Clip ``k``'s local ``rows`` as rows of the batch."""
+        return [self.fits.starts[k] + r for r in rows]
 
 
-def _gate_phase(job: _Job, fits: Tuple[Fit, Fit], cfg: GeoConConfig, timer: Timer
-                ) -> Optional[_Scoring]:
-    """Residuals, per-row IR / GE, gate statistics and decision, the model of every row
-    (None, and the job stopped, when the gate is undecided)."""
-    bc, stack, out = cfg.background, job.stack, job.out
-    x1, x2, mask = stack.x1, stack.x2, stack.mask
-    fit_h, fit_f = fits
-    with timer("metrics"):  # each model's residuals once, for IR / GE and the gate
-        r_h = homography_residuals(fit_h, x1, x2)
-        r_f = fundamental_residuals(fit_f, x1, x2, mask)
-        mh_all = homography_pair_metrics(fit_h, x1, x2, mask, tau_h=bc.tau_h,
-                                         min_inliers=bc.min_inliers, residuals=r_h)
-        mf_all = fundamental_pair_metrics(fit_f, x1, x2, mask, tau_f=bc.tau_f,
-                                          min_inliers=bc.min_inliers, residuals=r_f)
-        stats = parallax_statistics(fit_h, fit_f, x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
-                                    min_inliers=bc.min_inliers, residuals=(r_h, *r_f),
-                                    long_side_px=stack.long_side_px(), gate=cfg.gate)
-        gate = decide_gate(stats, stack.finest, stack.finest_gate,
-                           stack.pairs[stack.num_evaluated:], job.ext, cfg)
-        if job.ext is None and stack.view is not None:  # what the weight-free gate read
-            gate.evidence["view"] = {k: stack.view[k] for k in ("backend", "long_side", "source")}
-        out.gate = gate.to_dict()
-        if gate.decision is None:
-            out.block.update(status="not_applicable", reason="gate undecided: "
-                             + str(gate.evidence.get("why", "no evidence")))
-            job.stop()
-            return None
-        ev, fin = stack.evaluated, stack.finest
-        mh, mf = _subset(mh_all, ev), _subset(mf_all, ev)
-        g_rows = stack.finest_gate  # the U band is settled on the gate's own rows when it has
-        clip_margin = (_support_margin(_subset(mh_all, g_rows), _subset(mf_all, g_rows))
-                       if g_rows.numel() else _support_margin(mh, mf))
+def _merge(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig) -> _Merged:
+    """The live clips' rows as one batch and, over all of them at once, each model's
+    residuals, per-row IR / GE (eqs. 7-12) and the gate statistics."""
+    bc, n = cfg.background, fits.width
+    st = [j.stack for j in jobs]
+    m = _Merged(fits, pad_points([s.x1 for s in st], n), pad_points([s.x2 for s in st], n),
+                pad_points([s.mask for s in st], n),
+                torch.cat([s.long_side_px() for s in st]) if len(st) > 1 else st[0].long_side_px())
+    fit_h, fit_f = fits.fit_h, fits.fit_f
+    m.r_h = homography_residuals(fit_h, m.x1, m.x2)  # each model's residuals once
+    m.r_f = fundamental_residuals(fit_f, m.x1, m.x2, m.mask)
+    m.mh = homography_pair_metrics(fit_h, m.x1, m.x2, m.mask, tau_h=bc.tau_h,
+                                   min_inliers=bc.min_inliers, residuals=m.r_h)
+    m.mf = fundamental_pair_metrics(fit_f, m.x1, m.x2, m.mask, tau_f=bc.tau_f,
+                                    min_inliers=bc.min_inliers, residuals=m.r_f)
+    m.stats = parallax_statistics(fit_h, fit_f, m.x1, m.x2, m.mask, tau_h=bc.tau_h,
+                                  tau_f=bc.tau_f, min_inliers=bc.min_inliers,
+                                  residuals=(m.r_h, *m.r_f), long_side_px=m.side, gate=cfg.gate)
+    return m
+
+
+def _gate_rows(m: _Merged, k: int, job: _Job) -> GateRows:
+    """Where clip ``k``'s gate reads: its finest evaluated and gate rows; the clip's IR support
+    margin is taken over its gate rows when it has some, else over all its evaluated rows."""
+    st, p, q = job.stack, job.stack.num_evaluated, int(job.stack.pairs.shape[0])
+    gate_rows = m.at(k, st.row_list(p, q, slice(-1, None)))
+    support = gate_rows or m.at(k, st.row_list(0, p, slice(None)))
+    return GateRows(m.at(k, st.row_list(0, p, slice(-1, None))), gate_rows,
+                    st.pairs[p:].tolist(), job.ext, support)
+
+
+@dataclass
+class _Decided:
+    """A clip past the gate: its index in the batch and the model of each evaluated row."""
+
+    k: int
+    job: _Job
+    use_f: Union[List[bool], torch.Tensor]
+    present: Union[List[bool], torch.Tensor]
+
+
+def _score_all(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig, timer: Timer,
+               keep_rows: bool) -> None:
+    """Algorithm 1 C, A, E for every clip from the fits of its rows: residuals, per-row IR / GE
+    and gate statistics over the rows of all clips (:func:`_merge`), every clip's gate
+    (:func:`~geocon_torch.gate.select.decide_gates`: one host transfer), then the clip summaries,
+    per-pair rows and behaviour inputs of all decided clips (:func:`_batch_summaries`: one host
+    transfer), and each clip's status, report gate and behaviour on the host."""
+    try:
+        with timer("metrics"):
+            m = _merge(jobs, fits, cfg)
+            gates = decide_gates(m.stats, [_gate_rows(m, k, j) for k, j in enumerate(jobs)], cfg,
+                                 support=(m.mh.ir, m.mh.valid, m.mf.ir, m.mf.valid))
+    except Exception as exc:  # noqa: BLE001 - one tensor program: every clip gets the error
+        for j in jobs:
+            j.result = exc
+        return
+    decided: List[_Decided] = []
+    for k, (j, (gate, margin)) in enumerate(zip(jobs, gates)):
+        _run(j, lambda job: decided.append(_apply_gate(m, k, job, gate, margin, cfg)))
+    decided = [d for d in decided if d is not None and d.job.result is None]
+    if not decided:
+        return
+    try:
+        with timer("metrics"):
+            host = _batch_summaries(m, decided, cfg)
+    except Exception as exc:  # noqa: BLE001
+        for d in decided:
+            d.job.result = exc
+        return
+    for d, h in zip(decided, host):
+        _run(d.job, lambda job: setattr(job, "result", _finish_clip(m, d, h, cfg, keep_rows)))
+
+
+def _apply_gate(m: _Merged, k: int, job: _Job, gate: GateDecision, margin: float,
+                cfg: GeoConConfig) -> Optional[_Decided]:
+    """The clip's gate block and the model of each evaluated row (None, and the job stopped,
+    when the gate is undecided)."""
+    stack, out = job.stack, job.out
+    if job.ext is None and stack.view is not None:  # what the weight-free gate read
+        gate.evidence["view"] = {k: stack.view[k] for k in ("backend", "long_side", "source")}
+    out.gate = gate.to_dict()
+    if gate.decision is None:
+        out.block.update(status="not_applicable", reason="gate undecided: "
+                         + str(gate.evidence.get("why", "no evidence")))
+        job.stop()
+        return None
+    rows = stack.num_evaluated * len(stack.scales)
+    if cfg.gate.per_pair and gate.per_pair is not None:  # opt-in: per-pair models, per clip
+        fin = torch.tensor(m.at(k, stack.row_list(0, stack.num_evaluated, slice(-1, None))),
+                           device=m.x1.device)
         out.regime, use_f, present = pair_models(
-            gate, cfg, stats["gric_delta"][fin], mf_all.ir[fin] - mh_all.ir[fin],
-            clip_margin, len(stack.scales))
-        out.gate = gate.to_dict()
-    return _Scoring(fits, r_h, r_f, (mh_all, mf_all), stats, mh, mf, use_f, present)
+            gate, cfg, m.stats["gric_delta"][fin], m.mf.ir[fin] - m.mh.ir[fin], margin,
+            len(stack.scales))
+    else:
+        out.regime = clip_regime(gate, cfg, margin)
+        use_f, present = [out.regime == "F"] * rows, [True] * rows
+    out.gate = gate.to_dict()
+    return _Decided(k, job, use_f, present)
 
 
-def _finish_phase(job: _Job, sc: _Scoring, summary: Dict[str, Any], cfg: GeoConConfig
-                  ) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
-    """Per-pair rows, the evaluated rows, status, report gate and behaviour."""
-    bc, stack, ev = cfg.background, job.stack, job.stack.evaluated
-    fit_h, fit_f = sc.fits
-    _add_diagnostics(job.out.block, stack, sc.fits, sc.mh, sc.mf, sc.use_f, sc.stats, cfg)
-    rows = BackgroundRows(stack.scales, stack.pairs[:stack.num_evaluated], stack.x1[ev],
-                          stack.x2[ev], stack.mask[ev], fit_h.rows(ev), fit_f.rows(ev),
-                          stack.mask[ev] & (sc.r_h[ev] <= bc.tau_h),
-                          stack.mask[ev] & (sc.r_f[0][ev] <= bc.tau_f), sc.mh, sc.mf, sc.use_f)
-    _finish(job.clip, stack, sc.fits, sc.all_rows, summary, cfg, job.out)
-    return job.out, rows
+def _as_rows(parts: Sequence[Union[List[bool], torch.Tensor]], device: torch.device
+             ) -> torch.Tensor:
+    """Per-clip bool rows (host lists or tensors) as one (R,) bool tensor on ``device``."""
+    if all(isinstance(p, list) for p in parts):
+        return torch.tensor([v for p in parts for v in p], dtype=torch.bool).to(device)
+    return torch.cat([p.to(device) if isinstance(p, torch.Tensor)
+                      else torch.tensor(p, dtype=torch.bool).to(device) for p in parts])
+
+
+#: the per-pair row columns (``background.per_pair``) and how each reaches the host
+_PER_PAIR = (("ir_h", float), ("ge_h_px", float), ("inliers_h", int), ("valid_h", bool),
+             ("ir_f", float), ("ge_f_px", float), ("inliers_f", int), ("valid_f", bool),
+             ("matches", int), ("model", bool), ("gric_delta", float))
+
+
+def _batch_summaries(m: _Merged, decided: Sequence[_Decided], cfg: GeoConConfig
+                     ) -> List[Dict[str, Any]]:
+    """For every decided clip at once: eq. 13 clip medians of the gated model, of each model
+    and of the best-of-both (diagnostic), the gated model's median and 90th percentile GE over
+    the finest rows (``ge_fine_px``, ``ge_peak_px``), the behaviour's median motion and F
+    rotation, and the per-pair columns; one host transfer. Returns per clip a dict of host
+    values (``summaries``: 4 summaries; ``fine``; ``motion``; ``rotation``; ``per_pair``)."""
+    dev, bc = m.x1.device, cfg.background
+    ev_rows, fin_rows, ev_groups, fin_groups, fin_of_ev = [], [], [], [], []
+    for d in decided:
+        st, p = d.job.stack, d.job.stack.num_evaluated
+        ev = m.at(d.k, st.row_list(0, p, slice(None)))
+        a = len(ev_rows)
+        ev_groups.append(list(range(a, a + len(ev))))
+        fin_of_ev.append(list(range(a + len(ev) - p, a + len(ev))))  # the finest, last
+        fin_groups.append(list(range(len(fin_rows), len(fin_rows) + p)))
+        ev_rows += ev
+        fin_rows += m.at(d.k, st.row_list(0, p, slice(-1, None)))
+    ev = torch.tensor(ev_rows, dtype=torch.long).to(dev)
+    fin = torch.tensor(fin_rows, dtype=torch.long).to(dev)
+    use_f = _as_rows([d.use_f for d in decided], dev)
+    present = _as_rows([d.present for d in decided], dev)
+    mh, mf = _subset(m.mh, ev), _subset(m.mf, ev)
+    chosen = choose_model_per_pair(mh, mf, use_f)
+    best = choose_model_per_pair(mh, mf, mf.valid & (~mh.valid | (mf.ir > mh.ir)))
+    valid = [chosen.valid & present, mh.valid & present, mf.valid & present,
+             best.valid & present]
+    idx, member = group_index(ev_groups, dev)
+    sums, n_sums = grouped_quantiles(
+        torch.stack([t for pm in (chosen, mh, mf, best) for t in (pm.ir, pm.ge)]),
+        torch.stack([v for v in valid for _ in range(2)]), idx, member)
+    fidx, fmember = group_index(fin_of_ev, dev)  # the gated model's GE over the finest rows
+    fine, n_fine = grouped_quantiles(chosen.ge.double().unsqueeze(0), valid[0].unsqueeze(0),
+                                     fidx, fmember, (0.5, PEAK_QUANTILE))
+    # behaviour: median motion of the finest rows, median rotation of their F fits
+    valid_fin = (m.mh.valid | m.mf.valid)[fin]
+    f_valid = m.fits.fit_f.valid[fin]
+    sizes = torch.tensor([list(d.job.clip.size) for d in decided for _ in range(
+        d.job.stack.num_evaluated)], dtype=torch.float64).to(dev)
+    angles = rotation_from_fundamental(m.fits.fit_f.model[fin].to(torch.float64), sizes,
+                                       bc.category_focal)
+    motion = median_motion_px(m.x1[fin], m.x2[fin], m.mask[fin])
+    bidx, bmember = group_index(fin_groups, dev)
+    mot, n_mot = grouped_quantiles(motion.unsqueeze(0), valid_fin.unsqueeze(0), bidx, bmember)
+    rot, n_rot = grouped_quantiles(angles.unsqueeze(0), f_valid.unsqueeze(0), bidx, bmember)
+    parts = [sums[0].double(), n_sums.double(), fine.double(), n_fine.double(),
+             mot[0].double(), n_mot.double(), rot[0].double(), n_rot.double()]
+    if bc.per_pair:
+        cols = (mh.ir, mh.ge, mh.num_inliers, mh.valid, mf.ir, mf.ge, mf.num_inliers, mf.valid,
+                mh.num_matches, use_f, m.stats["gric_delta"][ev])
+        parts += [c.double().reshape(1, -1) for c in cols]
+    flat = torch.cat([t.reshape(-1) for t in parts]).tolist()  # the one host transfer
+    return _host_summaries(flat, decided, [len(g) for g in ev_groups], bc.per_pair)
+
+
+def _host_summaries(flat: List[float], decided: Sequence[_Decided], ev_sizes: List[int],
+                    per_pair: bool) -> List[Dict[str, Any]]:
+    """:func:`_batch_summaries`' transfer cut into one dict per clip."""
+    b, r = len(decided), sum(ev_sizes)
+    pos = 0
+
+    def take(n: int) -> List[float]:
+        nonlocal pos
+        pos += n
+        return flat[pos - n:pos]
+
+    sums, n_sums = take(8 * b), take(8 * b)
+    fine, n_fine, mot, n_mot, rot, n_rot = take(2 * b), take(b), take(b), take(b), take(b), take(b)
+    cols = [take(r) for _ in _PER_PAIR] if per_pair else []
+    out, a = [], 0
+    for c, size in enumerate(ev_sizes):
+        summaries = []
+        for s in range(4):  # gated, H, F, best-of-both
+            n = int(n_sums[(2 * s) * b + c])
+            summaries.append({"ir": sums[(2 * s) * b + c], "ge_px": sums[(2 * s + 1) * b + c],
+                              "valid_pairs": n} if n > 0 else
+                             {"ir": None, "ge_px": None, "valid_pairs": 0})
+        ok = n_fine[c] > 0
+        out.append({"summaries": summaries,
+                    "fine": [fine[c], fine[b + c]] if ok else [None, None],
+                    "motion": mot[c] if n_mot[c] > 0 else None,
+                    "rotation": rot[c] if n_rot[c] > 0 else None,
+                    "per_pair": {name: [kind(v) for v in col[a:a + size]]
+                                 for (name, kind), col in zip(_PER_PAIR, cols)}})
+        a += size
+    return out
+
+
+def _finish_clip(m: _Merged, d: _Decided, h: Dict[str, Any], cfg: GeoConConfig,
+                 keep_rows: bool) -> Tuple[BackgroundBlock, Optional[BackgroundRows]]:
+    """The clip's summaries, per-pair rows, status, report gate and behaviour (host values
+    ``h`` of :func:`_batch_summaries`), and its evaluated rows when ``keep_rows``."""
+    job = d.job
+    block, stack = job.out.block, job.stack
+    s, s_h, s_f, s_best = h["summaries"]
+    block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
+                 ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
+                 valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
+                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
+                 ge_fine_px=h["fine"][0], ge_peak_px=h["fine"][1])
+    _add_diagnostics(m, d, h["per_pair"], cfg)
+    _finish(job.clip, stack, s, h, cfg, job.out)
+    return job.out, (_clip_rows(m, d, cfg) if keep_rows else None)
+
+
+def _clip_rows(m: _Merged, d: _Decided, cfg: GeoConConfig) -> BackgroundRows:
+    """The evaluated rows of clip ``d`` (its own width) the numbers came from."""
+    bc, st, k = cfg.background, d.job.stack, d.k
+    a, r, n = m.fits.starts[k], m.fits.sizes[k], m.fits.widths[k]
+    ev = st.evaluated
+    fit_h, fit_f = m.fits.clip(k)
+    r_h, r_f = m.r_h[a:a + r, :n][ev], m.r_f[0][a:a + r, :n][ev]
+    rows = torch.arange(a, a + r, device=ev.device)[ev]
+    dev = m.x1.device
+    use_f = _as_rows([d.use_f], dev)
+    return BackgroundRows(st.scales, st.pairs[:st.num_evaluated], st.x1[ev], st.x2[ev],
+                          st.mask[ev], fit_h.rows(ev), fit_f.rows(ev),
+                          st.mask[ev] & (r_h <= bc.tau_h), st.mask[ev] & (r_f <= bc.tau_f),
+                          _subset(m.mh, rows), _subset(m.mf, rows), use_f)
 
 
 def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
@@ -625,71 +814,29 @@ def _subset(pm: PairMetrics, idx: torch.Tensor) -> PairMetrics:
                        pm.valid[idx])
 
 
-def _support_margin(mh: PairMetrics, mf: PairMetrics) -> float:
-    """Clip IR_F - IR_H over each model's valid rows (0 when either has none)."""
-    ir_h, ir_f = (s["ir"] for s in clip_summaries([(mh.ir, mh.ge, mh.valid),
-                                                   (mf.ir, mf.ge, mf.valid)]))
-    return (ir_f - ir_h) if (ir_h is not None and ir_f is not None) else 0.0
-
-
-def _summaries(blocks: Sequence[Dict[str, Any]], scorings: Sequence[_Scoring],
-               num_pairs: Sequence[int]) -> List[Dict[str, Any]]:
-    """Eq. 13 clip medians of the gated model, of each model and of the best-of-both
-    (diagnostic), and the gated model's median and 90th percentile GE over each clip's
-    ``num_pairs`` finest rows (the last ones: ``ge_fine_px``, ``ge_peak_px``), for every clip
-    at once (:func:`~geocon_torch.measures.background.clip_summaries`: the same order
-    statistics as clip by clip) into ``blocks``; returns each clip's gated-model summary."""
-    series, fine = [], []
-    for sc, p in zip(scorings, num_pairs):
-        mh, mf, present = sc.mh, sc.mf, sc.present
-        chosen = choose_model_per_pair(mh, mf, sc.use_f)
-        chosen.valid = chosen.valid & present
-        best = choose_model_per_pair(mh, mf, mf.valid & (~mh.valid | (mf.ir > mh.ir)))
-        series += [(chosen.ir, chosen.ge, chosen.valid), (mh.ir, mh.ge, mh.valid & present),
-                   (mf.ir, mf.ge, mf.valid & present), (best.ir, best.ge, best.valid & present)]
-        fine.append((chosen.ge[-p:], chosen.valid[-p:]))
-    if not series:
-        return []
-    sums = clip_summaries(series)
-    peaks = fine_quantiles(fine, (0.5, PEAK_QUANTILE))
-    out = []
-    for k, block in enumerate(blocks):
-        s, s_h, s_f, s_best = sums[4 * k:4 * k + 4]
-        block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
-                     ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
-                     valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
-                     best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
-                     ge_fine_px=peaks[k][0], ge_peak_px=peaks[k][1])
-        out.append(s)
-    return out
-
-
-def _add_diagnostics(block: Dict[str, Any], stack: _Stack, fits: Tuple[Fit, Fit],
-                     mh: PairMetrics, mf: PairMetrics, use_f: torch.Tensor,
-                     stats: Dict[str, torch.Tensor], cfg: GeoConConfig) -> None:
-    """``per_pair`` rows (one per evaluated row, coarsest scale first) and the optional
-    threshold ``sensitivity`` scan."""
-    bc, ev, p = cfg.background, stack.evaluated, stack.num_evaluated
+def _add_diagnostics(m: _Merged, d: _Decided, cols: Dict[str, list], cfg: GeoConConfig) -> None:
+    """``per_pair`` rows (one per evaluated row, coarsest scale first; columns from the host)
+    and the optional threshold ``sensitivity`` scan (opt-in, per clip)."""
+    bc, stack, block = cfg.background, d.job.stack, d.job.out.block
+    p = stack.num_evaluated
     if bc.per_pair:
-        cols = {"ir_h": mh.ir, "ge_h_px": mh.ge, "inliers_h": mh.num_inliers,
-                "valid_h": mh.valid, "ir_f": mf.ir, "ge_f_px": mf.ge,
-                "inliers_f": mf.num_inliers, "valid_f": mf.valid, "matches": mh.num_matches,
-                "model": use_f, "gric_delta": stats["gric_delta"][ev]}
-        lists = {k: v.tolist() for k, v in cols.items()}
-        lists["model"] = ["F" if v else "H" for v in lists["model"]]
+        cols = dict(cols)
+        cols["model"] = ["F" if v else "H" for v in cols["model"]]
         pl = stack.pairs[:p].tolist()
         scale_of = [s for s in stack.scales for _ in range(p)]
         block["per_pair"] = [dict({"pair": pl[k % p], "scale": scale_of[k]},
-                                  **{c: lists[c][k] for c in lists}) for k in range(ev.numel())]
+                                  **{c: cols[c][k] for c in cols})
+                             for k in range(p * len(stack.scales))]
     if bc.sensitivity:
-        block["sensitivity"] = sensitivity_scan(fits[0].rows(ev), fits[1].rows(ev),
-                                                stack.x1[ev], stack.x2[ev], stack.mask[ev],
+        ev = stack.evaluated
+        fit_h, fit_f = m.fits.clip(d.k)
+        block["sensitivity"] = sensitivity_scan(fit_h.rows(ev), fit_f.rows(ev), stack.x1[ev],
+                                                stack.x2[ev], stack.mask[ev],
                                                 bc.sensitivity_tau_h, bc.sensitivity_tau_f,
                                                 min_inliers=bc.min_inliers)
 
 
-def _finish(clip: Clip, stack: _Stack, fits: Tuple[Fit, Fit],
-            metrics: Tuple[PairMetrics, PairMetrics], summary: Dict[str, Any],
+def _finish(clip: Clip, stack: _Stack, summary: Dict[str, Any], h: Dict[str, Any],
             cfg: GeoConConfig, out: BackgroundBlock) -> None:
     """Status (too few valid pairs: not_applicable), report gate and post-hoc behaviour."""
     bc, block = cfg.background, out.block
@@ -703,8 +850,13 @@ def _finish(clip: Clip, stack: _Stack, fits: Tuple[Fit, Fit],
     passed = background_pass(summary["ir"], summary["ge_px"], bc.report_ir, bc.report_ge_px)
     block.update(status="ok", reason=None, **{"pass": passed})
     _calibrated(block, out, max(clip.size), cfg)
-    out.behaviour, block["behaviour_evidence"] = _behaviour(clip, stack, fits[1], metrics,
-                                                            out.regime, passed, out.objects, cfg)
+    has_objects = out.objects is not None and out.objects.shape[1] > 0
+    out.behaviour = classify_behaviour(out.regime, passed, h["motion"], h["rotation"],
+                                       has_objects, static_px=bc.category_static_px,
+                                       rotation_thr_deg=bc.category_rotation_deg)
+    block["behaviour_evidence"] = {"median_motion_px": h["motion"],
+                                   "median_rotation_deg": h["rotation"],
+                                   "moving_objects": has_objects}
 
 
 def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
@@ -735,29 +887,3 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
             if key in th:  # the optional bounds, in px at this working resolution
                 record["thresholds"][name] = ge_bound_px(th[key], long_side, cal.ref_long_side)
     block["calibration"] = record
-
-
-def _behaviour(clip: Clip, stack: _Stack, fit_f: Fit, metrics: Tuple[PairMetrics, PairMetrics],
-               regime: Optional[str], passed: Optional[bool], objects: Optional[torch.Tensor],
-               cfg: GeoConConfig) -> Tuple[str, Dict[str, Any]]:
-    """Algorithm 1 E: the post-hoc behaviour from the finest evaluated pairs' median motion
-    (px), the median inter-frame rotation of F (deg) and whether objects move."""
-    bc, fin = cfg.background, stack.finest
-    fv = fit_f.valid[fin]
-    valid_fin = (metrics[0].valid | metrics[1].valid)[fin]
-    motion = median_motion_px(stack.x1[fin], stack.x2[fin], stack.mask[fin])
-    some_motion, some_f, motion_px = torch.stack([  # one host transfer
-        valid_fin.any().double(), fv.any().double(),
-        masked_median(motion, valid_fin)[0].double()]).tolist()
-    motion_px = motion_px if some_motion else None
-    rot = None
-    if some_f:
-        angles = rotation_from_fundamental(fit_f.model[fin].to(torch.float64), clip.size,
-                                           bc.category_focal)
-        rot = float(masked_median(angles, fv)[0])
-    has_objects = objects is not None and objects.shape[1] > 0
-    behaviour = classify_behaviour(regime, passed, motion_px, rot, has_objects,
-                                   static_px=bc.category_static_px,
-                                   rotation_thr_deg=bc.category_rotation_deg)
-    return behaviour, {"median_motion_px": motion_px, "median_rotation_deg": rot,
-                       "moving_objects": has_objects}

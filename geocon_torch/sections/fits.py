@@ -8,6 +8,7 @@ the preliminary fits of the motion-mask step wherever the background mask left a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -133,29 +134,52 @@ def _trim_fit(fit: Fit, rows: slice, n: int) -> Fit:
 _FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
 
 
-def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit, Fit]]:
+@dataclass
+class MergedFits:
+    """The fits of the rows of several clips from one batched call per model.
+
+    Attributes:
+        fit_h, fit_f: fits of all rows, clip after clip (point axis zero-padded to ``width``).
+        starts, sizes, widths: each clip's first row, row count and own point width.
+    """
+
+    fit_h: Fit
+    fit_f: Fit
+    starts: List[int]
+    sizes: List[int]
+    widths: List[int]
+
+    @property
+    def width(self) -> int:
+        return int(self.fit_h.inliers.shape[1])
+
+    def clip(self, k: int) -> Tuple[Fit, Fit]:
+        """Clip ``k``'s (fit_h, fit_f): its rows, cut to its own width."""
+        if len(self.sizes) == 1 and self.widths[0] == self.width:
+            return self.fit_h, self.fit_f
+        rows, n = slice(self.starts[k], self.starts[k] + self.sizes[k]), self.widths[k]
+        return _trim_fit(self.fit_h, rows, n), _trim_fit(self.fit_f, rows, n)
+
+
+def fit_merged(parts: Sequence[ClipRows], config: GeoConConfig) -> MergedFits:
     """:func:`fit_reusing` (:func:`fit_both` where no part has preliminary fits) of the rows of
     several clips in one batched RANSAC call per model: the rows are stacked (point axis
-    zero-padded to the widest clip) and each draws the random stream of its position in its
-    own clip (``part.rows``, default ``arange(R)``). RANSAC is padding invariant, so every
-    clip's fits equal those of the clip fitted alone, bit for bit on the CPU.
-
-    Returns:
-        one (fit_h, fit_f) per part, of its R rows and its own width N.
-    """
-    if not parts:
-        return []
+    zero-padded to the widest clip, :func:`pad_points`) and each draws the random stream of its
+    position in its own clip (``part.rows``, default ``arange(R)``). RANSAC is padding
+    invariant, so every clip's fits equal those of the clip fitted alone, bit for bit on the
+    CPU. ``parts`` must not be empty."""
     dev = parts[0].x1.device
     n = max(int(p.x1.shape[1]) for p in parts)
     sizes = [int(p.x1.shape[0]) for p in parts]
-    starts = [sum(sizes[:k]) for k in range(len(parts))]
+    starts = list(accumulate(sizes[:-1], initial=0))
+    widths = [int(p.x1.shape[1]) for p in parts]
     ids = torch.cat([torch.arange(r, device=dev) if p.rows is None else p.rows.to(dev).long()
                      for p, r in zip(parts, sizes)])
     if len(parts) == 1:  # no copies: one clip's rows as they are (bounded memory)
         p = parts[0]
-        return [fit_reusing(p.x1, p.x2, p.mask, p.scores, config, p.pre, p.pre_rows,
-                            p.pre_mask, row_ids=ids)]
-    cat = lambda name: torch.cat([_pad(getattr(p, name), n) for p in parts])  # noqa: E731
+        return MergedFits(*fit_reusing(p.x1, p.x2, p.mask, p.scores, config, p.pre, p.pre_rows,
+                                       p.pre_mask, row_ids=ids), starts, sizes, widths)
+    cat = lambda name: pad_points([getattr(p, name) for p in parts], n)  # noqa: E731
     with_pre = [(k, p) for k, p in enumerate(parts) if p.pre is not None]
     pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None
     if with_pre:
@@ -164,12 +188,28 @@ def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit
             for a, (_, p) in zip(_offsets([p.pre_rows for _, p in with_pre]), with_pre)])
             for m in range(2))
         pre_rows = torch.cat([p.pre_rows.to(dev) + starts[k] for k, p in with_pre])
-        pre_mask = torch.cat([_pad(p.pre_mask, n) for _, p in with_pre])
+        pre_mask = pad_points([p.pre_mask for _, p in with_pre], n)
     fit_h, fit_f = fit_reusing(cat("x1"), cat("x2"), cat("mask"), cat("scores"), config, pre,
                                pre_rows, pre_mask, row_ids=ids)
-    return [(_trim_fit(fit_h, slice(a, a + r), int(p.x1.shape[1])),
-             _trim_fit(fit_f, slice(a, a + r), int(p.x1.shape[1])))
-            for a, r, p in zip(starts, sizes, parts)]
+    return MergedFits(fit_h, fit_f, starts, sizes, widths)
+
+
+def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit, Fit]]:
+    """:func:`fit_merged` split into one (fit_h, fit_f) per part, of its R rows and its own
+    width N (each equal to the part fitted alone, bit for bit on the CPU)."""
+    if not parts:
+        return []
+    merged = fit_merged(parts, config)
+    return [merged.clip(k) for k in range(len(parts))]
+
+
+def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None) -> torch.Tensor:
+    """(R_k, N_k, ...) tensors concatenated along rows, each zero-padded to ``n`` points (None:
+    the widest); a single tensor of width ``n`` is returned as it is."""
+    n = max(int(t.shape[1]) for t in tensors) if n is None else n
+    if len(tensors) == 1 and int(tensors[0].shape[1]) == n:
+        return tensors[0]
+    return torch.cat([_pad(t, n) for t in tensors])
 
 
 def _offsets(tensors: Sequence[torch.Tensor]) -> List[int]:
