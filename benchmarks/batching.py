@@ -11,7 +11,8 @@ kernel launch on CUDA; syncs = ``.item()``-style reads, data-dependent sizes and
 
 The features backend (and the epipolar torch path's) is forced to the one ``"auto"`` picks on
 CUDA (``--backend``), so the CUDA default path is what is counted although it runs on the CPU;
-the memory budgets that size chunks (matching, extraction) take their CUDA values
+the memory budgets that size chunks (matching, extraction, frames per feature chunk) take
+their CUDA values
 (``--cpu-budgets`` keeps the CPU ones). Targets (background, B = 8): <= 25 000 ops, <= 100
 syncs, ops_growth = ops(B=8) / ops(B=1) <= 1.5, no OpenCV call; every reward kind: ops_growth
 <= 1.5.
@@ -40,7 +41,7 @@ import torch  # noqa: E402
 
 from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
 from geocon_torch.categories import CATEGORIES  # noqa: E402
-from geocon_torch.features import matching, torch_sift  # noqa: E402
+from geocon_torch.features import matching, multiscale, torch_sift  # noqa: E402
 from geocon_torch.features.base import resolve_backend  # noqa: E402
 from geocon_torch.metrics import BackgroundConsistency  # noqa: E402
 from geocon_torch.pipeline import score_clips  # noqa: E402
@@ -76,7 +77,7 @@ def runner(path: str, config: Dict[str, Any]) -> Callable[[torch.Tensor], Any]:
 def cuda_budgets(enabled: bool):
     """Chunk budgets at their CUDA values while counting on the CPU (so chunking is counted as
     the CUDA run would do it)."""
-    budgets = (matching.CHUNK_DISTANCES, torch_sift.CHUNK_SAMPLES)
+    budgets = (matching.CHUNK_DISTANCES, torch_sift.CHUNK_SAMPLES, multiscale.CHUNK_PIXELS)
     saved = [dict(b) for b in budgets]
     if enabled:
         for b in budgets:

@@ -33,10 +33,11 @@ def sorted_valid(x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, tor
 
 
 def quantile_of_sorted(vals: torch.Tensor, n: torch.Tensor, q: Union[float, torch.Tensor],
-                       fill: float = 0.0) -> torch.Tensor:
+                       fill: float = 0.0, interpolation: str = "linear") -> torch.Tensor:
     """Quantile ``q`` (a float, or a (...,) tensor: one per row; clamped to [0, 1]) of the first
     ``n`` entries of each row of :func:`sorted_valid`'s ``vals`` (..., N), numpy's default
-    linear interpolation; ``fill`` for rows with ``n == 0``."""
+    linear interpolation (``interpolation="lower"``: the lower of the two neighbours, as
+    ``torch.median`` at q = 0.5); ``fill`` for rows with ``n == 0``."""
     if vals.shape[-1] == 0:
         return torch.full(vals.shape[:-1], fill, dtype=vals.dtype, device=vals.device)
     q = torch.as_tensor(q, dtype=torch.float64, device=vals.device).clamp(0.0, 1.0)
@@ -44,6 +45,8 @@ def quantile_of_sorted(vals: torch.Tensor, n: torch.Tensor, q: Union[float, torc
     lo = pos.floor().long()
     hi = pos.ceil().long()
     v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+    if interpolation == "lower":
+        return torch.where(n > 0, v_lo, torch.full_like(v_lo, fill))
     v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
     frac = (pos - lo.to(torch.float64)).to(vals.dtype) if vals.is_floating_point() else 0
     out = v_lo + (v_hi - v_lo) * frac
@@ -85,22 +88,23 @@ def group_index(groups: Sequence[Sequence[int]], device: Union[None, str, torch.
 
 
 def grouped_quantiles(values: torch.Tensor, valid: torch.Tensor, index: torch.Tensor,
-                      member: torch.Tensor, qs: Sequence[float] = (0.5,)
-                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+                      member: torch.Tensor, qs: Sequence[float] = (0.5,),
+                      interpolation: str = "linear") -> Tuple[torch.Tensor, torch.Tensor]:
     """Quantiles of the valid entries of row groups, for K series at once (numpy's linear
     interpolation, the order statistics of :func:`masked_quantile` over each group's rows).
 
     Args:
         values: (K, R) K series over R rows; valid: (K, R) or (R,) bool.
         index, member: (G, L) of :func:`group_index` (rows of every group).
-        qs: Q quantiles in [0, 1].
+        qs: Q quantiles in [0, 1]; interpolation: as :func:`quantile_of_sorted`.
     Returns:
         (quantiles (Q, K, G): 0 for a group with no valid row, counts (K, G) long of valid rows).
     """
     vals = values[:, index]  # (K, G, L)
     ok = valid.expand_as(values)[:, index] & member
     srt, n = sorted_valid(vals, ok)
-    return torch.stack([quantile_of_sorted(srt, n, float(q)) for q in qs]), n
+    return torch.stack([quantile_of_sorted(srt, n, float(q), interpolation=interpolation)
+                        for q in qs]), n
 
 
 def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:

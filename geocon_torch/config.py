@@ -466,8 +466,10 @@ class FeatureConfig(_Section):
     # textured frames (the strongest max_keypoints are kept either way)
     opencv_contrast_threshold: float = _num(0.04, 0)
     # pairs are matched in chunks needing at most this many distinct frames (bounded memory,
-    # identical results); None: all frames at once
-    chunk_frames: Optional[int] = _int(48, 2, null=True, runtime=True)
+    # identical results); None: all frames at once; "auto": 48 on the CPU, on an accelerator
+    # as many as a pixel budget holds (features.multiscale.CHUNK_PIXELS: a batch of clips in one)
+    chunk_frames: Union[None, int, str] = _int("auto", 2, null=True, words=("auto",),
+                                               runtime=True)
     lk: LKConfig = _sub(LKConfig)  # lk-tracks backend (max_corners None: max_keypoints)
 
 

@@ -82,7 +82,7 @@ def test_every_field_is_protocol_or_runtime():
         "segment.sam2_checkpoint", "foreground.flow_checkpoint"}
     # the record keeps both parts; the hash reads the protocol part only
     cfg = GeoConConfig()
-    assert cfg.to_dict()["features"]["chunk_frames"] == 48
+    assert cfg.to_dict()["features"]["chunk_frames"] == "auto"
     assert "chunk_frames" not in cfg.protocol_dict()["features"]
     assert cfg.runtime_dict()["epipolar"] == {"opencv_threads": 1}
 

@@ -311,3 +311,13 @@ def test_coherent_seeds_chunked_identical(monkeypatch):
     monkeypatch.setattr(motion, "_SEED_CHUNK", 4)
     assert torch.equal(motion.coherent_seeds(labels, (pts, frames, vec), 11), want)
     assert want.sum() > 0
+
+
+def test_auto_chunk_frames_by_device():
+    from geocon_torch.features.multiscale import CHUNK_PIXELS, resolve_chunk_frames
+    assert resolve_chunk_frames("auto", "cpu", (384, 640)) == 48
+    assert resolve_chunk_frames(7, "cpu", (384, 640)) == 7
+    assert resolve_chunk_frames(None, "cpu", (384, 640)) is None
+    budget = CHUNK_PIXELS["default"]
+    assert resolve_chunk_frames("auto", "meta", (384, 640)) == int(budget // (384 * 640))
+    assert resolve_chunk_frames("auto", "meta", (4000, 4000)) == 48  # never below the CPU's

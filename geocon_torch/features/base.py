@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Union, ru
 import torch
 
 from .._tensor_utils import mask_at_pixels
-from ..errors import GeoConError, InputError, ShapeError
+from ..errors import InputError, ShapeError
 from ..types import Keypoints
 
 DeviceLike = Union[str, torch.device, None]

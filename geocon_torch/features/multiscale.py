@@ -17,7 +17,7 @@ frame by frame on its thread pool, converted to uint8 inside the worker).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -135,7 +135,7 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     if not scales or any(not (0 < float(s) <= 1.0) for s in scales):
         raise InputError(f"scales must be in (0, 1], got {scales}")
     pairs = check_pairs(pairs, clip.num_frames)
-    chunks = pair_chunks(pairs, cfg.chunk_frames)
+    chunks = pair_chunks(pairs, resolve_chunk_frames(cfg.chunk_frames, device, clip.size))
     if len(chunks) <= 1 and isinstance(clip.frames, torch.Tensor):
         return _extract_all(clip, pairs, cfg, scales, device)
     parts: List[Dict[float, Correspondences]] = []
@@ -148,6 +148,24 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     order = torch.argsort(torch.cat(chunks))  # back to the order of ``pairs``
     return {s: _take_rows(concat_correspondences([p[s] for p in parts]), order)
             for s in parts[0]}
+
+
+#: pixels of the frames one feature chunk may hold, per device type ("auto" chunk_frames)
+CHUNK_PIXELS = {"cpu": None, "default": 4e7}
+CPU_CHUNK_FRAMES = 48
+
+
+def resolve_chunk_frames(chunk_frames: Union[None, int, str], device: DeviceLike,
+                         size_hw: Sequence[int]) -> Optional[int]:
+    """``features.chunk_frames`` made concrete: "auto" is 48 frames on the CPU and, on an
+    accelerator, the frames of ``size_hw`` (H, W) px that :data:`CHUNK_PIXELS` holds (about
+    160 frames of 640x384: a batch of clips goes through the feature stage as one chunk)."""
+    if chunk_frames != "auto":
+        return chunk_frames
+    budget = CHUNK_PIXELS.get(resolve_device(device).type, CHUNK_PIXELS["default"])
+    if budget is None:
+        return CPU_CHUNK_FRAMES
+    return max(CPU_CHUNK_FRAMES, int(budget // max(1, int(size_hw[0]) * int(size_hw[1]))))
 
 
 def pair_chunks(pairs: torch.Tensor, chunk_frames: Optional[int]) -> List[torch.Tensor]:

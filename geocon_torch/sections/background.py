@@ -364,6 +364,7 @@ def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.d
             clip, pairs, cfg.features, device=device))
     for j, gp, c in zip(jobs, gps, corrs):
         _run(j, lambda job: _match_job(job, gp, c, views.get(id(job)), cfg, device))
+    _texture_check([j for j in jobs if j.result is None], cfg)
 
 
 def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
@@ -374,8 +375,6 @@ def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
     job.stack = _stack(job.clip, job.pairs, gp, corrs, view, cfg, device, job.out.backends)
     if job.stack is None:
         job.out.block["reason"] = "frames too small for any feature scale"
-        job.stop()
-    elif not _enough_texture(job.stack, cfg, job.out.block):
         job.stop()
 
 
@@ -471,17 +470,27 @@ def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch
             for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]
 
 
-def _enough_texture(stack: _Stack, cfg: GeoConConfig, block: Dict[str, Any]) -> bool:
-    """False (and the not_applicable reason in ``block``) when the finest evaluated pairs have
-    a median of fewer than ``min_inliers`` matches."""
-    n_all, fin, need = stack.mask.sum(-1), stack.finest, cfg.background.min_inliers
-    if stack.x1.shape[1] > 0 and float(n_all[fin].double().median()) >= need:
-        return True
-    med = float(n_all[fin].double().median()) if n_all.numel() else 0.0
-    block.update(scales=stack.scales, median_matches=med,
-                 reason=f"too little texture: median {med:.0f} matches per pair at scale "
-                        f"{stack.scales[-1]} (< {need})")
-    return False
+def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
+    """Stops (not_applicable, with the reason) every clip whose finest evaluated pairs have a
+    median (the lower middle value, as ``torch.median``) of fewer than ``min_inliers``
+    matches: the medians of all clips at once, one host transfer."""
+    if not jobs:
+        return
+    st = [j.stack for j in jobs]
+    counts = torch.cat([s.mask.sum(-1) for s in st]).double()
+    starts = list(accumulate((int(s.mask.shape[0]) for s in st), initial=0))
+    idx, member = group_index([[a + r for r in s.row_list(0, s.num_evaluated, slice(-1, None))]
+                               for a, s in zip(starts, st)], counts.device)
+    meds = grouped_quantiles(counts.unsqueeze(0), torch.ones_like(counts, dtype=torch.bool),
+                             idx, member, interpolation="lower")[0].reshape(-1).tolist()
+    need = cfg.background.min_inliers
+    for job, med in zip(jobs, meds):
+        if job.stack.x1.shape[1] > 0 and med >= need:
+            continue
+        job.out.block.update(scales=job.stack.scales, median_matches=med,
+                             reason=f"too little texture: median {med:.0f} matches per pair at "
+                                    f"scale {job.stack.scales[-1]} (< {need})")
+        job.stop()
 
 
 def _segment(clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
