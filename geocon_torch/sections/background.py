@@ -41,7 +41,8 @@ from ..measures.background import (PairMetrics, background_pass, choose_model_pe
                                    classify_behaviour, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
                                    rotation_from_fundamental, sensitivity_scan)
-from ..segment import load_masks, masks_method, motion_masks
+from ..segment import load_masks, masks_method
+from ..segment.seeds import motion_masks_batch
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
 from ..types import Clip, Correspondences, Fit, concat_correspondences, empty_rows
@@ -185,6 +186,7 @@ class _Segmented:
     pre: Optional[Tuple[Fit, Fit]]
     pre_rows: torch.Tensor
     pre_mask: torch.Tensor
+    removed: Optional[torch.Tensor] = None  # () long: evaluated matches the masks removed
 
 
 def background_block(clip: Clip, pairs: torch.Tensor, *, masks: Any = None, poses: Any = None,
@@ -276,7 +278,7 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
         live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
         for j, pre in zip(live, fit_clips([_pre_rows(j) for j in live], cfg)):
             j.seg.pre = pre
-    _each(jobs, lambda j: _segment_job(j, cfg, device, timer))
+    _segment_all([j for j in jobs if j.result is None], cfg, device, timer)
     live = [j for j in jobs if j.result is None]
     if live:
         with timer("fit"):  # one batched call per model over all rows of all clips
@@ -332,17 +334,33 @@ def _final_rows(job: _Job) -> ClipRows:
                     pre_mask=seg.pre_mask)
 
 
-def _segment_job(job: _Job, cfg: GeoConConfig, device: Optional[torch.device],
+def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
                  timer: Timer) -> None:
-    """Object masks (:func:`_segment`), the block head and the background-match check."""
-    _segment(job.clip, job.stack, job.masks, job.seg, job.ext, cfg, device, timer)
-    job.out.objects = job.seg.objects
-    job.out.block = _block_head(job.stack, job.seg, cfg)
-    if job.out.block["median_matches"] < cfg.background.min_inliers:
-        job.out.block.update(status="not_applicable", reason=(
-            f"too little texture: median {job.out.block['median_matches']:.0f} background "
-            f"matches per pair at scale {job.stack.scales[-1]} (< {cfg.background.min_inliers})"))
-        job.stop()
+    """Algorithm 1 B for every clip (:func:`_segment`: the motion masks of all clips in one
+    batch), then the block heads and the background-match check, with one host transfer for
+    all clips."""
+    with timer("segment"):
+        _segment(jobs, cfg, device)
+    done = [j for j in jobs if j.result is None]
+    if not done:
+        return
+    dev = done[0].stack.mask.device
+    medians = [j.stack.mask.sum(-1)[j.stack.finest].double().median().reshape(1).to(dev)
+               for j in done]
+    removed = [j.seg.removed.double().reshape(1).to(dev) for j in done
+               if j.seg.removed is not None]
+    host = torch.cat(medians + removed).tolist()  # one host transfer for all clips
+    counts = iter(host[len(done):])
+    for j, med in zip(done, host):
+        if j.seg.removed is not None:
+            j.seg.evidence["removed_matches"] = int(next(counts))
+        j.out.objects = j.seg.objects
+        j.out.block = _block_head(j.stack, j.seg, cfg, med)
+        if med < cfg.background.min_inliers:
+            j.out.block.update(status="not_applicable", reason=(
+                f"too little texture: median {med:.0f} background matches per pair at scale "
+                f"{j.stack.scales[-1]} (< {cfg.background.min_inliers})"))
+            j.stop()
 
 
 def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
@@ -493,63 +511,91 @@ def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
         job.stop()
 
 
-def _segment(clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
-             ext: Optional[GateDecision], cfg: GeoConConfig, device: Optional[torch.device],
-             timer: Timer) -> None:
-    """Algorithm 1 B: object masks into ``seg``, then ``stack.mask`` keeps only background
-    correspondences.
+def _segment(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device]
+             ) -> None:
+    """Algorithm 1 B: object masks into every job's ``seg`` (the motion masks of all clips in
+    one batch: :func:`_motion_objects`), then its ``stack.mask`` keeps only background
+    correspondences (:func:`_keep_background`).
 
     With motion masks the finest rows were first fitted on all their matches (``seg.pre``) to
     find the movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
-    with timer("segment"):
-        seg.objects, seg.evidence = _object_masks(seg.evidence["method"], clip, stack, masks,
-                                                  seg, ext, cfg, device)
-        if seg.objects is not None and seg.objects.shape[1] > 0:
-            content = clip.content_mask.to(stack.x1.device)
-            keep = background_keep_chunked(content, seg.objects, cfg.segment.safety_margin_px,
-                                           stack.x1, stack.x2, stack.row_pairs)
-            if stack.view is not None:  # the gate rows' points are in view px
-                g = stack.finest_gate
-                keep[g] = background_keep_chunked(content, seg.objects,
-                                                  cfg.segment.safety_margin_px,
-                                                  *stack.working_points(g), stack.row_pairs[g])
-            ev = stack.evaluated
-            seg.evidence["removed_matches"] = int((stack.mask[ev] & ~keep[ev]).sum())
-            stack.mask = stack.mask & keep
+    motion = [j for j in jobs if j.seg.evidence["method"] == "motion"]
+    if motion:
+        try:
+            _motion_objects(motion, cfg)
+        except Exception:  # noqa: BLE001 - find the clip that fails: each alone
+            for j in motion:
+                _run(j, lambda job: _motion_objects([job], cfg))
+    for j in jobs:
+        if j.result is None and j.seg.evidence["method"] != "motion":
+            _run(j, lambda job: _provider_objects(job, cfg, device))
+    for j in jobs:
+        if j.result is None:
+            _run(j, lambda job: _keep_background(job, cfg))
 
 
-def _object_masks(method: str, clip: Clip, stack: _Stack, masks: Any, seg: _Segmented,
-                  ext: Optional[GateDecision], cfg: GeoConConfig,
-                  device: Optional[torch.device]
-                  ) -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
-    """(T, K, H, W) bool objects of the provider ``method`` (None for "none") and the
-    segmentation evidence."""
-    dev, evidence = stack.x1.device, dict(seg.evidence)
-    if method == "motion":
-        rows = seg.pre_rows
-        x1, x2, p = stack.x1[rows], stack.x2[rows], stack.num_evaluated
-        regime = preliminary_regime(seg.pre, x1, x2, seg.pre_mask, p, ext, cfg,
-                                    long_side_px=stack.long_side_px(rows),
-                                    gate_pairs=stack.pairs[p:])
-        return motion_masks(clip, stack.pairs[:p], x1, x2, seg.pre_mask, seg.pre, cfg, regime)
+def _motion_objects(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
+    """The motion masks of all ``jobs`` in one batch (:func:`motion_masks_batch`), seeded
+    under each clip's preliminary regime (:func:`preliminary_regime`)."""
+    regimes, pairs, x1, x2 = [], [], [], []
+    for j in jobs:
+        stack, seg, rows = j.stack, j.seg, j.seg.pre_rows
+        p = stack.num_evaluated
+        x1.append(stack.x1[rows])
+        x2.append(stack.x2[rows])
+        pairs.append(stack.pairs[:p])
+        regimes.append(preliminary_regime(seg.pre, x1[-1], x2[-1], seg.pre_mask, p, j.ext, cfg,
+                                          long_side_px=stack.long_side_px(rows),
+                                          gate_pairs=stack.pairs[p:]))
+    out = motion_masks_batch([j.clip for j in jobs], pairs, x1, x2,
+                             [j.seg.pre_mask for j in jobs], [j.seg.pre for j in jobs], cfg,
+                             regimes)
+    for j, (objects, evidence) in zip(jobs, out):
+        j.seg.objects, j.seg.evidence = objects, evidence
+
+
+def _provider_objects(job: _Job, cfg: GeoConConfig, device: Optional[torch.device]) -> None:
+    """The objects (T, K, H, W) bool of the provider "files" / "sam2" (none for "none") and
+    their count into ``job.seg``."""
+    clip, seg, dev = job.clip, job.seg, job.stack.x1.device
+    method = seg.evidence["method"]
     if method == "files":
-        objects = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
+        objects = load_masks(job.masks, num_frames=clip.num_frames, size=clip.size,
                              frame_indices=clip.frame_indices, device=dev,
                              resize=cfg.segment.resize_masks)
     elif method == "sam2":
         objects = sam2_masks(clip, cfg.segment, device=device).to(dev)
     else:
-        return None, evidence
-    evidence["objects"] = int(objects.shape[1])
-    return objects, evidence
+        return
+    seg.objects = objects
+    seg.evidence = dict(seg.evidence, objects=int(objects.shape[1]))
 
 
-def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig) -> Dict[str, Any]:
-    """The block's leading entries: pairs, scales, thresholds, segmentation, median count."""
-    n_bg = stack.mask.sum(-1)
+def _keep_background(job: _Job, cfg: GeoConConfig) -> None:
+    """``stack.mask`` keeps only the matches outside the (dilated) objects; ``seg.removed``:
+    the evaluated matches removed (a () tensor: it reaches the host with the block head)."""
+    stack, seg = job.stack, job.seg
+    if seg.objects is None or seg.objects.shape[1] == 0:
+        return
+    content = job.clip.content_mask.to(stack.x1.device)
+    keep = background_keep_chunked(content, seg.objects, cfg.segment.safety_margin_px,
+                                   stack.x1, stack.x2, stack.row_pairs)
+    if stack.view is not None:  # the gate rows' points are in view px
+        g = stack.finest_gate
+        keep[g] = background_keep_chunked(content, seg.objects, cfg.segment.safety_margin_px,
+                                          *stack.working_points(g), stack.row_pairs[g])
+    ev = stack.evaluated
+    seg.removed = (stack.mask[ev] & ~keep[ev]).sum()
+    stack.mask = stack.mask & keep
+
+
+def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig, median_matches: float
+                ) -> Dict[str, Any]:
+    """The block's leading entries: pairs, scales, thresholds, segmentation, median count
+    (``median_matches``: background matches of the finest evaluated rows)."""
     return {"pairs": stack.num_evaluated, "scales": stack.scales, "tau_h": cfg.background.tau_h,
             "tau_f": cfg.background.tau_f, "segment": seg.evidence,
-            "median_matches": float(n_bg[stack.finest].double().median())}
+            "median_matches": median_matches}
 
 
 @dataclass

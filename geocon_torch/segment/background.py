@@ -62,15 +62,14 @@ def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, m
     """
     keep = torch.ones(x1.shape[:2], dtype=torch.bool, device=x1.device)
     pairs = pairs.to(x1.device)
-    for start in range(0, int(objects.shape[0]), chunk):
-        bg = None
+    for start in range(0, int(objects.shape[0]), chunk):  # fixed-size lookups: no host sync
+        bg = background_mask(content_mask, objects[start:start + chunk], margin_px)
+        bg = bg.to(x1.device)
         for pts, col in ((x1, 0), (x2, 1)):
-            rows = ((pairs[:, col] >= start) & (pairs[:, col] < start + chunk)).nonzero()[:, 0]
-            if rows.numel() == 0:
-                continue
-            if bg is None:
-                bg = background_mask(content_mask, objects[start:start + chunk], margin_px)
-            keep[rows] &= sample_mask(bg.to(x1.device), pts[rows], pairs[rows, col] - start)
+            frame = pairs[:, col] - start
+            inside = (frame >= 0) & (frame < int(bg.shape[0]))
+            got = sample_mask(bg, pts, frame.clamp(0, int(bg.shape[0]) - 1))
+            keep &= got | ~inside.view(-1, 1)
     return keep
 
 

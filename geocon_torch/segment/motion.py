@@ -31,7 +31,7 @@ iterated max-pooling at a reduced resolution.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,8 @@ _PAIR_CHUNK = 32
 _LABEL_CHUNK = 64
 #: components per chunk of the (K, M) seed statistics (rows are independent: identical results)
 _SEED_CHUNK = 16
+#: (components x seeds) entries per chunk of the seed statistics, when more than _SEED_CHUNK fit
+_SEED_BUDGET = 1 << 21
 
 
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -92,13 +94,15 @@ def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Te
         gray: (T, 1, h, w) float luminance in [0, 1].
         homographies: (T-1, 3, 3) background homographies of pairs (t, t+1), x_{t+1} ~ H x_t.
         valid: (T-1,) bool; invalid pairs contribute no change.
-        content: (h, w) bool content mask.
+        content: (h, w) bool content mask, or (T, h, w) one per frame (frames of several clips
+            one after the other: the pairs across two clips are invalid).
     """
     t = gray.shape[0]
     Hd = homographies.to(gray.device, torch.float64)
     Hinv = torch.linalg.inv(torch.where(valid.view(-1, 1, 1).to(gray.device), Hd,
                                         torch.eye(3, dtype=Hd.dtype, device=Hd.device)))
-    ok = valid.to(gray.device).view(-1, 1, 1) & content.to(gray.device)
+    content = content.to(gray.device)
+    ok = valid.to(gray.device).view(-1, 1, 1) & (content if content.ndim == 2 else content[:-1])
     fwd, bwd = [], []
     for a in range(0, t - 1, _PAIR_CHUNK):  # chunks of pairs bound the float warps' memory
         b = min(a + _PAIR_CHUNK, t - 1)
@@ -130,20 +134,25 @@ def block_upsample(x: torch.Tensor, f: int) -> torch.Tensor:
     return x[..., :, None, :, None].expand(*lead, h, f, w, f).reshape(*lead, h * f, w * f)
 
 
-def _max3(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Max over offsets {-1, 0, 1} along ``dim`` (outside counts as 0)."""
+def _max3(x: torch.Tensor, dim: int, links: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Max over offsets {-1, 0, 1} along ``dim`` of non-negative ``x`` (outside counts as 0);
+    ``links`` (n-1, 1, ...) bool (dim 0 only): neighbours k and k+1 only see each other where
+    True."""
     out = x.clone()
     n = x.shape[dim]
     if n > 1:
+        prev, nxt = x.narrow(dim, 0, n - 1), x.narrow(dim, 1, n - 1)
+        if links is not None:
+            prev, nxt = prev * links, nxt * links
         head, tail = out.narrow(dim, 1, n - 1), out.narrow(dim, 0, n - 1)
-        torch.maximum(head, x.narrow(dim, 0, n - 1), out=head)
-        torch.maximum(tail, x.narrow(dim, 1, n - 1), out=tail)
+        torch.maximum(head, prev, out=head)
+        torch.maximum(tail, nxt, out=tail)
     return out
 
 
 def connected_components(mask: torch.Tensor, downsample: int = 4,
-                         max_iterations: int = 512, dtype: torch.dtype = torch.long
-                         ) -> torch.Tensor:
+                         max_iterations: int = 512, dtype: torch.dtype = torch.long,
+                         links: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Space-time connected components of (T, h, w) bool -> (T, h, w) labels (0 = none).
 
     Every cell starts with its own id; each iteration takes the 3x3x3 maximum (separable; 8-
@@ -153,10 +162,18 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     largest id in a few iterations, on a ``downsample``-times smaller grid. Labels are
     renumbered 1..K in the order of the components' largest cell (raster (t, y, x) order).
     ``dtype=torch.int32`` halves the labels' memory (exact while T h w < 2^31: K <= T h w).
+    ``links`` (T-1,) bool: frames t and t+1 are linked only where True (None: all are; the
+    frames of several clips one after the other are not linked across clips, so each clip gets
+    the components it gets alone, numbered after those of the clips before it).
     """
+    return _components(mask, downsample, max_iterations, dtype, links)[0]
+
+
+def _components(mask: torch.Tensor, downsample: int, max_iterations: int, dtype: torch.dtype,
+                links: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`connected_components` and the (T,) long number of components whose largest cell
+    is in each frame (one host sync per iteration: the convergence test)."""
     t, h, w = mask.shape
-    if not bool(mask.any()):
-        return torch.zeros(t, h, w, dtype=dtype, device=mask.device)
     small = torch.cat([F.max_pool2d(mask[a:a + _LABEL_CHUNK].float().unsqueeze(1), downsample,
                                     ceil_mode=True)[:, 0] > 0.5  # chunks: no (T, h, w) float
                        for a in range(0, t, _LABEL_CHUNK)])
@@ -165,15 +182,20 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     ids = torch.arange(1, n + 1, device=mask.device, dtype=idtype).view(small.shape)
     zero = torch.zeros_like(ids)
     lab = torch.where(small, ids, zero)
+    link = None if links is None else links.to(mask.device, idtype).view(-1, 1, 1)
     for _ in range(max_iterations):  # O(log diameter) iterations for most shapes
-        nxt = torch.where(small, _max3(_max3(_max3(lab, 2), 1), 0), zero)
+        nxt = torch.where(small, _max3(_max3(_max3(lab, 2), 1), 0, link), zero)
         flat = nxt.view(-1)
         nxt = torch.where(small, flat[(flat - 1).clamp_min(0)].view(small.shape), zero)
         if torch.equal(nxt, lab):
             break
         lab = nxt
-    uniq, inv = torch.unique(lab.view(-1), return_inverse=True)  # 0 maps to 0 (sorted first)
-    return _upsample_labels(inv.view(small.shape).to(dtype), mask, downsample)
+    # renumber 1..K in the order of the roots (the cells whose id is their component's label)
+    root = small & (lab == ids)
+    rank = root.view(-1).cumsum(0)
+    new = torch.where(small, rank[(lab.view(-1).long() - 1).clamp_min(0)].view(small.shape),
+                      torch.zeros((), dtype=rank.dtype, device=rank.device))
+    return _upsample_labels(new.to(dtype), mask, downsample), root.flatten(1).sum(1)
 
 
 def _upsample_labels(lab: torch.Tensor, mask: torch.Tensor, f: int) -> torch.Tensor:
@@ -205,32 +227,41 @@ def per_frame_counts(labels: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, int],
-             radius: int) -> torch.Tensor:
+             radius: int, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rasterise seed points (M, 2) px of frames (M,) into a (T, h, w) bool map marking a
-    (2r+1)^2 square around every seed (points are clamped into the frame)."""
+    (2r+1)^2 square around every seed (points are clamped into the frame); ``valid`` (M,)
+    bool: only those seeds (fixed-size seeds, no compaction)."""
     t, h, w = shape
-    hit = torch.zeros(t * h * w, dtype=torch.bool, device=points.device)
+    n = t * h * w
+    hit = torch.zeros(n + 1, dtype=torch.bool, device=points.device)  # n: the discarded slot
     if points.numel():
         x = points[:, 0].round().long().clamp(0, w - 1)
         y = points[:, 1].round().long().clamp(0, h - 1)
-        hit[frames.long() * h * w + y * w + x] = True
-    return dilate(hit.view(t, h, w), radius)
+        at = frames.long() * h * w + y * w + x
+        if valid is not None:
+            at = torch.where(valid.to(at.device), at, torch.full_like(at, n))
+        hit[at] = True
+    return dilate(hit[:n].view(t, h, w), radius)
 
 
 def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
                    ) -> torch.Tensor:
     """(K,) number of seeds per component whose relative motion agrees with the component's
-    median relative motion (batched over components with a masked median)."""
-    pts, frames, vec = (s.to(labels.device) for s in seeds)
+    median relative motion (batched over components with a masked median). ``seeds``:
+    (points (M, 2) px, frames (M,), motion (M, 2) px) and optionally valid (M,) bool."""
+    pts, frames, vec = (s.to(labels.device) for s in seeds[:3])
     if pts.numel() == 0 or k == 0:
         return torch.zeros(k, dtype=torch.long, device=labels.device)
     t, h, w = labels.shape
     x = pts[:, 0].round().long().clamp(0, w - 1)
     y = pts[:, 1].round().long().clamp(0, h - 1)
     lab = labels[frames.long(), y, x]  # (M,) component of each seed (0 = none)
-    # ``_SEED_CHUNK`` components at a time: the (K, M) temporaries grow with T otherwise
-    return torch.cat([_coherent_counts(lab, vec, a, min(a + _SEED_CHUNK, k))
-                      for a in range(0, k, _SEED_CHUNK)])
+    if len(seeds) > 3 and seeds[3] is not None:
+        lab = torch.where(seeds[3].to(lab.device), lab, torch.zeros_like(lab))
+    # components in chunks: the (K, M) temporaries grow with T otherwise (rows independent)
+    step = max(_SEED_CHUNK, _SEED_BUDGET // max(int(pts.shape[0]), 1))
+    return torch.cat([_coherent_counts(lab, vec, a, min(a + step, k))
+                      for a in range(0, k, step)])
 
 
 def _coherent_counts(lab: torch.Tensor, vec: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -308,96 +339,223 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             given already pooled to that scale (:func:`pooled_gray`; saves a full-resolution
             float copy of the clip); the working size is always ``content``'s.
     """
-    h, w = content.shape[-2:]
+    return motion_segments([gray], [homographies], [valid], [content], cfg, [regime],
+                           seeds=[seeds], max_objects=max_objects, max_side=max_side)[0]
+
+
+def motion_segments(grays: Sequence[torch.Tensor], homographies: Sequence[torch.Tensor],
+                    valids: Sequence[torch.Tensor], contents: Sequence[torch.Tensor],
+                    cfg: SegmentConfig, regimes: Sequence[Optional[str]], *,
+                    seeds: Optional[Sequence[Optional[Tuple[torch.Tensor, ...]]]] = None,
+                    max_objects: int = 8, max_side: int = 320
+                    ) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
+    """:func:`motion_segment` of B clips as one batch: the clips of one working size (and
+    device) are segmented together, their frames one after the other (no pair and no
+    component links two clips), with two host transfers per batch besides the components'
+    convergence tests. Every clip gets what it gets alone (bit for bit on the CPU).
+
+    Args:
+        grays, homographies, valids, contents, regimes: one per clip, as :func:`motion_segment`.
+        seeds: one per clip (or None): ``(points (M, 2) px, frames (M,), motion (M, 2) px)``,
+            optionally with a fourth entry valid (M,) bool (fixed-size seeds: only those count).
+    Returns:
+        one (objects (T, K, H, W) bool, evidence) per clip.
+    """
+    n = len(grays)
+    seeds = list(seeds) if seeds is not None else [None] * n
+    out: List[Any] = [None] * n
+    groups: Dict[tuple, List[int]] = {}
+    for k, c in enumerate(contents):
+        groups.setdefault((tuple(c.shape[-2:]), str(grays[k].device)), []).append(k)
+    for (size, _), idx in groups.items():
+        parts = _segment_group([grays[k] for k in idx], [homographies[k] for k in idx],
+                               [valids[k] for k in idx], [contents[k] for k in idx], cfg,
+                               [regimes[k] for k in idx], [seeds[k] for k in idx], max_objects,
+                               max_side)
+        for k, part in zip(idx, parts):
+            out[k] = part
+    return out
+
+
+def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.Tensor],
+                   valids: Sequence[torch.Tensor], contents: Sequence[torch.Tensor],
+                   cfg: SegmentConfig, regimes: Sequence[Optional[str]],
+                   seeds: Sequence[Optional[Tuple[torch.Tensor, ...]]], max_objects: int,
+                   max_side: int) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
+    """:func:`motion_segments` of clips of one working size (H, W): their frames concatenated
+    (at the segmentation scale) and labelled by :func:`_motion_labels`."""
+    h, w = contents[0].shape[-2:]
+    dev = grays[0].device
     f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
     pooled = (-(-h // f), -(-w // f))
-    if tuple(gray.shape[-2:]) not in ((h, w), pooled):
-        raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
-                         f"{pooled} (pooled_gray), got {tuple(gray.shape[-2:])}")
+    for g in grays:
+        if tuple(g.shape[-2:]) not in ((h, w), pooled):
+            raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
+                             f"{pooled} (pooled_gray), got {tuple(g.shape[-2:])}")
+    lengths = [int(g.shape[0]) for g in grays]
+    bounds = [0]
+    for t in lengths:
+        bounds.append(bounds[-1] + t)
+    eye = torch.eye(3, dtype=torch.float64, device=dev).view(1, 3, 3)
+    hs, ok, pts, frames, vecs, sok = [], [], [], [], [], []
+    for k, (H, v, r, sd) in enumerate(zip(homographies, valids, regimes, seeds)):
+        last = k == len(grays) - 1  # a pair across two clips: identity, invalid
+        hs += [H.to(dev, torch.float64)] + ([] if last else [eye])
+        v = v.to(dev).bool() & (r != "F")  # no dense residuals under F
+        ok += [v] + ([] if last else [v.new_zeros(1)])
+        if sd is not None:
+            m = int(sd[0].shape[0])
+            pts.append(sd[0].to(dev))
+            frames.append(sd[1].to(dev).long() + bounds[k])
+            vecs.append(sd[2].to(dev))
+            sok.append(sd[3].to(dev).bool() if len(sd) > 3 and sd[3] is not None
+                       else torch.ones(m, dtype=torch.bool, device=dev))
+    homs = torch.cat(hs) if hs else eye[:0]
+    valid = torch.cat(ok) if ok else torch.zeros(0, dtype=torch.bool, device=dev)
+    seed_all = None
+    if any(sd is not None for sd in seeds):
+        seed_all = (torch.cat(pts), torch.cat(frames), torch.cat(vecs), torch.cat(sok))
+    content = torch.stack([c.to(dev).bool() for c in contents])  # (B, H, W)
+    has_seeds = [sd is not None for sd in seeds]
     if f > 1:
-        S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64,
-                                    device=homographies.device))
-        Hs = S @ homographies.to(torch.float64) @ torch.linalg.inv(S)
-        small = gray if tuple(gray.shape[-2:]) == pooled else F.avg_pool2d(gray, f,
-                                                                             ceil_mode=True)
-        c_small = F.max_pool2d((~content.to(gray.device)).float()[None, None], f,
-                               ceil_mode=True)[0, 0] < 0.5
-        s_seeds = None if seeds is None else ((seeds[0] + 0.5) / f - 0.5, seeds[1],
-                                              seeds[2] / f)
+        S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64, device=dev))
+        homs = S @ homs @ torch.linalg.inv(S)
+        gray = torch.cat([g if tuple(g.shape[-2:]) == pooled
+                          else F.avg_pool2d(g, f, ceil_mode=True) for g in grays])
+        c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
+        if seed_all is not None:
+            seed_all = ((seed_all[0] + 0.5) / f - 0.5, seed_all[1], seed_all[2] / f,
+                        seed_all[3])
         s_cfg = replace(cfg, motion_min_area=max(1, cfg.motion_min_area // (f * f)),
                         motion_seed_radius_px=max(1, round(cfg.motion_seed_radius_px / f)),
                         motion_close_px=max(1, round(cfg.motion_close_px / f)),
                         motion_open_px=round(cfg.motion_open_px / f))
-        kept, evidence = _motion_labels(small, Hs, valid, c_small, s_cfg, regime, s_seeds,
-                                        max_objects)
-        evidence["scale"] = 1.0 / f
-        # kept at the reduced size as packed bits, expanded per requested frame (memory
-        # bounded in T: one byte per low-resolution cell for up to 8 objects)
-        return BlockMasks.from_labels(kept, int(evidence["objects"]), f, (h, w),
-                                      content.to(gray.device)), evidence
-    kept, evidence = _motion_labels(gray, homographies, valid, content, cfg, regime, seeds,
-                                    max_objects)
-    ids = torch.arange(1, int(evidence["objects"]) + 1, device=kept.device)
-    return kept.unsqueeze(1) == ids.view(1, -1, 1, 1), evidence
+        kept, evidences = _motion_labels(gray, homs, valid, c_small, s_cfg, regimes,
+                                         seed_all, has_seeds, max_objects, bounds)
+        out = []
+        for k, ev in enumerate(evidences):
+            ev["scale"] = 1.0 / f
+            # kept at the reduced size as packed bits, expanded per requested frame (memory
+            # bounded in T: one byte per low-resolution cell for up to 8 objects)
+            out.append((BlockMasks.from_labels(kept[bounds[k]:bounds[k + 1]],
+                                               int(ev["objects"]), f, (h, w), content[k]), ev))
+        return out
+    gray = torch.cat(list(grays))
+    kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seed_all,
+                                     has_seeds, max_objects, bounds)
+    out = []
+    for k, ev in enumerate(evidences):
+        ids = torch.arange(1, int(ev["objects"]) + 1, device=kept.device)
+        out.append((kept[bounds[k]:bounds[k + 1]].unsqueeze(1) == ids.view(1, -1, 1, 1), ev))
+    return out
 
 
 def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
-                   content: torch.Tensor, cfg: SegmentConfig, regime: Optional[str],
-                   seeds: Optional[Tuple[torch.Tensor, ...]], max_objects: int
-                   ) -> Tuple[torch.Tensor, Dict[str, object]]:
-    """:func:`motion_segment` at the size of ``gray``: the kept objects as a (T, h, w) uint8 /
-    int16 label map (0: none, k: object k-1, largest first) and the evidence (``objects``: K)."""
-    t = gray.shape[0]
+                   content: torch.Tensor, cfg: SegmentConfig, regimes: Sequence[Optional[str]],
+                   seeds: Optional[Tuple[torch.Tensor, ...]], has_seeds: Sequence[bool],
+                   max_objects: int, bounds: Sequence[int]
+                   ) -> Tuple[torch.Tensor, List[Dict[str, object]]]:
+    """:func:`motion_segment` at the size of ``gray`` for B clips whose frames are concatenated:
+    clip b has frames ``bounds[b]:bounds[b+1]``.
+
+    Args:
+        gray: (T, 1, h, w) in [0, 1]; homographies: (T-1, 3, 3); valid: (T-1,) bool (False for
+            the pairs across two clips and for the clips not segmented densely); content:
+            (B, h, w) bool, one per clip; regimes: B; seeds: (points (M, 2), frames (M,) into
+            the T frames, motion (M, 2), valid (M,) bool) of all clips or None; has_seeds: B
+            (whether the clip was given seeds: its ``seeds`` evidence).
+    Returns:
+        the kept objects as a (T, h, w) uint8 / int16 label map (0: none, k: object k-1 of
+        the frame's clip, largest first) and one evidence dict per clip (``objects``: K).
+    """
+    t, dev = int(gray.shape[0]), gray.device
     h, w = content.shape[-2:]
-    dev = gray.device
-    content = content.to(dev)
-    evidence: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
-                                   "regime": regime}
-    dense = regime != "F" and t >= 2 and bool(valid.any())
-    if dense:
-        change = change_masks(gray, homographies, valid, content, cfg.motion_threshold)
+    nb = len(regimes)
+    lengths = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])])
+    clip_of = torch.repeat_interleave(torch.arange(nb), lengths, output_size=t).to(dev)
+    frame_content = content.to(dev)[clip_of]  # (T, h, w)
+    if t >= 2:
+        change = change_masks(gray, homographies, valid, frame_content, cfg.motion_threshold)
         change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
     else:
         change = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
-        evidence["dense"] = ("off: parallax would look like motion under translation (F); only "
-                             "clustered epipolar outliers are used" if regime == "F" else
-                             "off: no valid background homography")
-    n_seed_points = int(seeds[0].shape[0]) if seeds is not None else 0
-    if n_seed_points:
-        discs = seed_map(seeds[0].to(dev), seeds[1].to(dev), (t, h, w),
-                         cfg.motion_seed_radius_px)
+    if seeds is not None:
+        seeds = tuple(s.to(dev) for s in seeds)
+        discs = seed_map(seeds[0], seeds[1], (t, h, w), cfg.motion_seed_radius_px, seeds[3])
+        seed_clip = clip_of[seeds[1]]
     else:
         discs = torch.zeros_like(change)
-    motion = dilate(change | discs, cfg.motion_close_px) & content
-    motion = erode_mask(motion, cfg.motion_close_px) | (change & content)
-    frac = motion.flatten(1).sum(1).double() / content.sum().clamp_min(1).double()
+    motion = dilate(change | discs, cfg.motion_close_px) & frame_content
+    motion = erode_mask(motion, cfg.motion_close_px) | (change & frame_content)
+    area = content.to(dev).flatten(1).sum(1).clamp_min(1)[clip_of]  # (T,) content px
+    frac = motion.flatten(1).sum(1).double() / area.double()
     unreliable = frac > cfg.motion_max_fraction
     motion = motion & ~unreliable.view(-1, 1, 1)
-    evidence["unreliable_frames"] = int(unreliable.sum())
-    labels = connected_components(  # int32 labels: exact below 2^31 pixels, half the memory
-        motion, dtype=torch.int32 if motion.numel() < 2 ** 31 - 1 else torch.long)
-    k = int(labels.max())
+    links = clip_of[1:] == clip_of[:-1]
+    labels, roots = _components(  # int32 labels: exact below 2^31 pixels, half the memory
+        motion, 4, 512, torch.int32 if motion.numel() < 2 ** 31 - 1 else torch.long, links)
+
+    def per_clip(values: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(nb, dtype=torch.long, device=dev).index_add_(0, owner, values.long())
+
+    pair_clip = clip_of[:-1]
+    counts = [per_clip(roots, clip_of), per_clip(unreliable, clip_of),
+              per_clip(valid, pair_clip)]
+    counts.append(per_clip(seeds[3], seed_clip) if seeds is not None else counts[0] * 0)
+    host = torch.cat(counts).tolist()  # one host transfer
+    n_comp, n_unrel, n_valid, n_seed = (host[k * nb:(k + 1) * nb] for k in range(4))
+    evidences: List[Dict[str, object]] = []
+    for b, regime in enumerate(regimes):
+        ev: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
+                                 "regime": regime}
+        if regime == "F" or bounds[b + 1] - bounds[b] < 2 or n_valid[b] == 0:
+            ev["dense"] = ("off: parallax would look like motion under translation (F); only "
+                           "clustered epipolar outliers are used" if regime == "F" else
+                           "off: no valid background homography")
+        ev["unreliable_frames"] = n_unrel[b]
+        evidences.append(ev)
+    k = sum(n_comp)
+    small = max_objects < 256
     if k == 0:
-        evidence.update(objects=0)
-        return torch.zeros(t, h, w, dtype=torch.uint8, device=dev), evidence
+        for ev in evidences:
+            ev.update(objects=0)
+        return torch.zeros(t, h, w, dtype=torch.uint8, device=dev), evidences
     # per-component statistics by counting (no (T, K, h, w) one-hot over all candidates)
     per_frame = per_frame_counts(labels, k)  # (T, K) pixels
-    n_seeds = coherent_seeds(labels, seeds, k) if seeds is not None else \
-        torch.zeros(k, dtype=torch.long, device=dev)
-    support = n_seeds >= cfg.motion_min_seeds
-    keep = (support & (per_frame.amax(0) >= cfg.motion_min_area)
-            & ((per_frame > 0).sum(0) >= cfg.motion_min_frames))
-    order = per_frame.sum(0).masked_fill(~keep, -1).argsort(descending=True)
-    order = order[: min(max_objects, int(keep.sum()))]
-    n_kept = int(order.numel())
-    remap = torch.zeros(k + 1, dtype=torch.uint8 if n_kept < 256 else torch.int16, device=dev)
-    remap[order + 1] = torch.arange(1, n_kept + 1, device=dev).to(remap.dtype)
-    kept = torch.cat([remap[labels[a:a + _LABEL_CHUNK]]  # chunks: no (T, h, w) int64 index
-                      for a in range(0, int(labels.shape[0]), _LABEL_CHUNK)])
-    del labels  # (T, h, w): object k-1 where kept == k (largest first), else 0
+    comp_clip = torch.repeat_interleave(torch.arange(nb), torch.tensor(n_comp),
+                                        output_size=k).to(dev)
+    n_seeds = torch.zeros(k, dtype=torch.long, device=dev)
+    if seeds is not None and sum(n_seed):  # the valid seeds first, in order (no sync)
+        first = torch.argsort((~seeds[3]).to(torch.uint8), stable=True)[:sum(n_seed)]
+        n_seeds = coherent_seeds(labels, (seeds[0][first], seeds[1][first], seeds[2][first]), k)
+    keep = (n_seeds >= cfg.motion_min_seeds) & (per_frame.amax(0) >= cfg.motion_min_area) \
+        & ((per_frame > 0).sum(0) >= cfg.motion_min_frames)
+    # each clip's kept components, largest first (ties: lower label first), at most max_objects
+    by_size = per_frame.sum(0).masked_fill(~keep, -1).argsort(descending=True, stable=True)
+    order = by_size[comp_clip[by_size].argsort(stable=True)]  # grouped by clip, in size order
+    starts = torch.tensor([sum(n_comp[:b]) for b in range(nb)]).to(dev)
+    owner = comp_clip[order]
+    rank = torch.arange(k, device=dev) - starts[owner]  # 0.. within the clip
+    n_kept = per_clip(keep, comp_clip).clamp_max(max_objects)
+    chosen = rank < n_kept[owner]
+    remap = torch.zeros(k + 1, dtype=torch.uint8 if small else torch.int16, device=dev)
+    remap[order + 1] = torch.where(chosen, rank + 1, torch.zeros_like(rank)).to(remap.dtype)
+    kept = torch.cat([remap[labels[a:a + _LABEL_CHUNK].long()]  # chunks: no (T, h, w) int64
+                      for a in range(0, t, _LABEL_CHUNK)])
+    del labels  # (T, h, w): object k-1 of the frame's clip where kept == k, else 0
     union = (kept > 0).flatten(1).sum(1).double()
-    host = torch.cat([(union / content.sum().clamp_min(1)).max().reshape(1),
-                      n_seeds[order].double()]).tolist()  # one host transfer
-    evidence.update(objects=n_kept, candidates=k, seeds=n_seed_points,
-                    object_seeds=[int(v) for v in host[1:]], max_object_fraction=host[0])
-    return kept, evidence
+    largest = torch.zeros(nb, dtype=torch.float64, device=dev).scatter_reduce(
+        0, clip_of, union / area, "amax", include_self=False)
+    slots = torch.zeros(nb * max_objects + 1, dtype=torch.float64, device=dev)
+    slots[torch.where(chosen, owner * max_objects + rank, nb * max_objects)] = \
+        n_seeds[order].double()
+    host = torch.cat([n_kept.double(), largest, slots[:-1]]).tolist()  # one host transfer
+    for b, ev in enumerate(evidences):
+        if n_comp[b] == 0:
+            ev.update(objects=0)
+            continue
+        m = int(host[b])
+        seeds_b = host[2 * nb + b * max_objects:2 * nb + b * max_objects + m]
+        ev.update(objects=m, candidates=n_comp[b], seeds=n_seed[b] if has_seeds[b] else 0,
+                  object_seeds=[int(v) for v in seeds_b], max_object_fraction=host[nb + b])
+    return kept, evidences

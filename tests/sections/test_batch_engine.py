@@ -124,3 +124,30 @@ def test_background_reward_of_a_batch_equals_each_clip_alone():
                        for k in range(2)])
     assert torch.equal(batch, alone)
     assert info.status == ["ok", "ok"] and bool((batch > 0.5).all())
+
+
+@pytest.fixture(scope="module")
+def movers():
+    """Clips with moving objects (C4: static camera, sliding boxes) of other sizes and lengths
+    (two of one size, one segmented at half size), and a C3 clip (F: seeds only)."""
+    specs = [("C4", 12, (192, 320), 3), ("C4", 9, (192, 320), 8), ("C4", 8, (200, 360), 5),
+             ("C3", 6, (120, 160), 2), ("C4", 10, (160, 240), 7)]
+    clips = [grounded_clip(c, num_frames=t, size=s, seed=k).frames for c, t, s, k in specs]
+    return clips, score_clips(clips, config=CFG, device="cpu", preset="background")
+
+
+def test_batched_motion_segmentation_equals_each_clip_alone(movers):
+    """The motion masks of clips of several sizes and lengths are one batch; every clip's
+    objects, evidence and numbers are those it gets alone."""
+    clips, results = movers
+    seg = [r.background["segment"] for r in results]
+    assert [r.status for r in results] == ["ok"] * 5
+    assert [s["method"] for s in seg] == ["motion"] * 5
+    found = [k for k, s in enumerate(seg) if s["objects"] > 0]
+    assert 0 in found and 2 in found, seg  # movers found in two sizes
+    assert seg[2]["scale"] == 0.5 and seg[3]["pre_regime"] == "F" and "dense" in seg[3]
+    for k in found:
+        assert seg[k]["removed_matches"] > 0 and len(seg[k]["object_seeds"]) == seg[k]["objects"]
+    for k, clip in enumerate(clips):
+        alone = score_clip(clip, config=CFG, device="cpu", preset="background")
+        assert _json(alone) == _json(results[k]), k

@@ -4,7 +4,7 @@ import torch
 
 from geocon_torch.config import SegmentConfig
 from geocon_torch.segment.motion import (change_masks, coherent_seeds, connected_components,
-                                         motion_segment)
+                                         motion_segment, motion_segments)
 
 
 def test_connected_components_match_opencv_per_frame():
@@ -113,3 +113,55 @@ def test_pooled_gray_equals_avg_pooling_the_luminance():
         got = pooled_gray(clip, f, chunk=2)
         assert got.shape == ref.shape
         torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+
+
+def test_connected_components_links_split_clips():
+    """Frames concatenated from two clips with ``links`` False between them: each clip gets
+    its own components, numbered after the first clip's."""
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.rand(3, 20, 24, generator=g) > 0.7, torch.rand(2, 20, 24, generator=g) > 0.7
+    links = torch.tensor([True, True, False, True])
+    lab = connected_components(torch.cat([a, b]), downsample=1, links=links)
+    lab_a, lab_b = connected_components(a, downsample=1), connected_components(b, downsample=1)
+    assert torch.equal(lab[:3], lab_a)
+    k = int(lab_a.max())
+    assert torch.equal(lab[3:], torch.where(lab_b > 0, lab_b + k, lab_b))
+
+
+def _moving_square(t: int, size, start: int, seed: int):
+    """(T, 1, H, W) gray noise background with a bright square moving 3 px per frame, and seed
+    points on the square's corners (each in its own frame) moving with it."""
+    h, w = size
+    g = torch.Generator().manual_seed(seed)
+    gray = torch.rand(1, 1, h, w, generator=g).expand(t, 1, h, w).clone() * 0.3
+    pts, frames = [], []
+    for k in range(t):
+        x = start + 3 * k
+        gray[k, 0, 10:26, x:x + 16] = 0.9 + 0.05 * torch.rand(16, 16, generator=g)
+        for cx, cy in ((x + 2, 12), (x + 13, 12), (x + 2, 23), (x + 13, 23), (x + 8, 18)):
+            pts.append((float(cx), float(cy)))
+            frames.append(k)
+    pts, frames = torch.tensor(pts), torch.tensor(frames)
+    vec = torch.tensor([3.0, 0.0]).expand(pts.shape[0], 2).clone()
+    ok = torch.arange(pts.shape[0]) % 7 != 3  # fixed-size seeds: a few are not seeds
+    return gray, (pts, frames, vec, ok)
+
+
+def test_motion_segments_of_a_batch_equal_each_clip_alone():
+    """Clips of two sizes and three lengths (one under F: no dense residuals) segmented as one
+    batch get the masks and evidence they get alone, bit for bit."""
+    cfg = SegmentConfig(motion_min_area=20, motion_min_frames=2, motion_min_seeds=3)
+    specs = [(5, (48, 64), 4, "H"), (7, (48, 64), 10, "H"), (4, (40, 56), 6, "H"),
+             (6, (48, 64), 8, "F")]
+    grays, seeds = zip(*[_moving_square(t, s, x, k) for k, (t, s, x, _) in enumerate(specs)])
+    hs = [torch.eye(3, dtype=torch.float64).repeat(t - 1, 1, 1) for t, *_ in specs]
+    valid = [torch.ones(t - 1, dtype=torch.bool) for t, *_ in specs]
+    content = [torch.ones(s, dtype=torch.bool) for _, s, _, _ in specs]
+    regimes = [r for *_, r in specs]
+    batch = motion_segments(grays, hs, valid, content, cfg, regimes, seeds=seeds)
+    for k in range(len(specs)):
+        obj, ev = motion_segment(grays[k], hs[k], valid[k], content[k], cfg, regimes[k],
+                                 seeds=seeds[k])
+        assert torch.equal(batch[k][0], obj) and batch[k][1] == ev, k
+    assert [ev["objects"] for _, ev in batch] == [1, 1, 1, 1]
+    assert batch[0][1]["object_seeds"] == [21]  # 25 corners, 4 not seeds and "dense" in batch[3][1]
