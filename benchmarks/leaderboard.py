@@ -6,8 +6,8 @@ PostgreSQL store vs SQLite, static r::N vs dynamic claims, on grounded clips of 
 
 The manifest holds ``--clips`` grounded clips (geocon_torch.synth, C1-C3 scenes, ``--size``);
 every 4th clip has 4x the frames (``--long`` vs ``--short``). With static r::2 those long
-clips all land on rank 0 (the way a manifest sorted by model aliases when one generator makes
-long clips), so rank 1 idles while rank 0 finishes; dynamic claims give the next clip to
+clips all land on rank 0 (the way a manifest sorted by generator aliases when one generator
+makes long clips), so rank 1 idles while rank 0 finishes; dynamic claims give the next clip to
 whichever rank is free. ``--scorer sleep`` replaces the pipeline by a sleep of ``unit_s`` per
 frame (the same schedule, no CPU noise from other jobs on the machine).
 
@@ -58,7 +58,7 @@ def make_manifest(folder: Path, n: int, short: int, long: int, size) -> Path:
         frames = long if i % 4 == 0 else short
         clip = render_scene(CATEGORIES[i % 3], num_frames=frames, size=size, seed=i)
         path = write_video(folder / f"clip{i:03d}.mp4", clip.frames)
-        rows.append({"clip_id": f"clip{i:03d}", "path": str(path), "model": f"m{i % 2}",
+        rows.append({"clip_id": f"clip{i:03d}", "path": str(path), "generator": f"m{i % 2}",
                      "category": CATEGORIES[i % 3], "seed": i, "frames": frames})
     return write_manifest(folder / "manifest.jsonl", rows)
 

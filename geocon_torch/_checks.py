@@ -50,6 +50,13 @@ def check_same_shape(tensors: Sequence[torch.Tensor], names: Sequence[str]) -> N
         raise ShapeError(f"shapes must match: {desc}")
 
 
+def retired_name(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (DeprecationWarning) that the retired name ``old`` is now ``new`` (docs/GLOSSARY.md);
+    the one message of every retired attribute, column and key."""
+    warnings.warn(f"{old} is deprecated; use {new} (docs/GLOSSARY.md)", DeprecationWarning,
+                  stacklevel=stacklevel)
+
+
 def retired_argument(extra: Dict[str, Any], old: str, new: str, value: Any) -> Any:
     """``value`` of argument ``new``, or of its retired name ``old`` when a caller still passes
     that (in the ``**extra`` keywords; a DeprecationWarning, see docs/GLOSSARY.md). Any other

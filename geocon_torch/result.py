@@ -2,7 +2,7 @@
 
 ``ClipResult.to_dict()`` is plain JSON (no tensors, no NaN: missing numbers are ``None``)::
 
-    {"schema_version": "2.0", "clip": str, "path": str | None, "content_hash": str | None,
+    {"schema_version": "3.0", "clip": str, "path": str | None, "content_hash": str | None,
      "status": "ok" | "not_applicable" | "error", "reason": str | None, "regime": "H" | "F" | None,
      "score": float | None,          # headline score in [0, 1], higher is better (None: not
                                      # scored), see measures.headline; "score_terms": its terms
@@ -17,7 +17,8 @@
                                      # report gate; pass_calibrated: the gate calibrated on
                                      # grounded scenes (config background.calibration; absent
                                      # when it is null), see measures.calibration
-     "foreground": {...}, "epipolar": {...},     # present when the preset asks for them
+     "foreground": {...}, "epipolar": {...},     # present when the preset asks for them;
+                                     # epipolar["implementation"]: "opencv" | "torch"
      "behaviour": str | None,        # post-hoc behaviour (paper Algorithm 1 E): "Static",
                                      # "Rotation-dominant", ..., "Stress" (measured)
      "prompt_category": str | None,  # prompt family C1-C6 or a free label (given, e.g. by
@@ -28,14 +29,16 @@
      "backends": {"features", "flow", "masks", "gate", "gate_view"}, "timing_s": {...}}
 
 Schema history: 1.0 had one ``category`` field holding either a prompt family or a behaviour;
-2.0 splits it into ``prompt_category`` and ``behaviour``. :meth:`ClipResult.from_dict` (and so the
-store and the report) read 1.x rows by sorting the old value into the right field
-(:func:`migrate_result`).
+2.0 splits it into ``prompt_category`` and ``behaviour``; 3.0 renames the ``epipolar`` block's
+``path`` key (which named the implementation, "opencv" or "torch") to ``implementation``
+(docs/GLOSSARY.md: a *path* is a file). :meth:`ClipResult.from_dict` (and so the store, the
+report, the statistics and ``geocon explain``) read 1.x and 2.x rows through
+:func:`migrate_result`.
 
 Partial decodes are never silent (:mod:`geocon_torch.io.integrity`): a clip that lost more than
 ``config.io.max_lost_fraction`` of its frames has ``status: "error"`` with the reason and no
 scores; a smaller loss is scored with a ``warnings`` entry. Both fields were added within 2.0
-(older 2.0 rows read back with ``io = {}`` and ``warnings = []``).
+(older rows read back with ``io = {}`` and ``warnings = []``).
 
 Pixel values (``ge_px`` ...) are at the clip's *working* resolution (``config.io.long_side``).
 """
@@ -52,7 +55,9 @@ from ._version import __version__
 from .config import GeoConConfig
 from .errors import InputError
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "3.0"
+#: the blocks whose ``path`` key named the implementation in schema 1.x / 2.x
+IMPLEMENTATION_BLOCKS = ("epipolar",)
 # post-hoc behaviours (paper Algorithm 1 E); anything else in a 1.x ``category`` was a prompt label
 BEHAVIOURS = ("Static", "Rotation-dominant", "Translation-dominant", "StaticCam+MovingObjs",
               "Complex", "Stress")
@@ -158,15 +163,16 @@ class ClipResult:
 
 
 def migrate_result(data: Dict[str, Any]) -> Dict[str, Any]:
-    """A copy of a result dict in the current schema (2.0).
+    """A copy of a result dict in the current schema (3.0).
 
     1.x rows carry one ``category``: a paper behaviour name (:data:`BEHAVIOURS`) moves to
-    ``behaviour``, any other value (C1-C6 or a free prompt label) to ``prompt_category``. Rows
-    already in 2.x are returned as a copy, unchanged.
+    ``behaviour``, any other value (C1-C6 or a free prompt label) to ``prompt_category``. 1.x and
+    2.x rows name the implementation of the ``epipolar`` block ``path``: it moves to
+    ``implementation``. Rows already in 3.x are returned as a copy, unchanged.
     """
     out = dict(data)
-    version = str(out.get("schema_version", "1.0"))
-    if version.split(".")[0] == "1" or "category" in out:
+    major = str(out.get("schema_version", "1.0")).split(".")[0]
+    if major == "1" or "category" in out:
         old = out.pop("category", None)
         if old in BEHAVIOURS:
             out.setdefault("behaviour", old)
@@ -174,5 +180,13 @@ def migrate_result(data: Dict[str, Any]) -> Dict[str, Any]:
             out.setdefault("prompt_category", old)
         out.setdefault("behaviour", None)
         out.setdefault("prompt_category", None)
+        out["schema_version"] = SCHEMA_VERSION
+    if major in ("1", "2"):
+        for name in IMPLEMENTATION_BLOCKS:
+            block = out.get(name)
+            if isinstance(block, dict) and "path" in block:
+                block = dict(block)
+                block.setdefault("implementation", block.pop("path"))
+                out[name] = block
         out["schema_version"] = SCHEMA_VERSION
     return out

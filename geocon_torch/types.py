@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from ._checks import retired_name
 from .errors import GeoConError, ShapeError
 
 
@@ -158,7 +159,8 @@ class Fit:
         valid: (P,) bool, False where the pair could not be fitted.
         num_inliers: (P,) long.
         iterations: (P,) long hypotheses drawn before stopping.
-        score: (P,) MSAC (or RANSAC) cost of the final model, lower is better.
+        cost: (P,) MSAC (or RANSAC) cost of the final model, lower is better (``score`` is its
+            retired name: still readable, with a DeprecationWarning; docs/GLOSSARY.md).
     """
 
     kind: str
@@ -168,7 +170,13 @@ class Fit:
     valid: torch.Tensor
     num_inliers: torch.Tensor
     iterations: torch.Tensor
-    score: torch.Tensor
+    cost: torch.Tensor
+
+    @property
+    def score(self) -> torch.Tensor:
+        """Retired name of :attr:`cost` (a cost, lower is better; docs/GLOSSARY.md)."""
+        retired_name("Fit.score", "Fit.cost")
+        return self.cost
 
     @property
     def num_rows(self) -> int:
@@ -206,7 +214,7 @@ class Fit:
         return cls(first.kind, *out)
 
 
-_FIT_TENSORS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
+_FIT_TENSORS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "cost")
 
 
 def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> Correspondences:

@@ -156,7 +156,7 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
         {"pair": [t, t + 1], "ir": ir, "ge_px": ge, "valid": True, "num_matches": 100}
         for t in range(4)]
     return {
-        "schema_version": "2.0", "clip": clip, "path": path, "content_hash": None,
+        "schema_version": "3.0", "clip": clip, "path": path, "content_hash": None,
         "status": status, "reason": None if ok else f"fake {status}",
         "regime": regime if ok else None,
         "gate": {"method": "poses", "statistic": statistic,
@@ -173,13 +173,23 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
         "epipolar": ({"epipolar_error": epipolar[0], "epipolar_error_score": 1 - epipolar[0] / 5,
                       "epipolar_inlier_rate": epipolar[1], "feature_match_coverage": epipolar[2],
                       "pairs": 4, "valid_pairs": 4, "fallback_used": False, "status": "ok",
-                      "reason": None} if ok else None),
+                      "reason": None, "implementation": "torch"} if ok else None),
         "behaviour": behaviour, "prompt_category": prompt_category,
         "config": {"preset": "geocon"}, "config_hash": config_hash,
         "version": "0.1.0", "backends": {"features": "fake", "flow": "fake", "masks": "none",
                                          "gate": "poses"},
         "timing_s": {"total": 0.01},
     }
+
+
+def v2_result(clip: str, **kw) -> dict:
+    """A schema-2.0 result: the generator of its clip under ``model`` (the JSONL metadata of
+    2.x) and the epipolar block's implementation under ``path``."""
+    res = fake_result(clip, **kw)
+    res["schema_version"] = "2.0"
+    if res["epipolar"] is not None:
+        res["epipolar"]["path"] = res["epipolar"].pop("implementation")
+    return res
 
 
 def _unit(s: str) -> float:
@@ -219,14 +229,14 @@ class CountingScorer:
                            config_hash=config.config_hash())
 
 
-def write_clips(folder: Path, n: int, *, model: str = "m", prefix: str = "c") -> list:
+def write_clips(folder: Path, n: int, *, generator: str = "m", prefix: str = "c") -> list:
     """n small distinct files standing in for videos + manifest rows pointing at them."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(n):
         p = folder / f"{prefix}{i}.mp4"
         p.write_bytes(f"fake video {prefix}{i}".encode())
-        rows.append({"clip_id": f"{prefix}{i}", "path": str(p), "model": model,
+        rows.append({"clip_id": f"{prefix}{i}", "path": str(p), "generator": generator,
                      "category": f"C{i % 6 + 1}", "seed": i // 6, "prompt": f"p{i % 6}"})
     return rows
 
@@ -240,9 +250,9 @@ def bad_rows_manifest(folder: Path, n: int) -> Path:
     """``folder/m.jsonl``: ``n`` good clips, a missing file ("gone") and the bytes of c0 under a
     second id ("dup")."""
     rows = write_clips(folder / "clips", n)
-    rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"})
+    rows.append({"clip_id": "gone", "path": "clips/nope.mp4", "generator": "m"})
     shutil.copy(folder / "clips" / "c0.mp4", folder / "clips" / "dup.mp4")
-    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "model": "m2"})
+    rows.append({"clip_id": "dup", "path": "clips/dup.mp4", "generator": "m2"})
     return write_jsonl(folder / "m.jsonl", rows)
 
 
@@ -405,8 +415,26 @@ def format_1_rows():
     return results, clips
 
 
+# the format-2 schema, as geocon_torch wrote it before the generator rename (result schema 2.0)
+_FORMAT_2 = (_FORMAT_1.replace("category TEXT", "prompt_category TEXT")
+             .replace("c.category", "c.prompt_category")
+             .replace("'store_format', '1'", "'store_format', '2'"))
+
+
+def format_2_rows():
+    """(results rows, clips rows) of a format-2 store: schema-2.0 results (``epipolar.path``),
+    the generator in ``clips.model`` / ``model_version``."""
+    results, clips = [], []
+    for i, (cid, cat) in enumerate((("c1", "C1"), ("c3", "C3"))):
+        res = v2_result(cid, prompt_category=cat, ir=0.9 + 0.05 * i)
+        results.append((f"h{i}", "cfg", "ok", None, "2.0", "0.1.0", json.dumps(res), 0.0))
+        clips.append((cid, "cfg", f"h{i}", f"gen{i}", f"v{i}", cat, "a car", i, f"s{i}",
+                      f"/videos/{cid}.mp4", "{}", 0.0))
+    return results, clips
+
+
 # --- from test_bench_store.py -------------------------------------------------
 
-def _clip(cid, model="m", prompt_category="C1"):
-    return {"clip_id": cid, "model": model, "prompt_category": prompt_category, "seed": 1,
+def _clip(cid, generator="m", prompt_category="C1"):
+    return {"clip_id": cid, "generator": generator, "prompt_category": prompt_category, "seed": 1,
             "scene": cid}

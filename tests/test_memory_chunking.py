@@ -271,7 +271,7 @@ def test_fits_in_row_chunks_identical(monkeypatch):
         out.append(fits.fit_both(x1, x2, mask, scores, cfg, rows=torch.arange(r) + 5)
                    + fits.fit_both(x1, x2, mask, scores, cfg))
     for a, b in zip(*out):
-        for k in ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score"):
+        for k in ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "cost"):
             assert torch.equal(getattr(a, k), getattr(b, k)), k
 
 

@@ -12,7 +12,7 @@ from geocon_torch.geometry._synthetic import fundamental_pairs
 from geocon_torch.sections.fits import fit_both, fit_reusing
 from geocon_torch.types import Fit
 
-FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
+FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "cost")
 
 
 def _assert_same(got, ref):

@@ -86,7 +86,7 @@ def test_io_and_warnings_survive_the_store(dropped, corrupted, tmp_path):
                "mid": score_clip(corrupted, config=CFG, device="cpu", progress=False)}
     with ResultStore(tmp_path / "s.sqlite") as store:
         for cid, res in results.items():
-            store.put({"clip_id": cid, "model": "m"}, res.content_hash or cid, res.config_hash,
+            store.put({"clip_id": cid, "generator": "m"}, res.content_hash or cid, res.config_hash,
                       res.to_dict())
         rows = {r["clip_id"]: r for r in store.rows()}
     for cid, res in results.items():

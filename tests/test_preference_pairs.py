@@ -83,7 +83,7 @@ def grounded_manifest(tmp_path_factory):
             clip.clip_id = f"{cat}_{kind or 'clean'}"
             clip.save(root)
             rows.append({"clip_id": clip.clip_id, "path": f"{clip.clip_id}.mp4",
-                         "model": "synth", "prompt": f"scene {cat}"})
+                         "generator": "synth", "prompt": f"scene {cat}"})
     (root / "native.json").write_text(json.dumps(NATIVE))
     return write_manifest(root / "manifest.jsonl", rows), root
 

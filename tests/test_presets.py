@@ -92,7 +92,7 @@ def test_cli_metric_rewards_and_bench_record_the_preset(frames, tmp_path):
     # bench: one store, two kinds -> two config hashes, each row records its preset
     folder = write_image_folder(tmp_path / "clip", frames)
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text(json.dumps({"clip_id": "a", "path": str(folder), "model": "g"}) + "\n")
+    manifest.write_text(json.dumps({"clip_id": "a", "path": str(folder), "generator": "g"}) + "\n")
     db = tmp_path / "r.sqlite"
     for kind in ("background", "epipolar"):
         run_manifest(manifest, db, config=kind_config(None, kind), device="cpu", progress=False)

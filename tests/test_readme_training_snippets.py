@@ -45,7 +45,7 @@ def workdir(tmp_path, monkeypatch):
                              severity=0.8 if corruption else 0.0)
         clip.clip_id = cid
         clip.save(tmp_path)
-        rows.append({"clip_id": cid, "path": f"{cid}.mp4", "model": "gen", "prompt": prompt})
+        rows.append({"clip_id": cid, "path": f"{cid}.mp4", "generator": "gen", "prompt": prompt})
     write_manifest(tmp_path / "manifest.jsonl", rows)
     (tmp_path / "native.json").write_text(json.dumps({"io": {"long_side": None}}))
     monkeypatch.chdir(tmp_path)

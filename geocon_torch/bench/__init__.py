@@ -5,13 +5,14 @@ Quick use::
     from geocon_torch.bench import load_manifest, run_manifest, load_results, stats
     run_manifest("manifest.csv", "results.sqlite", config={"io": {"long_side": 1024}})
     rows = load_results("results.sqlite")          # validated joined rows
-    stats.scene_balanced(rows, "ir")               # per (model, prompt_category), 95% CI
-    stats.table1(rows)                             # IR %, GE px, AdaDFRC per model
+    stats.scene_balanced(rows, "ir")               # per (generator, prompt_category), 95% CI
+    stats.table1(rows)                             # IR %, GE px, AdaDFRC per generator
 
 * :mod:`.ids` — unique clip ids derived from paths (shortest unique suffix: ``sora/3``) and
   unique file-name keys of per-clip artefacts.
 * :mod:`.manifest` — CSV / JSONL manifests with the paper's sec. 5.5 fields (clip_id, path,
-  model, model_version, prompt, seed, resolution, fps, duration, masks_path) plus the prompt
+  generator (the paper's "model"), generator_version, prompt, seed, resolution, fps, duration,
+  masks_path) plus the prompt
   family (column ``category`` or ``prompt_category``, stored as ``prompt_category``) and
   poses_path; every error names the file and line (:class:`ManifestError`).
 * :mod:`.store` — ``ResultStore(db)``: ``results`` keyed by (content hash, config hash),
@@ -27,8 +28,8 @@ Quick use::
   (B = 10,000), Wilson intervals (eq. 16), gate calibration with equal-count bins, net benefit
   (eq. 18), balanced-accuracy bootstrap, threshold-score sensitivity, percentile-aligned
   summaries, AdaP90 P80 anomaly rates, Table-1 and epipolar-trio summaries.
-* :mod:`.schema` — validation of result rows (schema "2.x"; "1.x" rows are migrated) on store
-  and on load.
+* :mod:`.schema` — validation of result rows (schema "3.x"; "1.x" and "2.x" rows are migrated)
+  on store and on load.
 
 See the README sections "Leaderboard runs", "Statistics and audit reports", "Result schema".
 """

@@ -8,8 +8,8 @@ field      required meaning
 clip_id    no       unique id of the clip in the manifest; when blank it is derived from the
                     path: the file stem, or the shortest unique path suffix (``sora/3``)
 path       yes      video file or image folder; relative paths are relative to the manifest
-model      yes      generator name (the leaderboard groups by it)
-model_version no    free text
+generator  yes      name of the video generator (the leaderboard groups by it)
+generator_version no free text
 prompt     no       the text prompt (part of the scene key)
 seed       no       integer generation seed (scene key; a clip without seed is its own scene)
 resolution no       "WIDTHxHEIGHT" (also "W,H" or a JSON [W, H]) -> stored as (W, H)
@@ -22,8 +22,11 @@ category   no       the prompt family: C1..C6 or a free label (statistics are gr
 ========== ======== ===========================================================================
 
 The prompt family is what the clip was *asked* to show; it never becomes the post-hoc
-``behaviour`` the scorer measures. Unknown columns are kept in ``ManifestEntry.extra``. Every
-problem raises :class:`ManifestError` naming the file and the line.
+``behaviour`` the scorer measures. The retired columns ``model`` / ``model_version`` (the
+generator, before docs/GLOSSARY.md kept "model" for geometric models) are still read as
+``generator`` / ``generator_version``, with one DeprecationWarning per manifest. Unknown columns
+are kept in ``ManifestEntry.extra``. Every problem raises :class:`ManifestError` naming the file
+and the line.
 """
 from __future__ import annotations
 
@@ -34,15 +37,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .._checks import retired_name
 from ..errors import GeoConError, InputError
 from .ids import derive_clip_ids
 
-REQUIRED_FIELDS = ("path", "model")
-OPTIONAL_FIELDS = ("clip_id", "model_version", "prompt", "seed", "resolution", "fps", "duration",
-                   "masks_path", "poses_path", "prompt_category")
+REQUIRED_FIELDS = ("path", "generator")
+OPTIONAL_FIELDS = ("clip_id", "generator_version", "prompt", "seed", "resolution", "fps",
+                   "duration", "masks_path", "poses_path", "prompt_category")
 # manifest columns naming the prompt family; "category" is the paper's (and 1.x) column name
 PROMPT_CATEGORY_COLUMNS = ("prompt_category", "category")
-KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS + ("category",)
+#: retired manifest column -> its name now (docs/GLOSSARY.md; read with a DeprecationWarning)
+RETIRED_COLUMNS = {"model": "generator", "model_version": "generator_version"}
+KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS + ("category",) + tuple(RETIRED_COLUMNS)
 COLUMN_ORDER = ("clip_id",) + REQUIRED_FIELDS + OPTIONAL_FIELDS[1:]
 
 
@@ -65,8 +71,8 @@ class ManifestEntry:
 
     clip_id: str
     path: str
-    model: str
-    model_version: Optional[str] = None
+    generator: str  # the video generator's name (docs/GLOSSARY.md)
+    generator_version: Optional[str] = None
     prompt: Optional[str] = None
     seed: Optional[int] = None
     resolution: Optional[Tuple[int, int]] = None  # (width, height) in px
@@ -82,6 +88,18 @@ class ManifestEntry:
     def scene(self) -> str:
         """Scene key used for scene-balanced statistics (:func:`scene_key`)."""
         return scene_key(self.prompt_category, self.prompt, self.seed, self.clip_id)
+
+    @property
+    def model(self) -> str:
+        """Retired name of :attr:`generator` (docs/GLOSSARY.md)."""
+        retired_name("ManifestEntry.model", "ManifestEntry.generator")
+        return self.generator
+
+    @property
+    def model_version(self) -> Optional[str]:
+        """Retired name of :attr:`generator_version` (docs/GLOSSARY.md)."""
+        retired_name("ManifestEntry.model_version", "ManifestEntry.generator_version")
+        return self.generator_version
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -150,6 +168,34 @@ def _prompt_category(row: Dict[str, Any]) -> Optional[str]:
     return next(iter(values.values()), None)
 
 
+def retired_columns(rows: Iterable[Any]) -> List[str]:
+    """The retired columns (:data:`RETIRED_COLUMNS`) that any of ``rows`` fills, in order."""
+    used = {k for row in rows if isinstance(row, dict) for k in RETIRED_COLUMNS
+            if not _blank(row.get(k))}
+    return [k for k in RETIRED_COLUMNS if k in used]
+
+
+def _warn_retired(columns: Sequence[str], where: str) -> None:
+    for old in columns:
+        retired_name(f"{where}: manifest column {old!r}", repr(RETIRED_COLUMNS[old]),
+                     stacklevel=4)
+
+
+def _renamed(row: Dict[str, Any]) -> Dict[str, Any]:
+    """``row`` with its retired columns under their names now; a retired and a current column
+    that disagree are an InputError (both given and equal is fine)."""
+    out = dict(row)
+    for old, new in RETIRED_COLUMNS.items():
+        value = out.pop(old, None)
+        if _blank(value):
+            continue
+        if not _blank(out.get(new)) and str(out[new]).strip() != str(value).strip():
+            raise InputError(f"{new} {out[new]!r} and {old} {value!r} disagree ({old} is the "
+                             f"retired name of {new}; give one)")
+        out[new] = value
+    return out
+
+
 def _parse_optional(key: str, value: Any, base: Path) -> Any:
     """One optional field's value, parsed and checked (InputError on a bad value)."""
     if key == "seed":
@@ -164,17 +210,24 @@ def _parse_optional(key: str, value: Any, base: Path) -> Any:
 
 
 def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", line: int = 0,
-                       where: str = "manifest") -> ManifestEntry:
+                       where: str = "manifest", warn: bool = True) -> ManifestEntry:
     """Validate one row (a dict of field -> value) and build a :class:`ManifestEntry`.
 
     The prompt family may come as ``category`` (the paper's column name) or
-    ``prompt_category``; it is stored as :attr:`ManifestEntry.prompt_category`. A blank
-    ``clip_id`` becomes the path's stem here (:func:`load_manifest` makes derived ids unique
-    across the whole manifest).
+    ``prompt_category``; it is stored as :attr:`ManifestEntry.prompt_category`. The retired
+    ``model`` / ``model_version`` are read as ``generator`` / ``generator_version`` (a
+    DeprecationWarning unless ``warn`` is False). A blank ``clip_id`` becomes the path's stem
+    here (:func:`load_manifest` makes derived ids unique across the whole manifest).
     """
     loc = f"{where}, line {line}" if line else where
     if not isinstance(row, dict):
         raise ManifestError(f"{loc}: a row must be an object, got {type(row).__name__}")
+    if warn:
+        _warn_retired(retired_columns([row]), loc)
+    try:
+        row = _renamed(row)
+    except InputError as exc:
+        raise ManifestError(f"{loc}: {exc}") from None
     missing = [k for k in REQUIRED_FIELDS if _blank(row.get(k))]
     if missing:
         raise ManifestError(f"{loc}: missing required field(s) {', '.join(missing)} "
@@ -183,7 +236,7 @@ def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", lin
     path = _resolve(base, str(row["path"]).strip())
     kw: Dict[str, Any] = {"clip_id": Path(path).stem if _blank(row.get("clip_id"))
                           else str(row["clip_id"]).strip(),
-                          "path": path, "model": str(row["model"]).strip(), "line": line}
+                          "path": path, "generator": str(row["generator"]).strip(), "line": line}
     try:
         kw.update({key: _parse_optional(key, row.get(key), base) for key in OPTIONAL_FIELDS
                    if key not in ("clip_id", "prompt_category") and not _blank(row.get(key))})
@@ -213,7 +266,8 @@ def _rows_csv(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
                                 f"{', '.join(REQUIRED_FIELDS)}, ...)")
         header = [h.strip() for h in reader.fieldnames]
         reader.fieldnames = header
-        missing = [k for k in REQUIRED_FIELDS if k not in header]
+        retired = {new: old for old, new in RETIRED_COLUMNS.items()}
+        missing = [k for k in REQUIRED_FIELDS if k not in header and retired.get(k) not in header]
         if missing:
             raise ManifestError(f"{path}, line 1: header lacks column(s) {', '.join(missing)}")
         for row in reader:
@@ -246,7 +300,8 @@ def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
     rows = list(rows)
     if not rows:
         raise ManifestError(f"{path}: manifest has no rows")
-    entries = [entry_from_mapping(row, base=path.parent, line=lineno, where=str(path))
+    _warn_retired(retired_columns(row for _, row in rows), str(path))
+    entries = [entry_from_mapping(row, base=path.parent, line=lineno, where=str(path), warn=False)
                for lineno, row in rows]
     explicit = [not _blank(row.get("clip_id")) if isinstance(row, dict) else True
                 for _, row in rows]

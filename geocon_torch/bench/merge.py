@@ -6,9 +6,10 @@ A leaderboard scored without a server runs one job per node, each into its own S
 * a ``results`` row is keyed by (content hash, config hash): a key OUT lacks is copied as it
   was stored; a key OUT holds with the same result is left alone; a key with a *different*
   result is a conflict: OUT keeps its row and the conflict lists every differing field with
-  both values. Results are compared without the fields that legitimately differ between
-  nodes: ``timing_s``, ``path`` (mount points) and ``clip`` (the id the bytes were first
-  scored under);
+  both values. Results are compared in the current result schema (an older row is read through
+  :func:`~geocon_torch.result.migrate_result`, so a 2.x and a 3.x row of the same scores are the
+  same) without the fields that legitimately differ between nodes: ``timing_s``, ``path``
+  (mount points) and ``clip`` (the id the bytes were first scored under);
 * a ``clips`` row is keyed by (clip_id, config hash): copied when new, a conflict when OUT's row
   points at other bytes.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ..errors import InputError
+from ..result import migrate_result
 from .store import ResultStore, is_server_url
 
 VOLATILE_FIELDS = ("timing_s", "path", "clip")
@@ -49,8 +51,8 @@ class MergeReport:
 
 
 def comparable(result_json: str) -> Dict[str, Any]:
-    """A stored result without :data:`VOLATILE_FIELDS`."""
-    res = json.loads(result_json)
+    """A stored result in the current schema, without :data:`VOLATILE_FIELDS`."""
+    res = migrate_result(json.loads(result_json))
     return {k: v for k, v in res.items() if k not in VOLATILE_FIELDS}
 
 

@@ -86,7 +86,8 @@ def error_result(entry: ManifestEntry, config: GeoConConfig, reason: str,
 
 
 def _clip_row(entry: ManifestEntry) -> Dict[str, Any]:
-    return {"clip_id": entry.clip_id, "model": entry.model, "model_version": entry.model_version,
+    return {"clip_id": entry.clip_id, "generator": entry.generator,
+            "generator_version": entry.generator_version,
             "prompt_category": entry.prompt_category, "prompt": entry.prompt, "seed": entry.seed,
             "scene": entry.scene, "path": entry.path, "entry": entry.to_dict()}
 

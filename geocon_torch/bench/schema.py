@@ -1,6 +1,6 @@
-"""Validation of result rows (``ClipResult.to_dict()``, schema "2.x"; "1.x" rows are still
-accepted and read through :func:`geocon_torch.result.migrate_result`) when they are stored or
-loaded. The schema itself is documented in the README section "Result schema"."""
+"""Validation of result rows (``ClipResult.to_dict()``, schema "3.x"; "1.x" and "2.x" rows are
+still accepted and read through :func:`geocon_torch.result.migrate_result`) when they are stored
+or loaded. The schema itself is documented in the README section "Result schema"."""
 from __future__ import annotations
 
 import math
@@ -9,8 +9,9 @@ from typing import Any, Dict, List
 from ..errors import GeoConError
 from ..result import STATUSES as RESULT_STATUSES
 
-SCHEMA_MAJOR = "2"  # the schema written today
-READABLE_MAJORS = ("1", "2")  # 1.x: one ``category`` field, migrated on read
+SCHEMA_MAJOR = "3"  # the schema written today
+#: 1.x: one ``category`` field; 1.x / 2.x: ``epipolar.path`` (the implementation); migrated on read
+READABLE_MAJORS = ("1", "2", "3")
 STATUSES = RESULT_STATUSES  # the one list (geocon_torch.result.STATUSES)
 SECTIONS = ("gate", "background", "foreground", "epipolar")
 
@@ -38,7 +39,7 @@ def result_problems(result: Any) -> List[str]:
     version = result.get("schema_version")
     if not isinstance(version, str) or version.split(".")[0] not in READABLE_MAJORS:
         problems.append(f"schema_version must be '{SCHEMA_MAJOR}.x' (or the older "
-                        f"'1.x'), got {version!r}")
+                        f"'1.x' / '2.x'), got {version!r}")
     if not isinstance(result.get("clip"), str):
         problems.append("clip must be a string")
     status = result.get("status")

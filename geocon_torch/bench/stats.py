@@ -5,7 +5,7 @@ metrics are the flat columns of :func:`geocon_torch.bench.flatten_row` ("ir", "g
 "adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a finite metric
 enter a statistic; everything reports how many clips and scenes it used.
 
-Scene balance (sec. 4.4): within a group (model, prompt_category) every scene —
+Scene balance (sec. 4.4): within a group (generator, prompt_category) every scene —
 (prompt_category, prompt, seed), or the clip itself when the seed is unknown — contributes ONE
 value (the median, or for mean statistics the mean, of its clips, i.e. regenerations), then the
 statistic is taken over scenes. ``prompt_category`` is the prompt family the clip was generated
@@ -22,8 +22,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from .._checks import retired_name
 from ..categories import expected_regime
-from .manifest import scene_key
+from .manifest import RETIRED_COLUMNS, scene_key
 from .store import flatten_row
 from ..errors import InputError
 
@@ -129,14 +130,22 @@ def scene_values(rows: Iterable[Dict[str, Any]], metric: str, *, reduce: str = "
 
 
 def _group(flat: List[Dict[str, Any]], by: Sequence[str]) -> Dict[Tuple, List[Dict[str, Any]]]:
+    """Rows grouped by the values of the ``by`` columns (missing: "-"). A retired column name
+    (``model``: the generator) still groups by its column now, with a DeprecationWarning."""
+    cols = []
+    for k in by:
+        if k in RETIRED_COLUMNS:
+            retired_name(f"grouping by {k!r}", repr(RETIRED_COLUMNS[k]), stacklevel=4)
+        cols.append(RETIRED_COLUMNS.get(k, k))
     groups: Dict[Tuple, List[Dict[str, Any]]] = defaultdict(list)
     for r in flat:
-        groups[tuple(str(r.get(k)) if r.get(k) is not None else "-" for k in by)].append(r)
+        groups[tuple(str(r.get(k)) if r.get(k) is not None else "-" for k in cols)].append(r)
     return dict(sorted(groups.items()))
 
 
 def scene_balanced(rows: Iterable[Dict[str, Any]], metric: str, *,
-                   by: Sequence[str] = ("model", "prompt_category"), statistic: str = "median",
+                   by: Sequence[str] = ("generator", "prompt_category"),
+                   statistic: str = "median",
                    n_boot: int = 10_000, seed: int = 0) -> List[Dict[str, Any]]:
     """Scene-balanced ``statistic`` of ``metric`` per group with its bootstrap CI (sec. 4.4).
 
@@ -153,7 +162,7 @@ def scene_balanced(rows: Iterable[Dict[str, Any]], metric: str, *,
     return out
 
 
-def status_counts(rows: Iterable[Dict[str, Any]], by: Sequence[str] = ("model",)
+def status_counts(rows: Iterable[Dict[str, Any]], by: Sequence[str] = ("generator",)
                   ) -> List[Dict[str, Any]]:
     """Counts of ok / not_applicable / error per group (nothing is silently dropped)."""
     out = []
@@ -164,13 +173,14 @@ def status_counts(rows: Iterable[Dict[str, Any]], by: Sequence[str] = ("model",)
     return out
 
 
-def _per_model(rows: Iterable[Dict[str, Any]], columns: Sequence[Tuple[str, str, float]],
-               statistic: str, n_boot: int, seed: int) -> List[Dict[str, Any]]:
-    """Per model, per ``(column, metric, scale)``: the scene-balanced ``statistic`` of the metric
-    with its bootstrap CI (``column``, ``_lo``, ``_hi``, times ``scale``) and ``_scenes``."""
+def _per_generator(rows: Iterable[Dict[str, Any]], columns: Sequence[Tuple[str, str, float]],
+                   statistic: str, n_boot: int, seed: int) -> List[Dict[str, Any]]:
+    """Per generator, per ``(column, metric, scale)``: the scene-balanced ``statistic`` of the
+    metric with its bootstrap CI (``column``, ``_lo``, ``_hi``, times ``scale``) and
+    ``_scenes``."""
     out = []
-    for (model,), members in _group(_flat(rows), ("model",)).items():
-        rec: Dict[str, Any] = {"model": model}
+    for (generator,), members in _group(_flat(rows), ("generator",)).items():
+        rec: Dict[str, Any] = {"generator": generator}
         for col, metric, scale in columns:
             sv = scene_values(members, metric, reduce=statistic)
             est = bootstrap_ci(list(sv.values()), statistic=statistic, n_boot=n_boot, seed=seed)
@@ -183,10 +193,10 @@ def _per_model(rows: Iterable[Dict[str, Any]], columns: Sequence[Tuple[str, str,
 
 def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: int = 10_000,
            seed: int = 0) -> List[Dict[str, Any]]:
-    """Table-1 style summary per model: IR (%), GE (px), AdaDFRC (clip mean over objects) as
+    """Table-1 style summary per generator: IR (%), GE (px), AdaDFRC (clip mean over objects) as
     scene-balanced ``statistic`` over all prompt categories (the paper's table uses means), with
     CIs and the number of scenes behind each column."""
-    return _per_model(rows, (("ir_pct", "ir", 100.0), ("ge_px", "ge_px", 1.0),
+    return _per_generator(rows, (("ir_pct", "ir", 100.0), ("ge_px", "ge_px", 1.0),
                              ("adadfrc", "adadfrc_mean", 1.0)), statistic, n_boot, seed)
 
 
@@ -195,9 +205,10 @@ EPIPOLAR_TRIO = ("epipolar_error", "epipolar_inlier_rate", "feature_match_covera
 
 def epipolar_trio(rows: Iterable[Dict[str, Any]], *, statistic: str = "median",
                   n_boot: int = 10_000, seed: int = 0) -> List[Dict[str, Any]]:
-    """Per model: scene-balanced epipolar_error (px), epipolar_inlier_rate and
+    """Per generator: scene-balanced epipolar_error (px), epipolar_inlier_rate and
     feature_match_coverage with CIs (the WorldAtlas / GVGC trio)."""
-    return _per_model(rows, tuple((m, m, 1.0) for m in EPIPOLAR_TRIO), statistic, n_boot, seed)
+    return _per_generator(rows, tuple((m, m, 1.0) for m in EPIPOLAR_TRIO), statistic, n_boot,
+                          seed)
 
 
 # --- gate calibration (sec. 6.2, appendix B) -------------------------------------------------
@@ -302,7 +313,7 @@ def balanced_accuracy_bootstrap(t: Sequence[float], is_f: Sequence[bool],
 def report_gate_sensitivity(rows: Iterable[Dict[str, Any]], *,
                             ir_thresholds: Sequence[float] = (0.90, 0.93, 0.95, 0.97, 0.99),
                             ge_thresholds: Sequence[float] = (1.0, 2.0, 3.5, 5.0, 8.0),
-                            by: Sequence[str] = ("model",)) -> List[Dict[str, Any]]:
+                            by: Sequence[str] = ("generator",)) -> List[Dict[str, Any]]:
     """Threshold-score sensitivity of the report gate (IR >= a and GE <= d): per group the
     pass fraction on the (A, D) grid with Wilson CIs, ``pass`` / ``lo`` / ``hi`` as (A, D)
     nested lists, over ok clips having both IR and GE."""
@@ -323,7 +334,7 @@ def report_gate_sensitivity(rows: Iterable[Dict[str, Any]], *,
 
 
 def inlier_threshold_sensitivity(rows: Iterable[Dict[str, Any]], *,
-                                 by: Sequence[str] = ("model",)) -> List[Dict[str, Any]]:
+                                 by: Sequence[str] = ("generator",)) -> List[Dict[str, Any]]:
     """Threshold-score scans over the inlier thresholds (tau_H, tau_F) stored by the pipeline
     in ``background.sensitivity`` ({"tau_h": [...], "ir_h": [...], "ge_h_px": [...],
     "tau_f": [...], "ir_f": [...], "ge_f_px": [...]}; null entries for unfit thresholds):
@@ -363,7 +374,7 @@ def inlier_threshold_sensitivity(rows: Iterable[Dict[str, Any]], *,
 
 def percentile_aligned(rows: Iterable[Dict[str, Any]], *, x: str = "ir", y: str = "ge_px",
                        percentiles: Sequence[float] = (10, 25, 50, 75, 90), band: float = 10.0,
-                       by: Sequence[str] = ("model",)) -> List[Dict[str, Any]]:
+                       by: Sequence[str] = ("generator",)) -> List[Dict[str, Any]]:
     """Percentile-aligned summaries: for each percentile q of ``x`` within a group, the value
     ``x_q`` and the median of ``y`` over clips whose ``x`` lies between the (q - band) and
     (q + band) percentiles ("GE at matched IR percentiles"), so groups are compared at the same
@@ -396,7 +407,7 @@ def percentile_aligned(rows: Iterable[Dict[str, Any]], *, x: str = "ir", y: str 
 
 # --- dynamics (sec. 6.6) --------------------------------------------------------------------
 def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One record per foreground object of ok clips: model, prompt_category, clip_id, object
+    """One record per foreground object of ok clips: generator, prompt_category, clip_id, object
     id, adap90, adadfrc_mean and the clip's background pass flag."""
     out = []
     for r in _flat(rows):
@@ -405,7 +416,7 @@ def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
         fg = (r.get("_result") or {}).get("foreground") or {}
         for o in fg.get("objects") or []:
             if isinstance(o, dict) and isinstance(o.get("adap90"), (int, float)):
-                out.append({"model": r.get("model"),
+                out.append({"generator": r.get("generator"),
                             "prompt_category": r.get("prompt_category"),
                             "clip_id": r.get("clip_id"), "object": o.get("id"),
                             "adap90": float(o["adap90"]),
@@ -415,8 +426,8 @@ def object_table(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def adap90_anomalies(rows: Iterable[Dict[str, Any]], *, quantile: float = 0.8,
-                     by: Sequence[str] = ("model", "prompt_category")) -> Dict[str, Any]:
-    """AdaP90 (eq. 17) audit: per (model, prompt category) the P80 threshold of object AdaP90,
+                     by: Sequence[str] = ("generator", "prompt_category")) -> Dict[str, Any]:
+    """AdaP90 (eq. 17) audit: per (generator, prompt category) the P80 threshold of object AdaP90,
     the anomaly rate (objects above it; ~20% by construction, descriptive only) with a Wilson
     CI, median, P90 and max, plus the rate of "dynamic anomaly & background good" clips
     (an object above its group's P80 while the background passes the report gate)."""

@@ -5,9 +5,10 @@ Two tables (a view ``leaderboard`` joins them), the same on both back ends:
 * ``results(content_hash, config_hash, status, reason, result_json, ...)`` — one scored video
   per configuration. The primary key makes inserts idempotent: the same bytes under the same
   config are never scored twice, whatever their clip_id.
-* ``clips(clip_id, config_hash, content_hash, model, prompt_category, prompt, seed, scene, path,
-  ...)`` — the manifest row that points at a result (two clip_ids with identical bytes share a
-  result); ``prompt_category`` is the manifest's prompt family (C1-C6 or a free label).
+* ``clips(clip_id, config_hash, content_hash, generator, generator_version, prompt_category,
+  prompt, seed, scene, path, ...)`` — the manifest row that points at a result (two clip_ids
+  with identical bytes share a result); ``generator`` is the video generator that made the clip,
+  ``prompt_category`` the manifest's prompt family (C1-C6 or a free label).
 
 ``ResultStore(db)`` opens the back end ``db`` names: a file path is a :class:`SQLiteStore` (the
 embedded default); a ``postgresql://`` / ``postgres://`` URL or a libpq ``service=NAME`` /
@@ -16,11 +17,13 @@ query and write below is shared; a back end only supplies its connection, transa
 placeholders and retry rule, so every reader (report, exports, preference pairs, statistics)
 works on either.
 
-Store formats (``meta.store_format``): "1" named the prompt family ``clips.category``; "2" names
-it ``prompt_category``. Opening a format-1 store migrates it in place (one transaction: the
-column is renamed, the view rebuilt); a newer format is refused. Result rows keep the JSON they
-were written with and are read through :func:`geocon_torch.result.migrate_result`, so 1.x rows
-come back in schema 2.
+Store formats (``meta.store_format``): "1" named the prompt family ``clips.category``; "2" named
+it ``prompt_category`` and the generator ``clips.model`` / ``model_version``; "3" names the
+generator ``generator`` / ``generator_version`` (docs/GLOSSARY.md: "model" is a geometric model
+only). Opening a format-1 or format-2 store migrates it in place (one transaction: the columns
+are renamed, the view rebuilt); a newer format is refused. Result rows keep the JSON they were
+written with and are read through :func:`geocon_torch.result.migrate_result`, so 1.x and 2.x
+rows come back in the current result schema (3).
 
 SQLite concurrency: the database runs in WAL mode with a busy timeout; every write is one short
 ``BEGIN IMMEDIATE`` transaction (clip row + result row together, so a kill never leaves half a
@@ -42,13 +45,19 @@ from pathlib import Path
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
                     Union)
 
+from .._checks import retired_name
 from ..errors import GeoConError, InputError, OptionalDependencyError
 from ..result import migrate_result
 from .ids import derive_clip_ids
-from .manifest import scene_key
+from .manifest import RETIRED_COLUMNS, scene_key
 from .schema import ResultSchemaError, check_result, result_problems
 
-STORE_FORMAT = "2"  # "1": clips.category; "2": clips.prompt_category (format 1 is migrated)
+#: "1": clips.category, clips.model; "2": clips.prompt_category, clips.model; "3":
+#: clips.prompt_category, clips.generator (formats 1 and 2 are migrated on open)
+STORE_FORMAT = "3"
+#: the column renames that bring a store of format k up to format k + 1
+_MIGRATIONS = {"1": (("category", "prompt_category"),),
+               "2": tuple(RETIRED_COLUMNS.items())}
 
 # {real} / {bigint}: the back end's 8-byte float and integer types
 _TABLES = """
@@ -68,8 +77,8 @@ CREATE TABLE IF NOT EXISTS clips (
     clip_id TEXT NOT NULL,
     config_hash TEXT NOT NULL,
     content_hash TEXT NOT NULL,
-    model TEXT,
-    model_version TEXT,
+    generator TEXT,
+    generator_version TEXT,
     prompt_category TEXT,
     prompt TEXT,
     seed {bigint},
@@ -83,19 +92,19 @@ CREATE INDEX IF NOT EXISTS clips_by_result ON clips (content_hash, config_hash);
 """
 
 _VIEW_BODY = """leaderboard AS
-    SELECT c.clip_id, c.model, c.model_version, c.prompt_category, c.prompt, c.seed, c.scene,
-           c.path, c.entry_json, r.status, r.reason, r.content_hash, r.config_hash,
+    SELECT c.clip_id, c.generator, c.generator_version, c.prompt_category, c.prompt, c.seed,
+           c.scene, c.path, c.entry_json, r.status, r.reason, r.content_hash, r.config_hash,
            r.schema_version, r.version, r.result_json
     FROM clips c JOIN results r
       ON r.content_hash = c.content_hash AND r.config_hash = c.config_hash
 """
 
-CLIP_COLUMNS = ("clip_id", "model", "model_version", "prompt_category", "prompt", "seed", "scene",
-                "path")
+CLIP_COLUMNS = ("clip_id", "generator", "generator_version", "prompt_category", "prompt", "seed",
+                "scene", "path")
 # raw rows as stored (what geocon merge copies between stores)
 RESULT_FIELDS = ("content_hash", "config_hash", "status", "reason", "schema_version", "version",
                  "result_json", "created_at")
-CLIP_FIELDS = ("clip_id", "config_hash", "content_hash", "model", "model_version",
+CLIP_FIELDS = ("clip_id", "config_hash", "content_hash", "generator", "generator_version",
                "prompt_category", "prompt", "seed", "scene", "path", "entry_json", "updated_at")
 _INSERT_RESULT = (f"INSERT INTO results ({', '.join(RESULT_FIELDS)}) VALUES "
                   f"({', '.join('?' * len(RESULT_FIELDS))})")
@@ -178,15 +187,19 @@ class ResultStore:
         self._execute(self._create_view + _VIEW_BODY)
 
     def _check_format(self) -> None:
-        """Stamp a new store with :data:`STORE_FORMAT`, migrate a format-1 store, refuse others
-        (inside the open schema transaction)."""
+        """Stamp a new store with :data:`STORE_FORMAT`, migrate an older one (the column
+        renames of :data:`_MIGRATIONS`, format by format), refuse a newer one (inside the open
+        schema transaction)."""
         rows = self._execute("SELECT value FROM meta WHERE key='store_format'")
         if not rows:
             self._execute("INSERT INTO meta VALUES ('store_format', ?)", (STORE_FORMAT,))
-        elif rows[0][0] == "1":
-            # format 1 held the manifest's prompt family in clips.category
+        elif rows[0][0] in _MIGRATIONS:
             self._execute("DROP VIEW IF EXISTS leaderboard")
-            self._execute("ALTER TABLE clips RENAME COLUMN category TO prompt_category")
+            fmt = rows[0][0]
+            while fmt != STORE_FORMAT:
+                for old, new in _MIGRATIONS[fmt]:
+                    self._execute(f"ALTER TABLE clips RENAME COLUMN {old} TO {new}")
+                fmt = str(int(fmt) + 1)
             self._execute("UPDATE meta SET value=? WHERE key='store_format'", (STORE_FORMAT,))
         elif rows[0][0] != STORE_FORMAT:
             raise StoreError(f"{self.name}: store format {rows[0][0]} is newer than this "
@@ -272,6 +285,7 @@ class ResultStore:
         if "category" in clip:
             raise InputError("clip rows name the manifest's prompt family 'prompt_category' "
                              "(the store's 'category' column was renamed)")
+        clip = _renamed_clip(clip)
         now = time.time()
         stmts: List[Statement] = []
         if result is not None:
@@ -293,10 +307,12 @@ class ResultStore:
         """Record a clip row and (if given) its result in ONE transaction.
 
         ``clip`` holds the CLIP_COLUMNS (clip_id required) and optionally ``entry`` (the whole
-        manifest row, stored as JSON). With ``result=None`` only the clip row is (re)linked to an
-        existing result. Re-putting the same key is a no-op unless ``replace`` (used to retry
-        error rows). A 1.x result is stored migrated to the current schema. ``also``: more
-        statements committed in the same transaction (the work queue's "done" mark).
+        manifest row, stored as JSON); the retired keys ``model`` / ``model_version`` still
+        name the generator (DeprecationWarning). With ``result=None`` only the clip row is
+        (re)linked to an existing result. Re-putting the same key is a no-op unless ``replace``
+        (used to retry error rows). A 1.x or 2.x result is stored migrated to the current
+        schema. ``also``: more statements committed in the same transaction (the work queue's
+        "done" mark).
         """
         self._write(self.put_statements(clip, content_hash, config_hash, result,
                                         replace=replace) + list(also))
@@ -318,6 +334,22 @@ class ResultStore:
     def export_parquet(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
         """Flat Parquet table (needs the optional pyarrow: pip install geocon_torch[parquet])."""
         return write_parquet(path, [flatten_row(r) for r in self.rows(config_hash)])
+
+
+def _renamed_clip(clip: Dict[str, Any]) -> Dict[str, Any]:
+    """A clip row with the retired keys (``model``, ``model_version``) under their names now
+    (DeprecationWarning); a retired and a current key that disagree are an InputError."""
+    out = dict(clip)
+    for old, new in RETIRED_COLUMNS.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        retired_name(f"clip row key {old!r}", repr(new), stacklevel=5)
+        if out.get(new) is not None and out[new] != value:
+            raise InputError(f"clip row: {new} {out[new]!r} and {old} {value!r} disagree "
+                             f"({old} is the retired name of {new})")
+        out[new] = value
+    return out
 
 
 class SQLiteStore(ResultStore):
@@ -394,7 +426,7 @@ def _num(x: Any) -> Optional[float]:
 
 
 FLAT_COLUMNS = (
-    "clip_id", "model", "model_version", "prompt_category", "behaviour", "prompt", "seed",
+    "clip_id", "generator", "generator_version", "prompt_category", "behaviour", "prompt", "seed",
     "scene", "status", "reason", "regime", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px",
     "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic", "gate_decision",
     "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error", "epipolar_error_score",
@@ -475,17 +507,26 @@ def write_parquet(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> 
     return Path(path)
 
 
-def _jsonl_row(res: Dict[str, Any]) -> Dict[str, Any]:
+def _jsonl_row(res: Dict[str, Any], retired: Optional[set] = None) -> Dict[str, Any]:
     """A joined row from one (validated, migrated) JSONL result: clip metadata from the object
-    itself or its ``meta`` dict (``model`` defaults to "-", the scene to the clip)."""
+    itself or its ``meta`` dict (``generator`` defaults to "-", the scene to the clip). The
+    retired keys ``model`` / ``model_version`` are read when the current ones are absent (and
+    added to ``retired``, for the caller's DeprecationWarning)."""
     meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
     get = lambda k, d=None: res.get(k, meta.get(k, d))  # noqa: E731
+    names = {}
+    for old, new in RETIRED_COLUMNS.items():
+        names[new] = get(new)
+        if names[new] is None and get(old) is not None:
+            names[new] = get(old)
+            if retired is not None:
+                retired.add(old)
     clip_id = str(get("clip_id", res.get("clip")))
     seed = get("seed")
     prompt_category = res.get("prompt_category") or meta.get("prompt_category")
     return {
-        "clip_id": clip_id, "model": get("model", "-"),
-        "model_version": get("model_version"), "prompt_category": prompt_category,
+        "clip_id": clip_id, "generator": "-" if names["generator"] is None else names["generator"],
+        "generator_version": names["generator_version"], "prompt_category": prompt_category,
         "prompt": get("prompt"), "seed": seed,
         "scene": scene_key(prompt_category, get("prompt"), seed, clip_id),
         "path": res.get("path"), "status": res.get("status"),
@@ -520,6 +561,7 @@ def _unique_jsonl_ids(rows: List[Tuple[int, Dict[str, Any]]], path: Path) -> Non
 
 def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool) -> List[Dict[str, Any]]:
     rows: List[Tuple[int, Dict[str, Any]]] = []
+    retired: set = set()
     with path.open(encoding="utf-8") as fh:
         for lineno, text in enumerate(fh, 1):
             if not text.strip():
@@ -534,7 +576,9 @@ def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool) -> List[
                 raise ResultSchemaError(f"{path}, line {lineno}: " + "; ".join(problems))
             if config_hash is not None and res.get("config_hash") != config_hash:
                 continue
-            rows.append((lineno, _jsonl_row(migrate_result(res))))
+            rows.append((lineno, _jsonl_row(migrate_result(res), retired)))
+    for old in sorted(retired):
+        retired_name(f"{path}: result key {old!r}", repr(RETIRED_COLUMNS[old]), stacklevel=4)
     _unique_jsonl_ids(rows, path)
     return [row for _, row in rows]
 
@@ -544,10 +588,11 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
     """Joined rows from a result store (SQLite file or PostgreSQL URL) or a JSON-lines file.
 
     JSONL lines are ``ClipResult.to_dict()`` objects (as written by ``geocon score --json``);
-    their clip metadata (model, prompt_category, prompt, seed) is read from the same object
-    when present (``model`` defaults to "-", the scene to the clip). With ``validate`` every
-    row is checked against the result schema (:class:`ResultSchemaError` names the line).
-    Results of schema 1.x come back migrated to the current schema
+    their clip metadata (generator, generator_version, prompt_category, prompt, seed) is read
+    from the same object or its ``meta`` dict when present (``generator`` defaults to "-", the
+    scene to the clip; the retired ``model`` key is read too, with a DeprecationWarning). With
+    ``validate`` every row is checked against the result schema (:class:`ResultSchemaError`
+    names the line). Results of schema 1.x and 2.x come back migrated to the current schema
     (:func:`geocon_torch.result.migrate_result`).
     """
     if not is_server_url(source):

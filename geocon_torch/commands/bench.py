@@ -8,9 +8,10 @@ Examples:
       -m geocon_torch.cli bench manifest.csv --db postgresql://geocon@dbhost/leaderboard
   geocon bench --db results.sqlite --export-parquet table.parquet     (export only)
 
-Manifest (CSV with a header, or JSONL): path, model (required), clip_id, prompt,
-model_version, seed, resolution (WxH), fps, duration, masks_path, poses_path, category (the
-prompt family C1..C6 or a free label; a prompt_category column is read too).
+Manifest (CSV with a header, or JSONL): path, generator (required: the video generator),
+clip_id, prompt, generator_version, seed, resolution (WxH), fps, duration, masks_path,
+poses_path, category (the prompt family C1..C6 or a free label; a prompt_category column is read
+too). The retired column names model / model_version are still read (with a warning).
 Relative paths are relative to the manifest. A blank clip_id is derived from the path: the
 stem, or the shortest unique path suffix (cogvideox/3, sora/3); duplicated ids are an error.
 User errors (bad manifest, missing file, bad option) are one line on stderr, exit status 2.

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         res = score_clips([str(video)], masks=[str(masks) if masks else None], config=cfg,
                           device=args.device)[0].to_dict()
         res["prompt_category"] = cat  # the scene's prompt family; res["behaviour"] is measured
-        res["meta"] = {"model": "grounded", "expected": expect,
+        res["meta"] = {"generator": "grounded", "expected": expect,
                        "masks_path": str(masks) if masks else None}
         results.append(res)
         truth.append(expect)

@@ -112,14 +112,15 @@ def gvgc_summary(records: List[Dict[str, Any]], config: EpipolarConfig,
     return section
 
 
-def too_short(clip: Clip, config: EpipolarConfig, path: str) -> Optional[Dict[str, Any]]:
+def too_short(clip: Clip, config: EpipolarConfig, implementation: str
+              ) -> Optional[Dict[str, Any]]:
     """The not_applicable section of a clip shorter than ``gvgc.min_frames``, else None."""
     need = int(config.gvgc.min_frames)
     if clip.num_frames >= need:
         return None
-    return {"preset": "gvgc", "path": path, "frames": clip.num_frames, "pairs": 0,
-            "valid_pairs": 0, "per_interval": {}, "per_pair": [], "fallback_used": False,
-            "method": None, "status": "not_applicable",
+    return {"preset": "gvgc", "implementation": implementation, "frames": clip.num_frames,
+            "pairs": 0, "valid_pairs": 0, "per_interval": {}, "per_pair": [],
+            "fallback_used": False, "method": None, "status": "not_applicable",
             "reason": (f"gvgc preset needs at least {need} frames (pairs up to "
                        f"{max(config.gvgc.intervals)} frames apart over frames 0..{need - 1}); "
                        f"clip has {clip.num_frames}")}
@@ -146,7 +147,7 @@ def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
     if short is not None:
         return short
     rows = gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals)
-    info = {"path": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
+    info = {"implementation": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
             "analysis_size": [int(v) for v in config.gvgc.size]}
     with opencv_state(config.opencv_threads, config.seed):
         sift = cv2.SIFT_create(int(config.gvgc.sift_features))
@@ -248,7 +249,7 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
                                       config))
     host = [t.cpu().numpy() for t in (corr.num_kp1, corr.num_kp2, matches)] + [
         torch.cat([s[i] for s in stats]).cpu().numpy() for i in range(5)]
-    info = {"path": "torch", "features": features,
+    info = {"implementation": "torch", "features": features,
             "analysis_size": [int(v) for v in config.gvgc.size]}
     for b, k in enumerate(todo):
         records = []

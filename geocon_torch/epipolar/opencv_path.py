@@ -199,7 +199,7 @@ def opencv_sections(clips: Sequence[Clip], config: EpipolarConfig,
     optional per-clip (P, 2) pairs replacing the protocol's pair selection."""
     pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k])
              for k, c in enumerate(clips)]
-    infos = [clip_info(clip, pr, config, path="opencv", features="opencv-sift")
+    infos = [clip_info(clip, pr, config, implementation="opencv", features="opencv-sift")
              for clip, pr in zip(clips, pairs)]
     with opencv_state(config.opencv_threads, config.seed):
         states = {k: _ClipState(c, p, config) for k, (c, p) in enumerate(zip(clips, pairs))

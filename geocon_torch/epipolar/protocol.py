@@ -417,8 +417,9 @@ def run_protocol(measure: MeasureFn, clip_pairs: Sequence[np.ndarray], config: E
             passed to the next stage.
         clip_pairs: per clip the (P, 2) pairs (``io.pairs.worldatlas_pairs``); clips with P = 0
             are not measured and come back not_applicable.
-        infos: per clip extra keys of the section (path, ``analysis_size`` (H, W) -- needed by
-            the fallback stages' NFA check --, features, reason for an empty pair list, ...).
+        infos: per clip extra keys of the section (implementation, ``analysis_size`` (H, W) --
+            needed by the fallback stages' NFA check --, features, reason for an empty pair
+            list, ...).
     """
     trails: List[List[Attempt]] = [[] for _ in clip_pairs]
     pending = [k for k, p in enumerate(clip_pairs) if len(p) > 0]
@@ -439,8 +440,9 @@ def run_protocol(measure: MeasureFn, clip_pairs: Sequence[np.ndarray], config: E
 
 def clip_info(clip: Any, pairs: np.ndarray, config: EpipolarConfig, **keys: Any
               ) -> Dict[str, Any]:
-    """The per-clip keys a path adds to the section: ``keys`` (path, features, ...), the
-    ``analysis_size`` [H, W], ``frames``, and the ``reason`` when the clip has no pair."""
+    """The per-clip keys an implementation adds to the section: ``keys`` (implementation,
+    features, ...), the ``analysis_size`` [H, W], ``frames``, and the ``reason`` when the clip
+    has no pair."""
     h, w = analysis_size(*clip.size, int(config.max_width))
     info = dict(keys, analysis_size=[h, w], frames=clip.num_frames)
     if len(pairs) == 0:

@@ -270,7 +270,7 @@ def torch_sections(clips: Sequence[Clip], config: EpipolarConfig,
     name = resolve_features(config, device, features)
     pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k])
              for k, c in enumerate(clips)]
-    infos = [clip_info(clip, pr, config, path="torch", features=name, device=str(device))
+    infos = [clip_info(clip, pr, config, implementation="torch", features=name, device=str(device))
              for clip, pr in zip(clips, pairs)]
     batch = _Batch(clips, pairs, config, device, name)
     return run_protocol(lambda stage, ids: measure_batch(batch, stage, ids), pairs, config, infos)

@@ -11,7 +11,7 @@ Algorithm (one implementation for H and F; the function of each stage in bracket
    with ``scores`` the first rounds draw from the top-ranked 25 %, then 50 %, then all points.
    Degenerate samples (collinear / duplicated points, singular systems) are rejected. The
    7-point solver yields up to 3 models per sample, so a round has P x K (H) or P x 3K (F)
-   candidates with a validity mask (``_sample_hypotheses``). They are scored in batched
+   candidates with a validity mask (``_sample_hypotheses``). Their costs are computed in batched
    GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
    pixels): first on 32 random valid points per pair (all of them when it has <= 32;
    ``_preverify``), then the best 2 per pair (per batch_size samples) on all points
@@ -35,7 +35,7 @@ same seed gives the same result, and pair p of a batch equals a single-pair call
 ``seed + p`` (also across devices, up to floating-point ties).
 
 Padding invariance: a pair's Fit (model, inliers on its valid entries, residuals, iterations,
-num_inliers, valid, score) depends only on its valid points (in order), its scores and its
+num_inliers, valid, cost) depends only on its valid points (in order), its scores and its
 key, bit for bit (verified on CPU): not on the padded width N, on where its masked entries sit
 or what they hold, nor on the other pairs of the batch. Every random choice is drawn in
 [0, n_valid) from the pair's own key, every per-pair switch (pre-check and LO subsets) is
@@ -69,8 +69,8 @@ from .sampling import (draw_with_replacement, draw_without_replacement, has_coll
 
 H_RESIDUALS = ("symmetric", "forward")
 F_RESIDUALS = ("sampson_normalized", "sampson", "epipolar_max")
-_PREVERIFY_POINTS = 32  # hypotheses are first scored on this many random valid points ...
-_PREVERIFY_KEEP = 2  # ... and only each pair's best few per round are scored on all points
+_PREVERIFY_POINTS = 32  # hypotheses are first evaluated on this many random valid points ...
+_PREVERIFY_KEEP = 2  # ... and only each pair's best few per round are evaluated on all points
 _STEADY_ROUNDS = 4  # rounds of batch_size samples; later rounds (stragglers) grow ...
 _ROUND_GROWTH = 8  # ... by 2x per round up to this factor (fewer rounds for hard pairs)
 _LO_MARGIN = 1.25  # round winners within this cost factor of the best are optimised too
@@ -263,7 +263,7 @@ def _local_optimization(problem: _Problem, ctx: _Context, model: torch.Tensor, t
     ``robust``: Tukey weights whose cutoff shrinks from 3 t to 1.5 t over the iterations (the
     wide start lets a refit escape a slightly wrong hypothesis); else plain least squares on the
     inliers. For F the weights are divided by the squared gradient norm (Sampson LS). Every
-    iterate is scored and the best one (the input included) is returned, so the cost never
+    iterate is evaluated and the best one (the input included) is returned, so the cost never
     increases. Returns (model, cost, ninl, rsq (A, N)).
     """
     rsq, gw = problem.lo_residual(model.unsqueeze(1), ctx)
@@ -409,7 +409,7 @@ class _Search:
     best_model: torch.Tensor  # normalised frame
     best_cost: torch.Tensor
     best_ninl: torch.Tensor
-    found: torch.Tensor  # a non-degenerate hypothesis was scored
+    found: torch.Tensor  # a non-degenerate hypothesis was evaluated
     iters: torch.Tensor  # minimal samples drawn
     rounds: torch.Tensor
     active: torch.Tensor
@@ -492,12 +492,12 @@ def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.
 
 
 def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Context]:
-    """The points hypotheses are pre-scored on and the points in-loop LO iterates on.
+    """The points hypotheses are pre-evaluated on and the points in-loop LO iterates on.
 
-    Pre-verification: a pair with more than 32 valid points is pre-scored on 32 of them drawn
-    with replacement, a smaller one on all its points (always 32 columns, so a plain sum scores
+    Pre-verification: a pair with more than 32 valid points is pre-evaluated on 32 of them drawn
+    with replacement, a smaller one on all its points (always 32 columns, so a plain sum costs
     them). In-loop LO: 256 random valid points (with replacement) of a pair with more than 512,
-    else all its points; its result is then scored on all points. Both are decided per pair
+    else all its points; its result is then evaluated on all points. Both are decided per pair
     from its own valid count and key.
     """
     N = batch.mask.shape[1]
@@ -614,7 +614,7 @@ def _stopping_rule(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn:
 def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor,
                subsets: Tuple[_Context, _Context], r: int, prosac: bool, cfg: _Settings,
                idx: torch.Tensor) -> None:
-    """Round ``r`` for every active pair: sample, pre-verify, score, optimise the winner, keep
+    """Round ``r`` for every active pair: sample, pre-verify, evaluate, optimise the winner, keep
     the best model, apply the stopping rule. Every active pair is in round r (pairs only ever
     drop out), so the round size depends on r alone: the same for a pair alone or in a batch.
     ``idx``: the active pairs (the round's one host sync, its stop test, made by the caller)."""
@@ -673,7 +673,7 @@ def _denormalize(kind: str, batch: _Batch, model: torch.Tensor
 def _assemble_fit(problem: _Problem, batch: _Batch, st: _Search, rsq: torch.Tensor,
                   cfg: _Settings) -> Fit:
     """The Fit of the final models: inliers, residuals, validity (enough inliers, not
-    collinear, finite), score, all back in the caller's layout (padding: no inlier, 0)."""
+    collinear, finite), cost, all back in the caller's layout (padding: no inlier, 0)."""
     mask, thr2, msac = batch.mask, cfg.thr2, cfg.scoring == "msac"
     P, dt, dev = mask.shape[0], rsq.dtype, mask.device
     resid = torch.sqrt(rsq.clamp_min(0))
@@ -687,16 +687,16 @@ def _assemble_fit(problem: _Problem, batch: _Batch, st: _Search, rsq: torch.Tens
     model = torch.where(valid[:, None, None], model, fallback)
     inliers = inliers & valid.unsqueeze(-1)
     resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
-    score = padded_sum(rsq.clamp_max(thr2) * mask) if msac \
+    cost = padded_sum(rsq.clamp_max(thr2) * mask) if msac \
         else (batch.n_valid - num_inliers).to(dt)
-    score = torch.where(valid, score, batch.n_valid.to(dt) * (thr2 if msac else 1.0))
+    cost = torch.where(valid, cost, batch.n_valid.to(dt) * (thr2 if msac else 1.0))
     n_keep, pos = batch.keep_pos.shape[1], batch.keep_pos
     inliers = torch.zeros((P, batch.width_in), dtype=torch.bool, device=dev).scatter_(
         1, pos, inliers[:, :n_keep])
     resid = torch.zeros((P, batch.width_in), dtype=dt, device=dev).scatter_(
         1, pos, resid[:, :n_keep])
     return Fit(kind=problem.kind, model=model, inliers=inliers, residuals=resid, valid=valid,
-               num_inliers=num_inliers * valid, iterations=st.iters, score=score)
+               num_inliers=num_inliers * valid, iterations=st.iters, cost=cost)
 
 
 def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
@@ -746,7 +746,8 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
     Returns:
         Fit with kind "H": model (P, 3, 3) (H[2, 2] = 1; identity where invalid), inliers (P, N),
         residuals (P, N) px of ``residual`` (0 where padded / invalid), valid (P,),
-        num_inliers (P,), iterations (P,) samples drawn, score (P,) final cost.
+        num_inliers (P,), iterations (P,) samples drawn, cost (P,) final MSAC / RANSAC cost
+        (lower is better).
 
     Example: 100 points mapped exactly by H, the first 20 replaced by random outliers.
 

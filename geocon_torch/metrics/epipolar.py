@@ -13,8 +13,13 @@ come back not_applicable are counted in ``num_not_applicable`` and left out. Wit
 clip ``compute()`` warns (counts and the first reason) and returns NaN. Every state is a
 ``sum`` (or the ``cat`` reason state), so ``merge_state`` and torch.distributed sync are exact;
 ``compute()``, ``compute_score()``, ``counts()`` and ``first_reason()`` all read synced states
-(collectives under DDP: call them on every rank). ``last_sections`` (the sections of the last
-batch analysed by this object) is a local diagnostic, not a metric value.
+(collectives under DDP: call them on every rank). The states are the running sums
+``epipolar_error_sum_px`` (the geometric error, px: never to be read as a count of failures,
+which is ``num_error``), ``score_sum``, ``rate_sum``, ``coverage_sum`` and the counts
+``num_clips``, ``num_ok``, ``num_not_applicable``, ``num_error``; a state_dict saved under the
+retired state name ``error_sum`` still loads (DeprecationWarning, docs/GLOSSARY.md).
+``last_sections`` (the sections of the last batch analysed by this object) is a local
+diagnostic, not a metric value.
 
 Example::
 
@@ -31,13 +36,18 @@ import torch
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from .._checks import retired_argument
+from .._checks import retired_argument, retired_name
 from ..sections.epipolar import EpipolarConfigLike, epipolar_config
 from .functional._common import OK, VideosLike
 from .functional.epipolar import EPIPOLAR_FIELDS, _epipolar_compute, _epipolar_update
 from ._base import GeoConMetric
 
 _COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error")
+#: the running-sum state of each value (:data:`EPIPOLAR_FIELDS` key -> state name)
+SUM_STATES = {"error": "epipolar_error_sum_px", "score": "score_sum", "rate": "rate_sum",
+              "coverage": "coverage_sum"}
+#: retired state name -> its name now (docs/GLOSSARY.md): old checkpoints still load
+RETIRED_STATES = {"error_sum": "epipolar_error_sum_px"}
 
 
 class _EpipolarTrio(GeoConMetric):
@@ -56,7 +66,7 @@ class _EpipolarTrio(GeoConMetric):
     full_state_update = False
     _field = "error"
 
-    error_sum: Tensor
+    epipolar_error_sum_px: Tensor
     score_sum: Tensor
     rate_sum: Tensor
     coverage_sum: Tensor
@@ -72,9 +82,8 @@ class _EpipolarTrio(GeoConMetric):
         self.epipolar_config = epipolar_config(config)
         self.implementation = implementation
         self.features = features
-        for name in EPIPOLAR_FIELDS:
-            self.add_state(f"{name}_sum", torch.tensor(0.0, dtype=torch.float64),
-                           dist_reduce_fx="sum")
+        for state in SUM_STATES.values():
+            self.add_state(state, torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("num_ok", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("num_clips", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
@@ -88,14 +97,14 @@ class _EpipolarTrio(GeoConMetric):
                                                    self.num_clips.device)
         ok = got.status == OK
         for name, key in EPIPOLAR_FIELDS.items():
-            state = getattr(self, f"{name}_sum")
-            setattr(self, f"{name}_sum", state + got.values[key][ok].sum())
+            state = SUM_STATES[name]
+            setattr(self, state, getattr(self, state) + got.values[key][ok].sum())
         self.num_ok += int(ok.sum())
         self.num_clips += got.status.numel()
         self._record_clips(got.status, got.first_reason())
 
     def _mean(self, name: str) -> Tensor:
-        value = _epipolar_compute(getattr(self, f"{name}_sum"), self.num_ok)
+        value = _epipolar_compute(getattr(self, SUM_STATES[name]), self.num_ok)
         field = EPIPOLAR_FIELDS[name]
         self._warn_nan({field: value}, (field,), {k: getattr(self, k) for k in _COUNTS})
         return value
@@ -107,6 +116,24 @@ class _EpipolarTrio(GeoConMetric):
         """Synced 0-d int64 counts: ``num_clips``, ``num_ok``, ``num_not_applicable``,
         ``num_error`` (a collective under DDP: call it on every rank)."""
         return self._synced(lambda: {k: getattr(self, k).clone() for k in _COUNTS})
+
+    @property
+    def error_sum(self) -> Tensor:
+        """Retired name of the state ``epipolar_error_sum_px`` (docs/GLOSSARY.md)."""
+        retired_name("metric state error_sum", "epipolar_error_sum_px")
+        return self.epipolar_error_sum_px
+
+    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        """Load the states; a state saved under a retired name (:data:`RETIRED_STATES`, e.g. a
+        checkpoint written before the rename) loads into its state now, with a
+        DeprecationWarning."""
+        for old, new in RETIRED_STATES.items():
+            if prefix + old in state_dict:
+                retired_name(f"metric state {prefix}{old}", f"{prefix}{new}")
+                value = state_dict.pop(prefix + old)
+                state_dict.setdefault(prefix + new, value)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def num_applicable(self) -> Tensor:

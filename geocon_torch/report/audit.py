@@ -181,8 +181,8 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         f"none ({_fmt(fg.get('reason'))})"
     ep = res.get("epipolar") or {}
     return [
-        ("model / prompt cat.", html.escape(f"{label(row.get('model'))} / "
-                                            f"{label(row.get('prompt_category'))}")),
+        ("generator / prompt cat.", html.escape(f"{label(row.get('generator'))} / "
+                                                f"{label(row.get('prompt_category'))}")),
         ("behaviour", html.escape(label(res.get("behaviour")))),
         ("score", html.escape(score_line(res))),
         ("status", f"{_fmt(res.get('status'))}" + (f": {_fmt(res.get('reason'))}"

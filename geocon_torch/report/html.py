@@ -50,7 +50,7 @@ def _f(v: Any, digits: int = 4) -> str:
 
 
 def _l(v: Any) -> str:
-    """A label cell (model, prompt category, behaviour): "unknown" when missing."""
+    """A label cell (generator, prompt category, behaviour): "unknown" when missing."""
     return html.escape(label(v))
 
 
@@ -147,42 +147,42 @@ def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optiona
 
 
 def _leaderboard_section(page: _Page) -> str:
-    """Table-1 style leaderboard per model with status counts, then the epipolar trio."""
+    """Table-1 style leaderboard per generator with status counts, then the epipolar trio."""
     t1 = stats.table1(page.flat, **page.boot)
-    counts = {c["model"]: c for c in stats.status_counts(page.flat)}
-    lb_rows = [[_l(r["model"]), _ci(r, "ir_pct", 4), _ci(r, "ge_px"), _ci(r, "adadfrc"),
+    counts = {c["generator"]: c for c in stats.status_counts(page.flat)}
+    lb_rows = [[_l(r["generator"]), _ci(r, "ir_pct", 4), _ci(r, "ge_px"), _ci(r, "adadfrc"),
                 f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
-                f"{counts[r['model']]['ok']} / {counts[r['model']]['not_applicable']} / "
-                f"{counts[r['model']]['error']}"] for r in t1]
+                f"{counts[r['generator']]['ok']} / {counts[r['generator']]['not_applicable']} / "
+                f"{counts[r['generator']]['error']}"] for r in t1]
     lb = ["<h2 id='leaderboard'>Leaderboard</h2>",
           "<p>Scene-balanced means over all prompt categories (paper Table 1; each scene = "
           "(prompt category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
           "IR &uarr;, GE &darr; (px at working resolution), AdaDFRC &darr; (clip mean over "
           "objects).</p>",
-          _table(["model", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
+          _table(["generator", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
                   "ok / n.a. / error"], lb_rows)]
     trio = stats.epipolar_trio(page.flat, **page.boot)
     if any(r["epipolar_error_scenes"] for r in trio):
         lb.append("<p>Epipolar trio (WorldAtlas / GVGC), scene-balanced medians:</p>")
-        lb.append(_table(["model", "epipolar_error (px)", "epipolar_inlier_rate",
+        lb.append(_table(["generator", "epipolar_error (px)", "epipolar_inlier_rate",
                           "feature_match_coverage"],
-                         [[_l(r["model"]), _ci(r, "epipolar_error"),
+                         [[_l(r["generator"]), _ci(r, "epipolar_error"),
                            _ci(r, "epipolar_inlier_rate"), _ci(r, "feature_match_coverage")]
                           for r in trio]))
     return "\n".join(lb)
 
 
 def _prompt_category_section(page: _Page) -> str:
-    """Per (model, prompt category): scene-balanced medians of IR and GE with CIs, their plot
+    """Per (generator, prompt category): scene-balanced medians of IR and GE with CIs, their plot
     and the per-clip distributions."""
     cat = ["<h2 id='prompt-categories'>Per prompt category</h2>",
            "<p>Scene-balanced medians (sec. 4.4) with 95% bootstrap CIs (resampling scenes, "
            f"B = {page.n_boot}).</p>"]
     for metric in ("ir", "ge_px"):
-        groups = stats.scene_balanced(page.flat, metric, by=("model", "prompt_category"),
+        groups = stats.scene_balanced(page.flat, metric, by=("generator", "prompt_category"),
                                       **page.boot)
-        cat.append(_table(["model", "prompt category", f"median {metric}", "scenes", "clips"],
-                          [[_l(g["model"]), _l(g["prompt_category"]),
+        cat.append(_table(["generator", "prompt category", f"median {metric}", "scenes", "clips"],
+                          [[_l(g["generator"]), _l(g["prompt_category"]),
                             _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"]}, "v"),
                             str(g["n_scenes"]), str(g["n_clips"])] for g in groups], left=2))
         if any(g["value"] is not None for g in groups):
@@ -192,7 +192,7 @@ def _prompt_category_section(page: _Page) -> str:
         values: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
         for r in page.flat:
             if r.get("status") == "ok" and r.get(metric) is not None:
-                values[label(r.get("prompt_category"))][label(r.get("model"))].append(r[metric])
+                values[label(r.get("prompt_category"))][label(r.get("generator"))].append(r[metric])
         if values:
             cat.append(page.figure(
                 plots.distributions(values, metric, page.img / f"dist_{metric}.png"),
@@ -272,19 +272,19 @@ def _sensitivity_section(page: _Page) -> str:
     flat, img = page.flat, page.img
     sens = ["<h2 id='sensitivity'>Threshold-score sensitivity</h2>"]
     rg = stats.report_gate_sensitivity(flat)
-    curves = [{"model": r["model"], "ge": r["ge_thresholds"],
+    curves = [{"generator": r["generator"], "ge": r["ge_thresholds"],
                "pass": r["pass"][r["ir_thresholds"].index(0.97)]} for r in rg if r["n"]]
     if curves:
         sens.append(page.figure(
             plots.sensitivity(curves, img / "sens_report_gate.png", x_key="ge", y_key="pass",
-                              label_key="model", xlabel="GE threshold delta (px)",
+                              label_key="generator", xlabel="GE threshold delta (px)",
                               ylabel="fraction passing",
                               title="report gate IR >= 0.97 and GE <= delta"),
             "report-gate pass rate vs GE threshold"))
-        sens.append(_table(["model", "n"] + [f"IR>={a:g}, GE<={d:g}" for a in
+        sens.append(_table(["generator", "n"] + [f"IR>={a:g}, GE<={d:g}" for a in
                                              rg[0]["ir_thresholds"][-2:] for d in
                                              rg[0]["ge_thresholds"]],
-                           [[_l(r["model"]), str(r["n"])] +
+                           [[_l(r["generator"]), str(r["n"])] +
                             [_f(v, 3) for row in r["pass"][-2:] for v in row] for r in rg]))
     inl = stats.inlier_threshold_sensitivity(flat)
     for fam, tau_name in (("h", "tau_H (px)"), ("f", "tau_F")):
@@ -292,7 +292,7 @@ def _sensitivity_section(page: _Page) -> str:
         if cs:
             sens.append(page.figure(
                 plots.sensitivity(cs, img / f"sens_tau_{fam}.png", x_key=f"tau_{fam}",
-                                  y_key=f"ir_{fam}", label_key="model", xlabel=tau_name,
+                                  y_key=f"ir_{fam}", label_key="generator", xlabel=tau_name,
                                   ylabel="median clip IR",
                                   title=f"IR vs inlier threshold {tau_name}"),
                 f"IR sensitivity to {tau_name}"))
@@ -300,25 +300,26 @@ def _sensitivity_section(page: _Page) -> str:
     if any(r["n"] for r in pa):
         sens.append("<p>Percentile-aligned summary: GE (px) at matched IR percentiles "
                     "(median GE of the clips within +-10 percentile points):</p>")
-        sens.append(_table(["model", "n"] + [f"P{int(q)}: IR / GE" for q in pa[0]["percentiles"]],
-                           [[_l(r["model"]), str(r["n"])] +
+        sens.append(_table(["generator", "n"] +
+                           [f"P{int(q)}: IR / GE" for q in pa[0]["percentiles"]],
+                           [[_l(r["generator"]), str(r["n"])] +
                             [f"{_f(x, 3)} / {_f(y, 3)}" for x, y in zip(r["x_q"], r["y_at_x_q"])]
                             for r in pa]))
     return "\n".join(sens)
 
 
 def _dynamics_section(page: _Page) -> str:
-    """Foreground: AdaP90 P80 anomaly rates per (model, prompt category)."""
-    dyn = stats.adap90_anomalies(page.flat, by=("model", "prompt_category"))
+    """Foreground: AdaP90 P80 anomaly rates per (generator, prompt category)."""
+    dyn = stats.adap90_anomalies(page.flat, by=("generator", "prompt_category"))
     d = ["<h2 id='dynamics'>Dynamic coherence (AdaP90)</h2>"]
     if not dyn["groups"]:
         d.append("<p class='muted'>No foreground objects in the results.</p>")
         return "\n".join(d)
-    d.append("<p>Per (model, prompt category): P80 of object AdaP90 (eq. 17) and the fraction "
+    d.append("<p>Per (generator, prompt category): P80 of object AdaP90 (eq. 17) and the fraction "
              "of objects above it (about 20% by construction: descriptive, not a ranking).</p>")
-    d.append(_table(["model", "prompt category", "objects", "P80", "above P80", "Wilson 95%",
+    d.append(_table(["generator", "prompt category", "objects", "P80", "above P80", "Wilson 95%",
                      "median", "P90", "max"],
-                    [[_l(g["model"]), _l(g["prompt_category"]), str(g["n_objects"]),
+                    [[_l(g["generator"]), _l(g["prompt_category"]), str(g["n_objects"]),
                       _f(g["p80"]), _f(g["anomaly_rate"], 3),
                       f"[{_f(g['lo'], 3)}, {_f(g['hi'], 3)}]", _f(g["median"]),
                       _f(g["p90"]), _f(g["max"])] for g in dyn["groups"]], left=2))
@@ -333,14 +334,14 @@ def _problems_section(page: _Page) -> str:
     bad = [r for r in page.flat if r.get("status") != "ok"]
     p = [f"<h2 id='problems'>Clips not scored ({len(bad)})</h2>"]
     if bad:
-        p.append(_table(["clip", "model", "status", "reason"],
-                        [[_f(r["clip_id"]), _l(r["model"]), _f(r["status"]),
+        p.append(_table(["clip", "generator", "status", "reason"],
+                        [[_f(r["clip_id"]), _l(r["generator"]), _f(r["status"]),
                           f"<span class='err'>{_f(r['reason'])}</span>"] for r in bad], left=4))
     warned = [r for r in page.flat if r.get("warnings")]  # e.g. frames lost while decoding
     if warned:
         p.append(f"<h2 id='warnings'>Clips scored with warnings ({len(warned)})</h2>")
-        p.append(_table(["clip", "model", "lost frames", "warnings"],
-                        [[_f(r["clip_id"]), _l(r["model"]), _f(r.get("lost_frames")),
+        p.append(_table(["clip", "generator", "lost frames", "warnings"],
+                        [[_f(r["clip_id"]), _l(r["generator"]), _f(r.get("lost_frames")),
                           f"<span class='err'>{_f(r['warnings'])}</span>"] for r in warned],
                         left=4))
     return "\n".join(p)

@@ -42,32 +42,33 @@ def _colors(n: int):
     return [cmap(i % 10) for i in range(n)]
 
 
-def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, models: List[str],
+def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, generators: List[str],
                        path: PathLike) -> Path:
     ax.set_xticks(range(len(cats)), [label(c) for c in cats])
     ax.set_ylabel(metric)
     ax.set_title(title)
-    if models:
+    if generators:
         ax.legend(fontsize=8)
     return _save(fig, path)
 
 
 def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
                   path: PathLike) -> Path:
-    """Per-prompt-category strip + box plots of one metric, one colour per model.
+    """Per-prompt-category strip + box plots of one metric, one colour per generator.
 
     Args:
-        values: {prompt_category: {model: [clip values]}}.
+        values: {prompt_category: {generator: [clip values]}}.
     """
     plt = _plt()
     values = {label(c): {label(m): v for m, v in per.items()} for c, per in values.items()}
     cats = sorted(values)
-    models = sorted({m for c in cats for m in values[c]})
+    generators = sorted({m for c in cats for m in values[c]})
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.4))
-    width = 0.8 / max(len(models), 1)
+    width = 0.8 / max(len(generators), 1)
     rng = np.random.default_rng(0)
-    for k, (model, color) in enumerate(zip(models, _colors(len(models)))):
-        data = [(i, np.asarray(values[c].get(model, []), dtype=float)) for i, c in enumerate(cats)]
+    for k, (generator, color) in enumerate(zip(generators, _colors(len(generators)))):
+        data = [(i, np.asarray(values[c].get(generator, []), dtype=float))
+                for i, c in enumerate(cats)]
         data = [(i, v) for i, v in data if v.size]
         if not data:
             continue
@@ -77,32 +78,33 @@ def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
         xs = np.concatenate([p + rng.uniform(-width / 4, width / 4, v.size)
                              for p, (_, v) in zip(pos, data)])
         ax.scatter(xs, np.concatenate([v for _, v in data]), s=10, color=color, alpha=0.7,
-                   label=model)
-    return _finish_categories(fig, ax, cats, metric, f"{metric} per prompt category", models,
+                   label=generator)
+    return _finish_categories(fig, ax, cats, metric, f"{metric} per prompt category", generators,
                               path)
 
 
 def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path:
     """Scene-balanced medians with 95% bootstrap CIs per prompt category (rows of
-    ``stats.scene_balanced`` grouped by ("model", "prompt_category"))."""
+    ``stats.scene_balanced`` grouped by ("generator", "prompt_category"))."""
     plt = _plt()
-    groups = [dict(g, prompt_category=label(g["prompt_category"]), model=label(g["model"]))
+    groups = [dict(g, prompt_category=label(g["prompt_category"]), generator=label(g["generator"]))
               for g in groups]
     cats = sorted({g["prompt_category"] for g in groups})
-    models = sorted({g["model"] for g in groups})
+    generators = sorted({g["generator"] for g in groups})
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.2))
-    width = 0.8 / max(len(models), 1)
-    for k, (model, color) in enumerate(zip(models, _colors(len(models)))):
-        gs = [g for g in groups if g["model"] == model and g["value"] is not None]
+    width = 0.8 / max(len(generators), 1)
+    for k, (generator, color) in enumerate(zip(generators, _colors(len(generators)))):
+        gs = [g for g in groups if g["generator"] == generator and g["value"] is not None]
         if not gs:
             continue
         x = [cats.index(g["prompt_category"]) - 0.4 + width * (k + 0.5) for g in gs]
         v = np.array([g["value"] for g in gs])
         err = np.clip([v - np.array([g["lo"] for g in gs]), np.array([g["hi"] for g in gs]) - v],
                       0, None)
-        ax.errorbar(x, v, yerr=err, fmt="o", color=color, capsize=3, label=model)
+        ax.errorbar(x, v, yerr=err, fmt="o", color=color, capsize=3, label=generator)
     return _finish_categories(fig, ax, cats, metric,
-                              f"scene-balanced median {metric} (95% bootstrap CI)", models, path)
+                              f"scene-balanced median {metric} (95% bootstrap CI)", generators,
+                              path)
 
 
 def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathLike,
@@ -165,7 +167,7 @@ def net_benefit(nb: Dict[str, np.ndarray], path: PathLike) -> Path:
 
 def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, label_key: str,
                 xlabel: str, ylabel: str, title: str) -> Path:
-    """Generic threshold-score curves: one line per record (e.g. per model)."""
+    """Generic threshold-score curves: one line per record (e.g. per generator)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
     for rec, color in zip(curves, _colors(len(curves))):

@@ -25,7 +25,7 @@ def is_missing(value: Any) -> bool:
 
 
 def label(value: Any) -> str:
-    """A category / model / behaviour label as text: ``"unknown"`` when missing."""
+    """A category / generator / behaviour label as text: ``"unknown"`` when missing."""
     return UNKNOWN if is_missing(value) else str(value)
 
 

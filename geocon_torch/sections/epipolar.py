@@ -134,9 +134,10 @@ def epipolar_section(clip: Clip, config: EpipolarConfigLike = None, *, preset: s
         Sampson distance of the RANSAC inliers), ``epipolar_error_score`` (clip(1 - error / 5,
         0, 1)), ``epipolar_inlier_rate``, ``feature_match_coverage``, ``pairs``,
         ``valid_pairs``, ``fallback_used``, ``method`` ("sift", "relaxed_matching",
-        "shi_tomasi_lk" or None), ``status`` ("ok" | "not_applicable"), ``reason``, ``path``,
-        ``preset``, ``features``, ``analysis_size``, ``frames``, ``attempts`` (the fallback
-        trail) and ``per_pair`` (list of dicts). Values are None when not_applicable.
+        "shi_tomasi_lk" or None), ``status`` ("ok" | "not_applicable"), ``reason``,
+        ``implementation`` ("opencv" | "torch"), ``preset``, ``features``, ``analysis_size``,
+        ``frames``, ``attempts`` (the fallback trail) and ``per_pair`` (list of dicts). Values
+        are None when not_applicable.
         gvgc: ``mean_error``, ``median_error``, ``rmse``, ``mae`` (px at 1280x720),
         ``keep_rate``, ``num_inliers``, ``num_pts``, ``per_interval`` ({"60": {...}, ...}),
         ``pairs``, ``valid_pairs``, ``status``, ``reason``, ``per_pair``.

@@ -15,7 +15,7 @@ import torch
 
 from ..config import GeoConConfig
 from ..geometry import ransac_fundamental, ransac_homography
-from ..types import Fit
+from ..types import _FIT_TENSORS, Fit
 
 
 #: rows per batched RANSAC call (bounds the fits' memory on long clips; results identical)
@@ -131,7 +131,7 @@ def _trim_fit(fit: Fit, rows: slice, n: int) -> Fit:
     return out
 
 
-_FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
+_FIELDS = _FIT_TENSORS  # the Fit's tensors, in order
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """SynthClip: a rendered clip with its exact ground truth, and its on-disk form.
 
 On disk (``SynthClip.save(outdir)``): ``<clip_id>.mp4`` (H.264, crf 12), ``<clip_id>.json``
-(ground truth + the paper sec. 5.5 metadata: prompt, model, model_version, seed, resolution, fps,
-duration, clip_id, masks_path) and ``<clip_id>_masks.npz`` (key ``masks``, (T, K, H, W) bool).
+(ground truth + the paper sec. 5.5 metadata: prompt, generator, generator_version (the paper's
+"model"), seed, resolution, fps, duration, clip_id, masks_path) and ``<clip_id>_masks.npz``
+(key ``masks``, (T, K, H, W) bool).
 :func:`load_synth` reads the three back (frames decoded from the mp4, so they differ from the
 rendered ones by the codec's small loss; everything else is exact).
 """
@@ -24,7 +25,8 @@ from ..io.writer import write_video
 from ..types import Clip
 from . import camera as cam
 
-MODEL_NAME = "geocon-synth"
+GENERATOR_NAME = "geocon-synth"  # the ``generator`` of every synthetic clip
+MODEL_NAME = GENERATOR_NAME  # retired name (docs/GLOSSARY.md)
 
 
 @dataclass
@@ -106,8 +108,8 @@ class SynthClip:
         return {
             "clip_id": self.clip_id,
             "prompt": self.meta.get("prompt", ""),
-            "model": MODEL_NAME,
-            "model_version": __version__,
+            "generator": GENERATOR_NAME,
+            "generator_version": __version__,
             "seed": self.seed,
             "resolution": f"{w}x{h}",
             "width": w,

@@ -44,15 +44,15 @@ def test_file_key_is_safe_and_unique():
 
 
 def _two_same_stems(tmp_path: Path):
-    for model in ("cogvideox", "sora"):
-        (tmp_path / model).mkdir(parents=True, exist_ok=True)
-        (tmp_path / model / "3.mp4").write_bytes(f"fake video of {model}".encode())
+    for generator in ("cogvideox", "sora"):
+        (tmp_path / generator).mkdir(parents=True, exist_ok=True)
+        (tmp_path / generator / "3.mp4").write_bytes(f"fake video of {generator}".encode())
 
 
 def test_manifest_without_clip_id_and_bench_runner(tmp_path: Path):
     _two_same_stems(tmp_path)
     m = tmp_path / "m.csv"
-    m.write_text("path,model,category\ncogvideox/3.mp4,cogvideox,C1\nsora/3.mp4,sora,C1\n"
+    m.write_text("path,generator,category\ncogvideox/3.mp4,cogvideox,C1\nsora/3.mp4,sora,C1\n"
                  "sora/other.mp4,sora,C2\n")
     (tmp_path / "sora" / "other.mp4").write_bytes(b"another clip")
     entries = load_manifest(m)
@@ -73,11 +73,11 @@ def test_manifest_without_clip_id_and_bench_runner(tmp_path: Path):
 
 def test_explicit_and_derived_ids_never_clash(tmp_path: Path):
     m = tmp_path / "m.jsonl"
-    m.write_text('{"clip_id": "3", "path": "a/1.mp4", "model": "m"}\n'
-                 '{"path": "b/3.mp4", "model": "m"}\n')
+    m.write_text('{"clip_id": "3", "path": "a/1.mp4", "generator": "m"}\n'
+                 '{"path": "b/3.mp4", "generator": "m"}\n')
     a, b = load_manifest(m)
     assert (a.clip_id, b.clip_id) == ("3", "b/3")
-    m.write_text('{"path": "3.mp4", "model": "m"}\n{"path": "3.mp4", "model": "m"}\n')
+    m.write_text('{"path": "3.mp4", "generator": "m"}\n{"path": "3.mp4", "generator": "m"}\n')
     with pytest.raises(ManifestError, match="without clip_id.*not unique"):
         load_manifest(m)
     dup = [ManifestEntry("x", str(tmp_path / "1.mp4"), "m", line=1),

@@ -38,7 +38,7 @@ def _corpus(folder: Path) -> list:
     (folder / "text.mp4").write_text("this is not a video\n" * 20)
     names = ["good", "missing", "zero", "truncated", "text", "one_frame", "grey", "noise",
              "tiny16", "cuts"]
-    return [{"clip_id": n, "path": str(folder / f"{n}.mp4"), "model": "m", "category": "C2",
+    return [{"clip_id": n, "path": str(folder / f"{n}.mp4"), "generator": "m", "category": "C2",
              "seed": i} for i, n in enumerate(names)]
 
 

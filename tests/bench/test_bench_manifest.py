@@ -8,8 +8,8 @@ import pytest
 
 from geocon_torch.bench import ManifestEntry, ManifestError, load_manifest, write_manifest
 
-CSV = ("clip_id,path,prompt,model,model_version,seed,resolution,fps,duration,masks_path,category,"
-       """extra_col
+CSV = ("clip_id,path,prompt,generator,generator_version,seed,resolution,fps,duration,masks_path,"
+       """category,extra_col
 a,clips/a.mp4,a red car,wan,2.1,3,1280x720,24,5.0,masks/a.npz,C4,x
 b,/abs/b.mp4,"a quote, with comma",sora,,,,,,,C1,
 """)
@@ -19,7 +19,7 @@ def test_csv_all_fields(tmp_path: Path):
     p = tmp_path / "m.csv"
     p.write_text(CSV)
     a, b = load_manifest(p)
-    assert a.clip_id == "a" and a.model == "wan" and a.model_version == "2.1"
+    assert a.clip_id == "a" and a.generator == "wan" and a.generator_version == "2.1"
     assert a.path == str(tmp_path / "clips/a.mp4")
     assert a.masks_path == str(tmp_path / "masks/a.npz")
     assert a.seed == 3 and a.resolution == (1280, 720) and a.fps == 24.0 and a.duration == 5.0
@@ -31,9 +31,9 @@ def test_csv_all_fields(tmp_path: Path):
 
 
 def test_jsonl_roundtrip(tmp_path: Path):
-    rows = [{"clip_id": "x", "path": "x.mp4", "model": "m", "seed": 1, "resolution": [640, 480],
+    rows = [{"clip_id": "x", "path": "x.mp4", "generator": "m", "seed": 1, "resolution": [640, 480],
              "fps": 8, "category": "C2"},
-            {"clip_id": "y", "path": "y.mp4", "model": "m", "duration": 0}]
+            {"clip_id": "y", "path": "y.mp4", "generator": "m", "duration": 0}]
     p = tmp_path / "m.jsonl"
     p.write_text("# comment\n" + "\n".join(json.dumps(r) for r in rows) + "\n\n")
     x, y = load_manifest(p)
@@ -44,25 +44,25 @@ def test_jsonl_roundtrip(tmp_path: Path):
         assert [e.to_dict() for e in again] == [e.to_dict() for e in (x, y)]
 
 
-_JSONL_HEAD = '{"clip_id": "a", "path": "a.mp4", "model": "m"}\n'
-_B = '{"clip_id": "b", "path": "b.mp4", "model": "m", '
+_JSONL_HEAD = '{"clip_id": "a", "path": "a.mp4", "generator": "m"}\n'
+_B = '{"clip_id": "b", "path": "b.mp4", "generator": "m", '
 
 
 @pytest.mark.parametrize("suffix, text, message", [
     (".jsonl", _JSONL_HEAD + '{"clip_id": "b", "path": "b.mp4"}',
-     "line 2: missing required field(s) model"),
+     "line 2: missing required field(s) generator"),
     (".jsonl", _JSONL_HEAD + _B + '"seed": "x1"}', "line 2: seed must be"),
     (".jsonl", _JSONL_HEAD + _B + '"fps": 0}', "line 2: fps must be > 0"),
     (".jsonl", _JSONL_HEAD + _B + '"fps": "nan"}', "line 2: fps must be finite"),
     (".jsonl", _JSONL_HEAD + _B + '"duration": -1}', "line 2: duration must"),
     (".jsonl", _JSONL_HEAD + _B + '"resolution": "big"}', "line 2: resolution"),
-    (".jsonl", _JSONL_HEAD + '{"clip_id": "a", "path": "b.mp4", "model": "m"}',
+    (".jsonl", _JSONL_HEAD + '{"clip_id": "a", "path": "b.mp4", "generator": "m"}',
      "line 2: duplicate clip_id 'a'"),
     (".jsonl", _JSONL_HEAD + '{"clip_id": "b", "path": ', "line 2: not valid JSON"),
     (".jsonl", _JSONL_HEAD + "[1, 2]", "line 2: a row must be an object"),
-    (".csv", "clip_id,model\na,m", "line 1: header lacks column(s) path"),
-    (".csv", "clip_id,path,model\na,a.mp4,m\nb,,m", "line 3: missing required field(s) path"),
-    (".csv", "clip_id,path,model\na,a.mp4,m,extra", "line 2: more values than header"),
+    (".csv", "clip_id,generator\na,m", "line 1: header lacks column(s) path"),
+    (".csv", "clip_id,path,generator\na,a.mp4,m\nb,,m", "line 3: missing required field(s) path"),
+    (".csv", "clip_id,path,generator\na,a.mp4,m,extra", "line 2: more values than header"),
     (".csv", "", "empty CSV"),
 ])
 def test_errors_name_the_line(tmp_path: Path, suffix: str, text: str, message: str):
@@ -88,7 +88,7 @@ def test_entry_in_code_defaults():
 
 def test_prompt_family_column_is_category_or_prompt_category(tmp_path: Path):
     p = tmp_path / "m.csv"
-    p.write_text("clip_id,path,model,category,prompt_category,seed\n"
+    p.write_text("clip_id,path,generator,category,prompt_category,seed\n"
                  "a,a.mp4,m,C4,,1\nb,b.mp4,m,,C2,1\nc,c.mp4,m,C3,C3,1\nd,d.mp4,m,,,1\n")
     a, b, c, d = load_manifest(p)
     assert [e.prompt_category for e in (a, b, c, d)] == ["C4", "C2", "C3", None]
@@ -96,6 +96,6 @@ def test_prompt_family_column_is_category_or_prompt_category(tmp_path: Path):
     out = write_manifest(tmp_path / "back.csv", [a, b])
     assert out.read_text().splitlines()[0].split(",")[-1] == "prompt_category"
     assert [e.prompt_category for e in load_manifest(out)] == ["C4", "C2"]
-    p.write_text("clip_id,path,model,category,prompt_category\na,a.mp4,m,C4,C2\n")
+    p.write_text("clip_id,path,generator,category,prompt_category\na,a.mp4,m,C4,C2\n")
     with pytest.raises(ManifestError, match="line 2: prompt_category 'C2' and category 'C4'"):
         load_manifest(p)

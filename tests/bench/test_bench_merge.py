@@ -61,17 +61,17 @@ def test_merge_equals_one_run_and_is_idempotent(tmp_path: Path, out_db: str):
 def test_conflicting_results_are_reported_with_both_values_and_kept(tmp_path: Path, out_db):
     a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
     with ResultStore(a) as s:
-        s.put({"clip_id": "x", "model": "m"}, "h1", "cfg", fake_result("x", ir=0.91))
-        s.put({"clip_id": "y", "model": "m"}, "h2", "cfg", fake_result("y"))
+        s.put({"clip_id": "x", "generator": "m"}, "h1", "cfg", fake_result("x", ir=0.91))
+        s.put({"clip_id": "y", "generator": "m"}, "h2", "cfg", fake_result("y"))
     with ResultStore(b) as s:
         res = fake_result("x-elsewhere", ir=0.93, path="/mnt/other/x.mp4")
         res["timing_s"] = {"total": 9.0}
-        s.put({"clip_id": "x", "model": "m"}, "h1", "cfg", res)
+        s.put({"clip_id": "x", "generator": "m"}, "h1", "cfg", res)
         # same bytes, same result, other clip id, path and timing: not a conflict
         same = fake_result("y-copy", path="/elsewhere/y.mp4")
         same["timing_s"] = {"total": 3.0}
-        s.put({"clip_id": "y2", "model": "m"}, "h2", "cfg", same)
-        s.put({"clip_id": "y", "model": "m"}, "h3", "cfg", fake_result("y"))  # other bytes
+        s.put({"clip_id": "y2", "generator": "m"}, "h2", "cfg", same)
+        s.put({"clip_id": "y", "generator": "m"}, "h3", "cfg", fake_result("y"))  # other bytes
     rep = merge_stores(out_db, [a, b])
     assert len(rep.conflicts) == 2
     res_c = next(c for c in rep.conflicts if c["table"] == "results")
@@ -103,7 +103,7 @@ def test_merge_cli_exit_status_and_errors(tmp_path: Path, capsys):
     assert "results 4 added, 1 already there" in capsys.readouterr().out
     with ResultStore(shards[1]) as s:  # node 1 now disagrees about clip c1
         key = next(r for r in s.rows() if r["clip_id"] == "c1")["content_hash"]
-        s.put({"clip_id": "c1", "model": "m"}, key, s.config_hashes()[0],
+        s.put({"clip_id": "c1", "generator": "m"}, key, s.config_hashes()[0],
               fake_result("c1", ir=0.5, config_hash=s.config_hashes()[0]), replace=True)
     bad = tmp_path / "node_bad.sqlite"
     bad.write_bytes(Path(shards[1]).read_bytes())

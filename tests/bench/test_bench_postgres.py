@@ -10,11 +10,13 @@ import time
 import pytest
 from helpers import (
     _FORMAT_1,
+    _FORMAT_2,
     CountingScorer,
     _clip,
     bad_rows_manifest,
     fake_result,
     format_1_rows,
+    format_2_rows,
     write_clips,
     write_jsonl,
 )
@@ -90,22 +92,35 @@ def test_preference_pairs_on_postgres(tmp_path, pg_url, monkeypatch):
     assert [r["status"] for r in recs_pg] == ["pair", "pair"] and recs_pg == recs_lite
 
 
-def test_format_1_and_newer_format_on_postgres(pg_url):
+@pytest.mark.parametrize("fmt", ["1", "2"])
+def test_older_formats_migrate_and_newer_format_fails_on_postgres(pg_url, fmt):
     import psycopg
+    layout, rows_of = {"1": (_FORMAT_1, format_1_rows), "2": (_FORMAT_2, format_2_rows)}[fmt]
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        for stmt in filter(str.strip, _FORMAT_1.split(";")):
+        for stmt in filter(str.strip, layout.split(";")):
             conn.execute(stmt)
-        results, clips = format_1_rows()
+        results, clips = rows_of()
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO results VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", results)
             cur.executemany("INSERT INTO clips VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                             clips)
     with ResultStore(pg_url) as s:
         rows = {r["clip_id"]: r for r in s.rows()}
-    assert rows["c4"]["prompt_category"] == "C4" and "category" not in rows["c4"]
-    assert rows["stress"]["result"]["behaviour"] == "Stress"
+    if fmt == "1":
+        assert rows["c4"]["prompt_category"] == "C4" and "category" not in rows["c4"]
+        assert rows["stress"]["result"]["behaviour"] == "Stress"
+        assert rows["c4"]["generator"] == "m" and "model" not in rows["c4"]
+    else:
+        assert [(r["generator"], r["generator_version"], r["prompt_category"])
+                for r in rows.values()] == [("gen0", "v0", "C1"), ("gen1", "v1", "C3")]
+        assert rows["c3"]["result"]["epipolar"]["implementation"] == "torch"
+        assert rows["c3"]["result"]["schema_version"] == "3.0"
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert conn.execute("SELECT value FROM meta").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM meta").fetchone() == ("3",)
+        cols = [r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name='clips' "
+            "ORDER BY ordinal_position")]
+        assert "generator" in cols and "model" not in cols and "model_version" not in cols
         conn.execute("UPDATE meta SET value='9'")
     with pytest.raises(StoreError, match="format 9 .*upgrade geocon_torch"):
         ResultStore(pg_url)
@@ -144,7 +159,7 @@ def test_password_never_printed_and_bad_database_is_one_line(tmp_path, pg_server
     monkeypatch.delenv("PGPASSFILE")  # only the URL carries the password here
     url = pg_server.url(pg_server.create_db(), password=True)
     m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 2) +
-                    [{"clip_id": "gone", "path": "clips/nope.mp4", "model": "m"}])
+                    [{"clip_id": "gone", "path": "clips/nope.mp4", "generator": "m"}])
     monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", CountingScorer())
     rc = main(["bench", str(m), "--db", url, "--no-progress", "--export-csv",
                str(tmp_path / "t.csv")])

@@ -70,7 +70,7 @@ def test_missing_file_and_duplicate_bytes(tmp_path: Path):
     assert table["gone"]["status"] == "error" and "nope.mp4" in table["gone"]["reason"]
     assert table["gone"]["content_hash"].startswith("unreadable:")
     assert table["dup"]["content_hash"] == table["c0"]["content_hash"]
-    assert table["dup"]["model"] == "m2" and table["dup"]["result"]["clip"] == "c0"
+    assert table["dup"]["generator"] == "m2" and table["dup"]["result"]["clip"] == "c0"
     again = CountingScorer()
     s2 = run_manifest(m, db, score_fn=again, progress=False)
     assert again.calls == [] and s2.skipped == 5

@@ -10,11 +10,11 @@ from scipy import stats as sps
 from geocon_torch.bench import stats
 
 
-def _row(clip, model="m", prompt_category="C1", seed=0, prompt="p", **kw):
+def _row(clip, generator="m", prompt_category="C1", seed=0, prompt="p", **kw):
     res = fake_result(clip, prompt_category=prompt_category, **kw)
     scene = f"{prompt_category}|{prompt}|{seed}" if seed is not None else f"clip:{clip}"
-    return {"clip_id": clip, "model": model, "prompt_category": prompt_category, "prompt": prompt,
-            "seed": seed, "scene": scene, "result": res, "status": res["status"]}
+    return {"clip_id": clip, "generator": generator, "prompt_category": prompt_category,
+            "prompt": prompt, "seed": seed, "scene": scene, "result": res, "status": res["status"]}
 
 
 def test_wilson_closed_form_and_scipy():
@@ -79,18 +79,18 @@ def test_scene_balance_weights_each_seed_once():
     assert t1["ir_pct"] == pytest.approx(100 * (0.5 + 0.9 + 1.0) / 3)
     assert t1["adadfrc_scenes"] == 0 and t1["adadfrc"] is None
     counts = stats.status_counts(rows)
-    assert counts == [{"model": "m", "n": 12, "ok": 11, "not_applicable": 0, "error": 1}]
+    assert counts == [{"generator": "m", "n": 12, "ok": 11, "not_applicable": 0, "error": 1}]
 
 
-def test_groups_by_model_and_category_and_epipolar_trio():
-    rows = [_row(f"a{i}", model="A", prompt_category="C1", seed=i, epipolar=(i, 0.5, 0.25))
+def test_groups_by_generator_and_category_and_epipolar_trio():
+    rows = [_row(f"a{i}", generator="A", prompt_category="C1", seed=i, epipolar=(i, 0.5, 0.25))
             for i in range(5)]
-    rows += [_row(f"b{i}", model="B", prompt_category="C3", seed=i, epipolar=(2 * i, 0.9, 0.75))
+    rows += [_row(f"b{i}", generator="B", prompt_category="C3", seed=i, epipolar=(2 * i, 0.9, 0.75))
              for i in range(5)]
     groups = stats.scene_balanced(rows, "epipolar_error", n_boot=500)
-    assert [(g["model"], g["prompt_category"], g["value"]) for g in groups] == [
+    assert [(g["generator"], g["prompt_category"], g["value"]) for g in groups] == [
         ("A", "C1", 2.0), ("B", "C3", 4.0)]
-    trio = {t["model"]: t for t in stats.epipolar_trio(rows, n_boot=500)}
+    trio = {t["generator"]: t for t in stats.epipolar_trio(rows, n_boot=500)}
     assert trio["A"]["epipolar_error"] == 2.0 and trio["B"]["epipolar_inlier_rate"] == 0.9
     assert trio["B"]["feature_match_coverage"] == 0.75 and trio["A"]["epipolar_error_scenes"] == 5
 

@@ -34,10 +34,10 @@ def test_put_is_idempotent_and_keyed_by_content_and_config(any_db: str):
         s.put(_clip("a"), "h1", "cfgA", fake_result("a", ir=0.5), replace=True)
         assert s.rows()[0]["result"]["background"]["ir"] == 0.5
         # same bytes under another clip id -> one result, two clip rows
-        s.put(_clip("b", model="other"), "h1", "cfgA", None)
+        s.put(_clip("b", generator="other"), "h1", "cfgA", None)
         assert s.count() == 1 and s.count("clips") == 2
         assert [r["clip_id"] for r in s.rows()] == ["a", "b"]
-        assert s.rows()[1]["model"] == "other"
+        assert s.rows()[1]["generator"] == "other"
         # another config is another key (a 64-bit seed fits on both back ends)
         s.put({**_clip("a"), "seed": 2 ** 40}, "h1", "cfgB", fake_result("a", ir=0.7))
         assert s.count() == 2 and s.config_hashes() == ["cfgA", "cfgB"]
@@ -118,14 +118,14 @@ def test_load_results_sqlite_and_jsonl(tmp_path: Path):
     rows = load_results(tmp_path / "r.sqlite")
     assert len(rows) == 1 and rows[0]["result"]["clip"] == "a"
     res = fake_result("j", prompt_category="C3")
-    res["model"] = "wan"
+    res["generator"] = "wan"
     res["seed"] = 7
     p = write_jsonl(tmp_path / "r.jsonl", [res, fake_result("k")])
     rows = load_results(p)
-    assert [r["model"] for r in rows] == ["wan", "-"]
+    assert [r["generator"] for r in rows] == ["wan", "-"]
     assert rows[0]["scene"] == "C3||7" and rows[1]["scene"] == "clip:k"
     bad = fake_result("z")
-    bad["schema_version"] = "3.0"
+    bad["schema_version"] = "9.0"
     write_jsonl(p, [res, bad])
     with pytest.raises(ResultSchemaError, match="line 2: schema_version"):
         load_results(p)

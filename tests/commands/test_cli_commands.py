@@ -69,7 +69,7 @@ def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: P
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["clip"] for r in rows] == ["realshort", "missing"]
     ok, err = rows
-    assert ok["schema_version"] == "2.0"
+    assert ok["schema_version"] == "3.0"
     assert ok["config_hash"] == pinned_config(_small_cfg()).config_hash()
     assert ok["status"] == "ok" and 0.5 < ok["background"]["ir"] <= 1.0
     assert set(ok["backends"]) >= {"features", "flow", "masks", "gate"}
@@ -79,7 +79,7 @@ def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: P
 def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsys):
     manifest = tmp_path / "m.csv"
     manifest.write_text(
-        "clip_id,path,model,category,seed\n"
+        "clip_id,path,generator,category,seed\n"
         f"short,{shared_data / 'real' / 'realshort.mp4'},wan,C3,1\n"
         "gone,nope.mp4,wan,C1,2\n")
     db = tmp_path / "r.sqlite"
@@ -91,7 +91,7 @@ def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsy
     table = list(csv.DictReader((tmp_path / "t.csv").open()))
     assert [(r["clip_id"], r["status"]) for r in table] == [("gone", "error"), ("short", "ok")]
     assert table[1]["config_hash"] == pinned_config(_small_cfg()).config_hash()
-    assert table[1]["model"] == "wan"
+    assert table[1]["generator"] == "wan"
     rc = main(["bench", str(manifest), "--db", str(db), "--no-progress", *SMALL, "--strict"])
     out2 = capsys.readouterr().out
     assert rc == 0 and "0 scored" in out2 and "2 already stored" in out2

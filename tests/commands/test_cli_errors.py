@@ -38,11 +38,12 @@ def test_user_errors_are_one_line_exit_2(tmp_path: Path, capsys):
           "results not found")
     m = tmp_path / "m.csv"
     m.write_text("clip_id,path\na,a.mp4\n")
-    _fail(capsys, ["bench", str(m), "--db", str(tmp_path / "r.sqlite")], "lacks column(s) model")
+    _fail(capsys, ["bench", str(m), "--db", str(tmp_path / "r.sqlite")],
+          "lacks column(s) generator")
     m = tmp_path / "m.jsonl"
     m.write_text('{"clip_id": "a", "path": "a.mp4"}\n')
     _fail(capsys, ["bench", str(m), "--db", str(tmp_path / "r.sqlite")],
-          "missing required field(s) model")
+          "missing required field(s) generator")
     _fail(capsys, ["score", "x.mp4", "--long-side", "0"], "io.long_side")
     _fail(capsys, ["score", "x.mp4", "--device", "nonsense"], "not a torch device")
     with pytest.raises(SystemExit) as exc:  # argparse errors: one line too
@@ -91,9 +92,9 @@ def test_table_wraps_the_full_reason():
 
 def test_score_two_files_with_the_same_stem(shared_data: Path, tmp_path: Path, capsys):
     src = shared_data / "real" / "realshort.mp4"
-    for model in ("cogvideox", "sora"):
-        (tmp_path / model).mkdir()
-        (tmp_path / model / "3.mp4").write_bytes(src.read_bytes())
+    for generator in ("cogvideox", "sora"):
+        (tmp_path / generator).mkdir()
+        (tmp_path / generator / "3.mp4").write_bytes(src.read_bytes())
     out = tmp_path / "r.jsonl"
     rc = main(["score", str(tmp_path / "cogvideox" / "3.mp4"), str(tmp_path / "sora"),
                "--json", str(out), "--no-progress", "--preset", "background",

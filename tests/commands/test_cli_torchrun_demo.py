@@ -34,7 +34,7 @@ def test_torchrun_cli_bench_matches_single_rank(shared_data: Path, tmp_path: Pat
     clips = [("short", "real/realshort.mp4", "C3"), ("cog1", "aigc/cogvideox/1.mp4", "C1"),
              ("cog3", "aigc/cogvideox/3.mp4", "C4"), ("gone", "real/nope.mp4", "C2")]
     manifest.write_text("".join(json.dumps({"clip_id": c, "path": str(shared_data / p),
-                                            "model": "m", "category": k, "seed": i}) + "\n"
+                                            "generator": "m", "category": k, "seed": i}) + "\n"
                                 for i, (c, p, k) in enumerate(clips)))
     one = tmp_path / "one.sqlite"
     assert main(["bench", str(manifest), "--db", str(one), *SMALL]) == 0

@@ -49,7 +49,7 @@ def test_translation_clip_is_epipolar_consistent(clean_section):
     assert s["epipolar_inlier_rate"] > 0.9
     assert 0 < s["feature_match_coverage"] <= 1
     assert s["epipolar_error_score"] == pytest.approx(1 - s["epipolar_error"] / 5)
-    assert s["analysis_size"] == [144, 256] and s["path"] == "opencv"
+    assert s["analysis_size"] == [144, 256] and s["implementation"] == "opencv"
     valid = [p for p in s["per_pair"] if p["valid"]]
     errs = [p["median_epipolar_error"] for p in valid]
     assert s["epipolar_error"] == pytest.approx(float(np.median(errs)))
@@ -67,7 +67,7 @@ def test_rubber_sheet_raises_error_and_lowers_inlier_rate(clean_section, rubber)
 def test_translation_torch_path(translation, clean_section):
     s = epipolar_section(translation, EpipolarConfig(),
                          implementation="torch", features="opencv-sift")
-    assert s["status"] == "ok" and s["path"] == "torch" and s["valid_pairs"] >= 7
+    assert s["status"] == "ok" and s["implementation"] == "torch" and s["valid_pairs"] >= 7
     assert s["epipolar_error"] < 0.5 and s["epipolar_inlier_rate"] > 0.9
     assert abs(s["epipolar_inlier_rate"] - clean_section["epipolar_inlier_rate"]) <= 0.03
 
@@ -133,7 +133,7 @@ def noise3_torch_section(noise3):
 
 
 def test_random_noise_not_applicable_torch_path(noise3_torch_section):
-    assert noise3_torch_section["path"] == "torch"
+    assert noise3_torch_section["implementation"] == "torch"
     _assert_noise_not_applicable(noise3_torch_section, 2)
 
 
@@ -313,7 +313,7 @@ def test_gvgc_torch_path_agrees_with_opencv(grounded71):
     ours = epipolar_section(clip, cfg, preset="gvgc",
                             implementation="torch", features="opencv-sift")
     _check_gvgc_fields(ours)
-    assert ours["path"] == "torch"
+    assert ours["implementation"] == "torch"
     assert abs(ours["keep_rate"] - ref["keep_rate"]) <= 0.05
     assert abs(ours["num_pts"] - ref["num_pts"]) <= 0.02 * ref["num_pts"]  # same matching
     assert abs(ours["median_error"] - ref["median_error"]) <= 0.25 * ref["median_error"]

@@ -145,7 +145,7 @@ def test_section_arguments_are_checked():
     clip = clip_from_frames(torch.zeros(1, 1, 16, 16))  # float gray, 1 frame
     assert clip.frames.dtype == torch.uint8 and clip.frames.shape == (1, 3, 16, 16)
     s = epipolar_section(clip, GeoConConfig())  # a whole GeoConConfig is accepted
-    assert s["status"] == "not_applicable" and s["path"] == "opencv"
+    assert s["status"] == "not_applicable" and s["implementation"] == "opencv"
     with pytest.raises(GeoConError, match="preset"):
         epipolar_section(clip, preset="geocon")
     with pytest.raises(GeoConError, match="implementation"):

@@ -60,7 +60,7 @@ def _assert_same_fit(ref, i, pos_ref, fit, j, pos):
     assert torch.equal(ref.inliers[i, pos_ref], fit.inliers[j, pos])
     assert torch.equal(ref.residuals[i, pos_ref], fit.residuals[j, pos])
     assert int(fit.inliers[j].sum()) == int(fit.num_inliers[j])  # nothing flagged in padding
-    for f in ("iterations", "num_inliers", "valid", "score"):
+    for f in ("iterations", "num_inliers", "valid", "cost"):
         assert torch.equal(getattr(ref, f)[i], getattr(fit, f)[j]), f
 
 

@@ -149,7 +149,7 @@ def test_same_seed_same_result():
     d = fundamental_pairs(3, 300, outlier_ratio=0.3, noise_px=0.5, seed=18)
     a = ransac_fundamental(d["x1"], d["x2"], seed=3)
     b = ransac_fundamental(d["x1"], d["x2"], seed=3)
-    for f in ("model", "inliers", "residuals", "valid", "iterations", "score"):
+    for f in ("model", "inliers", "residuals", "valid", "iterations", "cost"):
         assert torch.equal(getattr(a, f), getattr(b, f))
     c = ransac_fundamental(d["x1"], d["x2"], seed=4)
     assert c.valid.all() and _recall(c, d) >= 0.99  # another seed, equally good
@@ -167,7 +167,7 @@ def test_prosac_scores_and_ransac_scoring():
     assert pro.iterations.sum() <= plain.iterations.sum()
     rs = ransac_homography(d["x1"], d["x2"], scoring="ransac")
     assert rs.valid.all() and _recall(rs, d) >= 0.99
-    assert torch.allclose(rs.score, (400 - rs.num_inliers).double())
+    assert torch.allclose(rs.cost, (400 - rs.num_inliers).double())
 
 
 def test_padding_mask_and_nan_isolation():
@@ -201,7 +201,7 @@ def test_degenerate_empty_and_padding_inputs():
         fit = fn(x1, x2, mask)
         assert fit.model.shape == (6, 3, 3) and fit.inliers.shape == (6, 100)
         assert not fit.valid[:4].any() and fit.valid[5]
-        for t in (fit.model, fit.residuals, fit.score):
+        for t in (fit.model, fit.residuals, fit.cost):
             assert torch.isfinite(t).all()
         assert not fit.inliers[:4].any() and (fit.num_inliers[:4] == 0).all()
     assert ransac_homography(x1, x2, mask).valid[4]

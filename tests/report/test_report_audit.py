@@ -45,7 +45,7 @@ def test_card_matches_obey_the_fitted_model(tmp_path: Path):
     xy = d.x1.round().long()
     assert d.objects.shape[0] >= 1 and not bool(obj[xy[:, 1].clamp(0, 143),
                                                     xy[:, 0].clamp(0, 191)].any())
-    row = {"clip_id": "c4", "model": "synth", "prompt_category": "C4", "path": str(video),
+    row = {"clip_id": "c4", "generator": "synth", "prompt_category": "C4", "path": str(video),
            "entry_json": json.dumps({"masks_path": str(masks)}), "result": res}
     html = audit_card(row, tmp_path / "img", rel_to=tmp_path)
     key = file_key("c4", res.get("content_hash"), str(video))  # unique card file key

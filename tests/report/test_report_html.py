@@ -20,10 +20,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 def _rows():
     rng = np.random.default_rng(0)
     rows = []
-    for model in ("A", "B"):
+    for generator in ("A", "B"):
         for cat in ("C1", "C2", "C3", "C4", "C5", "C6"):
             for seed in range(4):
-                cid = f"{model}_{cat}_{seed}"
+                cid = f"{generator}_{cat}_{seed}"
                 f = cat in ("C3", "C5", "C6")
                 t = float(rng.uniform(0.03, 0.2) if f else rng.uniform(0.0, 0.06))
                 res = fake_result(cid, ir=float(rng.uniform(0.9, 1.0)),
@@ -33,13 +33,13 @@ def _rows():
                 res["background"]["sensitivity"] = {
                     "tau_h": [1.0, 2.0, 3.0], "ir_h": [0.8, 0.9, 0.95], "ge_h_px": [0.5, 0.8, 1.0],
                     "tau_f": [0.05, 0.1], "ir_f": [0.9, 0.95], "ge_f_px": [0.3, 0.4]}
-                rows.append({"clip_id": cid, "model": model, "prompt_category": cat,
+                rows.append({"clip_id": cid, "generator": generator, "prompt_category": cat,
                              "prompt": "p",
                              "seed": seed, "scene": f"{cat}|p|{seed}", "config_hash": "cfg",
                              "status": "ok", "result": res})
     bad = fake_result("broken", status="error", config_hash="cfg")
     bad["reason"] = "VideoReadError: zero-byte file"
-    rows.append({"clip_id": "broken", "model": "A", "prompt_category": "C1", "seed": 9,
+    rows.append({"clip_id": "broken", "generator": "A", "prompt_category": "C1", "seed": 9,
                  "scene": "C1|p|9", "config_hash": "cfg", "status": "error", "result": bad})
     return rows
 
@@ -54,14 +54,14 @@ def report(tmp_path_factory):
 def test_page_numbers_match_statistics(report):
     page, rows = report
     text = page.read_text()
-    # model A, Table-1 IR %: mean over scenes of the clip IR (one clip per scene) * 100
+    # generator A, Table-1 IR %: mean over scenes of the clip IR (one clip per scene) * 100
     ir_a = np.mean([r["result"]["background"]["ir"] for r in rows
-                    if r["model"] == "A" and r["status"] == "ok"]) * 100
+                    if r["generator"] == "A" and r["status"] == "ok"]) * 100
     assert f"{ir_a:.4g}" in text
-    ge_b = np.mean([r["result"]["background"]["ge_px"] for r in rows if r["model"] == "B"])
+    ge_b = np.mean([r["result"]["background"]["ge_px"] for r in rows if r["generator"] == "B"])
     assert f"{ge_b:.4g}" in text
     assert "VideoReadError: zero-byte file" in text and "Clips not scored (1)" in text
-    assert "24 / 0 / 1" in text and "24 / 0 / 0" in text  # ok / n.a. / error per model
+    assert "24 / 0 / 1" in text and "24 / 0 / 0" in text  # ok / n.a. / error per generator
     for section in ("Leaderboard", "Per prompt category", "Translation gate", "Calibration",
                     "Net benefit", "Threshold-score sensitivity", "Percentile-aligned",
                     "AdaP90", "Audit cards (3)"):
@@ -88,7 +88,7 @@ def test_every_figure_exists_and_is_not_blank(report):
 def test_report_from_store_and_invalid_jsonl(tmp_path: Path):
     with ResultStore(tmp_path / "r.sqlite") as s:
         for i in range(3):
-            s.put({"clip_id": f"c{i}", "model": "m", "prompt_category": "C1", "seed": i,
+            s.put({"clip_id": f"c{i}", "generator": "m", "prompt_category": "C1", "seed": i,
                    "scene": f"s{i}"}, f"h{i}", "cfg", fake_result(f"c{i}", ir=0.9 + i / 100))
     page = build_report(tmp_path / "r.sqlite", tmp_path / "rep", draw=False, n_boot=200)
     assert "3 clips" in page.read_text()
@@ -152,9 +152,9 @@ def test_page_reads_well_pairs_labels_and_no_reprs(tmp_path: Path):
         res = fake_result(f"c{i}", ir=0.9 + i / 100, statistic=0.01 * i, config_hash="cfg",
                           prompt_category=None, behaviour=None)
         res["background"].update(pairs=2, valid_pairs=4, scales=[0.5, 1.0])
-        rows.append({"clip_id": f"c{i}", "model": None if i % 2 else "m", "prompt_category": None,
-                     "seed": None, "scene": f"clip:c{i}", "config_hash": "cfg", "status": "ok",
-                     "result": res})
+        rows.append({"clip_id": f"c{i}", "generator": None if i % 2 else "m",
+                     "prompt_category": None, "seed": None, "scene": f"clip:c{i}",
+                     "config_hash": "cfg", "status": "ok", "result": res})
     page = build_report(rows, tmp_path / "rep", draw=False, n_boot=50, cards=2).read_text()
     assert "4 of 4 (pair, scale) entries valid (2 pairs x 2 scales)" in page
     assert "None" not in page and "{'" not in page and '{"' not in page

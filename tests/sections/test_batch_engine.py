@@ -18,7 +18,7 @@ from geocon_torch.rewards import geometric_reward
 from geocon_torch.sections.fits import ClipRows, fit_both, fit_clips
 from geocon_torch.synth import grounded_clip
 
-FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "score")
+FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "cost")
 CFG = {"io": {"long_side": None}, "features": {"backend": "opencv-sift"}}
 
 

@@ -48,11 +48,11 @@ def test_grounded_clip_defaults_and_to_clip():
 def test_ground_truth_json_fields():
     clip = render_scene("C4", num_frames=4, size=(32, 48), seed=2, num_objects=2)
     gt = clip.ground_truth()
-    for key in ("prompt", "model", "model_version", "seed", "resolution", "fps", "duration",
+    for key in ("prompt", "generator", "generator_version", "seed", "resolution", "fps", "duration",
                 "clip_id", "masks_path", "category", "corruption", "severity", "poses",
                 "intrinsics", "true_homographies"):
         assert key in gt
-    assert gt["model"] == "geocon-synth" and gt["resolution"] == "48x32"
+    assert gt["generator"] == "geocon-synth" and gt["resolution"] == "48x32"
     assert gt["duration"] == pytest.approx(4 / 24.0) and gt["num_objects"] == 2
     json.dumps(gt)
 
