@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import torch

@@ -13,7 +13,7 @@ from typing import Iterable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import ShapeError, VideoReadError
+from ..errors import VideoReadError
 
 PairSpec = Union[str, int, Sequence[Tuple[int, int]], torch.Tensor, np.ndarray]
 

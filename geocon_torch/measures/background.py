@@ -25,8 +25,7 @@ import torch
 
 from .._checks import check_mask, check_points
 from .._tensor_utils import masked_median, quantile_of_sorted, sorted_valid
-from ..geometry import (fundamental_residuals, homography_residuals, sampson_distance,
-                        sampson_distance_normalized, symmetric_transfer_error)
+from ..geometry import (fundamental_residuals, homography_residuals, symmetric_transfer_error)
 from ..result import BEHAVIOURS
 from ..types import Fit
 

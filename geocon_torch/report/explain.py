@@ -16,7 +16,7 @@ evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`)
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F

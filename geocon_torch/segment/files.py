@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import GeoConError, InputError, ShapeError
+from ..errors import InputError, ShapeError
 from ..io.images import IMAGE_SUFFIXES, image_files, natural_key
 
 MaskSource = Union[str, Path, np.ndarray, torch.Tensor]

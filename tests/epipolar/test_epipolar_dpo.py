@@ -6,8 +6,7 @@ kornia Sampson distance, one frame pair at a time. Bounds: error within 2 %, inl
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 
 from geocon_torch.bench import file_key
 from geocon_torch.config import GeoConConfig

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..._tensor_utils import masked_median
-from ...config import ConfigLike, GeoConConfig, load_config
+from ...config import ConfigLike, load_config
 from ...pipeline import score_clips
 from ._common import ClipValues, VideosLike, check_videos, per_clip, status_codes
 
