@@ -450,6 +450,29 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
     return out
 
 
+def _moving_pixels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
+                   frame_content: torch.Tensor, seeds: Optional[Tuple[torch.Tensor, ...]],
+                   cfg: SegmentConfig) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The moving pixels of concatenated clips (:func:`_motion_labels`): (T, h, w) bool motion
+    (change masks + seed discs, closed inside each frame's ``frame_content`` (T, h, w); frames
+    whose motion covers more than ``motion_max_fraction`` emptied), (T,) bool unreliable
+    frames and (T,) content area (px)."""
+    t, (h, w), dev = int(gray.shape[0]), frame_content.shape[-2:], gray.device
+    if t >= 2:
+        change = change_masks(gray, homographies, valid, frame_content, cfg.motion_threshold)
+        change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
+    else:
+        change = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
+    discs = (seed_map(seeds[0], seeds[1], (t, h, w), cfg.motion_seed_radius_px, seeds[3])
+             if seeds is not None else torch.zeros_like(change))
+    motion = dilate(change | discs, cfg.motion_close_px) & frame_content
+    motion = erode_mask(motion, cfg.motion_close_px) | (change & frame_content)
+    area = frame_content.flatten(1).sum(1).clamp_min(1)  # (T,) content px
+    frac = motion.flatten(1).sum(1).double() / area.double()
+    unreliable = frac > cfg.motion_max_fraction
+    return motion & ~unreliable.view(-1, 1, 1), unreliable, area
+
+
 def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
                    content: torch.Tensor, cfg: SegmentConfig, regimes: Sequence[Optional[str]],
                    seeds: Optional[Tuple[torch.Tensor, ...]], has_seeds: Sequence[bool],
@@ -473,24 +496,11 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     nb = len(regimes)
     lengths = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])])
     clip_of = torch.repeat_interleave(torch.arange(nb), lengths, output_size=t).to(dev)
-    frame_content = content.to(dev)[clip_of]  # (T, h, w)
-    if t >= 2:
-        change = change_masks(gray, homographies, valid, frame_content, cfg.motion_threshold)
-        change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
-    else:
-        change = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
     if seeds is not None:
         seeds = tuple(s.to(dev) for s in seeds)
-        discs = seed_map(seeds[0], seeds[1], (t, h, w), cfg.motion_seed_radius_px, seeds[3])
         seed_clip = clip_of[seeds[1]]
-    else:
-        discs = torch.zeros_like(change)
-    motion = dilate(change | discs, cfg.motion_close_px) & frame_content
-    motion = erode_mask(motion, cfg.motion_close_px) | (change & frame_content)
-    area = content.to(dev).flatten(1).sum(1).clamp_min(1)[clip_of]  # (T,) content px
-    frac = motion.flatten(1).sum(1).double() / area.double()
-    unreliable = frac > cfg.motion_max_fraction
-    motion = motion & ~unreliable.view(-1, 1, 1)
+    motion, unreliable, area = _moving_pixels(gray, homographies, valid, content.to(dev)[clip_of],
+                                              seeds, cfg)
     links = clip_of[1:] == clip_of[:-1]
     labels, roots = _components(  # int32 labels: exact below 2^31 pixels, half the memory
         motion, 4, 512, torch.int32 if motion.numel() < 2 ** 31 - 1 else torch.long, links)
