@@ -27,9 +27,10 @@ from .decision import GateDecision, hysteresis, resolve_u, resolve_u_clip, thres
 from .parallax import STATISTICS, gate_from_parallax, parallax_statistics
 from .poses import PoseLog, gate_from_poses, load_pose_log, translation_inf
 from .select import (decide_gate, external_gate, gate_block, gate_source, pair_models,
-                     preliminary_regime, resolve_gate_method)
+                     preliminary_regime, preliminary_regimes, resolve_gate_method)
 
 __all__ = ["GateDecision", "hysteresis", "threshold_decision", "PoseLog", "load_pose_log",
            "translation_inf", "gate_from_poses", "parallax_statistics", "gate_from_parallax",
            "resolve_u", "resolve_u_clip", "STATISTICS", "resolve_gate_method", "external_gate",
-           "gate_block", "gate_source", "preliminary_regime", "decide_gate", "pair_models"]
+           "gate_block", "gate_source", "preliminary_regime", "preliminary_regimes", "decide_gate",
+           "pair_models"]

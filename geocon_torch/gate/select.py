@@ -20,7 +20,9 @@ import torch
 from .._tensor_utils import group_index, grouped_quantiles
 from ..config import GeoConConfig
 from ..errors import InputError
+from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import gate_pair_tiers
+from ..sections.fits import concat_fits, pad_points
 from ..types import Clip, Fit
 from .decision import CODE, GateDecision, resolve_u, resolve_u_clip
 from .dust3r import gate_from_dust3r
@@ -108,7 +110,8 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
                        ) -> Optional[str]:
     """The regime the motion-mask seeds are taken under, before any object is removed: an
     external H / F decision, else the weight-free gate on the preliminary ``fits`` (U resolved by
-    GRIC); None when no pair has enough inliers to decide.
+    GRIC); None when no pair has enough inliers to decide (:func:`preliminary_regimes` of one
+    clip).
 
     Args:
         fits: (H fit, F fit) of the R rows of ``x1`` / ``x2`` (R, N, 2) px / ``mask`` (R, N): the
@@ -117,16 +120,97 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
             normalisation, one or (R,) per row (None: estimated from the points).
         gate_pairs: (G, 2) frame pairs of the gate rows (their tiers; None: one tier).
     """
-    if ext_gate is not None and ext_gate.decision in ("H", "F"):
-        return ext_gate.decision
+    return preliminary_regimes([fits], [x1], [x2], [mask], [num_evaluated], [ext_gate], config,
+                               long_side_px=[long_side_px], gate_pairs=[gate_pairs])[0][0]
+
+
+def preliminary_regimes(fits: Sequence[Tuple[Fit, Fit]], x1: Sequence[torch.Tensor],
+                        x2: Sequence[torch.Tensor], mask: Sequence[torch.Tensor],
+                        num_evaluated: Sequence[int],
+                        ext_gates: Sequence[Optional[GateDecision]], config: GeoConConfig,
+                        long_side_px: Optional[Sequence[Union[None, float, torch.Tensor]]] = None,
+                        gate_pairs: Optional[Sequence[Optional[torch.Tensor]]] = None,
+                        merged: Optional[Tuple[Fit, Fit]] = None
+                        ) -> Tuple[List[Optional[str]], List[Optional[torch.Tensor]]]:
+    """:func:`preliminary_regime` of B clips as one batch: the rows of every clip an external
+    H / F decision does not settle, zero-padded along the point axis to the widest clip
+    (:func:`~geocon_torch.sections.fits.pad_points`), get each model's residuals and
+    :func:`~.parallax.parallax_statistics` at once (padding invariant), then
+    :func:`decide_gates` decides every clip with one host transfer; U is resolved by GRIC
+    (``evidence["u_resolved"]``). A clip's regime is the same alone or in a batch (bit for bit
+    on the CPU).
+
+    Args:
+        fits: per clip, (H fit, F fit) of its R_b rows (its own width N_b).
+        x1, x2: per clip (R_b, N_b, 2) px; mask: per clip (R_b, N_b) bool. A clip's rows are its
+            ``num_evaluated[b]`` evaluated pairs first, then its gate pairs.
+        ext_gates: per clip, the external gate's decision or None (H / F wins).
+        long_side_px: per clip, the long side (px) of the rows' frames: a float, an (R_b,)
+            tensor or None (estimated from the clip's points, one host read); None: all None.
+        gate_pairs: per clip, (G_b, 2) frame pairs of the gate rows (their tiers; None: one
+            tier); None: all None.
+        merged: the fits of the rows of all B clips, clip after clip, point axis padded to the
+            widest clip (:class:`~geocon_torch.sections.fits.MergedFits`: no copies); None:
+            stacked here from ``fits``.
+    Returns:
+        (regime per clip: "H" | "F" | None, residuals per clip: the (P_b, N_b) residuals of its
+        regime's model on its evaluated rows, normalised Sampson under F, else symmetric
+        transfer px (:func:`~geocon_torch.segment.seeds.outlier_seeds`), None where not
+        computed).
+    """
+    b = len(fits)
+    sides = list(long_side_px) if long_side_px is not None else [None] * b
+    gps = list(gate_pairs) if gate_pairs is not None else [None] * b
+    regimes: List[Optional[str]] = [e.decision if e is not None and e.decision in ("H", "F")
+                                    else None for e in ext_gates]
+    residuals: List[Optional[torch.Tensor]] = [None] * b
+    todo = [k for k in range(b) if regimes[k] is None]
+    if not todo:
+        return regimes, residuals
+    sel = list(range(b)) if merged is not None else todo  # merged: every clip's rows are there
+    xs1, xs2, m = (pad_points([t[k] for k in sel]) for t in (x1, x2, mask))
+    n = int(xs1.shape[1])
+    fit_h, fit_f = merged if merged is not None else (
+        concat_fits([fits[k][i] for k in sel], n) for i in range(2))
+    sizes = [int(x1[k].shape[0]) for k in sel]
+    starts = [sum(sizes[:i]) for i in range(len(sel))]
+    side = torch.cat([_row_sides(sides[k], x1[k], mask[k], config) for k in sel])
     bc = config.background
-    stats = parallax_statistics(fits[0], fits[1], x1, x2, mask, tau_h=bc.tau_h, tau_f=bc.tau_f,
-                                min_inliers=bc.min_inliers, long_side_px=long_side_px,
-                                gate=config.gate)
-    rows = torch.arange(x1.shape[0], device=x1.device)
-    pre = gate_from_parallax(gate_source(stats, rows[:num_evaluated], rows[num_evaluated:],
-                                         gate_pairs)[0], config.gate)
-    return pre.decision if pre.decision != "U" else pre.evidence.get("u_resolved")
+    r_h = homography_residuals(fit_h, xs1, xs2)
+    r_f = fundamental_residuals(fit_f, xs1, xs2, m)
+    stats = parallax_statistics(fit_h, fit_f, xs1, xs2, m, tau_h=bc.tau_h, tau_f=bc.tau_f,
+                                min_inliers=bc.min_inliers, residuals=(r_h, *r_f),
+                                long_side_px=side, gate=config.gate)
+    rows = []
+    for k, a, r in zip(sel, starts, sizes):
+        p = int(num_evaluated[k])
+        gp = (gps[k].reshape(-1, 2).tolist() if gps[k] is not None
+              else [[0, 1]] * (r - p))  # None: one tier (equal spans)
+        rows.append(GateRows(list(range(a, a + p)), list(range(a + p, a + r)), gp))
+    cfg = config.replace(gate={"per_pair": False}) if config.gate.per_pair else config
+    for k, a, (gate, _) in zip(sel, starts, decide_gates(stats, rows, cfg)):
+        if regimes[k] is None:
+            regimes[k] = (gate.decision if gate.decision != "U"
+                          else gate.evidence.get("u_resolved"))
+        p, w = int(num_evaluated[k]), int(x1[k].shape[1])
+        residuals[k] = (r_f[0] if regimes[k] == "F" else r_h)[a:a + p, :w]
+    return regimes, residuals
+
+
+def _row_sides(long_side_px: Union[None, float, torch.Tensor], x1: torch.Tensor,
+               mask: torch.Tensor, config: GeoConConfig) -> torch.Tensor:
+    """(R,) long side (px) of each row of one clip (``x1`` (R, N, 2), ``mask`` (R, N)) in
+    ``x1``'s dtype: the given tensor or float, else the extent of the clip's masked points
+    (:func:`~.parallax.reference_scale`; the reference long side when there are none)."""
+    r = int(x1.shape[0])
+    if isinstance(long_side_px, torch.Tensor):
+        side = long_side_px.to(device=x1.device, dtype=x1.dtype)
+        return side if side.dim() == 1 else side.reshape(-1).expand(r)
+    if long_side_px is None:
+        pts = x1[mask]
+        long_side_px = (float(pts.abs().amax()) if pts.numel()
+                        else float(config.gate.reference_long_side))
+    return x1.new_full((r,), float(long_side_px))
 
 
 @dataclass

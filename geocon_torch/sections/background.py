@@ -30,8 +30,8 @@ from ..features import extract_correspondences
 from ..features.base import resolve_backend
 from ..features.multiscale import resolve_scale_mode
 from ..gate import (GateDecision, external_gate, gate_block, pair_models, parallax_statistics,
-                    preliminary_regime, resolve_gate_method)
-from ..gate.select import GateRows, clip_regime, decide_gates
+                    resolve_gate_method)
+from ..gate.select import GateRows, clip_regime, decide_gates, preliminary_regimes
 from ..gate.view import gate_view_correspondences, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
@@ -46,7 +46,7 @@ from ..segment.seeds import motion_masks_batch
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
 from ..types import Clip, Correspondences, Fit, concat_correspondences, empty_rows
-from .fits import ClipRows, MergedFits, fit_clips, fit_merged, pad_points
+from .fits import ClipRows, MergedFits, fit_merged, pad_points
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -276,9 +276,11 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     _each(jobs, lambda j: _seg_start(j, cfg))
     with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
         live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
-        for j, pre in zip(live, fit_clips([_pre_rows(j) for j in live], cfg)):
-            j.seg.pre = pre
-    _segment_all([j for j in jobs if j.result is None], cfg, device, timer)
+        pre = fit_merged([_pre_rows(j) for j in live], cfg) if live else None
+        for k, j in enumerate(live):
+            j.seg.pre = pre.clip(k)
+    _segment_all([j for j in jobs if j.result is None], cfg, device, timer,
+                 (live, pre) if live else None)
     live = [j for j in jobs if j.result is None]
     if live:
         with timer("fit"):  # one batched call per model over all rows of all clips
@@ -334,13 +336,17 @@ def _final_rows(job: _Job) -> ClipRows:
                     pre_mask=seg.pre_mask)
 
 
+#: the jobs whose preliminary fits were merged, and those fits (:func:`fit_merged`)
+_PreFits = Optional[Tuple[List[_Job], MergedFits]]
+
+
 def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
-                 timer: Timer) -> None:
+                 timer: Timer, pre: _PreFits = None) -> None:
     """Algorithm 1 B for every clip (:func:`_segment`: the motion masks of all clips in one
     batch), then the block heads and the background-match check, with one host transfer for
     all clips."""
     with timer("segment"):
-        _segment(jobs, cfg, device)
+        _segment(jobs, cfg, device, pre)
     done = [j for j in jobs if j.result is None]
     if not done:
         return
@@ -511,18 +517,21 @@ def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
         job.stop()
 
 
-def _segment(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device]
-             ) -> None:
+def _segment(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
+             pre: _PreFits = None) -> None:
     """Algorithm 1 B: object masks into every job's ``seg`` (the motion masks of all clips in
     one batch: :func:`_motion_objects`), then its ``stack.mask`` keeps only background
     correspondences (:func:`_keep_background`).
 
     With motion masks the finest rows were first fitted on all their matches (``seg.pre``) to
-    find the movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`)."""
+    find the movers; the rows the masks leave unchanged keep these fits (:func:`fit_reusing`);
+    ``pre``: the jobs whose preliminary fits were merged, and those fits."""
     motion = [j for j in jobs if j.seg.evidence["method"] == "motion"]
     if motion:
         try:
-            _motion_objects(motion, cfg)
+            merged = pre[1] if pre is not None and list(map(id, pre[0])) == list(
+                map(id, motion)) else None
+            _motion_objects(motion, cfg, merged)
         except Exception:  # noqa: BLE001 - find the clip that fails: each alone
             for j in motion:
                 _run(j, lambda job: _motion_objects([job], cfg))
@@ -534,22 +543,24 @@ def _segment(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.dev
             _run(j, lambda job: _keep_background(job, cfg))
 
 
-def _motion_objects(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
+def _motion_objects(jobs: Sequence[_Job], cfg: GeoConConfig,
+                    merged: Optional[MergedFits] = None) -> None:
     """The motion masks of all ``jobs`` in one batch (:func:`motion_masks_batch`), seeded
-    under each clip's preliminary regime (:func:`preliminary_regime`)."""
-    regimes, pairs, x1, x2 = [], [], [], []
-    for j in jobs:
-        stack, seg, rows = j.stack, j.seg, j.seg.pre_rows
-        p = stack.num_evaluated
-        x1.append(stack.x1[rows])
-        x2.append(stack.x2[rows])
-        pairs.append(stack.pairs[:p])
-        regimes.append(preliminary_regime(seg.pre, x1[-1], x2[-1], seg.pre_mask, p, j.ext, cfg,
-                                          long_side_px=stack.long_side_px(rows),
-                                          gate_pairs=stack.pairs[p:]))
-    out = motion_masks_batch([j.clip for j in jobs], pairs, x1, x2,
-                             [j.seg.pre_mask for j in jobs], [j.seg.pre for j in jobs], cfg,
-                             regimes)
+    under the preliminary regimes of all clips, decided at once (:func:`preliminary_regimes`,
+    whose residuals the seeds reuse); ``merged``: the jobs' preliminary fits as one batch, or
+    None."""
+    st = [j.stack for j in jobs]
+    x1 = [s.x1[j.seg.pre_rows] for s, j in zip(st, jobs)]
+    x2 = [s.x2[j.seg.pre_rows] for s, j in zip(st, jobs)]
+    pairs = [s.pairs[:s.num_evaluated] for s in st]
+    masks, fits = [j.seg.pre_mask for j in jobs], [j.seg.pre for j in jobs]
+    regimes, residuals = preliminary_regimes(
+        fits, x1, x2, masks, [s.num_evaluated for s in st], [j.ext for j in jobs], cfg,
+        long_side_px=[s.long_side_px(j.seg.pre_rows) for s, j in zip(st, jobs)],
+        gate_pairs=[s.pairs[s.num_evaluated:] for s in st],
+        merged=(merged.fit_h, merged.fit_f) if merged is not None else None)
+    out = motion_masks_batch([j.clip for j in jobs], pairs, x1, x2, masks, fits, cfg, regimes,
+                             residuals)
     for j, (objects, evidence) in zip(jobs, out):
         j.seg.objects, j.seg.evidence = objects, evidence
 

@@ -212,6 +212,18 @@ def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None) -> torc
     return torch.cat([_pad(t, n) for t in tensors])
 
 
+def concat_fits(fits: Sequence[Fit], n: Optional[int] = None) -> Fit:
+    """The fits of several row blocks (one kind) as one Fit: rows concatenated, ``inliers`` /
+    ``residuals`` zero-padded to ``n`` points (None: the widest, :func:`pad_points`); a single
+    fit of width ``n`` is returned as it is."""
+    n = max(int(f.inliers.shape[1]) for f in fits) if n is None else n
+    if len(fits) == 1 and int(fits[0].inliers.shape[1]) == n:
+        return fits[0]
+    return Fit(fits[0].kind, *(pad_points([getattr(f, k) for f in fits], n)
+                               if k in ("inliers", "residuals")
+                               else torch.cat([getattr(f, k) for f in fits]) for k in _FIELDS))
+
+
 def _offsets(tensors: Sequence[torch.Tensor]) -> List[int]:
     sizes = [int(t.numel()) for t in tensors]
     return [sum(sizes[:k]) for k in range(len(sizes))]
