@@ -436,3 +436,39 @@ class BlockMasks:
         return self.full() == other
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def pad_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, N, ...) zero-padded to (R, n, ...) along the point axis."""
+    extra = n - int(t.shape[1])
+    if extra == 0:
+        return t
+    return torch.cat([t, t.new_zeros((t.shape[0], extra) + tuple(t.shape[2:]))], 1)
+
+
+def pad_fit(fit: Fit, n: int) -> Fit:
+    """``fit`` with ``inliers`` / ``residuals`` zero-padded to ``n`` points."""
+    out = Fit(fit.kind, *(getattr(fit, k) for k in _FIT_TENSORS))
+    out.inliers, out.residuals = pad_rows(fit.inliers, n), pad_rows(fit.residuals, n)
+    return out
+
+
+def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None) -> torch.Tensor:
+    """(R_k, N_k, ...) tensors concatenated along rows, each zero-padded to ``n`` points (None:
+    the widest); a single tensor of width ``n`` is returned as it is."""
+    n = max(int(t.shape[1]) for t in tensors) if n is None else n
+    if len(tensors) == 1 and int(tensors[0].shape[1]) == n:
+        return tensors[0]
+    return torch.cat([pad_rows(t, n) for t in tensors])
+
+
+def concat_fits(fits: Sequence[Fit], n: Optional[int] = None) -> Fit:
+    """The fits of several row blocks (one kind) as one Fit: rows concatenated, ``inliers`` /
+    ``residuals`` zero-padded to ``n`` points (None: the widest, :func:`pad_points`); a single
+    fit of width ``n`` is returned as it is."""
+    n = max(int(f.inliers.shape[1]) for f in fits) if n is None else n
+    if len(fits) == 1 and int(fits[0].inliers.shape[1]) == n:
+        return fits[0]
+    return Fit(fits[0].kind, *(pad_points([getattr(f, k) for f in fits], n)
+                               if k in ("inliers", "residuals")
+                               else torch.cat([getattr(f, k) for f in fits]) for k in _FIT_TENSORS))

@@ -22,8 +22,7 @@ from ..config import GeoConConfig
 from ..errors import InputError
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import gate_pair_tiers
-from ..sections.fits import concat_fits, pad_points
-from ..types import Clip, Fit
+from ..types import Clip, Fit, concat_fits, pad_points
 from .decision import CODE, GateDecision, resolve_u, resolve_u_clip
 from .dust3r import gate_from_dust3r
 from .parallax import (check_statistic, decide_on_host, gate_from_parallax, gate_keys,
@@ -134,7 +133,7 @@ def preliminary_regimes(fits: Sequence[Tuple[Fit, Fit]], x1: Sequence[torch.Tens
                         ) -> Tuple[List[Optional[str]], List[Optional[torch.Tensor]]]:
     """:func:`preliminary_regime` of B clips as one batch: the rows of every clip an external
     H / F decision does not settle, zero-padded along the point axis to the widest clip
-    (:func:`~geocon_torch.sections.fits.pad_points`), get each model's residuals and
+    (:func:`~geocon_torch.types.pad_points`), get each model's residuals and
     :func:`~.parallax.parallax_statistics` at once (padding invariant), then
     :func:`decide_gates` decides every clip with one host transfer; U is resolved by GRIC
     (``evidence["u_resolved"]``). A clip's regime is the same alone or in a batch (bit for bit

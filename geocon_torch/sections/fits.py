@@ -15,7 +15,7 @@ import torch
 
 from ..config import GeoConConfig
 from ..geometry import ransac_fundamental, ransac_homography
-from ..types import _FIT_TENSORS, Fit
+from ..types import _FIT_TENSORS, Fit, pad_fit, pad_points
 
 
 #: rows per batched RANSAC call (bounds the fits' memory on long clips; results identical)
@@ -110,20 +110,6 @@ class ClipRows:
     pre_mask: Optional[torch.Tensor] = None
 
 
-def _pad(t: torch.Tensor, n: int) -> torch.Tensor:
-    """(R, N, ...) zero-padded to (R, n, ...) along the point axis."""
-    extra = n - int(t.shape[1])
-    if extra == 0:
-        return t
-    return torch.cat([t, t.new_zeros((t.shape[0], extra) + tuple(t.shape[2:]))], 1)
-
-
-def _pad_fit(fit: Fit, n: int) -> Fit:
-    out = Fit(fit.kind, *(getattr(fit, k) for k in _FIELDS))
-    out.inliers, out.residuals = _pad(fit.inliers, n), _pad(fit.residuals, n)
-    return out
-
-
 def _trim_fit(fit: Fit, rows: slice, n: int) -> Fit:
     """Rows ``rows`` of ``fit`` with inliers / residuals cut to the first ``n`` points."""
     out = Fit(fit.kind, *(getattr(fit, k)[rows] for k in _FIELDS))
@@ -184,7 +170,7 @@ def fit_merged(parts: Sequence[ClipRows], config: GeoConConfig) -> MergedFits:
     pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None
     if with_pre:
         pre = tuple(Fit.assemble(sum(int(p.pre_rows.numel()) for _, p in with_pre), [
-            (torch.arange(a, a + int(p.pre_rows.numel()), device=dev), _pad_fit(p.pre[m], n))
+            (torch.arange(a, a + int(p.pre_rows.numel()), device=dev), pad_fit(p.pre[m], n))
             for a, (_, p) in zip(_offsets([p.pre_rows for _, p in with_pre]), with_pre)])
             for m in range(2))
         pre_rows = torch.cat([p.pre_rows.to(dev) + starts[k] for k, p in with_pre])
@@ -201,27 +187,6 @@ def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit
         return []
     merged = fit_merged(parts, config)
     return [merged.clip(k) for k in range(len(parts))]
-
-
-def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None) -> torch.Tensor:
-    """(R_k, N_k, ...) tensors concatenated along rows, each zero-padded to ``n`` points (None:
-    the widest); a single tensor of width ``n`` is returned as it is."""
-    n = max(int(t.shape[1]) for t in tensors) if n is None else n
-    if len(tensors) == 1 and int(tensors[0].shape[1]) == n:
-        return tensors[0]
-    return torch.cat([_pad(t, n) for t in tensors])
-
-
-def concat_fits(fits: Sequence[Fit], n: Optional[int] = None) -> Fit:
-    """The fits of several row blocks (one kind) as one Fit: rows concatenated, ``inliers`` /
-    ``residuals`` zero-padded to ``n`` points (None: the widest, :func:`pad_points`); a single
-    fit of width ``n`` is returned as it is."""
-    n = max(int(f.inliers.shape[1]) for f in fits) if n is None else n
-    if len(fits) == 1 and int(fits[0].inliers.shape[1]) == n:
-        return fits[0]
-    return Fit(fits[0].kind, *(pad_points([getattr(f, k) for f in fits], n)
-                               if k in ("inliers", "residuals")
-                               else torch.cat([getattr(f, k) for f in fits]) for k in _FIELDS))
 
 
 def _offsets(tensors: Sequence[torch.Tensor]) -> List[int]:
