@@ -30,6 +30,7 @@ import threading
 import uuid
 from typing import List, Optional, Sequence
 
+from ..errors import InputError
 from .pg_store import PostgresStore
 from .store import Statement
 
@@ -104,7 +105,7 @@ class WorkQueue:
         manifest order; one transaction), or [] when nothing is claimable. ``exclude``: rows
         this rank holds and is still scoring (not to be handed out to it again)."""
         if n < 1:
-            raise ValueError(f"claim_many needs n >= 1, got {n!r}")
+            raise InputError(f"claim_many needs n >= 1, got {n!r}")
         rows = self.store.transaction(lambda: self.store.execute(
             _CLAIM, (self.job, self.owner, list(exclude), int(n), self.owner, self.lease_s)))
         self.claimed += len(rows)

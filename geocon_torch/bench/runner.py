@@ -334,9 +334,7 @@ def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
     group: List[_Todo] = []
 
     def flush() -> None:
-        t1 = time.monotonic()
         _score_group(group, store, job, summary, bar)
-        summary.busy_s += time.monotonic() - t1
         group.clear()
 
     try:
@@ -346,26 +344,23 @@ def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
             if items is None:
                 break
             for entry, work in items:
-                summary.total += 1
                 t1 = time.monotonic()
+                summary.total += 1
                 key, unreadable = content_key(entry.path)
-                summary.busy_s += time.monotonic() - t1
                 if any(t.key == key for t in group):
                     flush()
-                t1 = time.monotonic()
                 todo = _resolve(entry, key, unreadable, store, job, summary, work)
-                summary.busy_s += time.monotonic() - t1
-                if todo is None:
-                    _advance(bar, summary)
-                elif todo.unreadable is not None:  # an error row at once: nothing to score
-                    t1 = time.monotonic()
-                    _store(todo, _Unreadable(todo.unreadable), store, job, summary)
-                    summary.busy_s += time.monotonic() - t1
-                    _advance(bar, summary)
-                else:
+                if todo is not None and todo.unreadable is None:
                     group.append(todo)
+                else:  # stored (skipped / linked), or an error row at once: nothing to score
+                    if todo is not None:
+                        _store(todo, _Unreadable(todo.unreadable), store, job, summary)
+                    _advance(bar, summary)
+                summary.busy_s += time.monotonic() - t1
             if group and (len(group) >= job.batch_clips or not items):
+                t1 = time.monotonic()
                 flush()
+                summary.busy_s += time.monotonic() - t1
     finally:
         bar.close()
         summary.elapsed_s = time.monotonic() - t0
