@@ -380,9 +380,12 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
                 config: Union[None, str, Path, dict, GeoConConfig] = None,
                 device: Union[None, str, torch.device] = None,
                 preset: Optional[str] = None, progress: Optional[bool] = False,
-                batch_bytes: Optional[int] = None) -> List[ClipResult]:
+                batch_bytes: Optional[int] = None,
+                return_exceptions: bool = False) -> List[Union[ClipResult, Exception]]:
     """Score many clips as batches; never raises for one bad clip (its result has
-    ``status: "error"``).
+    ``status: "error"``, or with ``return_exceptions=True`` its slot holds the exception that
+    :func:`score_clip` would have raised for it, traceback included: the bench runner records
+    it exactly as for a clip scored alone).
 
     ``videos`` may also be a (B, T, C, H, W) tensor; ``masks`` / ``poses`` are per-clip lists
     (or None). Clips are read in order and gathered into batches of at most ``batch_bytes``
@@ -406,20 +409,20 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     if len(masks) != n or len(poses) != n:
         raise InputError(f"masks / poses lists must have one entry per clip ({n})")
     budget = BATCH_BYTES if batch_bytes is None else int(batch_bytes)
-    out: List[Optional[ClipResult]] = [None] * n
+    out: List[Optional[Union[ClipResult, Exception]]] = [None] * n
     batch: List[Tuple[int, _Item]] = []
     for k, (video, m, p) in enumerate(zip(videos, masks, poses)):
         try:
             item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k))
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
-            out[k] = _failed(video, k, exc, cfg)
+            out[k] = exc if return_exceptions else _failed(video, k, exc, cfg)
             continue
         size = _frame_bytes(item.clip)
         if batch and sum(_frame_bytes(b.clip) for _, b in batch) + size > budget:
-            _score_batch(batch, out, cfg, progress)
+            _score_batch(batch, out, cfg, progress, return_exceptions)
             batch = []
         batch.append((k, item))
-    _score_batch(batch, out, cfg, progress)
+    _score_batch(batch, out, cfg, progress, return_exceptions)
     return [r for r in out if r is not None]
 
 
@@ -439,10 +442,12 @@ def _frame_bytes(clip: Clip) -> int:
     return int(clip.frames.numel()) * int(clip.frames.element_size())
 
 
-def _score_batch(batch: List[Tuple[int, "_Item"]], out: List[Optional[ClipResult]],
-                 cfg: GeoConConfig, progress: Optional[bool]) -> None:
+def _score_batch(batch: List[Tuple[int, "_Item"]],
+                 out: List[Optional[Union[ClipResult, Exception]]], cfg: GeoConConfig,
+                 progress: Optional[bool], return_exceptions: bool = False) -> None:
     """The background blocks of the batch's decoded clips as one batch (per device), then
-    every clip's other blocks; results into ``out`` at the clips' positions."""
+    every clip's other blocks; results (or, with ``return_exceptions``, a failed clip's
+    exception) into ``out`` at the clips' positions."""
     blocks: Dict[int, Any] = {}
     todo = [(k, it) for k, it in batch
             if it.decoded and "background" in get_preset(it.preset).sections]
@@ -466,4 +471,4 @@ def _score_batch(batch: List[Tuple[int, "_Item"]], out: List[Optional[ClipResult
                 raise bg
             out[k] = _complete(it, bg)
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
-            out[k] = _failed(it.video, k, exc, cfg)
+            out[k] = exc if return_exceptions else _failed(it.video, k, exc, cfg)

@@ -256,6 +256,36 @@ def bad_rows_manifest(folder: Path, n: int) -> Path:
     return write_jsonl(folder / "m.jsonl", rows)
 
 
+def bad_input_corpus(folder: Path) -> list:
+    """Manifest rows (generator "m", category C2) of small real clips in ``folder``: a good one
+    (6 frames of 128 x 96), a missing and a zero-byte file, a truncated and a text file
+    ("videos" that do not decode), one frame, flat / noise / tiny clips and a cut."""
+    from geocon_torch.synth import render_scene
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rot = render_scene("C2", num_frames=6, size=(96, 128), seed=0).frames
+    trans = render_scene("C3", num_frames=6, size=(96, 128), seed=1).frames
+    g = torch.Generator().manual_seed(0)
+    clips = {
+        "good": rot,
+        "one_frame": rot[:1],
+        "grey": torch.full((6, 3, 96, 128), 128, dtype=torch.uint8),
+        "noise": torch.randint(0, 256, (6, 3, 96, 128), generator=g, dtype=torch.uint8),
+        "tiny16": rot[:, :, 40:56, 50:66].contiguous(),
+        "cuts": torch.cat([rot[:3], trans[3:]]),
+    }
+    for name, frames in clips.items():
+        write_video(folder / f"{name}.mp4", frames, fps=8)
+    data = (folder / "good.mp4").read_bytes()
+    (folder / "truncated.mp4").write_bytes(data[: len(data) * 2 // 5])
+    (folder / "zero.mp4").write_bytes(b"")
+    (folder / "text.mp4").write_text("this is not a video\n" * 20)
+    names = ["good", "missing", "zero", "truncated", "text", "one_frame", "grey", "noise",
+             "tiny16", "cuts"]
+    return [{"clip_id": n, "path": str(folder / f"{n}.mp4"), "generator": "m", "category": "C2",
+             "seed": i} for i, n in enumerate(names)]
+
+
 # --- from test_foreground_scenes.py -------------------------------------------
 
 def _texture(gen: torch.Generator, shape, sigma: float, dtype) -> torch.Tensor:

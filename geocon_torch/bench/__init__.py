@@ -19,7 +19,8 @@ Quick use::
   ``clips`` (clip_id -> result), view ``leaderboard``; idempotent writes, CSV / Parquet export;
   one SQLite file (WAL, the embedded default) or :mod:`.pg_store` (a PostgreSQL server, psycopg
   3, for jobs spanning nodes; passwords never printed: :func:`mask_url`).
-* :mod:`.runner` — :func:`run_manifest`: resume by key, one transaction per clip, error rows
+* :mod:`.runner` — :func:`run_manifest`: resume by key, clips scored in batches
+  (``batch_clips``, :class:`PipelineScorer`) and stored one transaction per clip, error rows
   with reasons, tqdm progress, torchrun ranks: static r::N on SQLite (one node), dynamic claims
   with expiring leases on PostgreSQL (:mod:`.claims`; any number of nodes).
 * :mod:`.merge` — :func:`merge_stores`: per-node stores into one, deduplicated by key,
@@ -37,7 +38,8 @@ from . import stats
 from .ids import derive_clip_ids, file_key
 from .manifest import (ManifestEntry, ManifestError, check_unique_ids, entry_from_mapping,
                        load_manifest, write_manifest)
-from .runner import RunSummary, content_key, default_score_fn, error_result, run_manifest
+from .runner import (PipelineScorer, RunSummary, content_key, default_score_fn, error_result,
+                     run_manifest)
 from .schema import ResultSchemaError, check_result, result_problems
 from .store import (FLAT_COLUMNS, ResultStore, SQLiteStore, StoreConnectionError, StoreError,
                     flatten_row, is_server_url, load_results, write_csv, write_parquet)
@@ -47,7 +49,7 @@ from .merge import MergeReport, merge_stores
 __all__ = [
     "stats", "derive_clip_ids", "file_key", "ManifestEntry", "ManifestError",
     "check_unique_ids", "entry_from_mapping", "load_manifest", "write_manifest",
-    "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
+    "PipelineScorer", "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
     "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
     "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet", "SQLiteStore",
     "StoreConnectionError", "is_server_url", "PostgresStore", "mask_url", "MergeReport",

@@ -5,12 +5,13 @@ One run is one *job* (an id every rank of the run shares: rank 0 draws it and br
 Every rank enqueues the manifest's clip ids into the ``work`` table (idempotent: the first
 rank's insert wins), then loops:
 
-1. claim the next row in manifest order: ``SELECT ... FOR UPDATE SKIP LOCKED`` picks a row that
-   is not done and not leased (or whose lease has expired, or that this rank already owns: a
-   claim whose reply was lost), then ``lease_until = now() + lease`` on the server's clock;
-   a clip leased by another live job on the same config is left alone;
-2. score it and commit the result together with ``done = TRUE`` (one transaction), or mark it
-   done when the store already holds it;
+1. claim the next rows in manifest order (up to the runner's ``batch_clips`` at a time):
+   ``SELECT ... FOR UPDATE SKIP LOCKED`` picks rows that are not done and not leased (or whose
+   lease has expired, or that this rank already owns and is not scoring: a claim whose reply
+   was lost), then ``lease_until = now() + lease`` on the server's clock; a clip leased by
+   another live job on the same config is left alone;
+2. score them (as one batch) and commit each result together with its ``done = TRUE`` (one
+   transaction per clip), or mark a row done when the store already holds it;
 3. when nothing is claimable but rows are still leased by other ranks, wait and look again:
    a killed rank's leases expire and its rows are taken by the others.
 
@@ -29,6 +30,7 @@ import threading
 import uuid
 from typing import List, Optional, Sequence
 
+from ..errors import InputError
 from .pg_store import PostgresStore
 from .store import Statement
 
@@ -39,15 +41,16 @@ WITH pick AS (
     SELECT w.job, w.clip_id FROM work w
     WHERE w.job = ? AND NOT w.done
       AND (w.lease_until IS NULL OR w.lease_until < now() OR w.owner = ?)
+      AND NOT (w.clip_id = ANY(?::text[]))
       AND NOT EXISTS (SELECT 1 FROM work o
                       WHERE o.config_hash = w.config_hash AND o.clip_id = w.clip_id
                         AND o.job <> w.job AND NOT o.done AND o.lease_until >= now())
-    ORDER BY w.position LIMIT 1
+    ORDER BY w.position LIMIT ?
     FOR UPDATE OF w SKIP LOCKED)
 UPDATE work SET owner = ?, lease_until = now() + ? * interval '1 second',
     claims = work.claims + 1
 FROM pick WHERE work.job = pick.job AND work.clip_id = pick.clip_id
-RETURNING work.clip_id
+RETURNING work.clip_id, work.position
 """
 
 
@@ -94,12 +97,19 @@ class WorkQueue:
 
     def claim(self) -> Optional[str]:
         """The clip id this rank now holds a lease on, or None when nothing is claimable."""
+        got = self.claim_many(1)
+        return got[0] if got else None
+
+    def claim_many(self, n: int, exclude: Sequence[str] = ()) -> List[str]:
+        """Up to ``n`` clip ids this rank now holds leases on (the next claimable rows, in
+        manifest order; one transaction), or [] when nothing is claimable. ``exclude``: rows
+        this rank holds and is still scoring (not to be handed out to it again)."""
+        if n < 1:
+            raise InputError(f"claim_many needs n >= 1, got {n!r}")
         rows = self.store.transaction(lambda: self.store.execute(
-            _CLAIM, (self.job, self.owner, self.owner, self.lease_s)))
-        if not rows:
-            return None
-        self.claimed += 1
-        return rows[0][0]
+            _CLAIM, (self.job, self.owner, list(exclude), int(n), self.owner, self.lease_s)))
+        self.claimed += len(rows)
+        return [cid for cid, _ in sorted(rows, key=lambda r: r[1])]
 
     def done_statement(self, clip_id: str) -> Statement:
         """The statement that marks ``clip_id`` done (committed with its result)."""

@@ -7,6 +7,13 @@ the clips in flight and a re-run neither recomputes nor duplicates anything. A c
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
 on (``retry_errors=True`` recomputes those rows).
 
+Batches: a rank gathers its next ``batch_clips`` clips that the store lacks and scores them with
+one ``score_fn.batch`` call (:class:`PipelineScorer`: one
+:func:`~geocon_torch.pipeline.score_clips` call, each clip isolated), then stores each clip as
+above; the rows are those of scoring clip by clip (``batch_clips=1``), error reasons included.
+A clip whose bytes are already in the gathered group waits for the group to be stored (it is
+then linked); a killed rank loses only its group in flight.
+
 Several ranks (``torchrun ... -m geocon_torch.cli bench ...``) give out the rows in one of two
 ways (``assign``):
 
@@ -27,14 +34,14 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import logging
 import os
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
-                    Union)
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -43,23 +50,44 @@ from tqdm.auto import tqdm
 from ..config import GeoConConfig
 from ..errors import InputError, VideoReadError
 from ..io import content_hash
-from ..pipeline import pinned_config, score_clip
+from ..pipeline import pinned_config, score_clip, score_clips
 from ..result import ClipResult, migrate_result
-from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .claims import LeaseKeeper, WorkQueue, drop_job, new_job, new_owner
+from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .schema import result_problems
 from .store import ResultStore, is_server_url
 
 log = logging.getLogger("geocon_torch.bench")
 ScoreFn = Callable[[ManifestEntry, GeoConConfig, Optional[str]], Dict[str, Any]]
+#: one outcome per entry of a group: the result dict, or the exception scoring it raised
+Outcome = Union[Dict[str, Any], Exception]
 
 
-def default_score_fn(entry: ManifestEntry, config: GeoConConfig,
-                     device: Optional[str]) -> Dict[str, Any]:
-    """Score one manifest entry with :func:`geocon_torch.pipeline.score_clip`."""
-    result = score_clip(entry.path, masks=entry.masks_path, poses=entry.poses_path,
-                        config=config, device=device, progress=False)  # the runner has a bar
-    return result.to_dict()
+class PipelineScorer:
+    """The runner's default scorer: one entry with :func:`geocon_torch.pipeline.score_clip`
+    (``scorer(entry, config, device)``), a group with one
+    :func:`~geocon_torch.pipeline.score_clips` call (``scorer.batch(entries, config,
+    device)``). Any ``score_fn`` may have such a ``batch`` method (one outcome per entry, in
+    order); one without it scores a group clip by clip."""
+
+    def __call__(self, entry: ManifestEntry, config: GeoConConfig,
+                 device: Optional[str]) -> Dict[str, Any]:
+        result = score_clip(entry.path, masks=entry.masks_path, poses=entry.poses_path,
+                            config=config, device=device, progress=False)  # the runner's bar
+        return result.to_dict()
+
+    def batch(self, entries: Sequence[ManifestEntry], config: GeoConConfig,
+              device: Optional[str]) -> List[Outcome]:
+        """One outcome per entry: its result dict, or the exception :meth:`__call__` would
+        raise for it (the others of the group are scored as usual)."""
+        results = score_clips([e.path for e in entries],
+                              masks=[e.masks_path for e in entries],
+                              poses=[e.poses_path for e in entries], config=config,
+                              device=device, progress=False, return_exceptions=True)
+        return [r if isinstance(r, Exception) else r.to_dict() for r in results]
+
+
+default_score_fn = PipelineScorer()
 
 
 def content_key(path: Union[str, Path]) -> Tuple[str, Optional[str]]:
@@ -189,7 +217,8 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                  retry_errors: bool = False, progress: bool = True,
                  distributed: Optional[bool] = None,
                  dist_timeout_s: float = 7 * 24 * 3600.0, assign: str = "auto",
-                 lease_s: float = 60.0, store_timeout_s: float = 120.0) -> RunSummary:
+                 lease_s: float = 60.0, store_timeout_s: float = 120.0,
+                 batch_clips: int = 8) -> RunSummary:
     """Score every clip of ``manifest`` into the store ``db``; resumable and shardable.
 
     Args:
@@ -197,7 +226,9 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         db: the SQLite results file, or a PostgreSQL URL / service string (see
             :mod:`.pg_store`).
         config: a GeoConConfig, dict, JSON path or None (defaults); its hash keys the rows.
-        score_fn: ``f(entry, config, device) -> result dict`` (default: the real pipeline).
+        score_fn: ``f(entry, config, device) -> result dict`` (default: the real pipeline,
+            :class:`PipelineScorer`); its optional ``batch(entries, config, device)`` method
+            scores a group at once (one result dict or exception per entry).
         device: torch device string; under torchrun "cuda" becomes ``cuda:LOCAL_RANK``.
         retry_errors: recompute clips whose stored row has status "error".
         progress: show a tqdm bar (one per rank).
@@ -208,6 +239,10 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         lease_s: seconds a dynamic claim holds without renewal (renewed every lease_s / 3
             while the rank lives).
         store_timeout_s: how long a store operation keeps retrying (a lock, a lost server).
+        batch_clips: a rank scores its next ``batch_clips`` unscored clips (its own ``r::N``
+            share, or up to that many claimed at once) with one ``score_fn.batch`` call
+            (:func:`~geocon_torch.pipeline.score_clips`), then stores each clip in its own
+            transaction as before; 1 scores clip by clip. The stored rows are the same.
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
@@ -222,13 +257,16 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
     mode = _assignment(assign, db, world, local_world, use_dist)
     if not lease_s > 0:
         raise InputError(f"lease_s must be > 0, got {lease_s!r}")
+    if isinstance(batch_clips, bool) or not isinstance(batch_clips, int) or batch_clips < 1:
+        raise InputError(f"batch_clips must be an integer >= 1, got {batch_clips!r}")
     dev = _rank_device(device, local_rank, world)
     cfg = pinned_config(config, dev)  # results are keyed by the calibration file too
     created_group = False
     if use_dist and not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=dist_timeout_s))
         created_group = True
-    job = _Job(cfg, cfg.config_hash(), score_fn, dev, retry_errors, progress, rank, world)
+    job = _Job(cfg, cfg.config_hash(), score_fn, dev, retry_errors, progress, rank, world,
+               batch_clips)
     try:
         with ResultStore(db, timeout_s=store_timeout_s) as store:
             if mode == "dynamic":
@@ -257,27 +295,72 @@ class _Job:
     progress: bool
     rank: int
     world: int
+    batch_clips: int = 1
 
-    def bar(self, items: Iterable, total: Optional[int]):
+    def bar(self, total: Optional[int]):
         desc = f"geocon bench [rank {self.rank}/{self.world}]" if self.world > 1 \
             else "geocon bench"
-        return tqdm(items, total=total, desc=desc, unit="clip", disable=not self.progress,
+        return tqdm(total=total, desc=desc, unit="clip", disable=not self.progress,
                     position=self.rank, leave=True, dynamic_ncols=True)
 
 
-def _loop(items: Iterable[Tuple[ManifestEntry, Optional[WorkQueue]]], total: Optional[int],
-          store: ResultStore, job: _Job, summary: RunSummary) -> RunSummary:
-    """Score ``items`` (entry, its work queue or None) into ``store``, timing the rank."""
+Item = Tuple[ManifestEntry, Optional[WorkQueue]]
+#: ``pull(n, wait, holding)``: up to ``n`` more (entry, its work queue or None) besides the
+#: clip ids ``holding`` (the group being gathered); ``[]`` when none is ready now and ``wait``
+#: is False (the rank has clips to score meanwhile), None when the rank's work is over
+Pull = Callable[[int, bool, Sequence[str]], Optional[List[Item]]]
+
+
+@dataclass
+class _Todo:
+    """A clip the store does not hold (under this config): to be scored and stored."""
+
+    entry: ManifestEntry
+    key: str  # content key (:func:`content_key`)
+    unreadable: Optional[str]  # why the path cannot be hashed (an error row, never scored)
+    replace: bool  # a stored error row is recomputed (retry_errors)
+    also: List[Any]  # the work row's "done" statement, committed with the result
+
+
+def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
+          summary: RunSummary) -> RunSummary:
+    """Take work from ``pull`` until it is over, skip / link what the store holds and score the
+    rest in groups of ``job.batch_clips`` (:func:`_score_group`), timing the rank.
+
+    A group holds distinct content keys: an entry whose bytes are already in the group waits
+    for the group to be stored (it is then linked, as when clips are scored one by one)."""
     t0, wall0 = time.monotonic(), time.time()
-    bar = job.bar(items, total)
+    bar = job.bar(total)
+    group: List[_Todo] = []
+
+    def flush() -> None:
+        _score_group(group, store, job, summary, bar)
+        group.clear()
+
     try:
-        for entry, work in bar:
-            summary.total += 1
-            t1 = time.monotonic()
-            _run_one(entry, store, job, summary, work)
-            summary.busy_s += time.monotonic() - t1
-            bar.set_postfix(done=summary.computed, skip=summary.skipped + summary.linked,
-                            err=summary.error, refresh=False)
+        while True:
+            items = pull(job.batch_clips - len(group), not group,
+                         [t.entry.clip_id for t in group])
+            if items is None:
+                break
+            for entry, work in items:
+                t1 = time.monotonic()
+                summary.total += 1
+                key, unreadable = content_key(entry.path)
+                if any(t.key == key for t in group):
+                    flush()
+                todo = _resolve(entry, key, unreadable, store, job, summary, work)
+                if todo is not None and todo.unreadable is None:
+                    group.append(todo)
+                else:  # stored (skipped / linked), or an error row at once: nothing to score
+                    if todo is not None:
+                        _store(todo, _Unreadable(todo.unreadable), store, job, summary)
+                    _advance(bar, summary)
+                summary.busy_s += time.monotonic() - t1
+            if group and (len(group) >= job.batch_clips or not items):
+                t1 = time.monotonic()
+                flush()
+                summary.busy_s += time.monotonic() - t1
     finally:
         bar.close()
         summary.elapsed_s = time.monotonic() - t0
@@ -287,9 +370,21 @@ def _loop(items: Iterable[Tuple[ManifestEntry, Optional[WorkQueue]]], total: Opt
     return summary
 
 
+def _advance(bar, summary: RunSummary) -> None:
+    bar.update(1)
+    bar.set_postfix(done=summary.computed, skip=summary.skipped + summary.linked,
+                    err=summary.error, refresh=False)
+
+
 def _run_static(shard: List[ManifestEntry], store: ResultStore, job: _Job) -> RunSummary:
     summary = RunSummary(rank=job.rank, world_size=job.world, assign="static")
-    return _loop(((e, None) for e in shard), len(shard), store, job, summary)
+    rest = iter(shard)
+
+    def pull(n: int, wait: bool, holding: Sequence[str]) -> Optional[List[Item]]:
+        items: List[Item] = [(e, None) for e in itertools.islice(rest, n)]
+        return items if items or not wait else None
+
+    return _loop(pull, len(shard), store, job, summary)
 
 
 def _shared_job_id(cfg_hash: str, entries: Sequence[ManifestEntry], use_dist: bool) -> str:
@@ -302,29 +397,30 @@ def _shared_job_id(cfg_hash: str, entries: Sequence[ManifestEntry], use_dist: bo
 
 def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, lease_s: float,
                  use_dist: bool) -> RunSummary:
-    """Claim rows until every row of the job is done (:mod:`.claims`)."""
+    """Claim rows (up to ``job.batch_clips`` at a time) until every row of the job is done
+    (:mod:`.claims`)."""
     queue = WorkQueue(store, _shared_job_id(job.cfg_hash, entries, use_dist), job.cfg_hash,
                       new_owner(), lease_s)
     queue.enqueue([e.clip_id for e in entries])
     by_id = {e.clip_id: e for e in entries}
     poll_s = min(0.2, lease_s / 4.0)
 
-    def claimed() -> Iterator[Tuple[ManifestEntry, Optional[WorkQueue]]]:
+    def pull(n: int, wait: bool, holding: Sequence[str]) -> Optional[List[Item]]:
         while True:
-            cid = queue.claim()
-            if cid is not None and cid not in by_id:
-                raise InputError(f"dynamic job {queue.job}: clip {cid!r} is not in this rank's "
-                                 "manifest; every rank must read the same manifest")
-            if cid is not None:
-                yield by_id[cid], queue
-            elif queue.finished():
-                return
-            else:  # the rest is leased by other ranks: wait for them or their leases
-                time.sleep(poll_s)
+            cids = queue.claim_many(n, exclude=holding)
+            unknown = [c for c in cids if c not in by_id]
+            if unknown:
+                raise InputError(f"dynamic job {queue.job}: clip {unknown[0]!r} is not in this "
+                                 "rank's manifest; every rank must read the same manifest")
+            if cids or not wait:
+                return [(by_id[c], queue) for c in cids]
+            if queue.finished():
+                return None
+            time.sleep(poll_s)  # the rest is leased by other ranks: wait for them or leases
 
     summary = RunSummary(rank=job.rank, world_size=job.world, assign="dynamic", job=queue.job)
     with LeaseKeeper(queue):
-        _loop(claimed(), None, store, job, summary)
+        _loop(pull, None, store, job, summary)
     return summary
 
 
@@ -362,59 +458,106 @@ class _Unreadable(VideoReadError):
     """The clip's path could not even be hashed (missing, empty, ...): an error row."""
 
 
-def _score(entry: ManifestEntry, job: _Job, key: str,
-           unreadable: Optional[str]) -> Dict[str, Any]:
-    """The result dict of one clip: the scorer's (checked), or an error row with the reason."""
+def _reason(exc: BaseException) -> str:
+    """``"Type: message (at file.py:line)"``: the line where the exception was raised."""
+    reason = f"{type(exc).__name__}: {exc}".strip()
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        reason += f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})"
+    return reason
+
+
+def _result(entry: ManifestEntry, job: _Job, key: str, outcome: Outcome) -> Dict[str, Any]:
+    """The result dict of one clip from its scorer outcome: the scorer's dict (checked), or an
+    error row with the reason of the exception it raised."""
     cfg = job.cfg
     try:
-        if unreadable is not None:
-            raise _Unreadable(unreadable)
-        result = job.score_fn(entry, cfg, job.device)
-        problems = result_problems(result)
-        if problems:
-            raise InputError("scorer returned an invalid result: " + "; ".join(problems))
-        result = migrate_result(result)
-        result["clip"] = entry.clip_id  # the manifest's unique id, not the file stem
-        if entry.prompt_category is not None:  # the manifest names the prompt family
-            result["prompt_category"] = entry.prompt_category
-        if result.get("content_hash") is None:
-            result["content_hash"] = key
-    except _Unreadable as exc:
-        result = error_result(entry, cfg, str(exc))
+        if isinstance(outcome, _Unreadable):
+            result = error_result(entry, cfg, str(outcome))
+        else:
+            if isinstance(outcome, Exception):
+                raise outcome
+            problems = result_problems(outcome)
+            if problems:
+                raise InputError("scorer returned an invalid result: " + "; ".join(problems))
+            result = migrate_result(outcome)
+            result["clip"] = entry.clip_id  # the manifest's unique id, not the file stem
+            if entry.prompt_category is not None:  # the manifest names the prompt family
+                result["prompt_category"] = entry.prompt_category
+            if result.get("content_hash") is None:
+                result["content_hash"] = key
     except Exception as exc:  # noqa: BLE001 - one bad clip must not stop the run
-        reason = f"{type(exc).__name__}: {exc}".strip()
-        tb = traceback.extract_tb(exc.__traceback__)
-        if tb:
-            reason += f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})"
-        result = error_result(entry, cfg, reason, key)
+        result = error_result(entry, cfg, _reason(exc), key)
     if result.get("config_hash") != job.cfg_hash:
         result["config_hash_reported"] = result.get("config_hash")
         result["config_hash"] = job.cfg_hash
     return result
 
 
-def _run_one(entry: ManifestEntry, store: ResultStore, job: _Job, summary: RunSummary,
-             work: Optional[WorkQueue]) -> None:
-    """Skip, link or score one clip; its rows (and its work row's "done") in one
-    transaction."""
-    key, unreadable = content_key(entry.path)
-    clip = _clip_row(entry)
+def _one_by_one(job: _Job, entries: Sequence[ManifestEntry]) -> Iterator[Outcome]:
+    """Each entry's outcome from ``job.score_fn``, scored when the runner asks for it."""
+    for entry in entries:
+        try:
+            yield job.score_fn(entry, job.cfg, job.device)
+        except Exception as exc:  # noqa: BLE001 - one bad clip must not stop the run
+            yield exc
+
+
+def _outcomes(job: _Job, entries: Sequence[ManifestEntry]) -> Iterator[Outcome]:
+    """One outcome per entry, in order: one ``score_fn.batch`` call for a group of several
+    (when the scorer has one), else clip by clip. A batch call that fails as a whole (or
+    answers with the wrong count) is logged and its clips are scored one by one."""
+    batch = getattr(job.score_fn, "batch", None)
+    if batch is None or len(entries) < 2:
+        return _one_by_one(job, entries)
+    try:
+        got = list(batch(entries, job.cfg, job.device))
+        if len(got) != len(entries):
+            raise InputError(f"score_fn.batch returned {len(got)} outcomes for "
+                             f"{len(entries)} clips")
+        return iter(got)
+    except Exception as exc:  # noqa: BLE001 - fall back to one clip at a time
+        log.warning("geocon bench: scoring a group of %d clips failed (%s); scoring them one "
+                    "by one", len(entries), _reason(exc))
+        return _one_by_one(job, entries)
+
+
+def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: ResultStore,
+             job: _Job, summary: RunSummary, work: Optional[WorkQueue]) -> Optional[_Todo]:
+    """Skip or link a clip the store holds (and mark its work row done); else the
+    :class:`_Todo` that scores it."""
     cfg_hash = job.cfg_hash
     done = [work.done_statement(entry.clip_id)] if work is not None else []
     status = store.status_of(key, cfg_hash)
-    if status is not None and not (job.retry_errors and status == "error"):
-        if store.linked(entry.clip_id, cfg_hash) == key:
-            summary.skipped += 1
-            if work is not None:
-                work.finish(entry.clip_id)
-        else:
-            store.put(clip, key, cfg_hash, None, also=done)
-            summary.linked += 1
-        return
+    if status is None or (job.retry_errors and status == "error"):
+        return _Todo(entry, key, unreadable, status is not None, done)
+    if store.linked(entry.clip_id, cfg_hash) == key:
+        summary.skipped += 1
+        if work is not None:
+            work.finish(entry.clip_id)
+    else:
+        store.put(_clip_row(entry), key, cfg_hash, None, also=done)
+        summary.linked += 1
+    return None
+
+
+def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,
+           summary: RunSummary) -> None:
+    """Store one scored clip with its work row's "done" in one transaction; count it."""
     summary.computed += 1
-    result = _score(entry, job, key, unreadable)
-    store.put(clip, key, cfg_hash, result, replace=status is not None, also=done)
+    result = _result(t.entry, job, t.key, outcome)
+    store.put(_clip_row(t.entry), t.key, job.cfg_hash, result, replace=t.replace, also=t.also)
     st = result["status"]
     setattr(summary, st, getattr(summary, st) + 1)
     if st == "error":
-        summary.errors.append(f"{entry.clip_id}: {result.get('reason')}")
+        summary.errors.append(f"{t.entry.clip_id}: {result.get('reason')}")
+
+
+def _score_group(group: Sequence[_Todo], store: ResultStore, job: _Job,
+                 summary: RunSummary, bar) -> None:
+    """Score the group and store each clip (:func:`_store`) as soon as its outcome is
+    known."""
+    outcomes = _outcomes(job, [t.entry for t in group])
+    for t, outcome in zip(group, outcomes):
+        _store(t, outcome, store, job, summary)
+        _advance(bar, summary)

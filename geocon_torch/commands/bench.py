@@ -15,6 +15,8 @@ too). The retired column names model / model_version are still read (with a warn
 Relative paths are relative to the manifest. A blank clip_id is derived from the path: the
 stem, or the shortest unique path suffix (cogvideox/3, sora/3); duplicated ids are an error.
 User errors (bad manifest, missing file, bad option) are one line on stderr, exit status 2.
+A rank scores its clips in batches of --batch-clips (default 8: one score_clips call per
+batch, each clip still stored in its own transaction; the stored rows are those of 1).
 
 Rows are keyed by (content hash of the video, config hash): a run killed at any moment resumes
 without recomputing or duplicating a clip; identical files under two clip ids are scored once.
@@ -60,6 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-s", type=float, default=60.0, metavar="S",
                    help="seconds a dynamic claim survives its rank's death; a re-run after a "
                         "crash waits this long for the crashed run's clips in flight (default 60)")
+    p.add_argument("--batch-clips", type=int, default=8, metavar="N",
+                   help="a rank scores its next N unscored clips as one batch (score_clips), "
+                        "then stores each clip in its own transaction; 1: clip by clip "
+                        "(default 8; the stored rows are the same)")
     p.add_argument("--store-timeout", type=float, default=120.0, metavar="S",
                    help="seconds a store operation keeps retrying a busy or unreachable "
                         "store before the run fails (default 120)")
@@ -82,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
                                retry_errors=args.retry_errors, progress=not args.no_progress,
                                assign=args.assign, lease_s=args.lease_s,
-                               store_timeout_s=args.store_timeout)
+                               store_timeout_s=args.store_timeout,
+                               batch_clips=args.batch_clips)
         if summary.rank != 0:
             return 0
         print(f"geocon bench: {summary.total} clips on {summary.world_size} rank(s): "
