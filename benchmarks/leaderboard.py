@@ -80,7 +80,7 @@ def worker(args) -> None:
     torch.set_num_threads(1)
     score_fn = sleep_scorer(args.unit_s) if args.scorer == "sleep" else None
     s = run_manifest(args.manifest, args.db, config=CONFIG, assign=args.assign, progress=False,
-                     score_fn=score_fn, lease_s=30)
+                     score_fn=score_fn, lease_s=30, batch_clips=args.batch_clips)
     if s.rank == 0:
         print("SUMMARY " + json.dumps(s.to_dict()), flush=True)
 
@@ -100,7 +100,7 @@ def _env() -> dict:
 
 def _worker_cmd(a, manifest: Path, db: str, assign: str) -> List[str]:
     return [__file__, "--worker", "--manifest", str(manifest), "--db", db, "--assign", assign,
-            "--scorer", a.scorer, "--unit-s", str(a.unit_s)]
+            "--scorer", a.scorer, "--unit-s", str(a.unit_s), "--batch-clips", str(a.batch_clips)]
 
 
 def _summaries(procs) -> List[dict]:
@@ -165,6 +165,9 @@ def main() -> None:
     ap.add_argument("--manifest")
     ap.add_argument("--db")
     ap.add_argument("--assign", default="auto")
+    ap.add_argument("--batch-clips", type=int, default=1,
+                    help="clips a rank scores (and claims) per batch (default 1: the claim "
+                         "granularity the makespan target is about)")
     ap.add_argument("--clips", type=int, default=16)
     ap.add_argument("--short", type=int, default=4, help="frames of a short clip")
     ap.add_argument("--long", type=int, default=16, help="frames of every 4th clip")
