@@ -128,7 +128,7 @@ def preliminary_regimes(fits: Sequence[Tuple[Fit, Fit]], x1: Sequence[torch.Tens
                         num_evaluated: Sequence[int],
                         ext_gates: Sequence[Optional[GateDecision]], config: GeoConConfig,
                         long_side_px: Optional[Sequence[Union[None, float, torch.Tensor]]] = None,
-                        gate_pairs: Optional[Sequence[Optional[torch.Tensor]]] = None,
+                        gate_pairs: Optional[Sequence[Any]] = None,
                         merged: Optional[Tuple[Fit, Fit]] = None
                         ) -> Tuple[List[Optional[str]], List[Optional[torch.Tensor]]]:
     """:func:`preliminary_regime` of B clips as one batch: the rows of every clip an external
@@ -146,8 +146,8 @@ def preliminary_regimes(fits: Sequence[Tuple[Fit, Fit]], x1: Sequence[torch.Tens
         ext_gates: per clip, the external gate's decision or None (H / F wins).
         long_side_px: per clip, the long side (px) of the rows' frames: a float, an (R_b,)
             tensor or None (estimated from the clip's points, one host read); None: all None.
-        gate_pairs: per clip, (G_b, 2) frame pairs of the gate rows (their tiers; None: one
-            tier); None: all None.
+        gate_pairs: per clip, (G_b, 2) frame pairs of the gate rows, a tensor or a host list
+            of pairs (their tiers; None: one tier); None: all None.
         merged: the fits of the rows of all B clips, clip after clip, point axis padded to the
             widest clip (:class:`~geocon_torch.sections.fits.MergedFits`: no copies); None:
             stacked here from ``fits``.
@@ -183,8 +183,9 @@ def preliminary_regimes(fits: Sequence[Tuple[Fit, Fit]], x1: Sequence[torch.Tens
     rows = []
     for k, a, r in zip(sel, starts, sizes):
         p = int(num_evaluated[k])
-        gp = (gps[k].reshape(-1, 2).tolist() if gps[k] is not None
-              else [[0, 1]] * (r - p))  # None: one tier (equal spans)
+        gp = ([[0, 1]] * (r - p) if gps[k] is None  # None: one tier (equal spans)
+              else gps[k].reshape(-1, 2).tolist() if isinstance(gps[k], torch.Tensor)
+              else [list(q) for q in gps[k]])
         rows.append(GateRows(list(range(a, a + p)), list(range(a + p, a + r)), gp))
     cfg = config.replace(gate={"per_pair": False}) if config.gate.per_pair else config
     for k, a, (gate, _) in zip(sel, starts, decide_gates(stats, rows, cfg)):

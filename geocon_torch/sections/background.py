@@ -120,6 +120,7 @@ class _Stack:
     scores: torch.Tensor
     working_long_side: int
     view: Optional[Dict[str, Any]] = None  # the gate view's info: its rows are in view px
+    pair_list: List[List[int]] = field(default_factory=list)  # ``pairs`` on the host
 
     def long_side_px(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(R,) long side (px) of the frame each row's points are in: the working side, the
@@ -254,9 +255,10 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     """:func:`score_background` of B clips as one batch: each stage runs over every clip still
     in play (features, the motion masks' preliminary fits, one RANSAC call per model over the
     rows of all clips, then residuals, per-row IR / GE, gate statistics, gate decisions and
-    clip summaries over the rows of all clips at once, with two host transfers in all). A clip's result equals the one it gets alone
-    (bit for bit on the CPU); a clip that stops early (no pairs, no texture, gate undecided)
-    or raises (its exception is its entry) changes nothing for the others.
+    clip summaries over the rows of all clips at once, with two host transfers in all). A
+    clip's result equals the one it gets alone (bit for bit on the CPU); a clip that stops
+    early (no pairs, no texture, gate undecided) or raises (its exception is its entry)
+    changes nothing for the others.
 
     Args:
         clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
@@ -350,12 +352,10 @@ def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch
     done = [j for j in jobs if j.result is None]
     if not done:
         return
-    dev = done[0].stack.mask.device
-    medians = [j.stack.mask.sum(-1)[j.stack.finest].double().median().reshape(1).to(dev)
-               for j in done]
-    removed = [j.seg.removed.double().reshape(1).to(dev) for j in done
+    medians = _median_matches([j.stack for j in done])
+    removed = [j.seg.removed.double().reshape(1).to(medians.device) for j in done
                if j.seg.removed is not None]
-    host = torch.cat(medians + removed).tolist()  # one host transfer for all clips
+    host = torch.cat([medians] + removed).tolist()  # one host transfer for all clips
     counts = iter(host[len(done):])
     for j, med in zip(done, host):
         if j.seg.removed is not None:
@@ -386,17 +386,28 @@ def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.d
                  for j, gp in zip(jobs, gps)]
         corrs = _merged([j.clip for j in jobs], asked, lambda clip, pairs: extract_correspondences(
             clip, pairs, cfg.features, device=device))
-    for j, gp, c in zip(jobs, gps, corrs):
-        _run(j, lambda job: _match_job(job, gp, c, views.get(id(job)), cfg, device))
+    host = _host_pairs([j.pairs for j in jobs], gps)
+    for j, gp, c, hp in zip(jobs, gps, corrs, host):
+        _run(j, lambda job: _match_job(job, gp, c, views.get(id(job)), cfg, device, hp))
     _texture_check([j for j in jobs if j.result is None], cfg)
+
+
+def _host_pairs(pairs: Sequence[torch.Tensor], gps: Sequence[torch.Tensor]
+                ) -> List[List[List[int]]]:
+    """Every clip's evaluated then gate pairs as host lists: one transfer for all clips."""
+    both = [torch.cat([p.reshape(-1, 2).to(g.device).long(), g.long()]) for p, g in zip(pairs, gps)]
+    flat = torch.cat(both).tolist() if both else []
+    starts = list(accumulate((int(b.shape[0]) for b in both), initial=0))
+    return [flat[a:b] for a, b in zip(starts, starts[1:])]
 
 
 def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
                view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
-               device: Optional[torch.device]) -> None:
-    """The clip's stack; stops the clip when its frames are too small for any feature scale
-    or it has too little texture."""
+               device: Optional[torch.device], pair_list: List[List[int]]) -> None:
+    """The clip's stack; stops the clip when its frames are too small for any feature scale."""
     job.stack = _stack(job.clip, job.pairs, gp, corrs, view, cfg, device, job.out.backends)
+    if job.stack is not None:
+        job.stack.pair_list = pair_list
     if job.stack is None:
         job.out.block["reason"] = "frames too small for any feature scale"
         job.stop()
@@ -494,19 +505,24 @@ def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch
             for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]
 
 
+def _median_matches(stacks: Sequence[_Stack]) -> torch.Tensor:
+    """(B,) float64 median (the lower middle value, as ``torch.median``) of the match counts
+    of each stack's finest evaluated rows, all stacks in one grouped order statistic."""
+    counts = torch.cat([s.mask.sum(-1) for s in stacks]).double()
+    starts = list(accumulate((int(s.mask.shape[0]) for s in stacks), initial=0))
+    idx, member = group_index([[a + r for r in s.row_list(0, s.num_evaluated, slice(-1, None))]
+                               for a, s in zip(starts, stacks)], counts.device)
+    return grouped_quantiles(counts.unsqueeze(0), torch.ones_like(counts, dtype=torch.bool),
+                             idx, member, interpolation="lower")[0].reshape(-1)
+
+
 def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
     """Stops (not_applicable, with the reason) every clip whose finest evaluated pairs have a
     median (the lower middle value, as ``torch.median``) of fewer than ``min_inliers``
     matches: the medians of all clips at once, one host transfer."""
     if not jobs:
         return
-    st = [j.stack for j in jobs]
-    counts = torch.cat([s.mask.sum(-1) for s in st]).double()
-    starts = list(accumulate((int(s.mask.shape[0]) for s in st), initial=0))
-    idx, member = group_index([[a + r for r in s.row_list(0, s.num_evaluated, slice(-1, None))]
-                               for a, s in zip(starts, st)], counts.device)
-    meds = grouped_quantiles(counts.unsqueeze(0), torch.ones_like(counts, dtype=torch.bool),
-                             idx, member, interpolation="lower")[0].reshape(-1).tolist()
+    meds = _median_matches([j.stack for j in jobs]).tolist()  # one host transfer
     need = cfg.background.min_inliers
     for job, med in zip(jobs, meds):
         if job.stack.x1.shape[1] > 0 and med >= need:
@@ -557,7 +573,7 @@ def _motion_objects(jobs: Sequence[_Job], cfg: GeoConConfig,
     regimes, residuals = preliminary_regimes(
         fits, x1, x2, masks, [s.num_evaluated for s in st], [j.ext for j in jobs], cfg,
         long_side_px=[s.long_side_px(j.seg.pre_rows) for s, j in zip(st, jobs)],
-        gate_pairs=[s.pairs[s.num_evaluated:] for s in st],
+        gate_pairs=[s.pair_list[s.num_evaluated:] for s in st],
         merged=(merged.fit_h, merged.fit_f) if merged is not None else None)
     out = motion_masks_batch([j.clip for j in jobs], pairs, x1, x2, masks, fits, cfg, regimes,
                              residuals)
@@ -666,7 +682,7 @@ def _gate_rows(m: _Merged, k: int, job: _Job) -> GateRows:
     gate_rows = m.at(k, st.row_list(p, q, slice(-1, None)))
     support = gate_rows or m.at(k, st.row_list(0, p, slice(None)))
     return GateRows(m.at(k, st.row_list(0, p, slice(-1, None))), gate_rows,
-                    st.pairs[p:].tolist(), job.ext, support)
+                    st.pair_list[p:], job.ext, support)
 
 
 @dataclass
@@ -888,7 +904,7 @@ def _add_diagnostics(m: _Merged, d: _Decided, cols: Dict[str, list], cfg: GeoCon
     if bc.per_pair:
         cols = dict(cols)
         cols["model"] = ["F" if v else "H" for v in cols["model"]]
-        pl = stack.pairs[:p].tolist()
+        pl = stack.pair_list[:p]
         scale_of = [s for s in stack.scales for _ in range(p)]
         block["per_pair"] = [dict({"pair": pl[k % p], "scale": scale_of[k]},
                                   **{c: cols[c][k] for c in cols})
