@@ -697,7 +697,8 @@ class EpipolarDPOConfig(_Section):
         min_matches: a pair needs at least this many ratio-test matches (>= 8: the 8-point F).
         inlier_threshold_px: a match is an inlier when its Sampson distance is <= this (px).
         eps: added to the squared Sampson distance before the square root (px^2).
-        workers: SIFT threads (runtime; None: ``os.cpu_count()``; results do not depend on it).
+        workers: SIFT threads (runtime; None: the usable CPUs shared by the local torchrun ranks,
+            :func:`~geocon_torch.features.opencv_sift.default_workers`; results do not depend on it).
     """
 
     _name: ClassVar[str] = "epipolar_dpo"

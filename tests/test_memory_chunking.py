@@ -321,3 +321,21 @@ def test_auto_chunk_frames_by_device():
     budget = CHUNK_PIXELS["default"]
     assert resolve_chunk_frames("auto", "meta", (384, 640)) == int(budget // (384 * 640))
     assert resolve_chunk_frames("auto", "meta", (4000, 4000)) == 48  # never below the CPU's
+
+
+def test_cycle_collector_runs_only_after_large_clips(monkeypatch):
+    """The finished background block runs gc.collect (~0.1 s) only on clips whose frames
+    exceed pipeline.COLLECT_PIXELS; small clips (a leaderboard of short GIFs) skip it."""
+    import gc
+
+    from geocon_torch import pipeline
+    from geocon_torch.synth import render_scene
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: calls.append(1) or 0)
+    frames = render_scene("C1", num_frames=4, size=(64, 96), seed=0).frames
+    score_clip(frames, preset="background")
+    assert calls == []
+    monkeypatch.setattr(pipeline, "COLLECT_PIXELS", 4 * 64 * 96 - 1)
+    score_clip(frames, preset="background")
+    assert len(calls) == 1

@@ -6,7 +6,8 @@ float SIFT vectors (``rootsift=True`` converts them to RootSIFT). OpenCV may ret
 than ``nfeatures`` keypoints (one per extra orientation); the strongest ``max_keypoints`` are kept.
 
 Frames are processed by a pool of ``workers`` threads (OpenCV releases the GIL; default
-``os.cpu_count()``), one SIFT object per thread; each frame's result depends only on that frame,
+:func:`default_workers`: the usable CPUs shared by the local torchrun ranks), one SIFT object
+per thread; each frame's result depends only on that frame,
 and results are assembled in frame order, so the output is identical for any number of workers.
 While the pool runs, OpenCV's and torch's own threading is set to 1 (``cv2.setNumThreads``,
 ``torch.set_num_threads``; restored after): frame-level parallelism scales better than per-image
@@ -86,8 +87,19 @@ def octave_band(scale: float) -> Optional[int]:
 
 
 def default_workers() -> int:
-    """Threads of the frame pool when none is given: ``os.cpu_count()`` (at least 1)."""
-    return max(1, os.cpu_count() or 1)
+    """Threads of the frame pool when none is given: the CPUs this process may run on
+    (``os.sched_getaffinity``, else ``os.cpu_count()``) shared by the local ranks of a
+    ``torchrun`` job (``LOCAL_WORLD_SIZE``), at least 1: N ranks on one node do not start N x
+    CPUs threads that fight for the same cores."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local_ranks = 1
+    return max(1, cpus // local_ranks)
 
 
 @register_extractor("opencv-sift")
@@ -100,7 +112,7 @@ class OpenCVSIFT:
             on the input's device.
         rootsift: convert descriptors to RootSIFT (default False: raw OpenCV, for parity).
         centre_correction: subtract OpenCV's +0.25 px position offset (default True).
-        workers: threads running SIFT on different frames (None: ``os.cpu_count()``; 1: in the
+        workers: threads running SIFT on different frames (None: :func:`default_workers`; 1: in the
             calling thread). Results do not depend on it.
         sift_options: extra keyword arguments of cv2.SIFT_create (contrastThreshold, ...).
     """

@@ -139,3 +139,20 @@ def test_contrast_threshold_reaches_opencv_through_the_feature_config(shared_dat
         counts[ct] = int(c.num_kp1[0])
         assert counts[ct] == len(cv2.SIFT_create(2000, contrastThreshold=ct).detect(img, None))
     assert counts[0.01] > 1.5 * counts[0.04]
+
+
+def test_default_workers_share_the_cpus_among_local_ranks(monkeypatch):
+    """N torchrun ranks on one node split the usable CPUs (no N x CPUs SIFT threads)."""
+    from geocon_torch.features import opencv_sift
+
+    monkeypatch.setattr(opencv_sift.os, "sched_getaffinity", lambda pid: set(range(8)),
+                        raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert opencv_sift.default_workers() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert opencv_sift.default_workers() == 4
+    assert opencv_sift.OpenCVSIFT().workers == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
+    assert opencv_sift.default_workers() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "not-a-number")
+    assert opencv_sift.default_workers() == 8
