@@ -98,6 +98,10 @@ AGREE_SCENES = [("C1", {}), ("C2", {"motion": "pan"}), ("C3", {"motion": "truck"
                 ("C2", {"motion": "tilt"}), ("C3", {"motion": "dolly"})]
 REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 REAL_CLIPS = ["realshort.mp4", "box.mp4", "vtest_120.mp4", "bikes.mp4", "hill"]
+#: two-image clips (panorama pairs: a hand-held rotation with a little parallax), as folders of
+#: two frames of the shared ``hill`` shots
+REAL_PAIRS = [("hill", ("1.JPG", "2.JPG")), ("hill", ("2.JPG", "3.JPG")),
+              ("hill", ("1.JPG", "3.JPG"))]
 LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: a setting where the clip stopped before the gate (no evidence at all): left out of agreement
 NOT_SCORED = "-"
@@ -137,7 +141,20 @@ def agreement_clips(args) -> list:
         for f in REAL_CLIPS:
             if (REAL_DIR / f).exists():
                 clips.append((f, None, (lambda p: lambda s: p)(REAL_DIR / f)))
+        for name, pair in REAL_PAIRS:
+            if all((REAL_DIR / name / f).exists() for f in pair):
+                path = _two_image_folder(folder / f"{name}_{len(clips)}", REAL_DIR / name, pair)
+                clips.append((f"{name} {'+'.join(pair)}", None, (lambda p: lambda s: p)(path)))
     return clips
+
+
+def _two_image_folder(folder: Path, src: Path, names) -> Path:
+    """A folder holding copies of ``src/names[0]`` and ``src/names[1]`` as frames 0 and 1."""
+    import shutil
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, n in enumerate(names):
+        shutil.copy(src / n, folder / f"{k:05d}{Path(n).suffix.lower()}")
+    return folder
 
 
 def agreement(args) -> dict:
