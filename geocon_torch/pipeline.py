@@ -40,12 +40,12 @@ from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
 from .measures.headline import headline_score, headline_terms
-from .presets import PRESET_NAMES, Preset, get_preset
+from .presets import PRESET_NAMES, SECTION_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
 from .sections.background import BackgroundBlock, background_block, score_backgrounds
-from .sections.epipolar import epipolar_block
+from .sections.epipolar import epipolar_blocks
 from .sections.epipolar_dpo import epipolar_dpo_block
-from .sections.foreground import foreground_block
+from .sections.foreground import score_foregrounds
 from .sections.progress import Progress, progress_enabled
 from .types import Clip
 
@@ -140,8 +140,7 @@ def _section(name: str, fn: Callable[[], Any], timer: Progress) -> Dict[str, Any
             out = fn()
             return dict(out) if isinstance(out, dict) else {"value": out, "status": "ok"}
         except Exception as exc:  # noqa: BLE001 - isolate one section's failure
-            return {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(limit=3)}
+            return _error_block(exc)
 
 
 def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig) -> ClipResult:
@@ -272,18 +271,38 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
 
 def _complete(item: _Item, background: Optional[BackgroundBlock] = None) -> ClipResult:
     """The blocks of the item's preset (``background``: its background block, already scored
-    with its batch), status, timings."""
-    res, timer = item.res, item.timer
-    if item.decoded:
-        _score(res, item.video, item.clip, item.masks if background is None else background,
-               item.poses, item.cfg, item.preset, item.dev, timer)
-        res.status, res.reason = _status(res, item.preset)
-        scored = res.to_dict()
-        res.score, res.extra["score_terms"] = headline_score(scored), headline_terms(scored)
-    timer.times["total"] = time.perf_counter() - item.t_start
-    res.timing_s = {k: round(v, 4) for k, v in timer.times.items()}
-    res.background = jsonable(res.background)
-    return res
+    with its batch), status, timings: :func:`_complete_all` of one clip (raises as
+    :func:`score_clip`)."""
+    got = _complete_all([item], [background])[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def _complete_all(items: Sequence[_Item], backgrounds: Sequence[Optional[BackgroundBlock]]
+                  ) -> List[Union[ClipResult, BaseException]]:
+    """:func:`_complete` of several clips: every section of their presets runs once over all
+    of them (:func:`_score_jobs`); a clip whose background step raised gets its exception."""
+    jobs = [_Job(it.res, it.video, it.clip, it.masks if bg is None else bg, it.poses, it.cfg,
+                 get_preset(it.preset), it.dev, it.timer)
+            for it, bg in zip(items, backgrounds) if it.decoded]
+    _score_jobs(jobs)
+    failed = {id(job.res): job.failed for job in jobs if job.failed is not None}
+    out: List[Union[ClipResult, BaseException]] = []
+    for item in items:
+        res, timer = item.res, item.timer
+        if id(res) in failed:
+            out.append(failed[id(res)])
+            continue
+        if item.decoded:
+            res.status, res.reason = _status(res, item.preset)
+            scored = res.to_dict()
+            res.score, res.extra["score_terms"] = headline_score(scored), headline_terms(scored)
+        timer.times["total"] = time.perf_counter() - item.t_start
+        res.timing_s = {k: round(v, 4) for k, v in timer.times.items()}
+        res.background = jsonable(res.background)
+        out.append(res)
+    return out
 
 
 def _decode_ok(res: ClipResult, clip: Clip, cfg: GeoConConfig, timer: Progress) -> bool:
@@ -304,7 +323,8 @@ def _decode_ok(res: ClipResult, clip: Clip, cfg: GeoConConfig, timer: Progress) 
 
 @dataclass
 class _Job:
-    """What the section steps of one clip read and fill."""
+    """What the section steps of one clip read and fill (``failed``: the exception its
+    background step raised; its other sections are then skipped)."""
 
     res: ClipResult
     video: VideoLike
@@ -316,6 +336,7 @@ class _Job:
     dev: torch.device
     timer: Progress
     objects: Optional[torch.Tensor] = None
+    failed: Optional[BaseException] = None
 
 
 #: frames x pixels above which a finished block runs the cycle collector (~ 100 frames at 720p)
@@ -328,51 +349,108 @@ def _large_clip(clip: Clip) -> bool:
     return t * h * w > COLLECT_PIXELS
 
 
-def _step_background(job: _Job) -> None:
-    job.objects = _background(job.res, job.clip, job.masks, job.poses, job.cfg, job.dev,
-                              job.timer)
-    # the background block's tensors are gone; the cycle collector (~0.1 s with torch loaded)
-    # only pays on clips whose temporaries are large enough to matter for the RSS
-    release_freed_memory(collect=_large_clip(job.clip))
+def _step_background(jobs: Sequence[_Job]) -> None:
+    """Per clip: its block already scored with the batch (``score_backgrounds``) goes into the
+    result; a clip scored alone (``score_clip``) runs ``background_block`` here."""
+    for job in jobs:  # result assembly (the batch's block was computed in one program)
+        try:
+            job.objects = _background(job.res, job.clip, job.masks, job.poses, job.cfg,
+                                      job.dev, job.timer)
+        except Exception as exc:  # noqa: BLE001 - the clip fails, the batch goes on
+            job.failed = exc
+            continue
+        # the background block's tensors are gone; the cycle collector (~0.1 s with torch
+        # loaded) only pays on clips whose temporaries are large enough to matter for the RSS
+        release_freed_memory(collect=_large_clip(job.clip))
 
 
-def _step_foreground(job: _Job) -> None:
-    job.res.foreground = _section("foreground", lambda: foreground_block(
-        job.clip, job.objects, job.cfg, job.dev, job.timer), job.timer)
-    job.res.backends["flow"] = job.res.foreground.get("flow")
+def _error_block(exc: BaseException) -> Dict[str, Any]:
+    """An optional section's block for a failure: status 'error' with the reason."""
+    return {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__,
+                                                            limit=3))}
 
 
-def _step_epipolar(job: _Job) -> None:
-    protocol = job.spec.epipolar_protocol
-    job.res.epipolar = _section("epipolar", lambda: epipolar_block(
-        job.video, job.clip, job.cfg, protocol, job.dev), job.timer)
-    job.res.backends.setdefault("epipolar", protocol)
+def _batched_section(name: str, jobs: Sequence[_Job],
+                     fn: Callable[[Sequence[_Job]], List[Any]]) -> List[Dict[str, Any]]:
+    """Run an optional section over ``jobs`` at once: ``fn(jobs)`` returns one block (or
+    exception) per job. Each failure becomes that clip's status 'error' with the reason (the
+    others keep their blocks); the batch's time is every clip's stage time."""
+    with jobs[0].timer(name):
+        t0 = time.perf_counter()
+        try:
+            got = fn(jobs)
+        except Exception as exc:  # noqa: BLE001 - a failure common to the whole batch
+            got = [exc] * len(jobs)
+        dt = time.perf_counter() - t0
+    for job in jobs[1:]:
+        job.timer.times[name] = job.timer.times.get(name, 0.0) + dt
+    return [_error_block(g) if isinstance(g, BaseException) else
+            (dict(g) if isinstance(g, dict) else {"value": g, "status": "ok"}) for g in got]
 
 
-def _step_epipolar_gvgc(job: _Job) -> None:
-    job.res.extra["epipolar_gvgc"] = _section("epipolar_gvgc", lambda: epipolar_block(
-        job.video, job.clip, job.cfg, "gvgc", job.dev), job.timer)
+def _by_device(jobs: Sequence[_Job]) -> List[List[_Job]]:
+    """``jobs`` grouped by stage device (one batched section call per device)."""
+    groups: Dict[str, List[_Job]] = {}
+    for job in jobs:
+        groups.setdefault(str(job.dev), []).append(job)
+    return list(groups.values())
 
 
-def _step_epipolar_dpo(job: _Job) -> None:
-    job.res.epipolar_dpo = _section("epipolar_dpo", lambda: epipolar_dpo_block(
-        job.video, job.clip, job.cfg, job.dev), job.timer)
-    job.res.backends["epipolar"] = "epipolar-dpo"
+def _step_foreground(jobs: Sequence[_Job]) -> None:
+    for group in _by_device(jobs):
+        blocks = _batched_section("foreground", group, lambda js: score_foregrounds(
+            [j.clip for j in js], [j.objects for j in js], js[0].cfg, js[0].dev,
+            [j.timer for j in js]))
+        for job, block in zip(group, blocks):
+            job.res.foreground = block
+            job.res.backends["flow"] = block.get("flow")
 
 
-#: section name of the preset table -> the step that fills its block
-SECTION_STEPS: Dict[str, Callable[[_Job], None]] = {
+def _epipolar_blocks(jobs: Sequence[_Job], protocol: str) -> List[Any]:
+    return epipolar_blocks([j.video for j in jobs], [j.clip for j in jobs], jobs[0].cfg,
+                           protocol, jobs[0].dev)
+
+
+def _step_epipolar(jobs: Sequence[_Job]) -> None:
+    for group in _by_device(jobs):
+        protocol = group[0].spec.epipolar_protocol
+        blocks = _batched_section("epipolar", group,
+                                  lambda js, p=protocol: _epipolar_blocks(js, p))
+        for job, block in zip(group, blocks):
+            job.res.epipolar = block
+            job.res.backends.setdefault("epipolar", protocol)
+
+
+def _step_epipolar_gvgc(jobs: Sequence[_Job]) -> None:
+    for group in _by_device(jobs):
+        blocks = _batched_section("epipolar_gvgc", group, lambda js: _epipolar_blocks(js, "gvgc"))
+        for job, block in zip(group, blocks):
+            job.res.extra["epipolar_gvgc"] = block
+
+
+def _step_epipolar_dpo(jobs: Sequence[_Job]) -> None:
+    for job in jobs:  # per clip: the protocol re-reads its frames at source resolution
+        job.res.epipolar_dpo = _section("epipolar_dpo", lambda j=job: epipolar_dpo_block(
+            j.video, j.clip, j.cfg, j.dev), job.timer)
+        job.res.backends["epipolar"] = "epipolar-dpo"
+
+
+#: section name of the preset table -> the step that fills its block for a list of clips
+SECTION_STEPS: Dict[str, Callable[[Sequence[_Job]], None]] = {
     "background": _step_background, "foreground": _step_foreground,
     "epipolar": _step_epipolar, "epipolar_gvgc": _step_epipolar_gvgc,
     "epipolar_dpo": _step_epipolar_dpo}
 
 
-def _score(res: ClipResult, video: VideoLike, clip: Clip, masks: Any, poses: Any,
-           cfg: GeoConConfig, preset: str, dev: torch.device, timer: Progress) -> None:
-    """The blocks of ``preset`` into ``res``: its table entry's sections, in order."""
-    job = _Job(res, video, clip, masks, poses, cfg, get_preset(preset), dev, timer)
-    for name in job.spec.sections:
-        SECTION_STEPS[name](job)
+def _score_jobs(jobs: Sequence[_Job]) -> None:
+    """The blocks of every job's preset into its result: section by section (in the preset
+    table's order), each section one step over all the clips that run it. The clips of one
+    step share their config (``score_clips`` scores a call with one config and preset)."""
+    for name in SECTION_NAMES:
+        todo = [j for j in jobs if j.failed is None and name in j.spec.sections]
+        if todo:
+            SECTION_STEPS[name](todo)
 
 
 def scoring_config(config: ConfigLike, preset: Optional[str] = None) -> GeoConConfig:
@@ -458,8 +536,9 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
                  out: List[Optional[Union[ClipResult, Exception]]], cfg: GeoConConfig,
                  progress: Optional[bool], return_exceptions: bool = False) -> None:
     """The background blocks of the batch's decoded clips as one batch (per device), then
-    every clip's other blocks; results (or, with ``return_exceptions``, a failed clip's
-    exception) into ``out`` at the clips' positions."""
+    every other section of the preset once over all the clips (:func:`_complete_all`); results
+    (or, with ``return_exceptions``, a failed clip's exception) into ``out`` at the clips'
+    positions."""
     blocks: Dict[int, Any] = {}
     todo = [(k, it) for k, it in batch
             if it.decoded and "background" in get_preset(it.preset).sections]
@@ -476,11 +555,17 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
             blocks[k] = r if isinstance(r, BaseException) else r[0]
             for stage, t in timer.times.items():
                 it.timer.times[stage] = it.timer.times.get(stage, 0.0) + t
+    ready: List[Tuple[int, _Item, Optional[BackgroundBlock]]] = []
     for k, it in batch:
         bg = blocks.get(k)
-        try:
-            if isinstance(bg, BaseException):
-                raise bg
-            out[k] = _complete(it, bg)
-        except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
-            out[k] = exc if return_exceptions else _failed(it.video, k, exc, cfg)
+        if isinstance(bg, BaseException):
+            out[k] = bg if return_exceptions else _failed(it.video, k, bg, cfg)
+        else:
+            ready.append((k, it, bg))
+    try:
+        done = _complete_all([it for _, it, _ in ready], [bg for _, _, bg in ready])
+    except Exception as exc:  # noqa: BLE001 - a failure outside every section: each clip's
+        done = [exc] * len(ready)
+    for (k, it, _), r in zip(ready, done):
+        out[k] = r if not isinstance(r, BaseException) or return_exceptions else \
+            _failed(it.video, k, r, cfg)

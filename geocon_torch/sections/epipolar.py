@@ -4,7 +4,7 @@ few frames a protocol needs at source resolution), :func:`epipolar_section` (one
 themselves live in :mod:`geocon_torch.epipolar`."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -149,25 +149,73 @@ def epipolar_section(clip: Clip, config: EpipolarConfigLike = None, *, preset: s
 
 
 def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
-              device: Optional[torch.device]) -> Dict[str, Any]:
-    """The ``epipolar`` block of ``score_clip`` for ``preset`` "worldatlas" or "gvgc".
+                   device: Optional[torch.device]) -> Dict[str, Any]:
+    """The ``epipolar`` block of ``score_clip`` for ``preset`` "worldatlas" or "gvgc":
+    :func:`epipolar_blocks` of one clip (raises its error)."""
+    got = epipolar_blocks([video], [clip], cfg, preset, device)[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def _native_clip(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
+                 device: Optional[torch.device]) -> Tuple[Clip, Optional[np.ndarray]]:
+    """The frames ``preset`` measures, re-read at the source resolution (a Clip is used as
+    it is), and the worldatlas pairs into them (None: the protocol's own)."""
+    if isinstance(video, Clip):
+        return clip, None
+    pairs = None
+    if preset == "worldatlas":
+        positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
+    else:  # frames 0..gvgc.min_frames-1; a shorter clip is not_applicable (no re-read)
+        n = int(cfg.epipolar.gvgc.min_frames)
+        positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
+    if not len(positions):
+        return clip, pairs
+    source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
+    return read_clip(video, long_side=None, indices=source.tolist(), device=device,
+                     letterbox_threshold=cfg.io.letterbox_threshold,
+                     letterbox_min_fraction=cfg.io.letterbox_min_fraction), pairs
+
+
+def epipolar_blocks(videos: Sequence[Any], clips: Sequence[Clip], cfg: GeoConConfig,
+                    preset: str, device: Optional[torch.device]
+                    ) -> List[Union[Dict[str, Any], BaseException]]:
+    """The ``epipolar`` blocks of several clips of ``score_clips`` (one config, one device):
+    one :func:`epipolar_sections` call over all of them (the torch implementation, the CUDA
+    default, measures every clip's pairs in one batch; the OpenCV reference stays per clip
+    inside it).
 
     The epipolar protocols analyse frames at their own resolution (width <= 640, or 1280x720
     for gvgc), so the few frames they use are re-read at the source resolution rather than
-    resampled twice through the working resolution."""
-    pairs = None
-    native = clip
-    if not isinstance(video, Clip):
-        if preset == "worldatlas":
-            positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
-        else:  # frames 0..gvgc.min_frames-1; a shorter clip is not_applicable (no re-read)
-            n = int(cfg.epipolar.gvgc.min_frames)
-            positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
-        if len(positions):
-            source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
-            native = read_clip(video, long_side=None, indices=source.tolist(), device=device,
-                               letterbox_threshold=cfg.io.letterbox_threshold,
-                               letterbox_min_fraction=cfg.io.letterbox_min_fraction)
-    return epipolar_section(native, cfg.epipolar, preset=preset,
-                            implementation=cfg.epipolar.implementation, device=device,
-                            pairs=pairs)
+    resampled twice through the working resolution (per clip: decoding). A clip whose frames
+    cannot be re-read gets its exception in its slot; when the batched call itself fails, each
+    clip is measured alone, so only the clip at fault gets an exception (a clip's block is the
+    same alone or in a batch).
+    """
+    out: List[Union[Dict[str, Any], BaseException, None]] = [None] * len(clips)
+    natives: Dict[int, Tuple[Clip, Optional[np.ndarray]]] = {}
+    for k, (video, clip) in enumerate(zip(videos, clips)):  # decoding: per clip
+        try:
+            natives[k] = _native_clip(video, clip, cfg, preset, device)
+        except Exception as exc:  # noqa: BLE001 - this clip's error only
+            out[k] = exc
+    ids = list(natives)
+
+    def measure(sel: List[int]) -> List[Dict[str, Any]]:
+        return epipolar_sections([natives[k][0] for k in sel], cfg.epipolar, preset=preset,
+                                 implementation=cfg.epipolar.implementation, device=device,
+                                 pairs=[natives[k][1] for k in sel])
+
+    try:
+        got: List[Any] = measure(ids) if ids else []
+    except Exception:  # noqa: BLE001 - find the clip at fault: each clip alone
+        got = []
+        for k in ids:
+            try:
+                got.append(measure([k])[0])
+            except Exception as exc:  # noqa: BLE001
+                got.append(exc)
+    for k, g in zip(ids, got):
+        out[k] = g
+    return out  # type: ignore[return-value]

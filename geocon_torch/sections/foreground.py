@@ -21,7 +21,13 @@ which an object mask (taken at frame t) has at least ``min_object_pixels`` pixel
    Per object ``adadfrc_mean`` = mean of ``D_t`` over its valid pairs (S^k, sec. 4.5) and
    ``adap90`` = their 90th percentile (eq. 17).
 
-Pairs are processed in chunks of ``batch_pairs`` (each chunk batched over pairs and objects).
+Batched over clips (:func:`score_foregrounds`, what ``score_clips`` runs): the pairs of every clip
+whose flow crop has the same size (and flow scale) go through the flow and AdaDFRC together, in
+chunks of :func:`flow_chunk_pairs` pairs (the pixels of ``batch_pairs`` pairs of
+``max_flow_side`` x ``max_flow_side`` px; each chunk batched over pairs and objects, objects
+padded to the chunk's largest count with empty masks). Every computation is per pair and per
+object, so a clip's block is the same (bit for bit on the CPU) alone or in a batch, whatever the
+chunking.
 
 Cost caps (the default preset's foreground must not cost more than the background block; each
 cap is reported with what it cut in the block's ``caps`` / ``skipped``; None or 0 lifts it):
@@ -43,8 +49,10 @@ a tenth of the frame then costs about a quarter of the flow (bounded per-clip co
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
 from .._tensor_utils import masked_median
@@ -152,11 +160,23 @@ def score_pairs(frames1: torch.Tensor, frames2: torch.Tensor, masks: torch.Tenso
     return d, v, d_s, v_s
 
 
+def flow_chunk_pairs(crop: Tuple[int, int], cap: float, cfg: ForegroundConfig) -> int:
+    """Pairs per flow chunk for crops of ``crop`` (H, W) working px run at flow scale ``cap``:
+    as many as fit in the pixels of ``batch_pairs`` pairs of ``max_flow_side`` x
+    ``max_flow_side`` px (512 px when uncapped), at least ``batch_pairs`` (the memory bound of
+    the config's ``batch_pairs``)."""
+    side = int(cfg.max_flow_side or 512)
+    h, w = scaled_size(int(crop[0]), int(crop[1]), float(cap))
+    step = max(1, int(cfg.batch_pairs))
+    return max(step, (step * side * side) // max(1, h * w))
+
+
 def foreground_block(clip: Clip, masks: Any, config: Union[None, dict, GeoConConfig,
                                                            ForegroundConfig] = None,
                      device: Optional[Union[str, torch.device]] = None,
                      progress: Optional[Progress] = None) -> Dict[str, Any]:
-    """AdaDFRC-W2 of every object of a clip (the ``foreground`` block of the result).
+    """AdaDFRC-W2 of every object of a clip (the ``foreground`` block of the result):
+    :func:`score_foregrounds` of one clip.
 
     Args:
         clip: the decoded clip (frames at working resolution).
@@ -180,7 +200,85 @@ def foreground_block(clip: Clip, masks: Any, config: Union[None, dict, GeoConCon
     Raises:
         ShapeError: masks whose frame count does not match the clip.
     """
+    got = score_foregrounds([clip], [masks], config, device, [progress])[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def score_foregrounds(clips: Sequence[Clip], masks: Sequence[Any],
+                      config: Union[None, dict, GeoConConfig, ForegroundConfig] = None,
+                      device: Optional[Union[str, torch.device]] = None,
+                      progress: Optional[Sequence[Optional[Progress]]] = None
+                      ) -> List[Union[Dict[str, Any], BaseException]]:
+    """The ``foreground`` blocks of several clips (:func:`foreground_block` each, one config):
+    the flow and AdaDFRC of all their scored pairs in shared chunks (module docstring).
+
+    Args:
+        clips: B decoded clips (any sizes and lengths); masks: B object masks (as
+            :func:`foreground_block` takes them; None: no object).
+        config, device: as :func:`foreground_block` (device None: each clip's own).
+        progress: B progress reporters (or None).
+    Returns:
+        B blocks; a clip whose masks are invalid (or whose scoring fails) holds its exception
+        instead (a failing batched step is retried clip by clip, so only the clip at fault
+        does). A clip's block is the same alone or in a batch.
+    """
     cfg = _foreground_config(config)
+    reporters = list(progress) if progress is not None else [None] * len(clips)
+    out: List[Union[Dict[str, Any], BaseException, None]] = [None] * len(clips)
+    tracks: Dict[int, _Track] = {}
+    for k, (clip, m) in enumerate(zip(clips, masks)):  # masks, caps and pairs of each clip
+        try:
+            got = _plan(clip, m, cfg, device, reporters[k])
+        except Exception as exc:  # noqa: BLE001 - this clip's error only
+            got = exc
+        if isinstance(got, _Track):
+            tracks[k] = got
+        else:
+            out[k] = got
+    ids = list(tracks)
+    try:
+        scored: List[Any] = _score_tracks([tracks[k] for k in ids], cfg)
+    except Exception:  # noqa: BLE001 - find the clip at fault: each clip alone
+        scored = []
+        for k in ids:
+            try:
+                scored.append(_score_tracks([tracks[k]], cfg)[0])
+            except Exception as exc:  # noqa: BLE001
+                scored.append(exc)
+    for k, got in zip(ids, scored):
+        out[k] = got if isinstance(got, BaseException) else _finish(tracks[k], got, cfg)
+    return out  # type: ignore[return-value]
+
+
+@dataclass
+class _Track:
+    """One clip's foreground work: the kept objects' masks (T, K', H, W) and their ids (K',),
+    the scored adjacent pairs (M,) long (frame t of pair (t, t+1)), the flow crop
+    (:func:`track_box`), flow scale, device, estimator name and the block being filled."""
+
+    clip: Clip
+    masks: Any
+    ids: torch.Tensor
+    pairs: torch.Tensor
+    box: Tuple[slice, slice]
+    cap: float
+    dev: torch.device
+    out: Dict[str, Any]
+    progress: Optional[Progress] = None
+
+    def key(self) -> Tuple[str, int, int, float]:
+        """Tracks of one key share flow calls: device, crop (H, W), flow scale."""
+        ys, xs = self.box
+        return str(self.dev), ys.stop - ys.start, xs.stop - xs.start, self.cap
+
+
+def _plan(clip: Clip, masks: Any, cfg: ForegroundConfig,
+          device: Optional[Union[str, torch.device]], progress: Optional[Progress]
+          ) -> Union[Dict[str, Any], _Track]:
+    """The block's head and the clip's work (:class:`_Track`), or the finished block when the
+    clip has nothing to score (``status`` not_applicable with the reason)."""
     out: Dict[str, Any] = {"objects": [], "status": "not_applicable", "reason": None,
                            "flow": None, "score": cfg.score,
                            "scales": [float(s) for s in cfg.scales],
@@ -205,7 +303,16 @@ def foreground_block(clip: Clip, masks: Any, config: Union[None, dict, GeoConCon
     if out["skipped"]["objects"]:
         masks = masks[:, ids.to(masks.device)]
     present = (masks[:-1].sum((-1, -2)) >= cfg.min_object_pixels).cpu()  # (T-1, K')
-    return _score_objects(clip, masks, ids, present, cfg, device, progress, out)
+    candidates = foreground_pairs(present)
+    pairs = foreground_pairs(present, cfg.max_pairs)
+    out["skipped"]["pairs"] = int(candidates.numel() - pairs.numel())
+    if pairs.numel() == 0:
+        out["reason"] = (f"no object has >= {cfg.min_object_pixels} mask pixels in any frame "
+                         "pair")
+        return out
+    dev = torch.device(device) if device is not None else clip.frames.device
+    box = track_box(masks, pairs, crop_margin(clip.size), max(1, int(cfg.batch_pairs)))
+    return _Track(clip, masks, ids, pairs, box, float(out["flow_scale"]), dev, out, progress)
 
 
 def _largest_objects(masks: Union[torch.Tensor, BlockMasks], max_objects: Optional[int]) -> torch.Tensor:
@@ -220,26 +327,14 @@ def _largest_objects(masks: Union[torch.Tensor, BlockMasks], max_objects: Option
     return order.sort().values
 
 
-def _score_objects(clip: Clip, masks: torch.Tensor, ids: torch.Tensor, present: torch.Tensor,
-                   cfg: ForegroundConfig, device: Optional[Union[str, torch.device]],
-                   progress: Optional[Progress], out: Dict[str, Any]) -> Dict[str, Any]:
-    """Flow + AdaDFRC of the kept objects ``masks`` (T, K', H, W) on the capped pairs; fills
-    and returns ``out``. ``present`` (T-1, K') marks objects with enough pixels per pair."""
-    candidates = foreground_pairs(present)
-    pairs = foreground_pairs(present, cfg.max_pairs)
-    out["skipped"]["pairs"] = int(candidates.numel() - pairs.numel())
-    if pairs.numel() == 0:
-        out["reason"] = (f"no object has >= {cfg.min_object_pixels} mask pixels in any frame "
-                         "pair")
-        return out
-    dev = torch.device(device) if device is not None else clip.frames.device
-    estimator = get_flow(cfg.flow, checkpoint=cfg.flow_checkpoint, device=dev)
-    out["flow"] = estimator.name
-    d_all, v_all, ds_all, vs_all = _score_track(clip, masks, pairs, estimator, cfg, dev,
-                                                progress)
+def _finish(track: _Track, scored: Tuple[torch.Tensor, ...], cfg: ForegroundConfig
+            ) -> Dict[str, Any]:
+    """The block of a scored track: per-object entries, status and reason."""
+    d_all, v_all, ds_all, vs_all = scored
+    out = track.out
     summary = adadfrc_summary(d_all, v_all, cfg.percentile)
     out["objects"] = _object_entries(d_all, v_all, ds_all, vs_all, summary, cfg,
-                                     ids.tolist())
+                                     track.ids.tolist())
     if not bool(summary["valid"].any()):
         out["reason"] = ("no object could be scored: too few grid cells or a degenerate fit "
                          "in every pair")
@@ -248,37 +343,80 @@ def _score_objects(clip: Clip, masks: torch.Tensor, ids: torch.Tensor, present: 
     return out
 
 
-def _score_track(clip: Clip, masks: torch.Tensor, pairs: torch.Tensor, estimator,
-                 cfg: ForegroundConfig, dev: torch.device,
-                 progress: Optional[Progress] = None) -> Tuple[torch.Tensor, ...]:
-    """:func:`score_pairs` of the adjacent pairs ``(t, t+1)`` for t in ``pairs`` (M,), in
-    chunks of ``batch_pairs`` (each chunk reported to ``progress``).
+def _chunk_inputs(tracks: Sequence[_Track], parts: Sequence[Tuple[int, int, int]], kmax: int
+                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Frames (P, 3, h, w) float [0, 1] of both sides of a chunk's pairs and their masks
+    (P, kmax, h, w), cropped to the tracks' boxes; ``parts`` lists (track, first, end) ranges
+    of the tracks' pairs (per clip: its frames live in its own tensor)."""
+    f1s, f2s, ms = [], [], []
+    for i, a, b in parts:
+        tr = tracks[i]
+        ys, xs = tr.box
+        t = tr.pairs[a:b]
+        both = torch.cat([t, t + 1]).to(tr.clip.frames.device)  # one request: one decode pass
+        f1, f2 = (tr.clip.frames[both].to(tr.dev).float() / 255.0).chunk(2)
+        m = tr.masks[t.to(tr.masks.device)].to(tr.dev)[..., ys, xs]
+        if m.shape[1] < kmax:  # empty objects: never valid, no pixel of theirs is read
+            m = torch.cat([m, m.new_zeros((m.shape[0], kmax - m.shape[1]) + m.shape[2:])], 1)
+        f1s.append(f1[..., ys, xs])
+        f2s.append(f2[..., ys, xs])
+        ms.append(m)
+    if len(parts) == 1:
+        return f1s[0], f2s[0], ms[0]
+    return torch.cat(f1s), torch.cat(f2s), torch.cat(ms)
 
-    Returns:
-        D (T-1, K) float64 working px^2, its validity (T-1, K) bool (False for pairs not
-        scored), and the per-scale D_s (S, T-1, K) with validity (S, T-1, K).
-    """
-    t_, k_ = masks.shape[:2]
+
+def _score_tracks(tracks: Sequence[_Track], cfg: ForegroundConfig
+                  ) -> List[Tuple[torch.Tensor, ...]]:
+    """:func:`score_pairs` of every track's pairs: tracks of one :meth:`_Track.key` share
+    chunks of :func:`flow_chunk_pairs` pairs (one flow call per scale and chunk).
+
+    Returns per track: D (T-1, K) float64 working px^2, its validity (T-1, K) bool (False for
+    pairs not scored), and the per-scale D_s (S, T-1, K) with validity (S, T-1, K)."""
     n_s = len(cfg.scales)
-    d_all = torch.zeros(t_ - 1, k_, dtype=torch.float64)
-    v_all = torch.zeros(t_ - 1, k_, dtype=torch.bool)
-    ds_all = torch.zeros(n_s, t_ - 1, k_, dtype=torch.float64)
-    vs_all = torch.zeros(n_s, t_ - 1, k_, dtype=torch.bool)
-    step = max(1, int(cfg.batch_pairs))
-    ys, xs = track_box(masks, pairs, crop_margin(clip.size), step)  # the objects' box
-    for start in range(0, pairs.numel(), step):  # chunks bound the flow's memory
-        t = pairs[start:start + step]
-        both = torch.cat([t, t + 1]).to(clip.frames.device)  # one request: one decode pass
-        f1, f2 = (clip.frames[both].to(dev).float() / 255.0).chunk(2)
-        m = masks[t.to(masks.device)].to(dev)
-        d, v, d_s, v_s = score_pairs(f1[..., ys, xs], f2[..., ys, xs], m[..., ys, xs],
-                                     estimator, cfg, size=clip.size)
-        d_all[t], v_all[t] = d.double().cpu(), v.cpu()
-        ds_all[:, t], vs_all[:, t] = d_s.double().cpu(), v_s.cpu()
-        release_freed_memory()  # flow temporaries of the chunk: back to the OS
-        if progress is not None:
-            progress.count("foreground", start + int(t.numel()), int(pairs.numel()), "pairs")
-    return d_all, v_all, ds_all, vs_all
+    out = []
+    for tr in tracks:
+        t_, k_ = tr.masks.shape[:2]
+        out.append((torch.zeros(t_ - 1, k_, dtype=torch.float64),
+                    torch.zeros(t_ - 1, k_, dtype=torch.bool),
+                    torch.zeros(n_s, t_ - 1, k_, dtype=torch.float64),
+                    torch.zeros(n_s, t_ - 1, k_, dtype=torch.bool)))
+    groups: Dict[Tuple[str, int, int, float], List[int]] = {}
+    for i, tr in enumerate(tracks):
+        groups.setdefault(tr.key(), []).append(i)
+    estimators: Dict[str, Any] = {}
+    for (dev, h, w, cap), members in groups.items():
+        if dev not in estimators:
+            estimators[dev] = get_flow(cfg.flow, checkpoint=cfg.flow_checkpoint,
+                                       device=torch.device(dev))
+        estimator = estimators[dev]
+        step = flow_chunk_pairs((h, w), cap, cfg)
+        counts = [int(tracks[i].pairs.numel()) for i in members]
+        ends = np.cumsum(counts)
+        kmax = max(int(tracks[i].masks.shape[1]) for i in members)
+        for start in range(0, int(ends[-1]), step):  # chunks bound the flow's memory
+            stop = min(start + step, int(ends[-1]))
+            parts = [(i, max(start - int(e - c), 0), min(stop - int(e - c), c))
+                     for i, c, e in zip(members, counts, ends) if e - c < stop and e > start]
+            f1, f2, m = _chunk_inputs(tracks, parts, kmax)
+            d, v, d_s, v_s = score_pairs(f1, f2, m, estimator, cfg,
+                                         size=tracks[members[0]].clip.size)
+            host = torch.cat([d.double()[None], v.double()[None], d_s.double(),
+                              v_s.double()]).cpu()  # one transfer: (2 + 2S, P, kmax)
+            row = 0
+            for i, a, b in parts:  # the chunk's rows back to their clips
+                tr, (d_all, v_all, ds_all, vs_all) = tracks[i], out[i]
+                t, k_ = tr.pairs[a:b], int(tr.masks.shape[1])
+                sl = slice(row, row + b - a)
+                row = sl.stop
+                d_all[t], v_all[t] = host[0, sl, :k_], host[1, sl, :k_].bool()
+                ds_all[:, t] = host[2:2 + n_s, sl, :k_]
+                vs_all[:, t] = host[2 + n_s:, sl, :k_].bool()
+                tr.out["flow"] = estimator.name
+                if tr.progress is not None:
+                    tr.progress.count("foreground", b, int(tr.pairs.numel()), "pairs")
+            release_freed_memory()  # flow temporaries of the chunk: back to the OS
+    return out
 
 
 def _object_entries(d_all: torch.Tensor, v_all: torch.Tensor, ds_all: torch.Tensor,
