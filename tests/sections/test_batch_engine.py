@@ -151,3 +151,63 @@ def test_batched_motion_segmentation_equals_each_clip_alone(movers):
     for k, clip in enumerate(clips):
         alone = score_clip(clip, config=CFG, device="cpu", preset="background")
         assert _json(alone) == _json(results[k]), k
+
+
+def _moving_box_masks(t: int, size, top_left, box=(40, 56), step=(2, 3)) -> torch.Tensor:
+    """(T, 2, H, W) bool: object 0 a box sliding by ``step`` px a frame, object 1 a smaller
+    box (so clips with other object counts share chunks)."""
+    masks = torch.zeros(t, 2, *size, dtype=torch.bool)
+    for f in range(t):
+        y, x = top_left[0] + step[0] * f, top_left[1] + step[1] * f
+        masks[f, 0, y:y + box[0], x:x + box[1]] = True
+        masks[f, 1, y + 4:y + 20, x + 4:x + 20] = True
+    return masks
+
+
+def test_batched_foreground_equals_each_clip_alone(monkeypatch):
+    """score_foregrounds over clips of other sizes, lengths and object counts (two of them
+    share flow chunks: same crop size) gives every clip the block it gets alone; a clip with
+    bad masks gets its own error, the others are unchanged."""
+    from geocon_torch.io import clip_from_tensor
+    from geocon_torch.sections import foreground as fg
+
+    cfg = GeoConConfig().replace(foreground={"flow": "torch-lk"})
+    specs = [(7, (120, 160), (34, 34), 2), (7, (120, 160), (36, 40), 1),
+             (5, (96, 144), (10, 16), 2)]
+    clips, masks = [], []
+    for k, (t, size, tl, n_obj) in enumerate(specs):
+        frames = grounded_clip("C4", num_frames=t, size=size, seed=k).frames
+        clips.append(clip_from_tensor(frames, long_side=None))
+        masks.append(_moving_box_masks(t, size, tl)[:, :n_obj])
+    bad = torch.zeros(3, 1, 120, 160, dtype=torch.bool)  # 3 mask frames for a 7-frame clip
+    calls = []
+    real = fg.score_pairs
+    monkeypatch.setattr(fg, "score_pairs", lambda *a, **kw: calls.append(a[0].shape[0])
+                        or real(*a, **kw))
+    got = fg.score_foregrounds(clips + [clips[0]], masks + [bad], cfg, "cpu")
+    assert calls == [12, 4]  # the two 120x160 clips share one chunk; the third is alone
+    assert isinstance(got[3], Exception) and "frame" in str(got[3])
+    for k in range(3):
+        alone = fg.foreground_block(clips[k], masks[k], cfg, "cpu")
+        assert json.dumps(alone, sort_keys=True) == json.dumps(got[k], sort_keys=True), k
+        assert alone["status"] == "ok" and len(alone["objects"]) == specs[k][3]
+        assert all(o["adadfrc_mean"] is not None and o["adadfrc_mean"] >= 0
+                   for o in alone["objects"])
+
+
+@pytest.mark.slow
+def test_geocon_and_all_presets_of_a_batch_equal_each_clip_alone():
+    """score_clips(preset="geocon" / "all", epipolar on the torch path) of moving-object clips
+    of other sizes and lengths: every clip's result is the one it gets alone."""
+    specs = [("C4", 8, (192, 320), 3), ("C4", 7, (160, 240), 7), ("C1", 6, (120, 160), 0)]
+    clips = [grounded_clip(c, num_frames=t, size=s, seed=k).frames for c, t, s, k in specs]
+    cfg = dict(CFG, epipolar={"implementation": "torch", "features": "opencv-sift"})
+    for preset in ("geocon", "all"):
+        batch = score_clips(clips, config=cfg, device="cpu", preset=preset)
+        assert [r.status for r in batch] == ["ok"] * 3
+        assert batch[0].foreground["status"] == "ok"
+        if preset == "all":
+            assert batch[0].epipolar["implementation"] == "torch"
+        for k, clip in enumerate(clips):
+            alone = score_clip(clip, config=cfg, device="cpu", preset=preset)
+            assert _json(alone) == _json(batch[k]), (preset, k)
