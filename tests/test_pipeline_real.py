@@ -65,7 +65,7 @@ def test_failing_section_is_isolated(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("flow exploded")
 
-    monkeypatch.setattr(pipeline, "foreground_block", boom)
+    monkeypatch.setattr(pipeline, "score_foregrounds", boom)
     g = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 255, (3, 3, 64, 96), dtype=torch.uint8, generator=g)
     d = score_clip(frames, config=CFG, preset="geocon").to_dict()
