@@ -605,8 +605,10 @@ class ForegroundConfig(_Section):
     max_pairs: Optional[int] = _int(12, 0, null=True)  # scored pairs, spread evenly over the clip
     max_objects: Optional[int] = _int(4, 0, null=True)  # scored objects, largest (mask area) first
     max_flow_side: Optional[int] = _int(512, 16, null=True)  # flow's long side, px, at scale 1
-    # pairs per flow chunk, batched (bounds memory: 2 pairs at 512 px, forward + backward,
-    # ~0.2 GB of flow state, 4 pairs ~0.7 GB, at the same speed); results do not depend on it
+    # flow chunk size in pairs of max_flow_side x max_flow_side px (smaller crops, of one or
+    # several clips, fill the same pixels: sections.foreground.flow_chunk_pairs); bounds memory:
+    # 2 pairs at 512 px, forward + backward, ~0.2 GB of flow state, 4 pairs ~0.7 GB, at the
+    # same speed; results do not depend on it
     batch_pairs: int = _int(2, 1, runtime=True)
 
 

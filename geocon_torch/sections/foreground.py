@@ -422,7 +422,7 @@ def _score_tracks(tracks: Sequence[_Track], cfg: ForegroundConfig
 def _object_entries(d_all: torch.Tensor, v_all: torch.Tensor, ds_all: torch.Tensor,
                     vs_all: torch.Tensor, summary: Dict[str, torch.Tensor],
                     cfg: ForegroundConfig, ids: List[int]) -> List[Dict[str, Any]]:
-    """One JSON entry per object from the (T-1, K) track of :func:`_score_track`; ``ids`` (K)
+    """One JSON entry per object from the (T-1, K) track of :func:`_score_tracks`; ``ids`` (K)
     are the objects' indices in the given masks."""
     scale_means = [adadfrc_summary(ds_all[i], vs_all[i], cfg.percentile)
                    for i in range(len(cfg.scales))]
