@@ -110,11 +110,21 @@ def object_box(masks: torch.Tensor, margin: int) -> Tuple[slice, slice]:
 def track_box(masks: Any, pairs: torch.Tensor, margin: int, step: int) -> Tuple[slice, slice]:
     """The union of :func:`object_box` over the masks (T, K, H, W) of the frames ``pairs``
     (M,), read in chunks of ``step`` (lazy masks stay bounded): one flow crop for the whole
-    track, so the scores do not depend on how the pairs are chunked (``batch_pairs``)."""
-    boxes = [object_box(masks[pairs[s:s + step].to(masks.device)], margin)
-             for s in range(0, int(pairs.numel()), step)]
-    return (slice(min(b[0].start for b in boxes), max(b[0].stop for b in boxes)),
-            slice(min(b[1].start for b in boxes), max(b[1].stop for b in boxes)))
+    track, so the scores do not depend on how the pairs are chunked (``batch_pairs``). The
+    chunks' occupied rows and columns reach the host in one transfer (a chunk without any
+    mask pixel gives the whole frame, as :func:`object_box`)."""
+    h, w = masks.shape[-2:]
+    occupied = []
+    for s in range(0, int(pairs.numel()), step):  # (H + W,) rows / columns holding a pixel
+        m = masks[pairs[s:s + step].to(masks.device)].reshape(-1, h, w).any(0)
+        occupied.append(torch.cat([m.any(1), m.any(0)]))
+    occ = torch.stack(occupied).cpu().numpy()  # (chunks, H + W) bool
+    rows, cols = occ[:, :h], occ[:, h:]
+    if not rows.any(1).all():
+        return slice(0, h), slice(0, w)
+    ry, cx = np.flatnonzero(rows.any(0)), np.flatnonzero(cols.any(0))
+    return (slice(max(0, int(ry[0]) - margin), min(h, int(ry[-1]) + 1 + margin)),
+            slice(max(0, int(cx[0]) - margin), min(w, int(cx[-1]) + 1 + margin)))
 
 
 def score_pairs(frames1: torch.Tensor, frames2: torch.Tensor, masks: torch.Tensor,
@@ -426,14 +436,19 @@ def _object_entries(d_all: torch.Tensor, v_all: torch.Tensor, ds_all: torch.Tens
     are the objects' indices in the given masks."""
     scale_means = [adadfrc_summary(ds_all[i], vs_all[i], cfg.percentile)
                    for i in range(len(cfg.scales))]
+    # host lists (one conversion per tensor, not one read per value)
+    d, v = d_all.T.tolist(), v_all.T.tolist()  # (K, T-1)
+    frames, mean, p90 = (summary[key].tolist() for key in ("frames", "adadfrc_mean", "adap90"))
+    s_mean = [sm["adadfrc_mean"].tolist() for sm in scale_means]
+    s_ok = [sm["valid"].tolist() for sm in scale_means]
     objects: List[Dict[str, Any]] = []
-    for k in range(int(d_all.shape[1])):
-        n = int(summary["frames"][k])
-        per_pair = [float(d_all[p, k]) if v_all[p, k] else None for p in range(d_all.shape[0])]
-        per_scale = {str(float(sc)): (float(sm["adadfrc_mean"][k]) if sm["valid"][k] else None)
-                     for sc, sm in zip(cfg.scales, scale_means)}
+    for k in range(int(d_all.shape[1])):  # JSON assembly of the K <= max_objects objects
+        n = int(frames[k])
+        per_pair = [float(x) if ok else None for x, ok in zip(d[k], v[k])]
+        per_scale = {str(float(sc)): (float(m[k]) if ok[k] else None)
+                     for sc, m, ok in zip(cfg.scales, s_mean, s_ok)}
         objects.append({"id": int(ids[k]), "frames": n,
-                        "adadfrc_mean": float(summary["adadfrc_mean"][k]) if n else None,
-                        "adap90": float(summary["adap90"][k]) if n else None,
+                        "adadfrc_mean": float(mean[k]) if n else None,
+                        "adap90": float(p90[k]) if n else None,
                         "per_pair": per_pair, "per_scale": per_scale})
     return objects
