@@ -52,6 +52,8 @@ from .presets import PRESET_NAMES, get_preset
 FEATURE_BACKEND_CHOICES = ("auto", "kornia-sift", "opencv-sift", "torch-sift", "lk-tracks", "disk",
                            "loftr", "lightglue", "xfeat", "aliked", "xfeat-lighterglue",
                            "aliked-lightglue", "disk-lightglue")
+#: ``features.fallback``: any backend but "auto" (a fallback names the backend it falls back to)
+FALLBACK_CHOICES = tuple(b for b in FEATURE_BACKEND_CHOICES if b != "auto")
 SCALE_MODE_CHOICES = ("auto", "pyramid", "scale_space")
 LK_BACKEND_CHOICES = ("auto", "torch", "opencv")
 RANSAC_SCORING_CHOICES = ("msac", "ransac")
@@ -233,6 +235,11 @@ def _text(default: Optional[str] = None, *, local: bool = False) -> Any:
 def _choice(default: str, choices: Tuple[str, ...]) -> Any:
     """An option string, one of ``choices``."""
     return _rule_field(default, Rule("choice", choices=choices))
+
+
+def _maybe_choice(default: Optional[str], choices: Tuple[str, ...]) -> Any:
+    """An option string, one of ``choices``, or None (JSON null: off)."""
+    return _rule_field(default, Rule("choice", choices=choices, nullable=True))
 
 
 def _nums(default: Tuple[float, ...], low: Optional[float] = None,
@@ -471,6 +478,12 @@ class FeatureConfig(_Section):
     chunk_frames: Union[None, int, str] = _int("auto", 2, null=True, words=("auto",),
                                                runtime=True)
     lk: LKConfig = _sub(LKConfig)  # lk-tracks backend (max_corners None: max_keypoints)
+    # the backend that re-matches the background of a clip the scoring backend leaves with too
+    # little texture (< background.min_inliers matches per pair: small or smooth generated
+    # clips); the clips the scoring backend scores are unchanged. "lk-tracks": Shi-Tomasi + the
+    # OpenCV pyramidal LK with the ``lk`` settings (sections.background.fallback_config); null:
+    # off (such clips stay not_applicable)
+    fallback: Optional[str] = _maybe_choice("lk-tracks", FALLBACK_CHOICES)
 
 
 @dataclass
