@@ -13,6 +13,8 @@ import torch
 from geocon_torch import score_clip, score_clips
 from geocon_torch.config import GeoConConfig
 from geocon_torch.errors import ConfigError
+from geocon_torch.report.explain import calibrated_lines
+from geocon_torch.report.text import calibrated_verdict
 from geocon_torch.sections import background as bg
 from geocon_torch.synth import apply_corruption, grounded_clip
 
@@ -56,6 +58,8 @@ def test_low_texture_clip_is_scored_by_the_fallback(scenes, regime):
     assert b["pass_calibrated"] is None
     assert "no calibration for features backend lk-tracks" in b["pass_calibrated_reason"]
     assert "thresholds" not in b["calibration"]
+    assert calibrated_verdict(b).endswith(f"({b['pass_calibrated_reason']})")
+    assert calibrated_lines(b)[0].endswith(f": n/a ({b['pass_calibrated_reason']})")
     assert d["config"]["features"]["fallback"] == "lk-tracks"
 
     # what the fallback measures moves with the inconsistency: a rubber-sheet warp of the same
