@@ -421,6 +421,11 @@ class LKConfig(_Section):
     levels: int = _int(3, 0)  # OpenCV maxLevel (levels + 1 pyramid images)
     fb_threshold_px: float = _num(1.5, 0, low_open=True)  # forward-backward error of a kept track
     backend: str = _choice("torch", LK_BACKEND_CHOICES)  # auto: torch (epipolar: as the path)
+    # photometric guard: a track is kept only when the zero-mean NCC of the ``ncc_window``^2
+    # patches around x1 (frame i) and x2 (frame j) is >= ``min_ncc`` (real content ~0.99,
+    # independent noise < 0.5); -1 disables the guard
+    min_ncc: float = _num(-1.0, -1, 1)
+    ncc_window: int = _int(11, 3, odd=True)  # px at the resolution tracked
 
     def corners(self, budget: int) -> int:
         """Corners per frame: ``max_corners``, else the owning section's keypoint ``budget``."""
@@ -438,16 +443,13 @@ class LKConfig(_Section):
 @dataclass
 class TrackingConfig(LKConfig):
     """The epipolar protocol's LK fallback stage (``epipolar.tracking``): the LK settings plus
-    the stage's minimum track count and the photometric guard (a track is kept only when the
-    zero-mean NCC of the ``ncc_window``^2 patches around x1 (frame i) and x2 (frame j) is
-    >= ``min_ncc``; real content ~0.99, independent noise < 0.5; -1 disables the guard)."""
+    the stage's minimum track count, with the photometric guard on (``min_ncc`` 0.8)."""
 
     _name: ClassVar[str] = "epipolar.tracking"
     max_corners: Optional[int] = _int(2000, 1, null=True)  # None: epipolar.sift_features
     backend: str = _choice("auto", LK_BACKEND_CHOICES)  # auto: opencv / torch as the path
     min_tracks: int = _int(8, 1)  # pairs with fewer kept tracks are not fitted
     min_ncc: float = _num(0.8, -1, 1)
-    ncc_window: int = _int(11, 3, odd=True)  # px at the analysis resolution
 
 
 @dataclass
@@ -481,7 +483,7 @@ class FeatureConfig(_Section):
     # the backend that re-matches the background of a clip the scoring backend leaves with too
     # little texture (< background.min_inliers matches per pair: small or smooth generated
     # clips); the clips the scoring backend scores are unchanged. "lk-tracks": Shi-Tomasi + the
-    # OpenCV pyramidal LK with the ``lk`` settings (sections.background.fallback_config); null:
+    # OpenCV pyramidal LK and NCC guard 0.8 (sections.background.fallback_config); null:
     # off (such clips stay not_applicable)
     fallback: Optional[str] = _maybe_choice("lk-tracks", FALLBACK_CHOICES)
 

@@ -977,20 +977,26 @@ TEXTURE_REASON = "too little texture"
 #: the LK backend the lk-tracks fallback tracks with: OpenCV's (CPU, ~seconds for a small clip;
 #: the torch LK takes minutes there), so the fallback's numbers do not depend on the device
 FALLBACK_LK_BACKEND = "opencv"
+#: the photometric guard of the lk-tracks fallback (``features.lk.min_ncc``; the epipolar
+#: protocol's ``tracking.min_ncc``): LK "tracks" between frames that do not look alike
+#: (independent noise: NCC ~0.1) are no correspondences, so such a clip keeps "too little
+#: texture"; tracks of real content, even at a tenth of the contrast, have NCC ~0.99
+FALLBACK_MIN_NCC = 0.8
 
 
 def fallback_config(cfg: GeoConConfig, device: Optional[torch.device] = None
                     ) -> Optional[GeoConConfig]:
     """The config a clip's background is scored again with when the scoring backend left it
-    with too little texture: ``features.backend`` = ``features.fallback`` (lk-tracks: with the
-    OpenCV LK, :data:`FALLBACK_LK_BACKEND`), its scale mode resolved anew and no further
+    with too little texture: ``features.backend`` = ``features.fallback`` (lk-tracks: the
+    ``features.lk`` settings with the OpenCV LK, :data:`FALLBACK_LK_BACKEND`, and the
+    photometric guard :data:`FALLBACK_MIN_NCC`), its scale mode resolved anew and no further
     fallback; None when ``features.fallback`` is null or is the scoring backend on ``device``."""
     name = cfg.features.fallback
     if name is None or name == resolve_backend(cfg.features.backend, device):
         return None
     feats: Dict[str, Any] = {"backend": name, "fallback": None, "scale_mode": "auto"}
     if name == "lk-tracks":
-        feats["lk"] = {"backend": FALLBACK_LK_BACKEND}
+        feats["lk"] = {"backend": FALLBACK_LK_BACKEND, "min_ncc": FALLBACK_MIN_NCC}
     return cfg.replace(features=feats)
 
 

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from geocon_torch import score_clip, score_clips
-from geocon_torch.config import GeoConConfig
+from geocon_torch.config import FeatureConfig, GeoConConfig
 from geocon_torch.errors import ConfigError
+from geocon_torch.features import extract_correspondences
+from geocon_torch.io import clip_from_tensor
 from geocon_torch.report.explain import calibrated_lines
 from geocon_torch.report.text import calibrated_verdict
 from geocon_torch.sections import background as bg
@@ -82,6 +84,36 @@ def test_blank_clip_still_has_too_little_texture():
         d["backends"]
 
 
+def test_noise_clip_has_no_correspondences_for_the_guarded_fallback():
+    """Independent noise frames: LK alone keeps forward-backward-consistent "tracks" (IR_F
+    0.95, GE 0.70 px without the guard), the NCC guard of the fallback none of them."""
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randint(0, 256, (6, 3, 120, 160), generator=g, dtype=torch.uint8)
+    d = score_clip(noise, config=CFG, preset="background", device="cpu").to_dict()
+    assert d["status"] == "not_applicable"
+    assert "lk-tracks fallback: too little texture: median 0 matches" in d["reason"]
+
+
+def test_ncc_guard_of_lk_tracks(scenes):
+    """``features.lk.min_ncc``: the photometric guard keeps the tracks of real content (96 %
+    of them on the low-contrast scene) and drops those between independent noise frames."""
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randint(0, 256, (6, 3, 120, 160), generator=g, dtype=torch.uint8)
+    low = _low_contrast(scenes["F"])
+    pairs = torch.tensor([[0, 1], [1, 2], [2, 3]])
+    counts = {}
+    for name, frames in (("noise", noise), ("low", low)):
+        clip = clip_from_tensor(frames, long_side=None)
+        for ncc in (-1.0, 0.8):
+            feats = FeatureConfig(backend="lk-tracks", scales=(1.0,),
+                                  lk={"backend": "opencv", "min_ncc": ncc})
+            c = extract_correspondences(clip, pairs, feats, device="cpu")[1.0]
+            counts[name, ncc] = c.mask.sum(1).tolist()
+    assert min(counts["noise", -1.0]) >= 30 and counts["noise", 0.8] == [0, 0, 0]
+    kept = sum(counts["low", 0.8]) / sum(counts["low", -1.0])
+    assert min(counts["low", 0.8]) >= 300 and kept > 0.9
+
+
 def test_sift_scored_clips_are_unchanged_and_the_fallback_is_one_batch(scenes, monkeypatch):
     """A batch of [low-contrast pan, full-contrast translation, low-contrast translation]: the
     SIFT-scored clip's background equals the one scored with the fallback off, and the two
@@ -118,6 +150,7 @@ def test_fallback_knob_config_and_hash():
         cfg.replace(features={"fallback": "auto"})
     fb = bg.fallback_config(cfg, torch.device("cpu"))
     assert fb.features.backend == "lk-tracks" and fb.features.lk.backend == "opencv"
+    assert fb.features.lk.min_ncc == 0.8 and cfg.features.lk.min_ncc == -1.0
     assert fb.features.fallback is None and fb.features.scale_mode == "auto"
     assert fb.background == cfg.background and fb.gate == cfg.gate
     assert bg.fallback_config(off) is None
