@@ -258,7 +258,9 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     clip summaries over the rows of all clips at once, with two host transfers in all). A
     clip's result equals the one it gets alone (bit for bit on the CPU); a clip that stops
     early (no pairs, no texture, gate undecided) or raises (its exception is its entry)
-    changes nothing for the others.
+    changes nothing for the others. The clips the scoring backend leaves with too little
+    texture are then scored again as one batch with ``features.fallback`` (lk-tracks by
+    default; :func:`_fall_back`), the others keep their results.
 
     Args:
         clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
