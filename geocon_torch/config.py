@@ -483,7 +483,7 @@ class FeatureConfig(_Section):
     # the backend that re-matches the background of a clip the scoring backend leaves with too
     # little texture (< background.min_inliers matches per pair: small or smooth generated
     # clips); the clips the scoring backend scores are unchanged. "lk-tracks": Shi-Tomasi + the
-    # OpenCV pyramidal LK and NCC guard 0.8 (sections.background.fallback_config); null:
+    # OpenCV pyramidal LK and NCC guard 0.5 (sections.background.fallback_config); null:
     # off (such clips stay not_applicable)
     fallback: Optional[str] = _maybe_choice("lk-tracks", FALLBACK_CHOICES)
 
