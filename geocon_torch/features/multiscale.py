@@ -31,7 +31,7 @@ from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .base import (DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_backend,
                    resolve_device)
 from .learned import MATCHER_NAMES, get_matcher
-from .lk import lk_tracks
+from .lk import lk_tracks, patch_ncc
 from .matching import check_pairs, match_descriptors, pack_matches
 from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
 
@@ -113,12 +113,9 @@ def _ncc_guard(c: Correspondences, gray: torch.Tensor, pairs: torch.Tensor,
     """LK tracks ``c`` (at the resolution of ``gray`` (T, 1, H, W), ``pairs`` (P, 2) into it)
     with the photometric guard of ``lk``: a track stays when the zero-mean NCC of the
     ``lk.ncc_window``-square patches around x1 and x2 is >= ``lk.min_ncc`` (the epipolar
-    protocol's guard, :func:`~geocon_torch.epipolar.torch_path.patch_ncc`); unchanged at -1."""
+    protocol's guard, :func:`~geocon_torch.features.lk.patch_ncc`); unchanged at -1."""
     if float(lk.min_ncc) <= -1.0 or c.x1.shape[1] == 0:
         return c
-    # imported here: the epipolar package imports this module
-    from ..epipolar.torch_path import patch_ncc
-
     keep = c.mask & (patch_ncc(gray, pairs, c.x1, c.x2, int(lk.ncc_window))
                      >= float(lk.min_ncc))
     return replace(c, mask=keep, scores=torch.where(keep, c.scores, torch.zeros_like(c.scores)))
