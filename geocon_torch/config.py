@@ -52,6 +52,8 @@ from .presets import PRESET_NAMES, get_preset
 FEATURE_BACKEND_CHOICES = ("auto", "kornia-sift", "opencv-sift", "torch-sift", "lk-tracks", "disk",
                            "loftr", "lightglue", "xfeat", "aliked", "xfeat-lighterglue",
                            "aliked-lightglue", "disk-lightglue")
+#: ``features.fallback``: any backend but "auto" (a fallback names the backend it falls back to)
+FALLBACK_CHOICES = tuple(b for b in FEATURE_BACKEND_CHOICES if b != "auto")
 SCALE_MODE_CHOICES = ("auto", "pyramid", "scale_space")
 LK_BACKEND_CHOICES = ("auto", "torch", "opencv")
 RANSAC_SCORING_CHOICES = ("msac", "ransac")
@@ -235,6 +237,11 @@ def _choice(default: str, choices: Tuple[str, ...]) -> Any:
     return _rule_field(default, Rule("choice", choices=choices))
 
 
+def _maybe_choice(default: Optional[str], choices: Tuple[str, ...]) -> Any:
+    """An option string, one of ``choices``, or None (JSON null: off)."""
+    return _rule_field(default, Rule("choice", choices=choices, nullable=True))
+
+
 def _nums(default: Tuple[float, ...], low: Optional[float] = None,
           high: Optional[float] = None, *, low_open: bool = False) -> Any:
     """A non-empty tuple of floats (a JSON list)."""
@@ -414,6 +421,11 @@ class LKConfig(_Section):
     levels: int = _int(3, 0)  # OpenCV maxLevel (levels + 1 pyramid images)
     fb_threshold_px: float = _num(1.5, 0, low_open=True)  # forward-backward error of a kept track
     backend: str = _choice("torch", LK_BACKEND_CHOICES)  # auto: torch (epipolar: as the path)
+    # photometric guard: a track is kept only when the zero-mean NCC of the ``ncc_window``^2
+    # patches around x1 (frame i) and x2 (frame j) is >= ``min_ncc`` (real content ~0.99,
+    # independent noise < 0.5); -1 disables the guard
+    min_ncc: float = _num(-1.0, -1, 1)
+    ncc_window: int = _int(11, 3, odd=True)  # px at the resolution tracked
 
     def corners(self, budget: int) -> int:
         """Corners per frame: ``max_corners``, else the owning section's keypoint ``budget``."""
@@ -431,16 +443,13 @@ class LKConfig(_Section):
 @dataclass
 class TrackingConfig(LKConfig):
     """The epipolar protocol's LK fallback stage (``epipolar.tracking``): the LK settings plus
-    the stage's minimum track count and the photometric guard (a track is kept only when the
-    zero-mean NCC of the ``ncc_window``^2 patches around x1 (frame i) and x2 (frame j) is
-    >= ``min_ncc``; real content ~0.99, independent noise < 0.5; -1 disables the guard)."""
+    the stage's minimum track count, with the photometric guard on (``min_ncc`` 0.8)."""
 
     _name: ClassVar[str] = "epipolar.tracking"
     max_corners: Optional[int] = _int(2000, 1, null=True)  # None: epipolar.sift_features
     backend: str = _choice("auto", LK_BACKEND_CHOICES)  # auto: opencv / torch as the path
     min_tracks: int = _int(8, 1)  # pairs with fewer kept tracks are not fitted
     min_ncc: float = _num(0.8, -1, 1)
-    ncc_window: int = _int(11, 3, odd=True)  # px at the analysis resolution
 
 
 @dataclass
@@ -471,6 +480,12 @@ class FeatureConfig(_Section):
     chunk_frames: Union[None, int, str] = _int("auto", 2, null=True, words=("auto",),
                                                runtime=True)
     lk: LKConfig = _sub(LKConfig)  # lk-tracks backend (max_corners None: max_keypoints)
+    # the backend that re-matches the background of a clip the scoring backend leaves with too
+    # little texture (< background.min_inliers matches per pair: small or smooth generated
+    # clips); the clips the scoring backend scores are unchanged. "lk-tracks": Shi-Tomasi + the
+    # OpenCV pyramidal LK and NCC guard 0.5 (sections.background.fallback_config); null:
+    # off (such clips stay not_applicable)
+    fallback: Optional[str] = _maybe_choice("lk-tracks", FALLBACK_CHOICES)
 
 
 @dataclass

@@ -27,6 +27,12 @@
                                      # background.calibration_hash = the calibration file's
                                      # content hash (part of config_hash)
      "backends": {"features", "flow", "masks", "gate", "gate_view"}, "timing_s": {...}}
+                                     # a background the scoring backend left with too little
+                                     # texture and ``features.fallback`` scored: backends
+                                     # "features" is the fallback, "features_fallback_from" the
+                                     # first backend, background["fallback"] what happened and
+                                     # pass_calibrated None + "pass_calibrated_reason" without
+                                     # a calibration of the fallback backend
 
 Schema history: 1.0 had one ``category`` field holding either a prompt family or a behaviour;
 2.0 splits it into ``prompt_category`` and ``behaviour``; 3.0 renames the ``epipolar`` block's

@@ -24,6 +24,7 @@ import torch
 from .._tensor_utils import masked_median
 from ..config import EpipolarConfig
 from ..errors import InputError, ShapeError
+from ..features.lk import ncc_offsets, zncc  # noqa: F401 (the protocol's names)
 from ..io.pairs import worldatlas_pairs
 
 PRIMARY = "sift"
@@ -126,31 +127,6 @@ def pair_seeds(seed: int, frames: np.ndarray, stage: str) -> np.ndarray:
     f = np.asarray(frames, np.int64).reshape(-1, 2) & _M32
     base = (int(seed) * 1000003 + STAGE_CODES[stage] * 104729) & _M32
     return (base + f[:, 0] * 7919 + f[:, 1]) & _M32
-
-
-def ncc_offsets(window: int) -> np.ndarray:
-    """(K = window^2, 2) float32 (dx, dy) pixel offsets of a square patch centred on a point,
-    row-major (dy outer). ``window`` must be odd and >= 3."""
-    if int(window) < 3 or int(window) % 2 == 0:
-        raise InputError(f"the NCC patch window (epipolar.tracking.ncc_window) must be odd and "
-                         f">= 3, got {window}")
-    r = np.arange(int(window), dtype=np.float32) - (int(window) - 1) / 2.0
-    oy, ox = np.meshgrid(r, r, indexing="ij")
-    return np.stack([ox.reshape(-1), oy.reshape(-1)], -1)
-
-
-def zncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
-    """Zero-mean normalised cross-correlation of patches ``a``, ``b`` (..., K) -> (...,) in
-    [-1, 1] (float64): sum(a' b') / sqrt(sum(a'^2) sum(b'^2)) with a' = a - mean(a). A flat
-    patch (mean squared deviation <= ``eps``, in squared intensity units) gives 0."""
-    a = a.to(torch.float64)
-    b = b.to(torch.float64)
-    a = a - a.mean(-1, keepdim=True)
-    b = b - b.mean(-1, keepdim=True)
-    va, vb = (a * a).sum(-1), (b * b).sum(-1)
-    flat = (va <= eps * a.shape[-1]) | (vb <= eps * a.shape[-1])
-    den = torch.sqrt(torch.where(flat, torch.ones_like(va), va * vb))
-    return torch.where(flat, torch.zeros_like(va), ((a * b).sum(-1) / den).clamp(-1.0, 1.0))
 
 
 @dataclass

@@ -27,16 +27,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._tensor_utils import masked_mean, masked_median, sample_patches
+from .._tensor_utils import masked_mean, masked_median
 from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
 from ..errors import InputError
 from ..features import get_extractor, lk_tracks, match_descriptors
 from ..features.base import resolve_backend
+from ..features.lk import patch_ncc
 from ..geometry import ransac_fundamental, sampson_distance
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
-                       clip_pairs, enough_matches, ncc_offsets, pair_seeds, run_protocol,
-                       source_frames, tracking_guard, zncc)
+                       clip_pairs, enough_matches, pair_seeds, run_protocol, source_frames,
+                       tracking_guard)
 
 # cv2.COLOR_RGB2GRAY of OpenCV 5 on 8-bit images, bit-exact over all 2^24 colours:
 # (19596 R + 38470 G + 7470 B + 2^15) >> 16 (OpenCV 4 uses 14-bit weights; <0.3% differ by 1)
@@ -90,24 +91,6 @@ def analysis_frames(clip: Clip, indices: Sequence[int], config: EpipolarConfig,
     gray = gray_uint8_levels(clip.frames.index_select(0, idx).to(device))
     size = analysis_size(gray.shape[-2], gray.shape[-1], int(config.max_width))
     return resize_gray(gray, size, config.resize_interpolation) / 255.0
-
-
-def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
-              window: int, max_elements: int = 1 << 25) -> torch.Tensor:
-    """(P, N) zero-mean NCC (``protocol.zncc``) of the ``window``-square patches around x1
-    (P, N, 2) in frame ``pairs[:, 0]`` and x2 in frame ``pairs[:, 1]`` of ``gray`` (T, 1, H, W);
-    pairs are processed in chunks of at most ``max_elements`` gathered frame pixels."""
-    off = torch.from_numpy(ncc_offsets(window)).to(device=gray.device)
-    out = torch.zeros(x1.shape[:2], dtype=torch.float64, device=gray.device)
-    if x1.shape[1] == 0:
-        return out
-    step = max(int(max_elements) // max(int(gray[0].numel()), 1), 1)
-    for s in range(0, pairs.shape[0], step):  # chunks bound memory (frame copies)
-        sl = slice(s, s + step)
-        a = sample_patches(gray[pairs[sl, 0]], x1[sl].to(gray.dtype), off)[:, 0]
-        b = sample_patches(gray[pairs[sl, 1]], x2[sl].to(gray.dtype), off)[:, 0]
-        out[sl] = zncc(a, b)
-    return out
 
 
 class _Batch:

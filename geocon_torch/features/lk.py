@@ -346,6 +346,49 @@ def _lk_opencv(gray, pairs, max_corners, quality, min_distance, block, window, l
     return to(x1).to(dt), to(x2).to(dt), to(ok), to(fb).to(dt), counts.to(dev)
 
 
+# --- the photometric guard of tracks (features.lk / epipolar.tracking min_ncc) ----------------
+def ncc_offsets(window: int) -> np.ndarray:
+    """(K = window^2, 2) float32 (dx, dy) pixel offsets of a square patch centred on a point,
+    row-major (dy outer). ``window`` must be odd and >= 3."""
+    if int(window) < 3 or int(window) % 2 == 0:
+        raise InputError(f"the NCC patch window (ncc_window) must be odd and >= 3, got {window}")
+    r = np.arange(int(window), dtype=np.float32) - (int(window) - 1) / 2.0
+    oy, ox = np.meshgrid(r, r, indexing="ij")
+    return np.stack([ox.reshape(-1), oy.reshape(-1)], -1)
+
+
+def zncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
+    """Zero-mean normalised cross-correlation of patches ``a``, ``b`` (..., K) -> (...,) in
+    [-1, 1] (float64): sum(a' b') / sqrt(sum(a'^2) sum(b'^2)) with a' = a - mean(a). A flat
+    patch (mean squared deviation <= ``eps``, in squared intensity units) gives 0."""
+    a = a.to(torch.float64)
+    b = b.to(torch.float64)
+    a = a - a.mean(-1, keepdim=True)
+    b = b - b.mean(-1, keepdim=True)
+    va, vb = (a * a).sum(-1), (b * b).sum(-1)
+    flat = (va <= eps * a.shape[-1]) | (vb <= eps * a.shape[-1])
+    den = torch.sqrt(torch.where(flat, torch.ones_like(va), va * vb))
+    return torch.where(flat, torch.zeros_like(va), ((a * b).sum(-1) / den).clamp(-1.0, 1.0))
+
+
+def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+              window: int, max_elements: int = 1 << 25) -> torch.Tensor:
+    """(P, N) zero-mean NCC (:func:`zncc`) of the ``window``-square patches around x1
+    (P, N, 2) in frame ``pairs[:, 0]`` and x2 in frame ``pairs[:, 1]`` of ``gray`` (T, 1, H, W);
+    pairs are processed in chunks of at most ``max_elements`` gathered frame pixels."""
+    off = torch.from_numpy(ncc_offsets(window)).to(device=gray.device)
+    out = torch.zeros(x1.shape[:2], dtype=torch.float64, device=gray.device)
+    if x1.shape[1] == 0:
+        return out
+    step = max(int(max_elements) // max(int(gray[0].numel()), 1), 1)
+    for s in range(0, pairs.shape[0], step):  # chunks bound memory (frame copies)
+        sl = slice(s, s + step)
+        a = sample_patches(gray[pairs[sl, 0]], x1[sl].to(gray.dtype), off)[:, 0]
+        b = sample_patches(gray[pairs[sl, 1]], x2[sl].to(gray.dtype), off)[:, 0]
+        out[sl] = zncc(a, b)
+    return out
+
+
 def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 2000,
               quality: float = 0.001, min_distance: float = 3.0, block: int = 3,
               window: int = 21, levels: int = 3, fb_threshold_px: float = 1.5,

@@ -17,6 +17,7 @@ frame by frame on its thread pool, converted to uint8 inside the worker).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
@@ -24,13 +25,13 @@ import torch.nn.functional as F
 
 from .._morphology import erode_mask
 from .._memory import release_freed_memory
-from ..config import FeatureConfig
+from ..config import FeatureConfig, LKConfig
 from ..errors import InputError
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .base import (DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_backend,
                    resolve_device)
 from .learned import MATCHER_NAMES, get_matcher
-from .lk import lk_tracks
+from .lk import lk_tracks, patch_ncc
 from .matching import check_pairs, match_descriptors, pack_matches
 from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
 
@@ -105,6 +106,19 @@ def _match_levels(all_kps: List[Keypoints], scales: Sequence[float], local_pairs
         result[s] = Correspondences(c.x1, c.x2, c.mask, c.scores, out_pairs, c.num_kp1,
                                     c.num_kp2)
     return result
+
+
+def _ncc_guard(c: Correspondences, gray: torch.Tensor, pairs: torch.Tensor,
+               lk: LKConfig) -> Correspondences:
+    """LK tracks ``c`` (at the resolution of ``gray`` (T, 1, H, W), ``pairs`` (P, 2) into it)
+    with the photometric guard of ``lk``: a track stays when the zero-mean NCC of the
+    ``lk.ncc_window``-square patches around x1 and x2 is >= ``lk.min_ncc`` (the epipolar
+    protocol's guard, :func:`~geocon_torch.features.lk.patch_ncc`); unchanged at -1."""
+    if float(lk.min_ncc) <= -1.0 or c.x1.shape[1] == 0:
+        return c
+    keep = c.mask & (patch_ncc(gray, pairs, c.x1, c.x2, int(lk.ncc_window))
+                     >= float(lk.min_ncc))
+    return replace(c, mask=keep, scores=torch.where(keep, c.scores, torch.zeros_like(c.scores)))
 
 
 def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[FeatureConfig] = None,
@@ -275,6 +289,6 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
         else:
             c = lk_tracks(g, local_pairs, **cfg.lk.lk_kwargs(cfg.max_keypoints, "torch"),
                           mask=m_s)
-            c = _remap(c, sx, sy, out_pairs, content)
+            c = _remap(_ncc_guard(c, g, local_pairs, cfg.lk), sx, sy, out_pairs, content)
         result[s] = c
     return result

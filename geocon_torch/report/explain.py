@@ -101,7 +101,8 @@ def calibrated_lines(bg: Dict[str, Any]) -> List[str]:
     head = (f"Report gate (calibrated{', ' + regime + ' bounds' if regime else ''}, "
             f"{label(cal.get('name'))}): {'n/a' if p is None else 'PASS' if p else 'FAIL'}")
     if not checks:
-        return [head + " (no bounds recorded for this regime / clip)"]
+        why = bg.get("pass_calibrated_reason") or "no bounds recorded for this regime / clip"
+        return [head + f" ({why})"]
     failed = [c for c in checks if not c.passed]
     if failed:
         head += " -- failed: " + ", ".join(c.describe().rsplit(":", 1)[0] for c in failed)

@@ -135,6 +135,8 @@ def calibrated_verdict(background: Optional[Dict[str, Any]]) -> str:
         return "calibrated: off"
     cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
     checks = calibrated_checks(bg) or []
+    if not checks and bg.get("pass_calibrated_reason"):  # e.g. no calibration of its backend
+        return f"calibrated: {compact(bg.get('pass_calibrated'))} ({bg['pass_calibrated_reason']})"
     failed = [c.describe().rsplit(":", 1)[0] for c in checks if not c.passed]
     bounds = ("fails " + ", ".join(failed) + "; " if failed else "") + (
         "; ".join(c.describe() for c in checks) + "; " if checks else "")

@@ -258,7 +258,9 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     clip summaries over the rows of all clips at once, with two host transfers in all). A
     clip's result equals the one it gets alone (bit for bit on the CPU); a clip that stops
     early (no pairs, no texture, gate undecided) or raises (its exception is its entry)
-    changes nothing for the others.
+    changes nothing for the others. The clips the scoring backend leaves with too little
+    texture are then scored again as one batch with ``features.fallback`` (lk-tracks by
+    default; :func:`_fall_back`), the others keep their results.
 
     Args:
         clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
@@ -288,7 +290,8 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
         with timer("fit"):  # one batched call per model over all rows of all clips
             fits = fit_merged([_final_rows(j) for j in live], cfg)
         _score_all(live, fits, cfg, timer, keep_rows)
-    return [j.result for j in jobs]
+    return _fall_back([j.result for j in jobs], clips, pairs, masks, poses, cfg, device, timer,
+                      keep_rows)
 
 
 def _run(job: _Job, fn: Callable[[_Job], None]) -> None:
@@ -969,3 +972,96 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
             if key in th:  # the optional bounds, in px at this working resolution
                 record["thresholds"][name] = ge_bound_px(th[key], long_side, cal.ref_long_side)
     block["calibration"] = record
+
+
+#: the start of the reason of a clip stopped for lack of matches (both texture checks)
+TEXTURE_REASON = "too little texture"
+#: the LK backend the lk-tracks fallback tracks with: OpenCV's (CPU, ~seconds for a small clip;
+#: the torch LK takes minutes there), so the fallback's numbers do not depend on the device
+FALLBACK_LK_BACKEND = "opencv"
+#: the photometric guard of the lk-tracks fallback (``features.lk.min_ncc``): LK "tracks"
+#: between frames that do not look alike (independent noise: NCC ~0.1, none >= 0.5) are no
+#: correspondences, so such a clip keeps "too little texture"; tracks of real content, even at a
+#: tenth of the contrast, have NCC ~0.99. 0.5, not the epipolar protocol's 0.8: generated clips
+#: whose texture drifts (Text2Video-zero: median track NCC ~0.65) keep enough tracks to be
+#: scored, and their drift shows in GE (FETV at native size: 193 / 194 clips scored at 0.5,
+#: 189 at 0.8; rank agreement with people as without a guard)
+FALLBACK_MIN_NCC = 0.5
+
+
+def fallback_config(cfg: GeoConConfig, device: Optional[torch.device] = None
+                    ) -> Optional[GeoConConfig]:
+    """The config a clip's background is scored again with when the scoring backend left it
+    with too little texture: ``features.backend`` = ``features.fallback`` (lk-tracks: the
+    ``features.lk`` settings with the OpenCV LK, :data:`FALLBACK_LK_BACKEND`, and the
+    photometric guard :data:`FALLBACK_MIN_NCC`), its scale mode resolved anew and no further
+    fallback; None when ``features.fallback`` is null or is the scoring backend on ``device``."""
+    name = cfg.features.fallback
+    if name is None or name == resolve_backend(cfg.features.backend, device):
+        return None
+    feats: Dict[str, Any] = {"backend": name, "fallback": None, "scale_mode": "auto"}
+    if name == "lk-tracks":
+        feats["lk"] = {"backend": FALLBACK_LK_BACKEND, "min_ncc": FALLBACK_MIN_NCC}
+    return cfg.replace(features=feats)
+
+
+def _textureless(got: Scored) -> bool:
+    """Whether a clip's result is ``not_applicable: too little texture``."""
+    if isinstance(got, BaseException):
+        return False
+    block = got[0].block
+    return block.get("status") == "not_applicable" and str(block.get("reason") or "").startswith(
+        TEXTURE_REASON)
+
+
+def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
+               masks: Sequence[Any], poses: Sequence[Any], cfg: GeoConConfig,
+               device: Optional[torch.device], timer: Timer, keep_rows: bool) -> List[Scored]:
+    """``results`` with every clip the scoring backend left with too little texture scored
+    again, as one batch, with :func:`fallback_config` (``features.fallback``); the other clips'
+    results are unchanged. A rescored clip keeps the fallback's result unless the fallback
+    found too little texture too (then the first result stays, both reasons in its reason) or
+    raised (the first result stays, the error recorded); either way ``block["fallback"]`` says
+    what was tried: {"from": the scoring backend, "from_reason": its reason, "backend": the
+    fallback, "status" / "reason": the fallback's ("error" with the exception when it raised)}."""
+    again = [k for k, got in enumerate(results) if _textureless(got)]
+    fcfg = fallback_config(cfg, device) if again else None
+    if fcfg is None:
+        return results
+    new = score_backgrounds([clips[k] for k in again], [pairs[k] for k in again],
+                            masks=[masks[k] for k in again], poses=[poses[k] for k in again],
+                            config=fcfg, device=device, timer=timer, keep_rows=keep_rows)
+    out = list(results)
+    for k, got in zip(again, new):
+        out[k] = _fallen_back(results[k], got, fcfg.features.backend)
+    return out
+
+
+def _fallen_back(first: Tuple[BackgroundBlock, Optional[BackgroundRows]], got: Scored,
+                 name: str) -> Scored:
+    """The result of a clip rescored with the fallback backend ``name`` (see
+    :func:`_fall_back`); where the calibrated gate has no calibration of ``name``,
+    ``pass_calibrated`` is None with ``pass_calibrated_reason`` (never a verdict with bounds
+    fitted on another backend's matches)."""
+    old = first[0]
+    record = {"from": old.backends.get("features"), "from_reason": old.block.get("reason"),
+              "backend": name}
+    if isinstance(got, BaseException) or _textureless(got):
+        failed = isinstance(got, BaseException)
+        why = f"{type(got).__name__}: {got}" if failed else got[0].block.get("reason")
+        old.block["fallback"] = dict(record, status="error" if failed else "not_applicable",
+                                     reason=why)
+        old.block["reason"] = f"{record['from_reason']}; {name} fallback: {why}"
+        return first
+    out = got[0]
+    out.block["fallback"] = dict(record, status=out.block.get("status"),
+                                 reason=out.block.get("reason"))
+    out.backends["features_fallback_from"] = record["from"]
+    cal = out.block.get("calibration")
+    if isinstance(cal, dict) and cal.get("backend") != name:
+        out.block["pass_calibrated"] = None
+        out.block["pass_calibrated_reason"] = (
+            f"no calibration for features backend {name} (the fallback that scored this clip's "
+            f"background): {cal.get('name')} was calibrated with {cal.get('backend')}")
+        cal.pop("thresholds", None)
+    return got

@@ -38,8 +38,14 @@ def test_bad_input_corpus_finishes_and_resumes(tmp_path: Path):
         assert rows[bad]["status"] == "error" and "VideoReadError" in rows[bad]["reason"]
     assert rows["one_frame"]["status"] == "not_applicable"
     assert "frame" in rows["one_frame"]["reason"]
-    for flat in ("grey", "noise", "tiny16"):
+    for flat in ("grey", "noise"):
         assert rows[flat]["status"] == "not_applicable" and "texture" in rows[flat]["reason"]
+    # a 16 x 16 px crop of a rendered scene, upscaled to 128 px: too smooth for SIFT, real
+    # content for the lk-tracks fallback (features.fallback), which scores it
+    tiny = rows["tiny16"]["result"]
+    assert tiny["status"] == "ok" and tiny["backends"]["features"] == "lk-tracks"
+    assert tiny["background"]["fallback"]["from_reason"].startswith("too little texture")
+    assert tiny["background"]["ir"] > 0.9
     # paths that cannot be hashed (missing, zero-byte) never reach the scorer
     assert sorted(calls) == sorted(set(rows) - {"missing", "zero"})
     calls.clear()
