@@ -389,22 +389,28 @@ def _batched_section(name: str, jobs: Sequence[_Job],
             (dict(g) if isinstance(g, dict) else {"value": g, "status": "ok"}) for g in got]
 
 
-def _by_device(jobs: Sequence[_Job]) -> List[List[_Job]]:
-    """``jobs`` grouped by stage device (one batched section call per device)."""
+def _grouped_section(name: str, jobs: Sequence[_Job],
+                     fn: Callable[[Sequence[_Job]], List[Any]],
+                     put: Callable[[_Job, Dict[str, Any]], None]) -> None:
+    """:func:`_batched_section` once per stage device (one batched call per device), each
+    clip's block handed to ``put(job, block)``."""
     groups: Dict[str, List[_Job]] = {}
     for job in jobs:
         groups.setdefault(str(job.dev), []).append(job)
-    return list(groups.values())
+    for group in groups.values():
+        for job, block in zip(group, _batched_section(name, group, fn)):
+            put(job, block)
+
+
+def _put_foreground(job: _Job, block: Dict[str, Any]) -> None:
+    job.res.foreground = block
+    job.res.backends["flow"] = block.get("flow")
 
 
 def _step_foreground(jobs: Sequence[_Job]) -> None:
-    for group in _by_device(jobs):
-        blocks = _batched_section("foreground", group, lambda js: score_foregrounds(
-            [j.clip for j in js], [j.objects for j in js], js[0].cfg, js[0].dev,
-            [j.timer for j in js]))
-        for job, block in zip(group, blocks):
-            job.res.foreground = block
-            job.res.backends["flow"] = block.get("flow")
+    _grouped_section("foreground", jobs, lambda js: score_foregrounds(
+        [j.clip for j in js], [j.objects for j in js], js[0].cfg, js[0].dev,
+        [j.timer for j in js]), _put_foreground)
 
 
 def _epipolar_blocks(jobs: Sequence[_Job], protocol: str) -> List[Any]:
@@ -412,21 +418,23 @@ def _epipolar_blocks(jobs: Sequence[_Job], protocol: str) -> List[Any]:
                            protocol, jobs[0].dev)
 
 
+def _put_epipolar(job: _Job, block: Dict[str, Any]) -> None:
+    job.res.epipolar = block
+    job.res.backends.setdefault("epipolar", job.spec.epipolar_protocol)
+
+
 def _step_epipolar(jobs: Sequence[_Job]) -> None:
-    for group in _by_device(jobs):
-        protocol = group[0].spec.epipolar_protocol
-        blocks = _batched_section("epipolar", group,
-                                  lambda js, p=protocol: _epipolar_blocks(js, p))
-        for job, block in zip(group, blocks):
-            job.res.epipolar = block
-            job.res.backends.setdefault("epipolar", protocol)
+    _grouped_section("epipolar", jobs, lambda js: _epipolar_blocks(
+        js, js[0].spec.epipolar_protocol), _put_epipolar)
+
+
+def _put_epipolar_gvgc(job: _Job, block: Dict[str, Any]) -> None:
+    job.res.extra["epipolar_gvgc"] = block
 
 
 def _step_epipolar_gvgc(jobs: Sequence[_Job]) -> None:
-    for group in _by_device(jobs):
-        blocks = _batched_section("epipolar_gvgc", group, lambda js: _epipolar_blocks(js, "gvgc"))
-        for job, block in zip(group, blocks):
-            job.res.extra["epipolar_gvgc"] = block
+    _grouped_section("epipolar_gvgc", jobs, lambda js: _epipolar_blocks(js, "gvgc"),
+                     _put_epipolar_gvgc)
 
 
 def _step_epipolar_dpo(jobs: Sequence[_Job]) -> None:

@@ -5,7 +5,7 @@ Per stage and pair: ``cv2.SIFT_create(nfeatures)`` on the analysis-resolution gr
 ``cv2.USAC_MAGSAC`` at ``epipolar.ransac.threshold_px`` (``confidence``, ``max_iterations`` as
 maxIters); the LK stage uses ``cv2.goodFeaturesToTrack`` + ``cv2.calcOpticalFlowPyrLK`` with a
 forward-backward check (``features.lk_tracks(backend="opencv")``, settings ``epipolar.tracking``)
-and the patch-NCC guard (``cv2.remap`` patches, ``protocol.zncc`` / ``protocol.tracking_guard``).
+and the patch-NCC guard (``cv2.remap`` patches, ``features.lk.zncc`` / ``protocol.tracking_guard``).
 The Sampson distances are :func:`geocon_torch.geometry.sampson_distance` (px, not squared).
 """
 from __future__ import annotations
@@ -20,11 +20,11 @@ import torch
 from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
 from ..errors import InputError
 from ..features import lk_tracks
+from ..features.lk import ncc_offsets, zncc
 from ..geometry import sampson_distance
 from ..types import Clip
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
-                       clip_pairs, enough_matches, ncc_offsets, run_protocol, tracking_guard,
-                       zncc)
+                       clip_pairs, enough_matches, run_protocol, tracking_guard)
 
 _INTERPOLATION = dict(zip(RESIZE_INTERPOLATION_CHOICES, (cv2.INTER_AREA, cv2.INTER_LINEAR)))
 

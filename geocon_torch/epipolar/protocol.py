@@ -24,7 +24,6 @@ import torch
 from .._tensor_utils import masked_median
 from ..config import EpipolarConfig
 from ..errors import InputError, ShapeError
-from ..features.lk import ncc_offsets, zncc  # noqa: F401 (the protocol's names)
 from ..io.pairs import worldatlas_pairs
 
 PRIMARY = "sift"
@@ -153,8 +152,9 @@ def tracking_guard(fb_ok: torch.Tensor, scores: torch.Tensor, ncc: torch.Tensor,
     Args:
         fb_ok: (P, N) bool tracks that passed the forward-backward check (``lk_tracks`` mask).
         scores: (P, N) ``lk_tracks`` scores = 1 / (1 + forward-backward error px).
-        ncc: (P, N) zero-mean NCC (``zncc``) of the patches around x1 in frame i and x2 in
-            frame j (``tracking.ncc_window`` square, bilinear samples).
+        ncc: (P, N) zero-mean NCC (:func:`~geocon_torch.features.lk.zncc`) of the patches
+            around x1 in frame i and x2 in frame j (``tracking.ncc_window`` square, bilinear
+            samples).
         stage: the tracking stage (its ``min_matches`` = ``tracking.min_tracks``).
     """
     thr = float(config.tracking.min_ncc)

@@ -409,11 +409,11 @@ def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
                device: Optional[torch.device], pair_list: List[List[int]]) -> None:
     """The clip's stack; stops the clip when its frames are too small for any feature scale."""
     job.stack = _stack(job.clip, job.pairs, gp, corrs, view, cfg, device, job.out.backends)
-    if job.stack is not None:
-        job.stack.pair_list = pair_list
     if job.stack is None:
         job.out.block["reason"] = "frames too small for any feature scale"
         job.stop()
+    else:
+        job.stack.pair_list = pair_list
 
 
 def _stack(clip: Clip, pairs: torch.Tensor, gp: torch.Tensor,

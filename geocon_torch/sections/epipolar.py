@@ -18,6 +18,7 @@ from ..epipolar.torch_path import resolve_features, torch_sections
 from ..io import clip_from_tensor, read_clip
 from ..errors import InputError
 from ..types import Clip
+from .isolation import batch_or_each
 
 PRESETS = ("worldatlas", "gvgc")
 IMPLEMENTATIONS = EPIPOLAR_PATH_CHOICES  # "auto", "opencv", "torch"
@@ -207,15 +208,6 @@ def epipolar_blocks(videos: Sequence[Any], clips: Sequence[Clip], cfg: GeoConCon
                                  implementation=cfg.epipolar.implementation, device=device,
                                  pairs=[natives[k][1] for k in sel])
 
-    try:
-        got: List[Any] = measure(ids) if ids else []
-    except Exception:  # noqa: BLE001 - find the clip at fault: each clip alone
-        got = []
-        for k in ids:
-            try:
-                got.append(measure([k])[0])
-            except Exception as exc:  # noqa: BLE001
-                got.append(exc)
-    for k, g in zip(ids, got):
+    for k, g in zip(ids, batch_or_each(measure, ids)):
         out[k] = g
     return out  # type: ignore[return-value]

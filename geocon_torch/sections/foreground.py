@@ -65,6 +65,7 @@ from ..io.pairs import foreground_pairs
 from ..measures.foreground import adadfrc, adadfrc_summary
 from ..segment.files import load_masks
 from ..types import BlockMasks, Clip
+from .isolation import batch_or_each
 from .progress import Progress
 
 
@@ -248,15 +249,7 @@ def score_foregrounds(clips: Sequence[Clip], masks: Sequence[Any],
         else:
             out[k] = got
     ids = list(tracks)
-    try:
-        scored: List[Any] = _score_tracks([tracks[k] for k in ids], cfg)
-    except Exception:  # noqa: BLE001 - find the clip at fault: each clip alone
-        scored = []
-        for k in ids:
-            try:
-                scored.append(_score_tracks([tracks[k]], cfg)[0])
-            except Exception as exc:  # noqa: BLE001
-                scored.append(exc)
+    scored = batch_or_each(lambda ts: _score_tracks(ts, cfg), [tracks[k] for k in ids])
     for k, got in zip(ids, scored):
         out[k] = got if isinstance(got, BaseException) else _finish(tracks[k], got, cfg)
     return out  # type: ignore[return-value]

@@ -171,7 +171,7 @@ def test_pair_seeds_depend_on_source_frames_and_stage_only():
 
 
 def test_zncc_closed_form(dtype):
-    from geocon_torch.epipolar.protocol import zncc
+    from geocon_torch.features.lk import zncc
 
     a = torch.tensor([[1.0, 2.0, 4.0, 8.0], [0.5, 0.5, 0.5, 0.5], [1.0, -1.0, 1.0, -1.0]],
                      dtype=dtype)
@@ -216,7 +216,8 @@ def test_patch_ncc_torch_and_opencv_sample_the_same_patches(device, dtype):
 
 
 def test_tracking_guard_closed_form():
-    from geocon_torch.epipolar.protocol import ncc_offsets, tracking_guard
+    from geocon_torch.epipolar.protocol import tracking_guard
+    from geocon_torch.features.lk import ncc_offsets
 
     cfg = EpipolarConfig()
     stage = protocol_stages(cfg)[-1]

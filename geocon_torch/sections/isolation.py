@@ -1,0 +1,28 @@
+"""One clip's failure stays that clip's: the batched section calls' fallback to clip by clip."""
+from __future__ import annotations
+
+from typing import Callable, List, Sequence, TypeVar, Union
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def batch_or_each(fn: Callable[[List[T]], Sequence[R]], items: Sequence[T]
+                  ) -> List[Union[R, BaseException]]:
+    """``fn(items)`` (one result per item, in order); when that batched call raises, ``fn`` of
+    each item alone, so only the item at fault holds its exception (its slot in the list).
+    A section whose result per item does not depend on the batch gives the same list either
+    way."""
+    items = list(items)
+    if not items:
+        return []
+    try:
+        return list(fn(items))
+    except Exception:  # noqa: BLE001 - find the item at fault: each item alone
+        out: List[Union[R, BaseException]] = []
+        for item in items:
+            try:
+                out.append(fn([item])[0])
+            except Exception as exc:  # noqa: BLE001 - this item's error only
+                out.append(exc)
+        return out
