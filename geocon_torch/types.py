@@ -355,11 +355,24 @@ class BlockMasks:
         """(T', K, H, W) bool masks of the frames ``frames`` (all when None)."""
         bits = self.bits if frames is None else self.bits[frames]
         low = unpack_mask_bits(bits.reshape(-1, *self.bits.shape[1:]), self.ids)
-        low = low.reshape(*bits.shape[:-3], *low.shape[1:])
+        return self._expand(low.reshape(*bits.shape[:-3], *low.shape[1:]))
+
+    def _expand(self, low: torch.Tensor) -> torch.Tensor:
+        """(..., h, w) bool cells -> (..., H, W) working pixels (f x f blocks, cropped, inside
+        the content mask)."""
         *lead, h, w = low.shape
         f, (hh, ww) = self.factor, self.size
         up = low[..., :, None, :, None].expand(*lead, h, f, w, f).reshape(*lead, h * f, w * f)
         return up[..., :hh, :ww] & self.content.view(*([1] * (up.ndim - 2)), hh, ww)
+
+    def any(self, dim: Any = None, keepdim: bool = False) -> torch.Tensor:
+        """``Tensor.any``; over the object axis (``dim`` 1) the (T, H, W) union is taken on
+        the reduced cells before they are expanded (identical: the expansion is a per-pixel
+        copy of a cell, masked by the content), so no (T, K, H, W) masks are built."""
+        if dim is None or int(dim) % 4 != 1:
+            return self.full().any() if dim is None else self.full().any(dim, keepdim)
+        low = unpack_mask_bits(self.bits, self.ids).any(1, keepdim=keepdim)
+        return self._expand(low)
 
     def materialize(self) -> torch.Tensor:
         return self.full()

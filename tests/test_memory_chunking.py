@@ -126,6 +126,12 @@ def test_block_masks_and_chunked_keep():
     assert torch.equal(lazy[:-1].sum((-1, -2)), full[:-1].sum((-1, -2)))
     assert torch.equal(lazy.sum((0, 2, 3)), full.sum((0, 2, 3)))
     assert torch.equal(lazy[:, torch.tensor([2, 0])].full(), full[:, [2, 0]])
+    # the union over objects is taken on the cells (no (T, K, H, W) masks), identical
+    assert torch.equal(lazy.any(1), full.any(1)) and torch.equal(lazy.any(-3), full.any(1))
+    assert torch.equal(lazy.any(1, keepdim=True), full.any(1, keepdim=True))
+    assert torch.equal(lazy[2:5, torch.tensor([2])].any(1), full[2:5, [2]].any(1))
+    assert torch.equal(lazy.any(0), full.any(0)) and bool(lazy.any()) == bool(full.any())
+    assert int(full.any(1).sum()) > 0  # not trivially empty
     pairs = torch.tensor([[0, 1], [1, 2], [2, 5], [6, 0]])
     x1 = torch.rand(4, 20, 2, generator=g) * torch.tensor([21.0, 17.0])
     x2 = torch.rand(4, 20, 2, generator=g) * torch.tensor([21.0, 17.0])
