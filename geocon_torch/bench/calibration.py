@@ -4,7 +4,8 @@
       + each background corruption (rubber_sheet, background_slide, breathing) at ``severities``
     -> score_clips(preset="background", calibration off)           (one row per clip)
     -> per gated regime H / F: the bounds of measures.calibration.REGIME_BOUNDS (IR lower,
-       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also GE_H_norm lower) at the
+       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also the gate's parallax
+       magnitude lower) at the
        target false-pass rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
     -> calibration.json (thresholds, rates, per-clip scores, provenance, content hash) and
        ROC-style curves per corruption (roc_<regime>.png, matplotlib when installed)
@@ -27,8 +28,9 @@ from .._version import __version__
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io.calibration import FORMAT, calibration_hash
-from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, calibrated_pass, relax_ir,
-                                    roc_curve, select_bounds, spread_of)
+from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck, bound_checks,
+                                    calibrated_pass, clip_statistics, relax_ir, roc_curve,
+                                    select_bounds, spread_of)
 from ..pipeline import score_clips
 from ..synth import MOTIONS, apply_corruption, render_scene
 
@@ -36,7 +38,8 @@ from ..synth import MOTIONS, apply_corruption, render_scene
 BACKGROUND_CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing")
 GATE_RULE = ("IR >= ir_min and GE_norm <= ge_norm_max and GE_fine_norm <= ge_fine_norm_max "
              "and GE_spread_norm <= ge_spread_norm_max (GE_spread = GE_peak - GE_fine) and "
-             "GE_H_norm >= ge_h_norm_min (bounds of thresholds[regime] that are present; "
+             "parallax_ref >= parallax_ref_min (the gate's parallax magnitude, reference px; "
+             "bounds of thresholds[regime] that are present; "
              "X_norm = X_px * ref_long_side / long_side)")
 
 
@@ -52,6 +55,11 @@ class CalibrationPlan:
         corruptions, severities: the corrupted variants of every clean clip.
         target_false_pass: allowed fraction of corrupted clips (severity >= min_severity)
             passing; min_severity: weaker corruptions are scored and plotted, not constrained.
+        settings: further renders of every scene besides (size, frames, seeds): dicts with
+            "size" [H, W] px, "frames", "seeds" and optionally "letterbox" (black rows added
+            above and below the content, px; the corruption acts on the content only) and
+            "rate" (multiplies the camera speed of every motion, default 1): the width of the
+            calibration family (working sizes, clip lengths, letterboxing, camera speeds).
     """
 
     frames: int = 8
@@ -64,6 +72,14 @@ class CalibrationPlan:
     target_false_pass: float = 0.05
     min_severity: float = 0.5
     categories: Tuple[str, ...] = field(default_factory=lambda: tuple(MOTIONS))
+    settings: Tuple[Dict[str, Any], ...] = ()
+
+    def all_settings(self) -> List[Dict[str, Any]]:
+        """Every render setting: (size, frames, seeds) first, then ``settings`` (letterbox 0
+        and rate 1 unless given)."""
+        first = {"size": list(self.size), "frames": self.frames, "seeds": list(self.seeds)}
+        return [dict({"letterbox": 0, "rate": 1.0}, **dict(st))
+                for st in [first] + [dict(v) for v in self.settings]]
 
     def config(self) -> GeoConConfig:
         """The scoring config: the backend, calibration off (no circularity)."""
@@ -71,23 +87,46 @@ class CalibrationPlan:
                             "background": {"calibration": None}})
 
 
+#: render_scene's camera-speed option and its default per (category, motion) (the static
+#: cameras of C1 / C4 have none)
+_SPEED = {("C2", "pan"): ("rate", 0.4), ("C2", "tilt"): ("rate", -0.3),
+          ("C2", "roll"): ("rate", 0.5), ("C3", "truck"): ("speed", 0.06),
+          ("C3", "dolly"): ("speed", 0.12), ("C5", "arc"): ("rate", 1.0),
+          ("C5", "orbit"): ("rate", 1.5), ("C6", "truck"): ("speed", 0.06)}
+
+
+def _letterbox(frames: torch.Tensor, rows: int) -> torch.Tensor:
+    """(T, 3, H + 2 rows, W): black bars of ``rows`` px above and below (T, 3, H, W) frames."""
+    if rows <= 0:
+        return frames
+    return torch.nn.functional.pad(frames, (0, 0, int(rows), int(rows)))
+
+
 def scene_clips(plan: CalibrationPlan) -> Iterator[Tuple[List[Dict[str, Any]], List[torch.Tensor]]]:
-    """Per (category, motion, seed): the clips' labels and (T, 3, H, W) uint8 frames, clean
-    first, then every corruption x severity (rendered once, corrupted as ``render_scene``
-    does)."""
-    for cat in plan.categories:
-        for motion in MOTIONS[cat]:
-            for seed in plan.seeds:
-                clean = render_scene(cat, motion=motion, num_frames=plan.frames,
-                                     size=tuple(plan.size), seed=int(seed)).frames
-                labels = [{"category": cat, "motion": motion, "seed": int(seed),
-                           "corruption": None, "severity": 0.0}]
-                frames = [clean]
-                for kind in plan.corruptions:
-                    for sev in plan.severities:
-                        labels.append(dict(labels[0], corruption=kind, severity=float(sev)))
-                        frames.append(apply_corruption(clean, kind, float(sev), seed=int(seed)))
-                yield labels, frames
+    """Per (setting, category, motion, seed): the clips' labels and (T, 3, H, W) uint8 frames,
+    clean first, then every corruption x severity (rendered once, corrupted as
+    ``render_scene`` does, then letterboxed)."""
+    for st in plan.all_settings():
+        for cat in plan.categories:
+            for motion in MOTIONS[cat]:
+                opts = {}
+                if float(st["rate"]) != 1.0 and (cat, motion) in _SPEED:
+                    name, default = _SPEED[(cat, motion)]
+                    opts[name] = default * float(st["rate"])
+                for seed in st["seeds"]:
+                    clean = render_scene(cat, motion=motion, num_frames=int(st["frames"]),
+                                         size=tuple(st["size"]), seed=int(seed), **opts).frames
+                    labels = [{"category": cat, "motion": motion, "seed": int(seed),
+                               "corruption": None, "severity": 0.0,
+                               "size": list(st["size"]), "frames": int(st["frames"]),
+                               "letterbox": int(st["letterbox"]), "rate": float(st["rate"])}]
+                    frames = [clean]
+                    for kind in plan.corruptions:
+                        for sev in plan.severities:
+                            labels.append(dict(labels[0], corruption=kind, severity=float(sev)))
+                            frames.append(apply_corruption(clean, kind, float(sev),
+                                                           seed=int(seed)))
+                    yield labels, [_letterbox(f, int(st["letterbox"])) for f in frames]
 
 
 def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
@@ -99,13 +138,17 @@ def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
     def norm(v: Optional[float]) -> Optional[float]:
         return float(v) * REF_LONG_SIDE / long_side if v is not None and long_side else None
 
+    ev = (res.get("gate") or {}).get("evidence") or {}
+    parallax = ev.get("magnitude_ref_px")  # the gate's parallax magnitude (reference px)
     return dict(label, status=res.get("status"), regime=res.get("regime"), ir=bg.get("ir"),
                 ge_px=bg.get("ge_px"), ge_norm=norm(bg.get("ge_px")), long_side=long_side,
                 ge_fine_px=bg.get("ge_fine_px"), ge_fine_norm=norm(bg.get("ge_fine_px")),
                 ge_peak_px=bg.get("ge_peak_px"), ge_peak_norm=norm(bg.get("ge_peak_px")),
                 ge_spread_norm=spread_of(norm(bg.get("ge_fine_px")), norm(bg.get("ge_peak_px"))),
                 ir_h=bg.get("ir_h"), ge_h_px=bg.get("ge_h_px"), ge_h_norm=norm(bg.get("ge_h_px")),
-                ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"), **{"pass": bg.get("pass")})
+                ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"),
+                parallax_ref=None if parallax is None else float(parallax),
+                **{"pass": bg.get("pass")})
 
 
 def score_plan(plan: CalibrationPlan,
@@ -118,7 +161,9 @@ def score_plan(plan: CalibrationPlan,
         rows.extend(_row(lb, r.to_dict()) for lb, r in zip(labels, results))
         if progress is not None:
             l0 = labels[0]
-            progress(f"{l0['category']} {l0['motion']} seed {l0['seed']}: {len(labels)} clips")
+            progress(f"{l0['category']} {l0['motion']} seed {l0['seed']} "
+                     f"{l0['size'][1]}x{l0['size'][0]}x{l0['frames']} lb {l0['letterbox']} "
+                     f"rate {l0['rate']:g}: {len(labels)} clips")
     return rows
 
 
@@ -129,7 +174,7 @@ def _scored(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _stat(row: Dict[str, Any], name: str) -> float:
     """A row's statistic for a bound: GE_peak falls back to the clip GE, a missing GE_H (no valid
-    H pair) is +inf (as :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
+    H pair) or parallax (another gate method) is +inf (as :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
     v = row.get(name)
     if v is None and name in ("ge_fine_norm", "ge_peak_norm"):
         v = row.get("ge_norm")
@@ -200,7 +245,24 @@ def verdict(row: Dict[str, Any], thresholds: Dict[str, Dict[str, float]],
     return calibrated_pass(row.get("ir"), row.get("ge_px"), row.get("long_side") or 1,
                            row.get("regime"), thresholds, ref_long_side,
                            ge_fine_px=row.get("ge_fine_px"), ge_peak_px=row.get("ge_peak_px"),
-                           ge_h_px=row.get("ge_h_px"))
+                           ge_h_px=row.get("ge_h_px"), parallax_ref=row.get("parallax_ref"))
+
+
+def row_checks(row: Dict[str, Any], thresholds: Dict[str, Dict[str, float]],
+               ref_long_side: float = REF_LONG_SIDE) -> List[BoundCheck]:
+    """Every bound of the row's regime checked on a calibration row (values in px of a
+    ``ref_long_side``-px frame, as the thresholds; :func:`~geocon_torch.measures.calibration.
+    bound_checks`, what ``geocon explain`` lists); [] when the row is not scored or its regime
+    has no thresholds."""
+    th = thresholds.get(str(row.get("regime")))
+    if (row.get("status") != "ok" or th is None or row.get("ir") is None
+            or row.get("ge_px") is None):
+        return []
+    stats = clip_statistics(row["ir"], row["ge_px"],
+                            float(ref_long_side) / float(row.get("long_side") or 1),
+                            ge_fine_px=row.get("ge_fine_px"), ge_peak_px=row.get("ge_peak_px"),
+                            ge_h_px=row.get("ge_h_px"), parallax_ref=row.get("parallax_ref"))
+    return bound_checks(stats, th)
 
 
 def evaluate(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, float]],
@@ -271,6 +333,7 @@ def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]]) -> D
         "thresholds": th, "rates": evaluate(rows, th, plan.min_severity),
         "score_config_hash": plan.config().config_hash(), "version": __version__,
         "plan": {k: (list(v) if isinstance(v, tuple) else v) for k, v in plan_d.items()},
+        "settings": plan.all_settings(),
         "clips": rows,
     }
     doc["content_hash"] = calibration_hash(doc)
@@ -350,5 +413,5 @@ def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: floa
 
 
 __all__ = ["BACKGROUND_CORRUPTIONS", "GATE_RULE", "CalibrationPlan", "scene_clips", "score_plan",
-           "fit_regime", "fit_thresholds", "verdict", "evaluate", "roc_curves",
+           "fit_regime", "fit_thresholds", "verdict", "row_checks", "evaluate", "roc_curves",
            "calibration_document", "plot_roc", "refit_plan", "run_calibration"]
