@@ -55,7 +55,7 @@ def score_heldout(args) -> list[dict[str, Any]]:
     """Rows of every held-out clip x working size (one score_clips batch per scene and size)."""
     rows = []
     sizes = [int(v) for v in args.sizes.split(",")]
-    for motion in args.motions.split(","):
+    for motion in [m for m in args.motions.split(",") if m]:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             clean = render_planes(motion, num_frames=args.frames, size=NATIVE, seed=seed).frames
             labels = [{"family": "planes", "motion": motion, "seed": seed, "corruption": None,

@@ -60,6 +60,7 @@ class CalibrationPlan:
             above and below the content, px; the corruption acts on the content only) and
             "rate" (multiplies the camera speed of every motion, default 1): the width of the
             calibration family (working sizes, clip lengths, letterboxing, camera speeds).
+        fixed_bounds: threshold key -> value set rather than fitted (:func:`fit_regime`).
     """
 
     frames: int = 8
@@ -73,6 +74,7 @@ class CalibrationPlan:
     min_severity: float = 0.5
     categories: Tuple[str, ...] = field(default_factory=lambda: tuple(MOTIONS))
     settings: Tuple[Dict[str, Any], ...] = ()
+    fixed_bounds: Dict[str, float] = field(default_factory=dict)
 
     def all_settings(self) -> List[Dict[str, Any]]:
         """Every render setting: (size, frames, seeds) first, then ``settings`` (letterbox 0
@@ -203,23 +205,47 @@ def _split(rows: Sequence[Dict[str, Any]], min_severity: float
 
 
 def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], regime: str,
-               target_false_pass: float = 0.05) -> Dict[str, Any]:
+               target_false_pass: float = 0.05,
+               fixed: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
     """One regime's bounds (:data:`~geocon_torch.measures.calibration.REGIME_BOUNDS`) fitted on
     clean / corrupted rows, with their rates and counts (the IR bound relaxed as in
-    :func:`~geocon_torch.measures.calibration.relax_ir`)."""
+    :func:`~geocon_torch.measures.calibration.relax_ir`).
+
+    ``fixed`` (threshold key -> value) sets bounds instead of fitting them: the clips they fail
+    fail, the other bounds are fitted on the clips they let through, at the false-pass budget
+    the fixed bounds leave (the rates count every clip)."""
     spec = REGIME_BOUNDS[regime]
-    names = [name for _, name, _ in spec]
-    c, b = _matrix(clean, names), _matrix(bad, names)
-    bounds, tp, fp = select_bounds(c, b, [low for _, _, low in spec], target_false_pass)
+    fixed = {k: float(v) for k, v in (fixed or {}).items() if k in {key for key, _, _ in spec}}
+    free = [t for t in spec if t[0] not in fixed]
+    names = [name for _, name, _ in free]
+    c_all, b_all = _matrix(clean, [n for _, n, _ in spec]), _matrix(bad, [n for _, n, _ in spec])
+
+    def meets(m: torch.Tensor) -> torch.Tensor:
+        ok = torch.ones(m.shape[0], dtype=torch.bool)
+        for d, (key, _, low) in enumerate(spec):
+            if key in fixed:
+                ok &= (m[:, d] >= fixed[key]) if low else (m[:, d] <= fixed[key])
+        return ok
+
+    keep_c, keep_b = meets(c_all), meets(b_all)
+    c, b = _matrix(clean, names)[keep_c], _matrix(bad, names)[keep_b]
+    n_c, n_b = max(len(clean), 1), max(len(bad), 1)
+    # the same number of corrupted clips may pass among those the fixed bounds let through
+    target = min(1.0, float(target_false_pass) * n_b / max(int(keep_b.sum()), 1))
+    bounds, tp, fp = select_bounds(c, b, [low for _, _, low in free], target)
+    tp, fp = tp * int(keep_c.sum()) / n_c, fp * int(keep_b.sum()) / n_b
     # a bound on a statistic no clip has (GE_H of clips without valid H pairs) is no bound
-    out: Dict[str, Any] = {key: v for (key, _, _), v in zip(spec, bounds) if math.isfinite(v)}
-    out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c[:, 0], b[:, 0]]))
+    out: Dict[str, Any] = {key: v for (key, _, _), v in zip(free, bounds) if math.isfinite(v)}
+    out.update(fixed)
+    out = {key: out[key] for key, _, _ in spec if key in out}  # BOUNDS order
+    out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c_all[:, 0], b_all[:, 0]]))
     out.update(false_pass=fp, true_pass=tp, n_clean=len(clean), n_corrupted=len(bad))
     return out
 
 
 def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.05,
-                   min_severity: float = 0.5) -> Dict[str, Dict[str, Any]]:
+                   min_severity: float = 0.5, fixed: Optional[Dict[str, float]] = None
+                   ) -> Dict[str, Dict[str, Any]]:
     """{"H": {...}, "F": {...}}: each regime's bounds (:func:`fit_regime`, plus "pooled") from the
     scored rows of that gated regime (both regimes' rows pooled when one side is empty)."""
     scored = _scored(rows)
@@ -233,7 +259,7 @@ def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.
         bad = [r for r in bad_all if r["regime"] == regime]
         pooled = not clean or not bad
         c, b = (clean_all, bad_all) if pooled else (clean, bad)
-        out[regime] = dict(fit_regime(c, b, regime, target_false_pass), pooled=pooled)
+        out[regime] = dict(fit_regime(c, b, regime, target_false_pass, fixed), pooled=pooled)
     return out
 
 
@@ -321,12 +347,13 @@ def roc_curves(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, f
 
 def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The calibration file's content (with its ``content_hash``)."""
-    th = fit_thresholds(rows, plan.target_false_pass, plan.min_severity)
+    th = fit_thresholds(rows, plan.target_false_pass, plan.min_severity, plan.fixed_bounds)
     plan_d = asdict(plan)
     doc: Dict[str, Any] = {
         "format": FORMAT, "gate": GATE_RULE, "ref_long_side": REF_LONG_SIDE,
         "backend": plan.backend, "working_size": list(plan.size),
-        "long_side": int(max(plan.size)), "frames": plan.frames, "seeds": list(plan.seeds),
+        "long_side": int(max(plan.size)), "frames": plan.frames,
+        "seeds": sorted({int(v) for st in plan.all_settings() for v in st["seeds"]}),
         "categories": {c: list(MOTIONS[c]) for c in plan.categories},
         "corruptions": list(plan.corruptions), "severities": list(plan.severities),
         "target_false_pass": plan.target_false_pass, "min_severity": plan.min_severity,

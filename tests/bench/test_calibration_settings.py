@@ -81,3 +81,13 @@ def test_fit_puts_the_parallax_bound_between_breathing_and_real_parallax():
     failed = [c.key for c in row_checks(bad[0], th) if not c.passed]
     assert failed == ["parallax_ref_min"]
     assert torch.isfinite(torch.tensor(th["F"]["ge_norm_max"]))
+
+
+def test_fixed_bound_is_kept_and_the_rest_fitted_on_what_it_lets_through():
+    clean = _rows([70.0, 82.0, 12.0], None)  # one clean clip below the fixed bound fails
+    bad = _rows([3.5, 5.0, 30.0], "background_slide")
+    bad[2].update(ge_norm=0.5, ge_fine_norm=0.5)  # a slide with parallax: only GE rejects it
+    th = fit_regime(clean, bad, "F", 0.05, fixed={"parallax_ref_min": 16.0})
+    assert th["parallax_ref_min"] == 16.0 and list(th)[4] == "parallax_ref_min"
+    assert th["true_pass"] == pytest.approx(2 / 3) and th["false_pass"] == 0.0
+    assert 0.08 <= th["ge_norm_max"] < 0.5
