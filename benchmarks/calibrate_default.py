@@ -5,13 +5,13 @@
 
 runs ``geocon calibrate`` with the settings of the shipped file (opencv-sift, 256x192 working
 size, 8 frames, seeds 0..1, plus the further settings of :data:`SETTINGS` (320x240 x 12
-frames, seed 2; ``geocon calibrate --setting`` also takes letterbox rows and a camera-speed
+frames, seed 2; 256x192 x 8 frames, seeds 3-4; ``geocon calibrate --setting`` also takes letterbox rows and a camera-speed
 factor); severities 0.5 / 1.0, target false-pass 0.05 at severity >= 0.5),
 copies OUT/calibration.json to geocon_torch/data/calibration/opencv-sift.json, then scores the
 held-out seeds 100 and 101 and prints the calibrated gate's true-pass / false-pass rates on them
 (the figures in benchmarks/README.md; the held-out scene family and the real clips:
 benchmarks/calibration_heldout.py). Rerun it after changing anything the background verdict
-depends on (features, RANSAC, gate, IR / GE, the calibrated gate's statistics). 210 + 140 clips.
+depends on (features, RANSAC, gate, IR / GE, the calibrated gate's statistics). 350 + 140 clips.
 
 The bounds fitted per gated regime are those of
 ``geocon_torch.measures.calibration.REGIME_BOUNDS``: IR >=, GE_norm <= (clip), GE_fine_norm <=
@@ -38,7 +38,7 @@ SEVERITIES = "0.5,1.0"
 TARGETS = {"opencv-sift": 0.05, "kornia-sift": 0.08}
 #: the wider calibration family (``geocon calibrate --setting``): sizes, lengths, letterbox and
 #: camera speeds the 256x192 x 8-frame clips do not cover
-SETTINGS = ("320x240x12:seeds2",)
+SETTINGS = ("320x240x12:seeds2", "256x192x8:seeds3-4")
 
 
 def main() -> int:
