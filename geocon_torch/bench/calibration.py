@@ -4,7 +4,8 @@
       + each background corruption (rubber_sheet, background_slide, breathing) at ``severities``
     -> score_clips(preset="background", calibration off)           (one row per clip)
     -> per gated regime H / F: the bounds of measures.calibration.REGIME_BOUNDS (IR lower,
-       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also GE_H_norm lower) at the
+       GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also the gate's parallax
+       magnitude lower) at the
        target false-pass rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
     -> calibration.json (thresholds, rates, per-clip scores, provenance, content hash) and
        ROC-style curves per corruption (roc_<regime>.png, matplotlib when installed)
@@ -27,8 +28,9 @@ from .._version import __version__
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io.calibration import FORMAT, calibration_hash
-from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, calibrated_pass, relax_ir,
-                                    roc_curve, select_bounds, spread_of)
+from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck, bound_checks,
+                                    calibrated_pass, clip_statistics, relax_ir, roc_curve,
+                                    select_bounds, spread_of)
 from ..pipeline import score_clips
 from ..synth import MOTIONS, apply_corruption, render_scene
 
@@ -36,7 +38,8 @@ from ..synth import MOTIONS, apply_corruption, render_scene
 BACKGROUND_CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing")
 GATE_RULE = ("IR >= ir_min and GE_norm <= ge_norm_max and GE_fine_norm <= ge_fine_norm_max "
              "and GE_spread_norm <= ge_spread_norm_max (GE_spread = GE_peak - GE_fine) and "
-             "GE_H_norm >= ge_h_norm_min (bounds of thresholds[regime] that are present; "
+             "parallax_ref >= parallax_ref_min (the gate's parallax magnitude, reference px; "
+             "bounds of thresholds[regime] that are present; "
              "X_norm = X_px * ref_long_side / long_side)")
 
 
@@ -52,6 +55,12 @@ class CalibrationPlan:
         corruptions, severities: the corrupted variants of every clean clip.
         target_false_pass: allowed fraction of corrupted clips (severity >= min_severity)
             passing; min_severity: weaker corruptions are scored and plotted, not constrained.
+        settings: further renders of every scene besides (size, frames, seeds): dicts with
+            "size" [H, W] px, "frames", "seeds" and optionally "letterbox" (black rows added
+            above and below the content, px; the corruption acts on the content only) and
+            "rate" (multiplies the camera speed of every motion, default 1): the width of the
+            calibration family (working sizes, clip lengths, letterboxing, camera speeds).
+        fixed_bounds: threshold key -> value set rather than fitted (:func:`fit_regime`).
     """
 
     frames: int = 8
@@ -64,6 +73,15 @@ class CalibrationPlan:
     target_false_pass: float = 0.05
     min_severity: float = 0.5
     categories: Tuple[str, ...] = field(default_factory=lambda: tuple(MOTIONS))
+    settings: Tuple[Dict[str, Any], ...] = ()
+    fixed_bounds: Dict[str, float] = field(default_factory=dict)
+
+    def all_settings(self) -> List[Dict[str, Any]]:
+        """Every render setting: (size, frames, seeds) first, then ``settings`` (letterbox 0
+        and rate 1 unless given)."""
+        first = {"size": list(self.size), "frames": self.frames, "seeds": list(self.seeds)}
+        return [dict({"letterbox": 0, "rate": 1.0}, **dict(st))
+                for st in [first] + [dict(v) for v in self.settings]]
 
     def config(self) -> GeoConConfig:
         """The scoring config: the backend, calibration off (no circularity)."""
@@ -71,23 +89,46 @@ class CalibrationPlan:
                             "background": {"calibration": None}})
 
 
+#: render_scene's camera-speed option and its default per (category, motion) (the static
+#: cameras of C1 / C4 have none)
+_SPEED = {("C2", "pan"): ("rate", 0.4), ("C2", "tilt"): ("rate", -0.3),
+          ("C2", "roll"): ("rate", 0.5), ("C3", "truck"): ("speed", 0.06),
+          ("C3", "dolly"): ("speed", 0.12), ("C5", "arc"): ("rate", 1.0),
+          ("C5", "orbit"): ("rate", 1.5), ("C6", "truck"): ("speed", 0.06)}
+
+
+def _letterbox(frames: torch.Tensor, rows: int) -> torch.Tensor:
+    """(T, 3, H + 2 rows, W): black bars of ``rows`` px above and below (T, 3, H, W) frames."""
+    if rows <= 0:
+        return frames
+    return torch.nn.functional.pad(frames, (0, 0, int(rows), int(rows)))
+
+
 def scene_clips(plan: CalibrationPlan) -> Iterator[Tuple[List[Dict[str, Any]], List[torch.Tensor]]]:
-    """Per (category, motion, seed): the clips' labels and (T, 3, H, W) uint8 frames, clean
-    first, then every corruption x severity (rendered once, corrupted as ``render_scene``
-    does)."""
-    for cat in plan.categories:
-        for motion in MOTIONS[cat]:
-            for seed in plan.seeds:
-                clean = render_scene(cat, motion=motion, num_frames=plan.frames,
-                                     size=tuple(plan.size), seed=int(seed)).frames
-                labels = [{"category": cat, "motion": motion, "seed": int(seed),
-                           "corruption": None, "severity": 0.0}]
-                frames = [clean]
-                for kind in plan.corruptions:
-                    for sev in plan.severities:
-                        labels.append(dict(labels[0], corruption=kind, severity=float(sev)))
-                        frames.append(apply_corruption(clean, kind, float(sev), seed=int(seed)))
-                yield labels, frames
+    """Per (setting, category, motion, seed): the clips' labels and (T, 3, H, W) uint8 frames,
+    clean first, then every corruption x severity (rendered once, corrupted as
+    ``render_scene`` does, then letterboxed)."""
+    for st in plan.all_settings():
+        for cat in plan.categories:
+            for motion in MOTIONS[cat]:
+                opts = {}
+                if float(st["rate"]) != 1.0 and (cat, motion) in _SPEED:
+                    name, default = _SPEED[(cat, motion)]
+                    opts[name] = default * float(st["rate"])
+                for seed in st["seeds"]:
+                    clean = render_scene(cat, motion=motion, num_frames=int(st["frames"]),
+                                         size=tuple(st["size"]), seed=int(seed), **opts).frames
+                    labels = [{"category": cat, "motion": motion, "seed": int(seed),
+                               "corruption": None, "severity": 0.0,
+                               "size": list(st["size"]), "frames": int(st["frames"]),
+                               "letterbox": int(st["letterbox"]), "rate": float(st["rate"])}]
+                    frames = [clean]
+                    for kind in plan.corruptions:
+                        for sev in plan.severities:
+                            labels.append(dict(labels[0], corruption=kind, severity=float(sev)))
+                            frames.append(apply_corruption(clean, kind, float(sev),
+                                                           seed=int(seed)))
+                    yield labels, [_letterbox(f, int(st["letterbox"])) for f in frames]
 
 
 def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
@@ -99,13 +140,17 @@ def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
     def norm(v: Optional[float]) -> Optional[float]:
         return float(v) * REF_LONG_SIDE / long_side if v is not None and long_side else None
 
+    ev = (res.get("gate") or {}).get("evidence") or {}
+    parallax = ev.get("magnitude_ref_px")  # the gate's parallax magnitude (reference px)
     return dict(label, status=res.get("status"), regime=res.get("regime"), ir=bg.get("ir"),
                 ge_px=bg.get("ge_px"), ge_norm=norm(bg.get("ge_px")), long_side=long_side,
                 ge_fine_px=bg.get("ge_fine_px"), ge_fine_norm=norm(bg.get("ge_fine_px")),
                 ge_peak_px=bg.get("ge_peak_px"), ge_peak_norm=norm(bg.get("ge_peak_px")),
                 ge_spread_norm=spread_of(norm(bg.get("ge_fine_px")), norm(bg.get("ge_peak_px"))),
                 ir_h=bg.get("ir_h"), ge_h_px=bg.get("ge_h_px"), ge_h_norm=norm(bg.get("ge_h_px")),
-                ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"), **{"pass": bg.get("pass")})
+                ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"),
+                parallax_ref=None if parallax is None else float(parallax),
+                **{"pass": bg.get("pass")})
 
 
 def score_plan(plan: CalibrationPlan,
@@ -118,7 +163,9 @@ def score_plan(plan: CalibrationPlan,
         rows.extend(_row(lb, r.to_dict()) for lb, r in zip(labels, results))
         if progress is not None:
             l0 = labels[0]
-            progress(f"{l0['category']} {l0['motion']} seed {l0['seed']}: {len(labels)} clips")
+            progress(f"{l0['category']} {l0['motion']} seed {l0['seed']} "
+                     f"{l0['size'][1]}x{l0['size'][0]}x{l0['frames']} lb {l0['letterbox']} "
+                     f"rate {l0['rate']:g}: {len(labels)} clips")
     return rows
 
 
@@ -129,7 +176,7 @@ def _scored(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _stat(row: Dict[str, Any], name: str) -> float:
     """A row's statistic for a bound: GE_peak falls back to the clip GE, a missing GE_H (no valid
-    H pair) is +inf (as :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
+    H pair) or parallax (another gate method) is +inf (as :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
     v = row.get(name)
     if v is None and name in ("ge_fine_norm", "ge_peak_norm"):
         v = row.get("ge_norm")
@@ -158,23 +205,47 @@ def _split(rows: Sequence[Dict[str, Any]], min_severity: float
 
 
 def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], regime: str,
-               target_false_pass: float = 0.05) -> Dict[str, Any]:
+               target_false_pass: float = 0.05,
+               fixed: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
     """One regime's bounds (:data:`~geocon_torch.measures.calibration.REGIME_BOUNDS`) fitted on
     clean / corrupted rows, with their rates and counts (the IR bound relaxed as in
-    :func:`~geocon_torch.measures.calibration.relax_ir`)."""
+    :func:`~geocon_torch.measures.calibration.relax_ir`).
+
+    ``fixed`` (threshold key -> value) sets bounds instead of fitting them: the clips they fail
+    fail, the other bounds are fitted on the clips they let through, at the false-pass budget
+    the fixed bounds leave (the rates count every clip)."""
     spec = REGIME_BOUNDS[regime]
-    names = [name for _, name, _ in spec]
-    c, b = _matrix(clean, names), _matrix(bad, names)
-    bounds, tp, fp = select_bounds(c, b, [low for _, _, low in spec], target_false_pass)
+    fixed = {k: float(v) for k, v in (fixed or {}).items() if k in {key for key, _, _ in spec}}
+    free = [t for t in spec if t[0] not in fixed]
+    names = [name for _, name, _ in free]
+    c_all, b_all = _matrix(clean, [n for _, n, _ in spec]), _matrix(bad, [n for _, n, _ in spec])
+
+    def meets(m: torch.Tensor) -> torch.Tensor:
+        ok = torch.ones(m.shape[0], dtype=torch.bool)
+        for d, (key, _, low) in enumerate(spec):
+            if key in fixed:
+                ok &= (m[:, d] >= fixed[key]) if low else (m[:, d] <= fixed[key])
+        return ok
+
+    keep_c, keep_b = meets(c_all), meets(b_all)
+    c, b = _matrix(clean, names)[keep_c], _matrix(bad, names)[keep_b]
+    n_c, n_b = max(len(clean), 1), max(len(bad), 1)
+    # the same number of corrupted clips may pass among those the fixed bounds let through
+    target = min(1.0, float(target_false_pass) * n_b / max(int(keep_b.sum()), 1))
+    bounds, tp, fp = select_bounds(c, b, [low for _, _, low in free], target)
+    tp, fp = tp * int(keep_c.sum()) / n_c, fp * int(keep_b.sum()) / n_b
     # a bound on a statistic no clip has (GE_H of clips without valid H pairs) is no bound
-    out: Dict[str, Any] = {key: v for (key, _, _), v in zip(spec, bounds) if math.isfinite(v)}
-    out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c[:, 0], b[:, 0]]))
+    out: Dict[str, Any] = {key: v for (key, _, _), v in zip(free, bounds) if math.isfinite(v)}
+    out.update(fixed)
+    out = {key: out[key] for key, _, _ in spec if key in out}  # BOUNDS order
+    out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c_all[:, 0], b_all[:, 0]]))
     out.update(false_pass=fp, true_pass=tp, n_clean=len(clean), n_corrupted=len(bad))
     return out
 
 
 def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.05,
-                   min_severity: float = 0.5) -> Dict[str, Dict[str, Any]]:
+                   min_severity: float = 0.5, fixed: Optional[Dict[str, float]] = None
+                   ) -> Dict[str, Dict[str, Any]]:
     """{"H": {...}, "F": {...}}: each regime's bounds (:func:`fit_regime`, plus "pooled") from the
     scored rows of that gated regime (both regimes' rows pooled when one side is empty)."""
     scored = _scored(rows)
@@ -188,7 +259,7 @@ def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.
         bad = [r for r in bad_all if r["regime"] == regime]
         pooled = not clean or not bad
         c, b = (clean_all, bad_all) if pooled else (clean, bad)
-        out[regime] = dict(fit_regime(c, b, regime, target_false_pass), pooled=pooled)
+        out[regime] = dict(fit_regime(c, b, regime, target_false_pass, fixed), pooled=pooled)
     return out
 
 
@@ -200,7 +271,24 @@ def verdict(row: Dict[str, Any], thresholds: Dict[str, Dict[str, float]],
     return calibrated_pass(row.get("ir"), row.get("ge_px"), row.get("long_side") or 1,
                            row.get("regime"), thresholds, ref_long_side,
                            ge_fine_px=row.get("ge_fine_px"), ge_peak_px=row.get("ge_peak_px"),
-                           ge_h_px=row.get("ge_h_px"))
+                           ge_h_px=row.get("ge_h_px"), parallax_ref=row.get("parallax_ref"))
+
+
+def row_checks(row: Dict[str, Any], thresholds: Dict[str, Dict[str, float]],
+               ref_long_side: float = REF_LONG_SIDE) -> List[BoundCheck]:
+    """Every bound of the row's regime checked on a calibration row (values in px of a
+    ``ref_long_side``-px frame, as the thresholds; :func:`~geocon_torch.measures.calibration.
+    bound_checks`, what ``geocon explain`` lists); [] when the row is not scored or its regime
+    has no thresholds."""
+    th = thresholds.get(str(row.get("regime")))
+    if (row.get("status") != "ok" or th is None or row.get("ir") is None
+            or row.get("ge_px") is None):
+        return []
+    stats = clip_statistics(row["ir"], row["ge_px"],
+                            float(ref_long_side) / float(row.get("long_side") or 1),
+                            ge_fine_px=row.get("ge_fine_px"), ge_peak_px=row.get("ge_peak_px"),
+                            ge_h_px=row.get("ge_h_px"), parallax_ref=row.get("parallax_ref"))
+    return bound_checks(stats, th)
 
 
 def evaluate(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, float]],
@@ -259,18 +347,20 @@ def roc_curves(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, f
 
 def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The calibration file's content (with its ``content_hash``)."""
-    th = fit_thresholds(rows, plan.target_false_pass, plan.min_severity)
+    th = fit_thresholds(rows, plan.target_false_pass, plan.min_severity, plan.fixed_bounds)
     plan_d = asdict(plan)
     doc: Dict[str, Any] = {
         "format": FORMAT, "gate": GATE_RULE, "ref_long_side": REF_LONG_SIDE,
         "backend": plan.backend, "working_size": list(plan.size),
-        "long_side": int(max(plan.size)), "frames": plan.frames, "seeds": list(plan.seeds),
+        "long_side": int(max(plan.size)), "frames": plan.frames,
+        "seeds": sorted({int(v) for st in plan.all_settings() for v in st["seeds"]}),
         "categories": {c: list(MOTIONS[c]) for c in plan.categories},
         "corruptions": list(plan.corruptions), "severities": list(plan.severities),
         "target_false_pass": plan.target_false_pass, "min_severity": plan.min_severity,
         "thresholds": th, "rates": evaluate(rows, th, plan.min_severity),
         "score_config_hash": plan.config().config_hash(), "version": __version__,
         "plan": {k: (list(v) if isinstance(v, tuple) else v) for k, v in plan_d.items()},
+        "settings": plan.all_settings(),
         "clips": rows,
     }
     doc["content_hash"] = calibration_hash(doc)
@@ -350,5 +440,5 @@ def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: floa
 
 
 __all__ = ["BACKGROUND_CORRUPTIONS", "GATE_RULE", "CalibrationPlan", "scene_clips", "score_plan",
-           "fit_regime", "fit_thresholds", "verdict", "evaluate", "roc_curves",
+           "fit_regime", "fit_thresholds", "verdict", "row_checks", "evaluate", "roc_curves",
            "calibration_document", "plot_roc", "refit_plan", "run_calibration"]

@@ -15,6 +15,8 @@ Examples:
   geocon calibrate cal/                          # 256x192, 8 frames, 2 seeds, opencv-sift
   geocon calibrate cal/ --size 512x384 --seeds 3 --target-false-pass 0.05
   geocon calibrate cal8/ --refit cal/calibration.json --target-false-pass 0.08   # no rescoring
+  geocon calibrate wide/ --seeds 4 --setting 384x288x16:seeds4 --setting 320x240x12:lb24:rate1.5
+                                                  # more sizes, lengths, letterbox, speeds
 """
 from __future__ import annotations
 
@@ -47,6 +49,32 @@ def _size(text: str):
     return h, w
 
 
+def _setting(text: str) -> dict:
+    """--setting WxHxT[:lbN][:rateR][:seedsA-B] -> a CalibrationPlan setting (seeds None: the
+    plan's)."""
+    head, *opts = text.split(":")
+    try:
+        w, h, t = (int(v) for v in head.lower().split("x"))
+        st = {"size": [h, w], "frames": t, "seeds": None, "letterbox": 0, "rate": 1.0}
+        for o in opts:
+            if o.startswith("lb"):
+                st["letterbox"] = int(o[2:])
+            elif o.startswith("rate"):
+                st["rate"] = float(o[4:])
+            elif o.startswith("seeds"):
+                a, _, b = o[5:].partition("-")
+                st["seeds"] = list(range(int(a), int(b or a) + 1))
+            else:
+                raise ValueError(o)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--setting must be WxHxT[:lbN][:rateR][:seedsA-B], "
+                                         f"got {text!r}")
+    if min(w, h) < 16 or t < 2 or st["letterbox"] < 0 or st["rate"] <= 0:
+        raise argparse.ArgumentTypeError(f"--setting needs sides >= 16, T >= 2, lb >= 0 and "
+                                         f"rate > 0, got {text!r}")
+    return st
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("outdir", help="folder for calibration.json and the plots")
     parser.add_argument("--frames", type=int, default=8, help="frames per clip (default 8)")
@@ -72,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refit the bounds from the scored clips of an earlier calibration "
                              "(its plan; --target-false-pass / --min-severity apply), no "
                              "rescoring")
+    parser.add_argument("--setting", action="append", default=[], type=_setting,
+                        metavar="WxHxT[:lbN][:rateR][:seedsA-B]",
+                        help="a further render of every scene (repeatable): working size WxH, "
+                             "T frames, N black letterbox rows above and below, camera speed x "
+                             "R, seeds A..B (default: the --seeds range)")
     parser.add_argument("--corruptions", default=",".join(BACKGROUND_CORRUPTIONS),
                         help="comma-separated corruptions (default: "
                              f"{','.join(BACKGROUND_CORRUPTIONS)})")
@@ -92,8 +125,11 @@ def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
                                          f"got {args.corruptions!r}")
     cats = tuple(MOTIONS) if args.categories == "all" else tuple(
         canonical_category(v.strip()) for v in args.categories.split(",") if v.strip())
-    return CalibrationPlan(frames=args.frames, size=tuple(args.size),
-                           seeds=tuple(range(args.first_seed, args.first_seed + args.seeds)),
+    seeds = tuple(range(args.first_seed, args.first_seed + args.seeds))
+    settings = tuple(dict(st, seeds=list(st["seeds"] or seeds))
+                     for st in getattr(args, "setting", []))
+    return CalibrationPlan(frames=args.frames, size=tuple(args.size), seeds=seeds,
+                           settings=settings,
                            backend=args.backend, device=args.device, corruptions=kinds,
                            severities=sev, target_false_pass=args.target_false_pass,
                            min_severity=args.min_severity, categories=cats)
@@ -117,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     for regime, th in doc["thresholds"].items():
         extra = "".join(f", {label} {th[key]:.4g}" for key, label in (
             ("ge_fine_norm_max", "GE_fine_norm <="), ("ge_spread_norm_max", "GE_spread_norm <="),
-            ("ge_peak_norm_max", "GE_peak_norm <="), ("ge_h_norm_min", "GE_H_norm >="))
+            ("ge_peak_norm_max", "GE_peak_norm <="), ("ge_h_norm_min", "GE_H_norm >="),
+            ("parallax_ref_min", "parallax_ref >="))
             if key in th)
         print(f"  {regime}: IR >= {th['ir_min']:.4f}, GE_norm <= {th['ge_norm_max']:.4g} px "
               f"(at 1024 px; {th['ge_norm_max'] * max(plan.size) / 1024:.4g} px here){extra}: "

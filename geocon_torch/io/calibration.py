@@ -3,7 +3,8 @@
 A calibration file (written by ``geocon calibrate``, :mod:`geocon_torch.bench.calibration`) is
 JSON holding, among its provenance, ``thresholds`` = {"H": {"ir_min", "ge_norm_max", ...},
 "F": {...}} (required: "ir_min", "ge_norm_max"; optional bounds "ge_fine_norm_max",
-"ge_peak_norm_max", "ge_h_norm_min", applied when present) and ``ref_long_side`` (GE bounds are px of a frame with that long side; see
+"ge_spread_norm_max", "parallax_ref_min" and the older "ge_peak_norm_max", "ge_h_norm_min",
+applied when present) and ``ref_long_side`` (GE bounds are px of a frame with that long side; see
 :mod:`geocon_torch.measures.calibration` for the gate and the resolution rule) and
 ``content_hash``: the first 16 hex digits of the SHA-256 of the file's JSON without that key
 (compact, sorted keys), which results record.

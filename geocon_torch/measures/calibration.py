@@ -10,7 +10,7 @@ false-pass rate on corrupted clips::
     pass_calibrated = IR >= ir_min[r]  and  GE_norm <= ge_norm_max[r]
                       and  GE_fine_norm <= ge_fine_norm_max[r]        (finest scale)
                       and  GE_spread_norm <= ge_spread_norm_max[r]    (worst pairs - typical)
-                      and  GE_H_norm >= ge_h_norm_min[r]              (F only: parallax seen)
+                      and  parallax_ref >= parallax_ref_min[r]       (F only: parallax seen)
     X_norm = X_px * ref_long_side / long_side     (ref_long_side = 1024, the paper's)
 
 * ``GE_fine`` / ``GE_peak`` (:func:`peak_ge`): the median / 90th percentile of the gated
@@ -22,13 +22,24 @@ false-pass rate on corrupted clips::
   even GE (peak ~ fine), a static camera with a sliding background region a low median and a few
   high pairs (grounded scenes at 256 px: clean spread <= 0.07 px @1024 under H, slides >= 0.37).
   Files with the older ``ge_peak_norm_max`` bound are still applied as written.
-* ``GE_H`` (F regime): the clip's median H transfer error (eq. 13 GE_H). A radial warp about
-  the frame centre (breathing) on a static or rotating camera moves every point along a line
-  through one epipole, so F fits it exactly and the gate sees parallax; but the H residual it
-  leaves is a fraction of what real parallax leaves (0.5-1.1 px @1024 at severity 0.5-1 on the
-  grounded scenes, against >= 1.5 px for their parallax clips). A clip gated F whose H fit is
-  nearly as good carries no evidence of a rigid 3-D scene and fails. A clip without valid H
-  pairs meets this bound (H cannot fit: strong parallax).
+* ``parallax_ref`` (F regime): the gate's ``parallax_magnitude``
+  (:mod:`geocon_torch.gate.parallax`: the 90th percentile of the F-inliers' transfer error under
+  the best homography on the wide-baseline gate pairs, reference px, measured by the gate's own
+  view), the clip value the gate decided on. A radial warp about the frame centre (breathing)
+  on a static or rotating camera moves every point along a line through one epipole, so F fits
+  it and GRIC can call the clip F; but the parallax it leaves is small (3.5-20 reference px at
+  severity 0.5-1 on grounded static / rotating scenes, against 53-174 for their translating
+  clips and the gate's own F threshold of 16). A background slide on such a camera is a second
+  rigid layer (30-62 reference px at severity 0.5-1, GE as low as a clean clip's): the fitted
+  bound (72.8 in the shipped file) rejects those too, at the cost of clean clips with less
+  parallax (benchmarks/README.md, "Issue 22 item 1"). A clip gated F without the parallax that F needs carries
+  no evidence of a rigid 3-D scene and fails. The statistic is a quantile of unthresholded
+  errors in units of the frame (no inlier cap: the same clip gives the same value at any
+  working size and with any scoring backend); it replaces ``GE_H_norm >= ge_h_norm_min`` (the
+  median of the H-inliers' errors, capped by tau_H = 2 working px, so it shrinks in reference
+  px as the working size grows: clean parallax clips fell below the bound at 512-1024 px).
+  Files with ``ge_h_norm_min`` are still applied as written. A clip without the statistic
+  (another gate method) meets the bound.
 
 Resolution rule: every GE statistic is in pixels of a ``ref_long_side``-px frame. A corruption's
 displacement scales with the frame (every injector's amplitude is a fraction of the image size),
@@ -36,8 +47,7 @@ so the corrupted clips' normalised GE is about the same at any working resolutio
 false-pass rate chosen at one resolution transfers to the others; clean clips' GE is keypoint
 localisation noise (a fraction of a pixel at any size), so their normalised GE shrinks as the
 resolution grows and the true-pass rate measured at a small calibration size is a lower bound
-for larger ones. The same holds for the parallax bound ``GE_H_norm`` (parallax scales with the
-frame). IR_F is unitless (tau_F in Hartley-normalised units) and IR_H uses tau_H in px: a
+for larger ones. The parallax bound reads a statistic that is already in reference px. IR_F is unitless (tau_F in Hartley-normalised units) and IR_H uses tau_H in px: a
 corruption puts more H residuals over tau_H at larger sizes (lower IR_H, a stricter gate).
 
 Selection (:func:`select_bounds`; :func:`select_thresholds` is its (IR, GE) case): every
@@ -94,14 +104,15 @@ class Thresholds:
         return dict(vars(self))
 
 
-#: the gate's bounds: (threshold key, row statistic, True for a lower bound); the F regime uses
-#: all four, H the first three (:data:`REGIME_BOUNDS`)
+#: the gate's bounds: (threshold key, row statistic, True for a lower bound); both regimes use
+#: the first four, F also the fifth (:data:`REGIME_BOUNDS`)
 BOUNDS = (("ir_min", "ir", True), ("ge_norm_max", "ge_norm", False),
           ("ge_fine_norm_max", "ge_fine_norm", False),
-          ("ge_spread_norm_max", "ge_spread_norm", False), ("ge_h_norm_min", "ge_h_norm", True),
+          ("ge_spread_norm_max", "ge_spread_norm", False),
+          ("parallax_ref_min", "parallax_ref", True), ("ge_h_norm_min", "ge_h_norm", True),
           ("ge_peak_norm_max", "ge_peak_norm", False))
-#: the bounds a calibration fits per gated regime (``ge_peak_norm_max`` is still applied when
-#: an older file has it)
+#: the bounds a calibration fits per gated regime (``ge_h_norm_min`` and ``ge_peak_norm_max``
+#: are still applied when an older file has them)
 REGIME_BOUNDS = {"H": BOUNDS[:4], "F": BOUNDS[:5]}
 #: percentile of the finest-scale per-pair GE that ``GE_peak`` reads
 PEAK_QUANTILE = 0.9
@@ -263,12 +274,15 @@ BOUND_WHY = {
     "ge_norm_max": "the clip GE (eq. 13): a rigid clip's residual is keypoint noise",
     "ge_fine_norm_max": "finest scale alone: coarse scales dilute a sub-pixel corruption",
     "ge_spread_norm_max": "worst pairs - typical pair: a corruption that varies in time",
-    "ge_h_norm_min": "F only: a real 3-D scene leaves an H residual; a radial warp does not",
+    "parallax_ref_min": "F only: camera translation past depth leaves parallax no homography "
+                        "explains (reference px); a radial warp leaves little",
+    "ge_h_norm_min": "F only: median H-inlier residual (older files; capped by tau_H)",
     "ge_peak_norm_max": "90th percentile of the finest-scale pair GE (older files)",
 }
 #: the statistic's name as a person reads it, and its unit
 STAT_LABEL = {"ir": ("IR", ""), "ge_norm": ("GE", "px"), "ge_fine_norm": ("GE_fine", "px"),
               "ge_spread_norm": ("GE_spread", "px"), "ge_h_norm": ("GE_H", "px"),
+              "parallax_ref": ("parallax", "ref px"),
               "ge_peak_norm": ("GE_peak", "px")}
 
 
@@ -302,15 +316,18 @@ class BoundCheck:
 
 def clip_statistics(ir: float, ge_px: float, scale: float = 1.0, *,
                     ge_fine_px: Optional[float] = None, ge_peak_px: Optional[float] = None,
-                    ge_h_px: Optional[float] = None) -> Dict[str, float]:
+                    ge_h_px: Optional[float] = None,
+                    parallax_ref: Optional[float] = None) -> Dict[str, float]:
     """The gate's row statistics of one clip (keys: :data:`STAT_LABEL`), every GE multiplied
-    by ``scale`` (``ref_long_side / long_side`` for normalised px, 1 for working px). An
-    absent fine / peak GE takes the clip GE; an absent GE_H (no valid H pair) is +inf."""
+    by ``scale`` (``ref_long_side / long_side`` for normalised px, 1 for working px); the gate's
+    ``parallax_ref`` is already in reference px and kept as is. An absent fine / peak GE takes
+    the clip GE; an absent GE_H (no valid H pair) or parallax (another gate method) is +inf."""
     fine = float(ge_px if ge_fine_px is None else ge_fine_px) * scale
     peak = float(ge_px if ge_peak_px is None else ge_peak_px) * scale
     return {"ir": float(ir), "ge_norm": float(ge_px) * scale, "ge_fine_norm": fine,
             "ge_peak_norm": peak, "ge_spread_norm": spread_of(fine, peak),
-            "ge_h_norm": float("inf") if ge_h_px is None else float(ge_h_px) * scale}
+            "ge_h_norm": float("inf") if ge_h_px is None else float(ge_h_px) * scale,
+            "parallax_ref": float("inf") if parallax_ref is None else float(parallax_ref)}
 
 
 def bound_checks(stats: Mapping[str, float], th: Mapping[str, float]) -> List[BoundCheck]:
@@ -327,8 +344,8 @@ def bound_checks(stats: Mapping[str, float], th: Mapping[str, float]) -> List[Bo
 def calibrated_pass(ir: Optional[float], ge_px: Optional[float], long_side: int,
                     regime: Optional[str], thresholds: Mapping[str, Mapping[str, float]],
                     ref_long_side: float = REF_LONG_SIDE, *, ge_fine_px: Optional[float] = None,
-                    ge_peak_px: Optional[float] = None, ge_h_px: Optional[float] = None
-                    ) -> Optional[bool]:
+                    ge_peak_px: Optional[float] = None, ge_h_px: Optional[float] = None,
+                    parallax_ref: Optional[float] = None) -> Optional[bool]:
     """The calibrated verdict of one clip (None when IR / GE / the regime's thresholds are
     missing): every :func:`bound_checks` entry met.
 
@@ -336,17 +353,21 @@ def calibrated_pass(ir: Optional[float], ge_px: Optional[float], long_side: int,
         ir, ge_px: the clip's IR and GE (px at the working resolution, long side
             ``long_side`` px) of the gated model.
         regime: "H" / "F"; thresholds[regime] holds "ir_min", "ge_norm_max" and optionally
-            "ge_fine_norm_max", "ge_spread_norm_max", "ge_h_norm_min" (or an older file's
-            "ge_peak_norm_max"; px at ``ref_long_side``; an absent key is no bound).
+            "ge_fine_norm_max", "ge_spread_norm_max", "parallax_ref_min" (or an older file's
+            "ge_h_norm_min" / "ge_peak_norm_max"; px at ``ref_long_side``; an absent key is no
+            bound).
         ge_fine_px, ge_peak_px: :func:`peak_ge` at q = 0.5 and 0.9 of the gated model (px;
             None: the clip GE stands in).
         ge_h_px: the clip's GE_H (px; None: no valid H pair, which meets ``ge_h_norm_min``).
+        parallax_ref: the gate's parallax magnitude (reference px; None: not measured, which
+            meets ``parallax_ref_min``).
     """
     th = thresholds.get(str(regime)) if regime is not None else None
     if ir is None or ge_px is None or th is None:
         return None
     stats = clip_statistics(ir, ge_px, float(ref_long_side) / float(long_side),
-                            ge_fine_px=ge_fine_px, ge_peak_px=ge_peak_px, ge_h_px=ge_h_px)
+                            ge_fine_px=ge_fine_px, ge_peak_px=ge_peak_px, ge_h_px=ge_h_px,
+                            parallax_ref=parallax_ref)
     return all(c.passed for c in bound_checks(stats, th))
 
 

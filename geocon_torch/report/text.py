@@ -103,10 +103,11 @@ def score_line(result: Mapping[str, Any]) -> str:
             + " [0-1, higher is better]")
 
 
-#: the calibration record's thresholds (px at the working resolution) -> threshold keys
+#: the calibration record's thresholds (px at the working resolution; parallax_ref_min in
+#: reference px) -> threshold keys
 RECORD_KEYS = {"ir": "ir_min", "ge_px": "ge_norm_max", "ge_fine_px": "ge_fine_norm_max",
                "ge_spread_px": "ge_spread_norm_max", "ge_h_px_min": "ge_h_norm_min",
-               "ge_peak_px": "ge_peak_norm_max"}
+               "ge_peak_px": "ge_peak_norm_max", "parallax_ref_min": "parallax_ref_min"}
 
 
 def calibrated_checks(background: Optional[Dict[str, Any]]) -> Optional[List[BoundCheck]]:
@@ -122,7 +123,8 @@ def calibrated_checks(background: Optional[Dict[str, Any]]) -> Optional[List[Bou
         return None
     th = {key: rec[name] for name, key in RECORD_KEYS.items() if rec.get(name) is not None}
     stats = clip_statistics(bg["ir"], bg["ge_px"], ge_fine_px=bg.get("ge_fine_px"),
-                            ge_peak_px=bg.get("ge_peak_px"), ge_h_px=bg.get("ge_h_px"))
+                            ge_peak_px=bg.get("ge_peak_px"), ge_h_px=bg.get("ge_h_px"),
+                            parallax_ref=bg.get("parallax_ref"))
     return bound_checks(stats, th)
 
 

@@ -954,11 +954,15 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
         return
     ok = block.get("status") == "ok"
     th = cal.thresholds.get(str(out.regime))
+    # the gate's parallax magnitude (reference px), the clip value of ``parallax_ref_min``
+    parallax = ((out.gate or {}).get("evidence") or {}).get("magnitude_ref_px")
+    block["parallax_ref"] = None if parallax is None else float(parallax)
     block["pass_calibrated"] = (calibrated_pass(block.get("ir"), block.get("ge_px"), long_side,
                                                 out.regime, cal.thresholds, cal.ref_long_side,
                                                 ge_fine_px=block.get("ge_fine_px"),
                                                 ge_peak_px=block.get("ge_peak_px"),
-                                                ge_h_px=block.get("ge_h_px"))
+                                                ge_h_px=block.get("ge_h_px"),
+                                                parallax_ref=block["parallax_ref"])
                                 if ok else None)
     record = cal.record(out.backends.get("features"))
     if th is not None:
@@ -971,6 +975,8 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
                           ("ge_h_norm_min", "ge_h_px_min")):
             if key in th:  # the optional bounds, in px at this working resolution
                 record["thresholds"][name] = ge_bound_px(th[key], long_side, cal.ref_long_side)
+        if "parallax_ref_min" in th:  # reference px at every working resolution
+            record["thresholds"]["parallax_ref_min"] = float(th["parallax_ref_min"])
     block["calibration"] = record
 
 

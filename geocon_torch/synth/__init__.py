@@ -39,6 +39,11 @@ rectangles, X-corners in a per-surface palette over value noise), distinctive en
 99.5 % of OpenCV SIFT ratio-test matches between pure-rotation frames lie within 2 px of the
 true H. Same seed -> identical frames.
 The CLI is ``geocon synth OUTDIR --category all``.
+
+A second renderer, :mod:`~geocon_torch.synth.planes` (``render_planes(motion, ...)``), draws
+textured planes at several depths through their exact plane homographies with another texture
+generator (coloured 1/f noise): a scene family the report-gate calibration never sees (its
+held-out validation, ``benchmarks/calibration_heldout.py``).
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ from ..categories import CATEGORIES, EXPECTED_REGIME, canonical_category
 from .camera import fundamental_from_pose, intrinsics, look_at, project, rotation_homography
 from .clip import SynthClip, load_synth
 from .corruptions import CORRUPTIONS, apply_corruption
+from .planes import PLANE_MOTIONS, render_planes
 from .scenes import MOTIONS, render_scene
 
 GROUNDED_DEFAULTS = {"num_frames": 12, "size": (240, 320), "seed": 0}
@@ -63,4 +69,5 @@ __all__ = [
     "render_scene", "grounded_clip", "SynthClip", "load_synth", "apply_corruption",
     "CORRUPTIONS", "CATEGORIES", "MOTIONS", "EXPECTED_REGIME", "canonical_category",
     "intrinsics", "look_at", "project", "rotation_homography", "fundamental_from_pose",
+    "render_planes", "PLANE_MOTIONS",
 ]

@@ -94,3 +94,36 @@ def test_score_line_in_explain_and_card():
     assert line in explain_result(res, evidence=False).splitlines()
     assert dict(_facts({}, res))["score"] == line
     assert "Score unknown [0-1" in explain_result(_result(0.1, 0.2), evidence=False)
+
+
+TH_P = {"F": {"ir_min": 0.999, "ge_norm_max": 0.35, "ge_fine_norm_max": 0.22,
+              "ge_spread_norm_max": 0.5, "parallax_ref_min": 11.0}}
+
+
+def test_parallax_bound_reads_reference_px_at_every_size():
+    """The gate's parallax magnitude is already in reference px: the same value passes or fails
+    at 256 and 1024 px alike (no working-size scaling, unlike the GE bounds)."""
+    kw = dict(ge_fine_px=0.02, ge_peak_px=0.03)
+    for long_side in (256, 1024):
+        stats = clip_statistics(1.0, 0.02, 1024 / long_side, parallax_ref=37.5, **kw)
+        assert stats["parallax_ref"] == 37.5
+        checks = bound_checks(stats, TH_P["F"])
+        assert [c.key for c in checks][-1] == "parallax_ref_min"
+        assert checks[-1].describe() == "parallax 37.5 ref px >= 11 ref px: ok"
+        assert calibrated_pass(1.0, 0.02, long_side, "F", TH_P, parallax_ref=37.5, **kw)
+        # a breathing-like clip gated F by GRIC with ~5 reference px of parallax fails
+        assert calibrated_pass(1.0, 0.02, long_side, "F", TH_P, parallax_ref=5.2,
+                               **kw) is False
+    # no gate magnitude (another gate method): the bound is met
+    assert bound_checks(clip_statistics(1.0, 0.02, 4.0, **kw), TH_P["F"])[-1].passed
+
+
+def test_explain_names_the_parallax_bound():
+    rec = {"regime": "F", "ir": 0.999, "ge_px": 0.0875, "ge_norm_max": 0.35,
+           "ge_fine_px": 0.055, "ge_spread_px": 0.125, "parallax_ref_min": 11.0}
+    bg = {"status": "ok", "ir": 1.0, "ge_px": 0.02, "ge_fine_px": 0.02, "ge_peak_px": 0.03,
+          "parallax_ref": 6.0, "pass": True, "pass_calibrated": False,
+          "calibration": {"name": "default:opencv-sift", "hash": "abc", "thresholds": rec}}
+    text = explain_result({"clip": "c", "status": "ok", "regime": "F", "background": bg},
+                          evidence=False)
+    assert "failed: parallax 6 ref px < 11 ref px" in text

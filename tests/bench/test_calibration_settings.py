@@ -1,0 +1,93 @@
+"""The calibration family's further settings (sizes, lengths, letterbox, camera speed) and the
+parallax bound in a fit, on rows that need no scoring."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from geocon_torch.bench.calibration import (
+    CalibrationPlan,
+    fit_regime,
+    row_checks,
+    scene_clips,
+    verdict,
+)
+from geocon_torch.commands.calibrate import _setting
+from geocon_torch.synth import render_scene
+
+
+def test_settings_render_every_scene_at_each_size_length_and_letterbox():
+    plan = CalibrationPlan(frames=3, size=(48, 64), seeds=(0,), categories=("C1", "C3"),
+                           corruptions=("breathing",), severities=(1.0,),
+                           settings=({"size": [40, 56], "frames": 2, "seeds": [5],
+                                      "letterbox": 6, "rate": 2.0},))
+    got = [(lb[0]["category"], lb[0]["motion"], lb[0]["seed"], tuple(f.shape), lb[0]["rate"])
+           for lb, fr in scene_clips(plan) for f in fr[:1]]
+    assert got == [("C1", "static", 0, (3, 3, 48, 64), 1.0),
+                   ("C3", "truck", 0, (3, 3, 48, 64), 1.0),
+                   ("C3", "dolly", 0, (3, 3, 48, 64), 1.0),
+                   ("C1", "static", 5, (2, 3, 52, 56), 2.0),
+                   ("C3", "truck", 5, (2, 3, 52, 56), 2.0),
+                   ("C3", "dolly", 5, (2, 3, 52, 56), 2.0)]
+    labels, frames = list(scene_clips(plan))[-1]
+    assert [lb["corruption"] for lb in labels] == [None, "breathing"]
+    # black bars of 6 rows above and below the content, on the corrupted clip too
+    assert int(frames[1][:, :, :6].max()) == 0 and int(frames[1][:, :, -6:].max()) == 0
+    assert int(frames[1][:, :, 6:-6].max()) > 0
+
+
+def test_rate_scales_the_scene_camera_speed():
+    plan = CalibrationPlan(frames=3, size=(48, 64), seeds=(0,), categories=("C3",),
+                           corruptions=(), severities=(),
+                           settings=({"size": [48, 64], "frames": 3, "seeds": [0],
+                                      "rate": 3.0},))
+    clips = [(lb[0], fr[0]) for lb, fr in scene_clips(plan)]
+    assert [(lb["motion"], lb["rate"]) for lb, _ in clips] == [
+        ("truck", 1.0), ("dolly", 1.0), ("truck", 3.0), ("dolly", 3.0)]
+    # the default truck speed 0.06 world units / frame, x 3
+    fast = render_scene("C3", motion="truck", num_frames=3, size=(48, 64), seed=0, speed=0.18)
+    assert torch.equal(clips[2][1], fast.frames)
+    assert not torch.equal(clips[0][1], fast.frames)
+
+
+def test_setting_option_parses_and_rejects():
+    st = _setting("384x288x16:lb24:rate1.5:seeds4-6")
+    assert st == {"size": [288, 384], "frames": 16, "seeds": [4, 5, 6], "letterbox": 24,
+                  "rate": 1.5}
+    assert _setting("320x240x12")["seeds"] is None
+    for bad in ("320x240", "320x240x12:fast", "8x8x4", "320x240x1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _setting(bad)
+
+
+def _rows(parallax, corruption):
+    return [{"status": "ok", "regime": "F", "ir": 1.0, "ge_px": 0.02, "ge_norm": 0.08,
+             "long_side": 256, "ge_fine_norm": 0.08, "ge_peak_norm": 0.1,
+             "ge_spread_norm": 0.02, "parallax_ref": p, "corruption": corruption,
+             "severity": 1.0 if corruption else 0.0} for p in parallax]
+
+
+def test_fit_puts_the_parallax_bound_between_breathing_and_real_parallax():
+    # same GE everywhere: only the parallax separates clean translating clips (70-95 reference
+    # px) from breathing clips that GRIC gated F (3.5-7 px)
+    clean, bad = _rows([70.0, 82.0, 95.0], None), _rows([3.5, 5.0, 7.0], "breathing")
+    th = fit_regime(clean, bad, "F", 0.05)
+    assert th["parallax_ref_min"] == pytest.approx(38.5)  # half way from 7 to 70
+    assert th["true_pass"] == 1.0 and th["false_pass"] == 0.0
+    th = {"F": th}
+    assert [verdict(r, th) for r in clean + bad] == [True] * 3 + [False] * 3
+    failed = [c.key for c in row_checks(bad[0], th) if not c.passed]
+    assert failed == ["parallax_ref_min"]
+    assert torch.isfinite(torch.tensor(th["F"]["ge_norm_max"]))
+
+
+def test_fixed_bound_is_kept_and_the_rest_fitted_on_what_it_lets_through():
+    clean = _rows([70.0, 82.0, 12.0], None)  # one clean clip below the fixed bound fails
+    bad = _rows([3.5, 5.0, 30.0], "background_slide")
+    bad[2].update(ge_norm=0.5, ge_fine_norm=0.5)  # a slide with parallax: only GE rejects it
+    th = fit_regime(clean, bad, "F", 0.05, fixed={"parallax_ref_min": 16.0})
+    assert th["parallax_ref_min"] == 16.0 and list(th)[4] == "parallax_ref_min"
+    assert th["true_pass"] == pytest.approx(2 / 3) and th["false_pass"] == 0.0
+    assert 0.08 <= th["ge_norm_max"] < 0.5
