@@ -22,11 +22,7 @@ def test_held_out_seeds_are_not_calibration_seeds():
 
 
 @pytest.mark.parametrize("category,motion,corruption,severity", [
-    pytest.param("C3", "truck", None, 0.0, marks=pytest.mark.xfail(
-        strict=True, reason="issue 22: its parallax (56 ref px) is below the fitted F bound "
-        "parallax_ref_min 72.8, which grounded background slides on static cameras (30-62) hold "
-        "up; benchmarks/README.md, 'Issue 22 item 1'")),
-    ("C3", "truck", "rubber_sheet", 0.5),
+    ("C3", "truck", None, 0.0), ("C3", "truck", "rubber_sheet", 0.5),
     ("C1", "static", None, 0.0), ("C1", "static", "rubber_sheet", 1.0),
 ])
 def test_rubber_sheet_fails_and_clean_passes_on_a_held_out_seed(category, motion, corruption,
