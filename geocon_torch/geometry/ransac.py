@@ -25,6 +25,11 @@ Algorithm (one implementation for H and F; the function of each stage in bracket
 4. A pair stops when its adaptive bound ``log(1 - confidence) / log(1 - w^m)`` (w = inlier
    ratio of its best model) or ``max_iterations`` samples is reached (``_stopping_rule``).
    Python loops only over rounds and LO iterations, never over pairs or hypotheses.
+   From the second round on, the pairs still active run the rounds they would need if their
+   best model did not change (``_lookahead``, at most 8) in one batch of rows (pair, round),
+   padded to the largest round's size; the rounds' outcomes are then settled in order
+   (``_settle``, elementwise), so a pair that stops early ignores its later rows: the same
+   results as round by round, in far fewer launches and host syncs when a few pairs straggle.
 5. A final least-squares refit on the inliers (kept if it lowers the cost) gives the model
    (``_final_refit``); the inliers are the valid points whose residual is ``<= threshold``. A
    pair is invalid when it has too few valid points, no non-degenerate sample, fewer than
@@ -76,6 +81,7 @@ _ROUND_GROWTH = 8  # ... by 2x per round up to this factor (fewer rounds for har
 _LO_MARGIN = 1.25  # round winners within this cost factor of the best are optimised too
 _INNER_SAMPLES = 4  # LO-RANSAC inner samples (subsets of the inliers) per local optimisation
 _LO_POINTS = 256  # in-loop local optimisation refits on this many random valid points
+_LOOKAHEAD = 8  # from the second round on, up to this many rounds are computed at once
 _GIVE_UP_SAMPLES = 256  # a pair with no non-degenerate sample after this many is unfit
 _MIN_SPREAD = 1e-6  # inliers whose covariance eigenvalue ratio is below this are degenerate
 
@@ -118,10 +124,9 @@ class _Context:
 
 
 def _sync_free(device: torch.device) -> bool:
-    """Whether the rounds skip their optional host syncs on ``device`` (accelerators: a sync
-    drains the stream): local optimisation then runs on every active pair and keeps the
-    promising ones, the 7-point slots are not compacted. Same per-pair results either way; on
-    the CPU the syncs save work."""
+    """Whether the rounds skip their optional host sync on ``device`` (accelerators: a sync
+    drains the stream): the 7-point slots are then not compacted. Same per-pair results either
+    way; on the CPU the sync saves work."""
     return device.type != "cpu"
 
 
@@ -511,12 +516,15 @@ def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Contex
 
 
 def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
-                       rounds: torch.Tensor, n_valid: torch.Tensor, prosac: bool, K: int
+                       rounds: torch.Tensor, n_valid: torch.Tensor, prosac: bool, K: int,
+                       count: Optional[torch.Tensor] = None
                        ) -> Tuple[torch.Tensor, torch.Tensor]:
     """K minimal samples per pair for A active pairs, drawn without replacement among the
     pair's valid points (PROSAC: among its top 25 %, 50 %, ... in the first rounds), and their
     models: (A, C, 3, 3) float32 and validity (A, C); C = K for H, <= 3K for F (the slots
-    that no pair fills, complex 7-point roots, are dropped)."""
+    that no pair fills, complex 7-point roots, are dropped). ``count`` (A,) <= K: only the
+    first count[a] samples of row a are valid (its draws are the first count[a] of K: the
+    stream is a prefix, so the row holds exactly the samples of a count[a]-sample round)."""
     m = problem.sample_size
     if prosac:
         frac = 0.25 * torch.pow(2.0, rounds.to(torch.float64))
@@ -530,6 +538,10 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
     solve = _solve_h if problem.kind == "H" else _solve_f
     models, hvalid = solve(ctx.x1n[ar, pos], ctx.x2n[ar, pos])
     models = models.to(torch.float32)
+    if count is not None:  # slot c holds a model of sample c // (C / K)
+        per = hvalid.shape[1] // K
+        slot = torch.arange(hvalid.shape[1], device=pos.device).view(1, -1)
+        hvalid = hvalid & (slot < per * count.view(-1, 1))
     if problem.kind == "F" and not _sync_free(pos.device):  # drop the slots no pair fills
         cnt = int(hvalid.sum(1).max())  # (on an accelerator all 3K slots stay: no sync)
         if 0 < cnt < hvalid.shape[1]:
@@ -540,17 +552,29 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
 
 
 def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, sub: _Context,
-               keep: int, cfg: _Settings) -> Tuple[torch.Tensor, torch.Tensor]:
+               keep: int, cfg: _Settings, keep_rows: Optional[torch.Tensor] = None
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Each pair's ``keep`` best hypotheses (A, C, 3, 3) by their cost on its pre-verification
-    points, in candidate order: (A, keep, 3, 3), (A, keep)."""
+    points, in candidate order: (A, keep, 3, 3), (A, keep). ``keep_rows`` (A,) <= keep: row a
+    keeps only its keep_rows[a] best (in candidate order, then invalid slots)."""
     pre, _ = _cost(problem.residual_sq(models, sub), sub.mask, cfg.thr2, cfg.scoring,
                    fixed_width=True)
     pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
     # stable: ties go to the earlier candidate, then back to candidate order, so the pick does
     # not depend on how many (invalid, trailing) slots the batch carries
-    top = torch.sort(pre, dim=-1, stable=True).indices[:, :keep].sort(-1).values  # (A, keep)
-    A = models.shape[0]
-    return models[torch.arange(A, device=models.device).view(A, 1), top], hvalid.gather(1, top)
+    top = torch.sort(pre, dim=-1, stable=True).indices[:, :keep]  # (A, keep)
+    A, C = models.shape[:2]
+    if keep_rows is None:
+        top = top.sort(-1).values
+        return models[torch.arange(A, device=models.device).view(A, 1), top], \
+            hvalid.gather(1, top)
+    # the ranks past a row's keep go last (as C) and are invalid
+    rank = torch.arange(top.shape[1], device=top.device).view(1, -1)
+    top = torch.where(rank < keep_rows.view(-1, 1), top, torch.full_like(top, C)).sort(-1).values
+    inside = top < C
+    top = top.clamp_max(C - 1)
+    return models[torch.arange(A, device=models.device).view(A, 1), top], \
+        hvalid.gather(1, top) & inside
 
 
 def _round_winners(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor,
@@ -565,80 +589,125 @@ def _round_winners(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor
     return rc, r_model, ninl.gather(1, rj.view(A, 1)).squeeze(1)
 
 
+def _round_size(r: int, cfg: _Settings) -> Tuple[int, int]:
+    """(minimal samples per pair, hypotheses kept after pre-verification) of round ``r``."""
+    grow = min(2 ** max(r - _STEADY_ROUNDS + 1, 0), _ROUND_GROWTH)
+    return int(cfg.batch_size) * grow, _PREVERIFY_KEEP * grow
+
+
 def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, keys: torch.Tensor,
-                      rounds: torch.Tensor, idx: torch.Tensor, best_cost: torch.Tensor,
+                      rounds: torch.Tensor, rows: Optional[torch.Tensor],
                       winners: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                      cfg: _Settings) -> None:
-    """LO-RANSAC on the round winners of pairs ``idx`` (A,) whose cost is within 1.25x of
-    their best (a raw minimal model rarely beats an optimised one, and this keeps a pair from
-    settling on a wrong local optimum). ``winners`` = (cost, model, inlier count) are updated
-    in place where the optimised model costs less on all points."""
-    rc, r_model, r_ninl = winners
-    promising = rc < _LO_MARGIN * best_cost
-    if not _sync_free(batch.mask.device):  # only the promising pairs (one host sync a round)
-        sel = promising.nonzero().squeeze(1)
-        if sel.numel() == 0:
-            return
-    else:  # every active pair, kept where promising: no sync (same per-pair results)
-        sel = torch.arange(int(rc.shape[0]), device=rc.device)
-    pairs = idx[sel]
-    every = sel.numel() == batch.mask.shape[0]  # skip the gathers when all pairs take part
-    clo = lo_ctx if every else lo_ctx.index(pairs)
-    u_in = uniform_rows(keys[pairs], rounds[pairs] + (1 << 20), _INNER_SAMPLES, clo.x1n.shape[1])
-    lm, _, _, _ = _local_optimization(problem, clo, r_model[sel], cfg.thr2, cfg.scoring,
+                      cfg: _Settings) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LO-RANSAC on every round winner (A rows of pairs ``rows``, None: all P pairs in order;
+    their rounds (A,)): (model (A, 3, 3), cost (A,), inlier count (A,)) on all points. Whether
+    a row keeps it (:func:`_settle`) depends on the pair's best cost before the row's round,
+    so it is decided later; a row's result depends only on its pair, key and round."""
+    _, r_model, _ = winners
+    clo = lo_ctx if rows is None else lo_ctx.index(rows)
+    krows = keys if rows is None else keys[rows]
+    u_in = uniform_rows(krows, rounds + (1 << 20), _INNER_SAMPLES, clo.x1n.shape[1])
+    lm, _, _, _ = _local_optimization(problem, clo, r_model, cfg.thr2, cfg.scoring,
                                       cfg.lo_iterations, u=u_in)
-    cfull = batch.full if every else batch.full.index(pairs)
+    cfull = batch.full if rows is None else batch.full.index(rows)
     lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull.mask, cfg.thr2,
                    cfg.scoring)
-    lc, ln = lc.squeeze(1), ln.squeeze(1)
-    keep = (lc < rc[sel]) & promising[sel]
-    r_model[sel] = torch.where(keep[:, None, None], lm, r_model[sel])
-    rc[sel] = torch.where(keep, lc, rc[sel])
-    r_ninl[sel] = torch.where(keep, ln, r_ninl[sel])
+    return lm, lc.squeeze(1), ln.squeeze(1)
 
 
-def _stopping_rule(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn: int, m: int,
-                   cfg: _Settings) -> None:
-    """Count the round's ``drawn`` samples for pairs ``idx`` and deactivate those that reached
-    their adaptive bound (:func:`_required_iterations`), ``max_iterations``, or drew
-    ``_GIVE_UP_SAMPLES`` samples without a non-degenerate one."""
-    st.iters[idx] += drawn
-    st.rounds[idx] += 1
+def _settle(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn: int, m: int,
+            cfg: _Settings, winners: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+            optimized: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+    """One round's outcome for pairs ``idx`` (A,), of which those still active take part:
+    the optimised winner replaces the raw one when the winner was promising (cost within
+    1.25x of the pair's best: a raw minimal model rarely beats an optimised one, and this keeps
+    a pair from settling on a wrong local optimum) and the optimised one costs less; the best
+    model is kept, then the stopping rule (:func:`_stopping_rule`). Elementwise, no sync."""
+    rc, r_model, r_ninl = winners
+    act = st.active[idx]
+    best = st.best_cost[idx]
+    if optimized is not None:
+        lm, lc, ln = optimized
+        keep = (lc < rc) & (rc < _LO_MARGIN * best)
+        r_model = torch.where(keep[:, None, None], lm, r_model)
+        rc, r_ninl = torch.where(keep, lc, rc), torch.where(keep, ln, r_ninl)
+    improved = act & (rc < best)
+    st.best_model[idx] = torch.where(improved[:, None, None], r_model, st.best_model[idx])
+    st.best_cost[idx] = torch.where(improved, rc, best)
+    st.best_ninl[idx] = torch.where(improved, r_ninl, st.best_ninl[idx])
+    st.found[idx] = st.found[idx] | improved
+    _stopping_rule(st, idx, act, n_valid, drawn, m, cfg)
+
+
+def _stopping_rule(st: _Search, idx: torch.Tensor, act: torch.Tensor, n_valid: torch.Tensor,
+                   drawn: int, m: int, cfg: _Settings) -> None:
+    """Count the round's ``drawn`` samples for the pairs ``idx`` where ``act`` (A,) and
+    deactivate those that reached their adaptive bound (:func:`_required_iterations`),
+    ``max_iterations``, or drew ``_GIVE_UP_SAMPLES`` samples without a non-degenerate one."""
+    iters = st.iters[idx] + drawn * act
+    st.iters[idx] = iters
+    st.rounds[idx] = st.rounds[idx] + act
     need = _required_iterations(st.best_ninl[idx], n_valid, m, cfg.confidence,
                                 cfg.max_iterations)
-    hopeless = ~st.found[idx] & (st.iters[idx] >= _GIVE_UP_SAMPLES)
+    hopeless = ~st.found[idx] & (iters >= _GIVE_UP_SAMPLES)
     cap = torch.minimum(need, torch.full_like(need, cfg.max_iterations))
-    st.active[idx] = (st.iters[idx] < cap) & ~hopeless
+    st.active[idx] = act & (iters < cap) & ~hopeless
+
+
+def _lookahead(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, r: int, m: int,
+               cfg: _Settings) -> int:
+    """How many rounds from ``r`` on the active pairs ``idx`` would still run if their best
+    models did not change (at least 1, at most ``_LOOKAHEAD``; one host sync): the rounds
+    that :func:`_run_round` computes at once."""
+    need = _required_iterations(st.best_ninl[idx], n_valid[idx], m, cfg.confidence,
+                                cfg.max_iterations)
+    cap = torch.minimum(need, torch.full_like(need, cfg.max_iterations))
+    cap = torch.where(st.found[idx], cap, cap.clamp_max(_GIVE_UP_SAMPLES))
+    drawn, total = [], 0
+    for j in range(_LOOKAHEAD - 1):  # samples drawn after rounds r .. r + j
+        total += _round_size(r + j, cfg)[0]
+        drawn.append(total)
+    after = st.iters[idx].view(-1, 1) + torch.tensor(drawn, device=idx.device).view(1, -1)
+    return 1 + int((after < cap.view(-1, 1)).sum(-1).max())
 
 
 def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor,
-               subsets: Tuple[_Context, _Context], r: int, prosac: bool, cfg: _Settings,
-               idx: torch.Tensor) -> None:
-    """Round ``r`` for every active pair: sample, pre-verify, evaluate, optimise the winner, keep
-    the best model, apply the stopping rule. Every active pair is in round r (pairs only ever
-    drop out), so the round size depends on r alone: the same for a pair alone or in a batch.
-    ``idx``: the active pairs (the round's one host sync, its stop test, made by the caller)."""
-    grow = min(2 ** max(r - _STEADY_ROUNDS + 1, 0), _ROUND_GROWTH)
-    K, keep_top = int(cfg.batch_size) * grow, _PREVERIFY_KEEP * grow
-    everyone = idx.numel() == batch.mask.shape[0]  # skip the gathers while all pairs run
-    ctx = batch.fast if everyone else batch.fast.index(idx)
-    nv = batch.n_valid[idx]
-    models, hvalid = _sample_hypotheses(problem, ctx, keys[idx], st.rounds[idx], nv, prosac, K)
+               subsets: Tuple[_Context, _Context], r: int, L: int, prosac: bool,
+               cfg: _Settings, idx: torch.Tensor) -> None:
+    """Rounds ``r .. r + L - 1`` for the active pairs ``idx`` (A,) (the caller's one host sync,
+    its stop test): sample, pre-verify, evaluate and optimise the winners of all L rounds at
+    once (L A rows, row (j, a) = round r + j of pair idx[a], padded to the largest round's
+    size), then settle the rounds in order (:func:`_settle`): a pair that stops in round
+    r + j ignores its later rows. Every active pair is in round r (pairs only ever drop out),
+    so a round's size depends on its number alone: the same for a pair alone or in a batch, and
+    a row's results depend only on its pair, key and round (padding invariance)."""
+    sizes = [_round_size(r + j, cfg) for j in range(L)]
+    K, keep_top = max(k for k, _ in sizes), max(t for _, t in sizes)
+    A, dev = idx.numel(), idx.device
+    whole = L == 1 and A == batch.mask.shape[0]  # skip the gathers while all pairs run one round
+    rows = None if whole else idx.repeat(L)
+    rnd = (st.rounds[idx].view(1, A) + torch.arange(L, device=dev).view(L, 1)).reshape(-1)
+    pick = (lambda c: c) if whole else (lambda c: c.index(rows))  # noqa: E731
+    ctx = pick(batch.fast)
+    nv = batch.n_valid if whole else batch.n_valid[rows]
+    count = keep_rows = None
+    if L > 1:
+        count = torch.tensor([k for k, _ in sizes], device=dev).view(L, 1).expand(L, A)
+        keep_rows = torch.tensor([t for _, t in sizes], device=dev).view(L, 1).expand(L, A)
+        count, keep_rows = count.reshape(-1), keep_rows.reshape(-1)
+    models, hvalid = _sample_hypotheses(problem, ctx, keys if whole else keys[rows], rnd, nv,
+                                        prosac, K, count)
     if models.shape[1] > keep_top:
-        sub = subsets[0] if everyone else subsets[0].index(idx)
-        models, hvalid = _preverify(problem, models, hvalid, sub, keep_top, cfg)
+        models, hvalid = _preverify(problem, models, hvalid, pick(subsets[0]), keep_top, cfg,
+                                    keep_rows)
     winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
+    optimized = None
     if cfg.local_optimization:
-        _optimize_winners(problem, batch, subsets[1], keys, st.rounds, idx, st.best_cost[idx],
-                          winners, cfg)
-    rc, r_model, r_ninl = winners
-    improved = rc < st.best_cost[idx]
-    upd = idx[improved]
-    st.best_model[upd] = r_model[improved]
-    st.best_cost[upd] = rc[improved]
-    st.best_ninl[upd] = r_ninl[improved]
-    st.found[upd] = True
-    _stopping_rule(st, idx, nv, K, problem.sample_size, cfg)
+        optimized = _optimize_winners(problem, batch, subsets[1], keys, rnd, rows, winners, cfg)
+    for j, (k, _) in enumerate(sizes):
+        part = slice(j * A, (j + 1) * A)
+        _settle(st, idx, nv[part], k, problem.sample_size, cfg, [w[part] for w in winners],
+                None if optimized is None else [o[part] for o in optimized])
 
 
 def _final_refit(problem: _Problem, batch: _Batch, st: _Search, cfg: _Settings) -> torch.Tensor:
@@ -710,9 +779,10 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         keys = pair_keys(seed, mask.shape[0], x1.device)
         subsets = _point_subsets(batch, keys)
         r, idx = 0, st.active.nonzero().squeeze(1)
-        while idx.numel() > 0:  # the stop test: one host sync per round
-            _run_round(problem, batch, st, keys, subsets, r, scores is not None, cfg, idx)
-            r, idx = r + 1, st.active.nonzero().squeeze(1)
+        while idx.numel() > 0:  # the stop test: one host sync per round (two from round 1 on)
+            L = 1 if r == 0 else _lookahead(st, idx, batch.n_valid, r, problem.sample_size, cfg)
+            _run_round(problem, batch, st, keys, subsets, r, L, scores is not None, cfg, idx)
+            r, idx = r + L, st.active.nonzero().squeeze(1)
         rsq = _final_refit(problem, batch, st, cfg)
         return _assemble_fit(problem, batch, st, rsq, cfg)
 
