@@ -371,26 +371,37 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
         out = out.expand(-1, -1, 3, -1, -1)
     out = out.contiguous()
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
+    fractions = _content_fraction(masks).tolist()  # one transfer for the batch
     source_fps, fps_source = _pick_fps(None, fps)
     clips = []
     for k in range(b):
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source)
         clips.append(_finish(out[k], idx.tolist(), ws, sel.fps(source_fps), names[k], meta,
-                             opts, mask=masks[k]))
+                             opts, mask=masks[k], fraction=fractions[k]))
     return clips
 
 
 # ----------------------------------------------------------------------------------- common
 
+def _content_fraction(mask: torch.Tensor) -> torch.Tensor:
+    """Fraction of True pixels of (..., H, W) content masks -> (...,) float32 (an exact count
+    over H W: the same value for a mask alone or in a batch)."""
+    return mask.float().mean((-2, -1))
+
+
 def _finish(frames: Union[torch.Tensor, VideoFrames], idx: List[int], ws: WorkingSize,
             fps: float, name: str, meta: Dict[str, Any], opts: Dict[str, Any],
-            mask: Optional[torch.Tensor] = None) -> Clip:
+            mask: Optional[torch.Tensor] = None, fraction: Optional[float] = None) -> Clip:
+    """The Clip of decoded / resized ``frames``; ``fraction``: the content fraction of
+    ``mask`` when the caller computed it (:func:`_content_fraction`)."""
     if mask is None:
         mask = detect_content_mask(frames, opts["thr"], opts["frac"])
+    if fraction is None:
+        fraction = float(_content_fraction(mask).item())
     meta.update(long_side=opts["long_side"], working_size=list(ws.size),
                 scale_xy=list(ws.scale_xy), resampled=not ws.crop,
-                content_fraction=float(mask.float().mean().item()))
+                content_fraction=float(fraction))
     return Clip(frames=frames, fps=float(fps), content_mask=mask,
                 frame_indices=torch.as_tensor(idx, dtype=torch.long, device=frames.device),
                 source_size=ws.source, scale=ws.scale, name=name, meta=meta)

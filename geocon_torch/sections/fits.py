@@ -75,11 +75,11 @@ def fit_reusing(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor, scores: 
     if pre is None:
         return fit_both(x1, x2, mask, scores, config, rows=row_ids)
     r = int(x1.shape[0])
-    same = (pre_mask == mask[pre_rows]).all(-1)
-    todo = torch.ones(r, dtype=torch.bool, device=x1.device)
-    todo[pre_rows[same]] = False
-    todo = todo.nonzero()[:, 0]
+    same = (pre_mask == mask[pre_rows]).all(-1).nonzero()[:, 0]  # (one host sync each: ...
     kept = pre_rows[same]
+    todo = torch.ones(r, dtype=torch.bool, device=x1.device)
+    todo[kept] = False
+    todo = todo.nonzero()[:, 0]  # ... the kept and the refitted rows)
     old = (pre[0].rows(same), pre[1].rows(same))
     if todo.numel() == 0:
         return Fit.assemble(r, [(kept, old[0])]), Fit.assemble(r, [(kept, old[1])])

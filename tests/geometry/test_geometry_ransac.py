@@ -258,3 +258,74 @@ def test_sweep_outliers_slow(outliers, seed):
     assert fit.valid.all() and _recall(fit, df) >= 0.99
     clean = sampson_distance(fit.model, df["x1_clean"], df["x2_clean"])
     assert clean[df["inliers"]].median() < 0.3
+
+
+FIT_FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iterations", "cost")
+
+
+@pytest.mark.parametrize("kind,dtype", [("H", torch.float64), ("F", torch.float32)])
+def test_lookahead_rounds_equal_round_by_round(monkeypatch, kind, dtype):
+    """Straggler rounds computed at once (rows (pair, round), settled in order) give the fits of
+    the round-by-round search bit for bit, in fewer calls."""
+    from geocon_torch.geometry import ransac as R
+
+    make = homography_pairs if kind == "H" else fundamental_pairs
+    ds = [make(3, 300, outlier_ratio=r, noise_px=0.5, seed=4) for r in (0.3, 0.7)]
+    fit = ransac_homography if kind == "H" else ransac_fundamental
+    x1, x2 = (torch.cat([d[k] for d in ds]).to(dtype) for k in ("x1", "x2"))
+    scores = torch.rand(6, 300, generator=torch.Generator().manual_seed(4))
+    calls = []
+    real = R._run_round
+    monkeypatch.setattr(R, "_run_round", lambda *a: calls.append(a[6]) or real(*a))
+    got = fit(x1, x2, scores=scores, seed=2)
+    fast = list(calls)
+    calls.clear()
+    monkeypatch.setattr(R, "_lookahead", lambda *a: 1)
+    ref = fit(x1, x2, scores=scores, seed=2)
+    assert calls == [1] * len(calls) and len(calls) >= 4  # round by round, several rounds
+    assert len(fast) < len(calls) and max(fast) > 1, (fast, calls)
+    for f in FIT_FIELDS:
+        assert torch.equal(getattr(got, f), getattr(ref, f)), f
+    assert int(ref.iterations.max()) > 2 * int(ref.iterations.min())  # pairs stop apart
+
+
+def test_preverify_per_row_keep_equals_a_smaller_keep():
+    """_preverify with keep_rows: row a holds the candidates of a keep_rows[a] pre-verification
+    (in candidate order), then invalid slots."""
+    from geocon_torch.geometry import ransac as R
+
+    d = homography_pairs(3, 120, outlier_ratio=0.5, noise_px=0.5, seed=1)
+    cfg = R._Settings(2.0, "msac", 0.999, 2000, 32, True, 6, 4)
+    prob = R._Problem("H", 4, R._h_residual_sq("symmetric"), None)
+    batch = R._prepare(prob, d["x1"], d["x2"], torch.ones(3, 120, dtype=torch.bool), None, 4)
+    keys = R.pair_keys(0, 3, torch.device("cpu"))
+    sub, _ = R._point_subsets(batch, keys)
+    models, hvalid = R._sample_hypotheses(prob, batch.fast, keys, torch.zeros(3, dtype=torch.long),
+                                          batch.n_valid, False, 64)
+    hvalid[1, :5] = False  # some invalid candidates
+    got_m, got_v = R._preverify(prob, models, hvalid, sub, 6, cfg, torch.tensor([2, 6, 4]))
+    for a, k in enumerate((2, 6, 4)):
+        ref_m, ref_v = R._preverify(prob, models[a:a + 1], hvalid[a:a + 1], sub.index(
+            torch.tensor([a])), k, cfg)
+        assert torch.equal(got_m[a, :k], ref_m[0]) and torch.equal(got_v[a, :k], ref_v[0])
+        assert not got_v[a, k:].any() and got_v[a, :k].sum() == ref_v.sum() > 0
+
+
+def test_sample_count_keeps_a_prefix_of_the_draws():
+    """_sample_hypotheses with count: row a's first count[a] samples are those of a
+    count[a]-sample round, the rest invalid (F: 3 slots per sample)."""
+    from geocon_torch.geometry import ransac as R
+
+    d = fundamental_pairs(2, 80, outlier_ratio=0.2, noise_px=0.5, seed=2)
+    prob = R._Problem("F", 7, R._f_residual_sq("sampson_normalized"), None)
+    batch = R._prepare(prob, d["x1"], d["x2"], torch.ones(2, 80, dtype=torch.bool), None, 8)
+    keys, rnd = R.pair_keys(5, 2, torch.device("cpu")), torch.tensor([3, 3])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(R, "_sync_free", lambda device: True)  # all 3K slots, no compaction
+        big_m, big_v = R._sample_hypotheses(prob, batch.fast, keys, rnd, batch.n_valid, False,
+                                            64, torch.tensor([32, 64]))
+        small_m, small_v = R._sample_hypotheses(prob, batch.fast, keys, rnd, batch.n_valid,
+                                                False, 32)
+    assert big_m.shape[1] == 192 and small_m.shape[1] == 96
+    assert torch.equal(big_m[:, :96], small_m) and torch.equal(big_v[:, :96], small_v)
+    assert not big_v[0, 96:].any() and big_v[1, 96:].sum() > 30

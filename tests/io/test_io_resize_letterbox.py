@@ -152,3 +152,19 @@ def test_dark_lines_equal_the_peak_luminance_definition():
     rows, cols = dark_lines(frames[0, :, :1], 16 / 255)  # one gray channel
     peak = peak_luminance(frames[0, :, :1])
     assert torch.equal(rows, peak.amax(-1) < 16 / 255)
+
+
+def test_batch_content_fractions_equal_each_clip_alone():
+    """clips_from_tensor computes the clips' content fractions in one go: the same numbers as
+    each clip read alone (letterboxed, pillarboxed, full frame)."""
+    from geocon_torch.io import clip_from_tensor, clips_from_tensor
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(60, 240, (3, 4, 3, 60, 80), generator=g, dtype=torch.uint8)
+    x[0, :, :, :10] = 0
+    x[0, :, :, 50:] = 0
+    x[1, :, :, :, :16] = 0
+    batch = clips_from_tensor(x)
+    alone = [clip_from_tensor(x[k]).meta["content_fraction"] for k in range(3)]
+    assert [c.meta["content_fraction"] for c in batch] == alone
+    assert alone == pytest.approx([40 / 60, 64 / 80, 1.0], abs=1e-6)
