@@ -360,9 +360,12 @@ def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, 
     the extra columns are masked). Which points a pair gets depends only on its key and
     n_valid."""
     big = n_valid > limit
-    need = int(torch.where(big, torch.full_like(n_valid, count), n_valid).max()) \
-        if keys.numel() else 1
-    R = count if fixed else min(max(need, 1), width)
+    if fixed:
+        R = count
+    else:  # (a host sync)
+        need = int(torch.where(big, torch.full_like(n_valid, count), n_valid).max()) \
+            if keys.numel() else 1
+        R = min(max(need, 1), width)
     drawn = draw_with_replacement(keys, torch.full_like(keys, stream), count, n_valid)
     drawn = tnf.pad(drawn, (0, max(R - count, 0)))[:, :R]
     col = torch.arange(R, device=keys.device).view(1, R)
@@ -713,16 +716,18 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
 def _final_refit(problem: _Problem, batch: _Batch, st: _Search, cfg: _Settings) -> torch.Tensor:
     """Least-squares refit of every found pair's best model on its inliers, kept if it lowers
     the cost (updates ``st``); returns the squared residuals (P, N) of the final models."""
-    P, N = batch.mask.shape
-    good = st.found.nonzero().squeeze(1)
-    rsq = torch.zeros((P, N), dtype=batch.full.x1n.dtype, device=batch.mask.device)
-    if good.numel() > 0:
-        cfull = batch.full if good.numel() == P else batch.full.index(good)
-        fm, fc, fn, fr = _local_optimization(problem, cfull, st.best_model[good], cfg.thr2,
-                                             cfg.scoring, 1, robust=False)
-        st.best_model[good], st.best_cost[good], st.best_ninl[good] = fm, fc, fn
-        rsq[good] = fr
-    return rsq
+    if batch.mask.shape[0] == 0:
+        return torch.zeros(batch.mask.shape, dtype=batch.full.x1n.dtype,
+                           device=batch.mask.device)
+    # every pair is refitted (no sync; a pair's result does not depend on the others), the
+    # pairs without a model keep their state and get zero residuals
+    fm, fc, fn, fr = _local_optimization(problem, batch.full, st.best_model, cfg.thr2,
+                                         cfg.scoring, 1, robust=False)
+    found = st.found
+    st.best_model = torch.where(found[:, None, None], fm, st.best_model)
+    st.best_cost = torch.where(found, fc, st.best_cost)
+    st.best_ninl = torch.where(found, fn, st.best_ninl)
+    return torch.where(found[:, None], fr, torch.zeros_like(fr))
 
 
 def _denormalize(kind: str, batch: _Batch, model: torch.Tensor
