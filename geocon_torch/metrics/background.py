@@ -96,12 +96,18 @@ class BackgroundConsistency(GeoConMetric):
         tensors; ``masks`` / ``poses`` optional, one entry per clip (or a batched tensor)."""
         got = _background_consistency_update(videos, masks, poses, self.config, self.preset,
                                              self.scoring_device, self.num_clips.device)
-        for name in BACKGROUND_VALUES:  # only clips that produced the value (no NaN, no fake 0)
-            v = got.values[name]
-            getattr(self, name).append(v[~torch.isnan(v)])
+        # only clips that produced the value (no NaN, no fake 0), in clip order; the counts
+        # come over in one transfer
+        vals = [got.values[name] for name in BACKGROUND_VALUES]
+        nan = [torch.isnan(v) for v in vals]
+        counts = torch.stack([(~m).sum() for m in nan]
+                             + [(got.values["passed"] == 1.0).sum()]).tolist()
+        for name, v, m, n in zip(BACKGROUND_VALUES, vals, nan, counts):
+            first = torch.sort(m.to(torch.uint8), stable=True).indices[:n]
+            getattr(self, name).append(v[first])
         self.num_clips += got.status.numel()
         self.num_ok += got.count(OK)
-        self.num_pass += int((got.values["passed"] == 1.0).sum())
+        self.num_pass += counts[-1]
         self._record_clips(got.status, got.first_reason())
 
     def _counts(self) -> Dict[str, Tensor]:

@@ -38,3 +38,25 @@ def test_metric_values_and_counts():
 
 # The 2-gloo-rank test of this class (every output equal to one process) lives in
 # tests/metrics/test_metrics_api.py, together with the other classes' (one spawn for all).
+
+
+def test_update_keeps_each_values_non_nan_clips_in_order(monkeypatch):
+    """update stores, per value, the clips that produced it (NaN dropped, clip order kept) and
+    counts the passed clips (its counts come over in one transfer)."""
+    import geocon_torch.metrics.background as mb
+    from geocon_torch.metrics.functional._common import ClipValues
+
+    nan = float("nan")
+    cols = {"ir": [0.9, nan, 0.7, 0.6], "ge_px": [nan, nan, nan, nan],
+            "ir_h": [nan, 0.5, nan, 0.4], "ge_h_px": [1.0, 2.0, 3.0, 4.0],
+            "ir_f": [nan, nan, 0.3, nan], "ge_f_px": [0.1, nan, 0.2, nan],
+            "passed": [1.0, nan, 0.0, 1.0]}
+    got = ClipValues({k: torch.tensor(v, dtype=torch.float64) for k, v in cols.items()},
+                     torch.tensor([0, 1, 0, 0]), ["", "not_applicable", "", ""])
+    monkeypatch.setattr(mb, "_background_consistency_update", lambda *a, **k: got)
+    m = BackgroundConsistency(config=CFG)
+    m.update(None)
+    for name in mb.BACKGROUND_VALUES:
+        want = [v for v in cols[name] if v == v]
+        assert getattr(m, name)[0].tolist() == want, name
+    assert int(m.num_pass) == 2 and int(m.num_clips) == 4 and int(m.num_ok) == 3
