@@ -85,19 +85,22 @@ def _decide_dark(ch_peak: torch.Tensor, lo_peak: torch.Tensor, thr: float, exact
     lines left undecided by the bounds (line_dim 3: rows, 4: columns)."""
     c = ch_peak.shape[1]
     weights = torch.tensor(_LUMA if c == 3 else (1.0,), device=ch_peak.device)
-    out = []
-    for line_dim, other in ((3, 4), (4, 3)):  # rows (over x), columns (over y)
+    dims, darks, unsures = ((3, 4), (4, 3)), [], []
+    for line_dim, other in dims:  # rows (over x), columns (over y)
         ch_max = ch_peak.amax(other - 1).float()  # (B, C, L)
         upper = (ch_max * weights.view(1, c, 1)).sum(1)  # >= the line's max luminance
         lower = lo_peak.amax(other - 2).float()  # <= the line's max luminance
         dark = upper / 255.0 < thr  # as peak_luminance would compute it: exact there
         # a margin far above float rounding keeps the lower-bound decision exact too
-        unsure = ~dark & (lower < thr * 255.0 + 0.01)
-        if bool(unsure.any()):
+        darks.append(dark)
+        unsures.append(~dark & (lower < thr * 255.0 + 0.01))
+    # whether rows / columns are left undecided: one host sync for both
+    todo = torch.stack([u.any() for u in unsures]).tolist()
+    for (line_dim, other), dark, unsure, any_unsure in zip(dims, darks, unsures, todo):
+        if any_unsure:
             b_idx, l_idx = unsure.nonzero(as_tuple=True)
             dark[b_idx, l_idx] = exact(line_dim, other, b_idx, l_idx) / 255.0 < thr
-        out.append(dark)
-    return out[0], out[1]
+    return darks[0], darks[1]
 
 
 class ContentMaskAccumulator:

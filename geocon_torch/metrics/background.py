@@ -21,7 +21,7 @@ from torchmetrics.utilities import dim_zero_cat
 
 from ..config import GeoConConfig
 from ..pipeline import scoring_config
-from .functional._common import OK
+from .functional._common import ERROR, NOT_APPLICABLE, OK
 from .functional.background import (BACKGROUND_COUNTS, BACKGROUND_VALUES,
                                     _background_consistency_compute,
                                     _background_consistency_update)
@@ -100,15 +100,19 @@ class BackgroundConsistency(GeoConMetric):
         # come over in one transfer
         vals = [got.values[name] for name in BACKGROUND_VALUES]
         nan = [torch.isnan(v) for v in vals]
+        status = got.status.to(vals[0].device)
         counts = torch.stack([(~m).sum() for m in nan]
-                             + [(got.values["passed"] == 1.0).sum()]).tolist()
+                             + [(got.values["passed"] == 1.0).sum()]
+                             + [(status == code).sum() for code in (OK, NOT_APPLICABLE, ERROR)]
+                             ).tolist()
         for name, v, m, n in zip(BACKGROUND_VALUES, vals, nan, counts):
             first = torch.sort(m.to(torch.uint8), stable=True).indices[:n]
             getattr(self, name).append(v[first])
+        n_pass, n_ok, n_na, n_err = counts[-4:]
         self.num_clips += got.status.numel()
-        self.num_ok += got.count(OK)
-        self.num_pass += counts[-1]
-        self._record_clips(got.status, got.first_reason())
+        self.num_ok += n_ok
+        self.num_pass += n_pass
+        self._record(n_na, n_err, got.first_reason() if n_na + n_err else None)
 
     def _counts(self) -> Dict[str, Tensor]:
         return {name: getattr(self, name) for name in BACKGROUND_COUNTS}

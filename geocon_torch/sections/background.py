@@ -477,7 +477,8 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
         batch = replace(first, frames=torch.cat([clips[k].frames for k in g]),
                         frame_indices=torch.cat([clips[k].frame_indices for k in g]),
                         name="batch", meta={})
-        got = fn(batch, torch.cat([pairs[k].cpu() + a for k, a in zip(g, starts)]))
+        dev = pairs[g[0]].device  # the offset pairs come to the host in one transfer
+        got = fn(batch, torch.cat([pairs[k].to(dev) + a for k, a in zip(g, starts)]).cpu())
         sizes = [int(pairs[k].shape[0]) for k in g]
         for k, part in zip(g, _split_rows(got, sizes, [pairs[k] for k in g])):
             out[k] = part
