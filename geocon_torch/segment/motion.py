@@ -56,8 +56,9 @@ _LABEL_CHUNK = 64
 #: :func:`_motion_labels` (gray frames, change masks, morphology, seed discs, full-size labels):
 #: every step is per frame, or per pair with the chunk's neighbour frames added, so the results
 #: are identical; only the (T, h, w) bool motion map and the (T, h, w) uint8 / int16 output span
-#: the clip (about 85 frames of 256 x 192 per chunk)
-_MAP_BUDGET = 1 << 22
+#: the clip (about 40 frames of 256 x 192 per chunk: int32 / float temporaries of ~8 MB, which
+#: the allocator reuses rather than piling up as the retained RSS of larger ones)
+_MAP_BUDGET = 1 << 21
 #: components per chunk of the (K, M) seed statistics (rows are independent: identical results)
 _SEED_CHUNK = 16
 #: (components x seeds) entries per chunk of the seed statistics, when more than _SEED_CHUNK fit
@@ -360,12 +361,11 @@ def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
     ones = torch.ones(1, 1, h, w, dtype=torch.uint8, device=dev)
     count = _block_sums(ones, factor).float()  # pixels per block (f^2 inside the frame)
     weights = torch.tensor([0.299, 0.587, 0.114], device=dev).view(1, 3, 1, 1)
-    parts = []
+    out = torch.empty(t, 1, -(-h // factor), -(-w // factor), device=dev)  # no list + cat copy
     for start in range(0, t, chunk):  # chunks of frames bound the integer copy
         sums = _block_sums(clip.frames[start:start + chunk], factor).float()
-        parts.append((sums * weights).sum(1, keepdim=True) / (count * 255.0))
-    return torch.cat(parts) if parts else torch.zeros(0, 1, -(-h // factor), -(-w // factor),
-                                                      device=dev)
+        out[start:start + chunk] = (sums * weights).sum(1, keepdim=True) / (count * 255.0)
+    return out
 
 
 def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
@@ -604,6 +604,8 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     # the full-size labels exist only in chunks of frames
     cell = 4
     cells, roots = _cell_components(motion, cell, 512, links)
+    if motion.numel() < 2 ** 31 - 1:  # int32 labels: exact below 2^31 pixels, half the memory
+        cells = cells.to(torch.int32)
     step = max(1, _MAP_BUDGET // max(h * w, 1))
 
     def per_clip(values: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
@@ -660,7 +662,7 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     kept = torch.empty(t, h, w, dtype=remap.dtype, device=dev)
     union = torch.empty(t, dtype=torch.long, device=dev)  # (T,) object pixels
     for a, b, lab in _label_chunks(cells, motion, cell, step):
-        kept[a:b] = remap[lab]
+        kept[a:b] = remap[lab.long()]
         union[a:b] = (kept[a:b] > 0).flatten(1).sum(1)
     del motion, cells
     union = union.double()
