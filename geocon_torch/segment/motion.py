@@ -25,8 +25,9 @@ translation with depth, parallax would look like motion, so :func:`motion_segmen
 dense residuals when ``regime == "F"`` (only clusters of coherently moving background-model
 outliers can still become objects) and records why (mask files or SAM-2 do better there).
 
-All steps are batched over frames (torch ops, CPU or CUDA); the connected components run by
-iterated max-pooling at a reduced resolution.
+All steps are batched over frames (torch ops, CPU or CUDA), in chunks of frames bounded by
+:data:`_MAP_BUDGET` cells (identical results: memory follows the chunk, not the clip's length);
+the connected components run by iterated max-pooling at a reduced resolution.
 """
 from __future__ import annotations
 
@@ -432,8 +433,9 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
                    cfg: SegmentConfig, regimes: Sequence[Optional[str]],
                    seeds: Sequence[Optional[Tuple[torch.Tensor, ...]]], max_objects: int,
                    max_side: int) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
-    """:func:`motion_segments` of clips of one working size (H, W): their frames concatenated
-    (at the segmentation scale) and labelled by :func:`_motion_labels`."""
+    """:func:`motion_segments` of clips of one working size (H, W): their frames one after the
+    other (at the segmentation scale, read in chunks: :class:`_GrayFrames`) labelled by
+    :func:`_motion_labels`."""
     h, w = contents[0].shape[-2:]
     dev = grays[0].device
     f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
@@ -580,8 +582,9 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     clip b has frames ``bounds[b]:bounds[b+1]``.
 
     Args:
-        gray: the T frames (:class:`_GrayFrames`, (h, w) in [0, 1]); homographies: (T-1, 3, 3); valid: (T-1,) bool (False for
-            the pairs across two clips and for the clips not segmented densely); content:
+        gray: the T frames (:class:`_GrayFrames`, (h, w) in [0, 1]); homographies: (T-1, 3,
+            3); valid: (T-1,) bool (False for the pairs across two clips and for the clips not
+            segmented densely); content:
             (B, h, w) bool, one per clip; regimes: B; seeds: (points (M, 2), frames (M,) into
             the T frames, motion (M, 2), valid (M,) bool) of all clips or None; has_seeds: B
             (whether the clip was given seeds: its ``seeds`` evidence).
