@@ -345,3 +345,67 @@ def test_cycle_collector_runs_only_after_large_clips(monkeypatch):
     monkeypatch.setattr(pipeline, "COLLECT_PIXELS", 4 * 64 * 96 - 1)
     score_clip(frames, preset="background")
     assert len(calls) == 1
+
+
+def _movers(t: int, size, seed: int):
+    """(T, 1, H, W) gray noise background with three textured squares (moving right, left and
+    down, 2-3 px per frame, apart), and seeds on their corners and centres (each in its own
+    frame) with their motion; a few seeds are not valid."""
+    h, w = size
+    g = torch.Generator().manual_seed(seed)
+    gray = torch.rand(1, 1, h, w, generator=g).expand(t, 1, h, w).clone() * 0.3
+    pts, frames, vec = [], [], []
+    for k in range(t):
+        for (x, y, vx, vy, n) in ((4 + 2 * k, 4, 2, 0, 12), (w - 18 - 3 * k, h - 14, -3, 0, 12),
+                                  (w - 14, 4 + 2 * k, 0, 2, 10)):
+            gray[k, 0, y:y + n, x:x + n] = 0.8 + 0.2 * torch.rand(n, n, generator=g)
+            for cx, cy in ((x + 2, y + 2), (x + n - 3, y + 2), (x + 2, y + n - 3),
+                           (x + n - 3, y + n - 3), (x + n // 2, y + n // 2)):
+                pts.append((float(cx), float(cy)))
+                frames.append(k)
+                vec.append((float(vx), float(vy)))
+    m = len(pts)
+    return gray, (torch.tensor(pts), torch.tensor(frames), torch.tensor(vec),
+                  torch.arange(m) % 9 != 4)
+
+
+@pytest.mark.parametrize("max_side, objects", [(320, [3, 3, 3]), (40, [3, 3, 2])])
+def test_motion_segments_chunked_identical(monkeypatch, max_side, objects):
+    """Issue 21 item 5: the per-frame maps of the motion segmentation go in chunks of frames
+    (_MAP_BUDGET cells); a batch of clips (two sizes, one given pooled, chunks straddling the
+    clips) gets bit-for-bit the masks and evidence of the one-chunk run, whatever the chunk."""
+    import torch.nn.functional as F
+
+    import geocon_torch.segment.motion as motion
+    from geocon_torch.config import SegmentConfig
+
+    cfg = SegmentConfig(motion_min_area=12, motion_min_frames=2, motion_min_seeds=3,
+                        motion_seed_radius_px=2, motion_close_px=2)
+    specs = [(9, (56, 72)), (6, (56, 72)), (7, (48, 64))]
+    grays, seeds = zip(*[_movers(t, s, k) for k, (t, s) in enumerate(specs)])
+    grays = list(grays)
+    f = motion.segmentation_factor(specs[1][1], max_side)
+    if f > 1:  # the second clip's frames given already pooled (pooled_gray)
+        grays[1] = F.avg_pool2d(grays[1], f, ceil_mode=True)
+    hs = [torch.eye(3, dtype=torch.float64).repeat(t - 1, 1, 1) for t, _ in specs]
+    valid = [torch.ones(t - 1, dtype=torch.bool) for t, _ in specs]
+    valid[0][4] = False  # an invalid pair inside a clip
+    content = [torch.ones(s, dtype=torch.bool) for _, s in specs]
+    content[0][:, :3] = False
+
+    def run():
+        return motion.motion_segments(grays, hs, valid, content, cfg, ["H", "H", "H"],
+                                      seeds=seeds, max_side=max_side)
+
+    monkeypatch.setattr(motion, "_MAP_BUDGET", 10 ** 9)
+    want = run()
+    # at half size two squares of the narrower clip merge into one component
+    assert [ev["objects"] for _, ev in want] == objects
+    for budget in (1, 4 * 56 * 72):  # one frame per chunk; 4 frames (2-3 of the small clips)
+        monkeypatch.setattr(motion, "_MAP_BUDGET", budget)
+        for (obj, ev), (ref, ref_ev) in zip(run(), want):
+            assert ev == ref_ev
+            if f > 1:
+                assert torch.equal(obj.bits, ref.bits) and torch.equal(obj.ids, ref.ids)
+            else:
+                assert torch.equal(obj, ref)

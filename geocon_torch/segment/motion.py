@@ -25,13 +25,14 @@ translation with depth, parallax would look like motion, so :func:`motion_segmen
 dense residuals when ``regime == "F"`` (only clusters of coherently moving background-model
 outliers can still become objects) and records why (mask files or SAM-2 do better there).
 
-All steps are batched over frames (torch ops, CPU or CUDA); the connected components run by
-iterated max-pooling at a reduced resolution.
+All steps are batched over frames (torch ops, CPU or CUDA), in chunks of frames bounded by
+:data:`_MAP_BUDGET` cells (identical results: memory follows the chunk, not the clip's length);
+the connected components run by iterated max-pooling at a reduced resolution.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,13 @@ _PAIR_CHUNK = 32
 #: frames per chunk of the full-size label work (pooling, upsampling, per-frame counts): exact
 #: integers, identical results; the only (T, h, w) label tensor is the output
 _LABEL_CHUNK = 64
+#: cells (frames x pixels at the segmentation scale) per chunk of the per-frame maps of
+#: :func:`_motion_labels` (gray frames, change masks, morphology, seed discs, full-size labels):
+#: every step is per frame, or per pair with the chunk's neighbour frames added, so the results
+#: are identical; only the (T, h, w) bool motion map and the (T, h, w) uint8 / int16 output span
+#: the clip (about 40 frames of 256 x 192 per chunk: int32 / float temporaries of ~8 MB, which
+#: the allocator reuses rather than piling up as the retained RSS of larger ones)
+_MAP_BUDGET = 1 << 21
 #: components per chunk of the (K, M) seed statistics (rows are independent: identical results)
 _SEED_CHUNK = 16
 #: (components x seeds) entries per chunk of the seed statistics, when more than _SEED_CHUNK fit
@@ -97,10 +105,24 @@ def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Te
         content: (h, w) bool content mask, or (T, h, w) one per frame (frames of several clips
             one after the other: the pairs across two clips are invalid).
     """
-    t = gray.shape[0]
-    Hd = homographies.to(gray.device, torch.float64)
-    Hinv = torch.linalg.inv(torch.where(valid.view(-1, 1, 1).to(gray.device), Hd,
+    Hd, Hinv = _pair_homographies(homographies, valid, gray.device)
+    return _change_masks(gray, Hd, Hinv, valid, content, threshold)
+
+
+def _pair_homographies(homographies: torch.Tensor, valid: torch.Tensor, device: torch.device
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(P, 3, 3) homographies -> (H, H^-1) float64 on ``device`` (identity where not valid)."""
+    Hd = homographies.to(device, torch.float64)
+    Hinv = torch.linalg.inv(torch.where(valid.view(-1, 1, 1).to(device), Hd,
                                         torch.eye(3, dtype=Hd.dtype, device=Hd.device)))
+    return Hd, Hinv
+
+
+def _change_masks(gray: torch.Tensor, Hd: torch.Tensor, Hinv: torch.Tensor, valid: torch.Tensor,
+                  content: torch.Tensor, threshold: float) -> torch.Tensor:
+    """:func:`change_masks` given the pairs' float64 (H, H^-1) (:func:`_pair_homographies`):
+    frames can be given in chunks (with their neighbours) with the inverses computed once."""
+    t = gray.shape[0]
     content = content.to(gray.device)
     ok = valid.to(gray.device).view(-1, 1, 1) & (content if content.ndim == 2 else content[:-1])
     fwd, bwd = [], []
@@ -173,6 +195,15 @@ def _components(mask: torch.Tensor, downsample: int, max_iterations: int, dtype:
                 links: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """:func:`connected_components` and the (T,) long number of components whose largest cell
     is in each frame (one host sync per iteration: the convergence test)."""
+    small, roots = _cell_components(mask, downsample, max_iterations, links)
+    return _upsample_labels(small.to(dtype), mask, downsample), roots
+
+
+def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
+                     links: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_components` before the upsampling: the labels of the (T, ceil(h/f), ceil(w/f))
+    cells (long; a pixel's label is its cell's inside ``mask``, 0 outside) and the (T,) roots
+    per frame."""
     t, h, w = mask.shape
     small = torch.cat([F.max_pool2d(mask[a:a + _LABEL_CHUNK].float().unsqueeze(1), downsample,
                                     ceil_mode=True)[:, 0] > 0.5  # chunks: no (T, h, w) float
@@ -195,19 +226,28 @@ def _components(mask: torch.Tensor, downsample: int, max_iterations: int, dtype:
     rank = root.view(-1).cumsum(0)
     new = torch.where(small, rank[(lab.view(-1).long() - 1).clamp_min(0)].view(small.shape),
                       torch.zeros((), dtype=rank.dtype, device=rank.device))
-    return _upsample_labels(new.to(dtype), mask, downsample), root.flatten(1).sum(1)
+    return new, root.flatten(1).sum(1)
+
+
+def _label_chunks(lab: torch.Tensor, mask: torch.Tensor, f: int, step: int
+                  ) -> Iterator[Tuple[int, int, torch.Tensor]]:
+    """Cell labels (T, ceil(h/f), ceil(w/f)) int -> (a, b, (b - a, h, w) labels of frames
+    a..b-1) for chunks of ``step`` frames: every cell's label as an f x f block, kept only inside
+    ``mask`` (T, h, w) bool (0 elsewhere)."""
+    t, h, w = mask.shape
+    for a in range(0, t, step):
+        b = min(a + step, t)
+        full = block_upsample(lab[a:b], f)[:, :h, :w]
+        yield a, b, torch.where(mask[a:b], full, full.new_zeros(()))
 
 
 def _upsample_labels(lab: torch.Tensor, mask: torch.Tensor, f: int) -> torch.Tensor:
-    """Labels (T, ceil(h/f), ceil(w/f)) int -> (T, h, w) same dtype: every cell's label as an
-    f x f block, kept only inside ``mask`` (T, h, w) bool (0 elsewhere); ``_LABEL_CHUNK`` frames
-    at a time, so the only full-size label tensor is the output."""
+    """Labels (T, ceil(h/f), ceil(w/f)) int -> (T, h, w) same dtype (:func:`_label_chunks`);
+    ``_LABEL_CHUNK`` frames at a time, so the only full-size label tensor is the output."""
     t, h, w = mask.shape
     out = torch.zeros(t, h, w, dtype=lab.dtype, device=mask.device)
-    for a in range(0, t, _LABEL_CHUNK):
-        b = min(a + _LABEL_CHUNK, t)
-        full = block_upsample(lab[a:b], f)[:, :h, :w]
-        out[a:b] = torch.where(mask[a:b], full, full.new_zeros(()))
+    for a, b, full in _label_chunks(lab, mask, f, _LABEL_CHUNK):
+        out[a:b] = full
     return out
 
 
@@ -252,14 +292,26 @@ def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
     pts, frames, vec = (s.to(labels.device) for s in seeds[:3])
     if pts.numel() == 0 or k == 0:
         return torch.zeros(k, dtype=torch.long, device=labels.device)
-    t, h, w = labels.shape
-    x = pts[:, 0].round().long().clamp(0, w - 1)
-    y = pts[:, 1].round().long().clamp(0, h - 1)
+    x, y = _seed_pixels(pts, labels.shape[1:])
     lab = labels[frames.long(), y, x]  # (M,) component of each seed (0 = none)
     if len(seeds) > 3 and seeds[3] is not None:
         lab = torch.where(seeds[3].to(lab.device), lab, torch.zeros_like(lab))
+    return _coherent_of_labels(lab, vec, k)
+
+
+def _seed_pixels(points: torch.Tensor, size: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Seed points (M, 2) px -> the (x, y) (M,) long of their nearest pixels, clamped into a
+    frame of ``size`` (h, w)."""
+    h, w = int(size[0]), int(size[1])
+    return (points[:, 0].round().long().clamp(0, w - 1),
+            points[:, 1].round().long().clamp(0, h - 1))
+
+
+def _coherent_of_labels(lab: torch.Tensor, vec: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`coherent_seeds` given each seed's component (M,) int (0 = none) and relative
+    motion (M, 2) px -> (K,) long."""
     # components in chunks: the (K, M) temporaries grow with T otherwise (rows independent)
-    step = max(_SEED_CHUNK, _SEED_BUDGET // max(int(pts.shape[0]), 1))
+    step = max(_SEED_CHUNK, _SEED_BUDGET // max(int(lab.shape[0]), 1))
     return torch.cat([_coherent_counts(lab, vec, a, min(a + step, k))
                       for a in range(0, k, step)])
 
@@ -310,12 +362,11 @@ def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
     ones = torch.ones(1, 1, h, w, dtype=torch.uint8, device=dev)
     count = _block_sums(ones, factor).float()  # pixels per block (f^2 inside the frame)
     weights = torch.tensor([0.299, 0.587, 0.114], device=dev).view(1, 3, 1, 1)
-    parts = []
+    out = torch.empty(t, 1, -(-h // factor), -(-w // factor), device=dev)  # no list + cat copy
     for start in range(0, t, chunk):  # chunks of frames bound the integer copy
         sums = _block_sums(clip.frames[start:start + chunk], factor).float()
-        parts.append((sums * weights).sum(1, keepdim=True) / (count * 255.0))
-    return torch.cat(parts) if parts else torch.zeros(0, 1, -(-h // factor), -(-w // factor),
-                                                      device=dev)
+        out[start:start + chunk] = (sums * weights).sum(1, keepdim=True) / (count * 255.0)
+    return out
 
 
 def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
@@ -382,8 +433,9 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
                    cfg: SegmentConfig, regimes: Sequence[Optional[str]],
                    seeds: Sequence[Optional[Tuple[torch.Tensor, ...]]], max_objects: int,
                    max_side: int) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
-    """:func:`motion_segments` of clips of one working size (H, W): their frames concatenated
-    (at the segmentation scale) and labelled by :func:`_motion_labels`."""
+    """:func:`motion_segments` of clips of one working size (H, W): their frames one after the
+    other (at the segmentation scale, read in chunks: :class:`_GrayFrames`) labelled by
+    :func:`_motion_labels`."""
     h, w = contents[0].shape[-2:]
     dev = grays[0].device
     f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
@@ -420,8 +472,7 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
     if f > 1:
         S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64, device=dev))
         homs = S @ homs @ torch.linalg.inv(S)
-        gray = torch.cat([g if tuple(g.shape[-2:]) == pooled
-                          else F.avg_pool2d(g, f, ceil_mode=True) for g in grays])
+        gray = _GrayFrames(grays, bounds, f, pooled)
         c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
         if seed_all is not None:
             seed_all = ((seed_all[0] + 0.5) / f - 0.5, seed_all[1], seed_all[2] / f,
@@ -440,7 +491,7 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
             out.append((BlockMasks.from_labels(kept[bounds[k]:bounds[k + 1]],
                                                int(ev["objects"]), f, (h, w), content[k]), ev))
         return out
-    gray = torch.cat(list(grays))
+    gray = _GrayFrames(grays, bounds, 1, (h, w))
     kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seed_all,
                                      has_seeds, max_objects, bounds)
     out = []
@@ -450,30 +501,79 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
     return out
 
 
-def _moving_pixels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
-                   frame_content: torch.Tensor, seeds: Optional[Tuple[torch.Tensor, ...]],
-                   cfg: SegmentConfig) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class _GrayFrames:
+    """The frames of B clips one after the other at the segmentation size (h, w), read in
+    chunks: the clips' (T_b, 1, ., .) gray tensors, each of size (h, w) or ``factor`` times
+    larger (then average-pooled per chunk, ceil mode), never concatenated (no (T, 1, h, w)
+    float copy). ``bounds``: clip b has frames ``bounds[b]:bounds[b+1]``."""
+
+    def __init__(self, grays: Sequence[torch.Tensor], bounds: Sequence[int], factor: int,
+                 size: Tuple[int, int]):
+        self.grays, self.bounds, self.factor = list(grays), list(bounds), int(factor)
+        self.size = (int(size[0]), int(size[1]))
+        self.device = self.grays[0].device
+
+    def __len__(self) -> int:
+        return self.bounds[-1]
+
+    def frames(self, a: int, b: int) -> torch.Tensor:
+        """(b - a, 1, h, w) float: frames a..b-1."""
+        parts = []
+        for g, lo, hi in zip(self.grays, self.bounds, self.bounds[1:]):
+            if max(a, lo) < min(b, hi):
+                part = g[max(a, lo) - lo:min(b, hi) - lo]
+                if tuple(part.shape[-2:]) != self.size:
+                    part = F.avg_pool2d(part, self.factor, ceil_mode=True)
+                parts.append(part)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.Tensor,
+                   content: torch.Tensor, clip_of: torch.Tensor,
+                   seeds: Optional[Tuple[torch.Tensor, ...]], cfg: SegmentConfig
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The moving pixels of concatenated clips (:func:`_motion_labels`): (T, h, w) bool motion
-    (change masks + seed discs, closed inside each frame's ``frame_content`` (T, h, w); frames
-    whose motion covers more than ``motion_max_fraction`` emptied), (T,) bool unreliable
-    frames and (T,) content area (px)."""
-    t, (h, w), dev = int(gray.shape[0]), frame_content.shape[-2:], gray.device
-    if t >= 2:
-        change = change_masks(gray, homographies, valid, frame_content, cfg.motion_threshold)
-        change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
-    else:
-        change = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
-    discs = (seed_map(seeds[0], seeds[1], (t, h, w), cfg.motion_seed_radius_px, seeds[3])
-             if seeds is not None else torch.zeros_like(change))
-    motion = dilate(change | discs, cfg.motion_close_px) & frame_content
-    motion = erode_mask(motion, cfg.motion_close_px) | (change & frame_content)
-    area = frame_content.flatten(1).sum(1).clamp_min(1)  # (T,) content px
-    frac = motion.flatten(1).sum(1).double() / area.double()
-    unreliable = frac > cfg.motion_max_fraction
-    return motion & ~unreliable.view(-1, 1, 1), unreliable, area
+    (change masks + seed discs, closed inside each frame's content mask ``content[clip_of]``
+    ((B, h, w) bool, (T,) long); frames whose motion covers more than ``motion_max_fraction``
+    emptied), (T,) bool unreliable frames and (T,) content area (px).
+
+    Every step is per frame (the change masks of frame t need frames t-1..t+1), so the frames
+    go in chunks of :data:`_MAP_BUDGET` cells (each with its neighbour frames): identical
+    results, and only the bool motion map spans the clip."""
+    t, (h, w), dev = len(gray), content.shape[-2:], gray.device
+    content = content.to(dev)
+    Hd, Hinv = _pair_homographies(homographies, valid, dev)  # once: same inverses in any chunk
+    motion = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
+    unreliable = torch.zeros(t, dtype=torch.bool, device=dev)
+    area = torch.zeros(t, dtype=torch.long, device=dev)
+    step = max(1, _MAP_BUDGET // max(h * w, 1))
+    for a in range(0, t, step):
+        b = min(a + step, t)
+        lo, hi = max(a - 1, 0), min(b + 1, t)  # with the neighbour frames of the pairs
+        fc = content[clip_of[lo:hi]]  # (hi - lo, h, w) each frame's content
+        if t >= 2:
+            change = _change_masks(gray.frames(lo, hi), Hd[lo:hi - 1], Hinv[lo:hi - 1],
+                                   valid[lo:hi - 1], fc, cfg.motion_threshold)[a - lo:b - lo]
+            change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
+        else:
+            change = torch.zeros(b - a, h, w, dtype=torch.bool, device=dev)
+        fc = fc[a - lo:b - lo]
+        if seeds is not None:  # the chunk's seeds (the others go to seed_map's discarded slot)
+            mine = seeds[3] & (seeds[1] >= a) & (seeds[1] < b)
+            discs = seed_map(seeds[0], seeds[1] - a, (b - a, h, w), cfg.motion_seed_radius_px,
+                             mine)
+        else:
+            discs = torch.zeros_like(change)
+        m = dilate(change | discs, cfg.motion_close_px) & fc
+        m = erode_mask(m, cfg.motion_close_px) | (change & fc)
+        area[a:b] = fc.flatten(1).sum(1).clamp_min(1)  # (T,) content px
+        frac = m.flatten(1).sum(1).double() / area[a:b].double()
+        unreliable[a:b] = frac > cfg.motion_max_fraction
+        motion[a:b] = m & ~unreliable[a:b].view(-1, 1, 1)
+    return motion, unreliable, area
 
 
-def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
+def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.Tensor,
                    content: torch.Tensor, cfg: SegmentConfig, regimes: Sequence[Optional[str]],
                    seeds: Optional[Tuple[torch.Tensor, ...]], has_seeds: Sequence[bool],
                    max_objects: int, bounds: Sequence[int]
@@ -482,8 +582,9 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     clip b has frames ``bounds[b]:bounds[b+1]``.
 
     Args:
-        gray: (T, 1, h, w) in [0, 1]; homographies: (T-1, 3, 3); valid: (T-1,) bool (False for
-            the pairs across two clips and for the clips not segmented densely); content:
+        gray: the T frames (:class:`_GrayFrames`, (h, w) in [0, 1]); homographies: (T-1, 3,
+            3); valid: (T-1,) bool (False for the pairs across two clips and for the clips not
+            segmented densely); content:
             (B, h, w) bool, one per clip; regimes: B; seeds: (points (M, 2), frames (M,) into
             the T frames, motion (M, 2), valid (M,) bool) of all clips or None; has_seeds: B
             (whether the clip was given seeds: its ``seeds`` evidence).
@@ -491,7 +592,7 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
         the kept objects as a (T, h, w) uint8 / int16 label map (0: none, k: object k-1 of
         the frame's clip, largest first) and one evidence dict per clip (``objects``: K).
     """
-    t, dev = int(gray.shape[0]), gray.device
+    t, dev = len(gray), gray.device
     h, w = content.shape[-2:]
     nb = len(regimes)
     lengths = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])])
@@ -499,11 +600,16 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     if seeds is not None:
         seeds = tuple(s.to(dev) for s in seeds)
         seed_clip = clip_of[seeds[1]]
-    motion, unreliable, area = _moving_pixels(gray, homographies, valid, content.to(dev)[clip_of],
+    motion, unreliable, area = _moving_pixels(gray, homographies, valid, content, clip_of,
                                               seeds, cfg)
     links = clip_of[1:] == clip_of[:-1]
-    labels, roots = _components(  # int32 labels: exact below 2^31 pixels, half the memory
-        motion, 4, 512, torch.int32 if motion.numel() < 2 ** 31 - 1 else torch.long, links)
+    # components of 4 x 4 cells; a pixel's label is its cell's where it moves (_label_chunks):
+    # the full-size labels exist only in chunks of frames
+    cell = 4
+    cells, roots = _cell_components(motion, cell, 512, links)
+    if motion.numel() < 2 ** 31 - 1:  # int32 labels: exact below 2^31 pixels, half the memory
+        cells = cells.to(torch.int32)
+    step = max(1, _MAP_BUDGET // max(h * w, 1))
 
     def per_clip(values: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
         return torch.zeros(nb, dtype=torch.long, device=dev).index_add_(0, owner, values.long())
@@ -531,13 +637,18 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             ev.update(objects=0)
         return torch.zeros(t, h, w, dtype=torch.uint8, device=dev), evidences
     # per-component statistics by counting (no (T, K, h, w) one-hot over all candidates)
-    per_frame = per_frame_counts(labels, k)  # (T, K) pixels
+    per_frame = torch.cat([per_frame_counts(lab, k)  # (T, K) pixels
+                           for _, _, lab in _label_chunks(cells, motion, cell, step)])
     comp_clip = torch.repeat_interleave(torch.arange(nb), torch.tensor(n_comp),
                                         output_size=k).to(dev)
     n_seeds = torch.zeros(k, dtype=torch.long, device=dev)
     if seeds is not None and sum(n_seed):  # the valid seeds first, in order (no sync)
         first = torch.argsort((~seeds[3]).to(torch.uint8), stable=True)[:sum(n_seed)]
-        n_seeds = coherent_seeds(labels, (seeds[0][first], seeds[1][first], seeds[2][first]), k)
+        x, y = _seed_pixels(seeds[0][first], (h, w))
+        at = seeds[1][first].long()
+        lab = torch.where(motion[at, y, x], cells[at, y // cell, x // cell],
+                          torch.zeros((), dtype=cells.dtype, device=dev))  # (M,) as labels
+        n_seeds = _coherent_of_labels(lab, seeds[2][first], k)
     keep = (n_seeds >= cfg.motion_min_seeds) & (per_frame.amax(0) >= cfg.motion_min_area) \
         & ((per_frame > 0).sum(0) >= cfg.motion_min_frames)
     # each clip's kept components, largest first (ties: lower label first), at most max_objects
@@ -550,10 +661,14 @@ def _motion_labels(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
     chosen = rank < n_kept[owner]
     remap = torch.zeros(k + 1, dtype=torch.uint8 if small else torch.int16, device=dev)
     remap[order + 1] = torch.where(chosen, rank + 1, torch.zeros_like(rank)).to(remap.dtype)
-    kept = torch.cat([remap[labels[a:a + _LABEL_CHUNK].long()]  # chunks: no (T, h, w) int64
-                      for a in range(0, t, _LABEL_CHUNK)])
-    del labels  # (T, h, w): object k-1 of the frame's clip where kept == k, else 0
-    union = (kept > 0).flatten(1).sum(1).double()
+    # (T, h, w): object k-1 of the frame's clip where kept == k, else 0
+    kept = torch.empty(t, h, w, dtype=remap.dtype, device=dev)
+    union = torch.empty(t, dtype=torch.long, device=dev)  # (T,) object pixels
+    for a, b, lab in _label_chunks(cells, motion, cell, step):
+        kept[a:b] = remap[lab.long()]
+        union[a:b] = (kept[a:b] > 0).flatten(1).sum(1)
+    del motion, cells
+    union = union.double()
     largest = torch.zeros(nb, dtype=torch.float64, device=dev).scatter_reduce(
         0, clip_of, union / area, "amax", include_self=False)
     slots = torch.zeros(nb * max_objects + 1, dtype=torch.float64, device=dev)

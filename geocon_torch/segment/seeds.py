@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .._memory import release_freed_memory
 from ..config import GeoConConfig
 from ..geometry import fundamental_residuals, homography_residuals, transfer_points
 from ..types import Clip, Fit
@@ -124,6 +125,7 @@ def motion_masks_batch(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
         else:
             grays.append(pooled_gray(clip, f).to(a.device))
         contents.append(clip.content_mask.to(a.device))
+    release_freed_memory()  # the decoded frames of pooled_gray: back to the OS before the maps
     out = motion_segments(grays, hs, oks, contents, config.segment, regimes, seeds=seeds)
     for (_, evidence), regime in zip(out, regimes):
         evidence["pre_regime"] = regime
