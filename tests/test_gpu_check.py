@@ -39,6 +39,7 @@ EXPECTED = {
 LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: benchmarks/*.py that are not device benchmarks (the script does not run them)
 NOT_DEVICE = ("calibrate_default",  # regenerates the shipped calibration (CPU, ~30 min)
+              "calibration_heldout",  # the calibration on a held-out family (CPU, ~30 min)
               "_dispatch_count",  # the op / sync counters batching.py imports
               "leaderboard",  # store / scheduling throughput (CPU, PostgreSQL server)
               "human_ratings", "score_curves")  # external rated data; CPU accuracy curves

@@ -53,6 +53,7 @@ def _setting(text: str) -> dict:
     """--setting WxHxT[:lbN][:rateR][:seedsA-B] -> a CalibrationPlan setting (seeds None: the
     plan's)."""
     head, *opts = text.split(":")
+    form = f"--setting must be WxHxT[:lbN][:rateR][:seedsA-B], got {text!r}"
     try:
         w, h, t = (int(v) for v in head.lower().split("x"))
         st = {"size": [h, w], "frames": t, "seeds": None, "letterbox": 0, "rate": 1.0}
@@ -65,10 +66,9 @@ def _setting(text: str) -> dict:
                 a, _, b = o[5:].partition("-")
                 st["seeds"] = list(range(int(a), int(b or a) + 1))
             else:
-                raise ValueError(o)
+                raise argparse.ArgumentTypeError(form)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--setting must be WxHxT[:lbN][:rateR][:seedsA-B], "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(form)
     if min(w, h) < 16 or t < 2 or st["letterbox"] < 0 or st["rate"] <= 0:
         raise argparse.ArgumentTypeError(f"--setting needs sides >= 16, T >= 2, lb >= 0 and "
                                          f"rate > 0, got {text!r}")

@@ -620,16 +620,7 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     counts.append(per_clip(seeds[3], seed_clip) if seeds is not None else counts[0] * 0)
     host = torch.cat(counts).tolist()  # one host transfer
     n_comp, n_unrel, n_valid, n_seed = (host[k * nb:(k + 1) * nb] for k in range(4))
-    evidences: List[Dict[str, object]] = []
-    for b, regime in enumerate(regimes):
-        ev: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
-                                 "regime": regime}
-        if regime == "F" or bounds[b + 1] - bounds[b] < 2 or n_valid[b] == 0:
-            ev["dense"] = ("off: parallax would look like motion under translation (F); only "
-                           "clustered epipolar outliers are used" if regime == "F" else
-                           "off: no valid background homography")
-        ev["unreliable_frames"] = n_unrel[b]
-        evidences.append(ev)
+    evidences = _clip_evidences(regimes, bounds, n_valid, n_unrel, cfg)
     k = sum(n_comp)
     small = max_objects < 256
     if k == 0:
@@ -675,6 +666,34 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     slots[torch.where(chosen, owner * max_objects + rank, nb * max_objects)] = \
         n_seeds[order].double()
     host = torch.cat([n_kept.double(), largest, slots[:-1]]).tolist()  # one host transfer
+    _add_object_evidence(evidences, host, n_comp, n_seed, has_seeds, max_objects)
+    return kept, evidences
+
+
+def _clip_evidences(regimes: Sequence[Optional[str]], bounds: Sequence[int],
+                    n_valid: Sequence[int], n_unrel: Sequence[int], cfg: SegmentConfig
+                    ) -> List[Dict[str, object]]:
+    """One evidence dict per clip before the objects are known: method, threshold, regime,
+    why dense motion is off (F, or no valid background pair) and the unreliable frames."""
+    evidences: List[Dict[str, object]] = []
+    for b, regime in enumerate(regimes):
+        ev: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
+                                 "regime": regime}
+        if regime == "F" or bounds[b + 1] - bounds[b] < 2 or n_valid[b] == 0:
+            ev["dense"] = ("off: parallax would look like motion under translation (F); only "
+                           "clustered epipolar outliers are used" if regime == "F" else
+                           "off: no valid background homography")
+        ev["unreliable_frames"] = n_unrel[b]
+        evidences.append(ev)
+    return evidences
+
+
+def _add_object_evidence(evidences: List[Dict[str, object]], host: Sequence[float],
+                         n_comp: Sequence[int], n_seed: Sequence[int],
+                         has_seeds: Sequence[bool], max_objects: int) -> None:
+    """Fill each clip's object evidence in place from the host copy ``host`` = [kept objects
+    (B), largest object fraction (B), seeds per object slot (B * max_objects)]."""
+    nb = len(evidences)
     for b, ev in enumerate(evidences):
         if n_comp[b] == 0:
             ev.update(objects=0)
@@ -683,4 +702,3 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         seeds_b = host[2 * nb + b * max_objects:2 * nb + b * max_objects + m]
         ev.update(objects=m, candidates=n_comp[b], seeds=n_seed[b] if has_seeds[b] else 0,
                   object_seeds=[int(v) for v in seeds_b], max_object_fraction=host[nb + b])
-    return kept, evidences
