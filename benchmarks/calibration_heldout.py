@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from geocon_torch.bench.calibration import BACKGROUND_CORRUPTIONS, _row, row_checks
+from geocon_torch.bench.calibration import (BACKGROUND_CORRUPTIONS, calibration_row,
+                                           row_checks)
 from geocon_torch.io.calibration import DEFAULT_DIR
 from geocon_torch.pipeline import score_clip, score_clips
 from geocon_torch.synth import PLANE_MOTIONS, apply_corruption, render_planes
@@ -69,7 +70,8 @@ def score_heldout(args) -> list[dict[str, Any]]:
                 t0 = time.time()
                 res = score_clips(frames, config=config(args.backend, size), preset="background",
                                   device=args.device)
-                rows.extend(dict(_row(lb, r.to_dict()), size=size) for lb, r in zip(labels, res))
+                rows.extend(dict(calibration_row(lb, r.to_dict()), size=size)
+                            for lb, r in zip(labels, res))
                 print(f"  planes {motion} seed {seed} @{size}: {len(frames)} clips "
                       f"{time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     return rows
@@ -93,8 +95,8 @@ def score_real(args) -> list[dict[str, Any]]:
             t0 = time.time()
             res = score_clip(str(src), config=config(args.backend, size, args.real_frames),
                              preset="background", device=args.device).to_dict()
-            rows.append(dict(_row({"family": "real", "clip": name, "corruption": None,
-                                   "severity": 0.0}, res), size=size))
+            label = {"family": "real", "clip": name, "corruption": None, "severity": 0.0}
+            rows.append(dict(calibration_row(label, res), size=size))
             print(f"  real {name} @{size}: {time.time() - t0:.1f} s", file=sys.stderr,
                   flush=True)
     shutil.rmtree(folder, ignore_errors=True)

@@ -5,8 +5,8 @@
     -> score_clips(preset="background", calibration off)           (one row per clip)
     -> per gated regime H / F: the bounds of measures.calibration.REGIME_BOUNDS (IR lower,
        GE_norm upper, GE_fine_norm upper, GE_spread_norm upper; F also the gate's parallax
-       magnitude lower) at the
-       target false-pass rate on the corrupted clips of severity >= ``min_severity``  (measures.calibration)
+       magnitude lower) at the target false-pass rate on the corrupted clips of severity
+       >= ``min_severity``  (measures.calibration)
     -> calibration.json (thresholds, rates, per-clip scores, provenance, content hash) and
        ROC-style curves per corruption (roc_<regime>.png, matplotlib when installed)
 
@@ -131,8 +131,9 @@ def scene_clips(plan: CalibrationPlan) -> Iterator[Tuple[List[Dict[str, Any]], L
                     yield labels, [_letterbox(f, int(st["letterbox"])) for f in frames]
 
 
-def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
-    """One clip's calibration row: its label and the background numbers."""
+def calibration_row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
+    """One clip's calibration row: its ``label`` and the background numbers of its result
+    dict ``res`` (GE also in px of a ``REF_LONG_SIDE``-px frame)."""
     bg = res.get("background") or {}
     size = res.get("working_size") or [0, 0]
     long_side = int(max(size)) if size else 0
@@ -140,8 +141,6 @@ def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
     def norm(v: Optional[float]) -> Optional[float]:
         return float(v) * REF_LONG_SIDE / long_side if v is not None and long_side else None
 
-    ev = (res.get("gate") or {}).get("evidence") or {}
-    parallax = ev.get("magnitude_ref_px")  # the gate's parallax magnitude (reference px)
     return dict(label, status=res.get("status"), regime=res.get("regime"), ir=bg.get("ir"),
                 ge_px=bg.get("ge_px"), ge_norm=norm(bg.get("ge_px")), long_side=long_side,
                 ge_fine_px=bg.get("ge_fine_px"), ge_fine_norm=norm(bg.get("ge_fine_px")),
@@ -149,18 +148,18 @@ def _row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
                 ge_spread_norm=spread_of(norm(bg.get("ge_fine_px")), norm(bg.get("ge_peak_px"))),
                 ir_h=bg.get("ir_h"), ge_h_px=bg.get("ge_h_px"), ge_h_norm=norm(bg.get("ge_h_px")),
                 ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"),
-                parallax_ref=None if parallax is None else float(parallax),
+                parallax_ref=bg.get("parallax_ref"),
                 **{"pass": bg.get("pass")})
 
 
 def score_plan(plan: CalibrationPlan,
                progress: Optional[Callable[[str], None]] = None) -> List[Dict[str, Any]]:
     """Render and score every clip of ``plan`` (preset background, one batch per scene);
-    returns one row per clip (:func:`_row`)."""
+    returns one row per clip (:func:`calibration_row`)."""
     cfg, rows = plan.config(), []
     for labels, frames in scene_clips(plan):
         results = score_clips(frames, config=cfg, device=plan.device, preset="background")
-        rows.extend(_row(lb, r.to_dict()) for lb, r in zip(labels, results))
+        rows.extend(calibration_row(lb, r.to_dict()) for lb, r in zip(labels, results))
         if progress is not None:
             l0 = labels[0]
             progress(f"{l0['category']} {l0['motion']} seed {l0['seed']} "
@@ -176,7 +175,8 @@ def _scored(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _stat(row: Dict[str, Any], name: str) -> float:
     """A row's statistic for a bound: GE_peak falls back to the clip GE, a missing GE_H (no valid
-    H pair) or parallax (another gate method) is +inf (as :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
+    H pair) or parallax (another gate method) is +inf (as
+    :func:`~geocon_torch.measures.calibration.calibrated_pass` reads them)."""
     v = row.get(name)
     if v is None and name in ("ge_fine_norm", "ge_peak_norm"):
         v = row.get("ge_norm")
@@ -216,8 +216,8 @@ def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], r
     the fixed bounds leave (the rates count every clip)."""
     spec = REGIME_BOUNDS[regime]
     fixed = {k: float(v) for k, v in (fixed or {}).items() if k in {key for key, _, _ in spec}}
-    free = [t for t in spec if t[0] not in fixed]
-    names = [name for _, name, _ in free]
+    free_dims = [d for d, (key, _, _) in enumerate(spec) if key not in fixed]
+    free = [spec[d] for d in free_dims]
     c_all, b_all = _matrix(clean, [n for _, n, _ in spec]), _matrix(bad, [n for _, n, _ in spec])
 
     def meets(m: torch.Tensor) -> torch.Tensor:
@@ -228,7 +228,7 @@ def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], r
         return ok
 
     keep_c, keep_b = meets(c_all), meets(b_all)
-    c, b = _matrix(clean, names)[keep_c], _matrix(bad, names)[keep_b]
+    c, b = c_all[keep_c][:, free_dims], b_all[keep_b][:, free_dims]
     n_c, n_b = max(len(clean), 1), max(len(bad), 1)
     # the same number of corrupted clips may pass among those the fixed bounds let through
     target = min(1.0, float(target_false_pass) * n_b / max(int(keep_b.sum()), 1))
@@ -440,5 +440,5 @@ def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: floa
 
 
 __all__ = ["BACKGROUND_CORRUPTIONS", "GATE_RULE", "CalibrationPlan", "scene_clips", "score_plan",
-           "fit_regime", "fit_thresholds", "verdict", "row_checks", "evaluate", "roc_curves",
-           "calibration_document", "plot_roc", "refit_plan", "run_calibration"]
+           "calibration_row", "fit_regime", "fit_thresholds", "verdict", "row_checks", "evaluate",
+           "roc_curves", "calibration_document", "plot_roc", "refit_plan", "run_calibration"]

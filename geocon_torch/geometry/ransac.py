@@ -599,14 +599,13 @@ def _round_size(r: int, cfg: _Settings) -> Tuple[int, int]:
 
 
 def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, keys: torch.Tensor,
-                      rounds: torch.Tensor, rows: Optional[torch.Tensor],
-                      winners: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                      rounds: torch.Tensor, rows: Optional[torch.Tensor], r_model: torch.Tensor,
                       cfg: _Settings) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """LO-RANSAC on every round winner (A rows of pairs ``rows``, None: all P pairs in order;
-    their rounds (A,)): (model (A, 3, 3), cost (A,), inlier count (A,)) on all points. Whether
-    a row keeps it (:func:`_settle`) depends on the pair's best cost before the row's round,
-    so it is decided later; a row's result depends only on its pair, key and round."""
-    _, r_model, _ = winners
+    """LO-RANSAC on every round winner ``r_model`` (A, 3, 3) (A rows of pairs ``rows``, None:
+    all P pairs in order; their rounds (A,)): (model (A, 3, 3), cost (A,), inlier count (A,))
+    on all points. Whether a row keeps it (:func:`_settle`) depends on the pair's best cost
+    before the row's round, so it is decided later; a row's result depends only on its pair,
+    key and round."""
     clo = lo_ctx if rows is None else lo_ctx.index(rows)
     krows = keys if rows is None else keys[rows]
     u_in = uniform_rows(krows, rounds + (1 << 20), _INNER_SAMPLES, clo.x1n.shape[1])
@@ -650,11 +649,18 @@ def _stopping_rule(st: _Search, idx: torch.Tensor, act: torch.Tensor, n_valid: t
     iters = st.iters[idx] + drawn * act
     st.iters[idx] = iters
     st.rounds[idx] = st.rounds[idx] + act
+    hopeless = ~st.found[idx] & (iters >= _GIVE_UP_SAMPLES)
+    st.active[idx] = act & (iters < _sample_cap(st, idx, n_valid, m, cfg)) & ~hopeless
+
+
+def _sample_cap(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, m: int,
+                cfg: _Settings) -> torch.Tensor:
+    """(A,) samples after which the pairs ``idx`` stop with their current best model: the
+    adaptive bound (:func:`_required_iterations`, ``n_valid`` (A,)) capped by
+    ``max_iterations``."""
     need = _required_iterations(st.best_ninl[idx], n_valid, m, cfg.confidence,
                                 cfg.max_iterations)
-    hopeless = ~st.found[idx] & (iters >= _GIVE_UP_SAMPLES)
-    cap = torch.minimum(need, torch.full_like(need, cfg.max_iterations))
-    st.active[idx] = act & (iters < cap) & ~hopeless
+    return torch.minimum(need, torch.full_like(need, cfg.max_iterations))
 
 
 def _lookahead(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, r: int, m: int,
@@ -662,9 +668,7 @@ def _lookahead(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, r: int, m:
     """How many rounds from ``r`` on the active pairs ``idx`` would still run if their best
     models did not change (at least 1, at most ``_LOOKAHEAD``; one host sync): the rounds
     that :func:`_run_round` computes at once."""
-    need = _required_iterations(st.best_ninl[idx], n_valid[idx], m, cfg.confidence,
-                                cfg.max_iterations)
-    cap = torch.minimum(need, torch.full_like(need, cfg.max_iterations))
+    cap = _sample_cap(st, idx, n_valid[idx], m, cfg)
     cap = torch.where(st.found[idx], cap, cap.clamp_max(_GIVE_UP_SAMPLES))
     drawn, total = [], 0
     for j in range(_LOOKAHEAD - 1):  # samples drawn after rounds r .. r + j
@@ -706,7 +710,8 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
     winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
     optimized = None
     if cfg.local_optimization:
-        optimized = _optimize_winners(problem, batch, subsets[1], keys, rnd, rows, winners, cfg)
+        optimized = _optimize_winners(problem, batch, subsets[1], keys, rnd, rows,
+                                      winners[1], cfg)
     for j, (k, _) in enumerate(sizes):
         part = slice(j * A, (j + 1) * A)
         _settle(st, idx, nv[part], k, problem.sample_size, cfg, [w[part] for w in winners],

@@ -275,8 +275,7 @@ def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, 
     n = t * h * w
     hit = torch.zeros(n + 1, dtype=torch.bool, device=points.device)  # n: the discarded slot
     if points.numel():
-        x = points[:, 0].round().long().clamp(0, w - 1)
-        y = points[:, 1].round().long().clamp(0, h - 1)
+        x, y = _seed_pixels(points, (h, w))
         at = frames.long() * h * w + y * w + x
         if valid is not None:
             at = torch.where(valid.to(at.device), at, torch.full_like(at, n))

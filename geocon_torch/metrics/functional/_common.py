@@ -47,9 +47,6 @@ class ClipValues:
     status: Tensor
     reasons: List[str] = field(default_factory=list)
 
-    def count(self, code: int) -> int:
-        return int((self.status == code).sum())
-
     def first_reason(self) -> Optional[str]:
         """The first non-empty reason, prefixed by its status (None when every clip is ok)."""
         for code, reason in zip(self.status.tolist(), self.reasons):
