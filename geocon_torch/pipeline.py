@@ -35,6 +35,7 @@ from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
 from .io import content_hash, probe_video, read_clip
+from .io.hashing import tensor_content_hashes
 from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
@@ -125,7 +126,9 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
     return clip, dev
 
 
-def _content_hash(video: VideoLike) -> Optional[str]:
+def _content_hash(video: VideoLike, known: Optional[str] = None) -> Optional[str]:
+    if known is not None:
+        return known
     src = video.frames if isinstance(video, Clip) else video
     try:
         return content_hash(src)
@@ -143,9 +146,10 @@ def _section(name: str, fn: Callable[[], Any], timer: Progress) -> Dict[str, Any
             return _error_block(exc)
 
 
-def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig) -> ClipResult:
+def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig,
+                digest: Optional[str] = None) -> ClipResult:
     path = None if isinstance(video, (torch.Tensor, Clip)) else str(video)
-    res = ClipResult(clip=clip.name, path=path, content_hash=_content_hash(video),
+    res = ClipResult(clip=clip.name, path=path, content_hash=_content_hash(video, digest),
                      config=cfg.to_dict(), config_hash=cfg.config_hash())
     res.backends = {"features": None, "flow": None, "masks": None, "gate": None}
     res.extra["frames"] = clip.num_frames
@@ -251,9 +255,11 @@ class _Item:
 
 def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
              device: Union[None, str, torch.device], preset: Optional[str],
-             progress: Optional[bool], name: Optional[str] = None) -> _Item:
-    """Read ``video`` (:func:`load_clip`), pin the config, start its result and record what
-    decoding lost; raises as :func:`score_clip`."""
+             progress: Optional[bool], name: Optional[str] = None,
+             digest: Optional[str] = None) -> _Item:
+    """Read ``video`` (:func:`load_clip`), pin the config, start its result (``digest``: its
+    content hash when already known) and record what decoding lost; raises as
+    :func:`score_clip`."""
     cfg = scoring_config(config, preset)
     preset = cfg.preset
     if name is None:
@@ -264,7 +270,7 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
     timer.name = clip.name
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
     cfg = pinned_config(cfg, dev)
-    res = _new_result(video, clip, cfg)
+    res = _new_result(video, clip, cfg, digest)
     decoded = _decode_ok(res, clip, cfg, timer)
     return _Item(video, masks, poses, clip, dev, cfg, preset, res, timer, t_start, decoded)
 
@@ -500,7 +506,10 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
         if videos.ndim != 5:
             raise VideoReadError(f"a batch of clips must be (B, T, C, H, W), got "
                                  f"{tuple(videos.shape)}")
+        digests: List[Optional[str]] = tensor_content_hashes(videos)  # one host copy
         videos = list(videos.unbind(0))
+    else:
+        digests = [None] * len(videos)
     n = len(videos)
     masks = list(masks) if masks is not None else [None] * n
     poses = list(poses) if poses is not None else [None] * n
@@ -511,7 +520,8 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     batch: List[Tuple[int, _Item]] = []
     for k, (video, m, p) in enumerate(zip(videos, masks, poses)):
         try:
-            item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k))
+            item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k),
+                            digests[k])
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
             out[k] = exc if return_exceptions else _failed(video, k, exc, cfg)
             continue
