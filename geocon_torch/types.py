@@ -10,7 +10,7 @@ Conventions, everywhere in the package:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -485,3 +485,83 @@ def concat_fits(fits: Sequence[Fit], n: Optional[int] = None) -> Fit:
     return Fit(fits[0].kind, *(pad_points([getattr(f, k) for f in fits], n)
                                if k in ("inliers", "residuals")
                                else torch.cat([getattr(f, k) for f in fits]) for k in _FIT_TENSORS))
+
+
+#: a run of rows of one output of :class:`RowLayout`: (source index, first row, row count); a
+#: source index of -1 gives rows of zeros
+RowRun = Tuple[int, int, int]
+
+
+class RowLayout:
+    """Rows of several (M_i, W_i, ...) source tensors rearranged into B outputs (R_k, N_k, ...)
+    with one gather per tensor, whatever B: how the rows of several clips, scales and pair sets
+    are cut, padded and stacked without a Python loop of tensor ops over them.
+
+    Output ``k`` is its ``runs`` (:data:`RowRun`) one after the other, every row zero-padded
+    (or cut) to the output's width ``N_k``; a run of source ``-1`` is rows of zeros. The index
+    is built once (a fixed number of ops) and serves every tensor of the same row layout
+    (x1, x2, mask, scores of Correspondences). Host work only in ``__init__`` besides one
+    host-to-device copy of the (3, R) row table.
+
+    Args:
+        src_shapes: (M_i, W_i) rows and width of every source.
+        outputs: per output, (runs, N_k).
+        device: where the sources (and the index) live.
+
+    >>> lay = RowLayout([(2, 3), (1, 1)], [([(0, 1, 1), (1, 0, 1)], 2), ([(-1, 0, 1)], 1)], "cpu")
+    >>> a, b = lay.gather([torch.arange(6.).view(2, 3), torch.full((1, 1), 9.)])
+    >>> a.tolist(), b.tolist()
+    ([[3.0, 4.0], [9.0, 0.0]], [[0.0]])
+    """
+
+    def __init__(self, src_shapes: Sequence[Tuple[int, int]],
+                 outputs: Sequence[Tuple[Sequence[RowRun], int]], device: Any) -> None:
+        offs, at = [], 0
+        for m, w in src_shapes:
+            offs.append(at)
+            at += int(m) * int(w)
+        self.num_sources, zero = len(src_shapes), at  # the zero slot after the sources
+        starts: List[int] = []  # per output row: source start, source width, output start
+        widths: List[int] = []
+        out_at: List[int] = []
+        self.shapes: List[Tuple[int, int]] = []
+        pos = 0
+        for runs, n in outputs:
+            rows = 0
+            for i, first, count in runs:
+                w = int(src_shapes[i][1]) if i >= 0 else 0
+                for r in range(int(first), int(first) + int(count)):
+                    starts.append(offs[i] + r * w if i >= 0 else zero)
+                    widths.append(w)
+                    out_at.append(pos)
+                    pos += int(n)
+                rows += int(count)
+            self.shapes.append((rows, int(n)))
+        self.length, self.zero = pos, zero
+        table = torch.tensor([starts, widths, out_at], dtype=torch.long).to(device)
+        idx = torch.arange(pos, device=table.device)
+        #: (L,) long: the output row (over all outputs) of every gathered element
+        self.row = torch.bucketize(idx, table[2], right=True) - 1
+        col = idx - table[2].index_select(0, self.row)
+        src = table[0].index_select(0, self.row) + col
+        self.index = torch.where(col < table[1].index_select(0, self.row), src,
+                                 torch.full_like(src, zero))
+
+    def flat(self, sources: Sequence[torch.Tensor]) -> torch.Tensor:
+        """(L, ...) every output's elements, output after output (sources (M_i, W_i, ...))."""
+        if len(sources) != self.num_sources:
+            raise ShapeError(f"RowLayout has {self.num_sources} sources, got {len(sources)}")
+        tail = tuple(sources[0].shape[2:])
+        buf = torch.cat([s.reshape((-1,) + tail) for s in sources]
+                        + [sources[0].new_zeros((1,) + tail)])
+        return buf.index_select(0, self.index)
+
+    def split(self, flat: torch.Tensor) -> List[torch.Tensor]:
+        """(L, ...) -> B outputs (R_k, N_k, ...) (views of ``flat``, each contiguous)."""
+        tail = tuple(flat.shape[1:])
+        parts = flat.split([r * n for r, n in self.shapes])
+        return [p.view((r, n) + tail) for p, (r, n) in zip(parts, self.shapes)]
+
+    def gather(self, sources: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """:meth:`split` of :meth:`flat`: B outputs (R_k, N_k, ...)."""
+        return self.split(self.flat(sources))
