@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from ._checks import retired_name
 from .errors import GeoConError, ShapeError
@@ -224,17 +225,11 @@ def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> 
     """
     n = max([int(c.x1.shape[1]) for c in parts] + [int(width)])
 
-    def pad(t: torch.Tensor, value: Any = 0) -> torch.Tensor:
-        extra = n - t.shape[1]
-        if extra == 0:
-            return t
-        shape = (t.shape[0], extra) + tuple(t.shape[2:])
-        return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], 1)
-
     return Correspondences(
-        x1=torch.cat([pad(c.x1) for c in parts]), x2=torch.cat([pad(c.x2) for c in parts]),
-        mask=torch.cat([pad(c.mask, False) for c in parts]),
-        scores=torch.cat([pad(c.scores) for c in parts]),
+        x1=pad_points([c.x1 for c in parts], n, copy=True),
+        x2=pad_points([c.x2 for c in parts], n, copy=True),
+        mask=pad_points([c.mask for c in parts], n, copy=True),
+        scores=pad_points([c.scores for c in parts], n, copy=True),
         pairs=torch.cat([c.pairs for c in parts]),
         num_kp1=torch.cat([c.num_kp1 for c in parts]),
         num_kp2=torch.cat([c.num_kp2 for c in parts]))
@@ -456,7 +451,7 @@ def pad_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     extra = n - int(t.shape[1])
     if extra == 0:
         return t
-    return torch.cat([t, t.new_zeros((t.shape[0], extra) + tuple(t.shape[2:]))], 1)
+    return F.pad(t, (0, 0) * (t.ndim - 2) + (0, extra))  # one op (constant_pad_nd)
 
 
 def pad_fit(fit: Fit, n: int) -> Fit:
@@ -466,11 +461,12 @@ def pad_fit(fit: Fit, n: int) -> Fit:
     return out
 
 
-def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None) -> torch.Tensor:
+def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None,
+               copy: bool = False) -> torch.Tensor:
     """(R_k, N_k, ...) tensors concatenated along rows, each zero-padded to ``n`` points (None:
-    the widest); a single tensor of width ``n`` is returned as it is."""
+    the widest); a single tensor of width ``n`` is returned as it is (``copy``: as a copy)."""
     n = max(int(t.shape[1]) for t in tensors) if n is None else n
-    if len(tensors) == 1 and int(tensors[0].shape[1]) == n:
+    if len(tensors) == 1 and int(tensors[0].shape[1]) == n and not copy:
         return tensors[0]
     return torch.cat([pad_rows(t, n) for t in tensors])
 

@@ -143,9 +143,8 @@ class _Stack:
 
     def _rows(self, first: int, last: int, scales: slice) -> torch.Tensor:
         """Rows of pairs [first, last) at the scales ``scales``, scale-major."""
-        q, dev = int(self.pairs.shape[0]), self.x1.device
-        base = torch.arange(len(self.scales), device=dev)[scales].view(-1, 1) * q
-        return (base + torch.arange(first, last, device=dev).view(1, -1)).reshape(-1)
+        return torch.tensor(self.row_list(first, last, scales), dtype=torch.long).to(
+            self.x1.device)  # built on the host: one op
 
     def row_list(self, first: int, last: int, scales: slice) -> List[int]:
         """:meth:`_rows` as a host list (no device work)."""
@@ -281,8 +280,8 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
         live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
         pre = fit_merged([_pre_rows(j) for j in live], cfg) if live else None
-        for k, j in enumerate(live):
-            j.seg.pre = pre.clip(k)
+        for j, fits in zip(live, pre.clips() if live else []):
+            j.seg.pre = fits
     _segment_all([j for j in jobs if j.result is None], cfg, device, timer,
                  (live, pre) if live else None)
     live = [j for j in jobs if j.result is None]
