@@ -68,20 +68,29 @@ class Clip:
                     meta=self.meta)
 
     def gray(self, dtype: torch.dtype = torch.float32,
-             indices: Optional[torch.Tensor] = None, chunk: int = 16) -> torch.Tensor:
+             indices: Optional[torch.Tensor] = None, chunk: Optional[int] = None
+             ) -> torch.Tensor:
         """(T', 1, H, W) luminance in [0, 1] (ITU-R BT.601 weights, as OpenCV's RGB2GRAY).
 
         ``indices`` (T',) selects frames (all when None). Frames are converted ``chunk`` at a time
-        so the peak extra memory is one chunk of float frames, not a float copy of the clip.
+        (None: as many as :data:`GRAY_CHUNK_PIXELS` pixels hold, at least one) so the peak
+        extra memory is one chunk of float frames, not a float copy of the clip.
         """
         frames = self.frames if indices is None else self.frames[indices.to(self.frames.device)]
         t, _, h, w = frames.shape
+        if chunk is None:
+            chunk = max(1, GRAY_CHUNK_PIXELS // max(1, int(h) * int(w)))
         out = torch.empty((t, 1, h, w), dtype=dtype, device=frames.device)
         for start in range(0, t, chunk):  # a streamed store decodes one chunk at a time
-            f = frames[start:start + chunk]
-            out[start:start + chunk] = (f[:, 0:1].to(dtype) * 0.299 + f[:, 1:2].to(dtype) * 0.587
-                                        + f[:, 2:3].to(dtype) * 0.114) / 255.0
+            f = frames[start:start + chunk].to(dtype)
+            torch.div(f[:, 0:1] * 0.299 + f[:, 1:2] * 0.587 + f[:, 2:3] * 0.114, 255.0,
+                      out=out[start:start + chunk])
         return out
+
+
+#: pixels of the frames :meth:`Clip.gray` converts at a time (its float temporaries: a few
+#: times 4 bytes per pixel)
+GRAY_CHUNK_PIXELS = 1 << 23
 
 
 @dataclass
