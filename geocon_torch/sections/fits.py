@@ -203,8 +203,7 @@ def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit
     width N (each equal to the part fitted alone, bit for bit on the CPU)."""
     if not parts:
         return []
-    merged = fit_merged(parts, config)
-    return [merged.clip(k) for k in range(len(parts))]
+    return fit_merged(parts, config).clips()
 
 
 def _row_ids(parts: Sequence[ClipRows], sizes: Sequence[int], dev: torch.device
