@@ -122,16 +122,19 @@ class _Stack:
     view: Optional[Dict[str, Any]] = None  # the gate view's info: its rows are in view px
     pair_list: List[List[int]] = field(default_factory=list)  # ``pairs`` on the host
 
-    def long_side_px(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def long_side_px(self, rows: Optional[List[int]] = None) -> torch.Tensor:
         """(R,) long side (px) of the frame each row's points are in: the working side, the
-        view's for the gate rows when the gate has its own view (``rows``: a subset)."""
-        q, dev = int(self.pairs.shape[0]), self.x1.device
-        rows = torch.arange(len(self.scales) * q, device=dev) if rows is None else rows
-        side = torch.full((int(rows.numel()),), float(self.working_long_side),
-                          dtype=self.x1.dtype, device=dev)
-        if self.view is not None:
-            side[(rows % q) >= self.num_evaluated] = float(self.view["long_side"])
-        return side
+        view's for the gate rows when the gate has its own view (``rows``: a subset, host
+        row numbers); built on the host (:meth:`long_side_list`): one op."""
+        return torch.tensor(self.long_side_list(rows), dtype=self.x1.dtype).to(self.x1.device)
+
+    def long_side_list(self, rows: Optional[List[int]] = None) -> List[float]:
+        """:meth:`long_side_px` as a host list."""
+        q, p = int(self.pairs.shape[0]), self.num_evaluated
+        rows = range(len(self.scales) * q) if rows is None else rows
+        work = float(self.working_long_side)
+        view = work if self.view is None else float(self.view["long_side"])
+        return [view if r % q >= p else work for r in rows]
 
     def working_points(self, rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(x1, x2) of ``rows`` in working px (gate rows mapped back from view px)."""
@@ -186,6 +189,8 @@ class _Segmented:
     pre: Optional[Tuple[Fit, Fit]]
     pre_rows: torch.Tensor
     pre_mask: torch.Tensor
+    pre_list: List[int] = field(default_factory=list)  # ``pre_rows`` on the host
+    pre_points: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # x1, x2, scores
     removed: Optional[torch.Tensor] = None  # () long: evaluated matches the masks removed
 
 
@@ -325,13 +330,19 @@ def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
     method = masks_method(cfg, job.masks)
     job.out.backends["masks"] = method
     stack = job.stack
-    pre_rows = torch.cat([stack.finest, stack.finest_gate])
-    job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
+    p, q = stack.num_evaluated, int(stack.pairs.shape[0])
+    rows = stack.row_list(0, p, slice(-1, None)) + stack.row_list(p, q, slice(-1, None))
+    pre_rows = torch.tensor(rows, dtype=torch.long).to(stack.x1.device)
+    job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows], rows)
 
 
 def _pre_rows(job: _Job) -> ClipRows:
-    st, rows = job.stack, job.seg.pre_rows
-    return ClipRows(st.x1[rows], st.x2[rows], job.seg.pre_mask, st.scores[rows], rows=rows)
+    """The finest rows the preliminary fits read (their points kept in ``seg.pre_points``)."""
+    st, seg = job.stack, job.seg
+    if seg.pre_points is None:
+        seg.pre_points = (st.x1[seg.pre_rows], st.x2[seg.pre_rows], st.scores[seg.pre_rows])
+    x1, x2, scores = seg.pre_points
+    return ClipRows(x1, x2, seg.pre_mask, scores, rows=seg.pre_rows)
 
 
 def _final_rows(job: _Job) -> ClipRows:
@@ -623,13 +634,13 @@ def _motion_objects(jobs: Sequence[_Job], cfg: GeoConConfig,
     whose residuals the seeds reuse); ``merged``: the jobs' preliminary fits as one batch, or
     None."""
     st = [j.stack for j in jobs]
-    x1 = [s.x1[j.seg.pre_rows] for s, j in zip(st, jobs)]
-    x2 = [s.x2[j.seg.pre_rows] for s, j in zip(st, jobs)]
+    x1 = [_pre_rows(j).x1 for j in jobs]
+    x2 = [_pre_rows(j).x2 for j in jobs]
     pairs = [s.pairs[:s.num_evaluated] for s in st]
     masks, fits = [j.seg.pre_mask for j in jobs], [j.seg.pre for j in jobs]
     regimes, residuals = preliminary_regimes(
         fits, x1, x2, masks, [s.num_evaluated for s in st], [j.ext for j in jobs], cfg,
-        long_side_px=[s.long_side_px(j.seg.pre_rows) for s, j in zip(st, jobs)],
+        long_side_px=[s.long_side_px(j.seg.pre_list) for s, j in zip(st, jobs)],
         gate_pairs=[s.pair_list[s.num_evaluated:] for s in st],
         merged=(merged.fit_h, merged.fit_f) if merged is not None else None)
     out = motion_masks_batch([j.clip for j in jobs], pairs, x1, x2, masks, fits, cfg, regimes,
@@ -718,7 +729,8 @@ def _merge(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig) -> _Merged
     st = [j.stack for j in jobs]
     m = _Merged(fits, pad_points([s.x1 for s in st], n), pad_points([s.x2 for s in st], n),
                 pad_points([s.mask for s in st], n),
-                torch.cat([s.long_side_px() for s in st]) if len(st) > 1 else st[0].long_side_px())
+                torch.tensor([v for s in st for v in s.long_side_list()],
+                             dtype=st[0].x1.dtype).to(st[0].x1.device))
     fit_h, fit_f = fits.fit_h, fits.fit_f
     m.r_h = homography_residuals(fit_h, m.x1, m.x2)  # each model's residuals once
     m.r_f = fundamental_residuals(fit_f, m.x1, m.x2, m.mask)
