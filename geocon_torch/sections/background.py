@@ -46,7 +46,7 @@ from ..segment.seeds import motion_masks_batch
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
 from ..types import Clip, Correspondences, Fit, RowLayout
-from .fits import ClipRows, MergedFits, fit_merged, pad_points
+from .fits import ClipRows, MergedFits, fit_merged
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -723,12 +723,11 @@ class _Merged:
 
 
 def _merge(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig) -> _Merged:
-    """The live clips' rows as one batch and, over all of them at once, each model's
-    residuals, per-row IR / GE (eqs. 7-12) and the gate statistics."""
-    bc, n = cfg.background, fits.width
-    st = [j.stack for j in jobs]
-    m = _Merged(fits, pad_points([s.x1 for s in st], n), pad_points([s.x2 for s in st], n),
-                pad_points([s.mask for s in st], n),
+    """The live clips' rows as one batch (the rows ``fits`` were fitted on: ``jobs`` are the
+    clips fitted, in order) and, over all of them at once, each model's residuals, per-row
+    IR / GE (eqs. 7-12) and the gate statistics."""
+    bc, st = cfg.background, [j.stack for j in jobs]
+    m = _Merged(fits, *fits.points,  # the rows as fitted (every clip's padded to the widest)
                 torch.tensor([v for s in st for v in s.long_side_list()],
                              dtype=st[0].x1.dtype).to(st[0].x1.device))
     fit_h, fit_f = fits.fit_h, fits.fit_f

@@ -140,6 +140,9 @@ class MergedFits:
     Attributes:
         fit_h, fit_f: fits of all rows, clip after clip (point axis zero-padded to ``width``).
         starts, sizes, widths: each clip's first row, row count and own point width.
+        points: the (x1, x2, mask) rows that were fitted, as fitted ((R, width, 2), (R, width,
+            2), (R, width) bool: every clip's rows zero-padded to ``width``), so the callers'
+            residuals read them without padding them again.
     """
 
     fit_h: Fit
@@ -147,6 +150,7 @@ class MergedFits:
     starts: List[int]
     sizes: List[int]
     widths: List[int]
+    points: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
 
     @property
     def width(self) -> int:
@@ -183,7 +187,8 @@ def fit_merged(parts: Sequence[ClipRows], config: GeoConConfig) -> MergedFits:
     if len(parts) == 1:  # no copies: one clip's rows as they are (bounded memory)
         p = parts[0]
         return MergedFits(*fit_reusing(p.x1, p.x2, p.mask, p.scores, config, p.pre, p.pre_rows,
-                                       p.pre_mask, row_ids=ids), starts, sizes, widths)
+                                       p.pre_mask, row_ids=ids), starts, sizes, widths,
+                          (p.x1, p.x2, p.mask))
     cat = lambda name: pad_points([getattr(p, name) for p in parts], n)  # noqa: E731
     with_pre = [(k, p) for k, p in enumerate(parts) if p.pre is not None]
     pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None
@@ -193,9 +198,10 @@ def fit_merged(parts: Sequence[ClipRows], config: GeoConConfig) -> MergedFits:
             int(p.pre_rows.numel()))], dtype=torch.long).to(dev)
         pre_rows = torch.cat([p.pre_rows.to(dev) for _, p in with_pre]) + offset
         pre_mask = pad_points([p.pre_mask for _, p in with_pre], n)
-    fit_h, fit_f = fit_reusing(cat("x1"), cat("x2"), cat("mask"), cat("scores"), config, pre,
-                               pre_rows, pre_mask, row_ids=ids)
-    return MergedFits(fit_h, fit_f, starts, sizes, widths)
+    points = (cat("x1"), cat("x2"), cat("mask"))
+    fit_h, fit_f = fit_reusing(*points, cat("scores"), config, pre, pre_rows, pre_mask,
+                               row_ids=ids)
+    return MergedFits(fit_h, fit_f, starts, sizes, widths, points)
 
 
 def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit, Fit]]:
