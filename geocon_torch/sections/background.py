@@ -366,9 +366,9 @@ def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch
     if not done:
         return
     medians = _median_matches([j.stack for j in done])
-    removed = [j.seg.removed.double().reshape(1).to(medians.device) for j in done
-               if j.seg.removed is not None]
-    host = torch.cat([medians] + removed).tolist()  # one host transfer for all clips
+    removed = [j.seg.removed.to(medians.device) for j in done if j.seg.removed is not None]
+    host = torch.cat([medians] + ([torch.stack(removed).double()] if removed else [])
+                     ).tolist()  # one host transfer for all clips
     counts = iter(host[len(done):])
     for j, med in zip(done, host):
         if j.seg.removed is not None:
