@@ -34,7 +34,7 @@ from ._memory import release_freed_memory
 from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
-from .io import content_hash, probe_video, read_clip
+from .io import clips_from_tensors, content_hash, probe_video, read_clip
 from .io.hashing import tensor_content_hashes
 from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
@@ -256,9 +256,10 @@ class _Item:
 def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
              device: Union[None, str, torch.device], preset: Optional[str],
              progress: Optional[bool], name: Optional[str] = None,
-             digest: Optional[str] = None) -> _Item:
-    """Read ``video`` (:func:`load_clip`), pin the config, start its result (``digest``: its
-    content hash when already known) and record what decoding lost; raises as
+             clip: Optional[Clip] = None, digest: Optional[str] = None) -> _Item:
+    """Read ``video`` (:func:`load_clip`; ``clip``: already read, :func:`_read_tensors`), pin
+    the config, start its result (``digest``: its content hash when already known) and record
+    what decoding lost; raises as
     :func:`score_clip`."""
     cfg = scoring_config(config, preset)
     preset = cfg.preset
@@ -266,7 +267,7 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
         name = Path(str(video)).stem if isinstance(video, (str, Path)) else "clip"
     timer, t_start = Progress(name, progress_enabled(progress)), time.perf_counter()
     with timer("read"):
-        clip, dev = load_clip(video, cfg, device)
+        clip, dev = load_clip(video if clip is None else clip, cfg, device)
     timer.name = clip.name
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
     cfg = pinned_config(cfg, dev)
@@ -506,10 +507,7 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
         if videos.ndim != 5:
             raise VideoReadError(f"a batch of clips must be (B, T, C, H, W), got "
                                  f"{tuple(videos.shape)}")
-        digests: List[Optional[str]] = tensor_content_hashes(videos)  # one host copy
         videos = list(videos.unbind(0))
-    else:
-        digests = [None] * len(videos)
     n = len(videos)
     masks = list(masks) if masks is not None else [None] * n
     poses = list(poses) if poses is not None else [None] * n
@@ -518,10 +516,13 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     budget = BATCH_BYTES if batch_bytes is None else int(batch_bytes)
     out: List[Optional[Union[ClipResult, Exception]]] = [None] * n
     batch: List[Tuple[int, _Item]] = []
+    read: Dict[int, Tuple[Optional[Clip], Optional[str]]] = {}
     for k, (video, m, p) in enumerate(zip(videos, masks, poses)):
+        if k not in read:  # the tensors from here on that fit a batch: read as batches
+            read = _read_tensors(videos, k, cfg, device, budget)
         try:
             item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k),
-                            digests[k])
+                            *read.pop(k, (None, None)))
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
             out[k] = exc if return_exceptions else _failed(video, k, exc, cfg)
             continue
@@ -532,6 +533,44 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
         batch.append((k, item))
     _score_batch(batch, out, cfg, progress, return_exceptions)
     return [r for r in out if r is not None]
+
+
+def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
+                  device: Union[None, str, torch.device], budget: int
+                  ) -> Dict[int, Tuple[Optional[Clip], Optional[str]]]:
+    """The (T, C, H, W) tensors of ``videos`` from ``start`` on (up to the first other source,
+    at most ``budget`` bytes of uint8 RGB frames, at least one) read as :func:`load_clip` reads
+    each, clips of one shape as one batch (:func:`~geocon_torch.io.clips_from_tensors`: one
+    resize and one letterbox detection per batch, each clip bit-identical to its own read).
+    {} when there are fewer than two; None for each clip when the batch does not read (each
+    is then read alone and raises its own error). Returns {position in ``videos``: (Clip,
+    content hash)}; the hashes of clips of one shape and dtype come from one host copy
+    (:func:`~geocon_torch.io.hashing.tensor_content_hashes`; None: hashed alone)."""
+    ks: List[int] = []
+    size = 0
+    for k in range(start, len(videos)):
+        v = videos[k]
+        if not isinstance(v, torch.Tensor) or v.ndim != 4:
+            break
+        size += int(v.shape[0]) * 3 * int(v.shape[-2]) * int(v.shape[-1])
+        if ks and size > budget:
+            break
+        ks.append(k)
+    if len(ks) < 2:
+        return {}
+    try:
+        clips = clips_from_tensors(
+            [videos[k] for k in ks], long_side=working_long_side(cfg, videos[ks[0]]),
+            stride=cfg.io.stride, max_frames=cfg.io.max_frames,
+            device=torch.device(device) if device is not None else None,
+            letterbox_threshold=cfg.io.letterbox_threshold,
+            letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+    except Exception:  # noqa: BLE001 - each clip is read alone and reports its own error
+        return {k: (None, None) for k in ks}
+    tensors = [videos[k] for k in ks]
+    same = len({(tuple(t.shape), t.dtype, t.device) for t in tensors}) == 1
+    digests = tensor_content_hashes(torch.stack(tensors)) if same else [None] * len(ks)
+    return dict(zip(ks, zip(clips, digests)))
 
 
 def _clip_name(video: VideoLike, k: int) -> str:

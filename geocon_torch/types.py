@@ -10,9 +10,10 @@ Conventions, everywhere in the package:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from ._checks import retired_name
 from .errors import GeoConError, ShapeError
@@ -67,20 +68,29 @@ class Clip:
                     meta=self.meta)
 
     def gray(self, dtype: torch.dtype = torch.float32,
-             indices: Optional[torch.Tensor] = None, chunk: int = 16) -> torch.Tensor:
+             indices: Optional[torch.Tensor] = None, chunk: Optional[int] = None
+             ) -> torch.Tensor:
         """(T', 1, H, W) luminance in [0, 1] (ITU-R BT.601 weights, as OpenCV's RGB2GRAY).
 
         ``indices`` (T',) selects frames (all when None). Frames are converted ``chunk`` at a time
-        so the peak extra memory is one chunk of float frames, not a float copy of the clip.
+        (None: as many as :data:`GRAY_CHUNK_PIXELS` pixels hold, at least one) so the peak
+        extra memory is one chunk of float frames, not a float copy of the clip.
         """
         frames = self.frames if indices is None else self.frames[indices.to(self.frames.device)]
         t, _, h, w = frames.shape
+        if chunk is None:
+            chunk = max(1, GRAY_CHUNK_PIXELS // max(1, int(h) * int(w)))
         out = torch.empty((t, 1, h, w), dtype=dtype, device=frames.device)
         for start in range(0, t, chunk):  # a streamed store decodes one chunk at a time
-            f = frames[start:start + chunk]
-            out[start:start + chunk] = (f[:, 0:1].to(dtype) * 0.299 + f[:, 1:2].to(dtype) * 0.587
-                                        + f[:, 2:3].to(dtype) * 0.114) / 255.0
+            f = frames[start:start + chunk].to(dtype)
+            torch.div(f[:, 0:1] * 0.299 + f[:, 1:2] * 0.587 + f[:, 2:3] * 0.114, 255.0,
+                      out=out[start:start + chunk])
         return out
+
+
+#: pixels of the frames :meth:`Clip.gray` converts at a time (its float temporaries: a few
+#: times 4 bytes per pixel)
+GRAY_CHUNK_PIXELS = 1 << 23
 
 
 @dataclass
@@ -224,17 +234,11 @@ def concat_correspondences(parts: Sequence[Correspondences], width: int = 0) -> 
     """
     n = max([int(c.x1.shape[1]) for c in parts] + [int(width)])
 
-    def pad(t: torch.Tensor, value: Any = 0) -> torch.Tensor:
-        extra = n - t.shape[1]
-        if extra == 0:
-            return t
-        shape = (t.shape[0], extra) + tuple(t.shape[2:])
-        return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], 1)
-
     return Correspondences(
-        x1=torch.cat([pad(c.x1) for c in parts]), x2=torch.cat([pad(c.x2) for c in parts]),
-        mask=torch.cat([pad(c.mask, False) for c in parts]),
-        scores=torch.cat([pad(c.scores) for c in parts]),
+        x1=pad_points([c.x1 for c in parts], n, copy=True),
+        x2=pad_points([c.x2 for c in parts], n, copy=True),
+        mask=pad_points([c.mask for c in parts], n, copy=True),
+        scores=pad_points([c.scores for c in parts], n, copy=True),
         pairs=torch.cat([c.pairs for c in parts]),
         num_kp1=torch.cat([c.num_kp1 for c in parts]),
         num_kp2=torch.cat([c.num_kp2 for c in parts]))
@@ -456,7 +460,7 @@ def pad_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     extra = n - int(t.shape[1])
     if extra == 0:
         return t
-    return torch.cat([t, t.new_zeros((t.shape[0], extra) + tuple(t.shape[2:]))], 1)
+    return F.pad(t, (0, 0) * (t.ndim - 2) + (0, extra))  # one op (constant_pad_nd)
 
 
 def pad_fit(fit: Fit, n: int) -> Fit:
@@ -466,11 +470,12 @@ def pad_fit(fit: Fit, n: int) -> Fit:
     return out
 
 
-def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None) -> torch.Tensor:
+def pad_points(tensors: Sequence[torch.Tensor], n: Optional[int] = None,
+               copy: bool = False) -> torch.Tensor:
     """(R_k, N_k, ...) tensors concatenated along rows, each zero-padded to ``n`` points (None:
-    the widest); a single tensor of width ``n`` is returned as it is."""
+    the widest); a single tensor of width ``n`` is returned as it is (``copy``: as a copy)."""
     n = max(int(t.shape[1]) for t in tensors) if n is None else n
-    if len(tensors) == 1 and int(tensors[0].shape[1]) == n:
+    if len(tensors) == 1 and int(tensors[0].shape[1]) == n and not copy:
         return tensors[0]
     return torch.cat([pad_rows(t, n) for t in tensors])
 
@@ -485,3 +490,83 @@ def concat_fits(fits: Sequence[Fit], n: Optional[int] = None) -> Fit:
     return Fit(fits[0].kind, *(pad_points([getattr(f, k) for f in fits], n)
                                if k in ("inliers", "residuals")
                                else torch.cat([getattr(f, k) for f in fits]) for k in _FIT_TENSORS))
+
+
+#: a run of rows of one output of :class:`RowLayout`: (source index, first row, row count); a
+#: source index of -1 gives rows of zeros
+RowRun = Tuple[int, int, int]
+
+
+class RowLayout:
+    """Rows of several (M_i, W_i, ...) source tensors rearranged into B outputs (R_k, N_k, ...)
+    with one gather per tensor, whatever B: how the rows of several clips, scales and pair sets
+    are cut, padded and stacked without a Python loop of tensor ops over them.
+
+    Output ``k`` is its ``runs`` (:data:`RowRun`) one after the other, every row zero-padded
+    (or cut) to the output's width ``N_k``; a run of source ``-1`` is rows of zeros. The index
+    is built once (a fixed number of ops) and serves every tensor of the same row layout
+    (x1, x2, mask, scores of Correspondences). Host work only in ``__init__`` besides one
+    host-to-device copy of the (3, R) row table.
+
+    Args:
+        src_shapes: (M_i, W_i) rows and width of every source.
+        outputs: per output, (runs, N_k).
+        device: where the sources (and the index) live.
+
+    >>> lay = RowLayout([(2, 3), (1, 1)], [([(0, 1, 1), (1, 0, 1)], 2), ([(-1, 0, 1)], 1)], "cpu")
+    >>> a, b = lay.gather([torch.arange(6.).view(2, 3), torch.full((1, 1), 9.)])
+    >>> a.tolist(), b.tolist()
+    ([[3.0, 4.0], [9.0, 0.0]], [[0.0]])
+    """
+
+    def __init__(self, src_shapes: Sequence[Tuple[int, int]],
+                 outputs: Sequence[Tuple[Sequence[RowRun], int]], device: Any) -> None:
+        offs, at = [], 0
+        for m, w in src_shapes:
+            offs.append(at)
+            at += int(m) * int(w)
+        self.num_sources, zero = len(src_shapes), at  # the zero slot after the sources
+        starts: List[int] = []  # per output row: source start, source width, output start
+        widths: List[int] = []
+        out_at: List[int] = []
+        self.shapes: List[Tuple[int, int]] = []
+        pos = 0
+        for runs, n in outputs:
+            rows = 0
+            for i, first, count in runs:
+                w = int(src_shapes[i][1]) if i >= 0 else 0
+                for r in range(int(first), int(first) + int(count)):
+                    starts.append(offs[i] + r * w if i >= 0 else zero)
+                    widths.append(w)
+                    out_at.append(pos)
+                    pos += int(n)
+                rows += int(count)
+            self.shapes.append((rows, int(n)))
+        self.length, self.zero = pos, zero
+        table = torch.tensor([starts, widths, out_at], dtype=torch.long).to(device)
+        idx = torch.arange(pos, device=table.device)
+        #: (L,) long: the output row (over all outputs) of every gathered element
+        self.row = torch.bucketize(idx, table[2], right=True) - 1
+        col = idx - table[2].index_select(0, self.row)
+        src = table[0].index_select(0, self.row) + col
+        self.index = torch.where(col < table[1].index_select(0, self.row), src,
+                                 torch.full_like(src, zero))
+
+    def flat(self, sources: Sequence[torch.Tensor]) -> torch.Tensor:
+        """(L, ...) every output's elements, output after output (sources (M_i, W_i, ...))."""
+        if len(sources) != self.num_sources:
+            raise ShapeError(f"RowLayout has {self.num_sources} sources, got {len(sources)}")
+        tail = tuple(sources[0].shape[2:])
+        buf = torch.cat([s.reshape((-1,) + tail) for s in sources]
+                        + [sources[0].new_zeros((1,) + tail)])
+        return buf.index_select(0, self.index)
+
+    def split(self, flat: torch.Tensor) -> List[torch.Tensor]:
+        """(L, ...) -> B outputs (R_k, N_k, ...) (views of ``flat``, each contiguous)."""
+        tail = tuple(flat.shape[1:])
+        parts = flat.split([r * n for r, n in self.shapes])
+        return [p.view((r, n) + tail) for p, (r, n) in zip(parts, self.shapes)]
+
+    def gather(self, sources: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """:meth:`split` of :meth:`flat`: B outputs (R_k, N_k, ...)."""
+        return self.split(self.flat(sources))

@@ -7,7 +7,8 @@ integers, ``descriptors (T, N, D)``, ``scores (T, N)`` (detector response, highe
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import (Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union,
+                    runtime_checkable)
 
 import torch
 
@@ -160,10 +161,17 @@ def compact_keypoints(kps: Keypoints, keep: Optional[torch.Tensor] = None,
         n = min(n, max_keypoints)
     order, valid = order[:, :n], valid[:, :n]
 
-    def take(t: torch.Tensor) -> torch.Tensor:
-        idx = order.reshape(order.shape + (1,) * (t.ndim - 2)).expand(order.shape + t.shape[2:])
-        out = t.gather(1, idx)
-        return out.masked_fill(~valid.reshape(valid.shape + (1,) * (t.ndim - 2)), 0)
+    pad = ~valid
+    index: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {(): (order, pad)}
+
+    def take(t: torch.Tensor) -> torch.Tensor:  # (T, N, ...): the index and padding per shape
+        tail = tuple(t.shape[2:])
+        if tail not in index:
+            ones = (1,) * len(tail)
+            index[tail] = (order.reshape(order.shape + ones).expand(order.shape + tail),
+                           pad.reshape(pad.shape + ones))
+        idx, off = index[tail]
+        return t.gather(1, idx).masked_fill(off, 0)
 
     return Keypoints(xy=take(kps.xy), descriptors=take(kps.descriptors), scores=take(kps.scores),
                      mask=valid, extra={k: take(v) for k, v in kps.extra.items()})

@@ -90,8 +90,9 @@ def quantile_bounds(values: torch.Tensor, keep: torch.Tensor, q: float, z: float
     """
     vals, n = sorted_valid(values, keep)
     half = z * torch.sqrt(q * (1.0 - q) / n.clamp_min(1).to(torch.float64))
-    return tuple(quantile_of_sorted(vals, n, p) for p in (torch.full_like(half, q), q - half,
-                                                           q + half))
+    qs = torch.stack([torch.full_like(half, q), q - half, q + half])  # the 3 at once
+    return tuple(quantile_of_sorted(vals.expand(3, *vals.shape), n.expand(3, *n.shape),
+                                    qs).unbind(0))
 
 
 def reference_scale(x1: torch.Tensor, mask: torch.Tensor,
@@ -147,16 +148,16 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
     n_f = f_in.sum(-1)
     valid = (n_f >= min_inliers) & fit_h.valid.to(x1.device) & fit_f.valid.to(x1.device)
     frac = (f_in & ~h_in).sum(-1).to(x1.dtype) / n_f.clamp_min(1).to(x1.dtype)
-    resid = masked_median(r_h, f_in)[0] / tau_h
-    sigma = (masked_median(r_fpx, f_in)[0] / 0.6745).clamp_min(sigma_floor_px)
+    med = _medians(r_h, r_fpx, f_in)
+    resid = med[0] / tau_h
+    sigma = (med[1] / 0.6745).clamp_min(sigma_floor_px)
     delta = _gric_delta(r_h, r_fpx, mask, sigma)
     # noise-relative parallax: F-inliers the best H misses by more than excess_k x sigma
     excess_thr = (excess_k * sigma).unsqueeze(-1)
     excess = ((f_in & (r_h > excess_thr)).sum(-1).to(x1.dtype)
               / n_f.clamp_min(1).to(x1.dtype))
     ref = reference_scale(x1, mask, long_side_px, gate.reference_long_side)
-    mag = quantile_bounds(r_h * ref, f_in, gate.magnitude_quantile, gate.ci_z)
-    noise = quantile_bounds(r_fpx * ref, f_in, gate.magnitude_quantile, 0.0)[0]
+    mag, noise = _magnitudes(r_h * ref, r_fpx * ref, f_in, gate.magnitude_quantile, gate.ci_z)
     zero = torch.zeros_like(frac)
     out = {"parallax_excess": excess, "parallax_fraction": frac, "residual_parallax": resid,
            "gric_delta": delta, "parallax_magnitude": mag[0], "parallax_magnitude_lo": mag[1],
@@ -164,6 +165,30 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
     out = {k: torch.where(valid, v, zero) for k, v in out.items()}
     out.update(valid=valid, num_f_inliers=n_f)
     return out
+
+
+def _medians(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    """The masked medians (P,) of ``a`` and ``b`` (P, N) over ``keep`` (P, N): both series
+    sorted and interpolated at once (values equal to two :func:`masked_median` calls)."""
+    if a.dtype != b.dtype:
+        return masked_median(a, keep)[0], masked_median(b, keep)[0]
+    return masked_median(torch.stack([a, b]), keep.expand(2, *keep.shape))[0].unbind(0)
+
+
+def _magnitudes(mag: torch.Tensor, noise: torch.Tensor, keep: torch.Tensor, q: float, z: float
+                ) -> Tuple[Tuple[torch.Tensor, ...], torch.Tensor]:
+    """``quantile_bounds(mag, keep, q, z)`` and ``quantile_bounds(noise, keep, q, 0)[0]``
+    ((P, N) values, (P, N) bool ``keep``) with one sort and one interpolation for the four
+    quantiles (the same values)."""
+    if mag.dtype != noise.dtype:
+        return quantile_bounds(mag, keep, q, z), quantile_bounds(noise, keep, q, 0.0)[0]
+    vals, n = sorted_valid(torch.stack([mag, noise]), keep.expand(2, *keep.shape))
+    half = z * torch.sqrt(q * (1.0 - q) / n[0].clamp_min(1).to(torch.float64))
+    at = torch.full_like(half, q)
+    pick = torch.tensor([0, 0, 0, 1], device=vals.device)  # mag at 3 quantiles, noise at q
+    out = quantile_of_sorted(vals.index_select(0, pick), n.index_select(0, pick),
+                             torch.stack([at, q - half, q + half, at])).unbind(0)
+    return out[:3], out[3]
 
 
 def _gric_delta(r_h: torch.Tensor, r_fpx: torch.Tensor, mask: torch.Tensor,

@@ -30,7 +30,8 @@ memory at full resolution. Tensors are resized on their own device (antialiased 
 ``read_clips`` reads a (B, T, C, H, W) batch or a list of sources.
 
 One tensor -> Clip path: ``check_clip_tensor`` (the rule) and ``clips_from_tensor`` /
-``clip_from_tensor`` (the conversion; ``long_side`` defaults to None = native pixels there) are
+``clip_from_tensor`` / ``clips_from_tensors`` (the conversion, of a batch, one clip or a list of
+clips read as batches of one shape; ``long_side`` defaults to None = native pixels there) are
 what ``read_clip``'s tensor branch, ``score_clip``, the epipolar sections and every Metric class
 use, so a batch is accepted or rejected the same way everywhere.
 
@@ -54,7 +55,7 @@ from .framestore import VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .probe import VideoInfo, probe_video
 from .reader import (DEFAULT_FPS, check_clip_tensor, clip_from_tensor, clips_from_tensor,
-                     read_clip, read_clips)
+                     clips_from_tensors, read_clip, read_clips)
 from .resize import WorkingSize, working_size
 from .pairs import (background_pairs, foreground_pairs, gvgc_pairs, make_pairs,
                     gate_pair_tiers, parallax_gate_pairs, spread_evenly, worldatlas_pairs)
@@ -62,7 +63,8 @@ from .sampling import FrameSelection, frame_selection
 from .writer import write_gif, write_image_folder, write_video
 
 __all__ = [
-    "read_clip", "read_clips", "clip_from_tensor", "clips_from_tensor", "check_clip_tensor",
+    "read_clip", "read_clips", "clip_from_tensor", "clips_from_tensor", "clips_from_tensors",
+    "check_clip_tensor",
     "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
     "background_pairs", "parallax_gate_pairs", "gate_pair_tiers", "worldatlas_pairs",
     "gvgc_pairs", "foreground_pairs",

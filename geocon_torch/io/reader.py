@@ -344,6 +344,38 @@ def clip_from_tensor(frames: torch.Tensor, *, name: str = "tensor", **kwargs: An
     return _tensor_clips(frames.unsqueeze(0), [name], **kwargs)[0]
 
 
+def clips_from_tensors(videos: Sequence[torch.Tensor], *, names: Optional[Sequence[str]] = None,
+                       **kwargs: Any) -> List[Clip]:
+    """:func:`clip_from_tensor` of every (T, C, H, W) tensor of ``videos`` (named ``names``,
+    default "tensor"), the clips of one shape, dtype and device read as one batch (one resize
+    and one letterbox detection per batch, :func:`clips_from_tensor`'s path): each clip equals
+    the one :func:`clip_from_tensor` gives, bit for bit. Raises ClipTensorError (the first
+    malformed tensor) before any work.
+
+    Example:
+        >>> import torch
+        >>> from geocon_torch.io import clips_from_tensors
+        >>> clips = clips_from_tensors([torch.rand(3, 3, 32, 48), torch.rand(2, 1, 20, 20)] * 2)
+        >>> [tuple(c.frames.shape) for c in clips][:2], clips[0].name
+        ([(3, 3, 32, 48), (2, 3, 20, 20)], 'tensor')
+    """
+    names = ["tensor"] * len(videos) if names is None else list(names)
+    for frames in videos:
+        if isinstance(frames, torch.Tensor) and frames.ndim == 5:
+            raise ClipTensorError(f"one clip is (T, C, H, W); got a batch "
+                                  f"{tuple(frames.shape)}: use clips_from_tensor / read_clips")
+        check_clip_tensor(frames)
+    groups: Dict[tuple, List[int]] = {}
+    for k, frames in enumerate(videos):
+        groups.setdefault((tuple(frames.shape), frames.dtype, str(frames.device)), []).append(k)
+    out: List[Optional[Clip]] = [None] * len(videos)
+    for g in groups.values():
+        x = videos[g[0]].unsqueeze(0) if len(g) == 1 else torch.stack([videos[k] for k in g])
+        for k, clip in zip(g, _tensor_clips(x, [names[k] for k in g], **kwargs)):
+            out[k] = clip
+    return out  # type: ignore[return-value]
+
+
 def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int] = None,
                   stride: int = 1, max_frames: Optional[int] = None,
                   indices: Optional[Iterable[int]] = None,
@@ -374,11 +406,11 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     fractions = _content_fraction(masks).tolist()  # one transfer for the batch
     source_fps, fps_source = _pick_fps(None, fps)
     clips = []
-    for k in range(b):
+    for k, (frames, mask) in enumerate(zip(out.unbind(0), masks.unbind(0))):  # views
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source)
-        clips.append(_finish(out[k], idx.tolist(), ws, sel.fps(source_fps), names[k], meta,
-                             opts, mask=masks[k], fraction=fractions[k]))
+        clips.append(_finish(frames, idx.tolist(), ws, sel.fps(source_fps), names[k], meta,
+                             opts, mask=mask, fraction=fractions[k]))
     return clips
 
 

@@ -45,8 +45,8 @@ from ..segment import load_masks, masks_method
 from ..segment.seeds import motion_masks_batch
 from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
-from ..types import Clip, Correspondences, Fit, concat_correspondences, empty_rows
-from .fits import ClipRows, MergedFits, fit_merged, pad_points
+from ..types import Clip, Correspondences, Fit, RowLayout
+from .fits import ClipRows, MergedFits, fit_merged
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -122,16 +122,19 @@ class _Stack:
     view: Optional[Dict[str, Any]] = None  # the gate view's info: its rows are in view px
     pair_list: List[List[int]] = field(default_factory=list)  # ``pairs`` on the host
 
-    def long_side_px(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def long_side_px(self, rows: Optional[List[int]] = None) -> torch.Tensor:
         """(R,) long side (px) of the frame each row's points are in: the working side, the
-        view's for the gate rows when the gate has its own view (``rows``: a subset)."""
-        q, dev = int(self.pairs.shape[0]), self.x1.device
-        rows = torch.arange(len(self.scales) * q, device=dev) if rows is None else rows
-        side = torch.full((int(rows.numel()),), float(self.working_long_side),
-                          dtype=self.x1.dtype, device=dev)
-        if self.view is not None:
-            side[(rows % q) >= self.num_evaluated] = float(self.view["long_side"])
-        return side
+        view's for the gate rows when the gate has its own view (``rows``: a subset, host
+        row numbers); built on the host (:meth:`long_side_list`): one op."""
+        return torch.tensor(self.long_side_list(rows), dtype=self.x1.dtype).to(self.x1.device)
+
+    def long_side_list(self, rows: Optional[List[int]] = None) -> List[float]:
+        """:meth:`long_side_px` as a host list."""
+        q, p = int(self.pairs.shape[0]), self.num_evaluated
+        rows = range(len(self.scales) * q) if rows is None else rows
+        work = float(self.working_long_side)
+        view = work if self.view is None else float(self.view["long_side"])
+        return [view if r % q >= p else work for r in rows]
 
     def working_points(self, rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(x1, x2) of ``rows`` in working px (gate rows mapped back from view px)."""
@@ -143,9 +146,8 @@ class _Stack:
 
     def _rows(self, first: int, last: int, scales: slice) -> torch.Tensor:
         """Rows of pairs [first, last) at the scales ``scales``, scale-major."""
-        q, dev = int(self.pairs.shape[0]), self.x1.device
-        base = torch.arange(len(self.scales), device=dev)[scales].view(-1, 1) * q
-        return (base + torch.arange(first, last, device=dev).view(1, -1)).reshape(-1)
+        return torch.tensor(self.row_list(first, last, scales), dtype=torch.long).to(
+            self.x1.device)  # built on the host: one op
 
     def row_list(self, first: int, last: int, scales: slice) -> List[int]:
         """:meth:`_rows` as a host list (no device work)."""
@@ -187,6 +189,8 @@ class _Segmented:
     pre: Optional[Tuple[Fit, Fit]]
     pre_rows: torch.Tensor
     pre_mask: torch.Tensor
+    pre_list: List[int] = field(default_factory=list)  # ``pre_rows`` on the host
+    pre_points: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # x1, x2, scores
     removed: Optional[torch.Tensor] = None  # () long: evaluated matches the masks removed
 
 
@@ -281,8 +285,8 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
         live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
         pre = fit_merged([_pre_rows(j) for j in live], cfg) if live else None
-        for k, j in enumerate(live):
-            j.seg.pre = pre.clip(k)
+        for j, fits in zip(live, pre.clips() if live else []):
+            j.seg.pre = fits
     _segment_all([j for j in jobs if j.result is None], cfg, device, timer,
                  (live, pre) if live else None)
     live = [j for j in jobs if j.result is None]
@@ -326,13 +330,19 @@ def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
     method = masks_method(cfg, job.masks)
     job.out.backends["masks"] = method
     stack = job.stack
-    pre_rows = torch.cat([stack.finest, stack.finest_gate])
-    job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows])
+    p, q = stack.num_evaluated, int(stack.pairs.shape[0])
+    rows = stack.row_list(0, p, slice(-1, None)) + stack.row_list(p, q, slice(-1, None))
+    pre_rows = torch.tensor(rows, dtype=torch.long).to(stack.x1.device)
+    job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows], rows)
 
 
 def _pre_rows(job: _Job) -> ClipRows:
-    st, rows = job.stack, job.seg.pre_rows
-    return ClipRows(st.x1[rows], st.x2[rows], job.seg.pre_mask, st.scores[rows], rows=rows)
+    """The finest rows the preliminary fits read (their points kept in ``seg.pre_points``)."""
+    st, seg = job.stack, job.seg
+    if seg.pre_points is None:
+        seg.pre_points = (st.x1[seg.pre_rows], st.x2[seg.pre_rows], st.scores[seg.pre_rows])
+    x1, x2, scores = seg.pre_points
+    return ClipRows(x1, x2, seg.pre_mask, scores, rows=seg.pre_rows)
 
 
 def _final_rows(job: _Job) -> ClipRows:
@@ -356,9 +366,9 @@ def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch
     if not done:
         return
     medians = _median_matches([j.stack for j in done])
-    removed = [j.seg.removed.double().reshape(1).to(medians.device) for j in done
-               if j.seg.removed is not None]
-    host = torch.cat([medians] + removed).tolist()  # one host transfer for all clips
+    removed = [j.seg.removed.to(medians.device) for j in done if j.seg.removed is not None]
+    host = torch.cat([medians] + ([torch.stack(removed).double()] if removed else [])
+                     ).tolist()  # one host transfer for all clips
     counts = iter(host[len(done):])
     for j, med in zip(done, host):
         if j.seg.removed is not None:
@@ -377,70 +387,149 @@ def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.d
     """Correspondences of every clip's evaluated pairs and (weight-free gate only: the gate
     reads wider baselines, where parallax grows) gate pairs, every scale stacked into the
     clip's :class:`_Stack`. Clips of one size go through the feature stage together
-    (:func:`_merged`: one frame batch, chunked by ``features.chunk_frames``, not by clip)."""
+    (:func:`_merged`: one frame batch, chunked by ``features.chunk_frames``, not by clip), and
+    the stacks of all clips are cut from their results at once (:func:`_stack_all`)."""
     gps = [parallax_gate_pairs(j.clip.num_frames, cfg.gate.parallax_pairs) if j.ext is None
            else torch.zeros(0, 2, dtype=torch.long) for j in jobs]
+    both, host = _host_pairs([j.pairs for j in jobs], gps)
     with timer("features"):
-        viewed = [(j, gp) for j, gp in zip(jobs, gps) if gp.shape[0]]
-        views = dict(zip([id(j) for j, _ in viewed], _merged(
-            [j.clip for j, _ in viewed], [gp for _, gp in viewed],
-            lambda clip, pairs: gate_view_correspondences(clip, pairs, cfg, device))))
-        asked = [j.pairs if views.get(id(j)) else torch.cat([j.pairs, gp])
-                 for j, gp in zip(jobs, gps)]
+        viewed = [k for k, gp in enumerate(gps) if gp.shape[0]]
+        views = [([viewed[i] for i in g], got) for g, got in _merged(
+            [jobs[k].clip for k in viewed], [gps[k] for k in viewed],
+            lambda clip, pairs: gate_view_correspondences(clip, pairs, cfg, device))]
+        has_view = {k for g, got in views if got is not None for k in g}
+        asked = [j.pairs if k in has_view else both[k] for k, j in enumerate(jobs)]
         corrs = _merged([j.clip for j in jobs], asked, lambda clip, pairs: extract_correspondences(
             clip, pairs, cfg.features, device=device))
-    host = _host_pairs([j.pairs for j in jobs], gps)
-    for j, gp, c, hp in zip(jobs, gps, corrs, host):
-        _run(j, lambda job: _match_job(job, gp, c, views.get(id(job)), cfg, device, hp))
+    _stack_all(jobs, [int(gp.shape[0]) for gp in gps], both, host, corrs, views, cfg, device)
     _texture_check([j for j in jobs if j.result is None], cfg)
 
 
 def _host_pairs(pairs: Sequence[torch.Tensor], gps: Sequence[torch.Tensor]
-                ) -> List[List[List[int]]]:
-    """Every clip's evaluated then gate pairs as host lists: one transfer for all clips."""
-    both = [torch.cat([p.reshape(-1, 2).to(g.device).long(), g.long()]) for p, g in zip(pairs, gps)]
-    flat = torch.cat(both).tolist() if both else []
-    starts = list(accumulate((int(b.shape[0]) for b in both), initial=0))
-    return [flat[a:b] for a, b in zip(starts, starts[1:])]
+                ) -> Tuple[List[torch.Tensor], List[List[List[int]]]]:
+    """Every clip's evaluated then gate pairs (Q_b, 2) long (views of one concatenation) and
+    the same as host lists: one transfer for all clips."""
+    if not pairs:
+        return [], []
+    flat = torch.cat([t for p, g in zip(pairs, gps) for t in (p.to(g.device).long(), g.long())])
+    sizes = [int(p.shape[0]) + int(g.shape[0]) for p, g in zip(pairs, gps)]
+    rows = flat.tolist()
+    starts = list(accumulate(sizes, initial=0))
+    return list(flat.split(sizes)), [rows[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def _match_job(job: _Job, gp: torch.Tensor, corrs: Dict[float, Correspondences],
-               view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
-               device: Optional[torch.device], pair_list: List[List[int]]) -> None:
-    """The clip's stack; stops the clip when its frames are too small for any feature scale."""
-    job.stack = _stack(job.clip, job.pairs, gp, corrs, view, cfg, device, job.out.backends)
-    if job.stack is None:
-        job.out.block["reason"] = "frames too small for any feature scale"
-        job.stop()
-    else:
-        job.stack.pair_list = pair_list
+#: the groups of a merged feature stage: (member indices, ``fn``'s result for all of them)
+_Groups = List[Tuple[List[int], Any]]
 
 
-def _stack(clip: Clip, pairs: torch.Tensor, gp: torch.Tensor,
-           corrs: Dict[float, Correspondences],
-           view: Optional[Tuple[Correspondences, Dict[str, Any]]], cfg: GeoConConfig,
-           device: Optional[torch.device], backends: Dict[str, Any]) -> Optional[_Stack]:
-    """The evaluated rows ``corrs`` and the gate rows (the gate's ``view``, at the finest
-    scale only, when it has one) stacked; None when no scale fits the frames."""
-    all_pairs = torch.cat([pairs, gp]) if gp.shape[0] else pairs
+def _stack_head(job: _Job, num_gate: int, view: Optional[Dict[str, Any]], has_scales: bool,
+                cfg: GeoConConfig, device: Optional[torch.device]) -> None:
+    """The clip's feature backends (``view``: the gate view's info, if any); stops the clip
+    when its frames are too small for any feature scale (``has_scales`` False)."""
+    backends = job.out.backends
     backends["features"] = resolve_backend(cfg.features.backend, device)
     backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
                                                 cfg.features.scales)
-    if gp.shape[0]:
-        backends["gate_view"] = view[1] if view else {
-            "backend": backends["features"], "long_side": max(clip.size), "source": "scoring"}
-    if not corrs:
-        return None
-    scales = sorted(corrs)
-    if view:  # the gate rows come from the gate's view, at the finest scale only
-        corrs = {s: concat_correspondences([c, view[0] if s == scales[-1]
-                                            else empty_rows(view[0])])
-                 for s, c in corrs.items()}
-    c = concat_correspondences([corrs[s] for s in scales])
-    stack = _Stack(scales, all_pairs, int(pairs.shape[0]), c.x1, c.x2, c.mask, c.scores,
-                   max(clip.size), view[1] if view else None)
-    stack.mask[stack.coarse_gate] = False  # the gate reads the finest rows: the rest cost nothing
-    return stack
+    if num_gate:
+        backends["gate_view"] = view if view else {
+            "backend": backends["features"], "long_side": max(job.clip.size),
+            "source": "scoring"}
+    if not has_scales:
+        job.out.block["reason"] = "frames too small for any feature scale"
+        job.stop()
+
+
+def _stack_all(jobs: Sequence[_Job], num_gate: Sequence[int], both: Sequence[torch.Tensor],
+               host: Sequence[List[List[int]]], corrs: _Groups, views: _Groups,
+               cfg: GeoConConfig, device: Optional[torch.device]) -> None:
+    """Every clip's :class:`_Stack` from the merged feature results: per scale (coarsest first)
+    its P evaluated rows, then its G gate rows (the gate view's at the finest scale and empty
+    rows below it when the gate has a view, else the scoring rows with their coarser masks
+    cleared), each clip's point axis as wide as its widest row (what the clip scored alone
+    gets). All clips' rows are cut, padded and stacked by one gather per tensor
+    (:class:`~geocon_torch.types.RowLayout`), whatever B; one host transfer of row counts."""
+    src: List[Correspondences] = []
+    merged: List[bool] = []
+    where: Dict[int, list] = {}  # job -> [{scale: source}, first row, view source, first row]
+    for g, got in views:
+        if got is not None:
+            at = 0
+            for k in g:
+                where[k] = [None, 0, len(src), at]
+                at += num_gate[k]
+            src.append(got[0])
+            merged.append(len(g) > 1)
+    for g, got in corrs:
+        ids = {}
+        for s, c in sorted((got or {}).items()):
+            ids[s] = len(src)
+            src.append(c)
+            merged.append(len(g) > 1)
+        at = 0
+        for k in g:
+            where.setdefault(k, [None, 0, None, 0])[:2] = [ids, at]
+            at += int(jobs[k].pairs.shape[0]) + (0 if where[k][2] is not None else num_gate[k])
+    infos = {k: got[1] for g, got in views if got is not None for k in g}
+    for k, j in enumerate(jobs):
+        _run(j, lambda job: _stack_head(job, num_gate[k], infos.get(k), bool(where[k][0]), cfg,
+                                        device))
+    live = [k for k, j in enumerate(jobs) if j.result is None]
+    if not live:
+        return
+    try:
+        _fill_stacks([jobs[k] for k in live], [num_gate[k] for k in live],
+                     [both[k] for k in live], [host[k] for k in live], src, merged,
+                     [where[k] for k in live], [infos.get(k) for k in live])
+    except Exception as exc:  # noqa: BLE001 - one tensor program: every clip gets the error
+        for k in live:
+            jobs[k].result = exc
+
+
+def _fill_stacks(jobs: Sequence[_Job], num_gate: Sequence[int], both: Sequence[torch.Tensor],
+                 host: Sequence[List[List[int]]], src: Sequence[Correspondences],
+                 merged: Sequence[bool], where: Sequence[list],
+                 infos: Sequence[Optional[Dict[str, Any]]]) -> None:
+    """:func:`_stack_all`'s tensor work: the widths (a merged source's rows cut to each clip's
+    widest row, one host transfer for all), the :class:`~geocon_torch.types.RowLayout` of every
+    clip's rows and one gather per tensor."""
+    counted = [c.mask.sum(1) for c, m in zip(src, merged) if m]
+    flat_counts = torch.cat(counted).tolist() if counted else []
+    counts, at = [], 0
+    for c, m in zip(src, merged):
+        n = int(c.mask.shape[0]) if m else 0
+        counts.append(flat_counts[at:at + n] if m else None)
+        at += n
+
+    def width(i: int, first: int, rows: int) -> int:
+        if counts[i] is None:
+            return int(src[i].x1.shape[1])
+        return max(counts[i][first:first + rows], default=0)
+
+    outputs, keep = [], []
+    for j, g, (ids, at, vi, vat) in zip(jobs, num_gate, where):
+        p, scales = int(j.pairs.shape[0]), sorted(ids)
+        rows_c = p + (g if vi is None else 0)
+        runs, n = [], 0
+        for s in scales:
+            runs.append((ids[s], at, rows_c))
+            n = max(n, width(ids[s], at, rows_c))
+            if vi is not None:
+                runs.append((vi, vat, g) if s == scales[-1] else (-1, 0, g))
+            keep += [True] * p + [s == scales[-1]] * g
+        if vi is not None:
+            n = max(n, width(vi, vat, g))
+        outputs.append((runs, n))
+    dev = src[0].x1.device
+    lay = RowLayout([tuple(c.mask.shape) for c in src], outputs, dev)
+    x1, x2, scores = (lay.gather([getattr(c, name) for c in src])
+                      for name in ("x1", "x2", "scores"))
+    mask = lay.flat([c.mask for c in src])
+    if not all(keep):  # the gate reads the finest rows: the coarser ones cost nothing
+        mask = mask & torch.tensor(keep, dtype=torch.bool).to(dev).index_select(0, lay.row)
+    for k, (j, m) in enumerate(zip(jobs, lay.split(mask))):
+        j.stack = _Stack(sorted(where[k][0]), both[k], int(j.pairs.shape[0]), x1[k], x2[k], m,
+                         scores[k], max(j.clip.size), infos[k])
+        j.stack.pair_list = host[k]
 
 
 def _merge_key(clip: Clip) -> Optional[tuple]:
@@ -453,12 +542,11 @@ def _merge_key(clip: Clip) -> Optional[tuple]:
 
 
 def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
-            fn: Callable[[Clip, torch.Tensor], Any]) -> List[Any]:
-    """``fn(clip, pairs)`` of every clip, clips of one :func:`_merge_key` (and content mask)
-    as one clip of all their frames (their pairs offset into it); each clip gets its own rows
-    back, cut to its own width (:func:`_split_rows`). ``fn`` returns {scale: Correspondences},
-    (Correspondences, info) or None."""
-    out: List[Any] = [None] * len(clips)
+            fn: Callable[[Clip, torch.Tensor], Any]) -> _Groups:
+    """``fn(clip, pairs)`` of every group of clips of one :func:`_merge_key` (and content mask)
+    as one clip of all their frames (their pairs offset into it, their rows one after the
+    other in the result). Returns (member indices, ``fn``'s result) per group; ``fn`` returns
+    {scale: Correspondences}, (Correspondences, info) or None."""
     groups: List[List[int]] = []
     for k, clip in enumerate(clips):
         key = _merge_key(clip)
@@ -468,9 +556,10 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
             groups.append([k])
         else:
             home.append(k)
+    out: _Groups = []
     for g in groups:
         if len(g) == 1:
-            out[g[0]] = fn(clips[g[0]], pairs[g[0]])
+            out.append((g, fn(clips[g[0]], pairs[g[0]])))
             continue
         starts = list(accumulate((clips[k].num_frames for k in g), initial=0))
         first = clips[g[0]]
@@ -478,36 +567,10 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
                         frame_indices=torch.cat([clips[k].frame_indices for k in g]),
                         name="batch", meta={})
         dev = pairs[g[0]].device  # the offset pairs come to the host in one transfer
-        got = fn(batch, torch.cat([pairs[k].to(dev) + a for k, a in zip(g, starts)]).cpu())
-        sizes = [int(pairs[k].shape[0]) for k in g]
-        for k, part in zip(g, _split_rows(got, sizes, [pairs[k] for k in g])):
-            out[k] = part
+        offset = torch.tensor([a for k, a in zip(g, starts) for _ in range(int(pairs[k].shape[0]))],
+                              dtype=torch.long).view(-1, 1).to(dev)
+        out.append((g, fn(batch, (torch.cat([pairs[k].to(dev) for k in g]) + offset).cpu())))
     return out
-
-
-def _split_rows(got: Any, sizes: Sequence[int], pairs: Sequence[torch.Tensor]) -> List[Any]:
-    """The rows of each clip of a merged result (``sizes``: rows per clip, in order), every
-    Correspondences cut to the width of its clip's largest row (what the clip alone gets)."""
-    if got is None:
-        return [None] * len(sizes)
-    if isinstance(got, tuple):
-        return [(c, got[1]) for c in _split_corrs(got[0], sizes, pairs)]
-    per_scale = {s: _split_corrs(c, sizes, pairs) for s, c in got.items()}
-    return [{s: parts[k] for s, parts in per_scale.items()} for k in range(len(sizes))]
-
-
-def _split_corrs(c: Correspondences, sizes: Sequence[int], pairs: Sequence[torch.Tensor]
-                 ) -> List[Correspondences]:
-    bounds = list(accumulate(sizes, initial=0))
-    dev, count = c.mask.device, c.mask.sum(1)
-    # the clip of every row (no data-dependent size: a sync-free bucketize)
-    owner = torch.bucketize(torch.arange(bounds[-1], device=dev),
-                            torch.tensor(bounds[1:-1], dtype=torch.long, device=dev), right=True)
-    widths = count.new_zeros(len(sizes)).scatter_reduce(
-        0, owner, count, "amax").tolist()  # every clip's widest row: one host transfer
-    return [Correspondences(c.x1[a:b, :n], c.x2[a:b, :n], c.mask[a:b, :n], c.scores[a:b, :n],
-                            p.to(c.pairs.device), c.num_kp1[a:b], c.num_kp2[a:b])
-            for a, b, n, p in zip(bounds, bounds[1:], widths, pairs)]
 
 
 def _median_matches(stacks: Sequence[_Stack]) -> torch.Tensor:
@@ -571,13 +634,13 @@ def _motion_objects(jobs: Sequence[_Job], cfg: GeoConConfig,
     whose residuals the seeds reuse); ``merged``: the jobs' preliminary fits as one batch, or
     None."""
     st = [j.stack for j in jobs]
-    x1 = [s.x1[j.seg.pre_rows] for s, j in zip(st, jobs)]
-    x2 = [s.x2[j.seg.pre_rows] for s, j in zip(st, jobs)]
+    x1 = [_pre_rows(j).x1 for j in jobs]
+    x2 = [_pre_rows(j).x2 for j in jobs]
     pairs = [s.pairs[:s.num_evaluated] for s in st]
     masks, fits = [j.seg.pre_mask for j in jobs], [j.seg.pre for j in jobs]
     regimes, residuals = preliminary_regimes(
         fits, x1, x2, masks, [s.num_evaluated for s in st], [j.ext for j in jobs], cfg,
-        long_side_px=[s.long_side_px(j.seg.pre_rows) for s, j in zip(st, jobs)],
+        long_side_px=[s.long_side_px(j.seg.pre_list) for s, j in zip(st, jobs)],
         gate_pairs=[s.pair_list[s.num_evaluated:] for s in st],
         merged=(merged.fit_h, merged.fit_f) if merged is not None else None)
     out = motion_masks_batch([j.clip for j in jobs], pairs, x1, x2, masks, fits, cfg, regimes,
@@ -660,13 +723,13 @@ class _Merged:
 
 
 def _merge(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig) -> _Merged:
-    """The live clips' rows as one batch and, over all of them at once, each model's
-    residuals, per-row IR / GE (eqs. 7-12) and the gate statistics."""
-    bc, n = cfg.background, fits.width
-    st = [j.stack for j in jobs]
-    m = _Merged(fits, pad_points([s.x1 for s in st], n), pad_points([s.x2 for s in st], n),
-                pad_points([s.mask for s in st], n),
-                torch.cat([s.long_side_px() for s in st]) if len(st) > 1 else st[0].long_side_px())
+    """The live clips' rows as one batch (the rows ``fits`` were fitted on: ``jobs`` are the
+    clips fitted, in order) and, over all of them at once, each model's residuals, per-row
+    IR / GE (eqs. 7-12) and the gate statistics."""
+    bc, st = cfg.background, [j.stack for j in jobs]
+    m = _Merged(fits, *fits.points,  # the rows as fitted (every clip's padded to the widest)
+                torch.tensor([v for s in st for v in s.long_side_list()],
+                             dtype=st[0].x1.dtype).to(st[0].x1.device))
     fit_h, fit_f = fits.fit_h, fits.fit_f
     m.r_h = homography_residuals(fit_h, m.x1, m.x2)  # each model's residuals once
     m.r_f = fundamental_residuals(fit_f, m.x1, m.x2, m.mask)

@@ -15,7 +15,7 @@ import torch
 
 from ..config import GeoConConfig
 from ..geometry import ransac_fundamental, ransac_homography
-from ..types import _FIT_TENSORS, Fit, pad_fit, pad_points
+from ..types import _FIT_TENSORS, Fit, concat_fits, pad_points
 
 
 #: rows per batched RANSAC call (bounds the fits' memory on long clips; results identical)
@@ -120,6 +120,19 @@ def _trim_fit(fit: Fit, rows: slice, n: int) -> Fit:
 _FIELDS = _FIT_TENSORS  # the Fit's tensors, in order
 
 
+def _split_fit(fit: Fit, sizes: Sequence[int], widths: Sequence[int]) -> List[Fit]:
+    """``fit``'s rows cut into blocks of ``sizes`` rows, inliers / residuals cut to each
+    block's width (one split per tensor; a block as wide as ``fit`` keeps its columns)."""
+    parts = [getattr(fit, k).split(list(sizes)) for k in _FIELDS]
+    out = []
+    for b, n in enumerate(widths):
+        f = Fit(fit.kind, *(p[b] for p in parts))
+        if int(n) != int(fit.inliers.shape[1]):
+            f.inliers, f.residuals = f.inliers[:, :n], f.residuals[:, :n]
+        out.append(f)
+    return out
+
+
 @dataclass
 class MergedFits:
     """The fits of the rows of several clips from one batched call per model.
@@ -127,6 +140,9 @@ class MergedFits:
     Attributes:
         fit_h, fit_f: fits of all rows, clip after clip (point axis zero-padded to ``width``).
         starts, sizes, widths: each clip's first row, row count and own point width.
+        points: the (x1, x2, mask) rows that were fitted, as fitted ((R, width, 2), (R, width,
+            2), (R, width) bool: every clip's rows zero-padded to ``width``), so the callers'
+            residuals read them without padding them again.
     """
 
     fit_h: Fit
@@ -134,10 +150,18 @@ class MergedFits:
     starts: List[int]
     sizes: List[int]
     widths: List[int]
+    points: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
 
     @property
     def width(self) -> int:
         return int(self.fit_h.inliers.shape[1])
+
+    def clips(self) -> List[Tuple[Fit, Fit]]:
+        """:meth:`clip` of every clip, the rows of all clips cut by one split per tensor."""
+        if len(self.sizes) == 1:
+            return [self.clip(0)]
+        return list(zip(*(_split_fit(f, self.sizes, self.widths) for f in (self.fit_h,
+                                                                           self.fit_f))))
 
     def clip(self, k: int) -> Tuple[Fit, Fit]:
         """Clip ``k``'s (fit_h, fit_f): its rows, cut to its own width."""
@@ -159,25 +183,25 @@ def fit_merged(parts: Sequence[ClipRows], config: GeoConConfig) -> MergedFits:
     sizes = [int(p.x1.shape[0]) for p in parts]
     starts = list(accumulate(sizes[:-1], initial=0))
     widths = [int(p.x1.shape[1]) for p in parts]
-    ids = torch.cat([torch.arange(r, device=dev) if p.rows is None else p.rows.to(dev).long()
-                     for p, r in zip(parts, sizes)])
+    ids = _row_ids(parts, sizes, dev)
     if len(parts) == 1:  # no copies: one clip's rows as they are (bounded memory)
         p = parts[0]
         return MergedFits(*fit_reusing(p.x1, p.x2, p.mask, p.scores, config, p.pre, p.pre_rows,
-                                       p.pre_mask, row_ids=ids), starts, sizes, widths)
+                                       p.pre_mask, row_ids=ids), starts, sizes, widths,
+                          (p.x1, p.x2, p.mask))
     cat = lambda name: pad_points([getattr(p, name) for p in parts], n)  # noqa: E731
     with_pre = [(k, p) for k, p in enumerate(parts) if p.pre is not None]
     pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None
-    if with_pre:
-        pre = tuple(Fit.assemble(sum(int(p.pre_rows.numel()) for _, p in with_pre), [
-            (torch.arange(a, a + int(p.pre_rows.numel()), device=dev), pad_fit(p.pre[m], n))
-            for a, (_, p) in zip(_offsets([p.pre_rows for _, p in with_pre]), with_pre)])
-            for m in range(2))
-        pre_rows = torch.cat([p.pre_rows.to(dev) + starts[k] for k, p in with_pre])
+    if with_pre:  # the preliminary fits one after the other, their rows offset by the clip's
+        pre = tuple(concat_fits([p.pre[m] for _, p in with_pre], n) for m in range(2))
+        offset = torch.tensor([starts[k] for k, p in with_pre for _ in range(
+            int(p.pre_rows.numel()))], dtype=torch.long).to(dev)
+        pre_rows = torch.cat([p.pre_rows.to(dev) for _, p in with_pre]) + offset
         pre_mask = pad_points([p.pre_mask for _, p in with_pre], n)
-    fit_h, fit_f = fit_reusing(cat("x1"), cat("x2"), cat("mask"), cat("scores"), config, pre,
-                               pre_rows, pre_mask, row_ids=ids)
-    return MergedFits(fit_h, fit_f, starts, sizes, widths)
+    points = (cat("x1"), cat("x2"), cat("mask"))
+    fit_h, fit_f = fit_reusing(*points, cat("scores"), config, pre, pre_rows, pre_mask,
+                               row_ids=ids)
+    return MergedFits(fit_h, fit_f, starts, sizes, widths, points)
 
 
 def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit, Fit]]:
@@ -185,10 +209,14 @@ def fit_clips(parts: Sequence[ClipRows], config: GeoConConfig) -> List[Tuple[Fit
     width N (each equal to the part fitted alone, bit for bit on the CPU)."""
     if not parts:
         return []
-    merged = fit_merged(parts, config)
-    return [merged.clip(k) for k in range(len(parts))]
+    return fit_merged(parts, config).clips()
 
 
-def _offsets(tensors: Sequence[torch.Tensor]) -> List[int]:
-    sizes = [int(t.numel()) for t in tensors]
-    return [sum(sizes[:k]) for k in range(len(sizes))]
+def _row_ids(parts: Sequence[ClipRows], sizes: Sequence[int], dev: torch.device
+             ) -> torch.Tensor:
+    """(R,) long seed position of every row of ``parts`` in its own clip (``part.rows``, or
+    ``arange(R_k)`` where None): one host-built tensor when no part gives its rows."""
+    if all(p.rows is None for p in parts):
+        return torch.tensor([i for r in sizes for i in range(r)], dtype=torch.long).to(dev)
+    return torch.cat([torch.arange(r, device=dev) if p.rows is None else p.rows.to(dev).long()
+                      for p, r in zip(parts, sizes)])
