@@ -131,9 +131,10 @@ def _sync_free(device: torch.device) -> bool:
 
 
 def _rows(M: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
-    """``M X`` for models (A, K, 3, 3) and points (A, 3, N) -> (A, K, 3, N) (one batched GEMM)."""
+    """``M X`` for models (A, K, 3, 3) and points (A, 3, N) -> (A, K, 3, N) (one batched GEMM:
+    ``bmm``, the kernel ``matmul`` would reach through a few more ops)."""
     A, K = M.shape[:2]
-    return torch.matmul(M.reshape(A, K * 3, 3), Xt).view(A, K, 3, -1)
+    return torch.bmm(M.reshape(A, K * 3, 3), Xt).view(A, K, 3, -1)
 
 
 def _h_transfer_sq(U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
