@@ -108,6 +108,13 @@ class _Context:
         return _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n), mask, s1.to(dtype),
                         s2.to(dtype), m1, m2)
 
+    def scale_sq(self, image: int) -> torch.Tensor:
+        """(A, 1, 1) squared Hartley scale of image 1 or 2 (computed once per context)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        if image not in memo:
+            memo[image] = (self.s1 if image == 1 else self.s2).view(-1, 1, 1) ** 2
+        return memo[image]
+
     def index(self, idx: torch.Tensor) -> "_Context":
         pick = lambda t: None if t is None else t[idx]  # noqa: E731
         return _Context(*(pick(getattr(self, f.name)) for f in fields(self)))
@@ -137,33 +144,34 @@ def _rows(M: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
     return torch.bmm(M.reshape(A, K * 3, 3), Xt).view(A, K, 3, -1)
 
 
-def _h_transfer_sq(U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Squared distance between pi(U) (A, K, 3, N) and points x (A, N, 2)."""
-    w = U[:, :, 2]
-    du = torch.addcmul(U[:, :, 0], x[:, None, :, 0], w, value=-1)
-    dv = torch.addcmul(U[:, :, 1], x[:, None, :, 1], w, value=-1)
+def _h_transfer_sq(U: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
+    """Squared distance (A, K, N) between pi(U) (A, K, 3, N) and points Xt (A, 3, N)
+    (homogeneous, transposed: rows x, y, 1)."""
+    w = U[:, :, 2:]
+    d = torch.addcmul(U[:, :, :2], Xt[:, None, :2], w, value=-1)  # (A, K, 2, N)
     tiny = torch.finfo(U.dtype).eps ** 2
-    return du.square_().add_(dv.square_()).div_(w.square().clamp_min_(tiny))
+    return d.square_().sum(2).div_(w.square().clamp_min_(tiny).squeeze(2))
 
 
 def _h_residual_sq(kind: str) -> Callable:
     def fn(M: torch.Tensor, ctx: _Context) -> torch.Tensor:
-        fwd = _h_transfer_sq(_rows(M, ctx.X1t), ctx.x2n).div_(ctx.s2.view(-1, 1, 1) ** 2)
+        fwd = _h_transfer_sq(_rows(M, ctx.X1t), ctx.X2t).div_(ctx.scale_sq(2))
         if kind == "forward":
             return fwd
-        bwd = _h_transfer_sq(_rows(_adjugate3(M), ctx.X2t), ctx.x1n)
-        bwd = bwd.div_(ctx.s1.view(-1, 1, 1) ** 2)
+        bwd = _h_transfer_sq(_rows(_adjugate3(M), ctx.X2t), ctx.X1t).div_(ctx.scale_sq(1))
         return fwd.sqrt_().add_(bwd.sqrt_()).mul_(0.5).square_()
     return fn
 
 
 def _f_terms(M: torch.Tensor, ctx: _Context):
+    """``(x2^T F x1)^2`` and the squared norms of the first two entries of ``F x1`` and
+    ``F^T x2``, each (A, K, N), for models M (A, K, 3, 3)."""
     U = _rows(M, ctx.X1t)  # F x1
     V = _rows(M.transpose(-1, -2), ctx.X2t)  # F^T x2
-    num = torch.addcmul(U[:, :, 2], ctx.x2n[:, None, :, 0], U[:, :, 0])
-    num.addcmul_(ctx.x2n[:, None, :, 1], U[:, :, 1])
-    ga = U[:, :, 0].square().add_(U[:, :, 1].square())
-    gb = V[:, :, 0].square().add_(V[:, :, 1].square())
+    num = torch.addcmul(U[:, :, 2], ctx.X2t[:, None, 0], U[:, :, 0])
+    num.addcmul_(ctx.X2t[:, None, 1], U[:, :, 1])
+    ga = U[:, :, :2].square().sum(2)
+    gb = V[:, :, :2].square().sum(2)
     return num.square_(), ga, gb
 
 
@@ -175,8 +183,8 @@ def _f_residual_sq(kind: str, with_weights: bool = False) -> Callable:
         num2, ga, gb = _f_terms(M, ctx)
         tiny = torch.finfo(num2.dtype).tiny
         if kind != "sampson_normalized":
-            ga = ga.mul_(ctx.s2.view(-1, 1, 1) ** 2)
-            gb = gb.mul_(ctx.s1.view(-1, 1, 1) ** 2)
+            ga = ga.mul_(ctx.scale_sq(2))
+            gb = gb.mul_(ctx.scale_sq(1))
         if kind == "epipolar_max":
             r = torch.maximum(num2 / ga.clamp_min(tiny), num2 / gb.clamp_min(tiny))
             g = ga.add_(gb).clamp_min_(tiny)

@@ -79,6 +79,11 @@ def draw_with_replacement(keys: torch.Tensor, rounds: torch.Tensor, count: int,
 def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
     """Distinct indices in [0, pool) from uniforms.
 
+    The i-th index of a sample is drawn among the ``pool - i`` unused ones,
+    ``c = floor(u_i (pool - i))``, and mapped past the used ones in ascending order p_0 < p_1 <
+    ...: ``c += (c >= p_j)`` for j = 0, 1, ... in turn. As ``p_j - j`` never decreases, that
+    sequential walk adds exactly ``#{j: c >= p_j - j}`` (one comparison against all j at once).
+
     Args:
         u: (A, K, m) uniforms in [0, 1).
         pool: (A,) int64 pool sizes, >= m.
@@ -87,17 +92,15 @@ def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tenso
         (A, K, m) int64; the m indices of each sample are distinct.
     """
     m = u.shape[-1]
-    pool = pool.view(-1, 1)
-    chosen = []
-    for i in range(m):
-        c = torch.floor(u[..., i] * (pool - i).to(u.dtype)).long()
-        c = torch.minimum(c, (pool - i - 1).clamp_min(0))
-        if chosen:
-            prev = torch.stack(chosen, -1).sort(-1).values
-            for j in range(i):
-                c = c + (c >= prev[..., j]).long()
-        chosen.append(c)
-    return torch.stack(chosen, -1)
+    slot = torch.arange(m, device=u.device)
+    left = pool.view(-1, 1, 1) - slot  # (A, 1, m) unused indices when slot i is drawn
+    c = torch.minimum(torch.floor(u * left.to(u.dtype)).long(), (left - 1).clamp_min(0))
+    chosen = [c[..., :1]]
+    for i in range(1, m):
+        used = torch.cat(chosen, -1).sort(-1).values - slot[:i]  # (A, K, i) p_j - j
+        ci = c[..., i:i + 1]
+        chosen.append(ci + (ci >= used).sum(-1, keepdim=True))
+    return torch.cat(chosen, -1)
 
 
 def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:
