@@ -63,8 +63,8 @@ from .._checks import check_mask, check_points, check_same_shape
 from ..errors import InputError, ShapeError
 from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
-from .homography import (_homogeneous_t, _homography_4pt, _homography_dlt_normalized,
-                         _monomials, _normalize_h_scale)
+from .homography import (_dlt_basis, _homogeneous_t, _homography_4pt,
+                         _homography_dlt_normalized, _monomials, _normalize_h_scale)
 from ._reduce import CHUNK as _CHUNK
 from ._reduce import padded_sum
 from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
@@ -97,16 +97,24 @@ class _Context:
     mask: torch.Tensor  # (A, N) bool
     s1: torch.Tensor  # (A,) Hartley scales (normalised units per pixel)
     s2: torch.Tensor
-    mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials for the LS refits
-    mono2: Optional[torch.Tensor] = None
+    mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x1n for the LS refits
+    mono2: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x2n (F), (A, 4, N) its DLT
+    # basis (H, ``homography._dlt_basis``)
 
     @staticmethod
-    def build(x1n, x2n, mask, s1, s2, dtype, monomials: bool = False) -> "_Context":
+    def build(x1n, x2n, mask, s1, s2, dtype, refit: Optional[str] = None) -> "_Context":
+        """The context of normalised points (A, N, 2) in ``dtype``; with ``refit`` ("H" or
+        "F") the refits' precomputed bases too (:meth:`with_bases`)."""
         x1n, x2n = x1n.to(dtype), x2n.to(dtype)
-        m1 = _monomials(x1n) if monomials else None
-        m2 = _monomials(x2n) if monomials else None
-        return _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n), mask, s1.to(dtype),
-                        s2.to(dtype), m1, m2)
+        ctx = _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n), mask, s1.to(dtype),
+                       s2.to(dtype))
+        return ctx if refit is None else ctx.with_bases(refit)
+
+    def with_bases(self, kind: str) -> "_Context":
+        """Sets (and returns self with) the least-squares refits' bases of model ``kind``."""
+        self.mono1 = _monomials(self.x1n)
+        self.mono2 = _monomials(self.x2n) if kind == "F" else _dlt_basis(self.x2n)
+        return self
 
     def scale_sq(self, image: int) -> torch.Tensor:
         """(A, 1, 1) squared Hartley scale of image 1 or 2 (computed once per context)."""
@@ -243,7 +251,8 @@ def _cost(rsq: torch.Tensor, mask: torch.Tensor, thr2: float, scoring: str,
 
 def _refit(problem: _Problem, ctx: _Context, w: torch.Tensor) -> torch.Tensor:
     if problem.kind == "H":
-        return _normalize_h_scale(_homography_dlt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1))
+        return _normalize_h_scale(_homography_dlt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1,
+                                                             ctx.mono2))
     return _fundamental_8pt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1, ctx.mono2)
 
 
@@ -504,11 +513,12 @@ def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.
     x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
     fittable = (n_valid >= max(problem.sample_size, min_inliers)) & ok1 & ok2
     return _Batch(mask, n_valid, keep_pos, width_in, c1, s1, c2, s2, fittable,
-                  _Context.build(x1n, x2n, mask, s1, s2, dt, monomials=True),
+                  _Context.build(x1n, x2n, mask, s1, s2, dt, refit=problem.kind),
                   _Context.build(x1n, x2n, mask, s1, s2, torch.float32))
 
 
-def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Context]:
+def _point_subsets(problem: _Problem, batch: _Batch, keys: torch.Tensor
+                   ) -> Tuple[_Context, _Context]:
     """The points hypotheses are pre-evaluated on and the points in-loop LO iterates on.
 
     Pre-verification: a pair with more than 32 valid points is pre-evaluated on 32 of them drawn
@@ -523,8 +533,7 @@ def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Contex
     if N <= 2 * _LO_POINTS:
         return sub, batch.full
     lo = batch.full.points(*_subset(keys, -2, batch.n_valid, _LO_POINTS, 2 * _LO_POINTS, N))
-    lo.mono1, lo.mono2 = _monomials(lo.x1n), _monomials(lo.x2n)
-    return sub, lo
+    return sub, lo.with_bases(problem.kind)
 
 
 def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
@@ -796,7 +805,7 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         batch = _prepare(problem, x1, x2, mask, scores, cfg.min_inliers)
         st = _Search.start(batch)
         keys = pair_keys(seed, mask.shape[0], x1.device)
-        subsets = _point_subsets(batch, keys)
+        subsets = _point_subsets(problem, batch, keys)
         r, idx = 0, st.active.nonzero().squeeze(1)
         while idx.numel() > 0:  # the stop test: one host sync per round (two from round 1 on)
             L = 1 if r == 0 else _lookahead(st, idx, batch.n_valid, r, problem.sample_size, cfg)
