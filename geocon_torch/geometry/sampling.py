@@ -9,7 +9,11 @@ width N of the batch (the estimators' padding invariance rests on this).
 """
 from __future__ import annotations
 
+import functools
+from typing import Optional
+
 import torch
+
 from ..errors import InputError
 
 _M32 = 0xFFFFFFFF
@@ -44,34 +48,59 @@ def pair_keys(seed, num_pairs: int, device: torch.device) -> torch.Tensor:
     return hash32(p + (int(seed) & _M32))
 
 
-def uniform(keys: torch.Tensor, rounds: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """Uniform float64 in [0, 1) of shape (A, *shape) from per-pair keys (A,) and rounds (A,)."""
-    base = hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))  # (A,)
+def stream_base(keys: torch.Tensor, rounds: torch.Tensor) -> torch.Tensor:
+    """int64 base hash of the streams (key, round), keys and rounds broadcast (e.g. (A,) and
+    (A,), or (A,) and (S, 1) for S streams of every pair at once): what :func:`uniform` and
+    :func:`uniform_rows` count from."""
+    return hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))
+
+
+@functools.lru_cache(maxsize=64)
+def _counter(kind: str, shape: tuple, device: torch.device) -> torch.Tensor:
+    """The data-independent counter terms of the streams, built once per shape and device:
+    "flat" (1, *shape) ``arange * 0x85EBCA6B`` over the flattened shape (:func:`uniform`),
+    "rows" (1, rows, 1) ``hash32(j * 0x9E3779B1 + 0x165667B1)``, "cols" (1, 1, width)
+    ``i * 0x85EBCA6B`` (:func:`uniform_rows`). Callers must not modify them."""
     n = 1
     for s in shape:
         n *= s
-    ctr = torch.arange(n, device=keys.device, dtype=torch.int64).view(1, *shape)
-    h = hash32(hash32(base.view(-1, *([1] * len(shape))) + ctr * 0x85EBCA6B) + 0x27D4EB2F)
+    ctr = torch.arange(n, device=device, dtype=torch.int64)
+    if kind == "flat":
+        return (ctr * 0x85EBCA6B).view(1, *shape)
+    if kind == "rows":
+        return hash32(ctr * 0x9E3779B1 + 0x165667B1).view(1, n, 1)
+    return (ctr * 0x85EBCA6B).view(1, 1, n)
+
+
+def uniform(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor], shape: tuple,
+            base: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Uniform float64 in [0, 1) of shape (A, *shape) from per-pair keys (A,) and rounds (A,)
+    (or their precomputed ``stream_base(keys, rounds)`` (A,) ``base``; keys and rounds are
+    then not read)."""
+    base = stream_base(keys, rounds) if base is None else base  # (A,)
+    ctr = _counter("flat", tuple(shape), base.device)
+    h = hash32(hash32(base.view(-1, *([1] * len(shape))) + ctr) + 0x27D4EB2F)
     return h.to(torch.float64) / 4294967296.0
 
 
-def uniform_rows(keys: torch.Tensor, rounds: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+def uniform_rows(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor], rows: int,
+                 width: int, base: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Uniform float64 in [0, 1) of shape (A, rows, width) whose entry (j, i) depends only on
     (key, round, j, i), not on ``width``: a pair's first n columns are the same whatever padded
-    width the batch has (``uniform`` counts through the flattened shape instead)."""
-    base = hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))  # (A,)
-    j = torch.arange(rows, device=keys.device, dtype=torch.int64).view(1, rows, 1)
-    i = torch.arange(width, device=keys.device, dtype=torch.int64).view(1, 1, width)
-    ctr = hash32(j * 0x9E3779B1 + 0x165667B1) + i * 0x85EBCA6B
+    width the batch has (``uniform`` counts through the flattened shape instead). ``base``:
+    as :func:`uniform`."""
+    base = stream_base(keys, rounds) if base is None else base  # (A,)
+    ctr = _counter("rows", (rows,), base.device) + _counter("cols", (width,), base.device)
     h = hash32(base.view(-1, 1, 1) + ctr)  # one mixing round: these only pick LO subsets
     return h.to(torch.float64) / 4294967296.0
 
 
-def draw_with_replacement(keys: torch.Tensor, rounds: torch.Tensor, count: int,
-                          pool: torch.Tensor) -> torch.Tensor:
+def draw_with_replacement(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor],
+                          count: int, pool: torch.Tensor, base: Optional[torch.Tensor] = None
+                          ) -> torch.Tensor:
     """(A, count) int64 indices in [0, pool) (pool (A,) >= 1), drawn with replacement; the
-    draws depend only on (key, round, pool)."""
-    u = uniform(keys, rounds, (count,))
+    draws depend only on (key, round, pool). ``base``: as :func:`uniform`."""
+    u = uniform(keys, rounds, (count,), base)
     r = torch.floor(u * pool.view(-1, 1).to(u.dtype)).long()
     return torch.minimum(r, (pool.view(-1, 1) - 1).clamp_min(0))
 

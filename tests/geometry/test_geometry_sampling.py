@@ -54,3 +54,26 @@ def test_draw_without_replacement_matches_sequential_reference():
                 ref = _draw_reference(u[a, k].tolist(), int(pool[a]))
                 assert got[a, k].tolist() == ref
                 assert len(set(ref)) == m and 0 <= min(ref) and max(ref) < pool[a]
+
+
+def test_uniform_streams_match_python_integers_and_precomputed_bases():
+    """uniform / uniform_rows against the hash on Python integers; a precomputed
+    stream_base (several streams of every pair at once) gives the same draws."""
+    from geocon_torch.geometry.sampling import stream_base, uniform, uniform_rows
+
+    keys, rounds = torch.tensor([5, 2 ** 32 + 7, 123456789]), torch.tensor([0, 3, -2])
+    base = [_lowbias32(k + _lowbias32(r * 0x9E3779B9 + 0x632BE5AB))
+            for k, r in zip(keys.tolist(), rounds.tolist())]
+    u = uniform(keys, rounds, (3, 2))
+    ref = [[[_lowbias32(_lowbias32(b + (2 * k + s) * 0x85EBCA6B) + 0x27D4EB2F) / 2 ** 32
+             for s in range(2)] for k in range(3)] for b in base]
+    assert u.dtype == torch.float64 and u.tolist() == ref
+    ur = uniform_rows(keys, rounds, 4, 5)
+    ref = [[[_lowbias32(b + _lowbias32(j * 0x9E3779B1 + 0x165667B1) + i * 0x85EBCA6B) / 2 ** 32
+             for i in range(5)] for j in range(4)] for b in base]
+    assert ur.tolist() == ref
+    both = stream_base(keys, torch.stack([rounds, rounds + 7]))  # (2, A)
+    assert both[0].tolist() == base
+    assert torch.equal(uniform(None, None, (3, 2), both[0]), u)
+    assert torch.equal(uniform_rows(None, None, 4, 5, both[0]), ur)
+    assert torch.equal(uniform(None, None, (6,), both[1]), uniform(keys, rounds + 7, (6,)))
