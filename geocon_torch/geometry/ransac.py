@@ -341,13 +341,16 @@ def _local_optimization(problem: _Problem, ctx: _Context, model: torch.Tensor, t
 
 def _spread(x: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
     """Ratio of the smaller to the larger eigenvalue of the covariance of the selected points
-    (P, N, 2) / (P, N): ~0 when they are collinear or coincide."""
+    x (..., P, N, 2) (e.g. both images stacked) / sel (P, N): ~0 when they are collinear or
+    coincide. Returns (..., P)."""
     w = sel.to(x.dtype)
+    wt = w.unsqueeze(-2)  # (P, 1, N)
     n = padded_sum(w).unsqueeze(-1).clamp_min(1)
-    mu = padded_sum(x.transpose(-1, -2) * w.unsqueeze(-2)) / n
-    d = (x - mu.unsqueeze(-2)).transpose(-1, -2) * w.unsqueeze(-2)  # (P, 2, N)
-    cxx, cxy, cyy = padded_sum(torch.stack([d[:, 0] * d[:, 0], d[:, 0] * d[:, 1],
-                                            d[:, 1] * d[:, 1]], 1)).div(n).unbind(-1)
+    mu = padded_sum(x.transpose(-1, -2) * wt) / n
+    d = (x - mu.unsqueeze(-2)).transpose(-1, -2) * wt  # (..., P, 2, N)
+    dy = d[..., 1:, :]
+    # rows dx dx, dx dy, dy dy
+    cxx, cxy, cyy = padded_sum(torch.cat([d[..., :1, :] * d, dy * dy], -2)).div(n).unbind(-1)
     tr = cxx + cyy
     det = cxx * cyy - cxy * cxy
     disc = torch.sqrt((tr * tr / 4 - det).clamp_min(0))
@@ -486,47 +489,46 @@ def _check_inputs(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tenso
     return mask
 
 
-def _compact(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
-             scores: Optional[torch.Tensor]):
+def _compact(X: torch.Tensor, mask: torch.Tensor, scores: Optional[torch.Tensor]):
     """Every pair's valid points moved to the front (PROSAC order, best score first, when
     ``scores`` is given; else index order), masked zeros after them. From here on a pair's data
     is its n_valid points, whatever the padding looked like (padding invariance).
 
-    Returns x1, x2 (P, N', 2), mask (P, N') with N' a multiple of the reduction chunk,
-    n_valid (P,) and keep_pos (P, n_keep) (caller positions of the first n_keep columns).
+    Args:
+        X: (2, P, N, 2) the points of both images; mask: (P, N); scores: (P, N) or None.
+    Returns:
+        X (2, P, N', 2) and mask (P, N') with N' a multiple of the reduction chunk, n_valid
+        (P,) and keep_pos (P, n_keep) (caller positions of the first n_keep columns).
     """
     P, N = mask.shape
-    dev, dt = x1.device, x1.dtype
+    dev = X.device
     n_valid = mask.sum(-1)
     order = _valid_first_order(mask, scores, n_valid)  # (P, N)
     n_keep = min(N, max(int(n_valid.max()) if P else 0, 1))
     keep_pos = order[:, :n_keep]
     width = max(-(-n_keep // _CHUNK), 1) * _CHUNK  # no padding copies in the reductions
     mask = torch.arange(width, device=dev).view(1, width) < n_valid.view(P, 1)
-    g2 = keep_pos.unsqueeze(-1).expand(-1, -1, 2)
-    zero = torch.zeros((), dtype=dt, device=dev)
-
-    def gather(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(mask.unsqueeze(-1), tnf.pad(x.gather(1, g2), (0, 0, 0, width - n_keep)),
-                           zero)
-
-    return gather(x1), gather(x2), mask, n_valid, keep_pos
+    g2 = keep_pos.unsqueeze(-1).expand(2, -1, -1, 2)
+    X = tnf.pad(X.gather(2, g2), (0, 0, 0, width - n_keep))
+    return torch.where(mask.unsqueeze(-1), X, torch.zeros((), dtype=X.dtype, device=dev)), \
+        mask, n_valid, keep_pos
 
 
 def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
              scores: Optional[torch.Tensor], min_inliers: int) -> _Batch:
-    """Compact (:func:`_compact`) and Hartley-normalise (paper eq. 9) P pairs (P, N, 2) px."""
+    """Compact (:func:`_compact`) and Hartley-normalise (paper eq. 9) P pairs (P, N, 2) px
+    (both images at once)."""
     dt = x1.dtype
     width_in = mask.shape[1]
-    mask = mask & torch.isfinite(x1).all(-1) & torch.isfinite(x2).all(-1)
-    x1, x2 = (torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)) for x in (x1, x2))
-    x1, x2, mask, n_valid, keep_pos = _compact(x1, x2, mask, scores)
-    wm = mask.to(dt)
-    c1, s1, ok1 = _weighted_hartley(x1, wm)
-    c2, s2, ok2 = _weighted_hartley(x2, wm)
-    x1n = torch.where(mask.unsqueeze(-1), (x1 - c1.unsqueeze(-2)) * s1[:, None, None], 0 * x1)
-    x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
-    fittable = (n_valid >= max(problem.sample_size, min_inliers)) & ok1 & ok2
+    X = torch.stack([x1, x2])  # (2, P, N, 2)
+    mask = mask & torch.isfinite(X).all(-1).all(0)
+    X = torch.where(mask.unsqueeze(-1), X, torch.zeros_like(X))
+    X, mask, n_valid, keep_pos = _compact(X, mask, scores)
+    c, s, ok = _weighted_hartley(X, mask.to(dt))  # (2, P, 2), (2, P), (2, P)
+    x1n, x2n = torch.where(mask.unsqueeze(-1), (X - c.unsqueeze(-2)) * s[..., None, None],
+                           0 * X).unbind(0)
+    (c1, c2), (s1, s2) = c.unbind(0), s.unbind(0)
+    fittable = (n_valid >= max(problem.sample_size, min_inliers)) & ok.all(0)
     return _Batch(mask, n_valid, keep_pos, width_in, c1, s1, c2, s2, fittable,
                   _Context.build(x1n, x2n, mask, s1, s2, dt, refit=problem.kind),
                   _Context.build(x1n, x2n, mask, s1, s2, torch.float32))
@@ -800,7 +802,8 @@ def _assemble_fit(problem: _Problem, batch: _Batch, st: _Search, rsq: torch.Tens
     inliers = (rsq <= thr2) & mask & st.found.unsqueeze(-1)
     num_inliers = inliers.sum(-1)
     model, fallback = _denormalize(problem.kind, batch, st.best_model)
-    spread = torch.minimum(_spread(batch.full.x1n, inliers), _spread(batch.full.x2n, inliers))
+    spread = torch.minimum(*_spread(torch.stack([batch.full.x1n, batch.full.x2n]),
+                                    inliers).unbind(0))
     valid = st.found & (num_inliers >= max(problem.sample_size, cfg.min_inliers)) \
         & (spread > _MIN_SPREAD) & torch.isfinite(model).flatten(-2).all(-1) \
         & torch.isfinite(resid).all(-1)
