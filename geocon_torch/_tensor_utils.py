@@ -7,6 +7,12 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 
+def finite(x: torch.Tensor) -> torch.Tensor:
+    """``torch.isfinite(x)`` of a floating tensor in two elementwise ops: ``x - x == 0`` (only
+    inf - inf and NaN give NaN), where ``torch.isfinite`` dispatches four (abs, ne, eq, mul)."""
+    return (x - x) == 0
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int = -1,
                 fill: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Mean of ``x`` over ``dim`` where ``mask`` is True.

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as tnf
 
+from .._tensor_utils import finite
 from ..errors import ShapeError
 from ._reduce import padded_gram
 from .homography import _MONO, _monomials, _smallest_eigvec
@@ -91,7 +92,7 @@ def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: 
     step = torch.where(df.abs() > 1e-12, f / torch.where(df.abs() > 1e-12, df, torch.ones_like(df)),
                        torch.zeros_like(df))
     roots = roots - step
-    valid = torch.stack([ok, ok & ~one, ok & ~one], -1) & torch.isfinite(roots)
+    valid = torch.stack([ok, ok & ~one, ok & ~one], -1) & finite(roots)
     return torch.where(valid, roots, torch.zeros_like(roots)), valid
 
 
@@ -108,7 +109,7 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     X2 = torch.cat([x2n, torch.ones_like(x2n[..., :1])], -1).to(torch.float64)
     A = (X2.unsqueeze(-1) * X1.unsqueeze(-2)).flatten(-2)  # (..., 7, 9) rows kron(X2, X1)
     sol, info = torch.linalg.solve_ex(A[..., :7], -A[..., 7:], check_errors=False)  # (..., 7, 2)
-    ok = (info == 0) & torch.isfinite(sol).flatten(-2).all(-1)
+    ok = (info == 0) & finite(sol).flatten(-2).all(-1)
     sol = torch.where(ok[..., None, None], sol, torch.zeros_like(sol))
     eye2 = torch.eye(2, dtype=sol.dtype, device=sol.device).expand(*sol.shape[:-2], 2, 2)
     basis = torch.cat([sol, eye2], -2)  # (..., 9, 2)
@@ -130,7 +131,7 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     r4 = rev[..., None, None, None]
     Fs = _unit_fro(torch.where(r4, t, one) * F2.unsqueeze(-3)
                    + torch.where(r4, one, t) * D.unsqueeze(-3))
-    valid = rvalid & ok.unsqueeze(-1) & torch.isfinite(Fs).flatten(-2).all(-1)
+    valid = rvalid & ok.unsqueeze(-1) & finite(Fs).flatten(-2).all(-1)
     Fs = torch.where(valid[..., None, None], Fs, torch.zeros_like(Fs))
     return Fs.to(dt), valid
 

@@ -10,6 +10,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.nn.functional as tnf
 
+from .._tensor_utils import finite
 from ._reduce import padded_gram
 from .normalization import (_normalize_points, _pair_weights, _similarity_inverse,
                             _similarity_matrix)
@@ -137,7 +138,7 @@ def _homography_4pt(x1n: torch.Tensor, x2n: torch.Tensor) -> Tuple[torch.Tensor,
     A, rhs = rows[..., :8], -rows[..., 8:]
     h, info = torch.linalg.solve_ex(A, rhs, check_errors=False)
     h = h.squeeze(-1)
-    ok = (info == 0) & torch.isfinite(h).all(-1) & (h.abs().amax(-1) < 1e8)
+    ok = (info == 0) & finite(h).all(-1) & (h.abs().amax(-1) < 1e8)
     h = torch.where(ok.unsqueeze(-1), h, torch.zeros_like(h))
     H = torch.cat([h, torch.ones_like(h[..., :1])], -1).reshape(*h.shape[:-1], 3, 3)
     eye = torch.eye(3, dtype=H.dtype, device=H.device)

@@ -60,6 +60,7 @@ import torch
 import torch.nn.functional as tnf
 
 from .._checks import check_mask, check_points, check_same_shape
+from .._tensor_utils import finite
 from ..errors import InputError, ShapeError
 from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
@@ -116,7 +117,7 @@ class _Context:
         self.mono2 = _monomials(self.x2n) if kind == "F" else _dlt_basis(self.x2n)
         return self
 
-    def _memo(self, key: str, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def _memo(self, key: str, make: Callable):
         memo = self.__dict__.setdefault("_derived", {})
         if key not in memo:
             memo[key] = make()
@@ -131,6 +132,10 @@ class _Context:
         """(A, 1, 2, N) view of the x, y rows of X1t or X2t (computed once per context)."""
         return self._memo(f"x{image}", lambda: (self.X1t if image == 1 else self.X2t
                                                 )[:, None, :2])
+
+    def xy_rows(self, image: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The x and y rows (A, 1, N) of :meth:`xy_t` (computed once per context)."""
+        return self._memo(f"r{image}", lambda: self.xy_t(image).unbind(2))
 
     def mask_k(self) -> torch.Tensor:
         """(A, 1, N) the mask, broadcasting over a hypothesis axis (once per context)."""
@@ -189,8 +194,9 @@ def _f_terms(M: torch.Tensor, ctx: _Context):
     ``F^T x2``, each (A, K, N), for models M (A, K, 3, 3)."""
     U = _rows(M, ctx.X1t)  # F x1
     V = _rows(M.transpose(-1, -2), ctx.X2t)  # F^T x2
-    num = torch.addcmul(U[:, :, 2], ctx.X2t[:, None, 0], U[:, :, 0])
-    num.addcmul_(ctx.X2t[:, None, 1], U[:, :, 1])
+    u0, u1, u2 = U.unbind(2)
+    x2, y2 = ctx.xy_rows(2)
+    num = torch.addcmul(u2, x2, u0).addcmul_(y2, u1)
     ga = U[:, :, :2].square().sum(2)
     gb = V[:, :, :2].square().sum(2)
     return num.square_(), ga, gb
@@ -282,7 +288,7 @@ def _inner_samples(problem: _Problem, ctx: _Context, model: torch.Tensor, rsq: t
                    ctx.s1, ctx.s2, None if ctx.mono1 is None else ctx.mono1.unsqueeze(1),
                    None if ctx.mono2 is None else ctx.mono2.unsqueeze(1))
     models = _refit(problem, sub, w)  # (A, J, 3, 3)
-    ok = torch.isfinite(models).all(-1).all(-1)
+    ok = finite(models).flatten(-2).all(-1)
     models = torch.where(ok[..., None, None], models, model.unsqueeze(1))
     c, _ = _cost(problem.residual_sq(models, ctx), ctx, thr2, scoring)
     c = torch.where(ok, c, torch.full_like(c, math.inf))
@@ -327,7 +333,7 @@ def _local_optimization(problem: _Problem, ctx: _Context, model: torch.Tensor, t
         if cur_g is not None:
             w = w * cur_g.squeeze(1)
         new = _refit(problem, ctx, w.to(ctx.x1n.dtype))
-        new = torch.where(torch.isfinite(new).all(-1, keepdim=True).all(-2, keepdim=True), new,
+        new = torch.where(finite(new).all(-1, keepdim=True).all(-2, keepdim=True), new,
                           best[0])
         r_new, g_new = problem.lo_residual(new.unsqueeze(1), ctx)
         c_new, n_new = _cost(r_new, ctx, thr2, scoring)
@@ -521,7 +527,7 @@ def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.
     dt = x1.dtype
     width_in = mask.shape[1]
     X = torch.stack([x1, x2])  # (2, P, N, 2)
-    mask = mask & torch.isfinite(X).all(-1).all(0)
+    mask = mask & finite(X).all(-1).all(0)
     X = torch.where(mask.unsqueeze(-1), X, torch.zeros_like(X))
     X, mask, n_valid, keep_pos = _compact(X, mask, scores)
     c, s, ok = _weighted_hartley(X, mask.to(dt))  # (2, P, 2), (2, P), (2, P)
@@ -805,8 +811,8 @@ def _assemble_fit(problem: _Problem, batch: _Batch, st: _Search, rsq: torch.Tens
     spread = torch.minimum(*_spread(torch.stack([batch.full.x1n, batch.full.x2n]),
                                     inliers).unbind(0))
     valid = st.found & (num_inliers >= max(problem.sample_size, cfg.min_inliers)) \
-        & (spread > _MIN_SPREAD) & torch.isfinite(model).flatten(-2).all(-1) \
-        & torch.isfinite(resid).all(-1)
+        & (spread > _MIN_SPREAD) & finite(model).flatten(-2).all(-1) \
+        & finite(resid).all(-1)
     model = torch.where(valid[:, None, None], model, fallback)
     inliers = inliers & valid.unsqueeze(-1)
     resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
