@@ -64,12 +64,13 @@ def _constant(name: str, device: torch.device, dtype: torch.dtype) -> torch.Tens
     eigen-solver's padded diagonal, "pad_diag<n>") on ``device`` in ``dtype``, cached."""
     key = (name, str(device), dtype)
     if key not in _CONSTANTS:
-        if name.startswith("pad_diag"):
-            d = torch.arange(_EIG_SIZE)
-            t = (d.view(-1, 1) == d.view(1, -1)) & (d >= int(name[8:]))
-        else:
-            t = {"dlt_idx": _DLT_IDX, "dlt_sgn": _DLT_SGN}[name]
-        _CONSTANTS[key] = t.to(device=device, dtype=dtype)
+        with torch.inference_mode(False):  # usable by autograd later even if built inside one
+            if name.startswith("pad_diag"):
+                d = torch.arange(_EIG_SIZE)
+                t = (d.view(-1, 1) == d.view(1, -1)) & (d >= int(name[8:]))
+            else:
+                t = {"dlt_idx": _DLT_IDX, "dlt_sgn": _DLT_SGN}[name]
+            _CONSTANTS[key] = t.to(device=device, dtype=dtype)
     return _CONSTANTS[key]
 
 

@@ -64,12 +64,13 @@ def _counter(kind: str, shape: tuple, device: torch.device) -> torch.Tensor:
     n = 1
     for s in shape:
         n *= s
-    ctr = torch.arange(n, device=device, dtype=torch.int64)
-    if kind == "flat":
-        return (ctr * 0x85EBCA6B).view(1, *shape)
-    if kind == "rows":
-        return hash32(ctr * 0x9E3779B1 + 0x165667B1).view(1, n, 1)
-    return (ctr * 0x85EBCA6B).view(1, 1, n)
+    with torch.inference_mode(False):  # plain tensors even when first built inside one
+        ctr = torch.arange(n, device=device, dtype=torch.int64)
+        if kind == "flat":
+            return (ctr * 0x85EBCA6B).view(1, *shape)
+        if kind == "rows":
+            return hash32(ctr * 0x9E3779B1 + 0x165667B1).view(1, n, 1)
+        return (ctr * 0x85EBCA6B).view(1, 1, n)
 
 
 def uniform(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor], shape: tuple,
