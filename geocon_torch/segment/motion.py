@@ -69,20 +69,16 @@ _SEED_BUDGET = 1 << 21
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Sample ``img`` (P, 1, h, w) at ``H x`` for every pixel x -> (warped, inside) (P, h, w).
 
-    Each row of ``H x`` is an outer sum ``H[r, 0] x + (H[r, 1] y + H[r, 2])`` over the pixel
-    grid (no (P, h w, 3) product)."""
+    The rows of ``H x`` are outer sums ``H[r, 0] x + (H[r, 1] y + H[r, 2])`` over the pixel
+    grid, all three at once (no (P, h w, 3) product)."""
     p, _, h, w = img.shape
-    Hd = H.to(img.dtype)
+    Hd = H.to(img.dtype).view(p, 3, 3, 1, 1)
     xs = torch.arange(w, dtype=img.dtype, device=img.device).view(1, 1, w)
     ys = torch.arange(h, dtype=img.dtype, device=img.device).view(1, h, 1)
-
-    def row(r: int) -> torch.Tensor:  # (P, h, w)
-        return Hd[:, r, 0].view(p, 1, 1) * xs + (Hd[:, r, 1].view(p, 1, 1) * ys
-                                                 + Hd[:, r, 2].view(p, 1, 1))
-
-    z = row(2)
+    rows = Hd[:, :, 0] * xs + (Hd[:, :, 1] * ys + Hd[:, :, 2])  # (P, 3, h, w) the 3 rows
+    z = rows[:, 2]
     z = torch.where(z.abs() < 1e-9, torch.full_like(z, 1e-9), z)
-    qx, qy = row(0) / z, row(1) / z
+    qx, qy = rows[:, 0] / z, rows[:, 1] / z
     inside = (qx >= 0) & (qx <= w - 1) & (qy >= 0) & (qy <= h - 1)
     # border padding samples positions outside the frame at the border: clamping is exact
     xy = torch.stack([qx.clamp(0, w - 1), qy.clamp(0, h - 1)], -1)
@@ -119,21 +115,25 @@ def _pair_homographies(homographies: torch.Tensor, valid: torch.Tensor, device: 
 
 
 def _change_masks(gray: torch.Tensor, Hd: torch.Tensor, Hinv: torch.Tensor, valid: torch.Tensor,
-                  content: torch.Tensor, threshold: float) -> torch.Tensor:
+                  content: torch.Tensor, threshold: float, pair_chunk: Optional[int] = None
+                  ) -> torch.Tensor:
     """:func:`change_masks` given the pairs' float64 (H, H^-1) (:func:`_pair_homographies`):
-    frames can be given in chunks (with their neighbours) with the inverses computed once."""
+    frames can be given in chunks (with their neighbours) with the inverses computed once.
+    ``pair_chunk``: pairs warped at a time (None: :data:`_PAIR_CHUNK`; the frames' chunk of
+    :func:`_moving_pixels` is already bounded by :data:`_MAP_BUDGET`, so it warps them all)."""
     t = gray.shape[0]
+    step = _PAIR_CHUNK if pair_chunk is None else max(1, int(pair_chunk))
     content = content.to(gray.device)
     ok = valid.to(gray.device).view(-1, 1, 1) & (content if content.ndim == 2 else content[:-1])
     fwd, bwd = [], []
-    for a in range(0, t - 1, _PAIR_CHUNK):  # chunks of pairs bound the float warps' memory
-        b = min(a + _PAIR_CHUNK, t - 1)
+    for a in range(0, t - 1, step):  # chunks of pairs bound the float warps' memory
+        b = min(a + step, t - 1)
         warped_next, in_f = _warp(gray[a + 1:b + 1], Hd[a:b])  # I_{t+1}(H x), frame t's grid
         warped_prev, in_b = _warp(gray[a:b], Hinv[a:b])  # I_t(H^-1 x) on frame t+1's grid
         fwd.append((_smooth((gray[a:b, 0] - warped_next).abs()) > threshold) & in_f & ok[a:b])
         bwd.append((_smooth((gray[a + 1:b + 1, 0] - warped_prev).abs()) > threshold) & in_b
                    & ok[a:b])
-    fwd, bwd = torch.cat(fwd), torch.cat(bwd)  # (T-1, h, w): frame t / frame t+1
+    fwd, bwd = (x[0] if len(x) == 1 else torch.cat(x) for x in (fwd, bwd))  # (T-1, h, w)
     seen_f = torch.cat([valid, valid.new_zeros(1)]).to(gray.device)  # frame t has pair (t, t+1)
     seen_b = torch.cat([valid.new_zeros(1), valid]).to(gray.device)  # frame t has pair (t-1, t)
     fwd_t = torch.cat([fwd, fwd.new_zeros(1, *fwd.shape[1:])])
@@ -432,21 +432,10 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
                    cfg: SegmentConfig, regimes: Sequence[Optional[str]],
                    seeds: Sequence[Optional[Tuple[torch.Tensor, ...]]], max_objects: int,
                    max_side: int) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
-    """:func:`motion_segments` of clips of one working size (H, W): their frames one after the
-    other (at the segmentation scale, read in chunks: :class:`_GrayFrames`) labelled by
-    :func:`_motion_labels`."""
-    h, w = contents[0].shape[-2:]
+    """:func:`motion_segments` of clips of one working size (H, W): their pairs and seeds one
+    after the other (:func:`segment_joined`)."""
     dev = grays[0].device
-    f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
-    pooled = (-(-h // f), -(-w // f))
-    for g in grays:
-        if tuple(g.shape[-2:]) not in ((h, w), pooled):
-            raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
-                             f"{pooled} (pooled_gray), got {tuple(g.shape[-2:])}")
-    lengths = [int(g.shape[0]) for g in grays]
-    bounds = [0]
-    for t in lengths:
-        bounds.append(bounds[-1] + t)
+    bounds = clip_bounds([int(g.shape[0]) for g in grays])
     eye = torch.eye(3, dtype=torch.float64, device=dev).view(1, 3, 3)
     hs, ok, pts, frames, vecs, sok = [], [], [], [], [], []
     for k, (H, v, r, sd) in enumerate(zip(homographies, valids, regimes, seeds)):
@@ -466,22 +455,61 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
     seed_all = None
     if any(sd is not None for sd in seeds):
         seed_all = (torch.cat(pts), torch.cat(frames), torch.cat(vecs), torch.cat(sok))
+    return segment_joined(grays, bounds, homs, valid, contents, cfg, regimes, seed_all,
+                          [sd is not None for sd in seeds], max_objects, max_side)
+
+
+def clip_bounds(lengths: Sequence[int]) -> List[int]:
+    """Frame counts of B clips -> the B + 1 bounds of their frames one after the other (clip b
+    has frames ``bounds[b]:bounds[b+1]``)."""
+    bounds = [0]
+    for t in lengths:
+        bounds.append(bounds[-1] + int(t))
+    return bounds
+
+
+def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: torch.Tensor,
+                   valid: torch.Tensor, contents: Sequence[torch.Tensor], cfg: SegmentConfig,
+                   regimes: Sequence[Optional[str]], seeds: Optional[Tuple[torch.Tensor, ...]],
+                   has_seeds: Sequence[bool], max_objects: int = 8, max_side: int = 320
+                   ) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
+    """:func:`motion_segments` of B clips of one working size (H, W) and device given joined:
+    their frames one after the other (clip b has frames ``bounds[b]:bounds[b+1]``), segmented
+    at the scale of :func:`segmentation_factor` (frames read in chunks: :class:`_GrayFrames`)
+    and labelled by :func:`_motion_labels`.
+
+    Args:
+        grays: B (T_b, 1, H, W) or (T_b, 1, ceil(H/f), ceil(W/f)) float in [0, 1].
+        homs: (T-1, 3, 3) float64 x_{t+1} ~ H x_t (px) of the joined frames; valid: (T-1,)
+            bool (False across two clips and for the clips not segmented densely, e.g. F).
+        contents: B (H, W) bool. seeds: (points (M, 2) px, frames (M,) long into the T joined
+            frames, motion (M, 2) px, valid (M,) bool) of all clips, or None; has_seeds: B.
+    Returns:
+        one (objects (T_b, K, H, W) bool, or :class:`~geocon_torch.types.BlockMasks` when
+        f > 1, evidence) per clip.
+    """
+    h, w = contents[0].shape[-2:]
+    dev = grays[0].device
+    f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
+    pooled = (-(-h // f), -(-w // f))
+    for g in grays:
+        if tuple(g.shape[-2:]) not in ((h, w), pooled):
+            raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
+                             f"{pooled} (pooled_gray), got {tuple(g.shape[-2:])}")
     content = torch.stack([c.to(dev).bool() for c in contents])  # (B, H, W)
-    has_seeds = [sd is not None for sd in seeds]
     if f > 1:
         S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64, device=dev))
         homs = S @ homs @ torch.linalg.inv(S)
         gray = _GrayFrames(grays, bounds, f, pooled)
         c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
-        if seed_all is not None:
-            seed_all = ((seed_all[0] + 0.5) / f - 0.5, seed_all[1], seed_all[2] / f,
-                        seed_all[3])
+        if seeds is not None:
+            seeds = ((seeds[0] + 0.5) / f - 0.5, seeds[1], seeds[2] / f, seeds[3])
         s_cfg = replace(cfg, motion_min_area=max(1, cfg.motion_min_area // (f * f)),
                         motion_seed_radius_px=max(1, round(cfg.motion_seed_radius_px / f)),
                         motion_close_px=max(1, round(cfg.motion_close_px / f)),
                         motion_open_px=round(cfg.motion_open_px / f))
         kept, evidences = _motion_labels(gray, homs, valid, c_small, s_cfg, regimes,
-                                         seed_all, has_seeds, max_objects, bounds)
+                                         seeds, has_seeds, max_objects, bounds)
         out = []
         for k, ev in enumerate(evidences):
             ev["scale"] = 1.0 / f
@@ -491,7 +519,7 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
                                                int(ev["objects"]), f, (h, w), content[k]), ev))
         return out
     gray = _GrayFrames(grays, bounds, 1, (h, w))
-    kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seed_all,
+    kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seeds,
                                      has_seeds, max_objects, bounds)
     out = []
     for k, ev in enumerate(evidences):
@@ -552,7 +580,8 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         fc = content[clip_of[lo:hi]]  # (hi - lo, h, w) each frame's content
         if t >= 2:
             change = _change_masks(gray.frames(lo, hi), Hd[lo:hi - 1], Hinv[lo:hi - 1],
-                                   valid[lo:hi - 1], fc, cfg.motion_threshold)[a - lo:b - lo]
+                                   valid[lo:hi - 1], fc, cfg.motion_threshold,
+                                   hi - lo)[a - lo:b - lo]
             change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
         else:
             change = torch.zeros(b - a, h, w, dtype=torch.bool, device=dev)
