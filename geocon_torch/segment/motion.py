@@ -145,9 +145,11 @@ def _change_masks(gray: torch.Tensor, Hd: torch.Tensor, Hinv: torch.Tensor, vali
 
 
 def open_close(masks: torch.Tensor, open_r: int, close_r: int) -> torch.Tensor:
-    """Opening then closing (square structuring elements)."""
-    m = dilate(erode_mask(masks, open_r), open_r)
-    return erode_mask(dilate(m, close_r), close_r)
+    """Opening then closing (square structuring elements) of (..., h, w) bool masks. The two
+    dilations in the middle are one, by the sum of the radii (squares add up: exact, also at
+    the frame border)."""
+    return erode_mask(dilate(erode_mask(masks, open_r), max(open_r, 0) + max(close_r, 0)),
+                      close_r)
 
 
 def block_upsample(x: torch.Tensor, f: int) -> torch.Tensor:
