@@ -194,7 +194,8 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
                  bounds: Sequence[int]) -> Dict[str, torch.Tensor]:
     """The P_b evaluated rows (the first P_b of R_b >= P_b) of B clips one after the other
     (P = sum P_b rows), the point axis zero-padded to the widest clip's N (padded matches are
-    outside the mask: never seeds).
+    outside the mask: never seeds); a fixed number of ops whatever B (besides one pad per
+    narrower clip).
 
     Returns:
         pairs (P, 2) long frame pairs into the joined frames (clip b's frame t is
@@ -205,43 +206,44 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
     """
     dev = x1[0].device
     n = max(int(a.shape[1]) for a in x1)
-    cols: Dict[str, List[torch.Tensor]] = {k: [] for k in (
-        "pairs", "x1", "x2", "mask", "res", "model", "valid", "valid_h")}
-    tau: List[float] = []
-    dense: List[bool] = []
-    offset: List[int] = []
-    for b, (pr, a, c, m, fit, regime, res) in enumerate(zip(pairs, x1, x2, mask, fits, regimes,
-                                                           residuals)):
-        p = int(pr.shape[0])
-        if res is None:
-            res = _regime_residuals(a[:p], c[:p], m[:p], (fit[0].rows(torch.arange(p, device=dev)),
-                                    fit[1].rows(torch.arange(p, device=dev))), regime)
-        for key, x in (("x1", a), ("x2", c), ("mask", m), ("res", res)):
-            cols[key].append(_padded_rows(x, p, n))
-        cols["pairs"].append(pr.to(dev).long())
-        cols["model"].append(_first_rows(fit[0].model, p))
-        cols["valid"].append(_first_rows((fit[1] if regime == "F" else fit[0]).valid, p))
-        cols["valid_h"].append(_first_rows(fit[0].valid, p))
-        tau += [_seed_threshold(config, regime)] * p
-        dense += [regime != "F"] * p
-        offset += [bounds[b]] * p
-    out = {k: (v[0] if len(v) == 1 else torch.cat(v)).to(dev) for k, v in cols.items()}
+    ps = [int(pr.shape[0]) for pr in pairs]
+    res = [_regime_residuals(a[:p], c[:p], m[:p], (fit[0].rows(torch.arange(p, device=dev)),
+                             fit[1].rows(torch.arange(p, device=dev))), regime)
+           if r is None else r for a, c, m, fit, regime, r, p in zip(x1, x2, mask, fits, regimes,
+                                                                   residuals, ps)]
+    # the evaluated rows among the R = sum R_b rows of the clips one after the other
+    starts = [0]
+    for a in x1[:-1]:
+        starts.append(starts[-1] + int(a.shape[0]))
+    rows = [s + i for s, p in zip(starts, ps) for i in range(p)]
+    every = starts[-1] + int(x1[-1].shape[0]) == len(rows)
+    index = None if every else torch.tensor(rows, dtype=torch.long, device=dev)
+
+    def joined(parts: Sequence[torch.Tensor], of_rows: bool = True) -> torch.Tensor:
+        x = (parts[0] if len(parts) == 1 else torch.cat(list(parts))).to(dev)
+        return x if index is None or not of_rows else x[index]
+
+    f_regime = [r == "F" for r in regimes]
+    out = {"x1": joined([_padded(a, n) for a in x1]), "x2": joined([_padded(c, n) for c in x2]),
+           "mask": joined([_padded(m, n) for m in mask]),
+           "res": joined([_padded(r, n) for r in res], of_rows=False),
+           "pairs": joined([pr.to(dev).long() for pr in pairs], of_rows=False),
+           "model": joined([fit[0].model for fit in fits]),
+           "valid_h": joined([fit[0].valid for fit in fits])}
+    out["valid"] = out["valid_h"] if not any(f_regime) else torch.where(
+        torch.tensor([f for f, p in zip(f_regime, ps) for _ in range(p)], device=dev),
+        joined([fit[1].valid for fit in fits]), out["valid_h"])
+    offset = [b for b, p in zip(bounds, ps) for _ in range(p)]
     if any(offset):
         out["pairs"] = out["pairs"] + torch.tensor(offset, device=dev).view(-1, 1)
-    out["tau"] = torch.tensor(tau, dtype=out["res"].dtype, device=dev)
-    out["dense"] = torch.tensor(dense, dtype=torch.bool, device=dev)
+    out["tau"] = torch.tensor([_seed_threshold(config, r) for r, p in zip(regimes, ps)
+                               for _ in range(p)], dtype=out["res"].dtype, device=dev)
+    out["dense"] = torch.tensor([not f for f, p in zip(f_regime, ps) for _ in range(p)],
+                                dtype=torch.bool, device=dev)
     return out
 
 
-def _first_rows(x: torch.Tensor, p: int) -> torch.Tensor:
-    """The first ``p`` rows of ``x`` (x itself when it has p rows: no op)."""
-    return x if int(x.shape[0]) == p else x[:p]
-
-
-def _padded_rows(x: torch.Tensor, p: int, n: int) -> torch.Tensor:
-    """The first ``p`` rows of (R, N, ...) ``x``, dim 1 zero-padded (False for bool) to n."""
-    x = _first_rows(x, p)
+def _padded(x: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, N, ...) ``x`` with dim 1 zero-padded (False for bool) to n (x itself when N = n)."""
     pad = n - int(x.shape[1])
-    if pad == 0:
-        return x
-    return torch.nn.functional.pad(x, (0, 0) * (x.ndim - 2) + (0, pad))
+    return x if pad == 0 else torch.nn.functional.pad(x, (0, 0) * (x.ndim - 2) + (0, pad))
