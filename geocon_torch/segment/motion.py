@@ -77,12 +77,13 @@ def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tenso
     ys = torch.arange(h, dtype=img.dtype, device=img.device).view(1, h, 1)
     rows = Hd[:, :, 0] * xs + (Hd[:, :, 1] * ys + Hd[:, :, 2])  # (P, 3, h, w) the 3 rows
     z = rows[:, 2]
-    z = torch.where(z.abs() < 1e-9, torch.full_like(z, 1e-9), z)
+    z = z.masked_fill(z.abs() < 1e-9, 1e-9)
     qx, qy = rows[:, 0] / z, rows[:, 1] / z
-    inside = (qx >= 0) & (qx <= w - 1) & (qy >= 0) & (qy <= h - 1)
-    # border padding samples positions outside the frame at the border: clamping is exact
-    xy = torch.stack([qx.clamp(0, w - 1), qy.clamp(0, h - 1)], -1)
-    out = sample_at_pixels(img, xy)
+    # border padding samples positions outside the frame at the border: clamping is exact;
+    # inside the frame exactly where clamping changes nothing (NaN: never inside)
+    cx, cy = qx.clamp(0, w - 1), qy.clamp(0, h - 1)
+    inside = (cx == qx) & (cy == qy)
+    out = sample_at_pixels(img, torch.stack([cx, cy], -1))
     return out[:, 0], inside
 
 
