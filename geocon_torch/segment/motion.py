@@ -368,6 +368,22 @@ def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
     return out
 
 
+def joined_gray(clips: Sequence["Clip"], factor: int) -> Optional[torch.Tensor]:
+    """Luminance of the frames of B clips one after the other, (T, 1, H, W) float32 in [0, 1]
+    (:meth:`~geocon_torch.types.Clip.gray` of the joined frames, in chunks of
+    :data:`_MAP_BUDGET` cells), when they can be joined cheaply: ``factor`` 1 (no pooling) and
+    in-memory uint8 frame tensors of one size and device (a copy of the uint8 frames). None
+    otherwise (then :func:`pooled_gray` per clip)."""
+    frames = [clip.frames for clip in clips]
+    if factor > 1 or not all(isinstance(f, torch.Tensor) for f in frames) or \
+            len({(tuple(f.shape[1:]), f.dtype, str(f.device)) for f in frames}) != 1:
+        return None
+    h, w = frames[0].shape[-2:]
+    joined = frames[0] if len(frames) == 1 else torch.cat(frames)
+    return replace(clips[0], frames=joined).gray(
+        chunk=max(16, _MAP_BUDGET // max(int(h) * int(w), 1)))
+
+
 def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
                    content: torch.Tensor, cfg: SegmentConfig, regime: Optional[str] = "H", *,
                    seeds: Optional[Tuple[torch.Tensor, ...]] = None,
@@ -471,7 +487,8 @@ def clip_bounds(lengths: Sequence[int]) -> List[int]:
 def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: torch.Tensor,
                    valid: torch.Tensor, contents: Sequence[torch.Tensor], cfg: SegmentConfig,
                    regimes: Sequence[Optional[str]], seeds: Optional[Tuple[torch.Tensor, ...]],
-                   has_seeds: Sequence[bool], max_objects: int = 8, max_side: int = 320
+                   has_seeds: Sequence[bool], max_objects: int = 8, max_side: int = 320,
+                   gray_bounds: Optional[Sequence[int]] = None
                    ) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
     """:func:`motion_segments` of B clips of one working size (H, W) and device given joined:
     their frames one after the other (clip b has frames ``bounds[b]:bounds[b+1]``), segmented
@@ -479,7 +496,9 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
     and labelled by :func:`_motion_labels`.
 
     Args:
-        grays: B (T_b, 1, H, W) or (T_b, 1, ceil(H/f), ceil(W/f)) float in [0, 1].
+        grays: B (T_b, 1, H, W) or (T_b, 1, ceil(H/f), ceil(W/f)) float in [0, 1]; or, with
+            ``gray_bounds``, pieces of the joined frames: piece i holds frames
+            ``gray_bounds[i]:gray_bounds[i+1]`` (e.g. one piece for all: :func:`joined_gray`).
         homs: (T-1, 3, 3) float64 x_{t+1} ~ H x_t (px) of the joined frames; valid: (T-1,)
             bool (False across two clips and for the clips not segmented densely, e.g. F).
         contents: B (H, W) bool. seeds: (points (M, 2) px, frames (M,) long into the T joined
@@ -500,7 +519,7 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
     if f > 1:
         S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64, device=dev))
         homs = S @ homs @ torch.linalg.inv(S)
-        gray = _GrayFrames(grays, bounds, f, pooled)
+        gray = _GrayFrames(grays, gray_bounds or bounds, f, pooled)
         c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
         if seeds is not None:
             seeds = ((seeds[0] + 0.5) / f - 0.5, seeds[1], seeds[2] / f, seeds[3])
@@ -518,7 +537,7 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
             out.append((BlockMasks.from_labels(kept[bounds[k]:bounds[k + 1]],
                                                int(ev["objects"]), f, (h, w), content[k]), ev))
         return out
-    gray = _GrayFrames(grays, bounds, 1, (h, w))
+    gray = _GrayFrames(grays, gray_bounds or bounds, 1, (h, w))
     kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seeds,
                                      has_seeds, max_objects, bounds)
     out = []

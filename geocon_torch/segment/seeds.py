@@ -15,7 +15,8 @@ from .._memory import release_freed_memory
 from ..config import GeoConConfig
 from ..geometry import fundamental_residuals, homography_residuals, transfer_points
 from ..types import Clip, Fit
-from .motion import clip_bounds, pooled_gray, segment_joined, segmentation_factor
+from .motion import (clip_bounds, joined_gray, pooled_gray, segment_joined,
+                     segmentation_factor)
 
 Seeds = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -173,18 +174,25 @@ def _joined_inputs(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
     seeds = _seed_points(rows["pairs"], rows["x1"], rows["x2"], outlier, rows["model"])
     homs, valid = _adjacent(rows["pairs"], rows["model"], rows["valid_h"] & rows["dense"],
                             bounds[-1])
-    grays = []
-    for clip, regime in zip(clips, regimes):
-        f = segmentation_factor(clip.size)
-        if regime == "F":  # no dense residuals under translation: the frames are never read
-            h, w = clip.size
-            grays.append(torch.zeros(1, 1, 1, 1, device=dev).expand(
-                clip.num_frames, 1, -(-h // f), -(-w // f)))
-        else:
-            grays.append(pooled_gray(clip, f).to(dev))
+    f = segmentation_factor(clips[0].size)
+    gray = joined_gray(clips, f) if len(clips) > 1 else None  # all frames as one tensor
+    grays = [gray.to(dev)] if gray is not None else [_clip_gray(clip, f, regime, dev)
+                                                     for clip, regime in zip(clips, regimes)]
     contents = [clip.content_mask.to(dev) for clip in clips]
     return (grays, bounds, homs, valid, contents, config.segment, list(regimes), seeds,
-            [True] * len(clips))
+            [True] * len(clips), 8, 320, None if gray is None else [0, bounds[-1]])
+
+
+def _clip_gray(clip: Clip, factor: int, regime: Optional[str], device: torch.device
+               ) -> torch.Tensor:
+    """(T, 1, ceil(H/f), ceil(W/f)) float gray frames of one clip at the segmentation scale
+    (:func:`~.motion.pooled_gray`); under F zeros (the frames are never read: no dense
+    residuals under translation)."""
+    if regime == "F":
+        h, w = clip.size
+        return torch.zeros(1, 1, 1, 1, device=device).expand(
+            clip.num_frames, 1, -(-h // factor), -(-w // factor))
+    return pooled_gray(clip, factor).to(device)
 
 
 def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
