@@ -272,15 +272,31 @@ def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, 
     (2r+1)^2 square around every seed (points are clamped into the frame); ``valid`` (M,)
     bool: only those seeds (fixed-size seeds, no compaction)."""
     t, h, w = shape
-    n = t * h * w
-    hit = torch.zeros(n + 1, dtype=torch.bool, device=points.device)  # n: the discarded slot
-    if points.numel():
-        x, y = _seed_pixels(points, (h, w))
-        at = frames.long() * h * w + y * w + x
-        if valid is not None:
-            at = torch.where(valid.to(at.device), at, torch.full_like(at, n))
-        hit[at] = True
-    return dilate(hit[:n].view(t, h, w), radius)
+    return _disc_map(_seed_cells(points, frames, (h, w), valid), 0, t, (h, w), radius)
+
+
+def _seed_cells(points: torch.Tensor, frames: torch.Tensor, size: Sequence[int],
+                valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Seed points (M, 2) px of frames (M,) -> (M,) long index ``frame h w + y w + x`` of their
+    nearest pixels (clamped into the (h, w) frame) among the frames' pixels; -1 where not
+    ``valid`` (M,) bool."""
+    h, w = int(size[0]), int(size[1])
+    x, y = _seed_pixels(points, (h, w))
+    at = frames.to(x.device).long() * (h * w) + (y * w + x)
+    return at if valid is None else at.masked_fill(~valid.to(at.device), -1)
+
+
+def _disc_map(cells: torch.Tensor, a: int, b: int, size: Sequence[int], radius: int
+              ) -> torch.Tensor:
+    """(b - a, h, w) bool: the (2r+1)^2 squares around the seeds (:func:`_seed_cells` (M,)) of
+    frames a..b-1 (the others go to a discarded slot: fixed-size, no compaction)."""
+    h, w = int(size[0]), int(size[1])
+    n = (b - a) * h * w
+    hit = torch.zeros(n + 1, dtype=torch.bool, device=cells.device)  # n: the discarded slot
+    if cells.numel():
+        at = cells - a * h * w
+        hit[torch.where((at >= 0) & (at < n), at, n)] = True
+    return dilate(hit[:n].view(b - a, h, w), radius)
 
 
 def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
@@ -593,6 +609,7 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     unreliable = torch.zeros(t, dtype=torch.bool, device=dev)
     area = torch.zeros(t, dtype=torch.long, device=dev)
     step = max(1, _MAP_BUDGET // max(h * w, 1))
+    cells = None if seeds is None else _seed_cells(seeds[0], seeds[1], (h, w), seeds[3])
     for a in range(0, t, step):
         b = min(a + step, t)
         lo, hi = max(a - 1, 0), min(b + 1, t)  # with the neighbour frames of the pairs
@@ -605,10 +622,8 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         else:
             change = torch.zeros(b - a, h, w, dtype=torch.bool, device=dev)
         fc = fc[a - lo:b - lo]
-        if seeds is not None:  # the chunk's seeds (the others go to seed_map's discarded slot)
-            mine = seeds[3] & (seeds[1] >= a) & (seeds[1] < b)
-            discs = seed_map(seeds[0], seeds[1] - a, (b - a, h, w), cfg.motion_seed_radius_px,
-                             mine)
+        if cells is not None:  # the discs of the chunk's seeds
+            discs = _disc_map(cells, a, b, (h, w), cfg.motion_seed_radius_px)
         else:
             discs = torch.zeros_like(change)
         m = dilate(change | discs, cfg.motion_close_px) & fc
