@@ -556,11 +556,13 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
     gray = _GrayFrames(grays, gray_bounds or bounds, 1, (h, w))
     kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seeds,
                                      has_seeds, max_objects, bounds)
-    out = []
-    for k, ev in enumerate(evidences):
-        ids = torch.arange(1, int(ev["objects"]) + 1, device=kept.device)
-        out.append((kept[bounds[k]:bounds[k + 1]].unsqueeze(1) == ids.view(1, -1, 1, 1), ev))
-    return out
+    counts = [int(ev["objects"]) for ev in evidences]
+    ids = torch.arange(1, max(counts) + 1, device=kept.device).view(1, -1, 1, 1)
+    parts = torch.split(kept.unsqueeze(1), [b - a for a, b in zip(bounds, bounds[1:])]) \
+        if len(counts) > 1 else [kept.unsqueeze(1)]
+    # (T_b, K_b, H, W): object k of the clip where its labels are k + 1
+    return [(part == (ids if k == ids.shape[1] else ids[:, :k]), ev)
+            for part, k, ev in zip(parts, counts, evidences)]
 
 
 class _GrayFrames:
