@@ -7,6 +7,12 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 
+def finite(x: torch.Tensor) -> torch.Tensor:
+    """``torch.isfinite(x)`` of a floating tensor in two elementwise ops: ``x - x == 0`` (only
+    inf - inf and NaN give NaN), where ``torch.isfinite`` dispatches four (abs, ne, eq, mul)."""
+    return (x - x) == 0
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int = -1,
                 fill: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Mean of ``x`` over ``dim`` where ``mask`` is True.
@@ -42,15 +48,15 @@ def quantile_of_sorted(vals: torch.Tensor, n: torch.Tensor, q: Union[float, torc
         return torch.full(vals.shape[:-1], fill, dtype=vals.dtype, device=vals.device)
     q = torch.as_tensor(q, dtype=torch.float64, device=vals.device).clamp(0.0, 1.0)
     pos = q * (n.clamp_min(1) - 1).to(torch.float64)
-    lo = pos.floor().long()
-    hi = pos.ceil().long()
-    v_lo = vals.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+    # a float fill as a scalar (no full_like op); an integer tensor keeps its dtype
+    fill_v = fill if vals.is_floating_point() else torch.tensor(fill, dtype=vals.dtype)
     if interpolation == "lower":
-        return torch.where(n > 0, v_lo, torch.full_like(v_lo, fill))
-    v_hi = vals.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
-    frac = (pos - lo.to(torch.float64)).to(vals.dtype) if vals.is_floating_point() else 0
-    out = v_lo + (v_hi - v_lo) * frac
-    return torch.where(n > 0, out, torch.full_like(out, fill))
+        v_lo = vals.gather(-1, pos.floor().long().unsqueeze(-1)).squeeze(-1)
+        return torch.where(n > 0, v_lo, fill_v)
+    lo = pos.floor()  # both neighbours in one gather
+    v_lo, v_hi = vals.gather(-1, torch.stack([lo, pos.ceil()], -1).long()).unbind(-1)
+    frac = (pos - lo).to(vals.dtype) if vals.is_floating_point() else 0
+    return torch.where(n > 0, v_lo + (v_hi - v_lo) * frac, fill_v)
 
 
 def masked_quantile(x: torch.Tensor, mask: torch.Tensor, q: float, dim: int = -1,

@@ -56,3 +56,32 @@ def test_empty_and_non_bool_inputs(device):
     u8 = torch.zeros(1, 7, 7, dtype=torch.uint8, device=device)
     u8[0, 3, 3] = 1
     assert int(dilate_mask(u8, 1).sum()) == 9
+
+
+@pytest.mark.parametrize("radius", [127, 128])
+def test_wide_windows_on_long_dense_rows(radius, device):
+    """The running counts wrap modulo 256 in uint8 (k = 2r + 1 = 255) or are exact in int64
+    (k = 257); rows of 600 px, 30 % set (running counts well past 256), gaps wider than k."""
+    g = torch.Generator().manual_seed(radius)
+    m = torch.rand(2, 3, 600, generator=g) > 0.7
+    m[0, :, 100:400] = False  # a gap wider than the window: its middle stays False
+    m[1, 1] = False
+    m = m.to(device)
+    got = dilate_mask(m, radius)
+    assert torch.equal(got, _maxpool_dilate(m, radius))
+    assert not bool(got[0, :, 250].any()) and bool(got[0, :, 120].all())
+    assert torch.equal(erode_mask(m, radius), ~_maxpool_dilate(~m, radius))
+
+
+def test_open_close_equals_the_four_steps(device):
+    """open_close runs its two middle dilations as one (radii added): the same masks as
+    erode, dilate, dilate, erode one after the other, border included."""
+    from geocon_torch.segment.motion import open_close
+
+    g = torch.Generator().manual_seed(3)
+    m = (torch.rand(3, 41, 57, generator=g) > 0.6).to(device)
+    m[:, :, :2] = True  # set along the frame border
+    for o, c in ((0, 3), (1, 3), (2, 1), (1, 0)):
+        ref = erode_mask(dilate_mask(dilate_mask(erode_mask(m, o), o), c), c)
+        assert torch.equal(open_close(m, o, c), ref), (o, c)
+    assert not torch.equal(open_close(m, 1, 3), m)

@@ -63,3 +63,16 @@ def test_mask_at_pixels_nearest_pixel_frames_and_bounds():
     frames = torch.tensor([[0, 1, 1, 1]])
     assert mask_at_pixels(mask, xy, frames).tolist() == [[True, True, False, False]]
     assert mask_at_pixels(mask[0], torch.tensor([[5.5, 1.0]])).tolist() == [False]  # outside
+
+
+def test_finite_equals_isfinite():
+    from geocon_torch._tensor_utils import finite
+
+    for dt in (torch.float16, torch.float32, torch.float64):
+        info = torch.finfo(dt)
+        x = torch.tensor([0.0, -0.0, 1.5, -2.0, info.max, -info.max, info.tiny, info.eps,
+                          float("inf"), float("-inf"), float("nan")], dtype=dt)
+        assert finite(x).tolist() == [True] * 8 + [False] * 3
+        y = torch.randn(4, 5, dtype=dt)
+        y[1, 2], y[3, 0] = float("nan"), float("inf")
+        assert torch.equal(finite(y), torch.isfinite(y))

@@ -43,21 +43,40 @@ def padded_sum(x: torch.Tensor) -> torch.Tensor:
     return _scan_total(_chunked(x).sum(-1), -1)
 
 
+def _broadcast(s: tuple, t: tuple) -> tuple:
+    """The broadcast of two shapes (plain Python: ``torch.broadcast_shapes`` imports sympy on
+    its first call)."""
+    n = max(len(s), len(t))
+    s, t = (1,) * (n - len(s)) + s, (1,) * (n - len(t)) + t
+    return tuple(i if j == 1 else j for i, j in zip(s, t))
+
+
 def padded_gram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b^T`` over the last axis, (..., r, N) x (..., c, N) -> (..., r, c), invariant to
-    trailing zero entries: one batched GEMM per chunk of ``GRAM_CHUNK`` entries (a loop over
-    point chunks, a handful), accumulated left to right. Each chunk's operands are made
-    contiguous and row-major ((..., r, C) and (..., C, c)): with a transposed or strided operand
-    the GEMM kernel was seen to change its rounding with the batch."""
+    """``a @ b^T`` over the last axis, (..., r, N) x (..., c, N) -> (..., r, c) (leading dims
+    broadcast), invariant to trailing zero entries: one GEMM per chunk of ``GRAM_CHUNK``
+    entries, the chunk products accumulated left to right. All chunks go through one batched
+    GEMM, each chunk an operand of its own, contiguous and row-major ((..., r, C) and
+    (..., C, c)): with a transposed or strided operand the GEMM kernel was seen to change its
+    rounding with the batch."""
     N = a.shape[-1]
+    lead = _broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    r, c = a.shape[-2], b.shape[-2]
+    if N == 0:
+        return torch.zeros(*lead, r, c, dtype=a.dtype, device=a.device)
     pad = (-N) % GRAM_CHUNK
     if pad:
         a, b = F.pad(a, (0, pad)), F.pad(b, (0, pad))
-    out = None
-    for s in range(0, max(N + pad, GRAM_CHUNK if N else 0), GRAM_CHUNK):
-        g = torch.matmul(a[..., s:s + GRAM_CHUNK].contiguous(),
-                         b[..., s:s + GRAM_CHUNK].transpose(-1, -2).contiguous())
-        out = g if out is None else out + g
-    if out is None:  # N == 0
-        out = torch.zeros(*a.shape[:-1], b.shape[-2], dtype=a.dtype, device=a.device)
+    L = (N + pad) // GRAM_CHUNK
+    a = a.unflatten(-1, (L, GRAM_CHUNK)).transpose(-3, -2)  # (..., L, r, C)
+    b = b.unflatten(-1, (L, GRAM_CHUNK)).movedim(-3, -1)  # (..., L, C, c)
+    if tuple(a.shape[:-3]) != lead:
+        a = a.expand(*lead, L, r, GRAM_CHUNK)
+    if tuple(b.shape[:-3]) != lead:
+        b = b.expand(*lead, L, GRAM_CHUNK, c)
+    # (reshape alone may give a strided view: the operands are copied row-major)
+    g = torch.bmm(a.reshape(-1, r, GRAM_CHUNK).contiguous(),
+                  b.reshape(-1, GRAM_CHUNK, c).contiguous()).view(*lead, L, r, c)
+    out = g.select(-3, 0)
+    for i in range(1, L):
+        out = out + g.select(-3, i)
     return out

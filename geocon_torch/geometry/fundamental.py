@@ -9,25 +9,30 @@ import math
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as tnf
 
+from .._tensor_utils import finite
 from ..errors import ShapeError
+from ._reduce import padded_gram
 from .homography import _MONO, _monomials, _smallest_eigvec
+from .normalization import _normalize_points, _pair_weights, _similarity_matrix
 
 _EIGHT_IDX = torch.tensor([_MONO[r // 3][c // 3] * 6 + _MONO[r % 3][c % 3]
                            for r in range(9) for c in range(9)])
-from ._reduce import padded_gram
-from .normalization import _normalize_points, _pair_weights, _similarity_matrix
 
 
 def _unit_fro(M: torch.Tensor) -> torch.Tensor:
-    return M / M.flatten(-2).norm(dim=-1).clamp_min(torch.finfo(M.dtype).tiny)[..., None, None]
+    """(..., 3, 3) matrices scaled to unit Frobenius norm."""
+    return M / M.norm(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(M.dtype).tiny)
 
 
 def _enforce_rank2(F: torch.Tensor) -> torch.Tensor:
     """Closest rank-2 matrix (Frobenius) of (..., 3, 3), via SVD."""
     U, S, Vh = torch.linalg.svd(F)
-    S = torch.cat([S[..., :2], torch.zeros_like(S[..., 2:])], -1)
-    return (U * S.unsqueeze(-2)) @ Vh
+    US = U * tnf.pad(S[..., :2], (0, 1)).unsqueeze(-2)  # the smallest singular value zeroed
+    if F.dim() == 2:
+        return US @ Vh
+    return torch.bmm(US.reshape(-1, 3, 3), Vh.reshape(-1, 3, 3)).view(F.shape)
 
 
 def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,
@@ -48,9 +53,10 @@ def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.T
 
 
 def _det3(M: torch.Tensor) -> torch.Tensor:
-    return (M[..., 0, 0] * (M[..., 1, 1] * M[..., 2, 2] - M[..., 1, 2] * M[..., 2, 1])
-            - M[..., 0, 1] * (M[..., 1, 0] * M[..., 2, 2] - M[..., 1, 2] * M[..., 2, 0])
-            + M[..., 0, 2] * (M[..., 1, 0] * M[..., 2, 1] - M[..., 1, 1] * M[..., 2, 0]))
+    """Determinants of (..., 3, 3) matrices (cofactor expansion along the first row)."""
+    m00, m01, m02, m10, m11, m12, m20, m21, m22 = M.flatten(-2).unbind(-1)
+    return (m00 * (m11 * m22 - m12 * m21) - m01 * (m10 * m22 - m12 * m20)
+            + m02 * (m10 * m21 - m11 * m20))
 
 
 def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor
@@ -86,7 +92,7 @@ def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: 
     step = torch.where(df.abs() > 1e-12, f / torch.where(df.abs() > 1e-12, df, torch.ones_like(df)),
                        torch.zeros_like(df))
     roots = roots - step
-    valid = torch.stack([ok, ok & ~one, ok & ~one], -1) & torch.isfinite(roots)
+    valid = torch.stack([ok, ok & ~one, ok & ~one], -1) & finite(roots)
     return torch.where(valid, roots, torch.zeros_like(roots)), valid
 
 
@@ -103,7 +109,7 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     X2 = torch.cat([x2n, torch.ones_like(x2n[..., :1])], -1).to(torch.float64)
     A = (X2.unsqueeze(-1) * X1.unsqueeze(-2)).flatten(-2)  # (..., 7, 9) rows kron(X2, X1)
     sol, info = torch.linalg.solve_ex(A[..., :7], -A[..., 7:], check_errors=False)  # (..., 7, 2)
-    ok = (info == 0) & torch.isfinite(sol).flatten(-2).all(-1)
+    ok = (info == 0) & finite(sol).flatten(-2).all(-1)
     sol = torch.where(ok[..., None, None], sol, torch.zeros_like(sol))
     eye2 = torch.eye(2, dtype=sol.dtype, device=sol.device).expand(*sol.shape[:-2], 2, 2)
     basis = torch.cat([sol, eye2], -2)  # (..., 9, 2)
@@ -111,8 +117,7 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     F2 = _unit_fro(basis[..., 1].reshape(*basis.shape[:-2], 3, 3))
     D = F1 - F2
     # det(F2 + t D) = c3 t^3 + c2 t^2 + c1 t + c0, from 4 evaluations
-    p0, p1 = _det3(F2), _det3(F2 + D)
-    pm1, p2 = _det3(F2 - D), _det3(F2 + 2 * D)
+    p0, p1, pm1, p2 = _det3(torch.stack([F2, F2 + D, F2 - D, F2 + 2 * D])).unbind(0)
     c0 = p0
     c2 = 0.5 * (p1 + pm1) - c0
     odd = 0.5 * (p1 - pm1)  # c1 + c3
@@ -126,7 +131,7 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     r4 = rev[..., None, None, None]
     Fs = _unit_fro(torch.where(r4, t, one) * F2.unsqueeze(-3)
                    + torch.where(r4, one, t) * D.unsqueeze(-3))
-    valid = rvalid & ok.unsqueeze(-1) & torch.isfinite(Fs).flatten(-2).all(-1)
+    valid = rvalid & ok.unsqueeze(-1) & finite(Fs).flatten(-2).all(-1)
     Fs = torch.where(valid[..., None, None], Fs, torch.zeros_like(Fs))
     return Fs.to(dt), valid
 

@@ -5,10 +5,12 @@ denormalised as ``H = T2^-1 H_n T1``; returned with ``H[2, 2] = 1`` where possib
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as tnf
 
+from .._tensor_utils import finite
 from ._reduce import padded_gram
 from .normalization import (_normalize_points, _pair_weights, _similarity_inverse,
                             _similarity_matrix)
@@ -27,7 +29,7 @@ def _dlt_rows(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
 
 def _homogeneous_t(x: torch.Tensor) -> torch.Tensor:
     """(..., N, 2) points -> (..., 3, N) homogeneous, transposed, contiguous."""
-    return torch.cat([x.transpose(-1, -2), torch.ones_like(x[..., :1]).transpose(-1, -2)], -2)
+    return tnf.pad(x.transpose(-1, -2), (0, 0, 0, 1), value=1.0)
 
 
 _MONO = ((0, 1, 2), (1, 3, 4), (2, 4, 5))  # X_i X_j -> index into _monomials
@@ -54,6 +56,22 @@ def _dlt_index() -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 _DLT_IDX, _DLT_SGN = _dlt_index()
+_CONSTANTS: Dict[tuple, torch.Tensor] = {}  # per (name, device, dtype): built once
+
+
+def _constant(name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The module constant ``name`` (_DLT_IDX, _DLT_SGN, or the (16, 16) bool mask of the
+    eigen-solver's padded diagonal, "pad_diag<n>") on ``device`` in ``dtype``, cached."""
+    key = (name, str(device), dtype)
+    if key not in _CONSTANTS:
+        with torch.inference_mode(False):  # usable by autograd later even if built inside one
+            if name.startswith("pad_diag"):
+                d = torch.arange(_EIG_SIZE)
+                t = (d.view(-1, 1) == d.view(1, -1)) & (d >= int(name[8:]))
+            else:
+                t = {"dlt_idx": _DLT_IDX, "dlt_sgn": _DLT_SGN}[name]
+            _CONSTANTS[key] = t.to(device=device, dtype=dtype)
+    return _CONSTANTS[key]
 
 
 _EIG_SIZE = 16  # 16 x 16 float64 = 2048 bytes: every matrix of a batch starts 64-byte aligned
@@ -79,29 +97,36 @@ def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
         return torch.linalg.eigh(M64)[1][..., 0].to(M.dtype)  # backward NaN; solve unpadded
     n = M64.shape[-1]
     big = M64.diagonal(dim1=-2, dim2=-1).abs().sum(-1) + 1.0  # (...,)
-    E = torch.zeros(*M64.shape[:-2], _EIG_SIZE, _EIG_SIZE, dtype=torch.float64, device=M.device)
-    E[..., :n, :n] = M64
-    E.diagonal(dim1=-2, dim2=-1)[..., n:] = big.unsqueeze(-1)
+    pad = _EIG_SIZE - n
+    E = torch.where(_constant(f"pad_diag{n}", M.device, torch.bool), big.view(*big.shape, 1, 1),
+                    tnf.pad(M64, (0, pad, 0, pad)))
     _, vecs = torch.linalg.eigh(E)
     return vecs[..., :n, 0].to(M.dtype)
 
 
+def _dlt_basis(x2n: torch.Tensor) -> torch.Tensor:
+    """(1, u, v, u^2 + v^2) of points (..., N, 2) -> (..., 4, N): times a point's weight, the
+    weights of its DLT moments (:func:`_homography_dlt_normalized`)."""
+    u, v = x2n[..., 0], x2n[..., 1]
+    return torch.stack([torch.ones_like(u), u, v, u * u + v * v], -2)
+
+
 def _homography_dlt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,
-                               mono1: Optional[torch.Tensor] = None) -> torch.Tensor:
+                               mono1: Optional[torch.Tensor] = None,
+                               basis2: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Weighted DLT on normalised points: x (..., N, 2), w (..., N) -> H_n (..., 3, 3).
 
     The 9 x 9 normal matrix of the rows ``[-X, 0, u X]`` and ``[0, -X, v X]`` (X = (x, y, 1))
     is ``[[S, 0, -Su], [0, S, -Sv], [-Su, -Sv, Suv]]`` with ``S_k = sum_i W_k,i X_i X_i^T``;
     all 24 distinct moments come from one small batched GEMM over the monomials of X
-    (``mono1``: precomputed ``_monomials(x1n)``).
+    (``mono1``: precomputed ``_monomials(x1n)``; ``basis2``: precomputed ``_dlt_basis(x2n)``).
     """
-    u, v = x2n[..., 0], x2n[..., 1]
-    W = torch.stack([w, w * u, w * v, w * (u * u + v * v)], -2)  # (..., 4, N)
+    basis2 = _dlt_basis(x2n) if basis2 is None else basis2
+    W = w.unsqueeze(-2) * basis2  # (..., 4, N): w, w u, w v, w (u^2 + v^2)
     mono1 = _monomials(x1n) if mono1 is None else mono1
-    T = padded_gram(W, mono1).flatten(-2)  # (..., 24)
-    T = torch.cat([T, torch.zeros_like(T[..., :1])], -1)
-    idx = _DLT_IDX.to(T.device)
-    M = (T[..., idx] * _DLT_SGN.to(device=T.device, dtype=T.dtype)).unflatten(-1, (9, 9))
+    T = tnf.pad(padded_gram(W, mono1).flatten(-2), (0, 1))  # (..., 25): the 24 and a zero
+    M = (T[..., _constant("dlt_idx", T.device, torch.long)]
+         * _constant("dlt_sgn", T.device, T.dtype)).unflatten(-1, (9, 9))
     return _smallest_eigvec(M).reshape(*M.shape[:-2], 3, 3)
 
 
@@ -114,7 +139,7 @@ def _homography_4pt(x1n: torch.Tensor, x2n: torch.Tensor) -> Tuple[torch.Tensor,
     A, rhs = rows[..., :8], -rows[..., 8:]
     h, info = torch.linalg.solve_ex(A, rhs, check_errors=False)
     h = h.squeeze(-1)
-    ok = (info == 0) & torch.isfinite(h).all(-1) & (h.abs().amax(-1) < 1e8)
+    ok = (info == 0) & finite(h).all(-1) & (h.abs().amax(-1) < 1e8)
     h = torch.where(ok.unsqueeze(-1), h, torch.zeros_like(h))
     H = torch.cat([h, torch.ones_like(h[..., :1])], -1).reshape(*h.shape[:-1], 3, 3)
     eye = torch.eye(3, dtype=H.dtype, device=H.device)
@@ -124,11 +149,9 @@ def _homography_4pt(x1n: torch.Tensor, x2n: torch.Tensor) -> Tuple[torch.Tensor,
 
 def _normalize_h_scale(H: torch.Tensor) -> torch.Tensor:
     """Scale (..., 3, 3) homographies to H[2, 2] = 1 (unit Frobenius norm when H[2, 2] ~ 0)."""
-    fro = H.flatten(-2).norm(dim=-1).clamp_min(torch.finfo(H.dtype).tiny)
-    h22 = H[..., 2, 2]
-    use22 = h22.abs() > 1e-8 * fro
-    den = torch.where(use22, h22, fro)
-    return H / den[..., None, None]
+    fro = H.norm(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(H.dtype).tiny)
+    h22 = H[..., 2:, 2:]
+    return H / torch.where(h22.abs() > 1e-8 * fro, h22, fro)
 
 
 def homography_dlt(x1: torch.Tensor, x2: torch.Tensor,

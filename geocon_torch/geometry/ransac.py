@@ -60,17 +60,18 @@ import torch
 import torch.nn.functional as tnf
 
 from .._checks import check_mask, check_points, check_same_shape
+from .._tensor_utils import finite
 from ..errors import InputError, ShapeError
 from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
-from .homography import (_homogeneous_t, _homography_4pt, _homography_dlt_normalized,
-                         _monomials, _normalize_h_scale)
+from .homography import (_dlt_basis, _homogeneous_t, _homography_4pt,
+                         _homography_dlt_normalized, _monomials, _normalize_h_scale)
 from ._reduce import CHUNK as _CHUNK
 from ._reduce import padded_sum
 from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
 from .residuals import _adjugate3
 from .sampling import (draw_with_replacement, draw_without_replacement, has_collinear_triple,
-                       has_duplicate, pair_keys, uniform, uniform_rows)
+                       has_duplicate, pair_keys, stream_base, uniform, uniform_rows)
 
 H_RESIDUALS = ("symmetric", "forward")
 F_RESIDUALS = ("sampson_normalized", "sampson", "epipolar_max")
@@ -97,16 +98,48 @@ class _Context:
     mask: torch.Tensor  # (A, N) bool
     s1: torch.Tensor  # (A,) Hartley scales (normalised units per pixel)
     s2: torch.Tensor
-    mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials for the LS refits
-    mono2: Optional[torch.Tensor] = None
+    mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x1n for the LS refits
+    mono2: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x2n (F), (A, 4, N) its DLT
+    # basis (H, ``homography._dlt_basis``)
 
     @staticmethod
-    def build(x1n, x2n, mask, s1, s2, dtype, monomials: bool = False) -> "_Context":
+    def build(x1n, x2n, mask, s1, s2, dtype, refit: Optional[str] = None) -> "_Context":
+        """The context of normalised points (A, N, 2) in ``dtype``; with ``refit`` ("H" or
+        "F") the refits' precomputed bases too (:meth:`with_bases`)."""
         x1n, x2n = x1n.to(dtype), x2n.to(dtype)
-        m1 = _monomials(x1n) if monomials else None
-        m2 = _monomials(x2n) if monomials else None
-        return _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n), mask, s1.to(dtype),
-                        s2.to(dtype), m1, m2)
+        ctx = _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n), mask, s1.to(dtype),
+                       s2.to(dtype))
+        return ctx if refit is None else ctx.with_bases(refit)
+
+    def with_bases(self, kind: str) -> "_Context":
+        """Sets (and returns self with) the least-squares refits' bases of model ``kind``."""
+        self.mono1 = _monomials(self.x1n)
+        self.mono2 = _monomials(self.x2n) if kind == "F" else _dlt_basis(self.x2n)
+        return self
+
+    def _memo(self, key: str, make: Callable):
+        memo = self.__dict__.setdefault("_derived", {})
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
+    def scale_sq(self, image: int) -> torch.Tensor:
+        """(A, 1, 1) squared Hartley scale of image 1 or 2 (computed once per context)."""
+        return self._memo(f"s{image}", lambda: (self.s1 if image == 1 else self.s2
+                                                ).view(-1, 1, 1) ** 2)
+
+    def xy_t(self, image: int) -> torch.Tensor:
+        """(A, 1, 2, N) view of the x, y rows of X1t or X2t (computed once per context)."""
+        return self._memo(f"x{image}", lambda: (self.X1t if image == 1 else self.X2t
+                                                )[:, None, :2])
+
+    def xy_rows(self, image: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The x and y rows (A, 1, N) of :meth:`xy_t` (computed once per context)."""
+        return self._memo(f"r{image}", lambda: self.xy_t(image).unbind(2))
+
+    def mask_k(self) -> torch.Tensor:
+        """(A, 1, N) the mask, broadcasting over a hypothesis axis (once per context)."""
+        return self._memo("mask", lambda: self.mask.unsqueeze(1))
 
     def index(self, idx: torch.Tensor) -> "_Context":
         pick = lambda t: None if t is None else t[idx]  # noqa: E731
@@ -131,38 +164,41 @@ def _sync_free(device: torch.device) -> bool:
 
 
 def _rows(M: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
-    """``M X`` for models (A, K, 3, 3) and points (A, 3, N) -> (A, K, 3, N) (one batched GEMM)."""
+    """``M X`` for models (A, K, 3, 3) and points (A, 3, N) -> (A, K, 3, N) (one batched GEMM:
+    ``bmm``, the kernel ``matmul`` would reach through a few more ops)."""
     A, K = M.shape[:2]
-    return torch.matmul(M.reshape(A, K * 3, 3), Xt).view(A, K, 3, -1)
+    return torch.bmm(M.reshape(A, K * 3, 3), Xt).view(A, K, 3, -1)
 
 
-def _h_transfer_sq(U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Squared distance between pi(U) (A, K, 3, N) and points x (A, N, 2)."""
-    w = U[:, :, 2]
-    du = torch.addcmul(U[:, :, 0], x[:, None, :, 0], w, value=-1)
-    dv = torch.addcmul(U[:, :, 1], x[:, None, :, 1], w, value=-1)
+def _h_transfer_sq(U: torch.Tensor, xy: torch.Tensor) -> torch.Tensor:
+    """Squared distance (A, K, N) between pi(U) (A, K, 3, N) and points xy (A, 1, 2, N)
+    (transposed: rows x, y)."""
+    w = U[:, :, 2:]
+    d = torch.addcmul(U[:, :, :2], xy, w, value=-1)  # (A, K, 2, N)
     tiny = torch.finfo(U.dtype).eps ** 2
-    return du.square_().add_(dv.square_()).div_(w.square().clamp_min_(tiny))
+    return d.square_().sum(2).div_(w.square().clamp_min_(tiny).squeeze(2))
 
 
 def _h_residual_sq(kind: str) -> Callable:
     def fn(M: torch.Tensor, ctx: _Context) -> torch.Tensor:
-        fwd = _h_transfer_sq(_rows(M, ctx.X1t), ctx.x2n).div_(ctx.s2.view(-1, 1, 1) ** 2)
+        fwd = _h_transfer_sq(_rows(M, ctx.X1t), ctx.xy_t(2)).div_(ctx.scale_sq(2))
         if kind == "forward":
             return fwd
-        bwd = _h_transfer_sq(_rows(_adjugate3(M), ctx.X2t), ctx.x1n)
-        bwd = bwd.div_(ctx.s1.view(-1, 1, 1) ** 2)
+        bwd = _h_transfer_sq(_rows(_adjugate3(M), ctx.X2t), ctx.xy_t(1)).div_(ctx.scale_sq(1))
         return fwd.sqrt_().add_(bwd.sqrt_()).mul_(0.5).square_()
     return fn
 
 
 def _f_terms(M: torch.Tensor, ctx: _Context):
+    """``(x2^T F x1)^2`` and the squared norms of the first two entries of ``F x1`` and
+    ``F^T x2``, each (A, K, N), for models M (A, K, 3, 3)."""
     U = _rows(M, ctx.X1t)  # F x1
     V = _rows(M.transpose(-1, -2), ctx.X2t)  # F^T x2
-    num = torch.addcmul(U[:, :, 2], ctx.x2n[:, None, :, 0], U[:, :, 0])
-    num.addcmul_(ctx.x2n[:, None, :, 1], U[:, :, 1])
-    ga = U[:, :, 0].square().add_(U[:, :, 1].square())
-    gb = V[:, :, 0].square().add_(V[:, :, 1].square())
+    u0, u1, u2 = U.unbind(2)
+    x2, y2 = ctx.xy_rows(2)
+    num = torch.addcmul(u2, x2, u0).addcmul_(y2, u1)
+    ga = U[:, :, :2].square().sum(2)
+    gb = V[:, :, :2].square().sum(2)
     return num.square_(), ga, gb
 
 
@@ -174,8 +210,8 @@ def _f_residual_sq(kind: str, with_weights: bool = False) -> Callable:
         num2, ga, gb = _f_terms(M, ctx)
         tiny = torch.finfo(num2.dtype).tiny
         if kind != "sampson_normalized":
-            ga = ga.mul_(ctx.s2.view(-1, 1, 1) ** 2)
-            gb = gb.mul_(ctx.s1.view(-1, 1, 1) ** 2)
+            ga = ga.mul_(ctx.scale_sq(2))
+            gb = gb.mul_(ctx.scale_sq(1))
         if kind == "epipolar_max":
             r = torch.maximum(num2 / ga.clamp_min(tiny), num2 / gb.clamp_min(tiny))
             g = ga.add_(gb).clamp_min_(tiny)
@@ -184,8 +220,9 @@ def _f_residual_sq(kind: str, with_weights: bool = False) -> Callable:
             r = num2.div_(g)
         if not with_weights:
             return r
-        m = ctx.mask.unsqueeze(1)
-        gm = padded_sum(g * m).unsqueeze(-1) / m.sum(-1, keepdim=True).clamp_min(1)
+        m = ctx.mask_k()
+        gm = padded_sum(g * m).unsqueeze(-1) / ctx._memo(
+            "count", lambda: m.sum(-1, keepdim=True).clamp_min(1))
         return r, (gm / g).clamp_max_(1e6)
     return fn
 
@@ -216,12 +253,12 @@ def _solve_f(x1s: torch.Tensor, x2s: torch.Tensor) -> Tuple[torch.Tensor, torch.
     return F.reshape(A, K * 3, 3, 3), ok.reshape(A, K * 3)
 
 
-def _cost(rsq: torch.Tensor, mask: torch.Tensor, thr2: float, scoring: str,
+def _cost(rsq: torch.Tensor, ctx: _Context, thr2: float, scoring: str,
           fixed_width: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(A, K, N) squared residuals -> cost (A, K) and inlier counts (A, K). The MSAC sum is
-    padding-invariant (``padded_sum``), or a plain sum when N is the same in every batch
-    (``fixed_width``)."""
-    m = mask.unsqueeze(1)
+    """(A, K, N) squared residuals on the points of ``ctx`` -> cost (A, K) and inlier counts
+    (A, K). The MSAC sum is padding-invariant (``padded_sum``), or a plain sum when N is the
+    same in every batch (``fixed_width``)."""
+    m = ctx.mask_k()
     inl = (rsq <= thr2) & m
     ninl = inl.sum(-1)
     if scoring == "msac":
@@ -234,7 +271,8 @@ def _cost(rsq: torch.Tensor, mask: torch.Tensor, thr2: float, scoring: str,
 
 def _refit(problem: _Problem, ctx: _Context, w: torch.Tensor) -> torch.Tensor:
     if problem.kind == "H":
-        return _normalize_h_scale(_homography_dlt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1))
+        return _normalize_h_scale(_homography_dlt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1,
+                                                             ctx.mono2))
     return _fundamental_8pt_normalized(ctx.x1n, ctx.x2n, w, ctx.mono1, ctx.mono2)
 
 
@@ -250,9 +288,9 @@ def _inner_samples(problem: _Problem, ctx: _Context, model: torch.Tensor, rsq: t
                    ctx.s1, ctx.s2, None if ctx.mono1 is None else ctx.mono1.unsqueeze(1),
                    None if ctx.mono2 is None else ctx.mono2.unsqueeze(1))
     models = _refit(problem, sub, w)  # (A, J, 3, 3)
-    ok = torch.isfinite(models).flatten(-2).all(-1)
+    ok = finite(models).flatten(-2).all(-1)
     models = torch.where(ok[..., None, None], models, model.unsqueeze(1))
-    c, _ = _cost(problem.residual_sq(models, ctx), ctx.mask, thr2, scoring)
+    c, _ = _cost(problem.residual_sq(models, ctx), ctx, thr2, scoring)
     c = torch.where(ok, c, torch.full_like(c, math.inf))
     cj, j = c.min(-1)
     better = cj < cost
@@ -271,21 +309,21 @@ def _local_optimization(problem: _Problem, ctx: _Context, model: torch.Tensor, t
     iterate is evaluated and the best one (the input included) is returned, so the cost never
     increases. Returns (model, cost, ninl, rsq (A, N)).
     """
-    rsq, gw = problem.lo_residual(model.unsqueeze(1), ctx)
-    cost, ninl = _cost(rsq, ctx.mask, thr2, scoring)
+    rsq, gw = problem.lo_residual(model.unsqueeze(1), ctx)  # (A, 1, N): K = 1 kept
+    cost, ninl = _cost(rsq, ctx, thr2, scoring)  # (A, 1)
     if u is not None:  # start the IRLS from the best inner-sample refit
         start = _inner_samples(problem, ctx, model, rsq.squeeze(1), cost.squeeze(1), thr2,
                                scoring, u)
         rsq2, gw2 = problem.lo_residual(start.unsqueeze(1), ctx)
-        c2, n2 = _cost(rsq2, ctx.mask, thr2, scoring)
-        moved = (c2 < cost).view(-1)
-        model = torch.where(moved[:, None, None], start, model)
-        rsq = torch.where(moved[:, None, None], rsq2, rsq)
-        cost, ninl = torch.where(moved[:, None], c2, cost), torch.where(moved[:, None], n2, ninl)
+        c2, n2 = _cost(rsq2, ctx, thr2, scoring)
+        moved = c2 < cost
+        moved3 = moved.unsqueeze(-1)
+        model, rsq = torch.where(moved3, start, model), torch.where(moved3, rsq2, rsq)
+        cost, ninl = torch.where(moved, c2, cost), torch.where(moved, n2, ninl)
         if gw is not None:
-            gw = torch.where(moved[:, None, None], gw2, gw)
-    best = [model, cost.squeeze(1), ninl.squeeze(1), rsq.squeeze(1)]
-    cur_r, cur_g = best[3], gw
+            gw = torch.where(moved3, gw2, gw)
+    best = [model, cost, ninl, rsq]
+    cur_r, cur_g = rsq.squeeze(1), gw
     for it in range(iterations):
         if robust:
             mult = 3.0 - 1.5 * it / max(iterations - 1, 1)
@@ -295,28 +333,30 @@ def _local_optimization(problem: _Problem, ctx: _Context, model: torch.Tensor, t
         if cur_g is not None:
             w = w * cur_g.squeeze(1)
         new = _refit(problem, ctx, w.to(ctx.x1n.dtype))
-        ok = torch.isfinite(new).flatten(-2).all(-1)
-        new = torch.where(ok[:, None, None], new, best[0])
+        new = torch.where(finite(new).all(-1, keepdim=True).all(-2, keepdim=True), new,
+                          best[0])
         r_new, g_new = problem.lo_residual(new.unsqueeze(1), ctx)
-        c_new, n_new = _cost(r_new, ctx.mask, thr2, scoring)
-        c_new, n_new, r_new = c_new.squeeze(1), n_new.squeeze(1), r_new.squeeze(1)
-        better = c_new < best[1]
-        best = [torch.where(better[:, None, None], new, best[0]),
-                torch.where(better, c_new, best[1]), torch.where(better, n_new, best[2]),
-                torch.where(better[:, None], r_new, best[3])]
-        cur_r, cur_g = r_new, g_new
-    return best[0], best[1], best[2], best[3]
+        c_new, n_new = _cost(r_new, ctx, thr2, scoring)
+        better = c_new < best[1]  # (A, 1)
+        better3 = better.unsqueeze(-1)
+        best = [torch.where(better3, new, best[0]), torch.where(better, c_new, best[1]),
+                torch.where(better, n_new, best[2]), torch.where(better3, r_new, best[3])]
+        cur_r, cur_g = r_new.squeeze(1), g_new
+    return best[0], best[1].squeeze(1), best[2].squeeze(1), best[3].squeeze(1)
 
 
 def _spread(x: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
     """Ratio of the smaller to the larger eigenvalue of the covariance of the selected points
-    (P, N, 2) / (P, N): ~0 when they are collinear or coincide."""
+    x (..., P, N, 2) (e.g. both images stacked) / sel (P, N): ~0 when they are collinear or
+    coincide. Returns (..., P)."""
     w = sel.to(x.dtype)
+    wt = w.unsqueeze(-2)  # (P, 1, N)
     n = padded_sum(w).unsqueeze(-1).clamp_min(1)
-    mu = padded_sum(x.transpose(-1, -2) * w.unsqueeze(-2)) / n
-    d = (x - mu.unsqueeze(-2)).transpose(-1, -2) * w.unsqueeze(-2)  # (P, 2, N)
-    cxx, cxy, cyy = padded_sum(torch.stack([d[:, 0] * d[:, 0], d[:, 0] * d[:, 1],
-                                            d[:, 1] * d[:, 1]], 1)).div(n).unbind(-1)
+    mu = padded_sum(x.transpose(-1, -2) * wt) / n
+    d = (x - mu.unsqueeze(-2)).transpose(-1, -2) * wt  # (..., P, 2, N)
+    dy = d[..., 1:, :]
+    # rows dx dx, dx dy, dy dy
+    cxx, cxy, cyy = padded_sum(torch.cat([d[..., :1, :] * d, dy * dy], -2)).div(n).unbind(-1)
     tr = cxx + cyy
     det = cxx * cyy - cxy * cxy
     disc = torch.sqrt((tr * tr / 4 - det).clamp_min(0))
@@ -352,13 +392,14 @@ def _valid_first_order(mask: torch.Tensor, scores: Optional[torch.Tensor],
 
 
 def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, limit: int,
-            width: int, fixed: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+            width: int, fixed: bool = False, base: Optional[torch.Tensor] = None
+            ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per-pair point subsets of compacted pairs (valid points at positions [0, n_valid)):
     ``count`` positions drawn with replacement when ``n_valid > limit``, else all ``n_valid``
     points. Returns positions (P, R) and their validity (P, R): R = count when ``fixed``
     (needs limit <= count), else only as wide as the batch needs (<= max(count, limit);
     the extra columns are masked). Which points a pair gets depends only on its key and
-    n_valid."""
+    n_valid. ``base``: the precomputed ``stream_base(keys, stream)`` (P,)."""
     big = n_valid > limit
     if fixed:
         R = count
@@ -366,7 +407,8 @@ def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, 
         need = int(torch.where(big, torch.full_like(n_valid, count), n_valid).max()) \
             if keys.numel() else 1
         R = min(max(need, 1), width)
-    drawn = draw_with_replacement(keys, torch.full_like(keys, stream), count, n_valid)
+    rounds = None if base is not None else torch.full_like(keys, stream)
+    drawn = draw_with_replacement(keys, rounds, count, n_valid, base)
     drawn = tnf.pad(drawn, (0, max(R - count, 0)))[:, :R]
     col = torch.arange(R, device=keys.device).view(1, R)
     pos = torch.where(big.view(-1, 1), drawn, col.clamp_max(width - 1))
@@ -453,53 +495,53 @@ def _check_inputs(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tenso
     return mask
 
 
-def _compact(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
-             scores: Optional[torch.Tensor]):
+def _compact(X: torch.Tensor, mask: torch.Tensor, scores: Optional[torch.Tensor]):
     """Every pair's valid points moved to the front (PROSAC order, best score first, when
     ``scores`` is given; else index order), masked zeros after them. From here on a pair's data
     is its n_valid points, whatever the padding looked like (padding invariance).
 
-    Returns x1, x2 (P, N', 2), mask (P, N') with N' a multiple of the reduction chunk,
-    n_valid (P,) and keep_pos (P, n_keep) (caller positions of the first n_keep columns).
+    Args:
+        X: (2, P, N, 2) the points of both images; mask: (P, N); scores: (P, N) or None.
+    Returns:
+        X (2, P, N', 2) and mask (P, N') with N' a multiple of the reduction chunk, n_valid
+        (P,) and keep_pos (P, n_keep) (caller positions of the first n_keep columns).
     """
     P, N = mask.shape
-    dev, dt = x1.device, x1.dtype
+    dev = X.device
     n_valid = mask.sum(-1)
     order = _valid_first_order(mask, scores, n_valid)  # (P, N)
     n_keep = min(N, max(int(n_valid.max()) if P else 0, 1))
     keep_pos = order[:, :n_keep]
     width = max(-(-n_keep // _CHUNK), 1) * _CHUNK  # no padding copies in the reductions
     mask = torch.arange(width, device=dev).view(1, width) < n_valid.view(P, 1)
-    g2 = keep_pos.unsqueeze(-1).expand(-1, -1, 2)
-    zero = torch.zeros((), dtype=dt, device=dev)
-
-    def gather(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(mask.unsqueeze(-1), tnf.pad(x.gather(1, g2), (0, 0, 0, width - n_keep)),
-                           zero)
-
-    return gather(x1), gather(x2), mask, n_valid, keep_pos
+    g2 = keep_pos.unsqueeze(-1).expand(2, -1, -1, 2)
+    X = tnf.pad(X.gather(2, g2), (0, 0, 0, width - n_keep))
+    return torch.where(mask.unsqueeze(-1), X, torch.zeros((), dtype=X.dtype, device=dev)), \
+        mask, n_valid, keep_pos
 
 
 def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
              scores: Optional[torch.Tensor], min_inliers: int) -> _Batch:
-    """Compact (:func:`_compact`) and Hartley-normalise (paper eq. 9) P pairs (P, N, 2) px."""
+    """Compact (:func:`_compact`) and Hartley-normalise (paper eq. 9) P pairs (P, N, 2) px
+    (both images at once)."""
     dt = x1.dtype
     width_in = mask.shape[1]
-    mask = mask & torch.isfinite(x1).all(-1) & torch.isfinite(x2).all(-1)
-    x1, x2 = (torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)) for x in (x1, x2))
-    x1, x2, mask, n_valid, keep_pos = _compact(x1, x2, mask, scores)
-    wm = mask.to(dt)
-    c1, s1, ok1 = _weighted_hartley(x1, wm)
-    c2, s2, ok2 = _weighted_hartley(x2, wm)
-    x1n = torch.where(mask.unsqueeze(-1), (x1 - c1.unsqueeze(-2)) * s1[:, None, None], 0 * x1)
-    x2n = torch.where(mask.unsqueeze(-1), (x2 - c2.unsqueeze(-2)) * s2[:, None, None], 0 * x2)
-    fittable = (n_valid >= max(problem.sample_size, min_inliers)) & ok1 & ok2
+    X = torch.stack([x1, x2])  # (2, P, N, 2)
+    mask = mask & finite(X).all(-1).all(0)
+    X = torch.where(mask.unsqueeze(-1), X, torch.zeros_like(X))
+    X, mask, n_valid, keep_pos = _compact(X, mask, scores)
+    c, s, ok = _weighted_hartley(X, mask.to(dt))  # (2, P, 2), (2, P), (2, P)
+    x1n, x2n = torch.where(mask.unsqueeze(-1), (X - c.unsqueeze(-2)) * s[..., None, None],
+                           0 * X).unbind(0)
+    (c1, c2), (s1, s2) = c.unbind(0), s.unbind(0)
+    fittable = (n_valid >= max(problem.sample_size, min_inliers)) & ok.all(0)
     return _Batch(mask, n_valid, keep_pos, width_in, c1, s1, c2, s2, fittable,
-                  _Context.build(x1n, x2n, mask, s1, s2, dt, monomials=True),
+                  _Context.build(x1n, x2n, mask, s1, s2, dt, refit=problem.kind),
                   _Context.build(x1n, x2n, mask, s1, s2, torch.float32))
 
 
-def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Context]:
+def _point_subsets(problem: _Problem, batch: _Batch, keys: torch.Tensor
+                   ) -> Tuple[_Context, _Context]:
     """The points hypotheses are pre-evaluated on and the points in-loop LO iterates on.
 
     Pre-verification: a pair with more than 32 valid points is pre-evaluated on 32 of them drawn
@@ -509,25 +551,29 @@ def _point_subsets(batch: _Batch, keys: torch.Tensor) -> Tuple[_Context, _Contex
     from its own valid count and key.
     """
     N = batch.mask.shape[1]
+    lo_sub = N > 2 * _LO_POINTS
+    streams = torch.tensor([-1, -2] if lo_sub else [-1], device=keys.device)
+    bases = stream_base(keys, streams.view(-1, 1))  # (S, P): both streams' hashes at once
     sub = batch.fast.points(*_subset(keys, -1, batch.n_valid, _PREVERIFY_POINTS,
-                                     _PREVERIFY_POINTS, N, fixed=True))
-    if N <= 2 * _LO_POINTS:
+                                     _PREVERIFY_POINTS, N, fixed=True, base=bases[0]))
+    if not lo_sub:
         return sub, batch.full
-    lo = batch.full.points(*_subset(keys, -2, batch.n_valid, _LO_POINTS, 2 * _LO_POINTS, N))
-    lo.mono1, lo.mono2 = _monomials(lo.x1n), _monomials(lo.x2n)
-    return sub, lo
+    lo = batch.full.points(*_subset(keys, -2, batch.n_valid, _LO_POINTS, 2 * _LO_POINTS, N,
+                                    base=bases[1]))
+    return sub, lo.with_bases(problem.kind)
 
 
 def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
                        rounds: torch.Tensor, n_valid: torch.Tensor, prosac: bool, K: int,
-                       count: Optional[torch.Tensor] = None
+                       count: Optional[torch.Tensor] = None, base: Optional[torch.Tensor] = None
                        ) -> Tuple[torch.Tensor, torch.Tensor]:
     """K minimal samples per pair for A active pairs, drawn without replacement among the
     pair's valid points (PROSAC: among its top 25 %, 50 %, ... in the first rounds), and their
     models: (A, C, 3, 3) float32 and validity (A, C); C = K for H, <= 3K for F (the slots
     that no pair fills, complex 7-point roots, are dropped). ``count`` (A,) <= K: only the
     first count[a] samples of row a are valid (its draws are the first count[a] of K: the
-    stream is a prefix, so the row holds exactly the samples of a count[a]-sample round)."""
+    stream is a prefix, so the row holds exactly the samples of a count[a]-sample round).
+    ``base``: the precomputed ``stream_base(keys, rounds)`` (A,)."""
     m = problem.sample_size
     if prosac:
         frac = 0.25 * torch.pow(2.0, rounds.to(torch.float64))
@@ -535,7 +581,7 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
             torch.ceil(n_valid.to(torch.float64) * frac).long(), torch.full_like(n_valid, 3 * m)))
     else:
         pool = n_valid
-    pos = draw_without_replacement(uniform(keys, rounds, (K, m)), pool)  # (A, K, m)
+    pos = draw_without_replacement(uniform(keys, rounds, (K, m), base), pool)  # (A, K, m)
     A = pos.shape[0]
     ar = torch.arange(A, device=pos.device).view(A, 1, 1)
     solve = _solve_h if problem.kind == "H" else _solve_f
@@ -560,7 +606,7 @@ def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, su
     """Each pair's ``keep`` best hypotheses (A, C, 3, 3) by their cost on its pre-verification
     points, in candidate order: (A, keep, 3, 3), (A, keep). ``keep_rows`` (A,) <= keep: row a
     keeps only its keep_rows[a] best (in candidate order, then invalid slots)."""
-    pre, _ = _cost(problem.residual_sq(models, sub), sub.mask, cfg.thr2, cfg.scoring,
+    pre, _ = _cost(problem.residual_sq(models, sub), sub, cfg.thr2, cfg.scoring,
                    fixed_width=True)
     pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
     # stable: ties go to the earlier candidate, then back to candidate order, so the pick does
@@ -584,7 +630,7 @@ def _round_winners(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor
                    ctx: _Context, cfg: _Settings, dtype: torch.dtype):
     """Score hypotheses (A, C, 3, 3) on all points: each pair's cheapest valid one as
     (cost (A,), model (A, 3, 3) in ``dtype``, inlier count (A,)); cost inf when none is valid."""
-    cost, ninl = _cost(problem.residual_sq(models, ctx), ctx.mask, cfg.thr2, cfg.scoring)
+    cost, ninl = _cost(problem.residual_sq(models, ctx), ctx, cfg.thr2, cfg.scoring)
     cost = torch.where(hvalid, cost.to(dtype), torch.full_like(cost, math.inf, dtype=dtype))
     rc, rj = cost.min(-1)
     A = models.shape[0]
@@ -598,21 +644,20 @@ def _round_size(r: int, cfg: _Settings) -> Tuple[int, int]:
     return int(cfg.batch_size) * grow, _PREVERIFY_KEEP * grow
 
 
-def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, keys: torch.Tensor,
-                      rounds: torch.Tensor, rows: Optional[torch.Tensor], r_model: torch.Tensor,
-                      cfg: _Settings) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, base: torch.Tensor,
+                      rows: Optional[torch.Tensor], r_model: torch.Tensor, cfg: _Settings
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LO-RANSAC on every round winner ``r_model`` (A, 3, 3) (A rows of pairs ``rows``, None:
-    all P pairs in order; their rounds (A,)): (model (A, 3, 3), cost (A,), inlier count (A,))
-    on all points. Whether a row keeps it (:func:`_settle`) depends on the pair's best cost
-    before the row's round, so it is decided later; a row's result depends only on its pair,
-    key and round."""
+    all P pairs in order; ``base`` (A,): their LO streams' ``stream_base(key, round + 2^20)``):
+    (model (A, 3, 3), cost (A,), inlier count (A,)) on all points. Whether a row keeps it
+    (:func:`_settle`) depends on the pair's best cost before the row's round, so it is decided
+    later; a row's result depends only on its pair, key and round."""
     clo = lo_ctx if rows is None else lo_ctx.index(rows)
-    krows = keys if rows is None else keys[rows]
-    u_in = uniform_rows(krows, rounds + (1 << 20), _INNER_SAMPLES, clo.x1n.shape[1])
+    u_in = uniform_rows(None, None, _INNER_SAMPLES, clo.x1n.shape[1], base)
     lm, _, _, _ = _local_optimization(problem, clo, r_model, cfg.thr2, cfg.scoring,
                                       cfg.lo_iterations, u=u_in)
     cfull = batch.full if rows is None else batch.full.index(rows)
-    lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull.mask, cfg.thr2,
+    lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull, cfg.thr2,
                    cfg.scoring)
     return lm, lc.squeeze(1), ln.squeeze(1)
 
@@ -702,16 +747,20 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
         count = torch.tensor([k for k, _ in sizes], device=dev).view(L, 1).expand(L, A)
         keep_rows = torch.tensor([t for _, t in sizes], device=dev).view(L, 1).expand(L, A)
         count, keep_rows = count.reshape(-1), keep_rows.reshape(-1)
-    models, hvalid = _sample_hypotheses(problem, ctx, keys if whole else keys[rows], rnd, nv,
-                                        prosac, K, count)
+    krows = keys if whole else keys[rows]
+    if cfg.local_optimization:  # the rows' sampling and LO streams in one go
+        base, lo_base = stream_base(krows, torch.stack([rnd, rnd + (1 << 20)])).unbind(0)
+    else:
+        base, lo_base = stream_base(krows, rnd), None
+    models, hvalid = _sample_hypotheses(problem, ctx, krows, rnd, nv, prosac, K, count, base)
     if models.shape[1] > keep_top:
         models, hvalid = _preverify(problem, models, hvalid, pick(subsets[0]), keep_top, cfg,
                                     keep_rows)
     winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
     optimized = None
     if cfg.local_optimization:
-        optimized = _optimize_winners(problem, batch, subsets[1], keys, rnd, rows,
-                                      winners[1], cfg)
+        optimized = _optimize_winners(problem, batch, subsets[1], lo_base, rows, winners[1],
+                                      cfg)
     for j, (k, _) in enumerate(sizes):
         part = slice(j * A, (j + 1) * A)
         _settle(st, idx, nv[part], k, problem.sample_size, cfg, [w[part] for w in winners],
@@ -759,10 +808,11 @@ def _assemble_fit(problem: _Problem, batch: _Batch, st: _Search, rsq: torch.Tens
     inliers = (rsq <= thr2) & mask & st.found.unsqueeze(-1)
     num_inliers = inliers.sum(-1)
     model, fallback = _denormalize(problem.kind, batch, st.best_model)
-    spread = torch.minimum(_spread(batch.full.x1n, inliers), _spread(batch.full.x2n, inliers))
+    spread = torch.minimum(*_spread(torch.stack([batch.full.x1n, batch.full.x2n]),
+                                    inliers).unbind(0))
     valid = st.found & (num_inliers >= max(problem.sample_size, cfg.min_inliers)) \
-        & (spread > _MIN_SPREAD) & torch.isfinite(model).flatten(-2).all(-1) \
-        & torch.isfinite(resid).all(-1)
+        & (spread > _MIN_SPREAD) & finite(model).flatten(-2).all(-1) \
+        & finite(resid).all(-1)
     model = torch.where(valid[:, None, None], model, fallback)
     inliers = inliers & valid.unsqueeze(-1)
     resid = torch.where(mask & valid.unsqueeze(-1), resid, torch.zeros_like(resid))
@@ -787,7 +837,7 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         batch = _prepare(problem, x1, x2, mask, scores, cfg.min_inliers)
         st = _Search.start(batch)
         keys = pair_keys(seed, mask.shape[0], x1.device)
-        subsets = _point_subsets(batch, keys)
+        subsets = _point_subsets(problem, batch, keys)
         r, idx = 0, st.active.nonzero().squeeze(1)
         while idx.numel() > 0:  # the stop test: one host sync per round (two from round 1 on)
             L = 1 if r == 0 else _lookahead(st, idx, batch.n_valid, r, problem.sample_size, cfg)

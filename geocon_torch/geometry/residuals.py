@@ -51,9 +51,8 @@ def _map(M: torch.Tensor, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, 
 
 def _adjugate3(M: torch.Tensor) -> torch.Tensor:
     """Adjugate of (..., 3, 3) matrices (``adj(M) = det(M) M^-1``; finite for singular M)."""
-    r0, r1, r2 = M[..., 0, :], M[..., 1, :], M[..., 2, :]
-    return torch.stack([torch.linalg.cross(r1, r2), torch.linalg.cross(r2, r0),
-                        torch.linalg.cross(r0, r1)], -1)
+    # column i of adj(M) is row i+1 x row i+2 (indices mod 3)
+    return torch.linalg.cross(M.roll(-1, -2), M.roll(-2, -2)).transpose(-1, -2)
 
 
 def _transfer_sq(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:

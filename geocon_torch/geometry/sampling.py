@@ -9,17 +9,21 @@ width N of the batch (the estimators' padding invariance rests on this).
 """
 from __future__ import annotations
 
+import functools
+from typing import Optional
+
 import torch
+
 from ..errors import InputError
 
 _M32 = 0xFFFFFFFF
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """``x * c mod 2^32`` for int64 ``x`` in [0, 2^32) without int64 overflow."""
-    lo = x & 0xFFFF
-    hi = x >> 16
-    return (lo * c + ((hi * (c & 0xFFFF)) << 16)) & _M32
+    """``x * c mod 2^32`` for int64 ``x`` in [0, 2^32) without int64 overflow: the constant is
+    split, ``c = c_hi 2^16 + c_lo``, so ``x c = x c_lo + ((x c_hi) mod 2^16) 2^16 (mod 2^32)``
+    (every term below 2^49; five elementwise ops)."""
+    return torch.add(x * (c & 0xFFFF), (x * (c >> 16)) & 0xFFFF, alpha=65536) & _M32
 
 
 def hash32(x: torch.Tensor) -> torch.Tensor:
@@ -44,40 +48,71 @@ def pair_keys(seed, num_pairs: int, device: torch.device) -> torch.Tensor:
     return hash32(p + (int(seed) & _M32))
 
 
-def uniform(keys: torch.Tensor, rounds: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """Uniform float64 in [0, 1) of shape (A, *shape) from per-pair keys (A,) and rounds (A,)."""
-    base = hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))  # (A,)
+def stream_base(keys: torch.Tensor, rounds: torch.Tensor) -> torch.Tensor:
+    """int64 base hash of the streams (key, round), keys and rounds broadcast (e.g. (A,) and
+    (A,), or (A,) and (S, 1) for S streams of every pair at once): what :func:`uniform` and
+    :func:`uniform_rows` count from."""
+    return hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))
+
+
+@functools.lru_cache(maxsize=64)
+def _counter(kind: str, shape: tuple, device: torch.device) -> torch.Tensor:
+    """The data-independent counter terms of the streams, built once per shape and device:
+    "flat" (1, *shape) ``arange * 0x85EBCA6B`` over the flattened shape (:func:`uniform`),
+    "rows" (1, rows, 1) ``hash32(j * 0x9E3779B1 + 0x165667B1)``, "cols" (1, 1, width)
+    ``i * 0x85EBCA6B`` (:func:`uniform_rows`). Callers must not modify them."""
     n = 1
     for s in shape:
         n *= s
-    ctr = torch.arange(n, device=keys.device, dtype=torch.int64).view(1, *shape)
-    h = hash32(hash32(base.view(-1, *([1] * len(shape))) + ctr * 0x85EBCA6B) + 0x27D4EB2F)
+    with torch.inference_mode(False):  # plain tensors even when first built inside one
+        ctr = torch.arange(n, device=device, dtype=torch.int64)
+        if kind == "flat":
+            return (ctr * 0x85EBCA6B).view(1, *shape)
+        if kind == "rows":
+            return hash32(ctr * 0x9E3779B1 + 0x165667B1).view(1, n, 1)
+        return (ctr * 0x85EBCA6B).view(1, 1, n)
+
+
+def uniform(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor], shape: tuple,
+            base: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Uniform float64 in [0, 1) of shape (A, *shape) from per-pair keys (A,) and rounds (A,)
+    (or their precomputed ``stream_base(keys, rounds)`` (A,) ``base``; keys and rounds are
+    then not read)."""
+    base = stream_base(keys, rounds) if base is None else base  # (A,)
+    ctr = _counter("flat", tuple(shape), base.device)
+    h = hash32(hash32(base.view(-1, *([1] * len(shape))) + ctr) + 0x27D4EB2F)
     return h.to(torch.float64) / 4294967296.0
 
 
-def uniform_rows(keys: torch.Tensor, rounds: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+def uniform_rows(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor], rows: int,
+                 width: int, base: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Uniform float64 in [0, 1) of shape (A, rows, width) whose entry (j, i) depends only on
     (key, round, j, i), not on ``width``: a pair's first n columns are the same whatever padded
-    width the batch has (``uniform`` counts through the flattened shape instead)."""
-    base = hash32(keys + hash32(rounds * 0x9E3779B9 + 0x632BE5AB))  # (A,)
-    j = torch.arange(rows, device=keys.device, dtype=torch.int64).view(1, rows, 1)
-    i = torch.arange(width, device=keys.device, dtype=torch.int64).view(1, 1, width)
-    ctr = hash32(j * 0x9E3779B1 + 0x165667B1) + i * 0x85EBCA6B
+    width the batch has (``uniform`` counts through the flattened shape instead). ``base``:
+    as :func:`uniform`."""
+    base = stream_base(keys, rounds) if base is None else base  # (A,)
+    ctr = _counter("rows", (rows,), base.device) + _counter("cols", (width,), base.device)
     h = hash32(base.view(-1, 1, 1) + ctr)  # one mixing round: these only pick LO subsets
     return h.to(torch.float64) / 4294967296.0
 
 
-def draw_with_replacement(keys: torch.Tensor, rounds: torch.Tensor, count: int,
-                          pool: torch.Tensor) -> torch.Tensor:
+def draw_with_replacement(keys: Optional[torch.Tensor], rounds: Optional[torch.Tensor],
+                          count: int, pool: torch.Tensor, base: Optional[torch.Tensor] = None
+                          ) -> torch.Tensor:
     """(A, count) int64 indices in [0, pool) (pool (A,) >= 1), drawn with replacement; the
-    draws depend only on (key, round, pool)."""
-    u = uniform(keys, rounds, (count,))
+    draws depend only on (key, round, pool). ``base``: as :func:`uniform`."""
+    u = uniform(keys, rounds, (count,), base)
     r = torch.floor(u * pool.view(-1, 1).to(u.dtype)).long()
     return torch.minimum(r, (pool.view(-1, 1) - 1).clamp_min(0))
 
 
 def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
     """Distinct indices in [0, pool) from uniforms.
+
+    The i-th index of a sample is drawn among the ``pool - i`` unused ones,
+    ``c = floor(u_i (pool - i))``, and mapped past the used ones in ascending order p_0 < p_1 <
+    ...: ``c += (c >= p_j)`` for j = 0, 1, ... in turn. As ``p_j - j`` never decreases, that
+    sequential walk adds exactly ``#{j: c >= p_j - j}`` (one comparison against all j at once).
 
     Args:
         u: (A, K, m) uniforms in [0, 1).
@@ -87,17 +122,15 @@ def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tenso
         (A, K, m) int64; the m indices of each sample are distinct.
     """
     m = u.shape[-1]
-    pool = pool.view(-1, 1)
-    chosen = []
-    for i in range(m):
-        c = torch.floor(u[..., i] * (pool - i).to(u.dtype)).long()
-        c = torch.minimum(c, (pool - i - 1).clamp_min(0))
-        if chosen:
-            prev = torch.stack(chosen, -1).sort(-1).values
-            for j in range(i):
-                c = c + (c >= prev[..., j]).long()
-        chosen.append(c)
-    return torch.stack(chosen, -1)
+    slot = torch.arange(m, device=u.device)
+    left = pool.view(-1, 1, 1) - slot  # (A, 1, m) unused indices when slot i is drawn
+    c = torch.minimum(torch.floor(u * left.to(u.dtype)).long(), (left - 1).clamp_min(0))
+    chosen = [c[..., :1]]
+    for i in range(1, m):
+        used = torch.cat(chosen, -1).sort(-1).values - slot[:i]  # (A, K, i) p_j - j
+        ci = c[..., i:i + 1]
+        chosen.append(ci + (ci >= used).sum(-1, keepdim=True))
+    return torch.cat(chosen, -1)
 
 
 def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:

@@ -60,17 +60,23 @@ def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, m
     Returns:
         (P, N) bool.
     """
-    keep = torch.ones(x1.shape[:2], dtype=torch.bool, device=x1.device)
-    pairs = pairs.to(x1.device)
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    p, n = x1.shape[:2]
+    # both endpoints in one lookup: (P, 2, N) points, the frames (P, 2, 1) broadcast over N
+    pts = torch.stack([x1, x2], 1)
+    frames = pairs.to(x1.device).view(p, 2, 1)
+    keep: Optional[torch.Tensor] = None
     for start in range(0, int(objects.shape[0]), chunk):  # fixed-size lookups: no host sync
         bg = background_mask(content_mask, objects[start:start + chunk], margin_px)
         bg = bg.to(x1.device)
-        for pts, col in ((x1, 0), (x2, 1)):
-            frame = pairs[:, col] - start
-            inside = (frame >= 0) & (frame < int(bg.shape[0]))
-            got = sample_mask(bg, pts, frame.clamp(0, int(bg.shape[0]) - 1))
-            keep &= got | ~inside.view(-1, 1)
-    return keep
+        frame = frames - start
+        inside = (frame >= 0) & (frame < int(bg.shape[0]))
+        got = mask_at_pixels(bg, pts, frame.clamp(0, int(bg.shape[0]) - 1)) | ~inside
+        keep = got if keep is None else keep & got
+    if keep is None:  # no frames
+        return torch.ones(p, n, dtype=torch.bool, device=x1.device)
+    return keep.all(1)
 
 
 def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:

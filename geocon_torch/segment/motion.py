@@ -69,24 +69,21 @@ _SEED_BUDGET = 1 << 21
 def _warp(img: torch.Tensor, H: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Sample ``img`` (P, 1, h, w) at ``H x`` for every pixel x -> (warped, inside) (P, h, w).
 
-    Each row of ``H x`` is an outer sum ``H[r, 0] x + (H[r, 1] y + H[r, 2])`` over the pixel
-    grid (no (P, h w, 3) product)."""
+    The rows of ``H x`` are outer sums ``H[r, 0] x + (H[r, 1] y + H[r, 2])`` over the pixel
+    grid, all three at once (no (P, h w, 3) product)."""
     p, _, h, w = img.shape
-    Hd = H.to(img.dtype)
+    Hd = H.to(img.dtype).view(p, 3, 3, 1, 1)
     xs = torch.arange(w, dtype=img.dtype, device=img.device).view(1, 1, w)
     ys = torch.arange(h, dtype=img.dtype, device=img.device).view(1, h, 1)
-
-    def row(r: int) -> torch.Tensor:  # (P, h, w)
-        return Hd[:, r, 0].view(p, 1, 1) * xs + (Hd[:, r, 1].view(p, 1, 1) * ys
-                                                 + Hd[:, r, 2].view(p, 1, 1))
-
-    z = row(2)
-    z = torch.where(z.abs() < 1e-9, torch.full_like(z, 1e-9), z)
-    qx, qy = row(0) / z, row(1) / z
-    inside = (qx >= 0) & (qx <= w - 1) & (qy >= 0) & (qy <= h - 1)
-    # border padding samples positions outside the frame at the border: clamping is exact
-    xy = torch.stack([qx.clamp(0, w - 1), qy.clamp(0, h - 1)], -1)
-    out = sample_at_pixels(img, xy)
+    rows = Hd[:, :, 0] * xs + (Hd[:, :, 1] * ys + Hd[:, :, 2])  # (P, 3, h, w) the 3 rows
+    z = rows[:, 2]
+    z = z.masked_fill(z.abs() < 1e-9, 1e-9)
+    qx, qy = rows[:, 0] / z, rows[:, 1] / z
+    # border padding samples positions outside the frame at the border: clamping is exact;
+    # inside the frame exactly where clamping changes nothing (NaN: never inside)
+    cx, cy = qx.clamp(0, w - 1), qy.clamp(0, h - 1)
+    inside = (cx == qx) & (cy == qy)
+    out = sample_at_pixels(img, torch.stack([cx, cy], -1))
     return out[:, 0], inside
 
 
@@ -119,21 +116,25 @@ def _pair_homographies(homographies: torch.Tensor, valid: torch.Tensor, device: 
 
 
 def _change_masks(gray: torch.Tensor, Hd: torch.Tensor, Hinv: torch.Tensor, valid: torch.Tensor,
-                  content: torch.Tensor, threshold: float) -> torch.Tensor:
+                  content: torch.Tensor, threshold: float, pair_chunk: Optional[int] = None
+                  ) -> torch.Tensor:
     """:func:`change_masks` given the pairs' float64 (H, H^-1) (:func:`_pair_homographies`):
-    frames can be given in chunks (with their neighbours) with the inverses computed once."""
+    frames can be given in chunks (with their neighbours) with the inverses computed once.
+    ``pair_chunk``: pairs warped at a time (None: :data:`_PAIR_CHUNK`; the frames' chunk of
+    :func:`_moving_pixels` is already bounded by :data:`_MAP_BUDGET`, so it warps them all)."""
     t = gray.shape[0]
+    step = _PAIR_CHUNK if pair_chunk is None else max(1, int(pair_chunk))
     content = content.to(gray.device)
     ok = valid.to(gray.device).view(-1, 1, 1) & (content if content.ndim == 2 else content[:-1])
     fwd, bwd = [], []
-    for a in range(0, t - 1, _PAIR_CHUNK):  # chunks of pairs bound the float warps' memory
-        b = min(a + _PAIR_CHUNK, t - 1)
+    for a in range(0, t - 1, step):  # chunks of pairs bound the float warps' memory
+        b = min(a + step, t - 1)
         warped_next, in_f = _warp(gray[a + 1:b + 1], Hd[a:b])  # I_{t+1}(H x), frame t's grid
         warped_prev, in_b = _warp(gray[a:b], Hinv[a:b])  # I_t(H^-1 x) on frame t+1's grid
         fwd.append((_smooth((gray[a:b, 0] - warped_next).abs()) > threshold) & in_f & ok[a:b])
         bwd.append((_smooth((gray[a + 1:b + 1, 0] - warped_prev).abs()) > threshold) & in_b
                    & ok[a:b])
-    fwd, bwd = torch.cat(fwd), torch.cat(bwd)  # (T-1, h, w): frame t / frame t+1
+    fwd, bwd = (x[0] if len(x) == 1 else torch.cat(x) for x in (fwd, bwd))  # (T-1, h, w)
     seen_f = torch.cat([valid, valid.new_zeros(1)]).to(gray.device)  # frame t has pair (t, t+1)
     seen_b = torch.cat([valid.new_zeros(1), valid]).to(gray.device)  # frame t has pair (t-1, t)
     fwd_t = torch.cat([fwd, fwd.new_zeros(1, *fwd.shape[1:])])
@@ -145,9 +146,11 @@ def _change_masks(gray: torch.Tensor, Hd: torch.Tensor, Hinv: torch.Tensor, vali
 
 
 def open_close(masks: torch.Tensor, open_r: int, close_r: int) -> torch.Tensor:
-    """Opening then closing (square structuring elements)."""
-    m = dilate(erode_mask(masks, open_r), open_r)
-    return erode_mask(dilate(m, close_r), close_r)
+    """Opening then closing (square structuring elements) of (..., h, w) bool masks. The two
+    dilations in the middle are one, by the sum of the radii (squares add up: exact, also at
+    the frame border)."""
+    return erode_mask(dilate(erode_mask(masks, open_r), max(open_r, 0) + max(close_r, 0)),
+                      close_r)
 
 
 def block_upsample(x: torch.Tensor, f: int) -> torch.Tensor:
@@ -156,19 +159,12 @@ def block_upsample(x: torch.Tensor, f: int) -> torch.Tensor:
     return x[..., :, None, :, None].expand(*lead, h, f, w, f).reshape(*lead, h * f, w * f)
 
 
-def _max3(x: torch.Tensor, dim: int, links: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Max over offsets {-1, 0, 1} along ``dim`` of non-negative ``x`` (outside counts as 0);
-    ``links`` (n-1, 1, ...) bool (dim 0 only): neighbours k and k+1 only see each other where
-    True."""
-    out = x.clone()
-    n = x.shape[dim]
-    if n > 1:
-        prev, nxt = x.narrow(dim, 0, n - 1), x.narrow(dim, 1, n - 1)
-        if links is not None:
-            prev, nxt = prev * links, nxt * links
-        head, tail = out.narrow(dim, 1, n - 1), out.narrow(dim, 0, n - 1)
-        torch.maximum(head, prev, out=head)
-        torch.maximum(tail, nxt, out=tail)
+def _max27(x: torch.Tensor) -> torch.Tensor:
+    """Max over the 3 x 3 x 3 neighbourhood of every entry of non-negative (T, h, w) ``x``
+    (outside counts as 0): separable, one sliding window per axis (7 ops)."""
+    out = F.pad(x, (1, 1, 1, 1, 1, 1))
+    for dim in (2, 1, 0):
+        out = out.unfold(dim, 3, 1).amax(-1)
     return out
 
 
@@ -188,34 +184,37 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     frames of several clips one after the other are not linked across clips, so each clip gets
     the components it gets alone, numbered after those of the clips before it).
     """
-    return _components(mask, downsample, max_iterations, dtype, links)[0]
-
-
-def _components(mask: torch.Tensor, downsample: int, max_iterations: int, dtype: torch.dtype,
-                links: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """:func:`connected_components` and the (T,) long number of components whose largest cell
-    is in each frame (one host sync per iteration: the convergence test)."""
-    small, roots = _cell_components(mask, downsample, max_iterations, links)
-    return _upsample_labels(small.to(dtype), mask, downsample), roots
+    cuts = [] if links is None else torch.nonzero(~links.bool()).flatten().tolist()
+    small, _ = _cell_components(mask, downsample, max_iterations, cuts)
+    return _upsample_labels(small.to(dtype), mask, downsample)
 
 
 def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
-                     links: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_components` before the upsampling: the labels of the (T, ceil(h/f), ceil(w/f))
-    cells (long; a pixel's label is its cell's inside ``mask``, 0 outside) and the (T,) roots
-    per frame."""
+                     cuts: Sequence[int] = ()) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`connected_components` before the upsampling: the labels of the (T, ceil(h/f),
+    ceil(w/f)) cells (long; a pixel's label is its cell's inside ``mask``, 0 outside) and the
+    (T,) long number of components whose largest cell is in each frame (one host sync per
+    iteration: the convergence test). ``cuts``: the frames t not linked to frame t + 1 (on the
+    host); an empty frame is put after each (only there: no cell of it is in the mask, so no
+    label crosses it, and the components and their order are unchanged)."""
     t, h, w = mask.shape
     small = torch.cat([F.max_pool2d(mask[a:a + _LABEL_CHUNK].float().unsqueeze(1), downsample,
                                     ceil_mode=True)[:, 0] > 0.5  # chunks: no (T, h, w) float
                        for a in range(0, t, _LABEL_CHUNK)])
+    cuts = sorted({int(c) for c in cuts if 0 <= int(c) < t - 1})
+    at = None  # frame k of the mask is frame at[k] of the cells with the empty frames
+    if cuts:
+        at = torch.tensor([k + sum(c < k for c in cuts) for k in range(t)], device=mask.device)
+        cells = small.new_zeros(t + len(cuts), *small.shape[1:])
+        cells[at] = small
+        small = cells
     n = small.numel()
     idtype = torch.int32 if n < 2 ** 31 - 1 else torch.long  # cell ids, exact either way
     ids = torch.arange(1, n + 1, device=mask.device, dtype=idtype).view(small.shape)
     zero = torch.zeros_like(ids)
     lab = torch.where(small, ids, zero)
-    link = None if links is None else links.to(mask.device, idtype).view(-1, 1, 1)
     for _ in range(max_iterations):  # O(log diameter) iterations for most shapes
-        nxt = torch.where(small, _max3(_max3(_max3(lab, 2), 1), 0, link), zero)
+        nxt = torch.where(small, _max27(lab), zero)
         flat = nxt.view(-1)
         nxt = torch.where(small, flat[(flat - 1).clamp_min(0)].view(small.shape), zero)
         if torch.equal(nxt, lab):
@@ -226,7 +225,8 @@ def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
     rank = root.view(-1).cumsum(0)
     new = torch.where(small, rank[(lab.view(-1).long() - 1).clamp_min(0)].view(small.shape),
                       torch.zeros((), dtype=rank.dtype, device=rank.device))
-    return new, root.flatten(1).sum(1)
+    roots = root.flatten(1).sum(1)
+    return (new, roots) if at is None else (new[at], roots[at])
 
 
 def _label_chunks(lab: torch.Tensor, mask: torch.Tensor, f: int, step: int
@@ -272,15 +272,31 @@ def seed_map(points: torch.Tensor, frames: torch.Tensor, shape: Tuple[int, int, 
     (2r+1)^2 square around every seed (points are clamped into the frame); ``valid`` (M,)
     bool: only those seeds (fixed-size seeds, no compaction)."""
     t, h, w = shape
-    n = t * h * w
-    hit = torch.zeros(n + 1, dtype=torch.bool, device=points.device)  # n: the discarded slot
-    if points.numel():
-        x, y = _seed_pixels(points, (h, w))
-        at = frames.long() * h * w + y * w + x
-        if valid is not None:
-            at = torch.where(valid.to(at.device), at, torch.full_like(at, n))
-        hit[at] = True
-    return dilate(hit[:n].view(t, h, w), radius)
+    return _disc_map(_seed_cells(points, frames, (h, w), valid), 0, t, (h, w), radius)
+
+
+def _seed_cells(points: torch.Tensor, frames: torch.Tensor, size: Sequence[int],
+                valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Seed points (M, 2) px of frames (M,) -> (M,) long index ``frame h w + y w + x`` of their
+    nearest pixels (clamped into the (h, w) frame) among the frames' pixels; -1 where not
+    ``valid`` (M,) bool."""
+    h, w = int(size[0]), int(size[1])
+    x, y = _seed_pixels(points, (h, w))
+    at = frames.to(x.device).long() * (h * w) + (y * w + x)
+    return at if valid is None else at.masked_fill(~valid.to(at.device), -1)
+
+
+def _disc_map(cells: torch.Tensor, a: int, b: int, size: Sequence[int], radius: int
+              ) -> torch.Tensor:
+    """(b - a, h, w) bool: the (2r+1)^2 squares around the seeds (:func:`_seed_cells` (M,)) of
+    frames a..b-1 (the others go to a discarded slot: fixed-size, no compaction)."""
+    h, w = int(size[0]), int(size[1])
+    n = (b - a) * h * w
+    hit = torch.zeros(n + 1, dtype=torch.bool, device=cells.device)  # n: the discarded slot
+    if cells.numel():
+        at = cells - a * h * w
+        hit[torch.where((at >= 0) & (at < n), at, n)] = True
+    return dilate(hit[:n].view(b - a, h, w), radius)
 
 
 def coherent_seeds(labels: torch.Tensor, seeds: Tuple[torch.Tensor, ...], k: int
@@ -368,6 +384,22 @@ def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
     return out
 
 
+def joined_gray(clips: Sequence["Clip"], factor: int) -> Optional[torch.Tensor]:
+    """Luminance of the frames of B clips one after the other, (T, 1, H, W) float32 in [0, 1]
+    (:meth:`~geocon_torch.types.Clip.gray` of the joined frames, in chunks of
+    :data:`_MAP_BUDGET` cells), when they can be joined cheaply: ``factor`` 1 (no pooling) and
+    in-memory uint8 frame tensors of one size and device (a copy of the uint8 frames). None
+    otherwise (then :func:`pooled_gray` per clip)."""
+    frames = [clip.frames for clip in clips]
+    if factor > 1 or not all(isinstance(f, torch.Tensor) for f in frames) or \
+            len({(tuple(f.shape[1:]), f.dtype, str(f.device)) for f in frames}) != 1:
+        return None
+    h, w = frames[0].shape[-2:]
+    joined = frames[0] if len(frames) == 1 else torch.cat(frames)
+    return replace(clips[0], frames=joined).gray(
+        chunk=max(16, _MAP_BUDGET // max(int(h) * int(w), 1)))
+
+
 def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
                    content: torch.Tensor, cfg: SegmentConfig, regime: Optional[str] = "H", *,
                    seeds: Optional[Tuple[torch.Tensor, ...]] = None,
@@ -432,21 +464,10 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
                    cfg: SegmentConfig, regimes: Sequence[Optional[str]],
                    seeds: Sequence[Optional[Tuple[torch.Tensor, ...]]], max_objects: int,
                    max_side: int) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
-    """:func:`motion_segments` of clips of one working size (H, W): their frames one after the
-    other (at the segmentation scale, read in chunks: :class:`_GrayFrames`) labelled by
-    :func:`_motion_labels`."""
-    h, w = contents[0].shape[-2:]
+    """:func:`motion_segments` of clips of one working size (H, W): their pairs and seeds one
+    after the other (:func:`segment_joined`)."""
     dev = grays[0].device
-    f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
-    pooled = (-(-h // f), -(-w // f))
-    for g in grays:
-        if tuple(g.shape[-2:]) not in ((h, w), pooled):
-            raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
-                             f"{pooled} (pooled_gray), got {tuple(g.shape[-2:])}")
-    lengths = [int(g.shape[0]) for g in grays]
-    bounds = [0]
-    for t in lengths:
-        bounds.append(bounds[-1] + t)
+    bounds = clip_bounds([int(g.shape[0]) for g in grays])
     eye = torch.eye(3, dtype=torch.float64, device=dev).view(1, 3, 3)
     hs, ok, pts, frames, vecs, sok = [], [], [], [], [], []
     for k, (H, v, r, sd) in enumerate(zip(homographies, valids, regimes, seeds)):
@@ -466,22 +487,64 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
     seed_all = None
     if any(sd is not None for sd in seeds):
         seed_all = (torch.cat(pts), torch.cat(frames), torch.cat(vecs), torch.cat(sok))
+    return segment_joined(grays, bounds, homs, valid, contents, cfg, regimes, seed_all,
+                          [sd is not None for sd in seeds], max_objects, max_side)
+
+
+def clip_bounds(lengths: Sequence[int]) -> List[int]:
+    """Frame counts of B clips -> the B + 1 bounds of their frames one after the other (clip b
+    has frames ``bounds[b]:bounds[b+1]``)."""
+    bounds = [0]
+    for t in lengths:
+        bounds.append(bounds[-1] + int(t))
+    return bounds
+
+
+def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: torch.Tensor,
+                   valid: torch.Tensor, contents: Sequence[torch.Tensor], cfg: SegmentConfig,
+                   regimes: Sequence[Optional[str]], seeds: Optional[Tuple[torch.Tensor, ...]],
+                   has_seeds: Sequence[bool], max_objects: int = 8, max_side: int = 320,
+                   gray_bounds: Optional[Sequence[int]] = None
+                   ) -> List[Tuple[torch.Tensor, Dict[str, object]]]:
+    """:func:`motion_segments` of B clips of one working size (H, W) and device given joined:
+    their frames one after the other (clip b has frames ``bounds[b]:bounds[b+1]``), segmented
+    at the scale of :func:`segmentation_factor` (frames read in chunks: :class:`_GrayFrames`)
+    and labelled by :func:`_motion_labels`.
+
+    Args:
+        grays: B (T_b, 1, H, W) or (T_b, 1, ceil(H/f), ceil(W/f)) float in [0, 1]; or, with
+            ``gray_bounds``, pieces of the joined frames: piece i holds frames
+            ``gray_bounds[i]:gray_bounds[i+1]`` (e.g. one piece for all: :func:`joined_gray`).
+        homs: (T-1, 3, 3) float64 x_{t+1} ~ H x_t (px) of the joined frames; valid: (T-1,)
+            bool (False across two clips and for the clips not segmented densely, e.g. F).
+        contents: B (H, W) bool. seeds: (points (M, 2) px, frames (M,) long into the T joined
+            frames, motion (M, 2) px, valid (M,) bool) of all clips, or None; has_seeds: B.
+    Returns:
+        one (objects (T_b, K, H, W) bool, or :class:`~geocon_torch.types.BlockMasks` when
+        f > 1, evidence) per clip.
+    """
+    h, w = contents[0].shape[-2:]
+    dev = grays[0].device
+    f = segmentation_factor((h, w), max_side)  # runs at <= max_side px, then upsampled
+    pooled = (-(-h // f), -(-w // f))
+    for g in grays:
+        if tuple(g.shape[-2:]) not in ((h, w), pooled):
+            raise ShapeError(f"gray frames must be {(h, w)} (the content mask) or pooled to "
+                             f"{pooled} (pooled_gray), got {tuple(g.shape[-2:])}")
     content = torch.stack([c.to(dev).bool() for c in contents])  # (B, H, W)
-    has_seeds = [sd is not None for sd in seeds]
     if f > 1:
         S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64, device=dev))
         homs = S @ homs @ torch.linalg.inv(S)
-        gray = _GrayFrames(grays, bounds, f, pooled)
+        gray = _GrayFrames(grays, gray_bounds or bounds, f, pooled)
         c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
-        if seed_all is not None:
-            seed_all = ((seed_all[0] + 0.5) / f - 0.5, seed_all[1], seed_all[2] / f,
-                        seed_all[3])
+        if seeds is not None:
+            seeds = ((seeds[0] + 0.5) / f - 0.5, seeds[1], seeds[2] / f, seeds[3])
         s_cfg = replace(cfg, motion_min_area=max(1, cfg.motion_min_area // (f * f)),
                         motion_seed_radius_px=max(1, round(cfg.motion_seed_radius_px / f)),
                         motion_close_px=max(1, round(cfg.motion_close_px / f)),
                         motion_open_px=round(cfg.motion_open_px / f))
         kept, evidences = _motion_labels(gray, homs, valid, c_small, s_cfg, regimes,
-                                         seed_all, has_seeds, max_objects, bounds)
+                                         seeds, has_seeds, max_objects, bounds)
         out = []
         for k, ev in enumerate(evidences):
             ev["scale"] = 1.0 / f
@@ -490,14 +553,16 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
             out.append((BlockMasks.from_labels(kept[bounds[k]:bounds[k + 1]],
                                                int(ev["objects"]), f, (h, w), content[k]), ev))
         return out
-    gray = _GrayFrames(grays, bounds, 1, (h, w))
-    kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seed_all,
+    gray = _GrayFrames(grays, gray_bounds or bounds, 1, (h, w))
+    kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seeds,
                                      has_seeds, max_objects, bounds)
-    out = []
-    for k, ev in enumerate(evidences):
-        ids = torch.arange(1, int(ev["objects"]) + 1, device=kept.device)
-        out.append((kept[bounds[k]:bounds[k + 1]].unsqueeze(1) == ids.view(1, -1, 1, 1), ev))
-    return out
+    counts = [int(ev["objects"]) for ev in evidences]
+    ids = torch.arange(1, max(counts) + 1, device=kept.device).view(1, -1, 1, 1)
+    parts = torch.split(kept.unsqueeze(1), [b - a for a, b in zip(bounds, bounds[1:])]) \
+        if len(counts) > 1 else [kept.unsqueeze(1)]
+    # (T_b, K_b, H, W): object k of the clip where its labels are k + 1
+    return [(part == (ids if k == ids.shape[1] else ids[:, :k]), ev)
+            for part, k, ev in zip(parts, counts, evidences)]
 
 
 class _GrayFrames:
@@ -546,21 +611,21 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     unreliable = torch.zeros(t, dtype=torch.bool, device=dev)
     area = torch.zeros(t, dtype=torch.long, device=dev)
     step = max(1, _MAP_BUDGET // max(h * w, 1))
+    cells = None if seeds is None else _seed_cells(seeds[0], seeds[1], (h, w), seeds[3])
     for a in range(0, t, step):
         b = min(a + step, t)
         lo, hi = max(a - 1, 0), min(b + 1, t)  # with the neighbour frames of the pairs
         fc = content[clip_of[lo:hi]]  # (hi - lo, h, w) each frame's content
         if t >= 2:
             change = _change_masks(gray.frames(lo, hi), Hd[lo:hi - 1], Hinv[lo:hi - 1],
-                                   valid[lo:hi - 1], fc, cfg.motion_threshold)[a - lo:b - lo]
+                                   valid[lo:hi - 1], fc, cfg.motion_threshold,
+                                   hi - lo)[a - lo:b - lo]
             change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
         else:
             change = torch.zeros(b - a, h, w, dtype=torch.bool, device=dev)
         fc = fc[a - lo:b - lo]
-        if seeds is not None:  # the chunk's seeds (the others go to seed_map's discarded slot)
-            mine = seeds[3] & (seeds[1] >= a) & (seeds[1] < b)
-            discs = seed_map(seeds[0], seeds[1] - a, (b - a, h, w), cfg.motion_seed_radius_px,
-                             mine)
+        if cells is not None:  # the discs of the chunk's seeds
+            discs = _disc_map(cells, a, b, (h, w), cfg.motion_seed_radius_px)
         else:
             discs = torch.zeros_like(change)
         m = dilate(change | discs, cfg.motion_close_px) & fc
@@ -601,11 +666,10 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         seed_clip = clip_of[seeds[1]]
     motion, unreliable, area = _moving_pixels(gray, homographies, valid, content, clip_of,
                                               seeds, cfg)
-    links = clip_of[1:] == clip_of[:-1]
     # components of 4 x 4 cells; a pixel's label is its cell's where it moves (_label_chunks):
-    # the full-size labels exist only in chunks of frames
+    # the full-size labels exist only in chunks of frames; no link between two clips
     cell = 4
-    cells, roots = _cell_components(motion, cell, 512, links)
+    cells, roots = _cell_components(motion, cell, 512, [b - 1 for b in bounds[1:-1]])
     if motion.numel() < 2 ** 31 - 1:  # int32 labels: exact below 2^31 pixels, half the memory
         cells = cells.to(torch.int32)
     step = max(1, _MAP_BUDGET // max(h * w, 1))

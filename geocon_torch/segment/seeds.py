@@ -15,7 +15,8 @@ from .._memory import release_freed_memory
 from ..config import GeoConConfig
 from ..geometry import fundamental_residuals, homography_residuals, transfer_points
 from ..types import Clip, Fit
-from .motion import motion_segments, pooled_gray, segmentation_factor
+from .motion import (clip_bounds, joined_gray, pooled_gray, segment_joined,
+                     segmentation_factor)
 
 Seeds = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -40,16 +41,36 @@ def outlier_seeds(pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, mask:
         motion (2PN, 2) px relative to the background homography, valid (2PN,) bool (the
         seeds: ``points[valid]`` are the outliers in row-major order).
     """
-    bc, factor = config.background, config.segment.motion_seed_factor
     fit_h, fit_f = fits
+    r = _regime_residuals(x1, x2, mask, fits, regime) if residuals is None else residuals
+    outlier = mask & (r > _seed_threshold(config, regime)) \
+        & (fit_f if regime == "F" else fit_h).valid.view(-1, 1)
+    return _seed_points(pairs.to(x1.device), x1, x2, outlier, fit_h.model)
+
+
+def _regime_residuals(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
+                      fits: Tuple[Fit, Fit], regime: Optional[str]) -> torch.Tensor:
+    """(P, N) residuals of the regime's model (F: normalised Sampson, else H: symmetric
+    transfer px) of fits (H, F) of P rows at x1, x2 (P, N, 2) px."""
     if regime == "F":
-        r = fundamental_residuals(fit_f, x1, x2, mask)[0] if residuals is None else residuals
-        outlier = mask & (r > factor * bc.tau_f) & fit_f.valid.view(-1, 1)
-    else:
-        r = homography_residuals(fit_h, x1, x2) if residuals is None else residuals
-        outlier = mask & (r > factor * bc.tau_h) & fit_h.valid.view(-1, 1)
-    rel = (x2 - transfer_points(fit_h.model.to(x1.dtype), x1)).reshape(-1, 2)
-    frame = lambda col: pairs[:, col].to(x1.device).view(-1, 1).expand_as(outlier)  # noqa: E731
+        return fundamental_residuals(fits[1], x1, x2, mask)[0]
+    return homography_residuals(fits[0], x1, x2)
+
+
+def _seed_threshold(config: GeoConConfig, regime: Optional[str]) -> float:
+    """The residual above which a match is a seed: ``motion_seed_factor`` times the regime's
+    model threshold (tau_F normalised Sampson under F, else tau_H px)."""
+    bc = config.background
+    return config.segment.motion_seed_factor * (bc.tau_f if regime == "F" else bc.tau_h)
+
+
+def _seed_points(pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                 outlier: torch.Tensor, model_h: torch.Tensor) -> Seeds:
+    """Seeds (:func:`outlier_seeds`) of P rows: frame pairs (P, 2) long, x1, x2 (P, N, 2) px,
+    outlier (P, N) bool, background homographies (P, 3, 3) -> points, frames, motion relative
+    to the background, valid (each 2PN: the matches in frame i, then in frame j)."""
+    rel = (x2 - transfer_points(model_h.to(x1.dtype), x1)).reshape(-1, 2)
+    frame = lambda col: pairs[:, col].view(-1, 1).expand_as(outlier)  # noqa: E731
     pts = torch.cat([x1.reshape(-1, 2), x2.reshape(-1, 2)])
     frames = torch.cat([frame(0).reshape(-1), frame(1).reshape(-1)])
     valid = outlier.reshape(-1)
@@ -62,13 +83,21 @@ def adjacent_homographies(pairs: torch.Tensor, fit_h: Fit, num_frames: int
     (t, t+1), taken from the rows of ``pairs`` (P, 2) that are adjacent (identity / invalid for
     the others); fixed-size scatters (no host sync)."""
     dev = fit_h.model.device
+    return _adjacent(pairs.to(dev), fit_h.model, fit_h.valid.to(dev), num_frames)
+
+
+def _adjacent(pairs: torch.Tensor, model: torch.Tensor, valid: torch.Tensor, num_frames: int
+              ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`adjacent_homographies` of rows with frame pairs (P, 2) long, homographies
+    (P, 3, 3) and validity (P,) bool (all on one device) among ``num_frames`` frames."""
+    dev = model.device
     n = max(num_frames - 1, 0)
     hs = torch.eye(3, dtype=torch.float64, device=dev).repeat(n + 1, 1, 1)  # n: discarded
     ok = torch.zeros(n + 1, dtype=torch.bool, device=dev)
-    adj = (pairs[:, 1] - pairs[:, 0] == 1).to(dev)
-    idx = torch.where(adj, pairs[:, 0].to(dev), torch.full_like(adj, n, dtype=torch.long))
-    hs[idx] = torch.where(adj.view(-1, 1, 1), fit_h.model.to(torch.float64), hs[n])
-    ok[idx] = fit_h.valid.to(dev) & adj
+    adj = pairs[:, 1] - pairs[:, 0] == 1
+    idx = torch.where(adj, pairs[:, 0], torch.full_like(adj, n, dtype=torch.long))
+    hs[idx] = torch.where(adj.view(-1, 1, 1), model.to(torch.float64), hs[n])
+    ok[idx] = valid & adj
     return hs[:n], ok[:n]
 
 
@@ -97,36 +126,132 @@ def motion_masks_batch(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
                        config: GeoConConfig, regimes: Sequence[Optional[str]],
                        residuals: Optional[Sequence[Optional[torch.Tensor]]] = None
                        ) -> List[Tuple[torch.Tensor, Dict[str, Any]]]:
-    """:func:`motion_masks` of B clips (one entry each) as one batch: the seeds and adjacent
-    homographies of every clip without host syncs, then one :func:`~.motion.motion_segments`
-    call. Each clip gets what it gets alone (bit for bit on the CPU).
+    """:func:`motion_masks` of B clips (one entry each) as one batch: the clips of one working
+    size, device and point dtype are joined (their evaluated rows one after the other, the
+    point axis zero-padded: :func:`_joined_rows`), their seeds and adjacent homographies taken
+    in one pass each without host syncs, and segmented together
+    (:func:`~.motion.segment_joined`). Each clip gets what it gets alone (bit for bit on the
+    CPU).
 
     Args:
         residuals: per clip, (P, N) residuals of its regime's model on its P evaluated rows
             (:func:`outlier_seeds`), or None.
     """
-    grays, hs, oks, seeds, contents = [], [], [], [], []
-    residuals = list(residuals) if residuals is not None else [None] * len(clips)
-    for clip, pr, a, b, m, fit, regime, res in zip(clips, pairs, x1, x2, mask, fits, regimes,
-                                                   residuals):
-        p = int(pr.shape[0])
-        rows = torch.arange(p, device=a.device)
-        fit = (fit[0].rows(rows), fit[1].rows(rows))
-        seeds.append(outlier_seeds(pr, a[:p], b[:p], m[:p], fit, config, regime, res))
-        t = clip.num_frames
-        h_t, ok = adjacent_homographies(pr, fit[0], t)
-        hs.append(h_t)
-        oks.append(ok)
-        f = segmentation_factor(clip.size)
-        if regime == "F":  # no dense residuals under translation: the frames are never read
-            h, w = clip.size
-            grays.append(torch.zeros(1, 1, 1, 1, device=a.device).expand(
-                t, 1, -(-h // f), -(-w // f)))
-        else:
-            grays.append(pooled_gray(clip, f).to(a.device))
-        contents.append(clip.content_mask.to(a.device))
+    n = len(clips)
+    residuals = list(residuals) if residuals is not None else [None] * n
+    groups: Dict[tuple, List[int]] = {}
+    for k, (clip, a, res) in enumerate(zip(clips, x1, residuals)):
+        key = (tuple(clip.content_mask.shape[-2:]), str(a.device), a.dtype,
+               a.dtype if res is None else res.dtype)
+        groups.setdefault(key, []).append(k)
+    joined = []
+    for idx in groups.values():
+        pick = lambda seq: [seq[k] for k in idx]  # noqa: E731
+        joined.append(_joined_inputs(pick(clips), pick(pairs), pick(x1), pick(x2), pick(mask),
+                                     pick(fits), config, pick(regimes), pick(residuals)))
     release_freed_memory()  # the decoded frames of pooled_gray: back to the OS before the maps
-    out = motion_segments(grays, hs, oks, contents, config.segment, regimes, seeds=seeds)
-    for (_, evidence), regime in zip(out, regimes):
-        evidence["pre_regime"] = regime
+    out: List[Any] = [None] * n
+    for idx, args in zip(groups.values(), joined):
+        for k, part in zip(idx, segment_joined(*args)):
+            part[1]["pre_regime"] = regimes[k]
+            out[k] = part
     return out
+
+
+def _joined_inputs(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
+                   x1: Sequence[torch.Tensor], x2: Sequence[torch.Tensor],
+                   mask: Sequence[torch.Tensor], fits: Sequence[Tuple[Fit, Fit]],
+                   config: GeoConConfig, regimes: Sequence[Optional[str]],
+                   residuals: Sequence[Optional[torch.Tensor]]) -> tuple:
+    """The arguments of :func:`~.motion.segment_joined` for B clips of one working size:
+    their gray frames (pooled to the segmentation scale; never read under F), the frames'
+    bounds, the adjacent homographies and validity of the joined frames, the content masks
+    and the seeds of all clips (frames into the joined frames)."""
+    dev = x1[0].device
+    bounds = clip_bounds([clip.num_frames for clip in clips])
+    rows = _joined_rows(pairs, x1, x2, mask, fits, config, regimes, residuals, bounds)
+    outlier = rows["mask"] & (rows["res"] > rows["tau"].view(-1, 1)) & rows["valid"].view(-1, 1)
+    seeds = _seed_points(rows["pairs"], rows["x1"], rows["x2"], outlier, rows["model"])
+    homs, valid = _adjacent(rows["pairs"], rows["model"], rows["valid_h"] & rows["dense"],
+                            bounds[-1])
+    f = segmentation_factor(clips[0].size)
+    gray = joined_gray(clips, f) if len(clips) > 1 else None  # all frames as one tensor
+    grays = [gray.to(dev)] if gray is not None else [_clip_gray(clip, f, regime, dev)
+                                                     for clip, regime in zip(clips, regimes)]
+    contents = [clip.content_mask.to(dev) for clip in clips]
+    return (grays, bounds, homs, valid, contents, config.segment, list(regimes), seeds,
+            [True] * len(clips), 8, 320, None if gray is None else [0, bounds[-1]])
+
+
+def _clip_gray(clip: Clip, factor: int, regime: Optional[str], device: torch.device
+               ) -> torch.Tensor:
+    """(T, 1, ceil(H/f), ceil(W/f)) float gray frames of one clip at the segmentation scale
+    (:func:`~.motion.pooled_gray`); under F zeros (the frames are never read: no dense
+    residuals under translation)."""
+    if regime == "F":
+        h, w = clip.size
+        return torch.zeros(1, 1, 1, 1, device=device).expand(
+            clip.num_frames, 1, -(-h // factor), -(-w // factor))
+    return pooled_gray(clip, factor).to(device)
+
+
+def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
+                 x2: Sequence[torch.Tensor], mask: Sequence[torch.Tensor],
+                 fits: Sequence[Tuple[Fit, Fit]], config: GeoConConfig,
+                 regimes: Sequence[Optional[str]], residuals: Sequence[Optional[torch.Tensor]],
+                 bounds: Sequence[int]) -> Dict[str, torch.Tensor]:
+    """The P_b evaluated rows (the first P_b of R_b >= P_b) of B clips one after the other
+    (P = sum P_b rows), the point axis zero-padded to the widest clip's N (padded matches are
+    outside the mask: never seeds); a fixed number of ops whatever B (besides one pad per
+    narrower clip).
+
+    Returns:
+        pairs (P, 2) long frame pairs into the joined frames (clip b's frame t is
+        ``bounds[b] + t``), x1, x2 (P, N, 2) px, mask (P, N) bool, res (P, N) residuals of
+        each clip's regime model, tau (P,) its seed threshold (res's dtype), valid (P,) bool
+        validity of that fit, model (P, 3, 3) the H fits' models, valid_h (P,) bool their
+        validity, dense (P,) bool (the clip's regime is not F).
+    """
+    dev = x1[0].device
+    n = max(int(a.shape[1]) for a in x1)
+    ps = [int(pr.shape[0]) for pr in pairs]
+    res = [_regime_residuals(a[:p], c[:p], m[:p], (fit[0].rows(torch.arange(p, device=dev)),
+                             fit[1].rows(torch.arange(p, device=dev))), regime)
+           if r is None else r for a, c, m, fit, regime, r, p in zip(x1, x2, mask, fits, regimes,
+                                                                   residuals, ps)]
+    # the evaluated rows among the R = sum R_b rows of the clips one after the other
+    starts = [0]
+    for a in x1[:-1]:
+        starts.append(starts[-1] + int(a.shape[0]))
+    rows = [s + i for s, p in zip(starts, ps) for i in range(p)]
+    every = starts[-1] + int(x1[-1].shape[0]) == len(rows)
+    index = None if every else torch.tensor(rows, dtype=torch.long, device=dev)
+
+    def joined(parts: Sequence[torch.Tensor], of_rows: bool = True) -> torch.Tensor:
+        x = (parts[0] if len(parts) == 1 else torch.cat(list(parts))).to(dev)
+        return x if index is None or not of_rows else x[index]
+
+    f_regime = [r == "F" for r in regimes]
+    out = {"x1": joined([_padded(a, n) for a in x1]), "x2": joined([_padded(c, n) for c in x2]),
+           "mask": joined([_padded(m, n) for m in mask]),
+           "res": joined([_padded(r, n) for r in res], of_rows=False),
+           "pairs": joined([pr.to(dev).long() for pr in pairs], of_rows=False),
+           "model": joined([fit[0].model for fit in fits]),
+           "valid_h": joined([fit[0].valid for fit in fits])}
+    out["valid"] = out["valid_h"] if not any(f_regime) else torch.where(
+        torch.tensor([f for f, p in zip(f_regime, ps) for _ in range(p)], device=dev),
+        joined([fit[1].valid for fit in fits]), out["valid_h"])
+    offset = [b for b, p in zip(bounds, ps) for _ in range(p)]
+    if any(offset):
+        out["pairs"] = out["pairs"] + torch.tensor(offset, device=dev).view(-1, 1)
+    out["tau"] = torch.tensor([_seed_threshold(config, r) for r, p in zip(regimes, ps)
+                               for _ in range(p)], dtype=out["res"].dtype, device=dev)
+    out["dense"] = torch.tensor([not f for f, p in zip(f_regime, ps) for _ in range(p)],
+                                dtype=torch.bool, device=dev)
+    return out
+
+
+def _padded(x: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, N, ...) ``x`` with dim 1 zero-padded (False for bool) to n (x itself when N = n)."""
+    pad = n - int(x.shape[1])
+    return x if pad == 0 else torch.nn.functional.pad(x, (0, 0) * (x.ndim - 2) + (0, pad))

@@ -299,7 +299,7 @@ def test_preverify_per_row_keep_equals_a_smaller_keep():
     prob = R._Problem("H", 4, R._h_residual_sq("symmetric"), None)
     batch = R._prepare(prob, d["x1"], d["x2"], torch.ones(3, 120, dtype=torch.bool), None, 4)
     keys = R.pair_keys(0, 3, torch.device("cpu"))
-    sub, _ = R._point_subsets(batch, keys)
+    sub, _ = R._point_subsets(prob, batch, keys)
     models, hvalid = R._sample_hypotheses(prob, batch.fast, keys, torch.zeros(3, dtype=torch.long),
                                           batch.n_valid, False, 64)
     hvalid[1, :5] = False  # some invalid candidates

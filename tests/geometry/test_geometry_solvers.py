@@ -114,3 +114,27 @@ def test_real_cubic_roots_closed_form():
     one = torch.ones(1, dtype=torch.float64)
     roots, valid = _real_cubic_roots(one, 0 * one, one, 0 * one)
     assert valid.tolist() == [[True, False, False]] and abs(roots[0, 0].item()) < 1e-12
+
+
+def test_cached_constants_built_in_inference_mode_still_serve_autograd(monkeypatch):
+    """The solvers' cached constants (DLT index / signs, the eigen-solver's padding mask, the
+    random streams' counters) are plain tensors even when first built inside inference_mode,
+    so a later differentiable DLT works; the draws are unchanged."""
+    from geocon_torch.geometry import homography as hmod
+    from geocon_torch.geometry import sampling
+
+    monkeypatch.setattr(hmod, "_CONSTANTS", {})
+    sampling._counter.cache_clear()
+    d = homography_pairs(2, 12, outlier_ratio=0.0, noise_px=0.5, seed=3)
+    x1, x2 = d["x1"].double(), d["x2"].double()
+    keys, rounds = torch.tensor([4, 9]), torch.tensor([0, 2])
+    with torch.inference_mode():
+        H0 = homography_dlt(x1, x2)
+        u0 = sampling.uniform(keys, rounds, (3, 4))
+    assert not any(t.is_inference() for t in hmod._CONSTANTS.values())
+    x1g = x1.clone().requires_grad_()
+    H = homography_dlt(x1g, x2)
+    H.sum().backward()
+    assert torch.allclose(H.detach(), H0, atol=1e-9) and x1g.grad.abs().sum() > 0
+    assert torch.equal(sampling.uniform(keys, rounds, (3, 4)), u0)
+    assert not sampling._counter("flat", (3, 4), torch.device("cpu")).is_inference()
