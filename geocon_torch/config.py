@@ -474,6 +474,9 @@ class FeatureConfig(_Section):
     # opencv-sift's contrastThreshold (OpenCV's default 0.04); lower finds keypoints on weakly
     # textured frames (the strongest max_keypoints are kept either way)
     opencv_contrast_threshold: float = _num(0.04, 0)
+    # torch-sift's contrast threshold (OpenCV's meaning); None: torch-sift's default (0.02). The
+    # gate's view sets it to gate.view_contrast_threshold, as it does opencv-sift's
+    torch_sift_contrast_threshold: Optional[float] = _num(None, 0, null=True)
     # pairs are matched in chunks needing at most this many distinct frames (bounded memory,
     # identical results); None: all frames at once; "auto": 48 on the CPU, on an accelerator
     # as many as a pixel budget holds (features.multiscale.CHUNK_PIXELS: a batch of clips in one)
@@ -539,7 +542,9 @@ class GateConfig(_Section):
     view_backend: str = _choice("auto", FEATURE_BACKEND_CHOICES + ("same",))
     view_long_side: Optional[int] = _int(512, 16, null=True)  # px; None: the working side
     view_max_keypoints: int = _int(2000, 1)
-    view_contrast_threshold: float = _num(0.01, 0)  # opencv-sift's: weakly textured clips too
+    # the view's SIFT contrast threshold (OpenCV's meaning, for opencv-sift and torch-sift alike):
+    # a quarter of OpenCV's default, so weakly textured clips give the gate matches too
+    view_contrast_threshold: float = _num(0.01, 0)
     dust3r_image_size: int = _int(512, 16)  # DUSt3R input size (224 or 512 models)
     u_margin: float = _num(0.05, 0, 1)  # U band: F when IR_F - IR_H > u_margin or GRIC prefers F
 

@@ -35,6 +35,7 @@ from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
 from .io import clips_from_tensors, content_hash, probe_video, read_clip
+from .io.hashing import tensor_content_hashes
 from .io.calibration import pin_calibration
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
@@ -125,7 +126,9 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
     return clip, dev
 
 
-def _content_hash(video: VideoLike) -> Optional[str]:
+def _content_hash(video: VideoLike, known: Optional[str] = None) -> Optional[str]:
+    if known is not None:
+        return known
     src = video.frames if isinstance(video, Clip) else video
     try:
         return content_hash(src)
@@ -143,9 +146,10 @@ def _section(name: str, fn: Callable[[], Any], timer: Progress) -> Dict[str, Any
             return _error_block(exc)
 
 
-def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig) -> ClipResult:
+def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig,
+                digest: Optional[str] = None) -> ClipResult:
     path = None if isinstance(video, (torch.Tensor, Clip)) else str(video)
-    res = ClipResult(clip=clip.name, path=path, content_hash=_content_hash(video),
+    res = ClipResult(clip=clip.name, path=path, content_hash=_content_hash(video, digest),
                      config=cfg.to_dict(), config_hash=cfg.config_hash())
     res.backends = {"features": None, "flow": None, "masks": None, "gate": None}
     res.extra["frames"] = clip.num_frames
@@ -252,9 +256,10 @@ class _Item:
 def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
              device: Union[None, str, torch.device], preset: Optional[str],
              progress: Optional[bool], name: Optional[str] = None,
-             clip: Optional[Clip] = None) -> _Item:
+             clip: Optional[Clip] = None, digest: Optional[str] = None) -> _Item:
     """Read ``video`` (:func:`load_clip`; ``clip``: already read, :func:`_read_tensors`), pin
-    the config, start its result and record what decoding lost; raises as
+    the config, start its result (``digest``: its content hash when already known) and record
+    what decoding lost; raises as
     :func:`score_clip`."""
     cfg = scoring_config(config, preset)
     preset = cfg.preset
@@ -266,7 +271,7 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
     timer.name = clip.name
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
     cfg = pinned_config(cfg, dev)
-    res = _new_result(video, clip, cfg)
+    res = _new_result(video, clip, cfg, digest)
     decoded = _decode_ok(res, clip, cfg, timer)
     return _Item(video, masks, poses, clip, dev, cfg, preset, res, timer, t_start, decoded)
 
@@ -511,13 +516,13 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     budget = BATCH_BYTES if batch_bytes is None else int(batch_bytes)
     out: List[Optional[Union[ClipResult, Exception]]] = [None] * n
     batch: List[Tuple[int, _Item]] = []
-    read: Dict[int, Optional[Clip]] = {}
+    read: Dict[int, Tuple[Optional[Clip], Optional[str]]] = {}
     for k, (video, m, p) in enumerate(zip(videos, masks, poses)):
         if k not in read:  # the tensors from here on that fit a batch: read as batches
             read = _read_tensors(videos, k, cfg, device, budget)
         try:
             item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k),
-                            clip=read.pop(k, None))
+                            *read.pop(k, (None, None)))
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
             out[k] = exc if return_exceptions else _failed(video, k, exc, cfg)
             continue
@@ -532,13 +537,15 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
 
 def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
                   device: Union[None, str, torch.device], budget: int
-                  ) -> Dict[int, Optional[Clip]]:
+                  ) -> Dict[int, Tuple[Optional[Clip], Optional[str]]]:
     """The (T, C, H, W) tensors of ``videos`` from ``start`` on (up to the first other source,
     at most ``budget`` bytes of uint8 RGB frames, at least one) read as :func:`load_clip` reads
     each, clips of one shape as one batch (:func:`~geocon_torch.io.clips_from_tensors`: one
     resize and one letterbox detection per batch, each clip bit-identical to its own read).
     {} when there are fewer than two; None for each clip when the batch does not read (each
-    is then read alone and raises its own error). Returns {position in ``videos``: Clip}."""
+    is then read alone and raises its own error). Returns {position in ``videos``: (Clip,
+    content hash)}; the hashes of clips of one shape and dtype come from one host copy
+    (:func:`~geocon_torch.io.hashing.tensor_content_hashes`; None: hashed alone)."""
     ks: List[int] = []
     size = 0
     for k in range(start, len(videos)):
@@ -559,8 +566,11 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
             letterbox_threshold=cfg.io.letterbox_threshold,
             letterbox_min_fraction=cfg.io.letterbox_min_fraction)
     except Exception:  # noqa: BLE001 - each clip is read alone and reports its own error
-        return {k: None for k in ks}
-    return dict(zip(ks, clips))
+        return {k: (None, None) for k in ks}
+    tensors = [videos[k] for k in ks]
+    same = len({(tuple(t.shape), t.dtype, t.device) for t in tensors}) == 1
+    digests = tensor_content_hashes(torch.stack(tensors)) if same else [None] * len(ks)
+    return dict(zip(ks, zip(clips, digests)))
 
 
 def _clip_name(video: VideoLike, k: int) -> str:

@@ -220,6 +220,16 @@ def _take_rows(c: Correspondences, rows: torch.Tensor) -> Correspondences:
         c.pairs.device)], c.num_kp1[r.to(c.num_kp1.device)], c.num_kp2[r.to(c.num_kp2.device)])
 
 
+def _extractor_options(cfg: FeatureConfig, backend: str) -> Dict[str, float]:
+    """Detector options of the concrete ``backend`` from ``cfg``: opencv-sift's
+    ``contrastThreshold``, torch-sift's ``contrast_threshold`` when set (else its default)."""
+    if backend == "opencv-sift":
+        return {"contrastThreshold": cfg.opencv_contrast_threshold}
+    if backend == "torch-sift" and cfg.torch_sift_contrast_threshold is not None:
+        return {"contrast_threshold": float(cfg.torch_sift_contrast_threshold)}
+    return {}
+
+
 def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Sequence[float],
                  device: DeviceLike) -> Dict[float, Correspondences]:
     """:func:`extract_correspondences` of checked ``pairs`` in one chunk (every frame that
@@ -244,8 +254,7 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
         opts = {"max_keypoints": cfg.max_keypoints} if backend != "loftr" else {}
         matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
     elif backend != "lk-tracks":
-        opts = ({"contrastThreshold": cfg.opencv_contrast_threshold}
-                if resolve_backend(backend, dev) == "opencv-sift" else {})
+        opts = _extractor_options(cfg, resolve_backend(backend, dev))
         extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
                                   checkpoint=cfg.checkpoint, **opts)
     bands = [octave_band(lv[0]) for lv in levels]

@@ -15,9 +15,12 @@ regime a clip gets does not change when a user switches ``features.backend`` or
 
 * view side <= working side: the frames are shrunk inside :func:`extract_correspondences`
   (one scale ``view / working``);
-* view side > working side (e.g. ``io.long_side = 256`` on a 720p file): the gate pairs' frames
-  are read again from the clip's file at the view side (:func:`read_clip` with their source
-  indices); a tensor source has nothing finer than the working frames, which are then used.
+* view side > working side (e.g. ``io.long_side = 256`` on a 720p file), or working frames
+  upscaled from a smaller source (``io.long_side = 1024`` on a 640-px file: shrinking them would
+  give the view other pixels than a direct read): the gate pairs' frames are read again from the
+  clip's file at the view side (:func:`read_clip` with their source indices), so the view sees
+  the same pixels at every working size; a tensor source has no file, and its working frames
+  are used.
 
 Matches are returned in **view pixels**, and the gate rows are fitted in them: RANSAC's
 ``tau_H`` is in px, so fitting the same points in working px would pick a different homography
@@ -78,7 +81,8 @@ def view_features(config: GeoConConfig, device: Optional[torch.device] = None
                          ratio=f.ratio, mutual=f.mutual, scales=(1.0,),
                          scale_mode="pyramid", content_margin_px=f.content_margin_px,
                          chunk_frames=f.chunk_frames,
-                         opencv_contrast_threshold=g.view_contrast_threshold)
+                         opencv_contrast_threshold=g.view_contrast_threshold,
+                         torch_sift_contrast_threshold=g.view_contrast_threshold)
 
 
 def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConConfig,
@@ -97,8 +101,8 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
     side, (h, w) = view_long_side(clip, config), clip.size
     fcfg = view_features(config, device)
     info: Dict[str, Any] = {"backend": fcfg.backend, "source": "working frames"}
-    if side > max(h, w):
-        finer = _read_finer(clip, pairs, side, config)
+    if side > max(h, w) or (side < max(h, w) and max(h, w) > max(clip.source_size)):
+        finer = _read_view(clip, pairs, side, config)
         if finer is not None:
             view, local = finer
             c = extract_correspondences(view, local, fcfg, scales=(1.0,), device=device).get(1.0)
@@ -107,7 +111,7 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
             (hv, wv) = view.size
             info.update(source="file", long_side=max(hv, wv), scale_xy=[wv / w, hv / h])
             return replace(c, pairs=pairs.to(c.pairs.device)), info
-        side = max(h, w)  # a tensor source: the working frames are the finest
+        side = min(side, max(h, w))  # a tensor source: the working frames are the finest
     scale = side / max(h, w)
     c = extract_correspondences(clip, pairs, fcfg, scales=(scale,), device=device).get(scale)
     if c is None:
@@ -130,7 +134,7 @@ def view_to_working(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor
     return to_working_pixels(xy, float(scale_xy[0]), float(scale_xy[1]))
 
 
-def _read_finer(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
+def _read_view(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
                 ) -> Optional[Tuple[Clip, torch.Tensor]]:
     """The gate pairs' frames read again from the clip's file at long side ``side`` (the
     letterbox rule of ``config.io``) and the pairs re-indexed into them; None without a

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Union
+from typing import List, Union
 
 import torch
 
@@ -37,10 +37,7 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
     if isinstance(source, VideoFrames):  # a streamed clip's frames: its file
         source = source.path
     if isinstance(source, torch.Tensor):
-        t = source.detach().contiguous().cpu()
-        digest.update(f"tensor|{str(t.dtype)}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()
+        return tensor_content_hashes(source.unsqueeze(0))[0]
     if not isinstance(source, (str, os.PathLike)):
         raise VideoReadError(f"content_hash takes a path or a tensor, got {type(source).__name__}")
     path = check_file(Path(source))
@@ -51,3 +48,17 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
         return digest.hexdigest()
     _update_file(digest, path)
     return digest.hexdigest()
+
+
+def tensor_content_hashes(batch: torch.Tensor) -> List[str]:
+    """:func:`content_hash` of each clip ``batch[k]`` of a (B, ...) tensor, with one host copy
+    of the whole batch (not one per clip: on CUDA each copy is a sync)."""
+    t = batch.detach().contiguous().cpu()
+    header = f"tensor|{str(t.dtype)}|{tuple(t.shape[1:])}|".encode()
+    raw = t.reshape(t.shape[0], -1).view(torch.uint8).numpy()
+    out = []
+    for k in range(t.shape[0]):
+        digest = hashlib.sha256(header)
+        digest.update(raw[k].tobytes())
+        out.append(digest.hexdigest())
+    return out

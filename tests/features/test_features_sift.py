@@ -141,6 +141,37 @@ def test_contrast_threshold_reaches_opencv_through_the_feature_config(shared_dat
     assert counts[0.01] > 1.5 * counts[0.04]
 
 
+def test_torch_sift_contrast_threshold_and_the_gate_views_own(shared_data):
+    """features.torch_sift_contrast_threshold is torch-sift's contrast threshold (None: its
+    default 0.02): on the blurred frame it gives exactly the keypoints of TorchSIFT built with
+    that threshold, more at 0.01; the gate's view of a torch-sift clip takes
+    gate.view_contrast_threshold for it, as it does for opencv-sift."""
+    import cv2
+
+    from geocon_torch.config import FeatureConfig, GeoConConfig
+    from geocon_torch.features import extract_correspondences
+    from geocon_torch.features.torch_sift import TorchSIFT
+    from geocon_torch.gate.view import view_features
+    from geocon_torch.io import read_clip
+
+    img = cv2.GaussianBlur(hill_gray(shared_data, (200, 150)), (0, 0), 3)
+    clip = read_clip(torch.from_numpy(np.stack([img] * 2))[:, None].expand(2, 3, 150, 200)
+                     .contiguous(), long_side=None)
+    gray = clip.gray()[:1]
+    counts = {}
+    for ct in (None, 0.01):
+        cfg = FeatureConfig(backend="torch-sift", scales=(1.0,), content_margin_px=0,
+                            scale_mode="pyramid", torch_sift_contrast_threshold=ct)
+        c = extract_correspondences(clip, torch.tensor([[0, 1]]), cfg, device="cpu")[1.0]
+        counts[ct] = int(c.num_kp1[0])
+        ref = TorchSIFT(2000, "cpu", **({} if ct is None else {"contrast_threshold": ct}))
+        assert counts[ct] == int(ref.extract(gray).mask.sum())
+    assert counts[0.01] > 1.3 * counts[None]  # 51 vs 35
+    view = view_features(GeoConConfig.from_dict({"features": {"backend": "torch-sift"}}))
+    assert (view.backend, view.torch_sift_contrast_threshold) == ("torch-sift", 0.01)
+    assert GeoConConfig().features.torch_sift_contrast_threshold is None
+
+
 def test_default_workers_share_the_cpus_among_local_ranks(monkeypatch):
     """N torchrun ranks on one node split the usable CPUs (no N x CPUs SIFT threads)."""
     from geocon_torch.features import opencv_sift

@@ -157,12 +157,14 @@ def test_gate_view_reads_the_same_pixels_at_any_working_size(tmp_path):
     """A 480x360 file scored at io.long_side 192, 256 and 384: the gate reads it at its view
     side (opencv-sift at 320 px). Below the view side the gate frames are re-read from the file,
     so the gate rows, their fits (in view px) and the statistic are identical; above it the
-    working frames are shrunk to the view side (a resampling apart, the same value)."""
+    working frames are shrunk to the view side (a resampling apart, the same value); working
+    frames upscaled from the file (640 px) are not shrunk back: the file is read at the view
+    side, the same pixels as at 192 / 256."""
     frames = render_scene("C3", num_frames=6, size=(360, 480), seed=0, motion="truck").frames
     folder = write_image_folder(tmp_path / "clip", frames)
     res = {}
     for view, side in (("opencv-sift", 192), ("opencv-sift", 256), ("opencv-sift", 384),
-                       ("same", 192)):
+                       ("opencv-sift", 640), ("same", 192)):
         cfg = {"gate": {"method": "parallax", "view_long_side": 320, "view_backend": view},
                "io": {"long_side": side}, "features": {"backend": "opencv-sift"},
                "segment": {"method": "none"}}
@@ -174,8 +176,13 @@ def test_gate_view_reads_the_same_pixels_at_any_working_size(tmp_path):
     assert a["magnitude_ci_ref_px"] == pytest.approx(b["magnitude_ci_ref_px"], rel=1e-4)
     assert a["noise_ref_px"] == pytest.approx(b["noise_ref_px"], rel=1e-4)
     assert c["magnitude_ref_px"] == pytest.approx(a["magnitude_ref_px"], rel=0.05)
+    up = ev[("opencv-sift", 640)]
+    for key in ("magnitude_ref_px", "magnitude_ci_ref_px", "noise_ref_px"):
+        assert up[key] == pytest.approx(a[key], rel=1e-4), key
     assert {r["gate"]["decision"] for k, r in res.items()} == {"F"}
-    assert res[("opencv-sift", 192)]["backends"]["gate_view"]["source"] == "file"
+    for side in (192, 640):
+        view = res[("opencv-sift", side)]["backends"]["gate_view"]
+        assert (view["long_side"], view["source"]) == (320, "file")
     view = res[("opencv-sift", 384)]["backends"]["gate_view"]
     assert (view["backend"], view["long_side"], view["source"]) == ("opencv-sift", 320,
                                                                     "working frames")

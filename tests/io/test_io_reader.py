@@ -338,3 +338,22 @@ def test_content_hash(mp4, tmp_path, frames12):
     assert content_hash(folder) != ref.hexdigest()
     with pytest.raises(VideoReadError):
         content_hash(tmp_path / "missing.mp4")
+
+
+def test_batch_content_hashes_are_the_clips_own(frames12):
+    """A (B, T, C, H, W) batch is hashed with one host copy; each clip's digest is the one it
+    gets alone: SHA-256 of "tensor|dtype|shape|" and its row-major bytes (also for a
+    non-contiguous batch), and score_clips records it."""
+    from geocon_torch.io.hashing import tensor_content_hashes
+    from geocon_torch.pipeline import score_clips
+
+    batch = torch.stack([frames12[:4], frames12[4:8], frames12[8:]])
+    hashes = tensor_content_hashes(batch)
+    ref = hashlib.sha256(f"tensor|torch.uint8|{tuple(batch.shape[1:])}|".encode()
+                         + batch[1].contiguous().numpy().tobytes()).hexdigest()
+    assert hashes[1] == ref == content_hash(batch[1])
+    assert hashes == [content_hash(c) for c in batch] and len(set(hashes)) == 3
+    flipped = batch.flip(-1)  # not contiguous
+    assert tensor_content_hashes(flipped) == [content_hash(c.contiguous()) for c in flipped]
+    got = score_clips(batch[:2], config={"io": {"max_frames": 2}}, preset="background")
+    assert [r.content_hash for r in got] == hashes[:2]
