@@ -54,9 +54,11 @@ def test_passing_f_clip(scored):
     assert "Regime F" in text and "decision F" in text and "-> F" in text
     assert "would flip to H if parallax_magnitude fell to <= " in text
     assert "Worst pair" not in text  # evidence=False: stored numbers only
-    view = res["gate"]["evidence"]["view"]  # a 160-px file: the view reads it at its own size
-    assert view == {"backend": "opencv-sift", "long_side": 160, "source": "working frames"}
-    assert "read on the gate's own view: opencv-sift at 160 px (working frames)" in text
+    # a 160-px file scored upscaled: the view reads the file at its own size, not the upscaled
+    # working frames shrunk back
+    view = res["gate"]["evidence"]["view"]
+    assert view == {"backend": "opencv-sift", "long_side": 160, "source": "file"}
+    assert "read on the gate's own view: opencv-sift at 160 px (file)" in text
 
 
 def test_failing_corrupted_clip(scored):
