@@ -404,12 +404,13 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     out = out.contiguous()
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
     fractions = _content_fraction(masks).tolist()  # one transfer for the batch
+    kept = idx.tolist()  # the frame indices: the same for every clip of the batch
     source_fps, fps_source = _pick_fps(None, fps)
     clips = []
     for k, (frames, mask) in enumerate(zip(out.unbind(0), masks.unbind(0))):  # views
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source)
-        clips.append(_finish(frames, idx.tolist(), ws, sel.fps(source_fps), names[k], meta,
+        clips.append(_finish(frames, kept, ws, sel.fps(source_fps), names[k], meta,
                              opts, mask=mask, fraction=fractions[k]))
     return clips
 
