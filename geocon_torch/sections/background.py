@@ -567,8 +567,10 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
                         frame_indices=torch.cat([clips[k].frame_indices for k in g]),
                         name="batch", meta={})
         dev = pairs[g[0]].device  # the offset pairs come to the host in one transfer
-        offset = torch.tensor([a for k, a in zip(g, starts) for _ in range(int(pairs[k].shape[0]))],
-                              dtype=torch.long).view(-1, 1).to(dev)
+        sizes = [int(pairs[k].shape[0]) for k in g]  # shapes: no sync
+        offset = torch.tensor(starts[:-1]).repeat_interleave(torch.tensor(sizes),
+                                                             output_size=sum(sizes))
+        offset = offset.view(-1, 1).to(dev)
         out.append((g, fn(batch, (torch.cat([pairs[k].to(dev) for k in g]) + offset).cpu())))
     return out
 
