@@ -22,16 +22,16 @@ Execution: the gray images of all sampled frames of one size are computed in one
 extractor's thread pool (OpenCV releases the GIL; each sampled frame is detected once, where the
 reference loop detects the inner frames of a clip twice; a clip's lone sampled frame, in no
 pair, is not detected); the keypoints then move to ``device`` (one padded copy per field) and
-everything else is batched over all pairs of all clips there: 2-NN ratio matching (on the CPU :func:`byte_ratio_match`: exact int8
-GEMMs of the byte descriptors, one per pair, mapped over the same pool; elsewhere
-:func:`~geocon_torch.features.matching.match_descriptors`, chunked float32 batched matmuls,
-exact too as SIFT descriptors are integers), one padded 8-point solve
+everything else is batched over all pairs of all clips there: 2-NN ratio matching (on the CPU
+:func:`byte_ratio_match`: exact int8 GEMMs of the byte descriptors, one per pair, mapped over
+the same pool; elsewhere :func:`~geocon_torch.features.matching.match_descriptors`, chunked
+float32 batched matmuls, exact too as SIFT descriptors are integers), one padded 8-point solve
 (:func:`~geocon_torch.geometry.fundamental_8pt`, float64, padding weighted 0), one Sampson pass
 and masked per-pair / per-clip reductions; torch stays on one CPU thread meanwhile
-(:func:`one_torch_thread`). The per-clip blocks are built from one host copy of all the
-results (:meth:`DPOMeasurement.lists`). Their code fits in float32 with kornia
-(``find_fundamental`` + ``sampson_epipolar_distance``); agreement: error within 2 %, inlier rate
-within 0.01 on the shared clips (tests/epipolar/test_epipolar_dpo.py).
+(:func:`one_torch_thread`). The per-clip blocks are built from one host copy of all the results
+(:meth:`DPOMeasurement.lists`). Their code fits in float32 with kornia (``find_fundamental`` +
+``sampson_epipolar_distance``); agreement: error within 2 %, inlier rate within 0.01 on the
+shared clips (tests/epipolar/test_epipolar_dpo.py).
 
 Conventions: pixels (x, y) at the clip's native resolution; ``x2^T F x1 = 0`` with x1 in the
 earlier frame of the pair.
@@ -64,6 +64,12 @@ NO_KEYPOINT_CAP = 2 ** 31 - 1
 #: squared norm given to padded keypoints in the byte matcher: never a nearest neighbour, and
 #: ``PAD + 2 * 128 * 128^2`` still fits in int32
 BYTE_PAD = 2 ** 30
+
+#: device types on which the pairs are matched by :func:`byte_ratio_match` (exact int8 GEMMs,
+#: one per pair: torch has no batched int8 GEMM on the CPU); on any other device by the batched
+#: float matcher (one chunked batched matmul, exact too). benchmarks/batching.py empties it while
+#: it counts the CUDA path on the CPU.
+BYTE_MATCH_DEVICES = {"cpu"}
 
 OK, NOT_ENOUGH_KEYPOINTS, TOO_FEW_MATCHES, FIT_FAILED = 0, 1, 2, 3
 #: pair reason code -> text (``{k}`` / ``{m}``: the config's thresholds)
@@ -332,11 +338,12 @@ def byte_ratio_match(kps: Keypoints, pairs: torch.Tensor, ratio: float,
 def _pair_stats(kps: Keypoints, pairs: torch.Tensor, config: EpipolarDPOConfig,
                 pool_map: Optional[PoolMap] = None) -> Tuple[torch.Tensor, ...]:
     """Matching, 8-point fit and Sampson statistics of all pairs at once (matching: the exact
-    byte matcher on the CPU, mapped over ``pool_map``; the float matcher elsewhere).
+    byte matcher on the devices of ``BYTE_MATCH_DEVICES`` (the CPU), mapped over ``pool_map``;
+    the float matcher elsewhere).
 
     Returns (num_kp1, num_kp2, num_matches (P,) long, error, inlier_rate (P,) float64 px /
     fraction, valid (P,) bool, reason (P,) long)."""
-    if kps.descriptors.device.type == "cpu":
+    if kps.descriptors.device.type in BYTE_MATCH_DEVICES:
         corr = byte_ratio_match(kps, pairs, config.ratio, pool_map)
     else:  # float32 distances of byte descriptors are exact too
         corr = match_descriptors(dataclasses.replace(kps, descriptors=kps.descriptors.float()),
