@@ -27,11 +27,12 @@ everything else is batched over all pairs of all clips there: 2-NN ratio matchin
 the same pool; elsewhere :func:`~geocon_torch.features.matching.match_descriptors`, chunked
 float32 batched matmuls, exact too as SIFT descriptors are integers), one padded 8-point solve
 (:func:`~geocon_torch.geometry.fundamental_8pt`, float64, padding weighted 0), one Sampson pass
-and masked per-pair / per-clip reductions; torch stays on one CPU thread meanwhile
-(:func:`one_torch_thread`). The per-clip blocks are built from one host copy of all the results
-(:meth:`DPOMeasurement.lists`). Their code fits in float32 with kornia (``find_fundamental`` +
-``sampson_epipolar_distance``); agreement: error within 2 %, inlier rate within 0.01 on the
-shared clips (tests/epipolar/test_epipolar_dpo.py).
+and masked per-pair / per-clip reductions (padding-invariant sums, so a clip's numbers are bit
+for bit those it gets alone, whatever the other clips of the batch); torch stays on one CPU
+thread meanwhile (:func:`one_torch_thread`). The per-clip blocks are built from one host copy of
+all the results (:meth:`DPOMeasurement.lists`). Their code fits in float32 with kornia
+(``find_fundamental`` + ``sampson_epipolar_distance``); agreement: error within 2 %, inlier rate
+within 0.01 on the shared clips (tests/epipolar/test_epipolar_dpo.py).
 
 Conventions: pixels (x, y) at the clip's native resolution; ``x2^T F x1 = 0`` with x1 in the
 earlier frame of the pair.
@@ -52,6 +53,7 @@ from ..features.base import pad_keypoints
 from ..features.matching import match_descriptors, pack_matches
 from ..features.opencv_sift import OpenCVSIFT
 from ..geometry import fundamental_8pt, sampson_distance
+from ..geometry._reduce import padded_sum
 from ..types import Correspondences, Keypoints
 from .torch_path import GRAY_OPENCV_MAJOR, gray_uint8
 
@@ -363,7 +365,7 @@ def _pair_stats(kps: Keypoints, pairs: torch.Tensor, config: EpipolarDPOConfig,
         F = fundamental_8pt(x1, x2, m.double())
         d = torch.sqrt(sampson_distance(F, x1, x2, squared=True) + config.eps)
         n = m.sum(1).double()
-        e = torch.where(m, d, torch.zeros_like(d)).sum(1) / n
+        e = padded_sum(torch.where(m, d, torch.zeros_like(d))) / n  # independent of width
         r = (m & (d <= config.inlier_threshold_px)).sum(1).double() / n
         ok = torch.isfinite(F).flatten(1).all(1) & torch.isfinite(e)
         err[idx], rate[idx], finite[idx] = torch.where(ok, e, 0.0), torch.where(ok, r, 0.0), ok
