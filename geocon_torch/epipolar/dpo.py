@@ -391,7 +391,8 @@ def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConf
             default 0, r, 2r, ...).
     Returns:
         :class:`DPOMeasurement` (per-clip tensors on ``device``). Torch runs on one CPU
-        thread meanwhile (:func:`one_torch_thread`).
+        thread meanwhile (:func:`one_torch_thread`). A clip with fewer than two frames has no
+        pair and is not detected; with no pair at all nothing is detected or matched.
     """
     cfg = config or EpipolarDPOConfig()
     dev = torch.device(device) if device is not None else (
