@@ -1,26 +1,32 @@
 """Launches, host syncs and OpenCV calls per batch of clips, counted on the CPU (issue 21).
 
-For B = 1 and B = 8 grounded clips (12 frames, 192x320, categories C1..C6 in turn) every path
-below runs once under :class:`benchmarks._dispatch_count.DispatchCounter` (every aten op = one
-kernel launch on CUDA; syncs = ``.item()``-style reads, data-dependent sizes and host copies) and
+For B = 1 and B = 8 grounded clips (12 frames, 192x320, categories C1..C6 in turn; 16 frames for
+``reward-epipolar-dpo``, :data:`PATH_FRAMES`) every path below runs once under
+:class:`benchmarks._dispatch_count.DispatchCounter` (every aten op = one kernel launch on CUDA;
+syncs = ``.item()``-style reads, data-dependent sizes and host copies) and
 :class:`~benchmarks._dispatch_count.OpenCVCounter`:
 
 * ``background``: ``BackgroundConsistency.update`` (the headline metric);
-* ``reward-<kind>``: ``geometric_reward`` of every kind of :data:`geocon_torch.rewards.KINDS`;
+* ``reward-<kind>``: ``geometric_reward`` of every kind of :data:`geocon_torch.rewards.KINDS`
+  (``reward-epipolar-dpo`` at 16 frames: the protocol samples frames 0, 15, 30, ..., so 12-frame
+  clips have one sampled frame and no pair, and only 16 or more frames measure a real pair);
 * ``score_clips``: ``score_clips(preset="geocon")``.
 
 The features backend (and the epipolar torch path's) is forced to the one ``"auto"`` picks on
 CUDA (``--backend``), so the CUDA default path is what is counted although it runs on the CPU;
-the memory budgets that size chunks (matching, extraction, frames per feature chunk) take
-their CUDA values
-(``--cpu-budgets`` keeps the CPU ones). Targets (background, B = 8): <= 25 000 ops, <= 100
-syncs, ops_growth = ops(B=8) / ops(B=1) <= 1.5, no OpenCV call; every reward kind: ops_growth
-<= 1.5.
+the memory budgets that size chunks (matching, extraction, frames per feature chunk) take their
+CUDA values and the epipolar-dpo pairs are matched by the batched float matcher, as on CUDA, not
+by the CPU's per-pair int8 GEMMs (``--cpu-budgets`` keeps the CPU budgets and matcher). Work
+mapped over a thread pool (OpenCV SIFT per frame) is not counted: its torch ops run on worker
+threads, on CPU tensors on every device. Targets (background, B = 8): <= 25 000 ops, <= 100
+syncs, ops_growth = ops(B=8) / ops(B=1) <= 1.5, no OpenCV call; every reward kind: ops_growth <=
+1.5.
 
 ``--fps``: also frames/s of ``BackgroundConsistency.update`` for B = 8 clips of 16 frames at
 640x384 on ``--device`` (the GPU target is >= 1000 frames/s on one H200-class GPU).
 
 Usage: ``python benchmarks/batching.py [--device cpu] [--quick] [--paths background,...] [--fps]``.
+``--frames T`` sets the frames of every path (default: :data:`PATH_FRAMES`, else 12).
 ``--quick``: B = 1 and 2 clips of 4 frames at 96x160, the background path only. The last line is
 ``RESULT {json}``.
 """
@@ -41,6 +47,7 @@ import torch  # noqa: E402
 
 from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
 from geocon_torch.categories import CATEGORIES  # noqa: E402
+from geocon_torch.epipolar import dpo  # noqa: E402
 from geocon_torch.features import matching, multiscale, torch_sift  # noqa: E402
 from geocon_torch.features.base import resolve_backend  # noqa: E402
 from geocon_torch.metrics import BackgroundConsistency  # noqa: E402
@@ -50,6 +57,9 @@ from geocon_torch.synth import grounded_clip  # noqa: E402
 
 PATHS = ("background",) + tuple(f"reward-{k}" for k in KINDS) + ("score_clips",)
 QUICK = {"clips": "1,2", "frames": 4, "size": "96x160", "paths": "background"}
+FRAMES = 12  # frames per clip of every path not in PATH_FRAMES
+#: paths measured at another frame count (epipolar-dpo: one pair, frames 0 and 15)
+PATH_FRAMES = {"reward-epipolar-dpo": 16}
 TARGETS = {"background_ops": 25000, "background_syncs": 100, "ops_growth": 1.5,
            "background_opencv": 0}
 
@@ -75,19 +85,23 @@ def runner(path: str, config: Dict[str, Any]) -> Callable[[torch.Tensor], Any]:
 
 @contextlib.contextmanager
 def cuda_budgets(enabled: bool):
-    """Chunk budgets at their CUDA values while counting on the CPU (so chunking is counted as
-    the CUDA run would do it)."""
+    """Chunk budgets at their CUDA values and the epipolar-dpo float matcher while counting on
+    the CPU (so chunking and matching are counted as the CUDA run would do them)."""
     budgets = (matching.CHUNK_DISTANCES, torch_sift.CHUNK_SAMPLES, multiscale.CHUNK_PIXELS)
     saved = [dict(b) for b in budgets]
+    byte_devices = set(dpo.BYTE_MATCH_DEVICES)
     if enabled:
         for b in budgets:
             b["cpu"] = b["default"]
+        dpo.BYTE_MATCH_DEVICES.clear()
     try:
         yield
     finally:
         for b, old in zip(budgets, saved):
             b.clear()
             b.update(old)
+        dpo.BYTE_MATCH_DEVICES.clear()
+        dpo.BYTE_MATCH_DEVICES.update(byte_devices)
 
 
 def count(fn: Callable[[], Any]) -> Dict[str, Any]:
@@ -142,7 +156,8 @@ def main(argv: List[str] = None) -> Dict[str, Any]:
     ap.add_argument("--device", default="cpu", help="device of the clip tensors (default cpu)")
     ap.add_argument("--quick", action="store_true", help="smoke run: " + json.dumps(QUICK))
     ap.add_argument("--clips", default="1,8", help="batch sizes B, comma-separated")
-    ap.add_argument("--frames", type=int, default=12)
+    ap.add_argument("--frames", type=int, default=None,
+                    help=f"frames per clip of every path (default {FRAMES}; {PATH_FRAMES})")
     ap.add_argument("--size", default="192x320", help="HxW of the grounded clips")
     ap.add_argument("--paths", default=",".join(PATHS))
     ap.add_argument("--backend", default=resolve_backend("auto", "cuda"),
@@ -162,27 +177,31 @@ def main(argv: List[str] = None) -> Dict[str, Any]:
     sizes = sorted(int(b) for b in args.clips.split(","))
     config = {"features": {"backend": args.backend}, "epipolar": {"features": args.backend}}
     rows: Dict[str, Dict[int, Dict[str, Any]]] = {}
+    frames: Dict[str, int] = {}  # frames per clip of each path
     with cuda_budgets(not args.cpu_budgets and args.device == "cpu"):
         for path in args.paths.split(","):
             fn = runner(path, config)
             rows[path] = {}
+            frames[path] = args.frames or PATH_FRAMES.get(path, FRAMES)
             for b in sizes:
-                videos = grounded_batch(b, args.frames, size, args.device)
+                videos = grounded_batch(b, frames[path], size, args.device)
                 rows[path][b] = count(lambda: fn(videos))
                 r = rows[path][b]
                 print(f"  {path:<22} B={b:<3} ops {r['ops']:>8}  syncs {r['syncs']:>6} "
                       f"(scalar {r['scalar']}, data-dep {r['data_dependent']}, transfer "
                       f"{r['transfer']})  opencv {r['opencv']:>5}  {r['seconds']:.1f}s", flush=True)
     verdicts = judge(rows, sizes[-1])
-    print(f"\nbackend {args.backend}, device {args.device}, {args.frames} frames "
-          f"{size[0]}x{size[1]}")
+    other = {p: t for p, t in frames.items() if t != (args.frames or FRAMES)}
+    print(f"\nbackend {args.backend}, device {args.device}, {args.frames or FRAMES} frames "
+          f"{size[0]}x{size[1]}" + (f" ({other})" if other else ""))
     print(f"{'path':<22}" + "".join(f"{'B=' + str(b):>26}" for b in sizes) + f"{'ops_growth':>12}")
     for path, by_b in rows.items():
         cells = "".join(f"{by_b[b]['ops']:>9} ops {by_b[b]['syncs']:>5} sy "
                         f"{by_b[b]['opencv']:>3} cv" for b in sizes)
         print(f"{path:<22}{cells}{verdicts['ops_growth'].get(path, float('nan')):>12.2f}")
     result = {"benchmark": "batching", "device": args.device, "backend": args.backend,
-              "quick": args.quick, "frames": args.frames, "size": list(size), "clips": sizes,
+              "quick": args.quick, "frames": args.frames or FRAMES, "path_frames": frames,
+              "size": list(size), "clips": sizes,
               "cuda_budgets": not args.cpu_budgets and args.device == "cpu",
               "paths": {p: {str(b): {k: r[k] for k in ("ops", "syncs", "scalar", "data_dependent",
                                                        "transfer", "opencv")}

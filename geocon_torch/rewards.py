@@ -46,11 +46,11 @@ import torch
 
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
-from .io import check_clip_tensor, clips_from_tensor
+from .io import check_clip_tensor, clips_from_tensor, tensor_frames
 from .pipeline import pinned_config, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
 from .sections.epipolar import epipolar_sections
-from .sections.epipolar_dpo import dpo_block
+from .sections.epipolar_dpo import dpo_blocks
 
 KINDS = REWARD_KINDS  # the reward kinds of the preset table
 NEUTRAL_REWARD = 0.0
@@ -118,11 +118,11 @@ def _dpo_rewards(videos: torch.Tensor, config: EpipolarDPOConfig, neutral: float
                  ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar-dpo": one batched measurement of all clips (module docstring)."""
     positions = sample_positions(int(videos.shape[1]), config.sampling_rate)
-    clips = clips_from_tensor(videos, long_side=None, indices=positions)
-    m = measure_dpo([c.frames for c in clips], config, videos.device,
-                    frame_numbers=[positions] * len(clips))
-    infos = [reward_from_result({"epipolar_dpo": dpo_block(m, b, config)}, "epipolar-dpo",
-                                neutral=neutral) for b in range(len(clips))]
+    frames = tensor_frames(videos, long_side=None, indices=positions)  # (B, T', 3, H, W) uint8
+    m = measure_dpo(list(frames.unbind(0)), config, videos.device,
+                    frame_numbers=[positions] * int(frames.shape[0]))
+    infos = [reward_from_result({"epipolar_dpo": block}, "epipolar-dpo", neutral=neutral)
+             for block in dpo_blocks(m, config)]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
 
 

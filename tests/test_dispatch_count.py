@@ -77,3 +77,21 @@ def test_batching_quick_run_counts_the_cuda_default_path():
     assert bg["2"]["ops"] > bg["1"]["ops"] > 0
     assert res["ops_growth"]["background"] == pytest.approx(bg["2"]["ops"] / bg["1"]["ops"],
                                                             abs=1e-3)
+
+
+@pytest.mark.parametrize("frames", [12, 16])
+def test_epipolar_dpo_reward_cost_does_not_grow_per_clip(frames):
+    """reward-epipolar-dpo counted as batching.py counts it (the CUDA default path): 12 frames
+    (one sampled frame, no pair) and 16 frames (one pair per clip); eight clips cost at most
+    1.5x the ops of one and the same host syncs, and no SIFT runs without a pair."""
+    config = {"features": {"backend": "torch-sift"}, "epipolar": {"features": "torch-sift"}}
+    fn = batching.runner("reward-epipolar-dpo", config)
+    counts = {}
+    with batching.cuda_budgets(True):
+        for b in (1, 8):
+            videos = batching.grounded_batch(b, frames, (96, 128), "cpu")
+            with DispatchCounter() as ops, OpenCVCounter() as cv:
+                fn(videos)
+            counts[b] = (ops.ops, ops.syncs, cv.by_name["SIFT_create.detectAndCompute"])
+    assert counts[8][0] <= 1.5 * counts[1][0] and counts[8][1] == counts[1][1]
+    assert [counts[b][2] for b in (1, 8)] == ([0, 0] if frames == 12 else [2, 16])

@@ -1,12 +1,14 @@
 """RowLayout (the one-gather cut / pad / stack of rows of several sources) and the batched
-tensor reads (clips_from_tensors): equal to the per-part Python loops they replace."""
+tensor reads (clips_from_tensors, tensor_frames) and keypoint padding (pad_keypoints): equal to
+the per-part Python loops they replace."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from geocon_torch.errors import ShapeError
-from geocon_torch.io import clip_from_tensor, clips_from_tensors
+from geocon_torch.features.base import pad_keypoints
+from geocon_torch.io import clip_from_tensor, clips_from_tensor, clips_from_tensors, tensor_frames
 from geocon_torch.types import Fit, RowLayout, concat_fits, pad_fit, pad_points
 
 
@@ -82,3 +84,43 @@ def test_clips_from_tensors_equal_each_clip_read_alone():
     assert int(got[1].content_mask.sum()) == 16 * 32 and bool(got[0].content_mask.all())
     with pytest.raises(ShapeError):
         clips_from_tensors([videos[0], torch.zeros(2, 4, 3, 8, 8, dtype=torch.uint8)])
+
+
+def test_tensor_frames_equal_the_clips_frames():
+    """io.tensor_frames: the frames clips_from_tensor gives each clip, as one batch (uint8,
+    float, gray, an odd side, explicit indices)."""
+    g = torch.Generator().manual_seed(3)
+    for videos, kw in ((torch.randint(0, 256, (3, 5, 3, 21, 30), dtype=torch.uint8,
+                                      generator=g), {}),
+                       (torch.rand(2, 6, 1, 20, 33, generator=g), {"indices": [0, 2, 5]}),
+                       (torch.rand(2, 4, 3, 40, 64, generator=g), {"long_side": 32})):
+        got = tensor_frames(videos, **kw)
+        clips = clips_from_tensor(videos, **kw)
+        assert got.dtype == torch.uint8 and got.shape[0] == len(clips)
+        for b, clip in enumerate(clips):
+            assert torch.equal(got[b], clip.frames)
+    assert tuple(tensor_frames(videos, long_side=32).shape) == (2, 4, 3, 20, 32)
+
+
+def test_pad_keypoints_equals_the_per_frame_copy():
+    """pad_keypoints scatters every field in one op: equal to copying frame by frame (empty
+    frames, float or byte descriptors, extras, dtype casts)."""
+    g = torch.Generator().manual_seed(4)
+    counts = [3, 0, 5, 1]
+    xys = [torch.randn(c, 2, dtype=torch.float64, generator=g) for c in counts]
+    descs = [torch.randint(0, 256, (c, 8), generator=g).to(torch.uint8) for c in counts]
+    descs[1] = torch.zeros(0, 8)  # an empty frame as float
+    scores = [torch.rand(c, generator=g) for c in counts]
+    extras = {"octave": [torch.randint(-1, 4, (c,), generator=g) for c in counts]}
+    kps = pad_keypoints(xys, descs, scores, 8, torch.device("cpu"), torch.float32, extras,
+                        desc_dtype=torch.uint8)
+    assert kps.xy.shape == (4, 5, 2) and kps.descriptors.dtype == torch.uint8
+    assert kps.mask.sum(1).tolist() == counts
+    for i, c in enumerate(counts):
+        assert torch.equal(kps.xy[i, :c], xys[i].float()) and not kps.xy[i, c:].any()
+        assert torch.equal(kps.descriptors[i, :c], descs[i].to(torch.uint8))
+        assert torch.equal(kps.scores[i, :c], scores[i])
+        assert torch.equal(kps.extra["octave"][i, :c], extras["octave"][i].float())
+        assert not kps.descriptors[i, c:].any() and not kps.extra["octave"][i, c:].any()
+    empty = pad_keypoints([], [], [], 8, torch.device("cpu"))
+    assert empty.xy.shape == (0, 0, 2) and empty.mask.shape == (0, 0)

@@ -17,16 +17,20 @@ Protocol (their defaults, :class:`EpipolarDPOConfig`):
 * per clip the means over valid pairs (``mean_epipolar_error``, ``mean_inlier_rate``); a clip
   with no valid pair is ``not_applicable``.
 
-Execution: SIFT runs per frame on the CPU over the extractor's thread pool (OpenCV releases the
-GIL; each sampled frame is detected once, where the reference loop detects the inner frames of
-a clip twice); the keypoints then move to ``device`` and everything else is batched over all
-pairs of all clips there: 2-NN ratio matching (on the CPU :func:`byte_ratio_match`: exact int8
-GEMMs of the byte descriptors, one per pair, mapped over the same pool; elsewhere
-:func:`~geocon_torch.features.matching.match_descriptors`, chunked float32 batched matmuls,
-exact too as SIFT descriptors are integers), one padded 8-point solve
+Execution: the gray images of all sampled frames of one size are computed in one batched op
+(:func:`gray_images`) and reach the host in one copy; SIFT runs per frame on the CPU over the
+extractor's thread pool (OpenCV releases the GIL; each sampled frame is detected once, where the
+reference loop detects the inner frames of a clip twice; a clip's lone sampled frame, in no
+pair, is not detected); the keypoints then move to ``device`` (one padded copy per field) and
+everything else is batched over all pairs of all clips there: 2-NN ratio matching (on the CPU
+:func:`byte_ratio_match`: exact int8 GEMMs of the byte descriptors, one per pair, mapped over
+the same pool; elsewhere :func:`~geocon_torch.features.matching.match_descriptors`, chunked
+float32 batched matmuls, exact too as SIFT descriptors are integers), one padded 8-point solve
 (:func:`~geocon_torch.geometry.fundamental_8pt`, float64, padding weighted 0), one Sampson pass
-and masked per-pair / per-clip reductions; torch stays on one CPU thread meanwhile
-(:func:`one_torch_thread`). Their code fits in float32 with kornia
+and masked per-pair / per-clip reductions (padding-invariant sums, so a clip's numbers are bit
+for bit those it gets alone, whatever the other clips of the batch); torch stays on one CPU
+thread meanwhile (:func:`one_torch_thread`). The per-clip blocks are built from one host copy of
+all the results (:meth:`DPOMeasurement.lists`). Their code fits in float32 with kornia
 (``find_fundamental`` + ``sampson_epipolar_distance``); agreement: error within 2 %, inlier rate
 within 0.01 on the shared clips (tests/epipolar/test_epipolar_dpo.py).
 
@@ -40,6 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
 from ..config import EpipolarDPOConfig  # the ``epipolar_dpo`` section of GeoConConfig
@@ -48,7 +53,9 @@ from ..features.base import pad_keypoints
 from ..features.matching import match_descriptors, pack_matches
 from ..features.opencv_sift import OpenCVSIFT
 from ..geometry import fundamental_8pt, sampson_distance
+from ..geometry._reduce import padded_sum
 from ..types import Correspondences, Keypoints
+from .torch_path import GRAY_OPENCV_MAJOR, gray_uint8
 
 DeviceLike = Union[None, str, torch.device]
 #: ``pool_map(fn, n) -> [fn(0), ..., fn(n - 1)]`` (e.g. :meth:`OpenCVSIFT.parallel_map`)
@@ -59,6 +66,12 @@ NO_KEYPOINT_CAP = 2 ** 31 - 1
 #: squared norm given to padded keypoints in the byte matcher: never a nearest neighbour, and
 #: ``PAD + 2 * 128 * 128^2`` still fits in int32
 BYTE_PAD = 2 ** 30
+
+#: device types on which the pairs are matched by :func:`byte_ratio_match` (exact int8 GEMMs,
+#: one per pair: torch has no batched int8 GEMM on the CPU); on any other device by the batched
+#: float matcher (one chunked batched matmul, exact too). benchmarks/batching.py empties it while
+#: it counts the CUDA path on the CPU.
+BYTE_MATCH_DEVICES = {"cpu"}
 
 OK, NOT_ENOUGH_KEYPOINTS, TOO_FEW_MATCHES, FIT_FAILED = 0, 1, 2, 3
 #: pair reason code -> text (``{k}`` / ``{m}``: the config's thresholds)
@@ -98,6 +111,52 @@ class DPOMeasurement:
     reason: torch.Tensor
     frames: List[List[int]]
     sizes: List[Tuple[int, int]]
+
+    def lists(self) -> DPOLists:
+        """Every per-clip and per-pair tensor as Python lists, in two host copies for the whole
+        batch (the integer columns, then the float64 ones), however many clips and pairs."""
+        b, p = int(self.valid_pairs.shape[0]), int(self.pair_clip.shape[0])
+        ints = torch.cat([t.long().reshape(-1) for t in (
+            self.valid_pairs, self.total_pairs, self.pair_clip, self.num_kp1, self.num_kp2,
+            self.num_matches, self.valid, self.reason, self.pair_frames)]).tolist()
+        flts = torch.cat([self.mean_epipolar_error, self.mean_inlier_rate, self.epipolar_error,
+                          self.inlier_rate]).double().tolist()
+        cut = [b, b] + [p] * 6
+        cols = [ints[sum(cut[:k]):sum(cut[:k + 1])] for k in range(len(cut))]
+        frames_at = sum(cut)
+        pair_frames = [ints[frames_at + 2 * k:frames_at + 2 * k + 2] for k in range(p)]
+        return DPOLists(flts[:b], flts[b:2 * b], cols[0], cols[1], cols[2], pair_frames,
+                        cols[3], cols[4], cols[5], flts[2 * b:2 * b + p], flts[2 * b + p:],
+                        [bool(v) for v in cols[6]], cols[7], self.frames, self.sizes)
+
+
+@dataclass
+class DPOLists:
+    """A :class:`DPOMeasurement` on the host (:meth:`DPOMeasurement.lists`): the same fields as
+    Python lists (B per-clip values, P per-pair values; ``pair_frames`` P [i, j] lists)."""
+
+    mean_epipolar_error: List[float]
+    mean_inlier_rate: List[float]
+    valid_pairs: List[int]
+    total_pairs: List[int]
+    pair_clip: List[int]
+    pair_frames: List[List[int]]
+    num_kp1: List[int]
+    num_kp2: List[int]
+    num_matches: List[int]
+    epipolar_error: List[float]
+    inlier_rate: List[float]
+    valid: List[bool]
+    reason: List[int]
+    frames: List[List[int]]
+    sizes: List[Tuple[int, int]]
+
+    def clip_pairs(self) -> List[List[int]]:
+        """Per clip the indices of its pairs (in pair order)."""
+        out: List[List[int]] = [[] for _ in self.valid_pairs]
+        for k, b in enumerate(self.pair_clip):
+            out[b].append(k)
+        return out
 
 
 @contextmanager
@@ -168,20 +227,47 @@ def extract_sift(frames: Sequence[torch.Tensor], config: EpipolarDPOConfig,
         scores (responses) float32, descriptors **uint8** (OpenCV's SIFT values are bytes; use
         ``.float()`` for float matchers).
     """
-    import cv2  # lazy: OpenCV is needed only when this protocol runs
-
     _check_frames(frames)
-    cpu = [f.detach().to("cpu") for f in frames]
-    flat = [(c, t) for c, clip in enumerate(cpu) for t in range(clip.shape[0])]
+    grays = gray_images(frames)
     sift = sift or sift_extractor(config)
 
     def one(k: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # in a worker thread
-        c, t = flat[k]
-        rgb = cpu[c][t].permute(1, 2, 0).contiguous().numpy()
-        xy, desc, response = sift.detect(cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY))[:3]
+        xy, desc, response = sift.detect(grays[k])[:3]
         return xy.float(), desc.to(torch.uint8), response.float()
 
-    return _pad_frames(sift.parallel_map(one, len(flat)), device)
+    return _pad_frames(sift.parallel_map(one, len(grays)), device)
+
+
+def gray_images(frames: Sequence[torch.Tensor]) -> List[np.ndarray]:
+    """Every frame of every clip (clip order) as its (H, W) uint8 gray image on the host, the
+    protocol's ``cv2.cvtColor(RGB2GRAY)``. With the OpenCV whose weights
+    :func:`~geocon_torch.epipolar.torch_path.gray_uint8` reproduces bit for bit, the frames of
+    one size and device are converted in one batched op and reach the host in one copy; with
+    another OpenCV each frame goes through ``cv2.cvtColor``.
+
+    Args:
+        frames: per clip (T_b, 3, H_b, W_b) uint8 RGB (any device).
+    Returns:
+        sum T_b arrays (H_b, W_b) uint8.
+    """
+    import cv2  # lazy: OpenCV is needed only when this protocol runs
+
+    if int(cv2.__version__.split(".")[0]) != GRAY_OPENCV_MAJOR:
+        return [cv2.cvtColor(f.permute(1, 2, 0).contiguous().numpy(), cv2.COLOR_RGB2GRAY)
+                for clip in frames for f in clip.to("cpu")]
+    groups: Dict[Tuple[Any, ...], List[int]] = {}
+    for k, clip in enumerate(frames):
+        groups.setdefault((tuple(clip.shape[-2:]), clip.device), []).append(k)
+    out: List[Optional[List[np.ndarray]]] = [None] * len(frames)
+    for ks in groups.values():
+        batch = frames[ks[0]] if len(ks) == 1 else torch.cat([frames[k] for k in ks])
+        gray = gray_uint8(batch).cpu().numpy()  # (sum T, H, W): one host copy per size
+        start = 0
+        for k in ks:
+            t = int(frames[k].shape[0])
+            out[k] = list(gray[start:start + t])
+            start += t
+    return [g for clip in out for g in clip or []]
 
 
 def _pad_frames(feats: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
@@ -254,11 +340,12 @@ def byte_ratio_match(kps: Keypoints, pairs: torch.Tensor, ratio: float,
 def _pair_stats(kps: Keypoints, pairs: torch.Tensor, config: EpipolarDPOConfig,
                 pool_map: Optional[PoolMap] = None) -> Tuple[torch.Tensor, ...]:
     """Matching, 8-point fit and Sampson statistics of all pairs at once (matching: the exact
-    byte matcher on the CPU, mapped over ``pool_map``; the float matcher elsewhere).
+    byte matcher on the devices of ``BYTE_MATCH_DEVICES`` (the CPU), mapped over ``pool_map``;
+    the float matcher elsewhere).
 
     Returns (num_kp1, num_kp2, num_matches (P,) long, error, inlier_rate (P,) float64 px /
     fraction, valid (P,) bool, reason (P,) long)."""
-    if kps.descriptors.device.type == "cpu":
+    if kps.descriptors.device.type in BYTE_MATCH_DEVICES:
         corr = byte_ratio_match(kps, pairs, config.ratio, pool_map)
     else:  # float32 distances of byte descriptors are exact too
         corr = match_descriptors(dataclasses.replace(kps, descriptors=kps.descriptors.float()),
@@ -278,7 +365,7 @@ def _pair_stats(kps: Keypoints, pairs: torch.Tensor, config: EpipolarDPOConfig,
         F = fundamental_8pt(x1, x2, m.double())
         d = torch.sqrt(sampson_distance(F, x1, x2, squared=True) + config.eps)
         n = m.sum(1).double()
-        e = torch.where(m, d, torch.zeros_like(d)).sum(1) / n
+        e = padded_sum(torch.where(m, d, torch.zeros_like(d))) / n  # independent of width
         r = (m & (d <= config.inlier_threshold_px)).sum(1).double() / n
         ok = torch.isfinite(F).flatten(1).all(1) & torch.isfinite(e)
         err[idx], rate[idx], finite[idx] = torch.where(ok, e, 0.0), torch.where(ok, r, 0.0), ok
@@ -304,16 +391,23 @@ def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConf
             default 0, r, 2r, ...).
     Returns:
         :class:`DPOMeasurement` (per-clip tensors on ``device``). Torch runs on one CPU
-        thread meanwhile (:func:`one_torch_thread`).
+        thread meanwhile (:func:`one_torch_thread`). A clip with fewer than two frames has no
+        pair and is not detected; with no pair at all nothing is detected or matched.
     """
     cfg = config or EpipolarDPOConfig()
     dev = torch.device(device) if device is not None else (
         frames[0].device if len(frames) else torch.device("cpu"))
-    counts = torch.tensor([int(f.shape[0]) for f in frames], dtype=torch.long)
-    pairs, pair_clip, pair_frames = consecutive_pairs(counts)
-    sift = sift_extractor(cfg)
-    kps = extract_sift(frames, cfg, dev, sift)
-    stats = _pair_stats(kps, pairs.to(dev), cfg, sift.parallel_map)
+    sizes = [int(f.shape[0]) for f in frames]
+    counts = torch.tensor(sizes, dtype=torch.long)
+    paired = [k for k, t in enumerate(sizes) if t > 1]  # a lone frame is in no pair
+    pairs, pair_clip, pair_frames = consecutive_pairs(counts * (counts > 1))
+    if paired:
+        sift = sift_extractor(cfg)
+        kps = extract_sift([frames[k] for k in paired], cfg, dev, sift)
+        stats = _pair_stats(kps, pairs.to(dev), cfg, sift.parallel_map)
+    else:  # no pair at all: nothing to detect or match
+        none = torch.zeros(0, dtype=torch.long, device=dev)
+        stats = (none, none, none, none.double(), none.double(), none.bool(), none)
     owner = pair_clip.to(dev)
     valid = stats[5]
     b = len(frames)
@@ -324,41 +418,46 @@ def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConf
         1, owner, torch.stack(stats[3:5]) * valid.double())
     means = sums / nv.clamp_min(1).double()
     numbers = [list(map(int, n)) for n in frame_numbers] if frame_numbers is not None else \
-        [list(range(0, int(c) * cfg.sampling_rate, cfg.sampling_rate)) for c in counts]
+        [list(range(0, t * cfg.sampling_rate, cfg.sampling_rate)) for t in sizes]
     return DPOMeasurement(means[0], means[1], nv, total, owner, pair_frames.to(dev), *stats,
                           frames=numbers, sizes=[(int(f.shape[-2]), int(f.shape[-1]))
                                                  for f in frames])
 
 
-def clip_reason(m: DPOMeasurement, b: int, config: EpipolarDPOConfig) -> Optional[str]:
-    """Why clip ``b`` of ``m`` has no valid pair (None when it has one)."""
-    if int(m.valid_pairs[b]) > 0:
-        return None
-    if int(m.total_pairs[b]) == 0:
-        return (f"fewer than two sampled frames (frames 0, {config.sampling_rate}, ...: a clip "
-                f"needs at least {config.sampling_rate + 1} frames)")
-    codes = m.reason[m.pair_clip == b].tolist()
-    top = max(set(codes), key=lambda c: (codes.count(c), -c))
-    text = PAIR_REASONS[top].format(k=config.min_keypoints, m=config.min_matches)
-    return f"no valid pair: {codes.count(top)} of {len(codes)} pairs: {text}"
+def clip_reasons(h: DPOLists, config: EpipolarDPOConfig) -> List[Optional[str]]:
+    """Per clip of ``h`` (:meth:`DPOMeasurement.lists`) why it has no valid pair (None when it
+    has one)."""
+    out: List[Optional[str]] = []
+    for b, pairs in enumerate(h.clip_pairs()):
+        if h.valid_pairs[b] > 0:
+            out.append(None)
+            continue
+        if h.total_pairs[b] == 0:
+            out.append(f"fewer than two sampled frames (frames 0, {config.sampling_rate}, ...: "
+                       f"a clip needs at least {config.sampling_rate + 1} frames)")
+            continue
+        codes = [h.reason[k] for k in pairs]
+        top = max(set(codes), key=lambda c: (codes.count(c), -c))
+        text = PAIR_REASONS[top].format(k=config.min_keypoints, m=config.min_matches)
+        out.append(f"no valid pair: {codes.count(top)} of {len(codes)} pairs: {text}")
+    return out
 
 
-def pair_records(m: DPOMeasurement, b: int, config: EpipolarDPOConfig) -> List[Dict[str, Any]]:
-    """The ``per_pair`` rows of clip ``b`` (source frame numbers, counts, error, rate)."""
-    sel = (m.pair_clip == b).nonzero()[:, 0].cpu()
-    cols = {k: getattr(m, k)[sel.to(m.valid.device)].tolist() for k in
-            ("pair_frames", "num_kp1", "num_kp2", "num_matches", "epipolar_error",
-             "inlier_rate", "valid", "reason")}
-    rows = []
-    for k in range(len(sel)):
-        i, j = cols["pair_frames"][k]
-        ok = bool(cols["valid"][k])
-        code = cols["reason"][k]
-        rows.append({"left_frame": m.frames[b][i], "right_frame": m.frames[b][j],
-                     "keypoints": [cols["num_kp1"][k], cols["num_kp2"][k]],
-                     "num_matches": cols["num_matches"][k],
-                     "epipolar_error": cols["epipolar_error"][k] if ok else None,
-                     "inlier_rate": cols["inlier_rate"][k] if ok else None, "valid": ok,
-                     "reason": None if code == OK else PAIR_REASONS[code].format(
-                         k=config.min_keypoints, m=config.min_matches)})
-    return rows
+def pair_records(h: DPOLists, config: EpipolarDPOConfig) -> List[List[Dict[str, Any]]]:
+    """Per clip of ``h`` (:meth:`DPOMeasurement.lists`) its ``per_pair`` rows (source frame
+    numbers, counts, error, rate)."""
+    out = []
+    for b, pairs in enumerate(h.clip_pairs()):
+        rows = []
+        for k in pairs:
+            i, j = h.pair_frames[k]
+            ok, code = h.valid[k], h.reason[k]
+            rows.append({"left_frame": h.frames[b][i], "right_frame": h.frames[b][j],
+                         "keypoints": [h.num_kp1[k], h.num_kp2[k]],
+                         "num_matches": h.num_matches[k],
+                         "epipolar_error": h.epipolar_error[k] if ok else None,
+                         "inlier_rate": h.inlier_rate[k] if ok else None, "valid": ok,
+                         "reason": None if code == OK else PAIR_REASONS[code].format(
+                             k=config.min_keypoints, m=config.min_matches)})
+        out.append(rows)
+    return out

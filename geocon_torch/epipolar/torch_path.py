@@ -45,12 +45,26 @@ _GRAY_WEIGHTS = (19596, 38470, 7470)
 _GRAY_SHIFT = 16
 
 
+#: the OpenCV major version whose RGB2GRAY the weights above reproduce bit for bit
+GRAY_OPENCV_MAJOR = 5
+
+
+def _gray_levels(frames: torch.Tensor) -> torch.Tensor:
+    """(T, 3, H, W) uint8 RGB -> (T, H, W) int32 gray levels 0..255 (the weights above)."""
+    f = frames.to(torch.int32)
+    return (f[:, 0] * _GRAY_WEIGHTS[0] + f[:, 1] * _GRAY_WEIGHTS[1] + f[:, 2] * _GRAY_WEIGHTS[2]
+            + (1 << (_GRAY_SHIFT - 1))) >> _GRAY_SHIFT
+
+
 def gray_uint8_levels(frames: torch.Tensor) -> torch.Tensor:
     """(T, 3, H, W) uint8 RGB -> (T, 1, H, W) float32 gray in 0..255 (integers), as OpenCV."""
-    f = frames.to(torch.int32)
-    y = (f[:, 0] * _GRAY_WEIGHTS[0] + f[:, 1] * _GRAY_WEIGHTS[1] + f[:, 2] * _GRAY_WEIGHTS[2]
-         + (1 << (_GRAY_SHIFT - 1))) >> _GRAY_SHIFT
-    return y.unsqueeze(1).to(torch.float32)
+    return _gray_levels(frames).unsqueeze(1).to(torch.float32)
+
+
+def gray_uint8(frames: torch.Tensor) -> torch.Tensor:
+    """(T, 3, H, W) uint8 RGB -> (T, H, W) uint8 gray: ``cv2.cvtColor(RGB2GRAY)`` of each frame
+    (bit for bit with OpenCV ``GRAY_OPENCV_MAJOR``), all frames in one batched op."""
+    return _gray_levels(frames).to(torch.uint8)
 
 
 def area_matrix(n_in: int, n_out: int, device: torch.device,

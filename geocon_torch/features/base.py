@@ -183,26 +183,35 @@ def pad_keypoints(xys: Sequence[torch.Tensor], descs: Sequence[torch.Tensor],
                   extras: Optional[Dict[str, Sequence[torch.Tensor]]] = None,
                   desc_dtype: Optional[torch.dtype] = None) -> Keypoints:
     """Stack per-frame results ((n_t, 2), (n_t, D), (n_t,)) into padded Keypoints (zeros where
-    padded); descriptors in ``desc_dtype`` (default ``dtype``; e.g. uint8 for SIFT bytes)."""
+    padded); descriptors in ``desc_dtype`` (default ``dtype``; e.g. uint8 for SIFT bytes).
+
+    All frames at once: each field is concatenated, moved and cast once, then scattered to its
+    (frame, slot) cells (no per-frame ops; the sizes are known on the host)."""
     t = len(xys)
-    n = max([int(x.shape[0]) for x in xys], default=0)
-    xy = torch.zeros(t, n, 2, dtype=dtype, device=device)
-    de = torch.zeros(t, n, desc_dim, dtype=desc_dtype or dtype, device=device)
-    sc = torch.zeros(t, n, dtype=dtype, device=device)
-    mk = torch.zeros(t, n, dtype=torch.bool, device=device)
+    counts = [int(x.shape[0]) for x in xys]
+    n, total = max(counts, default=0), sum(counts)
+    cnt = torch.tensor(counts, dtype=torch.long)
+    mk = (torch.arange(n) < cnt[:, None]).to(device)  # (t, n): slot k of frame i is filled
+    frame = torch.repeat_interleave(torch.arange(t), cnt, output_size=total).to(device)
+    slot = (torch.arange(total) - torch.repeat_interleave(torch.cumsum(cnt, 0) - cnt, cnt,
+                                                         output_size=total)).to(device)
+
+    def padded(values: Sequence[torch.Tensor], tail: Tuple[int, ...], to: torch.dtype
+               ) -> torch.Tensor:
+        out = torch.zeros((t, n) + tail, dtype=to, device=device)
+        if total:
+            flat = [v if tuple(v.shape[1:]) == tail else v.reshape((-1,) + tail)
+                    for v in values]  # e.g. an empty frame given as (0,)
+            out[frame, slot] = torch.cat(flat).to(device=device, dtype=to)
+        return out
+
     ex = {}
     for name, values in (extras or {}).items():
         tail = tuple(values[0].shape[1:]) if len(values) else ()
-        ex[name] = torch.zeros((t, n) + tail, dtype=dtype, device=device)
-    for i in range(t):
-        k = int(xys[i].shape[0])
-        xy[i, :k] = xys[i].to(device=device, dtype=dtype)
-        de[i, :k] = descs[i].to(device=device, dtype=de.dtype)
-        sc[i, :k] = scores[i].to(device=device, dtype=dtype)
-        mk[i, :k] = True
-        for name, values in (extras or {}).items():
-            ex[name][i, :k] = values[i].to(device=device, dtype=dtype)
-    return Keypoints(xy=xy, descriptors=de, scores=sc, mask=mk, extra=ex)
+        ex[name] = padded(values, tail, dtype)
+    return Keypoints(xy=padded(xys, (2,), dtype),
+                     descriptors=padded(descs, (desc_dim,), desc_dtype or dtype),
+                     scores=padded(scores, (), dtype), mask=mk, extra=ex)
 
 
 def empty_keypoints(t: int, desc_dim: int, device: torch.device,

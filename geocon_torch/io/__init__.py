@@ -33,7 +33,8 @@ One tensor -> Clip path: ``check_clip_tensor`` (the rule) and ``clips_from_tenso
 ``clip_from_tensor`` / ``clips_from_tensors`` (the conversion, of a batch, one clip or a list of
 clips read as batches of one shape; ``long_side`` defaults to None = native pixels there) are
 what ``read_clip``'s tensor branch, ``score_clip``, the epipolar sections and every Metric class
-use, so a batch is accepted or rejected the same way everywhere.
+use, so a batch is accepted or rejected the same way everywhere; ``tensor_frames`` gives the
+same frames of a batch as one (B, T', 3, H', W') uint8 tensor without building Clips.
 
 Sampling: ``stride`` / ``max_frames`` (the first ``max_frames`` after striding) or explicit
 ``indices``. Pairs: ``make_pairs(T, "adjacent" | s | [(i, j), ...], max_pairs=None)``; with
@@ -55,7 +56,7 @@ from .framestore import VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .probe import VideoInfo, probe_video
 from .reader import (DEFAULT_FPS, check_clip_tensor, clip_from_tensor, clips_from_tensor,
-                     clips_from_tensors, read_clip, read_clips)
+                     clips_from_tensors, read_clip, read_clips, tensor_frames)
 from .resize import WorkingSize, working_size
 from .pairs import (background_pairs, foreground_pairs, gvgc_pairs, make_pairs,
                     gate_pair_tiers, parallax_gate_pairs, spread_evenly, worldatlas_pairs)
@@ -64,7 +65,7 @@ from .writer import write_gif, write_image_folder, write_video
 
 __all__ = [
     "read_clip", "read_clips", "clip_from_tensor", "clips_from_tensor", "clips_from_tensors",
-    "check_clip_tensor",
+    "tensor_frames", "check_clip_tensor",
     "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
     "background_pairs", "parallax_gate_pairs", "gate_pair_tiers", "worldatlas_pairs",
     "gvgc_pairs", "foreground_pairs",

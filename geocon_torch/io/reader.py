@@ -386,22 +386,12 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     sel = frame_selection(stride, max_frames, indices)
     opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
                 frac=letterbox_min_fraction)
-    b, t, c, h, w = x.shape
+    t, c, h, w = x.shape[1:]
     meta_base = {"source": "tensor", "shape": [t, c, h, w], "dtype": str(x.dtype).replace(
         "torch.", ""), "codec": None, "container_frames": t, "decoded_frames": t,
         "decode_complete": True, "num_source_frames": t, "truncated": False}
     idx = sel.resolve(t)
-    x = x.detach()
-    if device is not None:
-        x = x.to(device)
-    x = x[:, torch.as_tensor(idx, device=x.device)]
-    if x.is_floating_point():
-        x = (x.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
-    ws = working_size(h, w, opts["long_side"], opts["upscale"])
-    out = resize_frames(x.reshape(b * len(idx), c, h, w), ws).view(b, len(idx), c, *ws.size)
-    if c == 1:
-        out = out.expand(-1, -1, 3, -1, -1)
-    out = out.contiguous()
+    out, ws = _batch_frames(x, idx, long_side, upscale, device)
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
     fractions = _content_fraction(masks).tolist()  # one transfer for the batch
     kept = idx.tolist()  # the frame indices: the same for every clip of the batch
@@ -413,6 +403,47 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
         clips.append(_finish(frames, kept, ws, sel.fps(source_fps), names[k], meta,
                              opts, mask=mask, fraction=fractions[k]))
     return clips
+
+
+def tensor_frames(videos: torch.Tensor, *, long_side: Optional[int] = None,
+                  indices: Optional[Iterable[int]] = None,
+                  device: Union[None, str, torch.device] = None, upscale: bool = True
+                  ) -> torch.Tensor:
+    """The frames :func:`clips_from_tensor` gives each clip, as one batch and without building
+    Clips (no content masks, no per-clip work): (B, T', 3, H', W') uint8 on ``device`` (default
+    the tensor's), bit for bit ``clips[b].frames``.
+
+    Args:
+        videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3} (checked).
+        long_side, indices, device, upscale: as in :func:`clips_from_tensor`.
+    Example:
+        >>> import torch
+        >>> from geocon_torch.io import tensor_frames
+        >>> tuple(tensor_frames(torch.rand(2, 5, 1, 32, 48), indices=[0, 3]).shape)
+        (2, 2, 3, 32, 48)
+    """
+    check_clip_tensor(videos, batched=True)
+    idx = frame_selection(1, None, indices).resolve(int(videos.shape[1]))
+    return _batch_frames(videos, idx, long_side, upscale, device)[0]
+
+
+def _batch_frames(x: torch.Tensor, idx: np.ndarray, long_side: Optional[int], upscale: bool,
+                  device: Union[None, str, torch.device]) -> Tuple[torch.Tensor, WorkingSize]:
+    """Frames ``idx`` (T',) of a checked (B, T, C, H, W) batch -> ((B, T', 3, H', W') uint8
+    contiguous, the working size): floats to uint8 (``round(x * 255)``), one batched resize,
+    gray repeated to RGB."""
+    b, _, c, h, w = x.shape
+    x = x.detach()
+    if device is not None:
+        x = x.to(device)
+    x = x[:, torch.as_tensor(idx, device=x.device)]
+    if x.is_floating_point():
+        x = (x.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+    ws = working_size(h, w, long_side, upscale)
+    out = resize_frames(x.reshape(b * len(idx), c, h, w), ws).view(b, len(idx), c, *ws.size)
+    if c == 1:
+        out = out.expand(-1, -1, 3, -1, -1)
+    return out.contiguous(), ws
 
 
 # ----------------------------------------------------------------------------------- common

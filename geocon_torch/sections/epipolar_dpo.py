@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 
 from ..config import GeoConConfig
-from ..epipolar.dpo import (DPOMeasurement, EpipolarDPOConfig, clip_reason, measure_dpo,
+from ..epipolar.dpo import (DPOMeasurement, EpipolarDPOConfig, clip_reasons, measure_dpo,
                             pair_records, sample_positions)
 from ..errors import InputError
 from ..io import read_clip
@@ -25,16 +25,22 @@ PRESET = "epipolar-dpo"
 DeviceLike = Union[None, str, torch.device]
 
 
-def dpo_block(m: DPOMeasurement, b: int, config: EpipolarDPOConfig) -> Dict[str, Any]:
-    """The ``epipolar_dpo`` block of clip ``b`` of a :class:`DPOMeasurement`."""
-    ok = int(m.valid_pairs[b]) > 0
-    return {"preset": PRESET, "status": "ok" if ok else "not_applicable",
-            "reason": clip_reason(m, b, config),
-            "mean_epipolar_error": float(m.mean_epipolar_error[b]) if ok else None,
-            "mean_inlier_rate": float(m.mean_inlier_rate[b]) if ok else None,
-            "valid_pairs": int(m.valid_pairs[b]), "total_pairs": int(m.total_pairs[b]),
-            "frames": list(m.frames[b]), "analysis_size": list(m.sizes[b]),
-            "protocol": config.protocol_dict(), "per_pair": pair_records(m, b, config)}
+def dpo_blocks(m: DPOMeasurement, config: EpipolarDPOConfig) -> List[Dict[str, Any]]:
+    """The ``epipolar_dpo`` block of every clip of a :class:`DPOMeasurement`, built from one
+    host copy of its tensors (:meth:`DPOMeasurement.lists`), whatever the number of clips."""
+    h = m.lists()
+    reasons, rows = clip_reasons(h, config), pair_records(h, config)
+    blocks = []
+    for b, (reason, per_pair) in enumerate(zip(reasons, rows)):
+        ok = h.valid_pairs[b] > 0
+        blocks.append({
+            "preset": PRESET, "status": "ok" if ok else "not_applicable", "reason": reason,
+            "mean_epipolar_error": h.mean_epipolar_error[b] if ok else None,
+            "mean_inlier_rate": h.mean_inlier_rate[b] if ok else None,
+            "valid_pairs": h.valid_pairs[b], "total_pairs": h.total_pairs[b],
+            "frames": list(h.frames[b]), "analysis_size": list(h.sizes[b]),
+            "protocol": config.protocol_dict(), "per_pair": per_pair})
+    return blocks
 
 
 def epipolar_dpo_sections(clips: Sequence[Clip], config: Optional[EpipolarDPOConfig] = None, *,
@@ -67,7 +73,7 @@ def _blocks(frames: Sequence[torch.Tensor], numbers: Sequence[Sequence[int]],
             config: EpipolarDPOConfig, device: DeviceLike) -> List[Dict[str, Any]]:
     """Blocks of clips given by their sampled (T_b, 3, H, W) uint8 frames and source numbers."""
     m = measure_dpo(frames, config, device, frame_numbers=numbers)
-    return [dpo_block(m, b, config) for b in range(len(frames))]
+    return dpo_blocks(m, config)
 
 
 def epipolar_dpo_section(clip: Clip, config: Optional[EpipolarDPOConfig] = None, *,

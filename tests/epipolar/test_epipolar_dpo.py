@@ -5,6 +5,7 @@ kornia Sampson distance, one frame pair at a time. Bounds: error within 2 %, inl
 0.01, same valid pairs."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence
 
@@ -12,12 +13,16 @@ import numpy as np
 import pytest
 import torch
 
+from geocon_torch.epipolar import dpo
 from geocon_torch.epipolar.dpo import (EpipolarDPOConfig, byte_ratio_match, consecutive_pairs,
                                        extract_sift, measure_dpo, one_torch_thread,
                                        sample_positions, sift_extractor)
 from geocon_torch.features.matching import match_descriptors
 from geocon_torch.io import read_clip
-from geocon_torch.sections.epipolar_dpo import epipolar_dpo_block, epipolar_dpo_section
+from geocon_torch.pipeline import score_clips
+from geocon_torch.rewards import geometric_reward, reward_from_result
+from geocon_torch.sections.epipolar_dpo import (epipolar_dpo_block, epipolar_dpo_section,
+                                               epipolar_dpo_sections)
 from geocon_torch.config import GeoConConfig
 from geocon_torch.synth import render_scene
 
@@ -218,3 +223,61 @@ def test_score_clip_preset_epipolar_dpo():
     assert block["total_pairs"] == 2 and block["valid_pairs"] == want["valid_pairs"]
     for key in ("mean_epipolar_error", "mean_inlier_rate"):
         assert block[key] == want[key]
+
+
+def test_batch_of_clips_equals_each_clip_alone():
+    """Three clips of different lengths in one batch (16 frames: one pair; 31 frames: two
+    pairs; 5 frames: too short) give per clip exactly the block, reward and info of scoring
+    each alone, through the sections and through score_clips (blocks built from one host copy
+    of the whole batch, DPOMeasurement.lists)."""
+    videos = [render_scene("C3", num_frames=16, size=(96, 128), seed=1).frames,
+              render_scene("C5", num_frames=31, size=(96, 128), seed=2).frames,
+              render_scene("C1", num_frames=5, size=(96, 128), seed=3).frames]
+    clips = [read_clip(v, long_side=None) for v in videos]
+    together = epipolar_dpo_sections(clips)
+    assert together == [epipolar_dpo_sections([c])[0] for c in clips]
+    assert [s["valid_pairs"] for s in together] == [1, 2, 0]
+    assert [s["total_pairs"] for s in together] == [1, 2, 0]
+    assert [len(s["per_pair"]) for s in together] == [1, 2, 0]
+    assert together[1]["frames"] == [0, 15, 30] and together[2]["frames"] == [0]
+    assert together[2]["status"] == "not_applicable"
+    assert together[2]["reason"].startswith("fewer than two sampled frames")
+    assert 0.0 < together[0]["mean_epipolar_error"] < 5.0
+    results = [r.to_dict() for r in score_clips(videos, preset="epipolar-dpo")]
+    alone = [score_clips([v], preset="epipolar-dpo")[0].to_dict() for v in videos]
+    assert [r["epipolar_dpo"] for r in results] == [r["epipolar_dpo"] for r in alone]
+    assert [r["epipolar_dpo"] for r in results] == together
+    infos = [reward_from_result(r, "epipolar-dpo") for r in results]
+    assert infos == [reward_from_result(r, "epipolar-dpo") for r in alone]
+    assert [c.status for c in infos] == ["ok", "ok", "not_applicable"]
+    assert infos[0].reward == pytest.approx(math.exp(-together[0]["mean_epipolar_error"] / 5.0))
+    rewards, diag = geometric_reward(torch.stack([videos[0], videos[1][:16]]),
+                                     kind="epipolar-dpo")
+    for b, v in enumerate((videos[0], videos[1][:16])):
+        r1, d1 = geometric_reward(v[None], kind="epipolar-dpo")
+        assert float(rewards[b]) == float(r1[0]) and diag.clips[b] == d1.clips[0]
+
+
+def test_gray_images_are_opencvs(monkeypatch):
+    """The batched gray images (one op per frame size) equal cv2.cvtColor(RGB2GRAY) of every
+    frame, and so does the per-frame OpenCV fallback used with another OpenCV version."""
+    g = torch.Generator().manual_seed(0)
+    frames = [torch.randint(0, 256, (t, 3, h, w), dtype=torch.uint8, generator=g)
+              for t, h, w in ((2, 31, 45), (3, 20, 24), (1, 31, 45))]
+    want = [cv2.cvtColor(f.permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
+            for clip in frames for f in clip]
+    for major in (dpo.GRAY_OPENCV_MAJOR, -1):
+        monkeypatch.setattr(dpo, "GRAY_OPENCV_MAJOR", major)
+        got = dpo.gray_images(frames)
+        assert len(got) == 6 and all(a.dtype == np.uint8 for a in got)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), major
+
+
+def test_float_matcher_path_gives_the_same_blocks(monkeypatch, grounded):
+    """The batched float matcher (the CUDA path, BYTE_MATCH_DEVICES empty) and the CPU byte
+    matcher give bit-identical blocks."""
+    clips = [read_clip(render_scene(c, num_frames=16, size=(96, 128), seed=0).frames,
+                       long_side=None) for c in ("C3", "C5")]
+    byte = epipolar_dpo_sections(clips)
+    monkeypatch.setattr(dpo, "BYTE_MATCH_DEVICES", set())
+    assert epipolar_dpo_sections(clips) == byte and byte[0]["valid_pairs"] == 1
