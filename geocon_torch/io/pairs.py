@@ -127,14 +127,17 @@ def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tens
     a in {0, 1, 2}, b in {T-3, T-2, T-1} and b - a >= ceil(0.75 (T-1)) (at least (0, T-1)),
     whose statistics are pooled by their median; then the halves (0, m), (m, T-1) with
     m = (T-1) // 2, and (T >= 5) the quarters between round(k (T-1) / 4), k = 0..4, as
-    fallbacks when the wider pairs share too little (a cut, a fast pan). ``"adjacent"`` or
-    T < 3: none (the evaluated pairs are used). Returns (G, 2) long, widest tier first
-    (:func:`gate_pair_tiers`).
+    fallbacks when the wider pairs share too little (a cut, a fast pan). T = 2 (an image
+    pair): (0, 1), the only pair, so the gate still reads it through its own view (read at the
+    view side: the same pixels whatever the working size). ``"adjacent"`` or T < 2: none (the
+    evaluated pairs are used). Returns (G, 2) long, widest tier first (:func:`gate_pair_tiers`).
     """
     if mode not in ("first_last", "adjacent"):
         raise ShapeError(f"gate.parallax_pairs must be first_last or adjacent, got {mode!r}")
-    if mode == "adjacent" or num_frames < 3:
+    if mode == "adjacent" or num_frames < 2:
         return torch.zeros(0, 2, dtype=torch.long)
+    if num_frames == 2:
+        return torch.tensor([[0, 1]], dtype=torch.long)
     last, m = num_frames - 1, (num_frames - 1) // 2
     need = -(-3 * last // 4)
     wide = [(a, b) for a in range(3) for b in range(last, last - 3, -1) if b - a >= need]

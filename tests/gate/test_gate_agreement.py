@@ -191,6 +191,31 @@ def test_gate_view_reads_the_same_pixels_at_any_working_size(tmp_path):
     assert "view" not in ev[("same", 192)]
 
 
+def test_image_pair_gate_reads_its_view_at_any_working_size(tmp_path):
+    """A two-image folder (T = 2) has one gate pair, (0, 1), read through the gate's view: at
+    io.long_side 192 and 640 (a 480-px source) the view reads the files at its 320-px side, so
+    the gate statistic is the same; before, a pair had no gate pair and the gate read the
+    evaluated pair at the working size (a regime that could change with it)."""
+    assert parallax_gate_pairs(2).tolist() == [[0, 1]]
+    assert gate_pair_tiers(parallax_gate_pairs(2)).tolist() == [0]
+    assert parallax_gate_pairs(1).shape == (0, 2)
+    assert parallax_gate_pairs(2, "adjacent").shape == (0, 2)
+    frames = render_scene("C3", num_frames=6, size=(360, 480), seed=0, motion="truck").frames
+    folder = write_image_folder(tmp_path / "pair", frames[[0, 5]])
+    ev, views = {}, {}
+    for side in (192, 640):
+        cfg = {"gate": {"method": "parallax", "view_long_side": 320},
+               "io": {"long_side": side}, "features": {"backend": "opencv-sift"},
+               "segment": {"method": "none"}}
+        d = score_clip(folder, config=cfg, preset="background", device="cpu").to_dict()
+        ev[side], views[side] = d["gate"]["evidence"], d["backends"]["gate_view"]
+        assert d["gate"]["decision"] == "F"
+        assert ev[side]["gate_pairs"] == [[0, 1]]
+        assert (views[side]["long_side"], views[side]["source"]) == (320, "file")
+    for key in ("magnitude_ref_px", "magnitude_ci_ref_px", "noise_ref_px"):
+        assert ev[640][key] == pytest.approx(ev[192][key], rel=1e-4), key
+
+
 def test_gate_view_of_a_tensor_is_capped_by_its_pixels():
     """A tensor has nothing finer than its frames: the view side is min(view_long_side, the
     source side), and above the working side it falls back to the working frames."""
