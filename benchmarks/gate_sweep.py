@@ -98,10 +98,10 @@ AGREE_SCENES = [("C1", {}), ("C2", {"motion": "pan"}), ("C3", {"motion": "truck"
                 ("C2", {"motion": "tilt"}), ("C3", {"motion": "dolly"})]
 REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 REAL_CLIPS = ["realshort.mp4", "box.mp4", "vtest_120.mp4", "bikes.mp4", "hill"]
-#: two-image clips (panorama pairs: a hand-held rotation with a little parallax), as folders of
-#: two frames of the shared ``hill`` shots
+#: two-image clips, as folders of two frames: panorama pairs of the shared ``hill`` shots (a
+#: hand-held rotation with a little parallax) and ``graf`` (a planar wall, wide baseline)
 REAL_PAIRS = [("hill", ("1.JPG", "2.JPG")), ("hill", ("2.JPG", "3.JPG")),
-              ("hill", ("1.JPG", "3.JPG"))]
+              ("hill", ("1.JPG", "3.JPG")), ("graf", ("graf1.png", "graf3.png"))]
 LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: a setting where the clip stopped before the gate (no evidence at all): left out of agreement
 NOT_SCORED = "-"
