@@ -31,16 +31,24 @@ from .base import FlowEstimator, to_gray
 from ..errors import InputError
 
 
+@functools.lru_cache(maxsize=64)
+def _gaussian_taps(sigma: float) -> Tuple[float, ...]:
+    """The 2r + 1 normalised taps (r = ceil(3 sigma), at least 1) of a Gaussian of ``sigma`` px:
+    host floats, built once per sigma (no tensor work per blur call)."""
+    radius = max(1, int(math.ceil(3.0 * sigma)))
+    t = torch.arange(-radius, radius + 1, dtype=torch.float64)
+    k = torch.exp(-0.5 * (t / sigma) ** 2)
+    return tuple((k / k.sum()).tolist())
+
+
 def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     """Separable Gaussian blur of (N, C, H, W) per channel, reflect padding; sigma in px.
 
     Written as weighted sums of shifted slices (faster on CPU than a depthwise conv2d)."""
     if sigma <= 0:
         return x
-    radius = max(1, int(math.ceil(3.0 * sigma)))
-    t = torch.arange(-radius, radius + 1, dtype=torch.float64)
-    k = torch.exp(-0.5 * (t / sigma) ** 2)
-    k = (k / k.sum()).tolist()
+    k = _gaussian_taps(float(sigma))
+    radius = len(k) // 2
     h, w = x.shape[-2:]
     mode = "reflect" if min(h, w) > radius else "replicate"
     lead = x.shape[:-2]
