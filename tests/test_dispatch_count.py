@@ -95,3 +95,34 @@ def test_epipolar_dpo_reward_cost_does_not_grow_per_clip(frames):
             counts[b] = (ops.ops, ops.syncs, cv.by_name["SIFT_create.detectAndCompute"])
     assert counts[8][0] <= 1.5 * counts[1][0] and counts[8][1] == counts[1][1]
     assert [counts[b][2] for b in (1, 8)] == ([0, 0] if frames == 12 else [2, 16])
+
+
+def test_foreground_planning_reads_the_host_twice_per_batch():
+    """The foreground's pairs and flow crops of a batch of clips: the objects' presence of all
+    clips in one host read, the crops' occupied lines in a second one (a copy and its NumPy
+    view: the counter's three transfers), whatever the number of clips; each clip's track
+    (pairs, crop) equals the one it gets alone."""
+    from geocon_torch.config import ForegroundConfig
+    from geocon_torch.io import read_clip
+    from geocon_torch.sections.foreground import _plan, _plan_tracks, crop_margin, track_box
+
+    cfg = ForegroundConfig()
+    plans = []
+    for k in range(3):
+        frames = torch.zeros(5 + k, 3, 48, 64, dtype=torch.uint8)
+        c = read_clip(frames, long_side=None)
+        masks = torch.zeros(5 + k, 2, 48, 64, dtype=torch.bool)
+        masks[1:, 0, 10 + k:30, 5:25 + 3 * k] = True  # object 0 from frame 1 on
+        masks[0, 1, 30:40, 40:60] = True  # object 1 in frame 0 only
+        plans.append(_plan(c, masks, cfg, None))
+    counts = {}
+    for n in (1, 3):
+        with DispatchCounter() as cnt:
+            tracks = _plan_tracks(plans[:n], cfg, None)
+        counts[n] = cnt.transfer
+    assert counts == {1: 3, 3: 3}
+    for p, tr in zip(plans, tracks):
+        alone = _plan_tracks([p], cfg, None)[0]
+        assert tr.pairs.tolist() == alone.pairs.tolist() == list(range(int(p.masks.shape[0]) - 1))
+        assert tr.box == alone.box == track_box(p.masks, tr.pairs, crop_margin(p.clip.size),
+                                                int(cfg.batch_pairs))

@@ -43,7 +43,7 @@ from ..geometry import epipolar_line_distance, ransac_fundamental
 from ..io.pairs import gvgc_pairs
 from ..types import Clip
 from .opencv_path import clip_frame_rgb, opencv_state, ratio_matches
-from .protocol import pair_seeds, source_frames
+from .protocol import pair_seeds, source_frames_of
 from .torch_path import gray_uint8_levels
 
 MIN_MATCHES = 8  # below this OpenCV's 8-point / RANSAC F estimation is not attempted
@@ -239,11 +239,12 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
     matches = corr.mask.sum(1)
     mask = corr.mask & (matches >= MIN_MATCHES)[:, None]
     stats: List[List[torch.Tensor]] = []
+    sources = source_frames_of([clips[k] for k in todo])  # one host transfer
     for b, k in enumerate(todo):  # per clip: 66 pairs in one batched fit
         sl = slice(b * len(rows), (b + 1) * len(rows))
         used = corr.mask[sl].any(0).nonzero()
         width = int(used.max()) + 1 if used.numel() else 0
-        seeds = torch.from_numpy(pair_seeds(config.seed, source_frames(clips[k])[rows[:, 1:]],
+        seeds = torch.from_numpy(pair_seeds(config.seed, sources[b][rows[:, 1:]],
                                             "gvgc"))
         stats.append(_fit_line_errors(x1[sl, :width], x2[sl, :width], mask[sl, :width], seeds,
                                       config))

@@ -113,8 +113,20 @@ def clip_pairs(num_frames: int, config: EpipolarConfig, pairs: Any = None) -> np
 def source_frames(clip: Any) -> np.ndarray:
     """(T,) int64 source frame numbers of a Clip's frames (``clip.frame_indices``; positions
     0..T-1 when that does not list one number per frame)."""
-    src = np.asarray(clip.frame_indices.cpu(), np.int64).reshape(-1)
-    return src if len(src) == clip.num_frames else np.arange(clip.num_frames, dtype=np.int64)
+    return source_frames_of([clip])[0]
+
+
+def source_frames_of(clips: Sequence[Any]) -> List[np.ndarray]:
+    """:func:`source_frames` of every clip, read with one host transfer when the clips'
+    ``frame_indices`` share a device (not one per clip)."""
+    idx = [c.frame_indices.reshape(-1) for c in clips]
+    if len({t.device for t in idx}) == 1 and idx:
+        flat = np.asarray(torch.cat(idx).cpu(), np.int64)
+        parts = np.split(flat, np.cumsum([int(t.numel()) for t in idx])[:-1])
+    else:
+        parts = [np.asarray(t.cpu(), np.int64) for t in idx]
+    return [p if len(p) == c.num_frames else np.arange(c.num_frames, dtype=np.int64)
+            for p, c in zip(parts, clips)]
 
 
 def pair_seeds(seed: int, frames: np.ndarray, stage: str) -> np.ndarray:

@@ -36,7 +36,7 @@ from ..features.lk import patch_ncc
 from ..geometry import ransac_fundamental, sampson_distance
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
-                       clip_pairs, enough_matches, pair_seeds, run_protocol, source_frames,
+                       clip_pairs, enough_matches, pair_seeds, run_protocol, source_frames_of,
                        tracking_guard)
 
 # cv2.COLOR_RGB2GRAY of OpenCV 5 on 8-bit images, bit-exact over all 2^24 colours:
@@ -117,10 +117,11 @@ class _Batch:
         self.frames: Dict[int, torch.Tensor] = {}  # clip -> (F, 1, H, W) used frames
         self.local_pairs: Dict[int, torch.Tensor] = {}  # clip -> (P, 2) into its used frames
         self.source_pairs: Dict[int, np.ndarray] = {}  # clip -> (P, 2) source frame numbers
+        sources = source_frames_of(clips)  # one host transfer for the batch
         for k, (clip, pr) in enumerate(zip(clips, pairs)):
             if len(pr) == 0:
                 continue
-            self.source_pairs[k] = source_frames(clip)[pr]
+            self.source_pairs[k] = sources[k][pr]
             used, inverse = np.unique(pr, return_inverse=True)
             self.frames[k] = analysis_frames(clip, used.tolist(), config, device)
             self.local_pairs[k] = torch.as_tensor(inverse.reshape(-1, 2), dtype=torch.long,

@@ -13,7 +13,7 @@ from .._checks import retired_argument
 from ..config import EPIPOLAR_PATH_CHOICES, EpipolarConfig, GeoConConfig
 from ..epipolar.gvgc import gvgc_section_opencv, gvgc_sections_torch
 from ..epipolar.opencv_path import opencv_sections
-from ..epipolar.protocol import decode_plan
+from ..epipolar.protocol import decode_plan, source_frames_of
 from ..epipolar.torch_path import resolve_features, torch_sections
 from ..io import clip_from_tensor, read_clip
 from ..errors import InputError
@@ -92,15 +92,15 @@ def epipolar_sections(clips: Sequence[Clip], config: EpipolarConfigLike = None, 
         sections = torch_sections(clips, cfg, dev, features, pairs)
     else:
         sections = opencv_sections(clips, cfg, pairs)
-    for clip, section in zip(clips, sections):
-        _add_source_frames(clip, section)
+    for clip, src, section in zip(clips, source_frames_of(clips), sections):
+        _add_source_frames(clip, src.tolist(), section)
     return sections
 
 
-def _add_source_frames(clip: Clip, section: Dict[str, Any]) -> None:
-    """Per pair, the source frame numbers (``clip.frame_indices``) next to the positions."""
-    src = clip.frame_indices.tolist()
-    if len(src) != clip.num_frames:
+def _add_source_frames(clip: Clip, src: List[int], section: Dict[str, Any]) -> None:
+    """Per pair, the source frame numbers ``src`` (:func:`source_frames_of`: one host read for
+    the batch) next to the positions."""
+    if len(clip.frame_indices.reshape(-1)) != clip.num_frames:
         return
     for rec in section.get("per_pair", []):
         rec["left_frame"] = int(src[rec["left_index"]])

@@ -114,12 +114,25 @@ def track_box(masks: Any, pairs: torch.Tensor, margin: int, step: int) -> Tuple[
     track, so the scores do not depend on how the pairs are chunked (``batch_pairs``). The
     chunks' occupied rows and columns reach the host in one transfer (a chunk without any
     mask pixel gives the whole frame, as :func:`object_box`)."""
+    occ = occupied_lines(masks, pairs, step).cpu().numpy()
+    return box_of_lines(occ.reshape(-1, sum(masks.shape[-2:])), masks.shape[-2:], margin)
+
+
+def occupied_lines(masks: Any, pairs: torch.Tensor, step: int) -> torch.Tensor:
+    """(chunks * (H + W),) bool on the masks' device: per chunk of ``step`` of the frames
+    ``pairs`` (M,), the rows then the columns of masks (T, K, H, W) holding a pixel."""
     h, w = masks.shape[-2:]
     occupied = []
-    for s in range(0, int(pairs.numel()), step):  # (H + W,) rows / columns holding a pixel
+    for s in range(0, int(pairs.numel()), step):  # chunks bound what lazy masks unpack
         m = masks[pairs[s:s + step].to(masks.device)].reshape(-1, h, w).any(0)
         occupied.append(torch.cat([m.any(1), m.any(0)]))
-    occ = torch.stack(occupied).cpu().numpy()  # (chunks, H + W) bool
+    return torch.cat(occupied)
+
+
+def box_of_lines(occ: np.ndarray, size: Tuple[int, int], margin: int) -> Tuple[slice, slice]:
+    """:func:`track_box` of the host lines ``occ`` (chunks, H + W) bool of
+    :func:`occupied_lines`, for frames of ``size`` (H, W)."""
+    h, w = int(size[0]), int(size[1])
     rows, cols = occ[:, :h], occ[:, h:]
     if not rows.any(1).all():
         return slice(0, h), slice(0, w)
@@ -238,12 +251,20 @@ def score_foregrounds(clips: Sequence[Clip], masks: Sequence[Any],
     cfg = _foreground_config(config)
     reporters = list(progress) if progress is not None else [None] * len(clips)
     out: List[Union[Dict[str, Any], BaseException, None]] = [None] * len(clips)
-    tracks: Dict[int, _Track] = {}
-    for k, (clip, m) in enumerate(zip(clips, masks)):  # masks, caps and pairs of each clip
+    plans: Dict[int, _Plan] = {}
+    for k, (clip, m) in enumerate(zip(clips, masks)):  # masks and object cap of each clip
         try:
-            got = _plan(clip, m, cfg, device, reporters[k])
+            got = _plan(clip, m, cfg, reporters[k])
         except Exception as exc:  # noqa: BLE001 - this clip's error only
             got = exc
+        if isinstance(got, _Plan):
+            plans[k] = got
+        else:
+            out[k] = got
+    tracks: Dict[int, _Track] = {}
+    keys = list(plans)
+    planned = batch_or_each(lambda ps: _plan_tracks(ps, cfg, device), [plans[k] for k in keys])
+    for k, got in zip(keys, planned):  # pairs and flow crops: two host reads per batch
         if isinstance(got, _Track):
             tracks[k] = got
         else:
@@ -277,11 +298,22 @@ class _Track:
         return str(self.dev), ys.stop - ys.start, xs.stop - xs.start, self.cap
 
 
-def _plan(clip: Clip, masks: Any, cfg: ForegroundConfig,
-          device: Optional[Union[str, torch.device]], progress: Optional[Progress]
-          ) -> Union[Dict[str, Any], _Track]:
-    """The block's head and the clip's work (:class:`_Track`), or the finished block when the
-    clip has nothing to score (``status`` not_applicable with the reason)."""
+@dataclass
+class _Plan:
+    """One clip's foreground before its pairs are chosen: the kept objects' masks (T, K', H, W),
+    their ids (K',) and the block being filled."""
+
+    clip: Clip
+    masks: Any
+    ids: torch.Tensor
+    out: Dict[str, Any]
+    progress: Optional[Progress] = None
+
+
+def _plan(clip: Clip, masks: Any, cfg: ForegroundConfig, progress: Optional[Progress]
+          ) -> Union[Dict[str, Any], _Plan]:
+    """The block's head and the clip's kept objects (:class:`_Plan`), or the finished block when
+    the clip has nothing to score (``status`` not_applicable with the reason)."""
     out: Dict[str, Any] = {"objects": [], "status": "not_applicable", "reason": None,
                            "flow": None, "score": cfg.score,
                            "scales": [float(s) for s in cfg.scales],
@@ -305,17 +337,58 @@ def _plan(clip: Clip, masks: Any, cfg: ForegroundConfig,
     out["skipped"]["objects"] = int(masks.shape[1]) - int(ids.numel())
     if out["skipped"]["objects"]:
         masks = masks[:, ids.to(masks.device)]
-    present = (masks[:-1].sum((-1, -2)) >= cfg.min_object_pixels).cpu()  # (T-1, K')
-    candidates = foreground_pairs(present)
-    pairs = foreground_pairs(present, cfg.max_pairs)
-    out["skipped"]["pairs"] = int(candidates.numel() - pairs.numel())
-    if pairs.numel() == 0:
-        out["reason"] = (f"no object has >= {cfg.min_object_pixels} mask pixels in any frame "
-                         "pair")
-        return out
-    dev = torch.device(device) if device is not None else clip.frames.device
-    box = track_box(masks, pairs, crop_margin(clip.size), max(1, int(cfg.batch_pairs)))
-    return _Track(clip, masks, ids, pairs, box, float(out["flow_scale"]), dev, out, progress)
+    return _Plan(clip, masks, ids, out, progress)
+
+
+def _plan_tracks(plans: Sequence[_Plan], cfg: ForegroundConfig,
+                 device: Optional[Union[str, torch.device]]
+                 ) -> List[Union[Dict[str, Any], _Track]]:
+    """Each planned clip's scored pairs and flow crop (:class:`_Track`), or its finished block
+    when no object has enough pixels in any pair. The objects' presence of every clip reaches
+    the host in one transfer, their crops' occupied rows / columns in a second one."""
+    present = _host_parts([(p.masks[:-1].sum((-1, -2)) >= cfg.min_object_pixels).flatten()
+                           for p in plans])
+    out: List[Union[Dict[str, Any], _Track]] = []
+    todo: List[Tuple[int, torch.Tensor]] = []
+    for i, (p, pres) in enumerate(zip(plans, present)):
+        pres = pres.view(int(p.masks.shape[0]) - 1, -1)  # (T-1, K')
+        candidates = foreground_pairs(pres)
+        pairs = foreground_pairs(pres, cfg.max_pairs)
+        p.out["skipped"]["pairs"] = int(candidates.numel() - pairs.numel())
+        if pairs.numel() == 0:
+            p.out["reason"] = (f"no object has >= {cfg.min_object_pixels} mask pixels in any "
+                               "frame pair")
+        else:
+            todo.append((i, pairs))
+        out.append(p.out)
+    step = max(1, int(cfg.batch_pairs))
+    occupied = _host_parts([occupied_lines(plans[i].masks, pairs, step) for i, pairs in todo],
+                           as_numpy=True)
+    for (i, pairs), occ in zip(todo, occupied):
+        p = plans[i]
+        dev = torch.device(device) if device is not None else p.clip.frames.device
+        box = box_of_lines(occ.reshape(-1, sum(p.masks.shape[-2:])), p.masks.shape[-2:],
+                           crop_margin(p.clip.size))
+        out[i] = _Track(p.clip, p.masks, p.ids, pairs, box, float(p.out["flow_scale"]), dev,
+                        p.out, p.progress)
+    return out
+
+
+def _host_parts(parts: Sequence[torch.Tensor], as_numpy: bool = False) -> List[Any]:
+    """1-D tensors -> their CPU copies (NumPy arrays with ``as_numpy``), one transfer per
+    device (not one per tensor)."""
+    out: List[Any] = [None] * len(parts)
+    by_dev: Dict[torch.device, List[int]] = {}
+    for i, t in enumerate(parts):
+        by_dev.setdefault(t.device, []).append(i)
+    for idx in by_dev.values():
+        flat = torch.cat([parts[i] for i in idx]).cpu()
+        sizes = [int(parts[i].numel()) for i in idx]
+        pieces = (np.split(flat.numpy(), np.cumsum(sizes)[:-1]) if as_numpy
+                  else flat.split(sizes))
+        for i, piece in zip(idx, pieces):
+            out[i] = piece
+    return out
 
 
 def _largest_objects(masks: Union[torch.Tensor, BlockMasks], max_objects: Optional[int]) -> torch.Tensor:

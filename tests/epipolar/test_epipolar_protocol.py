@@ -170,6 +170,23 @@ def test_pair_seeds_depend_on_source_frames_and_stage_only():
     assert int(huge[0]) == ((2 ** 40 + 5) * 1000003 + 3 * 104729 + 2 ** 33 * 7919 + 1) % 2 ** 32
 
 
+def test_source_frames_of_reads_every_clip_at_once():
+    """The source frame numbers of a batch of clips (one host transfer): each clip's
+    ``frame_indices``, or positions 0..T-1 when they do not list one number per frame."""
+    from types import SimpleNamespace
+    from geocon_torch.epipolar.protocol import source_frames, source_frames_of
+    from geocon_torch.io import clips_from_tensor
+
+    clips = clips_from_tensor(torch.zeros(2, 9, 3, 16, 24, dtype=torch.uint8), long_side=None,
+                              stride=2)
+    odd = SimpleNamespace(frame_indices=torch.tensor([7, 8]), num_frames=3)  # inconsistent
+    got = source_frames_of(clips + [odd])
+    assert [g.tolist() for g in got] == [[0, 2, 4, 6, 8], [0, 2, 4, 6, 8], [0, 1, 2]]
+    assert all(g.dtype == np.int64 for g in got)
+    assert source_frames(clips[1]).tolist() == [0, 2, 4, 6, 8]
+    assert source_frames_of([]) == []
+
+
 def test_zncc_closed_form(dtype):
     from geocon_torch.features.lk import zncc
 
