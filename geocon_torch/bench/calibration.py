@@ -133,8 +133,16 @@ def scene_clips(plan: CalibrationPlan) -> Iterator[Tuple[List[Dict[str, Any]], L
 
 def calibration_row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
     """One clip's calibration row: its ``label`` and the background numbers of its result
-    dict ``res`` (GE also in px of a ``REF_LONG_SIDE``-px frame)."""
+    dict ``res`` (GE also in px of a ``REF_LONG_SIDE``-px frame).
+
+    ``parallax_ref`` is the block's (recorded only when a calibration file is in use) or else
+    the weight-free gate's ``magnitude_ref_px`` from ``res["gate"]["evidence"]`` (the same
+    number): calibration clips are scored with the calibration off, and without it the
+    parallax bound would be fitted and judged on no value at all (None reads as +inf)."""
     bg = res.get("background") or {}
+    parallax = bg.get("parallax_ref")
+    if parallax is None:
+        parallax = (((res.get("gate") or {}).get("evidence") or {}).get("magnitude_ref_px"))
     size = res.get("working_size") or [0, 0]
     long_side = int(max(size)) if size else 0
 
@@ -148,7 +156,7 @@ def calibration_row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any
                 ge_spread_norm=spread_of(norm(bg.get("ge_fine_px")), norm(bg.get("ge_peak_px"))),
                 ir_h=bg.get("ir_h"), ge_h_px=bg.get("ge_h_px"), ge_h_norm=norm(bg.get("ge_h_px")),
                 ir_f=bg.get("ir_f"), ge_f_px=bg.get("ge_f_px"),
-                parallax_ref=bg.get("parallax_ref"),
+                parallax_ref=None if parallax is None else float(parallax),
                 **{"pass": bg.get("pass")})
 
 

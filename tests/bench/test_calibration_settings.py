@@ -9,6 +9,7 @@ import torch
 
 from geocon_torch.bench.calibration import (
     CalibrationPlan,
+    calibration_row,
     fit_regime,
     row_checks,
     scene_clips,
@@ -91,3 +92,29 @@ def test_fixed_bound_is_kept_and_the_rest_fitted_on_what_it_lets_through():
     assert th["parallax_ref_min"] == 16.0 and list(th)[4] == "parallax_ref_min"
     assert th["true_pass"] == pytest.approx(2 / 3) and th["false_pass"] == 0.0
     assert 0.08 <= th["ge_norm_max"] < 0.5
+
+
+def _result(block_parallax, gate_magnitude):
+    ev = {} if gate_magnitude is None else {"magnitude_ref_px": gate_magnitude}
+    bg = {"ir": 1.0, "ge_px": 0.05, "ge_fine_px": 0.04, "ge_peak_px": 0.06}
+    if block_parallax is not None:
+        bg["parallax_ref"] = block_parallax
+    return {"status": "ok", "regime": "F", "working_size": [192, 256], "background": bg,
+            "gate": {"method": "parallax", "decision": "F", "evidence": ev}}
+
+
+def test_row_takes_the_gate_parallax_when_the_block_has_none():
+    # scored with the calibration off (every calibration clip): the block has no parallax_ref,
+    # the gate evidence has the same number
+    label = {"corruption": None, "severity": 0.0}
+    row = calibration_row(label, _result(None, 75.25))
+    assert row["parallax_ref"] == 75.25
+    assert row["ge_norm"] == pytest.approx(0.05 * 1024 / 256)
+    # the block's value wins when both are there; neither: None (no bound applies)
+    assert calibration_row(label, _result(12.5, 75.25))["parallax_ref"] == 12.5
+    assert calibration_row(label, _result(None, None))["parallax_ref"] is None
+    # a breathing clip gated F at 5 reference px now fails a parallax bound of 16
+    bad = dict(calibration_row({"corruption": "breathing", "severity": 1.0},
+                               _result(None, 5.0)))
+    th = {"F": {"ir_min": 0.9, "ge_norm_max": 1.0, "parallax_ref_min": 16.0}}
+    assert verdict(row, th) is True and verdict(bad, th) is False
