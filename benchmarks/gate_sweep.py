@@ -210,11 +210,16 @@ def summarise(rows, backends, sizes, settings, seconds) -> dict:
     return {"agreement": {"backend": rate(by_size), "size": rate(by_backend),
                           "overall": rate(overall),
                           "u_compatible": round(compatible / max(len(rows), 1), 4)},
-            "grounded_all_correct": round(correct / max(len(grounded), 1), 4),
+            "grounded_all_correct": round(correct / len(grounded), 4) if grounded else None,
             "clips": len(rows), "settings": [f"{b}@{s}" for b, s in settings],
             "disagreeing": disagree, "not_scored": not_scored, "seconds": round(seconds, 1),
             "decisions": {r["clip"]: {f"{b}@{s}": d for (b, s), d in r["decisions"].items()}
                           for r in rows}}
+
+
+def _rate_text(value: Optional[float]) -> str:
+    """A rate with three decimals, "n/a" when nothing was counted (e.g. no grounded clip)."""
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def main() -> int:
@@ -245,7 +250,8 @@ def main() -> int:
         r = out["regime_agreement"]
         print(f"gate decision (H / F / U) agreement: backend {a['backend']:.3f}  size "
               f"{a['size']:.3f}  overall {a['overall']:.3f}  (U-compatible "
-              f"{a['u_compatible']:.3f}); grounded all-correct {out['grounded_all_correct']:.3f};"
+              f"{a['u_compatible']:.3f}); grounded all-correct "
+              f"{_rate_text(out['grounded_all_correct'])};"
               f" disagreeing: {out['disagreeing'] or 'none'}")
         print(f"regime (H / F, U resolved) agreement: backend {r['backend']:.3f}  size "
               f"{r['size']:.3f}  overall {r['overall']:.3f}; disagreeing: "
