@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "epipolar"))  # the reference loop of the DPO tests
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
