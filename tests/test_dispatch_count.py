@@ -104,7 +104,7 @@ def test_foreground_planning_reads_the_host_twice_per_batch():
     (pairs, crop) equals the one it gets alone."""
     from geocon_torch.config import ForegroundConfig
     from geocon_torch.io import read_clip
-    from geocon_torch.sections.foreground import _plan, _plan_tracks, crop_margin, track_box
+    from geocon_torch.sections.foreground import _plan, _plan_tracks, crop_margin
 
     cfg = ForegroundConfig()
     plans = []
@@ -124,5 +124,9 @@ def test_foreground_planning_reads_the_host_twice_per_batch():
     for p, tr in zip(plans, tracks):
         alone = _plan_tracks([p], cfg, None)[0]
         assert tr.pairs.tolist() == alone.pairs.tolist() == list(range(int(p.masks.shape[0]) - 1))
-        assert tr.box == alone.box == track_box(p.masks, tr.pairs, crop_margin(p.clip.size),
-                                                int(cfg.batch_pairs))
+        m = p.masks[tr.pairs].any(0).any(0)  # (H, W): every mask pixel of the scored frames
+        ys, xs = m.any(1).nonzero()[:, 0], m.any(0).nonzero()[:, 0]
+        r = crop_margin(p.clip.size)
+        expected = (slice(max(0, int(ys[0]) - r), min(48, int(ys[-1]) + 1 + r)),
+                    slice(max(0, int(xs[0]) - r), min(64, int(xs[-1]) + 1 + r)))
+        assert tr.box == alone.box == expected

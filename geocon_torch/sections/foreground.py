@@ -42,7 +42,7 @@ cap is reported with what it cut in the block's ``caps`` / ``skipped``; None or 
   (``D / (s c)^2``). Working sizes up to 512 px are unaffected.
 
 Flow crop: the flow runs on the box around the objects (the union of their masks over every
-scored pair, :func:`track_box`, so chunking changes no number; widened by :func:`crop_margin` px
+scored pair, :func:`box_of_lines`, so chunking changes no number; widened by :func:`crop_margin` px
 on each side, clamped to the frame), not on the whole frame:
 the flow and AdaDFRC only read pixels near the objects, and a 640x384 clip with one box of about
 a tenth of the frame then costs about a quarter of the flow (bounded per-clip cost, issue 14).
@@ -95,29 +95,6 @@ def crop_margin(size: Tuple[int, int]) -> int:
     return max(32, int(round(0.075 * max(int(size[0]), int(size[1])))))
 
 
-def object_box(masks: torch.Tensor, margin: int) -> Tuple[slice, slice]:
-    """(rows, cols) slices of the box holding every True pixel of ``masks`` (..., H, W) bool,
-    widened by ``margin`` px and clamped to the frame (the whole frame when nothing is set)."""
-    h, w = masks.shape[-2:]
-    rows = masks.reshape(-1, h, w).any(0).any(1).nonzero()[:, 0]
-    cols = masks.reshape(-1, h, w).any(0).any(0).nonzero()[:, 0]
-    if rows.numel() == 0:
-        return slice(0, h), slice(0, w)
-    y0, y1 = max(0, int(rows[0]) - margin), min(h, int(rows[-1]) + 1 + margin)
-    x0, x1 = max(0, int(cols[0]) - margin), min(w, int(cols[-1]) + 1 + margin)
-    return slice(y0, y1), slice(x0, x1)
-
-
-def track_box(masks: Any, pairs: torch.Tensor, margin: int, step: int) -> Tuple[slice, slice]:
-    """The union of :func:`object_box` over the masks (T, K, H, W) of the frames ``pairs``
-    (M,), read in chunks of ``step`` (lazy masks stay bounded): one flow crop for the whole
-    track, so the scores do not depend on how the pairs are chunked (``batch_pairs``). The
-    chunks' occupied rows and columns reach the host in one transfer (a chunk without any
-    mask pixel gives the whole frame, as :func:`object_box`)."""
-    occ = occupied_lines(masks, pairs, step).cpu().numpy()
-    return box_of_lines(occ.reshape(-1, sum(masks.shape[-2:])), masks.shape[-2:], margin)
-
-
 def occupied_lines(masks: Any, pairs: torch.Tensor, step: int) -> torch.Tensor:
     """(chunks * (H + W),) bool on the masks' device: per chunk of ``step`` of the frames
     ``pairs`` (M,), the rows then the columns of masks (T, K, H, W) holding a pixel."""
@@ -130,8 +107,10 @@ def occupied_lines(masks: Any, pairs: torch.Tensor, step: int) -> torch.Tensor:
 
 
 def box_of_lines(occ: np.ndarray, size: Tuple[int, int], margin: int) -> Tuple[slice, slice]:
-    """:func:`track_box` of the host lines ``occ`` (chunks, H + W) bool of
-    :func:`occupied_lines`, for frames of ``size`` (H, W)."""
+    """The flow crop of a track from the host lines ``occ`` (chunks, H + W) bool of
+    :func:`occupied_lines` for frames of ``size`` (H, W): the union of the chunks' boxes widened by
+    ``margin`` px and clamped to the frame (one crop for the whole track, so the scores do not
+    depend on how the pairs are chunked; a chunk without any mask pixel gives the whole frame)."""
     h, w = int(size[0]), int(size[1])
     rows, cols = occ[:, :h], occ[:, h:]
     if not rows.any(1).all():
@@ -280,7 +259,7 @@ def score_foregrounds(clips: Sequence[Clip], masks: Sequence[Any],
 class _Track:
     """One clip's foreground work: the kept objects' masks (T, K', H, W) and their ids (K',),
     the scored adjacent pairs (M,) long (frame t of pair (t, t+1)), the flow crop
-    (:func:`track_box`), flow scale, device, estimator name and the block being filled."""
+    (:func:`box_of_lines`), flow scale, device, estimator name and the block being filled."""
 
     clip: Clip
     masks: Any
