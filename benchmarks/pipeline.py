@@ -66,7 +66,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+#: the shared clips: ../shared/data beside the checkout, else shared/data inside it (the copy a
+#: device machine gets: only the checkout travels there)
+DATA = next((d for d in (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")
+             if d.is_dir()), ROOT.parent / "shared" / "data")
 CLIPS = ["real/realshort.mp4", "real/vtest_120.mp4", "aigc/cogvideox/1.mp4"]
 #: the cost part: clips of COST_FRAMES frames at COST_SIZE (H, W), default preset
 COST_SIZE, COST_FRAMES, COST_SEVERITY = (384, 640), 24, 0.6

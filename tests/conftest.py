@@ -36,7 +36,12 @@ def dust3r_checkout() -> Path:
 
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
-    return torch.device(request.param)
+    """The device under test, with its index ("cuda" -> "cuda:0"): tensors report an indexed
+    device, and ``tensor.device == torch.device("cuda")`` is False."""
+    dev = torch.device(request.param)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
 
 
 @pytest.fixture(params=DTYPES, ids=["f32", "f64"])

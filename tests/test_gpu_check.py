@@ -22,7 +22,7 @@ ROOT = REPO_ROOT
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 #: the benchmarks the script runs; pipeline.py is called with whatever flags its --help lists
 BENCHMARKS = ("ransac", "features", "pipeline", "foreground", "reward", "learned_accuracy",
-              "gate_sweep", "batching")
+              "gate_sweep", "batching", "gpu_profile")
 #: RESULT keys every benchmark's quick CPU run must report
 EXPECTED = {
     "ransac": {"h_ratio_vs_opencv", "f_ratio_vs_opencv", "h_pairs_per_s", "f_pairs_per_s"},
@@ -35,6 +35,7 @@ EXPECTED = {
     "learned_accuracy": {"backends", "skipped"},
     "gate_sweep": {"statistic", "rule_accuracy"},
     "batching": {"paths", "ops_growth", "targets_met", "frames_per_s"},
+    "gpu_profile": {"variants", "best", "stages"},
 }
 LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: benchmarks/*.py that are not device benchmarks (the script does not run them)

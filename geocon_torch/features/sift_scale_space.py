@@ -6,8 +6,9 @@ decimates level 3), then per octave: 3x3x3 DoG extrema above a pre-threshold and
 strongest per frame by ``topk`` (never ``nonzero``); the candidates of all octaves are then
 refined together (the DoG octaves flattened into one buffer, one gather per step) in a fixed
 number of quadratic steps (OpenCV's rule: move to the neighbour while an offset exceeds 0.5),
-with OpenCV's contrast and edge (principal curvature ratio) tests. Every step is a fixed sequence of batched tensor ops whose
-count depends on the frame size (octaves), not on the number of frames or detections.
+with OpenCV's contrast and edge (principal curvature ratio) tests. Every step is a fixed
+sequence of batched tensor ops whose count depends on the frame size (octaves), not on the
+number of frames or detections.
 
 Conventions: a pixel of octave ``o`` is ``0.5 * 2**o`` original px (octave 0 is the doubled
 frame, its pixel 2i is original pixel i); positions are original px with pixel centres at
@@ -15,6 +16,7 @@ integers; ``sigma`` is the detection scale in original px.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import List, Tuple
@@ -27,6 +29,17 @@ SIGMA0 = 1.6
 BORDER = 5  # octave px kept clear of extrema (OpenCV's SIFT_IMG_BORDER)
 REFINE_STEPS = 5  # OpenCV's SIFT_MAX_INTERP_STEPS
 MIN_OCTAVE_SIDE = 2 * BORDER + 3
+#: how the separable Gaussian runs, per device type: "conv" (a (B, 1, H, W) image batch through
+#: a 1-channel convolution) or "depthwise" (the frames as the channels of one image, a grouped
+#: convolution: cuDNN's depthwise kernels); both compute the same sums
+BLUR_LAYOUT = {"cpu": "conv", "default": "conv"}
+#: how the 3x3x3 extrema filter runs, per device type: "shift" (maxima of shifted slices, a
+#: fixed handful of ops, fastest on the CPU) or "pool" (one ``max_pool3d`` per sign)
+EXTREMA_FILTER = {"cpu": "shift", "default": "shift"}
+#: let cuDNN run the pyramid's float32 convolutions in TF32 (its default): a 10-bit mantissa
+#: leaves ~1e-3 relative error in the blurred levels, the size of the DoG itself at low
+#: contrast, so the pyramid turns it off (False) and matches the CPU to float32 rounding
+PYRAMID_TF32 = False
 
 
 @dataclass
@@ -69,17 +82,47 @@ def _kernels(dtype: torch.dtype, device: torch.device) -> List[torch.Tensor]:
     return out
 
 
+def _per_device(table: dict, device: torch.device) -> str:
+    return table.get(device.type, table["default"])
+
+
 def _blur(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """Separable Gaussian of ``x (B, 1, H, W)``, reflected borders (replicated when too small)."""
+    """Separable Gaussian of ``x (B, 1, H, W)``, reflected borders (replicated when too small);
+    :data:`BLUR_LAYOUT` picks the convolution layout."""
     r = kernel.numel() // 2
     mode = "reflect" if min(x.shape[-2:]) > r else "replicate"
+    b = x.shape[0]
+    if _per_device(BLUR_LAYOUT, x.device) == "depthwise" and b > 1:
+        x = x.reshape(1, b, *x.shape[-2:])
+        kx, ky = kernel.view(1, 1, 1, -1).expand(b, 1, 1, -1), kernel.view(1, 1, -1, 1).expand(
+            b, 1, -1, 1)
+        x = F.conv2d(F.pad(x, (r, r, 0, 0), mode=mode), kx, groups=b)
+        return F.conv2d(F.pad(x, (0, 0, r, r), mode=mode), ky, groups=b).reshape(b, 1,
+                                                                                *x.shape[-2:])
     x = F.conv2d(F.pad(x, (r, r, 0, 0), mode=mode), kernel.view(1, 1, 1, -1))
     return F.conv2d(F.pad(x, (0, 0, r, r), mode=mode), kernel.view(1, 1, -1, 1))
 
 
+@contextlib.contextmanager
+def _cudnn_tf32(allowed: bool):
+    """cuDNN's TF32 switch set to ``allowed`` inside the block, restored after it."""
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
 def gaussian_pyramid(gray: torch.Tensor) -> List[torch.Tensor]:
     """Gaussian octaves of ``gray (B, 1, H, W)``: a list of (B, 6, H_o, W_o), octave 0 at twice
-    the frame size; octaves stop before a side would drop below ``MIN_OCTAVE_SIDE``."""
+    the frame size; octaves stop before a side would drop below ``MIN_OCTAVE_SIDE`` (cuDNN's
+    TF32 as :data:`PYRAMID_TF32` says)."""
+    with _cudnn_tf32(PYRAMID_TF32):
+        return _octaves(gray)
+
+
+def _octaves(gray: torch.Tensor) -> List[torch.Tensor]:
     h, w = gray.shape[-2:]
     x = F.interpolate(gray, size=(2 * h - 1, 2 * w - 1), mode="bilinear", align_corners=True)
     x = F.pad(x, (0, 1, 0, 1), mode="replicate")
@@ -108,10 +151,14 @@ def _max3x3(x: torch.Tensor) -> torch.Tensor:
 def _extrema_scores(dog: torch.Tensor, threshold: float) -> torch.Tensor:
     """(B, 3, H, W) |DoG| at 3x3x3 extrema of levels 1..3 above ``threshold`` (0 elsewhere)."""
     _, _, h, w = dog.shape
-    mx, mn = _max3x3(dog), -_max3x3(-dog)
     top = INTERVALS + 1
-    mx = torch.maximum(torch.maximum(mx[:, :top - 1], mx[:, 1:top]), mx[:, 2:top + 1])
-    mn = torch.minimum(torch.minimum(mn[:, :top - 1], mn[:, 1:top]), mn[:, 2:top + 1])
+    if _per_device(EXTREMA_FILTER, dog.device) == "pool":  # -inf padding: the same maxima
+        mx = F.max_pool3d(dog[:, None], 3, 1, 1)[:, 0, 1:top]
+        mn = -F.max_pool3d(-dog[:, None], 3, 1, 1)[:, 0, 1:top]
+    else:
+        mx, mn = _max3x3(dog), -_max3x3(-dog)
+        mx = torch.maximum(torch.maximum(mx[:, :top - 1], mx[:, 1:top]), mx[:, 2:top + 1])
+        mn = torch.minimum(torch.minimum(mn[:, :top - 1], mn[:, 1:top]), mn[:, 2:top + 1])
     inner = dog[:, 1:top]
     ext = (inner == mx) | (inner == mn)
     ext &= inner.abs() > threshold

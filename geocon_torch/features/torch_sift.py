@@ -4,21 +4,22 @@ One call runs every frame of the batch through the same fixed tensor program
 (:mod:`.sift_scale_space`): Gaussian octaves, DoG extrema kept by ``topk`` per octave, refined
 (fixed step count), then the ``max_keypoints`` strongest per frame over all octaves (``topk``
 again). Orientation and description sample every keypoint's patch from one atlas of the Gaussian
-images (the octaves one under the other, each with its levels 1..3 stacked) with one ``grid_sample`` each: the
-dominant gradient orientation (kornia's ``PatchDominantGradientOrientation``, 36 bins) on an
-upright patch, then a (Root)SIFT descriptor (kornia's ``SIFTDescriptor``) on the rotated patch,
-both over the keypoint's LAF (scale 6 sigma, like kornia SIFT). The number of ops does not grow
-with the number of frames (within a chunk); the host syncs are two (trimming the padded keypoint width once, and
+images (the octaves one under the other, each with its levels 1..3 stacked) with one
+``grid_sample`` each: the dominant gradient orientation (kornia's
+``PatchDominantGradientOrientation``, 36 bins) on an upright patch, then a (Root)SIFT descriptor
+(kornia's ``SIFTDescriptor``) on the rotated patch, both over the keypoint's LAF (scale 6 sigma,
+like kornia SIFT) and both computed by :mod:`.sift_patch` (kornia's arithmetic with slices and
+GEMMs instead of its convolutions). The number of ops does not grow with the number of frames
+(within a chunk); the host syncs are two (trimming the padded keypoint width once, and
 ``compact_keypoints``). Frames are processed in chunks only when a chunk would exceed
 ``CHUNK_SAMPLES`` (patch samples + pyramid pixels; the accelerator value holds 8 clips x 16
-frames at 640x384 with 2000 keypoints in one chunk, an estimated ~20 GB peak).
+frames at 640x384 with 2000 keypoints in one chunk; 20.7 GiB peak measured on an H200 for the
+whole background metric).
 """
 from __future__ import annotations
 
-import functools
 from typing import List, Optional, Tuple
 
-import kornia.feature as KF
 import torch
 import torch.nn.functional as F
 
@@ -26,6 +27,7 @@ from ..types import Keypoints
 from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, inside_mask, \
     register_extractor, resolve_device
 from .pip_weights import cat_keypoints
+from .sift_patch import dominant_orientation, sift_descriptor
 from .sift_scale_space import INTERVALS, Detections, detect, gaussian_pyramid
 
 #: patch samples + pyramid pixels per chunk of frames (memory bound): CPU / accelerators
@@ -83,15 +85,6 @@ def atlas_patches(atlas: torch.Tensor, row0: torch.Tensor, sizes: torch.Tensor,
     return out.reshape(b * k, 1, size, size)
 
 
-@functools.lru_cache(maxsize=16)
-def _patch_modules(patch_size: int, rootsift: bool, device: torch.device
-                   ) -> Tuple[torch.nn.Module, torch.nn.Module]:
-    """kornia's orientation and descriptor modules, built once per (size, rootsift, device):
-    building them dispatches their kernels' ops, and they hold no state that a call changes."""
-    return (KF.PatchDominantGradientOrientation(19).to(device),
-            KF.SIFTDescriptor(patch_size, rootsift=rootsift).to(device))
-
-
 @register_extractor("torch-sift")
 class TorchSIFT:
     """Batched, sync-bounded SIFT in torch (module docstring).
@@ -117,8 +110,7 @@ class TorchSIFT:
         self.contrast_threshold = float(contrast_threshold)
         self.edge_threshold = float(edge_threshold)
         self.patch_size = int(patch_size)
-        self.orienter, self.describer = _patch_modules(self.patch_size, bool(rootsift),
-                                                       self.device)
+        self.rootsift = bool(rootsift)
 
     def detect(self, gray: torch.Tensor, mask: Optional[torch.Tensor]
                ) -> Tuple[List[torch.Tensor], Detections]:
@@ -144,10 +136,10 @@ class TorchSIFT:
         del octaves
         zero = torch.zeros_like(det.sigma)
         upright = atlas_patches(atlas, row0, sizes, det, zero, 19, 1.0)
-        angle = self.orienter(upright).reshape(b, n)
+        angle = dominant_orientation(upright).reshape(b, n)
         # kornia's angle is the LAF orientation: the patch x axis points at -angle in the image
         patches = atlas_patches(atlas, row0, sizes, det, -angle, self.patch_size, 1.0)
-        desc = self.describer(patches).reshape(b, n, -1)
+        desc = sift_descriptor(patches, self.rootsift).reshape(b, n, -1)
         return Keypoints(xy=det.xy, descriptors=desc.masked_fill(~det.valid[..., None], 0),
                          scores=det.response.clamp_min(0), mask=det.valid,
                          extra={"scale": det.sigma * LAF_SCALE,
