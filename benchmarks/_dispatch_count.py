@@ -10,9 +10,18 @@ launch on CUDA) and the host syncs a CUDA run would make:
 * ``transfer``: ``Tensor.tolist()``, ``.numpy()`` and ``.cpu()`` calls (a device-to-host copy on
   CUDA; on the CPU they dispatch no op, so they are caught by wrapping the three methods).
 
-``syncs`` is their sum. :class:`OpenCVCounter` wraps every function and class of the ``cv2``
-module with a counting proxy (objects built by a class or a ``*_create`` factory count their
-method calls too), so OpenCV steps on a path that should stay on the device show up.
+``syncs`` is their sum. :class:`HostToDeviceCounter` finds the host-to-device copies a CUDA run
+would make (from pageable memory each one is a ``cudaStreamSynchronize``, a drained stream like
+any other host sync, but invisible to a dispatch count on the CPU, where ``.to(device)`` is a
+no-op): a ``TorchFunctionMode`` that follows which tensors would live on the host (module
+constants, tensors built from Python data or NumPy without ``device=``, ``.cpu()`` results and
+whatever is computed from host tensors alone) and counts, with the code line that did it, every
+``torch.tensor`` / ``as_tensor`` of host data with ``device=``, every ``.to(device)`` /
+``.cuda()`` of a host tensor (but a ``non_blocking=True`` one: the toolkit's ``to_device``
+pins the host copy on CUDA, so it queues without a sync) and every op that mixes a host tensor
+(more than one element) into device ones. :class:`OpenCVCounter` wraps every function and class
+of the ``cv2`` module with a counting proxy (objects built by a class or a ``*_create`` factory
+count their method calls too), so OpenCV steps on a path that should stay on the device show up.
 
 Usage::
 
@@ -25,9 +34,11 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
-from typing import Any, Callable, Dict, List, Tuple
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SCALAR = "aten._local_scalar_dense"
@@ -77,6 +88,7 @@ class DispatchCounter(TorchDispatchMode):
         self.by_op: collections.Counter = collections.Counter()
         self.sync_ops: collections.Counter = collections.Counter()
         self._saved: Dict[str, Callable] = {}
+        self._in_transfer = False
 
     @property
     def syncs(self) -> int:
@@ -100,9 +112,15 @@ class DispatchCounter(TorchDispatchMode):
 
         @functools.wraps(original)
         def counted(t, *a, **kw):
+            if self._in_transfer:  # re-entered (a TorchFunctionMode calling the method again)
+                return original(t, *a, **kw)
             self.transfer += 1
             self.sync_ops[f"Tensor.{name}"] += 1
-            return original(t, *a, **kw)
+            self._in_transfer = True
+            try:
+                return original(t, *a, **kw)
+            finally:
+                self._in_transfer = False
 
         self._saved[name] = original
         return counted
@@ -124,6 +142,129 @@ class DispatchCounter(TorchDispatchMode):
                 "data_dependent": self.data_dependent, "transfer": self.transfer,
                 "top_ops": dict(self.by_op.most_common(top)),
                 "sync_sites": dict(self.sync_ops.most_common(top))}
+
+
+_TAG = "_h2d_host"  # attribute on tensors seen by HostToDeviceCounter: True host, False device
+#: factories whose output lives where their ``device=`` says (the host without one)
+_FACTORIES = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "rand",
+              "randn", "randint", "randperm", "zeros_like", "ones_like", "empty_like",
+              "full_like", "rand_like", "randn_like", "randint_like", "tensor", "as_tensor",
+              "asarray", "scalar_tensor", "empty_strided"}
+_FROM_DATA = {"tensor", "as_tensor", "asarray"}  # copy Python / NumPy / tensor data
+_TO_HOST = {"cpu", "numpy", "tolist", "pin_memory"}
+
+
+def _tensors(obj: Any) -> List[torch.Tensor]:
+    """The tensors in ``obj`` (nested lists / tuples / dicts, one level of each)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _is_host(t: torch.Tensor) -> bool:
+    """A tensor on an accelerator is not; a CPU tensor the mode never saw (a module constant, a
+    cached one) counts as a host one."""
+    return t.device.type == "cpu" and getattr(t, _TAG, True)
+
+
+def _mark(out: Any, host: bool) -> Any:
+    for t in _tensors(out):
+        try:
+            setattr(t, _TAG, host)
+        except (AttributeError, RuntimeError):  # some views / subclasses take no attributes
+            pass
+    return out
+
+
+def _site() -> str:
+    """``file:line`` of the innermost geocon_torch frame of the caller."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if "geocon_torch" in name:
+            return f"{name.split('geocon_torch', 1)[1].lstrip('/')}:{f.f_lineno}"
+        f = f.f_back
+    return "outside geocon_torch"
+
+
+def _moves(func_name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+    """Whether a ``Tensor.to`` / ``cuda`` call names a device (a move, not a dtype cast)."""
+    if func_name == "cuda":
+        return True
+    if "device" in kwargs and kwargs["device"] is not None:
+        return True
+    return any(isinstance(a, (str, torch.device, torch.Tensor)) for a in args[1:])
+
+
+class HostToDeviceCounter(TorchFunctionMode):
+    """Host-to-device copies a CUDA run of the code in its ``with`` block would make, found on
+    the CPU (module docstring). ``copies``: total; ``sites``: ``collections.Counter`` of
+    ``file:line`` -> copies. ``device(t)`` marks an input tensor as already on the device (the
+    clips a benchmark hands over); ``tracking_only=True`` follows tensors without counting (a
+    warm-up, so the constants it caches are known to live on the device)."""
+
+    def __init__(self, tracking_only: bool = False) -> None:
+        super().__init__()
+        self.copies = 0
+        self.sites: collections.Counter = collections.Counter()
+        self.tracking_only = tracking_only
+        self.aliases = 0  # ``view`` ops it dispatched itself (one per no-op move on the CPU)
+        self._from_numpy: Optional[Callable] = None
+
+    @staticmethod
+    def device(*tensors: torch.Tensor) -> None:
+        _mark(list(tensors), False)
+
+    def _count(self) -> None:
+        if not self.tracking_only:
+            self.copies += 1
+            self.sites[_site()] += 1
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        out = func(*args, **kwargs)
+        if name in _TO_HOST:
+            return _mark(out, True)
+        if name in ("to", "cuda") and args and isinstance(args[0], torch.Tensor):
+            if not _moves(name, args, kwargs):
+                return _mark(out, _is_host(args[0]))
+            if _is_host(args[0]) and not kwargs.get("non_blocking", False):
+                self._count()  # non_blocking: from pinned memory (geocon's to_device), no sync
+            if out is args[0]:  # a no-op move on the CPU: tag an alias, not the source
+                out = out.view_as(out)
+                self.aliases += 1
+            return _mark(out, False)
+        if name in _FACTORIES and not (args and isinstance(args[0], torch.Tensor)
+                                       and name.endswith("_like")):
+            on_device = kwargs.get("device") is not None
+            if on_device and name in _FROM_DATA:
+                src = _tensors(args[:1])
+                if not src or any(_is_host(t) for t in src):
+                    self._count()
+            return _mark(out, not on_device)
+        ins = _tensors(args) + _tensors(kwargs)
+        if not ins:  # another factory (triu_indices, ...): where its device= says
+            return _mark(out, kwargs.get("device") is None)
+        host = [_is_host(t) for t in ins]
+        if all(host):
+            return _mark(out, True)
+        if any(h and t.numel() > 1 for h, t in zip(host, ins)):
+            self._count()  # a host tensor mixed into device ones: an implicit copy
+        return _mark(out, False)
+
+    def __enter__(self) -> "HostToDeviceCounter":
+        self._from_numpy = torch.from_numpy
+        torch.from_numpy = lambda a: _mark(self._from_numpy(a), True)
+        return super().__enter__()
+
+    def __exit__(self, *exc) -> None:
+        torch.from_numpy = self._from_numpy
+        return super().__exit__(*exc)
 
 
 class _CountedObject:
@@ -188,4 +329,4 @@ class OpenCVCounter:
         self._saved.clear()
 
 
-__all__ = ["DispatchCounter", "OpenCVCounter"]
+__all__ = ["DispatchCounter", "HostToDeviceCounter", "OpenCVCounter"]

@@ -1,10 +1,47 @@
-"""Masked reductions over padded batches (NaN-free: empty rows give ``fill`` and a False flag) and
-lookups at pixel coordinates."""
+"""Masked reductions over padded batches (NaN-free: empty rows give ``fill`` and a False flag),
+lookups at pixel coordinates, and host data moved to the device without a stream sync."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
+
+DeviceLike = Union[None, str, torch.device]
+
+
+def to_device(data: Any, device: DeviceLike, dtype: Optional[torch.dtype] = None
+              ) -> torch.Tensor:
+    """Host data (Python numbers / lists, a NumPy array or a tensor) as a tensor on ``device``
+    (None: where it is) in ``dtype`` (None: its own) without a host sync: on CUDA the host copy
+    is pinned and sent with ``non_blocking=True``. A plain ``torch.tensor(data, device=cuda)``
+    or ``cpu_tensor.to(cuda)`` copies from pageable memory, which waits for the stream to drain
+    exactly like a host read; the pinned copy is queued behind the kernels already launched."""
+    t = data if isinstance(data, torch.Tensor) else torch.as_tensor(data, dtype=dtype)
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    dev = t.device if device is None else torch.device(device)
+    if dev.type == "cuda" and t.device.type == "cpu":
+        t = t.pin_memory()
+    return t.to(dev, non_blocking=True)
+
+
+_CONSTANTS: Dict[Tuple[int, torch.device, Optional[torch.dtype]],
+                 Tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def constant_on(t: torch.Tensor, device: DeviceLike, dtype: Optional[torch.dtype] = None
+                ) -> torch.Tensor:
+    """A module-level constant ``t`` (a host tensor that lives as long as its module) on
+    ``device`` in ``dtype``, copied once per process and device, not once per call."""
+    dev = torch.device(device) if device is not None else t.device
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    key = (id(t), dev, dtype)
+    hit = _CONSTANTS.get(key)
+    if hit is None or hit[0] is not t:
+        hit = (t, to_device(t, dev, dtype))
+        _CONSTANTS[key] = hit
+    return hit[1]
 
 
 def finite(x: torch.Tensor) -> torch.Tensor:
@@ -46,8 +83,11 @@ def quantile_of_sorted(vals: torch.Tensor, n: torch.Tensor, q: Union[float, torc
     ``torch.median`` at q = 0.5); ``fill`` for rows with ``n == 0``."""
     if vals.shape[-1] == 0:
         return torch.full(vals.shape[:-1], fill, dtype=vals.dtype, device=vals.device)
-    q = torch.as_tensor(q, dtype=torch.float64, device=vals.device).clamp(0.0, 1.0)
-    pos = q * (n.clamp_min(1) - 1).to(torch.float64)
+    if isinstance(q, torch.Tensor):
+        q = q.to(dtype=torch.float64, device=vals.device).clamp(0.0, 1.0)
+    else:  # a Python float stays one: no host-to-device copy
+        q = min(max(float(q), 0.0), 1.0)
+    pos = (n.clamp_min(1) - 1).to(torch.float64) * q
     # a float fill as a scalar (no full_like op); an integer tensor keeps its dtype
     fill_v = fill if vals.is_floating_point() else torch.tensor(fill, dtype=vals.dtype)
     if interpolation == "lower":
@@ -89,8 +129,8 @@ def group_index(groups: Sequence[Sequence[int]], device: Union[None, str, torch.
     width = max([len(g) for g in groups] + [1])
     idx = [list(g) + [0] * (width - len(g)) for g in groups]
     member = [[True] * len(g) + [False] * (width - len(g)) for g in groups]
-    return (torch.tensor(idx, dtype=torch.long).reshape(len(groups), width).to(device),
-            torch.tensor(member, dtype=torch.bool).reshape(len(groups), width).to(device))
+    return (to_device(idx, device, torch.long).reshape(len(groups), width),
+            to_device(member, device, torch.bool).reshape(len(groups), width))
 
 
 def grouped_quantiles(values: torch.Tensor, valid: torch.Tensor, index: torch.Tensor,

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from ._tensor_utils import to_device
 from ._checks import retired_name
 from .errors import GeoConError, ShapeError
 
@@ -76,7 +77,8 @@ class Clip:
         (None: as many as :data:`GRAY_CHUNK_PIXELS` pixels hold, at least one) so the peak
         extra memory is one chunk of float frames, not a float copy of the clip.
         """
-        frames = self.frames if indices is None else self.frames[indices.to(self.frames.device)]
+        frames = self.frames if indices is None else self.frames[
+            to_device(indices, self.frames.device)]
         t, _, h, w = frames.shape
         if chunk is None:
             chunk = max(1, GRAY_CHUNK_PIXELS // max(1, int(h) * int(w)))
@@ -543,7 +545,7 @@ class RowLayout:
                 rows += int(count)
             self.shapes.append((rows, int(n)))
         self.length, self.zero = pos, zero
-        table = torch.tensor([starts, widths, out_at], dtype=torch.long).to(device)
+        table = to_device([starts, widths, out_at], device, torch.long)
         idx = torch.arange(pos, device=table.device)
         #: (L,) long: the output row (over all outputs) of every gathered element
         self.row = torch.bucketize(idx, table[2], right=True) - 1

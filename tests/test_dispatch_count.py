@@ -11,7 +11,11 @@ from helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT))
 from benchmarks import batching  # noqa: E402
-from benchmarks._dispatch_count import DispatchCounter, OpenCVCounter  # noqa: E402
+from benchmarks._dispatch_count import (DispatchCounter, HostToDeviceCounter,  # noqa: E402
+                                        OpenCVCounter)
+from geocon_torch._tensor_utils import constant_on, to_device  # noqa: E402
+
+_CONST = torch.tensor([1.0, 2.0, 3.0])  # a module constant, as the toolkit keeps them
 
 
 def test_item_is_one_op_and_one_sync():
@@ -47,6 +51,41 @@ def test_topk_and_integer_index_do_not_sync():
         x.gather(1, idx)
         x[:, torch.tensor([0, 2])]
     assert c.syncs == 0 and c.ops >= 3
+
+
+def test_host_to_device_copies_are_found_on_the_cpu():
+    """What a CUDA run would copy from pageable host memory, each copy with its code line."""
+    dev = torch.device("cpu")  # the device the code computes on (CUDA in a real run)
+    video = torch.rand(4, 3)
+    with HostToDeviceCounter() as c:
+        HostToDeviceCounter.device(video)
+        a = torch.tensor([1.0, 2.0, 3.0], device=dev)   # Python data to the device: 1
+        b = _CONST.to(dev)                               # a module constant moved: 1
+        host = torch.arange(3.0) * 2                     # computed on the host: 0
+        _ = video[:, :3] + host                          # a host tensor mixed in: 1
+        _ = video * torch.tensor(2.0)                    # a 0-dim host scalar: 0
+        _ = torch.zeros(3, device=dev) + a + b           # device factories: 0
+        _ = to_device([4.0, 5.0, 6.0], dev)              # pinned, non-blocking on CUDA: 0
+        _ = constant_on(_CONST, dev) + a                 # one pinned copy per process: 0
+        _ = video.to(torch.float64)                      # a dtype cast, not a move: 0
+    assert c.copies == 3
+    assert sum(c.sites.values()) == 3 and all(k.startswith("outside") for k in c.sites)
+    with HostToDeviceCounter() as d:
+        _ = constant_on(_CONST, dev) + torch.ones(3, device=dev)
+        _ = _CONST * 2                                   # host arithmetic stays uncounted
+    assert d.copies == 0
+    assert constant_on(_CONST, dev) is constant_on(_CONST, dev)  # one copy per process
+
+
+def test_host_to_device_tracker_leaves_op_counts_exact():
+    """Nested with DispatchCounter: transfers counted once, its own aliases reported."""
+    x = torch.arange(6.0)
+    with HostToDeviceCounter() as h, DispatchCounter() as c:
+        HostToDeviceCounter.device(x)
+        y = (x * 2).to("cpu")  # a no-op move on the CPU: the tracker aliases it (1 view)
+        y.tolist()
+    assert (c.transfer, h.aliases) == (1, 1)
+    assert c.ops - h.aliases == 1  # the mul
 
 
 def test_opencv_calls_and_object_methods_are_counted():

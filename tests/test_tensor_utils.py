@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from geocon_torch._tensor_utils import masked_mean, masked_median, masked_quantile
+from geocon_torch._tensor_utils import (constant_on, masked_mean, masked_median,
+                                        masked_quantile, to_device)
 
 
 @pytest.mark.parametrize("q", [0.0, 0.25, 0.5, 0.9, 1.0])
@@ -76,3 +77,16 @@ def test_finite_equals_isfinite():
         y = torch.randn(4, 5, dtype=dt)
         y[1, 2], y[3, 0] = float("nan"), float("inf")
         assert torch.equal(finite(y), torch.isfinite(y))
+
+
+def test_to_device_values_dtype_and_device(device):
+    for data in ([[1, 2], [3, 4]], np.array([[1, 2], [3, 4]]), torch.tensor([[1, 2], [3, 4]])):
+        t = to_device(data, device)
+        assert t.device == device and t.dtype == torch.long and t.tolist() == [[1, 2], [3, 4]]
+    f = to_device([0.1, 0.2], device, torch.float64)
+    assert f.dtype == torch.float64 and f.tolist() == [0.1, 0.2]  # no float32 round trip
+    assert to_device([True, False], device, torch.bool).tolist() == [True, False]
+    const = torch.tensor([1.5, -2.0])
+    c = constant_on(const, device, torch.float64)
+    assert c.device == device and c.dtype == torch.float64 and c.tolist() == [1.5, -2.0]
+    assert constant_on(const, device, torch.float64) is c  # copied once per device and dtype

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import torch
 import torch.nn.functional as F
 
+from .._tensor_utils import to_device
 from .._morphology import erode_mask
 from .._memory import release_freed_memory
 from ..config import FeatureConfig, LKConfig
@@ -236,8 +237,8 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
     occurs in ``pairs`` at once)."""
     dev = resolve_device(device)
     used, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
-    local_pairs = inverse.reshape(-1, 2).to(dev)
-    out_pairs = pairs.to(dev)
+    local_pairs = to_device(inverse.reshape(-1, 2), dev)
+    out_pairs = to_device(pairs, dev)
     h, w = clip.size
     content = clip.content_mask.to(device=dev, dtype=torch.bool)
     content = erode_mask(content, int(cfg.content_margin_px))

@@ -17,12 +17,15 @@ integers; ``sigma`` is the detection scale in original px.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
+
+from .._tensor_utils import constant_on, to_device
 
 INTERVALS = 3  # DoG intervals per octave (Lowe, OpenCV)
 SIGMA0 = 1.6
@@ -68,6 +71,7 @@ class Detections:
         return Detections(*(g(getattr(self, f)) for f in self.__dataclass_fields__))
 
 
+@functools.lru_cache(maxsize=16)
 def _kernels(dtype: torch.dtype, device: torch.device) -> List[torch.Tensor]:
     """1-D Gaussian kernels of the initial blur and the five incremental blurs."""
     k = 2.0 ** (1.0 / INTERVALS)
@@ -78,7 +82,7 @@ def _kernels(dtype: torch.dtype, device: torch.device) -> List[torch.Tensor]:
         r = int(4.0 * s + 0.5)
         x = torch.arange(-r, r + 1, dtype=torch.float64)
         g = torch.exp(-0.5 * (x / s) ** 2)
-        out.append((g / g.sum()).to(device=device, dtype=dtype))
+        out.append(to_device(g / g.sum(), device, dtype))
     return out
 
 
@@ -213,7 +217,9 @@ class DoGStack:
     def neighbours(self, o: torch.Tensor) -> torch.Tensor:
         """(..., 27) flat offsets of the 3x3x3 neighbourhood ([s, y, x] order) in octave ``o``."""
         h, w = self.height[o][..., None], self.width[o][..., None]
-        return _DS.to(h.device) * (h * w) + _DY.to(h.device) * w + _DX.to(h.device)
+        dev = h.device
+        return (constant_on(_DS, dev) * (h * w) + constant_on(_DY, dev) * w
+                + constant_on(_DX, dev))
 
     def derivatives(self, o: torch.Tensor, off: torch.Tensor, b: torch.Tensor, s: torch.Tensor,
                     y: torch.Tensor, x: torch.Tensor
@@ -222,8 +228,9 @@ class DoGStack:
         positions of octave ``o`` (``off``: :meth:`neighbours` of ``o``)."""
         h, w = self.height[o], self.width[o]
         centre = self.base[o] + ((b * 5 + s) * h + y) * w + x
-        d = self.flat[centre[..., None] + off] @ _STENCIL.to(self.flat)
-        hess = d.index_select(-1, _HESS.to(d.device)).unflatten(-1, (3, 3))
+        d = self.flat[centre[..., None] + off] @ constant_on(_STENCIL, self.flat.device,
+                                                               self.flat.dtype)
+        hess = d.index_select(-1, constant_on(_HESS, d.device)).unflatten(-1, (3, 3))
         return d[..., 0], d[..., 1:4], hess
 
 
@@ -232,8 +239,9 @@ def _solve3(hess: torch.Tensor, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Te
     where H is singular."""
     a = hess.flatten(-2)
     dev = a.device
-    cof = (a.index_select(-1, _P.to(dev)) * a.index_select(-1, _Q.to(dev))
-           - a.index_select(-1, _R.to(dev)) * a.index_select(-1, _S.to(dev)))
+    p, q, r, s = (constant_on(c, dev) for c in (_P, _Q, _R, _S))
+    cof = a.index_select(-1, p) * a.index_select(-1, q) - a.index_select(-1, r) * a.index_select(
+        -1, s)
     det = (a[..., :3] * cof[..., 0::3]).sum(-1)
     ok = det.abs() > 1e-12
     safe = torch.where(ok, det, torch.ones_like(det))
@@ -262,9 +270,9 @@ def detect(octaves: List[torch.Tensor], k: int, threshold: float, contrast: floa
     dev = octaves[0].device
     sizes = [p[0].numel() for p in parts]
     stack = DoGStack(torch.cat([p[0].reshape(-1) for p in parts]),
-                     torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], device=dev),
-                     torch.tensor([g.shape[-2] for g in octaves], device=dev),
-                     torch.tensor([g.shape[-1] for g in octaves], device=dev))
+                     *to_device([[sum(sizes[:i]) for i in range(len(sizes))],
+                                 [g.shape[-2] for g in octaves], [g.shape[-1] for g in octaves]],
+                                dev).unbind(0))
     top, s, y, x = (torch.cat([p[i] for p in parts], 1) for i in range(1, 5))
     o = torch.cat([torch.full_like(p[1], i, dtype=torch.long) for i, p in enumerate(parts)], 1)
     bi = torch.arange(top.shape[0], device=dev)[:, None].expand_as(o)

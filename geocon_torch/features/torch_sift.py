@@ -23,6 +23,7 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from .._tensor_utils import to_device
 from ..types import Keypoints
 from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, inside_mask, \
     register_extractor, resolve_device
@@ -56,8 +57,7 @@ def build_atlas(octaves: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor
         sizes.append((h, w))
         r += INTERVALS * h
     dev = octaves[0].device
-    return (torch.cat(rows, 2), torch.tensor(row0, device=dev),
-            torch.tensor(sizes, device=dev))
+    return torch.cat(rows, 2), to_device(row0, dev), to_device(sizes, dev)
 
 
 def atlas_patches(atlas: torch.Tensor, row0: torch.Tensor, sizes: torch.Tensor,

@@ -59,7 +59,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
-from .._tensor_utils import masked_median, quantile_of_sorted, sorted_valid
+from .._tensor_utils import constant_on, masked_median, quantile_of_sorted, sorted_valid
 from ..config import GATE_STATISTIC_CHOICES, GateConfig
 from ..geometry import fundamental_residuals, homography_residuals
 from ..geometry._reduce import padded_sum
@@ -69,6 +69,8 @@ from ..errors import InputError
 
 STATISTICS = GATE_STATISTIC_CHOICES  # the one list (config.gate.statistic)
 _DEFAULT_GATE = GateConfig()
+
+_PICK = torch.tensor([0, 0, 0, 1])  # rows of quantile_rows: mag at 3 quantiles, noise at q
 
 
 def quantile_bounds(values: torch.Tensor, keep: torch.Tensor, q: float, z: float
@@ -185,7 +187,7 @@ def _magnitudes(mag: torch.Tensor, noise: torch.Tensor, keep: torch.Tensor, q: f
     vals, n = sorted_valid(torch.stack([mag, noise]), keep.expand(2, *keep.shape))
     half = z * torch.sqrt(q * (1.0 - q) / n[0].clamp_min(1).to(torch.float64))
     at = torch.full_like(half, q)
-    pick = torch.tensor([0, 0, 0, 1], device=vals.device)  # mag at 3 quantiles, noise at q
+    pick = constant_on(_PICK, vals.device)  # mag at 3 quantiles, noise at q
     out = quantile_of_sorted(vals.index_select(0, pick), n.index_select(0, pick),
                              torch.stack([at, q - half, q + half, at])).unbind(0)
     return out[:3], out[3]

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as tnf
 
-from .._tensor_utils import finite
+from .._tensor_utils import constant_on, finite
 from ..errors import ShapeError
 from ._reduce import padded_gram
 from .homography import _MONO, _monomials, _smallest_eigvec
@@ -47,7 +47,7 @@ def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.T
     mono1 = _monomials(x1n) if mono1 is None else mono1
     mono2 = _monomials(x2n) if mono2 is None else mono2
     T = padded_gram(mono2 * w.unsqueeze(-2), mono1)  # (..., 6, 6)
-    M = T.flatten(-2)[..., _EIGHT_IDX.to(T.device)].unflatten(-1, (9, 9))
+    M = T.flatten(-2)[..., constant_on(_EIGHT_IDX, T.device)].unflatten(-1, (9, 9))
     Fn = _smallest_eigvec(M).reshape(*M.shape[:-2], 3, 3)
     return _unit_fro(_enforce_rank2(Fn))
 

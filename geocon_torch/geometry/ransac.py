@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as tnf
 
 from .._checks import check_mask, check_points, check_same_shape
-from .._tensor_utils import finite
+from .._tensor_utils import finite, to_device
 from ..errors import InputError, ShapeError
 from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
@@ -552,7 +552,7 @@ def _point_subsets(problem: _Problem, batch: _Batch, keys: torch.Tensor
     """
     N = batch.mask.shape[1]
     lo_sub = N > 2 * _LO_POINTS
-    streams = torch.tensor([-1, -2] if lo_sub else [-1], device=keys.device)
+    streams = to_device([-1, -2] if lo_sub else [-1], keys.device)
     bases = stream_base(keys, streams.view(-1, 1))  # (S, P): both streams' hashes at once
     sub = batch.fast.points(*_subset(keys, -1, batch.n_valid, _PREVERIFY_POINTS,
                                      _PREVERIFY_POINTS, N, fixed=True, base=bases[0]))
@@ -719,7 +719,7 @@ def _lookahead(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, r: int, m:
     for j in range(_LOOKAHEAD - 1):  # samples drawn after rounds r .. r + j
         total += _round_size(r + j, cfg)[0]
         drawn.append(total)
-    after = st.iters[idx].view(-1, 1) + torch.tensor(drawn, device=idx.device).view(1, -1)
+    after = st.iters[idx].view(-1, 1) + to_device(drawn, idx.device).view(1, -1)
     return 1 + int((after < cap.view(-1, 1)).sum(-1).max())
 
 
@@ -744,8 +744,8 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
     nv = batch.n_valid if whole else batch.n_valid[rows]
     count = keep_rows = None
     if L > 1:
-        count = torch.tensor([k for k, _ in sizes], device=dev).view(L, 1).expand(L, A)
-        keep_rows = torch.tensor([t for _, t in sizes], device=dev).view(L, 1).expand(L, A)
+        count = to_device([k for k, _ in sizes], dev).view(L, 1).expand(L, A)
+        keep_rows = to_device([t for _, t in sizes], dev).view(L, 1).expand(L, A)
         count, keep_rows = count.reshape(-1), keep_rows.reshape(-1)
     krows = keys if whole else keys[rows]
     if cfg.local_optimization:  # the rows' sampling and LO streams in one go

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from .._tensor_utils import to_device
 from ..errors import InputError
 
 _M32 = 0xFFFFFFFF
@@ -133,12 +134,17 @@ def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tenso
     return torch.cat(chosen, -1)
 
 
+@functools.lru_cache(maxsize=32)
+def _triples(m: int, device: torch.device) -> torch.Tensor:
+    """(C(m, 3), 3) long: every index triple a < b < c of m points, on ``device`` (cached)."""
+    trip = [(a, b, c) for a in range(m) for b in range(a + 1, m) for c in range(b + 1, m)]
+    return to_device(trip, device, torch.long)
+
+
 def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:
     """True where any three of the m points (..., m, 2) are (nearly) collinear or coincide:
     ``|cross(b - a, c - a)| <= rel_tol * |b - a| |c - a|`` (sine of the angle at a)."""
-    m = x.shape[-2]
-    trip = [(a, b, c) for a in range(m) for b in range(a + 1, m) for c in range(b + 1, m)]
-    idx = torch.tensor(trip, device=x.device)
+    idx = _triples(x.shape[-2], x.device)
     a, b, c = x[..., idx[:, 0], :], x[..., idx[:, 1], :], x[..., idx[:, 2], :]
     d1, d2 = b - a, c - a
     cross = d1[..., 0] * d2[..., 1] - d1[..., 1] * d2[..., 0]

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from .._tensor_utils import to_device
 from ..errors import ShapeError
 
 #: ITU-R BT.601 luma weights (as OpenCV's RGB2GRAY and ``Clip.gray``).
@@ -84,7 +85,7 @@ def _decide_dark(ch_peak: torch.Tensor, lo_peak: torch.Tensor, thr: float, exact
     ``exact(line_dim, other, b_idx, l_idx)`` gives the exact max luminance (0..255) of the
     lines left undecided by the bounds (line_dim 3: rows, 4: columns)."""
     c = ch_peak.shape[1]
-    weights = torch.tensor(_LUMA if c == 3 else (1.0,), device=ch_peak.device)
+    weights = to_device(_LUMA if c == 3 else (1.0,), ch_peak.device)
     dims, darks, unsures = ((3, 4), (4, 3)), [], []
     for line_dim, other in dims:  # rows (over x), columns (over y)
         ch_max = ch_peak.amax(other - 1).float()  # (B, C, L)

@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from .._tensor_utils import to_device
 from ..errors import ArgumentTypeError, ClipTensorError, VideoReadError
 from ..types import Clip
 from .decode import check_file, decode_selected
@@ -436,7 +437,7 @@ def _batch_frames(x: torch.Tensor, idx: np.ndarray, long_side: Optional[int], up
     x = x.detach()
     if device is not None:
         x = x.to(device)
-    x = x[:, torch.as_tensor(idx, device=x.device)]
+    x = x[:, to_device(idx, x.device)]
     if x.is_floating_point():
         x = (x.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
     ws = working_size(h, w, long_side, upscale)
@@ -467,5 +468,5 @@ def _finish(frames: Union[torch.Tensor, VideoFrames], idx: List[int], ws: Workin
                 scale_xy=list(ws.scale_xy), resampled=not ws.crop,
                 content_fraction=float(fraction))
     return Clip(frames=frames, fps=float(fps), content_mask=mask,
-                frame_indices=torch.as_tensor(idx, dtype=torch.long, device=frames.device),
+                frame_indices=to_device(idx, frames.device, torch.long),
                 source_size=ws.source, scale=ws.scale, name=name, meta=meta)

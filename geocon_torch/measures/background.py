@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from .._checks import check_mask, check_points
-from .._tensor_utils import masked_median, quantile_of_sorted, sorted_valid
+from .._tensor_utils import constant_on, masked_median, quantile_of_sorted, sorted_valid
 from ..geometry import (fundamental_residuals, homography_residuals, symmetric_transfer_error)
 from ..result import BEHAVIOURS
 from ..types import Fit
@@ -48,6 +48,8 @@ class PairMetrics:
     num_inliers: torch.Tensor
     num_matches: torch.Tensor
     valid: torch.Tensor
+
+_W90 = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # Rz(90 deg), E = U W V^T
 
 
 def pair_metrics(residuals: torch.Tensor, mask: torch.Tensor, tau: float, *,
@@ -240,8 +242,7 @@ def rotation_from_fundamental(F: torch.Tensor, size_hw: Union[Sequence[int], tor
     U, _, Vh = torch.linalg.svd(E)
     U = U * torch.where(torch.linalg.det(U) < 0, -1.0, 1.0).to(F.dtype).view(-1, 1, 1)
     Vh = Vh * torch.where(torch.linalg.det(Vh) < 0, -1.0, 1.0).to(F.dtype).view(-1, 1, 1)
-    W = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=F.dtype,
-                     device=F.device)
+    W = constant_on(_W90, F.device, F.dtype)
     angles = []
     for Wk in (W, W.T):
         R = U @ Wk @ Vh

@@ -24,7 +24,7 @@ from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequenc
 
 import torch
 
-from .._tensor_utils import group_index, grouped_quantiles
+from .._tensor_utils import group_index, grouped_quantiles, to_device
 from ..config import GeoConConfig, load_config
 from ..features import extract_correspondences
 from ..features.base import resolve_backend
@@ -126,7 +126,7 @@ class _Stack:
         """(R,) long side (px) of the frame each row's points are in: the working side, the
         view's for the gate rows when the gate has its own view (``rows``: a subset, host
         row numbers); built on the host (:meth:`long_side_list`): one op."""
-        return torch.tensor(self.long_side_list(rows), dtype=self.x1.dtype).to(self.x1.device)
+        return to_device(self.long_side_list(rows), self.x1.device, self.x1.dtype)
 
     def long_side_list(self, rows: Optional[List[int]] = None) -> List[float]:
         """:meth:`long_side_px` as a host list."""
@@ -146,8 +146,8 @@ class _Stack:
 
     def _rows(self, first: int, last: int, scales: slice) -> torch.Tensor:
         """Rows of pairs [first, last) at the scales ``scales``, scale-major."""
-        return torch.tensor(self.row_list(first, last, scales), dtype=torch.long).to(
-            self.x1.device)  # built on the host: one op
+        return to_device(self.row_list(first, last, scales), self.x1.device,
+                         torch.long)  # built on the host: one op
 
     def row_list(self, first: int, last: int, scales: slice) -> List[int]:
         """:meth:`_rows` as a host list (no device work)."""
@@ -177,7 +177,7 @@ class _Stack:
     @property
     def row_pairs(self) -> torch.Tensor:
         """(S*Q, 2) frame pair of every row."""
-        return self.pairs.to(self.x1.device).repeat(len(self.scales), 1)
+        return to_device(self.pairs, self.x1.device).repeat(len(self.scales), 1)
 
 
 @dataclass
@@ -332,7 +332,7 @@ def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
     stack = job.stack
     p, q = stack.num_evaluated, int(stack.pairs.shape[0])
     rows = stack.row_list(0, p, slice(-1, None)) + stack.row_list(p, q, slice(-1, None))
-    pre_rows = torch.tensor(rows, dtype=torch.long).to(stack.x1.device)
+    pre_rows = to_device(rows, stack.x1.device, torch.long)
     job.seg = _Segmented(None, {"method": method}, None, pre_rows, stack.mask[pre_rows], rows)
 
 
@@ -411,7 +411,8 @@ def _host_pairs(pairs: Sequence[torch.Tensor], gps: Sequence[torch.Tensor]
     the same as host lists: one transfer for all clips."""
     if not pairs:
         return [], []
-    flat = torch.cat([t for p, g in zip(pairs, gps) for t in (p.to(g.device).long(), g.long())])
+    flat = torch.cat([t.long() for p, g in zip(pairs, gps)
+                      for t in (p if p.device == g.device else p.to(g.device), g)])
     sizes = [int(p.shape[0]) + int(g.shape[0]) for p, g in zip(pairs, gps)]
     rows = flat.tolist()
     starts = list(accumulate(sizes, initial=0))
@@ -525,7 +526,7 @@ def _fill_stacks(jobs: Sequence[_Job], num_gate: Sequence[int], both: Sequence[t
                       for name in ("x1", "x2", "scores"))
     mask = lay.flat([c.mask for c in src])
     if not all(keep):  # the gate reads the finest rows: the coarser ones cost nothing
-        mask = mask & torch.tensor(keep, dtype=torch.bool).to(dev).index_select(0, lay.row)
+        mask = mask & to_device(keep, dev, torch.bool).index_select(0, lay.row)
     for k, (j, m) in enumerate(zip(jobs, lay.split(mask))):
         j.stack = _Stack(sorted(where[k][0]), both[k], int(j.pairs.shape[0]), x1[k], x2[k], m,
                          scores[k], max(j.clip.size), infos[k])
@@ -566,12 +567,12 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
         batch = replace(first, frames=torch.cat([clips[k].frames for k in g]),
                         frame_indices=torch.cat([clips[k].frame_indices for k in g]),
                         name="batch", meta={})
-        dev = pairs[g[0]].device  # the offset pairs come to the host in one transfer
         sizes = [int(pairs[k].shape[0]) for k in g]  # shapes: no sync
         offset = torch.tensor(starts[:-1]).repeat_interleave(torch.tensor(sizes),
                                                              output_size=sum(sizes))
-        offset = offset.view(-1, 1).to(dev)
-        out.append((g, fn(batch, (torch.cat([pairs[k].to(dev) for k in g]) + offset).cpu())))
+        # the evaluated pairs stay on the host: fn wants them there
+        host = [pairs[k] if pairs[k].device.type == "cpu" else pairs[k].cpu() for k in g]
+        out.append((g, fn(batch, torch.cat(host) + offset.view(-1, 1))))  # pairs: host data
     return out
 
 
@@ -730,8 +731,8 @@ def _merge(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig) -> _Merged
     IR / GE (eqs. 7-12) and the gate statistics."""
     bc, st = cfg.background, [j.stack for j in jobs]
     m = _Merged(fits, *fits.points,  # the rows as fitted (every clip's padded to the widest)
-                torch.tensor([v for s in st for v in s.long_side_list()],
-                             dtype=st[0].x1.dtype).to(st[0].x1.device))
+                to_device([v for s in st for v in s.long_side_list()], st[0].x1.device,
+                          st[0].x1.dtype))
     fit_h, fit_f = fits.fit_h, fits.fit_f
     m.r_h = homography_residuals(fit_h, m.x1, m.x2)  # each model's residuals once
     m.r_f = fundamental_residuals(fit_f, m.x1, m.x2, m.mask)
@@ -829,7 +830,7 @@ def _as_rows(parts: Sequence[Union[List[bool], torch.Tensor]], device: torch.dev
              ) -> torch.Tensor:
     """Per-clip bool rows (host lists or tensors) as one (R,) bool tensor on ``device``."""
     if all(isinstance(p, list) for p in parts):
-        return torch.tensor([v for p in parts for v in p], dtype=torch.bool).to(device)
+        return to_device([v for p in parts for v in p], device, torch.bool)
     return torch.cat([p.to(device) if isinstance(p, torch.Tensor)
                       else torch.tensor(p, dtype=torch.bool).to(device) for p in parts])
 
@@ -858,8 +859,8 @@ def _batch_summaries(m: _Merged, decided: Sequence[_Decided], cfg: GeoConConfig
         fin_groups.append(list(range(len(fin_rows), len(fin_rows) + p)))
         ev_rows += ev
         fin_rows += m.at(d.k, st.row_list(0, p, slice(-1, None)))
-    ev = torch.tensor(ev_rows, dtype=torch.long).to(dev)
-    fin = torch.tensor(fin_rows, dtype=torch.long).to(dev)
+    ev = to_device(ev_rows, dev, torch.long)
+    fin = to_device(fin_rows, dev, torch.long)
     use_f = _as_rows([d.use_f for d in decided], dev)
     present = _as_rows([d.present for d in decided], dev)
     mh, mf = _subset(m.mh, ev), _subset(m.mf, ev)
@@ -877,8 +878,8 @@ def _batch_summaries(m: _Merged, decided: Sequence[_Decided], cfg: GeoConConfig
     # behaviour: median motion of the finest rows, median rotation of their F fits
     valid_fin = (m.mh.valid | m.mf.valid)[fin]
     f_valid = m.fits.fit_f.valid[fin]
-    sizes = torch.tensor([list(d.job.clip.size) for d in decided for _ in range(
-        d.job.stack.num_evaluated)], dtype=torch.float64).to(dev)
+    sizes = to_device([list(d.job.clip.size) for d in decided for _ in range(
+        d.job.stack.num_evaluated)], dev, torch.float64)
     angles = rotation_from_fundamental(m.fits.fit_f.model[fin].to(torch.float64), sizes,
                                        bc.category_focal)
     motion = median_motion_px(m.x1[fin], m.x2[fin], m.mask[fin])

@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from .._tensor_utils import to_device
 from ..config import GeoConConfig
 from ..geometry import ransac_fundamental, ransac_homography
 from ..types import _FIT_TENSORS, Fit, concat_fits, pad_points
@@ -194,8 +195,8 @@ def fit_merged(parts: Sequence[ClipRows], config: GeoConConfig) -> MergedFits:
     pre, pre_rows, pre_mask = None, torch.zeros(0, dtype=torch.long, device=dev), None
     if with_pre:  # the preliminary fits one after the other, their rows offset by the clip's
         pre = tuple(concat_fits([p.pre[m] for _, p in with_pre], n) for m in range(2))
-        offset = torch.tensor([starts[k] for k, p in with_pre for _ in range(
-            int(p.pre_rows.numel()))], dtype=torch.long).to(dev)
+        offset = to_device([starts[k] for k, p in with_pre for _ in range(
+            int(p.pre_rows.numel()))], dev, torch.long)
         pre_rows = torch.cat([p.pre_rows.to(dev) for _, p in with_pre]) + offset
         pre_mask = pad_points([p.pre_mask for _, p in with_pre], n)
     points = (cat("x1"), cat("x2"), cat("mask"))
@@ -217,6 +218,6 @@ def _row_ids(parts: Sequence[ClipRows], sizes: Sequence[int], dev: torch.device
     """(R,) long seed position of every row of ``parts`` in its own clip (``part.rows``, or
     ``arange(R_k)`` where None): one host-built tensor when no part gives its rows."""
     if all(p.rows is None for p in parts):
-        return torch.tensor([i for r in sizes for i in range(r)], dtype=torch.long).to(dev)
+        return to_device([i for r in sizes for i in range(r)], dev, torch.long)
     return torch.cat([torch.arange(r, device=dev) if p.rows is None else p.rows.to(dev).long()
                       for p, r in zip(parts, sizes)])

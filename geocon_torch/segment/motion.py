@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from ..config import SegmentConfig
 from ..errors import ShapeError
 from .._morphology import erode_mask
-from .._tensor_utils import masked_median, sample_at_pixels
+from .._tensor_utils import masked_median, sample_at_pixels, to_device
 from ..types import BlockMasks
 from .background import dilate
 
@@ -204,7 +204,7 @@ def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
     cuts = sorted({int(c) for c in cuts if 0 <= int(c) < t - 1})
     at = None  # frame k of the mask is frame at[k] of the cells with the empty frames
     if cuts:
-        at = torch.tensor([k + sum(c < k for c in cuts) for k in range(t)], device=mask.device)
+        at = to_device([k + sum(c < k for c in cuts) for k in range(t)], mask.device)
         cells = small.new_zeros(t + len(cuts), *small.shape[1:])
         cells[at] = small
         small = cells
@@ -660,7 +660,7 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     h, w = content.shape[-2:]
     nb = len(regimes)
     lengths = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])])
-    clip_of = torch.repeat_interleave(torch.arange(nb), lengths, output_size=t).to(dev)
+    clip_of = to_device(torch.repeat_interleave(torch.arange(nb), lengths, output_size=t), dev)
     if seeds is not None:
         seeds = tuple(s.to(dev) for s in seeds)
         seed_clip = clip_of[seeds[1]]
@@ -693,8 +693,8 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     # per-component statistics by counting (no (T, K, h, w) one-hot over all candidates)
     per_frame = torch.cat([per_frame_counts(lab, k)  # (T, K) pixels
                            for _, _, lab in _label_chunks(cells, motion, cell, step)])
-    comp_clip = torch.repeat_interleave(torch.arange(nb), torch.tensor(n_comp),
-                                        output_size=k).to(dev)
+    comp_clip = to_device(torch.repeat_interleave(torch.arange(nb), torch.tensor(n_comp),
+                                                  output_size=k), dev)
     n_seeds = torch.zeros(k, dtype=torch.long, device=dev)
     if seeds is not None and sum(n_seed):  # the valid seeds first, in order (no sync)
         first = torch.argsort((~seeds[3]).to(torch.uint8), stable=True)[:sum(n_seed)]
@@ -708,7 +708,7 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     # each clip's kept components, largest first (ties: lower label first), at most max_objects
     by_size = per_frame.sum(0).masked_fill(~keep, -1).argsort(descending=True, stable=True)
     order = by_size[comp_clip[by_size].argsort(stable=True)]  # grouped by clip, in size order
-    starts = torch.tensor([sum(n_comp[:b]) for b in range(nb)]).to(dev)
+    starts = to_device([sum(n_comp[:b]) for b in range(nb)], dev)
     owner = comp_clip[order]
     rank = torch.arange(k, device=dev) - starts[owner]  # 0.. within the clip
     n_kept = per_clip(keep, comp_clip).clamp_max(max_objects)

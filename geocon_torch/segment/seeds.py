@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .._tensor_utils import to_device
 from .._memory import release_freed_memory
 from ..config import GeoConConfig
 from ..geometry import fundamental_residuals, homography_residuals, transfer_points
@@ -225,7 +226,7 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
         starts.append(starts[-1] + int(a.shape[0]))
     rows = [s + i for s, p in zip(starts, ps) for i in range(p)]
     every = starts[-1] + int(x1[-1].shape[0]) == len(rows)
-    index = None if every else torch.tensor(rows, dtype=torch.long, device=dev)
+    index = None if every else to_device(rows, dev, torch.long)
 
     def joined(parts: Sequence[torch.Tensor], of_rows: bool = True) -> torch.Tensor:
         x = (parts[0] if len(parts) == 1 else torch.cat(list(parts))).to(dev)
@@ -235,19 +236,19 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
     out = {"x1": joined([_padded(a, n) for a in x1]), "x2": joined([_padded(c, n) for c in x2]),
            "mask": joined([_padded(m, n) for m in mask]),
            "res": joined([_padded(r, n) for r in res], of_rows=False),
-           "pairs": joined([pr.to(dev).long() for pr in pairs], of_rows=False),
+           "pairs": joined([to_device(pr, dev, torch.long) for pr in pairs], of_rows=False),
            "model": joined([fit[0].model for fit in fits]),
            "valid_h": joined([fit[0].valid for fit in fits])}
     out["valid"] = out["valid_h"] if not any(f_regime) else torch.where(
-        torch.tensor([f for f, p in zip(f_regime, ps) for _ in range(p)], device=dev),
+        to_device([f for f, p in zip(f_regime, ps) for _ in range(p)], dev),
         joined([fit[1].valid for fit in fits]), out["valid_h"])
     offset = [b for b, p in zip(bounds, ps) for _ in range(p)]
     if any(offset):
-        out["pairs"] = out["pairs"] + torch.tensor(offset, device=dev).view(-1, 1)
-    out["tau"] = torch.tensor([_seed_threshold(config, r) for r, p in zip(regimes, ps)
-                               for _ in range(p)], dtype=out["res"].dtype, device=dev)
-    out["dense"] = torch.tensor([not f for f, p in zip(f_regime, ps) for _ in range(p)],
-                                dtype=torch.bool, device=dev)
+        out["pairs"] = out["pairs"] + to_device(offset, dev).view(-1, 1)
+    out["tau"] = to_device([_seed_threshold(config, r) for r, p in zip(regimes, ps)
+                            for _ in range(p)], dev, out["res"].dtype)
+    out["dense"] = to_device([not f for f, p in zip(f_regime, ps) for _ in range(p)], dev,
+                             torch.bool)
     return out
 
 

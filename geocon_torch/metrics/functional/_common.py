@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities import rank_zero_warn
 
+from ..._tensor_utils import to_device
 from ...errors import ClipTensorError
 from ...io import check_clip_tensor, clip_from_tensor, clips_from_tensor
 from ...result import STATUSES as RESULT_STATUSES
@@ -59,14 +60,14 @@ def status_codes(statuses: Sequence[str], device: Union[None, str, torch.device]
                  ) -> Tensor:
     """("ok", "error", ...) -> (B,) int64 codes into :data:`STATUSES` (unknown -> error)."""
     codes = [STATUSES.index(s) if s in STATUSES else ERROR for s in statuses]
-    return torch.tensor(codes, dtype=torch.long, device=device)
+    return to_device(codes, device, torch.long)
 
 
 def per_clip(values: Sequence[Optional[float]], device: Union[None, str, torch.device] = None
              ) -> Tensor:
     """B optional floats -> (B,) float64, None -> NaN."""
-    return torch.tensor([float("nan") if v is None else float(v) for v in values],
-                        dtype=torch.float64, device=device)
+    return to_device([float("nan") if v is None else float(v) for v in values], device,
+                     torch.float64)
 
 
 def encode_reason(reason: str, device: Union[None, str, torch.device] = None) -> Tensor:
