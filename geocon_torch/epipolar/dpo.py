@@ -47,6 +47,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
+from .._tensor_utils import to_device
 from ..config import EpipolarDPOConfig  # the ``epipolar_dpo`` section of GeoConConfig
 from ..errors import ShapeError
 from ..features.base import pad_keypoints
@@ -404,11 +405,11 @@ def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConf
     if paired:
         sift = sift_extractor(cfg)
         kps = extract_sift([frames[k] for k in paired], cfg, dev, sift)
-        stats = _pair_stats(kps, pairs.to(dev), cfg, sift.parallel_map)
+        stats = _pair_stats(kps, to_device(pairs, dev), cfg, sift.parallel_map)
     else:  # no pair at all: nothing to detect or match
         none = torch.zeros(0, dtype=torch.long, device=dev)
         stats = (none, none, none, none.double(), none.double(), none.bool(), none)
-    owner = pair_clip.to(dev)
+    owner = to_device(pair_clip, dev)
     valid = stats[5]
     b = len(frames)
     nv = torch.zeros(b, dtype=torch.long, device=dev).index_add_(0, owner, valid.long())

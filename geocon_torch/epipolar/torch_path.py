@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._tensor_utils import masked_mean, masked_median
+from .._tensor_utils import masked_mean, masked_median, to_device
 from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
 from ..errors import InputError
 from ..features import get_extractor, lk_tracks, match_descriptors
@@ -101,7 +101,7 @@ def resize_gray(gray: torch.Tensor, size: Tuple[int, int], interpolation: str) -
 def analysis_frames(clip: Clip, indices: Sequence[int], config: EpipolarConfig,
                     device: torch.device) -> torch.Tensor:
     """(len(indices), 1, H', W') float gray in [0, 1] at the analysis size, on ``device``."""
-    idx = torch.as_tensor(list(indices), dtype=torch.long, device=clip.frames.device)
+    idx = to_device(list(indices), clip.frames.device, torch.long)
     gray = gray_uint8_levels(clip.frames.index_select(0, idx).to(device))
     size = analysis_size(gray.shape[-2], gray.shape[-1], int(config.max_width))
     return resize_gray(gray, size, config.resize_interpolation) / 255.0
@@ -124,8 +124,7 @@ class _Batch:
             self.source_pairs[k] = sources[k][pr]
             used, inverse = np.unique(pr, return_inverse=True)
             self.frames[k] = analysis_frames(clip, used.tolist(), config, device)
-            self.local_pairs[k] = torch.as_tensor(inverse.reshape(-1, 2), dtype=torch.long,
-                                                  device=device)
+            self.local_pairs[k] = to_device(inverse.reshape(-1, 2), device, torch.long)
         # frame size -> (keypoints of every clip of that size, clip -> first row)
         self._keypoints: Dict[Tuple[int, int], Tuple[Keypoints, Dict[int, int]]] = {}
         self._extractor = None

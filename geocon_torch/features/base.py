@@ -12,7 +12,7 @@ from typing import (Callable, Dict, List, Optional, Protocol, Sequence, Tuple, U
 
 import torch
 
-from .._tensor_utils import mask_at_pixels
+from .._tensor_utils import mask_at_pixels, to_device
 from ..errors import InputError, ShapeError
 from ..types import Keypoints
 
@@ -191,10 +191,10 @@ def pad_keypoints(xys: Sequence[torch.Tensor], descs: Sequence[torch.Tensor],
     counts = [int(x.shape[0]) for x in xys]
     n, total = max(counts, default=0), sum(counts)
     cnt = torch.tensor(counts, dtype=torch.long)
-    mk = (torch.arange(n) < cnt[:, None]).to(device)  # (t, n): slot k of frame i is filled
-    frame = torch.repeat_interleave(torch.arange(t), cnt, output_size=total).to(device)
-    slot = (torch.arange(total) - torch.repeat_interleave(torch.cumsum(cnt, 0) - cnt, cnt,
-                                                         output_size=total)).to(device)
+    mk = to_device(torch.arange(n) < cnt[:, None], device)  # (t, n): slot k of frame i is filled
+    frame = to_device(torch.repeat_interleave(torch.arange(t), cnt, output_size=total), device)
+    slot = to_device(torch.arange(total) - torch.repeat_interleave(
+        torch.cumsum(cnt, 0) - cnt, cnt, output_size=total), device)
 
     def padded(values: Sequence[torch.Tensor], tail: Tuple[int, ...], to: torch.dtype
                ) -> torch.Tensor:
@@ -202,7 +202,7 @@ def pad_keypoints(xys: Sequence[torch.Tensor], descs: Sequence[torch.Tensor],
         if total:
             flat = [v if tuple(v.shape[1:]) == tail else v.reshape((-1,) + tail)
                     for v in values]  # e.g. an empty frame given as (0,)
-            out[frame, slot] = torch.cat(flat).to(device=device, dtype=to)
+            out[frame, slot] = to_device(torch.cat(flat), device, to)
         return out
 
     ex = {}
