@@ -153,7 +153,7 @@ KEYS = {  # figures shown in the summary (those present)
     "gate_sweep": ["statistic", "rule_accuracy"],
     "learned_accuracy": ["skipped"],
     "batching": ["frames_per_s", "ops_growth"],
-    "gpu_profile": ["best"],
+    "gpu_profile": ["best", "ratio_vs_reference"],
 }
 
 

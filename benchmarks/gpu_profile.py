@@ -94,7 +94,10 @@ for name, kw in VARIANTS.items():
 best = max((n for n in VARIANTS if not n.startswith("before")),
            key=lambda n: out["variants"][n]["frames_per_s"])
 out["best"] = best
-print("best variant:", best, flush=True)
+ref = next((n for n in VARIANTS if n.startswith("before")), "default")  # the same run's reference
+out["ratio_vs_reference"] = {n: round(v["frames_per_s"] / out["variants"][ref]["frames_per_s"], 3)
+                             for n, v in out["variants"].items()}
+print(f"best variant: {best}; frames/s ratio vs {ref}: {out['ratio_vs_reference']}", flush=True)
 with variant(**VARIANTS[best]):
     sweep = [(32, 16, (384, 640)), (8, 16, (192, 320)), (8, 16, (768, 1280))]
     for b, t, size in ([] if args.quick else sweep):

@@ -20,7 +20,9 @@ def to_device(data: Any, device: DeviceLike, dtype: Optional[torch.dtype] = None
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     dev = t.device if device is None else torch.device(device)
-    if dev.type == "cuda" and t.device.type == "cpu":
+    if t.device.type != "cpu":  # already device data: a plain (ordered, safe) move
+        return t.to(dev)
+    if dev.type == "cuda":
         t = t.pin_memory()
     return t.to(dev, non_blocking=True)
 
@@ -32,14 +34,16 @@ _CONSTANTS: Dict[Tuple[int, torch.device, Optional[torch.dtype]],
 def constant_on(t: torch.Tensor, device: DeviceLike, dtype: Optional[torch.dtype] = None
                 ) -> torch.Tensor:
     """A module-level constant ``t`` (a host tensor that lives as long as its module) on
-    ``device`` in ``dtype``, copied once per process and device, not once per call."""
+    ``device`` in ``dtype``, copied once per process and device, not once per call (built
+    outside inference mode, so autograd can use it later even if the first call ran inside)."""
     dev = torch.device(device) if device is not None else t.device
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     key = (id(t), dev, dtype)
     hit = _CONSTANTS.get(key)
     if hit is None or hit[0] is not t:
-        hit = (t, to_device(t, dev, dtype))
+        with torch.inference_mode(False):
+            hit = (t, to_device(t, dev, dtype))
         _CONSTANTS[key] = hit
     return hit[1]
 

@@ -35,7 +35,7 @@ EXPECTED = {
     "learned_accuracy": {"backends", "skipped"},
     "gate_sweep": {"statistic", "rule_accuracy"},
     "batching": {"paths", "ops_growth", "targets_met", "frames_per_s"},
-    "gpu_profile": {"variants", "best", "stages"},
+    "gpu_profile": {"variants", "best", "ratio_vs_reference", "stages"},
 }
 LEARNED = ("xfeat", "xfeat-lighterglue", "aliked-lightglue", "disk-lightglue")
 #: benchmarks/*.py that are not device benchmarks (the script does not run them)

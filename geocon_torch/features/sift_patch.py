@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from kornia.feature.siftdesc import get_sift_bin_ksize_stride_pad, get_sift_pooling_kernel
 from kornia.filters import get_gaussian_discrete_kernel1d, get_gaussian_kernel2d
 
+from .._tensor_utils import to_device
+
 ORIENT_BINS = 36
 DESC_ANGLE_BINS = 8
 DESC_CELLS = 4
@@ -78,14 +80,15 @@ def orientation_constants(size: int, dtype: torch.dtype, device: torch.device
                           ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(Gaussian weighting (size, size), circular smoothing matrix (36, 36)) of the orientation
     histogram: ``smoothed = hist @ C`` is kornia's 5-tap circular ``conv1d``."""
-    sigma = size / 6.0
-    weight = get_gaussian_kernel2d((size, size), (sigma, sigma), True).reshape(size, size)
-    taps = get_gaussian_discrete_kernel1d(5, 1.6).reshape(-1)
-    circ = torch.zeros(ORIENT_BINS, ORIENT_BINS, dtype=torch.float64)
-    out = torch.arange(ORIENT_BINS)
-    for k in range(taps.numel()):  # out[i] = sum_k taps[k] * in[(i + k - 2) mod 36]
-        circ[(out + k - 2) % ORIENT_BINS, out] += float(taps[k])
-    return weight.to(device=device, dtype=dtype), circ.to(device=device, dtype=dtype)
+    with torch.inference_mode(False):  # cached: usable by autograd even if built inside one
+        sigma = size / 6.0
+        weight = get_gaussian_kernel2d((size, size), (sigma, sigma), True).reshape(size, size)
+        taps = get_gaussian_discrete_kernel1d(5, 1.6).reshape(-1)
+        circ = torch.zeros(ORIENT_BINS, ORIENT_BINS, dtype=torch.float64)
+        out = torch.arange(ORIENT_BINS)
+        for k in range(taps.numel()):  # out[i] = sum_k taps[k] * in[(i + k - 2) mod 36]
+            circ[(out + k - 2) % ORIENT_BINS, out] += float(taps[k])
+        return to_device(weight, device, dtype), to_device(circ, device, dtype)
 
 
 def dominant_orientation(patch: torch.Tensor) -> torch.Tensor:
@@ -114,18 +117,19 @@ def descriptor_constants(size: int, dtype: torch.dtype, device: torch.device
                          ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(Gaussian weighting (size, size), pooling matrix A (4, size)) of the descriptor: kornia's
     strided pooling convolution of a (size, size) map v is ``A @ v @ A^T``."""
-    weight = get_gaussian_kernel2d((size, size), (size / math.sqrt(2.0),) * 2, True)
-    ksize, stride, pad = get_sift_bin_ksize_stride_pad(size, DESC_CELLS)
-    k2 = get_sift_pooling_kernel(ksize).double()  # outer(k, k) with k = k2's centre row scaled
-    k1 = k2.diagonal().sqrt()  # the separable factor: k2[i, i] = k1[i]^2, k2 = outer(k1, k1)
-    pool = torch.zeros(DESC_CELLS, size, dtype=torch.float64)
-    for c in range(DESC_CELLS):  # out[c] = sum_i k1[i] * v[c * stride + i - pad]
-        for i in range(ksize):
-            y = c * stride + i - pad
-            if 0 <= y < size:
-                pool[c, y] = k1[i]
-    return (weight.reshape(size, size).to(device=device, dtype=dtype),
-            pool.to(device=device, dtype=dtype))
+    with torch.inference_mode(False):  # cached: usable by autograd even if built inside one
+        weight = get_gaussian_kernel2d((size, size), (size / math.sqrt(2.0),) * 2, True)
+        ksize, stride, pad = get_sift_bin_ksize_stride_pad(size, DESC_CELLS)
+        k2 = get_sift_pooling_kernel(ksize).double()  # outer(k1, k1)
+        k1 = k2.diagonal().sqrt()  # the separable factor: k2[i, i] = k1[i]^2
+        pool = torch.zeros(DESC_CELLS, size, dtype=torch.float64)
+        for c in range(DESC_CELLS):  # out[c] = sum_i k1[i] * v[c * stride + i - pad]
+            for i in range(ksize):
+                y = c * stride + i - pad
+                if 0 <= y < size:
+                    pool[c, y] = k1[i]
+        return (to_device(weight.reshape(size, size), device, dtype),
+                to_device(pool, device, dtype))
 
 
 def l2_normalize(x: torch.Tensor) -> torch.Tensor:

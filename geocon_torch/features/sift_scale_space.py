@@ -74,15 +74,16 @@ class Detections:
 @functools.lru_cache(maxsize=16)
 def _kernels(dtype: torch.dtype, device: torch.device) -> List[torch.Tensor]:
     """1-D Gaussian kernels of the initial blur and the five incremental blurs."""
-    k = 2.0 ** (1.0 / INTERVALS)
-    sigmas = [math.sqrt(SIGMA0 ** 2 - 1.0)]
-    sigmas += [SIGMA0 * k ** i * math.sqrt(k * k - 1.0) for i in range(INTERVALS + 2)]
-    out = []
-    for s in sigmas:
-        r = int(4.0 * s + 0.5)
-        x = torch.arange(-r, r + 1, dtype=torch.float64)
-        g = torch.exp(-0.5 * (x / s) ** 2)
-        out.append(to_device(g / g.sum(), device, dtype))
+    with torch.inference_mode(False):  # cached: usable by autograd even if built inside one
+        k = 2.0 ** (1.0 / INTERVALS)
+        sigmas = [math.sqrt(SIGMA0 ** 2 - 1.0)]
+        sigmas += [SIGMA0 * k ** i * math.sqrt(k * k - 1.0) for i in range(INTERVALS + 2)]
+        out = []
+        for s in sigmas:
+            r = int(4.0 * s + 0.5)
+            x = torch.arange(-r, r + 1, dtype=torch.float64)
+            g = torch.exp(-0.5 * (x / s) ** 2)
+            out.append(to_device(g / g.sum(), device, dtype))
     return out
 
 

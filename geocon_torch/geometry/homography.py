@@ -5,12 +5,13 @@ denormalised as ``H = T2^-1 H_n T1``; returned with ``H[2, 2] = 1`` where possib
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import functools
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as tnf
 
-from .._tensor_utils import finite
+from .._tensor_utils import constant_on, finite
 from ._reduce import padded_gram
 from .normalization import (_normalize_points, _pair_weights, _similarity_inverse,
                             _similarity_matrix)
@@ -56,22 +57,21 @@ def _dlt_index() -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 _DLT_IDX, _DLT_SGN = _dlt_index()
-_CONSTANTS: Dict[tuple, torch.Tensor] = {}  # per (name, device, dtype): built once
+@functools.lru_cache(maxsize=None)
+def _pad_diag(n: int) -> torch.Tensor:
+    """(16, 16) bool: the eigen-solver's padded diagonal from entry ``n`` on (host, cached)."""
+    with torch.inference_mode(False):  # usable by autograd later even if built inside one
+        d = torch.arange(_EIG_SIZE)
+        return (d.view(-1, 1) == d.view(1, -1)) & (d >= n)
 
 
 def _constant(name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """The module constant ``name`` (_DLT_IDX, _DLT_SGN, or the (16, 16) bool mask of the
-    eigen-solver's padded diagonal, "pad_diag<n>") on ``device`` in ``dtype``, cached."""
-    key = (name, str(device), dtype)
-    if key not in _CONSTANTS:
-        with torch.inference_mode(False):  # usable by autograd later even if built inside one
-            if name.startswith("pad_diag"):
-                d = torch.arange(_EIG_SIZE)
-                t = (d.view(-1, 1) == d.view(1, -1)) & (d >= int(name[8:]))
-            else:
-                t = {"dlt_idx": _DLT_IDX, "dlt_sgn": _DLT_SGN}[name]
-            _CONSTANTS[key] = t.to(device=device, dtype=dtype)
-    return _CONSTANTS[key]
+    eigen-solver's padded diagonal, "pad_diag<n>") on ``device`` in ``dtype``, cached
+    (:func:`constant_on`)."""
+    t = _pad_diag(int(name[8:])) if name.startswith("pad_diag") else {
+        "dlt_idx": _DLT_IDX, "dlt_sgn": _DLT_SGN}[name]
+    return constant_on(t, device, dtype)
 
 
 _EIG_SIZE = 16  # 16 x 16 float64 = 2048 bytes: every matrix of a batch starts 64-byte aligned

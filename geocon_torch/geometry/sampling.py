@@ -138,7 +138,8 @@ def draw_without_replacement(u: torch.Tensor, pool: torch.Tensor) -> torch.Tenso
 def _triples(m: int, device: torch.device) -> torch.Tensor:
     """(C(m, 3), 3) long: every index triple a < b < c of m points, on ``device`` (cached)."""
     trip = [(a, b, c) for a in range(m) for b in range(a + 1, m) for c in range(b + 1, m)]
-    return to_device(trip, device, torch.long)
+    with torch.inference_mode(False):  # cached: usable by autograd even if built inside one
+        return to_device(trip, device, torch.long)
 
 
 def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:

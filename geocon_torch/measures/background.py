@@ -49,7 +49,8 @@ class PairMetrics:
     num_matches: torch.Tensor
     valid: torch.Tensor
 
-_W90 = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # Rz(90 deg), E = U W V^T
+#: Rz(90 deg), the W of E = U W V^T
+_W90 = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
 
 
 def pair_metrics(residuals: torch.Tensor, mask: torch.Tensor, tau: float, *,

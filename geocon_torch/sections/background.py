@@ -570,9 +570,11 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
         sizes = [int(pairs[k].shape[0]) for k in g]  # shapes: no sync
         offset = torch.tensor(starts[:-1]).repeat_interleave(torch.tensor(sizes),
                                                              output_size=sum(sizes))
-        # the evaluated pairs stay on the host: fn wants them there
-        host = [pairs[k] if pairs[k].device.type == "cpu" else pairs[k].cpu() for k in g]
-        out.append((g, fn(batch, torch.cat(host) + offset.view(-1, 1))))  # pairs: host data
+        first = pairs[g[0]].device
+        flat = torch.cat([pairs[k] if pairs[k].device == first else pairs[k].to(first) for k in g])
+        if flat.device.type != "cpu":  # fn wants host pairs: one read per group, none for host data
+            flat = flat.cpu()
+        out.append((g, fn(batch, flat + offset.view(-1, 1))))
     return out
 
 
