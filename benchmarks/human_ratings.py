@@ -24,7 +24,14 @@ Reported per number (the headline ``score``, IR, -GE, the epipolar reward, -GE_F
 * real-above-generated: over the (real, generated) pairs of one prompt where people rated the
   real clip's TQ strictly higher, the fraction where the number ranks the real clip higher (ties
   0.5; a missing value loses against a present one); and over every prompt (all 39, without
-  the people's filter).
+  the people's filter);
+* within-source rho: the mean over the five sources of the Spearman rho among one source's
+  TQ-rated clips (how well the number orders clips of one model, where the source's own look
+  cannot help).
+
+Ceiling (``source_ceiling``): the rho that a number equal to the people's own mean TQ of each
+clip's source would reach. A number that only tells the sources apart, perfectly, gets this;
+beyond it a number must also order clips within a source as the raters did.
 The last line is ``RESULT {json}``.
 """
 from __future__ import annotations
@@ -182,6 +189,35 @@ def _above(real: Optional[float], gen: Optional[float]) -> float:
     return 1.0 if real > gen else 0.5 if real == gen else 0.0
 
 
+def _tq_by_source(entries: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for e in entries:
+        if e["tq"] is not None:
+            out.setdefault(e["model"], []).append(e)
+    return out
+
+
+def source_ceiling(entries: List[Dict[str, Any]]) -> Optional[float]:
+    """Spearman rho of the TQ ratings with each clip's source mean TQ (module docstring)."""
+    groups = _tq_by_source(entries)
+    mean = {m: sum(e["tq"] for e in g) / len(g) for m, g in groups.items()}
+    rated = [e for g in groups.values() for e in g]
+    return spearman([mean[e["model"]] for e in rated], [e["tq"] for e in rated])
+
+
+def within_source(entries: List[Dict[str, Any]], vals: Dict[str, Optional[float]]
+                  ) -> Optional[float]:
+    """Mean over sources of the Spearman rho of ``vals`` (gif -> number or None) with TQ among
+    that source's TQ-rated clips that have a value (sources with < 3 such clips left out)."""
+    rhos = []
+    for group in _tq_by_source(entries).values():
+        have = [(vals[e["gif"]], e["tq"]) for e in group if vals[e["gif"]] is not None]
+        rho = spearman([v for v, _ in have], [t for _, t in have])
+        if rho is not None:
+            rhos.append(rho)
+    return sum(rhos) / len(rhos) if rhos else None
+
+
 def evaluate(entries: List[Dict[str, Any]], results: Dict[str, Dict[str, Any]],
              fn: Callable[[Dict[str, Any]], Optional[float]]) -> Dict[str, Any]:
     """Coverage, Spearman with TQ and real-above-generated accuracy of one number."""
@@ -211,6 +247,7 @@ def evaluate(entries: List[Dict[str, Any]], results: Dict[str, Dict[str, Any]],
     mean = (lambda xs: sum(xs) / len(xs) if xs else None)  # noqa: E731
     return {"coverage": n_ok / max(1, len(vals)), "n": len(vals), "n_ok": n_ok,
             "spearman_tq": rho, "spearman_tq_all": rho_all, "n_tq": len(have),
+            "spearman_within_source": within_source(entries, vals),
             "real_above_agreed": mean(agree), "n_agreed": len(agree),
             "real_above_all": mean(every), "n_pairs": len(every),
             "real_above_by_model": {m: mean(v) for m, v in sorted(per_model.items())}}
@@ -236,15 +273,18 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     results = score_all(entries, root, args.cache, args.tag, json.loads(args.config))
     print(f"FETV: {len(entries)} rated GIFs, {sum(e['tq'] is not None for e in entries)} with "
           f"TQ, tag {args.tag!r}; scored at native size")
-    print(f"{'number':>16} {'cover':>6} {'rho_TQ':>6} {'rho_all':>7} {'real>gen':>8} "
-          f"{'(n)':>4} {'all':>6}  per model (all prompts)")
-    out: Dict[str, Any] = {"tag": args.tag, "n_gifs": len(entries)}
+    ceiling = source_ceiling(entries)
+    print(f"ceiling (each clip's source mean TQ as the number): rho_TQ {_f(ceiling)}")
+    print(f"{'number':>16} {'cover':>6} {'rho_TQ':>6} {'rho_all':>7} {'within':>6} "
+          f"{'real>gen':>8} {'(n)':>4} {'all':>6}  per model (all prompts)")
+    out: Dict[str, Any] = {"tag": args.tag, "n_gifs": len(entries), "source_ceiling": ceiling}
     for name, fn in NUMBERS.items():
         r = evaluate(entries, results, fn)
         out[name] = r
         per = ", ".join(f"{m} {_f(v)}" for m, v in r["real_above_by_model"].items())
         print(f"{name:>16} {_f(r['coverage']):>6} {_f(r['spearman_tq']):>6} "
-              f"{_f(r['spearman_tq_all']):>7} {_f(r['real_above_agreed']):>8} "
+              f"{_f(r['spearman_tq_all']):>7} {_f(r['spearman_within_source']):>6} "
+              f"{_f(r['real_above_agreed']):>8} "
               f"{r['n_agreed']:>4} {_f(r['real_above_all']):>6}  {per}")
     print("RESULT " + json.dumps(out))
     return out
