@@ -22,6 +22,7 @@ an optional section (foreground, epipolar) becomes that section's ``status: "err
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -74,8 +75,8 @@ def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
     ``io.stride`` / ``io.max_frames`` (or announces none). Tensors, Clips, image folders and
     short videos are held in memory (one decoding pass, at most that many frames)."""
     limit = cfg.io.stream_min_frames
-    if limit is None or isinstance(video, (torch.Tensor, Clip)):
-        return False
+    if limit is None or not isinstance(video, (str, os.PathLike)):
+        return False  # tensors and Clips; anything else: read_clip says what it cannot read
     path = Path(video)
     if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
         return False

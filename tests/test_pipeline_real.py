@@ -90,3 +90,16 @@ def test_worldatlas_preset_reads_its_frames_at_source_resolution(shared_data):
     for key in ("epipolar_error", "epipolar_inlier_rate", "feature_match_coverage", "valid_pairs"):
         assert got["epipolar"][key] == want[key]
     assert got["epipolar"]["analysis_size"] == want["analysis_size"]
+
+
+def test_sources_that_are_not_videos_get_a_clear_error():
+    """A source that is neither a path, a tensor nor a Clip: score_clip raises the reader's
+    VideoReadError naming its type (not a TypeError from pathlib), and in a batch it is that
+    clip's error result while the others are scored."""
+    for bad in (123, None, ["a.mp4", "b.mp4"]):
+        with pytest.raises(VideoReadError, match=f"cannot read a {type(bad).__name__}"):
+            score_clip(bad, preset="background", device="cpu")
+    frames = torch.zeros(3, 3, 32, 32, dtype=torch.uint8)
+    res = [r.to_dict() for r in score_clips([frames, 7], preset="background", device="cpu")]
+    assert res[0]["status"] == "not_applicable"
+    assert res[1]["status"] == "error" and "cannot read a int" in res[1]["reason"]
