@@ -1,4 +1,6 @@
-"""Shared fixtures: the shared clip folder, devices and dtypes to parametrize over."""
+"""Shared fixtures: the shared clip folder, devices and dtypes to parametrize over, and the
+PostgreSQL fixtures of tests/pg_server.py (a throw-away server per session, a fresh database on
+it, the same test on SQLite and PostgreSQL, a private server to stop and start)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import DUST3R_CHECKOUT, SHARED_DATA  # noqa: F401 (tests import SHARED_DATA from here)
+from pg_server import any_db, own_pg_server, pg_server, pg_url  # noqa: F401 - fixtures
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64]

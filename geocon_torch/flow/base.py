@@ -13,6 +13,8 @@ import torch
 from ..config import FLOW_CHOICES as FLOW_BACKENDS  # the one list (config.foreground.flow)
 from ..errors import ShapeError
 
+__all__ = ["FLOW_BACKENDS", "FlowEstimator", "to_gray"]
+
 
 class FlowEstimator:
     """Dense optical flow between batches of frame pairs.

@@ -15,7 +15,6 @@ from helpers import (
     write_clips,
     write_jsonl,
 )
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 from geocon_torch.bench import ResultStore, run_manifest
 from geocon_torch.bench.claims import WorkQueue

@@ -15,7 +15,7 @@ from typing import List, Tuple
 
 import pytest
 from helpers import _torchrun, write_clips, write_jsonl
-from pg_server import _free_port, own_pg_server, pg_server, pg_url  # noqa: F401 - fixtures
+from pg_server import _free_port
 
 from geocon_torch.bench import ResultStore
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from helpers import CountingScorer, fake_result, write_clips, write_jsonl
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 from geocon_torch.bench import ResultStore, merge_stores, run_manifest
 from geocon_torch.bench.merge import differences

@@ -20,7 +20,7 @@ from helpers import (
     write_clips,
     write_jsonl,
 )
-from pg_server import PASSWORD, own_pg_server, pg_server, pg_url  # noqa: F401 - fixtures
+from pg_server import PASSWORD
 
 from geocon_torch.bench import ResultStore, StoreError, load_results, mask_url, run_manifest
 from geocon_torch.bench.claims import WorkQueue

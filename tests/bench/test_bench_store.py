@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from helpers import _clip, fake_result, write_jsonl
-from pg_server import any_db, pg_server, pg_url  # noqa: F401 - fixtures
 
 from geocon_torch.bench import (
     PostgresStore,
