@@ -150,7 +150,7 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
                 statistic: float = 0.02,
                 objects: Sequence[float] = (), epipolar=(0.5, 0.8, 0.6), status: str = "ok",
                 config_hash: str = "cfg", per_pair: Optional[list] = None,
-                path: Optional[str] = None) -> dict:
+                path: Optional[str] = None, score: Optional[float] = None) -> dict:
     ok = status == "ok"
     per_pair = per_pair if per_pair is not None else [
         {"pair": [t, t + 1], "ir": ir, "ge_px": ge, "valid": True, "num_matches": 100}
@@ -158,7 +158,7 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
     return {
         "schema_version": "3.0", "clip": clip, "path": path, "content_hash": None,
         "status": status, "reason": None if ok else f"fake {status}",
-        "regime": regime if ok else None,
+        "regime": regime if ok else None, "score": score if ok else None,
         "gate": {"method": "poses", "statistic": statistic,
                  "thresholds": {"low": 0.03, "high": 0.05, "tau": 0.04},
                  "decision": regime, "evidence": {"t_inf": statistic}},

@@ -7,6 +7,7 @@ Quick use::
     rows = load_results("results.sqlite")          # validated joined rows
     stats.scene_balanced(rows, "ir")               # per (generator, prompt_category), 95% CI
     stats.table1(rows)                             # IR %, GE px, AdaDFRC per generator
+    stats.headline(rows)                           # the headline score per generator
 
 * :mod:`.ids` — unique clip ids derived from paths (shortest unique suffix: ``sora/3``) and
   unique file-name keys of per-clip artefacts.

@@ -200,6 +200,14 @@ def table1(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: i
                              ("adadfrc", "adadfrc_mean", 1.0)), statistic, n_boot, seed)
 
 
+def headline(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot: int = 10_000,
+             seed: int = 0) -> List[Dict[str, Any]]:
+    """Per generator: the scene-balanced ``statistic`` of the clips' headline ``score``
+    (``result["score"]``, in [0, 1], higher is better; :mod:`geocon_torch.measures.headline`)
+    with its bootstrap CI (``score``, ``score_lo``, ``score_hi``) and ``score_scenes``."""
+    return _per_generator(rows, (("score", "score", 1.0),), statistic, n_boot, seed)
+
+
 EPIPOLAR_TRIO = ("epipolar_error", "epipolar_inlier_rate", "feature_match_coverage")
 
 

@@ -427,10 +427,11 @@ def _num(x: Any) -> Optional[float]:
 
 FLAT_COLUMNS = (
     "clip_id", "generator", "generator_version", "prompt_category", "behaviour", "prompt", "seed",
-    "scene", "status", "reason", "regime", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px",
-    "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic", "gate_decision",
-    "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error", "epipolar_error_score",
-    "epipolar_inlier_rate", "feature_match_coverage", "lost_frames", "warnings",
+    "scene", "status", "reason", "regime", "score", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f",
+    "ge_f_px", "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic",
+    "gate_decision", "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error",
+    "epipolar_error_score", "epipolar_inlier_rate", "feature_match_coverage", "lost_frames",
+    "warnings",
     "content_hash", "config_hash", "schema_version", "version", "path",
 )
 
@@ -439,7 +440,8 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
     """One flat record (scalars only) from a joined row: clip metadata + headline numbers.
 
     ``prompt_category`` is the row's (the manifest's), else the result's; ``behaviour`` is the
-    result's post-hoc behaviour (a 1.x result is migrated first).
+    result's post-hoc behaviour (a 1.x result is migrated first); ``score`` is the result's
+    headline score (None for a result written before it existed or not scored).
     """
     res = migrate_result(row["result"]) if row.get("result") else {}
     bg = res.get("background") or {}
@@ -458,7 +460,7 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
         "behaviour": res.get("behaviour"),
         "status": res.get("status", row.get("status")),
         "reason": res.get("reason", row.get("reason")),
-        "regime": res.get("regime"),
+        "regime": res.get("regime"), "score": _num(res.get("score")),
         "ir": _num(bg.get("ir")), "ge_px": _num(bg.get("ge_px")),
         "ir_h": _num(bg.get("ir_h")), "ge_h_px": _num(bg.get("ge_h_px")),
         "ir_f": _num(bg.get("ir_f")), "ge_f_px": _num(bg.get("ge_f_px")),

@@ -136,8 +136,8 @@ def _fmt(v: Any, spec: str) -> str:
     return str(v)
 
 
-SUMMARY_COLUMNS = ("clip", "status", "regime", "IR", "GE px", "pass", "objects", "AdaP90",
-                   "epi err", "epi inl", "reason")
+SUMMARY_COLUMNS = ("clip", "status", "score", "regime", "IR", "GE px", "pass", "objects",
+                   "AdaP90", "epi err", "epi inl", "reason")
 
 
 def _passes(bg: Dict[str, Any]) -> str:
@@ -146,14 +146,16 @@ def _passes(bg: Dict[str, Any]) -> str:
 
 
 def summary_row(res: Dict[str, Any]) -> List[str]:
+    """One result dict as the strings of :data:`SUMMARY_COLUMNS` ("-" where a value is absent)."""
     bg = res.get("background") or {}
     fg = res.get("foreground") or {}
     ep = res.get("epipolar") or {}
     objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
     p90 = [o["adap90"] for o in objs if isinstance(o.get("adap90"), (int, float))]
     reason = res.get("reason") or ""
-    return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("regime"), ""),
-            _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"), _passes(bg),
+    return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("score"), ".3f"),
+            _fmt(res.get("regime"), ""), _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"),
+            _passes(bg),
             str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
             _fmt(ep.get("epipolar_error"), ".3f"), _fmt(ep.get("epipolar_inlier_rate"), ".3f"),
             " ".join(str(reason).split())]

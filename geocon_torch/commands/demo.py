@@ -24,7 +24,7 @@ from ..config import GeoConConfig
 from ..pipeline import score_clips
 from ..report import build_report
 from ..synth import render_scene
-from ._common import frame_size, print_table, summary_row, write_jsonl
+from ._common import SUMMARY_COLUMNS, frame_size, print_table, summary_row, write_jsonl
 
 NAME = "demo"
 HELP = "render grounded clips with known geometry, score them, compare with the truth"
@@ -74,9 +74,7 @@ def run(args: argparse.Namespace) -> int:
         results.append(res)
         truth.append(expect)
     rows = [summary_row(r)[:-1] + [t] for r, t in zip(results, truth)]
-    header = ("clip", "status", "regime", "IR", "GE px", "pass", "objects", "AdaP90", "epi err",
-              "epi inl", "expected")
-    print_table(rows, header=header)
+    print_table(rows, header=SUMMARY_COLUMNS[:-1] + ("expected",))
     print(f"clips in {clips_dir}")
     if args.json:
         write_jsonl(args.json, results)

@@ -10,10 +10,12 @@ A folder is expanded to the videos it holds (or is one clip if it holds only ima
 Clip ids are the file stems; where stems repeat they are the shortest path suffix that tells
 the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
 --masks / --poses take a file for one clip, or a folder with <id>.npz, <id>_masks.npz,
-<id>.json or <id>/ per clip (<id> as above: the stem, or e.g. sora/3). Columns: IR (inlier ratio), GE px (geometric error at the
-working resolution), pass as paper/calibrated, e.g. yes/no (paper: IR >= 0.97 and GE <= 3.5 px; the
-calibrated gate of background.calibration), objects and their worst AdaP90
-(AdaDFRC-W2), epipolar error / inlier rate (presets worldatlas, gvgc, all).
+<id>.json or <id>/ per clip (<id> as above: the stem, or e.g. sora/3).
+Columns: score (the headline score in [0, 1], higher is better; README "Headline score"), IR
+(inlier ratio), GE px (geometric error at the working resolution), pass as paper/calibrated,
+e.g. yes/no (paper: IR >= 0.97 and GE <= 3.5 px; the calibrated gate of
+background.calibration), objects and their worst AdaP90 (AdaDFRC-W2), epipolar error / inlier
+rate (presets worldatlas, gvgc, all).
 Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
 the terminal width); --json OUT keeps every field of every clip.
 Exit status: 0 when no clip has status error, 1 otherwise.

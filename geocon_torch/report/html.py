@@ -147,19 +147,21 @@ def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optiona
 
 
 def _leaderboard_section(page: _Page) -> str:
-    """Table-1 style leaderboard per generator with status counts, then the epipolar trio."""
+    """Leaderboard per generator: the headline score, the Table-1 columns and status counts,
+    then the epipolar trio."""
     t1 = stats.table1(page.flat, **page.boot)
+    score = {r["generator"]: r for r in stats.headline(page.flat, **page.boot)}
     counts = {c["generator"]: c for c in stats.status_counts(page.flat)}
-    lb_rows = [[_l(r["generator"]), _ci(r, "ir_pct", 4), _ci(r, "ge_px"), _ci(r, "adadfrc"),
-                f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
+    lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3), _ci(r, "ir_pct", 4),
+                _ci(r, "ge_px"), _ci(r, "adadfrc"), f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
                 f"{counts[r['generator']]['ok']} / {counts[r['generator']]['not_applicable']} / "
                 f"{counts[r['generator']]['error']}"] for r in t1]
     lb = ["<h2 id='leaderboard'>Leaderboard</h2>",
           "<p>Scene-balanced means over all prompt categories (paper Table 1; each scene = "
           "(prompt category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
-          "IR &uarr;, GE &darr; (px at working resolution), AdaDFRC &darr; (clip mean over "
-          "objects).</p>",
-          _table(["generator", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
+          "Score &uarr; (the headline score in [0, 1]), IR &uarr;, GE &darr; (px at working "
+          "resolution), AdaDFRC &darr; (clip mean over objects).</p>",
+          _table(["generator", "score", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
                   "ok / n.a. / error"], lb_rows)]
     trio = stats.epipolar_trio(page.flat, **page.boot)
     if any(r["epipolar_error_scenes"] for r in trio):

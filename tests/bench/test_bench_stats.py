@@ -78,6 +78,12 @@ def test_scene_balance_weights_each_seed_once():
     (t1,) = stats.table1(rows, n_boot=2000)
     assert t1["ir_pct"] == pytest.approx(100 * (0.5 + 0.9 + 1.0) / 3)
     assert t1["adadfrc_scenes"] == 0 and t1["adadfrc"] is None
+    assert stats.headline(rows, n_boot=200)[0]["score_scenes"] == 0  # no clip has a score
+    scored = [_row(f"r{i}", seed=0, score=0.2) for i in range(9)]
+    scored += [_row("s1", seed=1, score=0.6), _row("s2", seed=2, score=1.0)]
+    (h,) = stats.headline(scored, n_boot=2000)
+    assert h["score"] == pytest.approx((0.2 + 0.6 + 1.0) / 3) and h["score_scenes"] == 3
+    assert 0.2 <= h["score_lo"] <= h["score"] <= h["score_hi"] <= 1.0
     counts = stats.status_counts(rows)
     assert counts == [{"generator": "m", "n": 12, "ok": 11, "not_applicable": 0, "error": 1}]
 

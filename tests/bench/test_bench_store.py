@@ -81,17 +81,19 @@ def test_concurrent_writers_from_threads(tmp_path: Path):
 def test_flatten_and_csv_export(tmp_path: Path):
     with ResultStore(tmp_path / "r.sqlite") as s:
         s.put(_clip("a", prompt_category="C4"), "h1", "c", fake_result("a", ir=0.95, ge=2.0,
-                                                                objects=[4.0, 6.0]))
+                                                                objects=[4.0, 6.0], score=0.8125))
         s.put(_clip("b"), "h2", "c", fake_result("b", status="error"))
         flat = [flatten_row(r) for r in s.rows()]
         assert flat[0]["ir"] == 0.95 and flat[0]["num_objects"] == 2
         assert flat[0]["adadfrc_mean"] == pytest.approx(0.8 * 5.0) and flat[0]["adap90_max"] == 6
         assert flat[0]["background_pass"] is False and flat[0]["prompt_category"] == "C4"
         assert flat[1]["status"] == "error" and flat[1]["ir"] is None
+        assert flat[0]["score"] == 0.8125 and flat[1]["score"] is None
         out = s.export_csv(tmp_path / "r.csv")
     rows = list(csv.DictReader(out.open()))
     assert [r["clip_id"] for r in rows] == ["a", "b"]
     assert float(rows[0]["ge_px"]) == 2.0 and rows[1]["reason"] == "fake error"
+    assert float(rows[0]["score"]) == 0.8125 and rows[1]["score"] == ""
 
 
 def test_parquet_missing_dependency_is_clear(tmp_path: Path, monkeypatch):

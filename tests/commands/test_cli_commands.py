@@ -63,7 +63,7 @@ def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: P
     assert rc == 1  # one clip is an error
     text = capsys.readouterr().out
     lines = text.splitlines()
-    assert lines[0].split()[:4] == ["clip", "status", "regime", "IR"]
+    assert lines[0].split()[:5] == ["clip", "status", "score", "regime", "IR"]
     assert any(line.startswith("realshort") and " ok " in line for line in lines)
     assert any(line.startswith("missing") and "error" in line for line in lines)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
@@ -72,6 +72,8 @@ def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: P
     assert ok["schema_version"] == "3.0"
     assert ok["config_hash"] == pinned_config(_small_cfg()).config_hash()
     assert ok["status"] == "ok" and 0.5 < ok["background"]["ir"] <= 1.0
+    (shown,) = [line.split() for line in lines if line.startswith("realshort")]
+    assert shown[2] == f"{ok['score']:.3f}" and 0.0 <= ok["score"] <= 1.0  # the headline
     assert set(ok["backends"]) >= {"features", "flow", "masks", "gate"}
     assert ok["version"] and "VideoReadError" in err["reason"]
 

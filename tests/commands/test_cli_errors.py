@@ -13,7 +13,7 @@ import torch
 
 from geocon_torch.cli import main
 from geocon_torch.commands import score as score_cmd
-from geocon_torch.commands._common import print_table, summary_row
+from geocon_torch.commands._common import SUMMARY_COLUMNS, print_table, summary_row
 from geocon_torch.errors import ConfigError
 
 NO_GPU_DEVICE = "cuda:99" if torch.cuda.is_available() else "cuda"
@@ -78,13 +78,29 @@ def test_entry_point_subprocess_no_traceback(tmp_path: Path):
         f"geocon report: error: results not found: {tmp_path / 'missing.sqlite'}"]
 
 
+def test_table_shows_the_headline_score():
+    res = {"clip": "a", "status": "ok", "score": 0.91234, "regime": "F",
+           "background": {"ir": 1.0, "ge_px": 0.25, "pass": True}}
+    row = dict(zip(SUMMARY_COLUMNS, summary_row(res)))
+    assert (row["score"], row["regime"], row["GE px"], row["pass"]) == ("0.912", "F", "0.250",
+                                                                        "yes/-")
+    failed = dict(zip(SUMMARY_COLUMNS, summary_row({"clip": "b", "status": "error",
+                                                    "reason": "VideoReadError: empty"})))
+    assert failed["score"] == "-" and failed["reason"] == "VideoReadError: empty"
+    buf = io.StringIO()
+    print_table([summary_row(res)], out=buf, width=120)
+    header, _, line = buf.getvalue().splitlines()
+    assert header.split()[:4] == ["clip", "status", "score", "regime"]
+    assert line.split()[:4] == ["a", "ok", "0.912", "F"]
+
+
 def test_table_wraps_the_full_reason():
     reason = ("VideoReadError: " + "a very long explanation of what went wrong " * 6).strip()
     res = {"clip": "sora/3", "status": "error", "reason": reason}
     buf = io.StringIO()
-    print_table([summary_row(res)], out=buf, width=100)
+    print_table([summary_row(res)], out=buf, width=110)
     lines = buf.getvalue().splitlines()
-    assert max(len(x) for x in lines) <= 100 and len(lines) > 3
+    assert max(len(x) for x in lines) <= 110 and len(lines) > 3
     lead = lines[1].rfind(" ") + 1  # where the reason column starts
     text = " ".join([lines[2][lead:]] + [x.strip() for x in lines[3:]])
     assert text == reason and lines[2].startswith("sora/3")

@@ -10,7 +10,7 @@ import torch
 
 from geocon_torch.bench.calibration import CalibrationPlan, evaluate, fit_thresholds
 from geocon_torch.cli import main
-from geocon_torch.commands._common import summary_row
+from geocon_torch.commands._common import SUMMARY_COLUMNS, summary_row
 from geocon_torch.config import GeoConConfig, load_config
 from geocon_torch.errors import ConfigError
 from geocon_torch.io.calibration import DEFAULT_DIR, calibration_hash, load_calibration
@@ -237,8 +237,9 @@ def test_table_and_report_show_both_verdicts():
            "background": {"ir": 1.0, "ge_px": 0.3, "pass": True, "pass_calibrated": False,
                           "calibration": {"name": "default:opencv-sift", "hash": "abc123",
                                           "thresholds": {"ir": 0.97, "ge_px": 0.05}}}}
-    assert summary_row(res)[5] == "yes/no"
-    assert summary_row({"clip": "b", "background": {"pass": True}})[5] == "yes/-"
+    at = SUMMARY_COLUMNS.index("pass")
+    assert summary_row(res)[at] == "yes/no"
+    assert summary_row({"clip": "b", "background": {"pass": True}})[at] == "yes/-"
     text = calibrated_verdict(res["background"])
     assert "calibrated: no" in text and "abc123" in text
     assert "fails GE 0.3 px > 0.05 px" in text and "IR 1 >= 0.97: ok" in text
