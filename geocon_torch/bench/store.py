@@ -431,8 +431,7 @@ FLAT_COLUMNS = (
     "ge_f_px", "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic",
     "gate_decision", "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error",
     "epipolar_error_score", "epipolar_inlier_rate", "feature_match_coverage", "lost_frames",
-    "warnings",
-    "content_hash", "config_hash", "schema_version", "version", "path",
+    "warnings", "content_hash", "config_hash", "schema_version", "version", "path",
 )
 
 

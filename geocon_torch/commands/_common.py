@@ -138,6 +138,8 @@ def _fmt(v: Any, spec: str) -> str:
 
 SUMMARY_COLUMNS = ("clip", "status", "score", "regime", "IR", "GE px", "pass", "objects",
                    "AdaP90", "epi err", "epi inl", "reason")
+#: the narrowest the wrapped reason column gets (the summary table still fits 100 columns)
+REASON_MIN_WIDTH = 16
 
 
 def _passes(bg: Dict[str, Any]) -> str:
@@ -155,8 +157,7 @@ def summary_row(res: Dict[str, Any]) -> List[str]:
     reason = res.get("reason") or ""
     return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("score"), ".3f"),
             _fmt(res.get("regime"), ""), _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"),
-            _passes(bg),
-            str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
+            _passes(bg), str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
             _fmt(ep.get("epipolar_error"), ".3f"), _fmt(ep.get("epipolar_inlier_rate"), ".3f"),
             " ".join(str(reason).split())]
 
@@ -165,13 +166,14 @@ def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_C
                 out: Optional[TextIO] = None, width: Optional[int] = None) -> None:
     """Aligned columns; the last one (the reason) is never cut: it wraps onto continuation
     lines to fit ``width`` characters (default: the terminal width,
-    :func:`shutil.get_terminal_size`; at least 24 characters are kept for it)."""
+    :func:`shutil.get_terminal_size`; at least :data:`REASON_MIN_WIDTH` characters are kept
+    for it)."""
     out = out or sys.stdout
     rows = [list(map(str, r)) for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
     width = width or shutil.get_terminal_size((120, 24)).columns
-    widths[-1] = max(len(header[-1]), min(widths[-1], max(24, width - lead - 1)))
+    widths[-1] = max(len(header[-1]), min(widths[-1], max(REASON_MIN_WIDTH, width - lead - 1)))
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), file=out)
     print("  ".join("-" * w for w in widths), file=out)
     for r in rows:

@@ -98,9 +98,9 @@ def test_table_wraps_the_full_reason():
     reason = ("VideoReadError: " + "a very long explanation of what went wrong " * 6).strip()
     res = {"clip": "sora/3", "status": "error", "reason": reason}
     buf = io.StringIO()
-    print_table([summary_row(res)], out=buf, width=110)
+    print_table([summary_row(res)], out=buf, width=100)
     lines = buf.getvalue().splitlines()
-    assert max(len(x) for x in lines) <= 110 and len(lines) > 3
+    assert max(len(x) for x in lines) <= 100 and len(lines) > 3
     lead = lines[1].rfind(" ") + 1  # where the reason column starts
     text = " ".join([lines[2][lead:]] + [x.strip() for x in lines[3:]])
     assert text == reason and lines[2].startswith("sora/3")
