@@ -16,6 +16,7 @@ from typing import List, NoReturn, Optional
 
 from . import __version__, commands
 from .commands._common import check_device
+from .bench.store import StoreError
 from .errors import GeoConError
 
 # builtin exceptions that are the user's doing (a path that is not there / not readable)
@@ -60,7 +61,7 @@ def is_user_error(exc: BaseException) -> bool:
     ImportError: bad option / config / manifest / file, missing checkpoint or optional
     package; a missing or unreadable path), which get one line instead of a traceback."""
     if isinstance(exc, GeoConError):
-        return isinstance(exc, (ValueError, OSError, ImportError))
+        return isinstance(exc, (ValueError, OSError, ImportError, StoreError))
     return isinstance(exc, USER_OS_ERRORS)
 
 

@@ -405,6 +405,17 @@ class IOConfig(_Section):
     # frames: a constant bound, and one decoding pass); null: always in memory, 0: always stream
     stream_min_frames: Optional[int] = _int(64, 0, null=True, runtime=True)
 
+    #: the smallest working long side: resizing needs at least 2 px per side
+    _MIN_LONG_SIDE: ClassVar[int] = 2
+
+    def _cross_check(self) -> None:
+        """io.long_side, when an int, is at least 2 (the field's rule allows any positive int:
+        1 would pass it and then fail every clip in the resize)."""
+        side = self.long_side
+        if isinstance(side, int) and side < self._MIN_LONG_SIDE:
+            raise ConfigError(f"io.long_side must be an int >= {self._MIN_LONG_SIDE}, null or "
+                              f"'auto' (the working frame needs 2 px per side), got {side!r}")
+
 
 @dataclass
 class LKConfig(_Section):

@@ -509,6 +509,10 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
             raise VideoReadError(f"a batch of clips must be (B, T, C, H, W), got "
                                  f"{tuple(videos.shape)}")
         videos = list(videos.unbind(0))
+    if isinstance(videos, (str, bytes, Path, Clip)) or not isinstance(videos, Sequence):
+        raise InputError(f"score_clips takes a list of clips (paths, (T, C, H, W) tensors or "
+                         f"Clips) or a (B, T, C, H, W) tensor, got {type(videos).__name__}: "
+                         f"use score_clip for one clip, or pass [video]")
     n = len(videos)
     masks = list(masks) if masks is not None else [None] * n
     poses = list(poses) if poses is not None else [None] * n

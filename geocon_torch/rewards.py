@@ -46,6 +46,7 @@ import torch
 
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
+from .errors import InputError
 from .io import check_clip_tensor, clips_from_tensor, tensor_frames
 from .pipeline import pinned_config, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
@@ -183,6 +184,20 @@ def _fold_background(result: Mapping[str, Any], report_ge_px: float) -> Optional
     return float(ir) * math.exp(-float(ge) / report_ge_px)
 
 
+def check_neutral(neutral: Any) -> float:
+    """``neutral`` as a float; InputError unless it is a finite number (a reward is never NaN;
+    a value outside [0, 1], e.g. -1, is allowed as a marker of the clips that were not
+    scored)."""
+    try:
+        value = float(neutral)
+    except (TypeError, ValueError):
+        raise InputError(f"neutral must be a finite number, got {neutral!r}") from None
+    if not math.isfinite(value):
+        raise InputError(f"neutral must be a finite number (a reward is never NaN), got "
+                         f"{neutral!r}")
+    return value
+
+
 def reward_from_result(result: Mapping[str, Any], kind: str,
                        config: Optional[GeoConConfig] = None,
                        neutral: float = NEUTRAL_REWARD) -> ClipReward:
@@ -194,6 +209,7 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     recorded config, else 3.5 px). A missing block, a non-ok status or a non-finite value gives
     the neutral reward with the status and reason of the block (or of the result).
     """
+    neutral = check_neutral(neutral)
     block_key = preset_for_kind(kind).status_from
     block = result.get(block_key) or {}
     if kind == "background":
@@ -229,14 +245,17 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
         config: None, a mapping, a JSON path, a GeoConConfig, or an EpipolarDPOConfig (its
             ``epipolar_dpo`` section).
         seed: seeds the RANSAC of "epipolar" / "background" (same seed -> same rewards).
-        neutral: the reward of a clip that cannot be scored.
+        neutral: the reward of a clip that cannot be scored (a finite number; a value outside
+            [0, 1], e.g. -1, marks the unscored clips).
     Returns:
         rewards: (B,) on ``videos.device``, ``videos.dtype`` when float else float32; higher is
         better, in [0, 1]. diagnostics: :class:`RewardDiagnostics`.
     Raises:
-        ClipTensorError: ``videos`` is not a valid clip batch; InputError: unknown ``kind``.
+        ClipTensorError: ``videos`` is not a valid clip batch; InputError: unknown ``kind`` or
+            a ``neutral`` that is not a finite number.
     """
     preset_for_kind(kind)  # InputError for an unknown kind
+    neutral = check_neutral(neutral)
     check_clip_tensor(videos, batched=True)
     cfg = pinned_config(_reward_config(config, kind, seed), videos.device)
     if kind == "epipolar-dpo":

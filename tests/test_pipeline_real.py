@@ -3,7 +3,8 @@ import torch
 import pytest
 
 from geocon_torch import GeoConConfig, score_clip, score_clips
-from geocon_torch.errors import VideoReadError
+from geocon_torch.errors import InputError, VideoReadError
+from geocon_torch.io import clip_from_tensor
 
 CFG = {"features": {"mutual": True}}
 
@@ -103,3 +104,14 @@ def test_sources_that_are_not_videos_get_a_clear_error():
     res = [r.to_dict() for r in score_clips([frames, 7], preset="background", device="cpu")]
     assert res[0]["status"] == "not_applicable"
     assert res[1]["status"] == "error" and "cannot read a int" in res[1]["reason"]
+
+
+def test_score_clips_wants_a_list_of_clips(tmp_path):
+    """One path, Path, Clip or a non-sequence given to score_clips is an InputError that says
+    to use score_clip or a list (a str used to be scored character by character)."""
+    frames = torch.zeros(3, 3, 32, 32, dtype=torch.uint8)
+    for bad in (str(tmp_path / "ok.mp4"), tmp_path / "ok.mp4", 5,
+                clip_from_tensor(frames)):
+        with pytest.raises(InputError, match="score_clips takes a list of clips"):
+            score_clips(bad, preset="background", device="cpu")
+    assert len(score_clips((frames,), preset="background", device="cpu")) == 1

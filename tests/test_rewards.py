@@ -78,6 +78,28 @@ def test_bad_arguments(batch):
         geometric_reward(batch, kind="nope")
     with pytest.raises(ClipTensorError):
         geometric_reward(batch[0], kind="epipolar-dpo")  # not a batch
+    for bad in (float("nan"), float("inf"), "low"):  # a reward is never NaN
+        with pytest.raises(InputError, match="neutral must be a finite number"):
+            geometric_reward(batch, kind="epipolar", neutral=bad)
+
+
+@pytest.mark.parametrize("kind", ["epipolar", "background", "epipolar-dpo"])
+def test_empty_batch_gives_no_reward(kind):
+    """B = 0 (a loader's last, empty shard): an empty reward tensor, no error."""
+    rewards, diag = geometric_reward(torch.zeros(0, 4, 3, 32, 32, dtype=torch.uint8), kind)
+    assert rewards.shape == (0,) and rewards.dtype == torch.float32 and diag.clips == []
+
+
+def test_tiny_clip_in_an_epipolar_batch_is_its_own_not_applicable(batch):
+    """A clip of 8 x 12 px (too small for the LK pyramid's levels) is not_applicable with a
+    reason; the clip beside it keeps the reward it gets alone."""
+    tiny = torch.zeros(1, 4, 3, 8, 12, dtype=torch.uint8)
+    tiny[..., ::2, ::3] = 255
+    alone, _ = geometric_reward(batch[:1], "epipolar")
+    r_tiny, d_tiny = geometric_reward(tiny, "epipolar")
+    assert r_tiny.tolist() == [0.0] and d_tiny.clips[0].status == "not_applicable"
+    assert d_tiny.clips[0].reason
+    assert alone[0] > 0.5
 
 
 @pytest.mark.parametrize("kind", ["epipolar", "background"])

@@ -259,12 +259,16 @@ def _rows_jsonl(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
 
 
 def _rows_csv(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
-    with path.open(encoding="utf-8", newline="") as fh:
+    with path.open(encoding="utf-8-sig", newline="") as fh:  # -sig: Excel's byte-order mark
         reader = csv.DictReader(fh)
         if not reader.fieldnames:
             raise ManifestError(f"{path}: empty CSV (expected a header line with "
                                 f"{', '.join(REQUIRED_FIELDS)}, ...)")
         header = [h.strip() for h in reader.fieldnames]
+        repeated = sorted({h for h in header if header.count(h) > 1})
+        if repeated:
+            raise ManifestError(f"{path}: the header repeats column(s) "
+                                f"{', '.join(repeated)}; each column may appear once")
         reader.fieldnames = header
         retired = {new: old for old, new in RETIRED_COLUMNS.items()}
         missing = [k for k in REQUIRED_FIELDS if k not in header and retired.get(k) not in header]

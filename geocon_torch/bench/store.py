@@ -561,6 +561,16 @@ def _unique_jsonl_ids(rows: List[Tuple[int, Dict[str, Any]]], path: Path) -> Non
 
 
 def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool) -> List[Dict[str, Any]]:
+    try:
+        return _parse_jsonl(path, config_hash, validate)
+    except UnicodeDecodeError:
+        raise ResultSchemaError(f"{path}: binary data, not a result store (expected a SQLite "
+                                "store or JSON lines of results)") from None
+
+
+def _parse_jsonl(path: Path, config_hash: Optional[str], validate: bool
+                 ) -> List[Dict[str, Any]]:
+    """:func:`_load_jsonl`'s reading (UnicodeDecodeError on binary data)."""
     rows: List[Tuple[int, Dict[str, Any]]] = []
     retired: set = set()
     with path.open(encoding="utf-8") as fh:

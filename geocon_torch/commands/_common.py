@@ -31,6 +31,20 @@ def frame_size(text: str) -> Tuple[int, int]:
     return w, h
 
 
+def at_least(low: int):
+    """argparse type: an int >= ``low`` (else a usage error naming the bound)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    parse.__name__ = f"int >= {low}"
+    return parse
+
+
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration (every threshold lives in --config)")
     g.add_argument("--config", metavar="FILE",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..bench import load_results
+from ..bench.schema import result_problems
 from ..errors import InputError
 from ..pipeline import score_clip
 from ..report.explain import explain_result
@@ -67,6 +68,10 @@ def load_one_result(path: Path, clip: Optional[str]) -> Dict[str, Any]:
     except (UnicodeDecodeError, ValueError):
         data = None  # JSON lines or SQLite
     if isinstance(data, dict):
+        problems = result_problems(data)
+        if problems:
+            raise InputError(f"{path} is not a geocon result ({'; '.join(problems[:3])}); "
+                             f"pass a file written by geocon score --json, or a result store")
         if clip is not None and clip not in (data.get("clip"), data.get("clip_id")):
             raise InputError(f"--clip {clip!r}: {path} holds clip {data.get('clip')!r}")
         return data

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from ..report import build_report
+from ._common import at_least
 
 NAME = "report"
 HELP = "static HTML audit report (leaderboard, CIs, gate calibration, audit cards)"
@@ -29,14 +30,14 @@ HELP = "static HTML audit report (leaderboard, CIs, gate calibration, audit card
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", metavar="RESULTS", help="results SQLite file or JSONL file")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (index.html, img/)")
-    p.add_argument("--cards", type=int, default=6, metavar="N",
+    p.add_argument("--cards", type=at_least(0), default=6, metavar="N",
                    help="number of audit cards: worst clips first, then the best (default 6)")
     p.add_argument("--clips", metavar="IDS", help="comma-separated clip ids for the cards")
     p.add_argument("--no-draw", action="store_true",
                    help="cards without frame drawings (do not re-read the videos)")
-    p.add_argument("--boot", type=int, default=10_000, metavar="B",
+    p.add_argument("--boot", type=at_least(1), default=10_000, metavar="B",
                    help="bootstrap replicates of every CI (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=at_least(0), default=0, help="bootstrap seed (default 0)")
     p.add_argument("--config-hash", metavar="HASH",
                    help="report this configuration (default: the most common in RESULTS)")
     p.add_argument("--device", help="torch device used to re-derive card matches")

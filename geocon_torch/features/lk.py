@@ -262,9 +262,13 @@ def _lk_track(prev_pyr: list, next_pyr: list, pts: torch.Tensor, valid: torch.Te
 
 
 def _pyramids(gray: torch.Tensor, levels: int) -> Tuple[list, list]:
-    """Image pyramids of (B, 1, H, W): intensities, and intensities + Scharr gradients."""
+    """Image pyramids of (B, 1, H, W): intensities, and intensities + Scharr gradients. A level
+    is built only from an image of at least 3 x 3 px (the blur's reflect padding needs it), so
+    frames of a few pixels get fewer levels instead of an error."""
     imgs = [gray]
     for _ in range(levels):
+        if min(imgs[-1].shape[-2:]) < 3:
+            break
         imgs.append(_pyr_down(imgs[-1]))
     with_grad = [torch.cat([im, *_gradients(im, _SCHARR)], 1) for im in imgs]
     return imgs, with_grad

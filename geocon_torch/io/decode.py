@@ -3,6 +3,12 @@ only the selected ones, resized to the working resolution as soon as they are de
 
 No raw ``av`` exception leaves this module: opening failures become VideoReadError, decode errors
 after the first frame are recorded (the clip is then flagged truncated) and decoding stops.
+
+Frames missing between timestamps are inferred only for a constant-frame-rate stream with a few
+gaps; a variable-frame-rate stream (gif / animated WebP / APNG, whose frame durations vary by
+design, or a stream whose long steps are not rare or not whole multiples of the frame duration)
+is flagged ``variable_frame_rate`` instead and nothing is inferred from its timestamps. An
+animated WebP, which PyAV cannot decode, is read with PIL (:class:`~.images.AnimatedWebP`).
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import VideoReadError
+from .images import AnimatedWebP, webp_durations
 from .sampling import FrameSelection
 
 #: Consecutive packet decode errors after which decoding gives up.
@@ -20,6 +27,15 @@ _MAX_ERRORS = 8
 #: A complete decode that yields more than this many frames fewer than the container announced
 #: is reported as truncated (containers are sometimes off by one, e.g. edit lists).
 _COUNT_SLACK = 2
+#: Codecs whose frame durations vary by design: their timestamps never show lost frames.
+VARIABLE_RATE_CODECS = frozenset({"gif", "webp", "apng"})
+#: A step between timestamps longer than this many frame durations (the median step) is long.
+_LONG_STEP = 1.5
+#: A stream with more than this fraction of long steps (and at least two) is variable-rate.
+_MAX_LONG_FRACTION = 0.2
+#: A step further than this (in frame durations) from a whole multiple of the frame duration is
+#: off the grid of a constant-rate stream: the stream is variable-rate.
+_GRID_TOLERANCE = 0.25
 
 
 def check_file(path: Path) -> Path:
@@ -39,6 +55,10 @@ def open_video(path: Path):
     import av
 
     check_file(path)
+    durations = webp_durations(path)
+    if durations is not None and len(durations) > 1:
+        anim = AnimatedWebP(path, durations)  # PyAV cannot decode an animated WebP
+        return anim, anim
     try:
         container = av.open(str(path))
     except av.FFmpegError as exc:
@@ -68,6 +88,9 @@ def iter_frames(container, stream, errors: List[str]) -> Iterator:
     until decoding fails ``_MAX_ERRORS`` times in a row; the error messages go to ``errors``."""
     import av
 
+    if isinstance(container, AnimatedWebP):
+        yield from container.decode_frames(errors)
+        return
     packets = container.demux(stream)
     failures = 0
     while failures < _MAX_ERRORS:
@@ -117,17 +140,22 @@ class Decoded:
     pts: List[int] = field(default_factory=list)
 
     @property
+    def variable_frame_rate(self) -> bool:
+        """Whether the frame durations vary (see :func:`variable_rate`)."""
+        return variable_rate(timestamp_steps(self.pts), self.codec)
+
+    @property
     def timestamp_gaps(self) -> Tuple[int, int]:
         """(gaps, missing frames) inferred from the presentation timestamps: with the frame
         duration taken as the median step between consecutive decoded frames, a step longer
         than 1.5 durations is a gap of round(step / duration) - 1 missing frames (a file whose
-        frames were dropped announces and decodes fewer frames: only its timestamps show it)."""
-        diffs = np.diff(np.sort(np.asarray(self.pts, dtype=np.float64)))
-        diffs = diffs[diffs > 0]
-        if diffs.size < 2:
+        frames were dropped announces and decodes fewer frames: only its timestamps show it).
+        (0, 0) for a variable-frame-rate stream or a codec whose durations vary by design."""
+        steps = timestamp_steps(self.pts)
+        if (steps.size < 2 or self.codec in VARIABLE_RATE_CODECS
+                or variable_rate(steps, self.codec)):
             return 0, 0
-        steps = diffs / float(np.median(diffs))
-        big = steps > 1.5
+        big = steps > _LONG_STEP
         return int(big.sum()), int(np.rint(steps[big]).sum() - big.sum())
 
     @property
@@ -147,7 +175,34 @@ class Decoded:
             "truncated": self.truncated, "decode_errors": self.errors[:5],
             "num_decode_errors": len(self.errors), "timestamp_gaps": gaps,
             "timestamp_missing_frames": missing,
+            "variable_frame_rate": self.variable_frame_rate,
         }
+
+
+def timestamp_steps(pts: List[int]) -> np.ndarray:
+    """Steps between consecutive distinct timestamps, in frame durations (the median step);
+    empty for fewer than two distinct timestamps."""
+    diffs = np.diff(np.sort(np.asarray(pts, dtype=np.float64)))
+    diffs = diffs[diffs > 0]
+    if diffs.size == 0:
+        return diffs
+    return diffs / float(np.median(diffs))
+
+
+def variable_rate(steps: np.ndarray, codec: str = "") -> bool:
+    """Whether ``steps`` (:func:`timestamp_steps`) are those of a variable-frame-rate stream,
+    where a long step is a longer frame, not missing frames: for a codec of
+    ``VARIABLE_RATE_CODECS``, any step off the median; else long steps (> 1.5 durations) that
+    are not rare (at least two, and more than 20 % of the steps), or a step more than 0.25
+    durations off a whole multiple of the duration (a constant-rate stream with dropped frames
+    keeps its steps on that grid)."""
+    if steps.size < 2:
+        return False
+    off_grid = np.abs(steps - np.maximum(np.rint(steps), 1.0)) > _GRID_TOLERANCE
+    long = steps > _LONG_STEP
+    if codec in VARIABLE_RATE_CODECS:
+        return bool(long.any() or off_grid.any())
+    return bool(off_grid.any() or (long.sum() >= 2 and long.mean() > _MAX_LONG_FRACTION))
 
 
 def decode_selected(path: Path, selection: Optional[FrameSelection],

@@ -1,15 +1,24 @@
-"""Image sequences: a folder of png / jpg / jpeg / bmp / webp files (or one image file)."""
+"""Image sequences: a folder of png / jpg / jpeg / bmp / webp files (or one image file).
+
+An image file is one still frame. An *animated* WebP or PNG (APNG) is not silently read as its
+first frame: :func:`read_image` raises a VideoReadError that names it and its frame count.
+:class:`AnimatedWebP` reads an animated WebP frame by frame with PIL (PyAV cannot decode one) for
+the video decoding path (:func:`geocon_torch.io.decode.open_video`).
+"""
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from pathlib import Path
-from typing import Iterable, List, Tuple
+from types import SimpleNamespace
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import VideoReadError
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".webp"})
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def natural_key(name: str) -> Tuple:
@@ -36,13 +45,140 @@ def list_images(folder: Path) -> List[Path]:
     return files
 
 
+def webp_durations(path: Path) -> Optional[List[int]]:
+    """Frame durations (ms) of an animated WebP file, read from its ANMF chunks (nothing is
+    decoded); None for a still WebP, a non-WebP file or a folder."""
+    if not path.is_file():
+        return None
+    durations: List[int] = []
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+            return None
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                break
+            kind, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+            skip = size + (size & 1)
+            if kind == b"ANMF":
+                payload = f.read(16)
+                if len(payload) < 16:
+                    break
+                durations.append(int.from_bytes(payload[12:15], "little"))
+                skip -= 16
+            elif kind in (b"VP8 ", b"VP8L") and not durations:
+                return None  # a still image
+            f.seek(skip, 1)
+    return durations or None
+
+
+def _apng_frames(path: Path) -> int:
+    """Frame count of an animated PNG (its acTL chunk, which precedes the image data); 1 for a
+    still PNG or another file."""
+    with open(path, "rb") as f:
+        if f.read(8) != _PNG_MAGIC:
+            return 1
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8 or chunk[4:] in (b"IDAT", b"IEND"):
+                return 1
+            size = int.from_bytes(chunk[:4], "big")
+            if chunk[4:] == b"acTL":
+                count = f.read(4)
+                return max(1, int.from_bytes(count, "big")) if len(count) == 4 else 1
+            f.seek(size + 4, 1)  # data and CRC
+
+
+def animated_frames(path: Path) -> Tuple[str, int]:
+    """(kind, frame count) of an animated image file: ("WebP", n) or ("PNG (APNG)", n);
+    ("", 1) for a still image or any other file."""
+    durations = webp_durations(path)
+    if durations is not None:
+        return "WebP", len(durations)
+    n = _apng_frames(path) if path.is_file() else 1
+    return ("PNG (APNG)", n) if n > 1 else ("", 1)
+
+
 def read_image(path: Path) -> np.ndarray:
-    """(H, W, 3) uint8 RGB; raises VideoReadError when the file does not decode."""
+    """(H, W, 3) uint8 RGB; raises VideoReadError when the file does not decode, or when it
+    is an animated WebP / PNG (one image file is one still frame: its animation would be lost)."""
     import cv2
 
     if path.stat().st_size == 0:
         raise VideoReadError(f"{path}: the image file is empty (0 bytes)")
+    kind, n = animated_frames(path)
+    if n > 1:
+        raise VideoReadError(
+            f"{path}: an animated {kind} with {n} frames is not supported as an image (an image "
+            f"file, alone or in a folder, is read as one still frame, so {n - 1} frames would "
+            f"be lost); convert it to a video (mp4, gif) or to a folder of one image per frame")
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise VideoReadError(f"{path}: not a readable image")
     return np.ascontiguousarray(bgr[..., ::-1])
+
+
+class _StillFrame:
+    """One decoded frame of an :class:`AnimatedWebP`, with what the decoders read of a PyAV
+    ``VideoFrame``: ``pts`` (ms), ``height``, ``width`` and ``to_ndarray(format="rgb24")``."""
+
+    def __init__(self, rgb: np.ndarray, pts: int) -> None:
+        self.rgb, self.pts = rgb, pts
+        self.height, self.width = int(rgb.shape[0]), int(rgb.shape[1])
+
+    def to_ndarray(self, format: str = "rgb24") -> np.ndarray:  # noqa: A002 - PyAV's name
+        """The (H, W, 3) uint8 RGB frame (``format`` must be "rgb24")."""
+        if format != "rgb24":
+            raise VideoReadError(f"an animated WebP frame is rgb24 only, not {format!r}")
+        return self.rgb
+
+
+class AnimatedWebP:
+    """An animated WebP decoded frame by frame with PIL (PyAV cannot decode one), with what
+    geocon_torch.io reads of a PyAV container and of its video stream (the object is both:
+    ``streams.video[0]`` is itself): ``frames``, ``average_rate``, ``codec_context`` (name
+    "webp", width, height), ``duration`` (µs), ``time_base`` (1/1000 s), :meth:`decode_frames`
+    and :meth:`close`. Frame ``pts`` are the start times in ms (the sum of earlier durations).
+
+    Raises:
+        VideoReadError: PIL cannot open the file.
+    """
+
+    guessed_rate = base_rate = None
+    time_base = Fraction(1, 1000)
+
+    def __init__(self, path: Path, durations: List[int]) -> None:
+        from PIL import Image
+
+        try:
+            self._image = Image.open(path)
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise VideoReadError(f"{path}: an animated WebP that cannot be opened ({exc})") \
+                from exc
+        self.path, self.durations, self.frames = path, list(durations), len(durations)
+        total = sum(self.durations)
+        self.average_rate = Fraction(1000 * self.frames, total) if total > 0 else None
+        self.duration = 1000 * total if total > 0 else None
+        width, height = self._image.size
+        self.codec_context = SimpleNamespace(name="webp", width=width, height=height)
+        self.streams = SimpleNamespace(video=[self])
+        self.thread_type = "AUTO"
+
+    def decode_frames(self, errors: List[str]) -> Iterator[_StillFrame]:
+        """Yield the frames in order (composited on the canvas, RGB); a frame that does not
+        decode ends the iteration with a message in ``errors``."""
+        pts = 0
+        for i, duration in enumerate(self.durations):
+            try:
+                self._image.seek(i)
+                rgb = np.array(self._image.convert("RGB"), dtype=np.uint8)  # a writable copy
+            except (OSError, EOFError, ValueError, SyntaxError) as exc:
+                errors.append(f"decode: WebP frame {i}: {exc}")
+                return
+            yield _StillFrame(rgb, pts)
+            pts += duration
+
+    def close(self) -> None:
+        """Release the file."""
+        self._image.close()

@@ -6,7 +6,11 @@ every result, and :func:`decode_verdict` says whether the clip may be scored:
 
 * ``lost_frames`` = the most frames any evidence says are missing: frames the container
   announced but that did not decode (after a complete decode), and frames missing between
-  timestamps (gaps longer than 1.5 frame durations);
+  timestamps (gaps longer than 1.5 frame durations) of a constant-frame-rate stream;
+* a variable-frame-rate stream (``variable_frame_rate``: a gif / animated WebP / APNG whose
+  frame durations vary, or a stream whose long steps are common or off the frame grid, see
+  :func:`geocon_torch.io.decode.variable_rate`) loses no frame by its timestamps: it is scored,
+  with a ``warnings`` entry that says so;
 * ``lost_fraction`` = lost / (decoded + lost);
 * more than ``io.max_lost_fraction`` (default 0.1) lost -> the clip is an ``error`` with the
   reason; any loss or decode error below that -> scored, with a ``warnings`` entry.
@@ -22,7 +26,8 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     Keys: ``source`` (video / images / image / tensor), ``announced_frames`` (the container's
     count, None when unknown), ``decoded_frames``, ``lost_frames``, ``lost_fraction``,
     ``timestamp_gaps``, ``decode_errors`` (count) and ``first_errors`` (up to 5 messages),
-    ``truncated``.
+    ``truncated``, ``variable_frame_rate`` (the frame durations vary: no frame is inferred
+    lost from the timestamps).
     """
     announced = meta.get("container_frames")
     decoded = int(meta.get("decoded_frames") or 0)
@@ -38,13 +43,15 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
         "timestamp_gaps": int(meta.get("timestamp_gaps") or 0),
         "decode_errors": int(meta.get("num_decode_errors") or len(errors)),
         "first_errors": errors[:5], "truncated": bool(meta.get("truncated", False)),
+        "variable_frame_rate": bool(meta.get("variable_frame_rate", False)),
     }
 
 
 def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
                    ) -> Tuple[Optional[str], List[str]]:
     """(error reason or None, warnings) for an ``io`` block: an error when more than
-    ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error."""
+    ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error
+    and for a variable frame rate."""
     lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
     total = int(block["decoded_frames"]) + lost
     first = f": {block['first_errors'][0]}" if block["first_errors"] else ""
@@ -59,4 +66,7 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
         warnings.append(f"{what}; scored on the frames that decoded")
     elif block["decode_errors"]:
         warnings.append(f"{block['decode_errors']} decode error(s) but no frame lost{first}")
+    if block.get("variable_frame_rate"):
+        warnings.append("variable frame rate: the frame durations vary, so longer steps between "
+                        "timestamps are not counted as lost frames (fps is the average rate)")
     return None, warnings

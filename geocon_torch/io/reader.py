@@ -16,6 +16,8 @@ clip plus one source frame.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -24,10 +26,10 @@ import numpy as np
 import torch
 
 from .._tensor_utils import to_device
-from ..errors import ArgumentTypeError, ClipTensorError, VideoReadError
+from ..errors import ArgumentTypeError, ClipTensorError, InputError, VideoReadError
 from ..types import Clip
 from .decode import check_file, decode_selected
-from .images import IMAGE_SUFFIXES, list_images, read_image
+from .images import IMAGE_SUFFIXES, animated_frames, list_images, read_image
 from .framestore import VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
@@ -141,7 +143,7 @@ def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     if path.is_dir():
         images, idx, ws, meta = _read_images(list_images(path), sel, opts)
         meta["source"] = "images"
-    elif path.suffix.lower() in IMAGE_SUFFIXES:
+    elif path.suffix.lower() in IMAGE_SUFFIXES and animated_frames(path)[1] <= 1:
         images, idx, ws, meta = _read_images([path], sel, opts)
         meta["source"] = "image"
     elif opts.get("stream"):
@@ -239,13 +241,22 @@ def _stack_chw(images: List[np.ndarray]) -> torch.Tensor:
 
 
 def _pick_fps(source_fps: Optional[float], given: Optional[float]) -> Tuple[float, str]:
+    """(fps, where it came from): the container's, else the ``fps`` argument (checked by
+    :func:`_check_fps` whenever given), else :data:`DEFAULT_FPS`."""
+    if given is not None:
+        _check_fps(given)
     if source_fps:
         return float(source_fps), "container"
     if given is not None:
-        if not given > 0:
-            raise VideoReadError(f"fps must be > 0, got {given!r}")
         return float(given), "argument"
     return DEFAULT_FPS, "default"
+
+
+def _check_fps(fps: Any) -> None:
+    """Raise InputError unless ``fps`` is a finite number > 0 (not a bool or a string)."""
+    ok = isinstance(fps, numbers.Real) and not isinstance(fps, bool)
+    if not (ok and math.isfinite(float(fps)) and float(fps) > 0):
+        raise InputError(f"fps must be a finite number > 0 (frames per second), got {fps!r}")
 
 
 # ---------------------------------------------------------------------------------- tensors
@@ -319,6 +330,8 @@ def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
         (['tensor[0]', 'tensor[1]'], (3, 3, 32, 48), torch.uint8)
     """
     check_clip_tensor(videos, batched=True)
+    if videos.shape[0] == 0:  # an empty batch (e.g. a loader's last shard): no clip
+        return []
     names = [f"{name}[{b}]" for b in range(videos.shape[0])]
     return _tensor_clips(videos, names, **kwargs)
 

@@ -18,7 +18,9 @@ does not depend on the working size or the features backend:
   pair had ``min_inliers`` matches within tau_H of one model, typically video that does not
   match itself from frame to frame) has no GE; its ``ge`` term takes GE = tau_H (the largest
   residual an inlier may have, ``background.tau_h`` px at the working size, normalised the same
-  way): no pair was that consistent. A clip without a background block has no ``ge`` term.
+  way): no pair was that consistent. A background block that found nothing to fit (too little
+  texture even for the tracks fallback, frames too small) and a clip without a background
+  block have no ``ge`` term: no evidence either way.
 * ``rigidity`` (only where objects move and the foreground block scored them):
   ``exp(-sqrt(D_norm) / ge_scale)`` with ``D_norm`` the largest object's ``adadfrc_mean``
   (AdaDFRC-W2, px^2) in px^2 of a 1024-px frame: an object that deforms lowers it.
@@ -48,6 +50,9 @@ REF_LONG_SIDE = 1024.0
 WEIGHTS = {"match": 1.0, "inliers": 2.0, "ge": 1.0, "rigidity": 0.25}
 #: background.tau_h (px) where the result does not record its config
 DEFAULT_TAU_H = 2.0
+#: how the reason of a background block that matched but found too few valid pairs starts (the
+#: one not_applicable background whose ``ge`` term is GE = tau_H)
+FEW_VALID_PAIRS = "too few valid pairs"
 #: the fold, as the result and the docs state it
 FOLD = ("weighted geometric mean of match = epipolar.feature_match_coverage (weight 1), "
         "inliers = epipolar.epipolar_inlier_rate at 1 px (2), ge = exp(-GE_norm / 3.5 px) (1; "
@@ -70,9 +75,10 @@ def _long_side(result: Mapping[str, Any]) -> Optional[float]:
 
 
 def _tau_h(result: Mapping[str, Any], bg: Mapping[str, Any]) -> Optional[float]:
-    """tau_H (px) standing in for the GE of a background block that was tried on some pairs
-    but found too few valid ones; None for any other block."""
-    if bg.get("status") != "not_applicable" or not _num(bg, "pairs"):
+    """tau_H (px) standing in for the GE of a background block that was fitted on some pairs
+    but found too few valid ones (reason :data:`FEW_VALID_PAIRS`); None for any other block."""
+    if (bg.get("status") != "not_applicable" or not _num(bg, "pairs")
+            or not str(bg.get("reason") or "").startswith(FEW_VALID_PAIRS)):
         return None
     tau = _num(((result.get("config") or {}).get("background") or {}), "tau_h")
     return DEFAULT_TAU_H if tau is None else tau
@@ -123,4 +129,5 @@ def headline_score(result: Mapping[str, Any]) -> Optional[float]:
     return fold_terms(headline_terms(result))
 
 
-__all__ = ["GE_SCALE_PX", "WEIGHTS", "FOLD", "headline_terms", "fold_terms", "headline_score"]
+__all__ = ["GE_SCALE_PX", "WEIGHTS", "FOLD", "FEW_VALID_PAIRS", "headline_terms", "fold_terms",
+           "headline_score"]

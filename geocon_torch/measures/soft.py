@@ -20,6 +20,12 @@ Every step is a differentiable torch op, so ``score.backward()`` reaches the pix
    is the paper's residual of the model: the symmetric transfer error in px (H, compared with
    ``tau_h``) or the Sampson distance in Hartley-normalised coordinates (F, unitless, compared
    with ``tau_f``). As ``temperature -> 0`` this is the hard IR of the IRLS fit.
+5. **Contrast evidence**: the ratio is multiplied by ``1 - exp(-(c / MIN_CONTRAST)^2)`` with
+   ``c`` the smaller grey-level standard deviation of the two frames (in [0, 1] units, so the
+   same at every resolution): 1 to 1e-10 for any frame with visible content (c >= 0.05), 0 for
+   a blank one. Without it a flat or black frame, whose zero flow every model explains, would
+   get the largest score there is, and a generator trained on the score would be rewarded for
+   blank output.
 
 Shapes: frames (P, C, H, W) pairs in, (P,) scores out; see :func:`soft_pair_scores`.
 """
@@ -72,6 +78,19 @@ def texture_confidence(img: torch.Tensor, sigma: float) -> torch.Tensor:
     lam = torch.nn.functional.softplus(lam, beta=1e4)  # >= 0, smooth at 0
     mean = lam.flatten(1).mean(1).clamp_min(1e-12).view(-1, 1, 1)
     return lam / (lam + mean)
+
+
+#: grey-level standard deviation (frames in [0, 1]) below which a pair counts as blank: the scale
+#: of the contrast evidence (module docstring, step 5)
+MIN_CONTRAST = 0.01
+
+
+def contrast_evidence(img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+    """(P, C, H, W) frame pairs in [0, 1] -> (P,) ``1 - exp(-(c / MIN_CONTRAST)^2)``, ``c`` the
+    smaller of the two frames' grey-level standard deviations (differentiable)."""
+    std = torch.minimum(to_gray(img1).flatten(1).std(1, correction=0),
+                        to_gray(img2).flatten(1).std(1, correction=0))
+    return 1.0 - torch.exp(-(std / MIN_CONTRAST) ** 2)
 
 
 def soft_ratio(residual: torch.Tensor, conf: torch.Tensor, tau: float,
@@ -137,6 +156,8 @@ def soft_pair_scores(img1: torch.Tensor, img2: torch.Tensor, cfg: SoftConsistenc
     if cfg.model in ("fundamental", "auto"):
         _, r = irls_fit("fundamental", x1, x2, conf, cfg)
         ir_f = soft_ratio(r, conf, cfg.tau_f, cfg.temperature_f)
+    evidence = contrast_evidence(img1, img2)
+    ir_h, ir_f = ir_h * evidence, ir_f * evidence
     if cfg.model == "homography":
         return ir_h, ir_h, ir_f
     if cfg.model == "fundamental":

@@ -9,6 +9,8 @@ the counts and that first reason whenever it returns a NaN.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 import torch
@@ -29,6 +31,21 @@ class GeoConMetric(Metric):
     num_not_applicable: Tensor
     num_error: Tensor
     reasons: List[Tensor]
+    protocol_key: Tensor
+
+    def _add_protocol_state(self, *settings: Any) -> None:
+        """A constant state ``protocol_key`` (8,) int64 (the bytes 0-255 of a hash of
+        ``settings``: what changes the states' numbers). torchmetrics' ``MetricCollection``
+        puts metrics whose states are equal after their first update into one compute group
+        and then updates only one of them: right for classes that share one analysis (the
+        epipolar trio, the background family), wrong for two metrics scored with different
+        settings (e.g. working sizes), which would share numbers after a batch in which every
+        clip was not_applicable. Their keys differ, so they are never grouped. ``max``-reduced:
+        every rank holds the same key; not persistent (no checkpoint change)."""
+        text = json.dumps(list(settings), sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).digest()[:8]
+        self.add_state("protocol_key", default=torch.tensor(list(digest), dtype=torch.long),
+                       dist_reduce_fx="max")
 
     def _add_no_data_states(self) -> None:
         for name in ("num_not_applicable", "num_error"):

@@ -22,7 +22,7 @@ from torchmetrics.utilities import dim_zero_cat
 from ..config import GeoConConfig
 from ..pipeline import scoring_config
 from .functional._common import ERROR, NOT_APPLICABLE, OK
-from .functional.background import (BACKGROUND_COUNTS, BACKGROUND_VALUES,
+from .functional.background import (BACKGROUND_COUNTS, BACKGROUND_VALUES, check_background_preset,
                                     _background_consistency_compute,
                                     _background_consistency_update)
 from ._base import GeoConMetric
@@ -84,12 +84,14 @@ class BackgroundConsistency(GeoConMetric):
         super().__init__(**kwargs)
         self.config = scoring_config(config, preset)  # records the preset it scores with
         self.preset = self.config.preset
+        check_background_preset(self.preset)
         self.scoring_device = scoring_device
         for name in BACKGROUND_VALUES:  # one entry per clip (list states gather uneven ranks)
             self.add_state(name, default=[], dist_reduce_fx="cat")
         for name in ("num_clips", "num_ok", "num_pass"):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
+        self._add_protocol_state(self.config.config_hash())
 
     def update(self, videos: Videos, masks: Any = None, poses: Any = None) -> None:
         """Score a batch: ``videos`` (B, T, C, H, W) tensor or a list of paths / (T, C, H, W)

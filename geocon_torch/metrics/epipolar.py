@@ -87,6 +87,7 @@ class _EpipolarTrio(GeoConMetric):
         self.add_state("num_ok", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("num_clips", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
+        self._add_protocol_state(self.epipolar_config.to_dict(), implementation, features)
         self.last_sections: List[Dict[str, Any]] = []
 
     def update(self, videos: VideosLike) -> None:

@@ -77,6 +77,7 @@ class AdaDFRC(GeoConMetric):
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("values", default=[], dist_reduce_fx="cat")
         self._add_no_data_states()
+        self._add_protocol_state(self.grid, self.score, self.min_pixels, self.percentile)
 
     def update(self, flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None) -> None:
         vals, n_na, n_err = _adadfrc_update(flow, masks, reliability, grid=self.grid,

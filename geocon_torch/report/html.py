@@ -21,6 +21,7 @@ from ..bench import stats
 from ..bench.pg_store import mask_url
 from ..bench.store import flatten_row, load_results
 from ..categories import expected_regime
+from ..errors import InputError
 from . import plots
 from .audit import audit_card
 from .text import compact, counts, label
@@ -86,7 +87,11 @@ def _thresholds(gate: Optional[Dict[str, Any]]) -> Dict[str, float]:
 
 def _pick_cards(flat: List[Dict[str, Any]], n: int, explicit: Optional[Sequence[str]]) -> List[str]:
     if explicit:
-        return [c for c in explicit if any(r["clip_id"] == c for r in flat)]
+        missing = [c for c in explicit if not any(r["clip_id"] == c for r in flat)]
+        if missing:
+            raise InputError(f"--clips: no clip {', '.join(map(repr, missing))} among the "
+                             f"{len(flat)} results of the chosen config")
+        return list(explicit)
     ok = [r for r in flat if r.get("status") == "ok" and r.get("ir") is not None]
     ok.sort(key=lambda r: (bool(r.get("background_pass")), r["ir"], -(r.get("ge_px") or 0)))
     picked = [r["clip_id"] for r in ok[: max(0, n - n // 3)]]
@@ -125,6 +130,10 @@ def _chosen_rows(source: Union[str, Path, List[Dict[str, Any]]], config_hash: Op
     src_name = "rows" if isinstance(source, list) else mask_url(str(source))
     hashes = Counter(r.get("config_hash") for r in rows)
     chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
+    if config_hash is not None and config_hash not in hashes:
+        known = ", ".join(f"{h} ({n} rows)" for h, n in hashes.most_common(5)) or "none"
+        raise InputError(f"--config-hash {config_hash}: no result in {src_name} has it "
+                         f"(its config hashes: {known})")
     return [r for r in rows if r.get("config_hash") == chosen], src_name, hashes, chosen
 
 

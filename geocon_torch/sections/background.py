@@ -37,6 +37,7 @@ from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
+from ..measures.headline import FEW_VALID_PAIRS
 from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
                                    classify_behaviour, fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
@@ -997,7 +998,7 @@ def _finish(clip: Clip, stack: _Stack, summary: Dict[str, Any], h: Dict[str, Any
     bc, block = cfg.background, out.block
     if summary["valid_pairs"] < bc.min_valid_pairs:
         block.update(status="not_applicable", ir=None, ge_px=None, **{"pass": None},
-                     reason=f"too few valid pairs: {summary['valid_pairs']} of "
+                     reason=f"{FEW_VALID_PAIRS}: {summary['valid_pairs']} of "
                             f"{stack.evaluated.numel()} (pair, scale) entries have >= "
                             f"{bc.min_inliers} {out.regime}-inliers")
         _calibrated(block, out, max(clip.size), cfg)

@@ -15,6 +15,7 @@ from geocon_torch.cli import main
 from geocon_torch.commands import score as score_cmd
 from geocon_torch.commands._common import SUMMARY_COLUMNS, print_table, summary_row
 from geocon_torch.errors import ConfigError
+from helpers import fake_result, write_jsonl
 
 NO_GPU_DEVICE = "cuda:99" if torch.cuda.is_available() else "cuda"
 
@@ -126,3 +127,44 @@ def test_score_two_files_with_the_same_stem(shared_data: Path, tmp_path: Path, c
     assert rc == 0
     cards = list((tmp_path / "rep" / "img").glob("card_*_timeline.png"))
     assert len(cards) == 2
+
+
+def test_inputs_that_are_not_what_a_command_reads(tmp_path: Path, capsys):
+    """One line, exit 2, naming the problem: a JSON object that is not a result (explain), a
+    binary file as results, a bad --boot / --cards / --seed, a --config-hash or --clips that
+    matches nothing (report: was an empty page with exit 0), a --db that is not a store."""
+    not_result = tmp_path / "truth.json"
+    not_result.write_text(json.dumps({"foo": 1}))
+    _fail(capsys, ["explain", str(not_result)], "is not a geocon result")
+    binary = tmp_path / "masks.npz"
+    binary.write_bytes(bytes(range(256)) * 4)
+    _fail(capsys, ["report", str(binary), "--out", str(tmp_path / "o")], "binary data")
+    results = write_jsonl(tmp_path / "r.jsonl", [fake_result("a", config_hash="cfg1"),
+                                                 fake_result("b", config_hash="cfg1")])
+    out = ["--out", str(tmp_path / "o"), "--no-draw"]
+    for flag, value in (("--boot", "0"), ("--cards", "-1"), ("--seed", "-1")):
+        with pytest.raises(SystemExit) as exc:
+            main(["report", str(results), *out, flag, value])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"argument {flag}: must be >=" in err
+    _fail(capsys, ["report", str(results), *out, "--config-hash", "deadbeef"],
+          "no result in")
+    _fail(capsys, ["report", str(results), *out, "--clips", "a,nosuch"], "no clip 'nosuch'")
+    m = tmp_path / "m.csv"
+    m.write_text("path,generator\na.mp4,g\n")
+    _fail(capsys, ["bench", str(m), "--db", str(m)], "cannot open result store")
+
+
+def test_manifest_header_byte_order_mark_and_repeats(tmp_path: Path, capsys):
+    """A CSV saved by Excel (UTF-8 byte-order mark) reads like any other; a header that
+    repeats a column is an error (the last one used to win silently)."""
+    from geocon_torch.bench.manifest import load_manifest
+
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("\ufeffpath,generator\nclip.mp4,genA\n".encode("utf-8"))
+    rows = load_manifest(bom)
+    assert [(r.generator, Path(r.path).name) for r in rows] == [("genA", "clip.mp4")]
+    dup = tmp_path / "dup.csv"
+    dup.write_text("path,generator,path\na.mp4,g,b.mp4\n")
+    _fail(capsys, ["bench", str(dup), "--db", str(tmp_path / "r.sqlite")],
+          "the header repeats column(s) path")

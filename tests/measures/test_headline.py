@@ -6,8 +6,8 @@ import math
 import pytest
 
 from geocon_torch import score_clip
-from geocon_torch.measures.headline import (GE_SCALE_PX, fold_terms, headline_score,
-                                            headline_terms)
+from geocon_torch.measures.headline import (FEW_VALID_PAIRS, GE_SCALE_PX, fold_terms,
+                                            headline_score, headline_terms)
 from geocon_torch.result import ClipResult
 from geocon_torch.synth import render_scene
 
@@ -33,8 +33,13 @@ def test_terms_and_fold_closed_form():
                      - 0.25 * 2.0 / GE_SCALE_PX) / 4.25)
     assert headline_score(res) == pytest.approx(want)
     # too few valid pairs: GE = tau_H (2 px at 512 = 4 px at 1024)
-    res["background"] = {"status": "not_applicable", "pairs": 4, "ge_px": None}
+    res["background"] = {"status": "not_applicable", "pairs": 4, "ge_px": None,
+                         "reason": f"{FEW_VALID_PAIRS}: 0 of 4 (pair, scale) entries ..."}
     assert headline_terms(res)["ge"] == pytest.approx(math.exp(-4.0 / GE_SCALE_PX))
+    # nothing to fit (too little texture, frames too small): no evidence, no ge term
+    for reason in ("too little texture: median 3 matches per pair", "frames too small"):
+        res["background"] = {"status": "not_applicable", "pairs": 4, "reason": reason}
+        assert "ge" not in headline_terms(res)
     # a block that is not ok (and not tried on pairs) contributes nothing; an error or no
     # term is no score
     res["background"] = {"status": "not_applicable", "pairs": 0}
@@ -51,6 +56,18 @@ def test_score_in_the_result_and_round_trip():
     assert 0.0 <= d["score"] <= 1.0 and d["score"] == headline_score(d)
     assert set(d["score_terms"]) == {"match", "inliers", "ge"}
     assert ClipResult.from_dict(d).score == d["score"]
+
+
+def test_textureless_clip_has_no_score():
+    """A flat clip is not_applicable with its reason and no score (never a made-up number that
+    depends on the working size); a clip whose frames do not match each other keeps one."""
+    import torch
+    flat = torch.full((6, 3, 96, 128), 128, dtype=torch.uint8)
+    for side in (128, 256):
+        d = score_clip(flat, preset="background", device="cpu",
+                       config={"io": {"long_side": side}}).to_dict()
+        assert d["status"] == "not_applicable" and "texture" in d["reason"]
+        assert d["score"] is None and not d["score_terms"]
 
 
 def _scores(category, kind, severities, size=(144, 192), frames=6):

@@ -52,6 +52,20 @@ def test_shapes_and_errors():
         soft_background_consistency(torch.rand(1, 1, 3, 16, 16))
     with pytest.raises(InputError, match="model"):
         soft_background_consistency(torch.rand(1, 2, 3, 16, 16), model="affine")
+    assert soft_background_consistency(torch.rand(0, 2, 3, 16, 16)).shape == (0,)
+
+
+def test_blank_frames_score_zero():
+    """Flat grey and black clips (zero flow, which every model explains) get 0, not the top
+    score: a generator trained on the score is not rewarded for blank output; a textured clip
+    keeps its value (the contrast evidence is 1 to within 1e-10 there)."""
+    tex = smooth_clip().float()  # grey std ~0.1
+    flat = torch.full((2, 2, 1, 12, 12), 0.5)
+    flat[1] = 0.0
+    s = soft_background_consistency(torch.cat([tex, flat]), grid_step=2, border=2)
+    assert float(s[0]) > 0.9 and s[1:].tolist() == [0.0, 0.0]
+    from geocon_torch.measures.soft import contrast_evidence
+    assert float(contrast_evidence(tex[0, :1], tex[0, 1:])) > 1 - 1e-10
 
 
 def _spearman(a, b) -> float:

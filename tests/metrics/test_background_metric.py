@@ -60,3 +60,43 @@ def test_update_keeps_each_values_non_nan_clips_in_order(monkeypatch):
         want = [v for v in cols[name] if v == v]
         assert getattr(m, name)[0].tolist() == want, name
     assert int(m.num_pass) == 2 and int(m.num_clips) == 4 and int(m.num_ok) == 3
+
+
+def test_presets_without_a_background_are_refused():
+    """A preset that does not run the background section ("worldatlas", "gvgc",
+    "epipolar-dpo") would give NaN values under an ok status and a pass rate of 0: refused
+    at construction and by the functional API."""
+    from geocon_torch.errors import ConfigError
+    from geocon_torch.metrics.functional import background_consistency
+
+    for preset in ("worldatlas", "gvgc", "epipolar-dpo"):
+        with pytest.raises(ConfigError, match=f"preset '{preset}' does not score the background"):
+            BackgroundConsistency(preset=preset)
+        with pytest.raises(ConfigError, match="does not score the background"):
+            background_consistency(make_clips()[:1], preset=preset)
+    assert BackgroundConsistency(preset="geocon").preset == "geocon"
+
+
+def test_collection_keeps_differently_configured_copies_apart():
+    """Two copies of one class with different working sizes in a MetricCollection: a first
+    batch where every clip is not_applicable leaves their states equal, yet they are never put
+    into one compute group (their protocol keys differ), so each keeps its own numbers."""
+    from torchmetrics import MetricCollection
+
+    videos = make_clips()
+    grey = torch.full_like(videos[:1], 128)
+    configs = {"a": {**CFG, "io": {"long_side": None}}, "b": {**CFG, "io": {"long_side": 64}}}
+    alone = {}
+    for k, cfg in configs.items():
+        m = BackgroundGeometricError(config=cfg)
+        m.update(grey)
+        m.update(videos[:2])
+        alone[k] = float(m.compute())
+    assert alone["a"] != alone["b"]
+    coll = MetricCollection({k: BackgroundGeometricError(config=cfg)
+                             for k, cfg in configs.items()})
+    coll.update(grey)
+    coll.update(videos[:2])
+    out = coll.compute()
+    assert {k: float(v) for k, v in out.items()} == alone
+    assert len(coll.compute_groups) == 2

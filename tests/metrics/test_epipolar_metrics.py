@@ -153,3 +153,25 @@ def test_distributed_sync_two_gloo_ranks(batches):
         assert out[rank][0] == pytest.approx(single.compute().item())
         assert out[rank][1] == 2  # each rank analysed its own 2 clips
     assert out[0][2] != pytest.approx(out[1][2])  # the ranks' local values differ
+
+
+@pytest.mark.parametrize("implementation", ["opencv", "torch"])
+def test_empty_batch_and_tiny_clip(batches, implementation):
+    """B = 0 gives empty values (no error); a clip of 8 x 12 px in a list batch is its own
+    not_applicable (the torch LK pyramid stops where a level would be smaller than its blur)
+    and the clip beside it keeps the value it gets alone."""
+    empty = torch.zeros(0, 4, 3, 32, 32, dtype=torch.uint8)
+    vals, status = epi_functional.epipolar_error(empty, implementation=implementation,
+                                                      return_status=True)
+    assert vals.shape == (0,) and status.shape == (0,)
+    m = EpipolarError(implementation=implementation)
+    m.update(empty)
+    assert int(m.num_clips) == 0
+    ok = batches[0][0]
+    tiny = (torch.rand(4, 3, 8, 12, generator=torch.Generator().manual_seed(0)) * 255
+            ).to(torch.uint8)
+    alone = epi_functional.epipolar_error([ok], implementation=implementation)
+    vals, status = epi_functional.epipolar_error([ok, tiny], implementation=implementation,
+                                                      return_status=True)
+    assert torch.equal(vals[:1], alone) and bool(torch.isfinite(alone).all())
+    assert torch.isnan(vals[1]) and status.tolist() == [0, 1]

@@ -10,7 +10,9 @@ from torch import Tensor
 
 from ..._tensor_utils import masked_median
 from ...config import ConfigLike, load_config
+from ...errors import ConfigError
 from ...pipeline import score_clips
+from ...presets import get_preset
 from ._common import ClipValues, VideosLike, check_videos, per_clip, status_codes
 
 #: Per-clip values of the ``background`` block (IR in [0, 1]; GE in px at working resolution).
@@ -18,6 +20,15 @@ BACKGROUND_VALUES = ("ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px")
 #: Count states of ``BackgroundConsistency`` (all ``sum``-reduced).
 BACKGROUND_COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error", "num_pass")
 
+
+
+def check_background_preset(preset: str) -> None:
+    """Raise ConfigError unless ``preset`` runs the background section (a preset without it,
+    e.g. "worldatlas", gives no IR / GE: every value would be NaN under an ok status)."""
+    if "background" not in get_preset(preset).sections:
+        raise ConfigError(f"preset {preset!r} does not score the background (its sections: "
+                          f"{', '.join(get_preset(preset).sections)}); background consistency "
+                          f"needs one of the presets that do: background, geocon, all")
 
 
 def _background_consistency_update(videos: VideosLike, masks: Optional[Sequence[Any]] = None,
@@ -33,6 +44,7 @@ def _background_consistency_update(videos: VideosLike, masks: Optional[Sequence[
     A malformed tensor batch raises ClipTensorError first (the io rule).
     """
     check_videos(videos)
+    check_background_preset(preset)
     results = score_clips(videos, masks=masks, poses=poses, config=load_config(config),
                           device=device, preset=preset)
     ok = [r.status == "ok" for r in results]

@@ -55,7 +55,8 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
             ``window_sigma``, ``border``, ``auto_margin``), validated as the config is.
     Returns:
         (B,) scores in [0, 1] in ``frames.dtype`` on ``frames.device``, higher is better: the
-        mean over the T - 1 consecutive pairs of the soft inlier ratio.
+        mean over the T - 1 consecutive pairs of the soft inlier ratio (a pair of blank frames,
+        grey-level std well under 0.01, counts 0: no evidence of consistency); (0,) for B = 0.
     Raises:
         ClipTensorError: not a (B, T, C, H, W) float clip batch in [0, 1]; ShapeError: uint8
             frames (no gradient) or fewer than 2 frames; InputError: a bad setting.
@@ -76,6 +77,8 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
         raise ShapeError("soft_background_consistency needs float frames in [0, 1] (uint8 "
                          "carries no gradient: pass frames.float() / 255)")
     b, t = int(frames.shape[0]), int(frames.shape[1])
+    if b == 0:  # an empty batch: no score
+        return frames.new_zeros(0)
     if t < 2:
         raise ShapeError(f"soft_background_consistency needs T >= 2 frames, got shape "
                          f"{tuple(frames.shape)}")
