@@ -79,7 +79,9 @@ def test_cli_metric_rewards_and_bench_record_the_preset(frames, tmp_path):
     ns = dict(config=None, long_side=None, max_frames=None, stride=None)
     cli = {p: build_config(argparse.Namespace(preset=p, **ns)) for p in ("gvgc", "background")}
     assert cli["gvgc"].preset == "gvgc" and len({c.config_hash() for c in cli.values()}) == 2
-    assert BackgroundConsistency(preset="gvgc").config.preset == "gvgc"
+    assert BackgroundConsistency(preset="all").config.preset == "all"
+    with pytest.raises(ConfigError, match="preset 'gvgc' does not score the background"):
+        BackgroundConsistency(preset="gvgc")
     with pytest.raises(ConfigError, match="^preset must be one of"):
         BackgroundConsistency(preset="fast")
     # rewards: the kind's preset, and the hash score_clip records for it
