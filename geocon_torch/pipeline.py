@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -264,11 +264,14 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
     :func:`score_clip`."""
     cfg = scoring_config(config, preset)
     preset = cfg.preset
+    named = name is not None
     if name is None:
         name = Path(str(video)).stem if isinstance(video, (str, Path)) else "clip"
     timer, t_start = Progress(name, progress_enabled(progress)), time.perf_counter()
     with timer("read"):
         clip, dev = load_clip(video if clip is None else clip, cfg, device)
+    if named and isinstance(video, torch.Tensor):  # score_clips' clip{k}: the same name
+        clip = replace(clip, name=name)  # whether the clip is scored or fails
     timer.name = clip.name
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
     cfg = pinned_config(cfg, dev)

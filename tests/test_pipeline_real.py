@@ -115,3 +115,13 @@ def test_score_clips_wants_a_list_of_clips(tmp_path):
         with pytest.raises(InputError, match="score_clips takes a list of clips"):
             score_clips(bad, preset="background", device="cpu")
     assert len(score_clips((frames,), preset="background", device="cpu")) == 1
+
+
+def test_score_clips_names_tensors_by_position():
+    """Tensors in score_clips are clip0, clip1, ... whether they are scored or fail (scored
+    ones used to be "tensor", failed ones "clip1")."""
+    ok = torch.zeros(3, 3, 32, 32, dtype=torch.uint8)
+    bad = torch.zeros(3, 3, 1, 32, dtype=torch.uint8)  # too small to read
+    res = score_clips([ok, bad, ok], preset="background", device="cpu")
+    assert [r.clip for r in res] == ["clip0", "clip1", "clip2"]
+    assert res[1].status == "error" and res[0].status == res[2].status == "not_applicable"

@@ -114,3 +114,10 @@ def test_pairs_cli_user_errors(tmp_path, capsys):
                  "--out", str(tmp_path / "p.jsonl"), "--kind", "background"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "manifest not found" in err
+    bad = tmp_path / "m.csv"  # "Prompt": not the manifest's column name
+    bad.write_text("path,generator,Prompt\na.mp4,g,a cat\nb.mp4,h,a cat\n")
+    code = main(["pairs", str(bad), "--db", str(tmp_path / "r.sqlite"),
+                 "--out", str(tmp_path / "p.jsonl"), "--kind", "background"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no manifest entry has a prompt" in err and not (tmp_path / "r.sqlite"
+                                                                           ).exists()

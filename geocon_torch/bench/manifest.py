@@ -284,7 +284,9 @@ def _rows_csv(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
 
 
 def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
-    """Read a ``.csv`` or ``.jsonl`` / ``.json`` (one object per line) manifest.
+    """Read a ``.csv`` or ``.jsonl`` / ``.json`` (one object per line) manifest. Relative paths
+    in it are resolved against the manifest's folder and stored absolute (a store then reads
+    the same files from any working directory).
 
     Raises:
         ManifestError: file missing, unknown extension, bad JSON/CSV, a required field missing,
@@ -305,7 +307,8 @@ def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
     if not rows:
         raise ManifestError(f"{path}: manifest has no rows")
     _warn_retired(retired_columns(row for _, row in rows), str(path))
-    entries = [entry_from_mapping(row, base=path.parent, line=lineno, where=str(path), warn=False)
+    entries = [entry_from_mapping(row, base=path.absolute().parent, line=lineno, where=str(path),
+                                  warn=False)
                for lineno, row in rows]
     explicit = [not _blank(row.get("clip_id")) if isinstance(row, dict) else True
                 for _, row in rows]

@@ -117,6 +117,10 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
         raise InputError(f"min_margin must be >= 0, got {min_margin!r}")
     entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
     check_unique_ids(entries, "manifest entries")
+    if entries and not any(e.prompt for e in entries):
+        raise InputError(f"no manifest entry has a prompt: pairs are built per prompt, from the "
+                         f"manifest's 'prompt' column / field (lower case; {len(entries)} "
+                         f"entries, none scored)")
     cfg = kind_config(config, kind)
     summary = run_manifest(entries, db, config=cfg, device=device, progress=progress,
                            distributed=False)

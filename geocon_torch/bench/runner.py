@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import itertools
+import json
 import logging
 import os
 import time
@@ -269,6 +270,8 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                batch_clips)
     try:
         with ResultStore(db, timeout_s=store_timeout_s) as store:
+            if rank == 0:
+                store.drop_renamed_clips([(e.clip_id, e.path) for e in entries], job.cfg_hash)
             if mode == "dynamic":
                 summary = _run_dynamic(entries, store, job, lease_s, use_dist)
             else:
@@ -531,8 +534,12 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     status = store.status_of(key, cfg_hash)
     if status is None or (job.retry_errors and status == "error"):
         return _Todo(entry, key, unreadable, status is not None, done)
-    if store.linked(entry.clip_id, cfg_hash) == key:
+    link = store.clip_link(entry.clip_id, cfg_hash)
+    if link is not None and link[0] == key:
         summary.skipped += 1
+        row = _clip_row(entry)
+        if link[1] != json.dumps(row["entry"], sort_keys=True, default=str):
+            store.put(row, key, cfg_hash, None)  # the manifest's metadata changed: keep it
         if work is not None:
             work.finish(entry.clip_id)
     else:

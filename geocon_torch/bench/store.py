@@ -228,9 +228,29 @@ class ResultStore:
 
     def linked(self, clip_id: str, config_hash: str) -> Optional[str]:
         """Content hash the clip row points at, or None."""
-        row = self._one("SELECT content_hash FROM clips WHERE clip_id=? AND config_hash=?",
-                        (clip_id, config_hash))
+        row = self.clip_link(clip_id, config_hash)
         return None if row is None else row[0]
+
+    def clip_link(self, clip_id: str, config_hash: str) -> Optional[Tuple[str, str]]:
+        """(content hash, manifest entry as stored JSON) of the clip row, or None."""
+        row = self._one("SELECT content_hash, entry_json FROM clips WHERE clip_id=? AND "
+                        "config_hash=?", (clip_id, config_hash))
+        return None if row is None else (row[0], row[1])
+
+    def drop_renamed_clips(self, clips: Sequence[Tuple[str, str]], config_hash: str) -> int:
+        """Delete this config's clip rows of the ``clips`` (clip_id, path) paths that are
+        stored under another clip_id, not among ``clips`` (a manifest whose derived ids changed
+        when rows were added: the old id would stay as a second row of the same file). Results
+        are kept (they are keyed by content). Returns the number of rows deleted."""
+        ids = {cid for cid, _ in clips}
+        paths = {p for _, p in clips}
+        stale = [cid for cid, path in self._select(
+            "SELECT clip_id, path FROM clips WHERE config_hash=?", (config_hash,))[1]
+            if path in paths and cid not in ids]
+        if stale:
+            self._write([("DELETE FROM clips WHERE clip_id=? AND config_hash=?",
+                          (cid, config_hash)) for cid in stale])
+        return len(stale)
 
     def count(self, table: str = "results") -> int:
         if table not in ("results", "clips", "leaderboard"):

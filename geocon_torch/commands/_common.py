@@ -45,6 +45,17 @@ def at_least(low: int):
     return parse
 
 
+def unit_fraction(text: str) -> float:
+    """argparse type: a finite number in [0, 1] (else a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return value
+
+
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration (every threshold lives in --config)")
     g.add_argument("--config", metavar="FILE",

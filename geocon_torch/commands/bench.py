@@ -42,6 +42,7 @@ import sys
 from ..bench import ResultStore, run_manifest
 from ..bench.pg_store import mask_url
 from ..bench.runner import ASSIGNMENTS
+from ..errors import InputError
 from ..pipeline import pinned_config
 from ._common import add_config_arguments, build_config
 
@@ -100,11 +101,17 @@ def run(args: argparse.Namespace) -> int:
         for line in summary.errors[:20]:
             print(f"  error {line}", file=sys.stderr)
     elif not (args.export_csv or args.export_parquet):
-        print("geocon bench: give a MANIFEST to run or --export-csv / --export-parquet",
+        print("geocon bench: error: give a MANIFEST to run or --export-csv / --export-parquet",
               file=sys.stderr)
         return 2
     cfg_hash = None if args.all_configs else pinned_config(cfg, args.device).config_hash()
     with ResultStore(args.db, timeout_s=args.store_timeout) as store:
+        stored = store.config_hashes() if cfg_hash is not None else []
+        if cfg_hash is not None and stored and cfg_hash not in stored:
+            raise InputError(f"{mask_url(str(args.db))} holds no result of this configuration "
+                             f"({cfg_hash}; it holds {', '.join(stored[:5])}): give the "
+                             f"--preset / --config / --long-side the results were scored with, "
+                             f"or --all-configs")
         if args.export_csv:
             store.export_csv(args.export_csv, cfg_hash)
             print(f"wrote {args.export_csv}")

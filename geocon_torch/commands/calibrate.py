@@ -30,7 +30,7 @@ from ..categories import canonical_category
 from ..config import FEATURE_BACKEND_CHOICES
 from ..errors import GeoConError
 from ..synth import CORRUPTIONS, MOTIONS
-from ._common import frame_size
+from ._common import frame_size, unit_fraction
 
 NAME = "calibrate"
 HELP = "calibrate the report gate on grounded scenes (writes calibration.json + ROC plots)"
@@ -87,9 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="opencv-sift", choices=FEATURE_BACKEND_CHOICES,
                         help="features backend (default opencv-sift, the CPU default)")
     parser.add_argument("--device", default="cpu", help="torch device for scoring (default cpu)")
-    parser.add_argument("--target-false-pass", type=float, default=0.05,
+    parser.add_argument("--target-false-pass", type=unit_fraction, default=0.05,
                         help="allowed fraction of corrupted clips passing (default 0.05)")
-    parser.add_argument("--min-severity", type=float, default=0.5,
+    parser.add_argument("--min-severity", type=unit_fraction, default=0.5,
                         help="corrupted clips below this severity are plotted but not "
                              "constrained (default 0.5)")
     parser.add_argument("--severities", default="0.25,0.5,1.0",

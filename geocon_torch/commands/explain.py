@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", metavar="RESULT_OR_VIDEO",
                    help="result JSON / JSONL / results.sqlite, or a video to score first")
     p.add_argument("--clip", metavar="ID", help="clip id (or name) in a multi-clip results file")
+    p.add_argument("--config-hash", metavar="HASH",
+                   help="the configuration to explain in a store that holds several")
     p.add_argument("--pair", type=int, metavar="K",
                    help="evaluated pair to locate the outliers of (default: the worst pair)")
     p.add_argument("--masks", metavar="PATH", help="object masks the clip is (was) scored with")
@@ -54,13 +56,19 @@ def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[
                              f"(e.g. {ids})")
         return rows[0]
     hits = [r for r in rows if clip in (r.get("clip_id"), (r.get("result") or {}).get("clip"))]
+    hashes = sorted({str(r.get("config_hash")) for r in hits})
+    if len(hits) > 1 and len(hashes) > 1:
+        raise InputError(f"--clip {clip!r}: {where} holds it under {len(hashes)} configurations "
+                         f"({', '.join(hashes[:5])}): pick one with --config-hash")
     if len(hits) != 1:
         raise InputError(f"--clip {clip!r}: {len(hits)} matching clips in {where}")
     return hits[0]
 
 
-def load_one_result(path: Path, clip: Optional[str]) -> Dict[str, Any]:
-    """One result dict from a JSON object file, JSON lines or a SQLite store."""
+def load_one_result(path: Path, clip: Optional[str], config_hash: Optional[str] = None
+                    ) -> Dict[str, Any]:
+    """One result dict from a JSON object file, JSON lines or a SQLite store (of
+    ``config_hash`` when given)."""
     if not path.is_file():
         raise InputError(f"not found: {path}")
     try:
@@ -75,7 +83,7 @@ def load_one_result(path: Path, clip: Optional[str]) -> Dict[str, Any]:
         if clip is not None and clip not in (data.get("clip"), data.get("clip_id")):
             raise InputError(f"--clip {clip!r}: {path} holds clip {data.get('clip')!r}")
         return data
-    row = _pick(load_results(path, validate=False), clip, path)
+    row = _pick(load_results(path, validate=False, config_hash=config_hash), clip, path)
     res = dict(row["result"])
     res.setdefault("path", row.get("path"))
     return res
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                                             config=cfg, device=args.device,
                                             progress=False).to_dict()
     else:
-        result = load_one_result(src, args.clip)
+        result = load_one_result(src, args.clip, args.config_hash)
     print(explain_result(result, pair=args.pair, masks=args.masks, poses=args.poses,
                          device=args.device, evidence=not args.no_evidence), end="")
     return 0

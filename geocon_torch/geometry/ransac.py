@@ -101,6 +101,8 @@ class _Context:
     mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x1n for the LS refits
     mono2: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x2n (F), (A, 4, N) its DLT
     # basis (H, ``homography._dlt_basis``)
+    source: Optional[torch.Tensor] = None  # (A, N) long: each point's position in the context
+    # it was drawn from (:meth:`points`; None: this is that context)
 
     @staticmethod
     def build(x1n, x2n, mask, s1, s2, dtype, refit: Optional[str] = None) -> "_Context":
@@ -153,7 +155,7 @@ class _Context:
         x1n = torch.where(sel.unsqueeze(-1), self.x1n.gather(1, g2), z)
         x2n = torch.where(sel.unsqueeze(-1), self.x2n.gather(1, g2), z)
         return _Context(x1n, x2n, _homogeneous_t(x1n), _homogeneous_t(x2n),
-                        self.mask.gather(1, pos) & sel, self.s1, self.s2)
+                        self.mask.gather(1, pos) & sel, self.s1, self.s2, source=pos)
 
 
 def _sync_free(device: torch.device) -> bool:
@@ -378,11 +380,13 @@ def _required_iterations(ninl: torch.Tensor, n: torch.Tensor, m: int, confidence
 def _valid_first_order(mask: torch.Tensor, scores: Optional[torch.Tensor],
                        n_valid: torch.Tensor) -> torch.Tensor:
     """(P, N) positions: each pair's valid points first (by descending score when ``scores`` is
-    given, ties and the no-score case in index order), then its masked entries."""
+    given, ties and the no-score case in index order; a NaN or infinite score ranks a valid
+    point after every finite one), then its masked entries."""
     P, N = mask.shape
     if scores is not None:
-        key = torch.where(mask, -scores.to(torch.float64),
-                          torch.full_like(scores, math.inf, dtype=torch.float64))
+        big = torch.finfo(torch.float64).max
+        key = torch.nan_to_num(-scores.to(torch.float64), nan=big, posinf=big, neginf=big)
+        key = torch.where(mask, key, torch.full_like(key, math.inf))
         return torch.sort(key, dim=-1, stable=True).indices
     # without a sort: scatter each entry to its rank
     rank = torch.where(mask, mask.long().cumsum(-1) - 1,
@@ -524,9 +528,9 @@ def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.
              scores: Optional[torch.Tensor], min_inliers: int) -> _Batch:
     """Compact (:func:`_compact`) and Hartley-normalise (paper eq. 9) P pairs (P, N, 2) px
     (both images at once)."""
-    dt = x1.dtype
+    dt = torch.promote_types(x1.dtype, x2.dtype)  # float32 with float64: float64
     width_in = mask.shape[1]
-    X = torch.stack([x1, x2])  # (2, P, N, 2)
+    X = torch.stack([x1.to(dt), x2.to(dt)])  # (2, P, N, 2)
     mask = mask & finite(X).all(-1).all(0)
     X = torch.where(mask.unsqueeze(-1), X, torch.zeros_like(X))
     X, mask, n_valid, keep_pos = _compact(X, mask, scores)
@@ -566,11 +570,12 @@ def _point_subsets(problem: _Problem, batch: _Batch, keys: torch.Tensor
 def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
                        rounds: torch.Tensor, n_valid: torch.Tensor, prosac: bool, K: int,
                        count: Optional[torch.Tensor] = None, base: Optional[torch.Tensor] = None
-                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """K minimal samples per pair for A active pairs, drawn without replacement among the
     pair's valid points (PROSAC: among its top 25 %, 50 %, ... in the first rounds), and their
-    models: (A, C, 3, 3) float32 and validity (A, C); C = K for H, <= 3K for F (the slots
-    that no pair fills, complex 7-point roots, are dropped). ``count`` (A,) <= K: only the
+    models: (A, C, 3, 3) float32, validity (A, C) and the positions (A, C, m) of the sample
+    each slot was solved from; C = K for H, <= 3K for F (the slots that no pair fills, complex
+    7-point roots, are dropped). ``count`` (A,) <= K: only the
     first count[a] samples of row a are valid (its draws are the first count[a] of K: the
     stream is a prefix, so the row holds exactly the samples of a count[a]-sample round).
     ``base``: the precomputed ``stream_base(keys, rounds)`` (A,)."""
@@ -587,8 +592,9 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
     solve = _solve_h if problem.kind == "H" else _solve_f
     models, hvalid = solve(ctx.x1n[ar, pos], ctx.x2n[ar, pos])
     models = models.to(torch.float32)
-    if count is not None:  # slot c holds a model of sample c // (C / K)
-        per = hvalid.shape[1] // K
+    per = hvalid.shape[1] // K  # slot c holds a model of sample c // per
+    spos = pos if per == 1 else pos.repeat_interleave(per, dim=1)
+    if count is not None:
         slot = torch.arange(hvalid.shape[1], device=pos.device).view(1, -1)
         hvalid = hvalid & (slot < per * count.view(-1, 1))
     if problem.kind == "F" and not _sync_free(pos.device):  # drop the slots no pair fills
@@ -597,17 +603,18 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
             first = torch.sort((~hvalid).to(torch.uint8), dim=1, stable=True).indices[:, :cnt]
             models = models[torch.arange(A, device=pos.device).view(A, 1), first]
             hvalid = hvalid.gather(1, first)
-    return models, hvalid
+            spos = spos[torch.arange(A, device=pos.device).view(A, 1), first]
+    return models, hvalid, spos
 
 
 def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, sub: _Context,
-               keep: int, cfg: _Settings, keep_rows: Optional[torch.Tensor] = None
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
+               keep: int, cfg: _Settings, keep_rows: Optional[torch.Tensor] = None,
+               spos: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Each pair's ``keep`` best hypotheses (A, C, 3, 3) by their cost on its pre-verification
     points, in candidate order: (A, keep, 3, 3), (A, keep). ``keep_rows`` (A,) <= keep: row a
-    keeps only its keep_rows[a] best (in candidate order, then invalid slots)."""
-    pre, _ = _cost(problem.residual_sq(models, sub), sub, cfg.thr2, cfg.scoring,
-                   fixed_width=True)
+    keeps only its keep_rows[a] best (in candidate order, then invalid slots). ``spos`` (A, C,
+    m): the positions of each hypothesis's own sample (:func:`_preverify_cost`)."""
+    pre = _preverify_cost(problem, models, sub, cfg, spos)
     pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
     # stable: ties go to the earlier candidate, then back to candidate order, so the pick does
     # not depend on how many (invalid, trailing) slots the batch carries
@@ -624,6 +631,32 @@ def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, su
     top = top.clamp_max(C - 1)
     return models[torch.arange(A, device=models.device).view(A, 1), top], \
         hvalid.gather(1, top) & inside
+
+
+def _preverify_cost(problem: _Problem, models: torch.Tensor, sub: _Context, cfg: _Settings,
+                    spos: Optional[torch.Tensor]) -> torch.Tensor:
+    """Cost (A, C) of hypotheses (A, C, 3, 3) on the pre-verification points ``sub``, leaving
+    out each hypothesis's own sample points (``spos`` (A, C, m) positions, matched against
+    ``sub.source``): a minimal model fits its own points exactly, so scoring them would favour
+    the hypotheses whose sample happens to lie among the few pre-verification points over
+    those that fit the scene (which then never reach the full evaluation). The cost of the
+    remaining points is scaled to the number of valid points (``n / (n - own)``), so the costs
+    of all hypotheses compare."""
+    rsq = problem.residual_sq(models, sub)
+    m = sub.mask_k()  # (A, 1, R)
+    if spos is None or sub.source is None:
+        return _cost(rsq, sub, cfg.thr2, cfg.scoring, fixed_width=True)[0]
+    src = sub.source.unsqueeze(1)  # (A, 1, R)
+    own = src == spos[..., :1]
+    for j in range(1, spos.shape[-1]):
+        own = own | (src == spos[..., j:j + 1])
+    rest = m & ~own  # (A, C, R)
+    if cfg.scoring == "msac":
+        cost = (rsq.clamp_max(cfg.thr2) * rest).sum(-1)
+    else:
+        cost = (rest & (rsq > cfg.thr2)).sum(-1).to(rsq.dtype)
+    n = m.sum(-1).to(rsq.dtype)  # (A, 1)
+    return cost * n / rest.sum(-1).clamp_min(1).to(rsq.dtype)
 
 
 def _round_winners(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor,
@@ -752,10 +785,11 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
         base, lo_base = stream_base(krows, torch.stack([rnd, rnd + (1 << 20)])).unbind(0)
     else:
         base, lo_base = stream_base(krows, rnd), None
-    models, hvalid = _sample_hypotheses(problem, ctx, krows, rnd, nv, prosac, K, count, base)
+    models, hvalid, spos = _sample_hypotheses(problem, ctx, krows, rnd, nv, prosac, K, count,
+                                              base)
     if models.shape[1] > keep_top:
         models, hvalid = _preverify(problem, models, hvalid, pick(subsets[0]), keep_top, cfg,
-                                    keep_rows)
+                                    keep_rows, spos)
     winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
     optimized = None
     if cfg.local_optimization:
@@ -861,7 +895,9 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         scores: (P, N) match quality, higher is better -> PROSAC-style ordering.
         threshold: inlier threshold in pixels on the chosen residual (paper tau_H = 2 px).
         confidence: adaptive-stopping confidence.
-        max_iterations: cap on minimal samples per pair.
+        max_iterations: cap of the adaptive stop on minimal samples per pair; samples are drawn
+            in whole rounds (``batch_size`` and more), so the last round may overshoot it
+            (``Fit.iterations`` counts what was drawn: e.g. 32 for a cap of 1).
         scoring: "msac" (truncated quadratic cost) or "ransac" (outlier count).
         local_optimization: iterated weighted DLT refits of round winners within 1.25x of a
             pair's best cost.

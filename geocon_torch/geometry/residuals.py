@@ -199,7 +199,8 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
     m = check_mask(mask, x1).to(x1.dtype)
     x1n, c1, s1 = _normalize_points(x1, m)
     x2n, c2, s2 = _normalize_points(x2, m)
-    Fn = _similarity_inverse(c2, s2).transpose(-1, -2) @ F @ _similarity_inverse(c1, s1)
+    Fn = _similarity_inverse(c2, s2).transpose(-1, -2) @ F.to(x1n.dtype) \
+        @ _similarity_inverse(c1, s1)
     return _safe_sqrt(_sampson_sq(Fn, x1n, x2n))
 
 

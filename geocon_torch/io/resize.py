@@ -47,13 +47,16 @@ class WorkingSize:
 
     @property
     def scale(self) -> float:
-        """Working long side / source long side (the ``Clip.scale``)."""
-        return max(self.size) / max(self.source)
+        """Working long side / source long side (the ``Clip.scale``); 1.0 for a crop (the
+        pixels are the source's: dropping an odd last row / column scales nothing)."""
+        return 1.0 if self.crop else max(self.size) / max(self.source)
 
     @property
     def scale_xy(self) -> Tuple[float, float]:
         """(w / W, h / H): exact per-axis factors (they differ from ``scale`` by the even
-        rounding, at most 1 px over the side)."""
+        rounding, at most 1 px over the side); (1.0, 1.0) for a crop."""
+        if self.crop:
+            return 1.0, 1.0
         return self.size[1] / self.source[1], self.size[0] / self.source[0]
 
     @property

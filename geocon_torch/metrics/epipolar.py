@@ -37,7 +37,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 
 from .._checks import retired_argument, retired_name
-from ..sections.epipolar import EpipolarConfigLike, epipolar_config
+from ..sections.epipolar import EpipolarConfigLike, epipolar_config, resolve_implementation
 from .functional._common import OK, VideosLike
 from .functional.epipolar import EPIPOLAR_FIELDS, _epipolar_compute, _epipolar_update
 from ._base import GeoConMetric
@@ -80,6 +80,7 @@ class _EpipolarTrio(GeoConMetric):
                                               "implementation", implementation)
         super().__init__(**kwargs)
         self.epipolar_config = epipolar_config(config)
+        resolve_implementation(implementation, self.epipolar_config, None)  # InputError now
         self.implementation = implementation
         self.features = features
         for state in SUM_STATES.values():

@@ -68,6 +68,8 @@ class AdaDFRC(GeoConMetric):
             raise InputError(f"score must be one of {SCORES}, got {score!r}")
         if not 0.0 <= percentile <= 1.0:
             raise InputError(f"percentile must be in [0, 1], got {percentile}")
+        if int(grid) < 2:  # as the measure checks it, but at construction, not first update
+            raise InputError(f"grid must be >= 2, got {grid}")
         self.grid = int(grid)
         self.score = score
         self.min_pixels = int(min_pixels)

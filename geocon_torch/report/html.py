@@ -156,17 +156,20 @@ def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optiona
 
 
 def _leaderboard_section(page: _Page) -> str:
-    """Leaderboard per generator: the headline score, the Table-1 columns and status counts,
-    then the epipolar trio."""
-    t1 = stats.table1(page.flat, **page.boot)
+    """Leaderboard per generator, ranked by the headline score (highest first; generators
+    without one last, by name): the score, the Table-1 columns and status counts, then the
+    epipolar trio."""
     score = {r["generator"]: r for r in stats.headline(page.flat, **page.boot)}
+    t1 = sorted(stats.table1(page.flat, **page.boot), key=lambda r: (
+        score[r["generator"]].get("score") is None, -(score[r["generator"]].get("score") or 0.0)))
     counts = {c["generator"]: c for c in stats.status_counts(page.flat)}
     lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3), _ci(r, "ir_pct", 4),
                 _ci(r, "ge_px"), _ci(r, "adadfrc"), f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
                 f"{counts[r['generator']]['ok']} / {counts[r['generator']]['not_applicable']} / "
                 f"{counts[r['generator']]['error']}"] for r in t1]
     lb = ["<h2 id='leaderboard'>Leaderboard</h2>",
-          "<p>Scene-balanced means over all prompt categories (paper Table 1; each scene = "
+          "<p>Generators ranked by the headline score. "
+          "Scene-balanced means over all prompt categories (paper Table 1; each scene = "
           "(prompt category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
           "Score &uarr; (the headline score in [0, 1]), IR &uarr;, GE &darr; (px at working "
           "resolution), AdaDFRC &darr; (clip mean over objects).</p>",

@@ -99,3 +99,14 @@ def test_prompt_family_column_is_category_or_prompt_category(tmp_path: Path):
     p.write_text("clip_id,path,generator,category,prompt_category\na,a.mp4,m,C4,C2\n")
     with pytest.raises(ManifestError, match="line 2: prompt_category 'C2' and category 'C4'"):
         load_manifest(p)
+
+
+def test_relative_paths_are_stored_absolute(tmp_path: Path, monkeypatch):
+    """A manifest given by a relative path: its relative clip paths resolve against its own
+    folder and come back absolute (a store filled from one working directory is read from any
+    other)."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.csv").write_text("path,generator\nclips/a.mp4,g\n")
+    monkeypatch.chdir(tmp_path)
+    (entry,) = load_manifest("sub/m.csv")
+    assert entry.path == str(tmp_path / "sub" / "clips" / "a.mp4")

@@ -47,6 +47,14 @@ def test_run_resume_and_error_rows(tmp_path: Path):
     again = CountingScorer()
     s2 = run_manifest(m, db, score_fn=again, progress=False)
     assert again.calls == [] and s2.skipped == 8 and s2.computed == 0
+    # metadata edited in the manifest (a generator renamed): nothing re-scored, rows updated
+    rows_m = [json.loads(line) for line in m.read_text().splitlines()]
+    for row in rows_m:
+        row["generator"] = row["generator"] + "_v2"
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows_m))
+    s2 = run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == [] and s2.skipped == 8
+    assert {r["generator"] for r in _table(db)} == {r["generator"] for r in rows_m}
     # retry_errors recomputes exactly the error row, which now succeeds
     s3 = run_manifest(m, db, score_fn=again, progress=False, retry_errors=True)
     assert again.calls == ["c3"] and s3.ok == 1
@@ -178,3 +186,24 @@ def test_torchrun_two_gloo_ranks_same_table_as_one_rank(tmp_path: Path):
 
     assert json.dumps(strip(_table(db)), sort_keys=True) == \
         json.dumps(strip(_table(single)), sort_keys=True)
+
+
+def test_resume_after_derived_ids_change_keeps_one_row_per_file(tmp_path: Path):
+    """Without clip_id columns ids are derived from paths; a new row with the same file name
+    in another folder turns "c0" into "a/c0". The resumed run keeps one clip row per file
+    (the old id used to stay beside the new one: the report counted the file twice)."""
+    rows = write_clips(tmp_path / "a", 2)
+    for r in rows:
+        del r["clip_id"]
+    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    db = tmp_path / "r.sqlite"
+    run_manifest(m, db, score_fn=CountingScorer(), progress=False)
+    assert sorted(r["clip_id"] for r in _table(db)) == ["c0", "c1"]
+    other = write_clips(tmp_path / "b", 1)[0]
+    del other["clip_id"]
+    Path(other["path"]).write_bytes(b"another fake video")  # same name, other bytes
+    write_jsonl(m, rows + [other])
+    again = CountingScorer()
+    run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == ["b/c0"]  # only the new file is scored
+    assert sorted(r["clip_id"] for r in _table(db)) == ["a/c0", "b/c0", "c1"]

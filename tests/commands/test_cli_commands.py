@@ -106,3 +106,11 @@ def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsy
     assert "short" in page and "gone" in page and "Audit cards (2)" in page
     assert len(list((tmp_path / "rep" / "img").glob("card_short_*_matches.png"))) == 1
     assert main(["bench", "--db", str(db)]) == 2
+    # export only: the flags the results were scored with, else a clear error (was an empty
+    # table with exit 0)
+    capsys.readouterr()
+    assert main(["bench", "--db", str(db), *SMALL, "--export-csv", str(tmp_path / "e.csv")]) == 0
+    assert len(list(csv.DictReader((tmp_path / "e.csv").open()))) == 2
+    assert main(["bench", "--db", str(db), "--export-csv", str(tmp_path / "f.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "holds no result of this configuration" in err and "--all-configs" in err

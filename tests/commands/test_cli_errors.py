@@ -168,3 +168,14 @@ def test_manifest_header_byte_order_mark_and_repeats(tmp_path: Path, capsys):
     dup.write_text("path,generator,path\na.mp4,g,b.mp4\n")
     _fail(capsys, ["bench", str(dup), "--db", str(tmp_path / "r.sqlite")],
           "the header repeats column(s) path")
+
+
+def test_explain_picks_a_configuration(tmp_path: Path, capsys):
+    """A clip stored under two configurations: explain names them and takes --config-hash."""
+    results = write_jsonl(tmp_path / "r.jsonl", [fake_result("a", config_hash="cfg1", ir=0.91),
+                                                 fake_result("a", config_hash="cfg2", ir=0.99)])
+    _fail(capsys, ["explain", str(results), "--clip", "a"],
+          "holds it under 2 configurations (cfg1, cfg2): pick one with --config-hash")
+    assert main(["explain", str(results), "--clip", "a", "--config-hash", "cfg2",
+                 "--no-evidence"]) == 0
+    assert "IR 0.99" in capsys.readouterr().out

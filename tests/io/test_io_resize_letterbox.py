@@ -23,8 +23,10 @@ def test_working_size(hw, long_side, expect):
     ws = working_size(*hw, long_side)
     assert ws.size == expect and ws.source == hw
     assert ws.size[0] % 2 == 0 and ws.size[1] % 2 == 0
-    assert ws.scale == pytest.approx(max(expect) / max(hw))
     assert ws.crop == (long_side is None)
+    # a crop drops an odd last row / column: no scaling (the pixels are the source's)
+    assert ws.scale == pytest.approx(1.0 if ws.crop else max(expect) / max(hw))
+    assert ws.scale_xy == ((1.0, 1.0) if ws.crop else (expect[1] / hw[1], expect[0] / hw[0]))
 
 
 def test_working_size_no_upscale_and_errors():

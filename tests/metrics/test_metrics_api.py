@@ -247,3 +247,15 @@ def test_two_gloo_ranks_equal_one_process_for_every_output(tmp_path):
     assert got["EpipolarError.num_clips"] == 4 and got["bg.num_clips"] == 4
     assert got["bg.num_ok"] == 3 and got["BackgroundInlierRatio"] == got["bg.ir"]
     assert got["ada.num_samples"] == 7 and got["bg.first_reason"].startswith("not_applicable")
+
+
+def test_bad_settings_fail_at_construction():
+    """A bad implementation / grid is an InputError when the metric is built, not at its first
+    update."""
+    from geocon_torch.errors import InputError
+    from geocon_torch.metrics import AdaDFRC, EpipolarError
+
+    with pytest.raises(InputError, match="implementation must be one of"):
+        EpipolarError(implementation="cuda")
+    with pytest.raises(InputError, match="grid must be >= 2"):
+        AdaDFRC(grid=1)

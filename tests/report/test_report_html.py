@@ -30,7 +30,8 @@ def _rows():
                                   ge=float(rng.uniform(0.2, 3)), regime="F" if t > 0.04 else "H",
                                   prompt_category=cat, statistic=t,
                                   objects=list(rng.uniform(1, 20, 2)), config_hash="cfg",
-                                  score=float(rng.uniform(0.3, 1.0)))
+                                  score=float(rng.uniform(0.3, 1.0)) * (
+                                      0.5 if generator == "A" else 1.0))  # B ranks first
                 res["background"]["sensitivity"] = {
                     "tau_h": [1.0, 2.0, 3.0], "ir_h": [0.8, 0.9, 0.95], "ge_h_px": [0.5, 0.8, 1.0],
                     "tau_f": [0.05, 0.1], "ir_f": [0.9, 0.95], "ge_f_px": [0.3, 0.4]}
@@ -61,10 +62,16 @@ def test_page_numbers_match_statistics(report):
     assert f"{ir_a:.4g}" in text
     ge_b = np.mean([r["result"]["background"]["ge_px"] for r in rows if r["generator"] == "B"])
     assert f"{ge_b:.4g}" in text
+    means = {}
     for generator in ("A", "B"):  # the headline score column: mean over scenes, 3 digits
         score = np.mean([r["result"]["score"] for r in rows
                          if r["generator"] == generator and r["status"] == "ok"])
         assert f"<td class=''>{score:.3g} <span" in text
+        means[generator] = score
+    # the leaderboard ranks generators by that score, highest first
+    board = text[text.index("id='leaderboard'"):text.index("id='prompt-categories'")]
+    first, second = sorted(means, key=means.get, reverse=True)
+    assert board.index(f">{first}<") < board.index(f">{second}<")
     assert "VideoReadError: zero-byte file" in text and "Clips not scored (1)" in text
     assert "24 / 0 / 1" in text and "24 / 0 / 0" in text  # ok / n.a. / error per generator
     for section in ("Leaderboard", "Per prompt category", "Translation gate", "Calibration",
