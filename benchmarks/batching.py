@@ -57,6 +57,7 @@ from geocon_torch.categories import CATEGORIES  # noqa: E402
 from geocon_torch.epipolar import dpo  # noqa: E402
 from geocon_torch.features import matching, multiscale, torch_sift  # noqa: E402
 from geocon_torch.features.base import resolve_backend  # noqa: E402
+from geocon_torch.geometry import ransac  # noqa: E402
 from geocon_torch.metrics import BackgroundConsistency  # noqa: E402
 from geocon_torch.pipeline import score_clips  # noqa: E402
 from geocon_torch.rewards import KINDS, geometric_reward  # noqa: E402
@@ -92,18 +93,22 @@ def runner(path: str, config: Dict[str, Any]) -> Callable[[torch.Tensor], Any]:
 
 @contextlib.contextmanager
 def cuda_budgets(enabled: bool):
-    """Chunk budgets at their CUDA values and the epipolar-dpo float matcher while counting on
-    the CPU (so chunking and matching are counted as the CUDA run would do them)."""
+    """Chunk budgets at their CUDA values, the epipolar-dpo float matcher and RANSAC's
+    accelerator path (lookahead rounds, no optional syncs) while counting on the CPU (so
+    chunking, matching and the robust fits are counted as the CUDA run would do them)."""
     budgets = (matching.CHUNK_DISTANCES, torch_sift.CHUNK_SAMPLES, multiscale.CHUNK_PIXELS)
     saved = [dict(b) for b in budgets]
     byte_devices = set(dpo.BYTE_MATCH_DEVICES)
+    sync_free = ransac._sync_free
     if enabled:
         for b in budgets:
             b["cpu"] = b["default"]
         dpo.BYTE_MATCH_DEVICES.clear()
+        ransac._sync_free = lambda device: True
     try:
         yield
     finally:
+        ransac._sync_free = sync_free
         for b, old in zip(budgets, saved):
             b.clear()
             b.update(old)

@@ -30,6 +30,8 @@ Algorithm (one implementation for H and F; the function of each stage in bracket
    padded to the largest round's size; the rounds' outcomes are then settled in order
    (``_settle``, elementwise), so a pair that stops early ignores its later rows: the same
    results as round by round, in far fewer launches and host syncs when a few pairs straggle.
+   On accelerators only: on the CPU a host sync is cheap and the padded rows are not, so the
+   rounds run one at a time there (same results).
 5. A final least-squares refit on the inliers (kept if it lowers the cost) gives the model
    (``_final_refit``); the inliers are the valid points whose residual is ``<= threshold``. A
    pair is invalid when it has too few valid points, no non-degenerate sample, fewer than
@@ -82,7 +84,9 @@ _ROUND_GROWTH = 8  # ... by 2x per round up to this factor (fewer rounds for har
 _LO_MARGIN = 1.25  # round winners within this cost factor of the best are optimised too
 _INNER_SAMPLES = 4  # LO-RANSAC inner samples (subsets of the inliers) per local optimisation
 _LO_POINTS = 256  # in-loop local optimisation refits on this many random valid points
-_LOOKAHEAD = 8  # from the second round on, up to this many rounds are computed at once
+_LOOKAHEAD = 8  # from the second round on, up to this many rounds are computed at once (on
+# accelerators, where each round's host sync drains the stream; on the CPU a sync is cheap and
+# the rows a pair does not need cost their full price: F at 30 % outliers ran 15x slower)
 _GIVE_UP_SAMPLES = 256  # a pair with no non-degenerate sample after this many is unfit
 _MIN_SPREAD = 1e-6  # inliers whose covariance eigenvalue ratio is below this are degenerate
 
@@ -609,12 +613,14 @@ def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
 
 def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, sub: _Context,
                keep: int, cfg: _Settings, keep_rows: Optional[torch.Tensor] = None,
-               spos: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+               spos: Optional[torch.Tensor] = None, width: int = 0
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Each pair's ``keep`` best hypotheses (A, C, 3, 3) by their cost on its pre-verification
     points, in candidate order: (A, keep, 3, 3), (A, keep). ``keep_rows`` (A,) <= keep: row a
     keeps only its keep_rows[a] best (in candidate order, then invalid slots). ``spos`` (A, C,
-    m): the positions of each hypothesis's own sample (:func:`_preverify_cost`)."""
-    pre = _preverify_cost(problem, models, sub, cfg, spos)
+    m): the positions of each hypothesis's own sample among ``width`` points
+    (:func:`_preverify_cost`)."""
+    pre = _preverify_cost(problem, models, sub, cfg, spos, width)
     pre = torch.where(hvalid, pre, torch.full_like(pre, math.inf))
     # stable: ties go to the earlier candidate, then back to candidate order, so the pick does
     # not depend on how many (invalid, trailing) slots the batch carries
@@ -634,29 +640,26 @@ def _preverify(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor, su
 
 
 def _preverify_cost(problem: _Problem, models: torch.Tensor, sub: _Context, cfg: _Settings,
-                    spos: Optional[torch.Tensor]) -> torch.Tensor:
-    """Cost (A, C) of hypotheses (A, C, 3, 3) on the pre-verification points ``sub``, leaving
-    out each hypothesis's own sample points (``spos`` (A, C, m) positions, matched against
-    ``sub.source``): a minimal model fits its own points exactly, so scoring them would favour
-    the hypotheses whose sample happens to lie among the few pre-verification points over
-    those that fit the scene (which then never reach the full evaluation). The cost of the
-    remaining points is scaled to the number of valid points (``n / (n - own)``), so the costs
-    of all hypotheses compare."""
-    rsq = problem.residual_sq(models, sub)
-    m = sub.mask_k()  # (A, 1, R)
-    if spos is None or sub.source is None:
-        return _cost(rsq, sub, cfg.thr2, cfg.scoring, fixed_width=True)[0]
-    src = sub.source.unsqueeze(1)  # (A, 1, R)
-    own = src == spos[..., :1]
-    for j in range(1, spos.shape[-1]):
-        own = own | (src == spos[..., j:j + 1])
-    rest = m & ~own  # (A, C, R)
-    if cfg.scoring == "msac":
-        cost = (rsq.clamp_max(cfg.thr2) * rest).sum(-1)
-    else:
-        cost = (rest & (rsq > cfg.thr2)).sum(-1).to(rsq.dtype)
-    n = m.sum(-1).to(rsq.dtype)  # (A, 1)
-    return cost * n / rest.sum(-1).clamp_min(1).to(rsq.dtype)
+                    spos: Optional[torch.Tensor], width: int = 0) -> torch.Tensor:
+    """Cost (A, C) of hypotheses (A, C, 3, 3) on the pre-verification points ``sub``, with
+    each hypothesis's own sample points (``spos`` (A, C, m) positions among ``width`` points,
+    matched against ``sub.source``) left out: a minimal model fits its own points exactly, so
+    scoring them would favour the hypotheses whose sample happens to lie among the few
+    pre-verification points over those that fit the scene (which then never reach the full
+    evaluation). Own points cost ~0 (their residual is the solver's rounding), so the cost of
+    all points is scaled by ``n / (n - own)`` (``own``: how many of the n valid
+    pre-verification points are sample points, counted by one gather), so the costs of all
+    hypotheses compare."""
+    cost = _cost(problem.residual_sq(models, sub), sub, cfg.thr2, cfg.scoring,
+                 fixed_width=True)[0]
+    if spos is None or sub.source is None or width <= 0:
+        return cost
+    A, C, m = spos.shape
+    counts = torch.zeros(A, width, dtype=torch.long, device=spos.device).scatter_add_(
+        1, sub.source, sub.mask.long())  # how often each point is a pre-verification point
+    own = counts.gather(1, spos.reshape(A, C * m)).view(A, C, m).sum(-1)  # (A, C)
+    n = sub.mask.sum(-1, keepdim=True)  # (A, 1)
+    return cost * n.to(cost.dtype) / (n - own).clamp_min(1).to(cost.dtype)
 
 
 def _round_winners(problem: _Problem, models: torch.Tensor, hvalid: torch.Tensor,
@@ -693,6 +696,26 @@ def _optimize_winners(problem: _Problem, batch: _Batch, lo_ctx: _Context, base: 
     lc, ln = _cost(problem.residual_sq(lm.unsqueeze(1), cfull), cfull, cfg.thr2,
                    cfg.scoring)
     return lm, lc.squeeze(1), ln.squeeze(1)
+
+
+def _optimize_promising(problem: _Problem, batch: _Batch, lo_ctx: _Context, base: torch.Tensor,
+                        rows: Optional[torch.Tensor],
+                        winners: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                        best: torch.Tensor, cfg: _Settings
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_optimize_winners` of one round's rows on the CPU: only the promising winners
+    (cost within ``_LO_MARGIN`` of the pair's best ``best`` (A,): the others' optimised model
+    is discarded by :func:`_settle`) are optimised, found with one host sync; the rest get
+    cost +inf. The same results as optimising every winner, at a fraction of the cost."""
+    rc, r_model, r_ninl = winners
+    sel = (rc < _LO_MARGIN * best).nonzero().squeeze(1)
+    lm, lc = r_model.clone(), torch.full_like(rc, math.inf)
+    ln = torch.zeros_like(r_ninl)
+    if sel.numel():
+        pairs = sel if rows is None else rows[sel]
+        got = _optimize_winners(problem, batch, lo_ctx, base[sel], pairs, r_model[sel], cfg)
+        lm[sel], lc[sel], ln[sel] = got[0].to(lm.dtype), got[1].to(lc.dtype), got[2]
+    return lm, lc, ln
 
 
 def _settle(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn: int, m: int,
@@ -789,12 +812,15 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
                                               base)
     if models.shape[1] > keep_top:
         models, hvalid = _preverify(problem, models, hvalid, pick(subsets[0]), keep_top, cfg,
-                                    keep_rows, spos)
+                                    keep_rows, spos, int(ctx.x1n.shape[1]))
     winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
     optimized = None
-    if cfg.local_optimization:
+    if cfg.local_optimization and (L > 1 or _sync_free(dev)):
         optimized = _optimize_winners(problem, batch, subsets[1], lo_base, rows, winners[1],
                                       cfg)
+    elif cfg.local_optimization:
+        optimized = _optimize_promising(problem, batch, subsets[1], lo_base, rows, winners,
+                                        st.best_cost[idx], cfg)
     for j, (k, _) in enumerate(sizes):
         part = slice(j * A, (j + 1) * A)
         _settle(st, idx, nv[part], k, problem.sample_size, cfg, [w[part] for w in winners],
@@ -873,8 +899,10 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         keys = pair_keys(seed, mask.shape[0], x1.device)
         subsets = _point_subsets(problem, batch, keys)
         r, idx = 0, st.active.nonzero().squeeze(1)
+        ahead = _sync_free(x1.device)  # lookahead rows only where a host sync costs
         while idx.numel() > 0:  # the stop test: one host sync per round (two from round 1 on)
-            L = 1 if r == 0 else _lookahead(st, idx, batch.n_valid, r, problem.sample_size, cfg)
+            L = _lookahead(st, idx, batch.n_valid, r, problem.sample_size, cfg) \
+                if ahead and r > 0 else 1
             _run_round(problem, batch, st, keys, subsets, r, L, scores is not None, cfg, idx)
             r, idx = r + L, st.active.nonzero().squeeze(1)
         rsq = _final_refit(problem, batch, st, cfg)

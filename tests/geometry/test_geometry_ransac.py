@@ -265,8 +265,9 @@ FIT_FIELDS = ("model", "inliers", "residuals", "valid", "num_inliers", "iteratio
 
 @pytest.mark.parametrize("kind,dtype", [("H", torch.float64), ("F", torch.float32)])
 def test_lookahead_rounds_equal_round_by_round(monkeypatch, kind, dtype):
-    """Straggler rounds computed at once (rows (pair, round), settled in order) give the fits of
-    the round-by-round search bit for bit, in fewer calls."""
+    """Straggler rounds computed at once (rows (pair, round), settled in order: the accelerator
+    path) give the fits of the round-by-round search (the CPU path) bit for bit, in fewer
+    calls."""
     from geocon_torch.geometry import ransac as R
 
     make = homography_pairs if kind == "H" else fundamental_pairs
@@ -277,11 +278,13 @@ def test_lookahead_rounds_equal_round_by_round(monkeypatch, kind, dtype):
     calls = []
     real = R._run_round
     monkeypatch.setattr(R, "_run_round", lambda *a: calls.append(a[6]) or real(*a))
+    ref = fit(x1, x2, scores=scores, seed=2)  # the CPU: round by round
+    slow = list(calls)
+    calls.clear()
+    monkeypatch.setattr(R, "_sync_free", lambda device: True)  # the accelerator path
     got = fit(x1, x2, scores=scores, seed=2)
     fast = list(calls)
-    calls.clear()
-    monkeypatch.setattr(R, "_lookahead", lambda *a: 1)
-    ref = fit(x1, x2, scores=scores, seed=2)
+    calls = slow
     assert calls == [1] * len(calls) and len(calls) >= 4  # round by round, several rounds
     assert len(fast) < len(calls) and max(fast) > 1, (fast, calls)
     for f in FIT_FIELDS:
@@ -360,7 +363,7 @@ def test_preverification_does_not_favour_a_hypothesis_for_its_own_sample():
     pos = torch.cat([out[:4], out[4:32]]).view(1, 32)
     sub = batch.fast.points(pos, torch.ones(1, 32, dtype=torch.bool))
     blind = R._preverify_cost(prob, model.float(), sub, cfg, None)
-    fair = R._preverify_cost(prob, model.float(), sub, cfg, spos)
+    fair = R._preverify_cost(prob, model.float(), sub, cfg, spos, width=120)
     rsq = prob.residual_sq(model.float(), sub)[0, 0]
     assert float(rsq[:4].abs().max()) < 1e-6  # it fits its own sample exactly
     others = float(rsq[4:].clamp_max(cfg.thr2).sum())
