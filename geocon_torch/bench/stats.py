@@ -109,14 +109,14 @@ def _flat(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [r if "result" not in r else {**flatten_row(r), "_result": r["result"]} for r in rows]
 
 
+def _number(v: Any) -> bool:
+    """A finite int or float (not a bool): a value the statistics may use."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
 def _ok_values(flat: List[Dict[str, Any]], metric: str) -> List[Tuple[Dict[str, Any], float]]:
-    out = []
-    for r in flat:
-        v = r.get(metric)
-        if r.get("status") == "ok" and isinstance(v, (int, float)) and not isinstance(v, bool) \
-                and np.isfinite(v):
-            out.append((r, float(v)))
-    return out
+    return [(r, float(r[metric])) for r in flat
+            if r.get("status") == "ok" and _number(r.get(metric))]
 
 
 def scene_values(rows: Iterable[Dict[str, Any]], metric: str, *, reduce: str = "median"
@@ -124,7 +124,8 @@ def scene_values(rows: Iterable[Dict[str, Any]], metric: str, *, reduce: str = "
     """One value per scene: the ``reduce`` of the metric over the scene's ok clips."""
     per_scene: Dict[str, List[float]] = defaultdict(list)
     for r, v in _ok_values(_flat(rows), metric):
-        per_scene[str(r.get("scene") or scene_key(None, None, None, r.get("clip_id")))].append(v)
+        per_scene[str(r.get("scene") or scene_key(r.get("prompt_category"), r.get("prompt"),
+                                                  r.get("seed"), r.get("clip_id")))].append(v)
     fn = _STATS[reduce]
     return {s: float(fn(np.asarray(v))) for s, v in sorted(per_scene.items())}
 
@@ -297,7 +298,10 @@ def balanced_accuracy_bootstrap(t: Sequence[float], is_f: Sequence[bool],
                                 *, n_boot: int = 400, seed: int = 0) -> Dict[str, np.ndarray]:
     """Appendix B: balanced accuracy of "F iff t > tau" per threshold, bootstrapped over
     observations (B = 400): ``mean``, ``lo``, ``hi`` (95%), ``point`` (on the data) per
-    threshold and ``best_counts`` (how often each threshold is the best of a resample)."""
+    threshold and ``best_counts`` (how often each threshold is the best of a resample).
+    Balanced accuracy needs both classes: ``point`` is NaN when the data lack one, and the
+    resamples that lack one are left out of ``mean`` / ``lo`` / ``hi`` / ``best_counts``
+    (NaN / 0 when none has both)."""
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(is_f, dtype=bool)
     tau = np.asarray(thresholds, dtype=np.float64)
@@ -307,10 +311,15 @@ def balanced_accuracy_bootstrap(t: Sequence[float], is_f: Sequence[bool],
     pred = tb[None] > tau[:, None, None]  # (T, B+1, N)
     pos = yb.sum(1)
     neg = (~yb).sum(1)
+    both = (pos > 0) & (neg > 0)  # (B+1,) resamples with both classes
     tpr = (pred & yb[None]).sum(2) / np.maximum(pos, 1)
     tnr = (~pred & ~yb[None]).sum(2) / np.maximum(neg, 1)
-    bacc = 0.5 * (tpr + tnr)  # (T, B+1)
-    reps = bacc[:, 1:]
+    bacc = np.where(both[None], 0.5 * (tpr + tnr), np.nan)  # (T, B+1)
+    reps = bacc[:, 1:][:, both[1:]]
+    if reps.shape[1] == 0:
+        nan = np.full(tau.size, np.nan)
+        return {"thresholds": tau, "point": bacc[:, 0], "mean": nan, "lo": nan, "hi": nan.copy(),
+                "best_counts": np.zeros(tau.size, dtype=np.int64)}
     best = np.bincount(reps.argmax(0), minlength=tau.size)
     lo, hi = np.quantile(reps, [0.025, 0.975], axis=1)
     return {"thresholds": tau, "point": bacc[:, 0], "mean": reps.mean(1), "lo": lo, "hi": hi,
@@ -330,7 +339,7 @@ def report_gate_sensitivity(rows: Iterable[Dict[str, Any]], *,
     out = []
     for key, members in _group(_flat(rows), by).items():
         both = [(r["ir"], r["ge_px"]) for r in members if r.get("status") == "ok"
-                and isinstance(r.get("ir"), float) and isinstance(r.get("ge_px"), float)]
+                and _number(r.get("ir")) and _number(r.get("ge_px"))]
         ir = np.array([b[0] for b in both])
         ge = np.array([b[1] for b in both])
         k = ((ir[None, None] >= a[:, None, None]) & (ge[None, None] <= d[None, :, None])).sum(-1)
@@ -391,7 +400,7 @@ def percentile_aligned(rows: Iterable[Dict[str, Any]], *, x: str = "ir", y: str 
     out = []
     for key, members in _group(_flat(rows), by).items():
         pairs = [(r[x], r[y]) for r in members if r.get("status") == "ok"
-                 and isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
+                 and _number(r.get(x)) and _number(r.get(y))]
         rec = {**dict(zip(by, key)), "x": x, "y": y, "percentiles": q.tolist(), "n": len(pairs)}
         if not pairs:
             rec.update({"x_q": [None] * q.size, "y_at_x_q": [None] * q.size,

@@ -130,8 +130,11 @@ class TorchSIFT:
         n = int(det.valid.sum(1).max())  # the one host read: the padded width actually used
         det = det.take(torch.arange(n, device=gray.device).expand(det.valid.shape[0], n))
         b = det.valid.shape[0]
-        if n == 0:
-            return empty_keypoints(b, self.descriptor_dim, gray.device, gray.dtype)
+        if n == 0:  # the extras too: chunks are concatenated with the first chunk's extras
+            kp = empty_keypoints(b, self.descriptor_dim, gray.device, gray.dtype)
+            return Keypoints(xy=kp.xy, descriptors=kp.descriptors, scores=kp.scores,
+                             mask=kp.mask, extra={"scale": kp.scores.clone(),
+                                                  "orientation": kp.scores.clone()})
         atlas, row0, sizes = build_atlas(octaves)
         del octaves
         zero = torch.zeros_like(det.sigma)

@@ -77,20 +77,20 @@ class PoseLog:
         present = self.present[idx.clamp_min(0)] & (idx >= 0)
         return torch.where(present.view(-1, 1, 1), rel, torch.zeros_like(rel)), present
 
-    def first_last(self, num_frames: int) -> Tuple[torch.Tensor, bool]:
-        """The relative pose (4, 4) of frames (0, T-1) and whether it is present.
+    def first_last(self, last: int, first: int = 0) -> Tuple[torch.Tensor, bool]:
+        """The relative pose (4, 4) of frames (``first``, ``last``) (the log's frame numbers)
+        and whether it is present.
 
         A single logged pose is taken as the first/last pose; a per-pair log without that pair
         composes adjacent relative poses when the log lists exactly the adjacent pairs.
         """
-        last = num_frames - 1
         if self.absolute is not None or self.pairs is not None:
-            rel, present = self.for_pairs(torch.tensor([[0, last]]))
+            rel, present = self.for_pairs(torch.tensor([[first, last]]))
             if bool(present[0]) or self.absolute is not None:
                 return rel[0], bool(present[0])
         if self.relative.shape[0] == 1 and self.pairs is None:
             return self.relative[0], bool(self.present[0])
-        adjacent = torch.stack([torch.arange(last), torch.arange(1, last + 1)], 1)
+        adjacent = torch.stack([torch.arange(first, last), torch.arange(first + 1, last + 1)], 1)
         try:
             rel, present = self.for_pairs(adjacent)
         except GeoConError:
@@ -179,13 +179,18 @@ def _thresholds(cfg: GateConfig) -> dict:
 
 
 def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg: GateConfig,
-                    method: str = "poses") -> GateDecision:
+                    method: str = "poses", frame_indices: Optional[torch.Tensor] = None
+                    ) -> GateDecision:
     """The translation gate from a pose log.
 
     Args:
         poses: any pose source accepted by :func:`load_pose_log`.
-        pairs: (P, 2) frame pairs the clip is evaluated on (for the per-pair gate).
+        pairs: (P, 2) frame pairs the clip is evaluated on (for the per-pair gate), clip
+            positions.
         num_frames: T (the first/last pair is (0, T-1)).
+        frame_indices: (T,) the clip's source frame numbers (``Clip.frame_indices``): the log's
+            frames are the video's, so with a stride or a frame cap positions are mapped to
+            them (None: positions are frame numbers).
         cfg: ``tau_t``, ``hysteresis_low/high``, ``missing_pose`` ("fail_to_F": a missing pose is
             F; "present_only": excluded, decision None), ``per_pair``.
     """
@@ -194,7 +199,12 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
                           f"got {cfg.missing_pose!r}")
     log = load_pose_log(poses)
     fail_to_f = cfg.missing_pose == "fail_to_F"
-    pose, present = log.first_last(num_frames)
+    if frame_indices is not None:  # clip positions -> the video's frame numbers
+        src = frame_indices.to("cpu", torch.long)
+        pairs = src[pairs.to("cpu", torch.long)]
+        pose, present = log.first_last(int(src[-1]), int(src[0]))
+    else:
+        pose, present = log.first_last(num_frames - 1)
     t_inf = float(translation_inf(pose)) if present else None
     evidence: dict = {"source": log.source, "missing_pose": cfg.missing_pose,
                       "first_last_present": present, "t_inf": t_inf}

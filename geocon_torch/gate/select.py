@@ -58,7 +58,8 @@ def external_gate(method: str, clip: Clip, pairs: torch.Tensor, poses: Any,
     """The decision of a pose source (``method`` "poses" or "dust3r") for the (P, 2) evaluated
     ``pairs``; None for the weight-free "parallax" gate, which needs the fits first."""
     if method == "poses":
-        return gate_from_poses(poses, pairs, clip.num_frames, config.gate)
+        return gate_from_poses(poses, pairs, clip.num_frames, config.gate,
+                               frame_indices=clip.frame_indices)
     if method == "dust3r":
         return gate_from_dust3r(clip, pairs, config.gate, device)
     return None
@@ -358,7 +359,9 @@ def pair_models(gate: GateDecision, config: GeoConConfig, gric_delta: torch.Tens
     if config.gate.per_pair and gate.per_pair is not None:
         codes = torch.tensor([CODE[d] for d in gate.per_pair], device=dev)
         use_f_pair = resolve_u(codes, gric_delta, support_margin, config.gate.u_margin)
-        regime = "F" if float(use_f_pair.double().mean()) >= 0.5 else "H"
+        decided = codes != CODE[None]  # a pair the gate excluded votes for neither model
+        n = int(decided.sum())
+        regime = "F" if n and int((use_f_pair & decided).sum()) * 2 >= n else "H"
         return regime, use_f_pair.repeat(num_scales), (codes != CODE[None]).repeat(num_scales)
     regime = clip_regime(gate, config, clip_support_margin)
     use_f = torch.full((num_scales * int(gric_delta.numel()),), regime == "F",

@@ -64,8 +64,10 @@ def _sorted_group_median(values: torch.Tensor, groups: torch.Tensor, counts: tor
     """Median of ``values`` (Q,) per group id ``groups`` (Q,) given ``counts`` (G,) -> (G,).
 
     Two stable sorts (by value, then by group) give every group's values in order; the median is
-    read at the middle offsets. Empty groups give 0.
+    read at the middle offsets. Empty groups give 0 (also when no group has a value).
     """
+    if values.numel() == 0:  # no pixel of any object (e.g. masks shrunk away at flow scale)
+        return values.new_zeros(counts.shape)
     order = torch.argsort(values, stable=True)
     order = order[torch.argsort(groups[order], stable=True)]
     vals = values[order]
@@ -210,7 +212,11 @@ def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch
     cells = (wts > 0).sum(-1)
     valid = (fit_ok & (cells >= 3)).reshape(p_, k_) & (pixels >= int(min_pixels))
     d = d.reshape(p_, k_)
-    valid = valid & torch.isfinite(d)  # NaN / inf flow inside an object: invalid, never a 0
+    # NaN / inf flow inside an object: invalid, never a 0 (the cell medians would sort a NaN
+    # as the largest value and hide it)
+    finite = torch.isfinite(flow).all(1)  # (P, H, W)
+    broken = (masks.to(device=flow.device, dtype=torch.bool) & ~finite[:, None]).flatten(2).any(-1)
+    valid = valid & torch.isfinite(d) & ~broken
     return torch.where(valid, d, torch.zeros_like(d)), valid
 
 

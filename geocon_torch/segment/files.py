@@ -44,7 +44,9 @@ def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
         img = cv2.imread(str(f), cv2.IMREAD_UNCHANGED)
         if img is None:
             raise InputError(f"mask image could not be read: {f}")
-        frames.append(img if img.ndim == 2 else img.max(-1))
+        if img.ndim == 3:  # colour: any channel but alpha (opaque alpha would be the frame)
+            img = img[..., :3].max(-1) if img.shape[-1] in (3, 4) else img.max(-1)
+        frames.append(img)
     if len({fr.shape for fr in frames}) > 1:
         raise InputError(f"mask images in {files[0].parent} differ in size")
     return np.stack(frames)
@@ -76,7 +78,11 @@ def _read_folder(folder: Path) -> np.ndarray:
 
 
 def _labels_to_objects(arr: torch.Tensor) -> torch.Tensor:
-    """(T, H, W) -> (T, K, H, W) bool: binary -> 1 object, label map -> one per label."""
+    """(T, H, W) -> (T, K, H, W) bool: binary -> 1 object, label map -> one per label
+    (unsigned 16 / 32-bit label maps, e.g. 16-bit PNG / TIFF, are widened first: torch has
+    no reductions on them)."""
+    if arr.dtype in (torch.uint16, torch.uint32):
+        arr = arr.to(torch.int64)
     if arr.dtype == torch.bool or int(arr.max()) <= 1:
         return (arr > 0).unsqueeze(1)
     labels = torch.unique(arr)
@@ -139,7 +145,14 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
                 key = "masks" if "masks" in z.files else (z.files[0] if len(z.files) == 1 else None)
                 if key is None:
                     raise InputError(f"{path}: no 'masks' array (found {z.files})")
-                arr = torch.from_numpy(np.ascontiguousarray(z[key]))
+                try:
+                    raw = z[key]
+                except ValueError as exc:  # an object array (needs pickle: never loaded)
+                    raise InputError(f"{path}: mask array '{key}' cannot be read ({exc})") from None
+                if raw.dtype.kind not in "biuf":
+                    raise InputError(f"{path}: mask array '{key}' must be bool, integer labels or "
+                                     f"0 / 1 floats, got dtype {raw.dtype}")
+                arr = torch.from_numpy(np.ascontiguousarray(raw))
         else:
             raise InputError(f"mask source not found or not a folder / .npz: {path}")
     elif isinstance(source, (np.ndarray, torch.Tensor)):

@@ -132,7 +132,8 @@ def test_net_benefit_and_balanced_accuracy():
     ba = stats.balanced_accuracy_bootstrap(t, y, [0.04, 0.1], n_boot=400, seed=0)
     # tau 0.04: TPR 2/3, TNR 2/3 -> 2/3; tau 0.1: TPR 0, TNR 1 -> 0.5
     np.testing.assert_allclose(ba["point"], [2 / 3, 0.5])
-    assert ba["best_counts"].sum() == 400 and (ba["lo"] <= ba["hi"]).all()
+    # resamples that lose a class (14 of 400 here) have no balanced accuracy: left out
+    assert 350 < ba["best_counts"].sum() < 400 and (ba["lo"] <= ba["hi"]).all()
 
 
 def test_gate_observations_use_category_expectation():
@@ -200,3 +201,37 @@ def test_expected_regime_accepts_names_and_aliases_in_any_case():
     assert [expected_regime(c) for c in ("C1", "c3", " Rotation ", "STRESS", "moving_object")] \
         == ["H", "F", "H", "F", "H"]
     assert expected_regime(None) is None and expected_regime("C7") is None
+
+
+def test_balanced_accuracy_needs_both_classes():
+    """One class only (or none): the point estimate is NaN, not a rate with a missing half
+    counted as 0; resamples that lose a class are left out of the CI."""
+    from geocon_torch.bench import stats
+
+    one = stats.balanced_accuracy_bootstrap([0.01, 0.05, 0.07, 0.1], [True] * 4, [0.04], n_boot=50)
+    assert np.isnan(one["point"]).all() and np.isnan(one["lo"]).all()
+    assert one["best_counts"].tolist() == [0]
+    t = [0.01, 0.02, 0.05, 0.07]
+    y = [False, False, True, True]
+    ba = stats.balanced_accuracy_bootstrap(t, y, [0.04], n_boot=200, seed=1)
+    assert ba["point"].tolist() == [1.0] and ba["lo"][0] == 1.0  # every usable resample: 1
+
+
+def test_rows_without_scene_use_their_seed_and_numbers_may_be_ints():
+    """A row without a ``scene`` key falls back on (prompt category, prompt, seed) like the
+    store does (it used to make every clip a scene of its own); integer IR / GE count, a NaN
+    is left out instead of wiping a group."""
+    from geocon_torch.bench import stats
+
+    rows = [{"clip_id": f"a{i}", "generator": "g", "status": "ok", "prompt_category": "C1",
+             "prompt": "p", "seed": 1, "ir": 1.0} for i in range(10)]
+    rows.append({"clip_id": "b", "generator": "g", "status": "ok", "prompt_category": "C1",
+                 "prompt": "p", "seed": 2, "ir": 0.0})
+    assert stats.scene_values(rows, "ir", reduce="mean") == {"C1|p|1": 1.0, "C1|p|2": 0.0}
+    gate = [{"generator": "g", "status": "ok", "ir": 1, "ge_px": 1},
+            {"generator": "g", "status": "ok", "ir": 0.99, "ge_px": 0.5}]
+    sens = stats.report_gate_sensitivity(gate, ir_thresholds=[0.95], ge_thresholds=[3.5])
+    assert sens[0]["n"] == 2 and sens[0]["pass"] == [[1.0]]
+    pa = stats.percentile_aligned(gate + [{"generator": "g", "status": "ok", "ir": float("nan"),
+                                           "ge_px": 1.0}])
+    assert pa[0]["n"] == 2 and all(v is not None for v in pa[0]["x_q"])

@@ -151,3 +151,16 @@ def test_grounded_verdicts_with_torch_sift(cat, opts, regime):
         assert b["ir_h"] >= 0.99 and b["ge_px"] < 0.5 and b["pass"] is True
     else:
         assert b["ir_f"] - b["ir_h"] >= 0.1 and b["ge_f_px"] < 0.5
+
+
+def test_a_chunk_without_keypoints_keeps_the_extras(texture):
+    """Chunks of one frame (a large keypoint budget): a flat frame's chunk has no keypoint;
+    the frames' keypoints and their scale / orientation extras are those of each frame alone
+    (a chunk without keypoints used to lose the extras: KeyError or dropped data)."""
+    ex = get_extractor("torch-sift", max_keypoints=20000, device="cpu")
+    img = texture.float()  # (1, 1, H, W)
+    flat = torch.full_like(img, 0.5)
+    for frames in (torch.cat([img, flat]), torch.cat([flat, img])):
+        kps = ex.extract(frames)
+        assert set(kps.extra) == {"scale", "orientation"}
+        assert sorted(kps.counts.tolist()) == [0, int(ex.extract(img).counts[0])]

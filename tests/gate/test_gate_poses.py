@@ -109,8 +109,22 @@ def test_npz_first_last_and_absolute(tmp_path):
 def test_composed_adjacent_chain_and_pairs_field():
     rel = np.stack([pose([0.01, 0, 0]), pose([0.015, 0, 0])])
     log = load_pose_log({"poses": rel, "pairs": [[0, 1], [1, 2]]})
-    first_last, ok = log.first_last(3)
+    first_last, ok = log.first_last(2)  # frames 0 -> 2
     assert ok and first_last[0, 3].item() == pytest.approx(0.025)
+
+
+def test_pose_logs_are_read_at_the_videos_frame_numbers():
+    """A per-frame log indexes the video's frames: with a stride of 2 the clip's positions
+    0..5 are frames 0, 2, .., 10 (it used to read log entries 0..5); a per-pair gate whose
+    pairs are mostly excluded decides on the decided ones (they used to count as H votes)."""
+    t = [pose([0.01 * k, 0.0, 0.0]) for k in range(11)]  # camera moving 0.01 per frame
+    src = torch.arange(0, 11, 2)
+    pairs = torch.stack([torch.arange(5), torch.arange(1, 6)], 1)  # clip positions
+    log = {"absolute_poses": np.stack(t)}
+    d = gate_from_poses(log, pairs, 6, GateConfig(), frame_indices=src)
+    assert d.evidence["t_inf"] == pytest.approx(0.10)  # frames 0 -> 10
+    naive = gate_from_poses(log, pairs, 6, GateConfig())
+    assert naive.evidence["t_inf"] == pytest.approx(0.05)  # positions taken as frames
 
 
 def test_bad_logs(tmp_path):
@@ -164,3 +178,18 @@ def test_pose_log_gate_on_grounded_true_poses(tmp_path, grounded_poses, cat, mot
         assert d.statistic == pytest.approx(0.0, abs=1e-9)
         per_pair = gate_from_poses(path, adjacent(t), t, GateConfig(per_pair=True)).per_pair
         assert per_pair == ["H"] * (t - 1)
+
+
+def test_per_pair_regime_counts_only_decided_pairs():
+    """A per-pair gate with 6 of 11 pairs excluded (present_only) and the other 5 F: the clip
+    regime is F (the excluded pairs used to count as H votes and made it H)."""
+    from geocon_torch.config import GeoConConfig
+    from geocon_torch.gate.decision import GateDecision
+    from geocon_torch.gate.select import pair_models
+
+    gate = GateDecision("poses", 0.06, {}, None, [None] * 6 + ["F"] * 5, {})
+    cfg = GeoConConfig.from_dict({"gate": {"per_pair": True, "missing_pose": "present_only"}})
+    zero = torch.zeros(11, dtype=torch.float64)
+    regime, use_f, present = pair_models(gate, cfg, zero, zero, 0.0, 1)
+    assert regime == "F" and present.tolist() == [False] * 6 + [True] * 5
+    assert use_f[6:].all()

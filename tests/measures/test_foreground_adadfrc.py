@@ -224,3 +224,35 @@ def test_non_finite_flow_is_invalid_not_zero():
     d, valid = adadfrc(flow, masks, grid=4, min_pixels=16)
     assert valid.tolist() == [[False], [True]]
     assert d[0, 0].item() == 0.0 and d[1, 0].item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_no_object_pixel_and_non_finite_flow():
+    """Masks with no pixel at all (e.g. a small object shrunk away at the flow scale) give
+    D = 0, invalid (was an IndexError for the whole chunk); a NaN flow pixel inside an object
+    makes it invalid (the cell medians used to hide it and give a finite D)."""
+    yy, xx = torch.meshgrid(torch.arange(64.0), torch.arange(80.0), indexing="ij")
+    flow = torch.stack([0.05 * xx + 1.0, 0.03 * yy - 2.0])[None]  # exactly affine
+    d, ok = adadfrc(flow, torch.zeros(1, 1, 64, 80, dtype=torch.bool))
+    assert d.tolist() == [[0.0]] and ok.tolist() == [[False]]
+    m = torch.zeros(1, 2, 64, 80, dtype=torch.bool)
+    m[0, 0, 10:50, 10:40] = True
+    m[0, 1, 10:50, 45:75] = True
+    d, ok = adadfrc(flow, m)
+    assert ok.tolist() == [[True, True]] and float(d.max()) < 1e-9
+    flow[0, 0, 20, 20] = float("nan")  # inside object 0 only
+    d, ok = adadfrc(flow, m)
+    assert ok.tolist() == [[False, True]] and d[0, 0] == 0.0
+
+
+def test_objects_shrunk_away_at_flow_scale_do_not_stop_the_chunk():
+    """An 8 x 8 object at 1024 px (exactly min_object_pixels) vanishes when the flow runs at
+    half size: its pairs are invalid, not a crash."""
+    from geocon_torch.config import ForegroundConfig
+    from geocon_torch.sections.foreground import score_pairs
+
+    f1 = torch.rand(2, 3, 200, 300, generator=torch.Generator().manual_seed(0))
+    m = torch.zeros(2, 1, 200, 300, dtype=torch.bool)
+    m[:, 0, 101:109, 151:159] = True
+    zero_flow = lambda a, b: torch.zeros(a.shape[0], 2, a.shape[-2], a.shape[-1])  # noqa: E731
+    d, v, _, _ = score_pairs(f1, f1.clone(), m, zero_flow, ForegroundConfig(), size=(1024, 1024))
+    assert not bool(v.any()) and bool((d == 0).all())
