@@ -7,6 +7,7 @@ integers, ``descriptors (T, N, D)``, ``scores (T, N)`` (detector response, highe
 """
 from __future__ import annotations
 
+import inspect
 from typing import (Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union,
                     runtime_checkable)
 
@@ -111,6 +112,10 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
         raise InputError(f"max_keypoints must be >= 1, got {max_keypoints}")
     kwargs = dict(options)
     if checkpoint is not None:
+        if "checkpoint" not in inspect.signature(_REGISTRY[name]).parameters:
+            raise InputError(f"features.checkpoint is set ({checkpoint}) but the backend {name!r} "
+                             f"loads no checkpoint (its weights, if any, ship with it): unset it "
+                             f"or pick a learned backend that takes one")
         kwargs["checkpoint"] = checkpoint
     return _REGISTRY[name](max_keypoints=max_keypoints, device=dev, **kwargs)
 

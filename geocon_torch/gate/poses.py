@@ -103,11 +103,34 @@ class PoseLog:
         return out, True
 
 
+#: largest |R R^T - I| entry of a logged rotation block (float32 round trips stay far below)
+RIGID_TOLERANCE = 1e-3
+
+
+def _check_rigid(t: torch.Tensor, where: str) -> None:
+    """InputError unless every finite pose (P, 4, 4) is a rigid transform: an orthonormal
+    rotation block with determinant +1 and the bottom row (0, 0, 0, 1). A scaled, sheared or
+    zeroed rotation would give a translation of another scale (or none) to the gate."""
+    ok = torch.isfinite(t).flatten(1).all(1)
+    r, bottom = t[ok, :3, :3], t[ok, 3]
+    eye = torch.eye(3, dtype=t.dtype)
+    bad = ((r @ r.transpose(-1, -2) - eye).abs().flatten(1).amax(1) > RIGID_TOLERANCE) \
+        | (torch.linalg.det(r) <= 0) \
+        | ((bottom - torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=t.dtype)).abs().amax(1) > 1e-6)
+    if bool(bad.any()):
+        k = int(ok.nonzero()[:, 0][bad.nonzero()[0, 0]])
+        raise InputError(f"{where}: pose {k} is not a rigid transform (its rotation block must "
+                         f"be orthonormal with determinant +1, its last row 0 0 0 1)")
+
+
 def _as_pose_tensor(value: Any, where: str) -> torch.Tensor:
-    arr = np.asarray([np.full((4, 4), np.nan) if v is None else v for v in value]
-                     if isinstance(value, list) and value and (value[0] is None or
-                                                               np.ndim(value[0]) == 2)
-                     else value, dtype=np.float64)
+    try:
+        arr = np.asarray([np.full((4, 4), np.nan) if v is None else v for v in value]
+                         if isinstance(value, list) and value and (value[0] is None or
+                                                                   np.ndim(value[0]) == 2)
+                         else value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:  # strings, ragged rows
+        raise InputError(f"{where}: poses must be numbers in (4, 4) matrices ({exc})") from None
     t = torch.from_numpy(np.ascontiguousarray(arr))
     if t.ndim == 2:
         t = t.unsqueeze(0)
@@ -116,6 +139,7 @@ def _as_pose_tensor(value: Any, where: str) -> torch.Tensor:
     if t.shape[-2] == 3:
         bottom = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=t.dtype).expand(t.shape[0], 1, 4)
         t = torch.cat([t, bottom], 1)
+    _check_rigid(t, where)
     return t
 
 
@@ -132,7 +156,11 @@ def _from_mapping(data: Any, source: str) -> PoseLog:
         rel = _as_pose_tensor(get(key), f"{source}:{key}")
         present = torch.isfinite(rel).flatten(1).all(1)
         if get("valid") is not None:
-            present &= torch.as_tensor(np.asarray(get("valid")), dtype=torch.bool).view(-1)
+            valid = torch.as_tensor(np.asarray(get("valid")), dtype=torch.bool).view(-1)
+            if valid.numel() != rel.shape[0]:
+                raise ShapeError(f"{source}: 'valid' has {valid.numel()} entries for "
+                                 f"{rel.shape[0]} poses")
+            present &= valid
         pairs = get("pairs")
         pairs = None if pairs is None else torch.as_tensor(np.asarray(pairs), dtype=torch.long)
         if pairs is not None and (pairs.ndim != 2 or pairs.shape != (rel.shape[0], 2)):

@@ -119,3 +119,17 @@ def test_bad_pairs_raise():
         match_descriptors(kps, torch.tensor([0, 1]))
     empty = match_descriptors(kps, torch.zeros(0, 2, dtype=torch.long))
     assert empty.x1.shape[0] == 0
+
+
+def test_half_precision_byte_descriptors_still_match():
+    """SIFT's byte-valued descriptors in float16: |d|^2 (~2.6e5) overflows float16, so the
+    distances are computed in float32; the matches equal float32's (there were none)."""
+    gen = torch.Generator().manual_seed(0)
+    d1 = torch.randint(0, 160, (1, 50, 128), generator=gen).float()
+    d2 = d1[:, torch.randperm(50, generator=gen)] + torch.randint(0, 3, (1, 50, 128),
+                                                                     generator=gen)
+    m = torch.ones(1, 50, dtype=torch.bool)
+    ref = ratio_match(d1, m, d2, m, ratio=0.8)
+    got = ratio_match(d1.half(), m, d2.half(), m, ratio=0.8)
+    assert int(ref[2].sum()) > 40
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[2], ref[2])

@@ -193,3 +193,19 @@ def test_per_pair_regime_counts_only_decided_pairs():
     regime, use_f, present = pair_models(gate, cfg, zero, zero, 0.0, 1)
     assert regime == "F" and present.tolist() == [False] * 6 + [True] * 5
     assert use_f[6:].all()
+
+
+def test_malformed_pose_content_is_a_clear_error():
+    """Zeroed / scaled rotations, ragged or text entries and a 'valid' of the wrong length are
+    errors naming the problem (they used to pass as H / F decisions or raw tracebacks)."""
+    zeroed = pose([0.05, 0.0, 0.0])
+    zeroed[:3, :3] = 0.0
+    with pytest.raises(GeoConError, match="pose 0 is not a rigid transform"):
+        load_pose_log({"relative_pose": zeroed})
+    with pytest.raises(GeoConError, match="pose 1 is not a rigid transform"):
+        load_pose_log({"absolute_poses": np.stack([pose([0, 0, 0]), 2 * pose([0, 0, 0])])})
+    with pytest.raises(GeoConError, match="must be numbers"):
+        load_pose_log({"relative_pose": [[1, 0, 0, 0], [0, 1, 0]]})
+    with pytest.raises(GeoConError, match="'valid' has 3 entries for 2 poses"):
+        load_pose_log({"poses": np.stack([pose([0, 0, 0])] * 2), "valid": [1, 1, 0]})
+    assert load_pose_log({"relative_pose": pose([0.01, 0, 0], 20.0)}).relative.shape == (1, 4, 4)
