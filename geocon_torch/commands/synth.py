@@ -16,6 +16,7 @@ from typing import List, Tuple
 from tqdm import tqdm
 
 from ..categories import CATEGORIES, canonical_category
+from ..errors import InputError
 from ..synth import render_scene
 from ..synth.corruptions import CORRUPTIONS
 from ..synth.scenes import MOTIONS
@@ -56,16 +57,13 @@ def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.severity <= 1.0:
-        print(f"error: --severity must be in [0, 1], got {args.severity}")
-        return 2
+        raise InputError(f"--severity must be in [0, 1], got {args.severity}")
     try:
         jobs = _jobs(args)
     except ValueError as exc:
-        print(f"error: {exc}")
-        return 2
+        raise InputError(str(exc)) from None
     if not jobs:
-        print(f"error: no category has motion {args.motion!r}")
-        return 2
+        raise InputError(f"no category has motion {args.motion!r}")
     corruption = None if args.corruption == "none" else args.corruption
     w, h = args.size
     if corruption == "nonrigid_object":

@@ -242,6 +242,9 @@ def select_thresholds(ir_clean: torch.Tensor, ge_clean: torch.Tensor, ir_bad: to
     Returns:
         :class:`Thresholds` (rates measured on these clips).
     """
+    if ir_clean.numel() == 0:  # bounds that pass no clip: a gate that fails everything
+        raise InputError(f"no clean clip to calibrate on ({ir_bad.numel()} corrupted): the "
+                         f"bounds are placed on the clean clips' values")
     clean = torch.stack([ir_clean.double(), ge_clean.double()], -1)
     bad = torch.stack([ir_bad.double(), ge_bad.double()], -1)
     (ir_min, ge_max), tp, fp = select_bounds(clean, bad, (True, False), target_false_pass)

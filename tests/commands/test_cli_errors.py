@@ -179,3 +179,12 @@ def test_explain_picks_a_configuration(tmp_path: Path, capsys):
     assert main(["explain", str(results), "--clip", "a", "--config-hash", "cfg2",
                  "--no-evidence"]) == 0
     assert "IR 0.99" in capsys.readouterr().out
+
+
+def test_synth_errors_are_one_line_on_stderr(tmp_path: Path, capsys):
+    """geocon synth's own checks end like every command's: one line on stderr, exit 2 (they
+    were printed on stdout without the command's name)."""
+    out = str(tmp_path / "s")
+    _fail(capsys, ["synth", out, "--severity", "2"], "--severity must be in [0, 1]")
+    _fail(capsys, ["synth", out, "--motion", "nosuch"], "no category has motion 'nosuch'")
+    assert not (tmp_path / "s").exists()

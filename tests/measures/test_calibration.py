@@ -326,3 +326,13 @@ def test_spread_bound_reads_peak_minus_fine():
     old = {"H": {"ir_min": 0.9, "ge_norm_max": 2.0, "ge_peak_norm_max": 0.42}}
     assert calibrated_pass(1.0, 0.1, 256, "H", old, **even) is False
     assert calibrated_pass(1.0, 0.1, 256, "H", old, **spiky) is True
+
+
+def test_no_clean_clip_is_an_error():
+    """Without clean clips there is nothing to place a bound on (it used to return a zero gate
+    with true_pass 0 and n_clean 0)."""
+    from geocon_torch.errors import InputError
+
+    bad = torch.tensor([0.5, 0.7], dtype=torch.float64)
+    with pytest.raises(InputError, match="no clean clip to calibrate on"):
+        select_thresholds(torch.zeros(0), torch.zeros(0), torch.ones(2), bad)
