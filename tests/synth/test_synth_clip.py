@@ -106,7 +106,7 @@ def test_cli_all_categories(tmp_path):
 
 def test_cli_rejects_bad_arguments(tmp_path, capsys):
     assert main(["synth", str(tmp_path), "--category", "C9"]) == 2
-    assert "unknown category" in capsys.readouterr().out
+    assert "geocon synth: error: unknown category" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["synth", str(tmp_path), "--size", "65x48"])
 
