@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import itertools
-import json
 import logging
 import os
 import time
@@ -56,7 +55,7 @@ from ..result import ClipResult, migrate_result
 from .claims import LeaseKeeper, WorkQueue, drop_job, new_job, new_owner
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .schema import result_problems
-from .store import ResultStore, is_server_url
+from .store import ResultStore, entry_json, is_server_url
 
 log = logging.getLogger("geocon_torch.bench")
 ScoreFn = Callable[[ManifestEntry, GeoConConfig, Optional[str]], Dict[str, Any]]
@@ -538,7 +537,7 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     if link is not None and link[0] == key:
         summary.skipped += 1
         row = _clip_row(entry)
-        if link[1] != json.dumps(row["entry"], sort_keys=True, default=str):
+        if link[1] != entry_json(row["entry"]):
             store.put(row, key, cfg_hash, None)  # the manifest's metadata changed: keep it
         if work is not None:
             work.finish(entry.clip_id)

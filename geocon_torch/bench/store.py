@@ -129,6 +129,11 @@ class StoreConnectionError(StoreError, ConnectionError):
     answer within the store timeout; the message names the store (password masked)."""
 
 
+def entry_json(entry: Any) -> str:
+    """A clip row's manifest entry as the store keeps it (``entry_json``): sorted-key JSON."""
+    return json.dumps(entry, sort_keys=True, default=str)
+
+
 def is_server_url(db: Union[str, Path]) -> bool:
     """True when ``db`` names a PostgreSQL server (URL or libpq key=value string), not a file."""
     return isinstance(db, str) and (db.startswith(_SERVER_PREFIXES) or bool(_CONNINFO.match(db)))
@@ -317,7 +322,7 @@ class ResultStore:
                                 json.dumps(result, sort_keys=True, allow_nan=False), now)))
         row = {k: clip.get(k) for k in CLIP_COLUMNS}
         row.update(config_hash=config_hash, content_hash=content_hash, updated_at=now,
-                   entry_json=json.dumps(clip.get("entry"), sort_keys=True, default=str))
+                   entry_json=entry_json(clip.get("entry")))
         stmts.append((_UPSERT_CLIP, tuple(row[k] for k in CLIP_FIELDS)))
         return stmts
 

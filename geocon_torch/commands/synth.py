@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..synth import render_scene
 from ..synth.corruptions import CORRUPTIONS
 from ..synth.scenes import MOTIONS
-from ._common import frame_size
+from ._common import frame_size, unit_fraction
 
 NAME = "synth"
 HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)"
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="camera motion (C2: pan|tilt|roll, C3: truck|dolly, C5: arc|orbit);"
                              " default: the category's first, or every motion with 'all'")
     parser.add_argument("--corruption", default="none", choices=("none",) + CORRUPTIONS)
-    parser.add_argument("--severity", type=float, default=0.5,
+    parser.add_argument("--severity", type=unit_fraction, default=0.5,
                         help="corruption severity in [0, 1] (default 0.5; ignored without "
                              "--corruption)")
     parser.add_argument("--frames", type=int, default=48, help="frames per clip (default 48)")
@@ -56,8 +56,6 @@ def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0.0 <= args.severity <= 1.0:
-        raise InputError(f"--severity must be in [0, 1], got {args.severity}")
     try:
         jobs = _jobs(args)
     except ValueError as exc:

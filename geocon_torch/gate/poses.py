@@ -117,8 +117,8 @@ def _check_rigid(t: torch.Tensor, where: str) -> None:
     bad = ((r @ r.transpose(-1, -2) - eye).abs().flatten(1).amax(1) > RIGID_TOLERANCE) \
         | (torch.linalg.det(r) <= 0) \
         | ((bottom - torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=t.dtype)).abs().amax(1) > 1e-6)
-    if bool(bad.any()):
-        k = int(ok.nonzero()[:, 0][bad.nonzero()[0, 0]])
+    if bool(bad.any()):  # a pose log is host data: these reads cost no device sync
+        k = int(torch.arange(t.shape[0])[ok][bad][0])
         raise InputError(f"{where}: pose {k} is not a rigid transform (its rotation block must "
                          f"be orthonormal with determinant +1, its last row 0 0 0 1)")
 

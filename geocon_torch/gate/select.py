@@ -360,9 +360,9 @@ def pair_models(gate: GateDecision, config: GeoConConfig, gric_delta: torch.Tens
         codes = torch.tensor([CODE[d] for d in gate.per_pair], device=dev)
         use_f_pair = resolve_u(codes, gric_delta, support_margin, config.gate.u_margin)
         decided = codes != CODE[None]  # a pair the gate excluded votes for neither model
-        n = int(decided.sum())
-        regime = "F" if n and int((use_f_pair & decided).sum()) * 2 >= n else "H"
-        return regime, use_f_pair.repeat(num_scales), (codes != CODE[None]).repeat(num_scales)
+        n, f_votes = torch.stack([decided.sum(), (use_f_pair & decided).sum()]).tolist()
+        regime = "F" if n and 2 * f_votes >= n else "H"
+        return regime, use_f_pair.repeat(num_scales), decided.repeat(num_scales)
     regime = clip_regime(gate, config, clip_support_margin)
     use_f = torch.full((num_scales * int(gric_delta.numel()),), regime == "F",
                        dtype=torch.bool, device=dev)

@@ -152,8 +152,7 @@ class Decoded:
         frames were dropped announces and decodes fewer frames: only its timestamps show it).
         (0, 0) for a variable-frame-rate stream or a codec whose durations vary by design."""
         steps = timestamp_steps(self.pts)
-        if (steps.size < 2 or self.codec in VARIABLE_RATE_CODECS
-                or variable_rate(steps, self.codec)):
+        if steps.size < 2 or self.codec in VARIABLE_RATE_CODECS or variable_rate(steps):
             return 0, 0
         big = steps > _LONG_STEP
         return int(big.sum()), int(np.rint(steps[big]).sum() - big.sum())

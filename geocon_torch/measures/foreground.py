@@ -176,6 +176,15 @@ def sinkhorn_w2(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, *,
     return torch.where(ok, out, torch.zeros_like(out))
 
 
+def check_settings(grid: int, score: str) -> None:
+    """InputError unless ``score`` is one of :data:`SCORES` and ``grid`` >= 2 (cells per box
+    side)."""
+    if score not in SCORES:
+        raise InputError(f"score must be one of {SCORES}, got {score!r}")
+    if int(grid) < 2:
+        raise InputError(f"grid must be >= 2, got {grid}")
+
+
 def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch.Tensor] = None,
             *, grid: int = 8, score: str = "wmse", min_pixels: int = 64,
             w2_iterations: int = 200) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -192,10 +201,7 @@ def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch
         D: (P, K) px^2 (0 where invalid), valid: (P, K) bool.
     """
     _check_inputs(flow, masks, reliability)
-    if score not in SCORES:
-        raise InputError(f"score must be one of {SCORES}, got {score!r}")
-    if int(grid) < 2:
-        raise InputError(f"grid must be >= 2, got {grid}")
+    check_settings(grid, score)
     p_, k_ = masks.shape[:2]
     if p_ * k_ == 0:
         return (flow.new_zeros((p_, k_)), torch.zeros((p_, k_), dtype=torch.bool,

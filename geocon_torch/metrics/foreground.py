@@ -9,7 +9,7 @@ from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
 from ..errors import InputError
-from ..measures.foreground import SCORES
+from ..measures.foreground import check_settings
 from .functional.foreground import _adadfrc_compute, _adadfrc_update
 from ._base import GeoConMetric
 
@@ -64,12 +64,9 @@ class AdaDFRC(GeoConMetric):
     def __init__(self, grid: int = 8, score: str = "wmse", min_pixels: int = 64,
                  percentile: float = 0.9, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if score not in SCORES:
-            raise InputError(f"score must be one of {SCORES}, got {score!r}")
+        check_settings(grid, score)  # at construction, not at the first update
         if not 0.0 <= percentile <= 1.0:
             raise InputError(f"percentile must be in [0, 1], got {percentile}")
-        if int(grid) < 2:  # as the measure checks it, but at construction, not first update
-            raise InputError(f"grid must be >= 2, got {grid}")
         self.grid = int(grid)
         self.score = score
         self.min_pixels = int(min_pixels)

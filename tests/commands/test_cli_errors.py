@@ -185,6 +185,10 @@ def test_synth_errors_are_one_line_on_stderr(tmp_path: Path, capsys):
     """geocon synth's own checks end like every command's: one line on stderr, exit 2 (they
     were printed on stdout without the command's name)."""
     out = str(tmp_path / "s")
-    _fail(capsys, ["synth", out, "--severity", "2"], "--severity must be in [0, 1]")
+    with pytest.raises(SystemExit) as exc:  # a usage error, checked by argparse
+        main(["synth", out, "--severity", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1
+    assert "argument --severity: must be a number in [0, 1]" in err[0]
     _fail(capsys, ["synth", out, "--motion", "nosuch"], "no category has motion 'nosuch'")
     assert not (tmp_path / "s").exists()

@@ -12,7 +12,7 @@ from ..._tensor_utils import masked_median
 from ...config import ConfigLike, load_config
 from ...errors import ConfigError
 from ...pipeline import score_clips
-from ...presets import get_preset
+from ...presets import PRESETS, get_preset
 from ._common import ClipValues, VideosLike, check_videos, per_clip, status_codes
 
 #: Per-clip values of the ``background`` block (IR in [0, 1]; GE in px at working resolution).
@@ -26,9 +26,10 @@ def check_background_preset(preset: str) -> None:
     """Raise ConfigError unless ``preset`` runs the background section (a preset without it,
     e.g. "worldatlas", gives no IR / GE: every value would be NaN under an ok status)."""
     if "background" not in get_preset(preset).sections:
+        scoring = [name for name, p in PRESETS.items() if "background" in p.sections]
         raise ConfigError(f"preset {preset!r} does not score the background (its sections: "
                           f"{', '.join(get_preset(preset).sections)}); background consistency "
-                          f"needs one of the presets that do: background, geocon, all")
+                          f"needs one of the presets that do: {', '.join(scoring)}")
 
 
 def _background_consistency_update(videos: VideosLike, masks: Optional[Sequence[Any]] = None,
