@@ -9,12 +9,16 @@ Algorithm (one implementation for H and F; the function of each stage in bracket
    points for H, 7 for F) without replacement among its valid points (from the fifth round on,
    2x more per round up to 8x: hard pairs finish in fewer rounds, easy ones are unaffected);
    with ``scores`` the first rounds draw from the top-ranked 25 %, then 50 %, then all points.
-   Degenerate samples (collinear / duplicated points, singular systems) are rejected. The
+   Degenerate samples (collinear / duplicated points, singular systems) are rejected, and for H
+   samples whose point triples do not all keep (or all flip) their turn between the images
+   (the orientation check of OpenCV's ``findHomography``: such a sample cannot be all
+   inliers; ~7 in 8 outlier samples fail it). The
    7-point solver yields up to 3 models per sample, so a round has P x K (H) or P x 3K (F)
    candidates with a validity mask (``_sample_hypotheses``). Their costs are computed in batched
    GEMM-based kernels (float32, in each pair's normalised frame, residuals rescaled to
-   pixels): first on 32 random valid points per pair (all of them when it has <= 32;
-   ``_preverify``), then the best 2 per pair (per batch_size samples) on all points
+   pixels): first on 32 random valid points per pair, drawn anew each round (all of them when
+   it has <= 32; ``_preverify``; a hypothesis's own sample points leave its cost), then the
+   best 2 per pair (per batch_size samples) on all points
    (``_round_winners``).
 3. MSAC cost ``sum min(r^2, t^2)`` (or the outlier count for ``scoring="ransac"``) picks each
    pair's round winner; when it is within 1.25x of the pair's best cost, local optimisation
@@ -23,7 +27,9 @@ Algorithm (one implementation for H and F; the function of each stage in bracket
    pair with more than 512 (else on all), started from the best of 4 inner-sample refits,
    kept only when the result lowers the cost on all points.
 4. A pair stops when its adaptive bound ``log(1 - confidence) / log(1 - w^m)`` (w = inlier
-   ratio of its best model) or ``max_iterations`` samples is reached (``_stopping_rule``).
+   ratio of its best model) in samples drawn, or ``max_iterations`` samples that passed the
+   sample checks (as OpenCV counts them), or 10x that many drawn is reached
+   (``_stopping_rule``).
    Python loops only over rounds and LO iterations, never over pairs or hypotheses.
    From the second round on, the pairs still active run the rounds they would need if their
    best model did not change (``_lookahead``, at most 8) in one batch of rows (pair, round),
@@ -73,7 +79,8 @@ from ._reduce import padded_sum
 from .normalization import _similarity_inverse, _similarity_matrix, _weighted_hartley
 from .residuals import _adjugate3
 from .sampling import (draw_with_replacement, draw_without_replacement, has_collinear_triple,
-                       has_duplicate, pair_keys, stream_base, uniform, uniform_rows)
+                       has_duplicate, orientation_consistent, pair_keys, stream_base, uniform,
+                       uniform_rows)
 
 H_RESIDUALS = ("symmetric", "forward")
 F_RESIDUALS = ("sampson_normalized", "sampson", "epipolar_max")
@@ -88,6 +95,8 @@ _LOOKAHEAD = 8  # from the second round on, up to this many rounds are computed 
 # accelerators, where each round's host sync drains the stream; on the CPU a sync is cheap and
 # the rows a pair does not need cost their full price: F at 30 % outliers ran 15x slower)
 _GIVE_UP_SAMPLES = 256  # a pair with no non-degenerate sample after this many is unfit
+_DRAW_LIMIT = 10  # max_iterations counts accepted samples; at most this many times as many
+# are drawn (OpenCV redraws a rejected sample up to 1000 times)
 _MIN_SPREAD = 1e-6  # inliers whose covariance eigenvalue ratio is below this are degenerate
 
 
@@ -243,9 +252,11 @@ class _Problem:
 
 def _solve_h(x1s: torch.Tensor, x2s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(A, K, 4, 2) samples -> models (A, K, 3, 3), valid (A, K). Collinear triples (which
-    include duplicated points) in either image are rejected."""
+    include duplicated points) in either image and samples whose triples do not keep their
+    orientation (:func:`orientation_consistent`) are rejected."""
     H, ok = _homography_4pt(x1s, x2s)
-    ok = ok & ~has_collinear_triple(x1s) & ~has_collinear_triple(x2s)
+    ok = ok & ~has_collinear_triple(x1s) & ~has_collinear_triple(x2s) \
+        & orientation_consistent(x1s, x2s)
     return H, ok
 
 
@@ -399,8 +410,8 @@ def _valid_first_order(mask: torch.Tensor, scores: Optional[torch.Tensor],
         1, rank, torch.arange(N, device=mask.device).expand(P, N).contiguous())
 
 
-def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, limit: int,
-            width: int, fixed: bool = False, base: Optional[torch.Tensor] = None
+def _subset(keys: Optional[torch.Tensor], stream: int, n_valid: torch.Tensor, count: int,
+            limit: int, width: int, fixed: bool = False, base: Optional[torch.Tensor] = None
             ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per-pair point subsets of compacted pairs (valid points at positions [0, n_valid)):
     ``count`` positions drawn with replacement when ``n_valid > limit``, else all ``n_valid``
@@ -413,12 +424,12 @@ def _subset(keys: torch.Tensor, stream: int, n_valid: torch.Tensor, count: int, 
         R = count
     else:  # (a host sync)
         need = int(torch.where(big, torch.full_like(n_valid, count), n_valid).max()) \
-            if keys.numel() else 1
+            if n_valid.numel() else 1
         R = min(max(need, 1), width)
     rounds = None if base is not None else torch.full_like(keys, stream)
     drawn = draw_with_replacement(keys, rounds, count, n_valid, base)
     drawn = tnf.pad(drawn, (0, max(R - count, 0)))[:, :R]
-    col = torch.arange(R, device=keys.device).view(1, R)
+    col = torch.arange(R, device=n_valid.device).view(1, R)
     pos = torch.where(big.view(-1, 1), drawn, col.clamp_max(width - 1))
     sel = torch.where(big.view(-1, 1), col < count, col < n_valid.view(-1, 1))
     return torch.where(sel, pos, torch.zeros_like(pos)), sel
@@ -471,6 +482,7 @@ class _Search:
     iters: torch.Tensor  # minimal samples drawn
     rounds: torch.Tensor
     active: torch.Tensor
+    accepted: torch.Tensor  # minimal samples drawn that passed the sample checks
 
     @staticmethod
     def start(batch: _Batch) -> "_Search":
@@ -479,7 +491,7 @@ class _Search:
         return _Search(torch.eye(3, dtype=dt, device=dev).expand(P, 3, 3).clone(),
                        torch.full((P,), math.inf, dtype=dt, device=dev), long0(),
                        torch.zeros(P, dtype=torch.bool, device=dev), long0(), long0(),
-                       batch.fittable.clone())
+                       batch.fittable.clone(), long0())
 
 
 def _check_inputs(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor],
@@ -548,27 +560,26 @@ def _prepare(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor, mask: torch.
                   _Context.build(x1n, x2n, mask, s1, s2, torch.float32))
 
 
-def _point_subsets(problem: _Problem, batch: _Batch, keys: torch.Tensor
-                   ) -> Tuple[_Context, _Context]:
-    """The points hypotheses are pre-evaluated on and the points in-loop LO iterates on.
-
-    Pre-verification: a pair with more than 32 valid points is pre-evaluated on 32 of them drawn
-    with replacement, a smaller one on all its points (always 32 columns, so a plain sum costs
-    them). In-loop LO: 256 random valid points (with replacement) of a pair with more than 512,
-    else all its points; its result is then evaluated on all points. Both are decided per pair
-    from its own valid count and key.
-    """
+def _lo_points(problem: _Problem, batch: _Batch, keys: torch.Tensor) -> _Context:
+    """The points in-loop LO iterates on: 256 random valid points (with replacement) of a pair
+    with more than 512, else all its points (its result is then evaluated on all points);
+    decided per pair from its own valid count and key."""
     N = batch.mask.shape[1]
-    lo_sub = N > 2 * _LO_POINTS
-    streams = to_device([-1, -2] if lo_sub else [-1], keys.device)
-    bases = stream_base(keys, streams.view(-1, 1))  # (S, P): both streams' hashes at once
-    sub = batch.fast.points(*_subset(keys, -1, batch.n_valid, _PREVERIFY_POINTS,
-                                     _PREVERIFY_POINTS, N, fixed=True, base=bases[0]))
-    if not lo_sub:
-        return sub, batch.full
+    if N <= 2 * _LO_POINTS:
+        return batch.full
     lo = batch.full.points(*_subset(keys, -2, batch.n_valid, _LO_POINTS, 2 * _LO_POINTS, N,
-                                    base=bases[1]))
-    return sub, lo.with_bases(problem.kind)
+                                    base=stream_base(keys, torch.full_like(keys, -2))))
+    return lo.with_bases(problem.kind)
+
+
+def _preverify_points(ctx: _Context, base: torch.Tensor, n_valid: torch.Tensor) -> _Context:
+    """The points the hypotheses of one round are pre-evaluated on, for rows of pairs ``ctx``
+    (their stream ``base`` (A,) of the round, valid counts (A,)): 32 drawn with replacement
+    from a pair with more than 32 valid points, else all of them (always 32 columns, so a
+    plain sum costs them). Drawn anew each round: a fixed draw that happens to hold few inliers
+    would keep the right hypotheses out of the full evaluation in every round."""
+    return ctx.points(*_subset(None, 0, n_valid, _PREVERIFY_POINTS, _PREVERIFY_POINTS,
+                               int(ctx.x1n.shape[1]), fixed=True, base=base))
 
 
 def _sample_hypotheses(problem: _Problem, ctx: _Context, keys: torch.Tensor,
@@ -720,12 +731,14 @@ def _optimize_promising(problem: _Problem, batch: _Batch, lo_ctx: _Context, base
 
 def _settle(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn: int, m: int,
             cfg: _Settings, winners: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-            optimized: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+            optimized: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+            accepted: torch.Tensor) -> None:
     """One round's outcome for pairs ``idx`` (A,), of which those still active take part:
     the optimised winner replaces the raw one when the winner was promising (cost within
     1.25x of the pair's best: a raw minimal model rarely beats an optimised one, and this keeps
     a pair from settling on a wrong local optimum) and the optimised one costs less; the best
-    model is kept, then the stopping rule (:func:`_stopping_rule`). Elementwise, no sync."""
+    model is kept, then the stopping rule (:func:`_stopping_rule`; ``accepted`` (A,): the
+    round's samples that passed the sample checks). Elementwise, no sync."""
     rc, r_model, r_ninl = winners
     act = st.active[idx]
     best = st.best_cost[idx]
@@ -739,29 +752,37 @@ def _settle(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, drawn: int, m
     st.best_cost[idx] = torch.where(improved, rc, best)
     st.best_ninl[idx] = torch.where(improved, r_ninl, st.best_ninl[idx])
     st.found[idx] = st.found[idx] | improved
-    _stopping_rule(st, idx, act, n_valid, drawn, m, cfg)
+    _stopping_rule(st, idx, act, n_valid, drawn, accepted, m, cfg)
 
 
 def _stopping_rule(st: _Search, idx: torch.Tensor, act: torch.Tensor, n_valid: torch.Tensor,
-                   drawn: int, m: int, cfg: _Settings) -> None:
-    """Count the round's ``drawn`` samples for the pairs ``idx`` where ``act`` (A,) and
-    deactivate those that reached their adaptive bound (:func:`_required_iterations`),
-    ``max_iterations``, or drew ``_GIVE_UP_SAMPLES`` samples without a non-degenerate one."""
+                   drawn: int, accepted: torch.Tensor, m: int, cfg: _Settings) -> None:
+    """Count the round's ``drawn`` samples (``accepted`` (A,) of them passed the sample checks)
+    for the pairs ``idx`` where ``act`` (A,) and deactivate those that reached their adaptive
+    bound (:func:`_required_iterations`, in samples drawn: a rejected sample is never all
+    inliers, so the bound's odds are those of the drawn samples), ``max_iterations`` accepted
+    samples (as OpenCV counts them: a pair whose samples are mostly rejected, i.e. mostly
+    outliers, draws more), ``_DRAW_LIMIT`` times that many drawn, or ``_GIVE_UP_SAMPLES``
+    drawn without a non-degenerate one."""
     iters = st.iters[idx] + drawn * act
     st.iters[idx] = iters
+    acc = st.accepted[idx] + accepted * act
+    st.accepted[idx] = acc
     st.rounds[idx] = st.rounds[idx] + act
     hopeless = ~st.found[idx] & (iters >= _GIVE_UP_SAMPLES)
-    st.active[idx] = act & (iters < _sample_cap(st, idx, n_valid, m, cfg)) & ~hopeless
+    st.active[idx] = act & (iters < _sample_cap(st, idx, n_valid, m, cfg)) & ~hopeless \
+        & (acc < cfg.max_iterations)
 
 
 def _sample_cap(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, m: int,
                 cfg: _Settings) -> torch.Tensor:
-    """(A,) samples after which the pairs ``idx`` stop with their current best model: the
-    adaptive bound (:func:`_required_iterations`, ``n_valid`` (A,)) capped by
+    """(A,) samples drawn after which the pairs ``idx`` stop with their current best model
+    (unless ``max_iterations`` accepted samples stop them first): the adaptive bound
+    (:func:`_required_iterations`, ``n_valid`` (A,)) capped by ``_DRAW_LIMIT`` x
     ``max_iterations``."""
-    need = _required_iterations(st.best_ninl[idx], n_valid, m, cfg.confidence,
-                                cfg.max_iterations)
-    return torch.minimum(need, torch.full_like(need, cfg.max_iterations))
+    limit = _DRAW_LIMIT * cfg.max_iterations
+    need = _required_iterations(st.best_ninl[idx], n_valid, m, cfg.confidence, limit)
+    return torch.minimum(need, torch.full_like(need, limit))
 
 
 def _lookahead(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, r: int, m: int,
@@ -780,7 +801,7 @@ def _lookahead(st: _Search, idx: torch.Tensor, n_valid: torch.Tensor, r: int, m:
 
 
 def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor,
-               subsets: Tuple[_Context, _Context], r: int, L: int, prosac: bool,
+               lo_ctx: _Context, r: int, L: int, prosac: bool,
                cfg: _Settings, idx: torch.Tensor) -> None:
     """Rounds ``r .. r + L - 1`` for the active pairs ``idx`` (A,) (the caller's one host sync,
     its stop test): sample, pre-verify, evaluate and optimise the winners of all L rounds at
@@ -804,27 +825,30 @@ def _run_round(problem: _Problem, batch: _Batch, st: _Search, keys: torch.Tensor
         keep_rows = to_device([t for _, t in sizes], dev).view(L, 1).expand(L, A)
         count, keep_rows = count.reshape(-1), keep_rows.reshape(-1)
     krows = keys if whole else keys[rows]
-    if cfg.local_optimization:  # the rows' sampling and LO streams in one go
-        base, lo_base = stream_base(krows, torch.stack([rnd, rnd + (1 << 20)])).unbind(0)
-    else:
-        base, lo_base = stream_base(krows, rnd), None
+    # the rows' sampling, pre-verification and LO streams in one go
+    base, pre_base, lo_base = stream_base(krows, torch.stack(
+        [rnd, rnd + (2 << 20), rnd + (1 << 20)])).unbind(0)
     models, hvalid, spos = _sample_hypotheses(problem, ctx, krows, rnd, nv, prosac, K, count,
                                               base)
+    # H: one slot per sample; F's 7-point roots are no sample check (its samples all count)
+    accepted = hvalid.sum(1) if problem.kind == "H" else \
+        (torch.full_like(nv, K) if count is None else count)
     if models.shape[1] > keep_top:
-        models, hvalid = _preverify(problem, models, hvalid, pick(subsets[0]), keep_top, cfg,
+        models, hvalid = _preverify(problem, models, hvalid,
+                                    _preverify_points(ctx, pre_base, nv), keep_top, cfg,
                                     keep_rows, spos, int(ctx.x1n.shape[1]))
     winners = _round_winners(problem, models, hvalid, ctx, cfg, batch.full.x1n.dtype)
     optimized = None
     if cfg.local_optimization and (L > 1 or _sync_free(dev)):
-        optimized = _optimize_winners(problem, batch, subsets[1], lo_base, rows, winners[1],
+        optimized = _optimize_winners(problem, batch, lo_ctx, lo_base, rows, winners[1],
                                       cfg)
     elif cfg.local_optimization:
-        optimized = _optimize_promising(problem, batch, subsets[1], lo_base, rows, winners,
+        optimized = _optimize_promising(problem, batch, lo_ctx, lo_base, rows, winners,
                                         st.best_cost[idx], cfg)
     for j, (k, _) in enumerate(sizes):
         part = slice(j * A, (j + 1) * A)
         _settle(st, idx, nv[part], k, problem.sample_size, cfg, [w[part] for w in winners],
-                None if optimized is None else [o[part] for o in optimized])
+                None if optimized is None else [o[part] for o in optimized], accepted[part])
 
 
 def _final_refit(problem: _Problem, batch: _Batch, st: _Search, cfg: _Settings) -> torch.Tensor:
@@ -897,13 +921,13 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         batch = _prepare(problem, x1, x2, mask, scores, cfg.min_inliers)
         st = _Search.start(batch)
         keys = pair_keys(seed, mask.shape[0], x1.device)
-        subsets = _point_subsets(problem, batch, keys)
+        lo_ctx = _lo_points(problem, batch, keys)
         r, idx = 0, st.active.nonzero().squeeze(1)
         ahead = _sync_free(x1.device)  # lookahead rows only where a host sync costs
         while idx.numel() > 0:  # the stop test: one host sync per round (two from round 1 on)
             L = _lookahead(st, idx, batch.n_valid, r, problem.sample_size, cfg) \
                 if ahead and r > 0 else 1
-            _run_round(problem, batch, st, keys, subsets, r, L, scores is not None, cfg, idx)
+            _run_round(problem, batch, st, keys, lo_ctx, r, L, scores is not None, cfg, idx)
             r, idx = r + L, st.active.nonzero().squeeze(1)
         rsq = _final_refit(problem, batch, st, cfg)
         return _assemble_fit(problem, batch, st, rsq, cfg)
@@ -923,8 +947,10 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         scores: (P, N) match quality, higher is better -> PROSAC-style ordering.
         threshold: inlier threshold in pixels on the chosen residual (paper tau_H = 2 px).
         confidence: adaptive-stopping confidence.
-        max_iterations: cap of the adaptive stop on minimal samples per pair; samples are drawn
-            in whole rounds (``batch_size`` and more), so the last round may overshoot it
+        max_iterations: cap of the adaptive stop on minimal samples per pair that pass the
+            sample checks (collinearity, orientation; as OpenCV counts ``maxIters``: a pair of
+            mostly outliers draws more), at most 10x as many drawn; samples are drawn in whole
+            rounds (``batch_size`` and more), so the last round may overshoot it
             (``Fit.iterations`` counts what was drawn: e.g. 32 for a cap of 1).
         scoring: "msac" (truncated quadratic cost) or "ransac" (outlier count).
         local_optimization: iterated weighted DLT refits of round winners within 1.25x of a

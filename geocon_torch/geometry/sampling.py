@@ -10,7 +10,7 @@ width N of the batch (the estimators' padding invariance rests on this).
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -142,15 +142,31 @@ def _triples(m: int, device: torch.device) -> torch.Tensor:
         return to_device(trip, device, torch.long)
 
 
-def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:
-    """True where any three of the m points (..., m, 2) are (nearly) collinear or coincide:
-    ``|cross(b - a, c - a)| <= rel_tol * |b - a| |c - a|`` (sine of the angle at a)."""
+def _triple_cross(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For every index triple (a, b, c) of the m points (..., m, 2): ``cross(b - a, c - a)``
+    (twice the signed area) and the squared lengths of b - a and c - a, each (..., C(m, 3))."""
     idx = _triples(x.shape[-2], x.device)
     a, b, c = x[..., idx[:, 0], :], x[..., idx[:, 1], :], x[..., idx[:, 2], :]
     d1, d2 = b - a, c - a
-    cross = d1[..., 0] * d2[..., 1] - d1[..., 1] * d2[..., 0]
-    bound = (rel_tol * rel_tol) * d1.square().sum(-1) * d2.square().sum(-1)
-    return (cross.square() <= bound).any(-1)
+    return d1[..., 0] * d2[..., 1] - d1[..., 1] * d2[..., 0], d1.square().sum(-1), \
+        d2.square().sum(-1)
+
+
+def has_collinear_triple(x: torch.Tensor, rel_tol: float = 1e-3) -> torch.Tensor:
+    """True where any three of the m points (..., m, 2) are (nearly) collinear or coincide:
+    ``|cross(b - a, c - a)| <= rel_tol * |b - a| |c - a|`` (sine of the angle at a)."""
+    cross, n1, n2 = _triple_cross(x)
+    return (cross.square() <= (rel_tol * rel_tol) * n1 * n2).any(-1)
+
+
+def orientation_consistent(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """True where every triple of the m correspondences (..., m, 2) turns the same way in both
+    images, or every triple the opposite way (a mirror), as any homography of a plane seen
+    from the same side maps them: (...,) bool. A minimal sample that fails it cannot be all
+    inliers of a homography (OpenCV's ``findHomography`` rejects it before solving, Bazargani
+    et al. 2015); for random outliers it fails ~7 times in 8."""
+    s = (_triple_cross(x1)[0] * _triple_cross(x2)[0]) > 0
+    return s.all(-1) | (~s).all(-1)
 
 
 def has_duplicate(x: torch.Tensor) -> torch.Tensor:
