@@ -92,12 +92,18 @@ def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
 
 def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = None
                   ) -> GeoConConfig:
-    """The config results are recorded under: ``background.calibration_hash`` set to the hash
-    of the calibration file in use for the features backend on ``device``
+    """The config results are recorded under: ``features.backend`` "auto" replaced by the
+    backend it stands for on ``device`` (opencv-sift on the CPU, torch-sift on CUDA: they give
+    other numbers, so one hash must not name both) and ``background.calibration_hash`` set to
+    the hash of the calibration file in use for that backend
     (:func:`~geocon_torch.io.calibration.pin_calibration`), so ``config_hash()`` keys results
-    by the calibration too. What :func:`score_clip` and the bench runner record."""
+    by the backend and the calibration too. What :func:`score_clip` and the bench runner
+    record."""
     cfg = load_config(config)
-    return pin_calibration(cfg, resolve_backend(cfg.features.backend, device))
+    backend = resolve_backend(cfg.features.backend, device)
+    if backend != cfg.features.backend:
+        cfg = cfg.replace(features={"backend": backend})
+    return pin_calibration(cfg, backend)
 
 
 def load_clip(video: VideoLike, config: ConfigLike = None,

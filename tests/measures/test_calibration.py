@@ -228,8 +228,10 @@ def test_config_record_pins_the_calibration_hash(c3_frames, tmp_path: Path):
     off = score_clip(c3_frames, preset="background", device="cpu",
                      config={"background": {"calibration": None}})
     assert off.config["background"]["calibration_hash"] is None
+    assert off.config["features"]["backend"] == "opencv-sift"  # what "auto" ran on the CPU
     assert off.config_hash == load_config({"background": {"calibration": None},
-                                                 "preset": "background"}).config_hash()
+                                           "features": {"backend": "opencv-sift"},
+                                           "preset": "background"}).config_hash()
 
 
 def test_table_and_report_show_both_verdicts():
@@ -336,3 +338,17 @@ def test_no_clean_clip_is_an_error():
     bad = torch.tensor([0.5, 0.7], dtype=torch.float64)
     with pytest.raises(InputError, match="no clean clip to calibrate on"):
         select_thresholds(torch.zeros(0), torch.zeros(0), torch.ones(2), bad)
+
+
+def test_pinned_config_names_the_backend_auto_stands_for():
+    """"auto" is opencv-sift on the CPU and torch-sift on CUDA, which give other numbers: the
+    pinned config names the backend it resolved to, so with the calibration off (no file hash
+    to tell them apart) a CPU and a CUDA run still get different config hashes, and an
+    explicit opencv-sift on the CPU is the same protocol as "auto" there."""
+    off = GeoConConfig().replace(background={"calibration": None})
+    auto = pinned_config(off, "cpu")
+    assert auto.features.backend == "opencv-sift"
+    assert auto.config_hash() == pinned_config(
+        off.replace(features={"backend": "opencv-sift"}), "cpu").config_hash()
+    assert auto.config_hash() != pinned_config(
+        off.replace(features={"backend": "torch-sift"}), "cpu").config_hash()
