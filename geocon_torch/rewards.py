@@ -71,7 +71,9 @@ class ClipReward:
         reward: the reward given (the neutral value when not scored).
         status: "ok", "not_applicable" or "error".
         reason: why it was not scored (None when ok).
-        valid_pairs, total_pairs: frame pairs the scorer could use / tried.
+        valid_pairs, total_pairs: pairs the scorer could use / tried: frame pairs for the
+            epipolar kinds, (frame pair, scale) entries for "background" (its blocks pool the
+            valid entries over the scales), so valid_pairs <= total_pairs.
         raw: the raw values the reward folds (e.g. ``mean_epipolar_error``, ``ir``, ``ge_px``).
     """
 
@@ -212,25 +214,28 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     neutral = check_neutral(neutral)
     block_key = preset_for_kind(kind).status_from
     block = result.get(block_key) or {}
+    total = block.get("total_pairs", block.get("pairs"))
     if kind == "background":
         cfg = config or load_config(result.get("config") or None)
         value = _fold_background(result, cfg.background.report_ge_px)
         raw = {"ir": block.get("ir"), "ge_px": block.get("ge_px"), "regime": result.get("regime")}
-        status, reason, total = result.get("status", "error"), result.get("reason"), "pairs"
+        status, reason = result.get("status", "error"), result.get("reason")
+        if total is not None and block.get("scales"):  # (pair, scale) entries
+            total = int(total) * len(block["scales"])
     elif kind == "epipolar":
         value = _fold_epipolar(block)
         raw = {k: block.get(k) for k in ("epipolar_error", "epipolar_error_score",
                                          "epipolar_inlier_rate", "feature_match_coverage")}
-        status, reason, total = block.get("status", "error"), block.get("reason"), "pairs"
+        status, reason = block.get("status", "error"), block.get("reason")
     else:
         value = _fold_dpo(block)
         ok = value is not None
         raw = {k: block.get(k) if ok else None for k in ("mean_epipolar_error",
                                                          "mean_inlier_rate")}
-        status, reason, total = block.get("status", "error"), block.get("reason"), "total_pairs"
+        status, reason = block.get("status", "error"), block.get("reason")
     if not block:
         reason = reason or f"the result has no {block_key} block (scored with another preset?)"
-    return _info(value, neutral, status, reason, block.get("valid_pairs"), block.get(total), raw)
+    return _info(value, neutral, status, reason, block.get("valid_pairs"), total, raw)
 
 
 def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",

@@ -110,5 +110,9 @@ def test_other_kinds_rank_clean_first(batch, kind):
     assert float(rewards[0]) > float(rewards[1]) and float(rewards[0]) > float(rewards[2])
     assert 0.0 <= float(rewards.min()) and float(rewards.max()) <= 1.0
     check_bad_clip(rewards, diag)
+    # valid of total pairs: frame pairs (epipolar), (frame pair, scale) entries (background)
+    per = 3 if kind == "background" else 1  # the background scales {1/4, 1/2, 1}
+    assert diag.clips[0].total_pairs == 5 * per
+    assert 0 < diag.clips[0].valid_pairs <= diag.clips[0].total_pairs
     again, _ = geometric_reward(videos, kind=kind, seed=3)
     assert torch.equal(rewards, again)

@@ -270,9 +270,9 @@ def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
 
     The one rule for in-memory video in the package (``read_clip``, ``clip_from_tensor``,
     ``score_clip``, the epipolar sections and every Metric class): shape (T, C, H, W), or
-    (B, T, C, H, W) with ``batched=True``; C in {1, 3}; T >= 1; dtype uint8 or a float dtype
-    with every value finite and in [0, 1] (1e-6 tolerance). Nothing is clamped: a float batch
-    in [-1, 1] or 0..255, NaN, int64, bool or channels-last is rejected with a hint.
+    (B, T, C, H, W) with ``batched=True``; C in {1, 3}; T >= 1; H, W >= 2; dtype uint8 or a
+    float dtype with every value finite and in [0, 1] (1e-6 tolerance). Nothing is clamped: a
+    float batch in [-1, 1] or 0..255, NaN, int64, bool or channels-last is rejected with a hint.
     """
     if not isinstance(x, torch.Tensor):
         raise ClipTensorError(f"a clip must be a torch.Tensor, got {type(x).__name__}")
@@ -290,6 +290,9 @@ def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
         raise ClipTensorError(f"a clip tensor must be uint8, or float in [0, 1]; got {x.dtype}")
     if shape[0] == 0:
         raise ClipTensorError(f"the clip tensor has 0 frames (shape {shape})")
+    if min(shape[2], shape[3]) < 2:  # what every reader needs (io.resize.working_size)
+        raise ClipTensorError(f"frames of {shape[3]} x {shape[2]} px are too small (need at "
+                              f"least 2 x 2; shape {shape})")
     if x.is_floating_point() and x.numel():
         _check_float_range(x)
 

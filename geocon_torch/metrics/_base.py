@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 import torch
 from torch import Tensor
 from torchmetrics import Metric
+from torchmetrics.utilities.distributed import gather_all_tensors
 
 from .functional._common import ERROR, NOT_APPLICABLE, encode_reason, first_reason, warn_no_data
 
@@ -50,7 +51,25 @@ class GeoConMetric(Metric):
     def _add_no_data_states(self) -> None:
         for name in ("num_not_applicable", "num_error"):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("reasons", default=[], dist_reduce_fx="cat")
+        self._add_cat_state("reasons", torch.float32)  # encode_reason's codes
+
+    def _add_cat_state(self, name: str, dtype: torch.dtype) -> None:
+        """A ``cat`` list state ``name`` whose entries are 1-D tensors of ``dtype``. Its dtype
+        is recorded: a rank that saw no batch gathers a zero-length tensor of it under DDP
+        (:meth:`_sync_dist`)."""
+        self.add_state(name, default=[], dist_reduce_fx="cat")
+        self._cat_dtypes = {**getattr(self, "_cat_dtypes", {}), name: dtype}
+
+    def _sync_dist(self, dist_sync_fn: Callable = gather_all_tensors,
+                   process_group: Optional[Any] = None) -> None:
+        """torchmetrics' sync, with each empty ``cat`` state given a zero-length tensor of its
+        entries' dtype first: torchmetrics stands in the metric's dtype (float32), and a rank
+        that saw no batch then gathers float32 against another rank's float64 values, which
+        aborts the process (gloo: "Received data size doesn't match expected size")."""
+        for name, dtype in getattr(self, "_cat_dtypes", {}).items():
+            if isinstance(getattr(self, name), list) and not getattr(self, name):
+                setattr(self, name, [torch.zeros(0, dtype=dtype, device=self.device)])
+        super()._sync_dist(dist_sync_fn, process_group)
 
     def _record(self, num_not_applicable: int, num_error: int, reason: Optional[str]) -> None:
         """Add the batch's counts; keep its reason when this rank has none yet."""

@@ -39,7 +39,8 @@ class BackgroundConsistency(GeoConMetric):
         preset: score_clip preset (default "background": no foreground / epipolar work);
             ``metric.config`` is the config scored, with that preset chosen (the preset the
             clips' results record).
-        scoring_device: where features and fits run (default: each clip tensor's device).
+        scoring_device: where features and fits run (default: the tensors' device, the first
+            tensor's for a list; for paths the CUDA device when available).
         **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``...).
 
     ``compute()`` returns 0-d tensors: the float64 medians ``ir``, ``ge_px``, ``ir_h``,
@@ -87,7 +88,7 @@ class BackgroundConsistency(GeoConMetric):
         check_background_preset(self.preset)
         self.scoring_device = scoring_device
         for name in BACKGROUND_VALUES:  # one entry per clip (list states gather uneven ranks)
-            self.add_state(name, default=[], dist_reduce_fx="cat")
+            self._add_cat_state(name, torch.float64)
         for name in ("num_clips", "num_ok", "num_pass"):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()

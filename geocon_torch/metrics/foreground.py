@@ -74,7 +74,7 @@ class AdaDFRC(GeoConMetric):
         self.add_state("sum_d", default=torch.tensor(0.0, dtype=torch.float64),
                        dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("values", default=[], dist_reduce_fx="cat")
+        self._add_cat_state("values", torch.float64)
         self._add_no_data_states()
         self._add_protocol_state(self.grid, self.score, self.min_pixels, self.percentile)
 

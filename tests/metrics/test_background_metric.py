@@ -100,3 +100,18 @@ def test_collection_keeps_differently_configured_copies_apart():
     out = coll.compute()
     assert {k: float(v) for k, v in out.items()} == alone
     assert len(coll.compute_groups) == 2
+
+
+def test_tensors_are_scored_on_their_own_device(monkeypatch):
+    """device None scores a tensor batch on the tensors' device, as geometric_reward does
+    (score_clips alone would move a CPU batch to CUDA on a GPU machine, where "auto" is
+    another backend: the metric and the reward then differed on the same batch)."""
+    import geocon_torch.metrics.functional.background as FB
+
+    seen = []
+    monkeypatch.setattr(FB, "score_clips", lambda videos, **kw: seen.append(kw["device"]) or [])
+    FB._background_consistency_update(torch.zeros(0, 2, 3, 32, 32, dtype=torch.uint8))
+    FB._background_consistency_update([torch.zeros(2, 3, 32, 32, dtype=torch.uint8)])
+    FB._background_consistency_update(["a.mp4"])
+    FB._background_consistency_update(["a.mp4"], device="cpu")
+    assert seen == [torch.device("cpu"), torch.device("cpu"), None, "cpu"]

@@ -40,6 +40,7 @@ BAD = {
     "float<0": torch.full((1, 2, 3, 32, 32), -0.5),
     "NaN": torch.full((1, 2, 3, 32, 32), float("nan")),
     "T=0": torch.zeros(1, 0, 3, 32, 32, dtype=torch.uint8),
+    "H=1": torch.zeros(1, 2, 3, 1, 64, dtype=torch.uint8),  # was a VideoReadError deep inside
 }
 
 
@@ -122,6 +123,7 @@ def test_adadfrc_functional_and_no_data():
     assert int(out["num_samples"]) == int(valid.sum()) == 5
     assert int(out["num_not_applicable"]) == 1 and int(out["num_error"]) == 0
     torch.testing.assert_close(out["pooled_adadfrc_mean"], d[valid].double().mean())
+    assert bool(d[~valid].isnan().all())  # no data is NaN, never 0
     bad = AdaDFRC()
     bad.update(torch.full_like(flow, float("nan")), masks)  # NaN flow: counted error
     with pytest.warns(UserWarning, match="NaN / inf flow"):
@@ -247,6 +249,50 @@ def test_two_gloo_ranks_equal_one_process_for_every_output(tmp_path):
     assert got["EpipolarError.num_clips"] == 4 and got["bg.num_clips"] == 4
     assert got["bg.num_ok"] == 3 and got["BackgroundInlierRatio"] == got["bg.ir"]
     assert got["ada.num_samples"] == 7 and got["bg.first_reason"].startswith("not_applicable")
+
+
+def _empty_rank_worker(rank: int, port: int, out_path: str) -> None:
+    """Rank 1 never updates (a short validation set, drop_last): compute() is still a
+    collective, with float64 ``cat`` states on rank 0 and none on rank 1."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    bg, ada = BackgroundConsistency(config=CFG), AdaDFRC()
+    if rank == 0:
+        flow, masks = _flow_batch(4)
+        bg.update(make_clips()[:2])
+        ada.update(flow, masks)
+    out = {f"bg.{k}": float(v) for k, v in bg.compute().items()}
+    out.update({f"ada.{k}": float(v) for k, v in ada.compute().items()})
+    with open(f"{out_path}.{rank}", "w") as fh:
+        json.dump(out, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_a_rank_without_batches_syncs():
+    """torchmetrics stands in a float32 empty tensor for an empty ``cat`` state; gathered
+    against another rank's float64 values, gloo aborted the process (SIGABRT). Both ranks now
+    compute what one process computes from the same batches."""
+    import torch.multiprocessing as mp
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/out"
+        mp.spawn(_empty_rank_worker, args=(_free_port(), path), nprocs=2, join=True)
+        got = [json.loads(open(f"{path}.{r}").read()) for r in (0, 1)]
+    flow, masks = _flow_batch(4)
+    bg, ada = BackgroundConsistency(config=CFG), AdaDFRC()
+    bg.update(make_clips()[:2])
+    ada.update(flow, masks)
+    want = {f"bg.{k}": float(v) for k, v in bg.compute().items()}
+    want.update({f"ada.{k}": float(v) for k, v in ada.compute().items()})
+    assert got[0] == got[1] == pytest.approx(want)
+    assert want["bg.num_clips"] == 2 and want["ada.num_samples"] == 7
 
 
 def test_bad_settings_fail_at_construction():

@@ -32,6 +32,16 @@ def check_background_preset(preset: str) -> None:
                           f"needs one of the presets that do: {', '.join(scoring)}")
 
 
+def _tensor_device(videos: VideosLike) -> Optional[torch.device]:
+    """The device of a clip batch tensor, or of the first tensor of a list (None for paths):
+    where its clips are scored by default, as :func:`~geocon_torch.rewards.geometric_reward`
+    does (a CPU batch on a CUDA machine is scored on the CPU, with the CPU backends)."""
+    if isinstance(videos, torch.Tensor):
+        return videos.device
+    first = next((v for v in videos if isinstance(v, torch.Tensor)), None)
+    return None if first is None else first.device
+
+
 def _background_consistency_update(videos: VideosLike, masks: Optional[Sequence[Any]] = None,
                                    poses: Optional[Sequence[Any]] = None,
                                    config: ConfigLike = None, preset: str = "background",
@@ -47,7 +57,8 @@ def _background_consistency_update(videos: VideosLike, masks: Optional[Sequence[
     check_videos(videos)
     check_background_preset(preset)
     results = score_clips(videos, masks=masks, poses=poses, config=load_config(config),
-                          device=device, preset=preset)
+                          device=_tensor_device(videos) if device is None else device,
+                          preset=preset)
     ok = [r.status == "ok" for r in results]
     values = {name: per_clip([r.background.get(name) if good else None
                               for r, good in zip(results, ok)], out_device)
@@ -95,7 +106,8 @@ def background_consistency(videos: VideosLike, masks: Optional[Sequence[Any]] = 
         masks, poses: optional, one entry per clip (see :func:`score_clip`).
         config: GeoConConfig / dict / JSON path (paper defaults).
         preset: score_clip preset (default "background": no foreground / epipolar work).
-        device: where features and fits run (default: each clip tensor's device).
+        device: where features and fits run (default: the tensors' device, the first
+            tensor's for a list; for paths the CUDA device when available).
 
     Returns:
         dict of (B,) tensors: ``ir``, ``ge_px``, ``ir_h``, ``ge_h_px``, ``ir_f``, ``ge_f_px``

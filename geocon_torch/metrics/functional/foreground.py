@@ -32,8 +32,9 @@ def adadfrc(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None, *
             :func:`geocon_torch.measures.foreground.adadfrc`.
 
     Returns:
-        D (P, K) in px^2 (0 where invalid; lower = more rigid) and valid (P, K) bool (objects
-        absent or smaller than ``min_pixels`` in a pair are invalid there).
+        D (P, K) in px^2 (NaN where invalid: no data is NaN, never 0; lower = more rigid) and
+        valid (P, K) bool (objects absent or smaller than ``min_pixels`` in a pair are invalid
+        there).
 
     Example:
         >>> import torch
@@ -43,11 +44,12 @@ def adadfrc(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None, *
         >>> masks = torch.zeros(1, 2, 32, 32, dtype=torch.bool)
         >>> masks[0, 0, 8:24, 8:24] = True  # object 1 stays empty: invalid
         >>> d, valid = adadfrc(flow, masks)
-        >>> valid.tolist(), bool(d[0, 0] < 1e-6)
-        ([[True, False]], True)
+        >>> valid.tolist(), bool(d[0, 0] < 1e-6), bool(d[0, 1].isnan())
+        ([[True, False]], True, True)
     """
-    return _adadfrc_measure(flow, masks, reliability, grid=grid, score=score,
-                            min_pixels=min_pixels, w2_iterations=w2_iterations)
+    d, valid = _adadfrc_measure(flow, masks, reliability, grid=grid, score=score,
+                                min_pixels=min_pixels, w2_iterations=w2_iterations)
+    return torch.where(valid, d, torch.full_like(d, float("nan"))), valid
 
 
 def _adadfrc_update(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None, *,
@@ -61,7 +63,8 @@ def _adadfrc_update(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] =
         erroneous ones (valid, but NaN / inf flow inside the object or a non-finite D): those
         are left out of the pool instead of entering it as a silent 0 or NaN.
     """
-    d, valid = adadfrc(flow, masks, reliability, grid=grid, score=score, min_pixels=min_pixels)
+    d, valid = _adadfrc_measure(flow, masks, reliability, grid=grid, score=score,
+                                min_pixels=min_pixels)
     bad_px = ~torch.isfinite(flow).all(1)  # (P, H, W)
     bad = (bad_px[:, None] & masks.bool()).flatten(2).any(-1) | ~torch.isfinite(d)  # (P, K)
     keep = valid & ~bad
