@@ -130,7 +130,7 @@ def test_sift_scored_clips_are_unchanged_and_the_fallback_is_one_batch(scenes, m
     monkeypatch.setattr(bg, "extract_correspondences", spy)
     clips = [_low_contrast(scenes["H"]), scenes["F"], _low_contrast(scenes["F"])]
     got = score_clips(clips, config=CFG, preset="background", device="cpu")
-    assert calls == [("auto", "torch", 24), ("lk-tracks", "opencv", 16)]
+    assert calls == [("opencv-sift", "torch", 24), ("lk-tracks", "opencv", 16)]  # "auto" pinned
     assert [r.status for r in got] == ["ok", "ok", "ok"]
     assert [r.backends["features"] for r in got] == ["lk-tracks", "opencv-sift", "lk-tracks"]
     ref = score_clip(scenes["F"], config=OFF, preset="background", device="cpu").to_dict()
