@@ -94,6 +94,8 @@ class Rule:
         choices: the allowed strings of a "choice".
         length: the exact length of an "ints" / "floats" tuple (None: any, at least 1).
         words: strings a number field also accepts (e.g. "auto").
+        as_set: a "floats" tuple that is a set (scales): stored sorted, without duplicates, so
+            one set has one config hash.
     """
 
     kind: str
@@ -106,6 +108,7 @@ class Rule:
     choices: Tuple[str, ...] = ()
     length: Optional[int] = None
     words: Tuple[str, ...] = ()
+    as_set: bool = False
 
     def describe(self) -> str:
         """What the field accepts, in words (the end of a ConfigError message)."""
@@ -156,7 +159,7 @@ class Rule:
         ok, out = self._convert(value)
         if not ok:
             raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
-        return out
+        return tuple(sorted(set(out))) if self.as_set else out
 
     def _convert(self, value: Any) -> Tuple[bool, Any]:
         if self.kind == "bool":
@@ -243,9 +246,9 @@ def _maybe_choice(default: Optional[str], choices: Tuple[str, ...]) -> Any:
 
 
 def _nums(default: Tuple[float, ...], low: Optional[float] = None,
-          high: Optional[float] = None, *, low_open: bool = False) -> Any:
-    """A non-empty tuple of floats (a JSON list)."""
-    return _rule_field(default, Rule("floats", low, high, low_open=low_open))
+          high: Optional[float] = None, *, low_open: bool = False, as_set: bool = False) -> Any:
+    """A non-empty tuple of floats (a JSON list); ``as_set``: sorted, without duplicates."""
+    return _rule_field(default, Rule("floats", low, high, low_open=low_open, as_set=as_set))
 
 
 def _ints(default: Tuple[int, ...], low: Optional[int] = None, *,
@@ -397,7 +400,8 @@ class IOConfig(_Section):
     stride: int = _int(1, 1)  # keep every stride-th frame
     max_frames: Optional[int] = _int(None, 1, null=True)  # cap on frames after striding
     letterbox_threshold: float = _num(16.0 / 255.0, 0, 1)  # a bar row/column is darker (0..1)
-    letterbox_min_fraction: float = _num(0.02, 0, 1)  # thinner bars (fraction of side): ignored
+    # thinner bars (fraction of side) are ignored; a bar pair covers less than the whole side
+    letterbox_min_fraction: float = _num(0.02, 0, 0.5, high_open=True)
     # a clip that lost more than this fraction of its frames while decoding is an error
     max_lost_fraction: float = _num(0.1, 0, 1)
     # video files whose container announces more frames than this (after stride / max_frames)
@@ -474,7 +478,8 @@ class FeatureConfig(_Section):
     # mutual nearest-neighbour check: many-to-one ratio matches are a matcher artifact that IR
     # would otherwise count against the video (pure rotation: IR_H 0.98 without, 0.996 with)
     mutual: bool = _flag(True)
-    scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True)  # paper Algorithm 1
+    scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True,
+                                      as_set=True)  # paper Algorithm 1
     # how a scale s < 1 is realised: "pyramid" detects again on the frames shrunk to s;
     # "scale_space" (opencv-sift, s a power of two) takes the octaves of one working-resolution
     # detection that the shrunk frames also have (features.opencv_sift); "auto": scale_space
@@ -624,13 +629,14 @@ class ForegroundConfig(_Section):
     _name: ClassVar[str] = "foreground"
     flow: str = _choice("auto", FLOW_CHOICES)
     flow_checkpoint: Optional[str] = _text(local=True)
-    grid: int = _int(8, 1)  # adaptive N x N grid over the object box
+    grid: int = _int(8, 2)  # adaptive N x N grid over the object box
     score: str = _choice("wmse", FOREGROUND_SCORE_CHOICES)
     occlusion_weighting: bool = _flag(True)
     fb_threshold_px: float = _num(1.0, 0, low_open=True)  # forward-backward consistency tolerance
     min_object_pixels: int = _int(64, 0)
     percentile: float = _num(0.9, 0, 1)  # AdaP90
-    scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True)  # flow scales
+    scales: Tuple[float, ...] = _nums((0.25, 0.5, 1.0), 0, 1, low_open=True,
+                                      as_set=True)  # flow scales
     scale_reduction: str = _choice("finest", SCALE_REDUCTION_CHOICES)  # finest valid | median
     # cost caps (what they cut is reported in the block's ``skipped``; None / 0: no cap)
     max_pairs: Optional[int] = _int(12, 0, null=True)  # scored pairs, spread evenly over the clip
@@ -701,7 +707,7 @@ class EpipolarConfig(_Section):
     error_norm_px: float = _num(5.0, 0, low_open=True)  # score = clip(1 - error / 5, 0, 1)
     relaxed_ratio: float = _num(0.85, 0, 1, low_open=True)
     relaxed_min_matches: int = _int(8, 1)
-    seed: int = _int(0, 0)
+    seed: int = _int(0, 0)  # the torch path's RANSAC (OpenCV's USAC keeps its own fixed state)
     # how the protocol is computed: "opencv" (the reference, CPU), "torch" (batched) or "auto"
     implementation: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
     resize_interpolation: str = _choice("area", RESIZE_INTERPOLATION_CHOICES)  # area: INTER_AREA

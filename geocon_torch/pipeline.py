@@ -35,6 +35,7 @@ from ._memory import release_freed_memory
 from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
+from .flow.factory import resolve_flow
 from .io import clips_from_tensors, content_hash, probe_video, read_clip
 from .io.hashing import tensor_content_hashes
 from .io.calibration import pin_calibration
@@ -45,7 +46,7 @@ from .measures.headline import headline_score, headline_terms
 from .presets import PRESET_NAMES, SECTION_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
 from .sections.background import BackgroundBlock, background_block, score_backgrounds
-from .sections.epipolar import epipolar_blocks
+from .sections.epipolar import epipolar_blocks, resolve_implementation
 from .sections.epipolar_dpo import epipolar_dpo_block
 from .sections.foreground import score_foregrounds
 from .sections.progress import Progress, progress_enabled
@@ -92,18 +93,28 @@ def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
 
 def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = None
                   ) -> GeoConConfig:
-    """The config results are recorded under: ``features.backend`` "auto" replaced by the
-    backend it stands for on ``device`` (opencv-sift on the CPU, torch-sift on CUDA: they give
-    other numbers, so one hash must not name both) and ``background.calibration_hash`` set to
-    the hash of the calibration file in use for that backend
+    """The config results are recorded under: every "auto" whose meaning depends on the
+    machine replaced by what it stands for there, since they give other numbers and one hash
+    must not name both (``features.backend``: opencv-sift on the CPU, torch-sift on CUDA;
+    ``epipolar.implementation``: opencv on the CPU, torch on CUDA, and the torch path's
+    ``epipolar.features`` likewise; ``foreground.flow``: RAFT-small when its weights are
+    found, else torch-lk), and ``background.calibration_hash`` set to the hash of the
+    calibration file in use for the features backend
     (:func:`~geocon_torch.io.calibration.pin_calibration`), so ``config_hash()`` keys results
-    by the backend and the calibration too. What :func:`score_clip` and the bench runner
-    record."""
+    by them too. What :func:`score_clip` and the bench runner record."""
     cfg = load_config(config)
-    backend = resolve_backend(cfg.features.backend, device)
-    if backend != cfg.features.backend:
-        cfg = cfg.replace(features={"backend": backend})
-    return pin_calibration(cfg, backend)
+    dev = resolve_device(device)
+    backend = resolve_backend(cfg.features.backend, dev)
+    impl = resolve_implementation(None, cfg.epipolar, dev)
+    epi = {"implementation": impl}
+    if impl == "torch":
+        epi["features"] = resolve_backend(cfg.epipolar.features, dev)
+    pins = {"features": {"backend": backend}, "epipolar": epi,
+            "foreground": {"flow": resolve_flow(cfg.foreground.flow,
+                                                cfg.foreground.flow_checkpoint)}}
+    changed = any(getattr(getattr(cfg, sec), k) != v for sec, kv in pins.items()
+                  for k, v in kv.items())
+    return pin_calibration(cfg.replace(**pins) if changed else cfg, backend)
 
 
 def load_clip(video: VideoLike, config: ConfigLike = None,
@@ -511,8 +522,13 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     :func:`score_clip`'s (bit for bit on the CPU, timings aside: a batched stage's time is the
     batch's). ``progress`` is passed on (default False: a batch API, e.g. inside metrics and
     rewards; None: on for a terminal).
+
+    Raises:
+        ConfigError: the config cannot be pinned (e.g. a missing calibration file): a bad
+            config is no bad clip, so it is raised before any clip is read.
     """
     cfg = scoring_config(config, preset)
+    failed_cfg = pinned_config(cfg, device)  # what a failed clip records (the same hash)
     if isinstance(videos, torch.Tensor):
         if videos.ndim != 5:
             raise VideoReadError(f"a batch of clips must be (B, T, C, H, W), got "
@@ -538,14 +554,14 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
             item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k),
                             *read.pop(k, (None, None)))
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
-            out[k] = exc if return_exceptions else _failed(video, k, exc, cfg)
+            out[k] = exc if return_exceptions else _failed(video, k, exc, failed_cfg)
             continue
         size = _frame_bytes(item.clip)
         if batch and sum(_frame_bytes(b.clip) for _, b in batch) + size > budget:
-            _score_batch(batch, out, cfg, progress, return_exceptions)
+            _score_batch(batch, out, progress, return_exceptions)
             batch = []
         batch.append((k, item))
-    _score_batch(batch, out, cfg, progress, return_exceptions)
+    _score_batch(batch, out, progress, return_exceptions)
     return [r for r in out if r is not None]
 
 
@@ -604,7 +620,7 @@ def _frame_bytes(clip: Clip) -> int:
 
 
 def _score_batch(batch: List[Tuple[int, "_Item"]],
-                 out: List[Optional[Union[ClipResult, Exception]]], cfg: GeoConConfig,
+                 out: List[Optional[Union[ClipResult, Exception]]],
                  progress: Optional[bool], return_exceptions: bool = False) -> None:
     """The background blocks of the batch's decoded clips as one batch (per device), then
     every other section of the preset once over all the clips (:func:`_complete_all`); results
@@ -630,7 +646,7 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
     for k, it in batch:
         bg = blocks.get(k)
         if isinstance(bg, BaseException):
-            out[k] = bg if return_exceptions else _failed(it.video, k, bg, cfg)
+            out[k] = bg if return_exceptions else _failed(it.video, k, bg, it.cfg)
         else:
             ready.append((k, it, bg))
     try:
@@ -639,4 +655,4 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
         done = [exc] * len(ready)
     for (k, it, _), r in zip(ready, done):
         out[k] = r if not isinstance(r, BaseException) or return_exceptions else \
-            _failed(it.video, k, r, cfg)
+            _failed(it.video, k, r, it.cfg)

@@ -113,6 +113,8 @@ def _reward_config(config: RewardConfigLike, kind: str, seed: int) -> GeoConConf
     if isinstance(config, EpipolarDPOConfig):
         config = GeoConConfig().replace(epipolar_dpo=config)
     cfg = load_config(config).replace(ransac={"seed": int(seed)}, epipolar={"seed": int(seed)})
+    if kind == "epipolar" and cfg.epipolar.implementation == "auto":  # its batched torch path
+        cfg = cfg.replace(epipolar={"implementation": "torch"})
     return cfg.with_preset(preset_for_kind(kind).name)
 
 
@@ -141,8 +143,8 @@ def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                       ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
     clips = clips_from_tensor(videos, long_side=None)
-    impl = "torch" if cfg.epipolar.implementation == "auto" else cfg.epipolar.implementation
-    sections = epipolar_sections(clips, cfg.epipolar, implementation=impl, device=videos.device)
+    sections = epipolar_sections(clips, cfg.epipolar, implementation=cfg.epipolar.implementation,
+                                 device=videos.device)
     infos = [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
                                 "epipolar", cfg, neutral) for s in sections]
     return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos

@@ -213,3 +213,41 @@ def test_soft_score_reads_the_config_section():
     assert torch.equal(a, b) and torch.equal(a, c)
     with pytest.raises(ConfigError, match="unknown config key config.soft.iters"):
         soft_background_consistency(x, iters=2)
+
+
+def test_machine_dependent_autos_are_pinned(monkeypatch):
+    """Every "auto" that means another thing on another machine is recorded as what it meant,
+    so one config hash never names two protocols (a CPU and a CUDA run, a machine with
+    RAFT weights in its cache and one without)."""
+    import geocon_torch.pipeline as pl
+
+    off = GeoConConfig().replace(background={"calibration": None})
+    cpu = pl.pinned_config(off, "cpu")
+    assert (cpu.features.backend, cpu.epipolar.implementation, cpu.foreground.flow) == (
+        "opencv-sift", "opencv", "torch-lk")
+    torch_path = pl.pinned_config(off.replace(epipolar={"implementation": "torch"}), "cpu")
+    assert torch_path.epipolar.features == "opencv-sift"  # the torch path's "auto" features
+    raft = pl.pinned_config(off.replace(foreground={"flow_checkpoint": "/w/raft.pth"}), "cpu")
+    assert raft.foreground.flow == "raft_small" and raft.config_hash() != cpu.config_hash()
+    monkeypatch.setattr(pl, "resolve_device", lambda device: torch.device("cuda"))
+    gpu = pl.pinned_config(off, None)
+    assert (gpu.features.backend, gpu.epipolar.implementation, gpu.epipolar.features) == (
+        "torch-sift", "torch", "torch-sift")
+    assert gpu.config_hash() != cpu.config_hash()
+    # pinning is idempotent: a pinned record re-pins to itself
+    assert pl.pinned_config(cpu, "cpu").config_hash() == cpu.config_hash()
+
+
+def test_set_valued_fields_and_bounds_match_what_scoring_accepts():
+    """Scales are a set (their order and repeats change no number, so no hash either); a
+    letterbox fraction of 0.5 or more and a foreground grid of 1 are refused when the config
+    is built (they failed at scoring time: a ShapeError / a foreground error under an ok
+    clip)."""
+    shuffled = load_config({"features": {"scales": [1.0, 0.25, 0.5, 0.5]},
+                            "foreground": {"scales": [0.5, 1.0, 0.25]}})
+    assert shuffled.features.scales == (0.25, 0.5, 1.0)
+    assert shuffled.config_hash() == GeoConConfig().config_hash()
+    with pytest.raises(ConfigError, match=r"letterbox_min_fraction must be a number in \[0, 0.5\)"):
+        load_config({"io": {"letterbox_min_fraction": 0.5}})
+    with pytest.raises(ConfigError, match="foreground.grid must be an int >= 2"):
+        load_config({"foreground": {"grid": 1}})

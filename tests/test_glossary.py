@@ -140,7 +140,7 @@ def test_metric_states_counts_and_result_keys_have_no_retired_word(scored: dict)
                                              "num_error"}
     result = scored
     bad = [f"{where}.{key}" for where, key in _keys(result) if key in RETIRED]
-    assert bad == [] and result["config"]["epipolar"]["implementation"] == "auto"
+    assert bad == [] and result["config"]["epipolar"]["implementation"] == "opencv"  # pinned
     assert result["config"]["features"]["lk"]["fb_threshold_px"] == 1.5
     # "model" only names geometric models; the epipolar block names its implementation so
     assert _misnamed(result) == [] and result["schema_version"] == "3.0"

@@ -28,7 +28,7 @@ import sys
 from tqdm.auto import tqdm
 
 from ..bench.ids import derive_clip_ids
-from ..pipeline import score_clips
+from ..pipeline import pinned_config, score_clips
 from ._common import (add_config_arguments, build_config, expand_inputs, per_clip_file,
                       print_table, summary_row, write_jsonl)
 
@@ -52,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
+    pinned_config(cfg, args.device)  # a bad calibration file: one line, exit 2, nothing read
     clips = expand_inputs(args.paths)
     ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
     results = []

@@ -14,6 +14,18 @@ from .lk_dense import DenseLKFlow
 from .raft import RaftFlow, cached_checkpoint
 
 
+def resolve_flow(name: str, checkpoint: Optional[str] = None) -> str:
+    """The backend ``name`` stands for: "auto" is ``raft_small`` when ``checkpoint`` is given
+    or RAFT-small's weights are in the torch hub cache, else ``torch-lk``; any other name is
+    itself (InputError for an unknown one)."""
+    if name not in FLOW_BACKENDS:
+        raise InputError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
+    if name != "auto":
+        return name
+    found = checkpoint is not None or cached_checkpoint("raft_small") is not None
+    return "raft_small" if found else "torch-lk"
+
+
 def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
              device: Optional[Union[str, torch.device]] = None, **options) -> FlowEstimator:
     """Build a flow backend.
@@ -31,13 +43,7 @@ def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
     Raises:
         GeoConError: unknown name. CheckpointError: RAFT without a usable checkpoint.
     """
-    if name not in FLOW_BACKENDS:
-        raise InputError(f"unknown flow backend {name!r}; choose one of {FLOW_BACKENDS}")
-    if name == "auto":
-        if checkpoint is not None or cached_checkpoint("raft_small") is not None:
-            name = "raft_small"
-        else:
-            name = "torch-lk"
+    name = resolve_flow(name, checkpoint)
     if name == "torch-lk":
         return DenseLKFlow(device=device, **options)
     return RaftFlow(name, checkpoint=checkpoint, device=device, **options)

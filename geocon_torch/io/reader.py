@@ -223,8 +223,10 @@ def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any]):
                 f"{files[i]}: image size {rgb.shape[1]}x{rgb.shape[0]} differs from "
                 f"{ws.source[1]}x{ws.source[0]} of {first.name}; all frames must share one size")
         cache[i] = resize_image(rgb, ws)
+    # every file is a frame: those the stride / frame cap skip are not lost (a video decodes
+    # them all and then subsamples)
     meta = {"codec": "images", "source_fps": None, "container_frames": len(files),
-            "decoded_frames": len(cache), "decode_complete": True,
+            "decoded_frames": len(files), "decode_complete": True,
             "num_source_frames": len(files), "truncated": False, "decode_errors": [],
             "files": [files[i].name for i in idx[:1000]]}
     return [cache[i] for i in idx], idx, ws, meta

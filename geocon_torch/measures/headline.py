@@ -22,8 +22,9 @@ does not depend on the working size or the features backend:
   texture even for the tracks fallback, frames too small) and a clip without a background
   block have no ``ge`` term: no evidence either way.
 * ``rigidity`` (only where objects move and the foreground block scored them):
-  ``exp(-sqrt(D_norm) / ge_scale)`` with ``D_norm`` the largest object's ``adadfrc_mean``
-  (AdaDFRC-W2, px^2) in px^2 of a 1024-px frame: an object that deforms lowers it.
+  ``exp(-sqrt(D_norm) / ge_scale)`` with ``D_norm`` the largest ``adadfrc_mean`` of the objects
+  (AdaDFRC-W2, px^2; the least rigid object) in px^2 of a 1024-px frame: any object that
+  deforms lowers it.
 
 ``score`` = the weighted geometric mean of the terms present (:data:`WEIGHTS`: ``inliers`` 2,
 ``rigidity`` 0.25, the others 1), so each term pulls the score down in proportion to its log

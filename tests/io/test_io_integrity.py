@@ -78,3 +78,18 @@ def test_dropped_frames_show_in_timestamps(frames, tmp_path):
 def test_tensor_and_image_sources_report_no_loss():
     r = decode_report(read_clip(torch.zeros(3, 3, 16, 16, dtype=torch.uint8)).meta)
     assert r["source"] == "tensor" and r["lost_frames"] == 0 and r["decoded_frames"] == 3
+
+
+@pytest.mark.parametrize("opts", [{"stride": 2}, {"max_frames": 4}, {}])
+def test_image_folder_frames_skipped_by_stride_or_cap_are_not_lost(tmp_path, opts):
+    """A PNG folder read with a stride or a frame cap skips files on purpose: no loss (was
+    "3 of 6 frames (50 %) lost while decoding", an error for the clip)."""
+    import cv2
+
+    for i in range(6):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), (moving_noise()[i % T].permute(1, 2, 0)).numpy())
+    clip = read_clip(tmp_path, **opts)
+    r = decode_report(clip.meta)
+    assert clip.num_frames == {"stride": 3, "max_frames": 4}.get(next(iter(opts), ""), 6)
+    assert r["lost_frames"] == 0 and r["decoded_frames"] == 6
+    assert decode_verdict(r, 0.1) == (None, [])

@@ -231,6 +231,8 @@ def test_config_record_pins_the_calibration_hash(c3_frames, tmp_path: Path):
     assert off.config["features"]["backend"] == "opencv-sift"  # what "auto" ran on the CPU
     assert off.config_hash == load_config({"background": {"calibration": None},
                                            "features": {"backend": "opencv-sift"},
+                                           "epipolar": {"implementation": "opencv"},
+                                           "foreground": {"flow": "torch-lk"},
                                            "preset": "background"}).config_hash()
 
 
