@@ -4,7 +4,8 @@ Quick use::
 
     from geocon_torch.bench import load_manifest, run_manifest, load_results, stats
     run_manifest("manifest.csv", "results.sqlite", config={"io": {"long_side": 1024}})
-    rows = load_results("results.sqlite")          # validated joined rows
+    rows = load_results("results.sqlite")          # validated joined rows (one config; a
+                                                   # store of several: config_hash=...)
     stats.scene_balanced(rows, "ir")               # per (generator, prompt_category), 95% CI
     stats.table1(rows)                             # IR %, GE px, AdaDFRC per generator
     stats.headline(rows)                           # the headline score per generator

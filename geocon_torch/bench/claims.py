@@ -9,7 +9,9 @@ rank's insert wins), then loops:
    ``SELECT ... FOR UPDATE SKIP LOCKED`` picks rows that are not done and not leased (or whose
    lease has expired, or that this rank already owns and is not scoring: a claim whose reply
    was lost), then ``lease_until = now() + lease`` on the server's clock; a clip leased by
-   another live job on the same config is left alone;
+   another live job on the same config is left alone. Claims on one config are serialised by
+   a transaction advisory lock (per config hash), so the claim query of one job sees every
+   lease another job committed before it (two jobs never claim the same clip at once);
 2. score them (as one batch) and commit each result together with its ``done = TRUE`` (one
    transaction per clip), or mark a row done when the store already holds it;
 3. when nothing is claimable but rows are still leased by other ranks, wait and look again:
@@ -17,8 +19,11 @@ rank's insert wins), then loops:
 
 A :class:`LeaseKeeper` thread (its own connection) renews this rank's leases every
 ``lease_s / 3`` s while it scores, so a clip is never taken from a live rank however long it
-takes; a killed rank stops renewing and its claim expires after ``lease_s``. A re-run is a new
-job: it re-checks every row against the results (exactly what is missing is scored).
+takes; a killed rank stops renewing and its claim expires after ``lease_s``. The same thread
+renews the job's heartbeat (``work_jobs.alive_until``, set when the job enqueues its rows). A
+re-run is a new job: it re-checks every row against the results (exactly what is missing is
+scored), and its rank 0 first deletes the work rows of crashed jobs of the same config
+(:func:`drop_stale_jobs`: heartbeat expired and no live lease; a live job is never touched).
 """
 from __future__ import annotations
 
@@ -35,6 +40,22 @@ from .pg_store import PostgresStore
 from .store import Statement
 
 log = logging.getLogger("geocon_torch.bench")
+
+#: advisory lock class of the per-config claim lock (two-key form: its own key space)
+CLAIM_LOCK_CLASS = 0x636C_6D00  # "clm"
+_CLAIM_LOCK = "SELECT pg_advisory_xact_lock(?::integer, hashtext(?))"
+_HEARTBEAT = ("INSERT INTO work_jobs (job, config_hash, alive_until) "
+              "VALUES (?, ?, now() + ? * interval '1 second') ON CONFLICT (job) DO UPDATE "
+              "SET alive_until = GREATEST(work_jobs.alive_until, excluded.alive_until)")
+# jobs of a config, other than the caller's, whose heartbeat expired and that hold no live
+# lease; their heartbeat rows are locked (a keeper renewing one right now is skipped)
+_STALE_JOBS = """
+SELECT j.job FROM work_jobs j
+WHERE j.config_hash = ? AND j.job <> ? AND j.alive_until < now()
+  AND NOT EXISTS (SELECT 1 FROM work w
+                  WHERE w.job = j.job AND NOT w.done AND w.lease_until >= now())
+FOR UPDATE OF j SKIP LOCKED
+"""
 
 _CLAIM = """
 WITH pick AS (
@@ -83,9 +104,11 @@ class WorkQueue:
         self.claimed = 0
 
     def enqueue(self, clip_ids: Sequence[str]) -> None:
-        """Insert the job's rows once (ranks racing here wait on the job's advisory lock)."""
+        """Insert the job's rows once (ranks racing here wait on the job's advisory lock) and
+        start (or renew) the job's heartbeat, in one transaction."""
         def tx():
             self.store.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (self.job,))
+            self.store.execute(*self.heartbeat_statement())
             have = self.store.execute("SELECT COUNT(*) FROM work WHERE job = ?", (self.job,))
             if have[0][0] >= len(clip_ids):
                 return
@@ -106,10 +129,22 @@ class WorkQueue:
         this rank holds and is still scoring (not to be handed out to it again)."""
         if n < 1:
             raise InputError(f"claim_many needs n >= 1, got {n!r}")
-        rows = self.store.transaction(lambda: self.store.execute(
-            _CLAIM, (self.job, self.owner, list(exclude), int(n), self.owner, self.lease_s)))
+
+        def tx() -> List[tuple]:
+            # one claim at a time per config: the claim query's snapshot (taken after the
+            # lock) holds every lease another job's claim committed before
+            self.store.execute(_CLAIM_LOCK, (CLAIM_LOCK_CLASS, self.config_hash))
+            return self.store.execute(
+                _CLAIM, (self.job, self.owner, list(exclude), int(n), self.owner, self.lease_s))
+
+        rows = self.store.transaction(tx)
         self.claimed += len(rows)
         return [cid for cid, _ in sorted(rows, key=lambda r: r[1])]
+
+    def heartbeat_statement(self) -> Statement:
+        """The statement that keeps the job alive for ``lease_s`` more seconds
+        (``work_jobs.alive_until``; never shortened by another rank's renewal)."""
+        return _HEARTBEAT, (self.job, self.config_hash, self.lease_s)
 
     def done_statement(self, clip_id: str) -> Statement:
         """The statement that marks ``clip_id`` done (committed with its result)."""
@@ -134,15 +169,41 @@ class WorkQueue:
 
 
 def drop_job(store: PostgresStore, job: Optional[str]) -> None:
-    """Delete the finished rows of ``job`` (rank 0, once every rank is done)."""
-    if job:
-        store.transaction(lambda: store.execute("DELETE FROM work WHERE job = ? AND done",
-                                                (job,)))
+    """Delete the finished rows of ``job`` (rank 0, once every rank is done), and its heartbeat
+    when no row of it is left."""
+    if not job:
+        return
+
+    def tx() -> None:
+        store.execute("DELETE FROM work WHERE job = ? AND done", (job,))
+        store.execute("DELETE FROM work_jobs WHERE job = ? AND NOT EXISTS "
+                      "(SELECT 1 FROM work WHERE job = ?)", (job, job))
+    store.transaction(tx)
+
+
+def drop_stale_jobs(store: PostgresStore, config_hash: str, keep: str) -> int:
+    """Delete the work rows (and heartbeats) of the crashed jobs of ``config_hash``: jobs other
+    than ``keep`` whose heartbeat expired (no rank of theirs renewed it for their lease) and
+    none of whose rows holds a live lease. A live job is never touched: its ranks' lease
+    keepers renew its heartbeat every ``lease_s / 3`` s. Rows of jobs written before the
+    heartbeat existed are left alone. Returns the number of work rows deleted (rank 0 calls
+    this when a new job starts)."""
+    def tx() -> int:
+        jobs = [r[0] for r in store.execute(_STALE_JOBS, (config_hash, keep))]
+        if not jobs:
+            return 0
+        gone = store.execute("DELETE FROM work WHERE job = ANY(?::text[]) RETURNING 1", (jobs,))
+        store.execute("DELETE FROM work_jobs WHERE job = ANY(?::text[])", (jobs,))
+        log.info("geocon store: removed %d work row(s) of %d crashed job(s) of config %s",
+                 len(gone), len(jobs), config_hash)
+        return len(gone)
+    return int(store.transaction(tx))
 
 
 class LeaseKeeper:
-    """A daemon thread renewing ``queue.owner``'s leases every ``lease_s / 3`` s on its own
-    connection, while the rank scores. A failed renewal is logged and tried again."""
+    """A daemon thread renewing ``queue.owner``'s leases and the job's heartbeat every
+    ``lease_s / 3`` s on its own connection, while the rank scores. A failed renewal is logged
+    and tried again."""
 
     def __init__(self, queue: WorkQueue):
         self.queue = queue
@@ -158,9 +219,13 @@ class LeaseKeeper:
                 if self._store is None:
                     self._store = q.store.clone()
                 store = self._store
-                rows = store.transaction(lambda: store.execute(
-                    "UPDATE work SET lease_until = now() + ? * interval '1 second' "
-                    "WHERE owner = ? AND NOT done RETURNING clip_id", (q.lease_s, q.owner)))
+
+                def renew() -> List[tuple]:
+                    store.execute(*q.heartbeat_statement())
+                    return store.execute(
+                        "UPDATE work SET lease_until = now() + ? * interval '1 second' "
+                        "WHERE owner = ? AND NOT done RETURNING clip_id", (q.lease_s, q.owner))
+                rows = store.transaction(renew)
                 self.renewals.append(len(rows))
             except Exception as exc:  # noqa: BLE001 - the scorer thread must go on
                 log.warning("geocon store: lease renewal failed (%s); trying again", exc)

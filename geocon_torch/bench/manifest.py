@@ -140,16 +140,37 @@ def _parse_number(name: str, value: Any, *, positive: bool) -> float:
     return x
 
 
+#: seeds are stored as signed 64-bit integers (SQLite INTEGER, PostgreSQL BIGINT)
+SEED_RANGE = (-2 ** 63, 2 ** 63 - 1)
+
+
 def _parse_seed(value: Any) -> int:
+    """An integer seed in :data:`SEED_RANGE` from an int, an integral float or a digit string
+    (InputError otherwise)."""
+    seed: Optional[int] = None
     if isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        seed = value
+    elif isinstance(value, float) and value.is_integer():
+        seed = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        seed = int(value)
+    if seed is None:
         raise InputError(f"seed must be an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        return int(value)
-    raise InputError(f"seed must be an integer, got {value!r}")
+    if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise InputError(f"seed {seed} is outside the signed 64-bit range "
+                         f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] a store can hold")
+    return seed
+
+
+def _check_text(row: Dict[str, Any]) -> None:
+    """Refuse a NUL character (``\\x00``) in any text field or column name of a row
+    (PostgreSQL text cannot hold one; a store would fail mid-run)."""
+    for key, value in row.items():
+        if any(isinstance(t, str) and "\x00" in t for t in (key, value)):
+            raise InputError(f"field {str(key).replace(chr(0), '?')!r} holds a NUL character "
+                             "(\\x00), which no result store can keep; remove it")
 
 
 def _resolve(base: Path, value: str) -> str:
@@ -225,6 +246,7 @@ def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", lin
     if warn:
         _warn_retired(retired_columns([row]), loc)
     try:
+        _check_text(row)
         row = _renamed(row)
     except InputError as exc:
         raise ManifestError(f"{loc}: {exc}") from None

@@ -4,14 +4,21 @@ A leaderboard scored without a server runs one job per node, each into its own S
 :func:`merge_stores` copies their rows into one store (a SQLite file or a PostgreSQL URL):
 
 * a ``results`` row is keyed by (content hash, config hash): a key OUT lacks is copied as it
-  was stored; a key OUT holds with the same result is left alone; a key with a *different*
-  result is a conflict: OUT keeps its row and the conflict lists every differing field with
-  both values. Results are compared in the current result schema (an older row is read through
+  was stored; a key OUT holds with the same result is left alone. Results are compared in the
+  current result schema (an older row is read through
   :func:`~geocon_torch.result.migrate_result`, so a 2.x and a 3.x row of the same scores are the
   same) without the fields that legitimately differ between nodes: ``timing_s``, ``path``
-  (mount points) and ``clip`` (the id the bytes were first scored under);
-* a ``clips`` row is keyed by (clip_id, config hash): copied when new, a conflict when OUT's row
-  points at other bytes.
+  (mount points) and ``clip`` (the id the bytes were first scored under). A scored result
+  (status ok / not_applicable) replaces an ``error`` row of OUT (as ``--retry-errors`` does in
+  one store: a node's retried clip reaches OUT), listed in ``updates``; a shard's error row
+  never replaces a result, nor another error row. Two *different* scored results are a
+  conflict: OUT keeps its row and the conflict lists every differing field with both values;
+* a ``clips`` row is keyed by (clip_id, config hash): copied when new; a conflict when OUT's
+  row points at other bytes. Rows pointing at the same bytes are compared field by field
+  (generator, prompt_category, prompt, seed, scene, path, the manifest entry, ...; not
+  ``updated_at``): the row written last (``updated_at``) wins, so a manifest fix re-run on a
+  node reaches OUT (listed in ``updates``); equal timestamps with different fields are a
+  conflict.
 
 Shards are read in the order given (an earlier shard wins a conflict with a later one) and
 written in batches of one transaction each, so a merge killed midway is completed by running
@@ -27,9 +34,12 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ..errors import InputError
 from ..result import migrate_result
-from .store import ResultStore, is_server_url
+from .store import CLIP_FIELDS, ResultStore, is_server_url
 
 VOLATILE_FIELDS = ("timing_s", "path", "clip")
+#: clip row fields compared between stores (the key, the bytes and the write time aside)
+CLIP_METADATA = tuple(k for k in CLIP_FIELDS
+                      if k not in ("clip_id", "config_hash", "content_hash", "updated_at"))
 BATCH = 500  # rows per transaction
 MAX_DIFFS = 12  # differing fields listed per conflict
 
@@ -42,9 +52,14 @@ class MergeReport:
     shards: List[str]
     results_added: int = 0
     results_same: int = 0
+    results_replaced: int = 0  # OUT's error rows replaced by a shard's scored result
+    results_errors_skipped: int = 0  # a shard's error rows where OUT holds another row
     clips_added: int = 0
     clips_same: int = 0
+    clips_updated: int = 0  # OUT's clip rows replaced by a newer shard row
+    clips_older: int = 0  # a shard's older clip rows (OUT's newer row kept)
     conflicts: List[Dict[str, Any]] = field(default_factory=list)
+    updates: List[Dict[str, Any]] = field(default_factory=list)  # rows of OUT replaced
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -82,6 +97,28 @@ def differences(kept_json: str, other_json: str) -> Dict[str, List[Any]]:
     return {k: [a.get(k), b.get(k)] for k in keys[:MAX_DIFFS]}
 
 
+def _entry(text: Any) -> Any:
+    """A clip row's stored manifest entry (``entry_json``) as data (the text if not JSON)."""
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
+def clip_differences(kept: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, List[Any]]:
+    """``{field: [kept value, other value]}`` of two clip rows of one key: the columns of
+    :data:`CLIP_METADATA`, the manifest entry field by field (``entry.<field>``)."""
+    diffs = {k: [kept[k], other[k]] for k in CLIP_METADATA
+             if k != "entry_json" and kept[k] != other[k]}
+    if kept["entry_json"] != other["entry_json"]:
+        a = _leaves(_entry(kept["entry_json"]), "entry", {})
+        b = _leaves(_entry(other["entry_json"]), "entry", {})
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        diffs.update({k: [a.get(k), b.get(k)] for k in keys} if keys else
+                     {"entry_json": [kept["entry_json"], other["entry_json"]]})
+    return diffs
+
+
 def _open_shard(shard: Union[str, Path]) -> ResultStore:
     if not is_server_url(shard) and not Path(shard).is_file():
         raise InputError(f"shard not found: {shard}")
@@ -103,73 +140,115 @@ def _check_names(out: Union[str, Path], shards: Sequence[Union[str, Path]]) -> N
         raise InputError(f"shard listed twice: {dup[0]}")
 
 
-def _merge_results(dest: ResultStore, shard: ResultStore, digests: Dict[Tuple[str, str], str],
-                   report: MergeReport) -> None:
-    batch: List[Dict[str, Any]] = []
+ResultKey = Tuple[str, str]
+
+
+def _flush(dest: ResultStore, table: str, added: List[Dict[str, Any]],
+           replaced: List[Dict[str, Any]], force: bool = False) -> None:
+    """Write the pending rows of ``table`` once :data:`BATCH` of them wait (or ``force``):
+    new keys inserted, replaced ones upserted; the lists are emptied."""
+    if not force and len(added) + len(replaced) < BATCH:
+        return
+    for rows, replace in ((added, False), (replaced, True)):
+        if rows:
+            dest.insert_raw(rows if table == "results" else [],
+                            rows if table == "clips" else [], replace=replace)
+            rows.clear()
+
+
+def _merge_results(dest: ResultStore, shard: ResultStore,
+                   seen: Dict[ResultKey, Tuple[str, str, Any]], report: MergeReport) -> None:
+    """Copy ``shard``'s results into ``dest`` (module doc); ``seen`` maps every key of
+    ``dest`` to (digest, status, reason) and follows the writes."""
+    added: List[Dict[str, Any]] = []
+    replaced: List[Dict[str, Any]] = []
     for row in shard.raw_results():
         key = (row["content_hash"], row["config_hash"])
         digest = _digest(row["result_json"])
-        if key not in digests:
-            digests[key] = digest
-            batch.append(row)
+        have = seen.get(key)
+        if have is None:
+            added.append(row)
             report.results_added += 1
-        elif digests[key] == digest:
+        elif have[0] == digest:
             report.results_same += 1
+        elif have[1] == "error" and row["status"] != "error":
+            replaced.append(row)
+            report.results_replaced += 1
+            report.updates.append({
+                "table": "results", "content_hash": key[0], "config_hash": key[1],
+                "from": shard.name, "differences": {"status": [have[1], row["status"]],
+                                                    "reason": [have[2], row["reason"]]}})
+        elif row["status"] == "error":
+            report.results_errors_skipped += 1
+            continue
         else:
             kept = dest.stored_result_json(*key)
             report.conflicts.append({
                 "table": "results", "content_hash": key[0], "config_hash": key[1],
                 "kept_from": dest.name, "other_from": shard.name,
                 "differences": differences(kept, row["result_json"])})
-        if len(batch) >= BATCH:
-            dest.insert_raw(batch, [])
-            batch = []
-    if batch:
-        dest.insert_raw(batch, [])
+            continue
+        seen[key] = (digest, row["status"], row["reason"])
+        _flush(dest, "results", added, replaced)
+    _flush(dest, "results", added, replaced, force=True)
 
 
-def _merge_clips(dest: ResultStore, shard: ResultStore, links: Dict[Tuple[str, str], str],
-                 report: MergeReport) -> None:
-    batch: List[Dict[str, Any]] = []
+def _merge_clips(dest: ResultStore, shard: ResultStore,
+                 rows: Dict[Tuple[str, str], Dict[str, Any]], report: MergeReport) -> None:
+    """Copy ``shard``'s clip rows into ``dest`` (module doc); ``rows`` maps every key of
+    ``dest`` to its row and follows the writes."""
+    added: List[Dict[str, Any]] = []
+    newer: List[Dict[str, Any]] = []
     for row in shard.raw_clips():
         key = (row["clip_id"], row["config_hash"])
-        if key not in links:
-            links[key] = row["content_hash"]
-            batch.append(row)
+        have = rows.get(key)
+        if have is None:
+            added.append(row)
             report.clips_added += 1
-        elif links[key] == row["content_hash"]:
+            rows[key] = row
+            _flush(dest, "clips", added, newer)
+            continue
+        diffs = ({"content_hash": [have["content_hash"], row["content_hash"]]}
+                 if have["content_hash"] != row["content_hash"] else
+                 clip_differences(have, row))
+        if not diffs:
             report.clips_same += 1
-        else:
+        elif "content_hash" not in diffs and row["updated_at"] > have["updated_at"]:
+            newer.append(row)
+            report.clips_updated += 1
+            report.updates.append({"table": "clips", "clip_id": key[0], "config_hash": key[1],
+                                   "from": shard.name, "differences": diffs})
+            rows[key] = row
+            _flush(dest, "clips", added, newer)
+        elif "content_hash" not in diffs and row["updated_at"] < have["updated_at"]:
+            report.clips_older += 1
+        else:  # other bytes, or the same write time with other fields
             report.conflicts.append({
                 "table": "clips", "clip_id": key[0], "config_hash": key[1],
-                "kept_from": dest.name, "other_from": shard.name,
-                "differences": {"content_hash": [links[key], row["content_hash"]]}})
-        if len(batch) >= BATCH:
-            dest.insert_raw([], batch)
-            batch = []
-    if batch:
-        dest.insert_raw([], batch)
+                "kept_from": dest.name, "other_from": shard.name, "differences": diffs})
+    _flush(dest, "clips", added, newer, force=True)
 
 
 def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]]) -> MergeReport:
     """Merge ``shards`` (SQLite files or PostgreSQL URLs) into ``out`` (created if missing).
 
     Returns:
-        a :class:`MergeReport` (rows added / already there per table, conflicts with both
-        values); nothing in ``out`` is overwritten.
+        a :class:`MergeReport` (rows added / already there / replaced per table, conflicts
+        with both values); only an error result (by a scored one) and a clip row (by a newer
+        one of the same bytes) in ``out`` are ever overwritten, each listed in ``updates``.
     """
     _check_names(out, shards)
     stores = [_open_shard(s) for s in shards]  # every shard readable before writing
     try:
         with ResultStore(out) as dest:
             report = MergeReport(out=dest.name, shards=[s.name for s in stores])
-            digests = {(r["content_hash"], r["config_hash"]): _digest(r["result_json"])
-                       for r in dest.raw_results()}
-            links = {(c["clip_id"], c["config_hash"]): c["content_hash"]
-                     for c in dest.raw_clips()}
+            seen = {(r["content_hash"], r["config_hash"]):
+                    (_digest(r["result_json"]), r["status"], r["reason"])
+                    for r in dest.raw_results()}
+            clips = {(c["clip_id"], c["config_hash"]): c for c in dest.raw_clips()}
             for shard in stores:
-                _merge_results(dest, shard, digests, report)
-                _merge_clips(dest, shard, links, report)
+                _merge_results(dest, shard, seen, report)
+                _merge_clips(dest, shard, clips, report)
     finally:
         for s in stores:
             s.close()

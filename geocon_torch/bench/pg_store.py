@@ -17,7 +17,8 @@ key, upserts of the same values), so a write retried after an unknown commit out
 lost nor doubled. Other errors (bad password, missing database) fail at once.
 
 Schema creation takes a transaction-level advisory lock, so ranks opening a new database at the
-same moment do not race. The ``work`` table (:mod:`.claims`) lives in the same database.
+same moment do not race. The ``work`` table of dynamic claims and its ``work_jobs`` heartbeats
+(:mod:`.claims`) live in the same database.
 """
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ CREATE TABLE IF NOT EXISTS work (
 );
 CREATE INDEX IF NOT EXISTS work_by_clip ON work (config_hash, clip_id);
 CREATE INDEX IF NOT EXISTS work_open ON work (job, position) WHERE NOT done;
+CREATE TABLE IF NOT EXISTS work_jobs (
+    job TEXT PRIMARY KEY,
+    config_hash TEXT NOT NULL,
+    alive_until TIMESTAMPTZ NOT NULL
+);
 """
 
 

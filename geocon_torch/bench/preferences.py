@@ -14,9 +14,10 @@ One record per prompt (in the order prompts first appear in the manifest):
   last), ``margin = chosen_reward - rejected_reward``, ``unscored`` maps the clip ids left out
   to their reason.
 * ``{"status": "skipped", "prompt", "kind", "reason", "num_clips", "num_scored", "unscored"}``
-  when fewer than two clips of the prompt could be scored, or the margin is below
+  when fewer than two clips of the prompt could be scored, when the best and the worst reward
+  tie (margin 0: a tie is no preference, whatever ``min_margin``), or when the margin is below
   ``min_margin`` (``reason`` says which; ``margin``, ``chosen`` and ``rejected`` are given in
-  the latter case). Clips without a prompt form no group: each is one skipped record with
+  the latter two cases). Clips without a prompt form no group: each is one skipped record with
   ``prompt: null``.
 """
 from __future__ import annotations
@@ -57,7 +58,9 @@ def group_by_prompt(entries: Sequence[ManifestEntry]) -> List[Tuple[Optional[str
 
 def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]], kind: str,
                 min_margin: float = 0.0) -> Dict[str, Any]:
-    """The record of one prompt from its clips' (clip_id, ClipReward) (module docstring)."""
+    """The record of one prompt from its clips' (clip_id, ClipReward) (module docstring): a
+    pair of the best and the worst reward, or skipped when fewer than two clips are scored,
+    the rewards tie (margin <= 0 is no preference) or the margin is below ``min_margin``."""
     scored = [(cid, r.reward) for cid, r in rewards if r.status == "ok"]
     rec: Dict[str, Any] = {"prompt": prompt, "kind": kind, "num_clips": len(rewards),
                            "num_scored": len(scored),
@@ -74,7 +77,11 @@ def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]]
     pair = {"chosen": scored[best][0], "rejected": scored[worst][0],
             "chosen_reward": scored[best][1], "rejected_reward": scored[worst][1],
             "margin": margin}
-    if margin < min_margin or best == worst:
+    if margin <= 0:
+        return {"status": "skipped", **rec, **pair,
+                "reason": f"the {len(scored)} scored clips tie (reward {scored[best][1]:.4g}): "
+                          "no preference"}
+    if margin < min_margin:
         return {"status": "skipped", **rec, **pair,
                 "reason": f"margin {margin:.4g} is below the minimum {min_margin:.4g}"}
     return {"status": "pair", **rec, **pair}
@@ -108,7 +115,8 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
             the config with the kind's preset).
         kind: "background", "epipolar" or "epipolar-dpo" (:data:`KIND_PRESETS`).
         config: anything :func:`~geocon_torch.config.load_config` takes.
-        min_margin: prompts whose best - worst reward is below it are skipped.
+        min_margin: prompts whose best - worst reward is below it are skipped (a tie, margin
+            0, is always skipped: no preference).
         device, progress: as :func:`run_manifest`.
     Returns:
         (records (module docstring), the run's :class:`RunSummary`).

@@ -25,7 +25,9 @@ ways (``assign``):
   file per node combined with ``geocon merge``.
 * dynamic (a PostgreSQL store, the default there; also across nodes): ranks claim the next
   unscored row with an expiring lease (:mod:`.claims`), so long clips do not pile up on one
-  rank and a killed rank's rows are taken by the others.
+  rank and a killed rank's rows are taken by the others; the work rows a crashed job left
+  behind are deleted by the next job on the same config (at its start and end, once the
+  crashed job's heartbeat and leases have run out).
 
 A gloo process group is only used to share the dynamic job id, for a final barrier and to
 gather the per-rank summaries.
@@ -52,7 +54,7 @@ from ..errors import InputError, VideoReadError
 from ..io import content_hash
 from ..pipeline import pinned_config, score_clip, score_clips
 from ..result import ClipResult, migrate_result
-from .claims import LeaseKeeper, WorkQueue, drop_job, new_job, new_owner
+from .claims import LeaseKeeper, WorkQueue, drop_job, drop_stale_jobs, new_job, new_owner
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .schema import result_problems
 from .store import ResultStore, entry_json, is_server_url
@@ -141,6 +143,7 @@ class RunSummary:
     rank_elapsed_s: List[float] = field(default_factory=list)  # per rank, rank order
     rank_busy_s: List[float] = field(default_factory=list)  # per rank, rank order
     rank_window: List[Tuple[float, float]] = field(default_factory=list)  # (start, end) unix s
+    config_hash: Optional[str] = None  # the (pinned) config hash the rows are stored under
 
     def makespan_s(self) -> float:
         """Wall-clock seconds from the first rank's start to the last rank's end."""
@@ -156,7 +159,8 @@ class RunSummary:
         return max(0.0, 1.0 - sum(busy) / (len(busy) * span)) if span > 0 else 0.0
 
     def merge(self, other: "RunSummary") -> "RunSummary":
-        out = RunSummary(rank=0, world_size=self.world_size, assign=self.assign, job=self.job)
+        out = RunSummary(rank=0, world_size=self.world_size, assign=self.assign, job=self.job,
+                         config_hash=self.config_hash)
         for k in ("total", "computed", "skipped", "linked", "ok", "not_applicable", "error"):
             setattr(out, k, getattr(self, k) + getattr(other, k))
         out.elapsed_s = max(self.elapsed_s, other.elapsed_s)
@@ -277,8 +281,11 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                 summary = _run_static(entries[rank::world], store, job)
             if use_dist:
                 summary = _gather_summaries(summary, rank, world, mode, lease_s)
+            summary.config_hash = job.cfg_hash
             if mode == "dynamic" and rank == 0:
                 drop_job(store, summary.job)
+                if summary.job:  # a crashed job's leases ran out while this one ran
+                    drop_stale_jobs(store, job.cfg_hash, summary.job)
     finally:
         if created_group:
             dist.destroy_process_group()
@@ -400,9 +407,11 @@ def _shared_job_id(cfg_hash: str, entries: Sequence[ManifestEntry], use_dist: bo
 def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, lease_s: float,
                  use_dist: bool) -> RunSummary:
     """Claim rows (up to ``job.batch_clips`` at a time) until every row of the job is done
-    (:mod:`.claims`)."""
+    (:mod:`.claims`); rank 0 first deletes the work rows of crashed jobs of the config."""
     queue = WorkQueue(store, _shared_job_id(job.cfg_hash, entries, use_dist), job.cfg_hash,
                       new_owner(), lease_s)
+    if job.rank == 0:
+        drop_stale_jobs(store, job.cfg_hash, queue.job)
     queue.enqueue([e.clip_id for e in entries])
     by_id = {e.clip_id: e for e in entries}
     poll_s = min(0.2, lease_s / 4.0)

@@ -1,9 +1,10 @@
 """Leaderboard statistics (paper sec. 4.4, 6.2-6.7, appendix B), vectorised numpy.
 
-Rows are the joined rows of :func:`geocon_torch.bench.load_results` (clip metadata + result);
-metrics are the flat columns of :func:`geocon_torch.bench.flatten_row` ("ir", "ge_px",
-"adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a finite metric
-enter a statistic; everything reports how many clips and scenes it used.
+Rows are the joined rows of :func:`geocon_torch.bench.load_results` (clip metadata + result)
+of ONE configuration (rows of several config hashes are an InputError naming them: load with
+``config_hash=``); metrics are the flat columns of :func:`geocon_torch.bench.flatten_row`
+("ir", "ge_px", "adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a
+finite metric enter a statistic; everything reports how many clips and scenes it used.
 
 Scene balance (sec. 4.4): within a group (generator, prompt_category) every scene —
 (prompt_category, prompt, seed), or the clip itself when the seed is unknown — contributes ONE
@@ -106,7 +107,18 @@ def bootstrap_ci(values: Sequence[float], *, statistic: str = "median", n_boot: 
 
 # --- row access -----------------------------------------------------------------------------
 def _flat(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    return [r if "result" not in r else {**flatten_row(r), "_result": r["result"]} for r in rows]
+    """Flat rows (:func:`flatten_row`, the result under ``_result``) of ONE configuration:
+    rows of several config hashes are an InputError naming them (a statistic never pools
+    configurations; pick one with ``load_results(db, config_hash=...)``)."""
+    flat = [r if "result" not in r else {**flatten_row(r), "_result": r["result"]}
+            for r in rows]
+    hashes = sorted({str(r["config_hash"]) for r in flat if r.get("config_hash") is not None})
+    if len(hashes) > 1:
+        raise InputError(f"the rows hold results of {len(hashes)} configurations "
+                         f"({', '.join(hashes[:5])}{', ...' if len(hashes) > 5 else ''}): a "
+                         "statistic never pools configurations; pass the rows of one, e.g. "
+                         "load_results(db, config_hash=...)")
+    return flat
 
 
 def _number(v: Any) -> bool:
@@ -263,7 +275,8 @@ def gate_observations(rows: Iterable[Dict[str, Any]], method: Optional[str] = No
 
     ``method`` defaults to the most common gate method (statistics of different methods are
     not comparable and are never mixed)."""
-    flat = [r for r in _flat(rows) if isinstance(r.get("gate_statistic"), (int, float))
+    flat = [r for r in _flat(rows) if r.get("status") == "ok"
+            and isinstance(r.get("gate_statistic"), (int, float))
             and expected_regime(r.get("prompt_category")) is not None]
     if method is None and flat:
         method = Counter(r.get("gate_method") for r in flat).most_common(1)[0][0]

@@ -11,8 +11,10 @@ Two tables (a view ``leaderboard`` joins them), the same on both back ends:
   ``prompt_category`` the manifest's prompt family (C1-C6 or a free label).
 
 ``ResultStore(db)`` opens the back end ``db`` names: a file path is a :class:`SQLiteStore` (the
-embedded default); a ``postgresql://`` / ``postgres://`` URL or a libpq ``service=NAME`` /
-``host=... dbname=...`` string is a :class:`~geocon_torch.bench.pg_store.PostgresStore`. Every
+embedded default); a ``postgresql://`` / ``postgres://`` URL or a libpq key=value string of
+connection keywords (``service=NAME``, ``sslmode=require host=... dbname=...``) is a
+:class:`~geocon_torch.bench.pg_store.PostgresStore` (a string of key=value tokens with a key
+libpq does not know is refused, never taken for a file name). Every
 query and write below is shared; a back end only supplies its connection, transactions,
 placeholders and retry rule, so every reader (report, exports, preference pairs, statistics)
 works on either.
@@ -117,7 +119,20 @@ _REPLACE_RESULT = (_INSERT_RESULT + " ON CONFLICT (content_hash, config_hash) DO
 
 Statement = Tuple[str, Sequence[Any]]
 _SERVER_PREFIXES = ("postgresql://", "postgres://")
-_CONNINFO = re.compile(r"^\s*(service|host|hostaddr|dbname|user|port)\s*=")
+#: libpq's connection keywords (PostgreSQL 17 "Parameter Key Words"): a ``--db`` string made
+#: only of ``key=value`` tokens with these keys names a server, whatever key comes first
+LIBPQ_KEYWORDS = frozenset((
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+    "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
+    "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+    "sslnegotiation", "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword",
+    "sslcertmode", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
+    "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname", "gsslib",
+    "gssdelegation", "service", "target_session_attrs", "load_balance_hosts"))
+# one libpq key=value token: a bare value (backslash escapes) or a single-quoted one
+_CONNINFO_TOKEN = re.compile(
+    r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)\s*")
 
 
 class StoreError(GeoConError, RuntimeError):
@@ -134,9 +149,52 @@ def entry_json(entry: Any) -> str:
     return json.dumps(entry, sort_keys=True, default=str)
 
 
+def conninfo_keys(text: str) -> Optional[List[str]]:
+    """The keys of ``text`` when it is made only of whitespace-separated libpq ``key=value``
+    tokens (values bare or single-quoted, as libpq parses them), else None."""
+    keys: List[str] = []
+    pos = 0
+    while pos < len(text):
+        m = _CONNINFO_TOKEN.match(text, pos)
+        if m is None:
+            return None
+        keys.append(m.group(1))
+        pos = m.end()
+    return keys or None
+
+
 def is_server_url(db: Union[str, Path]) -> bool:
-    """True when ``db`` names a PostgreSQL server (URL or libpq key=value string), not a file."""
-    return isinstance(db, str) and (db.startswith(_SERVER_PREFIXES) or bool(_CONNINFO.match(db)))
+    """True when ``db`` names a PostgreSQL server, not a file: a ``postgresql://`` /
+    ``postgres://`` URL, or a libpq key=value string whose keys are all libpq connection
+    keywords (:data:`LIBPQ_KEYWORDS`; ``sslmode=require host=db dbname=lb`` as well as
+    ``service=lb``)."""
+    if not isinstance(db, str):
+        return False
+    if db.startswith(_SERVER_PREFIXES):
+        return True
+    keys = conninfo_keys(db)
+    return keys is not None and all(k in LIBPQ_KEYWORDS for k in keys)
+
+
+def check_file_name(db: Union[str, Path]) -> None:
+    """Refuse a SQLite store name given as a string that parses as libpq ``key=value`` tokens
+    with a key libpq does not know (``sslmod=require host=db``: a mistyped connection string,
+    which would otherwise become a local file, password and all, in its name). An existing
+    file of that name is opened as usual; ``./NAME`` names a new file of such a name. The
+    message names the keys, never the values (one may be a password)."""
+    if not isinstance(db, str) or Path(db).exists():
+        return
+    keys = conninfo_keys(db)
+    if keys is None:
+        return
+    unknown = [k for k in keys if k not in LIBPQ_KEYWORDS]
+    if not unknown:
+        return
+    raise InputError(
+        f"--db: a key=value string with {', '.join(map(repr, unknown))}, which "
+        f"{'is not a libpq keyword' if len(unknown) == 1 else 'are not libpq keywords'} "
+        "(a PostgreSQL key=value string takes host, port, dbname, user, sslmode, service, "
+        "...): fix the key, or write ./NAME for a SQLite file of that name")
 
 
 class ResultStore:
@@ -162,6 +220,7 @@ class ResultStore:
                                      "geocon_torch.bench)")
                 cls = ResultStore.server_class
             else:
+                check_file_name(db)
                 cls = SQLiteStore
         return super().__new__(cls)
 
@@ -281,6 +340,13 @@ class ResultStore:
             out.append(row)
         return out
 
+    def error_clips(self, config_hash: str) -> List[Tuple[str, Optional[str]]]:
+        """(clip_id, reason) of every clip stored with status "error" under ``config_hash``,
+        by clip_id (cheap: no result JSON is read)."""
+        return [(r[0], r[1]) for r in self._select(
+            "SELECT clip_id, reason FROM leaderboard WHERE config_hash = ? AND status = 'error' "
+            "ORDER BY clip_id", (config_hash,))[1]]
+
     def stored_result_json(self, content_hash: str, config_hash: str) -> Optional[str]:
         """The result JSON stored under a key, as written (None if absent)."""
         row = self._one("SELECT result_json FROM results WHERE content_hash=? AND "
@@ -343,12 +409,14 @@ class ResultStore:
                                         replace=replace) + list(also))
 
     def insert_raw(self, results: Sequence[Dict[str, Any]],
-                   clips: Sequence[Dict[str, Any]]) -> None:
+                   clips: Sequence[Dict[str, Any]], *, replace: bool = False) -> None:
         """Insert raw rows (:meth:`raw_results` / :meth:`raw_clips`) in ONE transaction; keys
-        already present are left as they are."""
-        self._write([(_INSERT_RESULT + " ON CONFLICT DO NOTHING",
+        already present are left as they are, or with ``replace`` overwritten by the given
+        rows (the upserts :meth:`put` uses to retry error rows and relink clips)."""
+        keep = " ON CONFLICT DO NOTHING"
+        self._write([(_REPLACE_RESULT if replace else _INSERT_RESULT + keep,
                       tuple(r[k] for k in RESULT_FIELDS)) for r in results] +
-                    [(_INSERT_CLIP + " ON CONFLICT DO NOTHING",
+                    [(_UPSERT_CLIP if replace else _INSERT_CLIP + keep,
                       tuple(c[k] for k in CLIP_FIELDS)) for c in clips])
 
     # -- export -------------------------------------------------------------------------------

@@ -24,22 +24,28 @@ A clip that fails is stored with status "error" and its reason and the run goes 
 (--retry-errors recomputes those).
 
 --db is a SQLite file (the embedded default) or a PostgreSQL server: a postgresql:// URL or a
-libpq service=NAME string; the password comes from PGPASSWORD, ~/.pgpass or the service file
-(a password in the URL works but is always printed as ***). Under torchrun, on a SQLite file
-rank r scores clips r::N and every rank commits its own rows to the same file (WAL, busy
-timeout, retried transactions; one node, local disk: a job over several nodes is refused). On
-PostgreSQL ranks claim the next unscored clip with an expiring lease (--assign dynamic, the
-default there; renewed while the rank lives, so a killed rank's clips are taken by the others
-after --lease-s), on any number of nodes. Without a server, run one job per node with its own
-file and combine them with geocon merge. Exit status 0 unless the run itself failed (error rows
-do not change it); --strict returns 1 when any clip of this run is an error.
+libpq key=value string (service=NAME, host=... dbname=... sslmode=...); the password comes
+from PGPASSWORD, ~/.pgpass or the service file (a password in the URL works but is always
+printed as ***); a key=value string with a key libpq does not know is an error, never a file
+name. Under torchrun, on a SQLite file rank r scores clips r::N and every rank commits its own
+rows to the same file (WAL, busy timeout, retried transactions; one node, local disk: a job
+over several nodes is refused). On PostgreSQL ranks claim the next unscored clip with an
+expiring lease (--assign dynamic, the default there; renewed while the rank lives, so a killed
+rank's clips are taken by the others after --lease-s), on any number of nodes. Without a
+server, run one job per node with its own file and combine them with geocon merge. Exit status
+0 unless the run itself failed (error rows do not change it); --strict returns 1 when the store holds any clip of the manifest (of the
+store, when exporting only) as an error under this configuration (scored now or by an earlier
+run; --retry-errors recomputes them). Without a MANIFEST (export only) --db must be an existing
+store: a missing file is an error (exit 2), never a new empty store.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import List, Optional
 
-from ..bench import ResultStore, run_manifest
+from ..bench import ResultStore, is_server_url, load_manifest, run_manifest
 from ..bench.pg_store import mask_url
 from ..bench.runner import ASSIGNMENTS
 from ..errors import InputError
@@ -77,12 +83,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="after the run, write the flat table as Parquet (needs pyarrow)")
     p.add_argument("--all-configs", action="store_true",
                    help="export rows of every config hash (default: this run's config)")
-    p.add_argument("--strict", action="store_true", help="exit 1 if any clip is an error")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 if the store holds any clip of the manifest as an error "
+                        "(this run's or an earlier one's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Score the manifest (if given), export the store, and return the exit status (1 under
+    --strict when the store holds error rows of the manifest's clips)."""
     cfg = build_config(args)
     summary = None
     if args.manifest:
@@ -104,7 +114,12 @@ def run(args: argparse.Namespace) -> int:
         print("geocon bench: error: give a MANIFEST to run or --export-csv / --export-parquet",
               file=sys.stderr)
         return 2
-    cfg_hash = None if args.all_configs else pinned_config(cfg, args.device).config_hash()
+    elif not is_server_url(args.db) and not Path(args.db).is_file():
+        raise InputError(f"store not found: {args.db} (without a MANIFEST geocon bench only "
+                         "exports an existing store)")
+    run_hash = ((summary.config_hash if summary is not None else None)
+                or pinned_config(cfg, args.device).config_hash())
+    cfg_hash = None if args.all_configs else run_hash
     with ResultStore(args.db, timeout_s=args.store_timeout) as store:
         stored = store.config_hashes() if cfg_hash is not None else []
         if cfg_hash is not None and stored and cfg_hash not in stored:
@@ -118,6 +133,17 @@ def run(args: argparse.Namespace) -> int:
         if args.export_parquet:
             store.export_parquet(args.export_parquet, cfg_hash)
             print(f"wrote {args.export_parquet}")
-    if args.strict and summary is not None and summary.error:
+        errors = _stored_errors(store, args.manifest, run_hash) if args.strict else []
+    if errors:
+        print(f"geocon bench: --strict: {len(errors)} clip(s) stored with status error "
+              f"under config {run_hash} (--retry-errors recomputes them): "
+              f"{', '.join(errors[:10])}{', ...' if len(errors) > 10 else ''}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stored_errors(store: ResultStore, manifest: Optional[str], config_hash: str) -> List[str]:
+    """The clip ids of ``manifest`` (every clip of the store without one) that ``store``
+    holds with status error under ``config_hash``, in clip order."""
+    ids = None if manifest is None else {e.clip_id for e in load_manifest(manifest)}
+    return [cid for cid, _ in store.error_clips(config_hash) if ids is None or cid in ids]

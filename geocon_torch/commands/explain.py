@@ -48,14 +48,17 @@ def _is_video(path: Path) -> bool:
 
 
 def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[str, Any]:
-    """The one row of ``clip`` (by clip_id or result ``clip`` name); the only row without it."""
+    """The one row of ``clip``: by exact clip_id first, else by the result's ``clip`` name
+    (rows of identical bytes share one result, whose ``clip`` is the id it was first scored
+    under, so that name alone is not unique); the only row without ``clip``."""
     if clip is None:
         if len(rows) != 1:
             ids = ", ".join(str(r.get("clip_id")) for r in rows[:8])
             raise InputError(f"{where} holds {len(rows)} clips: pick one with --clip "
                              f"(e.g. {ids})")
         return rows[0]
-    hits = [r for r in rows if clip in (r.get("clip_id"), (r.get("result") or {}).get("clip"))]
+    hits = ([r for r in rows if r.get("clip_id") == clip]
+            or [r for r in rows if (r.get("result") or {}).get("clip") == clip])
     hashes = sorted({str(r.get("config_hash")) for r in hits})
     if len(hits) > 1 and len(hashes) > 1:
         raise InputError(f"--clip {clip!r}: {where} holds it under {len(hashes)} configurations "

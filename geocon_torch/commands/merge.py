@@ -6,10 +6,15 @@ Examples:
 
 OUT and every SHARD are SQLite files or PostgreSQL URLs (OUT is created if missing). Rows are
 deduplicated by (content hash, config hash) for results and (clip_id, config hash) for clip
-rows; a key that two stores hold with DIFFERENT results (ignoring timing_s, path and clip) is a
-conflict: OUT keeps the row it had (or the earlier shard's), and every differing field is
-printed with both values (all of them with --conflicts FILE, one JSON object per line). Running
-the same merge again changes nothing. Exit status 0, or 1 when there were conflicts.
+rows. A scored result replaces an error row (a node's --retry-errors fix reaches OUT); a clip
+row with other metadata (generator, prompt_category, seed, the manifest entry, ...) for the
+same bytes is replaced by the one written last (a node's manifest fix reaches OUT); each
+replacement is printed. A key that two stores hold with DIFFERENT scored results (ignoring
+timing_s, path and clip), a clip id pointing at other bytes, or clip rows that differ with the
+same write time are a conflict: OUT keeps the row it had (or the earlier shard's), and every
+differing field is printed with both values (all of them with --conflicts FILE, one JSON object
+per line). Running the same merge again changes nothing. Exit status 0, or 1 when there were
+conflicts.
 """
 from __future__ import annotations
 
@@ -31,21 +36,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write every conflict as one JSON object per line")
 
 
-def _line(c: dict) -> str:
+def _key(c: dict) -> str:
+    """The row a conflict / update is about: its table, key and config."""
     key = (f"content {c['content_hash'][:16]}" if c["table"] == "results"
            else f"clip {c['clip_id']}")
+    return f"({c['table']}) {key} config {c['config_hash'][:16]}"
+
+
+def _line(c: dict) -> str:
     diffs = "; ".join(f"{k}: {json.dumps(a)} vs {json.dumps(b)}"
                       for k, (a, b) in c["differences"].items())
-    return (f"conflict ({c['table']}) {key} config {c['config_hash'][:16]}: kept "
-            f"{c['kept_from']} vs {c['other_from']}: {diffs}")
+    return f"conflict {_key(c)}: kept {c['kept_from']} vs {c['other_from']}: {diffs}"
+
+
+def _update_line(u: dict) -> str:
+    diffs = "; ".join(f"{k}: {json.dumps(a)} -> {json.dumps(b)}"
+                      for k, (a, b) in u["differences"].items())
+    return f"updated {_key(u)} from {u['from']}: {diffs}"
 
 
 def run(args: argparse.Namespace) -> int:
     report = merge_stores(args.out, args.shards)
     print(f"geocon merge: {len(report.shards)} shard(s) into {report.out}: results "
-          f"{report.results_added} added, {report.results_same} already there; clips "
-          f"{report.clips_added} added, {report.clips_same} already there; "
-          f"{len(report.conflicts)} conflict(s)")
+          f"{report.results_added} added, {report.results_same} already there, "
+          f"{report.results_replaced} error row(s) replaced by a scored result, "
+          f"{report.results_errors_skipped} shard error row(s) not copied; clips "
+          f"{report.clips_added} added, {report.clips_same} already there, "
+          f"{report.clips_updated} updated from newer rows, {report.clips_older} older "
+          f"row(s) not copied; {len(report.conflicts)} conflict(s)")
+    for u in report.updates[:SHOWN]:
+        print("  " + _update_line(u))
+    if len(report.updates) > SHOWN:
+        print(f"  ... {len(report.updates) - SHOWN} more update(s)")
     for c in report.conflicts[:SHOWN]:
         print("  " + _line(c), file=sys.stderr)
     if len(report.conflicts) > SHOWN:

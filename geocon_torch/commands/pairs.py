@@ -13,8 +13,9 @@ trio, background IR * exp(-GE / 3.5 px).
 
 Output: one JSON line per prompt. {"status": "pair", "prompt", "chosen", "rejected",
 "chosen_reward", "rejected_reward", "margin", ...} or {"status": "skipped", "prompt",
-"reason", ...} when fewer than two clips of the prompt could be scored or the margin is below
---min-margin (see geocon_torch.bench.preferences). A summary goes to stdout.
+"reason", ...} when fewer than two clips of the prompt could be scored, their rewards tie (a
+tie is no preference, even at --min-margin 0) or the margin is below --min-margin (see
+geocon_torch.bench.preferences). A summary goes to stdout.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=KINDS, default="epipolar-dpo",
                    help="reward kind (default epipolar-dpo)")
     p.add_argument("--min-margin", type=float, default=0.0, metavar="X",
-                   help="skip prompts whose best - worst reward is below X (default 0)")
+                   help="skip prompts whose best - worst reward is below X (default 0; "
+                        "a tie is always skipped)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("configuration")
     g.add_argument("--config", metavar="FILE", help="JSON file overriding GeoConConfig")

@@ -251,12 +251,14 @@ def _gate_net_benefit(page: _Page, obs: Dict[str, Any], method: str) -> List[str
 
 
 def _gate_section(page: _Page) -> str:
-    """Gate statistic histogram with its thresholds; calibration and net benefit against the
-    regime each prompt category is designed for (never the post-hoc behaviour)."""
+    """Gate statistic histogram of the ok clips with its thresholds; calibration and net
+    benefit against the regime each prompt category is designed for (never the post-hoc
+    behaviour)."""
     gate = ["<h2 id='gate'>Translation gate</h2>"]
-    with_stat = [r for r in page.flat if isinstance(r.get("gate_statistic"), float)]
+    with_stat = [r for r in page.flat if r.get("status") == "ok"
+                 and isinstance(r.get("gate_statistic"), (int, float))]
     if not with_stat:
-        gate.append("<p class='muted'>No gate statistic in the results.</p>")
+        gate.append("<p class='muted'>No gate statistic among the ok results.</p>")
         return "\n".join(gate)
     method = Counter(r.get("gate_method") for r in with_stat).most_common(1)[0][0]
     same = [r for r in with_stat if r.get("gate_method") == method]
@@ -282,7 +284,8 @@ def _gate_section(page: _Page) -> str:
 
 
 def _sensitivity_section(page: _Page) -> str:
-    """Report-gate pass rate vs GE threshold, IR vs inlier thresholds, percentile-aligned GE."""
+    """Report-gate pass rate vs GE threshold ("-" for a generator without an ok clip having IR
+    and GE), IR vs inlier thresholds, percentile-aligned GE."""
     flat, img = page.flat, page.img
     sens = ["<h2 id='sensitivity'>Threshold-score sensitivity</h2>"]
     rg = stats.report_gate_sensitivity(flat)
@@ -299,7 +302,8 @@ def _sensitivity_section(page: _Page) -> str:
                                              rg[0]["ir_thresholds"][-2:] for d in
                                              rg[0]["ge_thresholds"]],
                            [[_l(r["generator"]), str(r["n"])] +
-                            [_f(v, 3) for row in r["pass"][-2:] for v in row] for r in rg]))
+                            [_f(v, 3) if r["n"] else "-" for row in r["pass"][-2:]
+                             for v in row] for r in rg]))
     inl = stats.inlier_threshold_sensitivity(flat)
     for fam, tau_name in (("h", "tau_H (px)"), ("f", "tau_F")):
         cs = [r for r in inl if f"tau_{fam}" in r]

@@ -6,7 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from geocon_torch.bench import ManifestEntry, ManifestError, load_manifest, write_manifest
+from helpers import CountingScorer, write_clips, write_jsonl
+
+from geocon_torch.bench import (
+    ManifestEntry,
+    ManifestError,
+    ResultStore,
+    is_server_url,
+    load_manifest,
+    write_manifest,
+)
+from geocon_torch.cli import main
 
 CSV = ("clip_id,path,prompt,generator,generator_version,seed,resolution,fps,duration,masks_path,"
        """category,extra_col
@@ -56,6 +66,16 @@ _B = '{"clip_id": "b", "path": "b.mp4", "generator": "m", '
     (".jsonl", _JSONL_HEAD + _B + '"fps": "nan"}', "line 2: fps must be finite"),
     (".jsonl", _JSONL_HEAD + _B + '"duration": -1}', "line 2: duration must"),
     (".jsonl", _JSONL_HEAD + _B + '"resolution": "big"}', "line 2: resolution"),
+    (".jsonl", _JSONL_HEAD + _B + '"seed": 18446744073709551616}',
+     "line 2: seed 18446744073709551616 is outside the signed 64-bit range"),
+    (".jsonl", _JSONL_HEAD + _B + '"seed": "-9223372036854775809"}',
+     "line 2: seed -9223372036854775809 is outside the signed 64-bit range"),
+    (".jsonl", _JSONL_HEAD + _B + '"seed": 1e20}', "line 2: seed 100000000000000000000 is"),
+    (".jsonl", _JSONL_HEAD + _B + '"prompt": "a\\u0000b"}',
+     "line 2: field 'prompt' holds a NUL character"),
+    (".jsonl", _JSONL_HEAD + _B + '"note\\u0000": "x"}', "line 2: field 'note?' holds a NUL"),
+    (".csv", "clip_id,path,generator\na,a.mp4,m\nb,b.mp4,g\x00en",
+     "line 3: field 'generator' holds a NUL character"),
     (".jsonl", _JSONL_HEAD + '{"clip_id": "a", "path": "b.mp4", "generator": "m"}',
      "line 2: duplicate clip_id 'a'"),
     (".jsonl", _JSONL_HEAD + '{"clip_id": "b", "path": ', "line 2: not valid JSON"),
@@ -110,3 +130,30 @@ def test_relative_paths_are_stored_absolute(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (entry,) = load_manifest("sub/m.csv")
     assert entry.path == str(tmp_path / "sub" / "clips" / "a.mp4")
+
+
+def test_seed_extremes_are_read(tmp_path: Path):
+    rows = [{"clip_id": "a", "path": "a.mp4", "generator": "m", "seed": 2 ** 63 - 1},
+            {"clip_id": "b", "path": "b.mp4", "generator": "m", "seed": str(-2 ** 63)}]
+    a, b = load_manifest(write_jsonl(tmp_path / "m.jsonl", rows))
+    assert (a.seed, b.seed) == (2 ** 63 - 1, -2 ** 63)
+
+
+@pytest.mark.parametrize("bad", [{"seed": 2 ** 64}, {"prompt": "a\x00b"}])
+def test_unstorable_manifest_values_fail_before_any_clip(tmp_path: Path, any_db: str, bad,
+                                                         capsys, monkeypatch):
+    """A 65-bit seed or a NUL in a text field: one line naming the line, exit 2, nothing
+    scored or stored, on both back ends (no OverflowError / server error mid-run)."""
+    rows = write_clips(tmp_path / "clips", 3)
+    rows[1].update(bad)
+    scorer = CountingScorer()
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", scorer)
+    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    assert main(["bench", str(m), "--db", any_db, "--no-progress", "--batch-clips", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{m}, line 2: " in err[0] and scorer.calls == []
+    if is_server_url(any_db):
+        with ResultStore(any_db) as s:
+            assert s.count() == 0 and s.count("clips") == 0
+    else:
+        assert not Path(any_db).exists()

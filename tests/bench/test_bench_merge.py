@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import CountingScorer, fake_result, write_clips, write_jsonl
 
-from geocon_torch.bench import ResultStore, merge_stores, run_manifest
+from geocon_torch.bench import ResultStore, load_results, merge_stores, run_manifest
 from geocon_torch.bench.merge import differences
 from geocon_torch.cli import main
 from geocon_torch.errors import InputError
@@ -116,3 +116,66 @@ def test_merge_cli_exit_status_and_errors(tmp_path: Path, capsys):
         merge_stores(out, [out])
     assert main(["merge", str(out), str(tmp_path / "missing.sqlite")]) == 2
     assert "shard not found" in capsys.readouterr().err
+
+
+def _merge(capsys, out, *shards) -> tuple:
+    """(exit status, stdout) of ``geocon merge OUT SHARD...``."""
+    rc = main(["merge", str(out), *map(str, shards)])
+    return rc, capsys.readouterr().out
+
+
+def test_a_manifest_fix_on_a_node_reaches_out_newest_row_wins(tmp_path: Path, out_db, capsys):
+    rows = write_clips(tmp_path / "clips", 2)
+    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    shard, old = tmp_path / "node0.sqlite", tmp_path / "old.sqlite"
+    run_manifest(m, shard, score_fn=CountingScorer(), progress=False)
+    old.write_bytes(shard.read_bytes())  # the shard before the fix
+    assert _merge(capsys, out_db, shard)[0] == 0
+    rows[1].update(generator="sora", category="C5")  # the manifest is corrected, re-run
+    s = run_manifest(write_jsonl(m, rows), shard, score_fn=CountingScorer(), progress=False)
+    assert s.computed == 0 and s.skipped == 2
+    rc, out = _merge(capsys, out_db, shard)
+    assert rc == 0 and "1 updated from newer rows" in out and "0 conflict(s)" in out
+    assert 'clip c1' in out and 'generator: "m" -> "sora"' in out
+    got = {r["clip_id"]: r for r in load_results(out_db)}
+    assert (got["c1"]["generator"], got["c1"]["prompt_category"]) == ("sora", "C5")
+    assert got["c0"]["generator"] == "m"
+    again = merge_stores(out_db, [shard])  # idempotent
+    assert (again.clips_same, again.clips_updated, again.updates) == (2, 0, [])
+    stale = merge_stores(out_db, [old])  # an older row never undoes the fix
+    assert (stale.clips_older, stale.clips_same, stale.conflicts) == (1, 1, [])
+    assert {r["clip_id"]: r["generator"] for r in load_results(out_db)}["c1"] == "sora"
+    tie = tmp_path / "tie.sqlite"  # the same write time, other metadata: a conflict
+    tie.write_bytes(shard.read_bytes())
+    with ResultStore(tie) as st:
+        row = next(c for c in st.raw_clips() if c["clip_id"] == "c1")
+        st.insert_raw([], [{**row, "generator": "veo"}], replace=True)
+    rep = merge_stores(out_db, [tie])
+    assert [(c["clip_id"], c["differences"]["generator"]) for c in rep.conflicts] == \
+        [("c1", ["sora", "veo"])]
+    assert {r["clip_id"]: r["generator"] for r in load_results(out_db)}["c1"] == "sora"
+
+
+def _statuses(db) -> dict:
+    return {r["clip_id"]: r["status"] for r in load_results(db)}
+
+
+def test_a_retried_error_row_reaches_out(tmp_path: Path, out_db, capsys):
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 3))
+    shard, failed = tmp_path / "node0.sqlite", tmp_path / "failed.sqlite"
+    run_manifest(m, shard, score_fn=CountingScorer(fail_on=["c1"]), progress=False)
+    failed.write_bytes(shard.read_bytes())
+    assert _merge(capsys, out_db, shard)[0] == 0
+    s = run_manifest(m, shard, score_fn=CountingScorer(), retry_errors=True, progress=False)
+    assert (s.computed, s.ok) == (1, 1)
+    rc, out = _merge(capsys, out_db, shard)
+    assert rc == 0 and "1 error row(s) replaced by a scored result" in out
+    assert 'status: "error" -> "ok"' in out and "0 conflict(s)" in out
+    assert _statuses(out_db) == {"c0": "ok", "c1": "ok", "c2": "ok"}
+    rep = merge_stores(out_db, [failed])  # a stale error row never replaces the result
+    assert (rep.results_errors_skipped, rep.results_same, rep.conflicts) == (1, 2, [])
+    assert _statuses(out_db)["c1"] == "ok"
+    fresh = tmp_path / "fresh.sqlite"  # the other order: the error first, then the fix
+    rep = merge_stores(fresh, [failed, shard])
+    assert (rep.results_added, rep.results_replaced, rep.conflicts) == (3, 1, [])
+    assert _statuses(fresh)["c1"] == "ok"

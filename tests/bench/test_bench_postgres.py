@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import threading
 import time
+from collections import Counter
 
 import pytest
 from helpers import (
@@ -22,11 +24,19 @@ from helpers import (
 )
 from pg_server import PASSWORD
 
-from geocon_torch.bench import ResultStore, StoreError, load_results, mask_url, run_manifest
+from geocon_torch.bench import (
+    ResultStore,
+    StoreError,
+    is_server_url,
+    load_results,
+    mask_url,
+    run_manifest,
+)
 from geocon_torch.bench.claims import WorkQueue
 from geocon_torch.bench.preferences import preference_pairs
 from geocon_torch.cli import main
 from geocon_torch.errors import InputError
+from geocon_torch.pipeline import pinned_config
 from geocon_torch.report import build_report
 
 
@@ -202,3 +212,107 @@ def test_export_on_postgres_matches_rows(tmp_path, pg_url):
     assert rows[0]["clip_id"] == "a" and float(rows[0]["ge_px"]) == 2.0
     assert rows[0]["prompt_category"] == "C4" and float(rows[0]["adap90_max"]) == 6.0
     assert os.environ.get("PGPASSFILE")  # the fixture's pgpass carried the password
+
+
+def test_key_value_string_of_any_libpq_keywords_is_the_server(tmp_path, pg_server, capsys,
+                                                              monkeypatch):
+    """A libpq key=value string that starts with sslmode= (not host= / dbname=) still names
+    the server: the rows land there, no local file is created."""
+    db = pg_server.create_db()
+    dsn = f"sslmode=disable host={pg_server.root} port={pg_server.port} user=geocon dbname={db}"
+    assert is_server_url(dsn) and is_server_url("connect_timeout=5 service=lb")
+    assert is_server_url("password='a b' host=h") and not is_server_url("run=1.sqlite")
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 2))
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", CountingScorer())
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", str(m), "--db", dsn, "--no-progress"]) == 0
+    assert "dynamic assignment" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips", "m.jsonl"]
+    with ResultStore(pg_server.url(db)) as s:
+        assert s.count() == 2 and s.count("clips") == 2
+
+
+def test_two_jobs_claims_are_serialised_per_config(pg_url):
+    """Job A's claim is still uncommitted when job B claims on the same config: B waits for
+    A's commit and then sees A's lease (without the per-config lock B took the same clip)."""
+    a_store, b_store = ResultStore(pg_url), ResultStore(pg_url)
+    try:
+        a = WorkQueue(a_store, "jobA", "cfg", "A", lease_s=30)
+        b = WorkQueue(b_store, "jobB", "cfg", "B", lease_s=30)
+        a.enqueue(["x", "y"])
+        b.enqueue(["x", "y"])
+        release = threading.Event()
+        run_tx = a_store.transaction
+        a_store.transaction = lambda fn: run_tx(lambda: (fn(), release.wait(10))[0])
+        got = {}
+        ta = threading.Thread(target=lambda: got.update(a=a.claim()))
+        ta.start()
+        time.sleep(0.5)  # A has claimed x, its transaction is still open
+        tb = threading.Thread(target=lambda: got.update(b=b.claim()))
+        tb.start()
+        time.sleep(0.5)
+        release.set()
+        ta.join(10)
+        tb.join(10)
+        assert got == {"a": "x", "b": "y"}
+    finally:
+        a_store.close()
+        b_store.close()
+
+
+def test_two_concurrent_jobs_score_each_clip_once(tmp_path, pg_url):
+    n = 16
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", n))
+    scorer = CountingScorer(sleep_s=0.02)
+    ResultStore(pg_url).close()
+    summaries = []
+
+    def job():
+        summaries.append(run_manifest(m, pg_url, score_fn=scorer, progress=False,
+                                      batch_clips=1, lease_s=30))
+
+    threads = [threading.Thread(target=job) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(summaries) == 2 and sum(s.computed for s in summaries) == n
+    assert Counter(scorer.calls) == Counter({f"c{i}": 1 for i in range(n)})
+    with ResultStore(pg_url) as s:
+        assert s.count() == n and s.count("clips") == n
+        assert s.select("SELECT COUNT(*) FROM work")[0][0] == 0
+
+
+def _jobs(db: str, table: str = "work"):
+    """The jobs holding rows in the ``work`` table (or heartbeats in ``work_jobs``)."""
+    with ResultStore(db) as s:
+        return sorted(r[0] for r in s.select(f"SELECT DISTINCT job FROM {table}"))
+
+
+def test_new_job_deletes_the_rows_of_crashed_jobs_only(tmp_path, pg_url):
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 3))
+    cfg = pinned_config(None, None).config_hash()
+    stores = [ResultStore(pg_url) for _ in range(4)]
+    try:
+        dead = WorkQueue(stores[0], "dead", cfg, "D", lease_s=0.3)  # killed mid-clip
+        dead.enqueue(["c0", "c1", "c2"])
+        assert dead.claim() == "c0"
+        live = WorkQueue(stores[1], "live", cfg, "L", lease_s=60)  # alive, nothing claimed
+        live.enqueue(["c0", "zz"])
+        held = WorkQueue(stores[2], "held", cfg, "H", lease_s=0.3)  # heartbeat gone, lease not
+        held.enqueue(["zz"])
+        assert held.claim() == "zz"
+        stores[2].transaction(lambda: stores[2].execute(
+            "UPDATE work SET lease_until = now() + interval '1 hour' WHERE job = 'held'"))
+        other = WorkQueue(stores[3], "other", "another-config", "O", lease_s=0.3)
+        other.enqueue(["c0"])
+        assert other.claim() == "c0"
+        time.sleep(0.6)  # the 0.3 s heartbeats and leases expire
+        assert _jobs(pg_url) == ["dead", "held", "live", "other"]
+        s = run_manifest(m, pg_url, score_fn=CountingScorer(), progress=False)
+        assert s.computed == 3 and s.assign == "dynamic"
+        assert _jobs(pg_url) == ["held", "live", "other"]
+        assert _jobs(pg_url, "work_jobs") == ["held", "live", "other"]
+    finally:
+        for st in stores:
+            st.close()

@@ -7,7 +7,8 @@ import pytest
 from helpers import fake_result
 from scipy import stats as sps
 
-from geocon_torch.bench import stats
+from geocon_torch.bench import flatten_row, stats
+from geocon_torch.errors import InputError
 
 
 def _row(clip, generator="m", prompt_category="C1", seed=0, prompt="p", **kw):
@@ -235,3 +236,28 @@ def test_rows_without_scene_use_their_seed_and_numbers_may_be_ints():
     pa = stats.percentile_aligned(gate + [{"generator": "g", "status": "ok", "ir": float("nan"),
                                            "ge_px": 1.0}])
     assert pa[0]["n"] == 2 and all(v is not None for v in pa[0]["x_q"])
+
+
+def test_gate_observations_take_ok_rows_only():
+    """A not_applicable / error row may keep its gate statistic; it never enters calibration."""
+    rows = [_row("h", prompt_category="C1", statistic=0.01),
+            _row("f", prompt_category="C3", statistic=0.2),
+            _row("na", prompt_category="C3", statistic=0.03, status="not_applicable"),
+            _row("err", prompt_category="C1", statistic=0.04, status="error")]
+    obs = stats.gate_observations(rows)
+    assert obs["clips"] == ["h", "f"] and obs["t"].tolist() == [0.01, 0.2]
+
+
+def test_rows_of_two_configurations_are_refused_by_every_statistic():
+    rows = [_row("a", config_hash="cfgA"), _row("b", config_hash="cfgB")]
+    for fn in (stats.status_counts, stats.table1, stats.headline, stats.epipolar_trio,
+               stats.report_gate_sensitivity, stats.percentile_aligned, stats.object_table,
+               stats.adap90_anomalies, stats.gate_observations,
+               stats.inlier_threshold_sensitivity, lambda r: stats.scene_values(r, "ir"),
+               lambda r: stats.scene_balanced(r, "ir")):
+        with pytest.raises(InputError, match="2 configurations \\(cfgA, cfgB\\)"):
+            fn(rows)
+    flat = [{**flatten_row(r), "_result": r["result"]} for r in rows]  # flat rows as well
+    with pytest.raises(InputError, match="cfgA, cfgB"):
+        stats.status_counts(flat)
+    assert stats.status_counts(rows[:1])[0]["n"] == 1  # one configuration is fine

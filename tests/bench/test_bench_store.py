@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import _clip, fake_result, write_jsonl
+from helpers import CountingScorer, _clip, fake_result, write_clips, write_jsonl
 
 from geocon_torch.bench import (
     PostgresStore,
@@ -19,7 +19,8 @@ from geocon_torch.bench import (
     is_server_url,
     load_results,
 )
-from geocon_torch.errors import OptionalDependencyError
+from geocon_torch.cli import main
+from geocon_torch.errors import InputError, OptionalDependencyError
 
 
 def test_put_is_idempotent_and_keyed_by_content_and_config(any_db: str):
@@ -133,3 +134,22 @@ def test_load_results_sqlite_and_jsonl(tmp_path: Path):
     p.write_text("not json\n")
     with pytest.raises(ResultSchemaError, match="line 1: not JSON"):
         load_results(p)
+
+
+def test_key_value_store_name_with_unknown_keys_is_refused(tmp_path: Path, monkeypatch, capsys):
+    """A mistyped libpq string is no SQLite file name (the password would end up in one); the
+    message names the unknown key, never a value. ./NAME or an existing file still opens."""
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 2))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", CountingScorer())
+    bad = "sslmod=disable password=hunter2 host=db"
+    with pytest.raises(InputError, match="'sslmod', which is not a libpq keyword"):
+        ResultStore(bad)
+    assert main(["bench", str(m), "--db", bad, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "'sslmod'" in err and "hunter2" not in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips", "m.jsonl"]
+    with ResultStore("./run=1.sqlite") as s:  # a file of that name, on purpose
+        s.put(_clip("a"), "h", "c", fake_result("a"))
+    with ResultStore("run=1.sqlite") as s:  # now it exists: opened as usual
+        assert s.count() == 1

@@ -76,6 +76,17 @@ def test_score_prints_table_and_writes_json_lines(shared_data: Path, tmp_path: P
     assert shown[2] == f"{ok['score']:.3f}" and 0.0 <= ok["score"] <= 1.0  # the headline
     assert set(ok["backends"]) >= {"features", "flow", "masks", "gate"}
     assert ok["version"] and "VideoReadError" in err["reason"]
+    assert err["config_hash"] == ok["config_hash"]  # a failed clip: the same pinned record
+
+
+def test_score_with_a_missing_calibration_file_is_one_line(tmp_path: Path, capsys):
+    """A config that cannot be pinned is a config error (exit 2, one line), found before any
+    clip is read (was an error row per clip, exit 1)."""
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"background": {"calibration": str(tmp_path / "nope.json")}}))
+    rc = main(["score", str(tmp_path / "missing.mp4"), "--config", str(cfg), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "calibration" in err and "nope.json" in err
 
 
 def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsys):
@@ -95,8 +106,10 @@ def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsy
     assert table[1]["config_hash"] == pinned_config(_small_cfg()).config_hash()
     assert table[1]["generator"] == "wan"
     rc = main(["bench", str(manifest), "--db", str(db), "--no-progress", *SMALL, "--strict"])
-    out2 = capsys.readouterr().out
-    assert rc == 0 and "0 scored" in out2 and "2 already stored" in out2
+    out2, err2 = capsys.readouterr()
+    assert "0 scored" in out2 and "2 already stored" in out2
+    # --strict: the stored error row of "gone" counts on a re-run that scores nothing
+    assert rc == 1 and "--strict: 1 clip(s) stored with status error" in err2 and "gone" in err2
     with ResultStore(db) as s:
         assert s.count() == 2
     rc = main(["report", str(db), "--out", str(tmp_path / "rep"), "--boot", "200",

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from geocon_torch.bench import ResultStore, run_manifest
 from geocon_torch.cli import main
 from geocon_torch.commands import score as score_cmd
 from geocon_torch.commands._common import SUMMARY_COLUMNS, print_table, summary_row
 from geocon_torch.errors import ConfigError
-from helpers import fake_result, write_jsonl
+from helpers import CountingScorer, fake_result, write_clips, write_jsonl
 
 NO_GPU_DEVICE = "cuda:99" if torch.cuda.is_available() else "cuda"
 
@@ -192,3 +193,55 @@ def test_synth_errors_are_one_line_on_stderr(tmp_path: Path, capsys):
     assert "argument --severity: must be a number in [0, 1]" in err[0]
     _fail(capsys, ["synth", out, "--motion", "nosuch"], "no category has motion 'nosuch'")
     assert not (tmp_path / "s").exists()
+
+
+def test_strict_counts_stored_error_rows_on_a_rerun(tmp_path: Path, capsys, monkeypatch):
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 3))
+    db = tmp_path / "r.sqlite"
+    argv = ["bench", str(m), "--db", str(db), "--no-progress", "--strict"]
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn",
+                        CountingScorer(fail_on=["c1"]))
+    assert main(argv) == 1
+    capsys.readouterr()
+    again = CountingScorer(fail_on=["c1"])
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", again)
+    assert main(argv) == 1 and again.calls == []  # nothing scored, the error row is stored
+    err = capsys.readouterr().err
+    assert "--strict: 1 clip(s) stored with status error" in err and "c1" in err
+    assert main(argv[:-1]) == 0  # without --strict error rows do not change the status
+    fixed = CountingScorer()
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", fixed)
+    assert main(argv + ["--retry-errors"]) == 0 and fixed.calls == ["c1"]
+    assert main(argv) == 0
+    with ResultStore(db) as s:  # another manifest's error row is not this manifest's
+        s.put({"clip_id": "other", "generator": "m"}, "h-other", s.config_hashes()[0],
+              fake_result("other", status="error", config_hash=s.config_hashes()[0]))
+    assert main(argv) == 0
+
+
+def test_export_only_needs_an_existing_store(tmp_path: Path, capsys):
+    typo = tmp_path / "typo.sqlite"
+    _fail(capsys, ["bench", "--db", str(typo), "--export-csv", str(tmp_path / "t.csv")],
+          "store not found")
+    assert not typo.exists() and not (tmp_path / "t.csv").exists()
+    with ResultStore(tmp_path / "r.sqlite") as s:
+        s.put({"clip_id": "a", "generator": "m"}, "h", "cfg", fake_result("a"))
+    assert main(["bench", "--db", str(tmp_path / "r.sqlite"), "--export-csv",
+                 str(tmp_path / "t.csv"), "--all-configs"]) == 0
+    assert len((tmp_path / "t.csv").read_text().splitlines()) == 2
+
+
+def test_explain_clip_id_with_an_identical_twin(tmp_path: Path, capsys):
+    """Two clip ids with identical bytes share one result (whose "clip" is the first id):
+    --clip takes the exact clip_id first."""
+    rows = write_clips(tmp_path / "clips", 2)
+    (tmp_path / "clips" / "twin.mp4").write_bytes(Path(rows[0]["path"]).read_bytes())
+    rows.append({"clip_id": "twin", "path": str(tmp_path / "clips" / "twin.mp4"),
+                 "generator": "m2"})
+    db = tmp_path / "r.sqlite"
+    s = run_manifest(write_jsonl(tmp_path / "m.jsonl", rows), db, score_fn=CountingScorer(),
+                     progress=False)
+    assert (s.computed, s.linked) == (2, 1)
+    for cid in ("c0", "twin", "c1"):
+        assert main(["explain", str(db), "--clip", cid, "--no-evidence"]) == 0, cid
+        capsys.readouterr()

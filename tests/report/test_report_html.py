@@ -97,6 +97,32 @@ def test_every_figure_exists_and_is_not_blank(report):
         assert (page.parent / src).is_file(), src
 
 
+def test_gate_histogram_counts_ok_clips_only(report):
+    """The error row "broken" carries a gate statistic too; the histogram and the calibration
+    count the ok clips only."""
+    page, rows = report
+    text = page.read_text()
+    gate = text[text.index("id='gate'"):text.index("id='sensitivity'")]
+    n_ok = sum(r["status"] == "ok" for r in rows)
+    assert n_ok == len(rows) - 1 and f"<b>poses</b>, {n_ok} clips" in gate
+
+
+def test_sensitivity_row_of_a_generator_without_scored_clips_is_dashes(tmp_path: Path):
+    rows = _rows()
+    for i in range(2):  # generator Z: two clips, neither scored
+        bad = fake_result(f"z{i}", status="error", config_hash="cfg")
+        rows.append({"clip_id": f"z{i}", "generator": "Z", "prompt_category": "C1", "seed": i,
+                     "scene": f"C1|z|{i}", "config_hash": "cfg", "status": "error",
+                     "result": bad})
+    text = build_report(rows, tmp_path, draw=False, n_boot=100, cards=0).read_text()
+    sens = text[text.index("id='sensitivity'"):text.index("id='dynamics'")]
+    row = re.search(r"<tr><td class='l'>Z</td>.*?</tr>", sens).group(0)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert cells[:2] == ["Z", "0"] and len(cells) == 12 and set(cells[2:]) == {"-"}
+    row_a = re.search(r"<tr><td class='l'>A</td>.*?</tr>", sens).group(0)
+    assert "-" not in re.findall(r"<td[^>]*>(.*?)</td>", row_a)[2:]
+
+
 def test_report_from_store_and_invalid_jsonl(tmp_path: Path):
     with ResultStore(tmp_path / "r.sqlite") as s:
         for i in range(3):
