@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -177,8 +178,18 @@ def score_plan(plan: CalibrationPlan,
 
 
 def _scored(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    return [r for r in rows if r.get("status") == "ok" and r.get("ir") is not None
-            and r.get("ge_norm") is not None and r.get("regime") in ("H", "F")]
+    """The rows a fit can use: ok, gated H or F, with IR and GE. Rows whose IR or GE is not a
+    finite number (NaN moved bounds and broke the written JSON) are left out with a warning
+    naming them."""
+    out = [r for r in rows if r.get("status") == "ok" and r.get("ir") is not None
+           and r.get("ge_norm") is not None and r.get("regime") in ("H", "F")]
+    bad = [r for r in out if not (math.isfinite(float(r["ir"]))
+                                  and math.isfinite(float(r["ge_norm"])))]
+    if bad:
+        names = ", ".join(str(r.get("clip", "?")) for r in bad[:5])
+        warnings.warn(f"calibration: {len(bad)} row(s) with a non-finite IR or GE left out "
+                      f"({names}{', ...' if len(bad) > 5 else ''})", stacklevel=3)
+    return [r for r in out if not any(r is b for b in bad)]
 
 
 def _stat(row: Dict[str, Any], name: str) -> float:
@@ -246,8 +257,14 @@ def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], r
     out: Dict[str, Any] = {key: v for (key, _, _), v in zip(free, bounds) if math.isfinite(v)}
     out.update(fixed)
     out = {key: out[key] for key, _, _ in spec if key in out}  # BOUNDS order
-    out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c_all[:, 0], b_all[:, 0]]))
+    if "ir_min" not in fixed:  # a fixed bound is set, not fitted
+        out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c_all[:, 0], b_all[:, 0]]))
     out.update(false_pass=fp, true_pass=tp, n_clean=len(clean), n_corrupted=len(bad))
+    if clean and tp == 0.0:
+        warnings.warn(f"calibration: no {regime} bounds pass a clean clip at false-pass <= "
+                      f"{target_false_pass:g} (the statistics do not separate its {len(clean)} "
+                      f"clean from its {len(bad)} corrupted clips): this gate fails every "
+                      f"{regime} clip", stacklevel=2)
     return out
 
 

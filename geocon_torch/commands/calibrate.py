@@ -118,6 +118,13 @@ def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
         sev = tuple(float(v) for v in args.severities.split(",") if v.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--severities must be numbers, got {args.severities!r}")
+    if not sev or not all(0.0 < v <= 1.0 for v in sev):  # (NaN fails it too)
+        raise argparse.ArgumentTypeError(f"--severities must be numbers in (0, 1], got "
+                                         f"{args.severities!r}")
+    if not any(v >= args.min_severity for v in sev):  # else nothing to fit, after the scoring
+        raise argparse.ArgumentTypeError(f"no --severities value is >= --min-severity "
+                                         f"{args.min_severity:g}: no corrupted clip would "
+                                         f"count ({args.severities!r})")
     kinds = tuple(v.strip() for v in args.corruptions.split(",") if v.strip())
     bad = [k for k in kinds if k not in CORRUPTIONS]
     if bad or not kinds:

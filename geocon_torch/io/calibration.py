@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -121,7 +122,12 @@ def _read(path: str, mtime_ns: int, name: str) -> Calibration:
         raise ConfigError(f"background.calibration file {path} is not a calibration: it needs "
                           f"'thresholds' {{regime: {{'ir_min', 'ge_norm_max'}}}}")
     long_side = data.get("long_side")
-    return Calibration(name, path, calibration_hash(data), data.get("backend"),
+    digest = calibration_hash(data)
+    if data.get("content_hash") not in (None, digest):  # edited by hand since it was written
+        warnings.warn(f"background.calibration file {path} records content_hash "
+                      f"{data['content_hash']} but its content hashes to {digest}: it was "
+                      f"edited after it was written; results record {digest}", stacklevel=2)
+    return Calibration(name, path, digest, data.get("backend"),
                        int(long_side) if _num(long_side) else None,
                        float(data.get("ref_long_side", 1024)),
                        {str(k): {kk: float(vv) for kk, vv in v.items() if _num(vv)}

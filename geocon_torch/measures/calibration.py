@@ -64,6 +64,7 @@ information), it is relaxed to ``ir_floor`` (the paper's 0.97) when that is lowe
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -135,10 +136,13 @@ def spread_of(ge_fine: Optional[float], ge_peak: Optional[float]) -> float:
 
 
 def _candidates(values: torch.Tensor, lower: bool) -> torch.Tensor:
-    """(K,) candidate bounds: the unique observed values, plus one that excludes everything."""
-    u = torch.unique(values)
-    if u.numel() == 0:
-        return torch.zeros(1, dtype=values.dtype)
+    """(K,) candidate bounds: the unique finite observed values, plus one that excludes every
+    finite value. A missing statistic (+inf for a lower bound, -inf for an upper one) meets
+    every bound in the gate, so it is never a candidate: an infinite bound would be dropped
+    when written and then let through the clips it was chosen to reject."""
+    u = torch.unique(values[torch.isfinite(values)])
+    if u.numel() == 0:  # nothing to bound: a bound every value meets (dropped when written)
+        return torch.full((1,), -math.inf if lower else math.inf, dtype=values.dtype)
     beyond = (u[0] - 1.0) if not lower else (u[-1] + 1.0)
     return torch.cat([u, beyond.view(1)])
 
@@ -329,19 +333,28 @@ def clip_statistics(ir: float, ge_px: float, scale: float = 1.0, *,
     fine = float(ge_px if ge_fine_px is None else ge_fine_px) * scale
     peak = float(ge_px if ge_peak_px is None else ge_peak_px) * scale
     return {"ir": float(ir), "ge_norm": float(ge_px) * scale, "ge_fine_norm": fine,
-            "ge_peak_norm": peak, "ge_spread_norm": spread_of(fine, peak),
+            "ge_peak_norm": peak,  # the spread needs both (0 otherwise, as calibration rows)
+            "ge_spread_norm": spread_of(None if ge_fine_px is None else fine,
+                                        None if ge_peak_px is None else peak),
             "ge_h_norm": float("inf") if ge_h_px is None else float(ge_h_px) * scale,
             "parallax_ref": float("inf") if parallax_ref is None else float(parallax_ref)}
 
 
+_BOUND_TOLERANCE = 1e-9  # relative: round-off of the px <-> reference px conversions
+
+
 def bound_checks(stats: Mapping[str, float], th: Mapping[str, float]) -> List[BoundCheck]:
     """Every bound of ``th`` (threshold key -> value; an absent key is no bound) checked on
-    ``stats`` (:func:`clip_statistics`), in :data:`BOUNDS` order."""
+    ``stats`` (:func:`clip_statistics`), in :data:`BOUNDS` order. Bounds are inclusive up to
+    a relative 1e-9: a GE equal to the bound in working px (:func:`ge_bound_px`, what results
+    record) meets it although its normalisation rounds it a few ulps beyond."""
     out = []
     for key, name, low in BOUNDS:
         if key in th and th[key] is not None:
             v, b = float(stats[name]), float(th[key])
-            out.append(BoundCheck(key, name, v, b, low, (v >= b) if low else (v <= b)))
+            slack = _BOUND_TOLERANCE * abs(b)
+            out.append(BoundCheck(key, name, v, b, low,
+                                  (v >= b - slack) if low else (v <= b + slack)))
     return out
 
 

@@ -87,10 +87,18 @@ def rotation_homography(K: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
     return h / h[..., 2:3, 2:3]
 
 
+#: scene units (the rooms are ~10 units deep): a relative translation at most this long is a
+#: camera that did not move
+STILL_TRANSLATION = 1e-9
+
+
 def fundamental_from_pose(K: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3) ``F = K^-T [t]_x R K^-1`` with ``x_j^T F x_i = 0`` for relative poses
-    (..., 4, 4) (camera i to camera j); scaled to unit Frobenius norm (zeros if ``t = 0``)."""
+    (..., 4, 4) (camera i to camera j); scaled to unit Frobenius norm (zeros if the centre
+    did not move: ``|t| <= STILL_TRANSLATION``, the round-off of inverting a pose, whose
+    direction would otherwise set an arbitrary epipole)."""
     rot, t = rel[..., :3, :3], rel[..., :3, 3]
+    t = torch.where(t.norm(dim=-1, keepdim=True) > STILL_TRANSLATION, t, torch.zeros_like(t))
     tx = torch.zeros(rel.shape[:-2] + (3, 3), dtype=rel.dtype)
     tx[..., 0, 1], tx[..., 0, 2] = -t[..., 2], t[..., 1]
     tx[..., 1, 0], tx[..., 1, 2] = t[..., 2], -t[..., 0]

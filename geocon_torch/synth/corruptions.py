@@ -175,7 +175,7 @@ def apply_corruption(frames: torch.Tensor, kind: str, severity: float, *, seed: 
     dtype, device = work.dtype, work.device
     gen = torch.Generator().manual_seed(int(seed) * 7 + CORRUPTIONS.index(kind))
     sev = float(severity)
-    new_masks = masks
+    new_masks = None if masks is None else masks.clone()  # never the caller's own tensor
     if kind == "flicker":
         out = _flicker(work, sev, gen)
     else:

@@ -276,7 +276,7 @@ def render_planes(motion: str = "truck", *, num_frames: int = 24,
     return SynthClip(frames=frames, masks=torch.zeros(frames.shape[0], 0, h, w, dtype=torch.bool),
                      intrinsics=scene.K, poses=scene.poses, true_homographies=true_h,
                      category=_CATEGORY[regime], corruption=corruption,
-                     severity=float(severity), meta=meta, seed=int(seed),
+                     severity=float(severity) if corruption else 0.0, meta=meta, seed=int(seed),
                      clip_id=f"planes_{motion}_seed{int(seed)}{tag}")
 
 

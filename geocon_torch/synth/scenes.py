@@ -223,13 +223,13 @@ _BASE_EYE, _BASE_TARGET = (0.0, 0.0, 0.0), (0.0, 0.5, 10.0)
 PROMPTS = {
     ("C1", "static"): "Single static shot. The camera is locked down in a textured room with "
                       "boxes and panels at several depths. Nothing moves.",
-    ("C2", "pan"): "Single static shot. The camera pans right in place inside a textured room "
+    ("C2", "pan"): "Single static shot. The camera pans left in place inside a textured room "
                    "with boxes and panels at several depths. No translation. Background "
                    "absolutely fixed.",
     ("C2", "tilt"): "Single static shot. The camera tilts up in place inside a textured room. "
                     "No translation. Background absolutely fixed.",
-    ("C2", "roll"): "Single static shot. The camera rolls clockwise in place inside a textured "
-                    "room. No translation. Background absolutely fixed.",
+    ("C2", "roll"): "Single static shot. The camera rolls anticlockwise in place inside a "
+                    "textured room. No translation. Background absolutely fixed.",
     ("C3", "truck"): "Single static shot. The camera trucks right past boxes and panels at "
                      "several depths, revealing parallax (near vs far).",
     ("C3", "dolly"): "Single static shot. The camera dollies in towards boxes and panels at "

@@ -118,3 +118,45 @@ def test_row_takes_the_gate_parallax_when_the_block_has_none():
                                _result(None, 5.0)))
     th = {"F": {"ir_min": 0.9, "ge_norm_max": 1.0, "parallax_ref_min": 16.0}}
     assert verdict(row, th) is True and verdict(bad, th) is False
+
+
+def test_a_missing_statistic_is_never_the_bound_and_a_reject_all_gate_warns():
+    """Clean clips without a parallax value (read as +inf: meets every lower bound) were the
+    only ones above an +inf candidate: the fit chose it, the written file dropped it (not a
+    finite number) and the gate then passed every corrupted clip although the fit recorded
+    false-pass 0. Now no bound is infinite, the recorded rates are what the written gate does,
+    and a gate that passes no clean clip says so."""
+    from geocon_torch.bench.calibration import evaluate
+
+    clean, bad = _rows([None, None, 10.0], None), _rows([30.0, 40.0, 50.0], "breathing")
+    with pytest.warns(UserWarning, match="no F bounds pass a clean clip"):
+        th = {"F": fit_regime(clean, bad, "F", 0.05)}
+    ev = evaluate(clean + bad, th)
+    assert (ev["true_pass"], ev["false_pass"]) == (th["F"]["true_pass"], th["F"]["false_pass"])
+    assert all(v == v and abs(v) != float("inf") for k, v in th["F"].items()
+               if k.endswith(("_min", "_max")))
+
+
+def test_non_finite_rows_are_left_out_and_a_fixed_ir_bound_is_kept():
+    from geocon_torch.bench.calibration import fit_thresholds
+
+    clean, bad = _rows([70.0, 82.0, 95.0], None), _rows([3.5, 5.0, 7.0], "breathing")
+    nan = dict(clean[0], ir=float("nan"), clip="nan-clip")
+    with pytest.warns(UserWarning, match="non-finite IR or GE left out .*nan-clip"):
+        th = fit_thresholds(clean + bad + [nan], 0.05)
+    assert th["F"]["n_clean"] == 3 and th["F"]["ir_min"] == th["F"]["ir_min"]
+    fixed = fit_regime(clean, bad, "F", 0.05, fixed={"ir_min": 0.99})
+    assert fixed["ir_min"] == 0.99  # was relaxed to 0.97 after being set
+
+
+def test_calibrate_checks_severities_before_scoring():
+    from geocon_torch.cli import build_parser
+    from geocon_torch.commands.calibrate import plan_from_args
+
+    parser = build_parser()
+    for bad in ("1.5", "nan", "0", "0.25"):  # 0.25 < --min-severity 0.5: nothing to fit
+        args = parser.parse_args(["calibrate", "out", "--severities", bad])
+        with pytest.raises(argparse.ArgumentTypeError, match="severities"):
+            plan_from_args(args)
+    ok = plan_from_args(parser.parse_args(["calibrate", "out", "--severities", "0.5,1"]))
+    assert ok.severities == (0.5, 1.0)

@@ -354,3 +354,17 @@ def test_pinned_config_names_the_backend_auto_stands_for():
         off.replace(features={"backend": "opencv-sift"}), "cpu").config_hash()
     assert auto.config_hash() != pinned_config(
         off.replace(features={"backend": "torch-sift"}), "cpu").config_hash()
+
+
+def test_a_hand_edited_calibration_warns_and_records_its_own_hash(tmp_path: Path):
+    """The stored content_hash no longer matches an edited file: loading says so (it loaded
+    silently under another hash) and the hash recorded is the content's."""
+    from geocon_torch.io.calibration import calibration_hash, load_calibration
+
+    data = json.loads(SHIPPED.read_text())
+    data["thresholds"]["H"]["ir_min"] = 0.9
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="edited after it was written"):
+        cal = load_calibration(str(path), "opencv-sift")
+    assert cal.hash == calibration_hash(data) != data["content_hash"]

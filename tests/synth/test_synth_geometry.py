@@ -235,3 +235,15 @@ def test_camera_helpers_closed_form():
     assert float(line[0]) == pytest.approx(0.0, abs=1e-12)
     assert float(line @ torch.tensor([70.0, 30.0, 1.0], dtype=torch.float64)) == pytest.approx(
         0.0, abs=1e-12)
+
+
+def test_still_cameras_have_no_fundamental_matrix():
+    """C4's camera does not move: inverting its pose leaves a ~1e-17 translation, whose
+    direction set an arbitrary unit-norm "true" F in the ground truth. Now zeros / None, as
+    for C1; a moving camera keeps its F."""
+    for cat in ("C1", "C4"):
+        clip = render_scene(cat, num_frames=3, size=(48, 64), seed=0)
+        assert bool((clip.true_fundamentals == 0).all()), cat
+        assert clip.ground_truth()["true_fundamentals"] is None, cat
+    moving = render_scene("C3", num_frames=3, size=(48, 64), seed=0)
+    assert bool((moving.true_fundamentals.flatten(1).norm(dim=1) > 0.99).all())
