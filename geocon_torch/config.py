@@ -715,7 +715,11 @@ class EpipolarConfig(_Section):
     # fallback stages only: a pair is valid only when its F inlier set is meaningful a contrario
     # (ORSA): NFA = expected number of equally good chance fits of unrelated matches <= this
     fallback_max_nfa: float = _num(0.01, 0, low_open=True)
-    # torch path: auto (kornia-sift on CUDA, opencv-sift on CPU) | name
+    # the same test on the primary stage's pairs (null: none, the reference's ">= 8 inliers"
+    # rule alone; 0.01 drops chance fits, e.g. a pair across a shot cut: 10 of 14 unrelated
+    # matches on one F at ~0 px)
+    primary_max_nfa: Optional[float] = _num(None, 0, low_open=True, null=True)
+    # torch path: auto (torch-sift on CUDA, opencv-sift on CPU) | name
     features: str = _choice("auto", EPIPOLAR_FEATURE_CHOICES)
     # cv2.setNumThreads during the OpenCV path (restored)
     opencv_threads: int = _int(1, 1, runtime=True)

@@ -11,7 +11,7 @@ The Sampson distances are :func:`geocon_torch.geometry.sampson_distance` (px, no
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -152,6 +152,20 @@ def _tracks(state: _ClipState, stage: Stage
     return out, guard
 
 
+def _fundamental(p1: np.ndarray, p2: np.ndarray, rc: Any) -> Tuple[Any, Any]:
+    """``cv2.findFundamentalMat`` with USAC_MAGSAC (the reference's estimator) at
+    ``rc.threshold_px`` / ``confidence`` / ``max_iterations``; where it raises (OpenCV 5.1's
+    USAC asserts ``!model.empty()`` on near-still pairs: 1098 matches moving 0.02 px), the
+    same fit with FM_RANSAC, so an estimator failure is not taken for a pair without data
+    (it sent such clips down the fallback chain). Raises cv2.error when both fail."""
+    args = dict(ransacReprojThreshold=float(rc.threshold_px), confidence=float(rc.confidence),
+                maxIters=int(rc.max_iterations))
+    try:
+        return cv2.findFundamentalMat(p1, p2, method=cv2.USAC_MAGSAC, **args)
+    except cv2.error:
+        return cv2.findFundamentalMat(p1, p2, method=cv2.FM_RANSAC, **args)
+
+
 def _measure_clip(state: _ClipState, stage: Stage) -> PairMeasurements:
     c = state.config
     P = len(state.pairs)
@@ -174,10 +188,7 @@ def _measure_clip(state: _ClipState, stage: Stage) -> PairMeasurements:
         if not enough_matches(matches[p], stage):
             continue
         try:
-            F, mask = cv2.findFundamentalMat(p1, p2, method=cv2.USAC_MAGSAC,
-                                             ransacReprojThreshold=float(c.ransac.threshold_px),
-                                             confidence=float(c.ransac.confidence),
-                                             maxIters=int(c.ransac.max_iterations))
+            F, mask = _fundamental(p1, p2, c.ransac)
         except cv2.error as exc:
             notes[p] = f"fundamental matrix estimation error: {str(exc).strip()[:200]}"
             continue

@@ -278,19 +278,21 @@ def log10_nfa(matches: np.ndarray, inliers: np.ndarray, image_size: Sequence[int
 def evaluate(meas: PairMeasurements, stage: Stage, config: EpipolarConfig,
              image_size: Optional[Sequence[int]] = None) -> Attempt:
     """Per-pair validity: enough matches, F estimated, at least ``min_inliers`` inliers, and
-    in the fallback stages (not the primary protocol) a meaningful inlier set:
-    NFA (``log10_nfa`` at the (H, W) analysis ``image_size``) <= ``fallback_max_nfa``."""
+    in the fallback stages a meaningful inlier set: NFA (``log10_nfa`` at the (H, W) analysis
+    ``image_size``) <= ``fallback_max_nfa``; in the primary stage only when
+    ``primary_max_nfa`` is set (the reference protocol has no such test)."""
     enough = enough_matches(meas.matches, stage)
     ok_fit = enough & meas.fitted
     enough_inliers = ok_fit & (meas.inliers >= int(config.min_inliers))
     nfa = None
     meaningful = np.ones(meas.num_pairs, bool)
-    if stage.method != PRIMARY:
+    bound = config.fallback_max_nfa if stage.method != PRIMARY else config.primary_max_nfa
+    if bound is not None:
         if image_size is None:
             raise InputError(f"the {stage.method} stage needs the analysis image size")
         nfa = np.where(ok_fit, log10_nfa(meas.matches, meas.inliers, image_size,
                                          float(config.ransac.threshold_px)), np.inf)
-        meaningful = nfa <= np.log10(float(config.fallback_max_nfa))
+        meaningful = nfa <= np.log10(float(bound))
     valid = enough_inliers & meaningful
     too_few = NOT_ENOUGH_MATCHES if stage.uses_descriptors else NOT_ENOUGH_TRACKS
     notes = meas.notes or [None] * meas.num_pairs
@@ -305,7 +307,7 @@ def evaluate(meas: PairMeasurements, stage: Stage, config: EpipolarConfig,
         elif not enough_inliers[p]:
             failures.append(NOT_ENOUGH_INLIERS)
         else:
-            failures.append(NOT_MEANINGFUL.format(float(config.fallback_max_nfa)))
+            failures.append(NOT_MEANINGFUL.format(float(bound)))
     return Attempt(stage, meas, valid, failures, nfa)
 
 

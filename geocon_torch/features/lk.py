@@ -136,6 +136,12 @@ def shi_tomasi(gray: torch.Tensor, max_corners: int, *, quality: float = 0.001,
     peak = eig.amax(dim=(1, 2, 3), keepdim=True)
     local_max = _box_max(eig, 1, pad_value=float("-inf"))
     cand = (eig > quality * peak) & (eig >= local_max) & (peak > 0)
+    # no corner on the outermost rows / columns (OpenCV scans 1 .. size - 2): their window is
+    # half padding, and the extra corners inflated feature_match_coverage's denominator
+    cand[..., 0, :] = False
+    cand[..., -1, :] = False
+    cand[..., :, 0] = False
+    cand[..., :, -1] = False
     # ranks: candidates ordered by (response, linear index) descending as OpenCV's sort
     flat = torch.where(cand, eig, torch.full_like(eig, -1.0)).reshape(t, -1)
     order = torch.sort(flat, dim=1, descending=True, stable=True).indices

@@ -75,3 +75,34 @@ def test_parity_all_clips(shared_data, name):
 @pytest.mark.parametrize("name", FAST)
 def test_parity_cuda_opencv_sift(shared_data, name):
     _assert_parity(*_sections(shared_data, name, device="cuda"), name)
+
+
+def test_a_still_pair_is_fitted_where_opencv_usac_asserts(shared_data):
+    """vtest_120 frames 101 -> 102 (static camera, ~1100 matches moving 0.02 px): OpenCV 5.1's
+    USAC_MAGSAC asserts '!model.empty()', which made the pair invalid and sent the clip to the
+    relaxed-matching fallback; the OpenCV path now refits it with FM_RANSAC and scores it with
+    the primary stage, as the torch path does."""
+    from geocon_torch.io import read_clip
+
+    clip = read_clip(shared_data / "real" / "vtest_120.mp4", long_side=None, indices=[101, 102])
+    got = {impl: epipolar_section(clip, implementation=impl, features="opencv-sift")
+           for impl in ("opencv", "torch")}
+    for s in got.values():
+        assert s["status"] == "ok" and s["method"] == "sift", s["attempts"]
+        assert s["epipolar_inlier_rate"] > 0.95 and s["epipolar_error"] < 0.05
+
+
+@pytest.mark.parametrize("impl", ["opencv", "torch"])
+def test_primary_max_nfa_drops_a_pair_across_a_shot_cut(shared_data, impl):
+    """bikes frames 241 -> 242 lie across a cut: the reference's ">= 8 inliers" rule takes
+    10 chance inliers of 14 matches on one F at ~0 px as a perfect pair. With
+    ``primary_max_nfa`` the primary stage asks the fallbacks' a-contrario test too."""
+    from geocon_torch.io import read_clip
+
+    clip = read_clip(shared_data / "real" / "bikes.mp4", long_side=None, indices=[241, 242])
+    ref = epipolar_section(clip, implementation=impl, features="opencv-sift")
+    assert ref["status"] == "ok" and ref["epipolar_error"] < 1e-3  # the false perfect pair
+    cfg = EpipolarConfig(primary_max_nfa=0.01)
+    got = epipolar_section(clip, cfg, implementation=impl, features="opencv-sift")
+    assert got["status"] == "not_applicable" and got["epipolar_error"] is None
+    assert "meaningful" in got["reason"] or "NFA" in got["reason"], got["reason"]

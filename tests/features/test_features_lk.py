@@ -115,3 +115,22 @@ def test_letterbox_mask_and_errors(shared_data):
         lk_tracks(to_gray_tensor(frames), torch.tensor([[0, 1]]), window=20)
     with pytest.raises(GeoConError):
         lk_tracks(to_gray_tensor(frames), torch.tensor([[0, 1]]), backend="cuda-magic")
+
+
+def test_no_corner_on_the_outermost_pixels_as_opencv():
+    """goodFeaturesToTrack scans rows / columns 1 .. size - 2; the torch corners also took the
+    border (28 of 1663 on a grounded 240x320 frame), which inflated feature_match_coverage's
+    denominator on the torch path. Now the same set as OpenCV."""
+    import cv2
+
+    from geocon_torch.synth import grounded_clip
+
+    fr = grounded_clip("C3", num_frames=2, size=(240, 320)).frames[0]
+    g8 = cv2.cvtColor(fr.permute(1, 2, 0).numpy().copy(), cv2.COLOR_RGB2GRAY)
+    ref = cv2.goodFeaturesToTrack(g8, 2000, 0.001, 3, blockSize=3).reshape(-1, 2)
+    xy, ok = shi_tomasi(torch.from_numpy(g8)[None, None].float() / 255, 2000, quality=0.001,
+                        min_distance=3, block=3)
+    pts = xy[0][ok[0]]
+    assert not bool(((pts[:, 0] < 1) | (pts[:, 1] < 1) | (pts[:, 0] > 318)
+                     | (pts[:, 1] > 238)).any())
+    assert set(map(tuple, pts.long().tolist())) == set(map(tuple, ref.astype(int).tolist()))
