@@ -71,7 +71,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-frames", type=int, metavar="N", help="score at most N frames per clip")
     g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame")
     g.add_argument("--device", help="torch device for features and fits, e.g. cpu, cuda, cuda:1 "
-                                    "(default: CPU for files; under torchrun cuda:LOCAL_RANK)")
+                                    "(default: CUDA when available, else the CPU; under "
+                                    "torchrun cuda:LOCAL_RANK)")
 
 
 def build_config(args: argparse.Namespace) -> GeoConConfig:

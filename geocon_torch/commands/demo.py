@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="scene seed (default 0)")
     p.add_argument("--json", metavar="OUT", help="also write the JSON results")
     p.add_argument("--report", action="store_true", help="write OUT/report/index.html")
-    p.add_argument("--device", help="torch device (default CPU)")
+    p.add_argument("--device", help="torch device (default: CUDA when available, else CPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
