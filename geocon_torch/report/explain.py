@@ -66,7 +66,10 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
     out = [f"Regime {label(regime)}: gate method '{method}', decision {label(dec)}."]
     lo, hi = th.get("low"), th.get("high")
     if isinstance(s, (int, float)) and isinstance(lo, (int, float)):
-        out.append(f"  {name} = {s:.4g}, {_side(s, lo, hi)} (H if <= {lo:g}, F if >= {hi:g}).")
+        # a U of the parallax gate comes from the value's interval or its noise floor, not
+        # from the value itself (which may lie outside the band)
+        side = f"U: {ev['why_u']}" if dec == "U" and ev.get("why_u") else _side(s, lo, hi)
+        out.append(f"  {name} = {s:.4g}, {side} (H if <= {lo:g}, F if >= {hi:g}).")
     else:
         out.append(f"  {name} unavailable: {ev.get('why', 'no evidence')}.")
     view = ev.get("view")
@@ -235,6 +238,12 @@ def change_lines(res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
         elif dec == "F":
             out.append(f"  the gate would flip to H if {name} fell to <= {lo:g} (now {s:.4g}; "
                        f"U below {hi:g}).")
+        elif (gate.get("evidence") or {}).get("why_u"):
+            ci = (gate.get("evidence") or {}).get("magnitude_ci_ref_px") or [s, s]
+            out.append(f"  the gate would decide H when the interval of {name} lies at or "
+                       f"below {lo:g} (and its noise floor under half the F threshold), F when "
+                       f"it lies at or above {hi:g} (now {s:.4g}, interval "
+                       f"[{ci[0]:.4g}, {ci[1]:.4g}]).")
         else:
             out.append(f"  the gate would decide H at {name} <= {lo:g} or F at >= {hi:g} "
                        f"(now {s:.4g}, inside the band).")

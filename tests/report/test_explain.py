@@ -107,3 +107,21 @@ def test_cli_scores_a_video(scored, tmp_path, capsys):
                "--device", "cpu"])
     out = capsys.readouterr().out
     assert rc == 0 and "Report gate (paper): FAIL" in out and "Worst pair #" in out
+
+
+def test_a_parallax_u_names_why_not_the_value_side():
+    """A U of the parallax gate comes from the interval / noise floor: explain printed
+    "7.783, <= low 11.98 -> H" above "decision U"; it now gives the gate's own reason and what
+    would decide it."""
+    from geocon_torch.report.explain import gate_lines
+
+    gate = {"method": "parallax", "decision": "U", "statistic": 7.783,
+            "thresholds": {"low": 11.98, "high": 16.0},
+            "evidence": {"statistic_name": "parallax_magnitude", "u_resolved": "F",
+                         "why_u": "parallax 7.78 ref px, 2-sigma interval [5.1, 13.2] not "
+                                  "clear of the band [11.98, 16.00]",
+                         "magnitude_ci_ref_px": [5.1, 13.2]}}
+    lines = gate_lines(gate, "F")
+    assert "-> H" not in lines[1] and "U: parallax 7.78 ref px, 2-sigma interval" in lines[1]
+    h = {**gate, "decision": "H", "evidence": {"statistic_name": "parallax_magnitude"}}
+    assert "<= low 11.98 -> H" in gate_lines(h, "H")[1]
