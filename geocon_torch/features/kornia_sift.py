@@ -13,8 +13,8 @@ from typing import Optional
 import torch
 
 from ..types import Keypoints
-from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, inside_mask, \
-    register_extractor, resolve_device
+from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, full_precision, \
+    inside_mask, register_extractor, resolve_device
 
 
 @register_extractor("kornia-sift")
@@ -65,6 +65,7 @@ class KorniaSIFT:
         ``lafs`` (T, N, 2, 3), all on ``gray.device`` in ``gray.dtype``.
         """
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         out_device, out_dtype = gray.device, gray.dtype
         t, _, h, w = gray.shape
         if t == 0:

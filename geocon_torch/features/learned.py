@@ -23,7 +23,7 @@ file is missing or unreadable, or its tensors do not fit the architecture.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -31,11 +31,11 @@ import torch.nn.functional as F
 from ..checkpoints import read_state_dict
 from ..errors import CheckpointError, InputError
 from ..types import Correspondences, Keypoints
-from .base import DeviceLike, check_gray, compact_keypoints, get_extractor, inside_mask, \
-    pad_keypoints, register_extractor, resolve_device
+from .base import DeviceLike, check_gray, compact_keypoints, full_precision, get_extractor, \
+    inside_mask, pad_keypoints, register_extractor, resolve_device
 from .matching import check_pairs, pack_matches
 from .pip_weights import GlueMatcher, build_lightglue, check_no_checkpoint, chunk_frames, \
-    packaged_file
+    lightglue_state, packaged_file
 
 
 def load_checkpoint(path: Optional[str], backend: str) -> Dict[str, Any]:
@@ -54,12 +54,22 @@ def _state_dict(data: Dict[str, Any], keys: Tuple[str, ...]) -> Dict[str, torch.
     return data
 
 
+def build_model(make: Callable[[], torch.nn.Module], backend: str, path: str) -> torch.nn.Module:
+    """``make()``, the architecture built from a checkpoint's own config; a config it cannot
+    take (wrong types, unsupported options) is a CheckpointError naming the file."""
+    try:
+        return make()
+    except Exception as exc:  # noqa: BLE001 - the checkpoint's config is at fault
+        raise CheckpointError(f"{backend} checkpoint {path}: its config cannot build the "
+                              f"model ({str(exc)[:300]})") from exc
+
+
 def load_into(model: torch.nn.Module, state: Dict[str, torch.Tensor], backend: str,
               path: str) -> torch.nn.Module:
     """``model.load_state_dict(state, strict=True)``; a mismatch is a CheckpointError."""
     try:
         model.load_state_dict(state, strict=True)
-    except (RuntimeError, KeyError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any malformed state is the checkpoint's fault
         raise CheckpointError(f"{backend} checkpoint {path} does not fit the architecture: "
                               f"{str(exc)[:500]}") from exc
     return model.eval()
@@ -89,6 +99,7 @@ class DiskExtractor:
     def extract(self, gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Keypoints:
         """Keypoints of ``gray (T, 1, H, W)`` (replicated to RGB for DISK); see FeatureExtractor."""
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         t, _, h, w = gray.shape
         x = gray.to(self.device, torch.float32).expand(-1, 3, -1, -1)
         xys, descs, scores = [], [], []
@@ -137,7 +148,8 @@ class LoFTRMatcher:
                          else {})
         self.device = resolve_device(device)
         self.chunk_pairs = chunk_pairs
-        model = KF.LoFTR(pretrained=None, config=cfg)
+        model = build_model(lambda: KF.LoFTR(pretrained=None, config=cfg), "loftr",
+                            str(checkpoint))
         self.model = load_into(model, _state_dict(data, ("state_dict",)), "loftr",
                                str(checkpoint)).to(self.device)
 
@@ -147,6 +159,7 @@ class LoFTRMatcher:
         """Correspondences of every pair (i, j) of ``gray (T, 1, H, W)``; scores = LoFTR
         confidence; num_kp1 / num_kp2 = number of matches (LoFTR has no separate detector)."""
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
         t, _, h, w = gray.shape
         ph, pw = (-h) % 8, (-w) % 8
@@ -215,16 +228,13 @@ class LightGlueMatcher:
                                        max_keypoints=max_keypoints, device=self.device,
                                        checkpoint=extractor_checkpoint)
         state = _state_dict(data, ("state_dict",))
+        if not all(isinstance(k, str) for k in state):
+            raise CheckpointError(f"lightglue checkpoint {checkpoint}: not a state_dict with "
+                                  f"string keys")
         state = {k[len("matcher."):] if k.startswith("matcher.") else k: v
                  for k, v in state.items()}
-        model = KF.LightGlue(None, **conf)
-        for i in range(model.conf.n_layers):  # names of the original LightGlue releases
-            state = {k.replace(f"self_attn.{i}", f"transformers.{i}.self_attn")
-                     .replace(f"cross_attn.{i}", f"transformers.{i}.cross_attn"): v
-                     for k, v in state.items()}
-        missing = [k for k in model.state_dict() if k not in state]
-        if missing == ["confidence_thresholds"]:  # a derived buffer, rebuilt by the model
-            state = dict(state, confidence_thresholds=model.confidence_thresholds)
+        model = build_model(lambda: KF.LightGlue(None, **conf), "lightglue", str(checkpoint))
+        state = lightglue_state(model, state)
         self.model = load_into(model, state, "lightglue", str(checkpoint)).to(self.device)
 
     @torch.no_grad()
@@ -232,6 +242,7 @@ class LightGlueMatcher:
               mask: Optional[torch.Tensor] = None) -> Correspondences:
         """Correspondences of every pair; scores = LightGlue matching scores."""
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
         kps = self.extractor.extract(gray.to(self.device), None if mask is None
                                      else mask.to(self.device))

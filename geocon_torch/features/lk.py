@@ -29,7 +29,7 @@ from .._checks import retired_argument
 from ..errors import InputError
 from ..types import Correspondences
 from .._tensor_utils import sample_patches
-from .base import check_gray
+from .base import check_gray, full_precision
 from .matching import check_pairs, pack_matches
 from .opencv_sift import _cv_mask, to_uint8
 
@@ -128,9 +128,9 @@ def shi_tomasi(gray: torch.Tensor, max_corners: int, *, quality: float = 0.001,
         (xy (T, N, 2) integer-valued float pixel positions, valid (T, N) bool), N <= max_corners.
     """
     mask = check_gray(gray, mask)
+    gray = full_precision(gray)
     t, _, h, w = gray.shape
-    eig = min_eigenvalue_map(gray.to(torch.float32) if gray.dtype == torch.float16 else gray,
-                             block)
+    eig = min_eigenvalue_map(gray, block)
     if mask is not None:
         eig = eig.masked_fill(~mask[None, None], 0.0)
     peak = eig.amax(dim=(1, 2, 3), keepdim=True)
@@ -423,6 +423,7 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
     """
     fb_threshold = retired_argument(retired, "fb_threshold", "fb_threshold_px", fb_threshold_px)
     mask = check_gray(gray, mask)
+    gray = full_precision(gray)
     pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
     _check_lk_args(window, levels, max_corners)
     if backend == "opencv":

@@ -57,8 +57,9 @@ def _ratio_match_chunk(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2:
     """
     n1 = d1.shape[1]
     inf = float("inf")
-    if d1.dtype in (torch.float16, torch.bfloat16):  # |d|^2 of byte-valued SIFT descriptors
-        d1, d2 = d1.float(), d2.float()  # (~2.6e5) overflows float16: distances in float32
+    if d1.dtype in (torch.float16, torch.bfloat16) or not d1.is_floating_point():
+        d1, d2 = d1.float(), d2.float()  # |d|^2 of byte-valued SIFT descriptors (~2.6e5)
+        # overflows float16 and uint8 (which also cannot hold the inf padding): float32
     sq1 = (d1 * d1).sum(-1, keepdim=True).masked_fill(~m1[..., None], inf)
     sq2 = (d2 * d2).sum(-1, keepdim=True).masked_fill(~m2[..., None], inf)
     a = torch.cat([d1 * -2.0, sq1, torch.ones_like(sq1)], -1)

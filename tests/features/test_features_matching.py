@@ -133,3 +133,29 @@ def test_half_precision_byte_descriptors_still_match():
     got = ratio_match(d1.half(), m, d2.half(), m, ratio=0.8)
     assert int(ref[2].sum()) > 40
     assert torch.equal(got[0], ref[0]) and torch.equal(got[2], ref[2])
+
+
+def test_half_precision_frames_keep_full_precision_coordinates_and_byte_descriptors_match():
+    """bfloat16 frames gave bfloat16 keypoints (up to 0.5 px off at x >= 512); byte (uint8)
+    SIFT descriptors, which pad_keypoints offers, made the matcher overflow (a RuntimeError).
+    Now float32 coordinates and the same matches as float32 descriptors."""
+    from geocon_torch.features import get_extractor, match_descriptors
+    from geocon_torch.synth import render_scene
+    from geocon_torch.types import Keypoints
+
+    frames = render_scene("C2", num_frames=2, size=(240, 640), seed=0).frames
+    gray = (frames.float().mean(1, keepdim=True) / 255.0)
+    sift = get_extractor("opencv-sift", max_keypoints=300, device="cpu")
+    ref = sift.extract(gray)
+    for backend in ("opencv-sift", "torch-sift"):
+        half = get_extractor(backend, max_keypoints=300, device="cpu").extract(
+            gray.to(torch.bfloat16))
+        xy = half.xy[half.mask]
+        assert half.xy.dtype == half.scores.dtype == torch.float32, backend
+        # not rounded to bfloat16's 8 mantissa bits (2 px steps at x >= 512)
+        assert float((xy != xy.to(torch.bfloat16).float()).float().mean()) > 0.5, backend
+    pairs = torch.tensor([[0, 1]])
+    byte = Keypoints(xy=ref.xy, descriptors=ref.descriptors.to(torch.uint8), scores=ref.scores,
+                     mask=ref.mask)
+    a, b = match_descriptors(ref, pairs), match_descriptors(byte, pairs)
+    assert int(a.mask.sum()) > 50 and torch.equal(a.mask, b.mask)

@@ -164,3 +164,18 @@ def test_a_chunk_without_keypoints_keeps_the_extras(texture):
         kps = ex.extract(frames)
         assert set(kps.extra) == {"scale", "orientation"}
         assert sorted(kps.counts.tolist()) == [0, int(ex.extract(img).counts[0])]
+
+
+def test_no_two_keypoints_on_one_sample():
+    """Candidates refined onto the same (octave, level, y, x) were returned as copies (10 of
+    968 on a C2 frame): a copy in the other frame ties the nearest neighbour (ratio 1) and the
+    true match is lost. One keypoint per sample, as OpenCV."""
+    from geocon_torch.features import get_extractor
+    from geocon_torch.synth import render_scene
+
+    frames = render_scene("C2", motion="pan", num_frames=2, size=(240, 320), seed=0).frames
+    gray = frames.float().mean(1, keepdim=True) / 255.0
+    kps = get_extractor("torch-sift", max_keypoints=2000, device="cpu").extract(gray)
+    for t in range(2):
+        xy = kps.xy[t][kps.mask[t]]
+        assert len(xy) > 500 and len(torch.unique(xy, dim=0)) == len(xy)
