@@ -75,6 +75,10 @@ def load_into(model: torch.nn.Module, state: Dict[str, torch.Tensor], backend: s
     return model.eval()
 
 
+#: DISK's U-Net halves a side four times: smaller frames are zero-padded to this side first
+DISK_MIN_SIDE = 32
+
+
 @register_extractor("disk")
 class DiskExtractor:
     """DISK keypoints + 128-d descriptors from a local checkpoint, batched over frame chunks."""
@@ -102,6 +106,10 @@ class DiskExtractor:
         gray = full_precision(gray)
         t, _, h, w = gray.shape
         x = gray.to(self.device, torch.float32).expand(-1, 3, -1, -1)
+        if min(h, w) < DISK_MIN_SIDE:  # its U-Net pools a 16-px side to 1 px: pad, then keep
+            x = F.pad(x, (0, max(DISK_MIN_SIDE - w, 0), 0, max(DISK_MIN_SIDE - h, 0)))
+            if mask is None:  # only the keypoints on the frame itself
+                mask = torch.ones(h, w, dtype=torch.bool, device=gray.device)
         xys, descs, scores = [], [], []
         step = chunk_frames(h, w, self.device)
         for s in range(0, t, step):  # chunks of frames, each one batched forward
