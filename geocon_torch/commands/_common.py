@@ -173,18 +173,36 @@ def _passes(bg: Dict[str, Any]) -> str:
     return f"{_fmt(bg.get('pass'), '')}/{_fmt(bg.get('pass_calibrated'), '')}"
 
 
+#: the (error, inlier-rate) keys the "epi err" / "epi inl" columns read, block by block: the
+#: WorldAtlas trio, else GVGC's median error / kept fraction, else Epipolar-DPO's means
+EPIPOLAR_COLUMNS = (("epipolar", "epipolar_error", "epipolar_inlier_rate"),
+                    ("epipolar_gvgc", "median_error", "keep_rate"),
+                    ("epipolar_dpo", "mean_epipolar_error", "mean_inlier_rate"))
+
+
+def _epipolar_columns(res: Dict[str, Any]) -> Tuple[Any, Any]:
+    """(error px, inlier rate) of the first epipolar block of :data:`EPIPOLAR_COLUMNS` that
+    holds them ((None, None) when none does)."""
+    for block, err, inl in EPIPOLAR_COLUMNS:
+        b = res.get(block) or {}
+        if b.get(err) is not None or b.get(inl) is not None:
+            return b.get(err), b.get(inl)
+    return None, None
+
+
 def summary_row(res: Dict[str, Any]) -> List[str]:
-    """One result dict as the strings of :data:`SUMMARY_COLUMNS` ("-" where a value is absent)."""
+    """One result dict as the strings of :data:`SUMMARY_COLUMNS` ("-" where a value is absent;
+    the epipolar columns from :data:`EPIPOLAR_COLUMNS`)."""
     bg = res.get("background") or {}
     fg = res.get("foreground") or {}
-    ep = res.get("epipolar") or {}
+    ep_err, ep_inl = _epipolar_columns(res)
     objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
     p90 = [o["adap90"] for o in objs if isinstance(o.get("adap90"), (int, float))]
     reason = res.get("reason") or ""
     return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("score"), ".3f"),
             _fmt(res.get("regime"), ""), _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"),
             _passes(bg), str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
-            _fmt(ep.get("epipolar_error"), ".3f"), _fmt(ep.get("epipolar_inlier_rate"), ".3f"),
+            _fmt(ep_err, ".3f"), _fmt(ep_inl, ".3f"),
             " ".join(str(reason).split())]
 
 

@@ -15,7 +15,8 @@ Columns: score (the headline score in [0, 1], higher is better; README "Headline
 (inlier ratio), GE px (geometric error at the working resolution), pass as paper/calibrated,
 e.g. yes/no (paper: IR >= 0.97 and GE <= 3.5 px; the calibrated gate of
 background.calibration), objects and their worst AdaP90 (AdaDFRC-W2), epipolar error / inlier
-rate (presets worldatlas, gvgc, all).
+rate (worldatlas, all: the WorldAtlas trio's; gvgc: median error / kept fraction; epipolar-dpo:
+its mean error / inlier rate).
 Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
 the terminal width); --json OUT keeps every field of every clip.
 Exit status: 0 when no clip has status error, 1 otherwise.

@@ -127,3 +127,19 @@ def test_bench_resume_export_and_report(shared_data: Path, tmp_path: Path, capsy
     assert main(["bench", "--db", str(db), "--export-csv", str(tmp_path / "f.csv")]) == 2
     err = capsys.readouterr().err
     assert "holds no result of this configuration" in err and "--all-configs" in err
+
+
+def test_table_shows_the_epipolar_numbers_of_every_epipolar_preset():
+    """gvgc / epipolar-dpo clips were ok with an empty table row: the epi columns read only the
+    WorldAtlas block."""
+    from geocon_torch.commands._common import SUMMARY_COLUMNS, summary_row
+
+    err, inl = SUMMARY_COLUMNS.index("epi err"), SUMMARY_COLUMNS.index("epi inl")
+    rows = {"worldatlas": {"epipolar": {"epipolar_error": 0.1, "epipolar_inlier_rate": 0.9}},
+            "gvgc": {"epipolar_gvgc": {"median_error": 0.2249, "keep_rate": 0.8}},
+            "dpo": {"epipolar_dpo": {"mean_epipolar_error": 3.746, "mean_inlier_rate": 0.761}},
+            "none": {}}
+    got = {k: (summary_row({"clip": k, "status": "ok", **v})[err],
+               summary_row({"clip": k, "status": "ok", **v})[inl]) for k, v in rows.items()}
+    assert got == {"worldatlas": ("0.100", "0.900"), "gvgc": ("0.225", "0.800"),
+                   "dpo": ("3.746", "0.761"), "none": ("-", "-")}
