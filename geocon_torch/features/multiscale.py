@@ -143,7 +143,9 @@ def extract_correspondences(clip: Clip, pairs: torch.Tensor, config: Optional[Fe
     Memory: the pairs are processed in chunks that need at most ``config.chunk_frames``
     distinct frames each (:func:`pair_chunks`; only those frames are decoded and only their
     features exist at a time), and the chunks' matches are concatenated. A pair's matches
-    depend only on its two frames, so the result equals the one-chunk run.
+    depend only on its two frames, so the result equals the one-chunk run (bit for bit with
+    opencv-sift; the batched torch backends' floating-point reductions can differ by ~1e-4 px
+    with the frames batched together).
     """
     cfg = config or FeatureConfig()
     scales = tuple(cfg.scales if scales is None else scales)
