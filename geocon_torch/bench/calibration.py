@@ -183,13 +183,13 @@ def _scored(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     naming them."""
     out = [r for r in rows if r.get("status") == "ok" and r.get("ir") is not None
            and r.get("ge_norm") is not None and r.get("regime") in ("H", "F")]
-    bad = [r for r in out if not (math.isfinite(float(r["ir"]))
-                                  and math.isfinite(float(r["ge_norm"])))]
+    finite = [math.isfinite(float(r["ir"])) and math.isfinite(float(r["ge_norm"])) for r in out]
+    bad = [r for r, f in zip(out, finite) if not f]
     if bad:
         names = ", ".join(str(r.get("clip", "?")) for r in bad[:5])
         warnings.warn(f"calibration: {len(bad)} row(s) with a non-finite IR or GE left out "
                       f"({names}{', ...' if len(bad) > 5 else ''})", stacklevel=3)
-    return [r for r in out if not any(r is b for b in bad)]
+    return [r for r, f in zip(out, finite) if f]
 
 
 def _stat(row: Dict[str, Any], name: str) -> float:
