@@ -88,8 +88,9 @@ class AdaDFRC(GeoConMetric):
         if n_err:
             reason = f"error: NaN / inf flow or D in {n_err} (pair, object) samples"
         elif n_na:
-            reason = (f"not_applicable: object absent or below min_pixels={self.min_pixels} px "
-                      f"in {n_na} (pair, object) slots")
+            reason = (f"not_applicable: object absent, below min_pixels={self.min_pixels} px "
+                      f"or without an affine fit (fewer than 3 weighted grid cells, or all on "
+                      f"one line) in {n_na} (pair, object) slots")
         self._record(n_na, n_err, reason)
 
     def compute(self) -> Dict[str, Tensor]:

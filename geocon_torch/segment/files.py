@@ -6,9 +6,12 @@ Accepted sources (:func:`load_masks`):
   (T, H, W) label map with values > 1 -> one object per non-zero label;
 * an ``.npz`` file: key ``masks`` (else the only array) with the same layouts;
 * a folder: sub-folders (one per object, sorted by name) each holding one PNG per frame
-  (non-zero = object), or PNGs directly (one label map per frame; each non-zero value an object).
+  (non-zero = object), or PNGs directly (one label map per frame; each non-zero value an object:
+  a palette PNG's index, as DAVIS / YouTube-VOS store them, or a colour image's colour).
+  JPEG / WebP masks are read as binary (> 127): lossy compression scatters label values.
 
-Masks are resized to the clip's working resolution with nearest-neighbour sampling when they
+Masks are resized to the clip's working resolution with nearest-neighbour sampling (pixel
+centres aligned) when they
 have the clip's aspect ratio (within :data:`ASPECT_TOLERANCE`, 1 %); masks of another aspect
 ratio (a 100 x 100 file for a 720 x 480 clip) are an :class:`~geocon_torch.errors.InputError`
 naming both sizes, and are stretched only when asked (``resize=True``, the config's
@@ -36,19 +39,46 @@ MASK_SUFFIXES = IMAGE_SUFFIXES | {".tif", ".tiff"}
 ASPECT_TOLERANCE = 0.01
 
 
-def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
+#: lossy formats: a mask saved in one is read as binary (> 127), not as a label map
+LOSSY_SUFFIXES = {".jpg", ".jpeg", ".webp"}
+
+
+def _read_mask_image(path: Path) -> np.ndarray:
+    """One mask image as an (H, W) integer array: a palette PNG (DAVIS, YouTube-VOS) as its
+    indices; a colour image as one value per colour (packed 0xRRGGBB, black 0; alpha ignored:
+    an opaque alpha channel would be the whole frame); a grey one as it is (8 / 16 bit); a lossy
+    one (JPEG, WebP) as 0 / 1 (> 127): compression scatters the values of a label map."""
     import cv2
 
-    frames = []
-    for f in files:
-        img = cv2.imread(str(f), cv2.IMREAD_UNCHANGED)
+    if path.suffix.lower() in LOSSY_SUFFIXES:
+        img = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
         if img is None:
-            raise InputError(f"mask image could not be read: {f}")
-        if img.ndim == 3:  # colour: any channel but alpha (opaque alpha would be the frame)
-            img = img[..., :3].max(-1) if img.shape[-1] in (3, 4) else img.max(-1)
-        frames.append(img)
+            raise InputError(f"mask image could not be read: {path}")
+        return (img > 127).astype(np.uint8)
+    if path.suffix.lower() == ".png":
+        from PIL import Image
+
+        try:
+            with Image.open(path) as im:
+                if im.mode in ("P", "PA"):
+                    return np.array(im.getchannel(0) if im.mode == "PA" else im)
+        except OSError:
+            raise InputError(f"mask image could not be read: {path}") from None
+    img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    if img is None:
+        raise InputError(f"mask image could not be read: {path}")
+    if img.ndim == 3:
+        c = img[..., :3].astype(np.int64) if img.shape[-1] >= 3 else img[..., :1].astype(np.int64)
+        img = c[..., 0] if c.shape[-1] == 1 else (c[..., 2] << 16) | (c[..., 1] << 8) | c[..., 0]
+    return img
+
+
+def _read_png_stack(files: Sequence[Path]) -> np.ndarray:
+    frames = [_read_mask_image(f) for f in files]
     if len({fr.shape for fr in frames}) > 1:
         raise InputError(f"mask images in {files[0].parent} differ in size")
+    if len({fr.dtype for fr in frames}) > 1:
+        frames = [fr.astype(np.int64) for fr in frames]
     return np.stack(frames)
 
 
@@ -129,7 +159,8 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         source: see the module docstring.
         num_frames: the clip's T; masks covering more frames are subsampled with
             ``frame_indices`` (source frame of each clip frame).
-        size: (H, W) working resolution to resize to (nearest neighbour).
+        size: (H, W) working resolution to resize to (nearest neighbour, pixel centres
+            aligned: OpenCV's INTER_NEAREST_EXACT).
         resize: stretch masks whose aspect ratio differs from ``size``'s by more than 1 %
             (default: that is an InputError).
     Raises:
@@ -161,6 +192,8 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         raise InputError(f"masks must be a path, an array or a tensor, got {type(source).__name__}")
     where = f"masks {source}" if isinstance(source, (str, Path)) else "masks"
     check_float_masks(arr, where)
+    if arr.ndim in (3, 4) and arr.shape[0] == 0:
+        raise ShapeError(f"{where} have 0 frames")
     if arr.ndim == 3:
         masks = _labels_to_objects(arr)
     elif arr.ndim == 4:
@@ -178,7 +211,7 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         t, k = masks.shape[:2]
         if k:
             masks = F.interpolate(masks.reshape(t * k, 1, *masks.shape[-2:]).float(),
-                                  size=tuple(size), mode="nearest").reshape(t, k, *size) > 0.5
+                                  size=tuple(size), mode="nearest-exact").reshape(t, k, *size) > 0.5
         else:
             masks = torch.zeros(t, 0, *size, dtype=torch.bool)
     return masks.to(device) if device is not None else masks

@@ -73,6 +73,20 @@ def test_empty_metric_is_nan_not_zero():
     assert int(metric.compute()["num_samples"]) == 6
 
 
+def test_thin_object_reason_names_the_fit_not_min_pixels():
+    """A 100-px object one pixel wide has enough pixels but its grid cells lie on one line: it
+    is not applicable because no affine map can be fitted, and the reason says so."""
+    flow = torch.zeros(1, 2, 32, 128)
+    masks = torch.zeros(1, 1, 32, 128, dtype=torch.bool)
+    masks[0, 0, 5, :100] = True
+    metric = AdaDFRC()
+    metric.update(flow, masks)
+    with pytest.warns(UserWarning):
+        out = metric.compute()
+    assert int(out["num_samples"]) == 0 and int(out["num_not_applicable"]) == 1
+    assert "affine fit" in metric.first_reason()
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError):
         AdaDFRC(score="l2")

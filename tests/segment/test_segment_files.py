@@ -112,3 +112,80 @@ def test_mask_folders_follow_natural_frame_order(tmp_path):
             cv2.imwrite(str(d / f"{k + 1}.png"), m[k, obj].astype(np.uint8) * 255)
     got = load_masks(tmp_path)
     assert torch.equal(got, torch.from_numpy(m))
+
+
+def _label_frames(t=2, h=24, w=32):
+    lab = np.zeros((t, h, w), np.uint8)
+    lab[:, 2:10, 2:10] = 1
+    lab[:, 12:20, 16:28] = 2
+    lab[:, 2:6, 20:30] = 3
+    return lab
+
+
+def test_palette_label_pngs_keep_their_labels(tmp_path):
+    """DAVIS / YouTube-VOS masks are palette PNGs: each index is an object, whatever the colour
+    the palette gives it (DAVIS' 1, 2, 3 are (128,0,0), (0,128,0), (128,128,0): one channel
+    maximum for all three)."""
+    from PIL import Image
+
+    lab = _label_frames()
+    palette = [0, 0, 0, 128, 0, 0, 0, 128, 0, 128, 128, 0] + [0] * (768 - 12)
+    for t in range(lab.shape[0]):
+        im = Image.fromarray(lab[t], mode="P")
+        im.putpalette(palette)
+        im.save(tmp_path / f"{t:05d}.png")
+    got = load_masks(tmp_path)
+    want = torch.from_numpy(np.stack([lab == k for k in (1, 2, 3)], 1))
+    assert got.shape == (2, 3, 24, 32) and torch.equal(got, want)
+    assert got[0].sum((-1, -2)).tolist() == [64, 96, 40]
+
+
+def test_colour_label_pngs_one_object_per_colour(tmp_path):
+    import cv2
+
+    lab = _label_frames()
+    colours = np.array([[0, 0, 0], [0, 0, 200], [0, 200, 0], [200, 0, 0]], np.uint8)  # BGR
+    for t in range(lab.shape[0]):
+        cv2.imwrite(str(tmp_path / f"{t:03d}.png"), colours[lab[t]])
+    got = load_masks(tmp_path)
+    assert got.shape[1] == 3
+    # objects follow the colours' packed values; each one is exactly one label's pixels
+    assert sorted(got[0].sum((-1, -2)).tolist()) == [40, 64, 96]
+    assert not (got.sum(1) > 1).any() and torch.equal(got.any(1), torch.from_numpy(lab > 0))
+
+
+def test_jpeg_masks_are_binary(tmp_path):
+    """Lossy compression scatters a binary mask's values (0 -> 0..9, 255 -> 246..255): a JPEG
+    mask is one object (> 127), not one object per grey level."""
+    import cv2
+
+    m = np.zeros((2, 48, 64), np.uint8)
+    m[:, 10:30, 12:40] = 255
+    for t in range(2):
+        cv2.imwrite(str(tmp_path / f"{t:03d}.jpg"), m[t], [cv2.IMWRITE_JPEG_QUALITY, 60])
+    assert len(np.unique(cv2.imread(str(tmp_path / "000.jpg"), cv2.IMREAD_UNCHANGED))) > 2
+    got = load_masks(tmp_path)
+    assert got.shape == (2, 1, 48, 64)
+    assert (got[:, 0] != torch.from_numpy(m > 0)).sum() <= 0.01 * m.size
+
+
+def test_resize_is_nearest_exact_as_opencv():
+    """Masks are resized with pixel centres aligned (OpenCV's INTER_NEAREST_EXACT, away from
+    exact ties): a 1-px column at x = 10 of a 64-px mask lands on x = 14 of a 90-px one (centre
+    14.5 -> 10.3 source px), not on 15 (``mode="nearest"``: 15 -> 10.7, a shift right)."""
+    import cv2
+
+    m = np.zeros((1, 40, 64), bool)
+    m[0, 5:30, 10] = True
+    m[0, 20:23, 40:51] = True
+    got = load_masks(m, size=(56, 90))
+    want = cv2.resize(m[0].astype(np.uint8), (90, 56), interpolation=cv2.INTER_NEAREST_EXACT)
+    assert torch.equal(got[0, 0], torch.from_numpy(want > 0))
+    assert got[0, 0, 20].nonzero()[:, 0].tolist() == [14]
+
+
+def test_zero_frame_masks_are_a_shape_error():
+    with pytest.raises(ShapeError, match="0 frames"):
+        load_masks(np.zeros((0, 4, 4), np.uint8), num_frames=3)
+    with pytest.raises(ShapeError, match="0 frames"):
+        load_masks(np.zeros((0, 4, 4), np.uint8))

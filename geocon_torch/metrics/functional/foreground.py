@@ -59,7 +59,8 @@ def _adadfrc_update(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] =
 
     Returns:
         (N,) float64 D of the valid, finite (pair, object) samples (px^2), the number of
-        not-applicable samples (object absent or below ``min_pixels``) and the number of
+        not-applicable samples (object absent, below ``min_pixels`` or without a
+        non-degenerate affine fit) and the number of
         erroneous ones (valid, but NaN / inf flow inside the object or a non-finite D): those
         are left out of the pool instead of entering it as a silent 0 or NaN.
     """
