@@ -117,6 +117,15 @@ def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = N
     return pin_calibration(cfg.replace(**pins) if changed else cfg, backend)
 
 
+def read_options(cfg: GeoConConfig, video: Any) -> Dict[str, Any]:
+    """The reading arguments of ``cfg.io`` for ``video`` (:func:`~geocon_torch.io.read_clip`'s
+    ``long_side``, ``stride``, ``max_frames`` and letterbox rule): what every scorer of a clip
+    reads it with."""
+    return {"long_side": working_long_side(cfg, video), "stride": cfg.io.stride,
+            "max_frames": cfg.io.max_frames, "letterbox_threshold": cfg.io.letterbox_threshold,
+            "letterbox_min_fraction": cfg.io.letterbox_min_fraction}
+
+
 def load_clip(video: VideoLike, config: ConfigLike = None,
               device: Union[None, str, torch.device] = None) -> Tuple[Clip, torch.device]:
     """The clip as :func:`score_clip` reads it and the device every stage then runs on.
@@ -134,11 +143,8 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
     if isinstance(video, Clip):
         clip = video
     else:
-        clip = read_clip(video, long_side=working_long_side(cfg, video), stride=cfg.io.stride,
-                         max_frames=cfg.io.max_frames, device=dev,
-                         letterbox_threshold=cfg.io.letterbox_threshold,
-                         letterbox_min_fraction=cfg.io.letterbox_min_fraction,
-                         stream=streams_frames(video, cfg))
+        clip = read_clip(video, device=dev, stream=streams_frames(video, cfg),
+                         **read_options(cfg, video))
     if dev is None:  # decided once, so no stage picks a device of its own
         dev = clip.frames.device if clip.frames.device.type != "cpu" else resolve_device(None)
     return clip, dev
@@ -590,11 +596,8 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
         return {}
     try:
         clips = clips_from_tensors(
-            [videos[k] for k in ks], long_side=working_long_side(cfg, videos[ks[0]]),
-            stride=cfg.io.stride, max_frames=cfg.io.max_frames,
-            device=torch.device(device) if device is not None else None,
-            letterbox_threshold=cfg.io.letterbox_threshold,
-            letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+            [videos[k] for k in ks], device=torch.device(device) if device is not None else None,
+            **read_options(cfg, videos[ks[0]]))
     except Exception:  # noqa: BLE001 - each clip is read alone and reports its own error
         return {k: (None, None) for k in ks}
     tensors = [videos[k] for k in ks]

@@ -62,8 +62,9 @@ from .config import GeoConConfig
 from .errors import InputError
 
 SCHEMA_VERSION = "3.0"
-#: the blocks whose ``path`` key named the implementation in schema 1.x / 2.x
-IMPLEMENTATION_BLOCKS = ("epipolar",)
+#: the blocks whose ``path`` key named the implementation in schema 1.x / 2.x (2.x wrote the
+#: GVGC block of preset "all" with it too)
+IMPLEMENTATION_BLOCKS = ("epipolar", "epipolar_gvgc")
 # post-hoc behaviours (paper Algorithm 1 E); anything else in a 1.x ``category`` was a prompt label
 BEHAVIOURS = ("Static", "Rotation-dominant", "Translation-dominant", "StaticCam+MovingObjs",
               "Complex", "Stress")
@@ -139,7 +140,8 @@ class ClipResult:
         out: Dict[str, Any] = {
             "schema_version": SCHEMA_VERSION, "clip": self.clip, "path": self.path,
             "content_hash": self.content_hash, "status": self.status, "reason": self.reason,
-            "regime": self.regime, "score": self.score, "io": self.io, "warnings": list(self.warnings),
+            "regime": self.regime, "score": self.score, "score_terms": {}, "io": self.io,
+            "warnings": list(self.warnings),
             "gate": self.gate, "background": self.background,
         }
         if self.foreground is not None:
@@ -173,8 +175,8 @@ def migrate_result(data: Dict[str, Any]) -> Dict[str, Any]:
 
     1.x rows carry one ``category``: a paper behaviour name (:data:`BEHAVIOURS`) moves to
     ``behaviour``, any other value (C1-C6 or a free prompt label) to ``prompt_category``. 1.x and
-    2.x rows name the implementation of the ``epipolar`` block ``path``: it moves to
-    ``implementation``. Rows already in 3.x are returned as a copy, unchanged.
+    2.x rows name the implementation of the ``epipolar`` (and ``epipolar_gvgc``) block ``path``:
+    it moves to ``implementation``. Rows already in 3.x are returned as a copy, unchanged.
     """
     out = dict(data)
     major = str(out.get("schema_version", "1.0")).split(".")[0]

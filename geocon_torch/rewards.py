@@ -33,8 +33,12 @@ at their own resolution unless ``io.long_side`` asks for a size); the Epipolar-D
 its ``epipolar_dpo`` section (an :class:`~geocon_torch.config.EpipolarDPOConfig` may also be
 passed directly). Each kind is scored with its preset of the preset table
 (:func:`geocon_torch.presets.preset_for_kind`: background -> "background", epipolar ->
-"worldatlas", epipolar-dpo -> "epipolar-dpo"); the diagnostics record that preset and the
-``config_hash`` a ``score_clip`` of the same preset and config records.
+"worldatlas", epipolar-dpo -> "epipolar-dpo"), reading the frames ``io`` selects (stride,
+frame cap, working size) as ``score_clip`` does; the diagnostics record that preset and the
+``config_hash`` a ``score_clip`` of the same preset and config records. One difference: kind
+"epipolar" with ``epipolar.implementation = "auto"`` scores with the batched torch
+implementation on every device (``score_clip``'s "auto" is the OpenCV reference on the CPU), so
+on the CPU its hash and values match ``score_clip`` given ``epipolar.implementation = "torch"``.
 """
 from __future__ import annotations
 
@@ -48,7 +52,8 @@ from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .errors import InputError
 from .io import check_clip_tensor, clips_from_tensor, tensor_frames
-from .pipeline import pinned_config, score_clips
+from .io.sampling import frame_selection
+from .pipeline import pinned_config, read_options, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
 from .sections.epipolar import epipolar_sections
 from .sections.epipolar_dpo import dpo_blocks
@@ -119,10 +124,14 @@ def _reward_config(config: RewardConfigLike, kind: str, seed: int) -> GeoConConf
 
 
 @one_torch_thread()  # the work is spread over the SIFT pool (epipolar.dpo.one_torch_thread)
-def _dpo_rewards(videos: torch.Tensor, config: EpipolarDPOConfig, neutral: float
+def _dpo_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                  ) -> Tuple[torch.Tensor, List[ClipReward]]:
-    """kind "epipolar-dpo": one batched measurement of all clips (module docstring)."""
-    positions = sample_positions(int(videos.shape[1]), config.sampling_rate)
+    """kind "epipolar-dpo": one batched measurement of all clips (module docstring), on the
+    frames 0, rate, 2 rate, ... up to the last frame ``io.stride`` / ``io.max_frames`` keep (as
+    ``score_clip`` samples them)."""
+    config = cfg.epipolar_dpo
+    kept = frame_selection(cfg.io.stride, cfg.io.max_frames).resolve(int(videos.shape[1]))
+    positions = sample_positions(int(kept[-1]) + 1 if len(kept) else 0, config.sampling_rate)
     frames = tensor_frames(videos, long_side=None, indices=positions)  # (B, T', 3, H, W) uint8
     m = measure_dpo(list(frames.unbind(0)), config, videos.device,
                     frame_numbers=[positions] * int(frames.shape[0]))
@@ -142,7 +151,7 @@ def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
 def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                       ) -> Tuple[torch.Tensor, List[ClipReward]]:
     """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
-    clips = clips_from_tensor(videos, long_side=None)
+    clips = clips_from_tensor(videos, **read_options(cfg, videos[0])) if len(videos) else []
     sections = epipolar_sections(clips, cfg.epipolar, implementation=cfg.epipolar.implementation,
                                  device=videos.device)
     infos = [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
@@ -266,7 +275,7 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
     check_clip_tensor(videos, batched=True)
     cfg = pinned_config(_reward_config(config, kind, seed), videos.device)
     if kind == "epipolar-dpo":
-        rewards, infos = _dpo_rewards(videos, cfg.epipolar_dpo, neutral)
+        rewards, infos = _dpo_rewards(videos, cfg, neutral)
     elif kind == "epipolar":
         rewards, infos = _epipolar_rewards(videos, cfg, neutral)
     else:

@@ -116,3 +116,29 @@ def test_other_kinds_rank_clean_first(batch, kind):
     assert 0 < diag.clips[0].valid_pairs <= diag.clips[0].total_pairs
     again, _ = geometric_reward(videos, kind=kind, seed=3)
     assert torch.equal(rewards, again)
+
+
+@pytest.mark.parametrize("kind,io", [("epipolar", {"max_frames": 4}),
+                                     ("epipolar", {"stride": 3}),
+                                     ("epipolar-dpo", {"max_frames": 11, "stride": 1})])
+def test_epipolar_kinds_read_the_frames_score_clip_reads(batch, kind, io):
+    """``io.max_frames`` / ``io.stride`` select the frames of every kind, as in ``score_clip``
+    of the kind's preset: the same pairs, the same value, the same config hash (the "epipolar"
+    kind scores with the torch implementation, which ``score_clip`` is given here too)."""
+    from geocon_torch import score_clip
+    from geocon_torch.rewards import reward_from_result
+
+    config = {"io": io, "epipolar_dpo": {"sampling_rate": 5}}
+    if kind == "epipolar":
+        config["epipolar"] = {"implementation": "torch"}
+    rewards, diag = geometric_reward(batch[:1], kind=kind, config=config)
+    res = score_clip(batch[0], preset=diag.preset, config=config, progress=False).to_dict()
+    want = reward_from_result(res, kind)
+    assert diag.config_hash == res["config_hash"]
+    got = diag.clips[0]
+    assert (got.status, got.valid_pairs, got.total_pairs) == (want.status, want.valid_pairs,
+                                                              want.total_pairs)
+    assert got.reward == pytest.approx(want.reward, abs=1e-6)
+    full, diag_full = geometric_reward(batch[:1], kind=kind,
+                                       config={**config, "io": {}})
+    assert diag_full.clips[0].total_pairs > got.total_pairs

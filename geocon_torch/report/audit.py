@@ -21,8 +21,9 @@ from ..bench.ids import file_key
 from ..measures.calibration import STAT_LABEL
 from . import plots
 from .evidence import PairEvidence, pair_evidence
-from .text import (calibrated_checks, calibrated_verdict, compact, label, pair_counts,
-                   score_line)
+from ..presets import PRESETS
+from .text import (calibrated_checks, calibrated_verdict, calibration_off, compact, label,
+                   pair_counts, score_line)
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -160,7 +161,7 @@ def _bounds_html(bg: Dict[str, Any]) -> str:
     the same as ``geocon explain`` prints."""
     checks = calibrated_checks(bg)
     if checks is None:
-        return html.escape("off" if "pass_calibrated" not in bg else
+        return html.escape(calibration_off(bg) if "pass_calibrated" not in bg else
                            f"{compact(bg.get('pass_calibrated'))} (no bounds recorded)")
     items = [html.escape(c.describe()) if c.passed else f"<b>{html.escape(c.describe())}</b>"
              for c in checks]
@@ -169,6 +170,15 @@ def _bounds_html(bg: Dict[str, Any]) -> str:
             + (f" (failed: {html.escape(', '.join(STAT_LABEL[s][0] for s in failed))})"
                if failed else ""))
     return head + "<ul class='bounds'>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _no_trio(res: Dict[str, Any]) -> str:
+    """The card's epipolar row of a result without an ``epipolar`` block: the clip was not
+    scored, or its preset has no epipolar trio."""
+    preset = PRESETS.get(str((res.get("config") or {}).get("preset")))
+    if res.get("status") != "ok" and (preset is None or "epipolar" in preset.sections):
+        return f"not computed (clip not scored: {html.escape(str(res.get('status')))})"
+    return "not computed (preset without the epipolar trio)"
 
 
 def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
@@ -199,7 +209,7 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         ("epipolar trio", f"error {_fmt(ep.get('epipolar_error'))} px, inlier rate "
                           f"{_fmt(ep.get('epipolar_inlier_rate'))}, coverage "
                           f"{_fmt(ep.get('feature_match_coverage'))}" if ep
-         else "not computed (preset without the epipolar trio)"),
+         else _no_trio(res)),
         ("backends", html.escape(compact(res.get("backends") or {}))),
         ("provenance", f"config {_fmt(res.get('config_hash'))}, version "
                        f"{_fmt(res.get('version'))}, schema {_fmt(res.get('schema_version'))}"),

@@ -128,13 +128,21 @@ def calibrated_checks(background: Optional[Dict[str, Any]]) -> Optional[List[Bou
     return bound_checks(stats, th)
 
 
+def calibration_off(background: Dict[str, Any]) -> str:
+    """Why a background block has no calibrated verdict: "off" (scored without a calibration)
+    or "n/a (not scored)" (no IR / GE: the clip was not scored)."""
+    scored = background.get("ir") is not None and background.get("ge_px") is not None
+    return "off" if scored else "n/a (not scored)"
+
+
 def calibrated_verdict(background: Optional[Dict[str, Any]]) -> str:
     """The calibrated report gate in words, every bound with the clip's value, and the failed
     ones named: "calibrated: no (fails GE_fine 0.41 px > 0.35 px; IR 1 >= 0.999: ok, ...;
-    default:opencv-sift 1a2b...)", or "calibrated: off" for results scored without one."""
+    default:opencv-sift 1a2b...)", "calibrated: off" for results scored without one, or
+    "calibrated: n/a (not scored)" for a block without IR / GE (a clip that was not scored)."""
     bg = background or {}
     if "pass_calibrated" not in bg:
-        return "calibrated: off"
+        return f"calibrated: {calibration_off(bg)}"
     cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
     checks = calibrated_checks(bg) or []
     if not checks and bg.get("pass_calibrated_reason"):  # e.g. no calibration of its backend

@@ -108,6 +108,18 @@ def test_v2_results_read_with_the_implementation_key(tmp_path: Path):
     assert report.results_same == 1 and report.conflicts == []
 
 
+def test_v2_gvgc_block_reads_with_the_implementation_key():
+    """Schema 2.0 wrote the GVGC block of preset "all" (``epipolar_gvgc``) with ``path`` too."""
+    from geocon_torch.result import migrate_result
+
+    old = v2_result("a", prompt_category="C3")
+    old["epipolar_gvgc"] = dict(old["epipolar"])
+    new = migrate_result(old)
+    for name in ("epipolar", "epipolar_gvgc"):
+        assert new[name]["implementation"] == "torch" and "path" not in new[name]
+    assert old["epipolar_gvgc"]["path"] == "torch"  # the input is not modified
+
+
 def _old_store(path: Path, fmt: str = "1") -> Path:
     conn = sqlite3.connect(path)
     layout = _FORMAT_2 if fmt == "2" else _FORMAT_1.replace("'store_format', '1'",

@@ -249,7 +249,7 @@ def test_table_and_report_show_both_verdicts():
     assert "fails GE 0.3 px > 0.05 px" in text and "IR 1 >= 0.97: ok" in text
     facts = dict(_facts({}, res))
     assert "yes (paper)" in facts["valid pairs"] and "calibrated: no" in facts["valid pairs"]
-    assert calibrated_verdict({"pass": True}) == "calibrated: off"
+    assert calibrated_verdict({"pass": True, "ir": 1.0, "ge_px": 0.3}) == "calibrated: off"
 
 
 def test_calibrate_cli_tiny_run(tmp_path: Path, capsys):

@@ -70,6 +70,17 @@ def test_textureless_clip_has_no_score():
         assert d["score"] is None and not d["score_terms"]
 
 
+def test_error_results_have_empty_score_terms(tmp_path):
+    """Every result carries ``score_terms`` ({} when nothing was scored), errors too."""
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"not a video")
+    from geocon_torch import score_clips
+
+    (res,) = score_clips([bad], preset="background", device="cpu")
+    d = res.to_dict()
+    assert d["status"] == "error" and d["score"] is None and d["score_terms"] == {}
+
+
 def _scores(category, kind, severities, size=(144, 192), frames=6):
     out = []
     for sev in severities:

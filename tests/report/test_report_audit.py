@@ -61,3 +61,24 @@ def test_card_without_video_says_why(tmp_path: Path):
     html = audit_card({"clip_id": "x", "result": res}, tmp_path / "img")
     assert "drawings unavailable: VideoReadError" in html
     assert "no per-pair rows" in html
+
+
+def test_card_facts_of_unscored_clips_say_not_scored():
+    """A clip that was not scored (error / not_applicable) with a calibration configured is not
+    "calibrated: off" (that is a result scored without one), and an error clip of a preset
+    with the epipolar trio is not "preset without the epipolar trio"."""
+    from geocon_torch.report.audit import _facts
+    from geocon_torch.report.text import calibrated_verdict
+    from geocon_torch.result import ClipResult
+
+    cfg = GeoConConfig().with_preset("all")
+    failed = ClipResult.failed("broken", "error", "VideoReadError: unreadable", cfg).to_dict()
+    facts = dict(_facts({}, failed))
+    assert calibrated_verdict(failed["background"]) == "calibrated: n/a (not scored)"
+    assert facts["calibrated gate"] == "n/a (not scored)"
+    assert "not scored" in facts["epipolar trio"]
+    assert "preset without" not in facts["epipolar trio"]
+    plain = ClipResult.failed("x", "error", "boom", GeoConConfig().with_preset("background"))
+    assert "preset without the epipolar trio" in dict(_facts({}, plain.to_dict()))["epipolar trio"]
+    scored_off = {"ir": 0.99, "ge_px": 0.3, "status": "ok"}  # scored without a calibration
+    assert calibrated_verdict(scored_off) == "calibrated: off"
