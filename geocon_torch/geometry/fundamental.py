@@ -15,7 +15,8 @@ from .._tensor_utils import constant_on, finite
 from ..errors import ShapeError
 from ._reduce import padded_gram
 from .homography import _MONO, _monomials, _smallest_eigvec
-from .normalization import _normalize_points, _pair_weights, _similarity_matrix
+from .normalization import (_drop_unweighted, _normalize_points, _pair_weights,
+                            _similarity_matrix)
 
 _EIGHT_IDX = torch.tensor([_MONO[r // 3][c // 3] * 6 + _MONO[r % 3][c % 3]
                            for r in range(9) for c in range(9)])
@@ -137,8 +138,8 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
 
 
 def _normalize_pair(x1: torch.Tensor, x2: torch.Tensor, w: torch.Tensor):
-    x1n, c1, s1 = _normalize_points(x1, w)
-    x2n, c2, s2 = _normalize_points(x2, w)
+    x1n, c1, s1 = _normalize_points(_drop_unweighted(x1, w), w)
+    x2n, c2, s2 = _normalize_points(_drop_unweighted(x2, w), w)
     return x1n, x2n, _similarity_matrix(c1, s1), _similarity_matrix(c2, s2)
 
 

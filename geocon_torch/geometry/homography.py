@@ -13,8 +13,8 @@ import torch.nn.functional as tnf
 
 from .._tensor_utils import constant_on, finite
 from ._reduce import padded_gram
-from .normalization import (_normalize_points, _pair_weights, _similarity_inverse,
-                            _similarity_matrix)
+from .normalization import (_drop_unweighted, _normalize_points, _pair_weights,
+                            _similarity_inverse, _similarity_matrix)
 
 
 def _dlt_rows(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
@@ -174,8 +174,8 @@ def homography_dlt(x1: torch.Tensor, x2: torch.Tensor,
         estimators flag them.
     """
     w = _pair_weights(x1, x2, weights)
-    x1n, c1, s1 = _normalize_points(x1, w)
-    x2n, c2, s2 = _normalize_points(x2, w)
+    x1n, c1, s1 = _normalize_points(_drop_unweighted(x1, w), w)
+    x2n, c2, s2 = _normalize_points(_drop_unweighted(x2, w), w)
     Hn = _homography_dlt_normalized(x1n, x2n, w)
     H = _similarity_inverse(c2, s2) @ Hn @ _similarity_matrix(c1, s1)
     return _normalize_h_scale(H)

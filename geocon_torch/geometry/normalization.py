@@ -11,10 +11,18 @@ from ..errors import ShapeError
 from ._reduce import padded_sum
 
 
+def _drop_unweighted(points: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``points`` (..., N, 2) with the entries of weight 0 set to 0: an ignored entry may hold
+    anything (NaN too) and still never reaches a weighted sum (0 * NaN is NaN)."""
+    return torch.where(weights.unsqueeze(-1) > 0, points, torch.zeros_like(points))
+
+
 def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Centroid, scale and validity of ``points`` (..., N, 2) under non-negative ``weights``
-    (..., N). Degenerate rows (no weight, or all points coincide) get scale 1 and flag False."""
+    (..., N); entries of weight 0 are ignored whatever they hold. Degenerate rows (no weight,
+    or all points coincide) get scale 1 and flag False."""
+    points = _drop_unweighted(points, weights)
     wsum = padded_sum(weights)
     nonempty = wsum > 0
     wn = weights / torch.where(nonempty, wsum, torch.ones_like(wsum)).unsqueeze(-1)

@@ -56,10 +56,12 @@ def _adjugate3(M: torch.Tensor) -> torch.Tensor:
 
 
 def _transfer_sq(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    """Squared forward transfer distance ``||x2 - pi(H x1)||^2`` (px^2), broadcasting."""
+    """Squared forward transfer distance ``||x2 - pi(H x1)||^2`` (px^2), broadcasting; at most
+    the dtype's largest finite value (a point sent to infinity overflows float32 otherwise)."""
     u, v, w = _map(H, x1)
     w = _safe_den(w)
-    return (u / w - x2[..., 0]).pow(2) + (v / w - x2[..., 1]).pow(2)
+    sq = (u / w - x2[..., 0]).pow(2) + (v / w - x2[..., 1]).pow(2)
+    return sq.clamp_max(torch.finfo(sq.dtype).max)
 
 
 def transfer_points(H: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

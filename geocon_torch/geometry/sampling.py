@@ -170,10 +170,7 @@ def orientation_consistent(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
 
 
 def has_duplicate(x: torch.Tensor) -> torch.Tensor:
-    """True where two of the m points (..., m, 2) are identical. Points are compared through one
-    float64 key per point (``x + 2^20 y``; equal points always collide, distinct ones only when
-    their coordinates differ by less than float64 resolution)."""
-    key = x[..., 0].to(torch.float64) + 1048576.0 * x[..., 1].to(torch.float64)
+    """True where two of the m points (..., m, 2) are identical (both coordinates equal)."""
     m = x.shape[-2]
     i, j = torch.triu_indices(m, m, 1, device=x.device)
-    return (key[..., i] == key[..., j]).any(-1)
+    return (x[..., i, :] == x[..., j, :]).all(-1).any(-1)

@@ -253,3 +253,46 @@ def test_transfer_points_closed_form(dtype):
     torch.testing.assert_close(got[0], torch.tensor([[3.0, 4.0], [1.0, -2.0]], dtype=dtype))
     torch.testing.assert_close(got[1, 0], torch.tensor([1.0, 2.0], dtype=dtype))
     assert bool(torch.isfinite(got[1, 1]).all()) and float(got[1, 1, 0].abs()) > 1e10
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_transfer_errors_stay_finite_for_points_sent_to_infinity(dtype):
+    """A point on the homography's line at infinity: huge but finite errors, in float32 too
+    (the squared distance used to overflow to inf)."""
+    H = torch.tensor([[[1000.0, 0, 0], [0, 1000.0, 0], [1.0, 0, -500.0]]], dtype=dtype)
+    x1 = torch.tensor([[[500.0, 10.0], [600.0, 10.0]]], dtype=dtype)  # w = x - 500: 0, then 100
+    x2 = torch.tensor([[[10.0, 10.0], [6000.0, 100.0]]], dtype=dtype)
+    for err in (transfer_error(H, x1, x2), symmetric_transfer_error(H, x1, x2)):
+        assert bool(torch.isfinite(err).all()) and float(err[0, 0]) > 1e10
+    assert float(transfer_error(H, x1, x2)[0, 1]) < 1e-3
+
+
+def test_ignored_entries_may_hold_nan():
+    """An entry of weight 0 (or masked out) is ignored whatever it holds: a NaN there changes
+    neither the solvers nor the Hartley normalisation of the other entries."""
+    from geocon_torch.geometry import fundamental_8pt, homography_dlt
+    from geocon_torch.measures.background import fundamental_pair_metrics
+    from geocon_torch.geometry import ransac_fundamental
+
+    pairs = fundamental_pairs(1, 60, seed=3, outlier_ratio=0.0, noise_px=0.3)
+    x1, x2 = pairs["x1"], pairs["x2"]
+    w = torch.ones(1, 60, dtype=x1.dtype)
+    w[0, 59] = 0
+    bad1 = x1.clone()
+    bad1[0, 59] = float("nan")
+    for solve in (fundamental_8pt, homography_dlt):
+        torch.testing.assert_close(solve(bad1, x2, w), solve(x1, x2, w))
+    mask = w > 0
+    want = sampson_distance_normalized(F_of(x1, x2), x1, x2, mask)
+    got = sampson_distance_normalized(F_of(x1, x2), bad1, x2, mask)
+    torch.testing.assert_close(got[:, :59], want[:, :59])
+    fit = ransac_fundamental(bad1, x2, mask, seed=0)
+    m_bad = fundamental_pair_metrics(fit, bad1, x2, mask)
+    m_ok = fundamental_pair_metrics(fit, x1, x2, mask)
+    assert bool(m_bad.valid) and float(m_bad.ir) == float(m_ok.ir) > 0.9
+
+
+def F_of(x1, x2):
+    from geocon_torch.geometry import fundamental_8pt
+
+    return fundamental_8pt(x1, x2)

@@ -77,3 +77,16 @@ def test_uniform_streams_match_python_integers_and_precomputed_bases():
     assert torch.equal(uniform(None, None, (3, 2), both[0]), u)
     assert torch.equal(uniform_rows(None, None, 4, 5, both[0]), ur)
     assert torch.equal(uniform(None, None, (6,), both[1]), uniform(keys, rounds + 7, (6,)))
+
+
+def test_has_duplicate_compares_both_coordinates():
+    """Distinct points never collide (a key x + 2^20 y did: (0, 1) and (2^20, 0) share it, as
+    do float32 points 64 px apart and one ulp apart vertically); equal points always do."""
+    from geocon_torch.geometry.sampling import has_duplicate
+
+    x = torch.tensor([[[0.0, 1.0], [1048576.0, 0.0], [5.0, 5.0], [7.0, 8.0]],
+                      [[100.0, 600.0], [100.0 + 64.0, 600.0 - 2 ** -14], [1.0, 2.0],
+                       [3.0, 4.0]],
+                      [[1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [9.0, 9.0]]], dtype=torch.float32)
+    assert has_duplicate(x).tolist() == [False, False, True]
+    assert has_duplicate(x.double()).tolist() == [False, False, True]
