@@ -80,7 +80,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        check_device(getattr(args, "device", None))
+        if hasattr(args, "device"):  # "auto" -> None: the commands' automatic choice
+            args.device = check_device(args.device)
         return int(args._run(args) or 0)
     except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
         if args.debug or not is_user_error(exc):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
+import os
 import shutil
 import sys
 import textwrap
@@ -14,6 +16,7 @@ import torch
 
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
+from ..io.images import animated_frames
 from ..presets import PRESETS
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
@@ -56,6 +59,17 @@ def unit_fraction(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (else a usage error; nan and inf are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration (every threshold lives in --config)")
     g.add_argument("--config", metavar="FILE",
@@ -71,8 +85,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-frames", type=int, metavar="N", help="score at most N frames per clip")
     g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame")
     g.add_argument("--device", help="torch device for features and fits, e.g. cpu, cuda, cuda:1 "
-                                    "(default: CUDA when available, else the CPU; under "
-                                    "torchrun cuda:LOCAL_RANK)")
+                                    "(default, or auto: CUDA when available, else the CPU; "
+                                    "under torchrun cuda:LOCAL_RANK)")
 
 
 def build_config(args: argparse.Namespace) -> GeoConConfig:
@@ -89,18 +103,29 @@ def build_config(args: argparse.Namespace) -> GeoConConfig:
     return cfg.with_preset(args.preset) if getattr(args, "preset", None) else cfg
 
 
+def is_video_file(path: Path) -> bool:
+    """Whether ``path`` is read as a video: a video suffix (:data:`VIDEO_SUFFIXES`), or an
+    animated WebP / PNG (APNG), told apart from a still image by its header."""
+    suffix = path.suffix.lower()
+    return suffix in VIDEO_SUFFIXES or (suffix in (".webp", ".png")
+                                        and animated_frames(path)[1] > 1)
+
+
 def expand_inputs(items: Sequence[str]) -> List[Path]:
-    """Files, folders and globs -> clip sources. A folder holding videos gives its videos
-    (sorted); a folder holding only images is one image-sequence clip."""
+    """Files, folders and globs -> clip sources. A path that exists is taken literally (never
+    as a glob: ``clip[1].mp4``). A folder holding videos (:func:`is_video_file`, so animated
+    WebP / APNG files too) gives its videos (sorted); a folder holding only images is one
+    image-sequence clip."""
     out: List[Path] = []
     for item in items:
-        matches = sorted(glob.glob(item)) if any(c in item for c in "*?[") else [item]
+        literal = Path(item).exists() or not any(c in item for c in "*?[")
+        matches = [item] if literal else sorted(glob.glob(item))
         if not matches:
             out.append(Path(item))  # reported as missing by the scorer
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                vids = sorted(f for f in p.iterdir() if f.suffix.lower() in VIDEO_SUFFIXES)
+                vids = sorted(f for f in p.iterdir() if is_video_file(f))
                 if vids:
                     out.extend(vids)
                 else:
@@ -113,9 +138,11 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
 
 def check_device(device: Optional[str]) -> Optional[str]:
     """``--device``: a torch device string that exists here, checked once before any clip is
-    read (``cuda`` without a GPU, ``cuda:3`` on a 2-GPU machine or ``xyz`` -> InputError)."""
-    if device is None or device == "auto":
-        return device
+    read (``cuda`` without a GPU, ``cuda:3`` on a 2-GPU machine or ``xyz`` -> InputError).
+    Returns the device to use: ``device`` itself, or None (the automatic choice, as without
+    ``--device``) for None and ``auto``."""
+    if device is None or device.strip().lower() == "auto":
+        return None
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
@@ -226,6 +253,26 @@ def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_C
               file=out)
         for more in last[1:]:
             print(" " * lead + more, file=out)
+
+
+def check_output_file(path: Optional[str], option: str) -> None:
+    """Fail before any work (InputError) when the output file ``path`` of ``option`` (e.g.
+    ``--json``) cannot be written: it is a folder, its folder cannot be created (it is created
+    here, as :func:`write_jsonl` would), or the folder / an existing file is not writable.
+    None, "" and "-" (stdout) pass."""
+    if not path or path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {path} is a folder: give a file, e.g. {p / 'results.jsonl'}")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{option} {path}: its folder {p.parent} cannot be created "
+                         f"({exc.strerror or exc})") from None
+    if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"{option} {path}: not writable (permission denied on "
+                         f"{p if p.exists() else p.parent})")
 
 
 def write_jsonl(path: str, results: Iterable[Dict[str, Any]]) -> None:

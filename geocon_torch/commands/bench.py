@@ -50,7 +50,7 @@ from ..bench.pg_store import mask_url
 from ..bench.runner import ASSIGNMENTS
 from ..errors import InputError
 from ..pipeline import pinned_config
-from ._common import add_config_arguments, build_config
+from ._common import add_config_arguments, build_config, positive_float
 
 NAME = "bench"
 HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, multi-node), "
@@ -73,9 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a rank scores its next N unscored clips as one batch (score_clips), "
                         "then stores each clip in its own transaction; 1: clip by clip "
                         "(default 8; the stored rows are the same)")
-    p.add_argument("--store-timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--store-timeout", type=positive_float, default=120.0, metavar="S",
                    help="seconds a store operation keeps retrying a busy or unreachable "
-                        "store before the run fails (default 120)")
+                        "store before the run fails, a finite number > 0 (default 120)")
     p.add_argument("--retry-errors", action="store_true",
                    help="recompute clips stored with status error")
     p.add_argument("--export-csv", metavar="OUT", help="after the run, write the flat table")

@@ -51,7 +51,7 @@ def _size(text: str):
 
 def _setting(text: str) -> dict:
     """--setting WxHxT[:lbN][:rateR][:seedsA-B] -> a CalibrationPlan setting (seeds None: the
-    plan's)."""
+    plan's); A > B is a usage error (an empty range would silently fall back to --seeds)."""
     head, *opts = text.split(":")
     form = f"--setting must be WxHxT[:lbN][:rateR][:seedsA-B], got {text!r}"
     try:
@@ -65,6 +65,10 @@ def _setting(text: str) -> dict:
             elif o.startswith("seeds"):
                 a, _, b = o[5:].partition("-")
                 st["seeds"] = list(range(int(a), int(b or a) + 1))
+                if not st["seeds"]:
+                    raise argparse.ArgumentTypeError(
+                        f"--setting seeds{a}-{b}: the first seed is above the last, so the "
+                        f"range is empty; write seedsA-B with A <= B, got {text!r}")
             else:
                 raise argparse.ArgumentTypeError(form)
     except ValueError:

@@ -4,8 +4,9 @@ their outliers lie (re-derived exactly as scored, as on the audit card), and wha
 the verdict.
 
 RESULT_OR_VIDEO is a result JSON file (one ``ClipResult`` object), a JSON-lines file or a
-``results.sqlite`` store (``--clip ID`` picks the clip when it holds several), or a video /
-image folder, which is scored first with the configuration options.
+``results.sqlite`` store (``--clip ID`` picks the clip when it holds several), or a video
+(animated WebP / APNG included), an image or an image folder, which is scored first with the
+configuration options.
 
   geocon explain out/results.jsonl --clip C3_truck_seed0
   geocon explain clip.mp4 --preset background --poses poses.npz --pair 2
@@ -20,9 +21,10 @@ from typing import Any, Dict, List, Optional
 from ..bench import load_results
 from ..bench.schema import result_problems
 from ..errors import InputError
+from ..io.images import IMAGE_SUFFIXES
 from ..pipeline import score_clip
 from ..report.explain import explain_result
-from ._common import VIDEO_SUFFIXES, add_config_arguments, build_config
+from ._common import add_config_arguments, build_config, is_video_file
 
 NAME = "explain"
 HELP = "plain-text account of one clip's verdict (why this regime, which thresholds fail)"
@@ -44,7 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _is_video(path: Path) -> bool:
-    return path.suffix.lower() in VIDEO_SUFFIXES or path.is_dir()
+    """Whether ``path`` is a clip to score first (a folder, a video, an animated WebP / APNG
+    or a still image) rather than a result file or store."""
+    return path.is_dir() or is_video_file(path) or path.suffix.lower() in IMAGE_SUFFIXES
 
 
 def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[str, Any]:
@@ -71,7 +75,7 @@ def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[
 def load_one_result(path: Path, clip: Optional[str], config_hash: Optional[str] = None
                     ) -> Dict[str, Any]:
     """One result dict from a JSON object file, JSON lines or a SQLite store (of
-    ``config_hash`` when given)."""
+    ``config_hash`` when given); InputError when it holds no result (an empty file)."""
     if not path.is_file():
         raise InputError(f"not found: {path}")
     try:
@@ -86,7 +90,12 @@ def load_one_result(path: Path, clip: Optional[str], config_hash: Optional[str] 
         if clip is not None and clip not in (data.get("clip"), data.get("clip_id")):
             raise InputError(f"--clip {clip!r}: {path} holds clip {data.get('clip')!r}")
         return data
-    row = _pick(load_results(path, validate=False, config_hash=config_hash), clip, path)
+    rows = load_results(path, validate=False, config_hash=config_hash)
+    if not rows:
+        of = f" of configuration {config_hash}" if config_hash else ""
+        raise InputError(f"{path} holds no results{of} (0 rows); write some with geocon score "
+                         f"--json or geocon bench")
+    row = _pick(rows, clip, path)
     res = dict(row["result"])
     res.setdefault("path", row.get("path"))
     return res

@@ -6,7 +6,10 @@ Examples:
   geocon score clip.mp4 --masks clip_masks.npz --poses clip_poses.json --preset all
   geocon score videos/ --masks masks/ --config thresholds.json --device cuda
 
-A folder is expanded to the videos it holds (or is one clip if it holds only images).
+A path that exists is taken literally (clip[1].mp4 is that file, not a glob). A folder is
+expanded to the videos it holds, animated WebP / APNG files included (or is one clip if it
+holds only images). --json OUT is checked before any clip is scored (exit 2 when it cannot be
+written).
 Clip ids are the file stems; where stems repeat they are the shortest path suffix that tells
 the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
 --masks / --poses take a file for one clip, or a folder with <id>.npz, <id>_masks.npz,
@@ -30,8 +33,8 @@ from tqdm.auto import tqdm
 
 from ..bench.ids import derive_clip_ids
 from ..pipeline import pinned_config, score_clips
-from ._common import (add_config_arguments, build_config, expand_inputs, per_clip_file,
-                      print_table, summary_row, write_jsonl)
+from ._common import (add_config_arguments, build_config, check_output_file, expand_inputs,
+                      per_clip_file, print_table, summary_row, write_jsonl)
 
 NAME = "score"
 HELP = "score clips (files, folders, globs): summary table, --json for JSON lines"
@@ -54,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     pinned_config(cfg, args.device)  # a bad calibration file: one line, exit 2, nothing read
+    check_output_file(args.json, "--json")  # before any clip is scored, not after them all
     clips = expand_inputs(args.paths)
     ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
     results = []

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..synth import render_scene
 from ..synth.corruptions import CORRUPTIONS
 from ..synth.scenes import MOTIONS
-from ._common import frame_size, unit_fraction
+from ._common import frame_size, positive_float, unit_fraction
 
 NAME = "synth"
 HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)"
@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=frame_size, default=(640, 384),
                         help="WxH (default 640x384)")
     parser.add_argument("--seed", type=int, default=0, help="scene / texture seed (default 0)")
-    parser.add_argument("--fps", type=float, default=24.0, help="frames per second (default 24)")
+    parser.add_argument("--fps", type=positive_float, default=24.0,
+                        help="frames per second, a finite number > 0 (default 24)")
     parser.add_argument("--num-objects", type=int, default=1, help="moving objects in C4 (1-3)")
 
 
@@ -67,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if corruption == "nonrigid_object":
         skipped = sorted({cat for cat, _ in jobs if cat != "C4"})
         jobs = [(cat, motion) for cat, motion in jobs if cat == "C4"]
+        if not jobs:
+            raise InputError(f"nonrigid_object applies to C4 (moving_object) only, not "
+                             f"{', '.join(skipped)}: give --category C4 (or all)")
         if skipped:
             print(f"nonrigid_object needs moving objects: skipping {', '.join(skipped)}")
-        if not jobs:
-            print("error: nonrigid_object applies to C4 (moving_object) only")
-            return 2
     for cat, motion in tqdm(jobs, desc="synth clips", unit="clip"):
         extra = {"num_objects": args.num_objects} if cat == "C4" else {}
         clip = render_scene(cat, num_frames=args.frames, size=(h, w), seed=args.seed,

@@ -11,7 +11,8 @@ Accepted pose logs (:func:`load_pose_log`):
 
 * JSON: a 4x4 nested list (the first/last relative pose); ``{"relative_pose": 4x4}``;
   ``{"poses": [4x4 | null, ...], "pairs": [[i, j], ...]}`` (relative poses per pair; ``pairs``
-  optional = adjacent pairs in order; ``null`` = missing); ``{"absolute_poses": [4x4, ...]}``
+  optional = the video's adjacent frame pairs (0, 1), (1, 2), ... in order, composed for wider
+  pairs such as those of a strided clip; ``null`` = missing); ``{"absolute_poses": [4x4, ...]}``
   (per-frame world-to-camera poses; relative poses are derived as ``A_j A_i^-1``).
 * ``.npz`` with the same keys (``relative_pose`` (4, 4), ``poses`` (P, 4, 4) + optional
   ``pairs`` (P, 2) and ``valid`` (P,), ``absolute_poses`` (T, 4, 4)); NaN entries mean missing.
@@ -29,7 +30,7 @@ import torch
 
 from .._json import read_json_file
 from ..config import GateConfig
-from ..errors import GeoConError, InputError, ShapeError
+from ..errors import InputError, ShapeError
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
 
 PoseSource = Union[str, Path, dict, list, np.ndarray, torch.Tensor, "PoseLog"]
@@ -55,7 +56,10 @@ class PoseLog:
     source: str = "tensor"
 
     def for_pairs(self, pairs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Relative poses (P, 4, 4) and presence (P,) for the frame ``pairs`` (P, 2)."""
+        """Relative poses (P, 4, 4) and presence (P,) for the frame ``pairs`` (P, 2), the
+        log's (the video's) frame numbers. A log of poses without ``pairs`` lists the adjacent
+        pairs (0, 1), (1, 2), ...: a wider pair (i, j) composes the poses of i..j-1; a pair
+        past the log's end is missing."""
         pairs = pairs.to("cpu", torch.long)
         if self.absolute is not None:
             a = self.absolute
@@ -65,12 +69,15 @@ class PoseLog:
             rel = a[pairs[:, 1]] @ torch.linalg.inv(a[pairs[:, 0]])
             present = torch.isfinite(rel).flatten(1).all(1)
             return torch.nan_to_num(rel), present
-        if self.pairs is None:
-            if self.relative.shape[0] != pairs.shape[0]:
+        if self.pairs is None and self.relative.shape[0] == 1:  # the first/last pose
+            if pairs.shape[0] != 1:
                 raise InputError(
-                    f"pose log {self.source} lists {self.relative.shape[0]} poses without pair "
-                    f"indices but the clip has {pairs.shape[0]} pairs; add a 'pairs' field")
+                    f"pose log {self.source} holds one pose (the first/last pair) but the "
+                    f"clip has {pairs.shape[0]} pairs; give one pose per adjacent frame pair "
+                    f"or a 'pairs' field")
             return self.relative, self.present
+        if self.pairs is None:
+            return compose_chains(self.relative, self.present, pairs)
         key = {tuple(p): k for k, p in enumerate(self.pairs.tolist())}
         idx = torch.tensor([key.get(tuple(p), -1) for p in pairs.tolist()], dtype=torch.long)
         rel = self.relative[idx.clamp_min(0)]
@@ -81,26 +88,39 @@ class PoseLog:
         """The relative pose (4, 4) of frames (``first``, ``last``) (the log's frame numbers)
         and whether it is present.
 
-        A single logged pose is taken as the first/last pose; a per-pair log without that pair
-        composes adjacent relative poses when the log lists exactly the adjacent pairs.
+        A single logged pose is taken as the first/last pose; a log without ``pairs`` composes
+        its adjacent poses (:meth:`for_pairs`); a log with ``pairs`` but without this one
+        composes adjacent relative poses when the log lists the adjacent pairs between them.
         """
-        if self.absolute is not None or self.pairs is not None:
-            rel, present = self.for_pairs(torch.tensor([[first, last]]))
-            if bool(present[0]) or self.absolute is not None:
-                return rel[0], bool(present[0])
-        if self.relative.shape[0] == 1 and self.pairs is None:
+        if self.absolute is None and self.pairs is None and self.relative.shape[0] == 1:
             return self.relative[0], bool(self.present[0])
-        adjacent = torch.stack([torch.arange(first, last), torch.arange(first + 1, last + 1)], 1)
-        try:
-            rel, present = self.for_pairs(adjacent)
-        except GeoConError:
-            return torch.zeros(4, 4, dtype=torch.float64), False
-        if not bool(present.all()):
-            return torch.zeros(4, 4, dtype=torch.float64), False
-        out = torch.eye(4, dtype=torch.float64)
-        for pose in rel:  # composition of a short chain of 4x4 matrices (not a hot path)
-            out = pose @ out
-        return out, True
+        rel, present = self.for_pairs(torch.tensor([[first, last]]))
+        if bool(present[0]) or self.absolute is not None or self.pairs is None:
+            return rel[0], bool(present[0])
+        steps, ok = self.for_pairs(torch.stack([torch.arange(first, last),
+                                                torch.arange(first + 1, last + 1)], 1))
+        rel, present = compose_chains(steps, ok, torch.tensor([[0, last - first]]))
+        return rel[0], bool(present[0])
+
+
+def compose_chains(steps: torch.Tensor, present: torch.Tensor, pairs: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Relative poses of frame ``pairs`` (P, 2) long, (i, j) with i < j, composed from adjacent
+    poses ``steps`` (N, 4, 4) (``steps[k]``: frame k -> k + 1) with presence (N,): (P, 4, 4)
+    ``steps[j-1] @ ... @ steps[i]`` (zeros where missing) and (P,) bool, False when a step is
+    missing or the pair is not i < j <= N. One matrix product per step of the longest chain
+    (host data, not a hot path)."""
+    n = int(steps.shape[0])
+    i, j = pairs[:, 0], pairs[:, 1]
+    ok = (i >= 0) & (j > i) & (j <= n)
+    span = torch.where(ok, j - i, torch.zeros_like(i))
+    out = torch.eye(4, dtype=steps.dtype).expand(pairs.shape[0], 4, 4).clone()
+    for s in range(int(span.max()) if span.numel() else 0):
+        k = (i + s).clamp(0, max(n - 1, 0))
+        step = s < span
+        out = torch.where(step.view(-1, 1, 1), steps[k] @ out, out)
+        ok = ok & (~step | present[k])
+    return torch.where(ok.view(-1, 1, 1), out, torch.zeros_like(out)), ok
 
 
 #: largest |R R^T - I| entry of a logged rotation block (float32 round trips stay far below)
@@ -220,7 +240,9 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
             frames are the video's, so with a stride or a frame cap positions are mapped to
             them (None: positions are frame numbers).
         cfg: ``tau_t``, ``hysteresis_low/high``, ``missing_pose`` ("fail_to_F": a missing pose is
-            F; "present_only": excluded, decision None), ``per_pair``.
+            F; "present_only": excluded, decision None), ``per_pair``. With ``per_pair`` a
+            missing first/last pose is replaced by the majority of the decided pairs (the
+            evidence's ``why`` says so); without decided pairs ``missing_pose`` applies.
     """
     if cfg.missing_pose not in ("fail_to_F", "present_only"):
         raise InputError(f"gate.missing_pose must be fail_to_F or present_only, "
@@ -260,10 +282,13 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
         evidence["pair_t_inf"] = [float(v) if ok else None
                                   for v, ok in zip(t.tolist(), pp.tolist())]
         evidence["pairs_missing"] = int((~pp).sum())
-        if not present:
-            counts = Counter(d for d in per_pair if d is not None)
-            decision = counts.most_common(1)[0][0] if counts else decision
+        votes = Counter(d for d in per_pair if d is not None)
+        if not present and votes:  # the decided pairs stand in for the missing pose
+            decision = votes.most_common(1)[0][0]
+            evidence["why"] = (f"first/last pose missing: the per-pair majority decides "
+                               f"({decision}: {votes[decision]} of {sum(votes.values())} "
+                               f"decided pairs)")
     return GateDecision(method, t_inf, _thresholds(cfg), decision, per_pair, evidence)
 
 
-__all__ = ["PoseLog", "load_pose_log", "translation_inf", "gate_from_poses", "CODE"]
+__all__ = ["PoseLog", "compose_chains", "load_pose_log", "translation_inf", "gate_from_poses", "CODE"]

@@ -26,7 +26,8 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
     """SHA-256 hex digest (64 characters) of a clip's content.
 
     * file: the file's bytes (identical to ``sha256sum FILE``);
-    * folder of images: for each image in natural order, its name and its bytes;
+    * folder of images: for each image in natural order, its name (its bytes as the file
+      system stores them, :func:`os.fsencode`) and its bytes;
     * streamed frames (:class:`~geocon_torch.io.framestore.VideoFrames`): their file's bytes;
     * tensor: its dtype, shape and raw bytes (row-major), so the same pixels in another
       layout or dtype hash differently. CUDA tensors are copied to the CPU to be hashed.
@@ -43,7 +44,7 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
     path = check_file(Path(source))
     if path.is_dir():
         for image in list_images(path):
-            digest.update(image.name.encode() + b"\0")
+            digest.update(os.fsencode(image.name) + b"\0")  # any name, UTF-8 or not
             _update_file(digest, image)
         return digest.hexdigest()
     _update_file(digest, path)

@@ -101,7 +101,8 @@ def animated_frames(path: Path) -> Tuple[str, int]:
 
 
 def read_image(path: Path) -> np.ndarray:
-    """(H, W, 3) uint8 RGB; raises VideoReadError when the file does not decode, or when it
+    """(H, W, 3) uint8 RGB, decoded from the file's bytes (any file name, also one that is not
+    UTF-8); raises VideoReadError when the file cannot be read or does not decode, or when it
     is an animated WebP / PNG (one image file is one still frame: its animation would be lost)."""
     import cv2
 
@@ -113,7 +114,11 @@ def read_image(path: Path) -> np.ndarray:
             f"{path}: an animated {kind} with {n} frames is not supported as an image (an image "
             f"file, alone or in a folder, is read as one still frame, so {n - 1} frames would "
             f"be lost); convert it to a video (mp4, gif) or to a folder of one image per frame")
-    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    try:  # bytes, not cv2.imread(str): OpenCV crashes on a file name that is not UTF-8
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise VideoReadError(f"{path}: the image file cannot be read ({exc})") from exc
+    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if bgr is None:
         raise VideoReadError(f"{path}: not a readable image")
     return np.ascontiguousarray(bgr[..., ::-1])

@@ -141,10 +141,10 @@ def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
                fps: Optional[float], opts: Dict[str, Any]) -> Clip:
     check_file(path)
     if path.is_dir():
-        images, idx, ws, meta = _read_images(list_images(path), sel, opts)
+        images, idx, ws, meta = _read_images(list_images(path), sel, opts, path)
         meta["source"] = "images"
     elif path.suffix.lower() in IMAGE_SUFFIXES and animated_frames(path)[1] <= 1:
-        images, idx, ws, meta = _read_images([path], sel, opts)
+        images, idx, ws, meta = _read_images([path], sel, opts, path)
         meta["source"] = "image"
     elif opts.get("stream"):
         return _streamed_clip(path, sel, device, name, fps, opts)
@@ -171,7 +171,7 @@ def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
     meta = dec.metadata(path)
     if sel.indices is None:
         return dec.images, dec.indices, sizes[0], meta
-    check_indices_in_range(sel.indices, dec.decoded)
+    check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
     pos = {src: k for k, src in enumerate(dec.indices)}
     return [dec.images[pos[i]] for i in sel.indices], list(sel.indices), sizes[0], meta
 
@@ -198,7 +198,7 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
         acc.update(torch.stack(buf))
     idx = list(dec.indices)
     if sel.indices is not None:
-        check_indices_in_range(sel.indices, dec.decoded)
+        check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
         idx = list(sel.indices)
     meta = dict(dec.metadata(path), source="video", path=str(path))
     source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
@@ -209,8 +209,10 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
                    mask=mask)
 
 
-def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any]):
-    idx = sel.resolve(len(files)).tolist()
+def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], where: Path):
+    """The selected frames of image ``files`` (those of the folder / image file ``where``,
+    which an out-of-range index error names)."""
+    idx = sel.resolve(len(files), where).tolist()
     cache: Dict[int, np.ndarray] = {}
     ws: Optional[WorkingSize] = None
     for i in sorted(set(idx)):

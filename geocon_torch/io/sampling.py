@@ -7,6 +7,7 @@ frame i.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
@@ -52,11 +53,12 @@ class FrameSelection:
             return i >= max(self.indices)
         return self.max_frames is not None and kept >= self.max_frames
 
-    def resolve(self, num_frames: int) -> np.ndarray:
-        """(T,) int64 source indices for a sequence of known length; raises VideoReadError when
-        an explicit index is out of range."""
+    def resolve(self, num_frames: int,
+                path: Optional[Union[str, os.PathLike]] = None) -> np.ndarray:
+        """(T,) int64 source indices for a sequence of known length; raises VideoReadError
+        (naming ``path`` when given) when an explicit index is out of range."""
         if self.indices is not None:
-            check_indices_in_range(self.indices, num_frames)
+            check_indices_in_range(self.indices, num_frames, path)
             return np.asarray(self.indices, dtype=np.int64)
         idx = np.arange(0, num_frames, self.stride, dtype=np.int64)
         return idx if self.max_frames is None else idx[: self.max_frames]
@@ -96,9 +98,16 @@ def frame_selection(stride: int = 1, max_frames: Optional[int] = None,
     return FrameSelection(1, None, tuple(int(i) for i in idx))
 
 
-def check_indices_in_range(indices: Iterable[int], num_frames: int) -> None:
-    """Raise VideoReadError naming the indices that are >= ``num_frames``."""
+def check_indices_in_range(indices: Iterable[int], num_frames: int,
+                           path: Optional[Union[str, os.PathLike]] = None,
+                           announced: Optional[int] = None) -> None:
+    """Raise VideoReadError naming the indices that are >= ``num_frames`` (and ``path``, the
+    clip's file or folder, when given). ``announced``: the frame count the container
+    announces; when more than ``num_frames`` the message says the file decoded fewer frames."""
     out = sorted({int(i) for i in indices if int(i) >= num_frames})
     if out:
-        raise VideoReadError(f"frame indices {out[:10]} are out of range: the clip has "
-                             f"{num_frames} frames (valid 0..{num_frames - 1})")
+        where = f"{path}: " if path is not None else ""
+        short = (f"; the file announces {announced} frames but only {num_frames} decode"
+                 if announced is not None and announced > num_frames else "")
+        raise VideoReadError(f"{where}frame indices {out[:10]} are out of range: the clip has "
+                             f"{num_frames} frames (valid 0..{num_frames - 1}){short}")

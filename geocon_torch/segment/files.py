@@ -51,10 +51,7 @@ def _read_mask_image(path: Path) -> np.ndarray:
     import cv2
 
     if path.suffix.lower() in LOSSY_SUFFIXES:
-        img = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
-        if img is None:
-            raise InputError(f"mask image could not be read: {path}")
-        return (img > 127).astype(np.uint8)
+        return (_decode(path, cv2.IMREAD_GRAYSCALE) > 127).astype(np.uint8)
     if path.suffix.lower() == ".png":
         from PIL import Image
 
@@ -64,12 +61,24 @@ def _read_mask_image(path: Path) -> np.ndarray:
                     return np.array(im.getchannel(0) if im.mode == "PA" else im)
         except OSError:
             raise InputError(f"mask image could not be read: {path}") from None
-    img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    if img is None:
-        raise InputError(f"mask image could not be read: {path}")
+    img = _decode(path, cv2.IMREAD_UNCHANGED)
     if img.ndim == 3:
         c = img[..., :3].astype(np.int64) if img.shape[-1] >= 3 else img[..., :1].astype(np.int64)
         img = c[..., 0] if c.shape[-1] == 1 else (c[..., 2] << 16) | (c[..., 1] << 8) | c[..., 0]
+    return img
+
+
+def _decode(path: Path, flags: int) -> np.ndarray:
+    """OpenCV's decoding of the file's bytes (not ``cv2.imread(str(path))``, which crashes on a
+    file name that is not UTF-8); InputError when it cannot be read or decoded."""
+    import cv2
+
+    try:
+        img = cv2.imdecode(np.fromfile(path, dtype=np.uint8), flags)
+    except OSError:
+        img = None
+    if img is None:
+        raise InputError(f"mask image could not be read: {path}")
     return img
 
 

@@ -143,3 +143,55 @@ def test_table_shows_the_epipolar_numbers_of_every_epipolar_preset():
                summary_row({"clip": k, "status": "ok", **v})[inl]) for k, v in rows.items()}
     assert got == {"worldatlas": ("0.100", "0.900"), "gvgc": ("0.225", "0.800"),
                    "dpo": ("3.746", "0.761"), "none": ("-", "-")}
+
+
+def test_an_existing_path_is_never_a_glob(tmp_path: Path):
+    """'clip[1].mp4' that exists is that file (it was globbed to clip1.mp4 and scored that);
+    a pattern that is not a path still globs."""
+    (tmp_path / "clip[1].mp4").write_bytes(b"x")
+    (tmp_path / "clip1.mp4").write_bytes(b"x")
+    assert expand_inputs([str(tmp_path / "clip[1].mp4")]) == [tmp_path / "clip[1].mp4"]
+    assert expand_inputs([str(tmp_path / "clip[0-9].mp4")]) == [tmp_path / "clip1.mp4"]
+    assert expand_inputs([str(tmp_path / "c*[1].mp4")]) == [tmp_path / "clip1.mp4"]
+
+
+def _animation(path: Path, frames: int = 3) -> Path:
+    """An animated WebP / PNG (APNG, from the suffix) of ``frames`` distinct 32x24 frames."""
+    from PIL import Image
+
+    images = [Image.new("RGB", (32, 24), (40 * k, 90, 200 - 40 * k)) for k in range(frames)]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=100, loop=0)
+    return path
+
+
+def test_animated_webp_and_apng_are_videos(tmp_path: Path, capsys, monkeypatch):
+    """A folder of animated WebP / APNG files gives one clip per file (it was one image
+    sequence that failed on its first file); still images stay one image-sequence clip; explain
+    scores an animated file first (it refused it as "not a result store")."""
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    from geocon_torch.commands import explain as explain_cmd
+    from geocon_torch.commands._common import is_video_file
+    from helpers import fake_result
+
+    anim = tmp_path / "anim"
+    anim.mkdir()
+    webp, apng = _animation(anim / "a.webp"), _animation(anim / "b.png")
+    still = tmp_path / "still"
+    still.mkdir()
+    for name in ("1.png", "2.webp"):
+        Image.new("RGB", (32, 24)).save(still / name)
+    assert is_video_file(webp) and is_video_file(apng)
+    assert not any(is_video_file(p) for p in still.iterdir())
+    assert expand_inputs([str(anim), str(still)]) == [webp, apng, still]
+    scored = []
+
+    def score_clip(path, **kw):
+        scored.append(path)
+        return SimpleNamespace(to_dict=lambda: fake_result("a"))
+    monkeypatch.setattr(explain_cmd, "score_clip", score_clip)
+    assert main(["explain", str(webp), "--no-evidence"]) == 0
+    assert main(["explain", str(still / "1.png"), "--no-evidence"]) == 0
+    assert scored == [str(webp), str(still / "1.png")]

@@ -245,3 +245,111 @@ def test_explain_clip_id_with_an_identical_twin(tmp_path: Path, capsys):
     for cid in ("c0", "twin", "c1"):
         assert main(["explain", str(db), "--clip", cid, "--no-evidence"]) == 0, cid
         capsys.readouterr()
+
+
+# ------------------------------------------------ audit io_cli: device, options, outputs
+
+def _fake_scorer(calls: list):
+    """A score_clips stand-in that records each call's device and returns one fake ok row."""
+    from types import SimpleNamespace
+
+    def score_clips(paths, **kw):
+        calls.append(kw.get("device"))
+        return [SimpleNamespace(to_dict=lambda: fake_result(Path(paths[0]).stem))]
+    return score_clips
+
+
+def _usage_error(capsys, argv, match: str) -> None:
+    """An argparse-level usage error: SystemExit 2 and one line on stderr holding ``match``."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and match in err[0], err
+
+
+def test_device_auto_is_the_default_choice(tmp_path: Path, capsys, monkeypatch):
+    """--device auto (any case) passes the check and reaches the scorer as None, the choice
+    made without --device (it reached torch.device("auto") and crashed with a traceback)."""
+    from geocon_torch.commands._common import check_device
+
+    assert check_device("auto") is None and check_device("AUTO") is None
+    assert check_device(None) is None and check_device("cpu") == "cpu"
+    calls: list = []
+    monkeypatch.setattr(score_cmd, "score_clips", _fake_scorer(calls))
+    assert main(["score", str(tmp_path / "a.mp4"), "--device", "auto", "--no-progress"]) == 0
+    assert calls == [None]
+
+
+def test_score_json_target_is_checked_before_any_clip(tmp_path: Path, capsys, monkeypatch):
+    """--json OUT that cannot be written (a folder, a parent that is a file) is one line and
+    exit 2 before any clip is scored (it failed after scoring them all); a missing parent
+    folder is created, as before."""
+    calls: list = []
+    monkeypatch.setattr(score_cmd, "score_clips", _fake_scorer(calls))
+    clip = str(tmp_path / "a.mp4")
+    (tmp_path / "file").write_text("x")
+    _fail(capsys, ["score", clip, "--json", str(tmp_path / "file" / "r.jsonl")],
+          "cannot be created")
+    _fail(capsys, ["score", clip, "--json", str(tmp_path)], "is a folder")
+    assert calls == []
+    out = tmp_path / "new" / "r.jsonl"
+    assert main(["score", clip, "--json", str(out), "--no-progress"]) == 0
+    assert calls == [None] and json.loads(out.read_text())["clip"] == "a"
+
+
+def test_synth_fps_must_be_finite_and_positive(tmp_path: Path, capsys):
+    """--fps 0 / -1 / nan / inf: a usage error before anything is written (0 left a half
+    written clip behind a ZeroDivisionError; -1 and nan gave tracebacks)."""
+    out = tmp_path / "s"
+    for fps in ("0", "-1", "nan", "inf"):
+        _usage_error(capsys, ["synth", str(out), "--frames", "2", "--size", "32x32",
+                              "--category", "C1", "--fps", fps],
+                     "argument --fps: must be a finite number > 0")
+    assert not out.exists()
+
+
+def test_synth_nonrigid_on_another_category_is_one_line(tmp_path: Path, capsys):
+    """nonrigid_object on C2 only: the standard one-line error on stderr (it was "error: ..."
+    on stdout, after a "skipping C2" line)."""
+    out = tmp_path / "s"
+    rc = main(["synth", str(out), "--frames", "2", "--size", "32x32", "--category", "C2",
+               "--corruption", "nonrigid_object"])
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == "" and not out.exists()
+    assert cap.err.strip().splitlines() == [
+        "geocon synth: error: nonrigid_object applies to C4 (moving_object) only, not C2: "
+        "give --category C4 (or all)"]
+
+
+def test_bench_store_timeout_is_validated(tmp_path: Path, capsys):
+    """--store-timeout nan / 0 / -1 / inf: a usage error like a bad --lease-s (nan gave a
+    traceback, -1 ran with a negative busy timeout)."""
+    for value in ("nan", "0", "-1", "inf"):
+        _usage_error(capsys, ["bench", str(tmp_path / "m.csv"), "--db",
+                              str(tmp_path / "r.sqlite"), "--store-timeout", value],
+                     "argument --store-timeout: must be a finite number > 0")
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+def test_calibrate_seed_range_must_not_be_empty(tmp_path: Path, capsys):
+    """--setting ...:seeds3-1 is a usage error (the empty range fell back to --seeds)."""
+    import argparse
+
+    from geocon_torch.commands.calibrate import _setting
+
+    assert _setting("32x32x2:seeds1-3")["seeds"] == [1, 2, 3]
+    assert _setting("32x32x2:seeds2")["seeds"] == [2]
+    with pytest.raises(argparse.ArgumentTypeError, match="first seed is above the last"):
+        _setting("32x32x2:seeds3-1")
+    _usage_error(capsys, ["calibrate", str(tmp_path / "cal"), "--setting", "32x32x2:seeds3-1"],
+                 "argument --setting: --setting seeds3-1: the first seed is above the last")
+    assert not (tmp_path / "cal").exists()
+
+
+def test_explain_an_empty_results_file(tmp_path: Path, capsys):
+    """A results file with no rows says so (it asked for --clip with an empty example)."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    line = _fail(capsys, ["explain", str(empty)], "holds no results (0 rows)")
+    assert "--clip" not in line
+    _fail(capsys, ["explain", str(empty), "--clip", "a"], "holds no results")

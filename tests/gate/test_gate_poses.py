@@ -127,6 +127,38 @@ def test_pose_logs_are_read_at_the_videos_frame_numbers():
     assert naive.evidence["t_inf"] == pytest.approx(0.05)  # positions taken as frames
 
 
+def test_adjacent_log_without_pairs_serves_capped_and_strided_clips():
+    """A log of the video's adjacent poses without a ``pairs`` field (0.001 per frame, 10
+    frames) reads the first/last pose of a clip that keeps fewer frames (a frame cap, a stride)
+    by composing them; it used to be "missing" and so silently F."""
+    log = {"poses": [pose([0.001, 0.0, 0.0]) for _ in range(9)]}
+    for src, t_inf in ((torch.arange(10), 0.009), (torch.arange(5), 0.004),
+                       (torch.arange(0, 10, 2), 0.008)):
+        n = int(src.numel())
+        d = gate_from_poses(log, adjacent(n), n, GateConfig(), frame_indices=src)
+        assert d.evidence["first_last_present"] and d.decision == "H"
+        assert d.statistic == pytest.approx(t_inf)
+    strided = gate_from_poses(log, adjacent(5), 5, GateConfig(per_pair=True),
+                              frame_indices=torch.arange(0, 10, 2))
+    assert strided.evidence["pair_t_inf"] == pytest.approx([0.002] * 4)
+    past = gate_from_poses({"poses": [pose([0.001, 0.0, 0.0])] * 3}, adjacent(5), 5,
+                           GateConfig(per_pair=True, missing_pose="present_only"))
+    assert past.per_pair == ["H", "H", "H", None]  # (3, 4) is past the log's end
+
+
+def test_missing_first_last_pose_with_per_pair_says_the_majority_decides():
+    """With ``per_pair`` a missing first/last pose is replaced by the decided pairs' majority,
+    and the evidence says so (it used to say "treated as F" / "clip excluded")."""
+    rel = [pose([0.001, 0.0, 0.0])] * 3
+    log = {"poses": rel, "pairs": [[0, 1], [1, 2], [2, 3]]}  # no (0, 4) and no (3, 4)
+    for policy in ("fail_to_F", "present_only"):
+        d = gate_from_poses(log, adjacent(5), 5, GateConfig(per_pair=True, missing_pose=policy))
+        assert not d.evidence["first_last_present"] and d.decision == "H"
+        assert "per-pair majority" in d.evidence["why"]
+    plain = gate_from_poses(log, adjacent(5), 5, GateConfig())
+    assert plain.decision == "F" and "fail_to_F" in plain.evidence["why"]
+
+
 def test_bad_logs(tmp_path):
     with pytest.raises(GeoConError, match="not found"):
         load_pose_log(tmp_path / "missing.json")

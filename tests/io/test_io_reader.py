@@ -1,5 +1,6 @@
 """read_clip / read_clips / probe_video / content_hash on synthetic files and tensors."""
 import hashlib
+import os
 import tracemalloc
 
 
@@ -113,6 +114,22 @@ def test_sampling_on_video(mp4):
     with pytest.raises(VideoReadError, match=r"\[12, 40\] are out of range: the clip has 12"):
         read_clip(mp4, indices=[3, 12, 40])
 
+
+
+def test_indices_past_the_end_name_the_path(mp4, tmp_path, frames12):
+    """The out-of-range error names the file or folder (eager, streamed and image reads), as
+    every other VideoReadError does: in a batch it says which clip failed."""
+    import re
+
+    for kw in ({}, {"stream": True}):
+        with pytest.raises(VideoReadError, match=re.escape(f"{mp4}: frame indices [12] are "
+                                                           "out of range: the clip has 12")):
+            read_clip(mp4, indices=[0, 12], **kw)
+    folder = write_image_folder(tmp_path / "seq", frames12[:3])
+    with pytest.raises(VideoReadError, match=re.escape(f"{folder}: frame indices [5]")):
+        read_clip(folder, indices=[5])
+    with pytest.raises(VideoReadError, match=re.escape(f"{folder / '00000.png'}: frame ind")):
+        read_clip(folder / "00000.png", indices=[1])
 
 def test_one_frame_video(clip_dir, frames12):
     path = write_video(clip_dir / "one.mp4", frames12[:1], fps=24)
@@ -339,6 +356,25 @@ def test_content_hash(mp4, tmp_path, frames12):
     with pytest.raises(VideoReadError):
         content_hash(tmp_path / "missing.mp4")
 
+
+
+def test_image_named_in_bytes_that_are_not_utf8(tmp_path, frames12):
+    """A frame file whose name is not UTF-8 (b"00001\\xff.png", a surrogate-escaped str in
+    Python) is hashed by its raw name bytes and read from its bytes (cv2.imread crashed)."""
+    folder = write_image_folder(tmp_path / "latin1", frames12[:2])
+    raw = os.fsencode(folder)
+    try:
+        os.rename(raw + b"/00001.png", raw + b"/00001\xff.png")
+    except OSError:
+        pytest.skip("this file system does not take names that are not UTF-8")
+    ref = hashlib.sha256()
+    for name in (b"00000.png", b"00001\xff.png"):
+        with open(raw + b"/" + name, "rb") as fh:
+            ref.update(name + b"\0" + fh.read())
+    assert content_hash(folder) == ref.hexdigest()
+    clip = read_clip(folder, long_side=None)
+    assert clip.num_frames == 2 and clip.frames.equal(frames12[:2])
+    assert clip.meta["files"][1] == os.fsdecode(b"00001\xff.png")
 
 def test_batch_content_hashes_are_the_clips_own(frames12):
     """A (B, T, C, H, W) batch is hashed with one host copy; each clip's digest is the one it

@@ -5,6 +5,7 @@ import torch
 
 from geocon_torch.errors import ShapeError, VideoReadError
 from geocon_torch.io import frame_selection, make_pairs, spread_evenly
+from geocon_torch.io.sampling import check_indices_in_range
 
 
 def test_adjacent_pairs():
@@ -92,6 +93,18 @@ def test_frame_selection_indices():
     with pytest.raises(VideoReadError, match=r"\[5\] are out of range: the clip has 5 frames"):
         sel.resolve(5)
 
+
+
+def test_out_of_range_message_names_the_path_and_a_short_decode():
+    """With a path, the message starts with it; a container that announced more frames than
+    decoded (a truncated file) is said to have decoded fewer."""
+    with pytest.raises(VideoReadError, match=r"^clip\.mp4: frame indices \[5\] are out of range"):
+        frame_selection(indices=[5]).resolve(5, "clip.mp4")
+    with pytest.raises(VideoReadError, match=r"the clip has 6 frames \(valid 0\.\.5\); the file "
+                                             r"announces 30 frames but only 6 decode$"):
+        check_indices_in_range([0, 25], 6, "cut.mp4", announced=30)
+    with pytest.raises(VideoReadError, match=r"\(valid 0\.\.5\)$"):  # no claim when it matches
+        check_indices_in_range([25], 6, "cut.mp4", announced=6)
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(stride=0), "stride"),
