@@ -38,6 +38,7 @@ import hashlib
 import json
 import math
 import numbers
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
@@ -187,9 +188,14 @@ class Rule:
                 return None
             out: Union[int, float] = int(value)
         else:
-            if not isinstance(value, numbers.Real) or math.isnan(float(value)):
+            if not isinstance(value, numbers.Real):
                 return None
-            out = float(value)
+            try:
+                out = float(value) + 0.0  # + 0.0: -0.0 is 0.0 (one value, one hash)
+            except OverflowError:  # an integer too large for a float
+                return None
+            if not math.isfinite(out):  # NaN / inf: JSON has neither, so no round trip
+                return None
         if self.low is not None and (out <= self.low if self.low_open else out < self.low):
             return None
         if self.high is not None and (out >= self.high if self.high_open else out > self.high):
@@ -377,10 +383,10 @@ def _check_field(spec: dataclasses.Field, value: Any, name: str) -> Any:
     if section is not None:
         if isinstance(value, Mapping):
             return _merge(section(), migrate_config(value, section._name), name)
-        if not isinstance(value, section):
+        if type(value) is not section:  # a subclass would add its own fields
             raise ConfigError(f"{name} must be a mapping of {section.__name__} fields (or a "
                               f"{section.__name__}), got {value!r}")
-        return value
+        return copy.deepcopy(value)  # never shared with the config it came from
     rule = spec.metadata.get("rule")
     if rule is None:
         raise ConfigError(f"config field {name} has no validation rule")  # author error
@@ -1010,4 +1016,7 @@ def load_config(source: ConfigLike) -> GeoConConfig:
         return source
     if isinstance(source, Mapping):
         return GeoConConfig.from_dict(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise ConfigError(f"config must be None, a mapping, a JSON file path or a GeoConConfig, "
+                          f"got {type(source).__name__}")
     return GeoConConfig.from_dict(read_json_file(source, "config file"))

@@ -277,3 +277,37 @@ def test_option_lists_match_the_modules_that_use_them():
     assert set(available_extractors()) <= set(config_module.FEATURE_BACKEND_CHOICES)
     assert set(config_module.EPIPOLAR_FEATURE_CHOICES) <= set(
         config_module.FEATURE_BACKEND_CHOICES)
+
+
+def test_non_finite_and_overflowing_numbers_are_refused():
+    """inf has no JSON form (a result's config would record null and not load back), and an
+    integer too large for a float is a ConfigError, not an OverflowError."""
+    for bad in (float("inf"), float("-inf"), 10 ** 400):
+        with pytest.raises(ConfigError, match="background.report_ge_px"):
+            load_config({"background": {"report_ge_px": bad}})
+    with pytest.raises(ConfigError, match="gate.reference_long_side"):
+        load_config({"gate": {"reference_long_side": float("inf")}})
+
+
+def test_negative_zero_hashes_as_zero():
+    a, b = load_config({"gate": {"u_margin": -0.0}}), load_config({"gate": {"u_margin": 0.0}})
+    assert a == b and a.config_hash() == b.config_hash()
+
+
+def test_section_objects_are_copied_and_must_be_exact():
+    """A section given to ``replace`` is a copy (editing it never edits the config it came from
+    or changes that config's hash); a subclass section (TrackingConfig is an LKConfig with
+    more fields) is refused: its extra fields would not load back."""
+    a, other = GeoConConfig(), load_config({"gate": {"tau_t": 0.05}})
+    before = other.config_hash()
+    b = a.replace(gate=other.gate)
+    b.gate.tau_t = 0.2
+    assert other.gate.tau_t == 0.05 and other.config_hash() == before
+    with pytest.raises(ConfigError, match="features.lk must be a mapping of LKConfig"):
+        a.replace(features={"backend": "lk-tracks", "lk": a.epipolar.tracking})
+
+
+def test_config_source_of_another_type_is_a_config_error():
+    for bad in (123, [("io", {})], 1.5):
+        with pytest.raises(ConfigError, match="config must be None, a mapping"):
+            load_config(bad)

@@ -151,8 +151,10 @@ def pin_calibration(config: GeoConConfig, backend: Optional[str] = None) -> GeoC
     if bc.calibration_hash is not None and bc.calibration_hash != cal.hash:
         raise ConfigError(
             f"background.calibration_hash is {bc.calibration_hash} but {cal.name} ({cal.path}) "
-            f"has hash {cal.hash}: the calibration changed since this config was written; "
-            f"remove calibration_hash to use the current file, or restore the file")
+            f"has hash {cal.hash}: the calibration changed since this config was written, or "
+            f"the config now resolves another file (\"default\" picks one per features "
+            f"backend; this one is for {backend or 'the default backend'}); remove "
+            f"calibration_hash to use this file, or restore the file / the backend")
     return config if bc.calibration_hash == cal.hash else config.replace(
         background={"calibration_hash": cal.hash})
 
