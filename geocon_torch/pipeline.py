@@ -318,7 +318,7 @@ def _complete_all(items: Sequence[_Item], backgrounds: Sequence[Optional[Backgro
     """:func:`_complete` of several clips: every section of their presets runs once over all
     of them (:func:`_score_jobs`); a clip whose background step raised gets its exception."""
     jobs = [_Job(it.res, it.video, it.clip, it.masks if bg is None else bg, it.poses, it.cfg,
-                 get_preset(it.preset), it.dev, it.timer)
+                 get_preset(it.preset), it.dev, it.timer, masks_given=it.masks is not None)
             for it, bg in zip(items, backgrounds) if it.decoded]
     _score_jobs(jobs)
     failed = {id(job.res): job.failed for job in jobs if job.failed is not None}
@@ -371,6 +371,7 @@ class _Job:
     timer: Progress
     objects: Optional[torch.Tensor] = None
     failed: Optional[BaseException] = None
+    masks_given: bool = False  # the caller gave object masks (``masks`` may be the bg block)
 
 
 #: frames x pixels above which a finished block runs the cycle collector (~ 100 frames at 720p)
@@ -437,6 +438,11 @@ def _grouped_section(name: str, jobs: Sequence[_Job],
 
 
 def _put_foreground(job: _Job, block: Dict[str, Any]) -> None:
+    if job.objects is None and job.masks_given and block.get("status") == "not_applicable":
+        # given masks are read by the background's segmentation, which never ran
+        bg = job.res.background or {}
+        block["reason"] = (f"no object masks: the masks given were not read, the background "
+                           f"stopped first ({bg.get('reason') or bg.get('status')})")
     job.res.foreground = block
     job.res.backends["flow"] = block.get("flow")
 

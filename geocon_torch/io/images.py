@@ -29,11 +29,17 @@ def natural_key(name: str) -> Tuple:
 
 def image_files(folder: Path, suffixes: Iterable[str] = IMAGE_SUFFIXES) -> List[Path]:
     """Image files of ``folder`` (suffix matched case-insensitively, hidden files skipped), in
-    natural order; possibly empty."""
+    :func:`natural_order` (never the file system's listing order); possibly empty."""
     suffixes = frozenset(suffixes)
     files = [p for p in folder.iterdir()
              if p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")]
-    return sorted(files, key=lambda p: natural_key(p.name))
+    return natural_order(files)
+
+
+def natural_order(paths: Iterable[Path]) -> List[Path]:
+    """``paths`` sorted by :func:`natural_key` of their names, ties (``1.png`` / ``01.png``,
+    ``A.png`` / ``a.png``) by the exact name: the same order however they were listed."""
+    return sorted(paths, key=lambda p: (natural_key(p.name), p.name))
 
 
 def list_images(folder: Path) -> List[Path]:

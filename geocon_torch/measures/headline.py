@@ -33,7 +33,8 @@ is ok (a clip whose background is not_applicable can still have ``match`` and ``
 clip with no ok block to read, or an error, has no score (None), never a silent 0. Which
 terms a score used is recorded next to it (``score_terms``); two scores compare best when they
 folded the same terms: the "all" preset has all of them, "geocon" / "background" only ``ge`` and
-``rigidity``, "worldatlas" only ``match`` and ``inliers``.
+``rigidity``, "worldatlas" only ``match`` and ``inliers``; "gvgc" (its block reports the
+original's keys, not WorldAtlas') and "epipolar-dpo" none, so their clips have no score.
 """
 from __future__ import annotations
 

@@ -47,7 +47,9 @@ def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str
         parts.append(f"H if <= {lo:g}, F if >= {hi:g}, U in between")
     parts.append(f"decision {decision}")
     if decision == "U" and ev.get("u_resolved"):
-        parts.append(f"U resolved to {ev['u_resolved']} (GRIC delta {ev.get('gric_delta', 0):.3g})")
+        g = ev.get("gric_delta")
+        parts.append(f"U resolved to {ev['u_resolved']} (GRIC delta "
+                     f"{f'{g:.3g}' if isinstance(g, (int, float)) else '-'})")
     if regime:
         parts.append(f"background scored with {regime}")
     return "; ".join(parts)

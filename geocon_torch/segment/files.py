@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputError, ShapeError
-from ..io.images import IMAGE_SUFFIXES, image_files, natural_key
+from ..io.images import IMAGE_SUFFIXES, image_files, natural_order
 
 MaskSource = Union[str, Path, np.ndarray, torch.Tensor]
 #: mask images may also be TIFF (label maps are often 16-bit)
@@ -98,8 +98,7 @@ def _images(folder: Path):
 
 
 def _read_folder(folder: Path) -> np.ndarray:
-    subdirs = sorted((p for p in folder.iterdir() if p.is_dir()),
-                     key=lambda p: natural_key(p.name))
+    subdirs = natural_order(p for p in folder.iterdir() if p.is_dir())
     if subdirs:
         stacks = []
         for d in subdirs:

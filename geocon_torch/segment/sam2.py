@@ -13,8 +13,9 @@ Prompts (working-resolution pixels), from ``config.segment.sam2_prompts`` (a JSO
     [{"id": 1, "frame": 0, "box": [x0, y0, x1, y1]},
      {"id": 2, "frame": 0, "points": [[x, y], ...], "labels": [1, 0, ...]}]
 
-Each object is tracked through the clip (``propagate_in_video``); the result is (T, K, H, W) bool
-at working resolution, K = number of prompted objects in id order.
+Each object is tracked through the clip (``propagate_in_video`` forwards from the earliest prompt,
+then backwards from the latest one for the frames before each object's first prompt); the result
+is (T, K, H, W) bool at working resolution, K = number of prompted objects in id order.
 """
 from __future__ import annotations
 
@@ -122,7 +123,18 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
                 kw["labels"] = np.asarray(p.get("labels", [1] * len(p["points"])), np.int32)
             pred.add_new_points_or_box(state, frame_idx=int(p.get("frame", 0)),
                                        obj_id=int(p.get("id", k + 1)), **kw)
-        for frame_idx, obj_ids, logits in pred.propagate_in_video(state):
+        first: Dict[int, int] = {}  # each object's first prompted frame
+        for k, p in enumerate(prompts):
+            oid, f = int(p.get("id", k + 1)), int(p.get("frame", 0))
+            first[oid] = min(first.get(oid, f), f)
+        for frame_idx, obj_ids, logits in pred.propagate_in_video(state):  # from the earliest
             for j, oid in enumerate(obj_ids):
                 out[frame_idx, ids.index(int(oid))] = (logits[j, 0] > 0).cpu()
+        last = max(first.values())
+        if last > 0:  # the frames before an object's first prompt: tracked backwards
+            for frame_idx, obj_ids, logits in pred.propagate_in_video(
+                    state, start_frame_idx=last, reverse=True):
+                for j, oid in enumerate(obj_ids):
+                    if frame_idx < first[int(oid)]:
+                        out[frame_idx, ids.index(int(oid))] = (logits[j, 0] > 0).cpu()
     return out

@@ -393,3 +393,35 @@ def test_batch_content_hashes_are_the_clips_own(frames12):
     assert tensor_content_hashes(flipped) == [content_hash(c.contiguous()) for c in flipped]
     got = score_clips(batch[:2], config={"io": {"max_frames": 2}}, preset="background")
     assert [r.content_hash for r in got] == hashes[:2]
+
+
+def test_image_order_does_not_depend_on_the_listing(tmp_path, monkeypatch):
+    """Names equal in natural order (``1.png`` / ``01.png``, ``A.png`` / ``a.png``) are ordered
+    by their exact name: a copy of the folder listed in another order reads and hashes the
+    same (the order used to follow ``iterdir``)."""
+    from pathlib import Path
+
+    from geocon_torch.io.images import image_files
+
+    for name in ("1.png", "01.png", "a.png", "A.png", "2.png"):
+        (tmp_path / name).write_bytes(b"")
+    forward = [p.name for p in image_files(tmp_path)]
+    listed = list(Path.iterdir(tmp_path))
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(reversed(sorted(listed))))
+    assert [p.name for p in image_files(tmp_path)] == forward == [
+        "01.png", "1.png", "2.png", "A.png", "a.png"]
+
+
+def test_written_mp4_bytes_do_not_depend_on_the_run(tmp_path):
+    """The same frames give the same mp4 bytes (the same content hash), whatever the process did
+    before: x264's macroblock tree gave a short clip other bytes from call to call (decoded
+    pixels up to 18 grey levels apart)."""
+    from geocon_torch.io.writer import write_video
+    from geocon_torch.synth import render_scene
+
+    digests = set()
+    for k in range(6):
+        frames = render_scene("C2", num_frames=6, size=(144, 192), seed=0).frames
+        path = write_video(tmp_path / f"c{k}.mp4", frames, 24.0)
+        digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
+    assert len(digests) == 1

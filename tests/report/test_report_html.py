@@ -144,6 +144,9 @@ def test_gate_rationale_and_timeline():
     text = gate_rationale(gate, "F")
     assert "parallax_fraction = 0.7" in text and "H if <= 0.5, F if >= 1" in text
     assert "U resolved to F" in text and "scored with F" in text
+    assert "GRIC delta 3" in text
+    gate["evidence"]["gric_delta"] = None  # a stored row whose delta was not finite
+    assert "GRIC delta -" in gate_rationale(gate, "F")
     bg = {"per_pair": [
         {"pair": [0, 1], "scale": 0.5, "ir_h": 0.1, "valid_h": True, "model": "H"},
         {"pair": [0, 1], "scale": 1.0, "ir_h": 0.9, "ge_h_px": 1.0, "valid_h": True,

@@ -98,3 +98,27 @@ def test_label_map_masks_give_one_object_per_label(clip_and_masks):
     assert len(by_labels["objects"]) == 2
     for a, b in zip(by_stack["objects"], by_labels["objects"]):
         assert a["adadfrc_mean"] == pytest.approx(b["adadfrc_mean"], rel=1e-6)
+
+
+def test_given_masks_on_a_clip_the_background_stops_say_so():
+    """Masks given for a textureless clip are never read (the background's segmentation reads
+    them, and it stopped at the texture check): the foreground says that, not "no moving
+    object was given or found"."""
+    from geocon_torch import score_clip
+
+    frames = torch.zeros(6, 3, 96, 128, dtype=torch.uint8)
+    masks = torch.zeros(6, 1, 96, 128, dtype=torch.bool)
+    masks[:, 0, 20:60, 30:80] = True
+    d = score_clip(frames, preset="geocon", masks=masks, progress=False).to_dict()
+    assert d["background"]["status"] == "not_applicable"
+    fg = d["foreground"]
+    assert fg["status"] == "not_applicable" and "masks given were not read" in fg["reason"]
+    assert "too little texture" in fg["reason"]
+    plain = score_clip(frames, preset="geocon", progress=False).to_dict()
+    assert "no moving object was given or found" in plain["foreground"]["reason"]
+    from geocon_torch import score_clips
+
+    both = [r.to_dict()["foreground"]["reason"] for r in score_clips(
+        [frames, frames.clone()], masks=[masks, None], preset="geocon")]
+    assert "masks given were not read" in both[0]
+    assert "no moving object was given or found" in both[1]

@@ -71,3 +71,43 @@ def test_random_init_tiny_model_plumbing(tmp_path):
     finally:
         sam2_mod.load_sam2_predictor = real
     assert loads == [] and torch.equal(again, masks)
+
+
+class _ScriptedPredictor:
+    """A stand-in for SAM-2's video predictor: every object's logits are +1 on the frames the
+    propagation visits (so a frame it never visits stays empty); records the calls."""
+
+    def __init__(self, num_frames: int, h: int, w: int) -> None:
+        self.t, self.h, self.w, self.calls, self.objs = num_frames, h, w, [], []
+
+    def init_state(self, video_path: str) -> dict:
+        return {}
+
+    def add_new_points_or_box(self, state, frame_idx, obj_id, **kw) -> None:
+        self.objs.append((obj_id, frame_idx))
+
+    def propagate_in_video(self, state, start_frame_idx=None, reverse=False):
+        self.calls.append((start_frame_idx, reverse))
+        ids = sorted({o for o, _ in self.objs})
+        start = min(f for _, f in self.objs) if start_frame_idx is None else start_frame_idx
+        frames = range(start, -1, -1) if reverse else range(start, self.t)
+        for f in frames:
+            yield f, ids, torch.ones(len(ids), 1, self.h, self.w)
+
+
+def test_objects_prompted_late_are_tracked_backwards_too():
+    """An object first prompted at frame 2 has masks on frames 0-1 as well (SAM-2's default
+    propagation only runs forwards from the earliest prompt, leaving them empty)."""
+    from geocon_torch.types import Clip
+
+    frames = torch.zeros(4, 3, 16, 24, dtype=torch.uint8)
+    clip = Clip(frames, 24.0, torch.ones(16, 24, dtype=torch.bool), torch.arange(4), (16, 24))
+    pred = _ScriptedPredictor(4, 16, 24)
+    masks = sam2_masks(clip, SegmentConfig(), predictor=pred,
+                       prompts=[{"id": 1, "frame": 2, "box": [1, 1, 5, 5]}])
+    assert masks.shape == (4, 1, 16, 24) and bool(masks.all())
+    assert pred.calls == [(None, False), (2, True)]
+    pred0 = _ScriptedPredictor(4, 16, 24)
+    sam2_masks(clip, SegmentConfig(), predictor=pred0,
+               prompts=[{"id": 1, "frame": 0, "box": [1, 1, 5, 5]}])
+    assert pred0.calls == [(None, False)]  # nothing before frame 0: one pass
