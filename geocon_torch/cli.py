@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(p)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show the full traceback of an error instead of one line")
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _parser=p)
     return parser
 
 
@@ -75,7 +75,9 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``geocon`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # told by the command's parser: "geocon score: error: unrecognized arguments"
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -18,6 +18,7 @@ from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io.images import animated_frames
 from ..presets import PRESETS
+from ..sections.progress import progress_enabled
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
 
@@ -57,6 +58,12 @@ def unit_fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:  # also rejects nan
         raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
     return value
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a command draws progress bars: not with ``--no-progress``, and only when stderr
+    is a terminal (logs and pipes get no bars)."""
+    return not getattr(args, "no_progress", False) and progress_enabled(None)
 
 
 def positive_float(text: str) -> float:
@@ -160,20 +167,30 @@ def check_device(device: Optional[str]) -> Optional[str]:
     return device
 
 
+#: the files a --masks / --poses folder is searched for, per clip, in this order (``{}``: the
+#: clip's name); never the other option's files (``geocon synth`` writes both side by side)
+PER_CLIP_NAMES = {"masks": ("{}_masks.npz", "{}.npz", "{}"),
+                  "poses": ("{}.json", "{}_poses.json", "{}_poses.npz", "{}.npz")}
+
+
 def per_clip_file(option: Optional[str], clip: Path, n_clips: int,
-                  clip_id: Optional[str] = None) -> Optional[str]:
-    """--masks / --poses: a file for a single clip, or a folder holding ``<name>.npz`` /
-    ``<name>_masks.npz`` / ``<name>.json`` / ``<name>/`` per clip, where ``<name>`` is the
-    clip's stem, or its unique id when stems repeat (``sora/3`` -> ``masks/sora/3.npz``)."""
+                  clip_id: Optional[str] = None, kind: str = "masks") -> Optional[str]:
+    """--masks / --poses (``kind``): a file for a single clip, or a folder holding per clip
+    (:data:`PER_CLIP_NAMES`) ``<name>_masks.npz`` / ``<name>.npz`` / ``<name>/`` (masks) or
+    ``<name>.json`` / ``<name>_poses.json`` / ``<name>_poses.npz`` / ``<name>.npz`` (poses),
+    where ``<name>`` is the clip's stem, or its unique id when stems repeat (``sora/3`` ->
+    ``masks/sora/3.npz``). A masks folder without such a file is the PNG masks of the only
+    clip."""
     if not option:
         return None
     p = Path(option)
     if p.is_dir():
         name = clip_id or clip.stem
-        for cand in (p / f"{name}.npz", p / f"{name}_masks.npz", p / f"{name}.json", p / name):
+        for pattern in PER_CLIP_NAMES[kind]:
+            cand = p / pattern.format(name)
             if cand.exists():
                 return str(cand)
-        if n_clips == 1:
+        if n_clips == 1 and kind == "masks":
             return str(p)  # a PNG mask folder for the only clip
         return None
     return str(p)

@@ -50,7 +50,8 @@ from ..bench.pg_store import mask_url
 from ..bench.runner import ASSIGNMENTS
 from ..errors import InputError
 from ..pipeline import pinned_config
-from ._common import add_config_arguments, build_config, positive_float
+from ._common import (add_config_arguments, build_config, check_output_file, positive_float,
+                      show_progress)
 
 NAME = "bench"
 HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, multi-node), "
@@ -94,10 +95,12 @@ def run(args: argparse.Namespace) -> int:
     """Score the manifest (if given), export the store, and return the exit status (1 under
     --strict when the store holds error rows of the manifest's clips)."""
     cfg = build_config(args)
+    check_output_file(args.export_csv, "--export-csv")  # before the run, not after it
+    check_output_file(args.export_parquet, "--export-parquet")
     summary = None
     if args.manifest:
         summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
-                               retry_errors=args.retry_errors, progress=not args.no_progress,
+                               retry_errors=args.retry_errors, progress=show_progress(args),
                                assign=args.assign, lease_s=args.lease_s,
                                store_timeout_s=args.store_timeout,
                                batch_clips=args.batch_clips)

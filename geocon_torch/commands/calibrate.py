@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .._json import read_json_file
 from ..bench.calibration import (BACKGROUND_CORRUPTIONS, CalibrationPlan, refit_plan,
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     doc = run_calibration(plan, args.outdir, progress=lambda s: print(s, file=sys.stderr),
                           rows=rows)
-    print(f"wrote {args.outdir}/calibration.json (hash {doc['content_hash']}) "
+    print(f"wrote {Path(args.outdir) / 'calibration.json'} (hash {doc['content_hash']}) "
           f"{' '.join(doc['plots'])}")
     for regime, th in doc["thresholds"].items():
         extra = "".join(f", {label} {th[key]:.4g}" for key, label in (

@@ -24,7 +24,8 @@ from ..config import GeoConConfig
 from ..pipeline import score_clips
 from ..report import build_report
 from ..synth import render_scene
-from ._common import SUMMARY_COLUMNS, frame_size, print_table, summary_row, write_jsonl
+from ._common import (SUMMARY_COLUMNS, frame_size, print_table, show_progress, summary_row,
+                      write_jsonl)
 
 NAME = "demo"
 HELP = "render grounded clips with known geometry, score them, compare with the truth"
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = GeoConConfig().replace(io={"long_side": max(size)}, preset="geocon")
     results, truth = [], []
     for name, cat, kw, expect in tqdm(SCENES, desc="geocon demo", unit="clip",
-                                      disable=args.no_progress):
+                                      disable=not show_progress(args)):
         synth = render_scene(cat, num_frames=args.frames, size=size, seed=args.seed, **kw)
         synth.clip_id = name
         synth.save(clips_dir)

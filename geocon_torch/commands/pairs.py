@@ -23,7 +23,7 @@ import argparse
 
 from ..bench.preferences import preference_pairs
 from ..rewards import KINDS
-from ._common import build_config, write_jsonl
+from ._common import build_config, show_progress, write_jsonl
 
 NAME = "pairs"
 HELP = "DPO preference pairs: best vs worst clip per prompt by geometric reward (resumable)"
@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     records, summary = preference_pairs(
         args.manifest, args.db, kind=args.kind, config=build_config(args),
-        min_margin=args.min_margin, device=args.device, progress=not args.no_progress)
+        min_margin=args.min_margin, device=args.device, progress=show_progress(args))
     write_jsonl(args.out, records)
     pairs = sum(r["status"] == "pair" for r in records)
     if args.out != "-":

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from ..report import build_report
-from ._common import at_least
+from ._common import at_least, show_progress
 
 NAME = "report"
 HELP = "static HTML audit report (leaderboard, CIs, gate calibration, audit cards)"
@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="report this configuration (default: the most common in RESULTS)")
     p.add_argument("--device", help="torch device used to re-derive card matches")
     p.add_argument("--title", default="geocon audit report", help="page title")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (bars are drawn "
+                   "only when stderr is a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
     path = build_report(args.results, args.out, cards=args.cards, card_clips=clips,
                         draw=not args.no_draw, n_boot=args.boot, seed=args.seed,
                         config_hash=args.config_hash, title=args.title, device=args.device,
-                        progress=True)
+                        progress=show_progress(args))
     print(f"wrote {path}")
     return 0

@@ -12,8 +12,9 @@ holds only images). --json OUT is checked before any clip is scored (exit 2 when
 written).
 Clip ids are the file stems; where stems repeat they are the shortest path suffix that tells
 the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
---masks / --poses take a file for one clip, or a folder with <id>.npz, <id>_masks.npz,
-<id>.json or <id>/ per clip (<id> as above: the stem, or e.g. sora/3).
+--masks / --poses take a file for one clip, or a folder with per clip (<id> as above: the
+stem, or e.g. sora/3) <id>_masks.npz, <id>.npz or <id>/ (masks), <id>.json, <id>_poses.json,
+<id>_poses.npz or <id>.npz (poses): a geocon synth / demo folder serves both.
 Columns: score (the headline score in [0, 1], higher is better; README "Headline score"), IR
 (inlier ratio), GE px (geometric error at the working resolution), pass as paper/calibrated,
 e.g. yes/no (paper: IR >= 0.97 and GE <= 3.5 px; the calibrated gate of
@@ -34,7 +35,8 @@ from tqdm.auto import tqdm
 from ..bench.ids import derive_clip_ids
 from ..pipeline import pinned_config, score_clips
 from ._common import (add_config_arguments, build_config, check_output_file, expand_inputs,
-                      per_clip_file, print_table, summary_row, write_jsonl)
+                      per_clip_file, print_table, show_progress, summary_row,
+                      write_jsonl)
 
 NAME = "score"
 HELP = "score clips (files, folders, globs): summary table, --json for JSON lines"
@@ -62,10 +64,11 @@ def run(args: argparse.Namespace) -> int:
     ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
     results = []
     for path, cid in tqdm(list(zip(clips, ids)), desc="geocon score", unit="clip",
-                          disable=args.no_progress or len(clips) < 2):
+                          disable=not show_progress(args) or len(clips) < 2):
         own = None if cid == path.stem else cid
         res = score_clips([str(path)], masks=[per_clip_file(args.masks, path, len(clips), own)],
-                          poses=[per_clip_file(args.poses, path, len(clips), own)], config=cfg,
+                          poses=[per_clip_file(args.poses, path, len(clips), own, "poses")],
+                          config=cfg,
                           device=args.device,  # stage lines for one clip, on a terminal
                           progress=False if args.no_progress or len(clips) > 1 else None
                           )[0].to_dict()

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..synth import render_scene
 from ..synth.corruptions import CORRUPTIONS
 from ..synth.scenes import MOTIONS
-from ._common import frame_size, positive_float, unit_fraction
+from ._common import frame_size, positive_float, show_progress, unit_fraction
 
 NAME = "synth"
 HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)"
@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=frame_size, default=(640, 384),
                         help="WxH (default 640x384)")
     parser.add_argument("--seed", type=int, default=0, help="scene / texture seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (bars are "
+                        "drawn only when stderr is a terminal)")
     parser.add_argument("--fps", type=positive_float, default=24.0,
                         help="frames per second, a finite number > 0 (default 24)")
     parser.add_argument("--num-objects", type=int, default=1, help="moving objects in C4 (1-3)")
@@ -73,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
                              f"{', '.join(skipped)}: give --category C4 (or all)")
         if skipped:
             print(f"nonrigid_object needs moving objects: skipping {', '.join(skipped)}")
-    for cat, motion in tqdm(jobs, desc="synth clips", unit="clip"):
+    for cat, motion in tqdm(jobs, desc="synth clips", unit="clip",
+                            disable=not show_progress(args)):
         extra = {"num_objects": args.num_objects} if cat == "C4" else {}
         clip = render_scene(cat, num_frames=args.frames, size=(h, w), seed=args.seed,
                             corruption=corruption,

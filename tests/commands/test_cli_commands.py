@@ -195,3 +195,35 @@ def test_animated_webp_and_apng_are_videos(tmp_path: Path, capsys, monkeypatch):
     assert main(["explain", str(webp), "--no-evidence"]) == 0
     assert main(["explain", str(still / "1.png"), "--no-evidence"]) == 0
     assert scored == [str(webp), str(still / "1.png")]
+
+
+def test_masks_and_poses_folders_pick_their_own_files(tmp_path: Path):
+    """A geocon synth / demo folder holds <id>.json (poses) and <id>_masks.npz side by side:
+    --poses reads the JSON (it used to pick the masks file and fail every clip), --masks the
+    npz; a folder without a pose file gives no poses, never the folder itself."""
+    clip = tmp_path / "C2_pan.mp4"
+    for name in ("C2_pan.mp4", "C2_pan.json", "C2_pan_masks.npz"):
+        (tmp_path / name).write_bytes(b"")
+    assert per_clip_file(str(tmp_path), clip, 2, kind="poses") == str(tmp_path / "C2_pan.json")
+    assert per_clip_file(str(tmp_path), clip, 2) == str(tmp_path / "C2_pan_masks.npz")
+    other = tmp_path / "x.mp4"
+    assert per_clip_file(str(tmp_path), other, 1, kind="poses") is None
+    assert per_clip_file(str(tmp_path), other, 1) == str(tmp_path)  # PNG masks of the one clip
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    """Bars and stage lines go to a terminal only; --no-progress turns them off there too."""
+    import io
+
+    from geocon_torch.commands._common import show_progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert not show_progress(argparse.Namespace(no_progress=False))
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert show_progress(argparse.Namespace(no_progress=False))
+    assert not show_progress(argparse.Namespace(no_progress=True))
+    assert show_progress(argparse.Namespace())  # commands without the flag

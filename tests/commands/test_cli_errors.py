@@ -353,3 +353,31 @@ def test_explain_an_empty_results_file(tmp_path: Path, capsys):
     line = _fail(capsys, ["explain", str(empty)], "holds no results (0 rows)")
     assert "--clip" not in line
     _fail(capsys, ["explain", str(empty), "--clip", "a"], "holds no results")
+
+
+def test_unknown_option_names_the_command(capsys):
+    """``geocon score --bogus`` says ``geocon score: error: unrecognized arguments`` (it said
+    ``geocon: error:``, pointing to the top-level help)."""
+    from geocon_torch.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["score", "--bogus", "x.mp4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1
+    assert err[0].startswith("geocon score: error: unrecognized arguments: --bogus")
+    assert "see geocon score --help" in err[0]
+
+
+def test_bench_export_target_is_checked_before_the_run(tmp_path, capsys):
+    """``--export-csv`` naming a folder fails before any clip is scored (exit 2, one line)."""
+    from geocon_torch.cli import main
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"clip_id": "a", "path": str(tmp_path / "none.mp4"),
+                                    "generator": "g"}) + "\n")
+    (tmp_path / "out").mkdir()
+    code = main(["bench", str(manifest), "--db", str(tmp_path / "r.sqlite"),
+                 "--export-csv", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--export-csv" in err[0] and "folder" in err[0]
+    assert not (tmp_path / "r.sqlite").exists()  # nothing was scored or stored
