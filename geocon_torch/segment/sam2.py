@@ -15,10 +15,13 @@ Prompts (working-resolution pixels), from ``config.segment.sam2_prompts`` (a JSO
 
 Each object is tracked through the clip (``propagate_in_video`` forwards from the earliest prompt,
 then backwards from the latest one for the frames before each object's first prompt); the result
-is (T, K, H, W) bool at working resolution, K = number of prompted objects in id order.
+is (T, K, H, W) bool at working resolution, K = number of prompted objects in id order. SAM-2
+runs under bfloat16 autocast on CUDA and on the CPU, as Meta runs it (its memory bank is kept in
+bfloat16).
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -94,6 +97,17 @@ def load_prompts(source: Union[None, str, Path, Prompts]) -> List[Dict[str, Any]
     return prompts
 
 
+def _sam2_autocast(predictor: Any) -> Any:
+    """bfloat16 autocast on the predictor's device (CUDA or CPU), as SAM-2 is meant to run: it
+    stores its memory bank in bfloat16, and without autocast an object prompted after the
+    first frame met those memories in a float32 layer and crashed."""
+    dev = getattr(predictor, "device", None)
+    kind = torch.device(dev).type if dev is not None else "cpu"
+    if kind not in ("cuda", "cpu"):
+        return contextlib.nullcontext()
+    return torch.autocast(kind, dtype=torch.bfloat16)
+
+
 @torch.inference_mode()
 def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch.device] = None,
                prompts: Union[None, str, Path, Prompts] = None,
@@ -109,7 +123,7 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
     t, (h, w) = clip.num_frames, clip.size
     ids = sorted({int(p.get("id", k + 1)) for k, p in enumerate(prompts)})
     out = torch.zeros(t, len(ids), h, w, dtype=torch.bool)
-    with tempfile.TemporaryDirectory() as tmp:  # sam2 reads a folder of JPEG frames
+    with tempfile.TemporaryDirectory() as tmp, _sam2_autocast(pred):  # a folder of JPEG frames
         for i, frame in enumerate(clip.frames.permute(0, 2, 3, 1).cpu().numpy()):
             cv2.imwrite(str(Path(tmp) / f"{i}.jpg"), frame[..., ::-1],
                         [cv2.IMWRITE_JPEG_QUALITY, 95])

@@ -86,8 +86,11 @@ class _ScriptedPredictor:
     def add_new_points_or_box(self, state, frame_idx, obj_id, **kw) -> None:
         self.objs.append((obj_id, frame_idx))
 
+    device = torch.device("cpu")
+
     def propagate_in_video(self, state, start_frame_idx=None, reverse=False):
         self.calls.append((start_frame_idx, reverse))
+        self.autocast = torch.is_autocast_enabled("cpu")
         ids = sorted({o for o, _ in self.objs})
         start = min(f for _, f in self.objs) if start_frame_idx is None else start_frame_idx
         frames = range(start, -1, -1) if reverse else range(start, self.t)
@@ -107,7 +110,30 @@ def test_objects_prompted_late_are_tracked_backwards_too():
                        prompts=[{"id": 1, "frame": 2, "box": [1, 1, 5, 5]}])
     assert masks.shape == (4, 1, 16, 24) and bool(masks.all())
     assert pred.calls == [(None, False), (2, True)]
+    assert pred.autocast  # SAM-2 runs under bfloat16 autocast, as it is meant to
     pred0 = _ScriptedPredictor(4, 16, 24)
     sam2_masks(clip, SegmentConfig(), predictor=pred0,
                prompts=[{"id": 1, "frame": 0, "box": [1, 1, 5, 5]}])
     assert pred0.calls == [(None, False)]  # nothing before frame 0: one pass
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_objects_prompted_on_different_frames_run(tmp_path):
+    """A random-init tiny SAM-2 through the real code: an object prompted at frame 2 beside one
+    at frame 0 (without bfloat16 autocast SAM-2's bfloat16 memory bank met a float32 layer:
+    "mat1 and mat2 must have the same dtype"), tracked backwards to frames 0-1."""
+    build = _sam2_or_skip()
+    from geocon_torch.types import Clip
+
+    torch.manual_seed(0)
+    model = build(TINY, None, device="cpu", hydra_overrides_extra=["++model.image_size=256"])
+    ckpt = tmp_path / "tiny_random.pt"
+    torch.save({"model": model.state_dict()}, ckpt)
+    del model
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 255, (3, 3, 64, 96), dtype=torch.uint8, generator=g)
+    clip = Clip(frames, 24.0, torch.ones(64, 96, dtype=torch.bool), torch.arange(3), (64, 96))
+    cfg = SegmentConfig(sam2_checkpoint=str(ckpt), sam2_config=TINY, sam2_image_size=256)
+    masks = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
+                                           {"id": 2, "frame": 2, "points": [[70, 30]]}])
+    assert masks.shape == (3, 2, 64, 96) and masks.dtype == torch.bool
