@@ -3,7 +3,8 @@
 Renders grounded clips of every category (C1/C2/C4 expected H; C3/C5/C6 expected F) over several
 motions, speeds and seeds, scores each with ``score_clip`` (background only, parallax gate), and
 collects the clip value of every candidate statistic (``parallax_fraction``,
-``residual_parallax``, ``gric_delta``: medians over the finest-scale pairs). For each statistic
+``residual_parallax``, ``gric_delta``, ``parallax_magnitude``, ``parallax_excess``: medians over
+the finest-scale pairs). For each statistic
 it reports the balanced accuracy of the best single threshold and its margin, picks the best
 statistic, and derives the U band (``parallax_low`` / ``parallax_high``) around the threshold:
 the band spans the gap between the classes (its middle half) when they separate, otherwise the

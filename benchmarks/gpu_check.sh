@@ -5,7 +5,9 @@
 #
 # 1. the CUDA tests: `pytest -m "not slow or cuda" -k cuda` (the tests marked `cuda` and every
 #    device-parametrised test's cuda case; without a GPU they are skipped or not collected);
-# 2. every benchmark (benchmarks/*.py) with `--device DEV` (and `--quick` for tiny sizes; without
+# 2. every device benchmark (benchmarks/*.py but the CPU-only calibrate_default,
+#    calibration_heldout, leaderboard, human_ratings and score_curves) with `--device DEV`
+#    (and `--quick` for tiny sizes; without
 #    it ransac.py times 1024 pairs and reward.py one repeat); benchmarks/pipeline.py gets only the
 #    flags its --help lists (--device, --quick or small --frames/--long-side, --skip-memory);
 # 3. one JSON file of every `RESULT {json}` line, the per-step status and wall times, then a

@@ -256,7 +256,11 @@ def memory_clips(tmp: Path) -> dict:
 
     from geocon_torch.io import read_clip, write_video
 
-    src = read_clip(DATA / "real" / "vtest_120.mp4", long_side=None).frames
+    source = DATA / "real" / "vtest_120.mp4"
+    if not source.is_file():
+        raise SystemExit(f"no shared clip {source}: the memory probes loop it (give the shared "
+                         f"data beside the checkout, or --skip-memory)")
+    src = read_clip(source, long_side=None).frames
     out = {}
     for n in MEMORY_FRAMES:
         loops = [src if k % 2 == 0 else src.flip(0) for k in range(-(-n // src.shape[0]))]

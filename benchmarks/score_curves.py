@@ -2,7 +2,7 @@
 
     python benchmarks/score_curves.py [--size 256x192] [--frames 8] [--seeds 0]
                                       [--categories C1,C3,C4] [--severities 0,0.25,0.5,0.75,1]
-                                      [--preset all] [--long-sides 0] [--cache FILE]
+                                      [--preset all] [--long-sides 0]
 
 For every grounded category, seed and corruption of ``geocon_torch.synth.CORRUPTIONS``
 (``nonrigid_object`` only where the scene has objects: C4) the clip is rendered at each severity

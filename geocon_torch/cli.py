@@ -12,6 +12,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 from typing import List, NoReturn, Optional
 
 from . import __version__, commands
@@ -74,6 +75,9 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``geocon`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    # retired names (config keys, manifest columns, result keys) warn with a DeprecationWarning,
+    # which Python hides outside __main__: a command shows them, once per place
+    warnings.filterwarnings("default", message=r".* is deprecated", category=DeprecationWarning)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # told by the command's parser: "geocon score: error: unrecognized arguments"
