@@ -640,11 +640,16 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
             if it.decoded and "background" in get_preset(it.preset).sections]
     for dev in sorted({str(it.dev) for _, it in todo}):
         group = [(k, it) for k, it in todo if str(it.dev) == dev]
-        timer = Progress(f"batch of {len(group)} clips", progress_enabled(progress))
+        pairs = [background_pairs(it.clip.num_frames, it.cfg.background.pair_stride)
+                 for _, it in group]
+        one = group[0][1] if len(group) == 1 else None  # a clip alone: its name and counts
+        timer = Progress(one.clip.name if one else f"batch of {len(group)} clips",
+                         progress_enabled(progress))
+        if one:
+            timer.note("features", f"{one.clip.num_frames} frames, {int(pairs[0].shape[0])} "
+                                   f"pairs")
         got = score_backgrounds(
-            [it.clip for _, it in group],
-            [background_pairs(it.clip.num_frames, it.cfg.background.pair_stride)
-             for _, it in group],
+            [it.clip for _, it in group], pairs,
             masks=[it.masks for _, it in group], poses=[it.poses for _, it in group],
             config=group[0][1].cfg, device=group[0][1].dev, timer=timer)
         for (k, it), r in zip(group, got):

@@ -119,3 +119,8 @@ def test_progress_lines_on_stderr_and_off_by_default(capsys):
     err = capsys.readouterr().err
     assert "geocon clip: read" in err and "features 4 frames, 3 pairs" in err
     assert "features done in" in err
+    from geocon_torch import score_clips
+
+    score_clips([frames], config=CFG, device="cpu", progress=True)  # the CLI's call, one clip
+    err = capsys.readouterr().err
+    assert "features 4 frames, 3 pairs" in err and "batch of 1 clips" not in err

@@ -40,7 +40,7 @@ from .._checks import retired_argument, retired_name
 from ..sections.epipolar import EpipolarConfigLike, epipolar_config, resolve_implementation
 from .functional._common import OK, VideosLike
 from .functional.epipolar import EPIPOLAR_FIELDS, _epipolar_compute, _epipolar_update
-from ._base import GeoConMetric
+from ._base import GeoConMetric, in_order_sum
 
 _COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error")
 #: the running-sum state of each value (:data:`EPIPOLAR_FIELDS` key -> state name)
@@ -100,7 +100,7 @@ class _EpipolarTrio(GeoConMetric):
         ok = got.status == OK
         for name, key in EPIPOLAR_FIELDS.items():
             state = SUM_STATES[name]
-            setattr(self, state, getattr(self, state) + got.values[key][ok].sum())
+            setattr(self, state, in_order_sum(getattr(self, state), got.values[key][ok]))
         self.num_ok += int(ok.sum())
         self.num_clips += got.status.numel()
         self._record_clips(got.status, got.first_reason())

@@ -11,7 +11,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from ..errors import InputError
 from ..measures.foreground import check_settings
 from .functional.foreground import _adadfrc_compute, _adadfrc_update
-from ._base import GeoConMetric
+from ._base import GeoConMetric, in_order_sum
 
 _PLOTTED = ("pooled_adadfrc_mean", "pooled_adadfrc_quantile")
 
@@ -81,7 +81,7 @@ class AdaDFRC(GeoConMetric):
     def update(self, flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None) -> None:
         vals, n_na, n_err = _adadfrc_update(flow, masks, reliability, grid=self.grid,
                                             score=self.score, min_pixels=self.min_pixels)
-        self.sum_d += vals.sum()
+        self.sum_d = in_order_sum(self.sum_d, vals)
         self.count += vals.numel()
         self.values.append(vals)
         reason = None

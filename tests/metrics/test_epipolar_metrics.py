@@ -175,3 +175,29 @@ def test_empty_batch_and_tiny_clip(batches, implementation):
                                                       return_status=True)
     assert torch.equal(vals[:1], alone) and bool(torch.isfinite(alone).all())
     assert torch.isnan(vals[1]) and status.tolist() == [0, 1]
+
+
+def test_a_batch_update_equals_clip_by_clip_updates_bit_for_bit(monkeypatch):
+    """The running sums add a batch's clips one after the other, as clip-by-clip updates do:
+    with these six values ``values.sum()`` rounds the last bit differently (a batch of real
+    clips showed it), so the states and compute() differed between the two."""
+    from geocon_torch.metrics.functional._common import ClipValues
+    from geocon_torch.metrics.functional.epipolar import EPIPOLAR_FIELDS
+
+    vals = torch.tensor([0.7486882683183439, 0.3417558526082366, 0.538225008554474,
+                         0.46636541886786753, 0.8634864607582904, 0.041059375136441645],
+                        dtype=torch.float64)
+    assert vals.sum() != sum(vals.tolist())  # the case: one-shot and in-order sums differ
+
+    def fake_update(videos, *a, **kw):
+        k = torch.as_tensor(videos)
+        got = {key: vals[k] for key in EPIPOLAR_FIELDS.values()}
+        return ClipValues(got, torch.zeros(len(k), dtype=torch.long), [""] * len(k)), []
+
+    monkeypatch.setattr(epi_metrics, "_epipolar_update", fake_update)
+    batch, alone = EpipolarInlierRate(), EpipolarInlierRate()
+    batch.update(list(range(6)))
+    for k in range(6):
+        alone.update([k])
+    assert batch.rate_sum.item() == alone.rate_sum.item() == sum(vals.tolist())
+    assert batch.compute().item() == alone.compute().item()
