@@ -291,4 +291,5 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
     return GateDecision(method, t_inf, _thresholds(cfg), decision, per_pair, evidence)
 
 
-__all__ = ["PoseLog", "compose_chains", "load_pose_log", "translation_inf", "gate_from_poses", "CODE"]
+__all__ = ["PoseLog", "compose_chains", "load_pose_log", "translation_inf", "gate_from_poses",
+           "CODE"]

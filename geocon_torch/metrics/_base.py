@@ -25,8 +25,9 @@ T = TypeVar("T")
 
 def in_order_sum(total: Tensor, values: Tensor) -> Tensor:
     """``total`` (0-d) plus the (N,) ``values`` added one after the other, as N updates of one
-    clip (or sample) each would add them (``values.sum()`` rounds otherwise: a batch's state then differed
-    from the clip-by-clip one in the last bit). One ``cumsum``: sequential on the CPU."""
+    clip (or sample) each would add them (``values.sum()`` rounds otherwise: a batch's state
+    then differed from the clip-by-clip one in the last bit). One ``cumsum``: sequential on the
+    CPU."""
     return torch.cat([total.reshape(1), values.to(total.dtype)]).cumsum(0)[-1]
 
 

@@ -19,9 +19,9 @@ import numpy as np
 
 from ..bench.ids import file_key
 from ..measures.calibration import STAT_LABEL
+from ..presets import PRESETS
 from . import plots
 from .evidence import PairEvidence, pair_evidence
-from ..presets import PRESETS
 from .text import (calibrated_checks, calibrated_verdict, calibration_off, compact, label,
                    pair_counts, score_line)
 

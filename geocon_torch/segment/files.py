@@ -45,9 +45,10 @@ LOSSY_SUFFIXES = {".jpg", ".jpeg", ".webp"}
 
 def _read_mask_image(path: Path) -> np.ndarray:
     """One mask image as an (H, W) integer array: a palette PNG (DAVIS, YouTube-VOS) as its
-    indices; a colour image as one value per colour (packed 0xRRGGBB, black 0; alpha ignored:
-    an opaque alpha channel would be the whole frame); a grey one as it is (8 / 16 bit); a lossy
-    one (JPEG, WebP) as 0 / 1 (> 127): compression scatters the values of a label map."""
+    indices; a colour image as one value per colour (R, G, B packed into one int64, 8 or 16 bit
+    each; black 0; alpha ignored: an opaque alpha channel would be the whole frame); a grey one
+    as it is (8 / 16 bit); a lossy one (JPEG, WebP) as 0 / 1 (> 127): compression scatters the
+    values of a label map."""
     import cv2
 
     if path.suffix.lower() in LOSSY_SUFFIXES:
@@ -64,7 +65,7 @@ def _read_mask_image(path: Path) -> np.ndarray:
     img = _decode(path, cv2.IMREAD_UNCHANGED)
     if img.ndim == 3:
         c = img[..., :3].astype(np.int64) if img.shape[-1] >= 3 else img[..., :1].astype(np.int64)
-        img = c[..., 0] if c.shape[-1] == 1 else (c[..., 2] << 16) | (c[..., 1] << 8) | c[..., 0]
+        img = c[..., 0] if c.shape[-1] == 1 else (c[..., 2] << 32) | (c[..., 1] << 16) | c[..., 0]
     return img
 
 
