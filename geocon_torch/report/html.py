@@ -128,6 +128,9 @@ def _chosen_rows(source: Union[str, Path, List[Dict[str, Any]]], config_hash: Op
     hash is ``config_hash`` or the most common one."""
     rows = list(source) if isinstance(source, list) else load_results(source)
     src_name = "rows" if isinstance(source, list) else mask_url(str(source))
+    if not rows:
+        raise InputError(f"{src_name} holds no results (0 rows): nothing to report; write some "
+                         f"with geocon score --json or geocon bench")
     hashes = Counter(r.get("config_hash") for r in rows)
     chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
     if config_hash is not None and config_hash not in hashes:
@@ -410,15 +413,16 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     """
     out = Path(out_dir)
     img = out / "img"
-    img.mkdir(parents=True, exist_ok=True)
     rows, src_name, hashes, chosen = _chosen_rows(source, config_hash)
     flat = [{**flatten_row(r), "_result": r.get("result") or {}} for r in rows]
+    picked = _pick_cards(flat, cards, card_clips)  # bad input fails before anything is written
+    img.mkdir(parents=True, exist_ok=True)
     page = _Page(flat=flat, out=out, img=img, n_boot=n_boot, seed=seed)
     sections = [_header_section(page, src_name, hashes, chosen), _leaderboard_section(page),
                 _prompt_category_section(page), _gate_section(page), _sensitivity_section(page),
                 _dynamics_section(page), _problems_section(page),
-                _cards_section(page, rows, _pick_cards(flat, cards, card_clips), draw=draw,
-                               device=device, progress=progress)]
+                _cards_section(page, rows, picked, draw=draw, device=device,
+                               progress=progress)]
     path = out / "index.html"
     path.write_text(_page_html(title, sections), encoding="utf-8")
     return path

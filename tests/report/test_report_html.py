@@ -200,3 +200,19 @@ def test_page_reads_well_pairs_labels_and_no_reprs(tmp_path: Path):
     assert "4 of 4 (pair, scale) entries valid (2 pairs x 2 scales)" in page
     assert "None" not in page and "{'" not in page and '{"' not in page
     assert "<td class='l'>unknown</td>" in page and "behaviour</th><td>unknown" in page
+
+
+def test_empty_source_and_unknown_card_clip_fail_before_writing(tmp_path: Path):
+    """An empty results file is an InputError (it wrote an empty report, exit 0), and an
+    unknown ``--clips`` id fails before the output folder is created."""
+    from geocon_torch.errors import InputError
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputError, match="holds no results"):
+        build_report(empty, tmp_path / "rep_empty")
+    assert not (tmp_path / "rep_empty").exists()
+    src = write_jsonl(tmp_path / "r.jsonl", [fake_result("a", prompt_category="C3")])
+    with pytest.raises(InputError, match="--clips: no clip 'nope'"):
+        build_report(src, tmp_path / "rep_bad", card_clips=["nope"], draw=False)
+    assert not (tmp_path / "rep_bad").exists()
