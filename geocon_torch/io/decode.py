@@ -150,8 +150,14 @@ class Decoded:
         duration taken as the median step between consecutive decoded frames, a step longer
         than 1.5 durations is a gap of round(step / duration) - 1 missing frames (a file whose
         frames were dropped announces and decodes fewer frames: only its timestamps show it).
-        (0, 0) for a variable-frame-rate stream or a codec whose durations vary by design."""
+        (0, 0) for a variable-frame-rate stream or a codec whose durations vary by design.
+        Decoding stopped early (a frame cap) from a decoder that returns frames out of
+        timestamp order (box.mp4: 0, 101, 67, 134, 34 ms, ...) leaves frames whose timestamps
+        lie between those returned in its reorder buffer: no gap can be told apart from them,
+        so none is counted then."""
         steps = timestamp_steps(self.pts)
+        if not self.complete and out_of_order(self.pts):
+            return 0, 0
         if steps.size < 2 or self.codec in VARIABLE_RATE_CODECS or variable_rate(steps):
             return 0, 0
         big = steps > _LONG_STEP
@@ -176,6 +182,11 @@ class Decoded:
             "timestamp_missing_frames": missing,
             "variable_frame_rate": self.variable_frame_rate,
         }
+
+
+def out_of_order(pts: List[int]) -> bool:
+    """Whether the decoder returned frames out of timestamp order."""
+    return bool(len(pts) > 1 and (np.diff(np.asarray(pts, dtype=np.float64)) < 0).any())
 
 
 def timestamp_steps(pts: List[int]) -> np.ndarray:

@@ -105,6 +105,20 @@ def test_timestamp_rule(pts, codec, vfr, gaps):
     assert decode.Decoded(pts=pts, codec=codec).timestamp_gaps == gaps
 
 
+def test_a_frame_cap_on_a_reordering_decoder_finds_no_false_gap(shared_data):
+    """box.mp4's decoder returns frames out of timestamp order (0, 101, 67, 134, 34 ms, ...);
+    stopped after 8 frames, the one still in its reorder buffer looked like a dropped frame
+    ("1 of 9 frames (11 %) lost": the clip became an error). A full decode sorts it out, and a
+    real gap in a complete, reordered decode still counts."""
+    clip = read_clip(shared_data / "real" / "box.mp4", long_side=128, max_frames=8)
+    assert clip.meta["timestamp_gaps"] == 0
+    shuffled = [0, 3, 2, 1, 4, 5, 9, 8, 7, 6, 10, 11]  # complete: every frame came out
+    assert decode.Decoded(pts=shuffled, codec="h264", complete=True).timestamp_gaps == (0, 0)
+    assert decode.Decoded(pts=shuffled[:5], codec="h264").timestamp_gaps == (0, 0)  # cut early
+    gappy = [0, 2, 1, 3, 4, 9, 10, 11, 12, 13, 14, 15]
+    assert decode.Decoded(pts=gappy, codec="h264", complete=True).timestamp_gaps == (1, 4)
+
+
 # ------------------------------------------------------------------ 2. animated WebP / APNG
 
 @pytest.fixture()
