@@ -10,7 +10,9 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
+from contextlib import contextmanager
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO,
+                    Tuple)
 
 import torch
 
@@ -292,11 +294,38 @@ def check_output_file(path: Optional[str], option: str) -> None:
                          f"{p if p.exists() else p.parent})")
 
 
+def json_line(result: Dict[str, Any]) -> str:
+    """One result as a JSON line (sorted keys, no NaN)."""
+    return json.dumps(result, sort_keys=True, allow_nan=False) + "\n"
+
+
 def write_jsonl(path: str, results: Iterable[Dict[str, Any]]) -> None:
     """JSON lines of results; path "-" = stdout."""
-    text = "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in results)
+    text = "".join(json_line(r) for r in results)
     if path == "-":
         sys.stdout.write(text)
     else:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text, encoding="utf-8")
+
+
+@contextmanager
+def jsonl_lines(path: Optional[str]) -> Iterator[Callable[[Dict[str, Any]], None]]:
+    """A function writing one result as a JSON line to ``path`` ("-": stdout; None: nowhere)
+    as soon as it is scored, flushed: an interrupted run keeps the clips scored so far."""
+    if not path:
+        yield lambda result: None
+        return
+    if path == "-":
+        stream, close = sys.stdout, False
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        stream, close = open(path, "w", encoding="utf-8"), True
+    try:
+        def write(result: Dict[str, Any]) -> None:
+            stream.write(json_line(result))
+            stream.flush()
+        yield write
+    finally:
+        if close:
+            stream.close()

@@ -9,7 +9,8 @@ Examples:
 A path that exists is taken literally (clip[1].mp4 is that file, not a glob). A folder is
 expanded to the videos it holds, animated WebP / APNG files included (or is one clip if it
 holds only images). --json OUT is checked before any clip is scored (exit 2 when it cannot be
-written).
+written) and gets each clip's line as soon as the clip is scored (an interrupted run keeps the
+clips scored so far).
 Clip ids are the file stems; where stems repeat they are the shortest path suffix that tells
 the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
 --masks / --poses take a file for one clip, or a folder with per clip (<id> as above: the
@@ -35,8 +36,7 @@ from tqdm.auto import tqdm
 from ..bench.ids import derive_clip_ids
 from ..pipeline import pinned_config, score_clips
 from ._common import (add_config_arguments, build_config, check_output_file, expand_inputs,
-                      per_clip_file, print_table, show_progress, summary_row,
-                      write_jsonl)
+                      jsonl_lines, per_clip_file, print_table, show_progress, summary_row)
 
 NAME = "score"
 HELP = "score clips (files, folders, globs): summary table, --json for JSON lines"
@@ -63,21 +63,20 @@ def run(args: argparse.Namespace) -> int:
     clips = expand_inputs(args.paths)
     ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
     results = []
-    for path, cid in tqdm(list(zip(clips, ids)), desc="geocon score", unit="clip",
-                          disable=not show_progress(args) or len(clips) < 2):
-        own = None if cid == path.stem else cid
-        res = score_clips([str(path)], masks=[per_clip_file(args.masks, path, len(clips), own)],
-                          poses=[per_clip_file(args.poses, path, len(clips), own, "poses")],
-                          config=cfg,
-                          device=args.device,  # stage lines for one clip, on a terminal
-                          progress=False if args.no_progress or len(clips) > 1 else None
-                          )[0].to_dict()
-        res["clip"] = cid
-        results.append(res)
+    with jsonl_lines(args.json) as keep:  # each clip's line as soon as it is scored
+        for path, cid in tqdm(list(zip(clips, ids)), desc="geocon score", unit="clip",
+                              disable=not show_progress(args) or len(clips) < 2):
+            own = None if cid == path.stem else cid
+            res = score_clips(
+                [str(path)], masks=[per_clip_file(args.masks, path, len(clips), own)],
+                poses=[per_clip_file(args.poses, path, len(clips), own, "poses")], config=cfg,
+                device=args.device,  # stage lines for one clip, on a terminal
+                progress=False if args.no_progress or len(clips) > 1 else None)[0].to_dict()
+            res["clip"] = cid
+            keep(res)
+            results.append(res)
     out = sys.stderr if args.json == "-" else sys.stdout
     print_table([summary_row(r) for r in results], out=out)
     if not args.json and any(r["status"] != "ok" for r in results):
         print("(every field of every clip: add --json OUT)", file=out)
-    if args.json:
-        write_jsonl(args.json, results)
     return 1 if any(r["status"] == "error" for r in results) else 0

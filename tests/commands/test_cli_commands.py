@@ -227,3 +227,29 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
     assert show_progress(argparse.Namespace(no_progress=False))
     assert not show_progress(argparse.Namespace(no_progress=True))
     assert show_progress(argparse.Namespace())  # commands without the flag
+
+
+def test_score_json_keeps_the_clips_scored_before_an_interruption(tmp_path: Path, monkeypatch):
+    """``--json OUT`` gets each clip's line when the clip is scored: a run stopped on the
+    second clip keeps the first one's result (everything used to be written at the end)."""
+    import geocon_torch.commands.score as score_cmd
+    from geocon_torch.io import write_video
+    from geocon_torch.synth import render_scene
+
+    frames = render_scene("C3", num_frames=4, size=(96, 128), seed=0).frames
+    paths = [write_video(tmp_path / f"c{k}.mp4", frames, 8.0) for k in range(2)]
+    real, calls = score_cmd.score_clips, []
+
+    def stop_on_second(videos, **kw):
+        calls.append(videos)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(videos, **kw)
+
+    monkeypatch.setattr(score_cmd, "score_clips", stop_on_second)
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        main(["score", *map(str, paths), "--json", str(out), "--long-side", "128",
+              "--preset", "background", "--device", "cpu", "--no-progress"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["clip"] for r in rows] == ["c0"] and rows[0]["status"] in ("ok", "not_applicable")
