@@ -97,6 +97,18 @@ def load_prompts(source: Union[None, str, Path, Prompts]) -> List[Dict[str, Any]
     return prompts
 
 
+def _collect(out: torch.Tensor, ids: List[int], frames: Any,
+             before: Optional[Dict[int, int]] = None) -> None:
+    """Write a SAM-2 propagation (``(frame, object ids, logits (K', 1, H, W))`` per frame) into
+    ``out`` (T, K, H, W) bool, one host copy per frame; with ``before`` only the frames before
+    each object's first prompt."""
+    for frame_idx, obj_ids, logits in frames:
+        masks = (logits[:, 0] > 0).cpu()
+        for j, oid in enumerate(obj_ids):
+            if before is None or frame_idx < before[int(oid)]:
+                out[frame_idx, ids.index(int(oid))] = masks[j]
+
+
 def _sam2_autocast(predictor: Any) -> Any:
     """bfloat16 autocast on the predictor's device (CUDA or CPU), as SAM-2 is meant to run: it
     stores its memory bank in bfloat16, and without autocast an object prompted after the
@@ -128,6 +140,7 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
             cv2.imwrite(str(Path(tmp) / f"{i}.jpg"), frame[..., ::-1],
                         [cv2.IMWRITE_JPEG_QUALITY, 95])
         state = pred.init_state(video_path=tmp)
+        first: Dict[int, int] = {}  # each object's first prompted frame
         for k, p in enumerate(prompts):
             kw: Dict[str, Any] = {}
             if "box" in p:
@@ -135,20 +148,12 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
             if "points" in p:
                 kw["points"] = np.asarray(p["points"], dtype=np.float32)
                 kw["labels"] = np.asarray(p.get("labels", [1] * len(p["points"])), np.int32)
-            pred.add_new_points_or_box(state, frame_idx=int(p.get("frame", 0)),
-                                       obj_id=int(p.get("id", k + 1)), **kw)
-        first: Dict[int, int] = {}  # each object's first prompted frame
-        for k, p in enumerate(prompts):
             oid, f = int(p.get("id", k + 1)), int(p.get("frame", 0))
+            pred.add_new_points_or_box(state, frame_idx=f, obj_id=oid, **kw)
             first[oid] = min(first.get(oid, f), f)
-        for frame_idx, obj_ids, logits in pred.propagate_in_video(state):  # from the earliest
-            for j, oid in enumerate(obj_ids):
-                out[frame_idx, ids.index(int(oid))] = (logits[j, 0] > 0).cpu()
+        _collect(out, ids, pred.propagate_in_video(state))  # forwards from the earliest prompt
         last = max(first.values())
         if last > 0:  # the frames before an object's first prompt: tracked backwards
-            for frame_idx, obj_ids, logits in pred.propagate_in_video(
-                    state, start_frame_idx=last, reverse=True):
-                for j, oid in enumerate(obj_ids):
-                    if frame_idx < first[int(oid)]:
-                        out[frame_idx, ids.index(int(oid))] = (logits[j, 0] > 0).cpu()
+            _collect(out, ids, pred.propagate_in_video(state, start_frame_idx=last, reverse=True),
+                     before=first)
     return out

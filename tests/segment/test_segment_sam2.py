@@ -20,6 +20,23 @@ def _sam2_or_skip():
         pytest.skip(f"sam2 not installed: {exc}")
 
 
+def _tiny_sam2_clip(tmp_path, num_frames: int):
+    """(a random (num_frames, 3, 64, 96) Clip, a SegmentConfig whose checkpoint is a seeded
+    random-init tiny SAM-2 saved to ``tmp_path``): the real loading code, no weights."""
+    build = _sam2_or_skip()
+    from geocon_torch.types import Clip
+
+    torch.manual_seed(0)
+    model = build(TINY, None, device="cpu", hydra_overrides_extra=["++model.image_size=256"])
+    ckpt = tmp_path / "tiny_random.pt"
+    torch.save({"model": model.state_dict()}, ckpt)
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 255, (num_frames, 3, 64, 96), dtype=torch.uint8, generator=g)
+    clip = Clip(frames, 24.0, torch.ones(64, 96, dtype=torch.bool), torch.arange(num_frames),
+                (64, 96))
+    return clip, SegmentConfig(sam2_checkpoint=str(ckpt), sam2_config=TINY, sam2_image_size=256)
+
+
 def test_prompt_validation(tmp_path):
     with pytest.raises(GeoConError, match="need prompts"):
         load_prompts(None)
@@ -44,18 +61,7 @@ def test_checkpoint_errors(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_random_init_tiny_model_plumbing(tmp_path):
-    build = _sam2_or_skip()
-    from geocon_torch.types import Clip
-
-    torch.manual_seed(0)
-    model = build(TINY, None, device="cpu", hydra_overrides_extra=["++model.image_size=256"])
-    ckpt = tmp_path / "tiny_random.pt"
-    torch.save({"model": model.state_dict()}, ckpt)
-    del model
-    g = torch.Generator().manual_seed(0)
-    frames = torch.randint(0, 255, (2, 3, 64, 96), dtype=torch.uint8, generator=g)
-    clip = Clip(frames, 24.0, torch.ones(64, 96, dtype=torch.bool), torch.arange(2), (64, 96))
-    cfg = SegmentConfig(sam2_checkpoint=str(ckpt), sam2_config=TINY, sam2_image_size=256)
+    clip, cfg = _tiny_sam2_clip(tmp_path, 2)
     masks = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
                                            {"id": 2, "frame": 0, "points": [[70, 30]]}])
     assert masks.shape == (2, 2, 64, 96) and masks.dtype == torch.bool
@@ -122,18 +128,7 @@ def test_objects_prompted_on_different_frames_run(tmp_path):
     """A random-init tiny SAM-2 through the real code: an object prompted at frame 2 beside one
     at frame 0 (without bfloat16 autocast SAM-2's bfloat16 memory bank met a float32 layer:
     "mat1 and mat2 must have the same dtype"), tracked backwards to frames 0-1."""
-    build = _sam2_or_skip()
-    from geocon_torch.types import Clip
-
-    torch.manual_seed(0)
-    model = build(TINY, None, device="cpu", hydra_overrides_extra=["++model.image_size=256"])
-    ckpt = tmp_path / "tiny_random.pt"
-    torch.save({"model": model.state_dict()}, ckpt)
-    del model
-    g = torch.Generator().manual_seed(0)
-    frames = torch.randint(0, 255, (3, 3, 64, 96), dtype=torch.uint8, generator=g)
-    clip = Clip(frames, 24.0, torch.ones(64, 96, dtype=torch.bool), torch.arange(3), (64, 96))
-    cfg = SegmentConfig(sam2_checkpoint=str(ckpt), sam2_config=TINY, sam2_image_size=256)
+    clip, cfg = _tiny_sam2_clip(tmp_path, 3)
     masks = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
                                            {"id": 2, "frame": 2, "points": [[70, 30]]}])
     assert masks.shape == (3, 2, 64, 96) and masks.dtype == torch.bool
