@@ -3,6 +3,8 @@ PostgreSQL fixtures of tests/pg_server.py (a throw-away server per session, a fr
 it, the same test on SQLite and PostgreSQL, a private server to stop and start)."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,18 @@ def _one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temporary_files_under_pytest(tmp_path_factory):
+    """Temporary folders that code under test leaves for its user (the notebook's audit card,
+    torchrun's ``torchelastic_*`` run folders, ``tempfile`` in subprocesses) go under pytest's
+    own base folder, which pytest prunes, instead of piling up in /tmp run after run."""
+    before, folder = os.environ.get("TMPDIR"), tmp_path_factory.mktemp("tmpdir")
+    os.environ["TMPDIR"], tempfile.tempdir = str(folder), None
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None

@@ -44,12 +44,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: the system temporary folder, read at import (before the suite points TMPDIR at pytest's own
+#: folder, which only root may enter): the server runs as the 'postgres' user under root
+SERVER_TMP = tempfile.gettempdir()
+
+
 class PgServer:
     """One throw-away server (module doc); ``url(db)`` names a database on it."""
 
     def __init__(self, bindir: Path):
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="geocon-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="geocon-pg-", dir=SERVER_TMP))
         self.data = self.root / "data"
         self.port = _free_port()
         self.as_user: List[str] = []
@@ -68,7 +73,7 @@ class PgServer:
         self._run("initdb", "-D", str(self.data), "-U", USER, "--pwfile", str(pwfile),
                   "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync")
         pwfile.unlink()
-        self.pgpass = Path(tempfile.mkdtemp(prefix="geocon-pgpass-")) / "pgpass"
+        self.pgpass = Path(tempfile.mkdtemp(prefix="geocon-pgpass-", dir=SERVER_TMP)) / "pgpass"
         self.pgpass.write_text(f"127.0.0.1:{self.port}:*:{USER}:{PASSWORD}\n")
         self.pgpass.chmod(0o600)
         self.start()

@@ -6,7 +6,10 @@ CPU, to stay in cache; the descriptors of a chunk are gathered only when it is p
 A keypoint of frame i keeps its nearest neighbour in frame j when ``d1 < ratio * d2`` (OpenCV
 convention, L2 distances, not squared); with ``mutual=True`` it must also be the nearest
 neighbour of that neighbour. Frames with fewer than two valid keypoints in j give no matches
-(the ratio is undefined).
+(the ratio is undefined). A keypoint whose descriptor is not finite (NaN / inf, or a squared norm
+that overflows the float32 / float64 distance dtype) is treated as padding, without a host read:
+it never matches and is never anyone's nearest or second-nearest neighbour (the other
+keypoints of the pair match as if it were masked out).
 """
 from __future__ import annotations
 
@@ -52,16 +55,22 @@ def _ratio_match_chunk(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2:
     Squared distances ``|a|^2 + |b|^2 - 2 a.b`` come from one batched matmul of augmented
     descriptors ``[-2a, |a|^2, 1] . [b, 1, |b|^2]`` (no elementwise pass over the distance
     matrix); padded keypoints get an infinite norm, so they are never a neighbour (frame j) and
-    never a back-neighbour (frame i) without a masking pass. The two nearest neighbours come
-    from a min, then a min with the best masked out (cheaper than ``topk(2)`` on the CPU).
+    never a back-neighbour (frame i) without a masking pass. Keypoints with a non-finite norm
+    (NaN / inf descriptor, or overflow) are padded the same way and their descriptor is zeroed,
+    so no NaN reaches a min. The two nearest neighbours come from a min, then a min with the
+    best masked out (cheaper than ``topk(2)`` on the CPU).
     """
     n1 = d1.shape[1]
     inf = float("inf")
     if d1.dtype in (torch.float16, torch.bfloat16) or not d1.is_floating_point():
         d1, d2 = d1.float(), d2.float()  # |d|^2 of byte-valued SIFT descriptors (~2.6e5)
         # overflows float16 and uint8 (which also cannot hold the inf padding): float32
-    sq1 = (d1 * d1).sum(-1, keepdim=True).masked_fill(~m1[..., None], inf)
-    sq2 = (d2 * d2).sum(-1, keepdim=True).masked_fill(~m2[..., None], inf)
+    sq1, sq2 = (d1 * d1).sum(-1, keepdim=True), (d2 * d2).sum(-1, keepdim=True)
+    # (p, N, 1) padded or not finite (NaN < inf is False): inf norm, zero descriptor (no NaN in
+    # the matmul); one comparison, no host read
+    drop1, drop2 = ~((sq1 < inf) & m1[..., None]), ~((sq2 < inf) & m2[..., None])
+    d1, d2 = d1.masked_fill(drop1, 0.0), d2.masked_fill(drop2, 0.0)
+    sq1, sq2 = sq1.masked_fill(drop1, inf), sq2.masked_fill(drop2, inf)
     a = torch.cat([d1 * -2.0, sq1, torch.ones_like(sq1)], -1)
     b = torch.cat([d2, torch.ones_like(sq2), sq2], -1)
     sq = torch.bmm(a, b.transpose(1, 2))  # (p, N1, N2) squared distances (may dip below 0)
@@ -71,7 +80,7 @@ def _ratio_match_chunk(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2:
     second_sq = sq.amin(dim=-1)
     del sq
     first, second = first_sq.clamp_min(0.0).sqrt(), second_sq.clamp_min(0.0).sqrt()
-    ok = m1 & torch.isfinite(second)
+    ok = m1 & (second < inf)  # second >= 0 or NaN: isfinite in one op
     r = torch.where(ok, first / second.clamp_min(torch.finfo(d1.dtype).tiny),
                     torch.ones_like(first))
     # exact duplicates of the best (second == first == 0) give ratio 1: rejected
@@ -95,19 +104,44 @@ def ratio_match(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.
     """Batched 2-NN ratio matching of padded descriptor sets.
 
     Args:
-        d1: (P, N1, D) descriptors of the first frame of each pair; m1: (P, N1) bool.
-        d2: (P, N2, D); m2: (P, N2) bool.
+        d1: (P, N1, D) descriptors of the first frame of each pair (any real dtype, e.g. float
+            or uint8 SIFT); m1: (P, N1) bool validity.
+        d2: (P, N2, D) of the same dtype; m2: (P, N2) bool.
         ratio: Lowe ratio; a match needs d_best < ratio * d_second.
         mutual: also require that the match is the nearest neighbour in the other direction.
         chunk: pairs per distance batch (None: sized by ``CHUNK_DISTANCES``).
     Returns:
         (nn12 (P, N1) long index into frame j (0 where unmatched), ratios (P, N1) in [0, 1)
-        (1 where unmatched), matched (P, N1) bool).
+        (1 where unmatched; the dtype of float descriptors, float32 for integer ones),
+        matched (P, N1) bool). A keypoint with a non-finite descriptor is handled as padding
+        (module docstring).
+    Raises:
+        ShapeError: a descriptor set is not (P, N, D) real, d1 / d2 differ in P, D or dtype,
+            or a mask is not a (P, N) bool tensor of its set.
     """
+    _check_sets(d1, m1, d2, m2)
     p, n1 = d1.shape[:2]
     n2 = d2.shape[1]
     return _match_chunks(p, n1, n2, lambda sl: (d1[sl], m1[sl], d2[sl], m2[sl]), d1.device,
                          d1.dtype, ratio, mutual, chunk)
+
+
+def _check_sets(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.Tensor
+                ) -> None:
+    """ShapeError unless d1 (P, N1, D), d2 (P, N2, D) are real tensors of one dtype and m1 / m2
+    (P, N1) / (P, N2) bool (metadata only: no host read)."""
+    for name, d in (("d1", d1), ("d2", d2)):
+        if not isinstance(d, torch.Tensor) or d.ndim != 3 or d.is_complex():
+            got = f"{tuple(d.shape)} {d.dtype}" if isinstance(d, torch.Tensor) else type(d).__name__
+            raise ShapeError(f"{name} must be a (P, N, D) real tensor, got {got}")
+    if d2.shape[0] != d1.shape[0] or d2.shape[2] != d1.shape[2] or d2.dtype != d1.dtype:
+        raise ShapeError(f"d2 must be a ({d1.shape[0]}, N2, {d1.shape[2]}) {d1.dtype} tensor "
+                         f"like d1, got {tuple(d2.shape)} {d2.dtype}")
+    for name, m, d in (("m1", m1, d1), ("m2", m2, d2)):
+        if not isinstance(m, torch.Tensor) or tuple(m.shape) != tuple(d.shape[:2]) \
+                or m.dtype != torch.bool:
+            got = f"{tuple(m.shape)} {m.dtype}" if isinstance(m, torch.Tensor) else type(m).__name__
+            raise ShapeError(f"{name} must be a {tuple(d.shape[:2])} torch.bool tensor, got {got}")
 
 
 def _match_chunks(p: int, n1: int, n2: int, take, dev: torch.device, dtype: torch.dtype,
@@ -116,7 +150,9 @@ def _match_chunks(p: int, n1: int, n2: int, take, dev: torch.device, dtype: torc
     """Run :func:`_ratio_match_chunk` over chunks of pairs; ``take(slice)`` returns that
     chunk's (d1, m1, d2, m2), so only one chunk of gathered descriptors exists at a time."""
     nn12 = torch.zeros(p, n1, dtype=torch.long, device=dev)
-    ratios = torch.ones(p, n1, dtype=dtype, device=dev)
+    # integer (e.g. uint8 SIFT) descriptors: the chunks compute float32 ratios, keep them so
+    ratios = torch.ones(p, n1, dtype=dtype if dtype.is_floating_point else torch.float32,
+                        device=dev)
     matched = torch.zeros(p, n1, dtype=torch.bool, device=dev)
     if p == 0 or n1 == 0 or n2 < 2:
         return nn12, ratios, matched
@@ -155,8 +191,10 @@ def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.7
         chunk: pairs per distance batch (None: sized by ``CHUNK_DISTANCES``).
     Returns:
         Correspondences with x1, x2 (P, M, 2) pixels, mask (P, M), scores = 1 - ratio (higher is
-        better, PROSAC ordering), ``num_kp1`` / ``num_kp2`` the valid keypoints of frames i / j.
-        Matches keep the order of the keypoints in frame i.
+        better, PROSAC ordering; the descriptors' dtype, float32 for integer descriptors),
+        ``num_kp1`` / ``num_kp2`` the valid keypoints of frames i / j. Matches keep the order
+        of the keypoints in frame i. A keypoint with a non-finite descriptor never matches and
+        is never a neighbour (module docstring).
     """
     pairs = check_pairs(pairs, int(kps.xy.shape[0])).to(kps.xy.device)
     i, j = pairs[:, 0], pairs[:, 1]

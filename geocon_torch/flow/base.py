@@ -33,10 +33,19 @@ class FlowEstimator:
 
         Args:
             img1, img2: (P, 3, H, W) (or (P, 1, H, W)) float in [0, 1], same shape, or uint8
-                (divided by 255).
+                (divided by 255); H, W >= 1 (P may be 0). The pixel values are not checked (a
+                value check would cost a host sync): a NaN / inf pixel gives non-finite flow
+                for its pair (in :class:`~geocon_torch.flow.lk_dense.DenseLKFlow` the
+                pyramid and the window spread it over the whole pair); the clip path
+                (:func:`geocon_torch.io.clip_from_tensor`) rejects such frames with
+                ClipTensorError.
         Returns:
             (P, 2, H, W) flow in pixels, on the device of the inputs (or the estimator's
-            ``device`` when one was given), dtype of the inputs (float32 for uint8 inputs).
+            ``device`` when one was given): float32 / float64 for float32 / float64 inputs,
+            float32 for uint8, float16 and bfloat16 inputs.
+        Raises:
+            ShapeError: not a 4-D tensor with C in {1, 3}, H or W 0, another dtype, or
+                ``img1`` and ``img2`` of different shapes.
         """
         img1 = _as_float_images(img1, "img1")
         img2 = _as_float_images(img2, "img2")
@@ -57,11 +66,22 @@ class FlowEstimator:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def _as_float_images(x: torch.Tensor, name: str) -> torch.Tensor:
+def _check_images(x: torch.Tensor, name: str) -> None:
+    """Raise ShapeError unless ``x`` is a (P, 3, H, W) or (P, 1, H, W) tensor (metadata only)."""
     if not isinstance(x, torch.Tensor):
         raise ShapeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.ndim != 4 or x.shape[1] not in (1, 3):
         raise ShapeError(f"{name} must have shape (P, 3, H, W) or (P, 1, H, W), got "
+                         f"{tuple(x.shape)}")
+
+
+def _as_float_images(x: torch.Tensor, name: str) -> torch.Tensor:
+    """(P, 3|1, H, W) uint8 / float images -> float32 / float64 in [0, 1] (uint8 divided by
+    255, float16 / bfloat16 up-cast to float32); ShapeError for another shape or dtype, or
+    for empty frames (H or W 0). Metadata checks only (no host sync)."""
+    _check_images(x, name)
+    if x.shape[2] == 0 or x.shape[3] == 0:
+        raise ShapeError(f"{name} must have H, W >= 1 (non-empty frames), got "
                          f"{tuple(x.shape)}")
     if x.dtype == torch.uint8:
         return x.float() / 255.0
@@ -71,7 +91,16 @@ def _as_float_images(x: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def to_gray(img: torch.Tensor) -> torch.Tensor:
-    """(P, 3|1, H, W) -> (P, 1, H, W) luminance (ITU-R BT.601, as :meth:`Clip.gray`)."""
+    """(P, 3|1, H, W) float in [0, 1] -> (P, 1, H, W) luminance (ITU-R BT.601, as
+    :meth:`Clip.gray`), same dtype (any float dtype); a (P, 1, H, W) input is returned as is.
+
+    Raises:
+        ShapeError: not a 4-D tensor with C in {1, 3}, or not a floating-point dtype (uint8
+            frames go through ``FlowEstimator.__call__`` / :meth:`Clip.gray` first).
+    """
+    _check_images(img, "img")
+    if not img.is_floating_point():
+        raise ShapeError(f"img must be a float tensor in [0, 1], got {img.dtype}")
     if img.shape[1] == 1:
         return img
     w = torch.tensor([0.299, 0.587, 0.114], dtype=img.dtype, device=img.device)

@@ -12,14 +12,23 @@ def forward_backward_error(flow_fw: torch.Tensor, flow_bw: torch.Tensor
     """Round-trip error ``|f_fw(x) + f_bw(x + f_fw(x))|`` in px.
 
     Args:
-        flow_fw: (P, 2, H, W) flow from frame t to t+1 (px). flow_bw: (P, 2, H, W) from t+1 to t.
+        flow_fw: (P, 2, H, W) float flow from frame t to t+1 (px). flow_bw: (P, 2, H, W) float
+            from t+1 to t (cast to ``flow_fw``'s dtype). H, W >= 1; P may be 0.
     Returns:
-        (error (P, H, W) px, inside (P, H, W) bool: ``x + f_fw(x)`` lies inside frame t+1).
+        (error (P, H, W) px in ``flow_fw``'s dtype, inside (P, H, W) bool: ``x + f_fw(x)`` lies
+        inside frame t+1).
+    Raises:
+        ShapeError: a flow that is not a (P, 2, H, W) float tensor, has H or W 0, or differs
+            in shape from the other (metadata checks only: no host sync).
     """
     for name, f in (("flow_fw", flow_fw), ("flow_bw", flow_bw)):
         if not isinstance(f, torch.Tensor) or f.ndim != 4 or f.shape[1] != 2:
             got = tuple(f.shape) if isinstance(f, torch.Tensor) else type(f).__name__
             raise ShapeError(f"{name} must have shape (P, 2, H, W), got {got}")
+        if not f.is_floating_point():
+            raise ShapeError(f"{name} must be a float tensor, got {f.dtype}")
+        if f.shape[2] == 0 or f.shape[3] == 0:
+            raise ShapeError(f"{name} must have H, W >= 1, got {tuple(f.shape)}")
     if flow_fw.shape != flow_bw.shape:
         raise ShapeError(f"flow_fw and flow_bw must match, got {tuple(flow_fw.shape)} and "
                          f"{tuple(flow_bw.shape)}")
@@ -38,7 +47,8 @@ def forward_backward_reliability(flow_fw: torch.Tensor, flow_bw: torch.Tensor,
     flow leaves the frame.
 
     Args:
-        flow_fw: (P, 2, H, W) px, t -> t+1. flow_bw: (P, 2, H, W) px, t+1 -> t.
+        flow_fw: (P, 2, H, W) float px, t -> t+1. flow_bw: (P, 2, H, W) float px, t+1 -> t.
+            H, W >= 1 (ShapeError otherwise, as :func:`forward_backward_error`).
         threshold_px: tolerance in px (> 0).
     Returns:
         (P, H, W) float weights in [0, 1] (dtype of ``flow_fw``).

@@ -6,12 +6,12 @@ Algorithm (batched over all P pairs, any device, float32 / float64):
    down to a short side of about ``min_level_size`` px (``levels`` caps the count);
 2. from the coarsest level to the finest: upsample the flow (x2 values), then ``iterations``
    Gauss-Newton steps (``fine_iterations`` at the finest level): warp ``img2`` by the current
-   flow (bilinear ``grid_sample``), linearise brightness constancy with the mean gradient of ``img1`` and the warped ``img2``, accumulate
-   the 2x2 structure tensor and mismatch vector under a Gaussian window (``window_sigma`` px),
-   solve each pixel's Tikhonov-regularised 2x2 system in closed form (``regularization`` is added
-   to the diagonal, so textureless pixels keep the coarse flow), clamp the step to 1 px, and
-   median-filter the flow (``median`` x ``median``) to remove outliers; a wider median
-   (``level_median``) closes each level;
+   flow (bilinear ``grid_sample``), linearise brightness constancy with the mean gradient of
+   ``img1`` and the warped ``img2``, accumulate the 2x2 structure tensor and mismatch vector
+   under a Gaussian window (``window_sigma`` px), solve each pixel's Tikhonov-regularised 2x2
+   system in closed form (``regularization`` is added to the diagonal, so textureless pixels
+   keep the coarse flow), clamp the step to 1 px, and median-filter the flow (``median`` x
+   ``median``) to remove outliers; a wider median (``level_median``) closes each level;
 3. pixels whose warped sample falls outside ``img2`` get no data term (they inherit the
    neighbourhood's flow through the window and the median).
 
@@ -140,6 +140,12 @@ def _resize(x: torch.Tensor, size: tuple) -> torch.Tensor:
 
 class DenseLKFlow(FlowEstimator):
     """Coarse-to-fine dense Lucas-Kanade (``name = "torch-lk"``); see the module docstring.
+
+    Called as ``est(img1, img2)`` (:meth:`FlowEstimator.__call__`): (P, 3|1, H, W) uint8 or
+    float in [0, 1], H, W >= 1 (ShapeError otherwise) -> (P, 2, H, W) px, float64 for float64
+    frames and float32 for the others. Pixel values are not checked (no host sync): one NaN /
+    inf pixel makes the flow of its whole pair non-finite (blur, pyramid and window spread
+    it), the other pairs of the batch are unaffected.
 
     Args:
         levels: maximum pyramid levels (the pyramid also stops at ``min_level_size``).

@@ -13,6 +13,12 @@ import torch
 
 from .._checks import check_points, check_same_shape
 from ..errors import ShapeError
+from .normalization import _finite_entries
+
+
+def _keep(ok: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``t`` where ``ok`` (broadcast), 0 elsewhere."""
+    return torch.where(ok, t, torch.zeros_like(t))
 
 
 def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weights: torch.Tensor,
@@ -28,14 +34,19 @@ def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weight
     Padded entries are given weight 0.
 
     Args:
-        positions: (P, M, 2) positions ``p`` (x, y) in pixels (e.g. grid-cell centroids).
-        motions: (P, M, 2) observed motion vectors ``v`` in pixels.
-        weights: (P, M) non-negative weights (e.g. object pixels per cell); 0 = ignored.
+        positions: (P, M, 2) float32 / float64 positions ``p`` (x, y) in pixels (e.g. grid-cell
+            centroids).
+        motions: (P, M, 2) float32 / float64 observed motion vectors ``v`` in pixels; mixed with
+            ``positions``, both are promoted (float64).
+        weights: (P, M) non-negative weights (e.g. object pixels per cell); 0 = ignored (the
+            entry may hold anything, NaN too), a negative weight counts as 0. An entry whose
+            weight, position or motion is NaN / inf is ignored as well (weight 0; masked
+            elementwise, no host sync).
         eps: relative conditioning floor: an item is invalid when the weighted position
             covariance has ``det <= eps * trace^2`` (collinear or fewer than 3 distinct points).
 
     Returns:
-        A: (P, 2, 2), b: (P, 2), wmse: (P,) in px^2, valid: (P,) bool.
+        A: (P, 2, 2), b: (P, 2), wmse: (P,) in px^2 (the promoted dtype), valid: (P,) bool.
         Invalid items (total weight 0, or degenerate positions) get ``A = 0``, ``b`` = weighted
         mean motion (0 when the weight is 0) and the matching finite WMSE; they never produce NaN.
         Differentiable w.r.t. all inputs (gradcheck in float64).
@@ -46,15 +57,23 @@ def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weight
     if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != tuple(positions.shape[:2]):
         got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
         raise ShapeError(f"weights must have shape {tuple(positions.shape[:2])}, got {got}")
-    dtype = positions.dtype
+    dtype = torch.promote_types(positions.dtype, motions.dtype)
+    positions, motions = positions.to(dtype), motions.to(dtype)
     w = weights.to(dtype).clamp_min(0)
+    # an entry with a NaN / inf weight, position or motion is ignored: weight 0 and, since
+    # 0 * NaN is NaN, its values zeroed. One torch.where per use, each just before it: the
+    # inputs' gradients then accumulate in the same order as without the masks (bit for bit)
+    # while a NaN never meets a product, so gradients stay NaN-free too
+    ok = _finite_entries(w, positions, motions)
+    w = torch.where(ok, w, torch.zeros_like(w))
+    ok = ok.unsqueeze(-1)
     wsum = w.sum(-1)  # (P,)
     has_weight = wsum > 0
     wn = w / torch.where(has_weight, wsum, torch.ones_like(wsum)).unsqueeze(-1)  # (P, M)
-    p_mean = (wn.unsqueeze(-1) * positions).sum(-2)  # (P, 2)
-    v_mean = (wn.unsqueeze(-1) * motions).sum(-2)
-    pc = positions - p_mean.unsqueeze(-2)
-    vc = motions - v_mean.unsqueeze(-2)
+    p_mean = (wn.unsqueeze(-1) * _keep(ok, positions)).sum(-2)  # (P, 2)
+    v_mean = (wn.unsqueeze(-1) * _keep(ok, motions)).sum(-2)
+    pc = _keep(ok, positions) - p_mean.unsqueeze(-2)
+    vc = _keep(ok, motions) - v_mean.unsqueeze(-2)
     cov = torch.einsum("pm,pmi,pmj->pij", wn, pc, pc)  # (P, 2, 2)
     cross = torch.einsum("pm,pmi,pmj->pij", wn, pc, vc)  # sum w pc vc^T  (P, 2, 2)
     det = cov[:, 0, 0] * cov[:, 1, 1] - cov[:, 0, 1] * cov[:, 1, 0]
@@ -70,6 +89,6 @@ def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weight
     a_t = inv @ cross  # A^T = cov^-1 sum w pc vc^T
     A = torch.where(valid.view(-1, 1, 1), a_t.transpose(-1, -2), torch.zeros_like(a_t))
     b = v_mean - (A @ p_mean.unsqueeze(-1)).squeeze(-1)
-    resid = (positions @ A.transpose(-1, -2) + b.unsqueeze(-2)) - motions
+    resid = (_keep(ok, positions) @ A.transpose(-1, -2) + b.unsqueeze(-2)) - _keep(ok, motions)
     wmse = (wn * resid.pow(2).sum(-1)).sum(-1)
     return A, b, wmse, valid

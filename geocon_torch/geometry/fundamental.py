@@ -155,11 +155,17 @@ def fundamental_8pt(x1: torch.Tensor, x2: torch.Tensor,
 
     Args:
         x1, x2: (P, N, 2) pixel points, N >= 8.
-        weights: (P, N) non-negative weights (0 = ignored); all ones when None.
+        weights: (P, N) tensor of non-negative weights (0 = ignored, e.g. padding; a negative
+            weight counts as 0); all ones when None. An entry whose weight or point (in x1
+            or x2) is NaN / inf is ignored too (weight 0; masked without a host sync).
 
     Returns:
         F: (P, 3, 3), rank 2, unit Frobenius norm. Pairs with fewer than 8 weighted points give
         an arbitrary finite matrix.
+
+    Raises:
+        ShapeError: x1 / x2 not (P, N, 2) float32 / float64 of one shape, weights not (P, N).
+        ArgumentTypeError: weights neither a tensor nor None.
     """
     w = _pair_weights(x1, x2, weights)
     x1n, x2n, T1, T2 = _normalize_pair(x1, x2, w)
@@ -179,7 +185,7 @@ def fundamental_7pt(x1: torch.Tensor, x2: torch.Tensor) -> Tuple[torch.Tensor, t
         F: (P, 3, 3, 3): F[:, k] is the k-th solution (unit Frobenius norm, zeros where invalid).
         valid: (P, 3) bool, which solutions are real (1 or 3 per non-degenerate pair).
     """
-    w = _pair_weights(x1, x2, None)
+    w = _pair_weights(x1, x2, None, drop_nonfinite=False)  # a NaN point: no valid root
     if x1.shape[1] != 7:
         raise ShapeError(f"fundamental_7pt needs exactly 7 points, got x1 {tuple(x1.shape)}")
     x1n, x2n, T1, T2 = _normalize_pair(x1, x2, w)

@@ -166,12 +166,18 @@ def homography_dlt(x1: torch.Tensor, x2: torch.Tensor,
 
     Args:
         x1, x2: (P, N, 2) pixel points, N >= 4.
-        weights: (P, N) non-negative weights (0 = ignored, e.g. padding); all ones when None.
+        weights: (P, N) tensor of non-negative weights (0 = ignored, e.g. padding; a negative
+            weight counts as 0); all ones when None. An entry whose weight or point (in x1
+            or x2) is NaN / inf is ignored too (weight 0; masked without a host sync).
 
     Returns:
         H: (P, 3, 3) with ``H[2, 2] = 1`` (unit Frobenius norm if H[2, 2] ~ 0). Pairs with fewer
         than 4 weighted points or degenerate points give an arbitrary finite matrix; the robust
         estimators flag them.
+
+    Raises:
+        ShapeError: x1 / x2 not (P, N, 2) float32 / float64 of one shape, weights not (P, N).
+        ArgumentTypeError: weights neither a tensor nor None.
     """
     w = _pair_weights(x1, x2, weights)
     x1n, c1, s1 = _normalize_points(_drop_unweighted(x1, w), w)

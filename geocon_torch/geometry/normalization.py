@@ -7,7 +7,8 @@ from typing import Optional, Tuple
 import torch
 
 from .._checks import check_mask, check_points, check_same_shape
-from ..errors import ShapeError
+from .._tensor_utils import finite
+from ..errors import ArgumentTypeError, ShapeError
 from ._reduce import padded_sum
 
 
@@ -15,6 +16,15 @@ def _drop_unweighted(points: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     """``points`` (..., N, 2) with the entries of weight 0 set to 0: an ignored entry may hold
     anything (NaN too) and still never reaches a weighted sum (0 * NaN is NaN)."""
     return torch.where(weights.unsqueeze(-1) > 0, points, torch.zeros_like(points))
+
+
+def _finite_entries(weights: torch.Tensor, *points: torch.Tensor) -> torch.Tensor:
+    """(..., N) bool: the entries whose weight (..., N) and every coordinate of each of
+    ``points`` (..., N, 2) are finite (neither NaN nor inf); elementwise, no grad, no sync."""
+    ok = finite(weights.detach())
+    for x in points:
+        ok = ok & finite(x.detach()).all(-1)
+    return ok
 
 
 def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
@@ -36,19 +46,28 @@ def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
     return c, s, scale_ok
 
 
-def _pair_weights(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Tensor]
-                  ) -> torch.Tensor:
+def _pair_weights(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Tensor],
+                  drop_nonfinite: bool = True) -> torch.Tensor:
     """Check two (P, N, 2) point sets and their (P, N) weights (all ones when None); returns
-    the non-negative weights in the points' dtype."""
+    the weights in the points' dtype, negative ones set to 0 and, with ``drop_nonfinite``, 0
+    wherever the weight or a coordinate of x1 / x2 is NaN / inf (such an entry is ignored like
+    padding; elementwise, no host sync). ArgumentTypeError for non-tensor weights."""
     check_points(x1, "x1")
     check_points(x2, "x2")
     check_same_shape([x1, x2], ["x1", "x2"])
+    lead = tuple(x1.shape[:2])
     if weights is None:
-        return torch.ones(x1.shape[:2], dtype=x1.dtype, device=x1.device)
-    if tuple(weights.shape) != tuple(x1.shape[:2]):
-        raise ShapeError(f"weights must have shape {tuple(x1.shape[:2])}, got "
-                         f"{tuple(weights.shape)}")
-    return weights.to(x1.dtype).clamp_min(0)
+        w = torch.ones(lead, dtype=x1.dtype, device=x1.device)
+    elif not isinstance(weights, torch.Tensor):
+        raise ArgumentTypeError(f"weights must be a torch.Tensor of shape {lead} or None, got "
+                                f"{type(weights).__name__}")
+    elif tuple(weights.shape) != lead:
+        raise ShapeError(f"weights must have shape {lead}, got {tuple(weights.shape)}")
+    else:
+        w = weights.to(x1.dtype).clamp_min(0)
+    if not drop_nonfinite:
+        return w
+    return torch.where(_finite_entries(w, x1, x2), w, torch.zeros_like(w))
 
 
 def _normalize_points(points: torch.Tensor, weights: torch.Tensor

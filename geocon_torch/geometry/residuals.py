@@ -21,13 +21,18 @@ from ..errors import ShapeError
 from .normalization import _normalize_points, _similarity_inverse
 
 
-def _check(model: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, name: str) -> None:
+def _check_model_points(model: torch.Tensor, x: torch.Tensor, name: str, x_name: str) -> None:
+    """ShapeError unless ``model`` is (P, 3, 3) float and ``x`` (P, N, 2) float, same P."""
     check_matrices(model, name)
-    check_points(x1, "x1")
+    check_points(x, x_name)
+    if model.shape[0] != x.shape[0]:
+        raise ShapeError(f"{name} has {model.shape[0]} pairs but {x_name} has {x.shape[0]}")
+
+
+def _check(model: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, name: str) -> None:
+    _check_model_points(model, x1, name, "x1")
     check_points(x2, "x2")
     check_same_shape([x1, x2], ["x1", "x2"])
-    if model.shape[0] != x1.shape[0]:
-        raise ShapeError(f"{name} has {model.shape[0]} pairs but x1 has {x1.shape[0]}")
 
 
 def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
@@ -66,7 +71,9 @@ def _transfer_sq(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.T
 
 def transfer_points(H: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``pi(H x)``: points x (P, N, 2) px mapped by homographies H (P, 3, 3) -> (P, N, 2) px
-    (points sent to infinity get a huge but finite position)."""
+    (points sent to infinity get a huge but finite position). Both float32 / float64 (mixed:
+    the promoted dtype); ShapeError for other shapes / dtypes or a different P."""
+    _check_model_points(H, x, "H", "x")
     u, v, w = _map(H, x)
     w = _safe_den(w)
     return torch.stack([u / w, v / w], -1)
@@ -195,9 +202,11 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
         mask: (P, N) bool points that define the normalisation (all when None).
 
     Returns:
-        (P, N) unitless Sampson distances.
+        (P, N) unitless Sampson distances, in the promoted dtype of F, x1 and x2.
     """
     _check(F, x1, x2, "F")
+    dt = torch.promote_types(torch.promote_types(F.dtype, x1.dtype), x2.dtype)
+    x1, x2 = x1.to(dt), x2.to(dt)  # mixed dtypes: the promoted one, as the other residuals
     m = check_mask(mask, x1).to(x1.dtype)
     x1n, c1, s1 = _normalize_points(x1, m)
     x2n, c2, s2 = _normalize_points(x2, m)

@@ -11,10 +11,13 @@ from typing import Optional
 
 import torch
 
-from .._checks import check_points
+from .._checks import check_points, check_same_shape
 from .._morphology import dilate_mask
 from .._tensor_utils import mask_at_pixels
-from ..errors import ShapeError
+from ..errors import InputError, ShapeError
+
+#: dtypes accepted for frame indices (``frames`` / ``pairs``)
+_INDEX_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def dilate(masks: torch.Tensor, radius: int) -> torch.Tensor:
@@ -79,13 +82,65 @@ def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, m
     return keep.all(1)
 
 
-def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-    """Look up (T, H, W) bool ``mask`` at (P, N, 2) pixel ``points`` of frames (P,) -> (P, N)."""
-    check_points(points, "points")
+def _check_mask(mask: torch.Tensor, name: str) -> int:
+    """Raise ShapeError unless ``mask`` is a (T, H, W) bool tensor; return T."""
+    if not isinstance(mask, torch.Tensor) or mask.ndim != 3 or mask.dtype != torch.bool:
+        got = (f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, torch.Tensor)
+               else type(mask).__name__)
+        raise ShapeError(f"{name} must be a (T, H, W) bool tensor, got {got}")
+    return int(mask.shape[0])
+
+
+def _check_frame_indices(index: torch.Tensor, shape: tuple, t: int, name: str) -> None:
+    """Raise ShapeError unless ``index`` is an integer tensor of ``shape``, and InputError unless
+    its values lie in [0, t): a value check, so one host sync (public wrappers only; the
+    pipeline's :func:`background_keep_chunked` does not call it)."""
+    if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape \
+            or index.dtype not in _INDEX_DTYPES:
+        got = (f"{tuple(index.shape)} {index.dtype}" if isinstance(index, torch.Tensor)
+               else type(index).__name__)
+        raise ShapeError(f"{name} must be a {shape} integer tensor, got {got}")
+    if index.numel() and bool(((index < 0) | (index >= t)).any()):  # the one host sync
+        raise InputError(f"{name} must be in [0, {t}) (the mask's T), got values in "
+                         f"[{int(index.min())}, {int(index.max())}]")
+
+
+def _lookup(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """Unchecked kernel of :func:`sample_mask`: (T, H, W) bool, (P, N, 2) px, (P,) -> (P, N)."""
     return mask_at_pixels(mask, points, frames.view(-1, 1))
+
+
+def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """Look up (T, H, W) bool ``mask`` at (P, N, 2) float pixel ``points`` (x, y) of integer
+    ``frames`` (P,) in [0, T) -> (P, N) bool (nearest pixel; False outside the frame).
+
+    Raises:
+        ShapeError: ``mask`` not (T, H, W) bool, ``points`` not (P, N, 2) float, ``frames`` not
+            a (P,) integer tensor.
+        InputError: a frame outside [0, T) (checked with one host sync: the scoring pipeline
+            uses :func:`background_keep_chunked`, which does not check values).
+    """
+    t = _check_mask(mask, "mask")
+    check_points(points, "points")
+    _check_frame_indices(frames, (int(points.shape[0]),), t, "frames")
+    return _lookup(mask, points, frames)
 
 
 def background_keep(bg: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
                     pairs: torch.Tensor) -> torch.Tensor:
-    """(P, N) bool: match is in the background of both frames (``B_i(x1) & B_j(x2)``)."""
-    return sample_mask(bg, x1, pairs[:, 0]) & sample_mask(bg, x2, pairs[:, 1])
+    """(P, N) bool: match is in the background of both frames (``B_i(x1) & B_j(x2)``).
+
+    Args:
+        bg: (T, H, W) bool background masks (:func:`background_mask`); x1, x2: (P, N, 2) float
+            px of the pairs' first / second frame; pairs: (P, 2) integer frames in [0, T).
+    Raises:
+        ShapeError: wrong shapes / dtypes (``x1`` and ``x2`` must have the same shape).
+        InputError: a frame outside [0, T) (one host sync; the pipeline uses
+            :func:`background_keep_chunked`, which does not check values).
+    """
+    t = _check_mask(bg, "bg")
+    check_points(x1, "x1")
+    check_points(x2, "x2")
+    check_same_shape([x1, x2], ["x1", "x2"])
+    _check_frame_indices(pairs, (int(x1.shape[0]), 2), t, "pairs")
+    return _lookup(bg, x1, pairs[:, 0]) & _lookup(bg, x2, pairs[:, 1])

@@ -31,6 +31,7 @@ the connected components run by iterated max-pooling at a reduced resolution.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -38,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import SegmentConfig
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, InputError, ShapeError
 from .._morphology import erode_mask
 from .._tensor_utils import masked_median, sample_at_pixels, to_device
 from ..types import BlockMasks
@@ -183,10 +184,40 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     ``links`` (T-1,) bool: frames t and t+1 are linked only where True (None: all are; the
     frames of several clips one after the other are not linked across clips, so each clip gets
     the components it gets alone, numbered after those of the clips before it).
+
+    A clip of T = 0 frames (or of empty frames) gives an empty (T, h, w) label tensor of
+    ``dtype``. Raises ShapeError when ``mask`` is not a (T, h, w) bool tensor or ``links`` not
+    (T-1,), InputError when ``downsample`` < 1 (ArgumentTypeError: not an integer).
     """
+    _check_components_args(mask, downsample, links)
+    if mask.numel() == 0:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     cuts = [] if links is None else torch.nonzero(~links.bool()).flatten().tolist()
     small, _ = _cell_components(mask, downsample, max_iterations, cuts)
     return _upsample_labels(small.to(dtype), mask, downsample)
+
+
+def _describe(x: Any) -> str:
+    """``(shape) dtype`` of a tensor, else its type name (for error messages)."""
+    return f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _check_components_args(mask: torch.Tensor, downsample: int,
+                           links: Optional[torch.Tensor]) -> None:
+    """The argument checks of :func:`connected_components` (metadata only: no host sync)."""
+    if not isinstance(mask, torch.Tensor) or mask.ndim != 3 or mask.dtype != torch.bool:
+        raise ShapeError(f"mask must be a (T, h, w) bool tensor, got {_describe(mask)}")
+    try:
+        f = operator.index(downsample)
+    except TypeError:
+        raise ArgumentTypeError(f"downsample must be an integer >= 1, got "
+                                f"{type(downsample).__name__}") from None
+    if f < 1:
+        raise InputError(f"downsample must be an integer >= 1, got {downsample}")
+    pairs = (max(int(mask.shape[0]) - 1, 0),)
+    if links is not None and (not isinstance(links, torch.Tensor)
+                              or tuple(links.shape) != pairs):
+        raise ShapeError(f"links must be a {pairs} tensor, got {_describe(links)}")
 
 
 def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
@@ -420,6 +451,10 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             radius scaled with it) and the masks upsampled back (nearest). ``gray`` may be
             given already pooled to that scale (:func:`pooled_gray`; saves a full-resolution
             float copy of the clip); the working size is always ``content``'s.
+    Raises:
+        ShapeError: ``gray`` not a (T, 1, h, w) float tensor with T >= 1, ``homographies``
+            not (T-1, 3, 3), ``valid`` not (T-1,), ``content`` not 2-D (metadata checks).
+        InputError: ``regime`` not "H", "F" or None.
     """
     return motion_segments([gray], [homographies], [valid], [content], cfg, [regime],
                            seeds=[seeds], max_objects=max_objects, max_side=max_side)[0]
@@ -442,8 +477,14 @@ def motion_segments(grays: Sequence[torch.Tensor], homographies: Sequence[torch.
             optionally with a fourth entry valid (M,) bool (fixed-size seeds: only those count).
     Returns:
         one (objects (T, K, H, W) bool, evidence) per clip.
+    Raises:
+        ShapeError / InputError: as :func:`motion_segment`, the message prefixed with
+            ``clip k:`` when B > 1.
     """
     n = len(grays)
+    for k in range(n):
+        _check_clip_inputs(grays[k], homographies[k], valids[k], contents[k], regimes[k],
+                           "" if n == 1 else f"clip {k}: ")
     seeds = list(seeds) if seeds is not None else [None] * n
     out: List[Any] = [None] * n
     groups: Dict[tuple, List[int]] = {}
@@ -457,6 +498,28 @@ def motion_segments(grays: Sequence[torch.Tensor], homographies: Sequence[torch.
         for k, part in zip(idx, parts):
             out[k] = part
     return out
+
+
+def _check_clip_inputs(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Tensor,
+                       content: torch.Tensor, regime: Optional[str], clip: str = "") -> None:
+    """ShapeError / InputError naming the argument (after the ``clip`` prefix) unless one
+    clip's inputs are as :func:`motion_segment` documents them (metadata only: no host sync)."""
+    if not isinstance(gray, torch.Tensor) or gray.ndim != 4 or gray.shape[1] != 1 \
+            or not gray.is_floating_point():
+        raise ShapeError(f"{clip}gray must be a (T, 1, h, w) float tensor, got "
+                         f"{_describe(gray)}")
+    t = int(gray.shape[0])
+    if t == 0:
+        raise ShapeError(f"{clip}gray must have at least one frame, got {tuple(gray.shape)}")
+    for name, x, shape in (("homographies", homographies, (t - 1, 3, 3)),
+                           ("valid", valid, (t - 1,))):
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
+            raise ShapeError(f"{clip}{name} must be a {shape} tensor (T - 1 pairs), got "
+                             f"{_describe(x)}")
+    if not isinstance(content, torch.Tensor) or content.ndim != 2:
+        raise ShapeError(f"{clip}content must be an (h, w) tensor, got {_describe(content)}")
+    if not (regime is None or (isinstance(regime, str) and regime in ("H", "F"))):
+        raise InputError(f"{clip}regime must be 'H', 'F' or None, got {regime!r}")
 
 
 def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.Tensor],

@@ -159,3 +159,64 @@ def test_half_precision_frames_keep_full_precision_coordinates_and_byte_descript
                      mask=ref.mask)
     a, b = match_descriptors(ref, pairs), match_descriptors(byte, pairs)
     assert int(a.mask.sum()) > 50 and torch.equal(a.mask, b.mask)
+
+
+def _sift_like(seed=0, p=1, n=50, d=128):
+    """Byte-valued descriptors of two frames whose keypoints match after a permutation."""
+    gen = torch.Generator().manual_seed(seed)
+    d1 = torch.randint(0, 160, (p, n, d), generator=gen).float()
+    d2 = d1[:, torch.randperm(n, generator=gen)] + torch.randint(0, 3, (p, n, d), generator=gen)
+    return d1, d2, torch.ones(p, n, dtype=torch.bool)
+
+
+def test_byte_descriptors_give_float32_ratios_and_scores():
+    """uint8 descriptors: the ratios were written into a uint8 buffer (all 0, scores all 1).
+    Closed form: frame 0 at x = 0, 10; frame 1 at x = 1, 4, 12 -> ratios 1/4 and 2/6."""
+    desc = torch.tensor([[[0, 0], [10, 0], [0, 0]], [[1, 0], [4, 0], [12, 0]]], dtype=torch.uint8)
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    kps = Keypoints(torch.arange(12.0).reshape(2, 3, 2), desc, torch.ones(2, 3), mask)
+    c = match_descriptors(kps, torch.tensor([[0, 1]]), ratio=0.75)
+    assert c.scores.dtype == torch.float32 and c.mask.tolist() == [[True, True]]
+    torch.testing.assert_close(c.scores[0], torch.tensor([0.75, 2 / 3]))
+    d1, d2, m = _sift_like()
+    ref = ratio_match(d1, m, d2, m, ratio=0.8)
+    got = ratio_match(d1.byte(), m, d2.byte(), m, ratio=0.8)
+    assert got[1].dtype == torch.float32 and int(got[2].sum()) > 40
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))  # same float32 arithmetic
+    assert float(got[1][got[2]].max()) < 0.1  # near-duplicates: small ratios, not 0
+
+
+def test_ratio_match_rejects_bad_arguments():
+    a = torch.rand(2, 10, 8)
+    m = torch.ones(2, 10, dtype=torch.bool)
+    cases = [((a, m, a[..., :4], m), "d2"), ((a, m.float(), a, m), "m1"),
+             ((a, m, a, m.float()), "m2"), ((a[0], m[0], a[0], m[0]), "d1"),
+             ((a, m, a[:1], m[:1]), "d2"), ((a, m[:, :5], a, m), "m1"),
+             ((a, m, a, m[:, :5]), "m2"), ((a, m, a.double(), m), "d2"),
+             ((a, m, a.to(torch.complex64), m), "d2")]
+    for args, name in cases:
+        with pytest.raises(ShapeError, match=rf"^{name} must"):
+            ratio_match(*args)
+
+
+@pytest.mark.parametrize("mutual", [False, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e30])
+def test_non_finite_descriptor_is_confined_to_its_keypoint(mutual, bad):
+    """One NaN / inf descriptor (or one whose squared norm overflows) in frame j made every
+    distance row NaN, so the whole pair had no match. Now that keypoint never matches and is
+    never a neighbour: the result equals masking it out, bit for bit."""
+    d1, d2, m = _sift_like(p=2)
+    for side in (0, 1):  # a bad keypoint in frame i, then in frame j
+        dn = [d1.clone(), d2.clone()]
+        dn[side][1, 3, 5] = bad
+        masks = [m.clone(), m.clone()]
+        masks[side][1, 3] = False
+        ref = ratio_match(d1, masks[0], d2, masks[1], ratio=0.8, mutual=mutual)
+        got = ratio_match(dn[0], m, dn[1], m, ratio=0.8, mutual=mutual)
+        assert int(got[2][1].sum()) > 40
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), side
+    desc = torch.cat([d1, d2])
+    desc[1, 3, 0] = float("nan")
+    kps = Keypoints(torch.rand(4, 50, 2), desc, torch.ones(4, 50), torch.ones(4, 50).bool())
+    c = match_descriptors(kps, torch.tensor([[0, 2], [1, 3]]), ratio=0.8, mutual=mutual)
+    assert int(c.mask[1].sum()) > 40 and bool(torch.isfinite(c.scores).all())

@@ -69,3 +69,19 @@ def test_bad_shapes():
         forward_backward_reliability(torch.zeros(1, 3, 5, 5), torch.zeros(1, 3, 5, 5))
     with pytest.raises(ValueError):
         forward_backward_reliability(torch.zeros(1, 2, 5, 5), torch.zeros(1, 2, 5, 5), 0.0)
+
+
+def test_integer_or_empty_flows_are_shape_errors():
+    long = torch.zeros(1, 2, 4, 4, dtype=torch.long)
+    with pytest.raises(ShapeError, match=r"flow_fw must be a float tensor, got torch.int64"):
+        forward_backward_error(long, long)
+    with pytest.raises(ShapeError, match=r"flow_bw must be a float tensor, got torch.int64"):
+        forward_backward_reliability(long.float(), long)
+    for shape in ((1, 2, 0, 4), (1, 2, 4, 0), (0, 2, 0, 0)):
+        with pytest.raises(ShapeError, match=r"flow_fw must have H, W >= 1, got \("):
+            forward_backward_error(torch.zeros(shape), torch.zeros(shape))
+    # still fine: P = 0 pairs of non-empty frames, float16 flows
+    assert forward_backward_reliability(torch.zeros(0, 2, 3, 4), torch.zeros(0, 2, 3, 4)).shape \
+        == (0, 3, 4)
+    half = torch.zeros(1, 2, 3, 4, dtype=torch.float16)
+    assert forward_backward_reliability(half, half).dtype == torch.float16

@@ -146,3 +146,45 @@ def test_bad_inputs_and_names():
     with pytest.raises(GeoConError):
         get_flow("farneback")
     assert est(torch.zeros(0, 3, 8, 8), torch.zeros(0, 3, 8, 8)).shape == (0, 2, 8, 8)
+
+
+def test_empty_frames_are_a_shape_error_and_nan_pixels_give_nan_flow():
+    est = DenseLKFlow()
+    for shape in ((1, 1, 0, 0), (2, 3, 0, 8), (1, 3, 8, 0), (0, 1, 0, 0)):
+        with pytest.raises(ShapeError, match=r"img1 must have H, W >= 1 .*got \("):
+            est(torch.zeros(shape), torch.zeros(shape))
+    with pytest.raises(ShapeError, match=r"img2 must have H, W >= 1"):
+        est(torch.zeros(1, 1, 8, 8), torch.zeros(1, 1, 8, 0))
+    # documented: non-finite pixels are not checked (no host sync); they give non-finite flow
+    # for their pair only, and the other pairs of the batch are untouched
+    gen = torch.Generator().manual_seed(0)
+    img = torch.rand(2, 1, 32, 32, generator=gen)
+    nan = img.clone()
+    nan[0, 0, 3, 3] = float("nan")
+    flow = est(nan, img)
+    assert not flow[0].isfinite().all()
+    assert torch.equal(flow[1:], est(img[1:], img[1:]))
+    # documented: float16 / bfloat16 / uint8 inputs give float32 flow
+    for dtype in (torch.float16, torch.bfloat16):
+        assert est(img.to(dtype), img.to(dtype)).dtype == torch.float32
+
+
+def test_to_gray_checks_channels_and_dtype():
+    from geocon_torch.flow.base import to_gray
+    x = torch.tensor([0.5, 0.25, 1.0], dtype=torch.float64).view(1, 3, 1, 1).expand(2, 3, 2, 3)
+    got = to_gray(x)
+    assert got.shape == (2, 1, 2, 3) and got.dtype == torch.float64
+    torch.testing.assert_close(got, torch.full((2, 1, 2, 3), 0.299 * 0.5 + 0.587 * 0.25 + 0.114,
+                                               dtype=torch.float64), rtol=0, atol=1e-15)
+    one = torch.rand(1, 1, 4, 4)
+    assert to_gray(one) is one
+    with pytest.raises(ShapeError, match=r"img must have shape \(P, 3, H, W\) or \(P, 1, H, W\), "
+                                         r"got \(1, 2, 4, 4\)"):
+        to_gray(torch.ones(1, 2, 4, 4))
+    with pytest.raises(ShapeError, match=r"img must have shape .*got \(3, 4, 4\)"):
+        to_gray(torch.ones(3, 4, 4))
+    with pytest.raises(ShapeError, match=r"img must be a float tensor in \[0, 1\], got "
+                                         r"torch.int64"):
+        to_gray(torch.ones(1, 3, 4, 4, dtype=torch.long))
+    with pytest.raises(ShapeError, match=r"got torch.uint8"):
+        to_gray(torch.ones(1, 1, 4, 4, dtype=torch.uint8))

@@ -296,3 +296,101 @@ def F_of(x1, x2):
     from geocon_torch.geometry import fundamental_8pt
 
     return fundamental_8pt(x1, x2)
+
+
+def test_transfer_points_checks_its_arguments():
+    """transfer_points takes (P, 3, 3) float models and (P, N, 2) float points of the same P,
+    like the other residual functions (a homogeneous (x, y, w) point is not silently cut)."""
+    from geocon_torch.geometry import transfer_points
+
+    H = torch.eye(3, dtype=torch.float64)[None]
+    with pytest.raises(ShapeError, match=r"x must have shape \(P, N, 2\), got \(1, 1, 3\)"):
+        transfer_points(H, torch.tensor([[[2.0, 4.0, 2.0]]], dtype=torch.float64))
+    with pytest.raises(ShapeError, match="H has 1 pairs but x has 2"):
+        transfer_points(H, torch.zeros(2, 5, 2, dtype=torch.float64))
+    with pytest.raises(ShapeError, match="H must be float32 or float64, got torch.int64"):
+        transfer_points(torch.eye(3, dtype=torch.long)[None], torch.ones(1, 1, 2))
+    with pytest.raises(ShapeError, match=r"x must have shape \(P, N, 2\), got \(2,\)"):
+        transfer_points(H, torch.ones(2, dtype=torch.float64))
+    with pytest.raises(ShapeError, match=r"H must have shape \(P, 3, 3\), got \(3, 3\)"):
+        transfer_points(H[0], torch.ones(1, 1, 2, dtype=torch.float64))
+
+
+def test_sampson_normalized_promotes_mixed_dtypes_like_its_siblings():
+    """A float64 F with float32 points is evaluated in float64 (as sampson_distance does), not
+    rounded to float32; same-dtype calls are unchanged."""
+    F = _t([F_TX]) * 3.7
+    x1 = torch.tensor([[[10.0, 20.0], [30.0, 40.0], [5.0, 7.0]]])
+    x2 = torch.tensor([[[50.0, 20.0], [70.0, 43.0], [9.0, 6.0]]])
+    got = sampson_distance_normalized(F, x1, x2)
+    assert got.dtype == torch.float64
+    assert torch.equal(got, sampson_distance_normalized(F, x1.double(), x2.double()))
+    assert sampson_distance(F, x1, x2).dtype == torch.float64  # the sibling's behaviour
+    assert sampson_distance_normalized(F.float(), x1, x2).dtype == torch.float32
+
+
+def _affine_data(dtype=torch.float64):
+    g = torch.Generator().manual_seed(11)
+    pos = (torch.rand(1, 15, 2, generator=g, dtype=torch.float64) * 100).to(dtype)
+    A = torch.tensor([[0.01, -0.02], [0.03, 0.005]], dtype=dtype)
+    b = torch.tensor([1.0, -2.0], dtype=dtype)
+    return pos, pos @ A.T + b, A, b
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_affine_ignored_entries_may_hold_nan(bad):
+    """A weight-0 entry is ignored whatever its position / motion holds (as for the H / F
+    solvers): the fit is the exact affine motion of the other entries."""
+    pos, mot, A, b = _affine_data()
+    w = torch.ones(1, 15, dtype=torch.float64)
+    w[0, 0] = 0.0
+    want = weighted_affine_lstsq(pos, mot, w)
+    for p_, m_ in ((pos.clone(), mot), (pos, mot.clone())):
+        (p_ if p_ is not pos else m_)[0, 0, 1] = bad
+        got = weighted_affine_lstsq(p_, m_, w)
+        for g_, w_ in zip(got, want):
+            assert torch.equal(g_, w_)
+    assert bool(want[3]) and torch.allclose(want[0][0], A, atol=1e-12)
+    assert torch.allclose(want[1][0], b, atol=1e-9) and float(want[2]) < 1e-20
+
+
+def test_affine_nonfinite_weight_or_weighted_point_counts_as_weight_zero():
+    """A NaN / inf weight, or a NaN / inf position or motion of weight > 0, is an ignored entry
+    (weight 0): finite results, never a NaN WMSE."""
+    pos, mot, A, b = _affine_data()
+    w = torch.ones(1, 15, dtype=torch.float64)
+    w0 = w.clone()
+    w0[0, 3] = 0.0
+    want = weighted_affine_lstsq(pos, mot, w0)
+    cases = []
+    for bad in (float("nan"), float("inf")):
+        wb = w.clone()
+        wb[0, 3] = bad
+        cases.append((pos, mot, wb))
+        pb, mb = pos.clone(), mot.clone()
+        pb[0, 3, 0], mb[0, 3, 1] = bad, -bad
+        cases += [(pb, mot, w), (pos, mb, w)]
+    for p_, m_, w_ in cases:
+        got = weighted_affine_lstsq(p_, m_, w_)
+        for g_, r_ in zip(got, want):
+            assert torch.equal(g_, r_)
+    p_, m_, w_ = (t.clone().requires_grad_() for t in cases[1])  # a NaN position, weight 1
+    got = weighted_affine_lstsq(p_, m_, w_)
+    (got[0].sum() + got[1].sum() + got[2].sum()).backward()
+    assert all(bool(torch.isfinite(t.grad).all()) for t in (p_, m_, w_))
+    assert float(p_.grad[0, 3].abs().sum()) == 0.0 and float(w_.grad[0, 3]) == 0.0
+    assert bool(want[3]) and torch.allclose(want[0][0], A, atol=1e-12) and float(want[2]) < 1e-20
+
+
+def test_affine_mixed_dtypes_promote():
+    """float32 positions with float64 motions (or the reverse) are solved in float64."""
+    pos, mot, A, _ = _affine_data()
+    w = torch.ones(1, 15, dtype=torch.float32)
+    p32 = pos.float()
+    ref = weighted_affine_lstsq(p32.double(), mot, w.double())
+    for args in ((p32, mot, w), (mot.float().double(), p32, w)):
+        got = weighted_affine_lstsq(*args)
+        assert got[0].dtype == got[1].dtype == got[2].dtype == torch.float64
+    for g_, r_ in zip(weighted_affine_lstsq(p32, mot, w), ref):
+        assert torch.equal(g_, r_)
+    assert torch.allclose(ref[0][0], A, atol=1e-6)

@@ -5,7 +5,7 @@ import cv2
 import pytest
 import torch
 
-from geocon_torch.errors import ShapeError
+from geocon_torch.errors import ArgumentTypeError, ShapeError
 from geocon_torch.geometry import (fundamental_7pt, fundamental_8pt, homography_dlt,
                                    sampson_distance, transfer_error)
 from geocon_torch.geometry._synthetic import fundamental_pairs, homography_pairs
@@ -141,3 +141,41 @@ def test_cached_constants_built_in_inference_mode_still_serve_autograd(monkeypat
     assert torch.allclose(H.detach(), H0, atol=1e-9) and x1g.grad.abs().sum() > 0
     assert torch.equal(sampling.uniform(keys, rounds, (3, 4)), u0)
     assert not sampling._counter("flat", (3, 4), torch.device("cpu")).is_inference()
+
+
+@pytest.mark.parametrize("solve", [homography_dlt, fundamental_8pt])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nonfinite_entries_count_as_unweighted(solve, bad):
+    """A point or weight that is not finite makes its entry an ignored one (weight 0), with or
+    without weights: the same matrix as that entry at weight 0, the true model on exact data;
+    no linalg error."""
+    d = (homography_pairs if solve is homography_dlt else fundamental_pairs)(
+        2, 30, outlier_ratio=0.0, noise_px=0.0, seed=13)
+    x1, x2 = d["x1"], d["x2"]
+    w0 = torch.ones(2, 30, dtype=torch.float64)
+    w0[0, 4] = 0.0
+    want = solve(x1, x2, w0)
+    assert (_same_up_to_scale(want, d["model"]) < 1e-8).all()
+    b1, b2 = x1.clone(), x2.clone()
+    b1[0, 4, 0], b2[0, 4, 1] = bad, bad
+    wb = torch.ones(2, 30, dtype=torch.float64)
+    wb[0, 4] = bad
+    for args in ((b1, x2, None), (x1, b2, torch.ones_like(w0)), (x1, x2, wb)):
+        if bad == -float("inf") and args[2] is wb:
+            continue  # a negative weight is a weight 0 anyway
+        assert torch.equal(solve(*args), want)
+
+
+@pytest.mark.parametrize("solve", [homography_dlt, fundamental_8pt])
+def test_too_few_finite_points_give_a_finite_matrix(solve):
+    x = torch.rand(1, 10, 2, dtype=torch.float64) * 100
+    x[0, 2:] = float("nan")  # 2 finite points: a degenerate row
+    assert torch.isfinite(solve(x, x + 1.0)).all()
+
+
+@pytest.mark.parametrize("solve", [homography_dlt, fundamental_8pt])
+def test_weights_must_be_a_tensor(solve):
+    x = torch.rand(1, 10, 2, dtype=torch.float64)
+    with pytest.raises(ArgumentTypeError, match="weights must be a torch.Tensor of shape "
+                                                r"\(1, 10\) or None, got list"):
+        solve(x, x, [1.0] * 10)

@@ -256,3 +256,46 @@ def test_objects_shrunk_away_at_flow_scale_do_not_stop_the_chunk():
     zero_flow = lambda a, b: torch.zeros(a.shape[0], 2, a.shape[-2], a.shape[-1])  # noqa: E731
     d, v, _, _ = score_pairs(f1, f1.clone(), m, zero_flow, ForegroundConfig(), size=(1024, 1024))
     assert not bool(v.any()) and bool((d == 0).all())
+
+
+def _wavy_object():
+    """(1, 2, 32, 32) non-affine flow and one 24 x 24 object: W2 D = 0.01425 px^2 at 200
+    iterations (float64)."""
+    yy, xx = torch.meshgrid(torch.arange(32.0), torch.arange(32.0), indexing="ij")
+    flow = torch.stack([0.02 * xx + 1 + 0.3 * torch.sin(yy), -0.01 * yy + 0.5])[None]
+    masks = torch.zeros(1, 1, 32, 32, dtype=torch.bool)
+    masks[0, 0, 4:28, 4:28] = True
+    return flow.double(), masks
+
+
+def test_w2_iterations_below_two_raise():
+    """w2_iterations <= 0 ran no Sinkhorn step and returned D ~ 1e-16 valid (\"perfectly
+    rigid\"); 1 evaluated the plan at eps_end with potentials of eps_start (NaN). The annealing
+    reaches eps_end at the last iteration from 2 iterations on: the smallest allowed count."""
+    from geocon_torch.errors import ArgumentTypeError, InputError
+    from geocon_torch.measures.foreground import check_settings
+    from geocon_torch.metrics.functional import adadfrc as functional_adadfrc
+
+    flow, masks = _wavy_object()
+    for bad in (-5, 0, 1):
+        for fn in (adadfrc, functional_adadfrc):
+            with pytest.raises(InputError, match=rf"w2_iterations must be an integer >= 2, "
+                                                 rf"got {bad}"):
+                fn(flow, masks, score="w2", w2_iterations=bad)
+        with pytest.raises(InputError, match="iterations must be an integer >= 2"):
+            sinkhorn_w2(flow[:, 0, :2].mT, flow[:, 1, :2].mT, flow[:, 0, 0], iterations=bad)
+    with pytest.raises(InputError, match="w2_iterations"):
+        check_settings(8, "w2", w2_iterations=0)
+    with pytest.raises(ArgumentTypeError, match="w2_iterations"):
+        check_settings(8, "w2", w2_iterations=2.5)
+    d2, ok2 = adadfrc(flow, masks, score="w2", w2_iterations=2)
+    d, ok = adadfrc(flow, masks, score="w2")
+    assert ok2.tolist() == ok.tolist() == [[True]]
+    assert float(d) == pytest.approx(0.014251, rel=1e-3)
+    assert 0.014 < float(d2) < 0.06  # finite, above the converged value (not converged)
+
+
+def test_empty_frames_raise_shape_error():
+    for h, w in ((0, 0), (0, 5), (5, 0)):
+        with pytest.raises(ShapeError, match=r"flow must have non-empty frames"):
+            adadfrc(torch.zeros(1, 2, h, w), torch.zeros(1, 1, h, w, dtype=torch.bool))

@@ -64,3 +64,48 @@ def test_score_clip_refuses_stretched_masks_unless_configured():
     res = score_clip(frames, masks=masks, preset="background", device="cpu", config=cfg,
                      progress=False)
     assert res.background["segment"]["objects"] == 1
+
+
+def _bg_points():
+    bg = torch.ones(3, 16, 20, dtype=torch.bool)
+    bg[2] = False
+    return bg, torch.tensor([[[5.0, 5.0]]])
+
+
+def test_sample_mask_checks_mask_frames_and_their_range():
+    from geocon_torch.errors import ShapeError
+    from geocon_torch.segment import sample_mask
+    bg, pts = _bg_points()
+    assert sample_mask(bg, pts, torch.tensor([2])).tolist() == [[False]]
+    assert sample_mask(bg, pts, torch.tensor([1], dtype=torch.int32)).tolist() == [[True]]
+    for frame in (-1, 3):
+        with pytest.raises(InputError, match=r"frames must be in \[0, 3\) \(the mask's T\)"):
+            sample_mask(bg, pts, torch.tensor([frame]))
+    with pytest.raises(ShapeError, match=r"frames must be a \(1,\) integer tensor, got "
+                                         r"\(2,\) torch.int64"):
+        sample_mask(bg, pts, torch.tensor([0, 1]))
+    with pytest.raises(ShapeError, match=r"frames must be .*got \(1,\) torch.float32"):
+        sample_mask(bg, pts, torch.tensor([0.0]))
+    with pytest.raises(ShapeError, match=r"mask must be a \(T, H, W\) bool tensor, got "
+                                         r"\(3, 16, 20\) torch.float32"):
+        sample_mask(bg.float(), pts, torch.tensor([0]))
+    with pytest.raises(ShapeError, match=r"mask must be .*got \(16, 20\) torch.bool"):
+        sample_mask(bg[0], pts, torch.tensor([0]))
+
+
+def test_background_keep_checks_pairs_and_points():
+    from geocon_torch.errors import ShapeError
+    from geocon_torch.segment import background_keep
+    bg, pts = _bg_points()
+    assert background_keep(bg, pts, pts, torch.tensor([[0, 1]])).tolist() == [[True]]
+    assert background_keep(bg, pts, pts, torch.tensor([[0, 2]])).tolist() == [[False]]
+    with pytest.raises(ShapeError, match=r"pairs must be a \(1, 2\) integer tensor, got \(2,\)"):
+        background_keep(bg, pts, pts, torch.tensor([0, 1]))
+    with pytest.raises(ShapeError, match=r"pairs must be a \(1, 2\) integer tensor, got \(1, 3\)"):
+        background_keep(bg, pts, pts, torch.tensor([[0, 1, 2]]))
+    with pytest.raises(InputError, match=r"pairs must be in \[0, 3\)"):
+        background_keep(bg, pts, pts, torch.tensor([[0, -1]]))
+    with pytest.raises(InputError, match=r"pairs must be in \[0, 3\)"):
+        background_keep(bg, pts, pts, torch.tensor([[3, 0]]))
+    with pytest.raises(ShapeError, match=r"shapes must match: x1=\(1, 1, 2\), x2=\(1, 2, 2\)"):
+        background_keep(bg, pts, pts.expand(1, 2, 2), torch.tensor([[0, 1]]))

@@ -165,3 +165,56 @@ def test_motion_segments_of_a_batch_equal_each_clip_alone():
         assert torch.equal(batch[k][0], obj) and batch[k][1] == ev, k
     assert [ev["objects"] for _, ev in batch] == [1, 1, 1, 1]
     assert batch[0][1]["object_seeds"] == [21]  # 25 corners, 4 not seeds and "dense" in batch[3][1]
+
+
+def test_connected_components_empty_clip_and_bad_inputs():
+    import pytest
+
+    from geocon_torch.errors import InputError, ShapeError
+    cm = torch.zeros(3, 16, 20, dtype=torch.bool)
+    cm[:, 4:8, 4:8] = True
+    for dtype in (torch.long, torch.int32):
+        got = connected_components(cm[:0], dtype=dtype)
+        assert got.shape == (0, 16, 20) and got.dtype == dtype
+    with pytest.raises(ShapeError, match=r"mask must be a \(T, h, w\) bool tensor, got "
+                                         r"\(16, 20\) torch.bool"):
+        connected_components(cm[0])
+    with pytest.raises(ShapeError, match=r"mask must be .*got \(3, 16, 20\) torch.float32"):
+        connected_components(cm.float())
+    for bad in (0, -2):
+        with pytest.raises(InputError, match=rf"downsample must be an integer >= 1, got {bad}"):
+            connected_components(cm, downsample=bad)
+    with pytest.raises(ShapeError, match=r"links must be a \(2,\) tensor, got \(3,\)"):
+        connected_components(cm, links=torch.ones(3, dtype=torch.bool))
+
+
+def test_motion_segment_checks_its_inputs():
+    import pytest
+
+    from geocon_torch.errors import InputError, ShapeError
+    cfg = SegmentConfig()
+    gray = torch.rand(3, 1, 24, 32, generator=torch.Generator().manual_seed(0))
+    hs, val = torch.eye(3).expand(2, 3, 3), torch.ones(2, dtype=torch.bool)
+    content = torch.ones(24, 32, dtype=torch.bool)
+    with pytest.raises(ShapeError, match=r"gray must be a \(T, 1, h, w\) float tensor, got "
+                                         r"\(3, 24, 32\) torch.float32"):
+        motion_segment(gray[:, 0], hs, val, content, cfg)
+    with pytest.raises(ShapeError, match=r"gray must be .*got \(3, 1, 24, 32\) torch.uint8"):
+        motion_segment((gray * 255).to(torch.uint8), hs, val, content, cfg)
+    with pytest.raises(ShapeError, match=r"gray must have at least one frame"):
+        motion_segment(gray[:0], hs[:0], val[:0], content, cfg)
+    with pytest.raises(ShapeError, match=r"homographies must be a \(2, 3, 3\) tensor \(T - 1 "
+                                         r"pairs\), got \(1, 3, 3\)"):
+        motion_segment(gray, hs[:1], val[:1], content, cfg)
+    with pytest.raises(ShapeError, match=r"valid must be a \(2,\) tensor \(T - 1 pairs\), got "
+                                         r"\(1,\)"):
+        motion_segment(gray, hs, val[:1], content, cfg)
+    with pytest.raises(ShapeError, match=r"content must be an \(h, w\) tensor, got \(1, 24, 32\)"):
+        motion_segment(gray, hs, val, content[None], cfg)
+    with pytest.raises(InputError, match=r"regime must be 'H', 'F' or None, got 'X'"):
+        motion_segment(gray, hs, val, content, cfg, "X")
+    with pytest.raises(ShapeError, match=r"clip 1: valid must be a \(1,\) tensor"):
+        motion_segments([gray, gray[:2]], [hs, hs[:1]], [val, val], [content, content], cfg,
+                        ["H", "H"])
+    obj, ev = motion_segment(gray[:1], hs[:0], val[:0], content, cfg, None)  # T = 1: fine
+    assert obj.shape == (1, 0, 24, 32) and ev["objects"] == 0
