@@ -1,6 +1,6 @@
 """Training-time geometric rewards over (B, T, C, H, W) video batches.
 
-``geometric_reward(videos, kind, config=None, seed=0) -> (rewards (B,), RewardDiagnostics)``:
+``geometric_reward(videos, kind, config=None, seed=None) -> (rewards (B,), RewardDiagnostics)``:
 ``videos`` uint8, or float in [0, 1], on any device; rewards are a float tensor on the videos'
 device (the videos' float dtype, float32 for uint8), **higher is better, each in [0, 1]**.
 Tensors are scored at their native resolution (no working-size resize) unless the config asks
@@ -25,8 +25,9 @@ a generator cannot escape the reward by producing unscoreable video) and a statu
 raises for the batch. A malformed batch (wrong shape / dtype / range) raises ClipTensorError.
 
 Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipolar" and
-"background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``), so the same
-call gives identical rewards. "epipolar-dpo" has no randomness.
+"background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``; None keeps the
+config's, 0 in the default config), so the same call gives identical rewards. "epipolar-dpo" has
+no randomness.
 
 Config: None, a mapping, a JSON path or a GeoConConfig (as ``score_clip``; tensors are scored
 at their own resolution unless ``io.long_side`` asks for a size); the Epipolar-DPO settings are
@@ -43,6 +44,7 @@ on the CPU its hash and values match ``score_clip`` given ``epipolar.implementat
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -50,7 +52,7 @@ import torch
 
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
-from .errors import InputError
+from .errors import ArgumentTypeError, InputError
 from .io import check_clip_tensor, clips_from_tensor, tensor_frames
 from .io.sampling import frame_selection
 from .pipeline import pinned_config, read_options, score_clips
@@ -111,13 +113,19 @@ class RewardDiagnostics:
         return [c.status == "ok" for c in self.clips]
 
 
-def _reward_config(config: RewardConfigLike, kind: str, seed: int) -> GeoConConfig:
+def _reward_config(config: RewardConfigLike, kind: str, seed: Optional[int]) -> GeoConConfig:
     """The config ``kind`` is scored with: ``config`` (an EpipolarDPOConfig is its
-    ``epipolar_dpo`` section) with the seeds set and the kind's preset chosen. The videos are
-    tensors, so ``io.long_side = "auto"`` (the default) scores them at their own resolution."""
+    ``epipolar_dpo`` section) with the seeds set (``seed`` None: the config's own) and the
+    kind's preset chosen. The videos are tensors, so ``io.long_side = "auto"`` (the default)
+    scores them at their own resolution."""
     if isinstance(config, EpipolarDPOConfig):
         config = GeoConConfig().replace(epipolar_dpo=config)
-    cfg = load_config(config).replace(ransac={"seed": int(seed)}, epipolar={"seed": int(seed)})
+    cfg = load_config(config)
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise ArgumentTypeError(f"seed must be an integer or None, got "
+                                    f"{type(seed).__name__} {seed!r}")
+        cfg = cfg.replace(ransac={"seed": int(seed)}, epipolar={"seed": int(seed)})
     if kind == "epipolar" and cfg.epipolar.implementation == "auto":  # its batched torch path
         cfg = cfg.replace(epipolar={"implementation": "torch"})
     return cfg.with_preset(preset_for_kind(kind).name)
@@ -250,7 +258,7 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
 
 
 def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
-                     config: RewardConfigLike = None, seed: int = 0, *,
+                     config: RewardConfigLike = None, seed: Optional[int] = None, *,
                      neutral: float = NEUTRAL_REWARD
                      ) -> Tuple[torch.Tensor, RewardDiagnostics]:
     """Geometric-consistency reward of every video of a batch (module docstring).
@@ -260,7 +268,9 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
         kind: "epipolar-dpo" (default), "epipolar" or "background".
         config: None, a mapping, a JSON path, a GeoConConfig, or an EpipolarDPOConfig (its
             ``epipolar_dpo`` section).
-        seed: seeds the RANSAC of "epipolar" / "background" (same seed -> same rewards).
+        seed: seeds the RANSAC of "epipolar" / "background" (same seed -> same rewards): sets
+            ``ransac.seed`` and ``epipolar.seed``; None (default) keeps the config's (0 unless
+            ``config`` sets them).
         neutral: the reward of a clip that cannot be scored (a finite number; a value outside
             [0, 1], e.g. -1, marks the unscored clips).
     Returns:

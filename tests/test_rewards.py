@@ -118,6 +118,23 @@ def test_other_kinds_rank_clean_first(batch, kind):
     assert torch.equal(rewards, again)
 
 
+def test_seed_none_keeps_the_config_seeds(batch):
+    """``seed`` left out keeps the config's ``ransac.seed`` / ``epipolar.seed`` (it used to
+    reset them to 0 silently); given, it sets both; a non-integer is an ArgumentTypeError."""
+    from geocon_torch.errors import ArgumentTypeError
+
+    videos = batch[:1, :6].contiguous()
+    config = {"ransac": {"seed": 7}, "epipolar": {"seed": 7}}
+    r_cfg, d_cfg = geometric_reward(videos, kind="background", config=config)
+    r_arg, d_arg = geometric_reward(videos, kind="background", seed=7)
+    r_zero, d_zero = geometric_reward(videos, kind="background", config=config, seed=0)
+    _, d_default = geometric_reward(videos, kind="background")
+    assert d_cfg.config_hash == d_arg.config_hash and torch.equal(r_cfg, r_arg)
+    assert d_zero.config_hash == d_default.config_hash != d_cfg.config_hash
+    with pytest.raises(ArgumentTypeError, match="seed must be an integer"):
+        geometric_reward(videos, kind="background", seed=1.5)
+
+
 @pytest.mark.parametrize("kind,io", [("epipolar", {"max_frames": 4}),
                                      ("epipolar", {"stride": 3}),
                                      ("epipolar-dpo", {"max_frames": 11, "stride": 1})])
