@@ -53,8 +53,12 @@ from .presets import PRESET_NAMES, get_preset
 FEATURE_BACKEND_CHOICES = ("auto", "kornia-sift", "opencv-sift", "torch-sift", "lk-tracks", "disk",
                            "loftr", "lightglue", "xfeat", "aliked", "xfeat-lighterglue",
                            "aliked-lightglue", "disk-lightglue")
+#: the feature backends that load ``features.checkpoint`` (local weights, never downloaded)
+CHECKPOINT_BACKENDS = ("disk", "loftr", "lightglue")
 #: ``features.fallback``: any backend but "auto" (a fallback names the backend it falls back to)
-FALLBACK_CHOICES = tuple(b for b in FEATURE_BACKEND_CHOICES if b != "auto")
+#: and those that need ``features.checkpoint``, which is the scoring backend's
+FALLBACK_CHOICES = tuple(b for b in FEATURE_BACKEND_CHOICES
+                         if b != "auto" and b not in CHECKPOINT_BACKENDS)
 SCALE_MODE_CHOICES = ("auto", "pyramid", "scale_space")
 LK_BACKEND_CHOICES = ("auto", "torch", "opencv")
 RANSAC_SCORING_CHOICES = ("msac", "ransac")
@@ -241,6 +245,14 @@ def _text(default: Optional[str] = None, *, local: bool = False) -> Any:
     return _rule_field(default, Rule("str", nullable=True), "path" if local else None)
 
 
+def _digest() -> Any:
+    """The content hash (16 hex digits) of the file that the path field before it names, set
+    when scoring pins the config (:func:`geocon_torch.io.pinned_files.pin_files`). It enters
+    ``config_hash`` only once set, so a config without that file keeps its hash, and another
+    file at the same path gives another hash."""
+    return field(default=None, metadata={"rule": Rule("str", nullable=True), "omit_none": True})
+
+
 def _choice(default: str, choices: Tuple[str, ...]) -> Any:
     """An option string, one of ``choices``."""
     return _rule_field(default, Rule("choice", choices=choices))
@@ -372,7 +384,7 @@ def _split(section: Any, runtime: bool) -> Dict[str, Any]:
             out[f.name] = _to_jsonable(value)
         elif not runtime and kind == "path":
             out[f.name] = True if value is not None else None
-        elif not runtime and not kind:
+        elif not runtime and not kind and not (value is None and f.metadata.get("omit_none")):
             out[f.name] = _to_jsonable(value)
     return out
 
@@ -492,6 +504,7 @@ class FeatureConfig(_Section):
     # where it applies, else pyramid
     scale_mode: str = _choice("auto", SCALE_MODE_CHOICES)
     checkpoint: Optional[str] = _text(local=True)  # local weights for learned backends
+    checkpoint_sha256: Optional[str] = _digest()  # of the checkpoint file, pinned when scoring
     content_margin_px: int = _int(4, 0)  # content mask eroded by this much (px) before keypoints
     # opencv-sift's contrastThreshold (OpenCV's default 0.04); lower finds keypoints on weakly
     # textured frames (the strongest max_keypoints are kept either way)
@@ -511,6 +524,14 @@ class FeatureConfig(_Section):
     # OpenCV pyramidal LK and NCC guard 0.5 (sections.background.fallback_config); null:
     # off (such clips stay not_applicable)
     fallback: Optional[str] = _maybe_choice("lk-tracks", FALLBACK_CHOICES)
+
+    def _cross_check(self) -> None:
+        """``checkpoint`` only with a backend that loads one (:data:`CHECKPOINT_BACKENDS`)."""
+        if self.checkpoint is not None and self.backend not in CHECKPOINT_BACKENDS:
+            raise ConfigError(f"features.checkpoint is set ({self.checkpoint}) but "
+                              f"features.backend {self.backend!r} loads no checkpoint (its "
+                              f"weights, if any, ship with it): unset it or pick one of "
+                              f"{CHECKPOINT_BACKENDS}")
 
 
 @dataclass
@@ -542,6 +563,7 @@ class GateConfig(_Section):
     parallax_low: float = _num(0.13)  # statistic <= low -> H
     parallax_high: float = _num(0.27)  # >= high -> F; between: U (GRIC or support margin decide)
     dust3r_checkpoint: Optional[str] = _text(local=True)
+    dust3r_checkpoint_sha256: Optional[str] = _digest()  # pinned when scoring
     # folder holding the dust3r repository (optional import)
     dust3r_path: Optional[str] = _text(local=True)
     statistic: str = _choice("parallax_magnitude", GATE_STATISTIC_CHOICES)
@@ -584,8 +606,10 @@ class SegmentConfig(_Section):
     method: str = _choice("auto", SEGMENT_METHOD_CHOICES)
     safety_margin_px: int = _int(4, 0)  # dilate object masks by this many px before removing them
     sam2_checkpoint: Optional[str] = _text(local=True)
+    sam2_checkpoint_sha256: Optional[str] = _digest()  # pinned when scoring
     sam2_config: Optional[str] = _text()
     sam2_prompts: Optional[str] = _text()  # JSON file of box / point prompts (see segment.sam2)
+    sam2_prompts_sha256: Optional[str] = _digest()  # pinned when scoring
     sam2_image_size: Optional[int] = _int(None, 1, null=True)  # model input size (None: its config)
     # weight-free motion segmentation (segment.motion)
     motion_threshold: float = _num(0.08, 0, 1)  # photometric residual (gray, 0..1) after the warp
@@ -635,6 +659,7 @@ class ForegroundConfig(_Section):
     _name: ClassVar[str] = "foreground"
     flow: str = _choice("auto", FLOW_CHOICES)
     flow_checkpoint: Optional[str] = _text(local=True)
+    flow_checkpoint_sha256: Optional[str] = _digest()  # pinned when scoring
     grid: int = _int(8, 2)  # adaptive N x N grid over the object box
     score: str = _choice("wmse", FOREGROUND_SCORE_CHOICES)
     occlusion_weighting: bool = _flag(True)
@@ -945,8 +970,10 @@ class GeoConConfig(_Section):
         backends, seeds, the calibration hash, the preset) as compact JSON with sorted keys.
         Runtime settings (chunk sizes, thread counts; :data:`RUNTIME_FIELDS`) are left out and
         local checkpoint / checkout paths enter only as given or not, so changing a thread
-        count or moving a checkpoint keeps stored results; results record the whole
-        ``to_dict()``.
+        count or moving a checkpoint keeps stored results; what a weights or prompt file holds
+        enters through its ``<path>_sha256`` field, which scoring pins
+        (:func:`geocon_torch.io.pinned_files.pin_files`) and which counts only once set;
+        results record the whole ``to_dict()``.
 
         The hash is taken of the validated, *migrated* config, so an old flat config file and
         its nested equivalent hash the same, and an int given for a float field (``3``) hashes

@@ -39,6 +39,7 @@ from .flow.factory import resolve_flow
 from .io import clips_from_tensors, content_hash, probe_video, read_clip
 from .io.hashing import tensor_content_hashes
 from .io.calibration import pin_calibration
+from .io.pinned_files import pin_files
 from .io.images import IMAGE_SUFFIXES
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
@@ -100,8 +101,10 @@ def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = N
     ``epipolar.features`` likewise; ``foreground.flow``: RAFT-small when its weights are
     found, else torch-lk), and ``background.calibration_hash`` set to the hash of the
     calibration file in use for the features backend
-    (:func:`~geocon_torch.io.calibration.pin_calibration`), so ``config_hash()`` keys results
-    by them too. What :func:`score_clip` and the bench runner record."""
+    (:func:`~geocon_torch.io.calibration.pin_calibration`), and every ``<path>_sha256`` to the
+    content hash of the weights / prompt file the path names
+    (:func:`~geocon_torch.io.pinned_files.pin_files`), so ``config_hash()`` keys results by
+    them too. What :func:`score_clip` and the bench runner record."""
     cfg = load_config(config)
     dev = resolve_device(device)
     backend = resolve_backend(cfg.features.backend, dev)
@@ -114,7 +117,7 @@ def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = N
                                                 cfg.foreground.flow_checkpoint)}}
     changed = any(getattr(getattr(cfg, sec), k) != v for sec, kv in pins.items()
                   for k, v in kv.items())
-    return pin_calibration(cfg.replace(**pins) if changed else cfg, backend)
+    return pin_calibration(pin_files(cfg.replace(**pins) if changed else cfg), backend)
 
 
 def read_options(cfg: GeoConConfig, video: Any) -> Dict[str, Any]:

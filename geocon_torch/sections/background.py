@@ -1100,14 +1100,20 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
     found too little texture too (then the first result stays, both reasons in its reason) or
     raised (the first result stays, the error recorded); either way ``block["fallback"]`` says
     what was tried: {"from": the scoring backend, "from_reason": its reason, "backend": the
-    fallback, "status" / "reason": the fallback's ("error" with the exception when it raised)}."""
+    fallback, "status" / "reason": the fallback's ("error" with the exception when it raised)}.
+    An exception common to the whole rescoring batch (e.g. the fallback backend's feature stage
+    failing) is every rescored clip's; it never escapes (the other clips keep their results)."""
     again = [k for k, got in enumerate(results) if _textureless(got)]
     fcfg = fallback_config(cfg, device) if again else None
     if fcfg is None:
         return results
-    new = score_backgrounds([clips[k] for k in again], [pairs[k] for k in again],
-                            masks=[masks[k] for k in again], poses=[poses[k] for k in again],
-                            config=fcfg, device=device, timer=timer, keep_rows=keep_rows)
+    try:
+        new: List[Scored] = score_backgrounds(
+            [clips[k] for k in again], [pairs[k] for k in again],
+            masks=[masks[k] for k in again], poses=[poses[k] for k in again],
+            config=fcfg, device=device, timer=timer, keep_rows=keep_rows)
+    except Exception as exc:  # noqa: BLE001 - a failing fallback must not stop the batch
+        new = [exc] * len(again)
     out = list(results)
     for k, got in zip(again, new):
         out[k] = _fallen_back(results[k], got, fcfg.features.backend)

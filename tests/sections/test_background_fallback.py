@@ -12,7 +12,7 @@ import torch
 
 from geocon_torch import score_clip, score_clips
 from geocon_torch.config import FeatureConfig, GeoConConfig
-from geocon_torch.errors import ConfigError
+from geocon_torch.errors import CheckpointError, ConfigError
 from geocon_torch.features import extract_correspondences
 from geocon_torch.io import clip_from_tensor
 from geocon_torch.report.explain import calibrated_lines
@@ -140,6 +140,35 @@ def test_sift_scored_clips_are_unchanged_and_the_fallback_is_one_batch(scenes, m
     assert mid["background"]["pass_calibrated"] is not None  # SIFT: the shipped calibration
     alone = score_clip(clips[2], config=CFG, preset="background", device="cpu").to_dict()
     assert got[2].to_dict()["background"] == alone["background"]
+
+
+def test_a_failing_fallback_keeps_the_first_result_and_the_batch(scenes, monkeypatch):
+    """The fallback's rescoring raising (here its feature stage, as a backend without its
+    checkpoint would) loses nothing: the low-texture clip keeps its not_applicable result with
+    the error in ``background.fallback`` and its reason, the SIFT-scored clip beside it is
+    scored as with the fallback off."""
+    real = bg.extract_correspondences
+
+    def broken(clip, pairs, features, **kw):
+        if features.backend == "lk-tracks":
+            raise CheckpointError("the 'lk-tracks' backend needs a local checkpoint")
+        return real(clip, pairs, features, **kw)
+
+    monkeypatch.setattr(bg, "extract_correspondences", broken)
+    low = _low_contrast(scenes["H"])
+    got = score_clips([low, scenes["F"]], config=CFG, preset="background", device="cpu")
+    d, mid = (r.to_dict() for r in got)
+    first = "too little texture: median 0 matches per pair"
+    why = "CheckpointError: the 'lk-tracks' backend needs a local checkpoint"
+    fell = d["background"]["fallback"]
+    assert d["status"] == "not_applicable" and d["backends"]["features"] == "opencv-sift"
+    assert fell["from_reason"].startswith(first)
+    assert d["reason"] == f"{fell['from_reason']}; lk-tracks fallback: {why}"
+    assert fell == {"from": "opencv-sift", "from_reason": fell["from_reason"],
+                    "backend": "lk-tracks", "status": "error", "reason": why}
+    ref = score_clip(scenes["F"], config=OFF, preset="background", device="cpu").to_dict()
+    assert mid["status"] == "ok" and mid["background"] == ref["background"]
+    assert mid["gate"] == ref["gate"]
 
 
 def test_fallback_knob_config_and_hash():
