@@ -6,6 +6,8 @@ that says which backend, which path and what to do.
 """
 from __future__ import annotations
 
+import re
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
@@ -41,8 +43,10 @@ def load_weights_only(path: Path, what: str, allowed: Sequence[type] = ()) -> An
     objects, and still refuses every other global (no ``weights_only=False`` code execution).
 
     Raises:
-        CheckpointError: an unreadable file, a global outside the allow-list, or a torch
-            without ``safe_globals`` (< 2.5) when ``allowed`` is not empty.
+        CheckpointError: an unreadable file (the message says why: empty, truncated, not a
+            torch checkpoint, or the global a safe load refused; never torch's advice to load
+            with ``weights_only=False``), or a torch without ``safe_globals`` (< 2.5) when
+            ``allowed`` is not empty.
     """
     try:
         if not allowed:
@@ -57,7 +61,38 @@ def load_weights_only(path: Path, what: str, allowed: Sequence[type] = ()) -> An
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad checkpoint
-        raise CheckpointError(f"{what} checkpoint {path} could not be read: {exc}") from exc
+        raise CheckpointError(f"{what} checkpoint {path} could not be read: "
+                              f"{_load_failure(path, exc)}") from exc
+
+
+#: the first bytes of a torch checkpoint: a zip archive (torch >= 1.6) or a pickle (older)
+_ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+#: where torch's messages start advice that does not apply here (load unsafely, allow-list)
+_ADVICE = re.compile(r"\s*(Please use `torch\.serialization|Check the documentation of "
+                     r"torch\.load|This is an internal miniz error)")
+
+
+def _load_failure(path: Path, exc: Exception) -> str:
+    """Why ``torch.load(path)`` failed with ``exc``, in words: an empty, truncated or
+    non-torch file by its first bytes; else torch's reason without its advice (re-running
+    with ``weights_only=False``, allow-listing globals), which contradicts the safe loading."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_ZIP_MAGIC))
+    except OSError:
+        head = None
+    if head == b"":
+        return "the file is empty"
+    if head is not None and head.startswith(_ZIP_MAGIC) and not zipfile.is_zipfile(path):
+        return "it is truncated or corrupted (an incomplete zip archive)"
+    if head is not None and not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
+        return "it is not a torch checkpoint (neither a zip archive nor a pickle)"
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:  # the safe unpickler refused something
+        text = "a safe (weights_only) load refuses it: " + text.split(
+            "WeightsUnpickler error:", 1)[1]
+    text = _ADVICE.split(text, maxsplit=1)[0]
+    return " ".join(text.split()) or type(exc).__name__
 
 
 def read_state_dict(path: Optional[PathLike], what: str, *, hint: str = "pass checkpoint=PATH",

@@ -34,3 +34,39 @@ def test_a_checkpoint_for_a_backend_without_weights_is_a_clear_error(tmp_path):
     for name in ("opencv-sift", "torch-sift"):
         with pytest.raises(InputError, match=f"backend '{name}' loads no checkpoint"):
             get_extractor(name, device="cpu", checkpoint=tmp_path / "w.pt")
+
+
+def test_unreadable_checkpoints_say_why_without_unsafe_advice(tmp_path):
+    """The message names the file and the cause: empty, truncated, not a torch checkpoint, or
+    the global a safe load refused; never torch's "Re-running torch.load with weights_only set
+    to False will likely succeed" (it contradicts the safe loading) nor "[Errno 22]"."""
+    import argparse
+
+    import torch
+
+    from geocon_torch.checkpoints import load_weights_only, read_state_dict
+    from geocon_torch.errors import CheckpointError
+
+    good = tmp_path / "good.pt"
+    torch.save({"w": torch.zeros(2000)}, good)
+    data = good.read_bytes()
+    ns = tmp_path / "ns.pt"
+    torch.save({"args": argparse.Namespace(a=1)}, ns)
+    cases = {"empty.pt": (b"", "the file is empty"),
+             "head.pt": (data[:64], "truncated or corrupted"),
+             "half.pt": (data[: len(data) // 2], "truncated or corrupted"),
+             "garbage.pt": (b"not a torch file", "not a torch checkpoint"),
+             "ns.pt": (None, "Unsupported global: GLOBAL argparse.Namespace")}
+    for name, (content, phrase) in cases.items():
+        path = tmp_path / name
+        if content is not None:
+            path.write_bytes(content)
+        for load in (lambda: load_weights_only(path, "X"), lambda: read_state_dict(path, "X")):
+            with pytest.raises(CheckpointError, match=f"X checkpoint .*{name} could not be read"
+                               ) as info:
+                load()
+            msg = str(info.value)
+            assert phrase in msg, msg
+            for advice in ("False", "will likely succeed", "Errno", "add_safe_globals"):
+                assert advice not in msg, msg
+    assert load_weights_only(good, "X")["w"].shape == (2000,)

@@ -13,6 +13,12 @@ Prompts (working-resolution pixels), from ``config.segment.sam2_prompts`` (a JSO
     [{"id": 1, "frame": 0, "box": [x0, y0, x1, y1]},
      {"id": 2, "frame": 0, "points": [[x, y], ...], "labels": [1, 0, ...]}]
 
+a non-empty list of objects, each with a ``"box"`` (4 finite numbers) and / or ``"points"`` (a
+non-empty list of [x, y] pairs of finite numbers) with optional ``"labels"`` (one 0 / 1 per point,
+default all 1), an optional integer ``"frame"`` in [0, T) (default 0) and an optional integer
+``"id"`` (default the prompt's position + 1). Anything else is an InputError naming the setting,
+the file, the prompt and what is wrong, raised before SAM-2 is loaded.
+
 Each object is tracked through the clip (``propagate_in_video`` forwards from the earliest prompt,
 then backwards from the latest one for the frames before each object's first prompt); the result
 is (T, K, H, W) bool at working resolution, K = number of prompted objects in id order. SAM-2
@@ -22,6 +28,7 @@ bfloat16).
 from __future__ import annotations
 
 import contextlib
+import numbers
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -31,8 +38,8 @@ import torch
 
 from .._json import read_json_file
 from ..config import SegmentConfig
-from ..checkpoints import cached_model, require_checkpoint
-from ..errors import CheckpointError, InputError, OptionalDependencyError
+from ..checkpoints import cached_model, load_weights_only, require_checkpoint
+from ..errors import CheckpointError, ConfigError, InputError, OptionalDependencyError
 from ..types import Clip
 
 Prompts = Sequence[Dict[str, Any]]
@@ -49,51 +56,160 @@ def _import_sam2() -> Any:
     return build_sam2_video_predictor
 
 
+def _build_unloaded(build: Any, config: str, device: str, overrides: List[str]) -> Any:
+    """SAM-2's video predictor of model config ``config`` (a config name inside the sam2
+    package or a YAML path), randomly initialised, on ``device``.
+
+    Raises:
+        ConfigError: naming ``segment.sam2_config``: hydra / omegaconf cannot find, compose or
+            instantiate it (no such config or file, bad YAML, not a SAM-2 model config).
+    """
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    cfg_path = Path(config).expanduser()
+    try:
+        if not cfg_path.is_file():
+            return build(config, None, device=device, hydra_overrides_extra=overrides)
+        from hydra import initialize_config_dir, initialize_config_module
+        from hydra.core.global_hydra import GlobalHydra
+
+        GlobalHydra.instance().clear()  # a YAML outside the package: compose from its folder
+        try:
+            with initialize_config_dir(config_dir=str(cfg_path.parent.resolve()),
+                                       version_base="1.2"):
+                return build(cfg_path.name, None, device=device,
+                             hydra_overrides_extra=overrides)
+        finally:
+            GlobalHydra.instance().clear()
+            initialize_config_module("sam2", version_base="1.2")
+    except (HydraException, OmegaConfBaseException, YAMLError) as exc:
+        reason = f"{type(exc).__name__}: " + " ".join(str(exc).split("\n")[0].split())
+        if isinstance(exc, MissingConfigException) and not cfg_path.is_file():
+            reason = "no such file, and no config of that name inside the sam2 package"
+        raise ConfigError(
+            f"segment.sam2_config {config!r} is not a SAM-2 model config SAM-2 can build (a "
+            "config name inside the sam2 package such as 'configs/sam2.1/sam2.1_hiera_t.yaml', "
+            f"or the path of a YAML file): {reason}") from exc
+
+
 def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
                         device: Union[None, str, torch.device] = None,
                         image_size: Optional[int] = None) -> Any:
-    """A ``SAM2VideoPredictor`` from a local checkpoint and a model config (see module doc)."""
+    """A ``SAM2VideoPredictor`` from a local checkpoint and a model config (see module doc).
+
+    The checkpoint is read safely (``weights_only``) before the model is built, then loaded
+    into it (strictly), as ``sam2.build_sam`` does.
+
+    Raises:
+        CheckpointError: no / missing / unreadable checkpoint (naming the file), one without a
+            ``"model"`` state dict, or weights that do not match the config.
+        InputError: no config; ConfigError: a config SAM-2 cannot build (``segment.sam2_config``).
+    """
     build = _import_sam2()
     ckpt = require_checkpoint(checkpoint, "SAM-2 masks", "set config.segment.sam2_checkpoint")
     if not config:
         raise InputError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
                           "'configs/sam2.1/sam2.1_hiera_t.yaml'")
+    data = load_weights_only(ckpt, "SAM-2")
+    state = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"SAM-2 checkpoint {ckpt} holds no 'model' state dict (Meta's "
+                              "checkpoints store the weights under 'model')")
     overrides = [f"++model.image_size={int(image_size)}"] if image_size else []
-    dev = str(device or "cpu")
-    cfg_path = Path(config).expanduser()
+    model = _build_unloaded(build, config, str(device or "cpu"), overrides)
     try:
-        if cfg_path.is_file():  # a YAML outside the package: compose from its folder
-            from hydra import initialize_config_dir
-            from hydra.core.global_hydra import GlobalHydra
-
-            GlobalHydra.instance().clear()
-            try:
-                with initialize_config_dir(config_dir=str(cfg_path.parent.resolve()),
-                                           version_base="1.2"):
-                    return build(cfg_path.name, str(ckpt), device=dev,
-                                 hydra_overrides_extra=overrides)
-            finally:
-                from hydra import initialize_config_module
-
-                GlobalHydra.instance().clear()
-                initialize_config_module("sam2", version_base="1.2")
-        return build(config, str(ckpt), device=dev, hydra_overrides_extra=overrides)
-    except (RuntimeError, KeyError) as exc:  # state dict does not match the config
+        model.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError) as exc:  # state dict does not match the config
         raise CheckpointError(f"SAM-2 checkpoint {ckpt} does not match config {config}: "
                               f"{exc}") from exc
+    return model
 
 
-def load_prompts(source: Union[None, str, Path, Prompts]) -> List[Dict[str, Any]]:
-    """Prompt list from a JSON file or a list of dicts (validated)."""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _finite_array(value: Any, shape: tuple) -> Optional[np.ndarray]:
+    """``value`` as an array of finite numbers of ``shape`` (-1: any length >= 1), else None."""
+    if isinstance(value, (str, bytes, dict)):
+        return None
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):  # ragged lists
+        return None
+    if arr.dtype.kind not in "iuf" or arr.ndim != len(shape) or 0 in arr.shape:
+        return None
+    if any(n != -1 and n != m for n, m in zip(shape, arr.shape)):
+        return None
+    return arr if bool(np.isfinite(arr).all()) else None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _prompt_problem(p: Any, num_frames: Optional[int]) -> Optional[str]:
+    """What is wrong with one prompt object ``p`` (see module doc), or None."""
+    if not isinstance(p, dict):
+        return f" must be a JSON object with 'box' or 'points', got {_short(p)}"
+    if "box" not in p and "points" not in p:
+        return f" needs 'box' or 'points': {_short(p)}"
+    if "box" in p and _finite_array(p["box"], (4,)) is None:
+        return f": 'box' must be 4 finite numbers [x0, y0, x1, y1], got {_short(p['box'])}"
+    if "points" in p:
+        pts = _finite_array(p["points"], (-1, 2))
+        if pts is None:
+            return (": 'points' must be a non-empty list of [x, y] pairs of finite numbers, "
+                    f"got {_short(p['points'])}")
+        labels = _finite_array(p.get("labels", [1] * len(pts)), (len(pts),))
+        if labels is None or not bool(np.isin(labels, (0, 1)).all()):
+            return (f": 'labels' must be {len(pts)} values 0 / 1 (one per point), "
+                    f"got {_short(p.get('labels'))}")
+    if "id" in p and not _is_int(p["id"]):
+        return f": 'id' must be an integer, got {_short(p['id'])}"
+    frame = p.get("frame", 0)
+    if num_frames is None and not (_is_int(frame) and frame >= 0):
+        return f": 'frame' must be an integer >= 0, got {_short(frame)}"
+    if num_frames is not None and not (_is_int(frame) and 0 <= frame < num_frames):
+        return (f": 'frame' must be an integer in [0, {num_frames}) (the clip's frames), "
+                f"got {_short(frame)}")
+    return None
+
+
+def load_prompts(source: Union[None, str, Path, Prompts], num_frames: Optional[int] = None, *,
+                 setting: str = "prompts") -> List[Dict[str, Any]]:
+    """The prompt list (see module doc) from a JSON file or a list of dicts, validated.
+
+    Args:
+        num_frames: T of the clip the prompts are for: every ``"frame"`` must be in [0, T)
+            (without it only ``>= 0`` is checked).
+        setting: the name in the messages for a list (a file is named ``segment.sam2_prompts``).
+
+    Raises:
+        InputError: no prompts, an unreadable / non-JSON file, not a list, an empty list, or a
+            malformed prompt: the message names the setting, the file, the prompt index and
+            what is wrong.
+    """
     if source is None:
         raise InputError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
                           "file of boxes / points (see geocon_torch.segment.sam2)")
+    where = setting
     if isinstance(source, (str, Path)):
-        source = read_json_file(source, "SAM-2 prompt file")
+        where = f"segment.sam2_prompts {source}"
+        source = read_json_file(source, "SAM-2 prompt file (segment.sam2_prompts)")
+    if isinstance(source, (dict, str, bytes)) or not isinstance(source, Sequence):
+        kind = "an object" if isinstance(source, dict) else _short(source)
+        raise InputError(f"{where} must be a JSON list of prompt objects, got {kind}")
     prompts = list(source)
-    for p in prompts:
-        if "box" not in p and "points" not in p:
-            raise InputError(f"a SAM-2 prompt needs 'box' or 'points': {p}")
+    if not prompts:
+        raise InputError(f"{where} holds no prompt: give at least one box or points prompt")
+    for k, p in enumerate(prompts):
+        problem = _prompt_problem(p, num_frames)
+        if problem is not None:
+            raise InputError(f"{where}: prompt {k}{problem}")
     return prompts
 
 
@@ -124,8 +240,14 @@ def _sam2_autocast(predictor: Any) -> Any:
 def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch.device] = None,
                prompts: Union[None, str, Path, Prompts] = None,
                predictor: Any = None) -> torch.Tensor:
-    """(T, K, H, W) bool masks of the prompted objects tracked by SAM-2 through ``clip``."""
-    prompts = load_prompts(prompts if prompts is not None else cfg.sam2_prompts)
+    """(T, K, H, W) bool masks of the prompted objects tracked by SAM-2 through ``clip``.
+
+    The prompts are validated against the clip (:func:`load_prompts` with T) before the
+    predictor is loaded or run: a malformed prompt or a frame outside [0, T) is an InputError.
+    """
+    prompts = load_prompts(prompts if prompts is not None else cfg.sam2_prompts,
+                           clip.num_frames,
+                           setting="prompts" if prompts is not None else "segment.sam2_prompts")
     pred = predictor or cached_model(
         "sam2", cfg.sam2_checkpoint, (cfg.sam2_config, str(device), cfg.sam2_image_size),
         lambda: load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,

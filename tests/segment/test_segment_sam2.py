@@ -1,11 +1,13 @@
 """SAM-2 adapter: clear errors, and plumbing with a random-init model loaded back from tmp_path."""
 import json
+import re
 
 import pytest
 import torch
 
 from geocon_torch.config import SegmentConfig
-from geocon_torch.errors import CheckpointError, GeoConError, OptionalDependencyError
+from geocon_torch.errors import (CheckpointError, ConfigError, GeoConError, InputError,
+                                 OptionalDependencyError)
 from geocon_torch.segment.sam2 import load_prompts, load_sam2_predictor, sam2_masks
 
 TINY = "configs/sam2.1/sam2.1_hiera_t.yaml"
@@ -57,6 +59,96 @@ def test_checkpoint_errors(tmp_path):
     torch.save({"model": {"not_a_weight": torch.zeros(1)}}, bad)
     with pytest.raises(CheckpointError, match="does not match"):
         load_sam2_predictor(str(bad), TINY, image_size=256)
+
+
+BOX = [10, 10, 50, 40]
+
+
+@pytest.mark.parametrize("content, phrase", [
+    ({"id": 1, "frame": 0, "box": BOX}, "must be a JSON list of prompt objects, got an object"),
+    ({"box": [1, 2, 3, 4]}, "must be a JSON list of prompt objects, got an object"),
+    ([], "holds no prompt"),
+    ([1, 2], "prompt 0 must be a JSON object with 'box' or 'points', got 1"),
+    ([{"frame": 0, "box": [1, 2, 3]}], "prompt 0: 'box' must be 4 finite numbers"),
+    ([{"frame": 0, "box": "1,2,3,4"}], "prompt 0: 'box' must be 4 finite numbers"),
+    ([{"frame": 0, "box": [1, 2, 3, None]}], "prompt 0: 'box' must be 4 finite numbers"),
+    ([{"frame": 0, "box": [1, 2, 3, 1e999]}], "prompt 0: 'box' must be 4 finite numbers"),
+    ([{"id": "car", "frame": 0, "box": BOX}], "prompt 0: 'id' must be an integer, got 'car'"),
+    ([{"id": True, "frame": 0, "box": BOX}], "prompt 0: 'id' must be an integer, got True"),
+    ([{"frame": 1.5, "box": BOX}], "prompt 0: 'frame' must be an integer in [0, 6)"),
+    ([{"frame": -1, "box": BOX}], "prompt 0: 'frame' must be an integer in [0, 6)"),
+    ([{"frame": 6, "box": BOX}], "prompt 0: 'frame' must be an integer in [0, 6)"),
+    ([{"points": [[1, 2], [3, 4]], "labels": [1]}],
+     "prompt 0: 'labels' must be 2 values 0 / 1 (one per point)"),
+    ([{"points": [[1, 2]], "labels": [2]}], "prompt 0: 'labels' must be 1 values 0 / 1"),
+    ([{"points": [1, 2]}], "prompt 0: 'points' must be a non-empty list of [x, y] pairs"),
+    ([{"points": []}], "prompt 0: 'points' must be a non-empty list of [x, y] pairs"),
+    ([{"points": [[1, "a"]]}], "prompt 0: 'points' must be a non-empty list of [x, y] pairs"),
+    ([{"frame": 0, "box": BOX}, {"frame": 0, "box": [1, 2, 3]}], "prompt 1: 'box'"),
+    ([{"frame": 0, "id": 1}], "prompt 0 needs 'box' or 'points'"),
+])
+def test_malformed_prompt_files_are_input_errors_naming_the_setting(tmp_path, content, phrase):
+    """Every malformed prompt file is an InputError naming the setting, the file, the prompt
+    and what is wrong (were AttributeError / TypeError / ValueError / IndexError / a bare
+    AssertionError or torch RuntimeError from inside SAM-2; "frame": -1 was accepted)."""
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(content))
+    with pytest.raises(InputError, match=re.escape(phrase)) as info:
+        load_prompts(f, num_frames=6)
+    assert f"segment.sam2_prompts {f}" in str(info.value)
+
+
+def test_valid_prompts_pass_unchanged(tmp_path):
+    prompts = [{"id": 2, "frame": 5, "points": [[1, 2.5], [3, 4]], "labels": [1, 0]},
+               {"frame": 0, "box": [0.5, 1, 30, 40]}, {"box": (1, 2, 3, 4), "id": 7}]
+    assert load_prompts(prompts, num_frames=6) == prompts
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(prompts[:2]))
+    assert load_prompts(f, num_frames=6) == prompts[:2]
+    with pytest.raises(InputError, match=re.escape("prompts: prompt 0: 'frame' must be an "
+                                                   "integer >= 0, got -1")):
+        load_prompts([{"frame": -1, "box": BOX}])  # no frame count: only the lower bound
+
+
+def test_prompt_frames_are_checked_against_the_clip_before_sam2_runs():
+    """A prompt frame outside the clip (negative was accepted silently, past the end an
+    IndexError from SAM-2) is an InputError before the predictor sees any prompt."""
+    from geocon_torch.types import Clip
+
+    clip = Clip(torch.zeros(4, 3, 16, 24, dtype=torch.uint8), 24.0,
+                torch.ones(16, 24, dtype=torch.bool), torch.arange(4), (16, 24))
+    for frame in (-1, 4):
+        pred = _ScriptedPredictor(4, 16, 24)
+        with pytest.raises(InputError, match=re.escape(
+                f"prompts: prompt 0: 'frame' must be an integer in [0, 4) (the clip's frames), "
+                f"got {frame}")):
+            sam2_masks(clip, SegmentConfig(), predictor=pred,
+                       prompts=[{"id": 1, "frame": frame, "box": [1, 1, 5, 5]}])
+        assert pred.objs == []
+
+
+def test_bad_config_and_unreadable_checkpoints_are_geocon_errors(tmp_path):
+    """A config SAM-2 cannot compose is a ConfigError naming segment.sam2_config (was hydra's
+    MissingConfigException); an unreadable checkpoint a CheckpointError naming the file (was
+    pickle's UnpicklingError, quoting torch's advice to load it unsafely)."""
+    _sam2_or_skip()
+    ckpt = tmp_path / "empty.pt"
+    torch.save({"model": {}}, ckpt)
+    other = tmp_path / "other.yaml"
+    other.write_text("a: 1\n")
+    for config in ("configs/nope.yaml", str(tmp_path / "nope" / "sam2.yaml"), str(other)):
+        with pytest.raises(ConfigError, match=re.escape(f"segment.sam2_config {config!r}")):
+            load_sam2_predictor(str(ckpt), config)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"x" * 16)
+    with pytest.raises(CheckpointError, match="not a torch checkpoint") as info:
+        load_sam2_predictor(str(garbage), TINY)
+    assert str(garbage) in str(info.value) and "False" not in str(info.value)
+    nomodel = tmp_path / "nomodel.pt"
+    torch.save({"weights": {}}, nomodel)
+    with pytest.raises(CheckpointError, match=re.escape(f"SAM-2 checkpoint {nomodel} holds no "
+                                                        "'model' state dict")):
+        load_sam2_predictor(str(nomodel), TINY)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
