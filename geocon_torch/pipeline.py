@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ._precision import autocast_off
 from ._memory import release_freed_memory
 from .config import ConfigLike, GeoConConfig, load_config
 from .errors import GeoConError, InputError, VideoReadError
@@ -215,6 +216,7 @@ def _status(res: ClipResult, preset: str) -> Tuple[str, Optional[str]]:
     return (status if status in ("ok", "not_applicable", "error") else "ok"), reason
 
 
+@autocast_off
 def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
                config: ConfigLike = None, device: Union[None, str, torch.device] = None,
                preset: Optional[str] = None, progress: Optional[bool] = None) -> ClipResult:
@@ -516,6 +518,7 @@ def scoring_config(config: ConfigLike, preset: Optional[str] = None) -> GeoConCo
 BATCH_BYTES = 768 * 2 ** 20
 
 
+@autocast_off
 def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] = None,
                 poses: Optional[Sequence[Any]] = None,
                 config: Union[None, str, Path, dict, GeoConConfig] = None,

@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
+from ._precision import autocast_off
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .errors import ArgumentTypeError, InputError
@@ -257,6 +258,7 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     return _info(value, neutral, status, reason, block.get("valid_pairs"), total, raw)
 
 
+@autocast_off
 def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
                      config: RewardConfigLike = None, seed: Optional[int] = None, *,
                      neutral: float = NEUTRAL_REWARD

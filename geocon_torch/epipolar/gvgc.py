@@ -42,7 +42,7 @@ from ..features import get_extractor, match_descriptors
 from ..geometry import epipolar_line_distance, ransac_fundamental
 from ..io.pairs import gvgc_pairs
 from ..types import Clip
-from .opencv_path import clip_frame_rgb, opencv_state, ratio_matches
+from .opencv_path import clip_frame_rgb, ratio_matches, run_opencv
 from .protocol import pair_seeds, source_frames_of
 from .torch_path import gray_uint8_levels
 
@@ -149,7 +149,7 @@ def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
     rows = gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals)
     info = {"implementation": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
             "analysis_size": [int(v) for v in config.gvgc.size]}
-    with opencv_state(config.opencv_threads, config.seed):
+    def work() -> List[Dict[str, Any]]:
         sift = cv2.SIFT_create(int(config.gvgc.sift_features))
         feats = {}
         for f in np.unique(rows[:, 1:]).tolist():
@@ -157,9 +157,10 @@ def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
             kps, des = sift.detectAndCompute(gray, None)
             feats[f] = (list(kps or []), des)
         matcher = _matcher(config)
-        records = [_gvgc_pair(int(d), int(i), int(j), feats, matcher, config)
-                   for d, i, j in rows.tolist()]
-    return gvgc_summary(records, config, info)
+        return [_gvgc_pair(int(d), int(i), int(j), feats, matcher, config)
+                for d, i, j in rows.tolist()]
+
+    return gvgc_summary(run_opencv(work, config.opencv_threads, config.seed), config, info)
 
 
 def _gvgc_pair(d: int, i: int, j: int, feats: Dict, matcher, config: EpipolarConfig

@@ -10,8 +10,8 @@ The Sampson distances are :func:`geocon_torch.geometry.sampson_distance` (px, no
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import cv2
 import numpy as np
@@ -26,6 +26,8 @@ from ..types import Clip
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, enough_matches, run_protocol, tracking_guard)
 
+T = TypeVar("T")
+
 _INTERPOLATION = dict(zip(RESIZE_INTERPOLATION_CHOICES, (cv2.INTER_AREA, cv2.INTER_LINEAR)))
 
 
@@ -38,14 +40,23 @@ def interpolation_flag(name: str) -> int:
                          f"got {name!r}") from None
 
 
-@contextlib.contextmanager
-def opencv_state(threads: int, seed: int) -> Iterator[None]:
-    """Fix cv2's thread count (restored afterwards) and RNG seed for a deterministic run."""
+def run_opencv(work: Callable[[], T], threads: int, seed: int) -> T:
+    """``work()`` with cv2's thread count fixed (restored afterwards) and cv2's RNG seeded
+    with ``seed`` (the FLANN matcher draws from it), for a deterministic run. cv2's RNG is per
+    thread and Python cannot read it back, so ``work`` runs on a thread of its own: the
+    caller's cv2 RNG stream goes on as if nothing had run (a training loop's OpenCV
+    augmentations do not restart from one state at every metric update). ``work`` must not
+    rely on the caller's torch thread-local state (grad mode, autocast): these paths compute
+    in NumPy / OpenCV."""
+    def seeded() -> T:
+        cv2.setRNGSeed(int(seed))
+        return work()
+
     before = cv2.getNumThreads()
     cv2.setNumThreads(max(int(threads), 1))
-    cv2.setRNGSeed(int(seed))
     try:
-        yield
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(seeded).result()
     finally:
         cv2.setNumThreads(before)
 
@@ -212,7 +223,7 @@ def opencv_sections(clips: Sequence[Clip], config: EpipolarConfig,
              for k, c in enumerate(clips)]
     infos = [clip_info(clip, pr, config, implementation="opencv", features="opencv-sift")
              for clip, pr in zip(clips, pairs)]
-    with opencv_state(config.opencv_threads, config.seed):
+    def work() -> List[Dict]:
         states = {k: _ClipState(c, p, config) for k, (c, p) in enumerate(zip(clips, pairs))
                   if len(p)}
 
@@ -220,3 +231,5 @@ def opencv_sections(clips: Sequence[Clip], config: EpipolarConfig,
             return [_measure_clip(states[k], stage) for k in ids]
 
         return run_protocol(measure, pairs, config, infos)
+
+    return run_opencv(work, config.opencv_threads, config.seed)

@@ -67,6 +67,7 @@ from typing import Callable, Optional, Tuple, Union
 import torch
 import torch.nn.functional as tnf
 
+from .._precision import autocast_off
 from .._checks import check_mask, check_points, check_same_shape
 from .._tensor_utils import finite, to_device
 from ..errors import InputError, ShapeError
@@ -933,6 +934,7 @@ def _robust_fit(problem: _Problem, x1: torch.Tensor, x2: torch.Tensor,
         return _assemble_fit(problem, batch, st, rsq, cfg)
 
 
+@autocast_off
 def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,
                       scores: Optional[torch.Tensor] = None, *, threshold: float = 2.0,
                       confidence: float = 0.999, max_iterations: int = 2000,
@@ -995,6 +997,7 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
     return _robust_fit(prob, x1, x2, mask, scores, seed, cfg)
 
 
+@autocast_off
 def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tensor] = None,
                        scores: Optional[torch.Tensor] = None, *, threshold: float = 0.1,
                        residual: str = "sampson_normalized", confidence: float = 0.999,

@@ -288,6 +288,9 @@ def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
                               f" in {{1, 3}}, got shape {tuple(x.shape)}")
     if shape[1] not in (1, 3):
         hint = " (looks channels-last: permute to (T, C, H, W))" if shape[-1] in (1, 3) else ""
+        if shape[0] in (1, 3) and not hint:  # a generator's (B, C, T, H, W) / (C, T, H, W)
+            hint = (" (looks channels-first: a (B, C, T, H, W) batch needs "
+                    ".permute(0, 2, 1, 3, 4), a (C, T, H, W) clip .permute(1, 0, 2, 3))")
         raise ClipTensorError(f"a clip tensor must be (T, C, H, W) with C in {{1, 3}}, got "
                               f"{shape}{hint}")
     if x.dtype not in _TENSOR_DTYPES:

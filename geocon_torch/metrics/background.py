@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
+from .._precision import autocast_off
 from ..config import GeoConConfig
 from ..pipeline import scoring_config
 from .functional._common import ERROR, NOT_APPLICABLE, OK
@@ -94,6 +95,7 @@ class BackgroundConsistency(GeoConMetric):
         self._add_no_data_states()
         self._add_protocol_state(self.config.config_hash())
 
+    @autocast_off
     def update(self, videos: Videos, masks: Any = None, poses: Any = None) -> None:
         """Score a batch: ``videos`` (B, T, C, H, W) tensor or a list of paths / (T, C, H, W)
         tensors; ``masks`` / ``poses`` optional, one entry per clip (or a batched tensor)."""

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MetricCollection
 
+from .._precision import autocast_off
 from .._checks import retired_argument, retired_name
 from ..sections.epipolar import EpipolarConfigLike, epipolar_config, resolve_implementation
 from .functional._common import OK, VideosLike
@@ -91,6 +92,7 @@ class _EpipolarTrio(GeoConMetric):
         self._add_protocol_state(self.epipolar_config.to_dict(), implementation, features)
         self.last_sections: List[Dict[str, Any]] = []
 
+    @autocast_off
     def update(self, videos: VideosLike) -> None:
         """Analyse a batch: (B, T, C, H, W) uint8 / float [0, 1] tensor (any device) or a list
         of (T, C, H, W) tensors or Clips. Raises ClipTensorError for a malformed batch."""

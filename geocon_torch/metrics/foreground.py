@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
+from .._precision import autocast_off
 from ..errors import InputError
 from ..measures.foreground import check_settings
 from .functional.foreground import _adadfrc_compute, _adadfrc_update
@@ -78,6 +79,7 @@ class AdaDFRC(GeoConMetric):
         self._add_no_data_states()
         self._add_protocol_state(self.grid, self.score, self.min_pixels, self.percentile)
 
+    @autocast_off
     def update(self, flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None) -> None:
         vals, n_na, n_err = _adadfrc_update(flow, masks, reliability, grid=self.grid,
                                             score=self.score, min_pixels=self.min_pixels)

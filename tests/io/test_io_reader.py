@@ -315,6 +315,7 @@ def test_read_clips_batch_equals_single(frames12):
 @pytest.mark.parametrize("tensor, match", [
     (torch.zeros(4, 96, 128, 3, dtype=torch.uint8), "channels-last"),
     (torch.zeros(4, 2, 16, 16, dtype=torch.uint8), "C in"),
+    (torch.zeros(3, 8, 16, 16, dtype=torch.uint8), r"looks channels-first.*permute\(1, 0, 2, 3\)"),
     (torch.zeros(16, 16, dtype=torch.uint8), "C in"),
     (torch.zeros(0, 3, 16, 16, dtype=torch.uint8), "0 frames"),
     (torch.zeros(4, 3, 16, 16, dtype=torch.int64), "uint8, or float"),

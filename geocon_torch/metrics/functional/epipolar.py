@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ..._precision import autocast_off
 from ..._checks import retired_argument
 from ...sections.epipolar import EpipolarConfigLike, epipolar_config, epipolar_sections
 from ._common import ClipValues, VideosLike, as_clips, per_clip, status_codes
@@ -60,6 +61,7 @@ def _per_clip(key: str, videos: VideosLike, config: EpipolarConfigLike, implemen
     return (got.values[key], got.status) if return_status else got.values[key]
 
 
+@autocast_off
 def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
                    implementation: str = "auto", features: Optional[str] = None,
                    normalized: bool = False, return_status: bool = False,
@@ -98,6 +100,7 @@ def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
                      retired)
 
 
+@autocast_off
 def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigLike = None, *,
                          implementation: str = "auto", features: Optional[str] = None,
                          return_status: bool = False, **retired: Any
@@ -116,6 +119,7 @@ def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigLike = None, 
                      return_status, retired)
 
 
+@autocast_off
 def feature_match_coverage(videos: VideosLike, config: EpipolarConfigLike = None, *,
                            implementation: str = "auto", features: Optional[str] = None,
                            return_status: bool = False, **retired: Any

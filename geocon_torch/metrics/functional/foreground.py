@@ -15,9 +15,11 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ..._precision import autocast_off
 from ...measures.foreground import adadfrc as _adadfrc_measure
 
 
+@autocast_off
 def adadfrc(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None, *,
             grid: int = 8, score: str = "wmse", min_pixels: int = 64,
             w2_iterations: int = 200) -> Tuple[Tensor, Tensor]:

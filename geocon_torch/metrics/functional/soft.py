@@ -21,12 +21,14 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
+from ..._precision import autocast_off
 from ...errors import ShapeError
 from ...io import check_clip_tensor
 from ...config import GeoConConfig, SoftConsistencyConfig
 from ...measures.soft import soft_pair_scores
 
 
+@autocast_off
 def soft_background_consistency(frames: Tensor, *, model: str = "auto",
                                 tau_h: float = 2.0, tau_f: float = 0.1,
                                 temperature_h: float = 0.5, temperature_f: float = 0.025,
