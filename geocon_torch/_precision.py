@@ -21,13 +21,24 @@ AUTOCAST_DEVICES = ("cpu", "cuda")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` ("cpu" / "cuda"), on every torch the package
+    supports (``torch.is_autocast_enabled(device_type)`` exists from torch 2.4)."""
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4: one flag per device type
+        if device_type == "cpu":
+            return bool(torch.is_autocast_cpu_enabled())
+        return bool(torch.is_autocast_enabled())
+
+
 def autocast_off(fn: F) -> F:
     """``fn`` run with ``torch.autocast(device_type, enabled=False)`` for each device type of
     :data:`AUTOCAST_DEVICES` whose autocast is on (nothing entered when none is: the common
     case costs two flag reads)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        on = [d for d in AUTOCAST_DEVICES if torch.is_autocast_enabled(d)]
+        on = [d for d in AUTOCAST_DEVICES if autocast_enabled(d)]
         if not on:
             return fn(*args, **kwargs)
         with contextlib.ExitStack() as stack:
@@ -38,4 +49,4 @@ def autocast_off(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-__all__ = ["AUTOCAST_DEVICES", "autocast_off"]
+__all__ = ["AUTOCAST_DEVICES", "autocast_enabled", "autocast_off"]

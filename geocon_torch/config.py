@@ -246,7 +246,7 @@ def _text(default: Optional[str] = None, *, local: bool = False) -> Any:
 
 
 def _digest() -> Any:
-    """The content hash (16 hex digits) of the file that the path field before it names, set
+    """The SHA-256 (64 hex digits) of the file that the path field before it names, set
     when scoring pins the config (:func:`geocon_torch.io.pinned_files.pin_files`). It enters
     ``config_hash`` only once set, so a config without that file keeps its hash, and another
     file at the same path gives another hash."""

@@ -10,7 +10,7 @@ The Sampson distances are :func:`geocon_torch.geometry.sampson_distance` (px, no
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import cv2
@@ -43,22 +43,33 @@ def interpolation_flag(name: str) -> int:
 def run_opencv(work: Callable[[], T], threads: int, seed: int) -> T:
     """``work()`` with cv2's thread count fixed (restored afterwards) and cv2's RNG seeded
     with ``seed`` (the FLANN matcher draws from it), for a deterministic run. cv2's RNG is per
-    thread and Python cannot read it back, so ``work`` runs on a thread of its own: the
-    caller's cv2 RNG stream goes on as if nothing had run (a training loop's OpenCV
-    augmentations do not restart from one state at every metric update). ``work`` must not
-    rely on the caller's torch thread-local state (grad mode, autocast): these paths compute
-    in NumPy / OpenCV."""
-    def seeded() -> T:
-        cv2.setRNGSeed(int(seed))
-        return work()
+    thread and Python cannot read it back, so ``work`` runs on a thread of its own (a daemon:
+    Ctrl-C reaches the caller at once and never waits for it at exit): the caller's cv2 RNG
+    stream goes on as if nothing had run (a training loop's OpenCV augmentations do not
+    restart from one state at every metric update). An exception of ``work`` is re-raised in
+    the caller as it was. ``work`` must not rely on the caller's torch thread-local state
+    (grad mode, autocast): these paths compute in NumPy / OpenCV."""
+    out: List[Any] = []
+
+    def seeded() -> None:
+        try:
+            cv2.setRNGSeed(int(seed))
+            out.append((True, work()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            out.append((False, exc))
 
     before = cv2.getNumThreads()
     cv2.setNumThreads(max(int(threads), 1))
     try:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(seeded).result()
+        worker = threading.Thread(target=seeded, name="geocon-opencv", daemon=True)
+        worker.start()
+        worker.join()
     finally:
         cv2.setNumThreads(before)
+    done, value = out[0]
+    if not done:
+        raise value
+    return value
 
 
 def clip_frame_rgb(clip: Clip, index: int) -> np.ndarray:

@@ -350,7 +350,9 @@ class GlueMatcher:
 
     Attributes:
         name: registry name; extractor: any FeatureExtractor; model: a kornia LightGlue;
-        chunk_pairs: pairs per forward (None: 1 on the CPU, the budget elsewhere).
+        chunk_pairs: pairs per forward (None: 1 on the CPU, the budget elsewhere);
+        per_pair: None (default): pairs alone on the CPU, padded widths elsewhere; True / False
+        force either way (tests run the padded path on the CPU).
     """
 
     def __init__(self, name: str, extractor: Any, model: torch.nn.Module,
@@ -360,9 +362,14 @@ class GlueMatcher:
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.chunk_pairs = chunk_pairs
+        #: one forward per pair at its own counts (None: on the CPU; False: padded widths)
+        self.per_pair: Optional[bool] = None
+
+    def _alone(self) -> bool:
+        return self.device.type == "cpu" if self.per_pair is None else bool(self.per_pair)
 
     def _step(self, m: int, n: int) -> int:
-        if self.chunk_pairs or self.device.type == "cpu":
+        if self.chunk_pairs or self._alone():
             return self.chunk_pairs or 1
         budget = GLUE_BUDGET.get(self.device.type, GLUE_BUDGET["default"])
         heads = int(self.model.conf.num_heads)
@@ -376,7 +383,7 @@ class GlueMatcher:
         for row, (ci, cj) in enumerate(counts):
             if ci and cj:
                 w = glue_width(max(ci, cj), cap)
-                key = (ci, cj) if self.device.type == "cpu" else (w, w)
+                key = (ci, cj) if self._alone() else (w, w)
                 groups.setdefault(key, []).append(row)
         return groups
 
@@ -387,7 +394,8 @@ class GlueMatcher:
         matching probabilities; num_kp1 / num_kp2 = keypoints of frames i / j.
 
         One host read per call (beyond the extractor's and ``pack_matches``' width reads): the
-        pairs' keypoint counts, which set the widths each pair runs at (class docstring)."""
+        pairs' keypoint counts, which set the widths each pair runs at (class docstring); then
+        one host-to-device copy of the grouped pair rows (the chunks slice it)."""
         mask = check_gray(gray, mask)
         gray = full_precision(gray)
         pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
@@ -411,15 +419,20 @@ class GlueMatcher:
         idx = torch.zeros(p, top, dtype=torch.long, device=self.device)
         sc = torch.zeros(p, top, device=self.device)
         ok = torch.zeros(p, top, dtype=torch.bool, device=self.device)
+        # every group's rows in one host-to-device copy; chunks are slices of it
+        order = torch.tensor([r for rows in groups.values() for r in rows], dtype=torch.long,
+                             device=self.device)
+        size1, start = xy.new_tensor([w, h]), 0
         for (wm, wn), rows in groups.items():  # widths that depend on the pair only
             step = self._step(wm, wn)
             for s in range(0, len(rows), step):  # chunks of pairs, each one batched forward
-                r = torch.tensor(rows[s:s + step], device=self.device)
+                r = order[start + s:start + min(s + step, len(rows))]
                 i, j = pr[r, 0], pr[r, 1]
-                size = xy.new_tensor([w, h]).expand(r.shape[0], 2)
+                size = size1.expand(r.shape[0], 2)
                 idx[r, :wm], sc[r, :wm], ok[r, :wm] = glue_assign(
                     self.model, xy[i, :wm], desc[i, :wm], km[i, :wm], xy[j, :wn], desc[j, :wn],
                     km[j, :wn], size)
+            start += len(rows)
         ok = ok[:, :n]  # unmatched rows may point past n (padding): point them at 0
         idx, sc = idx[:, :n].masked_fill(~ok, 0), sc[:, :n]
         x1 = kxy[pr[:, 0]]

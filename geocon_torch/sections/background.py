@@ -1076,7 +1076,9 @@ def fallback_config(cfg: GeoConConfig, device: Optional[torch.device] = None
     name = cfg.features.fallback
     if name is None or name == resolve_backend(cfg.features.backend, device):
         return None
-    feats: Dict[str, Any] = {"backend": name, "fallback": None, "scale_mode": "auto"}
+    # the checkpoint is the scoring backend's (a fallback never loads one: config.FALLBACK_CHOICES)
+    feats: Dict[str, Any] = {"backend": name, "fallback": None, "scale_mode": "auto",
+                             "checkpoint": None, "checkpoint_sha256": None}
     if name == "lk-tracks":
         feats["lk"] = {"backend": FALLBACK_LK_BACKEND, "min_ncc": FALLBACK_MIN_NCC}
     return cfg.replace(features=feats)
@@ -1104,10 +1106,12 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
     An exception common to the whole rescoring batch (e.g. the fallback backend's feature stage
     failing) is every rescored clip's; it never escapes (the other clips keep their results)."""
     again = [k for k, got in enumerate(results) if _textureless(got)]
-    fcfg = fallback_config(cfg, device) if again else None
-    if fcfg is None:
+    if not again or cfg.features.fallback is None:
         return results
     try:
+        fcfg = fallback_config(cfg, device)
+        if fcfg is None:
+            return results
         new: List[Scored] = score_backgrounds(
             [clips[k] for k in again], [pairs[k] for k in again],
             masks=[masks[k] for k in again], poses=[poses[k] for k in again],
@@ -1116,7 +1120,7 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
         new = [exc] * len(again)
     out = list(results)
     for k, got in zip(again, new):
-        out[k] = _fallen_back(results[k], got, fcfg.features.backend)
+        out[k] = _fallen_back(results[k], got, str(cfg.features.fallback))
     return out
 
 

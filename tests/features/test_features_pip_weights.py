@@ -180,3 +180,25 @@ def test_cuda_matches_cpu(warps):
     assert abs(int(cpu.mask.sum()) - int(gpu.mask.sum())) <= 0.05 * int(cpu.mask.sum())
     _, f2, _ = acc.transfer_fractions(gpu, warps[0][2])
     assert f2 >= TRUTH_H["xfeat-lighterglue"][0]
+
+
+@needs_xfeat
+def test_padded_width_path_finds_the_per_pair_matches(warps):
+    """The path off the CPU (pairs grouped by a pair-only power-of-two width, padded, batched;
+    forced here with ``per_pair = False``) finds the per-pair path's matches: the same
+    keypoints matched to the same points, the probabilities equal up to the padding's rounding."""
+    pair = warps[0][1].clone()
+    pair[..., 110:] = 0.5
+    gray = torch.cat([pair, warps[1][1][:1]])
+    pairs = torch.tensor([[2, 0], [0, 1], [1, 2]])
+    m = get_matcher("xfeat-lighterglue", device="cpu", max_keypoints=500)
+    alone = m.match(gray, pairs)
+    m.per_pair = False
+    padded = m.match(gray, pairs)
+    assert torch.equal(alone.mask, padded.mask) and int(alone.mask.sum()) > 300
+    assert torch.equal(alone.x1, padded.x1) and torch.equal(alone.x2, padded.x2)
+    assert torch.allclose(alone.scores, padded.scores, atol=1e-3)
+    wide = m.match(pair, torch.tensor([[0, 1]]))  # width 500 above the call's widest frame, 463
+    assert torch.equal(wide.mask[0], alone.mask[1]) and torch.equal(wide.x2[0], alone.x2[1])
+    assert pip_weights.glue_width(463, 500) == 500 and pip_weights.glue_width(377, 500) == 500
+    assert pip_weights.glue_width(40, 500) == 64 and pip_weights.glue_width(300, None) == 512

@@ -186,3 +186,15 @@ def test_fallback_knob_config_and_hash():
     assert fb.background == cfg.background and fb.gate == cfg.gate
     assert bg.fallback_config(off) is None
     assert bg.fallback_config(cfg.replace(features={"backend": "lk-tracks"})) is None
+
+
+def test_fallback_of_a_checkpoint_backend_drops_the_checkpoint(tmp_path):
+    """The scoring backend's checkpoint is not the fallback's: the fallback config drops it (it
+    was a ConfigError that escaped score_clips for a batch with one textureless clip)."""
+    ckpt = tmp_path / "disk.pth"
+    ckpt.write_bytes(b"weights")
+    cfg = GeoConConfig().replace(features={"backend": "disk", "checkpoint": str(ckpt),
+                                           "checkpoint_sha256": "ab" * 32})
+    fb = bg.fallback_config(cfg, torch.device("cpu"))
+    assert fb.features.backend == "lk-tracks"
+    assert fb.features.checkpoint is None and fb.features.checkpoint_sha256 is None
