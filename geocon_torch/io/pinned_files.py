@@ -47,22 +47,25 @@ def _files(root: Path) -> Tuple[Tuple[str, int, int], ...]:
 
 def file_digest(path: Any) -> Optional[str]:
     """The SHA-256 (64 hex digits) of the file ``path`` (a folder: of each file's relative
-    name and content, in name order, symbolic links followed); None when nothing is there (the
-    backend that loads it reports a missing file itself)."""
+    name, size and content, in name order, symbolic links followed); None when nothing
+    readable is there (the backend that loads it reports a missing / unreadable file itself)."""
     root = Path(os.fspath(path)).expanduser()
-    if not (root.is_file() or root.is_dir()):
+    try:
+        if not (root.is_file() or root.is_dir()):
+            return None
+        listing = _files(root)
+        key = (str(root.resolve()), listing)
+        if key not in _cache:
+            h = hashlib.sha256()
+            for rel, size, _ in listing:
+                if root.is_dir():  # name and size delimit each file's bytes
+                    h.update(f"{rel}\0{size}\0".encode())
+                with open(root / rel if rel else root, "rb") as fh:
+                    for block in iter(lambda: fh.read(_CHUNK), b""):
+                        h.update(block)
+            _cache[key] = h.hexdigest()
+    except OSError:  # unreadable: the backend that loads it says why (CheckpointError)
         return None
-    listing = _files(root)
-    key = (str(root.resolve()), listing)
-    if key not in _cache:
-        h = hashlib.sha256()
-        for rel, _, _ in listing:
-            if root.is_dir():
-                h.update(rel.encode() + b"\0")
-            with open(root / rel if rel else root, "rb") as fh:
-                for block in iter(lambda: fh.read(_CHUNK), b""):
-                    h.update(block)
-        _cache[key] = h.hexdigest()
     return _cache[key]
 
 
