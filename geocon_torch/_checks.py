@@ -1,14 +1,36 @@
 """Small argument checks shared by the tensor functions (messages show the offending shape)."""
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from .errors import ArgumentTypeError, ShapeError
+from .errors import ArgumentTypeError, InputError, ShapeError
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+def describe(x: Any) -> str:
+    """``(shape) dtype`` of a tensor, else its type name (for error messages)."""
+    return f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (Python / NumPy; a bool is not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_integer(value: Any, name: str, low: int, why: str = "") -> int:
+    """``value`` as an int: ArgumentTypeError unless :func:`is_integer`, InputError unless it
+    is >= ``low`` (``why`` appended to that message)."""
+    if not is_integer(value):
+        raise ArgumentTypeError(f"{name} must be an integer >= {low}, got "
+                                f"{type(value).__name__} {value!r}")
+    if value < low:
+        raise InputError(f"{name} must be an integer >= {low}, got {value}{why}")
+    return int(value)
 
 
 def check_points(x: torch.Tensor, name: str = "points", dim: int = 2) -> None:

@@ -44,16 +44,16 @@ on the CPU its hash and values match ``score_clip`` given ``epipolar.implementat
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
+from ._checks import check_integer
 from ._precision import autocast_off
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
-from .errors import ArgumentTypeError, InputError
+from .errors import InputError
 from .io import check_clip_tensor, clips_from_tensor, tensor_frames
 from .io.sampling import frame_selection
 from .pipeline import pinned_config, read_options, score_clips
@@ -123,10 +123,8 @@ def _reward_config(config: RewardConfigLike, kind: str, seed: Optional[int]) -> 
         config = GeoConConfig().replace(epipolar_dpo=config)
     cfg = load_config(config)
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise ArgumentTypeError(f"seed must be an integer or None, got "
-                                    f"{type(seed).__name__} {seed!r}")
-        cfg = cfg.replace(ransac={"seed": int(seed)}, epipolar={"seed": int(seed)})
+        seed = check_integer(seed, "seed", 0)
+        cfg = cfg.replace(ransac={"seed": seed}, epipolar={"seed": seed})
     if kind == "epipolar" and cfg.epipolar.implementation == "auto":  # its batched torch path
         cfg = cfg.replace(epipolar={"implementation": "torch"})
     return cfg.with_preset(preset_for_kind(kind).name)

@@ -17,6 +17,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from .._checks import describe
 from ..errors import ShapeError
 from ..types import Correspondences, Keypoints
 
@@ -132,16 +133,15 @@ def _check_sets(d1: torch.Tensor, m1: torch.Tensor, d2: torch.Tensor, m2: torch.
     (P, N1) / (P, N2) bool (metadata only: no host read)."""
     for name, d in (("d1", d1), ("d2", d2)):
         if not isinstance(d, torch.Tensor) or d.ndim != 3 or d.is_complex():
-            got = f"{tuple(d.shape)} {d.dtype}" if isinstance(d, torch.Tensor) else type(d).__name__
-            raise ShapeError(f"{name} must be a (P, N, D) real tensor, got {got}")
+            raise ShapeError(f"{name} must be a (P, N, D) real tensor, got {describe(d)}")
     if d2.shape[0] != d1.shape[0] or d2.shape[2] != d1.shape[2] or d2.dtype != d1.dtype:
         raise ShapeError(f"d2 must be a ({d1.shape[0]}, N2, {d1.shape[2]}) {d1.dtype} tensor "
                          f"like d1, got {tuple(d2.shape)} {d2.dtype}")
     for name, m, d in (("m1", m1, d1), ("m2", m2, d2)):
         if not isinstance(m, torch.Tensor) or tuple(m.shape) != tuple(d.shape[:2]) \
                 or m.dtype != torch.bool:
-            got = f"{tuple(m.shape)} {m.dtype}" if isinstance(m, torch.Tensor) else type(m).__name__
-            raise ShapeError(f"{name} must be a {tuple(d.shape[:2])} torch.bool tensor, got {got}")
+            raise ShapeError(f"{name} must be a {tuple(d.shape[:2])} torch.bool tensor, got "
+                             f"{describe(m)}")
 
 
 def _match_chunks(p: int, n1: int, n2: int, take, dev: torch.device, dtype: torch.dtype,

@@ -28,14 +28,14 @@ with positive weight and a non-degenerate fit. Invalid entries hold 0 and ``vali
 """
 from __future__ import annotations
 
-import numbers
 from typing import Dict, Optional, Tuple
 
 import torch
 
+from .._checks import check_integer
 from .._tensor_utils import masked_mean, masked_quantile
 from ..config import FOREGROUND_SCORE_CHOICES
-from ..errors import ArgumentTypeError, InputError, ShapeError
+from ..errors import InputError, ShapeError
 from ..geometry import weighted_affine_lstsq
 
 SCORES = FOREGROUND_SCORE_CHOICES  # the one list (config.foreground.score)
@@ -200,13 +200,9 @@ MIN_W2_ITERATIONS = 2
 def _check_iterations(iterations: int, name: str) -> None:
     """ArgumentTypeError unless ``iterations`` is an integer, InputError unless it is >=
     :data:`MIN_W2_ITERATIONS` (a host-side int check, free)."""
-    if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral):
-        raise ArgumentTypeError(f"{name} must be an integer >= {MIN_W2_ITERATIONS}, got "
-                                f"{type(iterations).__name__} {iterations!r}")
-    if iterations < MIN_W2_ITERATIONS:
-        raise InputError(f"{name} must be an integer >= {MIN_W2_ITERATIONS}, got {iterations} "
-                         f"(the epsilon annealing of the W2 Sinkhorn needs 2 steps to reach "
-                         f"its final epsilon; 200 converge)")
+    check_integer(iterations, name, MIN_W2_ITERATIONS,
+                  " (the epsilon annealing of the W2 Sinkhorn needs 2 steps to reach its final "
+                  "epsilon; 200 converge)")
 
 
 def check_settings(grid: int, score: str, w2_iterations: int = 200) -> None:

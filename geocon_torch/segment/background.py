@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .._checks import check_points, check_same_shape
+from .._checks import check_points, check_same_shape, describe
 from .._morphology import dilate_mask
 from .._tensor_utils import mask_at_pixels
 from ..errors import InputError, ShapeError
@@ -85,9 +85,7 @@ def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, m
 def _check_mask(mask: torch.Tensor, name: str) -> int:
     """Raise ShapeError unless ``mask`` is a (T, H, W) bool tensor; return T."""
     if not isinstance(mask, torch.Tensor) or mask.ndim != 3 or mask.dtype != torch.bool:
-        got = (f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, torch.Tensor)
-               else type(mask).__name__)
-        raise ShapeError(f"{name} must be a (T, H, W) bool tensor, got {got}")
+        raise ShapeError(f"{name} must be a (T, H, W) bool tensor, got {describe(mask)}")
     return int(mask.shape[0])
 
 
@@ -97,9 +95,7 @@ def _check_frame_indices(index: torch.Tensor, shape: tuple, t: int, name: str) -
     pipeline's :func:`background_keep_chunked` does not call it)."""
     if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape \
             or index.dtype not in _INDEX_DTYPES:
-        got = (f"{tuple(index.shape)} {index.dtype}" if isinstance(index, torch.Tensor)
-               else type(index).__name__)
-        raise ShapeError(f"{name} must be a {shape} integer tensor, got {got}")
+        raise ShapeError(f"{name} must be a {shape} integer tensor, got {describe(index)}")
     if index.numel() and bool(((index < 0) | (index >= t)).any()):  # the one host sync
         raise InputError(f"{name} must be in [0, {t}) (the mask's T), got values in "
                          f"[{int(index.min())}, {int(index.max())}]")

@@ -31,15 +31,15 @@ the connected components run by iterated max-pooling at a reduced resolution.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from .._checks import check_integer, describe
 from ..config import SegmentConfig
-from ..errors import ArgumentTypeError, InputError, ShapeError
+from ..errors import InputError, ShapeError
 from .._morphology import erode_mask
 from .._tensor_utils import masked_median, sample_at_pixels, to_device
 from ..types import BlockMasks
@@ -197,27 +197,16 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     return _upsample_labels(small.to(dtype), mask, downsample)
 
 
-def _describe(x: Any) -> str:
-    """``(shape) dtype`` of a tensor, else its type name (for error messages)."""
-    return f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
-
-
 def _check_components_args(mask: torch.Tensor, downsample: int,
                            links: Optional[torch.Tensor]) -> None:
     """The argument checks of :func:`connected_components` (metadata only: no host sync)."""
     if not isinstance(mask, torch.Tensor) or mask.ndim != 3 or mask.dtype != torch.bool:
-        raise ShapeError(f"mask must be a (T, h, w) bool tensor, got {_describe(mask)}")
-    try:
-        f = operator.index(downsample)
-    except TypeError:
-        raise ArgumentTypeError(f"downsample must be an integer >= 1, got "
-                                f"{type(downsample).__name__}") from None
-    if f < 1:
-        raise InputError(f"downsample must be an integer >= 1, got {downsample}")
+        raise ShapeError(f"mask must be a (T, h, w) bool tensor, got {describe(mask)}")
+    check_integer(downsample, "downsample", 1)
     pairs = (max(int(mask.shape[0]) - 1, 0),)
     if links is not None and (not isinstance(links, torch.Tensor)
                               or tuple(links.shape) != pairs):
-        raise ShapeError(f"links must be a {pairs} tensor, got {_describe(links)}")
+        raise ShapeError(f"links must be a {pairs} tensor, got {describe(links)}")
 
 
 def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
@@ -507,7 +496,7 @@ def _check_clip_inputs(gray: torch.Tensor, homographies: torch.Tensor, valid: to
     if not isinstance(gray, torch.Tensor) or gray.ndim != 4 or gray.shape[1] != 1 \
             or not gray.is_floating_point():
         raise ShapeError(f"{clip}gray must be a (T, 1, h, w) float tensor, got "
-                         f"{_describe(gray)}")
+                         f"{describe(gray)}")
     t = int(gray.shape[0])
     if t == 0:
         raise ShapeError(f"{clip}gray must have at least one frame, got {tuple(gray.shape)}")
@@ -515,9 +504,9 @@ def _check_clip_inputs(gray: torch.Tensor, homographies: torch.Tensor, valid: to
                            ("valid", valid, (t - 1,))):
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
             raise ShapeError(f"{clip}{name} must be a {shape} tensor (T - 1 pairs), got "
-                             f"{_describe(x)}")
+                             f"{describe(x)}")
     if not isinstance(content, torch.Tensor) or content.ndim != 2:
-        raise ShapeError(f"{clip}content must be an (h, w) tensor, got {_describe(content)}")
+        raise ShapeError(f"{clip}content must be an (h, w) tensor, got {describe(content)}")
     if not (regime is None or (isinstance(regime, str) and regime in ("H", "F"))):
         raise InputError(f"{clip}regime must be 'H', 'F' or None, got {regime!r}")
 

@@ -28,7 +28,6 @@ bfloat16).
 from __future__ import annotations
 
 import contextlib
-import numbers
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -36,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .._checks import is_integer
 from .._json import read_json_file
 from ..config import SegmentConfig
 from ..checkpoints import cached_model, load_weights_only, require_checkpoint
@@ -127,10 +127,6 @@ def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
     return model
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
 def _finite_array(value: Any, shape: tuple) -> Optional[np.ndarray]:
     """``value`` as an array of finite numbers of ``shape`` (-1: any length >= 1), else None."""
     if isinstance(value, (str, bytes, dict)):
@@ -168,12 +164,12 @@ def _prompt_problem(p: Any, num_frames: Optional[int]) -> Optional[str]:
         if labels is None or not bool(np.isin(labels, (0, 1)).all()):
             return (f": 'labels' must be {len(pts)} values 0 / 1 (one per point), "
                     f"got {_short(p.get('labels'))}")
-    if "id" in p and not _is_int(p["id"]):
+    if "id" in p and not is_integer(p["id"]):
         return f": 'id' must be an integer, got {_short(p['id'])}"
     frame = p.get("frame", 0)
-    if num_frames is None and not (_is_int(frame) and frame >= 0):
+    if num_frames is None and not (is_integer(frame) and frame >= 0):
         return f": 'frame' must be an integer >= 0, got {_short(frame)}"
-    if num_frames is not None and not (_is_int(frame) and 0 <= frame < num_frames):
+    if num_frames is not None and not (is_integer(frame) and 0 <= frame < num_frames):
         return (f": 'frame' must be an integer in [0, {num_frames}) (the clip's frames), "
                 f"got {_short(frame)}")
     return None
