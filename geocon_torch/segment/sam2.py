@@ -212,10 +212,10 @@ def load_prompts(source: Union[None, str, Path, Prompts], num_frames: Optional[i
 def _collect(out: torch.Tensor, ids: List[int], frames: Any,
              before: Optional[Dict[int, int]] = None) -> None:
     """Write a SAM-2 propagation (``(frame, object ids, logits (K', 1, H, W))`` per frame) into
-    ``out`` (T, K, H, W) bool, one host copy per frame; with ``before`` only the frames before
-    each object's first prompt."""
+    ``out`` (T, K, H, W) bool on the predictor's device (no host copy per frame); with
+    ``before`` only the frames before each object's first prompt."""
     for frame_idx, obj_ids, logits in frames:
-        masks = (logits[:, 0] > 0).cpu()
+        masks = (logits[:, 0] > 0).to(out.device)
         for j, oid in enumerate(obj_ids):
             if before is None or frame_idx < before[int(oid)]:
                 out[frame_idx, ids.index(int(oid))] = masks[j]
@@ -252,7 +252,8 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
 
     t, (h, w) = clip.num_frames, clip.size
     ids = sorted({int(p.get("id", k + 1)) for k, p in enumerate(prompts)})
-    out = torch.zeros(t, len(ids), h, w, dtype=torch.bool)
+    dev = torch.device(getattr(pred, "device", None) or "cpu")
+    out = torch.zeros(t, len(ids), h, w, dtype=torch.bool, device=dev)  # one host copy at the end
     with tempfile.TemporaryDirectory() as tmp, _sam2_autocast(pred):  # a folder of JPEG frames
         for i, frame in enumerate(clip.frames.permute(0, 2, 3, 1).cpu().numpy()):
             cv2.imwrite(str(Path(tmp) / f"{i}.jpg"), frame[..., ::-1],
@@ -274,4 +275,4 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
         if last > 0:  # the frames before an object's first prompt: tracked backwards
             _collect(out, ids, pred.propagate_in_video(state, start_frame_idx=last, reverse=True),
                      before=first)
-    return out
+    return out.cpu()
