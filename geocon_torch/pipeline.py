@@ -18,7 +18,11 @@ frames, too little texture, too few valid pairs, a clip excluded by ``missing_po
 :func:`score_clip` when decoding lost more than ``io.max_lost_fraction`` of the frames (the
 ``io`` block says what was lost; a smaller loss is scored with a ``warnings`` entry, see
 :mod:`geocon_torch.io.integrity`). A failure inside
-an optional section (foreground, epipolar) becomes that section's ``status: "error"``.
+an optional section (foreground, epipolar) becomes that section's ``status: "error"``. A
+configuration problem of an optional model-backed stage (learned features, DUSt3R gate, SAM-2
+masks, RAFT flow: a missing / corrupt checkpoint, a package that is not importable, a missing
+required setting) is no clip's failure: :func:`score_clip` / :func:`score_clips` raise it
+before any clip is read (:func:`preflight_models`, :mod:`geocon_torch.sections.stage_models`).
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ from .sections.epipolar import epipolar_blocks, resolve_implementation
 from .sections.epipolar_dpo import epipolar_dpo_block
 from .sections.foreground import score_foregrounds
 from .sections.progress import Progress, progress_enabled
+from .sections.stage_models import files_read, preflight
 from .types import Clip
 
 PRESETS = PRESET_NAMES  # the names of the preset table (geocon_torch.presets.PRESETS)
@@ -102,9 +107,11 @@ def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = N
     ``epipolar.features`` likewise; ``foreground.flow``: RAFT-small when its weights are
     found, else torch-lk), and ``background.calibration_hash`` set to the hash of the
     calibration file in use for the features backend
-    (:func:`~geocon_torch.io.calibration.pin_calibration`), and every ``<path>_sha256`` to the
-    content hash of the weights / prompt file the path names
-    (:func:`~geocon_torch.io.pinned_files.pin_files`), so ``config_hash()`` keys results by
+    (:func:`~geocon_torch.io.calibration.pin_calibration`), and the ``<path>_sha256`` of every
+    weights / prompt file the preset's stages read to its content hash (the RAFT file of the
+    torch hub cache included; a file no stage reads is not hashed:
+    :func:`~geocon_torch.sections.stage_models.files_read`,
+    :func:`~geocon_torch.io.pinned_files.pin_files`), so ``config_hash()`` keys results by
     them too. What :func:`score_clip` and the bench runner record."""
     cfg = load_config(config)
     dev = resolve_device(device)
@@ -118,7 +125,9 @@ def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = N
                                                 cfg.foreground.flow_checkpoint)}}
     changed = any(getattr(getattr(cfg, sec), k) != v for sec, kv in pins.items()
                   for k, v in kv.items())
-    return pin_calibration(pin_files(cfg.replace(**pins) if changed else cfg), backend)
+    cfg = cfg.replace(**pins) if changed else cfg
+    return pin_calibration(pin_files(cfg, files_read(cfg, get_preset(cfg.preset).sections)),
+                           backend)
 
 
 def read_options(cfg: GeoConConfig, video: Any) -> Dict[str, Any]:
@@ -149,9 +158,38 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
     else:
         clip = read_clip(video, device=dev, stream=streams_frames(video, cfg),
                          **read_options(cfg, video))
-    if dev is None:  # decided once, so no stage picks a device of its own
-        dev = clip.frames.device if clip.frames.device.type != "cpu" else resolve_device(None)
-    return clip, dev
+    return clip, stage_device(clip, device)  # decided once: no stage picks a device of its own
+
+
+def stage_device(video: VideoLike, device: Union[None, str, torch.device] = None
+                 ) -> torch.device:
+    """The device every stage of ``video`` runs on (:func:`load_clip`'s rule, known before the
+    clip is read): ``device`` when given, else the input's device when it is a tensor or Clip
+    already on an accelerator, else CUDA when available, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    held = video.frames if isinstance(video, Clip) else video  # a Clip's may be streamed
+    where = held.device if isinstance(video, (Clip, torch.Tensor)) else None
+    if where is not None and where.type != "cpu":
+        return where
+    return resolve_device(None)
+
+
+def preflight_models(cfg: GeoConConfig, videos: Sequence[VideoLike], masks: Sequence[Any],
+                     poses: Sequence[Any], device: Union[None, str, torch.device] = None
+                     ) -> None:
+    """Build the models of the optional model-backed stages that scoring ``videos`` (with their
+    ``masks`` / ``poses``, None where not given) under ``cfg`` runs, before any clip is read
+    (:func:`~geocon_torch.sections.stage_models.preflight`: each once per stage device, through
+    the caches the stages use), so a misconfigured run raises at once.
+
+    Raises:
+        CheckpointError, OptionalDependencyError, ConfigError, InputError: as
+            :func:`~geocon_torch.sections.stage_models.preflight`.
+    """
+    preflight(cfg, get_preset(cfg.preset).sections,
+              [(m is not None, p is not None, stage_device(v, device))
+               for v, m, p in zip(videos, masks, poses)])
 
 
 def _content_hash(video: VideoLike, known: Optional[str] = None) -> Optional[str]:
@@ -249,6 +287,13 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     Raises:
         VideoReadError: the video cannot be read (use :func:`score_clips` to get an ``error``
             result instead); GeoConError for an invalid config / masks / poses argument.
+        CheckpointError, OptionalDependencyError, ConfigError: an optional model-backed stage
+            the clip runs (a learned features backend, the DUSt3R gate, SAM-2 masks, RAFT flow)
+            cannot be built: a missing / unreadable / corrupt checkpoint, a package or checkout
+            that is not importable, a missing required setting (``segment.sam2_prompts``,
+            ``segment.sam2_config``); raised before the clip is read
+            (:func:`preflight_models`). A malformed SAM-2 prompt file is an InputError then;
+            a prompt frame outside the clip is an InputError of the clip.
 
     A static camera on a static scene (a grounded synthetic clip, 6 frames of 160 x 120 as a
     (T, 3, H, W) uint8 tensor): the weight-free gate picks H, one homography explains it all.
@@ -261,7 +306,9 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     >>> res.ir, res.background["pass"], res.background["pairs"]
     (1.0, True, 5)
     """
-    return _complete(_prepare(video, masks, poses, config, device, preset, progress))
+    cfg = scoring_config(config, preset)
+    preflight_models(cfg, [video], [masks], [poses], device)
+    return _complete(_prepare(video, masks, poses, cfg, device, None, progress))
 
 
 @dataclass
@@ -544,6 +591,11 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     Raises:
         ConfigError: the config cannot be pinned (e.g. a missing calibration file): a bad
             config is no bad clip, so it is raised before any clip is read.
+        CheckpointError, OptionalDependencyError, ConfigError, InputError: an optional
+            model-backed stage the clips run cannot be built, as :func:`score_clip` raises it,
+            before any clip is read (:func:`preflight_models`: each model is built once, then
+            the stages use it); what depends on one clip (an undecodable clip, a SAM-2 prompt
+            frame outside it) stays that clip's ``error``.
     """
     cfg = scoring_config(config, preset)
     failed_cfg = pinned_config(cfg, device)  # what a failed clip records (the same hash)
@@ -561,6 +613,7 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     poses = list(poses) if poses is not None else [None] * n
     if len(masks) != n or len(poses) != n:
         raise InputError(f"masks / poses lists must have one entry per clip ({n})")
+    preflight_models(cfg, videos, masks, poses, device)
     budget = BATCH_BYTES if batch_bytes is None else int(batch_bytes)
     out: List[Optional[Union[ClipResult, Exception]]] = [None] * n
     batch: List[Tuple[int, _Item]] = []

@@ -5,7 +5,9 @@ the store the clip is skipped (a clip row is linked if the bytes were stored und
 Each scored clip is committed in one transaction, so a run killed at any moment loses at most
 the clips in flight and a re-run neither recomputes nor duplicates anything. A clip whose
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
-on (``retry_errors=True`` recomputes those rows).
+on (``retry_errors=True`` recomputes those rows). A misconfigured optional model (a missing or
+corrupt checkpoint, a package that is not importable) is no clip's error: with the default
+scorer the run raises it before any clip is read and stores nothing.
 
 Batches: a rank gathers its next ``batch_clips`` clips that the store lacks and scores them with
 one ``score_fn.batch`` call (:class:`PipelineScorer`: one
@@ -52,7 +54,7 @@ from tqdm.auto import tqdm
 from ..config import GeoConConfig
 from ..errors import InputError, VideoReadError
 from ..io import content_hash
-from ..pipeline import pinned_config, score_clip, score_clips
+from ..pipeline import pinned_config, preflight_models, score_clip, score_clips
 from ..result import ClipResult, migrate_result
 from .claims import LeaseKeeper, WorkQueue, drop_job, drop_stale_jobs, new_job, new_owner
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
@@ -250,6 +252,12 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
+    Raises:
+        CheckpointError, OptionalDependencyError, ConfigError, InputError: with the default
+            scorer, an optional model-backed stage of the config (learned features, DUSt3R
+            gate, SAM-2 masks, RAFT flow) cannot be built
+            (:func:`~geocon_torch.pipeline.preflight_models`): raised before any clip is read
+            or the store is opened, instead of an error row per clip.
     """
     entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
     check_unique_ids(entries, "manifest entries")
@@ -265,6 +273,9 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         raise InputError(f"batch_clips must be an integer >= 1, got {batch_clips!r}")
     dev = _rank_device(device, local_rank, world)
     cfg = pinned_config(config, dev)  # results are keyed by the calibration file too
+    if isinstance(score_fn, PipelineScorer):  # a misconfigured model: raised, no error rows
+        preflight_models(cfg, [e.path for e in entries], [e.masks_path for e in entries],
+                         [e.poses_path for e in entries], dev)
     created_group = False
     if use_dist and not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=dist_timeout_s))

@@ -4,10 +4,12 @@ Kept apart from :mod:`.base` because the backends import the interface from ther
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional, Union
 
 import torch
 
+from ..checkpoints import cached_model
 from ..errors import InputError
 from .base import FLOW_BACKENDS, FlowEstimator
 from .lk_dense import DenseLKFlow
@@ -47,3 +49,33 @@ def get_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
     if name == "torch-lk":
         return DenseLKFlow(device=device, **options)
     return RaftFlow(name, checkpoint=checkpoint, device=device, **options)
+
+
+def flow_weights(name: str, checkpoint: Optional[str] = None) -> Union[None, str, Path]:
+    """The weights file backend ``name`` (resolved by :func:`resolve_flow`) reads: None for the
+    weight-free torch-lk; for RAFT ``checkpoint`` when given, else torchvision's file in the
+    torch hub cache (:func:`~.raft.cached_checkpoint`; None when it is not there, and building
+    the backend then raises CheckpointError)."""
+    name = resolve_flow(name, checkpoint)
+    if name == "torch-lk":
+        return None
+    return checkpoint if checkpoint is not None else cached_checkpoint(name)
+
+
+def cached_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
+                device: Optional[Union[str, torch.device]] = None) -> FlowEstimator:
+    """:func:`get_flow` (default options) with a RAFT model kept between calls
+    (:func:`~geocon_torch.checkpoints.cached_model`, while its weights file (:func:`flow_weights`)
+    and the device stay the same): the foreground stage and the scoring preflight
+    (:mod:`geocon_torch.sections.stage_models`) share one model per process. torch-lk has no
+    weights and is built each time.
+
+    Raises:
+        as :func:`get_flow`.
+    """
+    name = resolve_flow(name, checkpoint)
+    if name == "torch-lk":
+        return get_flow(name, device=device)
+    return cached_model("flow", flow_weights(name, checkpoint),
+                        (name, checkpoint is None, str(device)),
+                        lambda: get_flow(name, checkpoint=checkpoint, device=device))

@@ -200,14 +200,28 @@ class Dust3rPoseEstimator:
         return rel if bool(torch.isfinite(rel).all()) else None
 
 
+def dust3r_estimator(cfg: GateConfig, device: Optional[torch.device] = None
+                     ) -> Dust3rPoseEstimator:
+    """The DUSt3R pose estimator of ``cfg`` (``dust3r_checkpoint``, ``dust3r_path``,
+    ``dust3r_image_size``) on ``device``, built once and kept while the checkpoint file and
+    those settings stay the same (:func:`~geocon_torch.checkpoints.cached_model`): the gate and
+    the scoring preflight (:mod:`geocon_torch.sections.stage_models`) share it.
+
+    Raises:
+        OptionalDependencyError: the dust3r checkout is not importable. CheckpointError: no,
+            missing or unusable checkpoint.
+    """
+    return cached_model(
+        "dust3r", cfg.dust3r_checkpoint, (cfg.dust3r_path, str(device), cfg.dust3r_image_size),
+        lambda: Dust3rPoseEstimator(cfg.dust3r_checkpoint, dust3r_path=cfg.dust3r_path,
+                                    device=device, image_size=cfg.dust3r_image_size))
+
+
 def gate_from_dust3r(clip: Clip, pairs: torch.Tensor, cfg: GateConfig,
                      device: Optional[torch.device] = None,
                      estimator: Optional[Dust3rPoseEstimator] = None) -> GateDecision:
     """Algorithm 1 A with DUSt3R: relative pose of (frame 0, frame T-1) -> H / F / U."""
-    est = estimator or cached_model(
-        "dust3r", cfg.dust3r_checkpoint, (cfg.dust3r_path, str(device), cfg.dust3r_image_size),
-        lambda: Dust3rPoseEstimator(cfg.dust3r_checkpoint, dust3r_path=cfg.dust3r_path,
-                                    device=device, image_size=cfg.dust3r_image_size))
+    est = estimator or dust3r_estimator(cfg, device)
     rel = est.relative_pose(clip.frames[0], clip.frames[-1])
     pose = torch.full((4, 4), float("nan"), dtype=torch.float64) if rel is None else rel
     per_pair_cfg = GateConfig(**{**cfg.__dict__, "per_pair": False})

@@ -60,7 +60,8 @@ from .._memory import release_freed_memory
 from ..config import ForegroundConfig, GeoConConfig, load_config
 from ..errors import InputError
 from ..features.multiscale import rescale_gray, scaled_size
-from ..flow import forward_backward_reliability, get_flow
+from ..flow import forward_backward_reliability
+from ..flow.factory import cached_flow
 from ..io.pairs import foreground_pairs
 from ..measures.foreground import adadfrc, adadfrc_summary
 from ..segment.files import load_masks
@@ -370,7 +371,8 @@ def _host_parts(parts: Sequence[torch.Tensor], as_numpy: bool = False) -> List[A
     return out
 
 
-def _largest_objects(masks: Union[torch.Tensor, BlockMasks], max_objects: Optional[int]) -> torch.Tensor:
+def _largest_objects(masks: Union[torch.Tensor, BlockMasks],
+                     max_objects: Optional[int]) -> torch.Tensor:
     """Indices (K',) long, ascending, of the ``max_objects`` objects of ``masks`` (T, K, H, W)
     with the largest mask area summed over the clip (all when None / 0 or K <= the cap; ties:
     the lower index first)."""
@@ -442,8 +444,8 @@ def _score_tracks(tracks: Sequence[_Track], cfg: ForegroundConfig
     estimators: Dict[str, Any] = {}
     for (dev, h, w, cap), members in groups.items():
         if dev not in estimators:
-            estimators[dev] = get_flow(cfg.flow, checkpoint=cfg.flow_checkpoint,
-                                       device=torch.device(dev))
+            estimators[dev] = cached_flow(cfg.flow, checkpoint=cfg.flow_checkpoint,
+                                          device=torch.device(dev))
         estimator = estimators[dev]
         step = flow_chunk_pairs((h, w), cap, cfg)
         counts = [int(tracks[i].pairs.numel()) for i in members]

@@ -17,7 +17,10 @@ a non-empty list of objects, each with a ``"box"`` (4 finite numbers) and / or `
 non-empty list of [x, y] pairs of finite numbers) with optional ``"labels"`` (one 0 / 1 per point,
 default all 1), an optional integer ``"frame"`` in [0, T) (default 0) and an optional integer
 ``"id"`` (default the prompt's position + 1). Anything else is an InputError naming the setting,
-the file, the prompt and what is wrong, raised before SAM-2 is loaded.
+the file, the prompt and what is wrong, raised before SAM-2 is loaded. Scoring checks the prompt
+file's format (and builds the predictor) before any clip is read
+(:mod:`geocon_torch.sections.stage_models`): a bad file raises there for the whole run; only a
+prompt frame outside a clip's [0, T) is that clip's error.
 
 Each object is tracked through the clip (``propagate_in_video`` forwards from the earliest prompt,
 then backwards from the latest one for the frames before each object's first prompt); the result
@@ -105,12 +108,13 @@ def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
     Raises:
         CheckpointError: no / missing / unreadable checkpoint (naming the file), one without a
             ``"model"`` state dict, or weights that do not match the config.
-        InputError: no config; ConfigError: a config SAM-2 cannot build (``segment.sam2_config``).
+        OptionalDependencyError: no sam2 package. ConfigError: no config, or one SAM-2 cannot
+            build (``segment.sam2_config``).
     """
     build = _import_sam2()
     ckpt = require_checkpoint(checkpoint, "SAM-2 masks", "set config.segment.sam2_checkpoint")
     if not config:
-        raise InputError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
+        raise ConfigError("SAM-2 needs its model config: set config.segment.sam2_config, e.g. "
                           "'configs/sam2.1/sam2.1_hiera_t.yaml'")
     data = load_weights_only(ckpt, "SAM-2")
     state = data.get("model") if isinstance(data, dict) else None
@@ -125,6 +129,21 @@ def load_sam2_predictor(checkpoint: Optional[str], config: Optional[str], *,
         raise CheckpointError(f"SAM-2 checkpoint {ckpt} does not match config {config}: "
                               f"{exc}") from exc
     return model
+
+
+def sam2_predictor(cfg: SegmentConfig, device: Union[None, str, torch.device] = None) -> Any:
+    """The SAM-2 video predictor of ``cfg`` (``sam2_checkpoint``, ``sam2_config``,
+    ``sam2_image_size``) on ``device``, built once and kept while the checkpoint file and those
+    settings stay the same (:func:`~geocon_torch.checkpoints.cached_model`): the masks stage and
+    the scoring preflight (:mod:`geocon_torch.sections.stage_models`) share it.
+
+    Raises:
+        as :func:`load_sam2_predictor`.
+    """
+    return cached_model(
+        "sam2", cfg.sam2_checkpoint, (cfg.sam2_config, str(device), cfg.sam2_image_size),
+        lambda: load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,
+                                    image_size=cfg.sam2_image_size))
 
 
 def _finite_array(value: Any, shape: tuple) -> Optional[np.ndarray]:
@@ -185,12 +204,12 @@ def load_prompts(source: Union[None, str, Path, Prompts], num_frames: Optional[i
         setting: the name in the messages for a list (a file is named ``segment.sam2_prompts``).
 
     Raises:
-        InputError: no prompts, an unreadable / non-JSON file, not a list, an empty list, or a
-            malformed prompt: the message names the setting, the file, the prompt index and
-            what is wrong.
+        ConfigError: no prompts (``segment.sam2_prompts`` unset). InputError: an unreadable /
+            non-JSON file, not a list, an empty list, or a malformed prompt: the message names
+            the setting, the file, the prompt index and what is wrong.
     """
     if source is None:
-        raise InputError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
+        raise ConfigError("SAM-2 masks need prompts: set config.segment.sam2_prompts to a JSON "
                           "file of boxes / points (see geocon_torch.segment.sam2)")
     where = setting
     if isinstance(source, (str, Path)):
@@ -244,10 +263,7 @@ def sam2_masks(clip: Clip, cfg: SegmentConfig, *, device: Union[None, str, torch
     prompts = load_prompts(prompts if prompts is not None else cfg.sam2_prompts,
                            clip.num_frames,
                            setting="prompts" if prompts is not None else "segment.sam2_prompts")
-    pred = predictor or cached_model(
-        "sam2", cfg.sam2_checkpoint, (cfg.sam2_config, str(device), cfg.sam2_image_size),
-        lambda: load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,
-                                    image_size=cfg.sam2_image_size))
+    pred = predictor or sam2_predictor(cfg, device)
     import cv2
 
     t, (h, w) = clip.num_frames, clip.size

@@ -6,11 +6,12 @@ Needs ``../shared/third_party/dust3r`` and the ``dust3r`` extra (roma, huggingfa
 ``dust3r_checkout`` fixture (conftest.py) skips otherwise."""
 import argparse
 import pickle
+import re
 
 import pytest
 import torch
 
-from geocon_torch import score_clip
+from geocon_torch import score_clip, score_clips
 from geocon_torch.checkpoints import _MODEL_CACHE
 from geocon_torch.config import GeoConConfig
 from geocon_torch.errors import CheckpointError, OptionalDependencyError
@@ -148,3 +149,57 @@ def test_score_clip_with_the_dust3r_gate(tiny_checkpoint, dust3r_checkout, clip)
         assert gate["method"] == "dust3r" and gate["decision"] == want
         assert gate["statistic"] == pytest.approx(t_model, rel=1e-9)
         assert res["regime"] == want
+
+
+def _tensor_clips(clip):
+    return [clip.frames, clip.frames.clone()]
+
+
+def test_unusable_dust3r_raises_before_any_clip_is_read(dust3r_checkout, tmp_path, clip):
+    """A DUSt3R gate that cannot be built (no checkpoint file, a junk file, a checkout path
+    that is no folder) raises from score_clip, score_clips and geometric_reward before any
+    clip is read (was: every clip an "error" row, every reward the neutral 0.0, silently)."""
+    from geocon_torch import geometric_reward, score_clips
+    from geocon_torch.metrics import BackgroundConsistency
+
+    junk = tmp_path / "junk.pth"
+    junk.write_bytes(b"junk")
+    cases = [({"dust3r_checkpoint": str(tmp_path / "none.pth")}, CheckpointError,
+              f"the DUSt3R gate checkpoint not found: {tmp_path / 'none.pth'}"),
+             ({"dust3r_checkpoint": str(junk)}, CheckpointError,
+              "could not be read: it is not a torch checkpoint"),
+             ({"dust3r_checkpoint": str(junk), "dust3r_path": str(tmp_path / "nowhere")},
+              OptionalDependencyError, "is not a folder")]
+    for gate, kind, phrase in cases:
+        cfg = {"gate": {"method": "dust3r", "dust3r_path": str(dust3r_checkout), **gate}}
+        with pytest.raises(kind, match=re.escape(phrase)):  # a missing file is never read
+            score_clips([str(tmp_path / "missing.mp4")] + _tensor_clips(clip), config=cfg)
+        with pytest.raises(kind, match=re.escape(phrase)):
+            score_clip(str(tmp_path / "missing.mp4"), config=cfg)
+        with pytest.raises(kind, match=re.escape(phrase)):
+            geometric_reward(torch.stack(_tensor_clips(clip)), kind="background", config=cfg)
+        with pytest.raises(kind, match=re.escape(phrase)):
+            BackgroundConsistency(config=cfg).update(torch.stack(_tensor_clips(clip)))
+    # poses given for every clip: the "auto" gate never runs DUSt3R, nothing to build
+    auto = {"gate": {"dust3r_checkpoint": str(junk), "dust3r_path": str(dust3r_checkout)}}
+    eye = torch.eye(4, dtype=torch.float64)[None].repeat(6, 1, 1)
+    got = score_clips(_tensor_clips(clip), poses=[eye, eye], config=auto, preset="background",
+                      device="cpu")
+    assert [r.gate["method"] for r in got] == ["poses", "poses"]
+
+
+def test_dust3r_is_loaded_once_for_the_preflight_and_the_gate(tiny_checkpoint, dust3r_checkout,
+                                                              clip, monkeypatch):
+    """The preflight builds the gate's model through the gate's own cache: one load for a
+    batch, none for the next call."""
+    import geocon_torch.gate.dust3r as d3
+
+    loads = []
+    real = d3.load_dust3r_model
+    monkeypatch.setattr(d3, "load_dust3r_model", lambda p: loads.append(p) or real(p))
+    _MODEL_CACHE.pop("dust3r", None)
+    cfg = _config(tiny_checkpoint, dust3r_checkout)
+    got = score_clips(_tensor_clips(clip), config=cfg, preset="background", device="cpu")
+    assert [r.gate["method"] for r in got] == ["dust3r", "dust3r"] and len(loads) == 1
+    score_clips(_tensor_clips(clip), config=cfg, preset="background", device="cpu")
+    assert len(loads) == 1

@@ -224,3 +224,81 @@ def test_objects_prompted_on_different_frames_run(tmp_path):
     masks = sam2_masks(clip, cfg, prompts=[{"id": 1, "frame": 0, "box": [10, 10, 50, 40]},
                                            {"id": 2, "frame": 2, "points": [[70, 30]]}])
     assert masks.shape == (3, 2, 64, 96) and masks.dtype == torch.bool
+
+
+@pytest.fixture(scope="module")
+def tiny_sam2(tmp_path_factory):
+    """A seeded random-init tiny SAM-2 checkpoint (as :func:`_tiny_sam2_clip`), shared."""
+    return _tiny_sam2_clip(tmp_path_factory.mktemp("sam2"), 2)[1]
+
+
+def _grounded(num_frames: int) -> torch.Tensor:
+    from geocon_torch.synth import grounded_clip
+
+    return grounded_clip("C1", num_frames=num_frames, size=(96, 128)).frames
+
+
+def _sam2_config(seg: SegmentConfig, **changes) -> dict:
+    return {"segment": {"method": "sam2", "sam2_checkpoint": seg.sam2_checkpoint,
+                        "sam2_config": seg.sam2_config, "sam2_image_size": 256, **changes}}
+
+
+def test_unusable_sam2_raises_before_any_clip_is_read(tmp_path, tiny_sam2):
+    """SAM-2 masks that cannot be set up (missing checkpoint, no prompts, no model config, a
+    malformed prompt file) raise from score_clips / score_clip / geometric_reward before any
+    clip is read (was: every clip an "error" row, every reward the neutral 0.0)."""
+    from geocon_torch import geometric_reward, score_clip, score_clips
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"frame": 0, "box": BOX}]))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"frame": 0, "box": [1, 2, 3]}]))
+    cases = [(_sam2_config(tiny_sam2, sam2_checkpoint=str(tmp_path / "none.pt"),
+                           sam2_prompts=str(prompts)),
+              CheckpointError, f"SAM-2 masks checkpoint not found: {tmp_path / 'none.pt'}"),
+             (_sam2_config(tiny_sam2), ConfigError, "SAM-2 masks need prompts: set "
+                                                    "config.segment.sam2_prompts"),
+             (_sam2_config(tiny_sam2, sam2_config=None, sam2_prompts=str(prompts)), ConfigError,
+              "SAM-2 needs its model config: set config.segment.sam2_config"),
+             (_sam2_config(tiny_sam2, sam2_prompts=str(bad)), InputError,
+              f"segment.sam2_prompts {bad}: prompt 0: 'box' must be 4 finite numbers")]
+    videos = torch.stack([_grounded(2), _grounded(2)])
+    for cfg, kind, phrase in cases:
+        with pytest.raises(kind, match=re.escape(phrase)):  # a missing file is never read
+            score_clips([str(tmp_path / "missing.mp4"), videos[0]], config=cfg)
+        with pytest.raises(kind, match=re.escape(phrase)):
+            score_clip(str(tmp_path / "missing.mp4"), config=cfg)
+        with pytest.raises(kind, match=re.escape(phrase)):
+            geometric_reward(videos, kind="background", config=cfg)
+    # masks given for every clip: SAM-2 never runs, nothing to build
+    cfg = _sam2_config(tiny_sam2, sam2_checkpoint=str(tmp_path / "none.pt"))
+    masks = torch.zeros(2, 1, 96, 128, dtype=torch.bool)
+    got = score_clips(list(videos), masks=[masks, masks], config=cfg, preset="background",
+                      device="cpu")
+    assert [r.backends["masks"] for r in got] == ["files", "files"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_prompt_frame_outside_a_clip_is_that_clips_error(tmp_path, tiny_sam2, monkeypatch):
+    """The prompt file is checked once for the run, its frames per clip: a prompt on frame 2
+    fails the 2-frame clip only; the 3-frame clip gets its SAM-2 masks. The predictor is built
+    once (the preflight and the masks stage share the cache)."""
+    import geocon_torch.segment.sam2 as sam2_mod
+    from geocon_torch import score_clips
+    from geocon_torch.checkpoints import _MODEL_CACHE
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"id": 1, "frame": 2, "box": [20, 20, 60, 60]}]))
+    loads = []
+    real = sam2_mod.load_sam2_predictor
+    monkeypatch.setattr(sam2_mod, "load_sam2_predictor",
+                        lambda *a, **k: loads.append(1) or real(*a, **k))
+    _MODEL_CACHE.pop("sam2", None)
+    cfg = {**_sam2_config(tiny_sam2, sam2_prompts=str(prompts)), "features": {"fallback": None}}
+    short, full = score_clips([_grounded(2), _grounded(3)], preset="background", device="cpu",
+                              config=cfg)
+    assert short.status == "error" and short.reason == (
+        f"InputError: segment.sam2_prompts {prompts}: prompt 0: 'frame' must be an integer in "
+        f"[0, 2) (the clip's frames), got 2")
+    assert full.backends["masks"] == "sam2" and full.background["segment"]["objects"] == 1
+    assert loads == [1]
