@@ -25,6 +25,13 @@ Nested keys renamed to match docs/GLOSSARY.md (``features.lk.fb_threshold`` ->
 :data:`RETIRED_KEYS` and migrated the same way; the old attribute names still read and write
 (a section's ``_aliases``), with a DeprecationWarning.
 
+Stored results. A rule added after a result was scored (e.g. ``features.fallback`` "disk"
+refused) must not make the result unreadable: ``GeoConConfig.from_dict(config, strict=False)``
+keeps every value a rule now refuses as stored, skips the failing cross-field checks, and
+records each ConfigError in ``invalid_reason`` (None when the config is valid). Such a config
+can be shown (``geocon explain``, the report) but not scored: ``load_config``, ``replace`` and
+every scoring entry point raise ConfigError on it. Its stored ``config_hash`` is the row's.
+
 ``to_dict()`` / ``from_dict()`` round-trip through JSON; ``config_hash()`` keys stored results
 (see its docstring); ``load_config(path)`` reads a JSON file that may override any subset of fields
 (unknown keys are an error, so a typo never passes silently).
@@ -40,6 +47,7 @@ import math
 import numbers
 import os
 import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
 from pathlib import Path
@@ -82,6 +90,19 @@ SOFT_MODEL_CHOICES = ("homography", "fundamental", "auto")
 #: checkout) enters it only as given / not given (moving the file changes no number, and "auto"
 #: choices depend on whether one is configured)
 RUNTIME_KINDS = ("setting", "path")
+
+
+#: the ConfigError messages of the lenient read in progress
+#: (``GeoConConfig.from_dict(strict=False)``); None: every read is strict
+_LENIENT: ContextVar[Optional[List[str]]] = ContextVar("geocon_lenient_read", default=None)
+
+
+def _recorded(exc: ConfigError) -> bool:
+    """Whether a lenient read is in progress (``exc`` is then recorded, not raised)."""
+    problems = _LENIENT.get()
+    if problems is not None and str(exc) not in problems:
+        problems.append(str(exc))
+    return problems is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +317,8 @@ class _Section:
     #: retired field name -> its name now (docs/GLOSSARY.md); reads and writes still work, with
     #: a DeprecationWarning
     _aliases: ClassVar[Dict[str, str]] = {}
+    #: set on each section of a config read leniently whose values a rule now refuses
+    _invalid: ClassVar[Optional[str]] = None
 
     def __getattr__(self, key: str) -> Any:  # only reached when normal lookup fails
         new = type(self)._aliases.get(key)
@@ -328,7 +351,18 @@ class _Section:
                 raise
 
     def __post_init__(self) -> None:
-        self._cross_check()
+        try:
+            self._cross_check()
+        except ConfigError as exc:
+            if not _recorded(exc):
+                raise
+
+    @property
+    def invalid_reason(self) -> Optional[str]:
+        """Why this config (read from a stored result with ``GeoConConfig.from_dict(...,
+        strict=False)``) cannot score: its ConfigError messages, ``"; "``-joined; None when it
+        can."""
+        return self._invalid
 
     def _built(self) -> bool:
         """Whether every field is set (construction is over; no flag in ``__dict__``, so
@@ -398,11 +432,35 @@ def _check_field(spec: dataclasses.Field, value: Any, name: str) -> Any:
         if type(value) is not section:  # a subclass would add its own fields
             raise ConfigError(f"{name} must be a mapping of {section.__name__} fields (or a "
                               f"{section.__name__}), got {value!r}")
+        check_scorable(value, name)
         return copy.deepcopy(value)  # never shared with the config it came from
     rule = spec.metadata.get("rule")
     if rule is None:
         raise ConfigError(f"config field {name} has no validation rule")  # author error
-    return rule.check(value, name)
+    try:
+        return rule.check(value, name)
+    except ConfigError as exc:
+        if not _recorded(exc):
+            raise
+        return value  # a lenient read keeps the stored value
+
+
+def check_scorable(section: "_Section", name: str = "config") -> None:
+    """ConfigError when ``section`` was read leniently from a stored result and a rule now
+    refuses it (its ``invalid_reason``); nothing inside a lenient read."""
+    reason = section.invalid_reason
+    if reason is not None and _LENIENT.get() is None:
+        raise ConfigError(f"{name} is not valid for scoring: {reason}. It was read from a stored "
+                          "result as stored (GeoConConfig.from_dict(..., strict=False)); fix "
+                          "the setting(s) named to score with it")
+
+
+def _mark_invalid(section: "_Section", reason: str) -> None:
+    """Set ``invalid_reason`` on ``section`` and every section nested in it."""
+    object.__setattr__(section, "_invalid", reason)
+    for f in dataclasses.fields(section):  # type: ignore[arg-type]
+        if f.metadata.get("section") is not None:
+            _mark_invalid(getattr(section, f.name), reason)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,7 +717,8 @@ class ForegroundConfig(_Section):
     _name: ClassVar[str] = "foreground"
     flow: str = _choice("auto", FLOW_CHOICES)
     flow_checkpoint: Optional[str] = _text(local=True)
-    flow_checkpoint_sha256: Optional[str] = _digest()  # pinned when scoring
+    # pinned when scoring: flow_checkpoint's, or the torch hub file RAFT reads without one
+    flow_checkpoint_sha256: Optional[str] = _digest()
     grid: int = _int(8, 2)  # adaptive N x N grid over the object box
     score: str = _choice("wmse", FOREGROUND_SCORE_CHOICES)
     occlusion_weighting: bool = _flag(True)
@@ -947,9 +1006,25 @@ class GeoConConfig(_Section):
     preset: str = _choice("geocon", PRESET_CHOICES)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "GeoConConfig":
-        """Defaults overridden by ``data`` (any subset; old flat keys are migrated)."""
-        return _merge(cls(), migrate_config(data), "")
+    def from_dict(cls, data: Mapping[str, Any], *, strict: bool = True) -> "GeoConConfig":
+        """Defaults overridden by ``data`` (any subset; old flat keys are migrated).
+
+        ``strict=False`` reads the config of a stored result: a value a rule refuses is kept
+        as stored and a failing cross-field check is skipped, each ConfigError recorded in
+        :attr:`invalid_reason` (on every section); such a config can be shown, not scored
+        (:func:`check_scorable`). Unknown keys and non-mapping sections still raise.
+        """
+        if strict:
+            return _merge(cls(), migrate_config(data), "")
+        problems: List[str] = []
+        token = _LENIENT.set(problems)
+        try:
+            cfg = _merge(cls(), migrate_config(data), "")
+        finally:
+            _LENIENT.reset(token)
+        if problems:
+            _mark_invalid(cfg, "; ".join(problems))
+        return cfg
 
     def replace(self, **sections: Any) -> "GeoConConfig":
         """Copy with overrides, e.g. ``cfg.replace(background={"tau_h": 3.0})``."""
@@ -1040,6 +1115,7 @@ def load_config(source: ConfigLike) -> GeoConConfig:
     if source is None:
         return GeoConConfig()
     if isinstance(source, GeoConConfig):
+        check_scorable(source)  # one read leniently from a stored result never scores
         return source
     if isinstance(source, Mapping):
         return GeoConConfig.from_dict(source)

@@ -22,7 +22,11 @@ Clips that cannot be scored (textureless or black frames, too few frames, no val
 inside the scorer) get the **neutral value** ``neutral`` (default 0.0, the bottom of the range:
 a generator cannot escape the reward by producing unscoreable video) and a status
 ("not_applicable" or "error") with a reason in the diagnostics; never NaN, and one bad clip never
-raises for the batch. A malformed batch (wrong shape / dtype / range) raises ClipTensorError.
+raises for the batch. A malformed batch (wrong shape / dtype / range) raises ClipTensorError; a
+misconfigured optional model of kind "background" (a missing / corrupt DUSt3R, SAM-2 or
+features checkpoint, a package that is not importable) raises its CheckpointError /
+OptionalDependencyError / ConfigError before any clip is scored: it is no clip's fault, and a
+batch of neutral rewards would train on nothing.
 
 Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipolar" and
 "background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``; None keeps the
@@ -234,7 +238,9 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     block = result.get(block_key) or {}
     total = block.get("total_pairs", block.get("pairs"))
     if kind == "background":
-        cfg = config or load_config(result.get("config") or None)
+        stored = result.get("config")  # read as stored: a rule added since may refuse it
+        cfg = config or (GeoConConfig.from_dict(stored, strict=False) if stored
+                         else GeoConConfig())
         value = _fold_background(result, cfg.background.report_ge_px)
         raw = {"ir": block.get("ir"), "ge_px": block.get("ge_px"), "regime": result.get("regime")}
         status, reason = result.get("status", "error"), result.get("reason")
@@ -279,6 +285,11 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
     Raises:
         ClipTensorError: ``videos`` is not a valid clip batch; InputError: unknown ``kind`` or
             a ``neutral`` that is not a finite number.
+        CheckpointError, OptionalDependencyError, ConfigError: kind "background" with an
+            optional model-backed stage that cannot be built (a learned features backend, the
+            DUSt3R gate, SAM-2 masks: a missing / corrupt checkpoint, a package that is not
+            importable, a missing required setting), raised before any clip is scored (as
+            :func:`~geocon_torch.pipeline.score_clips`), never a batch of neutral rewards.
     """
     preset_for_kind(kind)  # InputError for an unknown kind
     neutral = check_neutral(neutral)

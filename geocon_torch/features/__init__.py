@@ -19,6 +19,13 @@ returns padded :class:`~geocon_torch.types.Keypoints` ``xy (T, N, 2)`` px, ``des
 A learned backend without a usable local file raises :class:`~geocon_torch.errors.CheckpointError`;
 nothing is ever downloaded.
 
+Small frames: frames whose shorter side is below ``features.base.MIN_SIDE`` (16 px, the size
+below which the multi-scale stage skips a scale) hold no keypoint. Every extractor returns
+empty, valid Keypoints for them -- ``xy (T, 0, 2)``, ``descriptors (T, 0, D)`` with the
+backend's width D, ``scores`` / ``mask (T, 0)`` -- without running its detector (a shape check,
+no host sync), and :func:`lk_tracks` / :func:`shi_tomasi` return no tracks / corners; bad
+shapes are still a ShapeError. Frames of at least 16 px are detected on as always.
+
 Matching: :func:`match_descriptors` (Lowe ratio 0.75, optional mutual check) runs all pairs as
 batched matmuls of exact squared L2 distances (chunked) and returns
 :class:`~geocon_torch.types.Correspondences` with ``scores = 1 - ratio`` (higher is better;

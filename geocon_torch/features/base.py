@@ -4,11 +4,15 @@ Every backend turns a batch of grayscale frames ``(T, 1, H, W)`` float in [0, 1]
 :class:`~geocon_torch.types.Keypoints`: ``xy (T, N, 2)`` pixels (x, y) with pixel centres at
 integers, ``descriptors (T, N, D)``, ``scores (T, N)`` (detector response, higher is stronger) and
 ``mask (T, N)``. Valid keypoints come first in each row; padded slots hold zeros.
+
+Frames whose shorter side is below :data:`MIN_SIDE` (16 px) hold no keypoint: every registered
+extractor class returns empty Keypoints for them (:func:`register_extractor`), without running.
 """
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import (Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union,
+from typing import (Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union,
                     runtime_checkable)
 
 import torch
@@ -18,6 +22,19 @@ from ..errors import InputError, ShapeError
 from ..types import Keypoints
 
 DeviceLike = Union[str, torch.device, None]
+
+#: frames whose shorter side is below this (px) hold no keypoint: every extractor returns empty
+#: Keypoints ``(T, 0, 2)`` with its descriptor width and ``lk_tracks`` / ``shi_tomasi`` no
+#: tracks / corners (no detector window or network patch fits; XFeat and ALIKED invented
+#: keypoints there). The pipeline never detects on such frames: it skips the feature scales
+#: below the same size (``features.multiscale.MIN_SIDE``)
+MIN_SIDE = 16
+
+
+def too_small(gray: torch.Tensor) -> bool:
+    """Whether the frames ``gray (..., H, W)`` have a side below :data:`MIN_SIDE` px (a shape
+    check: no host sync)."""
+    return min(int(gray.shape[-2]), int(gray.shape[-1])) < MIN_SIDE
 
 
 @runtime_checkable
@@ -51,13 +68,36 @@ _REGISTRY: Dict[str, Callable[..., FeatureExtractor]] = {}
 
 
 def register_extractor(name: str) -> Callable:
-    """Class decorator adding a backend to :func:`get_extractor` under ``name``."""
+    """Class decorator adding a backend to :func:`get_extractor` under ``name``. A class with
+    ``extract`` and ``descriptor_dim`` gets the small-frame rule (:data:`MIN_SIDE`): frames
+    below it are checked (:func:`check_gray`) and give empty Keypoints without running."""
 
     def wrap(factory: Callable[..., FeatureExtractor]) -> Callable[..., FeatureExtractor]:
+        extract = getattr(factory, "extract", None)
+        if (isinstance(factory, type) and callable(extract) and hasattr(factory, "descriptor_dim")
+                and not getattr(extract, "small_frames_empty", False)):
+            setattr(factory, "extract", _small_frames_empty(extract))
         _REGISTRY[name] = factory
         return factory
 
     return wrap
+
+
+def _small_frames_empty(extract: Callable[..., Keypoints]) -> Callable[..., Keypoints]:
+    """``extract`` that returns empty Keypoints (``T`` rows, N = 0, the class's
+    ``descriptor_dim``, in :func:`full_precision` of the frames' dtype, no ``extra``) for frames
+    below :data:`MIN_SIDE`, after the usual shape checks; other frames go to ``extract``."""
+
+    @functools.wraps(extract)
+    def guarded(self: Any, gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Keypoints:
+        if isinstance(gray, torch.Tensor) and gray.ndim == 4 and too_small(gray):
+            check_gray(gray, mask)  # a bad shape / dtype / mask is still a ShapeError
+            return empty_keypoints(int(gray.shape[0]), int(self.descriptor_dim), gray.device,
+                                   full_precision(gray).dtype)
+        return extract(self, gray, mask)
+
+    setattr(guarded, "small_frames_empty", True)
+    return guarded
 
 
 def available_extractors() -> List[str]:

@@ -15,7 +15,8 @@ Two paths with the same parameters:
 ``levels`` is OpenCV's ``maxLevel``: the pyramid has ``levels + 1`` images (level 0 = full
 resolution). A track survives when both directions converge inside the image and the
 forward-backward error ``|x1 - LK_back(LK_fwd(x1))|`` is <= ``fb_threshold_px``.
-Points are pixels with pixel centres at integers.
+Points are pixels with pixel centres at integers. Frames with a side below
+:data:`~geocon_torch.features.base.MIN_SIDE` (16 px) give no corners and no tracks.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from .._checks import retired_argument
 from ..errors import InputError
 from ..types import Correspondences
 from .._tensor_utils import sample_patches
-from .base import check_gray, full_precision
+from .base import check_gray, full_precision, too_small
 from .matching import check_pairs, pack_matches
 from .opencv_sift import _cv_mask, to_uint8
 
@@ -125,11 +126,14 @@ def shi_tomasi(gray: torch.Tensor, max_corners: int, *, quality: float = 0.001,
         block: side of the covariance summation window.
         mask: (H, W) bool; corners only where True.
     Returns:
-        (xy (T, N, 2) integer-valued float pixel positions, valid (T, N) bool), N <= max_corners.
+        (xy (T, N, 2) integer-valued float pixel positions, valid (T, N) bool), N <= max_corners;
+        N = 0 for frames with a side below ``MIN_SIDE`` px.
     """
     mask = check_gray(gray, mask)
     gray = full_precision(gray)
     t, _, h, w = gray.shape
+    if too_small(gray):  # no corner on frames below MIN_SIDE (base.MIN_SIDE)
+        return gray.new_zeros(t, 0, 2), torch.zeros(t, 0, dtype=torch.bool, device=gray.device)
     eig = min_eigenvalue_map(gray, block)
     if mask is not None:
         eig = eig.masked_fill(~mask[None, None], 0.0)
@@ -399,6 +403,17 @@ def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: tor
     return out
 
 
+def _no_tracks(gray: torch.Tensor, pairs: torch.Tensor) -> Correspondences:
+    """The tracks of frames below ``MIN_SIDE`` px: (P, 0, 2) points in ``gray``'s dtype, no
+    corners counted."""
+    p, dev = int(pairs.shape[0]), gray.device
+    none = torch.zeros(p, dtype=torch.long, device=dev)
+    return Correspondences(x1=gray.new_zeros(p, 0, 2), x2=gray.new_zeros(p, 0, 2),
+                           mask=torch.zeros(p, 0, dtype=torch.bool, device=dev),
+                           scores=gray.new_zeros(p, 0), pairs=pairs, num_kp1=none,
+                           num_kp2=none.clone())
+
+
 def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 2000,
               quality: float = 0.001, min_distance: float = 3.0, block: int = 3,
               window: int = 21, levels: int = 3, fb_threshold_px: float = 1.5,
@@ -419,17 +434,22 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
     Returns:
         Correspondences: x1 = corners in frame i, x2 = their tracked positions in frame j
         (P, N, 2) px; mask = kept tracks; scores = 1 / (1 + FB error) (higher is better);
-        num_kp1 / num_kp2 = corners detected in frames i / j.
+        num_kp1 / num_kp2 = corners detected in frames i / j. Frames with a side below
+        ``MIN_SIDE`` (16) px give no tracks: N = 0 and no corners counted.
     """
     fb_threshold = retired_argument(retired, "fb_threshold", "fb_threshold_px", fb_threshold_px)
     mask = check_gray(gray, mask)
     gray = full_precision(gray)
     pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
     _check_lk_args(window, levels, max_corners)
+    if backend not in ("torch", "opencv"):
+        raise InputError(f"lk backend must be 'torch' or 'opencv', got {backend!r}")
+    if too_small(gray):
+        return _no_tracks(gray, pairs)
     if backend == "opencv":
         x1, x2, ok, fb, counts = _lk_opencv(gray, pairs, max_corners, quality, min_distance,
                                             block, window, levels, fb_threshold, mask)
-    elif backend == "torch":
+    else:  # "torch"
         used = torch.unique(pairs) if pairs.numel() else pairs.new_zeros(0)
         corners = torch.zeros(gray.shape[0], 0, 2, dtype=gray.dtype, device=gray.device)
         corners_ok = torch.zeros(gray.shape[0], 0, dtype=torch.bool, device=gray.device)
@@ -444,7 +464,5 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
         counts = corners_ok.sum(1)
         x1, x2, ok, fb = _lk_torch(gray, pairs, corners, corners_ok, window=window,
                                    levels=levels, fb_threshold=fb_threshold, chunk=chunk)
-    else:
-        raise InputError(f"lk backend must be 'torch' or 'opencv', got {backend!r}")
     scores = torch.where(ok, 1.0 / (1.0 + fb), torch.zeros_like(fb))
     return pack_matches(x1, x2, ok, scores, pairs, counts[pairs[:, 0]], counts[pairs[:, 1]])

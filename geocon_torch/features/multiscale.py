@@ -29,15 +29,12 @@ from .._memory import release_freed_memory
 from ..config import FeatureConfig, LKConfig
 from ..errors import InputError
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
-from .base import (DeviceLike, compact_keypoints, get_extractor, inside_mask, resolve_backend,
-                   resolve_device)
+from .base import (MIN_SIDE, DeviceLike, compact_keypoints, get_extractor, inside_mask,
+                   resolve_backend, resolve_device)
 from .learned import MATCHER_NAMES, get_matcher
 from .lk import lk_tracks, patch_ncc
 from .matching import check_pairs, match_descriptors, pack_matches
 from .opencv_sift import OpenCVSIFT, octave_band, to_uint8
-
-MIN_SIDE = 16  # a scale whose frames would be smaller than this (px) is skipped
-
 
 def scaled_size(h: int, w: int, s: float) -> tuple:
     """(h_s, w_s) = (round(h s), round(w s))."""

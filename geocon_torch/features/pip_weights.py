@@ -17,7 +17,8 @@ are read from the installed packages (``importlib.resources``); nothing is ever 
 
 Extractors run one forward per chunk of frames; keypoints outside the content mask are dropped
 before the ``max_keypoints`` strongest are kept. Frames are not resized (beyond XFeat's resize to
-a multiple of 32, undone on the keypoints).
+a multiple of 32, undone on the keypoints); frames below ``base.MIN_SIDE`` (16 px) give empty
+Keypoints without a forward (XFeat's 8-px cells and ALIKED's map invented keypoints there).
 """
 from __future__ import annotations
 

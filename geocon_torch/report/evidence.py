@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import torch
 
 from ..config import GeoConConfig
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..io.pairs import background_pairs
 from ..pipeline import load_clip
 from ..result import ClipResult
@@ -68,11 +68,18 @@ def _as_dict(result: Union[ClipResult, Mapping[str, Any]]) -> Dict[str, Any]:
 
 
 def _config(result: Dict[str, Any]) -> GeoConConfig:
+    """The config ``result`` was scored with, to score it again: InputError when it cannot be
+    read, ConfigError when a rule added since refuses it (re-deriving is scoring)."""
     try:
-        return GeoConConfig.from_dict(result.get("config") or {})
+        cfg = GeoConConfig.from_dict(result.get("config") or {}, strict=False)
     except ValueError as exc:
         raise InputError(f"the result's config cannot be rebuilt ({exc}): its pairs cannot be "
                          "re-derived exactly") from exc
+    if cfg.invalid_reason is not None:
+        raise ConfigError(f"the result's config is no longer valid for scoring "
+                          f"({cfg.invalid_reason}): its pairs cannot be re-derived; the stored "
+                          "numbers still read (geocon explain --no-evidence)")
+    return cfg
 
 
 def _check_stored(result: Dict[str, Any], rows: BackgroundRows, row: int, ir: float,
@@ -108,6 +115,8 @@ def pair_evidence(result: Union[ClipResult, Mapping[str, Any]], pair_index: int,
     Raises:
         InputError: no video, a pair index out of range, a clip with no scored pair, or a
             re-derived pair that differs from the stored one.
+        ConfigError: the result's config is refused by a rule added after it was scored
+            (``GeoConConfig.invalid_reason``): re-deriving would score with it.
     """
     res = _as_dict(result)
     cfg = _config(res)

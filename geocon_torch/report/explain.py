@@ -40,11 +40,15 @@ def _f(v: Any, digits: int = 4) -> str:
 
 
 def _config(res: Dict[str, Any]) -> Tuple[GeoConConfig, Optional[str]]:
-    """The result's own config (defaults and a note when it cannot be rebuilt)."""
+    """The result's own config, read as stored (a rule added since it was scored does not
+    stop it being shown: a note says why it can no longer score), or the defaults and a note
+    when it cannot be read at all (an unknown key, a section that is not a mapping)."""
     try:
-        return GeoConConfig.from_dict(res.get("config") or {}), None
+        cfg = GeoConConfig.from_dict(res.get("config") or {}, strict=False)
     except ValueError as exc:
         return GeoConConfig(), f"(config not rebuilt, paper defaults used: {exc})"
+    reason = cfg.invalid_reason
+    return cfg, None if reason is None else f"(config no longer valid for scoring: {reason})"
 
 
 def _side(s: float, low: float, high: float) -> str:
