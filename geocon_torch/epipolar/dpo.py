@@ -293,10 +293,26 @@ def byte_codes(kps: Keypoints) -> Tuple[torch.Tensor, torch.Tensor]:
     return codes, sq.masked_fill(~kps.mask, BYTE_PAD)
 
 
+#: int32 distances held at once by one pair's matching (8 MiB): frame i's keypoints are matched
+#: in blocks of rows, so memory stays bounded at any keypoint count (a 1080p frame has ~24k)
+BLOCK_DISTANCES = 2 ** 21
+
+
 def _nearest_two(codes: torch.Tensor, sq: torch.Tensor, i: int, j: int) -> torch.Tensor:
     """For every keypoint of frame i, its two smallest ``|b|^2 - 2 a.b`` over frame j's
-    keypoints and the index of the smallest: (N, 3) long (exact int32 arithmetic)."""
-    dist = torch.sub(sq[j], torch._int_mm(codes[i], codes[j].T), alpha=2)  # (N, N) int32
+    keypoints and the index of the smallest: (N, 3) long (exact int32 arithmetic), computed
+    over blocks of frame i's rows (at most :data:`BLOCK_DISTANCES` distances at once; rows are
+    independent, so the result does not depend on the block size)."""
+    n = int(codes.shape[1])
+    rows = max(1, BLOCK_DISTANCES // max(n, 1))
+    return torch.cat([_nearest_two_rows(codes[i, r:r + rows], sq[j], codes[j])
+                      for r in range(0, n, rows)]) if n else codes.new_zeros(0, 3).long()
+
+
+def _nearest_two_rows(a: torch.Tensor, sq_b: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(R, 3) long: for each row of ``a`` (R, 128) int8, the two smallest ``|b|^2 - 2 a.b``
+    over ``b`` (N, 128) int8 with squared norms ``sq_b`` (N,) int32, and the smallest's index."""
+    dist = torch.sub(sq_b, torch._int_mm(a, b.T), alpha=2)  # (R, N) int32
     first, idx = dist.min(1)
     dist.scatter_(1, idx[:, None], BYTE_PAD)  # a tie of the best stays as the second best
     return torch.stack([first.long(), dist.amin(1).long(), idx], 1)

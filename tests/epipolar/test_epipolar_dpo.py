@@ -143,6 +143,22 @@ def test_byte_matcher_equals_float_matcher(grounded):
     assert torch.allclose(got.scores, want.scores, atol=1e-6)
 
 
+def test_byte_matcher_blocks_rows_without_changing_matches(grounded, monkeypatch):
+    """Frame i's keypoints are matched in blocks of rows (bounded memory at any keypoint
+    count): tiny blocks (7 rows, one row) give exactly the matches of one block."""
+    cfg = EpipolarDPOConfig(workers=1)
+    kps = extract_sift([grounded[0], grounded[1]], cfg, None, sift_extractor(cfg))
+    pairs = torch.tensor([[0, 1], [1, 0], [2, 3]])
+    want = byte_ratio_match(kps, pairs, 0.75)
+    n = int(kps.xy.shape[1])
+    assert n > 100
+    for rows in (7, 1):
+        monkeypatch.setattr(dpo, "BLOCK_DISTANCES", rows * n)
+        got = byte_ratio_match(kps, pairs, 0.75)
+        for key in ("mask", "x1", "x2", "scores", "num_kp1", "num_kp2"):
+            assert torch.equal(getattr(got, key), getattr(want, key)), (rows, key)
+
+
 def test_matches_reference_on_grounded_clips(grounded):
     m = measure_dpo(grounded)
     for b, frames in enumerate(grounded):
