@@ -28,6 +28,20 @@ features checkpoint, a package that is not importable) raises its CheckpointErro
 OptionalDependencyError / ConfigError before any clip is scored: it is no clip's fault, and a
 batch of neutral rewards would train on nothing.
 
+**Frozen videos.** A still video shows no geometry, yet every kind scores it the top 1.0 (no
+frame moves, so nothing is inconsistent): a policy-gradient generator would be rewarded most for
+not moving. So a clip is *frozen* when every consecutive pair of the frames its kind reads
+(``io.stride`` / ``io.max_frames`` as ``score_clip`` reads them; "epipolar-dpo": frames 0, 15,
+30, ...) differs by a mean absolute difference of at most :data:`FROZEN_MAX_MAD` = 0.5 grey levels
+of 255 (over pixels and channels, at native resolution; :func:`frozen_clips`). A frozen clip the
+scorer accepted gets the neutral reward, status "not_applicable" and the reason
+:data:`FROZEN_REASON` (its ``raw`` values, valid / total pairs stay: what it would have been
+folded from); one the scorer refused keeps its own status and reason. Moving clips keep their
+rewards bit for bit. The test runs on the videos' device, batched over clips (one (B,) read per
+batch). Only the reward does this: ``score_clip`` still scores a still clip (a static camera on a
+static scene is the valid GeoCon category C1). Near-still clips (two distinct frames repeated)
+and an A-B flicker of two views still score high (README "Training loop").
+
 Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipolar" and
 "background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``; None keeps the
 config's, 0 in the default config), so the same call gives identical rewards. "epipolar-dpo" has
@@ -67,6 +81,17 @@ from .sections.epipolar_dpo import dpo_blocks
 
 KINDS = REWARD_KINDS  # the reward kinds of the preset table
 NEUTRAL_REWARD = 0.0
+#: a clip is frozen when no consecutive pair of the frames read differs by more than this mean
+#: absolute difference (grey levels of 255, over pixels and channels): the scale of uint8 rounding
+#: (at most 0.5 per pixel) and of most codec noise on a still (a still H.264 mp4 decodes with
+#: 0-0.7 per pair: one pair above 0.5 lets such a clip through), under any measurable motion (a
+#: 0.1 px shift of a textured scene gives 0.9; the grounded categories' consecutive frames, C4's
+#: static camera with movers included, 1.5-20)
+FROZEN_MAX_MAD = 0.5
+FROZEN_REASON = "frozen video: no frame differs from the previous one (a still video shows no " \
+                "geometry)"
+#: elements of one chunk of frame pairs in :func:`frozen_clips` (bounds its temporaries)
+_FROZEN_CHUNK = 32 * 2 ** 20
 FOLDS = {"epipolar-dpo": "exp(-mean_epipolar_error / inlier_threshold_px)",
          "epipolar": "(epipolar_error_score + epipolar_inlier_rate + feature_match_coverage) / 3",
          "background": "ir * exp(-ge_px / background.report_ge_px)"}
@@ -135,20 +160,78 @@ def _reward_config(config: RewardConfigLike, kind: str, seed: Optional[int]) -> 
 
 
 @one_torch_thread()  # the work is spread over the SIFT pool (epipolar.dpo.one_torch_thread)
-def _dpo_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
-                 ) -> Tuple[torch.Tensor, List[ClipReward]]:
+def _dpo_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float) -> List[ClipReward]:
     """kind "epipolar-dpo": one batched measurement of all clips (module docstring), on the
     frames 0, rate, 2 rate, ... up to the last frame ``io.stride`` / ``io.max_frames`` keep (as
     ``score_clip`` samples them)."""
     config = cfg.epipolar_dpo
-    kept = frame_selection(cfg.io.stride, cfg.io.max_frames).resolve(int(videos.shape[1]))
-    positions = sample_positions(int(kept[-1]) + 1 if len(kept) else 0, config.sampling_rate)
+    positions = _dpo_positions(cfg, int(videos.shape[1]))
     frames = tensor_frames(videos, long_side=None, indices=positions)  # (B, T', 3, H, W) uint8
     m = measure_dpo(list(frames.unbind(0)), config, videos.device,
                     frame_numbers=[positions] * int(frames.shape[0]))
-    infos = [reward_from_result({"epipolar_dpo": block}, "epipolar-dpo", neutral=neutral)
-             for block in dpo_blocks(m, config)]
-    return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
+    return [reward_from_result({"epipolar_dpo": block}, "epipolar-dpo", neutral=neutral)
+            for block in dpo_blocks(m, config)]
+
+
+def _dpo_positions(cfg: GeoConConfig, num_frames: int) -> List[int]:
+    """Frames "epipolar-dpo" reads: 0, rate, 2 rate, ... up to the last frame ``io.stride`` /
+    ``io.max_frames`` keep."""
+    kept = frame_selection(cfg.io.stride, cfg.io.max_frames).resolve(num_frames)
+    return sample_positions(int(kept[-1]) + 1 if len(kept) else 0,
+                            cfg.epipolar_dpo.sampling_rate)
+
+
+def frozen_clips(videos: torch.Tensor, step: int = 1, count: Optional[int] = None
+                 ) -> torch.Tensor:
+    """Whether each clip is frozen: every consecutive pair of its frames 0, ``step``,
+    2 ``step``, ... (``count`` of them; None: all there are) differs by a mean absolute
+    difference of at most :data:`FROZEN_MAX_MAD` grey levels of 255 over pixels and channels.
+
+    Args:
+        videos: (B, T, C, H, W) uint8, or float in [0, 1] (differences times 255).
+        step, count: the frames read (``count`` is cut to the frames there are).
+    Returns:
+        (B,) bool on ``videos.device``, computed there without a host sync (uint8: exact
+        integer sums); False for every clip when fewer than two frames are read.
+    """
+    b, t = int(videos.shape[0]), int(videos.shape[1])
+    n = len(range(0, t, step)) if count is None else min(int(count), len(range(0, t, step)))
+    if n < 2 or b == 0:
+        return torch.zeros(b, dtype=torch.bool, device=videos.device)
+    read = videos[:, 0:(n - 1) * step + 1:step]  # (B, n, C, H, W) view
+    per_frame = int(videos[0, 0].numel())
+    frozen = torch.ones(b, dtype=torch.bool, device=videos.device)
+    chunk = max(1, _FROZEN_CHUNK // max(1, b * per_frame))  # pairs per chunk
+    for s in range(0, n - 1, chunk):
+        e = min(s + chunk, n - 1)  # pairs (s, s + 1) .. (e - 1, e)
+        later, earlier = read[:, s + 1:e + 1], read[:, s:e]
+        if videos.is_floating_point():
+            diff = (later - earlier).abs().flatten(2).sum(2, dtype=torch.float64) * 255.0
+        else:  # |a - b| in uint8 (no widening), summed exactly
+            diff = (torch.maximum(later, earlier) - torch.minimum(later, earlier)).flatten(2)
+            diff = diff.sum(2, dtype=torch.int64)
+        frozen &= (diff <= FROZEN_MAX_MAD * per_frame).all(1)
+    return frozen
+
+
+def _frozen(videos: torch.Tensor, kind: str, cfg: GeoConConfig) -> torch.Tensor:
+    """:func:`frozen_clips` on the frames ``kind`` reads (module docstring)."""
+    t = int(videos.shape[1])
+    if kind == "epipolar-dpo":
+        return frozen_clips(videos, cfg.epipolar_dpo.sampling_rate,
+                            len(_dpo_positions(cfg, t)))
+    return frozen_clips(videos, cfg.io.stride, cfg.io.max_frames)
+
+
+def _refuse_frozen(infos: List[ClipReward], frozen: torch.Tensor, neutral: float
+                   ) -> List[ClipReward]:
+    """The clips of ``frozen`` (B,) bool (read once) that the scorer accepted get the neutral
+    reward, status not_applicable and :data:`FROZEN_REASON`; the others stay as they are."""
+    if not infos:
+        return infos
+    return [ClipReward(float(neutral), "not_applicable", FROZEN_REASON, c.valid_pairs,
+                       c.total_pairs, c.raw) if still and c.status == "ok" else c
+            for c, still in zip(infos, frozen.tolist())]
 
 
 def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
@@ -160,14 +243,13 @@ def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
 
 
 def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
-                      ) -> Tuple[torch.Tensor, List[ClipReward]]:
+                      ) -> List[ClipReward]:
     """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
     clips = clips_from_tensor(videos, **read_options(cfg, videos[0])) if len(videos) else []
     sections = epipolar_sections(clips, cfg.epipolar, implementation=cfg.epipolar.implementation,
                                  device=videos.device)
-    infos = [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
-                                "epipolar", cfg, neutral) for s in sections]
-    return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
+    return [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
+                               "epipolar", cfg, neutral) for s in sections]
 
 
 def _info(value: Optional[float], neutral: float, status: str, reason: Optional[str],
@@ -182,11 +264,10 @@ def _info(value: Optional[float], neutral: float, status: str, reason: Optional[
 
 
 def _background_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
-                        ) -> Tuple[torch.Tensor, List[ClipReward]]:
+                        ) -> List[ClipReward]:
     """kind "background": GeoCon IR / GE of the gated model (``score_clips``, clip by clip)."""
     results = score_clips(videos, config=cfg, device=videos.device)
-    infos = [reward_from_result(res.to_dict(), "background", cfg, neutral) for res in results]
-    return torch.tensor([c.reward for c in infos], dtype=torch.float64), infos
+    return [reward_from_result(res.to_dict(), "background", cfg, neutral) for res in results]
 
 
 def _fold_dpo(block: Mapping[str, Any]) -> Optional[float]:
@@ -231,7 +312,9 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     Reads the block of ``kind``: ``background`` (+ the result's ``status``), ``epipolar`` or
     ``epipolar_dpo``. ``config`` gives ``background.report_ge_px`` (default: the result's
     recorded config, else 3.5 px). A missing block, a non-ok status or a non-finite value gives
-    the neutral reward with the status and reason of the block (or of the result).
+    the neutral reward with the status and reason of the block (or of the result). A stored
+    result holds no frames, so the frozen-video rule of :func:`geometric_reward` is not applied
+    here (nor by ``geocon pairs``): a still clip's stored row folds to its raw 1.0.
     """
     neutral = check_neutral(neutral)
     block_key = preset_for_kind(kind).status_from
@@ -277,8 +360,9 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
         seed: seeds the RANSAC of "epipolar" / "background" (same seed -> same rewards): sets
             ``ransac.seed`` and ``epipolar.seed``; None (default) keeps the config's (0 unless
             ``config`` sets them).
-        neutral: the reward of a clip that cannot be scored (a finite number; a value outside
-            [0, 1], e.g. -1, marks the unscored clips).
+        neutral: the reward of a clip that cannot be scored, or of a frozen one (module
+            docstring; a finite number; a value outside [0, 1], e.g. -1, marks the unscored
+            clips).
     Returns:
         rewards: (B,) on ``videos.device``, ``videos.dtype`` when float else float32; higher is
         better, in [0, 1]. diagnostics: :class:`RewardDiagnostics`.
@@ -295,12 +379,15 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
     neutral = check_neutral(neutral)
     check_clip_tensor(videos, batched=True)
     cfg = pinned_config(_reward_config(config, kind, seed), videos.device)
+    frozen = _frozen(videos, kind, cfg)  # queued before the scoring, read once after it
     if kind == "epipolar-dpo":
-        rewards, infos = _dpo_rewards(videos, cfg, neutral)
+        infos = _dpo_rewards(videos, cfg, neutral)
     elif kind == "epipolar":
-        rewards, infos = _epipolar_rewards(videos, cfg, neutral)
+        infos = _epipolar_rewards(videos, cfg, neutral)
     else:
-        rewards, infos = _background_rewards(videos, cfg, neutral)
+        infos = _background_rewards(videos, cfg, neutral)
+    infos = _refuse_frozen(infos, frozen, neutral)
+    rewards = torch.tensor([c.reward for c in infos], dtype=torch.float64)
     out_dtype = videos.dtype if videos.is_floating_point() else torch.float32
     return rewards.to(device=videos.device, dtype=out_dtype), RewardDiagnostics(
         kind, FOLDS[kind], float(neutral), infos, cfg.preset, cfg.config_hash())

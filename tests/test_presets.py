@@ -84,12 +84,14 @@ def test_cli_metric_rewards_and_bench_record_the_preset(frames, tmp_path):
         BackgroundConsistency(preset="gvgc")
     with pytest.raises(ConfigError, match="^preset must be one of"):
         BackgroundConsistency(preset="fast")
-    # rewards: the kind's preset, and the hash score_clip records for it
-    _, diag = geometric_reward(frames[None], "background")
-    ref = score_clip(frames, preset="background", device="cpu", progress=False)
+    # rewards: the kind's preset, and the hash score_clip records for it (a moving clip: the
+    # rewards refuse a frozen one, such as this static C1 render, which score_clip scores)
+    moving = grounded_clip("C2", num_frames=6, size=(120, 160)).frames
+    _, diag = geometric_reward(moving[None], "background")
+    ref = score_clip(moving, preset="background", device="cpu", progress=False)
     assert diag.preset == "background" and diag.config_hash == ref.config_hash
     assert diag.clips[0].reward == reward_from_result(ref.to_dict(), "background").reward
-    _, diag2 = geometric_reward(frames[None], "epipolar")
+    _, diag2 = geometric_reward(moving[None], "epipolar")
     assert diag2.preset == "worldatlas" and diag2.config_hash != diag.config_hash
     # bench: one store, two kinds -> two config hashes, each row records its preset
     folder = write_image_folder(tmp_path / "clip", frames)

@@ -159,3 +159,59 @@ def test_epipolar_kinds_read_the_frames_score_clip_reads(batch, kind, io):
     full, diag_full = geometric_reward(batch[:1], kind=kind,
                                        config={**config, "io": {}})
     assert diag_full.clips[0].total_pairs > got.total_pairs
+
+
+#: frames per clip of each kind in the frozen-video tests ("epipolar-dpo" reads frames 0 and 15)
+FROZEN_FRAMES = {"epipolar-dpo": 16, "epipolar": 6, "background": 6}
+
+
+@pytest.mark.parametrize("kind", ["epipolar-dpo", "epipolar", "background"])
+def test_frozen_video_gets_the_neutral_reward(batch, kind):
+    """A still video (one frame repeated) scores 1.0 geometrically (nothing moves, nothing is
+    inconsistent): it gets the neutral reward, status not_applicable and a reason; the moving
+    clip beside it keeps, bit for bit, the reward and diagnostics it gets alone."""
+    t = FROZEN_FRAMES[kind]
+    frozen, moving = batch[0, :1].repeat(t, 1, 1, 1), batch[0, :t]
+    rewards, diag = geometric_reward(torch.stack([frozen, moving]), kind, seed=3, neutral=-1.0)
+    alone, d_alone = geometric_reward(moving[None].contiguous(), kind, seed=3, neutral=-1.0)
+    assert float(rewards[0]) == -1.0 and diag.status[0] == "not_applicable"
+    assert "frozen video: no frame differs from the previous one" in diag.clips[0].reason
+    assert not diag.scored[0] and diag.scored[1]
+    assert torch.equal(rewards[1:], alone) and diag.clips[1] == d_alone.clips[0]
+    r0, d0 = geometric_reward(frozen[None].contiguous(), kind, seed=3)  # the default neutral
+    assert r0.tolist() == [NEUTRAL_REWARD] and d0.status == ["not_applicable"]
+
+
+def test_frozen_float_video_and_the_frames_epipolar_dpo_reads(batch):
+    """Float input is tested in grey levels too; "epipolar-dpo" reads frames 0, 15, ...: a clip
+    whose frame 15 repeats frame 0 is frozen for it (the frames between do not count), one whose
+    frames 1..14 repeat frame 0 but frame 15 moves is not."""
+    clean = batch[0]
+    ends_alike = clean.clone()
+    ends_alike[15] = clean[0]
+    still_then_moves = clean.clone()
+    still_then_moves[1:15] = clean[0]
+    videos = torch.stack([clean[:1].repeat(16, 1, 1, 1), ends_alike, still_then_moves])
+    rewards, diag = geometric_reward(videos.float() / 255.0, "epipolar-dpo")
+    assert diag.status == ["not_applicable", "not_applicable", "ok"]
+    assert rewards.tolist()[:2] == [0.0, 0.0] and "frozen video" in diag.clips[1].reason
+
+
+def test_frozen_tolerance_is_half_a_grey_level():
+    """``frozen_clips``: every consecutive pair of the frames read (0, step, 2 step, ...) within
+    a mean absolute difference of 0.5 grey levels (of 255) over pixels and channels; a clip of
+    one frame read is never frozen (the scorer says why it cannot score it)."""
+    from geocon_torch.rewards import FROZEN_MAX_MAD, frozen_clips
+
+    assert FROZEN_MAX_MAD == 0.5
+    videos = torch.zeros(3, 3, 1, 2, 2, dtype=torch.uint8)  # 4 px per frame
+    videos[0, 1, 0, 0, :2] = 1  # mean |diff| 2 / 4 = 0.5 on both pairs: frozen
+    videos[1, 2, 0, 0, :2] = 1  # pair (1, 2): 2 / 4 ...
+    videos[1, 2, 0, 1, 0] = 1  # ... + 1 / 4 = 0.75 grey levels: moves
+    videos[2, 2] = 200  # frame 2 differs a lot, frames 0 and 1 alike
+    assert frozen_clips(videos).tolist() == [True, False, False]
+    assert frozen_clips(videos, count=2).tolist() == [True, True, True]  # frames 0, 1 only
+    assert frozen_clips(videos, step=2).tolist() == [True, False, False]  # frames 0, 2
+    assert frozen_clips(videos.double() / 255.0).tolist() == [True, False, False]
+    assert frozen_clips(videos, count=1).tolist() == [False, False, False]
+    assert frozen_clips(videos[:0]).shape == (0,)

@@ -230,14 +230,15 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
 
 
 def test_score_json_keeps_the_clips_scored_before_an_interruption(tmp_path: Path, monkeypatch):
-    """``--json OUT`` gets each clip's line when the clip is scored: a run stopped on the
-    second clip keeps the first one's result (everything used to be written at the end)."""
+    """``--json OUT`` gets each group's lines when the group is scored: a run stopped in the
+    second group keeps the first group's results (everything used to be written at the end)."""
     import geocon_torch.commands.score as score_cmd
     from geocon_torch.io import write_video
     from geocon_torch.synth import render_scene
 
     frames = render_scene("C3", num_frames=4, size=(96, 128), seed=0).frames
-    paths = [write_video(tmp_path / f"c{k}.mp4", frames, 8.0) for k in range(2)]
+    paths = [write_video(tmp_path / f"c{k}.mp4", frames, 8.0) for k in range(3)]
+    monkeypatch.setattr(score_cmd, "GROUP_CLIPS", 2)  # groups (c0, c1), (c2)
     real, calls = score_cmd.score_clips, []
 
     def stop_on_second(videos, **kw):
@@ -252,4 +253,47 @@ def test_score_json_keeps_the_clips_scored_before_an_interruption(tmp_path: Path
         main(["score", *map(str, paths), "--json", str(out), "--long-side", "128",
               "--preset", "background", "--device", "cpu", "--no-progress"])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["clip"] for r in rows] == ["c0"] and rows[0]["status"] in ("ok", "not_applicable")
+    assert [r["clip"] for r in rows] == ["c0", "c1"] and [len(c) for c in calls] == [2, 1]
+    assert rows[0]["status"] in ("ok", "not_applicable") and rows[0]["score"] == rows[1]["score"]
+
+
+def test_score_folder_batches_files_and_rows_equal_a_per_file_run(tmp_path: Path, monkeypatch):
+    """``geocon score FOLDER`` passes its files to score_clips in groups (one call for a small
+    folder: batching saves the per-call overhead of many small clips); the rows (a truncated
+    file's error row included) equal those of a run that scores each file alone, timings aside,
+    and the exit status is the same."""
+    import geocon_torch.commands.score as score_cmd
+    from geocon_torch.io import write_video
+    from geocon_torch.synth import render_scene
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for k, cat in enumerate(("C2", "C3", "C3")):
+        frames = render_scene(cat, num_frames=4, size=(64, 96), seed=k).frames
+        write_video(folder / f"c{k}.mp4", frames, 8.0)
+    data = (folder / "c0.mp4").read_bytes()
+    (folder / "cut.mp4").write_bytes(data[: len(data) // 2])  # truncated: an error row
+    real, calls = score_cmd.score_clips, []
+
+    def counting(videos, **kw):
+        calls.append(list(videos))
+        return real(videos, **kw)
+
+    monkeypatch.setattr(score_cmd, "score_clips", counting)
+    argv = ["score", str(folder), "--long-side", "96", "--preset", "background",
+            "--device", "cpu", "--no-progress", "--json"]
+    rc = main([*argv, str(tmp_path / "grouped.jsonl")])
+    assert [len(c) for c in calls] == [4]
+    monkeypatch.setattr(score_cmd, "GROUP_CLIPS", 1)  # one file per call, as it used to be
+    assert main([*argv, str(tmp_path / "alone.jsonl")]) == rc == 1
+    assert [len(c) for c in calls] == [4, 1, 1, 1, 1]
+
+    def rows(name: str) -> list:
+        out = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        for r in out:
+            r.pop("timing_s")
+        return out
+    grouped = rows("grouped.jsonl")
+    assert [(r["clip"], r["status"]) for r in grouped] == [
+        ("c0", "ok"), ("c1", "ok"), ("c2", "ok"), ("cut", "error")]
+    assert grouped == rows("alone.jsonl")

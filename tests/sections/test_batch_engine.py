@@ -117,7 +117,7 @@ def test_background_reward_of_a_batch_equals_each_clip_alone():
     """geometric_reward(kind="background") goes through the batched engine: a (B, T, C, H, W)
     batch gives every clip the reward it gets alone."""
     clips = torch.stack([grounded_clip(c, num_frames=5, size=(96, 128), seed=k).frames
-                         for k, c in enumerate(("C1", "C3"))])
+                         for k, c in enumerate(("C2", "C3"))])
     cfg = {"features": {"backend": "opencv-sift"}}
     batch, info = geometric_reward(clips, kind="background", config=cfg)
     alone = torch.cat([geometric_reward(clips[k:k + 1], kind="background", config=cfg)[0]
