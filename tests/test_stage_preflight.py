@@ -129,3 +129,29 @@ def test_raft_is_loaded_once_for_the_preflight_and_the_foreground(raft_ckpt, mon
         assert [(r.foreground["flow"], r.foreground["status"]) for r in got] == [
             ("raft_small", "ok")] * n
     assert loads == [1]
+
+
+def test_learned_features_are_built_once_for_the_preflight_and_the_batches(tmp_path,
+                                                                            monkeypatch):
+    """A learned features backend (DISK from a local checkpoint) is built by the preflight
+    through the cache the feature stage uses: one build for two score_clips calls of two
+    batches each (was: one for the preflight's check, then one per batch)."""
+    import kornia.feature as KF
+
+    import geocon_torch.features.multiscale as multiscale
+
+    torch.manual_seed(0)
+    path = tmp_path / "disk.pth"
+    torch.save({"extractor": KF.DISK().eval().state_dict()}, path)
+    builds = []
+    real = multiscale.get_extractor
+    monkeypatch.setattr(multiscale, "get_extractor",
+                        lambda *a, **k: builds.append(a[0]) or real(*a, **k))
+    _MODEL_CACHE.pop("features", None)
+    cfg = {"features": {"backend": "disk", "checkpoint": str(path), "max_keypoints": 64,
+                        "fallback": None}}
+    clips = [_frames(3), grounded_clip("C3", num_frames=3, size=(96, 128)).frames]
+    for _ in range(2):
+        got = score_clips(clips, config=cfg, preset="background", device="cpu", batch_bytes=1)
+        assert [r.backends["features"] for r in got] == ["disk", "disk"]
+    assert [b for b in builds if b == "disk"] == ["disk"]  # the gate view: weight-free SIFT

@@ -18,12 +18,13 @@ frame by frame on its thread pool, converted to uint8 inside the worker).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 from .._tensor_utils import to_device
+from ..checkpoints import cached_model
 from .._morphology import erode_mask
 from .._memory import release_freed_memory
 from ..config import FeatureConfig, LKConfig
@@ -230,6 +231,38 @@ def _extractor_options(cfg: FeatureConfig, backend: str) -> Dict[str, float]:
     return {}
 
 
+#: concrete backends without weights: built for every call (cheap), never kept
+WEIGHT_FREE_BACKENDS = ("opencv-sift", "kornia-sift", "torch-sift")
+
+
+def feature_backend(cfg: FeatureConfig, device: torch.device) -> Tuple[Any, Any]:
+    """(extractor, matcher) of ``cfg.backend`` on ``device``, one of them None (both for
+    "lk-tracks"). A backend with weights (a matcher, or DISK / XFeat / ALIKED) is built once per
+    process, weights file and options (:func:`~geocon_torch.checkpoints.cached_model`) and kept
+    for the next batches (and the scoring preflight's build is the one the stage uses).
+
+    Raises:
+        CheckpointError / OptionalDependencyError: the backend's weights cannot be loaded.
+    """
+    backend = cfg.backend
+    if backend == "lk-tracks":
+        return None, None
+    if backend in MATCHER_NAMES:
+        opts: Dict[str, Any] = ({"max_keypoints": cfg.max_keypoints} if backend != "loftr"
+                                else {})
+        build = lambda: (None, get_matcher(backend, checkpoint=cfg.checkpoint,  # noqa: E731
+                                           device=device, **opts))
+    else:
+        concrete = resolve_backend(backend, device)
+        opts = {"max_keypoints": cfg.max_keypoints, **_extractor_options(cfg, concrete)}
+        build = lambda: (get_extractor(backend, device=device,  # noqa: E731
+                                       checkpoint=cfg.checkpoint, **opts), None)
+        if concrete in WEIGHT_FREE_BACKENDS:
+            return build()
+    return cached_model("features", cfg.checkpoint,
+                        (backend, str(device), tuple(sorted(opts.items()))), build)
+
+
 def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Sequence[float],
                  device: DeviceLike) -> Dict[float, Correspondences]:
     """:func:`extract_correspondences` of checked ``pairs`` in one chunk (every frame that
@@ -249,14 +282,7 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
             levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(content, (hs, ws))))
     backend = cfg.backend
     mode = cfg.scale_mode
-    extractor = matcher = None
-    if backend in MATCHER_NAMES:
-        opts = {"max_keypoints": cfg.max_keypoints} if backend != "loftr" else {}
-        matcher = get_matcher(backend, checkpoint=cfg.checkpoint, device=dev, **opts)
-    elif backend != "lk-tracks":
-        opts = _extractor_options(cfg, resolve_backend(backend, dev))
-        extractor = get_extractor(backend, max_keypoints=cfg.max_keypoints, device=dev,
-                                  checkpoint=cfg.checkpoint, **opts)
+    extractor, matcher = feature_backend(cfg, dev)
     bands = [octave_band(lv[0]) for lv in levels]
     if resolve_scale_mode(mode, extractor.name if extractor is not None else backend,
                           scales) == "scale_space":

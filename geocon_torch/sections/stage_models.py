@@ -24,9 +24,9 @@ sections and whether masks / poses were given for it (:func:`stage_plan`: the ga
 * :func:`files_read`: the files :func:`~geocon_torch.io.pinned_files.pin_files` pins, and only
   those (a checkpoint the run never loads is not hashed and changes no ``config_hash``).
 
-The learned features backend has no model cache of its own (its extractor is built per clip
-batch); the preflight builds it once per process and weights file (a marker in
-:func:`~geocon_torch.checkpoints.cached_model`) to see that it loads.
+A learned features backend is kept by :func:`~geocon_torch.features.multiscale.feature_backend`
+(one build per process, weights file and options), which the preflight and the feature stage
+both call.
 """
 from __future__ import annotations
 
@@ -35,11 +35,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import torch
 
-from ..checkpoints import cached_model
-from ..config import CHECKPOINT_BACKENDS, FeatureConfig, GeoConConfig
+from ..config import CHECKPOINT_BACKENDS, GeoConConfig
 from ..errors import InputError
-from ..features.base import get_extractor
-from ..features.learned import MATCHER_NAMES, get_matcher
+from ..features.multiscale import WEIGHT_FREE_BACKENDS, feature_backend
 from ..flow.factory import cached_flow, flow_weights, resolve_flow
 from ..gate.dust3r import dust3r_estimator
 from ..gate.select import resolve_gate_method
@@ -48,7 +46,7 @@ from ..segment.sam2 import load_prompts, sam2_predictor
 from ..segment.select import masks_method
 
 #: feature backends that load no weights ("auto" is one of the SIFTs)
-WEIGHT_FREE_FEATURES = ("auto", "kornia-sift", "opencv-sift", "torch-sift", "lk-tracks")
+WEIGHT_FREE_FEATURES = ("auto", "lk-tracks") + WEIGHT_FREE_BACKENDS
 
 
 @dataclass(frozen=True)
@@ -126,22 +124,6 @@ def files_read(cfg: GeoConConfig, sections: Sequence[str]) -> FilesRead:
     return read
 
 
-def _check_features(cfg: FeatureConfig, device: torch.device) -> None:
-    """Build the learned features backend of ``cfg`` on ``device`` as the feature stage does
-    (:func:`~geocon_torch.features.get_matcher` / :func:`~geocon_torch.features.get_extractor`)
-    and drop it; once per process and weights file (a marker in the model cache)."""
-    def build() -> bool:
-        if cfg.backend in MATCHER_NAMES:
-            opts = {"max_keypoints": cfg.max_keypoints} if cfg.backend != "loftr" else {}
-            get_matcher(cfg.backend, checkpoint=cfg.checkpoint, device=device, **opts)
-        else:
-            get_extractor(cfg.backend, max_keypoints=cfg.max_keypoints, device=device,
-                          checkpoint=cfg.checkpoint)
-        return True
-
-    cached_model("features-check", cfg.checkpoint, (cfg.backend, str(device)), build)
-
-
 def _builds(plan: StagePlan, cfg: GeoConConfig, device: torch.device
             ) -> List[Tuple[str, Callable[[], Any]]]:
     """(stage, build) of every model ``plan`` loads, cheapest check first."""
@@ -150,7 +132,7 @@ def _builds(plan: StagePlan, cfg: GeoConConfig, device: torch.device
         out.append(("sam2-prompts", lambda: load_prompts(cfg.segment.sam2_prompts,
                                                          setting="segment.sam2_prompts")))
     if plan.features is not None:
-        out.append(("features", lambda: _check_features(cfg.features, device)))
+        out.append(("features", lambda: feature_backend(cfg.features, device)))
     if plan.gate == "dust3r":
         out.append(("dust3r", lambda: dust3r_estimator(cfg.gate, device)))
     if plan.masks == "sam2":
