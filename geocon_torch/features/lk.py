@@ -206,14 +206,10 @@ def _give_up(i0: torch.Tensor, j: torch.Tensor, act: torch.Tensor, n0: torch.Ten
              ) -> torch.Tensor:
     """The give-up rule of a level (see :data:`_GIVE_UP_ITER`): (P, M) bool, True for the
     points to stop -- the still active points ``act`` (P, M) whose template ``i0`` and current
-    window ``j`` (P, M, K) correlate below :data:`_GIVE_UP_NCC` (zero-mean NCC), in pairs where
+    window ``j`` (P, M, K) correlate below :data:`_GIVE_UP_NCC` (:func:`zncc`), in pairs where
     fewer than :data:`_GIVE_UP_FRAC` of the level's ``n0`` (P,) active points either converged
     already or correlate that well. No host read."""
-    a = i0 - i0.mean(-1, keepdim=True)
-    b = j - j.mean(-1, keepdim=True)
-    num = (a * b).sum(-1)
-    den = torch.sqrt((a * a).sum(-1) * (b * b).sum(-1))
-    match = act & (num >= _GIVE_UP_NCC * den) & (den > 0)
+    match = act & (zncc(i0, j) >= _GIVE_UP_NCC)
     good = match.sum(1) + (n0 - act.sum(1))  # matching + converged
     hopeless = good < _GIVE_UP_FRAC * n0
     return hopeless[:, None] & act & ~match
