@@ -32,8 +32,8 @@ from geocon_torch.geometry.residuals import sampson_distance
 from geocon_torch.synth import grounded_clip
 from geocon_torch.synth.textures import make_texture
 
-BACKENDS = ("opencv-sift", "kornia-sift", "torch-sift", "xfeat", "xfeat-lighterglue", "aliked-lightglue",
-            "disk-lightglue")
+BACKENDS = ("opencv-sift", "kornia-sift", "torch-sift", "xfeat", "xfeat-lighterglue",
+            "aliked-lightglue", "disk-lightglue")
 #: descriptor matching per extractor backend: (Lowe ratio, mutual); XFeat: plain mutual NN
 MATCHING = {"opencv-sift": (0.75, False), "kornia-sift": (0.75, False), "torch-sift": (0.75, False),
             "xfeat": (1.0, True)}

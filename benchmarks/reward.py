@@ -2,7 +2,8 @@
 
 * ``kind="epipolar-dpo"`` vs the per-pair reference loop of KupynOrest/epipolar-dpo (OpenCV SIFT
   on both frames of every pair, BFMatcher knn 2 + ratio 0.75, kornia 8-point + Sampson; the
-  loop of tests/epipolar/test_epipolar_dpo.py), both on the CPU in one run: videos/s and their ratio.
+  loop of tests/epipolar/test_epipolar_dpo.py), both on the CPU in one run: videos/s and their
+  ratio.
   SIFT is the same OpenCV work on both sides; the batched path detects each sampled frame once
   (the loop detects inner frames twice), runs the frames on the extractor's thread pool, and
   matches / fits all pairs of all clips in one batch.

@@ -14,7 +14,8 @@ accepts ints and stores them as floats), range, and for option strings the allow
 config checks it -- ``GeoConConfig(...)`` / ``IOConfig(...)`` (and attribute assignment),
 ``from_dict``, ``replace``, ``load_config`` (dict or JSON file) and the CLI flags (which go through
 ``replace``) -- and a bad value raises :class:`~geocon_torch.errors.ConfigError` naming the field,
-the value and what is allowed, e.g. ``io.long_side must be a positive int, null or 'auto', got '512'``.
+the value and what is allowed, e.g. ``io.long_side must be a positive int, null or 'auto', got
+'512'``.
 
 Old configs. Configs written before the nested sections used flat keys (``features.lk_window``,
 ``epipolar.tracking_min_ncc``, ``epipolar.gvgc_size``, ``epipolar.confidence``, ...). Every such
@@ -831,7 +832,8 @@ class EpipolarDPOConfig(_Section):
         inlier_threshold_px: a match is an inlier when its Sampson distance is <= this (px).
         eps: added to the squared Sampson distance before the square root (px^2).
         workers: SIFT threads (runtime; None: the usable CPUs shared by the local torchrun ranks,
-            :func:`~geocon_torch.features.opencv_sift.default_workers`; results do not depend on it).
+            :func:`~geocon_torch.features.opencv_sift.default_workers`; results do not depend on
+            it).
     """
 
     _name: ClassVar[str] = "epipolar_dpo"

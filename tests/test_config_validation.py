@@ -156,7 +156,8 @@ def test_cli_flags_go_through_validation():
     from geocon_torch.commands._common import build_config
 
     args = argparse.Namespace(config=None, long_side=0, max_frames=None, stride=None, preset=None)
-    with pytest.raises(ConfigError, match="^io.long_side must be a positive int, null or 'auto', got 0"):
+    with pytest.raises(ConfigError,
+                       match="^io.long_side must be a positive int, null or 'auto', got 0"):
         build_config(args)
     args.long_side = 512
     assert build_config(args).io.long_side == 512

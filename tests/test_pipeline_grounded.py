@@ -14,8 +14,8 @@ from geocon_torch.synth import apply_corruption, grounded_clip
 
 CFG = {"io": {"long_side": 320}, "features": {"mutual": True}}
 SCHEMA_KEYS = {"schema_version", "clip", "path", "content_hash", "status", "reason", "regime",
-               "gate", "background", "behaviour", "prompt_category", "config", "config_hash", "version", "backends",
-               "timing_s"}
+               "gate", "background", "behaviour", "prompt_category", "config", "config_hash",
+               "version", "backends", "timing_s"}
 BG_KEYS = {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs", "pass",
            "per_pair", "status", "reason"}
 

@@ -33,7 +33,8 @@ over several nodes is refused). On PostgreSQL ranks claim the next unscored clip
 expiring lease (--assign dynamic, the default there; renewed while the rank lives, so a killed
 rank's clips are taken by the others after --lease-s), on any number of nodes. Without a
 server, run one job per node with its own file and combine them with geocon merge. Exit status
-0 unless the run itself failed (error rows do not change it); --strict returns 1 when the store holds any clip of the manifest (of the
+0 unless the run itself failed (error rows do not change it); --strict returns 1 when the store
+holds any clip of the manifest (of the
 store, when exporting only) as an error under this configuration (scored now or by an earlier
 run; --retry-errors recomputes them). Without a MANIFEST (export only) --db must be an existing
 store: a missing file is an error (exit 2), never a new empty store.

@@ -9,7 +9,8 @@ The page holds: the leaderboard (Table-1 style scene-balanced IR %, GE px, AdaDF
 bootstrap CIs, the epipolar trio, ok / not applicable / error counts), per-prompt-category
 scene-balanced medians with CIs, IR / GE distributions per prompt category, the gate statistic
 histogram with its thresholds, the gate calibration curve P(F | t) against the regime each prompt
-category (C1-C6) is designed for (equal-count bins, Wilson CIs) with the net-benefit and balanced-accuracy sweeps, threshold-score sensitivity curves,
+category (C1-C6) is designed for (equal-count bins, Wilson CIs) with the net-benefit and
+balanced-accuracy sweeps, threshold-score sensitivity curves,
 percentile-aligned summaries, AdaP90 P80 anomaly rates, the clips that were not scored with
 their reasons, and per-clip audit cards (gate rationale, per-pair IR / GE timeline, inlier /
 outlier matches drawn on a frame pair, epipolar lines, object masks). Drawing the cards reads

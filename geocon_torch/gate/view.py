@@ -3,7 +3,8 @@
 The paper's gate (DUSt3R on the first / last frames at its own input size) does not depend on
 the feature backend or the working resolution the clip is scored with. The weight-free gate
 does the same: the matches of its wide gate pairs come from ``gate.view_backend`` at
-``gate.view_long_side`` (512 px; the source's long side when that is smaller), with ``gate.view_max_keypoints`` keypoints (contrast threshold
+``gate.view_long_side`` (512 px; the source's long side when that is smaller), with
+``gate.view_max_keypoints`` keypoints (contrast threshold
 ``gate.view_contrast_threshold`` = 0.01, a quarter of OpenCV's default, so weakly textured
 footage still gives the gate matches; the strongest keypoints are kept), at one scale.
 ``view_backend = "auto"`` (the default) is opencv-sift (deterministic, CPU) unless the scoring

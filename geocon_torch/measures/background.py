@@ -255,7 +255,8 @@ def rotation_from_fundamental(F: torch.Tensor, size_hw: Union[Sequence[int], tor
 def classify_behaviour(regime: Optional[str], passed: Optional[bool], motion_px: Optional[float],
                rotation_deg: Optional[float], has_objects: bool, *, static_px: float = 0.5,
                rotation_thr_deg: float = 0.1) -> Optional[str]:
-    """Post-hoc behaviour (Algorithm 1 E; the paper's "categories", result field ``behaviour``) from the gate and the report gates.
+    """Post-hoc behaviour (Algorithm 1 E; the paper's "categories", result field ``behaviour``)
+    from the gate and the report gates.
 
     * background fails the report gates (IR < 0.97 or GE > 3.5 px) -> "Stress";
     * H regime: median background motion < ``static_px`` per pair -> "StaticCam+MovingObjs" when

@@ -48,7 +48,8 @@ so the corrupted clips' normalised GE is about the same at any working resolutio
 false-pass rate chosen at one resolution transfers to the others; clean clips' GE is keypoint
 localisation noise (a fraction of a pixel at any size), so their normalised GE shrinks as the
 resolution grows and the true-pass rate measured at a small calibration size is a lower bound
-for larger ones. The parallax bound reads a statistic that is already in reference px. IR_F is unitless (tau_F in Hartley-normalised units) and IR_H uses tau_H in px: a
+for larger ones. The parallax bound reads a statistic that is already in reference px. IR_F is
+unitless (tau_F in Hartley-normalised units) and IR_H uses tau_H in px: a
 corruption puts more H residuals over tau_H at larger sizes (lower IR_H, a stricter gate).
 
 Selection (:func:`select_bounds`; :func:`select_thresholds` is its (IR, GE) case): every

@@ -28,7 +28,8 @@ does not depend on the working size or the features backend:
 
 ``score`` = the weighted geometric mean of the terms present (:data:`WEIGHTS`: ``inliers`` 2,
 ``rigidity`` 0.25, the others 1), so each term pulls the score down in proportion to its log
-and the score is monotone in every term. Every term lies in [0, 1] and so does the score. Each term is read from its own block when that block
+and the score is monotone in every term. Every term lies in [0, 1] and so does the score. Each term
+is read from its own block when that block
 is ok (a clip whose background is not_applicable can still have ``match`` and ``inliers``); a
 clip with no ok block to read, or an error, has no score (None), never a silent 0. Which
 terms a score used is recorded next to it (``score_terms``); two scores compare best when they

@@ -52,7 +52,8 @@ def spectral_texture(h: int, w: int, gen: torch.Generator, beta: float = 2.0,
                      levels: int = 5) -> torch.Tensor:
     """(3, h, w) float32 RGB in [0, 1]: coloured 1/f^beta noise.
 
-    Three Gaussian noise fields are shaped in the Fourier domain (float32) to a power spectrum ~ f^-beta
+    Three Gaussian noise fields are shaped in the Fourier domain (float32) to a power spectrum ~
+    f^-beta
     (scale-free blobs from a few texels to the whole texture) and normalised to zero mean and
     unit deviation; the luminance is half the first field posterised into ``levels`` plateaus
     with soft contours (corners and edges) and half the field itself; the other two fields tint

@@ -91,8 +91,8 @@ def test_batch_equals_frames_one_by_one_and_mask_is_honoured(texture):
 
 
 def test_ops_do_not_grow_with_frames_and_syncs_are_bounded(texture):
-    """One call on 1, 3 or 6 frames: the same number of aten ops (+-2 for T=1), at most 8 host syncs; the
-    matcher likewise for 1 or 5 pairs."""
+    """One call on 1, 3 or 6 frames: the same number of aten ops (+-2 for T=1), at most 8 host
+    syncs; the matcher likewise for 1 or 5 pairs."""
     small = torch.nn.functional.interpolate(texture, size=(96, 128), mode="bilinear")
     ex = get_extractor("torch-sift", device="cpu", max_keypoints=200)
     counts, kps = [], None

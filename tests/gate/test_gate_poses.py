@@ -88,7 +88,8 @@ def test_per_pair_json_log_fail_to_f_and_present_only(tmp_path):
     assert d.evidence["pairs_missing"] == 1
     # first/last composed from the adjacent poses fails (one missing) -> fail_to_F
     assert d.decision == "F" and d.statistic is None
-    d = gate_from_poses(path, adjacent(5), 5, GateConfig(per_pair=True, missing_pose="present_only"))
+    d = gate_from_poses(path, adjacent(5), 5,
+                        GateConfig(per_pair=True, missing_pose="present_only"))
     assert d.per_pair == ["H", None, "F", "F"] and d.decision == "F"
 
 

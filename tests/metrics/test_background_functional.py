@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from geocon_torch.measures.background import (
-    background_pass, classify_behaviour, clip_summary, fundamental_pair_metrics, homography_pair_metrics,
-    median_motion_px, rotation_from_fundamental, sensitivity_scan)
+    background_pass, classify_behaviour, clip_summary, fundamental_pair_metrics,
+    homography_pair_metrics, median_motion_px, rotation_from_fundamental, sensitivity_scan)
 from geocon_torch.types import Fit
 
 
@@ -49,7 +49,8 @@ def test_fundamental_ir_ge_closed_form(device, dtype):
     F = torch.tensor([[0.0, 0, 0], [0, 0, -1], [0, 1, 0]], dtype=dtype, device=device)
     n = 50
     x1 = points(n, dtype, device, seed=1).unsqueeze(0)
-    dy = torch.cat([torch.linspace(-2, 2, 41), torch.full((9,), 40.0)]).to(dtype=dtype, device=device)
+    dy = torch.cat([torch.linspace(-2, 2, 41), torch.full((9,), 40.0)]).to(dtype=dtype,
+                                                                              device=device)
     x2 = x1 + torch.stack([torch.full_like(dy, 12.0), dy], -1)
     fit = make_fit("F", F[None].clone(), torch.tensor([True], device=device))
     m = fundamental_pair_metrics(fit, x1, x2, None, tau_f=0.1, min_inliers=30)
@@ -85,7 +86,8 @@ def test_clip_summary_pass_and_sensitivity():
     assert scan["valid_h"] == [0, 0, 1, 1]
     assert scan["ge_h_px"][3] == pytest.approx(float(off.quantile(0.5)))
     assert scan["ge_h_px"][2] == pytest.approx(float(off[:51].quantile(0.5)))
-    assert scan["ir_f"] == [pytest.approx(1.0)] and scan["ge_f_px"] == [pytest.approx(0.0, abs=1e-6)]
+    assert scan["ir_f"] == [pytest.approx(1.0)]
+    assert scan["ge_f_px"] == [pytest.approx(0.0, abs=1e-6)]
 
 
 def _rot_y(deg):

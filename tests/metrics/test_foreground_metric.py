@@ -1,4 +1,5 @@
-"""AdaDFRC torchmetrics class: equals the functional code; states merge like a distributed sum/cat."""
+"""AdaDFRC torchmetrics class: equals the functional code; states merge like a distributed
+sum / cat."""
 from __future__ import annotations
 
 import math

@@ -187,7 +187,8 @@ def test_page_reads_well_pairs_labels_and_no_reprs(tmp_path: Path):
     bg = {"valid_pairs": 69, "pairs": 23, "scales": [0.5, 0.75, 1.0]}
     assert pair_counts(bg) == "69 of 69 (pair, scale) entries valid (23 pairs x 3 scales)"
     assert pair_counts({"valid_pairs": 3, "pairs": 4}) == "3 of 4 pairs valid"
-    assert compact({"b": {"x": 1.23456, "y": None}, "a": True}) == "a: yes, b: (x: 1.235, y: unknown)"
+    assert compact({"b": {"x": 1.23456, "y": None}, "a": True}) == \
+        "a: yes, b: (x: 1.235, y: unknown)"
     rows = []
     for i in range(6):
         res = fake_result(f"c{i}", ir=0.9 + i / 100, statistic=0.01 * i, config_hash="cfg",
