@@ -11,6 +11,9 @@ ALIASES = {"static": "C1", "rotation": "C2", "translation": "C3", "moving_object
            "complex": "C5", "stress": "C6"}
 CATEGORY_NAMES = {c: name for name, c in ALIASES.items()}
 EXPECTED_REGIME = {"C1": "H", "C2": "H", "C3": "F", "C4": "H", "C5": "F", "C6": "F"}
+#: the ``generator`` field of every ``geocon synth`` clip's ground-truth JSON (whose ``poses`` are
+#: per-frame world-to-camera poses, not the relative poses a pose log's ``poses`` key holds)
+SYNTH_GENERATOR = "geocon-synth"
 
 
 def canonical_category(category: str) -> str:

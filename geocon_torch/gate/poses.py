@@ -13,7 +13,10 @@ Accepted pose logs (:func:`load_pose_log`):
   ``{"poses": [4x4 | null, ...], "pairs": [[i, j], ...]}`` (relative poses per pair; ``pairs``
   optional = the video's adjacent frame pairs (0, 1), (1, 2), ... in order, composed for wider
   pairs such as those of a strided clip; ``null`` = missing); ``{"absolute_poses": [4x4, ...]}``
-  (per-frame world-to-camera poses; relative poses are derived as ``A_j A_i^-1``).
+  (per-frame world-to-camera poses; relative poses are derived as ``A_j A_i^-1``). A ``geocon
+  synth`` / ``demo`` ground-truth JSON (``"generator": "geocon-synth"``) is read as per-frame
+  poses: its ``poses`` are world-to-camera poses (files written since also carry them as
+  ``absolute_poses``).
 * ``.npz`` with the same keys (``relative_pose`` (4, 4), ``poses`` (P, 4, 4) + optional
   ``pairs`` (P, 2) and ``valid`` (P,), ``absolute_poses`` (T, 4, 4)); NaN entries mean missing.
 * tensors / arrays: (4, 4) first/last pose or (P, 4, 4) per-pair poses.
@@ -29,6 +32,7 @@ import numpy as np
 import torch
 
 from .._json import read_json_file
+from ..categories import SYNTH_GENERATOR
 from ..config import GateConfig
 from ..errors import InputError, ShapeError
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
@@ -165,7 +169,10 @@ def _as_pose_tensor(value: Any, where: str) -> torch.Tensor:
 
 def _from_mapping(data: Any, source: str) -> PoseLog:
     get = (lambda k: data[k] if k in data else None)
-    for key in ("absolute_poses", "world_to_camera"):
+    absolute = ("absolute_poses", "world_to_camera")
+    if get("generator") == SYNTH_GENERATOR:  # a synth ground truth: its poses are per frame
+        absolute += ("poses",)
+    for key in absolute:
         if get(key) is not None:
             a = _as_pose_tensor(get(key), f"{source}:{key}")
             return PoseLog(torch.zeros(0, 4, 4, dtype=torch.float64),

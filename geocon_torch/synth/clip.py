@@ -19,13 +19,14 @@ import torch
 
 from .._version import __version__
 from .._json import read_json_file
+from ..categories import SYNTH_GENERATOR
 from ..errors import VideoReadError
 from ..io import read_clip
 from ..io.writer import write_video
 from ..types import Clip
 from . import camera as cam
 
-GENERATOR_NAME = "geocon-synth"  # the ``generator`` of every synthetic clip
+GENERATOR_NAME = SYNTH_GENERATOR  # the ``generator`` of every synthetic clip
 MODEL_NAME = GENERATOR_NAME  # retired name (docs/GLOSSARY.md)
 
 
@@ -123,6 +124,9 @@ class SynthClip:
             "severity": self.severity,
             "intrinsics": self.intrinsics.tolist(),
             "poses": self.poses.tolist(),
+            # the same per-frame poses under the pose-log key that means them, so the clip's
+            # JSON is a valid --poses file (a pose log's "poses" are relative poses)
+            "absolute_poses": self.poses.tolist(),
             "true_homographies": (None if self.true_homographies is None
                                   else self.true_homographies.tolist()),
             "true_fundamentals": fund.tolist() if has_f else None,
