@@ -510,7 +510,7 @@ class LKConfig(_Section):
     min_distance: float = _num(3.0, 0)  # px between corners
     block: int = _int(3, 1)  # covariance window side, px
     window: int = _int(21, 3, odd=True)  # LK window side, px (odd)
-    levels: int = _int(3, 0)  # OpenCV maxLevel (levels + 1 pyramid images)
+    levels: int = _int(3, 0)  # OpenCV maxLevel (at most levels + 1 pyramid images)
     fb_threshold_px: float = _num(1.5, 0, low_open=True)  # forward-backward error of a kept track
     backend: str = _choice("torch", LK_BACKEND_CHOICES)  # auto: torch (epipolar: as the path)
     # photometric guard: a track is kept only when the zero-mean NCC of the ``ncc_window``^2

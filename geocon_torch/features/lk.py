@@ -12,8 +12,10 @@ Two paths with the same parameters:
 * ``backend="opencv"``: ``cv2.goodFeaturesToTrack`` + ``cv2.calcOpticalFlowPyrLK`` per pair
   (CPU parity reference).
 
-``levels`` is OpenCV's ``maxLevel``: the pyramid has ``levels + 1`` images (level 0 = full
-resolution). A track survives when both directions converge inside the image and the
+``levels`` is OpenCV's ``maxLevel``: the pyramid has at most ``levels + 1`` images (level 0 =
+full resolution); as in OpenCV, a coarse level is used only while each side, halved rounding up,
+stays larger than ``window`` (:func:`_opencv_max_level`), so small frames track on fewer levels
+on both paths. A track survives when both directions converge inside the image and the
 forward-backward error ``|x1 - LK_back(LK_fwd(x1))|`` is <= ``fb_threshold_px``.
 Points are pixels with pixel centres at integers. Frames with a side below
 :data:`~geocon_torch.features.base.MIN_SIDE` (16 px) give no corners and no tracks.
@@ -26,8 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._checks import retired_argument
-from ..errors import InputError
+from .._checks import check_integer, retired_argument
+from ..errors import InputError, ShapeError
 from ..types import Correspondences
 from .._tensor_utils import sample_patches
 from .base import check_gray, full_precision, too_small
@@ -53,12 +55,37 @@ _GIVE_UP_NCC = 0.8
 _GIVE_UP_FRAC = 0.05
 
 
+def _reflect101_index(n: int, before: int, after: int, device: torch.device) -> torch.Tensor:
+    """Source indices (long, ``before + n + after``) of a side of ``n >= 1`` px padded with
+    reflect-101 borders repeated as far as needed (OpenCV ``borderInterpolate``; period
+    2 (n - 1); a 1-px side repeats its pixel)."""
+    if n == 1:
+        return torch.zeros(before + 1 + after, dtype=torch.long, device=device)
+    period = 2 * (n - 1)
+    idx = [i % period for i in range(-before, n + after)]
+    return torch.tensor([i if i < n else period - i for i in idx], dtype=torch.long,
+                        device=device)
+
+
+def _pad_reflect101(x: torch.Tensor, left: int, right: int, top: int, bottom: int
+                    ) -> torch.Tensor:
+    """``x (..., H, W)`` (H, W >= 1) padded with reflect-101 borders (OpenCV's default,
+    ``F.pad(mode="reflect")``): torch's padding where it applies (every pad below its side),
+    else the same border repeated (:func:`_reflect101_index`), e.g. on 1-px sides."""
+    h, w = x.shape[-2:]
+    if max(left, right) < w and max(top, bottom) < h:
+        return F.pad(x, (left, right, top, bottom), mode="reflect")
+    rows = _reflect101_index(h, top, bottom, x.device)
+    cols = _reflect101_index(w, left, right, x.device)
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
 def _gradients(img: torch.Tensor, smooth: Tuple[float, float]) -> Tuple[torch.Tensor, torch.Tensor]:
     """x and y derivatives of ``img (B, 1, H, W)`` with the 3x3 kernel
     ``[a, b, a]^T x [-1, 0, 1]`` (Sobel: (1, 2), Scharr: (3/32, 10/32)), reflect-101 borders;
     written as slices (separable), which is much faster than a 1-channel conv2d on CPU."""
     a, b = smooth
-    p = F.pad(img, (1, 1, 1, 1), mode="reflect")
+    p = _pad_reflect101(img, 1, 1, 1, 1)
     dx = p[..., :, 2:] - p[..., :, :-2]  # (B, 1, H + 2, W)
     dy = p[..., 2:, :] - p[..., :-2, :]  # (B, 1, H, W + 2)
     gx = a * (dx[..., :-2, :] + dx[..., 2:, :]) + b * dx[..., 1:-1, :]
@@ -68,13 +95,24 @@ def _gradients(img: torch.Tensor, smooth: Tuple[float, float]) -> Tuple[torch.Te
 
 def min_eigenvalue_map(gray: torch.Tensor, block: int = 3) -> torch.Tensor:
     """Shi-Tomasi response: smallest eigenvalue of the ``block`` x ``block`` summed gradient
-    covariance (3x3 Sobel), (T, 1, H, W) -> (T, 1, H, W) (OpenCV ``cornerMinEigenVal`` up to a
-    constant factor)."""
+    covariance (3x3 Sobel), (T, 1, H, W) float -> (T, 1, H, W) (OpenCV ``cornerMinEigenVal``
+    times (4 block)^2, reflect-101 borders). Any map size works as in OpenCV: windows wider
+    than the map see its border repeated, and a side of 1 or 2 px has no gradient across it,
+    so its map is 0 (an empty map gives an empty map).
+
+    Raises:
+        ShapeError: ``gray`` is not a (T, 1, H, W) float tensor.
+        ArgumentTypeError, InputError: ``block`` is not an integer >= 1.
+    """
+    check_gray(gray)
+    block = check_integer(block, "block (the covariance window side, px)", 1)
+    h, w = gray.shape[-2:]
+    if h == 0 or w == 0:
+        return torch.zeros_like(gray)
     gx, gy = _gradients(gray, _SOBEL)
     cov = torch.cat([gx * gx, gx * gy, gy * gy], 1)
     r = block // 2
-    cov = F.pad(cov, (r, block - 1 - r, r, block - 1 - r), mode="reflect")
-    h, w = gray.shape[-2:]
+    cov = _pad_reflect101(cov, r, block - 1 - r, r, block - 1 - r)
     cov = sum(cov[..., k:k + h, :] for k in range(block))  # separable box sum
     cov = sum(cov[..., k:k + w] for k in range(block))
     a, b, c = cov[:, 0:1] * 0.5, cov[:, 1:2], cov[:, 2:3] * 0.5
@@ -309,10 +347,33 @@ def _lk_track(prev_pyr: list, next_pyr: list, pts: torch.Tensor, valid: torch.Te
     return torch.where(ok[..., None], guess, torch.zeros_like(guess)), ok
 
 
+def _opencv_max_level(height: int, width: int, window: int, levels: int) -> int:
+    """The coarsest pyramid level OpenCV tracks on for ``height`` x ``width`` frames (px), a
+    square ``window`` (px) and ``maxLevel = levels``: an int in [0, levels], from the sizes
+    alone (no tensor, no host read).
+
+    OpenCV's rule (``buildOpticalFlowPyramid`` in modules/video/src/lkpyramid.cpp, which
+    ``calcOpticalFlowPyrLK`` calls on both images and whose return value becomes its
+    ``maxLevel``): after building level l it halves the size, rounding up
+    (``(n + 1) / 2``), and returns l when the new width <= ``winSize.width`` or the new height
+    <= ``winSize.height``. So level l >= 1 exists only if both sides, halved l times rounding
+    up, exceed the window: with window 21, sides of 16-42 px give 0, 43-84 give 1, 85-168
+    give 2 and 169 or more give 3 (the smaller side decides).
+    """
+    level = 0
+    while level < levels:
+        height, width = (height + 1) // 2, (width + 1) // 2
+        if height <= window or width <= window:
+            break
+        level += 1
+    return level
+
+
 def _pyramids(gray: torch.Tensor, levels: int) -> Tuple[list, list]:
-    """Image pyramids of (B, 1, H, W): intensities, and intensities + Scharr gradients. A level
-    is built only from an image of at least 3 x 3 px (the blur's reflect padding needs it), so
-    frames of a few pixels get fewer levels instead of an error."""
+    """Image pyramids of (B, 1, H, W): intensities, and intensities + Scharr gradients, with
+    ``levels`` coarse levels (``_lk_torch`` passes OpenCV's cap, :func:`_opencv_max_level`). A
+    level is built only from an image of at least 3 x 3 px (the blur's reflect padding needs
+    it), so frames of a few pixels get fewer levels instead of an error."""
     imgs = [gray]
     for _ in range(levels):
         if min(imgs[-1].shape[-2:]) < 3:
@@ -345,6 +406,8 @@ def _lk_torch(gray, pairs, corners, corners_ok, *, window, levels, fb_threshold,
     used = torch.unique(pairs)
     frame_pos = torch.full((gray.shape[0],), -1, dtype=torch.long, device=gray.device)
     frame_pos[used] = torch.arange(used.numel(), device=gray.device)
+    # OpenCV's level cap: coarse levels not larger than the window are dropped (sizes only)
+    levels = _opencv_max_level(gray.shape[-2], gray.shape[-1], window, levels)
     imgs, grads = _pyramids(gray[used], levels)
     for s in range(0, p, step):  # chunks of pairs (memory), each batched over pairs and points
         sl = slice(s, s + step)
@@ -432,6 +495,10 @@ def patch_ncc(gray: torch.Tensor, pairs: torch.Tensor, x1: torch.Tensor, x2: tor
     out = torch.zeros(x1.shape[:2], dtype=torch.float64, device=gray.device)
     if x1.shape[1] == 0:
         return out
+    if min(gray.shape[-2:]) < 1:
+        raise ShapeError(f"patch_ncc: gray frames must be at least 1 x 1 px (the NCC patches "
+                         f"are sampled from them), got shape {tuple(gray.shape)}: pass the "
+                         f"frames the points were found on")
     step = max(int(max_elements) // max(int(gray[0].numel()), 1), 1)
     for s in range(0, pairs.shape[0], step):  # chunks bound memory (frame copies)
         sl = slice(s, s + step)
@@ -463,7 +530,8 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
         gray: (T, 1, H, W) float in [0, 1] (float32 or float64).
         pairs: (P, 2) long (i, j).
         max_corners, quality, min_distance, block: Shi-Tomasi parameters (OpenCV meaning).
-        window: LK window side (odd, px); levels: OpenCV ``maxLevel``.
+        window: LK window side (odd, px); levels: OpenCV ``maxLevel`` (capped as OpenCV
+            does: only levels whose sides stay above ``window``, :func:`_opencv_max_level`).
         fb_threshold_px: maximum forward-backward error (px) of a kept track (the retired
             name ``fb_threshold`` still works, with a DeprecationWarning).
         backend: "torch" (batched, any device) or "opencv" (CPU loop, parity reference).
