@@ -139,6 +139,15 @@ def read_options(cfg: GeoConConfig, video: Any) -> Dict[str, Any]:
             "letterbox_min_fraction": cfg.io.letterbox_min_fraction}
 
 
+def motion_every(cfg: GeoConConfig) -> Optional[int]:
+    """``read_clip``'s ``motion_every`` for ``cfg``'s preset: the Epipolar-DPO sampling rate
+    when the preset runs the ``epipolar_dpo`` section (its frames 0, 15, 30, ... get their own
+    motion statistic, ``result["motion"]["epipolar_dpo"]``), else None."""
+    if "epipolar_dpo" in get_preset(cfg.preset).sections:
+        return int(cfg.epipolar_dpo.sampling_rate)
+    return None
+
+
 def load_clip(video: VideoLike, config: ConfigLike = None,
               device: Union[None, str, torch.device] = None) -> Tuple[Clip, torch.device]:
     """The clip as :func:`score_clip` reads it and the device every stage then runs on.
@@ -157,7 +166,7 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
         clip = video
     else:
         clip = read_clip(video, device=dev, stream=streams_frames(video, cfg),
-                         **read_options(cfg, video))
+                         motion_every=motion_every(cfg), **read_options(cfg, video))
     return clip, stage_device(clip, device)  # decided once: no stage picks a device of its own
 
 
@@ -223,7 +232,27 @@ def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig,
     res.extra["scored_at"] = {"source_size": list(clip.source_size),
                               "scale": float(clip.scale),
                               "long_side": jsonable(cfg.io.long_side)}
+    every = None if isinstance(video, Clip) else motion_every(cfg)  # a Clip: its positions
+    res.extra["motion"] = result_motion(clip.meta or {}, every)
     return res
+
+
+def result_motion(meta: Dict[str, Any], every: Optional[int]) -> Optional[Dict[str, Any]]:
+    """``result["motion"]`` from the reader's ``meta["motion"]``
+    (:mod:`geocon_torch.io.sampling`): ``{"max_mad", "pairs", "frozen"}`` of the frames read
+    (native resolution), and for a preset with the ``epipolar_dpo`` section (``every``: its
+    sampling rate) ``"epipolar_dpo"``: the same of frames 0, every, 2 every, ... up to the
+    last frame read, when the reader measured them at that rate (not for a Clip input, which
+    that section samples by its own positions). None when the reader recorded nothing (a Clip
+    not made by ``read_clip``)."""
+    motion = meta.get("motion")
+    if not isinstance(motion, dict):
+        return None
+    out = {k: motion[k] for k in ("max_mad", "pairs", "frozen")}
+    sampled = motion.get("sampled")
+    if every is not None and isinstance(sampled, dict) and sampled.get("every") == every:
+        out["epipolar_dpo"] = dict(sampled)
+    return out
 
 
 def _background(res: ClipResult, clip: Clip, masks: Any, poses: Any, cfg: GeoConConfig,
@@ -666,7 +695,7 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
     try:
         clips = clips_from_tensors(
             [videos[k] for k in ks], device=torch.device(device) if device is not None else None,
-            **read_options(cfg, videos[ks[0]]))
+            motion_every=motion_every(cfg), **read_options(cfg, videos[ks[0]]))
     except Exception:  # noqa: BLE001 - each clip is read alone and reports its own error
         return {k: (None, None) for k in ks}
     tensors = [videos[k] for k in ks]

@@ -26,6 +26,14 @@
      "config": {...}, "config_hash": str, "version": str,  # config: the scoring config with
                                      # background.calibration_hash = the calibration file's
                                      # content hash (part of config_hash)
+     "motion": {"max_mad", "pairs", "frozen", ["epipolar_dpo": {"every", "max_mad", "pairs",
+                "frozen"}]} | None,  # how much the frames read move (io.sampling): the largest
+                                     # mean |difference| of consecutive frames read, grey
+                                     # levels of 255 at native resolution, measured while
+                                     # they are decoded; frozen: pairs >= 1 and max_mad <= 0.5
+                                     # (the rewards' rule; the score is kept: category C1);
+                                     # epipolar_dpo: frames 0, 15, 30, ... (presets with that
+                                     # section, not for a Clip input); absent in older rows
      "backends": {"features", "flow", "masks", "gate", "gate_view"}, "timing_s": {...}}
                                      # a background the scoring backend left with too little
                                      # texture and ``features.fallback`` scored: backends

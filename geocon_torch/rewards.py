@@ -39,8 +39,13 @@ scorer accepted gets the neutral reward, status "not_applicable" and the reason
 folded from); one the scorer refused keeps its own status and reason. Moving clips keep their
 rewards bit for bit. The test runs on the videos' device, batched over clips (one (B,) read per
 batch). Only the reward does this: ``score_clip`` still scores a still clip (a static camera on a
-static scene is the valid GeoCon category C1). Near-still clips (two distinct frames repeated)
-and an A-B flicker of two views still score high (README "Training loop").
+static scene is the valid GeoCon category C1) and records the statistic in ``result["motion"]``
+(measured while the frames are read, at native resolution, by the same arithmetic:
+:mod:`geocon_torch.io.sampling`; ``result["motion"]["epipolar_dpo"]`` for frames 0, 15, 30, ...
+when the preset runs that section), so :func:`reward_from_result` (stored rows, ``geocon pairs``)
+applies the same rule to a row that has it; a row written before keeps its fold. Near-still
+clips (two distinct frames repeated) and an A-B flicker of two views still score high (README
+"Training loop").
 
 Determinism: SIFT is deterministic and the only random choices (RANSAC of "epipolar" and
 "background") come from ``seed`` (it sets ``ransac.seed`` and ``epipolar.seed``; None keeps the
@@ -73,7 +78,8 @@ from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .errors import InputError
 from .io import check_clip_tensor, clips_from_tensor, tensor_frames
-from .io.sampling import frame_selection
+from .io.sampling import FROZEN_MAX_MAD  # noqa: F401 - the rule's tolerance, re-exported
+from .io.sampling import frame_selection, is_still, max_pair_sums
 from .pipeline import pinned_config, read_options, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
 from .sections.epipolar import epipolar_sections
@@ -81,17 +87,8 @@ from .sections.epipolar_dpo import dpo_blocks
 
 KINDS = REWARD_KINDS  # the reward kinds of the preset table
 NEUTRAL_REWARD = 0.0
-#: a clip is frozen when no consecutive pair of the frames read differs by more than this mean
-#: absolute difference (grey levels of 255, over pixels and channels): the scale of uint8 rounding
-#: (at most 0.5 per pixel) and of most codec noise on a still (a still H.264 mp4 decodes with
-#: 0-0.7 per pair: one pair above 0.5 lets such a clip through), under any measurable motion (a
-#: 0.1 px shift of a textured scene gives 0.9; the grounded categories' consecutive frames, C4's
-#: static camera with movers included, 1.5-20)
-FROZEN_MAX_MAD = 0.5
 FROZEN_REASON = "frozen video: no frame differs from the previous one (a still video shows no " \
                 "geometry)"
-#: elements of one chunk of frame pairs in :func:`frozen_clips` (bounds its temporaries)
-_FROZEN_CHUNK = 32 * 2 ** 20
 FOLDS = {"epipolar-dpo": "exp(-mean_epipolar_error / inlier_threshold_px)",
          "epipolar": "(epipolar_error_score + epipolar_inlier_rate + feature_match_coverage) / 3",
          "background": "ir * exp(-ge_px / background.report_ge_px)"}
@@ -199,19 +196,7 @@ def frozen_clips(videos: torch.Tensor, step: int = 1, count: Optional[int] = Non
     if n < 2 or b == 0:
         return torch.zeros(b, dtype=torch.bool, device=videos.device)
     read = videos[:, 0:(n - 1) * step + 1:step]  # (B, n, C, H, W) view
-    per_frame = int(videos[0, 0].numel())
-    frozen = torch.ones(b, dtype=torch.bool, device=videos.device)
-    chunk = max(1, _FROZEN_CHUNK // max(1, b * per_frame))  # pairs per chunk
-    for s in range(0, n - 1, chunk):
-        e = min(s + chunk, n - 1)  # pairs (s, s + 1) .. (e - 1, e)
-        later, earlier = read[:, s + 1:e + 1], read[:, s:e]
-        if videos.is_floating_point():
-            diff = (later - earlier).abs().flatten(2).sum(2, dtype=torch.float64) * 255.0
-        else:  # |a - b| in uint8 (no widening), summed exactly
-            diff = (torch.maximum(later, earlier) - torch.minimum(later, earlier)).flatten(2)
-            diff = diff.sum(2, dtype=torch.int64)
-        frozen &= (diff <= FROZEN_MAX_MAD * per_frame).all(1)
-    return frozen
+    return is_still(max_pair_sums(read), int(videos[0, 0].numel()))
 
 
 def _frozen(videos: torch.Tensor, kind: str, cfg: GeoConConfig) -> torch.Tensor:
@@ -223,15 +208,36 @@ def _frozen(videos: torch.Tensor, kind: str, cfg: GeoConConfig) -> torch.Tensor:
     return frozen_clips(videos, cfg.io.stride, cfg.io.max_frames)
 
 
+def _refuse(info: ClipReward, frozen: Optional[bool], neutral: float) -> ClipReward:
+    """``info`` of a frozen clip the scorer accepted: the neutral reward, status
+    not_applicable and :data:`FROZEN_REASON` (valid / total pairs and raw values kept); any
+    other ``info`` (``frozen`` False or None: not known) as it is."""
+    if frozen is True and info.status == "ok":
+        return ClipReward(float(neutral), "not_applicable", FROZEN_REASON, info.valid_pairs,
+                          info.total_pairs, info.raw)
+    return info
+
+
 def _refuse_frozen(infos: List[ClipReward], frozen: torch.Tensor, neutral: float
                    ) -> List[ClipReward]:
-    """The clips of ``frozen`` (B,) bool (read once) that the scorer accepted get the neutral
-    reward, status not_applicable and :data:`FROZEN_REASON`; the others stay as they are."""
+    """:func:`_refuse` of every clip by ``frozen`` (B,) bool (read once)."""
     if not infos:
         return infos
-    return [ClipReward(float(neutral), "not_applicable", FROZEN_REASON, c.valid_pairs,
-                       c.total_pairs, c.raw) if still and c.status == "ok" else c
-            for c, still in zip(infos, frozen.tolist())]
+    return [_refuse(c, bool(still), neutral) for c, still in zip(infos, frozen.tolist())]
+
+
+def stored_frozen(result: Mapping[str, Any], kind: str) -> Optional[bool]:
+    """Whether a stored result says its clip is frozen on the frames ``kind`` reads:
+    ``result["motion"]["frozen"]`` (the frames ``score_clip`` read), for kind "epipolar-dpo"
+    ``result["motion"]["epipolar_dpo"]["frozen"]`` (frames 0, 15, 30, ...). None when the row
+    does not say: written before the field existed, a Clip input (no ``epipolar_dpo`` entry) or
+    a failed clip."""
+    motion = result.get("motion")
+    if isinstance(motion, Mapping) and kind == "epipolar-dpo":
+        motion = motion.get("epipolar_dpo")
+    if not isinstance(motion, Mapping) or not isinstance(motion.get("frozen"), bool):
+        return None
+    return motion["frozen"]
 
 
 def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
@@ -312,9 +318,15 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     Reads the block of ``kind``: ``background`` (+ the result's ``status``), ``epipolar`` or
     ``epipolar_dpo``. ``config`` gives ``background.report_ge_px`` (default: the result's
     recorded config, else 3.5 px). A missing block, a non-ok status or a non-finite value gives
-    the neutral reward with the status and reason of the block (or of the result). A stored
-    result holds no frames, so the frozen-video rule of :func:`geometric_reward` is not applied
-    here (nor by ``geocon pairs``): a still clip's stored row folds to its raw 1.0.
+    the neutral reward with the status and reason of the block (or of the result).
+
+    The frozen-video rule of :func:`geometric_reward` applies too, from what the row recorded
+    while its frames were read (:func:`stored_frozen`: ``result["motion"]``, for kind
+    "epipolar-dpo" its ``epipolar_dpo`` entry): a frozen clip that folds to a value gets the
+    neutral reward, status not_applicable and :data:`FROZEN_REASON`, its raw values and pair
+    counts kept (so ``geocon pairs`` never prefers it). A row without the field (a store
+    written before it was recorded, a Clip input for "epipolar-dpo") is folded as before: a
+    still clip's row then folds to its raw 1.0.
     """
     neutral = check_neutral(neutral)
     block_key = preset_for_kind(kind).status_from
@@ -342,7 +354,8 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
         status, reason = block.get("status", "error"), block.get("reason")
     if not block:
         reason = reason or f"the result has no {block_key} block (scored with another preset?)"
-    return _info(value, neutral, status, reason, block.get("valid_pairs"), total, raw)
+    info = _info(value, neutral, status, reason, block.get("valid_pairs"), total, raw)
+    return _refuse(info, stored_frozen(result, kind), neutral)
 
 
 @autocast_off

@@ -1,6 +1,6 @@
 """geocon pairs / geocon_torch.bench.preferences: grouping by prompt, best vs worst choice, skipped
 prompts with reasons, resumable scoring, and the clean grounded clip chosen over its corrupted
-versions."""
+versions (the clean static one, a frozen video, left unscored)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from geocon_torch.bench.preferences import choose_pair, kind_config, preference_
 from geocon_torch.bench.manifest import ManifestEntry
 from geocon_torch.cli import main
 from geocon_torch.pipeline import score_clip
-from geocon_torch.rewards import ClipReward, geometric_reward, reward_from_result
+from geocon_torch.rewards import FROZEN_REASON, ClipReward, geometric_reward, reward_from_result
 from geocon_torch.synth import grounded_clip
 
 pytest.importorskip("cv2")
@@ -97,10 +97,15 @@ def test_pairs_cli_chooses_clean_and_resumes(grounded_manifest, capsys):
     assert "8 clip(s) scored" in capsys.readouterr().out
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["prompt"] for r in recs] == ["scene C1", "scene C3"]
-    for r, cat in zip(recs, ("C1", "C3")):
-        assert r["status"] == "pair", r
-        assert r["chosen"] == f"{cat}_clean", r
-        assert r["margin"] > 0 and r["num_scored"] == 4
+    for r in recs:
+        assert r["status"] == "pair" and r["margin"] > 0, r
+    # C3 (the camera trucks): the clean clip is chosen over its three corruptions
+    assert recs[1]["chosen"] == "C3_clean" and recs[1]["num_scored"] == 4
+    # C1 (locked-off camera, nothing moves): the clean clip is a frozen video, unscored like
+    # the reward leaves it (its row records motion.frozen); the corruptions, which move, pair
+    assert recs[0]["unscored"] == {"C1_clean": f"not_applicable: {FROZEN_REASON}"}
+    assert recs[0]["num_scored"] == 3 and "C1_clean" not in (recs[0]["chosen"],
+                                                            recs[0]["rejected"])
     with ResultStore(db) as store:
         assert store.count("results") == 8
     assert main(argv + ["--min-margin", "2"]) == 0  # rerun: nothing recomputed

@@ -36,12 +36,13 @@ def test_section_has_the_three_snippets():
 
 @pytest.fixture()
 def workdir(tmp_path, monkeypatch):
-    """manifest.jsonl: one prompt with a clean C1 clip and a rubber-sheet version, one prompt
+    """manifest.jsonl: one prompt with a clean C3 clip (the camera trucks: a locked-off C1 clip
+    is a frozen video, which the pairs leave unscored) and a rubber-sheet version, one prompt
     with a single clip (skipped); native.json."""
     rows = []
     for cid, prompt, corruption in (("clean", "a room", None), ("warped", "a room", "rubber_sheet"),
                                     ("alone", "a hall", None)):
-        clip = grounded_clip("C1", num_frames=16, size=(120, 160), corruption=corruption,
+        clip = grounded_clip("C3", num_frames=16, size=(120, 160), corruption=corruption,
                              severity=0.8 if corruption else 0.0)
         clip.clip_id = cid
         clip.save(tmp_path)

@@ -4,7 +4,11 @@ Every clip is scored through the resumable store (:func:`~geocon_torch.bench.run
 with the preset of the reward kind: ``background`` -> "background", ``epipolar`` ->
 "worldatlas", ``epipolar-dpo`` -> "epipolar-dpo"), so a rerun recomputes nothing. The reward of a
 clip is :func:`geocon_torch.rewards.reward_from_result` of its stored result: the very fold
-:func:`~geocon_torch.rewards.geometric_reward` uses (higher is better, in [0, 1]).
+:func:`~geocon_torch.rewards.geometric_reward` uses (higher is better, in [0, 1]), frozen-video
+rule included: a clip whose row records it frozen (``result["motion"]``; for "epipolar-dpo" its
+``epipolar_dpo`` entry) is unscored (``not_applicable``, listed in ``unscored``), so it is never
+chosen nor rejected; rows of a store written before the field keep their fold (a still clip
+then folds to ~1.0: rescore such a store with a new ``--db`` to get the rule).
 
 One record per prompt (in the order prompts first appear in the manifest):
 
@@ -111,8 +115,8 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
 
     Args:
         manifest: a CSV / JSONL manifest path or ManifestEntry list (``prompt`` groups clips).
-        db: the SQLite store (shared with ``geocon bench``; rows are keyed by content and by
-            the config with the kind's preset).
+        db: the store, a SQLite file or a PostgreSQL URL (shared with ``geocon bench``; rows are
+            keyed by content and by the config with the kind's preset).
         kind: "background", "epipolar" or "epipolar-dpo" (:data:`KIND_PRESETS`).
         config: anything :func:`~geocon_torch.config.load_config` takes.
         min_margin: prompts whose best - worst reward is below it are skipped (a tie, margin

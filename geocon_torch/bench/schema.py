@@ -13,7 +13,7 @@ SCHEMA_MAJOR = "3"  # the schema written today
 #: 1.x: one ``category`` field; 1.x / 2.x: ``epipolar.path`` (the implementation); migrated on read
 READABLE_MAJORS = ("1", "2", "3")
 STATUSES = RESULT_STATUSES  # the one list (geocon_torch.result.STATUSES)
-SECTIONS = ("gate", "background", "foreground", "epipolar")
+SECTIONS = ("gate", "background", "foreground", "epipolar", "motion")  # objects or null
 
 
 class ResultSchemaError(GeoConError, ValueError):

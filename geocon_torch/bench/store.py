@@ -518,10 +518,14 @@ def _num(x: Any) -> Optional[float]:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
+def _flag(x: Any) -> Optional[bool]:
+    return x if isinstance(x, bool) else None
+
+
 FLAT_COLUMNS = (
     "clip_id", "generator", "generator_version", "prompt_category", "behaviour", "prompt", "seed",
-    "scene", "status", "reason", "regime", "score", "ir", "ge_px", "ir_h", "ge_h_px", "ir_f",
-    "ge_f_px", "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic",
+    "scene", "status", "reason", "regime", "score", "frozen", "ir", "ge_px", "ir_h", "ge_h_px",
+    "ir_f", "ge_f_px", "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic",
     "gate_decision", "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error",
     "epipolar_error_score", "epipolar_inlier_rate", "feature_match_coverage", "lost_frames",
     "warnings", "content_hash", "config_hash", "schema_version", "version", "path",
@@ -533,7 +537,10 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
 
     ``prompt_category`` is the row's (the manifest's), else the result's; ``behaviour`` is the
     result's post-hoc behaviour (a 1.x result is migrated first); ``score`` is the result's
-    headline score (None for a result written before it existed or not scored).
+    headline score (None for a result written before it existed or not scored); ``frozen`` is
+    ``result["motion"]["frozen"]`` (a still video: no consecutive pair of the frames read
+    differs by more than 0.5 grey levels; it keeps its geometric ``score``, a static camera on
+    a static scene being category C1), None for a result written before it was recorded.
     """
     res = migrate_result(row["result"]) if row.get("result") else {}
     bg = res.get("background") or {}
@@ -553,6 +560,7 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
         "status": res.get("status", row.get("status")),
         "reason": res.get("reason", row.get("reason")),
         "regime": res.get("regime"), "score": _num(res.get("score")),
+        "frozen": _flag((res.get("motion") or {}).get("frozen")),
         "ir": _num(bg.get("ir")), "ge_px": _num(bg.get("ge_px")),
         "ir_h": _num(bg.get("ir_h")), "ge_h_px": _num(bg.get("ge_h_px")),
         "ir_f": _num(bg.get("ir_f")), "ge_f_px": _num(bg.get("ge_f_px")),

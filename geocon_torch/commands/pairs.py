@@ -5,11 +5,12 @@ Examples:
   geocon pairs manifest.jsonl --db results.sqlite --out prefs.jsonl --kind background \\
       --min-margin 0.05
 
-Clips are grouped by the manifest's ``prompt`` column and scored through the resumable SQLite
-store (as ``geocon bench``, with the preset of --kind), so a rerun recomputes nothing. The
-reward is geocon_torch.rewards.geometric_reward's fold of the stored result (higher is better,
-in [0, 1]): epipolar-dpo exp(-mean Sampson error / 5 px), epipolar the mean of the WorldAtlas
-trio, background IR * exp(-GE / 3.5 px).
+Clips are grouped by the manifest's ``prompt`` column and scored through the resumable store (a
+SQLite file or a PostgreSQL URL, as ``geocon bench``, with the preset of --kind), so a rerun
+recomputes nothing. The reward is geocon_torch.rewards.geometric_reward's fold of the stored result
+(higher is better, in [0, 1]): epipolar-dpo exp(-mean Sampson error / 5 px), epipolar the mean of
+the WorldAtlas trio, background IR * exp(-GE / 3.5 px). A frozen (still) clip is unscored, as in the
+reward, when its stored row records the motion statistic (rows written since it is recorded).
 
 Output: one JSON line per prompt. {"status": "pair", "prompt", "chosen", "rejected",
 "chosen_reward", "rejected_reward", "margin", ...} or {"status": "skipped", "prompt",
@@ -32,8 +33,9 @@ HELP = "DPO preference pairs: best vs worst clip per prompt by geometric reward 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("manifest", metavar="MANIFEST", help="CSV or JSONL manifest with a prompt "
                                                         "column")
-    p.add_argument("--db", required=True, metavar="FILE",
-                   help="SQLite results file (created if missing; shared with geocon bench)")
+    p.add_argument("--db", required=True, metavar="FILE_OR_URL",
+                   help="results store shared with geocon bench: a SQLite file (created if "
+                        "missing) or a postgresql:// URL")
     p.add_argument("--out", required=True, metavar="FILE", help="JSON lines output ('-' = "
                                                                  "stdout)")
     p.add_argument("--kind", choices=KINDS, default="epipolar-dpo",

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import VideoReadError
 from .images import AnimatedWebP, webp_durations
-from .sampling import FrameSelection
+from .sampling import FrameMotion, FrameSelection
 
 #: Consecutive packet decode errors after which decoding gives up.
 _MAX_ERRORS = 8
@@ -217,16 +217,20 @@ def variable_rate(steps: np.ndarray, codec: str = "") -> bool:
 
 def decode_selected(path: Path, selection: Optional[FrameSelection],
                     plan: Optional[Callable[[int, int], Callable]] = None,
-                    sink: Optional[Callable[[np.ndarray], None]] = None) -> Decoded:
+                    sink: Optional[Callable[[np.ndarray], None]] = None,
+                    motion: Optional[FrameMotion] = None) -> Decoded:
     """Decode ``path`` frame by frame, converting only the frames ``selection`` keeps.
 
     Args:
         selection: which source frames to keep; None keeps nothing (count only).
         plan: called once with the first frame's (H, W); returns the per-frame converter
             ``(H, W, 3) uint8 -> (h, w, 3) uint8`` (the working-resolution resize). Unselected
-            frames are never converted to RGB.
+            frames are never converted to RGB (except those ``motion`` samples).
         sink: when given, each converted frame is handed to it instead of being kept in
             ``Decoded.images`` (streaming: nothing of the clip stays in memory).
+        motion: fed every kept frame at native resolution before it is converted (and the
+            frames it samples, :meth:`FrameMotion.wants`), so the eager and streamed reads of a
+            file measure the same statistic (:mod:`geocon_torch.io.sampling`).
 
     Raises:
         VideoReadError: unreadable file, or no frame could be decoded.
@@ -248,10 +252,15 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                 if selection is not None and selection.finished(i, len(out.indices)):
                     stopped = True
                     break
+                if motion is not None and motion.wants(i):
+                    motion.add(i, frame.to_ndarray(format="rgb24"), kept=False)
                 continue
             if convert is None:
                 convert = plan(*out.source_size) if plan else (lambda a: a)
-            image = convert(frame.to_ndarray(format="rgb24"))
+            rgb = frame.to_ndarray(format="rgb24")
+            if motion is not None:
+                motion.add(i, rgb, kept=True)
+            image = convert(rgb)
             if sink is None:
                 out.images.append(image)
             else:

@@ -12,7 +12,12 @@ rejected the same way everywhere. A malformed tensor raises
 :class:`~geocon_torch.errors.ClipTensorError` (a VideoReadError and a ShapeError); nothing is
 clamped silently. Files are decoded frame by frame; an unselected frame is never converted to RGB
 and a kept frame is resized to the working resolution at once, so memory holds the working-res
-clip plus one source frame.
+clip plus one source frame (two: the previous one is kept for the motion statistic).
+
+Every reader records ``meta["motion"]``, how much the frames kept move at native resolution
+(:mod:`geocon_torch.io.sampling`: ``max_mad``, ``pairs``, ``frozen``), measured while the frames
+are decoded (files, eager or streamed: the same numbers) or on the tensor before it is resized,
+in the one host copy that also reads the content fractions.
 """
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ from .images import IMAGE_SUFFIXES, animated_frames, list_images, read_image
 from .framestore import VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
-from .sampling import FrameSelection, check_indices_in_range, frame_selection
+from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
+                       max_pair_sums, motion_record)
 
 #: Frame rate assumed for sources that carry none (tensors, image folders) when ``fps`` is not
 #: given: 24 fps, the rate of the paper's generated clips. ``meta["fps_source"]`` says "default".
@@ -50,7 +56,8 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
               max_frames: Optional[int] = None, indices: Optional[Iterable[int]] = None,
               device: Union[None, str, torch.device] = None, name: Optional[str] = None,
               letterbox_threshold: float = 16.0 / 255.0, letterbox_min_fraction: float = 0.02,
-              fps: Optional[float] = None, upscale: bool = True, stream: bool = False) -> Clip:
+              fps: Optional[float] = None, upscale: bool = True, stream: bool = False,
+              motion_every: Optional[int] = None) -> Clip:
     """Read one clip at working resolution.
 
     Args:
@@ -74,6 +81,9 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
             (decoded on demand, bit-identical to the eager tensor) instead of a tensor,
             so memory does not grow with the clip's length; the file is decoded once
             here (metadata, letterbox mask) and again by each stage that reads frames.
+        motion_every: also measure the motion of source frames 0, k, 2k, ... up to the last
+            frame kept (``meta["motion"]["sampled"]``; the frames Epipolar-DPO reads, k = 15);
+            None: only the frames kept (``meta["motion"]``, always recorded).
 
     Example:
         >>> import torch
@@ -86,7 +96,8 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         Clip with ``frames`` (T, 3, h, w) uint8 RGB, ``fps`` = source fps / stride,
         ``content_mask`` (h, w) bool, ``frame_indices`` (T,) source indices, ``source_size``
         (H, W), ``scale`` and ``meta`` (path, codec, source_fps, container_frames,
-        decoded_frames, decode_complete, num_source_frames, truncated, ...). T = 1 is valid.
+        decoded_frames, decode_complete, num_source_frames, truncated, motion, ...). T = 1 is
+        valid.
 
     Raises:
         VideoReadError: missing path, zero-byte or non-video file, a file truncated before its
@@ -102,11 +113,13 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         return clip_from_tensor(source, name=name or "tensor", long_side=long_side,
                                 stride=stride, max_frames=max_frames, indices=indices,
                                 device=device, fps=fps, letterbox_threshold=letterbox_threshold,
-                                letterbox_min_fraction=letterbox_min_fraction, upscale=upscale)
+                                letterbox_min_fraction=letterbox_min_fraction, upscale=upscale,
+                                motion_every=motion_every)
     if isinstance(source, (str, os.PathLike)):
         sel = frame_selection(stride, max_frames, indices)
         opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
-                    frac=letterbox_min_fraction, stream=bool(stream))
+                    frac=letterbox_min_fraction, stream=bool(stream),
+                    motion_every=_check_every(motion_every))
         return _file_clip(Path(source), sel, device, name, fps, opts)
     raise VideoReadError(f"cannot read a {type(source).__name__}: give a file / folder path or a "
                          f"(T, C, H, W) tensor")
@@ -167,8 +180,9 @@ def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
         sizes.append(working_size(h, w, opts["long_side"], opts["upscale"]))
         return lambda rgb: resize_image(rgb, sizes[0])
 
-    dec = decode_selected(path, sel, plan)
-    meta = dec.metadata(path)
+    motion = FrameMotion(opts["motion_every"])
+    dec = decode_selected(path, sel, plan, motion=motion)
+    meta = dict(dec.metadata(path), motion=motion.record())
     if sel.indices is None:
         return dec.images, dec.indices, sizes[0], meta
     check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
@@ -193,14 +207,15 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
             acc.update(torch.stack(buf))
             buf.clear()
 
-    dec = decode_selected(path, sel, plan, sink)
+    motion = FrameMotion(opts["motion_every"])
+    dec = decode_selected(path, sel, plan, sink, motion)
     if buf:
         acc.update(torch.stack(buf))
     idx = list(dec.indices)
     if sel.indices is not None:
         check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
         idx = list(sel.indices)
-    meta = dict(dec.metadata(path), source="video", path=str(path))
+    meta = dict(dec.metadata(path), motion=motion.record(), source="video", path=str(path))
     source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
     meta.update(source_fps=source_fps, fps_source=fps_source)
     frames = VideoFrames(path, idx, sizes[0], device)
@@ -215,8 +230,12 @@ def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
     idx = sel.resolve(len(files), where).tolist()
     cache: Dict[int, np.ndarray] = {}
     ws: Optional[WorkingSize] = None
-    for i in sorted(set(idx)):
+    motion, kept = FrameMotion(opts["motion_every"]), set(idx)
+    for i in sorted(kept | {j for j in range(max(idx) + 1) if motion.wants(j)}):
         rgb = read_image(files[i])
+        motion.add(i, rgb, kept=i in kept)
+        if i not in kept:  # read for the sampled motion only
+            continue
         if ws is None:
             ws = working_size(rgb.shape[0], rgb.shape[1], opts["long_side"], opts["upscale"])
             first = files[i]
@@ -230,7 +249,7 @@ def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
     meta = {"codec": "images", "source_fps": None, "container_frames": len(files),
             "decoded_frames": len(files), "decode_complete": True,
             "num_source_frames": len(files), "truncated": False, "decode_errors": [],
-            "files": [files[i].name for i in idx[:1000]]}
+            "files": [files[i].name for i in idx[:1000]], "motion": motion.record()}
     return [cache[i] for i in idx], idx, ws, meta
 
 
@@ -256,6 +275,16 @@ def _pick_fps(source_fps: Optional[float], given: Optional[float]) -> Tuple[floa
     return DEFAULT_FPS, "default"
 
 
+def _check_every(every: Any) -> Optional[int]:
+    """``motion_every`` as an int (None stays None); InputError unless an integer >= 1."""
+    if every is None:
+        return None
+    if not isinstance(every, numbers.Integral) or isinstance(every, bool) or every < 1:
+        raise InputError(f"motion_every must be None or an integer >= 1 (every k-th source "
+                         f"frame, e.g. 15), got {every!r}")
+    return int(every)
+
+
 def _check_fps(fps: Any) -> None:
     """Raise InputError unless ``fps`` is a finite number > 0 (not a bool or a string)."""
     ok = isinstance(fps, numbers.Real) and not isinstance(fps, bool)
@@ -266,7 +295,7 @@ def _check_fps(fps: Any) -> None:
 # ---------------------------------------------------------------------------------- tensors
 
 _TENSOR_OPTIONS = ("long_side", "stride", "max_frames", "indices", "device", "fps",
-                   "letterbox_threshold", "letterbox_min_fraction", "upscale")
+                   "letterbox_threshold", "letterbox_min_fraction", "upscale", "motion_every")
 
 
 def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
@@ -405,9 +434,12 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
                   indices: Optional[Iterable[int]] = None,
                   device: Union[None, str, torch.device] = None, fps: Optional[float] = None,
                   letterbox_threshold: float = 16.0 / 255.0,
-                  letterbox_min_fraction: float = 0.02, upscale: bool = True) -> List[Clip]:
-    """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`)."""
+                  letterbox_min_fraction: float = 0.02, upscale: bool = True,
+                  motion_every: Optional[int] = None) -> List[Clip]:
+    """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`); the content
+    fractions and the motion statistic come back in one host copy for the batch."""
     sel = frame_selection(stride, max_frames, indices)
+    every = _check_every(motion_every)
     opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
                 frac=letterbox_min_fraction)
     t, c, h, w = x.shape[1:]
@@ -415,18 +447,64 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
         "torch.", ""), "codec": None, "container_frames": t, "decoded_frames": t,
         "decode_complete": True, "num_source_frames": t, "truncated": False}
     idx = sel.resolve(t)
-    out, ws = _batch_frames(x, idx, long_side, upscale, device)
+    x = x.detach() if device is None else x.detach().to(device)
+    native = x[:, to_device(idx, x.device)]  # (B, T', C, H, W) as given
+    sums, chains = _motion_sums(x, native, idx, every)
+    out, ws = _working_frames(native, long_side, upscale)
+    del native
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
-    fractions = _content_fraction(masks).tolist()  # one transfer for the batch
+    host = _host_rows([_content_fraction(masks).double()] + sums)  # one copy for the batch
     kept = idx.tolist()  # the frame indices: the same for every clip of the batch
     source_fps, fps_source = _pick_fps(None, fps)
+    per_frame = c * h * w
     clips = []
     for k, (frames, mask) in enumerate(zip(out.unbind(0), masks.unbind(0))):  # views
+        motion = _motion_meta(host[k][1:], chains, per_frame, every)
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
-                    fps_source=fps_source)
+                    fps_source=fps_source, motion=motion)
         clips.append(_finish(frames, kept, ws, sel.fps(source_fps), names[k], meta,
-                             opts, mask=mask, fraction=fractions[k]))
+                             opts, mask=mask, fraction=host[k][0]))
     return clips
+
+
+def _motion_sums(x: torch.Tensor, native: torch.Tensor, idx: np.ndarray, every: Optional[int]
+                 ) -> Tuple[List[torch.Tensor], List[int]]:
+    """The largest pair sums (:func:`~geocon_torch.io.sampling.max_pair_sums`, (B,) float64 on
+    the batch's device, no host sync) of the distinct frames kept in source order (``native``
+    (B, T', C, H, W): the frames ``idx`` of the detached batch ``x``, before any resize) and,
+    with ``every``, of frames 0, every, 2 every, ... up to the last one kept; and the pair count
+    of each chain (a chain of fewer than two frames has no sum)."""
+    distinct = np.unique(idx)
+    chains = [distinct] + ([np.arange(0, int(distinct[-1]) + 1, every)] if every else [])
+    sums, pairs = [], []
+    for k, frames_at in enumerate(chains):
+        pairs.append(len(frames_at) - 1)
+        if len(frames_at) < 2:
+            continue
+        same = k == 0 and np.array_equal(frames_at, idx)  # idx increasing and distinct
+        chain = native if same else x[:, to_device(frames_at, x.device)]
+        sums.append(max_pair_sums(chain))
+    return sums, pairs
+
+
+def _host_rows(columns: List[torch.Tensor]) -> List[List[float]]:
+    """(B,) float64 columns of one device -> per clip the list of their values, read in one
+    host copy."""
+    b = int(columns[0].shape[0])
+    flat = torch.cat(columns).tolist() if len(columns) > 1 else columns[0].tolist()
+    return [flat[k::b] for k in range(b)]
+
+
+def _motion_meta(host: List[float], pairs: List[int], per_frame: int,
+                 every: Optional[int]) -> Dict[str, Any]:
+    """``meta["motion"]`` of one clip from its row of the host copy (the chains' largest pair
+    sums, those with a pair only) and the chains' pair counts."""
+    sums = iter(host)
+    records = [motion_record(next(sums) if n > 0 else None, n, per_frame) for n in pairs]
+    out = records[0]
+    if every is not None:
+        out["sampled"] = dict(records[1], every=every)
+    return out
 
 
 def tensor_frames(videos: torch.Tensor, *, long_side: Optional[int] = None,
@@ -448,23 +526,29 @@ def tensor_frames(videos: torch.Tensor, *, long_side: Optional[int] = None,
     """
     check_clip_tensor(videos, batched=True)
     idx = frame_selection(1, None, indices).resolve(int(videos.shape[1]))
-    return _batch_frames(videos, idx, long_side, upscale, device)[0]
+    return _working_frames(_select_frames(videos, idx, device), long_side, upscale)[0]
 
 
-def _batch_frames(x: torch.Tensor, idx: np.ndarray, long_side: Optional[int], upscale: bool,
-                  device: Union[None, str, torch.device]) -> Tuple[torch.Tensor, WorkingSize]:
-    """Frames ``idx`` (T',) of a checked (B, T, C, H, W) batch -> ((B, T', 3, H', W') uint8
-    contiguous, the working size): floats to uint8 (``round(x * 255)``), one batched resize,
-    gray repeated to RGB."""
-    b, _, c, h, w = x.shape
+def _select_frames(x: torch.Tensor, idx: np.ndarray, device: Union[None, str, torch.device]
+                   ) -> torch.Tensor:
+    """Frames ``idx`` (T',) of a checked (B, T, C, H, W) batch on ``device`` (default its own),
+    as they are: (B, T', C, H, W)."""
     x = x.detach()
     if device is not None:
         x = x.to(device)
-    x = x[:, to_device(idx, x.device)]
+    return x[:, to_device(idx, x.device)]
+
+
+def _working_frames(x: torch.Tensor, long_side: Optional[int], upscale: bool
+                    ) -> Tuple[torch.Tensor, WorkingSize]:
+    """Selected frames (B, T', C, H, W) (:func:`_select_frames`) -> ((B, T', 3, H', W') uint8
+    contiguous, the working size): floats to uint8 (``round(x * 255)``), one batched resize,
+    gray repeated to RGB."""
+    b, t, c, h, w = x.shape
     if x.is_floating_point():
         x = (x.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
     ws = working_size(h, w, long_side, upscale)
-    out = resize_frames(x.reshape(b * len(idx), c, h, w), ws).view(b, len(idx), c, *ws.size)
+    out = resize_frames(x.reshape(b * t, c, h, w), ws).view(b, t, c, *ws.size)
     if c == 1:
         out = out.expand(-1, -1, 3, -1, -1)
     return out.contiguous(), ws

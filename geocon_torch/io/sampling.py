@@ -1,15 +1,32 @@
-"""Which frames to keep (stride / max_frames / explicit indices) and which frame pairs to score.
+"""Which frames to keep (stride / max_frames / explicit indices) and which frame pairs to score,
+and how much the frames kept move (the frozen-video statistic).
 
 Frame indices are 0-based positions in the *source* sequence (decode order = display order for
 the clips we read). Pairs ``(i, j)`` index frames of a :class:`~geocon_torch.types.Clip`
 (positions 0..T-1 of ``clip.frames``), with ``x2 ~ H x1`` / ``x2^T F x1 = 0`` for ``x1`` in
 frame i.
+
+**Motion of the frames kept** (``Clip.meta["motion"]``, recorded by ``score_clip`` as
+``result["motion"]``): ``{"max_mad", "pairs", "frozen"}``, the largest mean absolute difference
+(grey levels of 255, over pixels and channels) between consecutive frames of the *distinct
+frames kept, in source order*, at the source's **native resolution** (before any working-size
+resize or crop), the number of such pairs and whether the clip is frozen (``pairs >= 1`` and
+``max_mad <= FROZEN_MAX_MAD``; :func:`geocon_torch.rewards.frozen_clips` is the same rule on a
+tensor). The readers measure it while the frames are decoded (:class:`FrameMotion`: one previous
+frame kept, files eager or streamed alike) or from the tensor before it is resized
+(:func:`max_pair_sums`, batched on its device), so every path gives the same numbers; the
+arithmetic is :func:`pair_abs_diff_sums` (uint8: exact integer sums; float in [0, 1]: float64
+sums of the differences times 255). A pair of frames of different sizes (a stream that changes
+resolution) counts as moving (``max_mad`` 255). With ``every = k`` the readers also measure
+source frames 0, k, 2k, ... up to the last frame kept (decoded for it when the stride skips
+them): ``motion["sampled"] = {"every", "max_mad", "pairs", "frozen"}``, the frames
+Epipolar-DPO reads.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -111,3 +128,168 @@ def check_indices_in_range(indices: Iterable[int], num_frames: int,
                  if announced is not None and announced > num_frames else "")
         raise VideoReadError(f"{where}frame indices {out[:10]} are out of range: the clip has "
                              f"{num_frames} frames (valid 0..{num_frames - 1}){short}")
+
+
+#: a clip is frozen when no consecutive pair of the frames read differs by more than this mean
+#: absolute difference (grey levels of 255, over pixels and channels): the scale of uint8 rounding
+#: (at most 0.5 per pixel) and of most codec noise on a still (a still H.264 mp4 decodes with
+#: 0-0.7 per pair: one pair above 0.5 lets such a clip through), under any measurable motion (a
+#: 0.1 px shift of a textured scene gives 0.9; the grounded categories' consecutive frames, C4's
+#: static camera with movers included, 1.5-20)
+FROZEN_MAX_MAD = 0.5
+#: elements of one chunk of frame pairs in :func:`max_pair_sums` (bounds its temporaries)
+MOTION_CHUNK = 32 * 2 ** 20
+#: the mean absolute difference recorded for a pair of frames of different sizes
+SIZE_CHANGE_MAD = 255.0
+
+
+#: elements of a frame row summed in float32 by :func:`pair_abs_diff_sums`: every partial sum of
+#: up to this many uint8 values is an integer under 2**24, so the float32 sum is exact
+EXACT_ROW = 2 ** 24 // 255
+
+
+def pair_abs_diff_sums(later: torch.Tensor, earlier: torch.Tensor, frame_dims: int = 3
+                       ) -> torch.Tensor:
+    """Sum of ``|later - earlier|`` over each frame (the last ``frame_dims`` dims: (C, H, W) of
+    a tensor, (H, W * 3) of a decoded image) -> (...,) float64.
+
+    uint8: ``max - min`` (no widening copy), summed exactly: each row (last dim, at most
+    :data:`EXACT_ROW` elements) in float32, the rows in float64 (an integer-valued float64,
+    the same whatever the layout or the order; ~5x faster on the CPU than an int64 sum).
+    Float in [0, 1]: float64 sums of the differences, times 255 (grey levels)."""
+    if later.is_floating_point():
+        diff = (later - earlier).abs().flatten(-frame_dims)
+        return diff.sum(-1, dtype=torch.float64) * 255.0
+    diff = torch.maximum(later, earlier) - torch.minimum(later, earlier)
+    if int(diff.shape[-1]) > EXACT_ROW:  # rows too long for float32: one float64 sum (exact)
+        return diff.flatten(-frame_dims).sum(-1, dtype=torch.float64)
+    rows = diff.sum(-1, dtype=torch.float32)  # (..., rows of the frame), exact integers
+    return rows.sum(tuple(range(-(frame_dims - 1), 0)), dtype=torch.float64) \
+        if frame_dims > 1 else rows.double()
+
+
+def max_pair_sums(frames: torch.Tensor, chunk: int = MOTION_CHUNK) -> torch.Tensor:
+    """The largest :func:`pair_abs_diff_sums` over the consecutive pairs of every clip.
+
+    Args:
+        frames: (B, n, C, H, W) uint8 or float in [0, 1], n >= 2 (any device, any strides).
+        chunk: elements per chunk of pairs (bounds the temporaries).
+    Returns:
+        (B,) float64 on ``frames.device``, no host sync (integer-valued for uint8 frames).
+    """
+    b, n = int(frames.shape[0]), int(frames.shape[1])
+    per_frame = int(np.prod(frames.shape[2:]))
+    per = max(1, chunk // max(1, b * per_frame))  # pairs per chunk
+    best: Optional[torch.Tensor] = None
+    for s in range(0, n - 1, per):
+        e = min(s + per, n - 1)  # pairs (s, s + 1) .. (e - 1, e)
+        top = pair_abs_diff_sums(frames[:, s + 1:e + 1], frames[:, s:e]).amax(1)
+        best = top if best is None else torch.maximum(best, top)
+    return best
+
+
+def is_still(pair_sum: Any, per_frame: int) -> Any:
+    """Whether a pair sum of :func:`pair_abs_diff_sums` (a float, or a float64 tensor: then
+    elementwise, on its device) is within :data:`FROZEN_MAX_MAD` grey levels per element of a
+    frame of ``per_frame`` elements."""
+    return pair_sum <= FROZEN_MAX_MAD * int(per_frame)
+
+
+def motion_record(max_sum: Optional[float], pairs: int, per_frame: int) -> Dict[str, Any]:
+    """``{"max_mad", "pairs", "frozen"}`` (module docstring) from the largest pair sum of
+    :func:`pair_abs_diff_sums` (None: no pair) over frames of ``per_frame`` elements."""
+    if not pairs or max_sum is None:
+        return {"max_mad": None, "pairs": int(pairs), "frozen": False}
+    return {"max_mad": float(max_sum) / int(per_frame), "pairs": int(pairs),
+            "frozen": bool(is_still(max_sum, per_frame))}
+
+
+class _Chain:
+    """The largest mean absolute difference of a sequence of frames fed one by one (the
+    previous frame kept)."""
+
+    def __init__(self) -> None:
+        self.prev: Optional[torch.Tensor] = None
+        self.max_mad: Optional[float] = None
+        self.still = True
+        self.pairs = 0
+
+    def pair(self, frame: torch.Tensor) -> Optional[Tuple[float, bool]]:
+        """(mean absolute difference, still) of ``frame`` ((H, W * 3) uint8) against the
+        previous one (None for the first); ``frame`` becomes the previous one."""
+        prev, self.prev = self.prev, frame
+        if prev is None:
+            return None
+        if prev.shape != frame.shape:
+            return SIZE_CHANGE_MAD, False
+        s = float(pair_abs_diff_sums(frame, prev, frame_dims=2))
+        return s / int(frame.numel()), bool(is_still(s, int(frame.numel())))
+
+    def fold(self, mad: float, still: bool) -> None:
+        self.max_mad = mad if self.max_mad is None else max(self.max_mad, mad)
+        self.still &= still
+        self.pairs += 1
+
+    def record(self) -> Dict[str, Any]:
+        return {"max_mad": self.max_mad, "pairs": self.pairs,
+                "frozen": bool(self.pairs and self.still)}
+
+
+class FrameMotion:
+    """The motion statistic (module docstring) of frames fed while they are decoded, in
+    increasing source order, at native resolution: memory holds the previous frame (two with
+    ``every``), never the clip.
+
+    Args:
+        every: also measure source frames 0, ``every``, 2 ``every``, ... up to the last frame
+            kept (:meth:`wants` says which frames to feed besides the kept ones).
+    """
+
+    def __init__(self, every: Optional[int] = None) -> None:
+        self.every = None if every is None else int(every)
+        self._kept, self._sampled = _Chain(), _Chain()
+        self._last = -1  # source index of the last frame kept
+        self._pending: List[Tuple[int, float, bool]] = []  # sampled pairs past the last kept
+
+    def wants(self, i: int) -> bool:
+        """Whether source frame ``i`` is a sampled frame (fed even when it is not kept)."""
+        return self.every is not None and i % self.every == 0
+
+    def add(self, i: int, image: np.ndarray, kept: bool) -> None:
+        """Feed source frame ``i`` ((H, W, 3) uint8 RGB at native resolution), kept by the
+        selection or only sampled; frames come in increasing ``i``, a repeated kept frame is
+        fed once."""
+        frame = torch.from_numpy(image.reshape(image.shape[0], -1))  # (H, W * 3) rows
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # beside the decoder's threads: 37 -> 8 ms a 1080p frame
+        try:
+            self._add(i, frame, kept)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _add(self, i: int, frame: torch.Tensor, kept: bool) -> None:
+        """:meth:`add` of the (H, W * 3) frame: a sampled pair past the last frame kept waits
+        until a kept frame at or after it shows it lies within the frames read."""
+        if kept and i > self._last:
+            got = self._kept.pair(frame)
+            if got is not None:
+                self._kept.fold(*got)
+            self._last = i
+            for _, mad, still in [p for p in self._pending if p[0] <= i]:
+                self._sampled.fold(mad, still)
+            self._pending = [p for p in self._pending if p[0] > i]
+        if self.wants(i):
+            got = self._sampled.pair(frame)
+            if got is not None:
+                if i <= self._last:
+                    self._sampled.fold(*got)
+                else:  # counts once a kept frame at or after it shows it is read
+                    self._pending.append((i, *got))
+
+    def record(self) -> Dict[str, Any]:
+        """``{"max_mad", "pairs", "frozen"}`` of the frames kept, with ``"sampled"`` (and its
+        ``"every"``) when ``every`` was given."""
+        out = self._kept.record()
+        if self.every is not None:
+            out["sampled"] = dict(self._sampled.record(), every=self.every)
+        return out

@@ -178,6 +178,7 @@ def _leaderboard_section(page: _Page) -> str:
           "resolution), AdaDFRC &darr; (clip mean over objects).</p>",
           _table(["generator", "score", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
                   "ok / n.a. / error"], lb_rows)]
+    lb.extend(_frozen_note(page.flat))
     trio = stats.epipolar_trio(page.flat, **page.boot)
     if any(r["epipolar_error_scenes"] for r in trio):
         lb.append("<p>Epipolar trio (WorldAtlas / GVGC), scene-balanced medians:</p>")
@@ -187,6 +188,18 @@ def _leaderboard_section(page: _Page) -> str:
                            _ci(r, "epipolar_inlier_rate"), _ci(r, "feature_match_coverage")]
                           for r in trio]))
     return "\n".join(lb)
+
+
+def _frozen_note(flat: List[Dict[str, Any]]) -> List[str]:
+    """A line under the leaderboard naming the frozen (still) clips per generator (the flat
+    rows' ``frozen``), or nothing when there is none."""
+    frozen = Counter(r.get("generator") for r in flat if r.get("frozen") is True)
+    if not frozen:
+        return []
+    return [f"<p>Frozen (still) clips, by generator: {html.escape(counts(frozen))}. They keep "
+            "their geometric score (a static camera on a static scene is category C1) and are "
+            "flagged in the rows' <code>frozen</code> column; the training rewards and "
+            "<code>geocon pairs</code> give them the neutral value.</p>"]
 
 
 def _prompt_category_section(page: _Page) -> str:

@@ -7,6 +7,7 @@ import html
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
+from ..io.sampling import FROZEN_MAX_MAD
 from ..measures.calibration import BoundCheck, bound_checks, clip_statistics
 
 UNKNOWN = "unknown"
@@ -96,11 +97,20 @@ def pair_counts(background: Optional[Dict[str, Any]]) -> str:
 
 def score_line(result: Mapping[str, Any]) -> str:
     """The headline score and the terms it folds (:mod:`geocon_torch.measures.headline`):
-    "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]"."""
+    "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]", followed for a
+    frozen clip (``result["motion"]["frozen"]``) by "; frozen video (...)": it keeps its
+    geometric score (a static camera on a static scene is category C1), the rewards refuse it."""
     terms = result.get("score_terms") if isinstance(result.get("score_terms"), Mapping) else {}
     detail = ", ".join(f"{k} {compact(v, 3)}" for k, v in terms.items())
-    return (f"Score {compact(result.get('score'), 3)}" + (f" ({detail})" if detail else "")
+    line = (f"Score {compact(result.get('score'), 3)}" + (f" ({detail})" if detail else "")
             + " [0-1, higher is better]")
+    motion = result.get("motion") if isinstance(result.get("motion"), Mapping) else {}
+    if motion.get("frozen") is True:
+        line += (f"; frozen video (no pair of the {compact(motion.get('pairs'))} consecutive "
+                 f"frame pairs differs by more than {FROZEN_MAX_MAD:g} grey levels, largest "
+                 f"{compact(motion.get('max_mad'), 3)}): it keeps its geometric score, the "
+                 f"rewards give it the neutral value")
+    return line
 
 
 #: the calibration record's thresholds (px at the working resolution; parallax_ref_min in
