@@ -9,16 +9,25 @@ pairs in temporal order, ``gate_rows`` the finest-scale rows of the wide gate pa
 The U band is resolved by one rule, :func:`~.decision.resolve_u` (per pair) /
 :func:`~.decision.resolve_u_clip` (one clip decision): F when GRIC prefers F or F's inlier
 ratio beats H's by more than ``gate.u_margin``.
+
+Which tier decides (:func:`decide_gates`, :func:`gate_source`): the widest tier with a valid
+pair, unless it does not decide F and a narrower tier whose pairs share markedly more of the
+scene does (:func:`narrower_f`). Parallax grows with the baseline, so the wide pairs are read
+first; but a wide-pair H only says that what the two frames *share* fits one homography: on a
+long translating shot the first and last frames may share one plane (the back wall), which a
+homography explains whatever the camera did, while the narrower pairs see the parallax (F: its
+lower confidence bound above the F band, which no rotation of a rigid scene produces).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .._tensor_utils import group_index, grouped_quantiles
-from ..config import GeoConConfig
+from ..config import GateConfig, GeoConConfig
 from ..errors import InputError
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import gate_pair_tiers
@@ -74,16 +83,21 @@ def gate_block(method: Optional[str], ext_gate: Optional[GateDecision]) -> Dict[
 
 
 def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
-                gate_pairs: Optional[torch.Tensor] = None) -> Tuple[Stats, Union[list, str, None]]:
+                gate_pairs: Optional[torch.Tensor] = None, config: Optional[GateConfig] = None
+                ) -> Tuple[Stats, Union[list, str, None]]:
     """The parallax statistics the weight-free gate reads: the valid rows of the widest tier of
     gate pairs that has one (wide pairs, then the halves, then the quarters:
-    :func:`~geocon_torch.io.pairs.gate_pair_tiers`), else the ``evaluated`` rows.
+    :func:`~geocon_torch.io.pairs.gate_pair_tiers`), else the ``evaluated`` rows. With the gate
+    ``config``, a narrower tier that decides F on pairs sharing markedly more of the scene
+    replaces a widest tier that does not (:func:`narrower_f`: the rule of
+    :func:`decide_gates`; one-clip route, host reads).
 
     Args:
         stats: :func:`~.parallax.parallax_statistics`, each (R,) over all rows.
         evaluated: (P,) long rows of the evaluated pairs; gate_rows: (G,) long rows.
         gate_pairs: (G, 2) frame pairs of ``gate_rows`` (their tiers, and the evidence); None:
             one tier.
+        config: the gate config (None: the widest valid tier, without the narrower-F rule).
     Returns:
         (statistics restricted to the rows used, the pairs used: a list of ``gate_pairs`` rows,
         None without ``gate_pairs``, or "evaluated pairs").
@@ -94,11 +108,17 @@ def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
                  else torch.zeros_like(gate_rows))
         per_tier = torch.zeros(3, dtype=torch.long, device=valid.device).index_add_(
             0, tiers.long(), valid.long()).tolist()  # valid rows per tier: one host transfer
-        for tier in range(3):
-            if per_tier[tier] > 0:
-                part = (tiers == tier).nonzero()[:, 0]
-                used = gate_pairs[part.cpu()].tolist() if gate_pairs is not None else None
-                return {k: v[gate_rows[part]] for k, v in stats.items()}, used
+        read = [t for t in range(3) if per_tier[t] > 0]
+        parts = [(tiers == t).nonzero()[:, 0] for t in read]
+        subs = [{k: v[gate_rows[part]] for k, v in stats.items()} for part in parts]
+        if subs:
+            pick = 0
+            if config is not None:
+                support = [_median(sub["num_f_inliers"][sub["valid"]].tolist()) for sub in subs]
+                pick = read.index(narrower_f(lambda i: gate_from_parallax(subs[i], config),
+                                             read, support)[1])
+            used = gate_pairs[parts[pick].cpu()].tolist() if gate_pairs is not None else None
+            return subs[pick], used
     return {k: v[evaluated] for k, v in stats.items()}, "evaluated pairs"
 
 
@@ -248,9 +268,11 @@ def decide_gates(stats: Stats, clips: Sequence[GateRows], config: GeoConConfig,
     once: the medians of every source a clip may read (:meth:`GateRows.sources`) in one
     batched order-statistic call, and one host transfer; the decisions are then taken on the
     host. The weight-free gate reads the widest tier with a valid row, else the evaluated
-    rows (:func:`gate_source`); its evidence gets ``gate_pairs``, ``gric_delta`` (median over
-    the rows read) and ``u_resolved``. A per-pair gate (``gate.per_pair``, opt-in) adds each
-    clip's hysteresis over its evaluated rows.
+    rows (:func:`gate_source`), unless that tier does not decide F and a narrower tier whose
+    pairs share markedly more of the scene does (:func:`narrower_f`: then the narrower tier's
+    decision, with ``wider_tier`` and ``why_f`` in its evidence); its evidence gets
+    ``gate_pairs``, ``gric_delta`` (median over the rows read) and ``u_resolved``. A per-pair
+    gate (``gate.per_pair``, opt-in) adds each clip's hysteresis over its evaluated rows.
 
     Args:
         stats: :func:`~.parallax.parallax_statistics` of R rows, each (R,).
@@ -287,26 +309,99 @@ def decide_gates(stats: Stats, clips: Sequence[GateRows], config: GeoConConfig,
     if support is not None:
         sm, sn = rows_host[3 * r:3 * r + 2 * b], rows_host[3 * r + 2 * b:]
         margins = [sm[b + c] - sm[c] if sn[c] > 0 and sn[b + c] > 0 else 0.0 for c in range(b)]
+
+    def tier_gate(c: int, t: int) -> GateDecision:  # the decision of clip c's source t
+        rows = sources[c][t]
+        gate = decide_on_host(med_of(4 * c + t), [values[i] for i in rows],
+                              [ok[i] for i in rows], [int(row_n[i]) for i in rows], config.gate)
+        gate.evidence["gate_pairs"] = ([clips[c].gate_pairs[clips[c].gate_rows.index(i)]
+                                        for i in rows] if t < 3 else "evaluated pairs")
+        return gate
+
     out = []
     for c, (clip, src) in enumerate(zip(clips, sources)):
-        pick = next((t for t in range(3) if src[t] and n_valid[4 * c + t] > 0), 3)
-        med, rows = med_of(4 * c + pick), src[pick]
+        tiers = [t for t in range(3) if src[t] and n_valid[4 * c + t] > 0] or [3]
+        pick = tiers[0]
         if clip.ext is not None:
             gate = clip.ext
         else:
-            gate = decide_on_host(med, [values[i] for i in rows], [ok[i] for i in rows],
-                                  [int(row_n[i]) for i in rows], config.gate)
-            gate.evidence["gate_pairs"] = ([clip.gate_pairs[clip.gate_rows.index(i)]
-                                            for i in rows] if pick < 3 else "evaluated pairs")
+            support = [_median([row_n[i] for i in src[t] if ok[i]]) for t in tiers]
+            gate, pick = narrower_f(lambda i: tier_gate(c, tiers[i]), tiers, support)
             if config.gate.per_pair:  # per-pair hysteresis on the evaluated (adjacent) pairs
                 ev = torch.tensor(clip.evaluated, dtype=torch.long, device=index.device)
                 gate.per_pair = gate_from_parallax({key: v[ev] for key, v in stats.items()},
                                                    config.gate).per_pair
-        gric = med["gric_delta"]  # 0.0 (fill) when no row is valid
+        gric = med_of(4 * c + pick)["gric_delta"]  # 0.0 (fill) when no row is valid
         gate.evidence.setdefault("u_resolved", resolve_u_clip(gric))
         gate.evidence["gric_delta"] = gric
         out.append((gate, margins[c]))
     return out
+
+
+def _median(values: Sequence[float]) -> float:
+    """The median of host numbers (0.0 for none)."""
+    return float(statistics.median(values)) if values else 0.0
+
+
+TIER_NAMES = ("wide pairs", "halves", "quarters", "evaluated pairs")
+#: a narrower tier's F overrules the widest tier only when the widest tier's pairs share at most
+#: this fraction of its matched scene (median F-inliers per pair, widest / narrower): measured on
+#: grounded and held-out clips, long translating shots whose wide pairs see one plane have
+#: ratios 0.10-0.71, non-rigid corruptions (breathing, rubber sheet, flicker, background slide)
+#: whose wide pairs see the same scene as the narrower ones 0.91-1.42; 0.8 sits in the gap
+OVERLAP_RATIO = 0.8
+
+
+def narrower_f(decide: Callable[[int], GateDecision], tiers: Sequence[int],
+               support: Sequence[float]) -> Tuple[GateDecision, int]:
+    """The clip's weight-free decision from its valid tiers, widest first (host only): the
+    widest tier's decision, unless it is not F and a narrower gate tier decides F on pairs that
+    share markedly more of the scene (the widest tier's median F-inliers per pair at most
+    :data:`OVERLAP_RATIO` of the narrower tier's); then the widest such tier's decision, its
+    evidence with the wider tier's verdict (``wider_tier``: its pairs, decision, magnitude
+    evidence, the F-inlier ratio) and ``why_f``.
+
+    Why: parallax grows with the baseline, so the widest pairs are read first; but an H of the
+    wide pairs only says that the part of the scene both frames share fits one homography. On a
+    long translating shot the first and last frames can share one plane (the back wall) while
+    the narrower pairs, sharing more, see the parallax: F measured above the F band, which no
+    rotation of a rigid scene produces. When the wide pairs share about as much as the narrower
+    ones, the same scene fits one homography at the longer baseline, so the narrower F comes
+    from non-rigid motion (a corruption), not from translation: the widest tier decides, as
+    does a narrower H or U (less baseline, less parallax). A clip that meets neither keeps the
+    widest tier's decision and evidence unchanged.
+
+    Args:
+        decide: ``decide(i)`` -> the decision of ``tiers[i]`` (narrower ones only when needed).
+        tiers: the clip's valid tiers, widest first (0 wide pairs, 1 halves, 2 quarters; 3 the
+            evaluated pairs, a fallback: never read as a narrower tier).
+        support: per valid tier, the median F-inlier count of its valid pairs.
+    Returns:
+        (the decision, the tier it was read from).
+    """
+    wide = decide(0)
+    if wide.decision == "F":
+        return wide, tiers[0]
+    for i in range(1, len(tiers)):
+        ratio = support[0] / max(support[i], 1.0)
+        if tiers[i] == 3 or ratio > OVERLAP_RATIO:
+            continue
+        gate = decide(i)
+        if gate.decision != "F":
+            continue
+        ev = wide.evidence
+        gate.evidence["wider_tier"] = dict(
+            {"tier": TIER_NAMES[tiers[0]], "gate_pairs": ev.get("gate_pairs"),
+             "decision": wide.decision, "statistic": wide.statistic},
+            **{k: ev[k] for k in ("magnitude_ref_px", "magnitude_ci_ref_px",
+                                  "f_inliers_per_pair", "why_u") if k in ev},
+            f_inlier_ratio=ratio)
+        gate.evidence["why_f"] = (
+            f"the {TIER_NAMES[tiers[i]]} show parallax above the F band; the "
+            f"{TIER_NAMES[tiers[0]]} ({wide.decision}) share {ratio:.2f} of their F-inliers "
+            f"(<= {OVERLAP_RATIO:g}): what they see may be one plane")
+        return gate, tiers[i]
+    return wide, tiers[0]
 
 
 def decide_gate(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
