@@ -21,6 +21,7 @@ lower confidence bound above the F band, which no rotation of a rigid scene prod
 from __future__ import annotations
 
 import statistics
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -109,12 +110,16 @@ def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
         per_tier = torch.zeros(3, dtype=torch.long, device=valid.device).index_add_(
             0, tiers.long(), valid.long()).tolist()  # valid rows per tier: one host transfer
         read = [t for t in range(3) if per_tier[t] > 0]
+        if config is None:  # the widest valid tier only
+            read = read[:1]
         parts = [(tiers == t).nonzero()[:, 0] for t in read]
         subs = [{k: v[gate_rows[part]] for k, v in stats.items()} for part in parts]
         if subs:
             pick = 0
-            if config is not None:
-                support = [_median(sub["num_f_inliers"][sub["valid"]].tolist()) for sub in subs]
+            if len(subs) > 1:  # F-inliers of every tier's valid rows: one host transfer
+                flat = torch.cat([s["num_f_inliers"][s["valid"]].double() for s in subs]).tolist()
+                ends = list(accumulate(per_tier[t] for t in read))
+                support = [_median(flat[a:b]) for a, b in zip([0] + ends, ends)]
                 pick = read.index(narrower_f(lambda i: gate_from_parallax(subs[i], config),
                                              read, support)[1])
             used = gate_pairs[parts[pick].cpu()].tolist() if gate_pairs is not None else None
