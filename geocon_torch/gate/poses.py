@@ -19,7 +19,8 @@ Accepted pose logs (:func:`load_pose_log`):
   ``absolute_poses``).
 * ``.npz`` with the same keys (``relative_pose`` (4, 4), ``poses`` (P, 4, 4) + optional
   ``pairs`` (P, 2) and ``valid`` (P,), ``absolute_poses`` (T, 4, 4)); NaN entries mean missing.
-* tensors / arrays: (4, 4) first/last pose or (P, 4, 4) per-pair poses.
+* tensors / arrays: (4, 4) first/last pose or (P, 4, 4) per-pair poses. Tensors on any device
+  (also inside lists and mappings, also ones that require grad) are read as host data.
 """
 from __future__ import annotations
 
@@ -147,7 +148,22 @@ def _check_rigid(t: torch.Tensor, where: str) -> None:
                          f"be orthonormal with determinant +1, its last row 0 0 0 1)")
 
 
+def _on_host(value: Any) -> Any:
+    """``value`` with every torch tensor in it (itself, or inside lists / tuples, nested)
+    detached and on the CPU, ready for ``np.asarray``: pose logs are host data, and numpy
+    reads neither CUDA tensors nor tensors that require grad. Other values are unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_host(v) for v in value)
+    return value
+
+
 def _as_pose_tensor(value: Any, where: str) -> torch.Tensor:
+    """(P, 4, 4) float64 poses from a (4, 4) / (P, 4, 4) / (P, 3, 4) array, tensor (any
+    device) or list (of lists, arrays, tensors; None = missing -> NaN); InputError for text or
+    ragged entries, ShapeError for other shapes, InputError for a non-rigid pose."""
+    value = _on_host(value)
     try:
         arr = np.asarray([np.full((4, 4), np.nan) if v is None else v for v in value]
                          if isinstance(value, list) and value and (value[0] is None or
@@ -183,13 +199,14 @@ def _from_mapping(data: Any, source: str) -> PoseLog:
         rel = _as_pose_tensor(get(key), f"{source}:{key}")
         present = torch.isfinite(rel).flatten(1).all(1)
         if get("valid") is not None:
-            valid = torch.as_tensor(np.asarray(get("valid")), dtype=torch.bool).view(-1)
+            valid = torch.as_tensor(np.asarray(_on_host(get("valid"))), dtype=torch.bool).view(-1)
             if valid.numel() != rel.shape[0]:
                 raise ShapeError(f"{source}: 'valid' has {valid.numel()} entries for "
                                  f"{rel.shape[0]} poses")
             present &= valid
         pairs = get("pairs")
-        pairs = None if pairs is None else torch.as_tensor(np.asarray(pairs), dtype=torch.long)
+        if pairs is not None:
+            pairs = torch.as_tensor(np.asarray(_on_host(pairs)), dtype=torch.long)
         if pairs is not None and (pairs.ndim != 2 or pairs.shape != (rel.shape[0], 2)):
             raise ShapeError(f"{source}: 'pairs' must be ({rel.shape[0]}, 2), "
                              f"got {tuple(pairs.shape)}")
@@ -203,7 +220,7 @@ def load_pose_log(source: PoseSource) -> PoseLog:
     if isinstance(source, PoseLog):
         return source
     if isinstance(source, (torch.Tensor, np.ndarray)):
-        rel = _as_pose_tensor(torch.as_tensor(source).double().cpu().numpy(), "poses")
+        rel = _as_pose_tensor(torch.as_tensor(_on_host(source)).double().numpy(), "poses")
         return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1))
     if isinstance(source, dict):
         return _from_mapping(source, "dict")

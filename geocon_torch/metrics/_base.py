@@ -23,12 +23,31 @@ from .functional._common import ERROR, NOT_APPLICABLE, encode_reason, first_reas
 T = TypeVar("T")
 
 
+def _sequential_sum(total: Tensor, values: Tensor) -> Tensor:
+    """``((total + v0) + v1) + ...``: N adds of the (N,) ``values`` (cast to ``total``'s dtype)
+    to the 0-d ``total``, each rounded in that dtype, on ``total``'s device. N small kernels,
+    no host sync (N is the tensor's size, known on the host)."""
+    out = total.reshape(())
+    for v in values.to(total.dtype).reshape(-1).unbind(0):
+        out = out + v
+    return out
+
+
 def in_order_sum(total: Tensor, values: Tensor) -> Tensor:
     """``total`` (0-d) plus the (N,) ``values`` added one after the other, as N updates of one
-    clip (or sample) each would add them (``values.sum()`` rounds otherwise: a batch's state
-    then differed from the clip-by-clip one in the last bit). One ``cumsum``: sequential on the
-    CPU."""
-    return torch.cat([total.reshape(1), values.to(total.dtype)]).cumsum(0)[-1]
+    clip (or sample) each would add them, bit for bit on every device (``values.sum()`` rounds
+    otherwise: a batch's state then differed from the clip-by-clip one in the last bit).
+
+    A float64 (or integer) ``total`` on the CPU: one ``cumsum``, a sequential loop that
+    accumulates in the state's dtype. Elsewhere :func:`_sequential_sum`: CUDA's cumsum is a
+    parallel (tree-shaped) scan, and the CPU's float32 / half cumsum accumulates in float64
+    and rounds once. Returns a 0-d tensor on ``total``'s device, of its dtype (an integer
+    ``total`` on the CPU: int64, as ``cumsum`` gives)."""
+    exact_cumsum = total.dtype == torch.float64 or not (total.dtype.is_floating_point
+                                                         or total.dtype.is_complex)
+    if total.device.type == "cpu" and exact_cumsum:
+        return torch.cat([total.reshape(1), values.to(total.dtype)]).cumsum(0)[-1]
+    return _sequential_sum(total, values)
 
 
 class GeoConMetric(Metric):
