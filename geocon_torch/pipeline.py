@@ -618,8 +618,10 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     (:func:`~geocon_torch.sections.background.score_backgrounds`: features, one RANSAC call
     per model over the rows of all clips, gate, summaries). Each clip's result equals
     :func:`score_clip`'s (bit for bit on the CPU, timings aside: a batched stage's time is the
-    batch's). ``progress`` is passed on (default False: a batch API, e.g. inside metrics and
-    rewards; None: on for a terminal).
+    batch's). A batch-wide stage that raises (a ``cv2.error`` on one clip's frame, an
+    out-of-memory error of a merged call) is retried clip by clip, so only the clip that raises
+    alone gets its error (``score_backgrounds``). ``progress`` is passed on (default False: a
+    batch API, e.g. inside metrics and rewards; None: on for a terminal).
 
     Raises:
         ConfigError: the config cannot be pinned (e.g. a missing calibration file): a bad
@@ -628,7 +630,8 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
             model-backed stage the clips run cannot be built, as :func:`score_clip` raises it,
             before any clip is read (:func:`preflight_models`: each model is built once, then
             the stages use it); what depends on one clip (an undecodable clip, a SAM-2 prompt
-            frame outside it) stays that clip's ``error``.
+            frame outside it) stays that clip's ``error``. The same errors raised later by a
+            batch-wide background stage are raised too (a config problem is every clip's).
     """
     cfg = scoring_config(config, preset)
     failed_cfg = pinned_config(cfg, device)  # what a failed clip records (the same hash)

@@ -26,6 +26,7 @@ import torch
 
 from .._tensor_utils import group_index, grouped_quantiles, to_device
 from ..config import GeoConConfig, load_config
+from ..errors import CheckpointError, ConfigError, OptionalDependencyError
 from ..features import extract_correspondences
 from ..features.base import resolve_backend
 from ..features.multiscale import resolve_scale_mode
@@ -48,6 +49,7 @@ from ..segment.background import background_keep_chunked
 from ..segment.sam2 import sam2_masks
 from ..types import Clip, Correspondences, Fit, RowLayout
 from .fits import ClipRows, MergedFits, fit_merged
+from .isolation import batch_or_each
 
 Timer = Callable[[str], ContextManager[Any]]
 
@@ -267,16 +269,42 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     texture are then scored again as one batch with ``features.fallback`` (lk-tracks by
     default; :func:`_fall_back`), the others keep their results.
 
+    A batch-wide stage that raises (a ``cv2.error`` on one clip's frame, an out-of-memory
+    error in a merged call, a bug) drops the batch's work and scores each clip again alone (a
+    batch of one: the same result, and less memory), so only a clip that raises alone gets its
+    exception as its entry. :data:`CALL_ERRORS` (a config problem, the same for every clip)
+    are raised for the call instead, as :func:`~geocon_torch.pipeline.preflight_models`
+    raises them; so are KeyboardInterrupt and SystemExit.
+
     Args:
         clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
             None; config, device, timer: as :func:`background_block`.
     Returns:
         one (BackgroundBlock, BackgroundRows or None) per clip, or the exception it raised.
+    Raises:
+        ConfigError, CheckpointError, OptionalDependencyError: raised by any stage.
     """
-    cfg, timer = load_config(config), timer or _untimed
+    cfg = load_config(config)
     n = len(clips)
     masks = list(masks) if masks is not None else [None] * n
     poses = list(poses) if poses is not None else [None] * n
+    return batch_or_each(
+        lambda ks: _score_merged([clips[k] for k in ks], [pairs[k] for k in ks],
+                                 [masks[k] for k in ks], [poses[k] for k in ks], cfg, device,
+                                 timer, keep_rows),
+        range(n), reraise=CALL_ERRORS)
+
+
+#: errors of a batch-wide stage that are the call's, not a clip's: raised, never retried
+CALL_ERRORS = (ConfigError, CheckpointError, OptionalDependencyError)
+
+
+def _score_merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], masks: List[Any],
+                  poses: List[Any], cfg: GeoConConfig, device: Optional[torch.device],
+                  timer: Optional[Timer], keep_rows: bool) -> List[Scored]:
+    """:func:`score_backgrounds`' stages over the B clips (``masks`` / ``poses``: B entries);
+    a batch-wide stage's exception escapes."""
+    timer = timer or _untimed
     jobs = [_Job(c, p, m, q, BackgroundBlock({"status": "not_applicable",
                                               "pairs": int(p.shape[0])}, gate_block(None, None)))
             for c, p, m, q in zip(clips, pairs, masks, poses)]
@@ -1103,8 +1131,10 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
     raised (the first result stays, the error recorded); either way ``block["fallback"]`` says
     what was tried: {"from": the scoring backend, "from_reason": its reason, "backend": the
     fallback, "status" / "reason": the fallback's ("error" with the exception when it raised)}.
-    An exception common to the whole rescoring batch (e.g. the fallback backend's feature stage
-    failing) is every rescored clip's; it never escapes (the other clips keep their results)."""
+    A batch-wide stage of the rescoring that raises is retried clip by clip
+    (:func:`score_backgrounds`); an exception it raises for the call (e.g. the fallback backend
+    cannot be built) is every rescored clip's; none escapes (the other clips keep their
+    results)."""
     again = [k for k, got in enumerate(results) if _textureless(got)]
     if not again or cfg.features.fallback is None:
         return results
