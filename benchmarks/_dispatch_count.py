@@ -10,24 +10,31 @@ launch on CUDA) and the host syncs a CUDA run would make:
 * ``transfer``: ``Tensor.tolist()``, ``.numpy()`` and ``.cpu()`` calls (a device-to-host copy on
   CUDA; on the CPU they dispatch no op, so they are caught by wrapping the three methods).
 
-``syncs`` is their sum. :class:`HostToDeviceCounter` finds the host-to-device copies a CUDA run
-would make (from pageable memory each one is a ``cudaStreamSynchronize``, a drained stream like
-any other host sync, but invisible to a dispatch count on the CPU, where ``.to(device)`` is a
-no-op): a ``TorchFunctionMode`` that follows which tensors would live on the host (module
-constants, tensors built from Python data or NumPy without ``device=``, ``.cpu()`` results and
-whatever is computed from host tensors alone) and counts, with the code line that did it, every
-``torch.tensor`` / ``as_tensor`` of host data with ``device=``, every ``.to(device)`` /
-``.cuda()`` of a host tensor (but a ``non_blocking=True`` one: the toolkit's ``to_device``
-pins the host copy on CUDA, so it queues without a sync) and every op that mixes a host tensor
-(more than one element) into device ones. :class:`OpenCVCounter` wraps every function and class
-of the ``cv2`` module with a counting proxy (objects built by a class or a ``*_create`` factory
-count their method calls too), so OpenCV steps on a path that should stay on the device show up.
+``syncs`` is their sum. ``linalg`` counts apart the linear-algebra ops that check their error
+codes on the host: on CUDA ``torch.linalg.eigh`` / ``svd`` / ``inv`` / ``solve`` / ``cholesky``
+read the kernel's ``info`` back (``_linalg_check_errors``: a device wait, as PyTorch documents),
+on the CPU the check runs inside the op, so ``syncs`` misses them (:data:`LINALG_SYNC`,
+:data:`LINALG_CHECKED`; the ``*_ex`` forms with ``check_errors=False`` do not wait).
+
+:class:`HostToDeviceCounter` finds the host-to-device copies a CUDA run would make (from
+pageable memory each one is a ``cudaStreamSynchronize``, a drained stream like any other host
+sync, but invisible to a dispatch count on the CPU, where ``.to(device)`` is a no-op): a
+``TorchFunctionMode`` that follows which tensors would live on the host (module constants,
+tensors built from Python data or NumPy without ``device=``, ``.cpu()`` results and whatever is
+computed from host tensors alone) and counts, with the code line that did it, every
+``torch.tensor`` / ``as_tensor`` of host data with ``device=``, every ``t.new_tensor(host
+data)`` of a device tensor ``t``, every ``.to(device)`` / ``.cuda()`` of a host tensor (but a
+``non_blocking=True`` one: the toolkit's ``to_device`` pins the host copy on CUDA, so it queues
+without a sync) and every op that mixes a host tensor (more than one element) into device ones.
+:class:`OpenCVCounter` wraps every function and class of the ``cv2`` module with a counting
+proxy (objects built by a class or a ``*_create`` factory count their method calls too), so
+OpenCV steps on a path that should stay on the device show up.
 
 Usage::
 
     with DispatchCounter() as ops, OpenCVCounter() as cv:
         run()
-    ops.ops, ops.syncs, cv.calls
+    ops.ops, ops.syncs, ops.linalg, cv.calls
 """
 from __future__ import annotations
 
@@ -47,6 +54,14 @@ DATA_DEPENDENT = ("aten.nonzero", "aten.masked_select", "aten._unique", "aten.un
                   "aten._unique2", "aten.unique_consecutive", "aten.unique_dim",
                   "aten.argwhere", "aten.nonzero_static")
 TRANSFER_METHODS = ("tolist", "numpy", "cpu")
+#: linalg ops that read their error codes on the host after the kernel on CUDA (a device wait
+#: each; on the CPU the check runs inside the op, or is the dispatched ``_linalg_check_errors``
+#: of ``inv`` / ``solve`` / ``cholesky`` / ``lu_factor``)
+LINALG_SYNC = ("aten._linalg_eigh", "aten._linalg_svd", "aten.linalg_eig",
+               "aten._linalg_check_errors")
+#: ``*_ex`` linalg ops that wait only when called with ``check_errors=True``
+LINALG_CHECKED = ("aten.linalg_inv_ex", "aten._linalg_solve_ex", "aten.linalg_cholesky_ex",
+                  "aten.linalg_lu_factor_ex", "aten.linalg_ldl_factor_ex")
 
 
 def _packet(func: Any) -> str:
@@ -69,14 +84,24 @@ def _is_data_dependent(func: Any, args: Tuple[Any, ...]) -> bool:
     return False
 
 
+def _is_linalg_sync(packet: str, kwargs: Optional[Dict[str, Any]]) -> bool:
+    """Whether the op ``packet`` reads its error codes on the host on CUDA."""
+    if packet in LINALG_SYNC:
+        return True
+    return packet in LINALG_CHECKED and bool((kwargs or {}).get("check_errors", False))
+
+
 class DispatchCounter(TorchDispatchMode):
     """Counts aten ops and host syncs inside its ``with`` block (this thread only).
 
     Attributes:
         ops: every aten op dispatched.
         scalar, data_dependent, transfer: the three kinds of host sync (module docstring).
+        linalg: linalg ops that would wait for the device on CUDA (error checks; not in
+            ``syncs``).
         by_op: ``collections.Counter`` of op packet name -> count.
         sync_ops: ``collections.Counter`` of what synced (op name or ``Tensor.<method>``).
+        linalg_ops: ``collections.Counter`` of the ``linalg`` ops by name.
     """
 
     def __init__(self) -> None:
@@ -85,8 +110,10 @@ class DispatchCounter(TorchDispatchMode):
         self.scalar = 0
         self.data_dependent = 0
         self.transfer = 0
+        self.linalg = 0
         self.by_op: collections.Counter = collections.Counter()
         self.sync_ops: collections.Counter = collections.Counter()
+        self.linalg_ops: collections.Counter = collections.Counter()
         self._saved: Dict[str, Callable] = {}
         self._in_transfer = False
 
@@ -105,6 +132,9 @@ class DispatchCounter(TorchDispatchMode):
         elif _is_data_dependent(func, args):
             self.data_dependent += 1
             self.sync_ops[packet] += 1
+        if _is_linalg_sync(packet, kwargs):
+            self.linalg += 1
+            self.linalg_ops[packet] += 1
         return func(*args, **(kwargs or {}))
 
     def _wrap_transfer(self, name: str) -> Callable:
@@ -140,8 +170,9 @@ class DispatchCounter(TorchDispatchMode):
         """Counts as a dict (JSON-ready), with the ``top`` most frequent ops and sync sites."""
         return {"ops": self.ops, "syncs": self.syncs, "scalar": self.scalar,
                 "data_dependent": self.data_dependent, "transfer": self.transfer,
-                "top_ops": dict(self.by_op.most_common(top)),
-                "sync_sites": dict(self.sync_ops.most_common(top))}
+                "linalg": self.linalg, "top_ops": dict(self.by_op.most_common(top)),
+                "sync_sites": dict(self.sync_ops.most_common(top)),
+                "linalg_ops": dict(self.linalg_ops.most_common(top))}
 
 
 _TAG = "_h2d_host"  # attribute on tensors seen by HostToDeviceCounter: True host, False device
@@ -151,6 +182,8 @@ _FACTORIES = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace"
               "full_like", "rand_like", "randn_like", "randint_like", "tensor", "as_tensor",
               "asarray", "scalar_tensor", "empty_strided"}
 _FROM_DATA = {"tensor", "as_tensor", "asarray"}  # copy Python / NumPy / tensor data
+#: Tensor methods that copy data to their tensor's device (or their ``device=``)
+_NEW_FROM_DATA = {"new_tensor"}
 _TO_HOST = {"cpu", "numpy", "tolist", "pin_memory"}
 
 
@@ -239,6 +272,8 @@ class HostToDeviceCounter(TorchFunctionMode):
                 out = out.view_as(out)
                 self.aliases += 1
             return _mark(out, False)
+        if name in _NEW_FROM_DATA and args and isinstance(args[0], torch.Tensor):
+            return self._new_from_data(out, args, kwargs)
         if name in _FACTORIES and not (args and isinstance(args[0], torch.Tensor)
                                        and name.endswith("_like")):
             on_device = kwargs.get("device") is not None
@@ -256,6 +291,16 @@ class HostToDeviceCounter(TorchFunctionMode):
         if any(h and t.numel() > 1 for h, t in zip(host, ins)):
             self._count()  # a host tensor mixed into device ones: an implicit copy
         return _mark(out, False)
+
+    def _new_from_data(self, out: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """``t.new_tensor(data)``: lives on ``t``'s device (or ``device=``); a copy when that is
+        the device and ``data`` is Python / NumPy data or a host tensor."""
+        on_device = kwargs.get("device") is not None or not _is_host(args[0])
+        if on_device:
+            src = _tensors(args[1] if len(args) > 1 else kwargs.get("data"))
+            if not src or any(_is_host(t) for t in src):
+                self._count()
+        return _mark(out, not on_device)
 
     def __enter__(self) -> "HostToDeviceCounter":
         self._from_numpy = torch.from_numpy

@@ -6,7 +6,11 @@ For B = 1 and B = 8 grounded clips (12 frames, 192x320, categories C1..C6 in tur
 syncs = ``.item()``-style reads, data-dependent sizes and host copies), under
 :class:`~benchmarks._dispatch_count.HostToDeviceCounter` (``h2d``: the pageable host-to-device
 copies a CUDA run would make, each one a stream sync too; ``all_syncs`` = syncs + h2d) and
-:class:`~benchmarks._dispatch_count.OpenCVCounter`:
+:class:`~benchmarks._dispatch_count.OpenCVCounter`. ``linalg`` (``la`` in the table; RESULT:
+``paths[path][B]["linalg"]`` and ``<path>_linalg_syncs``) counts apart the linalg calls that
+would wait for the device on CUDA to read their error codes (``torch.linalg.eigh`` / ``svd`` /
+``inv``: the RANSAC refits' eigh, the rank-2 SVDs); they are in neither ``syncs`` nor
+``all_syncs``, which keep their meaning (and the targets judged on them):
 
 * ``background``: ``BackgroundConsistency.update`` (the headline metric);
 * ``reward-<kind>``: ``geometric_reward`` of every kind of :data:`geocon_torch.rewards.KINDS`
@@ -70,6 +74,9 @@ FRAMES = 12  # frames per clip of every path not in PATH_FRAMES
 PATH_FRAMES = {"reward-epipolar-dpo": 16}
 TARGETS = {"background_ops": 25000, "background_syncs": 100, "ops_growth": 1.5,
            "background_opencv": 0}
+#: the counts RESULT reports per path and B
+RESULT_KEYS = ("ops", "syncs", "scalar", "data_dependent", "transfer", "h2d", "all_syncs",
+               "linalg", "opencv")
 
 
 def grounded_batch(b: int, frames: int, size: tuple, device: str) -> torch.Tensor:
@@ -125,10 +132,12 @@ def warm_up(fn: Callable[[torch.Tensor], Any], videos: torch.Tensor) -> None:
 
 
 def count(fn: Callable[[torch.Tensor], Any], videos: torch.Tensor) -> Dict[str, Any]:
-    """ops / syncs / host-to-device copies / OpenCV calls of one call of ``fn(videos)`` (plus
-    wall seconds, counting included). ``syncs`` are the reads :class:`DispatchCounter` sees;
-    ``h2d`` the pageable host-to-device copies a CUDA run would make (each one waits for the
-    stream too); ``all_syncs`` their sum, what the syncs target is judged on."""
+    """ops / syncs / host-to-device copies / linalg syncs / OpenCV calls of one call of
+    ``fn(videos)`` (plus wall seconds, counting included). ``syncs`` are the reads
+    :class:`DispatchCounter` sees; ``h2d`` the pageable host-to-device copies a CUDA run would
+    make (each one waits for the stream too); ``all_syncs`` their sum, what the syncs target is
+    judged on; ``linalg`` the linalg calls that read their error codes back on CUDA (not in
+    ``all_syncs``)."""
     t0 = time.perf_counter()
     with HostToDeviceCounter() as h2d, DispatchCounter() as ops, OpenCVCounter() as cv:
         HostToDeviceCounter.device(videos)
@@ -159,6 +168,29 @@ def frames_per_s(config: Dict[str, Any], device: str, b: int, t: int, size: tupl
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
     return b * t / best
+
+
+def result_counts(rows: Dict[str, Dict[int, Dict[str, Any]]]) -> Dict[str, Any]:
+    """RESULT's counts: ``paths`` ({path: {B: {RESULT_KEYS}}}) and ``<path>_linalg_syncs``
+    ({B: linalg calls that sync on CUDA}) per path."""
+    out: Dict[str, Any] = {"paths": {p: {str(b): {k: r[k] for k in RESULT_KEYS}
+                                         for b, r in by_b.items()} for p, by_b in rows.items()}}
+    out.update({f"{p}_linalg_syncs": {str(b): r["linalg"] for b, r in by_b.items()}
+                for p, by_b in rows.items()})
+    return out
+
+
+def table(rows: Dict[str, Dict[int, Dict[str, Any]]], sizes: List[int],
+          growth: Dict[str, float]) -> List[str]:
+    """The summary table's lines: per path and B ops, syncs + h2d (``sy``), linalg syncs
+    (``la``) and OpenCV calls (``cv``), then the growth."""
+    lines = [f"{'path':<22}" + "".join(f"{'B=' + str(b):>33}" for b in sizes)
+             + f"{'ops_growth':>12}"]
+    for path, by_b in rows.items():
+        cells = "".join(f"{by_b[b]['ops']:>9} ops {by_b[b]['syncs']:>4}+{by_b[b]['h2d']:<3} sy "
+                        f"{by_b[b]['linalg']:>3} la {by_b[b]['opencv']:>3} cv" for b in sizes)
+        lines.append(f"{path:<22}{cells}{growth.get(path, float('nan')):>12.2f}")
+    return lines
 
 
 def judge(rows: Dict[str, Dict[int, Dict[str, Any]]], bmax: int) -> Dict[str, Any]:
@@ -217,27 +249,23 @@ def main(argv: List[str] = None) -> Dict[str, Any]:
                 r = rows[path][b]
                 print(f"  {path:<22} B={b:<3} ops {r['ops']:>8}  syncs {r['syncs']:>6} "
                       f"(scalar {r['scalar']}, data-dep {r['data_dependent']}, transfer "
-                      f"{r['transfer']})  h2d {r['h2d']:>4}  opencv {r['opencv']:>5}  "
+                      f"{r['transfer']})  h2d {r['h2d']:>4}  linalg {r['linalg']:>4}  "
+                      f"opencv {r['opencv']:>5}  "
                       f"{r['seconds']:.1f}s", flush=True)
                 if r["h2d"]:
                     print(f"    host-to-device copies at {r['h2d_sites']}")
+                if r["linalg"]:
+                    print(f"    linalg syncs: {r['linalg_ops']}")
     verdicts = judge(rows, sizes[-1])
     other = {p: t for p, t in frames.items() if t != (args.frames or FRAMES)}
     print(f"\nbackend {args.backend}, device {args.device}, {args.frames or FRAMES} frames "
           f"{size[0]}x{size[1]}" + (f" ({other})" if other else ""))
-    print(f"{'path':<22}" + "".join(f"{'B=' + str(b):>26}" for b in sizes) + f"{'ops_growth':>12}")
-    for path, by_b in rows.items():
-        cells = "".join(f"{by_b[b]['ops']:>9} ops {by_b[b]['syncs']:>4}+{by_b[b]['h2d']:<3} sy "
-                        f"{by_b[b]['opencv']:>3} cv" for b in sizes)
-        print(f"{path:<22}{cells}{verdicts['ops_growth'].get(path, float('nan')):>12.2f}")
+    print("\n".join(table(rows, sizes, verdicts["ops_growth"])))
     result = {"benchmark": "batching", "device": args.device, "backend": args.backend,
               "quick": args.quick, "frames": args.frames or FRAMES, "path_frames": frames,
               "size": list(size), "clips": sizes,
               "cuda_budgets": not args.cpu_budgets and args.device == "cpu",
-              "paths": {p: {str(b): {k: r[k] for k in ("ops", "syncs", "scalar", "data_dependent",
-                                                       "transfer", "h2d", "all_syncs", "opencv")}
-                            for b, r in by_b.items()} for p, by_b in rows.items()},
-              **verdicts}
+              **result_counts(rows), **verdicts}
     if args.fps:
         fps_size = (96, 160) if args.quick else (384, 640)
         result["frames_per_s"] = round(frames_per_s(config, args.device, 8 if not args.quick else 2,

@@ -160,9 +160,10 @@ def grouped_quantiles(values: torch.Tensor, valid: torch.Tensor, index: torch.Te
 def sample_at_pixels(img: torch.Tensor, xy: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:
     """Sample ``img`` (N, C, H, W) at pixel positions ``xy`` (N, Ho, Wo, 2) given as (x, y) with
     pixel centres at integers; positions past the border take the border value (as
-    ``cv2.remap(..., BORDER_REPLICATE)``). Returns (N, C, Ho, Wo) in ``img``'s dtype."""
+    ``cv2.remap(..., BORDER_REPLICATE)``). Returns (N, C, Ho, Wo) in ``img``'s dtype (the
+    normalising factors reach ``xy``'s device as a pinned copy: no stream sync on CUDA)."""
     h, w = img.shape[-2:]
-    scale = xy.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
+    scale = to_device([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)], xy.device, xy.dtype)
     return torch.nn.functional.grid_sample(img, (xy * scale - 1.0).to(img.dtype), mode=mode,
                                            padding_mode="border", align_corners=True)
 

@@ -51,9 +51,10 @@ def rescale_gray(gray: torch.Tensor, size: tuple) -> torch.Tensor:
 
 
 def to_working_pixels(xy: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
-    """Points (..., 2) at a scale with factors (sx, sy) -> working-resolution pixels."""
-    s = xy.new_tensor([sx, sy])
-    return (xy + 0.5) / s - 0.5
+    """Points (..., 2) at a scale with factors (sx, sy) -> working-resolution pixels. The
+    factors go to ``xy``'s device as a pinned copy (:func:`to_device`: no stream sync on CUDA;
+    not a Python-scalar divisor, which CUDA turns into a multiply by its reciprocal)."""
+    return (xy + 0.5) / to_device([sx, sy], xy.device, xy.dtype) - 0.5
 
 
 def _scaled_mask(mask: torch.Tensor, size: tuple) -> torch.Tensor:

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from .._tensor_utils import to_device
 from ..checkpoints import read_state_dict
 from ..errors import CheckpointError, InputError
 from ..types import Correspondences, Keypoints
@@ -186,7 +187,7 @@ class XFeatExtractor(_ChunkedExtractor):
         heat = heat.permute(0, 1, 3, 2, 4).reshape(b, 1, hc * 8, wc * 8)
         pos, valid = _xfeat_candidates(heat, self.detection_threshold)
         pos = pos.to(torch.float32)
-        scale = pos.new_tensor([w / w32, h / h32])
+        scale = to_device([w / w32, h / h32], pos.device, pos.dtype)
         xy = (pos + 0.5) * scale - 0.5
         valid = valid & inside_mask(xy, mask)
         s = self._sample
@@ -241,7 +242,7 @@ class AlikedExtractor(_ChunkedExtractor):
         kp, _, _ = self.model.dkd(smap)
         desc, _ = self.model.desc_head(fmap, kp)
         kp = torch.stack(kp)
-        wh = kp.new_tensor([w - 1, h - 1])
+        wh = to_device([w - 1, h - 1], kp.device, kp.dtype)
         xy = wh * (kp + 1) / 2.0
         # score = the score map at the detected pixel (the soft refinement moves < 1 px)
         grid = kp[:, :, None, :].to(smap.dtype)
@@ -396,7 +397,8 @@ class GlueMatcher:
 
         One host read per call (beyond the extractor's and ``pack_matches``' width reads): the
         pairs' keypoint counts, which set the widths each pair runs at (class docstring); then
-        one host-to-device copy of the grouped pair rows (the chunks slice it)."""
+        one pinned host-to-device copy of the grouped pair rows (the chunks slice it) and one of
+        the frame size (:func:`~geocon_torch._tensor_utils.to_device`: no stream sync)."""
         mask = check_gray(gray, mask)
         gray = full_precision(gray)
         pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
@@ -420,10 +422,10 @@ class GlueMatcher:
         idx = torch.zeros(p, top, dtype=torch.long, device=self.device)
         sc = torch.zeros(p, top, device=self.device)
         ok = torch.zeros(p, top, dtype=torch.bool, device=self.device)
-        # every group's rows in one host-to-device copy; chunks are slices of it
-        order = torch.tensor([r for rows in groups.values() for r in rows], dtype=torch.long,
-                             device=self.device)
-        size1, start = xy.new_tensor([w, h]), 0
+        # every group's rows in one (pinned: no stream sync) host-to-device copy; chunks are
+        # slices of it
+        order = to_device([r for rows in groups.values() for r in rows], self.device, torch.long)
+        size1, start = to_device([w, h], xy.device, xy.dtype), 0
         for (wm, wn), rows in groups.items():  # widths that depend on the pair only
             step = self._step(wm, wn)
             for s in range(0, len(rows), step):  # chunks of pairs, each one batched forward

@@ -41,6 +41,7 @@ from ..config import FeatureConfig, GeoConConfig
 from ..errors import GeoConError
 from ..features.base import resolve_backend
 from ..features.multiscale import extract_correspondences, scaled_size, to_working_pixels
+from .._tensor_utils import to_device
 from ..io.reader import read_clip
 from ..types import Clip, Correspondences
 
@@ -125,8 +126,9 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
 
 
 def working_to_view(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor:
-    """Working px (..., 2) -> view px (pixel-centre convention of the feature scales)."""
-    s = xy.new_tensor([float(scale_xy[0]), float(scale_xy[1])])
+    """Working px (..., 2) -> view px (pixel-centre convention of the feature scales); the
+    factors reach ``xy``'s device as a pinned copy (:func:`to_device`: no stream sync)."""
+    s = to_device([float(scale_xy[0]), float(scale_xy[1])], xy.device, xy.dtype)
     return (xy + 0.5) * s - 0.5
 
 

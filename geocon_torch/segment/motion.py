@@ -99,21 +99,28 @@ def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Te
     Args:
         gray: (T, 1, h, w) float luminance in [0, 1].
         homographies: (T-1, 3, 3) background homographies of pairs (t, t+1), x_{t+1} ~ H x_t.
-        valid: (T-1,) bool; invalid pairs contribute no change.
+        valid: (T-1,) bool; invalid pairs contribute no change (nor does a pair whose
+            homography cannot be inverted: it counts as invalid).
         content: (h, w) bool content mask, or (T, h, w) one per frame (frames of several clips
             one after the other: the pairs across two clips are invalid).
     """
-    Hd, Hinv = _pair_homographies(homographies, valid, gray.device)
-    return _change_masks(gray, Hd, Hinv, valid, content, threshold)
+    Hd, Hinv, usable = _pair_homographies(homographies, valid, gray.device)
+    return _change_masks(gray, Hd, Hinv, usable, content, threshold)
 
 
 def _pair_homographies(homographies: torch.Tensor, valid: torch.Tensor, device: torch.device
-                       ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(P, 3, 3) homographies -> (H, H^-1) float64 on ``device`` (identity where not valid)."""
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(P, 3, 3) homographies -> (H, H^-1) float64 on ``device`` (H^-1 the identity where not
+    valid) and the (P,) bool pairs to use: ``valid`` less the homographies that cannot be
+    inverted (an exactly zero LU pivot, e.g. an all-zero H), which count as invalid pairs.
+    ``inv_ex`` without its error check is ``torch.linalg.inv``'s kernel (the same numbers) but
+    reads no error code back to the host (a sync on CUDA)."""
     Hd = homographies.to(device, torch.float64)
-    Hinv = torch.linalg.inv(torch.where(valid.view(-1, 1, 1).to(device), Hd,
-                                        torch.eye(3, dtype=Hd.dtype, device=Hd.device)))
-    return Hd, Hinv
+    ok = valid.to(device)
+    Hinv, info = torch.linalg.inv_ex(torch.where(ok.view(-1, 1, 1), Hd,
+                                                 torch.eye(3, dtype=Hd.dtype, device=Hd.device)),
+                                     check_errors=False)
+    return Hd, Hinv, ok & (info == 0)
 
 
 def _change_masks(gray: torch.Tensor, Hd: torch.Tensor, Hinv: torch.Tensor, valid: torch.Tensor,
@@ -429,7 +436,8 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
 
     Args:
         gray: (T, 1, h, w) float in [0, 1]; homographies: (T-1, 3, 3) x_{t+1} ~ H x_t (pixels);
-        valid: (T-1,) bool; content: (h, w) bool; regime: "H" / "F" / None (pre-gate).
+        valid: (T-1,) bool (a pair whose H cannot be inverted gives no change evidence, as an
+        invalid one); content: (h, w) bool; regime: "H" / "F" / None (pre-gate).
         seeds: optional ``(points (M, 2) px, frames (M,), motion (M, 2) px)``: endpoints of
             matches that violate the background model (each in its own frame) with their motion
             relative to the background (``x2 - H x1``). A component is kept only when at least
@@ -585,8 +593,8 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
                              f"{pooled} (pooled_gray), got {tuple(g.shape[-2:])}")
     content = torch.stack([c.to(dev).bool() for c in contents])  # (B, H, W)
     if f > 1:
-        S = torch.diag(torch.tensor([1.0 / f, 1.0 / f, 1.0], dtype=torch.float64, device=dev))
-        homs = S @ homs @ torch.linalg.inv(S)
+        S = torch.diag(to_device([1.0 / f, 1.0 / f, 1.0], dev, torch.float64))
+        homs = S @ homs @ torch.linalg.inv_ex(S, check_errors=False).inverse  # no error read
         gray = _GrayFrames(grays, gray_bounds or bounds, f, pooled)
         c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
         if seeds is not None:
@@ -658,7 +666,8 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     results, and only the bool motion map spans the clip."""
     t, (h, w), dev = len(gray), content.shape[-2:], gray.device
     content = content.to(dev)
-    Hd, Hinv = _pair_homographies(homographies, valid, dev)  # once: same inverses in any chunk
+    # once: the same inverses in any chunk; pairs whose H cannot be inverted count as invalid
+    Hd, Hinv, usable = _pair_homographies(homographies, valid, dev)
     motion = torch.zeros(t, h, w, dtype=torch.bool, device=dev)
     unreliable = torch.zeros(t, dtype=torch.bool, device=dev)
     area = torch.zeros(t, dtype=torch.long, device=dev)
@@ -670,7 +679,7 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         fc = content[clip_of[lo:hi]]  # (hi - lo, h, w) each frame's content
         if t >= 2:
             change = _change_masks(gray.frames(lo, hi), Hd[lo:hi - 1], Hinv[lo:hi - 1],
-                                   valid[lo:hi - 1], fc, cfg.motion_threshold,
+                                   usable[lo:hi - 1], fc, cfg.motion_threshold,
                                    hi - lo)[a - lo:b - lo]
             change = open_close(change, cfg.motion_open_px, cfg.motion_close_px)
         else:
