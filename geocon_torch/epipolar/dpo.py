@@ -40,14 +40,14 @@ earlier frame of the pair.
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from .._tensor_utils import to_device
+from .._thread_settings import thread_settings
 from ..config import EpipolarDPOConfig  # the ``epipolar_dpo`` section of GeoConConfig
 from ..errors import ShapeError
 from ..features.base import pad_keypoints
@@ -160,18 +160,14 @@ class DPOLists:
         return out
 
 
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run torch's CPU ops on one thread inside the block (restored after; also usable as a
-    decorator). The protocol's CPU work is spread over the SIFT pool's workers; torch's own
-    thread team would only spin against them between its small ops (measured: ~25 % more
-    process CPU time and slower wall time on two cores). Results do not depend on it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def one_torch_thread() -> ContextManager[None]:
+    """Run torch's CPU ops on one thread inside the block (also usable as a decorator): a
+    :func:`~geocon_torch._thread_settings.thread_settings` block, so overlapping calls in
+    several threads put the user's count back when the last one ends. The protocol's CPU work
+    is spread over the SIFT pool's workers; torch's own thread team would only spin against
+    them between its small ops (measured: ~25 % more process CPU time and slower wall time on
+    two cores). Results do not depend on it."""
+    return thread_settings(torch_threads=1)
 
 
 def sample_positions(num_frames: int, sampling_rate: int = 15) -> List[int]:

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 import torch
 
+from .._thread_settings import thread_settings
 from ..config import RESIZE_INTERPOLATION_CHOICES, EpipolarConfig
 from ..errors import InputError
 from ..features import lk_tracks
@@ -41,8 +42,10 @@ def interpolation_flag(name: str) -> int:
 
 
 def run_opencv(work: Callable[[], T], threads: int, seed: int) -> T:
-    """``work()`` with cv2's thread count fixed (restored afterwards) and cv2's RNG seeded
-    with ``seed`` (the FLANN matcher draws from it), for a deterministic run. cv2's RNG is per
+    """``work()`` with cv2's thread count fixed and cv2's RNG seeded with ``seed`` (the FLANN
+    matcher draws from it), for a deterministic run. The count is set by a
+    :func:`~geocon_torch._thread_settings.thread_settings` block (process-wide while it runs;
+    the user's count comes back when the last of several overlapping calls ends). cv2's RNG is per
     thread and Python cannot read it back, so ``work`` runs on a thread of its own (a daemon:
     Ctrl-C reaches the caller at once and never waits for it at exit): the caller's cv2 RNG
     stream goes on as if nothing had run (a training loop's OpenCV augmentations do not
@@ -58,14 +61,10 @@ def run_opencv(work: Callable[[], T], threads: int, seed: int) -> T:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             out.append((False, exc))
 
-    before = cv2.getNumThreads()
-    cv2.setNumThreads(max(int(threads), 1))
-    try:
+    with thread_settings(cv2_threads=max(int(threads), 1)):
         worker = threading.Thread(target=seeded, name="geocon-opencv", daemon=True)
         worker.start()
         worker.join()
-    finally:
-        cv2.setNumThreads(before)
     done, value = out[0]
     if not done:
         raise value

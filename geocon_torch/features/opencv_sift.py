@@ -10,8 +10,11 @@ Frames are processed by a pool of ``workers`` threads (OpenCV releases the GIL; 
 per thread; each frame's result depends only on that frame,
 and results are assembled in frame order, so the output is identical for any number of workers.
 While the pool runs, OpenCV's and torch's own threading is set to 1 (``cv2.setNumThreads``,
-``torch.set_num_threads``; restored after): frame-level parallelism scales better than per-image
-threads, nested thread teams would oversubscribe the cores, and the output is the same.
+``torch.set_num_threads``, through :func:`~geocon_torch._thread_settings.thread_settings`: the
+user's counts come back when the last of several overlapping calls ends): frame-level parallelism
+scales better than per-image threads, nested thread teams would oversubscribe the cores, and the
+output is the same. Meanwhile OpenCV runs on one thread process-wide, and threads started
+elsewhere in the process take torch's count of 1.
 :meth:`OpenCVSIFT.extract_many` converts each frame to uint8 inside its worker (one frame, several
 scales at a time), so no float copy of a whole clip is ever materialised.
 
@@ -42,6 +45,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .._thread_settings import thread_settings
 from ..errors import InputError
 from ..types import Keypoints
 from .base import (DeviceLike, check_gray, full_precision, inside_mask, pad_keypoints,
@@ -204,20 +208,13 @@ class OpenCVSIFT:
         """``[fn(k) for k in range(n)]``, on the pool when it has more than one worker."""
         if self.workers == 1 or n <= 1:
             return [fn(k) for k in range(n)]
-        import cv2
-
         # the pool replaces OpenCV's and torch's own per-image threads (frames are independent,
-        # so this scales better, and nested thread teams would oversubscribe the cores); both
-        # settings are restored afterwards. Results do not depend on them.
-        cv_threads, torch_threads = cv2.getNumThreads(), torch.get_num_threads()
-        cv2.setNumThreads(1)
-        torch.set_num_threads(1)
-        try:
+        # so this scales better, and nested thread teams would oversubscribe the cores): one
+        # thread_settings block, which puts the user's counts back also when calls overlap in
+        # several threads. Results do not depend on them.
+        with thread_settings(torch_threads=1, cv2_threads=1):
             with ThreadPoolExecutor(max_workers=min(self.workers, n)) as pool:
                 return list(pool.map(fn, range(n)))  # map keeps the frame order
-        finally:
-            cv2.setNumThreads(cv_threads)
-            torch.set_num_threads(torch_threads)
 
     def parallel_map(self, fn: Callable[[int], object], n: int) -> List[object]:
         """``[fn(k) for k in range(n)]`` on this extractor's pool (same thread rules as the
