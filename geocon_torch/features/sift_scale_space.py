@@ -25,6 +25,7 @@ from typing import List, Tuple
 import torch
 import torch.nn.functional as F
 
+from .._precision import cudnn_conv_tf32
 from .._tensor_utils import constant_on, to_device
 
 INTERVALS = 3  # DoG intervals per octave (Lowe, OpenCV)
@@ -108,15 +109,12 @@ def _blur(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     return F.conv2d(F.pad(x, (0, 0, r, r), mode=mode), kernel.view(1, 1, -1, 1))
 
 
-@contextlib.contextmanager
-def _cudnn_tf32(allowed: bool):
-    """cuDNN's TF32 switch set to ``allowed`` inside the block, restored after it."""
-    before = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = allowed
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = before
+def _cudnn_tf32(allowed: bool) -> contextlib.AbstractContextManager:
+    """cuDNN's float32 convolutions in TF32 (``allowed``) or full float32 inside the block, the
+    caller's settings restored exactly after it (:func:`.._precision.cudnn_conv_tf32`). Kept
+    although scoring's entry points already run in full float32: the pyramid is also reached
+    from a bare ``TorchSIFT`` call, and ``PYRAMID_TF32 = True`` must still turn TF32 on."""
+    return cudnn_conv_tf32(allowed)
 
 
 def gaussian_pyramid(gray: torch.Tensor) -> List[torch.Tensor]:
