@@ -2,8 +2,8 @@
 
 Real frames warped by known maps (features), damaged videos (io integrity), fake
 results and an injectable counting scorer (bench / report / cli), synthetic rigid
-objects (foreground / flow) and small panning clips (metrics); the repository
-paths the tests read.
+objects (foreground / flow), small panning clips (metrics) and rigid poses (gate); the
+repository paths the tests read.
 """
 from __future__ import annotations
 
@@ -468,3 +468,17 @@ def format_2_rows():
 def _clip(cid, generator="m", prompt_category="C1"):
     return {"clip_id": cid, "generator": generator, "prompt_category": prompt_category, "seed": 1,
             "scene": cid}
+
+
+def pose(t, angle_deg=0.0) -> np.ndarray:
+    """(4, 4) rigid pose: rotation of ``angle_deg`` about the y axis, translation ``t``."""
+    a = math.radians(angle_deg)
+    T = np.eye(4)
+    T[:3, :3] = [[math.cos(a), 0, math.sin(a)], [0, 1, 0], [-math.sin(a), 0, math.cos(a)]]
+    T[:3, 3] = t
+    return T
+
+
+def adjacent(n) -> torch.Tensor:
+    """(n - 1, 2) long adjacent frame pairs (0, 1), (1, 2), ..."""
+    return torch.stack([torch.arange(n - 1), torch.arange(1, n)], 1)

@@ -1,6 +1,5 @@
 """Pose-log gate: t_inf (eq. 5), hysteresis band, missing-pose policies, file formats."""
 import json
-import math
 
 import numpy as np
 import pytest
@@ -12,18 +11,7 @@ from geocon_torch.errors import GeoConError
 from geocon_torch.gate import gate_from_poses, hysteresis, load_pose_log, translation_inf
 from geocon_torch.gate.decision import CODE, codes_to_names
 from geocon_torch.synth import MOTIONS, grounded_clip
-
-
-def pose(t, angle_deg=0.0):
-    a = math.radians(angle_deg)
-    T = np.eye(4)
-    T[:3, :3] = [[math.cos(a), 0, math.sin(a)], [0, 1, 0], [-math.sin(a), 0, math.cos(a)]]
-    T[:3, 3] = t
-    return T
-
-
-def adjacent(n):
-    return torch.stack([torch.arange(n - 1), torch.arange(1, n)], 1)
+from helpers import adjacent, pose
 
 
 def test_translation_inf_closed_form():

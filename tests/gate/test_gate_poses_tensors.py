@@ -3,27 +3,15 @@ directly (ones that require grad here; CUDA tensors on a GPU) are read as host d
 same numbers as the plain numpy log. They used to end in ``np.asarray(tensor)``: an
 ``InputError: poses must be numbers ...`` that named the wrong problem, or a bare TypeError /
 RuntimeError for ``valid`` and ``pairs``."""
-import math
 
 import numpy as np
 import pytest
 import torch
 from conftest import DEVICES
+from helpers import adjacent, pose
 
 from geocon_torch.config import GateConfig
 from geocon_torch.gate import gate_from_poses, load_pose_log
-
-
-def pose(t, angle_deg=0.0):
-    a = math.radians(angle_deg)
-    T = np.eye(4)
-    T[:3, :3] = [[math.cos(a), 0, math.sin(a)], [0, 1, 0], [-math.sin(a), 0, math.cos(a)]]
-    T[:3, 3] = t
-    return T
-
-
-def adjacent(n):
-    return torch.stack([torch.arange(n - 1), torch.arange(1, n)], 1)
 
 
 #: four adjacent poses: H, U, F and a still camera (t_inf 0.02, 0.04, 0.07, 0)
