@@ -10,6 +10,12 @@ with OpenCV's contrast and edge (principal curvature ratio) tests. Every step is
 sequence of batched tensor ops whose count depends on the frame size (octaves), not on the
 number of frames or detections.
 
+A frame's detections do not depend on the other frames of the call (bit for bit on the CPU):
+the derivatives and the refinement are elementwise expressions in a fixed order (no GEMM over
+the candidates, no reduction, no ``pow``: the CPU rounds a tensor's SIMD tail differently), and
+the CPU's blur always runs oneDNN (:func:`_conv`). On CUDA the blur is cuDNN's, whose algorithm
+is chosen by shape (batch size included).
+
 Conventions: a pixel of octave ``o`` is ``0.5 * 2**o`` original px (octave 0 is the doubled
 frame, its pixel 2i is original pixel i); positions are original px with pixel centres at
 integers; ``sigma`` is the detection scale in original px.
@@ -92,6 +98,20 @@ def _per_device(table: dict, device: torch.device) -> str:
     return table.get(device.type, table["default"])
 
 
+def _conv(x: torch.Tensor, weight: torch.Tensor, groups: int = 1) -> torch.Tensor:
+    """``F.conv2d(x, weight, groups=groups)`` (no padding), on the CPU in float32 always through
+    oneDNN: ``conv2d`` picks its own im2col GEMM instead for a single small image (its
+    ``use_mkldnn`` rule: batch 1 and at most 20 480 samples), which rounds differently, so a
+    one-frame chunk's small octaves differed from the same frame's in a larger chunk; oneDNN
+    gives a frame the same sums whatever the batch (``tests/features/
+    test_torch_sift_batch_invariance.py``), and it is what ``conv2d`` runs for any larger one."""
+    if (x.device.type == "cpu" and x.dtype == torch.float32 and torch.backends.mkldnn.enabled
+            and torch.backends.mkldnn.is_available()):
+        return torch.ops.aten.mkldnn_convolution(x, weight.contiguous(), None, [0, 0], [1, 1],
+                                                 [1, 1], groups)
+    return F.conv2d(x, weight, groups=groups)
+
+
 def _blur(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Separable Gaussian of ``x (B, 1, H, W)``, reflected borders (replicated when too small);
     :data:`BLUR_LAYOUT` picks the convolution layout."""
@@ -102,11 +122,11 @@ def _blur(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         x = x.reshape(1, b, *x.shape[-2:])
         kx, ky = kernel.view(1, 1, 1, -1).expand(b, 1, 1, -1), kernel.view(1, 1, -1, 1).expand(
             b, 1, -1, 1)
-        x = F.conv2d(F.pad(x, (r, r, 0, 0), mode=mode), kx, groups=b)
-        return F.conv2d(F.pad(x, (0, 0, r, r), mode=mode), ky, groups=b).reshape(b, 1,
-                                                                                *x.shape[-2:])
-    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode=mode), kernel.view(1, 1, 1, -1))
-    return F.conv2d(F.pad(x, (0, 0, r, r), mode=mode), kernel.view(1, 1, -1, 1))
+        x = _conv(F.pad(x, (r, r, 0, 0), mode=mode), kx, groups=b)
+        return _conv(F.pad(x, (0, 0, r, r), mode=mode), ky, groups=b).reshape(b, 1,
+                                                                              *x.shape[-2:])
+    x = _conv(F.pad(x, (r, r, 0, 0), mode=mode), kernel.view(1, 1, 1, -1))
+    return _conv(F.pad(x, (0, 0, r, r), mode=mode), kernel.view(1, 1, -1, 1))
 
 
 def _cudnn_tf32(allowed: bool) -> contextlib.AbstractContextManager:
@@ -171,33 +191,29 @@ def _extrema_scores(dog: torch.Tensor, threshold: float) -> torch.Tensor:
     return torch.where(ext & inside, inner.abs(), torch.zeros_like(inner))
 
 
-def _stencil() -> torch.Tensor:
-    """(27, 10) finite-difference weights on a 3x3x3 neighbourhood (flattened [s, y, x]) giving
-    v, dx, dy, ds, dxx, dyy, dss, dxy, dxs, dys (central differences)."""
-    w = torch.zeros(3, 3, 3, 10, dtype=torch.float64)
-    w[1, 1, 1, 0] = 1
-    for col, (ds, dy, dx) in ((1, (0, 0, 1)), (2, (0, 1, 0)), (3, (1, 0, 0))):
-        w[1 + ds, 1 + dy, 1 + dx, col] += 0.5
-        w[1 - ds, 1 - dy, 1 - dx, col] -= 0.5
-        w[1 + ds, 1 + dy, 1 + dx, col + 3] += 1
-        w[1 - ds, 1 - dy, 1 - dx, col + 3] += 1
-        w[1, 1, 1, col + 3] -= 2
-    for col, (a, b) in ((7, (2, 1)), (8, (2, 0)), (9, (1, 0))):  # (x, y), (x, s), (y, s)
-        for sa in (-1, 1):
-            for sb in (-1, 1):
-                idx = [1, 1, 1]
-                idx[a] += sa
-                idx[b] += sb
-                w[idx[0], idx[1], idx[2], col] += 0.25 * sa * sb
-    return w.reshape(27, 10)
-
-
-_STENCIL = _stencil()
-_DS, _DY, _DX = (torch.tensor([-1, 0, 1]).repeat_interleave(r).repeat(9 // r) for r in (9, 3, 1))
-_HESS = torch.tensor([4, 7, 8, 7, 5, 9, 8, 9, 6])  # (3, 3) Hessian from the 10 derivatives
+#: the 19 samples of the 3x3x3 neighbourhood the DoG derivatives use, as (ds, dy, dx): the
+#: centre, the +1 and the -1 neighbours along x, y, s (a row of three each), then the (+, +),
+#: (-, -), (+, -) and (-, +) corners of the axis pairs (x, y), (x, s), (y, s) (a row each)
+_SAMPLES = torch.tensor([[0, 0, 0],
+                         [0, 0, 1], [0, 1, 0], [1, 0, 0],
+                         [0, 0, -1], [0, -1, 0], [-1, 0, 0],
+                         [0, 1, 1], [1, 0, 1], [1, 1, 0],
+                         [0, -1, -1], [-1, 0, -1], [-1, -1, 0],
+                         [0, -1, 1], [-1, 0, 1], [-1, 1, 0],
+                         [0, 1, -1], [1, 0, -1], [1, -1, 0]])
+_DS, _DY, _DX = (_SAMPLES[:, i].contiguous() for i in range(3))
+_HESS = torch.tensor([0, 3, 4, 3, 1, 5, 4, 5, 2])  # (3, 3) of (dxx, dyy, dss, dxy, dxs, dys)
 # adjugate of a 3x3 matrix (flattened row-major): cof = a[P] * a[Q] - a[R] * a[S]
 _P, _Q = torch.tensor([4, 2, 1, 5, 0, 2, 3, 1, 0]), torch.tensor([8, 7, 5, 6, 8, 3, 7, 6, 4])
 _R, _S = torch.tensor([5, 1, 2, 3, 2, 0, 4, 0, 1]), torch.tensor([7, 8, 4, 8, 6, 5, 6, 7, 3])
+
+
+def _sum3(t: torch.Tensor) -> torch.Tensor:
+    """``(t0 + t1) + t2`` over the last axis (size 3) of ``t``: elementwise adds in a fixed order,
+    so an entry's sum never depends on the tensor's other rows (a reduction kernel's strategy
+    may, on CUDA, with the number of rows)."""
+    t0, t1, t2 = t.unbind(-1)
+    return (t0 + t1) + t2
 
 
 @dataclass
@@ -214,7 +230,8 @@ class DoGStack:
     width: torch.Tensor
 
     def neighbours(self, o: torch.Tensor) -> torch.Tensor:
-        """(..., 27) flat offsets of the 3x3x3 neighbourhood ([s, y, x] order) in octave ``o``."""
+        """(..., 19) flat offsets in octave ``o`` of the neighbourhood samples the derivatives
+        use (:data:`_SAMPLES`)."""
         h, w = self.height[o][..., None], self.width[o][..., None]
         dev = h.device
         return (constant_on(_DS, dev) * (h * w) + constant_on(_DY, dev) * w
@@ -224,27 +241,33 @@ class DoGStack:
                     y: torch.Tensor, x: torch.Tensor
                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Value (...), gradient (..., 3) and Hessian (..., 3, 3) (order x, y, s) at integer
-        positions of octave ``o`` (``off``: :meth:`neighbours` of ``o``)."""
+        positions of octave ``o`` (``off``: :meth:`neighbours` of ``o``): central differences,
+        each an elementwise expression of the samples in a fixed order (no GEMM: a GEMM's
+        rounding depends on how many rows share the call, i.e. on the other frames)."""
         h, w = self.height[o], self.width[o]
         centre = self.base[o] + ((b * 5 + s) * h + y) * w + x
-        d = self.flat[centre[..., None] + off] @ constant_on(_STENCIL, self.flat.device,
-                                                               self.flat.dtype)
-        hess = d.index_select(-1, constant_on(_HESS, d.device)).unflatten(-1, (3, 3))
-        return d[..., 0], d[..., 1:4], hess
+        v = self.flat[centre[..., None] + off]  # (..., 19)
+        c = v[..., 0]
+        plus, minus, pp, mm, pm, mp = v[..., 1:].unflatten(-1, (6, 3)).unbind(-2)
+        grad = 0.5 * (plus - minus)
+        diag = (plus + minus) - 2.0 * c[..., None]  # dxx, dyy, dss
+        mixed = 0.25 * ((pp + mm) - (pm + mp))  # dxy, dxs, dys
+        hess = torch.cat([diag, mixed], -1).index_select(-1, constant_on(_HESS, v.device))
+        return c, grad, hess.unflatten(-1, (3, 3))
 
 
 def _solve3(hess: torch.Tensor, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(-H^-1 g (..., 3), ok (...)) by the adjugate (no LAPACK call, no host sync); ok False
-    where H is singular."""
+    """(-H^-1 g (..., 3), ok (...)) by the adjugate (no LAPACK call, no host sync, no GEMM: fixed
+    elementwise sums); ok False where H is singular."""
     a = hess.flatten(-2)
     dev = a.device
     p, q, r, s = (constant_on(c, dev) for c in (_P, _Q, _R, _S))
     cof = a.index_select(-1, p) * a.index_select(-1, q) - a.index_select(-1, r) * a.index_select(
         -1, s)
-    det = (a[..., :3] * cof[..., 0::3]).sum(-1)
+    det = _sum3(a[..., :3] * cof[..., 0::3])
     ok = det.abs() > 1e-12
     safe = torch.where(ok, det, torch.ones_like(det))
-    return -(cof.unflatten(-1, (3, 3)) @ g[..., None])[..., 0] / safe[..., None], ok
+    return -_sum3(cof.unflatten(-1, (3, 3)) * g[..., None, :]) / safe[..., None], ok
 
 
 def octave_candidates(gauss: torch.Tensor, k: int, threshold: float
@@ -299,7 +322,7 @@ def detect(octaves: List[torch.Tensor], k: int, threshold: float, contrast: floa
     off, ok = _solve3(hess, g)
     ok = ok & done & (off.abs() < 1.0).all(-1)
     off = torch.where(ok[..., None], off.clamp(-0.5, 0.5), torch.zeros_like(off))
-    resp = (v + 0.5 * (g * off).sum(-1)).abs()
+    resp = (v + 0.5 * _sum3(g * off)).abs()
     tr = hess[..., 0, 0] + hess[..., 1, 1]
     det = hess[..., 0, 0] * hess[..., 1, 1] - hess[..., 0, 1] ** 2
     ok = ok & (top > 0) & (resp >= contrast) & (det > 0) & \
@@ -311,7 +334,9 @@ def detect(octaves: List[torch.Tensor], k: int, threshold: float, contrast: floa
         cell.shape[1], device=dev).expand_as(cell)))
     pix = 0.5 * torch.pow(2.0, o.to(off.dtype))
     oct_xy = torch.stack([x + off[..., 0], y + off[..., 1]], -1)
-    sigma = SIGMA0 * torch.pow(2.0, (s.to(off.dtype) + off[..., 2]) / INTERVALS) * pix
+    # 2^e as exp(e ln 2): the CPU's pow / exp2 run one function on whole SIMD blocks and another
+    # on a tensor's tail, so an entry's value depended on its position (on the other frames)
+    sigma = SIGMA0 * torch.exp((s.to(off.dtype) + off[..., 2]) * (math.log(2.0) / INTERVALS)) * pix
     return Detections(xy=oct_xy * pix[..., None], sigma=sigma,
                       response=torch.where(ok, resp, torch.full_like(resp, -1.0)), octave=o,
                       level=s, oct_xy=oct_xy, valid=ok)

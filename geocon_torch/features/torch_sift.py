@@ -9,7 +9,11 @@ images (the octaves one under the other, each with its levels 1..3 stacked) with
 ``PatchDominantGradientOrientation``, 36 bins) on an upright patch, then a (Root)SIFT descriptor
 (kornia's ``SIFTDescriptor``) on the rotated patch, both over the keypoint's LAF (scale 6 sigma,
 like kornia SIFT) and both computed by :mod:`.sift_patch` (kornia's arithmetic with slices and
-GEMMs instead of its convolutions). The number of ops does not grow with the number of frames
+fixed elementwise sums instead of its convolutions). A frame's keypoints, scores and
+descriptors are the same alone, in any batch and in any chunking, bit for bit on the CPU: every
+per-keypoint step is elementwise in a fixed order (no GEMM or reduction over the keypoints of a
+chunk, whose rounding BLAS / cuBLAS choose by shape); on CUDA the pyramid's cuDNN convolutions
+remain shape-chosen. The number of ops does not grow with the number of frames
 (within a chunk); the host syncs are two (trimming the padded keypoint width once, and
 ``compact_keypoints``). Frames are processed in chunks only when a chunk would exceed
 ``CHUNK_SAMPLES`` (patch samples + pyramid pixels; the accelerator value holds 8 clips x 16
