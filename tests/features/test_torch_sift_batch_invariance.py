@@ -200,3 +200,14 @@ def test_score_clips_with_torch_sift_equals_each_clip_alone(monkeypatch):
     for clip, res in zip(clips, both):
         assert _json(score_clip(clip, config=cfg, device="cpu", preset="background")) == \
             _json(res)
+
+
+def test_atan2_quadrants_and_zero_over_zero():
+    """Every quadrant and axis as torch.atan2, and 0 / 0 gives 0 (not NaN, which would become a
+    histogram bin index)."""
+    from geocon_torch.features.sift_patch import _atan2
+
+    y = torch.tensor([0.0, 0.0, 1.0, -1.0, 1.0, -1.0, 0.0, -0.0, 2.0, -3.0])
+    x = torch.tensor([0.0, 1.0, 0.0, 0.0, -1.0, -1.0, -1.0, -1.0, 5.0, 0.5])
+    assert torch.allclose(_atan2(y, x), torch.atan2(y, x), atol=1e-7, rtol=0)
+    assert float(_atan2(y, x)[0]) == 0.0
