@@ -26,8 +26,9 @@ keypoints of octaves >= m - 1 (the strongest ``max_keypoints`` of them, as ``nfe
 the shrunk image), with descriptors from the same blurred octave images and positions already
 in working pixels. Measured on shared clips at 640 and 1024 px, the bands hold 94-101 % as many
 keypoints as separate detections on the shrunk images (75-100 % on others, e.g. box.mp4),
-70-76 % of those keypoints have a band keypoint within one shrunk-image pixel (hill/1.JPG at 640x480), and the bands cost nothing beyond
-the one detection (separate detections at 1/2 and 1/4 add ~30 % to it).
+70-76 % of those keypoints have a band keypoint within one shrunk-image pixel (hill/1.JPG at
+640x480), and the bands cost nothing beyond the one detection (separate detections at 1/2 and
+1/4 add ~30 % to it).
 
 Pixel convention: OpenCV builds its first octave by doubling the image (``cv2.resize``, pixel
 centres aligned: doubled pixel u sits at x = u / 2 - 0.25) but reports ``pt = u / 2``, so its
