@@ -109,9 +109,10 @@ def _smooth_circular(hist: torch.Tensor, taps: Tuple[float, ...]) -> torch.Tenso
 
 def _atan2(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``atan2(y, x)`` for ``x != -0`` (``atan2(0, 0)`` = 0) from ``atan(y / x)`` and the
-    quadrant: on the CPU ``torch.atan2`` runs a vectorised function on whole SIMD blocks and libm's on a tensor's
-    tail, which differ in the last bit, so a pixel's angle depended on its position in the
-    tensor (on the other patches of the call); ``atan`` is one function everywhere."""
+    quadrant: on the CPU ``torch.atan2`` runs a vectorised function on whole SIMD blocks and
+    libm's on a tensor's tail, which differ in the last bit, so a pixel's angle depended on its
+    position in the tensor (on the other patches of the call); ``atan`` is one function
+    everywhere."""
     a = torch.where((x == 0) & (y == 0), torch.zeros_like(y), torch.atan(y / x))  # 0/0: 0
     return torch.where(x < 0, torch.where(torch.signbit(y), a - math.pi, a + math.pi), a)
 
