@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .._tensor_utils import group_index, grouped_quantiles
+from .._tensor_utils import group_index, grouped_quantiles, to_device
 from ..config import GateConfig, GeoConConfig
 from ..errors import InputError
 from ..geometry import fundamental_residuals, homography_residuals
@@ -105,14 +105,18 @@ def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
     """
     if gate_rows.numel():
         valid = stats["valid"][gate_rows]
-        tiers = (gate_pair_tiers(gate_pairs).to(valid.device) if gate_pairs is not None
-                 else torch.zeros_like(gate_rows))
+        # the pairs and their tiers are host bookkeeping: one transfer of the pairs
+        pair_rows = gate_pairs.tolist() if gate_pairs is not None else None
+        tier_of = (gate_pair_tiers(pair_rows) if pair_rows is not None
+                   else [0] * int(gate_rows.numel()))
         per_tier = torch.zeros(3, dtype=torch.long, device=valid.device).index_add_(
-            0, tiers.long(), valid.long()).tolist()  # valid rows per tier: one host transfer
+            0, to_device(tier_of, valid.device, torch.long), valid.long()
+        ).tolist()  # valid rows per tier: one host transfer
         read = [t for t in range(3) if per_tier[t] > 0]
         if config is None:  # the widest valid tier only
             read = read[:1]
-        parts = [(tiers == t).nonzero()[:, 0] for t in read]
+        rows_of = [[i for i, t in enumerate(tier_of) if t == tier] for tier in read]
+        parts = [to_device(r, gate_rows.device, torch.long) for r in rows_of]
         subs = [{k: v[gate_rows[part]] for k, v in stats.items()} for part in parts]
         if subs:
             pick = 0
@@ -122,7 +126,7 @@ def gate_source(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
                 support = [_median(flat[a:b]) for a, b in zip([0] + ends, ends)]
                 pick = read.index(narrower_f(lambda i: gate_from_parallax(subs[i], config),
                                              read, support)[1])
-            used = gate_pairs[parts[pick].cpu()].tolist() if gate_pairs is not None else None
+            used = [pair_rows[i] for i in rows_of[pick]] if pair_rows is not None else None
             return subs[pick], used
     return {k: v[evaluated] for k, v in stats.items()}, "evaluated pairs"
 
