@@ -18,6 +18,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.distributed import gather_all_tensors
 
+from .._tensor_utils import to_device
 from .functional._common import ERROR, NOT_APPLICABLE, encode_reason, first_reason, warn_no_data
 
 T = TypeVar("T")
@@ -25,8 +26,7 @@ T = TypeVar("T")
 
 def _sequential_sum(total: Tensor, values: Tensor) -> Tensor:
     """``((total + v0) + v1) + ...``: N adds of the (N,) ``values`` (cast to ``total``'s dtype)
-    to the 0-d ``total``, each rounded in that dtype, on ``total``'s device. N small kernels,
-    no host sync (N is the tensor's size, known on the host)."""
+    to the 0-d ``total``, each rounded in that dtype (CPU tensors: N small ops)."""
     out = total.reshape(())
     for v in values.to(total.dtype).reshape(-1).unbind(0):
         out = out + v
@@ -38,16 +38,26 @@ def in_order_sum(total: Tensor, values: Tensor) -> Tensor:
     clip (or sample) each would add them, bit for bit on every device (``values.sum()`` rounds
     otherwise: a batch's state then differed from the clip-by-clip one in the last bit).
 
-    A float64 (or integer) ``total`` on the CPU: one ``cumsum``, a sequential loop that
-    accumulates in the state's dtype. Elsewhere :func:`_sequential_sum`: CUDA's cumsum is a
-    parallel (tree-shaped) scan, and the CPU's float32 / half cumsum accumulates in float64
-    and rounds once. Returns a 0-d tensor on ``total``'s device, of its dtype (an integer
-    ``total`` on the CPU: int64, as ``cumsum`` gives)."""
+    On the CPU, a float64 (or integer) ``total``: one ``cumsum``, a sequential loop that
+    accumulates in the state's dtype; other dtypes: :func:`_sequential_sum` (the CPU's float32 /
+    half cumsum accumulates in float64 and rounds once). On another device the sum is taken on
+    the host (:func:`_on_host`: CUDA's cumsum is a parallel, tree-shaped scan, and N one-element
+    kernels would cost more than the two copies). Returns a 0-d tensor on ``total``'s device,
+    of its dtype (an integer ``total`` on the CPU: int64, as ``cumsum`` gives)."""
+    if total.device.type != "cpu":
+        return _on_host(total, values)
     exact_cumsum = total.dtype == torch.float64 or not (total.dtype.is_floating_point
                                                          or total.dtype.is_complex)
-    if total.device.type == "cpu" and exact_cumsum:
+    if exact_cumsum:
         return torch.cat([total.reshape(1), values.to(total.dtype)]).cumsum(0)[-1]
     return _sequential_sum(total, values)
+
+
+def _on_host(total: Tensor, values: Tensor) -> Tensor:
+    """:func:`in_order_sum` of device tensors taken on the CPU (one copy of ``total`` and one
+    of ``values``: host reads, once per metric update) and sent back as a pinned copy."""
+    host = in_order_sum(total.detach().cpu(), values.detach().cpu())
+    return to_device(host, total.device)
 
 
 class GeoConMetric(Metric):

@@ -64,7 +64,7 @@ def test_the_sequential_branch_is_the_one_by_one_sum_bit_for_bit(dtype):
 
 def test_the_cpu_keeps_its_float64_cumsum_and_other_devices_add_in_order(monkeypatch):
     """The float64 states of the metrics keep the CPU's one-kernel cumsum (sequential, so
-    unchanged numbers); other devices (here "meta") take the sequential branch."""
+    unchanged numbers); other devices (here "meta") sum on the host, in order."""
     seen = []
     sequential = _base._sequential_sum
     monkeypatch.setattr(_base, "_sequential_sum",
@@ -76,6 +76,20 @@ def test_the_cpu_keeps_its_float64_cumsum_and_other_devices_add_in_order(monkeyp
     assert seen == [] and got.item() == sum(values.tolist()) != values.sum().item()
     in_order_sum(torch.tensor(0.0, dtype=torch.float32), values.float())
     assert seen == ["cpu"]  # a float32 cumsum on the CPU would accumulate in float64
-    meta = in_order_sum(torch.zeros((), device="meta", dtype=torch.float64),
-                        torch.zeros(5, device="meta"))
-    assert seen == ["cpu", "meta"] and meta.shape == () and meta.dtype == torch.float64
+    hosted = []
+    monkeypatch.setattr(_base, "_on_host", lambda t, v: hosted.append(t.device.type) or t)
+    in_order_sum(torch.zeros((), device="meta", dtype=torch.float64),
+                 torch.zeros(5, device="meta"))
+    assert seen == ["cpu"] and hosted == ["meta"]
+
+
+def test_the_host_route_is_the_one_by_one_sum_bit_for_bit():
+    """_on_host (the route of device tensors) gives the sequential sum, on the total's device
+    and dtype."""
+    gen = torch.Generator().manual_seed(5)
+    for dtype in (torch.float64, torch.float32):
+        for n in (0, 1, 7, 300):
+            total = torch.rand((), generator=gen, dtype=torch.float64).to(dtype)
+            values = torch.rand(n, generator=gen, dtype=torch.float64).to(dtype) * 1e3
+            got = _base._on_host(total, values)
+            assert torch.equal(got, one_by_one(total, values)) and got.dtype == dtype
