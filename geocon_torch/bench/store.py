@@ -525,10 +525,11 @@ def _flag(x: Any) -> Optional[bool]:
 FLAT_COLUMNS = (
     "clip_id", "generator", "generator_version", "prompt_category", "behaviour", "prompt", "seed",
     "scene", "status", "reason", "regime", "score", "frozen", "ir", "ge_px", "ir_h", "ge_h_px",
-    "ir_f", "ge_f_px", "valid_pairs", "pairs", "background_pass", "gate_method", "gate_statistic",
-    "gate_decision", "num_objects", "adadfrc_mean", "adap90_max", "epipolar_error",
-    "epipolar_error_score", "epipolar_inlier_rate", "feature_match_coverage", "lost_frames",
-    "warnings", "content_hash", "config_hash", "schema_version", "version", "path",
+    "ir_f", "ge_f_px", "valid_pairs", "pairs", "background_pass", "background_pass_calibrated",
+    "gate_method", "gate_statistic", "gate_decision", "num_objects", "adadfrc_mean",
+    "adap90_max", "epipolar_error", "epipolar_error_score", "epipolar_inlier_rate",
+    "feature_match_coverage", "lost_frames", "warnings", "content_hash", "config_hash",
+    "schema_version", "version", "path",
 )
 
 
@@ -540,7 +541,10 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
     headline score (None for a result written before it existed or not scored); ``frozen`` is
     ``result["motion"]["frozen"]`` (a still video: no consecutive pair of the frames read
     differs by more than 0.5 grey levels; it keeps its geometric ``score``, a static camera on
-    a static scene being category C1), None for a result written before it was recorded.
+    a static scene being category C1), None for a result written before it was recorded;
+    ``background_pass_calibrated`` is ``background.pass_calibrated`` (the calibrated report
+    gate's verdict beside the paper's ``background_pass``; None without a calibration or bounds
+    for the clip's regime).
     """
     res = migrate_result(row["result"]) if row.get("result") else {}
     bg = res.get("background") or {}
@@ -566,6 +570,7 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
         "ir_f": _num(bg.get("ir_f")), "ge_f_px": _num(bg.get("ge_f_px")),
         "valid_pairs": _num(bg.get("valid_pairs")), "pairs": _num(bg.get("pairs")),
         "background_pass": bg.get("pass") if isinstance(bg.get("pass"), bool) else None,
+        "background_pass_calibrated": _flag(bg.get("pass_calibrated")),
         "gate_method": gate.get("method"), "gate_statistic": _num(gate.get("statistic")),
         "gate_decision": gate.get("decision"),
         "num_objects": len(objects),

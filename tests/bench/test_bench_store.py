@@ -97,6 +97,26 @@ def test_flatten_and_csv_export(tmp_path: Path):
     assert float(rows[0]["score"]) == 0.8125 and rows[1]["score"] == ""
 
 
+@pytest.mark.parametrize("verdict", [True, False, None])
+def test_flat_rows_carry_the_calibrated_verdict(tmp_path: Path, verdict):
+    """The calibrated report gate's verdict (``background.pass_calibrated``, what the CLI
+    table shows beside the paper's ``pass``) is a flat column and an export column; None
+    (no calibration, or a regime without bounds) stays empty, never False."""
+    res = fake_result("a", ir=0.99, ge=0.5)
+    res["background"]["pass_calibrated"] = verdict
+    with ResultStore(tmp_path / "r.sqlite") as s:
+        s.put(_clip("a"), "h1", "c", res)
+        s.put(_clip("b"), "h2", "c", fake_result("b", status="error"))
+        flat = [flatten_row(r) for r in s.rows()]
+        assert flat[0]["background_pass"] is True
+        assert flat[0]["background_pass_calibrated"] is verdict
+        assert flat[1]["background_pass_calibrated"] is None
+        out = s.export_csv(tmp_path / "r.csv")
+    rows = list(csv.DictReader(out.open()))
+    assert [r["background_pass_calibrated"] for r in rows] == [
+        "" if verdict is None else str(verdict), ""]
+
+
 def test_parquet_missing_dependency_is_clear(tmp_path: Path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with ResultStore(tmp_path / "r.sqlite") as s:
