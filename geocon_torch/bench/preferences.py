@@ -108,7 +108,7 @@ def preference_records(entries: Sequence[ManifestEntry], results: Mapping[str, M
 
 
 def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Union[str, Path],
-                     *, kind: str = "background", config: ConfigLike = None,
+                     *, kind: str = "epipolar-dpo", config: ConfigLike = None,
                      min_margin: float = 0.0, device: Optional[str] = None,
                      progress: bool = False) -> Tuple[List[Dict[str, Any]], RunSummary]:
     """Score the manifest into ``db`` (resumable) and build one record per prompt.
@@ -117,7 +117,8 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
         manifest: a CSV / JSONL manifest path or ManifestEntry list (``prompt`` groups clips).
         db: the store, a SQLite file or a PostgreSQL URL (shared with ``geocon bench``; rows are
             keyed by content and by the config with the kind's preset).
-        kind: "background", "epipolar" or "epipolar-dpo" (:data:`KIND_PRESETS`).
+        kind: "epipolar-dpo" (default, as ``geometric_reward`` and ``geocon pairs``),
+            "epipolar" or "background" (:data:`KIND_PRESETS`).
         config: anything :func:`~geocon_torch.config.load_config` takes.
         min_margin: prompts whose best - worst reward is below it are skipped (a tie, margin
             0, is always skipped: no preference).

@@ -97,8 +97,8 @@ def test_preference_pairs_on_postgres(tmp_path, pg_url, monkeypatch):
         r["prompt"] = "p" + str(int(r["clip_id"][1:]) % 2)
     m = write_jsonl(tmp_path / "m.jsonl", rows)
     monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", CountingScorer())
-    recs_pg, _ = preference_pairs(m, pg_url)
-    recs_lite, _ = preference_pairs(m, tmp_path / "r.sqlite")
+    recs_pg, _ = preference_pairs(m, pg_url, kind="background")
+    recs_lite, _ = preference_pairs(m, tmp_path / "r.sqlite", kind="background")
     assert [r["status"] for r in recs_pg] == ["pair", "pair"] and recs_pg == recs_lite
 
 

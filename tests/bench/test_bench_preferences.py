@@ -1,8 +1,11 @@
 """Preference pairs: a tie is no preference (no pair with margin 0, whatever --min-margin)."""
 from __future__ import annotations
 
-from geocon_torch.bench.preferences import choose_pair
-from geocon_torch.rewards import ClipReward
+import inspect
+
+from geocon_torch.bench.preferences import choose_pair, preference_pairs
+from geocon_torch.commands.pairs import add_arguments
+from geocon_torch.rewards import ClipReward, geometric_reward
 
 
 def _ok(r: float) -> ClipReward:
@@ -19,3 +22,17 @@ def test_tied_rewards_are_skipped_not_a_pair():
     assert near["status"] == "pair" and (near["chosen"], near["rejected"]) == ("a", "b")
     partial = choose_pair("p", [("a", _ok(0.5)), ("b", _ok(0.5)), ("c", _ok(0.2))], "background")
     assert partial["status"] == "pair" and (partial["chosen"], partial["rejected"]) == ("a", "c")
+
+
+def test_the_default_kind_is_the_same_in_python_the_cli_and_the_reward():
+    """``preference_pairs`` defaulted to "background" while ``geocon pairs`` and
+    ``geometric_reward`` default to "epipolar-dpo": the same manifest gave other pairs from
+    Python than from the command line."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cli = parser.parse_args(["m.jsonl", "--db", "r.sqlite", "--out", "p.jsonl"])
+    default = inspect.signature(preference_pairs).parameters["kind"].default
+    assert default == cli.kind == inspect.signature(geometric_reward).parameters["kind"].default
+    assert default == "epipolar-dpo"
