@@ -59,7 +59,11 @@ passed directly). Each kind is scored with its preset of the preset table
 (:func:`geocon_torch.presets.preset_for_kind`: background -> "background", epipolar ->
 "worldatlas", epipolar-dpo -> "epipolar-dpo"), reading the frames ``io`` selects (stride,
 frame cap, working size) as ``score_clip`` does; the diagnostics record that preset and the
-``config_hash`` a ``score_clip`` of the same preset and config records. One difference: kind
+``config_hash`` a ``score_clip`` of the same preset and config records. The epipolar kinds, as
+their ``score_clip`` blocks, measure the frames they read at the source resolution, whatever
+``io.long_side`` (kind "epipolar": the protocol's frames among those ``io.stride`` /
+``io.max_frames`` keep, read once for the batch, its raw values bit for bit those of
+``score_clips(videos, preset="worldatlas")``'s ``epipolar`` block). One difference: kind
 "epipolar" with ``epipolar.implementation = "auto"`` scores with the batched torch
 implementation on every device (``score_clip``'s "auto" is the OpenCV reference on the CPU), so
 on the CPU its hash and values match ``score_clip`` given ``epipolar.implementation = "torch"``.
@@ -77,12 +81,13 @@ from ._precision import autocast_off
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .errors import InputError
-from .io import check_clip_tensor, clips_from_tensor, tensor_frames
+from .io import check_clip_tensor, tensor_frames
 from .io.sampling import FROZEN_MAX_MAD  # noqa: F401 - the rule's tolerance, re-exported
 from .io.sampling import frame_selection, is_still, max_pair_sums
 from .pipeline import pinned_config, read_options, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
-from .sections.epipolar import epipolar_sections
+from .sections.background import CALL_ERRORS
+from .sections.epipolar import measure_natives, native_tensor_clips
 from .sections.epipolar_dpo import dpo_blocks
 
 KINDS = REWARD_KINDS  # the reward kinds of the preset table
@@ -250,12 +255,23 @@ def _fold_epipolar(section: Dict[str, Any]) -> Optional[float]:
 
 def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
                       ) -> List[ClipReward]:
-    """kind "epipolar": the WorldAtlas trio of all clips in one torch-path batch."""
-    clips = clips_from_tensor(videos, **read_options(cfg, videos[0])) if len(videos) else []
-    sections = epipolar_sections(clips, cfg.epipolar, implementation=cfg.epipolar.implementation,
-                                 device=videos.device)
+    """kind "epipolar": the WorldAtlas trio of what ``score_clips(preset="worldatlas")``
+    measures of each clip (the protocol's frames among those ``io`` keeps, at the source
+    resolution: :func:`~geocon_torch.sections.epipolar.native_tensor_clips`), all clips in one
+    torch-path batch; a clip whose measurement raises gets status "error" (a config problem
+    raises)."""
+    natives = native_tensor_clips(videos, cfg, read_options(cfg, videos[0])) if len(
+        videos) else []
+    blocks = measure_natives(natives, cfg, "worldatlas", videos.device, reraise=CALL_ERRORS)
     return [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
-                               "epipolar", cfg, neutral) for s in sections]
+                               "epipolar", cfg, neutral) for s in map(_block_of, blocks)]
+
+
+def _block_of(got: Union[Dict[str, Any], BaseException]) -> Dict[str, Any]:
+    """A section, or for an exception the error block ``score_clip`` records for it."""
+    if isinstance(got, BaseException):
+        return {"status": "error", "reason": f"{type(got).__name__}: {got}"}
+    return got
 
 
 def _info(value: Optional[float], neutral: float, status: str, reason: Optional[str],
@@ -386,7 +402,9 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
             optional model-backed stage that cannot be built (a learned features backend, the
             DUSt3R gate, SAM-2 masks: a missing / corrupt checkpoint, a package that is not
             importable, a missing required setting), raised before any clip is scored (as
-            :func:`~geocon_torch.pipeline.score_clips`), never a batch of neutral rewards.
+            :func:`~geocon_torch.pipeline.score_clips`), never a batch of neutral rewards;
+            kind "epipolar": a features backend that cannot be built (any other exception
+            while measuring is the status "error" of the clip at fault).
     """
     preset_for_kind(kind)  # InputError for an unknown kind
     neutral = check_neutral(neutral)

@@ -3,10 +3,11 @@
 
 All three hold the same states and run the same analysis
 (:func:`~geocon_torch.metrics.functional.epipolar._epipolar_update`, i.e.
-:func:`epipolar_sections` on the batch converted by the one io tensor -> Clip path). There is no
-module-level cache: in a ``MetricCollection`` torchmetrics' compute groups share one update
-among the three (after the first update, or from the start with :func:`epipolar_collection`);
-used as separate objects, each class analyses the batch itself.
+:func:`epipolar_sections` on the batch converted by the one io tensor -> Clip path; given a
+GeoConConfig, on the frames its ``io`` keeps, as ``score_clip(preset="worldatlas")`` reads
+them). There is no module-level cache: in a ``MetricCollection`` torchmetrics' compute groups
+share one update among the three (after the first update, or from the start with
+:func:`epipolar_collection`); used as separate objects, each class analyses the batch itself.
 
 The value over a run is the mean of the per-clip values over the *applicable* clips; clips that
 come back not_applicable are counted in ``num_not_applicable`` and left out. With no applicable
@@ -38,9 +39,11 @@ from torchmetrics import MetricCollection
 
 from .._precision import autocast_off
 from .._checks import retired_argument, retired_name
-from ..sections.epipolar import EpipolarConfigLike, epipolar_config, resolve_implementation
+from ..config import GeoConConfig
+from ..sections.epipolar import resolve_implementation
 from .functional._common import OK, VideosLike
-from .functional.epipolar import EPIPOLAR_FIELDS, _epipolar_compute, _epipolar_update
+from .functional.epipolar import (EPIPOLAR_FIELDS, EpipolarConfigArg, _epipolar_compute,
+                                  _epipolar_update, epipolar_settings)
 from ._base import GeoConMetric, in_order_sum
 
 _COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error")
@@ -51,11 +54,24 @@ SUM_STATES = {"error": "epipolar_error_sum_px", "score": "score_sum", "rate": "r
 RETIRED_STATES = {"error_sum": "epipolar_error_sum_px"}
 
 
+def _frame_choice(config: Optional[GeoConConfig]) -> List[Dict[str, Any]]:
+    """The frame selection of ``config.io`` as protocol-key settings: empty when every frame
+    is read (None, or stride 1 without a cap: the numbers of an EpipolarConfig), so two
+    metrics that measure the same frames share their key."""
+    if config is None or (config.io.stride == 1 and config.io.max_frames is None):
+        return []
+    return [{"io.stride": config.io.stride, "io.max_frames": config.io.max_frames}]
+
+
 class _EpipolarTrio(GeoConMetric):
     """Shared states and update of the three epipolar metrics (see the module docstring).
 
     Args:
-        config: EpipolarConfig / GeoConConfig / None (defaults).
+        config: EpipolarConfig / GeoConConfig / a GeoConConfig's dict / None (defaults). A
+            GeoConConfig (or dict) also selects the frames as ``score_clip(preset=
+            "worldatlas")`` does (``io.stride`` / ``io.max_frames``; the protocol's frames at
+            native pixels), so each clip's value is that call's; an EpipolarConfig or None
+            reads every frame.
         implementation: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or
             "torch" (the retired name ``path=`` still works, with a DeprecationWarning).
         features: torch-path feature backend ("auto", "torch-sift", "kornia-sift",
@@ -74,13 +90,16 @@ class _EpipolarTrio(GeoConMetric):
     num_ok: Tensor
     num_clips: Tensor
 
-    def __init__(self, config: EpipolarConfigLike = None, *, implementation: str = "auto",
+    def __init__(self, config: EpipolarConfigArg = None, *, implementation: str = "auto",
                  features: Optional[str] = None, **kwargs: Any) -> None:
         if "path" in kwargs:
             implementation = retired_argument({"path": kwargs.pop("path")}, "path",
                                               "implementation", implementation)
         super().__init__(**kwargs)
-        self.epipolar_config = epipolar_config(config)
+        self.epipolar_config, reading = epipolar_settings(config)
+        #: what each update is scored with: the GeoConConfig whose ``io`` selects the frames,
+        #: else the EpipolarConfig (every frame)
+        self.scored_config = reading if reading is not None else self.epipolar_config
         resolve_implementation(implementation, self.epipolar_config, None)  # InputError now
         self.implementation = implementation
         self.features = features
@@ -89,14 +108,15 @@ class _EpipolarTrio(GeoConMetric):
         self.add_state("num_ok", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("num_clips", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
-        self._add_protocol_state(self.epipolar_config.to_dict(), implementation, features)
+        self._add_protocol_state(self.epipolar_config.to_dict(), implementation, features,
+                                 *_frame_choice(reading))
         self.last_sections: List[Dict[str, Any]] = []
 
     @autocast_off
     def update(self, videos: VideosLike) -> None:
         """Analyse a batch: (B, T, C, H, W) uint8 / float [0, 1] tensor (any device) or a list
         of (T, C, H, W) tensors or Clips. Raises ClipTensorError for a malformed batch."""
-        got, self.last_sections = _epipolar_update(videos, self.epipolar_config,
+        got, self.last_sections = _epipolar_update(videos, self.scored_config,
                                                    self.implementation, self.features,
                                                    self.num_clips.device)
         ok = got.status == OK
@@ -217,7 +237,7 @@ class FeatureMatchCoverage(_EpipolarTrio):
     _field = "coverage"
 
 
-def epipolar_collection(config: EpipolarConfigLike = None, **kwargs: Any) -> MetricCollection:
+def epipolar_collection(config: EpipolarConfigArg = None, **kwargs: Any) -> MetricCollection:
     """The trio as a MetricCollection with its compute group declared up front, so every
     ``update`` (the first one too) analyses the batch once for the three metrics.
 

@@ -1,10 +1,12 @@
 """The ``epipolar`` result block: :func:`epipolar_block` (what ``score_clip`` calls, re-reading the
 few frames a protocol needs at source resolution), :func:`epipolar_section` (one decoded clip) and
 :func:`epipolar_sections` (a batch of clips; one batch on the torch path). The protocols
-themselves live in :mod:`geocon_torch.epipolar`."""
+themselves live in :mod:`geocon_torch.epipolar`. :func:`native_tensor_clips` and
+:func:`measure_natives` are ``score_clips``' reading and measuring of a tensor batch, for the
+surfaces that must give its numbers (the epipolar reward and metrics)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -15,7 +17,8 @@ from ..epipolar.gvgc import gvgc_section_opencv, gvgc_sections_torch
 from ..epipolar.opencv_path import opencv_sections
 from ..epipolar.protocol import decode_plan, source_frames_of
 from ..epipolar.torch_path import resolve_features, torch_sections
-from ..io import clip_from_tensor, read_clip
+from ..io import clip_from_tensor, clips_from_tensor, read_clip
+from ..io.sampling import frame_selection
 from ..errors import InputError
 from ..types import Clip
 from .isolation import batch_or_each
@@ -159,24 +162,66 @@ def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
     return got
 
 
+def protocol_positions(num_frames: int, cfg: GeoConConfig, preset: str
+                       ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """What ``preset`` measures of a clip of ``num_frames`` frames: (positions (F,) int64 of
+    the frames it reads, sorted; the worldatlas pairs (P, 2) into those F frames, None for
+    gvgc: its own). F = 0 when the clip is too short to give a pair."""
+    if preset == "worldatlas":
+        return decode_plan(num_frames, cfg.epipolar)
+    n = int(cfg.epipolar.gvgc.min_frames)  # frames 0..n-1; a shorter clip is not_applicable
+    return (np.arange(n) if num_frames >= n else np.arange(0)), None
+
+
 def _native_clip(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
                  device: Optional[torch.device]) -> Tuple[Clip, Optional[np.ndarray]]:
     """The frames ``preset`` measures, re-read at the source resolution (a Clip is used as
     it is), and the worldatlas pairs into them (None: the protocol's own)."""
     if isinstance(video, Clip):
         return clip, None
-    pairs = None
-    if preset == "worldatlas":
-        positions, pairs = decode_plan(clip.num_frames, cfg.epipolar)
-    else:  # frames 0..gvgc.min_frames-1; a shorter clip is not_applicable (no re-read)
-        n = int(cfg.epipolar.gvgc.min_frames)
-        positions = np.arange(n) if clip.num_frames >= n else np.arange(0)
-    if not len(positions):
+    positions, pairs = protocol_positions(clip.num_frames, cfg, preset)
+    if not len(positions):  # too short for a pair (no re-read)
         return clip, pairs
     source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
     return read_clip(video, long_side=None, indices=source.tolist(), device=device,
                      letterbox_threshold=cfg.io.letterbox_threshold,
                      letterbox_min_fraction=cfg.io.letterbox_min_fraction), pairs
+
+
+def native_tensor_clips(videos: torch.Tensor, cfg: GeoConConfig, options: Dict[str, Any],
+                        preset: str = "worldatlas") -> List[Tuple[Clip, Optional[np.ndarray]]]:
+    """:func:`_native_clip` of every clip of a (B, T, C, H, W) batch that ``score_clips`` reads
+    with ``options`` (``pipeline.read_options``: stride, frame cap, letterbox rule, working
+    long side), in one batched read and without building the working-size clips: per clip
+    (the frames ``preset`` measures among those the stride / frame cap keep, at the source
+    resolution (H, W); the pairs into them). When too few frames are kept for a pair, the clips
+    as ``options`` read them (what ``score_clip`` measures then: a not_applicable block)."""
+    kept = frame_selection(options["stride"], options["max_frames"]).resolve(
+        int(videos.shape[1]))
+    positions, pairs = protocol_positions(len(kept), cfg, preset)
+    if len(positions):
+        clips = clips_from_tensor(videos, long_side=None, indices=kept[positions].tolist(),
+                                  letterbox_threshold=options["letterbox_threshold"],
+                                  letterbox_min_fraction=options["letterbox_min_fraction"])
+    else:
+        clips = clips_from_tensor(videos, **options)
+    return [(clip, pairs) for clip in clips]
+
+
+def measure_natives(natives: Sequence[Tuple[Clip, Optional[np.ndarray]]], cfg: GeoConConfig,
+                    preset: str, device: Optional[torch.device],
+                    reraise: Tuple[Type[BaseException], ...] = ()
+                    ) -> List[Union[Dict[str, Any], BaseException]]:
+    """The ``epipolar`` blocks of (clip, pairs) entries (:func:`_native_clip`,
+    :func:`native_tensor_clips`): one :func:`epipolar_sections` call over all of them with
+    ``cfg.epipolar`` and its implementation; when it raises, each clip alone, so only the
+    clip at fault holds its exception (``reraise``: types raised instead, never retried)."""
+    def measure(sel: List[int]) -> List[Dict[str, Any]]:
+        return epipolar_sections([natives[k][0] for k in sel], cfg.epipolar, preset=preset,
+                                 implementation=cfg.epipolar.implementation, device=device,
+                                 pairs=[natives[k][1] for k in sel])
+
+    return batch_or_each(measure, list(range(len(natives))), reraise)
 
 
 def epipolar_blocks(videos: Sequence[Any], clips: Sequence[Clip], cfg: GeoConConfig,
@@ -202,12 +247,6 @@ def epipolar_blocks(videos: Sequence[Any], clips: Sequence[Clip], cfg: GeoConCon
         except Exception as exc:  # noqa: BLE001 - this clip's error only
             out[k] = exc
     ids = list(natives)
-
-    def measure(sel: List[int]) -> List[Dict[str, Any]]:
-        return epipolar_sections([natives[k][0] for k in sel], cfg.epipolar, preset=preset,
-                                 implementation=cfg.epipolar.implementation, device=device,
-                                 pairs=[natives[k][1] for k in sel])
-
-    for k, g in zip(ids, batch_or_each(measure, ids)):
+    for k, g in zip(ids, measure_natives([natives[k] for k in ids], cfg, preset, device)):
         out[k] = g
     return out  # type: ignore[return-value]

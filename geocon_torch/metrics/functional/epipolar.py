@@ -5,38 +5,90 @@
 Each function analyses the whole batch with
 :func:`geocon_torch.sections.epipolar.epipolar_sections` (one batch on the torch path) at the
 clips' native pixels (the one tensor -> Clip path, ``long_side=None``) and returns one value per
-clip; the protocol is described in :mod:`geocon_torch.epipolar`.
+clip; the protocol is described in :mod:`geocon_torch.epipolar`. Given a GeoConConfig (or its
+dict), the frames are those ``score_clip(preset="worldatlas")`` measures: the protocol's frames
+among those ``io.stride`` / ``io.max_frames`` keep, at native pixels (bit for bit that call's
+``epipolar`` block with the same implementation); an EpipolarConfig or None reads every frame.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..._precision import autocast_off
 from ..._checks import retired_argument
-from ...sections.epipolar import EpipolarConfigLike, epipolar_config, epipolar_sections
-from ._common import ClipValues, VideosLike, as_clips, per_clip, status_codes
+from ...config import EpipolarConfig, GeoConConfig, load_config
+from ...errors import ClipTensorError
+from ...pipeline import read_options
+from ...sections.epipolar import (EpipolarConfigLike, epipolar_config, epipolar_sections,
+                                  native_tensor_clips)
+from ...types import Clip
+from ._common import ClipValues, VideosLike, as_clips, check_videos, per_clip, status_codes
 
 #: Metric-class state prefix -> per-clip field of the ``epipolar`` block.
 EPIPOLAR_FIELDS = {"error": "epipolar_error", "score": "epipolar_error_score",
                    "rate": "epipolar_inlier_rate", "coverage": "feature_match_coverage"}
+#: a ``config=`` of the epipolar metrics: EpipolarConfig, GeoConConfig, a GeoConConfig's dict
+#: or None
+EpipolarConfigArg = Union[EpipolarConfigLike, Mapping[str, Any]]
 
 
-def _epipolar_update(videos: VideosLike, config: EpipolarConfigLike = None,
+def epipolar_settings(config: EpipolarConfigArg
+                      ) -> Tuple[EpipolarConfig, Optional[GeoConConfig]]:
+    """The settings of a ``config=`` argument: (its EpipolarConfig, the GeoConConfig whose
+    ``io`` selects the frames, or None: every frame). A mapping is a GeoConConfig's dict
+    (:func:`~geocon_torch.config.load_config`; ConfigError for an unknown key); an
+    EpipolarConfig or None has no ``io`` section."""
+    if isinstance(config, Mapping):
+        config = load_config(config)
+    return epipolar_config(config), config if isinstance(config, GeoConConfig) else None
+
+
+def _native_clips(videos: VideosLike, cfg: GeoConConfig
+                  ) -> Tuple[List[Clip], List[Optional[np.ndarray]]]:
+    """The clips and pairs ``score_clip(preset="worldatlas")`` measures under ``cfg``: per
+    tensor clip the protocol's frames among those ``cfg.io`` keeps (stride, frame cap,
+    letterbox rule) at native pixels
+    (:func:`~geocon_torch.sections.epipolar.native_tensor_clips`, one read per batch); a Clip
+    as it is. Raises ClipTensorError for a malformed batch."""
+    check_videos(videos)
+    if isinstance(videos, Tensor):
+        natives = native_tensor_clips(videos, cfg, read_options(cfg, videos))
+    else:
+        natives = []
+        for b, video in enumerate(videos):
+            if isinstance(video, Clip):
+                natives.append((video, None))
+            elif isinstance(video, Tensor):
+                natives += native_tensor_clips(video[None], cfg, read_options(cfg, video))
+            else:
+                raise ClipTensorError(f"videos[{b}] must be a (T, C, H, W) tensor or a Clip, "
+                                      f"got {type(video).__name__}")
+    return [clip for clip, _ in natives], [pairs for _, pairs in natives]
+
+
+def _epipolar_update(videos: VideosLike, config: EpipolarConfigArg = None,
                      implementation: str = "auto",
                      features: Optional[str] = None,
                      out_device: Union[None, str, torch.device] = None
                      ) -> Tuple[ClipValues, List[Dict[str, Any]]]:
     """Analyse a batch once: ClipValues with (B,) float64 values of the four
     :data:`EPIPOLAR_FIELDS` (NaN for not_applicable clips) on ``out_device``, plus the B
-    ``epipolar`` sections. Raises ClipTensorError for a malformed batch."""
-    clips = as_clips(videos)
+    ``epipolar`` sections. ``config``: a GeoConConfig (or its dict) reads the frames its
+    ``io`` keeps as ``score_clip`` does (:func:`_native_clips`); an EpipolarConfig or None
+    every frame at native pixels. Raises ClipTensorError for a malformed batch."""
+    epi, geo = epipolar_settings(config)
+    if geo is None:
+        clips, pairs = as_clips(videos), None
+    else:
+        clips, pairs = _native_clips(videos, geo)
     device = clips[0].frames.device if clips else None
-    sections = epipolar_sections(clips, epipolar_config(config), preset="worldatlas",
+    sections = epipolar_sections(clips, epi, preset="worldatlas",
                                  implementation=implementation,
-                                 device=device, features=features)
+                                 device=device, features=features, pairs=pairs)
     ok = [s["status"] == "ok" for s in sections]
     values = {key: per_clip([s[key] if good else None for s, good in zip(sections, ok)],
                             out_device) for key in EPIPOLAR_FIELDS.values()}
@@ -52,7 +104,7 @@ def _epipolar_compute(total: Tensor, num_ok: Tensor) -> Tensor:
     return total / num_ok
 
 
-def _per_clip(key: str, videos: VideosLike, config: EpipolarConfigLike, implementation: str,
+def _per_clip(key: str, videos: VideosLike, config: EpipolarConfigArg, implementation: str,
               features: Optional[str], return_status: bool, retired: Dict[str, Any]
               ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     implementation = retired_argument(retired, "path", "implementation", implementation)
@@ -62,7 +114,7 @@ def _per_clip(key: str, videos: VideosLike, config: EpipolarConfigLike, implemen
 
 
 @autocast_off
-def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
+def epipolar_error(videos: VideosLike, config: EpipolarConfigArg = None, *,
                    implementation: str = "auto", features: Optional[str] = None,
                    normalized: bool = False, return_status: bool = False,
                    **retired: Any) -> Union[Tensor, Tuple[Tensor, Tensor]]:
@@ -72,7 +124,12 @@ def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
     Args:
         videos: (B, T, C, H, W) uint8 / float in [0, 1] (any device), or a list of
             (T, C, H, W) tensors / Clips.
-        config: EpipolarConfig / GeoConConfig / None (defaults).
+        config: EpipolarConfig / GeoConConfig / a GeoConConfig's dict / None (defaults). A
+            GeoConConfig (or dict) also selects the frames as ``score_clip(preset=
+            "worldatlas")`` reads them: ``io.stride`` / ``io.max_frames`` keep frames 0,
+            stride, ... and the protocol's frames among them are analysed at native pixels
+            (``io.long_side`` does not resize them), so the values equal that call's
+            ``epipolar`` block; an EpipolarConfig or None reads every frame.
         implementation: "auto" (torch on CUDA inputs, OpenCV on CPU inputs), "opencv" or
             "torch" (the retired name ``path=`` still works, with a DeprecationWarning).
         features: torch-path feature backend ("auto", "torch-sift", "kornia-sift",
@@ -101,7 +158,7 @@ def epipolar_error(videos: VideosLike, config: EpipolarConfigLike = None, *,
 
 
 @autocast_off
-def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigLike = None, *,
+def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigArg = None, *,
                          implementation: str = "auto", features: Optional[str] = None,
                          return_status: bool = False, **retired: Any
                          ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
@@ -120,7 +177,7 @@ def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigLike = None, 
 
 
 @autocast_off
-def feature_match_coverage(videos: VideosLike, config: EpipolarConfigLike = None, *,
+def feature_match_coverage(videos: VideosLike, config: EpipolarConfigArg = None, *,
                            implementation: str = "auto", features: Optional[str] = None,
                            return_status: bool = False, **retired: Any
                            ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
