@@ -19,9 +19,15 @@ regime a clip gets does not change when a user switches ``features.backend`` or
 * view side > working side (e.g. ``io.long_side = 256`` on a 720p file), or working frames
   upscaled from a smaller source (``io.long_side = 1024`` on a 640-px file: shrinking them would
   give the view other pixels than a direct read): the gate pairs' frames are read again from the
-  clip's file at the view side (:func:`read_clip` with their source indices), so the view sees
-  the same pixels at every working size; a tensor source has no file, and its working frames
-  are used.
+  clip's source at the view side (:func:`read_clip` with their source indices and the letterbox
+  rule of ``config.io``), so the view sees the same pixels at every working size. The source
+  (:func:`~geocon_torch.io.reader.source_of`) is the clip's file, or the tensor it was read
+  from (``score_clip`` / ``score_clips`` / the Metric classes / ``geometric_reward`` given
+  tensors at an ``io.long_side`` other than their own): a lossless file and the same frames as a
+  tensor then give the gate the same pixels, bit for bit, when the view reads them at native
+  size (source long side <= ``view_long_side``); a larger source is resized to the view side
+  by the reader's kernel (cv2 for files, torch for tensors: :mod:`geocon_torch.io.resize`). A
+  Clip built by hand (no file, no tensor) has only its working frames, and they are used.
 
 Matches are returned in **view pixels**, and the gate rows are fitted in them: RANSAC's
 ``tau_H`` is in px, so fitting the same points in working px would pick a different homography
@@ -42,7 +48,7 @@ from ..errors import GeoConError
 from ..features.base import resolve_backend
 from ..features.multiscale import extract_correspondences, scaled_size, to_working_pixels
 from .._tensor_utils import to_device
-from ..io.reader import read_clip
+from ..io.reader import read_clip, source_of
 from ..types import Clip, Correspondences
 
 SAME = "same"  # gate.view_backend: the scoring backend at the working resolution
@@ -87,6 +93,22 @@ def view_features(config: GeoConConfig, device: Optional[torch.device] = None
                          torch_sift_contrast_threshold=g.view_contrast_threshold)
 
 
+def reads_source(clip: Clip, config: GeoConConfig) -> bool:
+    """Whether :func:`gate_view_correspondences` reads ``clip``'s gate frames again from its
+    source (:func:`~geocon_torch.io.reader.source_of`: its file, or the tensor it was read
+    from) rather than from its working frames: the view is on, the clip has a source, and the
+    view side is finer than the working side or the working frames are upscaled."""
+    return (config.gate.view_backend != SAME and _finer_than_working(clip, config)
+            and source_of(clip) is not None)
+
+
+def _finer_than_working(clip: Clip, config: GeoConConfig) -> bool:
+    """The view side exceeds the working side, or the working frames (above the view side)
+    were upscaled from the source: shrinking them would not give the source's pixels."""
+    side, work = view_long_side(clip, config), max(clip.size)
+    return side > work or (side < work and work > max(clip.source_size))
+
+
 def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConConfig,
                               device: Optional[torch.device] = None
                               ) -> Optional[Tuple[Correspondences, Dict[str, Any]]]:
@@ -94,26 +116,28 @@ def gate_view_correspondences(clip: Clip, pairs: torch.Tensor, config: GeoConCon
 
     Returns:
         (Correspondences with x1 / x2 (G, N, 2) view px, info {"backend", "long_side",
-        "source", "scale_xy"}: ``scale_xy`` = (sx, sy) view px per working px, see
-        :func:`view_to_working`), or None when ``gate.view_backend`` is "same" (the caller
-        matches the gate pairs with the scoring backend) or the frames are too small.
+        "source", "scale_xy"}: ``source`` "file" / "tensor" (the gate frames read again from
+        the clip's source, :func:`reads_source`) or "working frames", ``scale_xy`` = (sx, sy)
+        view px per working px, see :func:`view_to_working`), or None when
+        ``gate.view_backend`` is "same" (the caller matches the gate pairs with the scoring
+        backend) or the frames are too small.
     """
     if config.gate.view_backend == SAME:
         return None
     side, (h, w) = view_long_side(clip, config), clip.size
     fcfg = view_features(config, device)
     info: Dict[str, Any] = {"backend": fcfg.backend, "source": "working frames"}
-    if side > max(h, w) or (side < max(h, w) and max(h, w) > max(clip.source_size)):
+    if _finer_than_working(clip, config):
         finer = _read_view(clip, pairs, side, config)
         if finer is not None:
-            view, local = finer
+            view, local, origin = finer
             c = extract_correspondences(view, local, fcfg, scales=(1.0,), device=device).get(1.0)
             if c is None:
                 return None
             (hv, wv) = view.size
-            info.update(source="file", long_side=max(hv, wv), scale_xy=[wv / w, hv / h])
+            info.update(source=origin, long_side=max(hv, wv), scale_xy=[wv / w, hv / h])
             return replace(c, pairs=pairs.to(c.pairs.device)), info
-        side = min(side, max(h, w))  # a tensor source: the working frames are the finest
+        side = min(side, max(h, w))  # no source: the working frames are the finest
     scale = side / max(h, w)
     c = extract_correspondences(clip, pairs, fcfg, scales=(scale,), device=device).get(scale)
     if c is None:
@@ -138,25 +162,30 @@ def view_to_working(xy: torch.Tensor, scale_xy: Sequence[float]) -> torch.Tensor
 
 
 def _read_view(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
-                ) -> Optional[Tuple[Clip, torch.Tensor]]:
-    """The gate pairs' frames read again from the clip's file at long side ``side`` (the
-    letterbox rule of ``config.io``) and the pairs re-indexed into them; None without a
-    readable file."""
-    path = clip.meta.get("path") if isinstance(clip.meta, dict) else None
-    if not path:
+                ) -> Optional[Tuple[Clip, torch.Tensor, str]]:
+    """The gate pairs' frames read again from the clip's source
+    (:func:`~geocon_torch.io.reader.source_of`: its file, or the tensor it was read from:
+    those frames of it, on its device) at long side ``side`` (the letterbox rule of
+    ``config.io``), the pairs re-indexed into them and "file" / "tensor"; None without a
+    readable source."""
+    source = source_of(clip)
+    if source is None:
         return None
     used, local = torch.unique(pairs.cpu(), return_inverse=True)
     src = clip.frame_indices.cpu()[used].tolist()
+    if isinstance(source, torch.Tensor):  # the gate frames only: no pass over the whole tensor
+        source = source.index_select(0, to_device(src, source.device, torch.long))
+        src = list(range(len(src)))
     try:
-        view = read_clip(path, long_side=side, indices=src,
+        view = read_clip(source, long_side=side, indices=src,
                          letterbox_threshold=config.io.letterbox_threshold,
                          letterbox_min_fraction=config.io.letterbox_min_fraction)
     except GeoConError:
         return None
     if view.num_frames != len(src):
         return None
-    return view, local.reshape(-1, 2)
+    return view, local.reshape(-1, 2), "file" if isinstance(source, str) else "tensor"
 
 
-__all__ = ["AUTO", "SAME", "gate_view_correspondences", "view_backend", "view_features",
-           "view_long_side", "view_to_working", "working_to_view"]
+__all__ = ["AUTO", "SAME", "gate_view_correspondences", "reads_source", "view_backend",
+           "view_features", "view_long_side", "view_to_working", "working_to_view"]

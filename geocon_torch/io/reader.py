@@ -14,6 +14,11 @@ clamped silently. Files are decoded frame by frame; an unselected frame is never
 and a kept frame is resized to the working resolution at once, so memory holds the working-res
 clip plus one source frame (two: the previous one is kept for the motion statistic).
 
+A clip read from a tensor at a resampled working size keeps a reference to that tensor (the
+caller's, or its row of a batch: no copy) in ``meta["source_tensor"]`` (:class:`TensorSource`),
+as a file's clip keeps ``meta["path"]``: :func:`source_of` is what the gate's view reads again
+(:mod:`geocon_torch.gate.view`). It is never pickled, copied or compared by value.
+
 Every reader records ``meta["motion"]``, how much the frames kept move at native resolution
 (:mod:`geocon_torch.io.sampling`: ``max_mad``, ``pairs``, ``frozen``), measured while the frames
 are decoded (files, eager or streamed: the same numbers) or on the tensor before it is resized,
@@ -298,6 +303,60 @@ _TENSOR_OPTIONS = ("long_side", "stride", "max_frames", "indices", "device", "fp
                    "letterbox_threshold", "letterbox_min_fraction", "upscale", "motion_every")
 
 
+class TensorSource:
+    """The (T, C, H, W) tensor a Clip was read from (``Clip.meta["source_tensor"]``): a
+    reference (detached, no copy), what :func:`source_of` gives the gate's view to read again.
+
+    Not data of the clip: a copy of the clip shares it, pickling drops it (a clip sent to a
+    DataLoader worker or saved has no source: its view reads its working frames, as a Clip
+    built by hand), two compare equal when they refer to the same memory, and its repr shows
+    no values.
+    """
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Optional[torch.Tensor]) -> None:
+        self.tensor = None if tensor is None else tensor.detach()
+
+    def _key(self) -> Optional[tuple]:
+        t = self.tensor
+        if t is None:
+            return None
+        return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorSource) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        t = self.tensor
+        return "TensorSource(None)" if t is None else (
+            f"TensorSource({tuple(t.shape)}, {str(t.dtype).replace('torch.', '')}, {t.device})")
+
+    def __reduce__(self) -> Tuple[type, Tuple[None]]:
+        return TensorSource, (None,)
+
+    def __copy__(self) -> "TensorSource":
+        return self
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "TensorSource":
+        return self
+
+
+def source_of(clip: Clip) -> Union[None, str, torch.Tensor]:
+    """What ``clip``'s frames can be read again from with :func:`read_clip` (its
+    ``frame_indices`` index it): the path of the file or folder it was read from, the (T, C, H,
+    W) tensor it was read from at a resampled working size (:class:`TensorSource`), else None
+    (a tensor read at native pixels, a Clip built by hand, a pickled copy, a merged batch)."""
+    meta = clip.meta if isinstance(clip.meta, dict) else {}
+    if meta.get("path"):
+        return str(meta["path"])
+    ref = meta.get("source_tensor")
+    return ref.tensor if isinstance(ref, TensorSource) else None
+
+
 def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
     """Raise :class:`~geocon_torch.errors.ClipTensorError` unless ``x`` is a valid clip tensor.
 
@@ -394,7 +453,7 @@ def clip_from_tensor(frames: torch.Tensor, *, name: str = "tensor", **kwargs: An
         raise ClipTensorError(f"one clip is (T, C, H, W); got a batch {tuple(frames.shape)}: "
                               f"use clips_from_tensor / read_clips")
     check_clip_tensor(frames)
-    return _tensor_clips(frames.unsqueeze(0), [name], **kwargs)[0]
+    return _tensor_clips(frames.unsqueeze(0), [name], sources=[frames], **kwargs)[0]
 
 
 def clips_from_tensors(videos: Sequence[torch.Tensor], *, names: Optional[Sequence[str]] = None,
@@ -424,7 +483,9 @@ def clips_from_tensors(videos: Sequence[torch.Tensor], *, names: Optional[Sequen
     out: List[Optional[Clip]] = [None] * len(videos)
     for g in groups.values():
         x = videos[g[0]].unsqueeze(0) if len(g) == 1 else torch.stack([videos[k] for k in g])
-        for k, clip in zip(g, _tensor_clips(x, [names[k] for k in g], **kwargs)):
+        clips = _tensor_clips(x, [names[k] for k in g], sources=[videos[k] for k in g],
+                              **kwargs)
+        for k, clip in zip(g, clips):
             out[k] = clip
     return out  # type: ignore[return-value]
 
@@ -435,9 +496,14 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
                   device: Union[None, str, torch.device] = None, fps: Optional[float] = None,
                   letterbox_threshold: float = 16.0 / 255.0,
                   letterbox_min_fraction: float = 0.02, upscale: bool = True,
-                  motion_every: Optional[int] = None) -> List[Clip]:
+                  motion_every: Optional[int] = None,
+                  sources: Optional[Sequence[torch.Tensor]] = None) -> List[Clip]:
     """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`); the content
-    fractions and the motion statistic come back in one host copy for the batch."""
+    fractions and the motion statistic come back in one host copy for the batch. ``sources``:
+    the caller's (T, C, H, W) tensor of each clip (default the rows of ``x``), kept in
+    ``meta["source_tensor"]`` when the frames are resampled (:class:`TensorSource`)."""
+    if sources is None:
+        sources = list(x.unbind(0))
     sel = frame_selection(stride, max_frames, indices)
     every = _check_every(motion_every)
     opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
@@ -462,6 +528,8 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
         motion = _motion_meta(host[k][1:], chains, per_frame, every)
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source, motion=motion)
+        if not ws.crop:  # resampled: the gate's view may read the source again
+            meta["source_tensor"] = TensorSource(sources[k])
         clips.append(_finish(frames, kept, ws, sel.fps(source_fps), names[k], meta,
                              opts, mask=mask, fraction=host[k][0]))
     return clips

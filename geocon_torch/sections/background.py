@@ -33,7 +33,7 @@ from ..features.multiscale import resolve_scale_mode
 from ..gate import (GateDecision, external_gate, gate_block, pair_models, parallax_statistics,
                     resolve_gate_method)
 from ..gate.select import GateRows, clip_regime, decide_gates, preliminary_regimes
-from ..gate.view import gate_view_correspondences, view_to_working
+from ..gate.view import gate_view_correspondences, reads_source, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
@@ -425,7 +425,8 @@ def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.d
         viewed = [k for k, gp in enumerate(gps) if gp.shape[0]]
         views = [([viewed[i] for i in g], got) for g, got in _merged(
             [jobs[k].clip for k in viewed], [gps[k] for k in viewed],
-            lambda clip, pairs: gate_view_correspondences(clip, pairs, cfg, device))]
+            lambda clip, pairs: gate_view_correspondences(clip, pairs, cfg, device),
+            alone=lambda clip: reads_source(clip, cfg))]
         has_view = {k for g, got in views if got is not None for k in g}
         asked = [j.pairs if k in has_view else both[k] for k, j in enumerate(jobs)]
         corrs = _merged([j.clip for j in jobs], asked, lambda clip, pairs: extract_correspondences(
@@ -572,15 +573,19 @@ def _merge_key(clip: Clip) -> Optional[tuple]:
 
 
 def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
-            fn: Callable[[Clip, torch.Tensor], Any]) -> _Groups:
+            fn: Callable[[Clip, torch.Tensor], Any],
+            alone: Callable[[Clip], bool] = lambda clip: False) -> _Groups:
     """``fn(clip, pairs)`` of every group of clips of one :func:`_merge_key` (and content mask)
     as one clip of all their frames (their pairs offset into it, their rows one after the
-    other in the result). Returns (member indices, ``fn``'s result) per group; ``fn`` returns
-    {scale: Correspondences}, (Correspondences, info) or None."""
+    other in the result); a clip for which ``alone`` holds (the gate's view of a clip whose
+    frames it reads again from its source) is a group of its own. Returns (member indices,
+    ``fn``'s result) per group; ``fn`` returns {scale: Correspondences}, (Correspondences,
+    info) or None."""
     groups: List[List[int]] = []
+    keys = [None if alone(clip) else _merge_key(clip) for clip in clips]
     for k, clip in enumerate(clips):
-        key = _merge_key(clip)
-        home = next((g for g in groups if key is not None and _merge_key(clips[g[0]]) == key
+        key = keys[k]
+        home = next((g for g in groups if key is not None and keys[g[0]] == key
                      and torch.equal(clips[g[0]].content_mask, clip.content_mask)), None)
         if home is None:
             groups.append([k])

@@ -217,8 +217,9 @@ def test_image_pair_gate_reads_its_view_at_any_working_size(tmp_path):
 
 
 def test_gate_view_of_a_tensor_is_capped_by_its_pixels():
-    """A tensor has nothing finer than its frames: the view side is min(view_long_side, the
-    source side), and above the working side it falls back to the working frames."""
+    """A tensor has nothing finer than its own pixels: the view side is min(view_long_side,
+    the source side); above the working side the view reads the tensor again at that side, as
+    it does a file."""
     frames = render_scene("C1", num_frames=4, size=(120, 160), seed=0).frames
     clip = read_clip(frames, long_side=None)
     cfg = load_config({"gate": {"view_long_side": 512}})
@@ -227,8 +228,8 @@ def test_gate_view_of_a_tensor_is_capped_by_its_pixels():
     d = score_clip(frames, config={"io": {"long_side": 128}, "gate": {"method": "parallax"}},
                    preset="background", device="cpu").to_dict()
     view = d["backends"]["gate_view"]
-    assert (view["long_side"], view["source"], view["scale_xy"]) == (128, "working frames",
-                                                                     [1.0, 1.0])
+    assert (view["long_side"], view["source"], view["scale_xy"]) == (160, "tensor",
+                                                                     [1.25, 1.25])
 
 
 def test_gate_pair_tiers_and_fallback_order():
