@@ -37,9 +37,12 @@ class BackgroundConsistency(GeoConMetric):
 
     Args:
         config: GeoConConfig / dict / JSON path for :func:`score_clip` (paper defaults).
-        preset: score_clip preset (default "background": no foreground / epipolar work);
-            ``metric.config`` is the config scored, with that preset chosen (the preset the
-            clips' results record).
+        preset: score_clip preset (default "background": no foreground / epipolar work); it
+            replaces a preset given inside ``config``. ``metric.config`` is the config scored,
+            with that preset chosen (the preset the clips' results record); the results record
+            the ``config_hash`` of :func:`~geocon_torch.pipeline.pinned_config` of it ("auto"
+            backends resolved for the scoring device, the calibration file's hash pinned), not
+            ``metric.config.config_hash()``.
         scoring_device: where features and fits run (default: the tensors' device, the first
             tensor's for a list; for paths the CUDA device when available).
         **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``...).
