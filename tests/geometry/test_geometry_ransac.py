@@ -86,6 +86,9 @@ def _opencv_counts(d, kind):
     return torch.tensor(counts)
 
 
+@pytest.mark.skipif(tuple(int(v) for v in cv2.__version__.split(".")[:2]) < (4, 12),
+                    reason="OpenCV < 4.12: findHomography's RANSAC mask is not its returned "
+                           "model's inliers (412 vs 364), the check of _opencv_counts")
 def test_homography_opencv_parity():
     d = homography_pairs(6, 600, outlier_ratio=0.3, noise_px=0.5, seed=13, dtype=torch.float32)
     fit = ransac_homography(d["x1"], d["x2"], threshold=2.0, residual="forward")
