@@ -84,7 +84,7 @@ from .errors import InputError
 from .io import check_clip_tensor, tensor_frames
 from .io.sampling import FROZEN_MAX_MAD  # noqa: F401 - the rule's tolerance, re-exported
 from .io.sampling import frame_selection, is_still, max_pair_sums
-from .pipeline import pinned_config, read_options, score_clips
+from .pipeline import _error_block, pinned_config, read_options, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
 from .sections.background import CALL_ERRORS
 from .sections.epipolar import measure_natives, native_tensor_clips
@@ -263,15 +263,9 @@ def _epipolar_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float
     natives = native_tensor_clips(videos, cfg, read_options(cfg, videos[0])) if len(
         videos) else []
     blocks = measure_natives(natives, cfg, "worldatlas", videos.device, reraise=CALL_ERRORS)
+    sections = [_error_block(g) if isinstance(g, BaseException) else g for g in blocks]
     return [reward_from_result({"status": s.get("status", "error"), "epipolar": s},
-                               "epipolar", cfg, neutral) for s in map(_block_of, blocks)]
-
-
-def _block_of(got: Union[Dict[str, Any], BaseException]) -> Dict[str, Any]:
-    """A section, or for an exception the error block ``score_clip`` records for it."""
-    if isinstance(got, BaseException):
-        return {"status": "error", "reason": f"{type(got).__name__}: {got}"}
-    return got
+                               "epipolar", cfg, neutral) for s in sections]
 
 
 def _info(value: Optional[float], neutral: float, status: str, reason: Optional[str],
