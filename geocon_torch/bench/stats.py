@@ -221,6 +221,22 @@ def headline(rows: Iterable[Dict[str, Any]], *, statistic: str = "mean", n_boot:
     return _per_generator(rows, (("score", "score", 1.0),), statistic, n_boot, seed)
 
 
+PASS_FLAGS = (("pass", "background_pass"), ("pass_calibrated", "background_pass_calibrated"))
+
+
+def pass_rates(rows: Iterable[Dict[str, Any]], *, n_boot: int = 10_000, seed: int = 0
+               ) -> List[Dict[str, Any]]:
+    """Per generator: the scene-balanced fraction of ok clips that pass the paper's report gate
+    (``pass``: the flat rows' ``background_pass``) and the calibrated one (``pass_calibrated``:
+    ``background_pass_calibrated``), each with its bootstrap CI (``_lo``, ``_hi``) and
+    ``_scenes``. A clip whose flag is not recorded (no background block, calibration off)
+    counts in neither numerator nor denominator; a generator without any gets ``None``."""
+    flat = [{**r, **{f"_{col}": float(r[flag]) for col, flag in PASS_FLAGS
+                     if isinstance(r.get(flag), bool)}} for r in _flat(rows)]
+    return _per_generator(flat, tuple((col, f"_{col}", 1.0) for col, _ in PASS_FLAGS), "mean",
+                          n_boot, seed)
+
+
 EPIPOLAR_TRIO = ("epipolar_error", "epipolar_inlier_rate", "feature_match_coverage")
 
 

@@ -166,8 +166,11 @@ def _leaderboard_section(page: _Page) -> str:
     t1 = sorted(stats.table1(page.flat, **page.boot), key=lambda r: (
         score[r["generator"]].get("score") is None, -(score[r["generator"]].get("score") or 0.0)))
     counts = {c["generator"]: c for c in stats.status_counts(page.flat)}
+    passed = {r["generator"]: r for r in stats.pass_rates(page.flat, **page.boot)}
     lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3), _ci(r, "ir_pct", 4),
-                _ci(r, "ge_px"), _ci(r, "adadfrc"), f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
+                _ci(r, "ge_px"), _ci(r, "adadfrc"), _ci(passed[r["generator"]], "pass", 3),
+                _ci(passed[r["generator"]], "pass_calibrated", 3),
+                f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
                 f"{counts[r['generator']]['ok']} / {counts[r['generator']]['not_applicable']} / "
                 f"{counts[r['generator']]['error']}"] for r in t1]
     lb = ["<h2 id='leaderboard'>Leaderboard</h2>",
@@ -175,9 +178,11 @@ def _leaderboard_section(page: _Page) -> str:
           "Scene-balanced means over all prompt categories (paper Table 1; each scene = "
           "(prompt category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
           "Score &uarr; (the headline score in [0, 1]), IR &uarr;, GE &darr; (px at working "
-          "resolution), AdaDFRC &darr; (clip mean over objects).</p>",
-          _table(["generator", "score", "IR (%)", "GE (px)", "AdaDFRC", "scenes (bg / fg)",
-                  "ok / n.a. / error"], lb_rows)]
+          "resolution), AdaDFRC &darr; (clip mean over objects); pass &uarr;: the fraction "
+          "of ok clips that pass the paper's report gate (IR / GE) and the calibrated one "
+          "(clips without a recorded verdict left out).</p>",
+          _table(["generator", "score", "IR (%)", "GE (px)", "AdaDFRC", "pass (paper)",
+                  "pass (calibrated)", "scenes (bg / fg)", "ok / n.a. / error"], lb_rows)]
     lb.extend(_frozen_note(page.flat))
     trio = stats.epipolar_trio(page.flat, **page.boot)
     if any(r["epipolar_error_scenes"] for r in trio):

@@ -89,6 +89,27 @@ def test_scene_balance_weights_each_seed_once():
     assert counts == [{"generator": "m", "n": 12, "ok": 11, "not_applicable": 0, "error": 1}]
 
 
+def test_pass_rates_are_scene_balanced_and_skip_unrecorded_verdicts():
+    # seed 0: 3 regenerations, 2 passing the paper gate (scene mean 2/3); seeds 1, 2: one clip
+    # each, failing / passing (ir 0.5 fails, 0.99 passes the fake gate ir >= 0.97)
+    rows = [_row(f"r{i}", seed=0, ir=0.99 if i < 2 else 0.5) for i in range(3)]
+    rows += [_row("s1", seed=1, ir=0.5), _row("s2", seed=2, ir=0.99)]
+    rows.append(_row("bad", seed=3, status="error"))
+    for r, flag in zip(rows, (True, False, True, None, False)):  # calibrated verdicts
+        if flag is not None:
+            r["result"]["background"]["pass_calibrated"] = flag
+    rows += [_row("other", generator="z", seed=0, ir=0.99)]
+    (a, b) = stats.pass_rates(rows, n_boot=2000)
+    assert a["generator"] == "m"
+    assert a["pass"] == pytest.approx((2 / 3 + 0 + 1) / 3) and a["pass_scenes"] == 3
+    assert 0.0 <= a["pass_lo"] <= a["pass"] <= a["pass_hi"] <= 1.0
+    # seed 1 has no calibrated verdict: scenes 0 (mean of True, False, True) and 2 (False)
+    assert a["pass_calibrated"] == pytest.approx((2 / 3 + 0) / 2)
+    assert a["pass_calibrated_scenes"] == 2
+    assert (b["generator"], b["pass"], b["pass_calibrated"]) == ("z", 1.0, None)
+    assert b["pass_calibrated_scenes"] == 0
+
+
 def test_groups_by_generator_and_category_and_epipolar_trio():
     rows = [_row(f"a{i}", generator="A", prompt_category="C1", seed=i, epipolar=(i, 0.5, 0.25))
             for i in range(5)]

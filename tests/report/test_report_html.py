@@ -72,6 +72,14 @@ def test_page_numbers_match_statistics(report):
     board = text[text.index("id='leaderboard'"):text.index("id='prompt-categories'")]
     first, second = sorted(means, key=means.get, reverse=True)
     assert board.index(f">{first}<") < board.index(f">{second}<")
+    for generator in ("A", "B"):  # pass (paper): the fraction of scenes passing (1 clip each)
+        rate = np.mean([r["result"]["background"]["pass"] for r in rows
+                        if r["generator"] == generator and r["status"] == "ok"])
+        row = board[board.index(f">{generator}<"):]
+        row = row[:row.index("</tr>")]
+        cells = re.findall(r"<td class='[^']*'>(.*?)</td>", row)  # after the name cell
+        assert cells[4].startswith(f"{rate:.3g} <span") and cells[5] == "-", cells  # no verdicts
+    assert "pass (paper)" in board and "pass (calibrated)" in board
     assert "VideoReadError: zero-byte file" in text and "Clips not scored (1)" in text
     assert "24 / 0 / 1" in text and "24 / 0 / 0" in text  # ok / n.a. / error per generator
     for section in ("Leaderboard", "Per prompt category", "Translation gate", "Calibration",
