@@ -1,7 +1,8 @@
 """Resumable, shardable leaderboard runs: manifest -> result store (SQLite or PostgreSQL).
 
-Resume: before scoring a clip the runner hashes its bytes; if (content hash, config hash) is in
-the store the clip is skipped (a clip row is linked if the bytes were stored under another id).
+Resume: before scoring a clip the runner hashes its bytes (and those of the masks / poses files
+its manifest row gives: :func:`entry_key`); if (content key, config hash) is in the store the
+clip is skipped (a clip row is linked if the same content was stored under another id).
 Each scored clip is committed in one transaction, so a run killed at any moment loses at most
 the clips in flight and a re-run neither recomputes nor duplicates anything. A clip whose
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
@@ -54,6 +55,7 @@ from tqdm.auto import tqdm
 from ..config import GeoConConfig
 from ..errors import InputError, VideoReadError
 from ..io import content_hash
+from ..io.hashing import input_digest
 from ..pipeline import pinned_config, preflight_models, score_clip, score_clips
 from ..result import ClipResult, migrate_result
 from .claims import LeaseKeeper, WorkQueue, drop_job, drop_stale_jobs, new_job, new_owner
@@ -106,6 +108,21 @@ def content_key(path: Union[str, Path]) -> Tuple[str, Optional[str]]:
     except Exception as exc:  # noqa: BLE001 - any unreadable path gets a stable stand-in key
         key = "unreadable:" + hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:32]
         return key, f"{type(exc).__name__}: {exc}"
+
+
+def entry_key(entry: ManifestEntry) -> Tuple[str, Optional[str]]:
+    """(key, problem): the store key of a manifest entry's content. The video's
+    :func:`content_key`, followed by ``+masks:<digest>`` / ``+poses:<digest>`` (32 hex digits of
+    :func:`input_digest`) when the entry gives object masks / camera poses: they change the
+    numbers (masks from a file instead of motion segmentation, the pose gate instead of the
+    parallax gate), so a resumed run whose manifest now gives other or new side inputs rescores
+    the clip instead of keeping the row scored without them."""
+    key, problem = content_key(entry.path)
+    if problem is None:
+        for name, side in (("masks", entry.masks_path), ("poses", entry.poses_path)):
+            if side is not None:
+                key += f"+{name}:{input_digest(side)[:32]}"
+    return key, problem
 
 
 def error_result(entry: ManifestEntry, config: GeoConConfig, reason: str,
@@ -366,7 +383,7 @@ def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
             for entry, work in items:
                 t1 = time.monotonic()
                 summary.total += 1
-                key, unreadable = content_key(entry.path)
+                key, unreadable = entry_key(entry)
                 if any(t.key == key for t in group):
                     flush()
                 todo = _resolve(entry, key, unreadable, store, job, summary, work)

@@ -51,6 +51,24 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def input_digest(path: Union[str, Path]) -> str:
+    """SHA-256 hex digest of a side input (a masks / poses file or folder): a file's bytes; a
+    folder's files below it in sorted relative-path order, each name (POSIX) and its bytes;
+    ``"missing"`` when the path does not exist (scoring then names the problem)."""
+    p = Path(path)
+    digest = hashlib.sha256()
+    if p.is_file():
+        _update_file(digest, p)
+    elif p.is_dir():
+        for f in sorted((f for f in p.rglob("*") if f.is_file()),
+                        key=lambda f: f.relative_to(p).as_posix()):
+            digest.update(os.fsencode(f.relative_to(p).as_posix()) + b"\0")
+            _update_file(digest, f)
+    else:
+        return "missing"
+    return digest.hexdigest()
+
+
 def tensor_content_hashes(batch: torch.Tensor) -> List[str]:
     """:func:`content_hash` of each clip ``batch[k]`` of a (B, ...) tensor, with one host copy
     of the whole batch (not one per clip: on CUDA each copy is a sync)."""

@@ -13,6 +13,8 @@ from helpers import CountingScorer, _torchrun, bad_rows_manifest, write_clips, w
 
 from geocon_torch.bench import ResultStore, load_manifest, run_manifest
 from geocon_torch.config import GeoConConfig
+from geocon_torch.io import content_hash
+from geocon_torch.io.hashing import input_digest
 from geocon_torch.pipeline import pinned_config
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/ (bench_worker.py, helpers.py)
@@ -87,6 +89,43 @@ def test_missing_file_and_duplicate_bytes(tmp_path: Path):
     run_manifest(m, db, score_fn=again, progress=False)
     assert again.calls == ["gone"]
     assert {r["clip_id"]: r["status"] for r in _table(db)}["gone"] == "ok"
+
+
+def test_resume_rescores_a_clip_whose_masks_or_poses_changed(tmp_path: Path):
+    """The store key of a clip with side inputs is its video's hash plus theirs: a manifest
+    that now gives other or new masks / poses rescores that clip (they change its numbers);
+    a clip without them keeps the plain content hash (stores written before stay valid)."""
+    rows = write_clips(tmp_path / "clips", 3)
+    masks = tmp_path / "masks0"
+    (masks / "obj1").mkdir(parents=True)
+    (masks / "obj1" / "0.png").write_bytes(b"mask frame 0")
+    rows[0]["masks_path"] = str(masks)
+    rows.append({**rows[1], "clip_id": "c1_masked", "masks_path": str(masks)})  # same video
+    m = write_jsonl(tmp_path / "m.jsonl", rows)
+    db = tmp_path / "r.sqlite"
+    first = CountingScorer()
+    run_manifest(m, db, score_fn=first, progress=False)
+    assert first.calls == ["c0", "c1", "c2", "c1_masked"]  # other masks: not linked to c1
+    table = {r["clip_id"]: r["content_hash"] for r in _table(db)}
+    digest = input_digest(masks)[:32]
+    assert table["c0"] == f"{content_hash(rows[0]['path'])}+masks:{digest}"
+    assert table["c1"] == content_hash(rows[1]["path"]) and "+" not in table["c2"]
+    assert table["c1_masked"] == f"{table['c1']}+masks:{digest}"
+    again = CountingScorer()
+    run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == []
+    (masks / "obj1" / "0.png").write_bytes(b"mask frame 0, edited")  # other masks, same path
+    run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == ["c0", "c1_masked"]
+    poses = tmp_path / "poses2.json"
+    poses.write_text("[]")
+    rows[2]["poses_path"] = str(poses)  # poses given where there were none
+    write_jsonl(m, rows)
+    run_manifest(m, db, score_fn=again, progress=False)
+    assert again.calls == ["c0", "c1_masked", "c2"]
+    assert {r["clip_id"]: r["content_hash"] for r in _table(db)}["c2"].endswith(
+        "+poses:" + input_digest(poses)[:32])
+    assert input_digest(tmp_path / "nowhere") == "missing"
 
 
 def test_invalid_result_from_scorer_is_an_error_row(tmp_path: Path):
