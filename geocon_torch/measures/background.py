@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .._checks import check_mask, check_points
-from .._tensor_utils import constant_on, masked_median, quantile_of_sorted, sorted_valid
+from .._tensor_utils import constant_on, masked_median
 from ..geometry import (fundamental_residuals, homography_residuals, symmetric_transfer_error)
 from ..result import BEHAVIOURS
 from ..types import Fit
@@ -126,47 +126,6 @@ def clip_summary(ir: torch.Tensor, ge: torch.Tensor, valid: torch.Tensor) -> Dic
     m_ir, _ = masked_median(ir.reshape(-1), v)
     m_ge, _ = masked_median(ge.reshape(-1), v)
     return {"ir": float(m_ir), "ge_px": float(m_ge), "valid_pairs": n}
-
-
-Series = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _padded(values: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]
-            ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(S, R) rows of S series of different lengths, padded (invalid) to the longest."""
-    r = max([int(v.numel()) for v in values] + [1])
-    dev, dt = values[0].device, values[0].dtype
-    x = torch.zeros(len(values), r, dtype=dt, device=dev)
-    m = torch.zeros(len(values), r, dtype=torch.bool, device=dev)
-    for k, (v, vm) in enumerate(zip(values, masks)):
-        x[k, :v.numel()] = v.reshape(-1).to(dt)
-        m[k, :vm.numel()] = vm.reshape(-1)
-    return x, m
-
-
-def clip_summaries(series: Sequence[Series]) -> List[Dict[str, object]]:
-    """:func:`clip_summary` of S series ``(ir, ge, valid)`` (each of its own length) at once:
-    the same order statistics (the padding is invalid, so it never enters a median), one host
-    transfer for all of them."""
-    ir, valid = _padded([s[0] for s in series], [s[2] for s in series])
-    ge, _ = _padded([s[1] for s in series], [s[2] for s in series])
-    m_ir, _ = masked_median(ir, valid)
-    m_ge, _ = masked_median(ge, valid)
-    host = torch.stack([m_ir.double(), m_ge.double(), valid.sum(-1).double()]).tolist()
-    return [{"ir": host[0][k], "ge_px": host[1][k], "valid_pairs": int(host[2][k])}
-            if host[2][k] > 0 else {"ir": None, "ge_px": None, "valid_pairs": 0}
-            for k in range(len(series))]
-
-
-def fine_quantiles(series: Sequence[Tuple[torch.Tensor, torch.Tensor]], qs: Sequence[float]
-                   ) -> List[List[Optional[float]]]:
-    """The quantiles ``qs`` (linear interpolation, float64) of each ``(values, valid)`` series
-    (:func:`~geocon_torch.measures.calibration.peak_ge` of every series and q at once); None
-    for a series with no valid entry."""
-    x, m = _padded([v.double() for v, _ in series], [vm.to(torch.bool) for _, vm in series])
-    vals, n = sorted_valid(x, m)
-    got = torch.stack([quantile_of_sorted(vals, n, float(q)) for q in qs] + [n.double()], 1)
-    return [row[:-1] if row[-1] > 0 else [None] * len(qs) for row in got.tolist()]
 
 
 def background_pass(ir: Optional[float], ge_px: Optional[float], report_ir: float = 0.97,

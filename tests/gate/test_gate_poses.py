@@ -48,6 +48,24 @@ def test_hysteresis_keeps_previous_inside_band():
     assert got == ["U", "H", "H", None, "F", "F", "H", "H"]
 
 
+def test_missing_pair_does_not_change_the_carried_state():
+    """A missing pair gets code -1 and the next in-band pair carries the state of the last
+    *present* decided pair, whatever value the missing pair's statistic holds (here decided
+    ones: 0.0 would be H, 0.09 F; with ``present_only`` a missing pose reads as zeros)."""
+    s = torch.tensor([0.1, 0.0, 0.04, 0.01, 0.09, 0.035, 0.0, 0.04], dtype=torch.float64)
+    present = torch.tensor([True, False, True, True, False, True, False, True])
+    got = codes_to_names(hysteresis(s, 0.03, 0.05, present=present))
+    assert got == ["F", None, "F", "H", None, "H", None, "H"]
+    # before any present decided pair: the initial state, also after a decided missing one
+    got = codes_to_names(hysteresis(s[1:3], 0.03, 0.05, present=present[1:3]))
+    assert got == [None, "U"]
+    # the same through a per-pair pose log: pair 1's pose is missing (t_inf reads 0)
+    poses = [pose([0.08, 0, 0]), None, pose([0.04, 0, 0])]
+    d = gate_from_poses(poses, adjacent(4), 4,
+                        GateConfig(per_pair=True, missing_pose="present_only"))
+    assert d.per_pair == ["F", None, "F"]
+
+
 def test_hysteresis_matches_sequential_loop():
     g = torch.Generator().manual_seed(0)
     s = torch.rand(200, generator=g) * 0.08

@@ -2,6 +2,8 @@
 pair, determinism, degenerate / empty / padded inputs."""
 from __future__ import annotations
 
+import math
+
 import cv2
 import pytest
 import torch
@@ -66,6 +68,39 @@ def test_fundamental_paper_default_threshold():
     ref = sampson_distance_normalized(fit.model, d["x1"], d["x2"])
     assert torch.allclose(fit.residuals, ref, atol=1e-6)
     assert torch.equal(fit.inliers, ref <= 0.1) or (fit.inliers != (ref <= 0.1)).sum() <= 1
+
+
+def _drawn_when_stopping(need, batch_size=32):
+    """Samples drawn when a pair stops at an adaptive bound of ``need`` samples: whole rounds
+    of ``batch_size`` (module docstring: 2x more per round from the fifth round on, up to 8x)
+    until the total reaches ``need``."""
+    drawn, r = 0, 0
+    while drawn < need:
+        drawn += batch_size * min(2 ** max(r - 3, 0), 8)
+        r += 1
+    return drawn
+
+
+@pytest.mark.parametrize("kind,m,outliers", [("H", 4, 0.5), ("F", 7, 0.4)])
+def test_adaptive_stop_matches_the_closed_form(kind, m, outliers):
+    """Step 4: a pair stops once ``N = log(1 - p) / log(1 - w^m)`` samples are drawn (w: inlier
+    ratio of its best model, m: 4 for H, 7 for F), i.e. in the first round that reaches N.
+    Exact scenes: w = 0.5 (H: N = 108 -> 128 drawn) and w ~ 0.6 (F: N = 244 -> 320 drawn)."""
+    n, p = 400, 0.999
+    if kind == "H":
+        d = homography_pairs(4, n, outlier_ratio=outliers, noise_px=0.0, seed=30)
+        fit = ransac_homography(d["x1"], d["x2"], confidence=p, max_iterations=100000)
+    else:
+        d = fundamental_pairs(4, n, outlier_ratio=outliers, noise_px=0.0, seed=31)
+        fit = ransac_fundamental(d["x1"], d["x2"], threshold=1.0, residual="sampson",
+                                 confidence=p, max_iterations=100000)
+    assert fit.valid.all() and _recall(fit, d) == 1.0
+    w = fit.num_inliers.double() / n
+    assert ((w - (1 - outliers)).abs() < 0.02).all()  # true inliers + a few lucky outliers
+    need = torch.ceil(math.log(1 - p) / torch.log1p(-w ** m))
+    want = [_drawn_when_stopping(int(v)) for v in need.tolist()]
+    assert want == ([128] * 4 if kind == "H" else [320] * 4)
+    assert fit.iterations.tolist() == want
 
 
 def _opencv_counts(d, kind):

@@ -127,3 +127,25 @@ def test_explain_names_the_parallax_bound():
     text = explain_result({"clip": "c", "status": "ok", "regime": "F", "background": bg},
                           evidence=False)
     assert "failed: parallax 6 ref px < 11 ref px" in text
+
+
+def test_lower_bounds_are_inclusive():
+    """``ir_min``, ``parallax_ref_min`` and ``ge_h_norm_min`` are met by a value equal to the
+    bound (IR is a ratio of counts: IR == ir_min happens), and within the relative 1e-9 slack
+    below it; a value clearly below fails. The upper GE bound, also inclusive, is the control."""
+    th = {"F": {"ir_min": 0.97, "ge_norm_max": 0.4, "parallax_ref_min": 16.0,
+                "ge_h_norm_min": 0.3}}
+    kw = dict(ge_h_px=0.3, parallax_ref=16.0)  # long side 1024: px = normalised px
+    assert calibrated_pass(0.97, 0.1, 1024, "F", th, **kw) is True  # every bound met exactly
+    assert calibrated_pass(0.97 * (1 - 5e-10), 0.1, 1024, "F", th, **kw) is True
+    assert calibrated_pass(0.97 * (1 - 1e-8), 0.1, 1024, "F", th, **kw) is False
+    assert calibrated_pass(0.96, 0.1, 1024, "F", th, **kw) is False
+    assert calibrated_pass(1.0, 0.1, 1024, "F", th, ge_h_px=0.3, parallax_ref=15.99) is False
+    assert calibrated_pass(1.0, 0.1, 1024, "F", th, ge_h_px=0.29, parallax_ref=16.0) is False
+    checks = bound_checks(clip_statistics(0.97, 0.4, 1.0, ge_h_px=0.3, parallax_ref=16.0),
+                          th["F"])
+    assert [(c.key, c.value, c.passed) for c in checks] == [
+        ("ir_min", 0.97, True), ("ge_norm_max", 0.4, True), ("parallax_ref_min", 16.0, True),
+        ("ge_h_norm_min", 0.3, True)]
+    assert checks[0].describe() == "IR 0.97 >= 0.97: ok"
+    assert checks[2].describe() == "parallax 16 ref px >= 16 ref px: ok"

@@ -138,6 +138,29 @@ def test_invalid_objects_are_flagged_and_isolated(device):
     assert d3.shape == (2, 0) and v3.shape == (2, 0)
 
 
+def test_three_cells_are_enough_two_are_not():
+    """Validity needs at least 3 cells with positive weight (the affine fit's 3 points). An
+    L-shaped object filling 3 of the 4 cells of a 2 x 2 grid (300 px >= min_pixels) is valid,
+    and 3 cells fit any flow exactly: D = 0 for a translation and for a flow that differs per
+    cell. The same object without its bottom-left cell (2 diagonal cells, 200 px) is invalid."""
+    h = w = 40
+    m = torch.zeros(1, 2, h, w, dtype=torch.bool)
+    m[0, :, 0:10, 0:10] = True  # top-left cell
+    m[0, :, 10:20, 10:20] = True  # bottom-right cell
+    m[0, 0, 10:20, 0:10] = True  # bottom-left cell: object 0 only
+    assert m.sum((-1, -2)).tolist() == [[300, 200]]
+    shift = torch.zeros(1, 2, h, w, dtype=torch.float64)
+    shift[:, 0], shift[:, 1] = 1.5, -0.5
+    cellwise = shift.clone()
+    cellwise[:, 0, 10:20, 0:10] += 3.0  # the bottom-left cell moves differently
+    cellwise[:, 1, 10:20, 10:20] -= 2.0
+    for flow in (shift, cellwise):
+        for score in ("wmse", "w2"):
+            d, valid = adadfrc(flow, m, grid=2, min_pixels=64, score=score)
+            assert valid.tolist() == [[True, False]]
+            assert d[0, 0].abs() < 1e-9 and d[0, 1] == 0
+
+
 def test_grid_is_adaptive_to_the_box(device):
     """Cell positions of a filled box are the centres of an N x N lattice over the box."""
     h, w = 50, 70

@@ -49,6 +49,24 @@ def test_terms_and_fold_closed_form():
     assert fold_terms({"match": 0.0, "inliers": 1.0}) == 0.0
 
 
+def test_rigidity_term_takes_the_root_of_the_largest_d():
+    """``rigidity = exp(-sqrt(D_norm) / ge_scale)``: D is in px^2, the term reads px. At the
+    working long side 512 a px is 2 px at 1024, so D = 4 px^2 (the largest) -> 2 px -> 4 px
+    and D = 0.25 px^2 -> 0.5 px -> 1 px (values where sqrt(D) != D, unlike D = 1)."""
+    for ds, px in (([0.25, 4.0, 2.25], 4.0), ([0.25], 1.0), ([0.09, -1.0], 0.6)):
+        res = _result(foreground={"status": "ok",
+                                  "objects": [{"adadfrc_mean": d} for d in ds]})
+        terms = headline_terms(res)
+        assert terms == {"rigidity": pytest.approx(math.exp(-px / GE_SCALE_PX), rel=1e-12)}
+        # alone in the fold: the score is the term itself
+        assert headline_score(res) == pytest.approx(math.exp(-px / GE_SCALE_PX), rel=1e-12)
+    # with the ge term (weights 1 and 0.25): 0.35 px at 512 -> 0.7 px at 1024
+    res = _result(background={"status": "ok", "ge_px": 0.35},
+                  foreground={"status": "ok", "objects": [{"adadfrc_mean": 4.0}]})
+    want = math.exp(-(0.7 + 0.25 * 4.0) / GE_SCALE_PX / 1.25)
+    assert headline_score(res) == pytest.approx(want, rel=1e-12)
+
+
 def test_score_in_the_result_and_round_trip():
     clip = render_scene("C1", num_frames=5, size=(120, 160), seed=0)
     res = score_clip(clip.frames, preset="all", device="cpu")

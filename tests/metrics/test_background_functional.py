@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from geocon_torch.geometry import symmetric_transfer_error
 from geocon_torch.measures.background import (
     background_pass, classify_behaviour, clip_summary, fundamental_pair_metrics,
     homography_pair_metrics, median_motion_px, rotation_from_fundamental, sensitivity_scan)
@@ -42,6 +43,30 @@ def test_homography_ir_ge_closed_form(device, dtype):
     want = float(torch.linspace(0, 1.9, 40, dtype=torch.float64).quantile(0.5))
     assert m.ge[0].item() == pytest.approx(want, abs=1e-5)
     assert m.ir[1].item() == 0 and m.ge[2].item() == 0 and torch.isfinite(m.ge).all()
+
+
+def test_inlier_test_and_min_inliers_are_inclusive():
+    """Eqs. 7-8, 12 at their boundaries: inliers are ``r <= tau_H`` and a pair with exactly
+    ``min_inliers`` inliers is valid. H = translation (5, -3) on integer points: an x-offset of
+    exactly 2 px has a symmetric transfer error of exactly 2.0 (float64).
+    Pair 0: 40 matches at r = tau = 2 px, 10 at 5 px -> 40 inliers, IR 0.8, GE 2.0.
+    Pair 1: 30 at 0.5 px, 10 at 5 px -> exactly 30 inliers: valid, IR 0.75, GE 0.5.
+    Pair 2: 29 at 0.5 px, 11 at 5 px -> 29 inliers: invalid (IR = GE = 0)."""
+    n = 50
+    x1 = (torch.arange(2 * n, dtype=torch.float64).view(1, n, 2) * 3.0).repeat(3, 1, 1)
+    d = torch.full((3, n), 5.0, dtype=torch.float64)
+    d[0, :40], d[1, :30], d[2, :29] = 2.0, 0.5, 0.5
+    x2 = x1 + torch.tensor([5.0, -3.0], dtype=torch.float64)
+    x2[..., 0] += d
+    mask = torch.ones(3, n, dtype=torch.bool)
+    mask[1:, 40:] = False  # pairs 1, 2: 40 matches
+    H = torch.tensor([[1.0, 0, 5], [0, 1, -3], [0, 0, 1]], dtype=torch.float64)
+    fit = make_fit("H", H.expand(3, 3, 3).clone(), torch.ones(3, dtype=torch.bool))
+    assert (symmetric_transfer_error(fit.model, x1, x2)[0, :40] == 2.0).all()  # ties
+    m = homography_pair_metrics(fit, x1, x2, mask, tau_h=2.0, min_inliers=30)
+    assert m.num_inliers.tolist() == [40, 30, 29] and m.num_matches.tolist() == [50, 40, 40]
+    assert m.valid.tolist() == [True, True, False]
+    assert m.ir.tolist() == [0.8, 0.75, 0.0] and m.ge.tolist() == [2.0, 0.5, 0.0]
 
 
 def test_fundamental_ir_ge_closed_form(device, dtype):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -83,6 +84,49 @@ def test_grounded_clips_keep_their_regime(batch):
     _, results = batch
     assert results[0].regime == "H" and results[0].ir == 1.0
     assert results[1].background["valid_pairs"] > 0 and results[4].ir > 0.9
+
+
+def _eq13_from_rows(rows, model):
+    """(IR, GE, valid count) medians over the valid (scale, pair) entries of ``model`` ("H",
+    "F", or None: each row's gated model) read from a result's own ``per_pair`` rows."""
+    pick = [(r["model"] if model is None else model).lower() for r in rows]
+    ok = np.array([r[f"valid_{k}"] for r, k in zip(rows, pick)], bool)
+    ir = np.array([r[f"ir_{k}"] for r, k in zip(rows, pick)], float)[ok]
+    ge = np.array([r[f"ge_{k}_px"] for r, k in zip(rows, pick)], float)[ok]
+    return (float(np.median(ir)), float(np.median(ge)), int(ok.sum())) if ok.any() else \
+        (None, None, 0)
+
+
+def test_clip_ir_ge_are_the_medians_of_the_valid_per_pair_entries(batch):
+    """Eq. 13 on scored clips: the clip IR / GE (gated model, and each model's) are the medians
+    of the result's own per-pair entries over the *valid* (scale, pair) entries only (the
+    invalid ones hold 0); GE_fine / GE_peak are the median / 90th percentile (linear) of the
+    gated model's valid GE at the finest scale."""
+    _, results = batch
+    scored = [r.to_dict()["background"] for r in results if r.status == "ok"]
+    assert len(scored) == 3
+    some_invalid = spread = False
+    for b in scored:
+        rows = b["per_pair"]
+        assert len(rows) == b["pairs"] * len(b["scales"])
+        ir, ge, n = _eq13_from_rows(rows, None)
+        assert n == b["valid_pairs"] > 0
+        assert b["ir"] == pytest.approx(ir, rel=1e-6) and b["ge_px"] == pytest.approx(ge, rel=1e-6)
+        for k in ("h", "f"):
+            ir_k, ge_k, n_k = _eq13_from_rows(rows, k.upper())
+            assert b[f"valid_pairs_{k}"] == n_k
+            assert b[f"ir_{k}"] == pytest.approx(ir_k, rel=1e-6)
+            assert b[f"ge_{k}_px"] == pytest.approx(ge_k, rel=1e-6)
+        fine = [r for r in rows if r["scale"] == max(b["scales"])]
+        fine_ge = np.array([r[f"ge_{r['model'].lower()}_px"] for r in fine
+                            if r[f"valid_{r['model'].lower()}"]], float)
+        assert b["ge_fine_px"] == pytest.approx(float(np.quantile(fine_ge, 0.5)), rel=1e-6)
+        assert b["ge_peak_px"] == pytest.approx(float(np.quantile(fine_ge, 0.9)), rel=1e-6)
+        some_invalid |= n < len(rows)
+        spread |= float(np.quantile(fine_ge, 0.9)) > 1.01 * float(np.median(fine_ge))
+    # the checks above can tell: invalid entries (medians over all would differ) and a
+    # finest scale whose 90th percentile is not its median
+    assert some_invalid and spread
 
 
 class _Syncs(TorchDispatchMode):
