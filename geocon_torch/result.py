@@ -7,8 +7,10 @@
      "score": float | None,          # headline score in [0, 1], higher is better (None: not
                                      # scored), see measures.headline; "score_terms": its terms
      "io": {"source", "announced_frames", "decoded_frames", "lost_frames", "lost_fraction",
-            "timestamp_gaps", "decode_errors", "first_errors", "truncated"},  # what decoding
-                                     # lost ({} for rows written before it was recorded)
+            "timestamp_gaps", "decode_errors", "first_errors", "truncated",
+            "variable_frame_rate", "duration_frames", "concealed_frames", "size_changes",
+            "first_size_change"},    # what decoding lost ({} for rows written before it was
+                                     # recorded; keys added later are absent from older rows)
      "warnings": [str, ...],         # scored, but e.g. some frames were lost while decoding
      "gate": {"method", "statistic", "thresholds", "decision", "evidence", ...},
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",

@@ -9,9 +9,19 @@ gaps; a variable-frame-rate stream (gif / animated WebP / APNG, whose frame dura
 design, or a stream whose long steps are not rare or not whole multiples of the frame duration)
 is flagged ``variable_frame_rate`` instead and nothing is inferred from its timestamps. An
 animated WebP, which PyAV cannot decode, is read with PIL (:class:`~.images.AnimatedWebP`).
+
+A container that announces no frame count (Matroska / WebM, MPEG-TS) ends a file cut part-way
+through with a plain end of file: the stream's duration then says how many frames the time after
+the last decoded frame held (:attr:`Decoded.duration_frames`), so the cut is counted as for an
+mp4. The decoder runs :data:`DECODE_THREADS` threads on every machine, and a damaged stream (a
+decode error, or frames FFmpeg flags as decoded with concealed errors, counted as
+``concealed_frames``) is decoded again on one (:func:`decode_stable`), so a file gives the same
+pixels everywhere. A mid-stream change of the frame size is recorded (``size_changes``), and the
+stream read is FFmpeg's best video stream.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -36,6 +46,26 @@ _MAX_LONG_FRACTION = 0.2
 #: A step further than this (in frame durations) from a whole multiple of the frame duration is
 #: off the grid of a constant-rate stream: the stream is variable-rate.
 _GRID_TOLERANCE = 0.25
+#: Decoder threads, the same on every machine. FFmpeg's default (0: one per CPU the process may
+#: use, plus one) made the pixels of a damaged stream depend on the machine: H.264 error
+#: concealment differs with the number of frame threads (the audit's badrange.mp4 decodes to one
+#: frame set at 1 thread, another at 2 and a third at 3 or more), so one content hash + config
+#: hash keyed different results on a 1-CPU and a 2-CPU node. A clean stream decodes bit for bit
+#: the same at any count (frame threading is exact by design), so it gets 4 threads (about the
+#: speed of FFmpeg's own choice on a few cores); a damaged one is decoded again on
+#: :data:`DAMAGED_DECODE_THREADS`, see :attr:`Decoded.damaged`.
+DECODE_THREADS = 4
+#: Decoder threads for a damaged stream (a decode error or a frame decoded with concealed errors):
+#: one. With frame threads the concealment of damaged data is not even repeatable (badrange.mp4
+#: at 8 threads: 3 different frame sets in 25 decodes on one machine); on one thread it is.
+DAMAGED_DECODE_THREADS = 1
+#: Frame indices of concealed frames kept in ``meta`` (``concealed_frames`` counts them all).
+_KEEP_INDICES = 5
+#: Frames decoded past the end of a selection that stops early, only to look for damage, in a
+#: stream with B-frames: a frame returned before a damaged one may be decoded after it and from
+#: it (H.264 reorders up to 16 frames), so its pixels depend on the thread count although no
+#: flag was seen yet.
+_LOOKAHEAD = 16 + DECODE_THREADS
 
 
 def check_file(path: Path) -> Path:
@@ -47,8 +77,10 @@ def check_file(path: Path) -> Path:
     return path
 
 
-def open_video(path: Path):
-    """Open ``path`` with PyAV and return ``(container, video_stream)``.
+def open_video(path: Path, threads: int = DECODE_THREADS):
+    """Open ``path`` with PyAV and return ``(container, video_stream)``: FFmpeg's best video
+    stream (:func:`best_video_stream`), to be decoded on ``threads`` threads (never FFmpeg's
+    machine-dependent default: :data:`DECODE_THREADS`).
 
     Raises VideoReadError when the file is not a readable container or holds no video stream.
     """
@@ -70,9 +102,52 @@ def open_video(path: Path):
     if not container.streams.video:
         container.close()
         raise VideoReadError(f"{path}: the container holds no video stream")
-    stream = container.streams.video[0]
+    stream = best_video_stream(container)
     stream.thread_type = "AUTO"
+    stream.codec_context.thread_count = int(threads)  # before the codec opens (first packet)
     return container, stream
+
+
+def best_video_stream(container):
+    """FFmpeg's best video stream (``av_find_best_stream``, the one a player shows: a one-frame
+    cover picture or thumbnail stream loses against a video), else the first video stream."""
+    import av
+
+    try:
+        best = container.streams.best("video")
+    except (av.FFmpegError, ValueError):
+        best = None
+    return best if best is not None else container.streams.video[0]
+
+
+def _stream_end(container, stream) -> Optional[float]:
+    """Where the video stream ends (s), by what its container writes: the stream's duration
+    (after its start time), else its DURATION tag (Matroska / WebM muxers write one per track),
+    else the container's duration when the video is its only stream (the container's spans all
+    its streams: an audio track can outlast the video); None when unknown. A tag or container
+    duration counts from time 0 (FFmpeg's Matroska muxer writes end times), which can only
+    place the end early: a late end would count frames that never existed as lost."""
+    tb = float(stream.time_base) if stream.time_base else 0.0
+    if stream.duration and tb > 0:
+        return (float(stream.start_time or 0) + float(stream.duration)) * tb
+    for key, value in (stream.metadata or {}).items():
+        if key.upper() == "DURATION":
+            seconds = _clock_seconds(value)
+            if seconds is not None:
+                return seconds
+    if container.duration and len(container.streams) == 1:
+        return float(container.duration) / 1e6  # AV_TIME_BASE units
+    return None
+
+
+def _clock_seconds(text: str) -> Optional[float]:
+    """"HH:MM:SS.fraction" (a Matroska DURATION tag) -> seconds; None when malformed."""
+    try:
+        h, m, s = str(text).strip().split(":")
+        seconds = 3600.0 * int(h) + 60.0 * int(m) + float(s)
+    except ValueError:
+        return None
+    return seconds if np.isfinite(seconds) and seconds > 0 else None
 
 
 def stream_fps(stream) -> Optional[float]:
@@ -126,6 +201,24 @@ class Decoded:
         source_size: (H, W) of the first decoded frame.
         container_frames: frame count the container announces (None when it has none).
         codec, fps: stream codec name and frames per second (None when unknown).
+        pts: presentation timestamp of each decoded frame (stream time base units).
+        time_base: the stream's time base (s per timestamp unit; None when unknown).
+        end_pts: the latest ``pts + duration`` of the decoded frames (where they end).
+        stream_end: where the stream ends by its container (s; :func:`_stream_end`), read only
+            when the container announces no frame count (None otherwise or when unknown).
+        concealed: source indices of the frames FFmpeg flags as decoded with concealed errors
+            (``AV_FRAME_FLAG_CORRUPT``: damaged data filled in by the decoder); the first
+            ``_KEEP_INDICES`` of them, ``num_concealed`` counts them all.
+        frame_sizes: the distinct (H, W) of the decoded frames, in the order they appear.
+        size_changes: frames whose size differs from the previous frame's;
+            ``first_size_change`` = (frame index, (H, W) before, (H, W) after) of the first.
+        stream_index, video_streams: the index of the stream read and the number of video
+            streams in the container.
+        threads: the decoder threads used (:data:`DECODE_THREADS`, or
+            :data:`DAMAGED_DECODE_THREADS` for the second decode of a damaged stream).
+        damage_ahead: a decode of a stream with B-frames stopped early (the selection was
+            satisfied) found damage in the next ``_LOOKAHEAD`` frames (:func:`_damage_ahead`);
+            nothing else records them.
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -138,6 +231,52 @@ class Decoded:
     codec: str = ""
     fps: Optional[float] = None
     pts: List[int] = field(default_factory=list)
+    time_base: Optional[float] = None
+    end_pts: Optional[int] = None
+    stream_end: Optional[float] = None
+    concealed: List[int] = field(default_factory=list)
+    num_concealed: int = 0
+    frame_sizes: List[Tuple[int, int]] = field(default_factory=list)
+    size_changes: int = 0
+    first_size_change: Optional[Tuple[int, Tuple[int, int], Tuple[int, int]]] = None
+    stream_index: int = 0
+    video_streams: int = 1
+    threads: int = DECODE_THREADS
+    damage_ahead: bool = False
+    _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
+
+    def note(self, frame) -> int:
+        """Count a decoded frame (timestamp, size, concealed errors); return its index."""
+        i = self.decoded
+        self.decoded += 1
+        if frame.pts is not None:
+            self.pts.append(int(frame.pts))
+            end = int(frame.pts) + int(getattr(frame, "duration", None) or 0)
+            self.end_pts = end if self.end_pts is None else max(self.end_pts, end)
+        size = (int(frame.height), int(frame.width))
+        if self.source_size is None:
+            self.source_size = size
+            self.frame_sizes.append(size)
+        elif size != self._last_size:
+            self.size_changes += 1
+            if self.first_size_change is None:
+                self.first_size_change = (i, self._last_size, size)
+            if size not in self.frame_sizes:
+                self.frame_sizes.append(size)
+        self._last_size = size
+        if getattr(frame, "is_corrupt", False):
+            self.num_concealed += 1
+            if len(self.concealed) < _KEEP_INDICES:
+                self.concealed.append(i)
+        return i
+
+    @property
+    def damaged(self) -> bool:
+        """A decode error or a frame decoded with concealed errors (also just past a selection
+        that stopped early): with several decoder threads the pixels are then not repeatable,
+        so the stream must be decoded again on :data:`DAMAGED_DECODE_THREADS`
+        (:func:`decode_stable`)."""
+        return bool(self.errors) or self.num_concealed > 0 or self.damage_ahead
 
     @property
     def variable_frame_rate(self) -> bool:
@@ -155,23 +294,49 @@ class Decoded:
         timestamp order (box.mp4: 0, 101, 67, 134, 34 ms, ...) leaves frames whose timestamps
         lie between those returned in its reorder buffer: no gap can be told apart from them,
         so none is counted then."""
-        steps = timestamp_steps(self.pts)
         if not self.complete and out_of_order(self.pts):
             return 0, 0
-        if steps.size < 2 or self.codec in VARIABLE_RATE_CODECS or variable_rate(steps):
-            return 0, 0
-        big = steps > _LONG_STEP
-        return int(big.sum()), int(np.rint(steps[big]).sum() - big.sum())
+        return timestamp_gap_count(self.pts, self.codec)
+
+    @property
+    def tail_frames(self) -> Optional[int]:
+        """Frames the stream's duration holds after the last decoded frame, for a complete
+        decode of a stream whose container announces no frame count: (stream end - end of the
+        decoded frames) / frame duration (the median step between timestamps, or 1 / fps when
+        it agrees within 5 % or there is one frame), 0 when within ``_COUNT_SLACK`` (rounding,
+        an end time that counts from 0); None when there is nothing to compare."""
+        if (self.container_frames is not None or not self.complete or self.stream_end is None
+                or self.end_pts is None or not self.time_base):
+            return None
+        diffs = np.diff(np.unique(np.asarray(self.pts, dtype=np.float64)))
+        step = float(np.median(diffs)) * self.time_base if diffs.size else None
+        rate = 1.0 / self.fps if self.fps else None
+        if step is None or (rate is not None and abs(rate - step) <= 0.05 * step):
+            step = rate
+        if not step:
+            return None
+        end = max(self.end_pts, max(self.pts) + step / self.time_base) * self.time_base
+        tail = int(np.rint((self.stream_end - end) / step))
+        return tail if tail > _COUNT_SLACK else 0
+
+    @property
+    def duration_frames(self) -> Optional[int]:
+        """The frame count the stream's duration implies when the container announces none:
+        decoded + missing between timestamps + :attr:`tail_frames` (None when unknown)."""
+        tail = self.tail_frames
+        return None if tail is None else self.decoded + self.timestamp_gaps[1] + tail
 
     @property
     def truncated(self) -> bool:
-        """Decoding hit an error, or a full decode fell short of the container's count."""
+        """Decoding hit an error, or a full decode fell short of the container's count (or,
+        without one, of the stream's duration: :attr:`tail_frames`)."""
         short = (self.complete and self.container_frames is not None
                  and self.decoded < self.container_frames - _COUNT_SLACK)
-        return bool(self.errors) or short
+        return bool(self.errors) or short or bool(self.tail_frames)
 
     def metadata(self, path: Path) -> Dict[str, object]:
         gaps, missing = self.timestamp_gaps
+        change = self.first_size_change
         return {
             "path": str(path), "codec": self.codec, "source_fps": self.fps,
             "container_frames": self.container_frames,
@@ -181,7 +346,32 @@ class Decoded:
             "num_decode_errors": len(self.errors), "timestamp_gaps": gaps,
             "timestamp_missing_frames": missing,
             "variable_frame_rate": self.variable_frame_rate,
+            "duration_frames": self.duration_frames, "concealed_frames": self.num_concealed,
+            "concealed_frame_indices": list(self.concealed),
+            "frame_sizes": [size_text(hw) for hw in self.frame_sizes],
+            "size_changes": self.size_changes,
+            "first_size_change": None if change is None else {
+                "frame": change[0], "from": size_text(change[1]), "to": size_text(change[2])},
+            "video_stream": self.stream_index, "video_streams": self.video_streams,
+            "decode_threads": self.threads,
         }
+
+
+def size_text(hw: Tuple[int, int]) -> str:
+    """(H, W) -> "WxH" (how frame sizes are written in messages)."""
+    return f"{hw[1]}x{hw[0]}"
+
+
+def timestamp_gap_count(pts, codec: str = "") -> Tuple[int, int]:
+    """(gaps, missing) of increasing timestamps / frame numbers ``pts``: with the unit taken as
+    the median step, a step longer than 1.5 units is a gap of round(step / unit) - 1 missing
+    values; (0, 0) for fewer than three values, a codec of ``VARIABLE_RATE_CODECS`` or steps
+    that :func:`variable_rate` calls variable."""
+    steps = timestamp_steps(pts)
+    if steps.size < 2 or codec in VARIABLE_RATE_CODECS or variable_rate(steps):
+        return 0, 0
+    big = steps > _LONG_STEP
+    return int(big.sum()), int(np.rint(steps[big]).sum() - big.sum())
 
 
 def out_of_order(pts: List[int]) -> bool:
@@ -215,10 +405,22 @@ def variable_rate(steps: np.ndarray, codec: str = "") -> bool:
     return bool(off_grid.any() or (long.sum() >= 2 and long.mean() > _MAX_LONG_FRACTION))
 
 
+def _decoded_for(container, stream, threads: int) -> Decoded:
+    """An empty :class:`Decoded` with what the container says of ``stream``."""
+    announced = int(stream.frames) or None
+    tb = getattr(stream, "time_base", None)
+    return Decoded(container_frames=announced, fps=stream_fps(stream),
+                   codec=stream.codec_context.name, time_base=float(tb) if tb else None,
+                   stream_end=None if announced else _stream_end(container, stream),
+                   stream_index=int(getattr(stream, "index", 0) or 0),
+                   video_streams=len(container.streams.video), threads=int(threads))
+
+
 def decode_selected(path: Path, selection: Optional[FrameSelection],
                     plan: Optional[Callable[[int, int], Callable]] = None,
                     sink: Optional[Callable[[np.ndarray], None]] = None,
-                    motion: Optional[FrameMotion] = None) -> Decoded:
+                    motion: Optional[FrameMotion] = None,
+                    threads: int = DECODE_THREADS) -> Decoded:
     """Decode ``path`` frame by frame, converting only the frames ``selection`` keeps.
 
     Args:
@@ -231,23 +433,20 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
         motion: fed every kept frame at native resolution before it is converted (and the
             frames it samples, :meth:`FrameMotion.wants`), so the eager and streamed reads of a
             file measure the same statistic (:mod:`geocon_torch.io.sampling`).
+        threads: decoder threads (a damaged stream needs :data:`DAMAGED_DECODE_THREADS` for
+            repeatable pixels: :func:`decode_stable` decodes it again).
 
     Raises:
         VideoReadError: unreadable file, or no frame could be decoded.
     """
-    container, stream = open_video(path)
-    out = Decoded(container_frames=int(stream.frames) or None, fps=stream_fps(stream),
-                  codec=stream.codec_context.name)
+    container, stream = open_video(path, threads)
+    out = _decoded_for(container, stream, threads)
     convert = None
     try:
         stopped = False
-        for frame in iter_frames(container, stream, out.errors):
-            i = out.decoded
-            out.decoded += 1
-            if frame.pts is not None:
-                out.pts.append(int(frame.pts))
-            if out.source_size is None:
-                out.source_size = (int(frame.height), int(frame.width))
+        frames = iter_frames(container, stream, out.errors)
+        for frame in frames:
+            i = out.note(frame)
             if selection is None or not selection.keeps(i, len(out.indices)):
                 if selection is not None and selection.finished(i, len(out.indices)):
                     stopped = True
@@ -270,6 +469,9 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                 stopped = True
                 break
         out.complete = not stopped
+        reorders = bool(getattr(stream.codec_context, "has_b_frames", False))
+        if stopped and reorders and threads != DAMAGED_DECODE_THREADS and not out.damaged:
+            out.damage_ahead = _damage_ahead(frames, out.errors)
     finally:
         container.close()
     if out.decoded == 0:
@@ -277,3 +479,34 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
         raise VideoReadError(f"{path}: 0 frames could be decoded{why}; the file is empty, "
                              f"truncated before the first frame, or not a video")
     return out
+
+
+def _damage_ahead(frames: Iterator, errors: List[str]) -> bool:
+    """Whether any of the next ``_LOOKAHEAD`` ``frames`` is flagged as decoded with concealed
+    errors or fails to decode; what it appends to ``errors`` is taken out again (those frames
+    are not part of the decode)."""
+    before = len(errors)
+    corrupt = any(getattr(f, "is_corrupt", False) for f in itertools.islice(frames, _LOOKAHEAD))
+    failed = len(errors) > before
+    del errors[before:]
+    return corrupt or failed
+
+
+def decode_stable(path: Path, selection: Optional[FrameSelection],
+                  start: Callable[[], Tuple[Optional[Callable[[int, int], Callable]],
+                                            Optional[Callable[[np.ndarray], None]],
+                                            Optional[FrameMotion]]]) -> Decoded:
+    """:func:`decode_selected` on :data:`DECODE_THREADS` threads, and again on
+    :data:`DAMAGED_DECODE_THREADS` when the stream turns out damaged (:attr:`Decoded.damaged`),
+    so the same file gives the same pixels on every machine and every run. ``start()`` returns
+    fresh ``(plan, sink, motion)`` consumers for each decode (a second decode must not add to
+    what the first one fed them). ``Decoded.threads`` says which count the frames come from:
+    a later re-read (:class:`~geocon_torch.io.framestore.VideoFrames`) must use the same."""
+    threads = DECODE_THREADS
+    while True:
+        plan, sink, motion = start()
+        dec = decode_selected(path, selection, plan, sink, motion, threads=threads)
+        if threads == DAMAGED_DECODE_THREADS or not dec.damaged:
+            return dec
+        del dec  # its frames: not held while the stream is decoded again
+        threads = DAMAGED_DECODE_THREADS

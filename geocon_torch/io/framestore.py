@@ -6,7 +6,8 @@ use (``shape``, ``dtype``, ``device``, ``ndim``, ``len``, ``[int]``, ``[slice]``
 tensor / list]``, ``index_select(0, idx)``) and decodes the requested frames through ONE
 persistent sequential PyAV decoder: increasing requests continue forward, a request behind the
 decoder re-opens the file and decodes from the start (no seeking: frame numbers are decode
-order, as in :func:`~geocon_torch.io.decode.decode_selected`). The last ``cache_frames``
+order, as in :func:`~geocon_torch.io.decode.decode_selected`), on the decoder thread count of
+the pass that read the clip (a damaged stream's pixels depend on it). The last ``cache_frames``
 converted frames are kept, so chunks that overlap by a few frames (pairs ``(i, i + s)`` split at
 a chunk edge) do not re-open. Frames are resized exactly as the eager reader does
 (:func:`~geocon_torch.io.resize.resize_image`), so every value is bit-identical to
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import GeoConError, ShapeError, VideoReadError
-from .decode import iter_frames, open_video
+from .decode import DECODE_THREADS, iter_frames, open_video
 from .resize import WorkingSize, resize_image
 
 #: Converted frames kept after they were returned (overlaps between consecutive chunks).
@@ -49,6 +50,8 @@ class VideoFrames:
         size: the working size (source size, output size, resize rule).
         device: where returned frames live (default CPU).
         cache_frames: converted frames kept for repeated requests.
+        threads: decoder threads: those of the pass that read the clip (``Decoded.threads``;
+            a damaged stream decodes to other pixels on another count).
     """
 
     dtype = torch.uint8
@@ -56,8 +59,9 @@ class VideoFrames:
 
     def __init__(self, path: Union[str, Path], source_indices: Sequence[int], size: WorkingSize,
                  device: Union[None, str, torch.device] = None,
-                 cache_frames: int = CACHE_FRAMES) -> None:
+                 cache_frames: int = CACHE_FRAMES, threads: int = DECODE_THREADS) -> None:
         self.path = Path(path)
+        self.threads = int(threads)
         self.source = [int(i) for i in source_indices]
         self.size = size
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -165,7 +169,7 @@ class VideoFrames:
 
     def _reopen(self) -> None:
         self.close()
-        self._container, stream = open_video(self.path)
+        self._container, stream = open_video(self.path, self.threads)
         self._frames = iter_frames(self._container, stream, [])
         self.opens += 1
 

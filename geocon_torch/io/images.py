@@ -11,7 +11,7 @@ import re
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from ..errors import VideoReadError
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".webp"})
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+#: a file name with a number: (prefix)(the last run of digits)(the rest, without digits)
+_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 
 def natural_key(name: str) -> Tuple:
@@ -40,6 +42,24 @@ def natural_order(paths: Iterable[Path]) -> List[Path]:
     """``paths`` sorted by :func:`natural_key` of their names, ties (``1.png`` / ``01.png``,
     ``A.png`` / ``a.png``) by the exact name: the same order however they were listed."""
     return sorted(paths, key=lambda p: (natural_key(p.name), p.name))
+
+
+def frame_numbers(files: Sequence[Path]) -> Optional[List[int]]:
+    """The numbers of a numbered image sequence (``frame_0003.png``, ``frame_0005.png`` ->
+    [3, 5]), in the order of ``files``: every name is one prefix, a number and one suffix
+    (compared case-insensitively), written with one zero padding (``0004``, ``1000`` for a
+    width of 4; ``7``, ``12`` unpadded); None for fewer than two files or any other naming
+    (no number, several prefixes or suffixes, ``1.png`` beside ``01.png``)."""
+    matches = [m for m in (_NUMBERED.match(p.name.lower()) for p in files) if m is not None]
+    if len(files) < 2 or len(matches) < len(files):
+        return None
+    if len({(m.group(1), m.group(3)) for m in matches}) != 1:
+        return None
+    digits = [m.group(2) for m in matches]
+    width = min(len(d) for d in digits)
+    if any(f"{int(d):0{width}d}" != d for d in digits):
+        return None
+    return [int(d) for d in digits]
 
 
 def list_images(folder: Path) -> List[Path]:

@@ -5,15 +5,22 @@ silent: :func:`decode_report` turns the reader's ``Clip.meta`` into the ``io`` b
 every result, and :func:`decode_verdict` says whether the clip may be scored:
 
 * ``lost_frames`` = the most frames any evidence says are missing: frames the container
-  announced but that did not decode (after a complete decode), and frames missing between
-  timestamps (gaps longer than 1.5 frame durations) of a constant-frame-rate stream;
+  announced but that did not decode (after a complete decode; without an announced count, as in
+  Matroska / WebM, the count the stream's duration implies, ``duration_frames``), and frames
+  missing between timestamps (gaps longer than 1.5 frame durations) of a constant-frame-rate
+  stream, or numbers missing in an image sequence's file names (``frame_0004.png`` between
+  ``frame_0003.png`` and ``frame_0005.png``);
 * a variable-frame-rate stream (``variable_frame_rate``: a gif / animated WebP / APNG whose
   frame durations vary, or a stream whose long steps are common or off the frame grid, see
   :func:`geocon_torch.io.decode.variable_rate`) loses no frame by its timestamps: it is scored,
   with a ``warnings`` entry that says so;
 * ``lost_fraction`` = lost / (decoded + lost);
 * more than ``io.max_lost_fraction`` (default 0.1) lost -> the clip is an ``error`` with the
-  reason; any loss or decode error below that -> scored, with a ``warnings`` entry.
+  reason; any loss or decode error below that -> scored, with a ``warnings`` entry;
+* frames decoded with concealed errors (``concealed_frames``: damaged data the decoder filled
+  in, FFmpeg's corrupt-frame flag) are kept and scored, with a ``warnings`` entry;
+* a frame size that changes mid-stream (``size_changes``, ``first_size_change``) is scored with
+  a ``warnings`` entry: later frames are resized to the first frame's size.
 """
 from __future__ import annotations
 
@@ -27,13 +34,18 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     count, None when unknown), ``decoded_frames``, ``lost_frames``, ``lost_fraction``,
     ``timestamp_gaps``, ``decode_errors`` (count) and ``first_errors`` (up to 5 messages),
     ``truncated``, ``variable_frame_rate`` (the frame durations vary: no frame is inferred
-    lost from the timestamps).
+    lost from the timestamps), ``duration_frames`` (the count the stream's duration implies
+    when ``announced_frames`` is None; None when unknown), ``concealed_frames`` (frames decoded
+    with concealed errors), ``size_changes`` (frames whose size differs from the previous
+    frame's) and ``first_size_change`` (``{"frame", "from", "to"}``, sizes as "WxH", or None).
     """
     announced = meta.get("container_frames")
+    by_duration = None if announced else meta.get("duration_frames")
+    expected = announced or by_duration
     decoded = int(meta.get("decoded_frames") or 0)
     complete = bool(meta.get("decode_complete", True))
     errors = list(meta.get("decode_errors") or [])
-    short = (int(announced) - decoded) if (announced and complete) else 0
+    short = (int(expected) - decoded) if (expected and complete) else 0
     missing = int(meta.get("timestamp_missing_frames") or 0)
     lost = max(short, missing, 0)
     total = decoded + lost
@@ -44,20 +56,29 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
         "decode_errors": int(meta.get("num_decode_errors") or len(errors)),
         "first_errors": errors[:5], "truncated": bool(meta.get("truncated", False)),
         "variable_frame_rate": bool(meta.get("variable_frame_rate", False)),
+        "duration_frames": by_duration, "concealed_frames": int(meta.get("concealed_frames") or 0),
+        "size_changes": int(meta.get("size_changes") or 0),
+        "first_size_change": meta.get("first_size_change"),
     }
 
 
 def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
                    ) -> Tuple[Optional[str], List[str]]:
     """(error reason or None, warnings) for an ``io`` block: an error when more than
-    ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error
-    and for a variable frame rate."""
+    ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error,
+    for frames decoded with concealed errors, for a frame size that changes and for a variable
+    frame rate."""
     lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
     total = int(block["decoded_frames"]) + lost
     first = f": {block['first_errors'][0]}" if block["first_errors"] else ""
+    gaps = ("gap(s) in the file numbering" if block.get("source") == "images"
+            else "timestamp gap(s)")
+    by_duration = (f", {block['duration_frames']} frames by the stream's duration"
+                   if block.get("duration_frames") and block.get("announced_frames") is None
+                   else "")
     what = (f"{lost} of {total} frames ({100 * frac:.0f} %) were lost while decoding "
-            f"({block['decode_errors']} decode error(s), {block['timestamp_gaps']} timestamp "
-            f"gap(s)){first}")
+            f"({block['decode_errors']} decode error(s), {block['timestamp_gaps']} {gaps}"
+            f"{by_duration}){first}")
     if lost and frac > max_lost_fraction:
         return (f"{what}; more than io.max_lost_fraction = {max_lost_fraction:g} of the clip is "
                 f"missing, so it is not scored"), []
@@ -66,6 +87,16 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
         warnings.append(f"{what}; scored on the frames that decoded")
     elif block["decode_errors"]:
         warnings.append(f"{block['decode_errors']} decode error(s) but no frame lost{first}")
+    if block.get("concealed_frames"):
+        warnings.append(f"{block['concealed_frames']} frame(s) decoded with concealed errors "
+                        f"(damaged data the decoder filled in from neighbouring pixels and "
+                        f"frames): scored as decoded")
+    change = block.get("first_size_change")
+    if block.get("size_changes") and change:
+        warnings.append(f"frame size changed from {change['from']} to {change['to']} at frame "
+                        f"{change['frame']} ({block['size_changes']} change(s)): frames of "
+                        f"another size are resized to {change['from']}, stretched where the "
+                        f"aspect ratio differs")
     if block.get("variable_frame_rate"):
         warnings.append("variable frame rate: the frame durations vary, so longer steps between "
                         "timestamps are not counted as lost frames (fps is the average rate)")

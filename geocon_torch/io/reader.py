@@ -38,8 +38,8 @@ import torch
 from .._tensor_utils import to_device
 from ..errors import ArgumentTypeError, ClipTensorError, InputError, VideoReadError
 from ..types import Clip
-from .decode import check_file, decode_selected
-from .images import IMAGE_SUFFIXES, animated_frames, list_images, read_image
+from .decode import Decoded, check_file, decode_stable, timestamp_gap_count
+from .images import IMAGE_SUFFIXES, animated_frames, frame_numbers, list_images, read_image
 from .framestore import VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
@@ -178,54 +178,81 @@ def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     return _finish(frames, idx, ws, sel.fps(source_fps), name or path.stem, meta, opts)
 
 
+class _VideoPass:
+    """What one decode of a video file feeds (:func:`~geocon_torch.io.decode.decode_stable`
+    starts a fresh one for a second decode): the working size, planned from the first frame, the
+    motion statistic and, streaming, the letterbox accumulator fed in chunks of frames."""
+
+    def __init__(self, opts: Dict[str, Any], stream: bool) -> None:
+        self.opts = opts
+        self.size: Optional[WorkingSize] = None
+        self.motion = FrameMotion(opts["motion_every"])
+        self.acc = ContentMaskAccumulator(opts["thr"]) if stream else None
+        self.buf: List[torch.Tensor] = []
+
+    def start(self):
+        """(plan, sink, motion) for :func:`~geocon_torch.io.decode.decode_selected`."""
+        return self.plan, (self.sink if self.acc is not None else None), self.motion
+
+    def plan(self, h: int, w: int):
+        """The per-frame resize to the working size of an (h, w) source."""
+        self.size = working_size(h, w, self.opts["long_side"], self.opts["upscale"])
+        size = self.size
+        return lambda rgb: resize_image(rgb, size)
+
+    def sink(self, image: np.ndarray) -> None:  # chunks of frames into the mask accumulator
+        self.buf.append(torch.from_numpy(image).permute(2, 0, 1))
+        if len(self.buf) == _MASK_CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Feed the frames still buffered to the accumulator."""
+        if self.buf:
+            self.acc.update(torch.stack(self.buf))
+            self.buf.clear()
+
+
+def _decode_video(path: Path, sel: FrameSelection, opts: Dict[str, Any], stream: bool
+                  ) -> Tuple[Decoded, _VideoPass, Dict[str, Any]]:
+    """(Decoded, the pass that fed it, meta) of a video file: a damaged stream is decoded twice
+    (:func:`~geocon_torch.io.decode.decode_stable`), the second pass with fresh consumers."""
+    passes: List[_VideoPass] = []
+
+    def start():
+        passes.append(_VideoPass(opts, stream))
+        return passes[-1].start()
+
+    dec = decode_stable(path, sel, start)
+    last = passes[-1]
+    return dec, last, dict(dec.metadata(path), motion=last.motion.record())
+
+
 def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
-    sizes: List[WorkingSize] = []
-
-    def plan(h: int, w: int):
-        sizes.append(working_size(h, w, opts["long_side"], opts["upscale"]))
-        return lambda rgb: resize_image(rgb, sizes[0])
-
-    motion = FrameMotion(opts["motion_every"])
-    dec = decode_selected(path, sel, plan, motion=motion)
-    meta = dict(dec.metadata(path), motion=motion.record())
+    dec, vp, meta = _decode_video(path, sel, opts, stream=False)
     if sel.indices is None:
-        return dec.images, dec.indices, sizes[0], meta
+        return dec.images, dec.indices, vp.size, meta
     check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
     pos = {src: k for k, src in enumerate(dec.indices)}
-    return [dec.images[pos[i]] for i in sel.indices], list(sel.indices), sizes[0], meta
+    return [dec.images[pos[i]] for i in sel.indices], list(sel.indices), vp.size, meta
 
 
 def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
                    fps: Optional[float], opts: Dict[str, Any]) -> Clip:
     """A video file as a Clip whose ``frames`` are a :class:`VideoFrames` store: one decoding
-    pass now (metadata, and the letterbox mask from running maxima), frames on demand later."""
-    sizes: List[WorkingSize] = []
-    acc, buf = ContentMaskAccumulator(opts["thr"]), []
-
-    def plan(h: int, w: int):
-        sizes.append(working_size(h, w, opts["long_side"], opts["upscale"]))
-        return lambda rgb: resize_image(rgb, sizes[0])
-
-    def sink(image: np.ndarray) -> None:  # chunks of frames into the mask accumulator
-        buf.append(torch.from_numpy(image).permute(2, 0, 1))
-        if len(buf) == _MASK_CHUNK:
-            acc.update(torch.stack(buf))
-            buf.clear()
-
-    motion = FrameMotion(opts["motion_every"])
-    dec = decode_selected(path, sel, plan, sink, motion)
-    if buf:
-        acc.update(torch.stack(buf))
+    pass now (metadata, and the letterbox mask from running maxima), frames on demand later,
+    decoded on the thread count of that pass (``Decoded.threads``)."""
+    dec, vp, meta = _decode_video(path, sel, opts, stream=True)
+    vp.flush()
     idx = list(dec.indices)
     if sel.indices is not None:
         check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
         idx = list(sel.indices)
-    meta = dict(dec.metadata(path), motion=motion.record(), source="video", path=str(path))
+    meta.update(source="video", path=str(path))
     source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
     meta.update(source_fps=source_fps, fps_source=fps_source)
-    frames = VideoFrames(path, idx, sizes[0], device)
-    mask = acc.mask(opts["frac"]).to(frames.device)
-    return _finish(frames, idx, sizes[0], sel.fps(source_fps), name or path.stem, meta, opts,
+    frames = VideoFrames(path, idx, vp.size, device, threads=dec.threads)
+    mask = vp.acc.mask(opts["frac"]).to(frames.device)
+    return _finish(frames, idx, vp.size, sel.fps(source_fps), name or path.stem, meta, opts,
                    mask=mask)
 
 
@@ -250,10 +277,14 @@ def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
                 f"{ws.source[1]}x{ws.source[0]} of {first.name}; all frames must share one size")
         cache[i] = resize_image(rgb, ws)
     # every file is a frame: those the stride / frame cap skip are not lost (a video decodes
-    # them all and then subsamples)
+    # them all and then subsamples); numbers missing from a numbered sequence are, as the
+    # frames missing between a video's timestamps (the same rule: decode.timestamp_gap_count)
+    numbers = frame_numbers(files)
+    gaps, missing = timestamp_gap_count(numbers) if numbers else (0, 0)
     meta = {"codec": "images", "source_fps": None, "container_frames": len(files),
             "decoded_frames": len(files), "decode_complete": True,
             "num_source_frames": len(files), "truncated": False, "decode_errors": [],
+            "timestamp_gaps": gaps, "timestamp_missing_frames": missing,
             "files": [files[i].name for i in idx[:1000]], "motion": motion.record()}
     return [cache[i] for i in idx], idx, ws, meta
 
