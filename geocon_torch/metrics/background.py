@@ -96,7 +96,10 @@ class BackgroundConsistency(GeoConMetric):
         for name in ("num_clips", "num_ok", "num_pass"):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
-        self._add_protocol_state(self.config.config_hash())
+        # an explicit scoring device resolves "auto" backends for itself (torch-sift on CUDA,
+        # opencv-sift on the CPU): two metrics scored on different devices never share a group
+        self._add_protocol_state(self.config.config_hash(), *(
+            () if scoring_device is None else (str(torch.device(scoring_device)),)))
 
     @autocast_off
     def update(self, videos: Videos, masks: Any = None, poses: Any = None) -> None:

@@ -102,6 +102,18 @@ def test_collection_keeps_differently_configured_copies_apart():
     assert len(coll.compute_groups) == 2
 
 
+def test_an_explicit_scoring_device_is_part_of_the_protocol_key():
+    """"auto" backends resolve per scoring device (another detector on CUDA), so metrics scored
+    on different devices must not share a compute group; the default (the tensors' own
+    device, which a collection shares) keeps the key of the config alone."""
+    keys = {name: BackgroundGeometricError(config=CFG, **kw).protocol_key for name, kw in (
+        ("none", {}), ("none2", {}), ("cpu", {"scoring_device": "cpu"}),
+        ("cuda", {"scoring_device": "cuda"}), ("cuda0", {"scoring_device": torch.device("cuda")}))}
+    assert torch.equal(keys["none"], keys["none2"]) and torch.equal(keys["cuda"], keys["cuda0"])
+    assert not torch.equal(keys["cpu"], keys["cuda"])
+    assert not torch.equal(keys["none"], keys["cuda"])
+
+
 def test_tensors_are_scored_on_their_own_device(monkeypatch):
     """device None scores a tensor batch on the tensors' device, as geometric_reward does
     (score_clips alone would move a CPU batch to CUDA on a GPU machine, where "auto" is
