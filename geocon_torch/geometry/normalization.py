@@ -27,6 +27,16 @@ def _finite_entries(weights: torch.Tensor, *points: torch.Tensor) -> torch.Tenso
     return ok
 
 
+def finite_mask(mask: Optional[torch.Tensor], *points: torch.Tensor) -> torch.Tensor:
+    """(P, N) bool: ``mask`` (all True when None; checked against ``points[0]`` (P, N, 2)) and
+    every coordinate of each of ``points`` finite. A NaN / inf match is padding, as the robust
+    fits treat it (``ransac_*``, the DLT / 8-point solvers); elementwise, no sync."""
+    m = check_mask(mask, points[0])
+    for x in points:
+        m = m & finite(x.detach()).all(-1)
+    return m
+
+
 def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Centroid, scale and validity of ``points`` (..., N, 2) under non-negative ``weights``
@@ -107,14 +117,14 @@ def hartley_normalize(points: torch.Tensor, mask: Optional[torch.Tensor] = None
 
     Args:
         points: (P, N, 2) pixel coordinates.
-        mask: (P, N) bool validity, all True when None.
+        mask: (P, N) bool validity, all True when None (a non-finite point is never valid).
 
     Returns:
         points_norm: (P, N, 2) normalised points (padded entries are 0).
         T: (P, 3, 3) normalising transforms.
     """
     check_points(points, "points")
-    m = check_mask(mask, points)
+    m = finite_mask(mask, points)
     c, s, _ = _weighted_hartley(points, m.to(points.dtype))
     pn = (points - c.unsqueeze(-2)) * s.view(-1, 1, 1)
     pn = torch.where(m.unsqueeze(-1), pn, torch.zeros_like(pn))

@@ -16,9 +16,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._checks import check_mask, check_matrices, check_points, check_same_shape
+from .._checks import check_matrices, check_points, check_same_shape
 from ..errors import ShapeError
-from .normalization import _normalize_points, _similarity_inverse
+from .normalization import _normalize_points, _similarity_inverse, finite_mask
 
 
 def _check_model_points(model: torch.Tensor, x: torch.Tensor, name: str, x_name: str) -> None:
@@ -199,7 +199,8 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
     Args:
         F: (P, 3, 3) pixel-domain fundamental matrices (``x2^T F x1 = 0``).
         x1, x2: (P, N, 2) pixel points.
-        mask: (P, N) bool points that define the normalisation (all when None).
+        mask: (P, N) bool points that define the normalisation (all when None; a match with a
+            non-finite coordinate never does, and its own distance is NaN).
 
     Returns:
         (P, N) unitless Sampson distances, in the promoted dtype of F, x1 and x2.
@@ -207,7 +208,7 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
     _check(F, x1, x2, "F")
     dt = torch.promote_types(torch.promote_types(F.dtype, x1.dtype), x2.dtype)
     x1, x2 = x1.to(dt), x2.to(dt)  # mixed dtypes: the promoted one, as the other residuals
-    m = check_mask(mask, x1).to(x1.dtype)
+    m = finite_mask(mask, x1, x2).to(x1.dtype)  # a NaN / inf match must not poison the rest
     x1n, c1, s1 = _normalize_points(x1, m)
     x2n, c2, s2 = _normalize_points(x2, m)
     Fn = _similarity_inverse(c2, s2).transpose(-1, -2) @ F.to(x1n.dtype) \

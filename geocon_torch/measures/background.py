@@ -1,6 +1,7 @@
 """Background consistency: Inlier Ratio (IR) and Geometric Error (GE), paper eqs. 7-13.
 
-Per pair (eq. 12), on background correspondences ``C_bg`` (the ``mask``):
+Per pair (eq. 12), on background correspondences ``C_bg`` (the ``mask``; a match with a NaN / inf
+coordinate is never in it, as the robust fits drop it):
 
 * H (eqs. 7-8): residual = symmetric transfer error in px, inliers ``r <= tau_H`` (2 px),
   ``GE_H`` = median symmetric transfer error of the inliers (px);
@@ -26,6 +27,7 @@ import torch
 from .._checks import check_mask, check_points
 from .._tensor_utils import constant_on, masked_median
 from ..geometry import (fundamental_residuals, homography_residuals, symmetric_transfer_error)
+from ..geometry.normalization import finite_mask
 from ..result import BEHAVIOURS
 from ..types import Fit
 
@@ -92,7 +94,7 @@ def homography_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
     """
     check_points(x1, "x1")
     r = homography_residuals(fit, x1, x2) if residuals is None else residuals
-    return pair_metrics(r, check_mask(mask, x1), tau_h, fit_valid=fit.valid,
+    return pair_metrics(r, finite_mask(mask, x1, x2), tau_h, fit_valid=fit.valid,
                         min_inliers=min_inliers)
 
 
@@ -108,7 +110,7 @@ def fundamental_pair_metrics(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
     passes in :func:`fundamental_residuals` (same ``mask``) already computed.
     """
     check_points(x1, "x1")
-    mask = check_mask(mask, x1)
+    mask = finite_mask(mask, x1, x2)
     r_norm, r_px = fundamental_residuals(fit, x1, x2, mask) if residuals is None else residuals
     return pair_metrics(r_norm, mask, tau_f, ge_residuals=r_px, fit_valid=fit.valid,
                         min_inliers=min_inliers)
@@ -153,7 +155,7 @@ def sensitivity_scan(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tensor,
     "ge_h_px": [...], "valid_h": [...], "tau_f": [...], "ir_f": [...], "ge_f_px": [...],
     "valid_f": [...]} with one entry per threshold (None where no pair is valid).
     """
-    mask = check_mask(mask, x1)
+    mask = finite_mask(mask, x1, x2)
     r_h = symmetric_transfer_error(fit_h.model.to(x1.dtype), x1, x2)
     r_fn, r_fpx = fundamental_residuals(fit_f, x1, x2, mask)
     out: Dict[str, list] = {}

@@ -292,6 +292,44 @@ def test_ignored_entries_may_hold_nan():
     assert bool(m_bad.valid) and float(m_bad.ir) == float(m_ok.ir) > 0.9
 
 
+@pytest.mark.parametrize("which", ["x1", "x2"])
+def test_a_nonfinite_match_inside_the_mask_is_dropped_as_the_fits_drop_it(which):
+    """A NaN / inf match left in the mask: the robust fits ignore it, and so do the Hartley
+    normalisation, the normalised Sampson distance and the IR / GE stage (it was counted in
+    C_bg and made every normalised residual of its pair NaN: a valid F fit with 59 inliers
+    came out invalid, IR_F 0). The pair's numbers equal those of the 59 finite matches."""
+    from geocon_torch.geometry import ransac_fundamental, ransac_homography
+    from geocon_torch.measures.background import (fundamental_pair_metrics,
+                                                  homography_pair_metrics)
+
+    pairs = fundamental_pairs(1, 60, seed=3, outlier_ratio=0.0, noise_px=0.3)
+    x1, x2 = pairs["x1"], pairs["x2"]
+    bad = {"x1": x1.clone(), "x2": x2.clone()}
+    bad[which][0, 0, 0] = float("nan")
+    bad[which][0, 1, 1] = float("inf")
+    b1, b2 = bad["x1"], bad["x2"]
+    keep = torch.ones(1, 60, dtype=torch.bool)
+    keep[0, :2] = False
+    pn, T = hartley_normalize(b1 if which == "x1" else b2)
+    pn_ok, T_ok = hartley_normalize(x1 if which == "x1" else x2, keep)
+    assert torch.equal(T, T_ok) and torch.equal(pn[:, 2:], pn_ok[:, 2:])
+    F = F_of(x1[:, 2:], x2[:, 2:])
+    r = sampson_distance_normalized(F, b1, b2)
+    assert torch.isnan(r[0, :2]).all()  # sums over 60 padded vs 58 entries: last bits differ
+    torch.testing.assert_close(r[:, 2:], sampson_distance_normalized(F, x1[:, 2:], x2[:, 2:]),
+                               rtol=1e-9, atol=1e-14)
+    for fit_fn, metrics in ((ransac_fundamental, fundamental_pair_metrics),
+                            (ransac_homography, homography_pair_metrics)):
+        fit = fit_fn(b1, b2, seed=0)
+        got = metrics(fit, b1, b2, min_inliers=1)
+        want = metrics(fit, x1, x2, keep, min_inliers=1)
+        assert bool(got.valid) and int(got.num_matches) == 58 == int(want.num_matches)
+        assert int(got.num_inliers) == int(want.num_inliers) > 0  # H: few (parallax scene)
+        assert float(got.ir) == float(want.ir)
+        assert float(got.ge) == pytest.approx(float(want.ge), rel=1e-12)
+    assert float(fundamental_pair_metrics(ransac_fundamental(b1, b2, seed=0), b1, b2).ir) > 0.9
+
+
 def F_of(x1, x2):
     from geocon_torch.geometry import fundamental_8pt
 
