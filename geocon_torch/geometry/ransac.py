@@ -68,7 +68,7 @@ import torch
 import torch.nn.functional as tnf
 
 from .._precision import autocast_off
-from .._checks import check_mask, check_points, check_same_shape
+from .._checks import check_integer, check_mask, check_points, check_same_shape
 from .._tensor_utils import finite, to_device
 from ..errors import InputError, ShapeError
 from ..types import Fit
@@ -511,8 +511,9 @@ def _check_inputs(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tenso
         raise InputError(f"threshold must be > 0, got {cfg.threshold}")
     if not (0 < cfg.confidence < 1):
         raise InputError(f"confidence must be in (0, 1), got {cfg.confidence}")
-    if cfg.batch_size < 1 or cfg.max_iterations < 1:
-        raise InputError("batch_size and max_iterations must be >= 1")
+    for name, low in (("batch_size", 1), ("max_iterations", 1), ("lo_iterations", 0),
+                      ("min_inliers", 0)):
+        check_integer(getattr(cfg, name), name, low)  # 3.7 samples is a typo, not a 3
     return mask
 
 
@@ -957,8 +958,9 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         scoring: "msac" (truncated quadratic cost) or "ransac" (outlier count).
         local_optimization: iterated weighted DLT refits of round winners within 1.25x of a
             pair's best cost.
-        seed: RNG seed; pair p uses the stream of ``seed + p``. A (P,) integer tensor gives
-            each pair its own seed instead (results then do not depend on batch position).
+        seed: RNG seed (an integer, taken modulo 2^32); pair p uses the stream of
+            ``seed + p``. A (P,) integer tensor gives each pair its own seed instead (results
+            then do not depend on batch position).
         residual: "symmetric" (paper eq. 7, mean of forward and backward distances) or
             "forward" (OpenCV findHomography's reprojection error, for parity).
         min_inliers: pairs with fewer final inliers are invalid (at least 4).

@@ -15,7 +15,8 @@ from typing import Optional, Tuple
 import torch
 
 from .._tensor_utils import to_device
-from ..errors import InputError
+from .._checks import is_integer
+from ..errors import ArgumentTypeError, InputError
 
 _M32 = 0xFFFFFFFF
 
@@ -39,12 +40,16 @@ def hash32(x: torch.Tensor) -> torch.Tensor:
 
 def pair_keys(seed, num_pairs: int, device: torch.device) -> torch.Tensor:
     """(P,) int64 stream keys: hash(seed + p) for an int seed, or hash(seed[p]) for a (P,)
-    integer tensor of per-pair seeds (so a pair's draws do not depend on its batch position)."""
+    integer tensor of per-pair seeds (so a pair's draws do not depend on its batch position);
+    seeds are taken modulo 2^32 (``seed`` and ``seed + 2**32`` are one stream)."""
     if isinstance(seed, torch.Tensor):
         if seed.shape != (num_pairs,) or seed.is_floating_point():
             raise InputError(f"per-pair seeds must be an integer tensor of shape ({num_pairs},), "
                              f"got {seed.dtype} {tuple(seed.shape)}")
         return hash32(seed.to(device=device, dtype=torch.int64) & _M32)
+    if not is_integer(seed):  # a float seed would be truncated: 1.9 and 1 the same stream
+        raise ArgumentTypeError(f"seed must be an integer or a ({num_pairs},) integer tensor, "
+                                f"got {type(seed).__name__} {seed!r}")
     p = torch.arange(num_pairs, device=device, dtype=torch.int64)
     return hash32(p + (int(seed) & _M32))
 

@@ -477,3 +477,31 @@ def test_mixed_point_dtypes_and_non_finite_scores():
                             scores=scores, seed=0)
     assert int(got.inliers[:, :10].sum()) == 0 and torch.equal(got.inliers[:, 10:].sum(1) > 60,
                                                                 ref.inliers.sum(1) > 60)
+
+
+@pytest.mark.parametrize("kw,error", [
+    ({"batch_size": 3.7}, "batch_size must be an integer >= 1, got float 3.7"),
+    ({"max_iterations": 1.5}, "max_iterations must be an integer >= 1, got float 1.5"),
+    ({"lo_iterations": -3}, "lo_iterations must be an integer >= 0, got -3"),
+    ({"min_inliers": 2.5}, "min_inliers must be an integer >= 0, got float 2.5"),
+    ({"batch_size": True}, "batch_size must be an integer >= 1, got bool True"),
+    ({"seed": 1.9}, "seed must be an integer or a \\(2,\\) integer tensor, got float 1.9")])
+def test_options_that_are_not_integers_are_refused(kw, error):
+    """A fractional sample count, a negative LO count or a float seed is a mistake: it was
+    truncated silently (seed 1.9 drew seed 1's samples)."""
+    from geocon_torch.errors import ArgumentTypeError, InputError
+
+    d = homography_pairs(2, 60, seed=1)
+    with pytest.raises((ArgumentTypeError, InputError), match=error):
+        ransac_homography(d["x1"], d["x2"], **kw)
+
+
+def test_seeds_are_taken_modulo_two_to_the_32():
+    import numpy as np
+
+    d = homography_pairs(2, 80, outlier_ratio=0.4, seed=2)
+    fit = {s: ransac_homography(d["x1"], d["x2"], seed=s, local_optimization=False)
+           for s in (0, 1, 2 ** 32, np.int64(1))}
+    assert torch.equal(fit[0].model, fit[2 ** 32].model)
+    assert torch.equal(fit[1].model, fit[np.int64(1)].model)
+    assert not torch.equal(fit[0].model, fit[1].model)  # another seed, other draws
