@@ -42,6 +42,17 @@ def test_choose_pair_best_worst_ties_and_margin():
     assert one["status"] == "skipped" and "1 scoreable" in one["reason"]
 
 
+def test_choose_pair_worst_tie_goes_to_the_last_clip_and_the_margin_bound_is_inclusive():
+    """Ties: the best reward goes to the clip listed first, the worst to the clip listed last;
+    a margin equal to min_margin makes a pair (only a smaller one is skipped)."""
+    rec = choose_pair("p", [("a", ok(0.2)), ("b", ok(0.9)), ("c", ok(0.2)), ("d", ok(0.9))],
+                      "background")
+    assert (rec["chosen"], rec["rejected"]) == ("b", "c")
+    at = choose_pair("p", [("a", ok(0.75)), ("b", ok(0.5))], "background", min_margin=0.25)
+    assert at["status"] == "pair" and at["margin"] == 0.25
+    assert (at["chosen"], at["rejected"]) == ("a", "b")
+
+
 def test_records_group_by_prompt_and_missing_results():
     entries = [ManifestEntry("a", "a.mp4", "m", prompt="cat"),
                ManifestEntry("b", "b.mp4", "m", prompt="dog"),

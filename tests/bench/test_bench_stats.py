@@ -282,3 +282,19 @@ def test_rows_of_two_configurations_are_refused_by_every_statistic():
     with pytest.raises(InputError, match="cfgA, cfgB"):
         stats.status_counts(flat)
     assert stats.status_counts(rows[:1])[0]["n"] == 1  # one configuration is fine
+
+
+def test_thresholds_are_inclusive_or_strict_as_documented():
+    """Ties on a threshold: the report gate passes IR == a and GE == d (IR >= a, GE <= d); net
+    benefit predicts F only when t > tau (a sample at tau is not F); an object whose AdaP90
+    equals its group's P80 is not an anomaly (above it only: nine objects at 0.0 and one at 5.0
+    give P80 = 0 and one anomaly, not ten)."""
+    rows = [_row("a", ir=0.97, ge=3.5), _row("b", ir=0.96, ge=3.5), _row("c", ir=0.97, ge=3.6)]
+    (s,) = stats.report_gate_sensitivity(rows, ir_thresholds=[0.97], ge_thresholds=[3.5])
+    assert s["n"] == 3 and s["pass"] == [[pytest.approx(1 / 3)]]
+    nb = stats.net_benefit([0.04, 0.05, 0.03], [True, True, False], [0.04])
+    assert nb["tp"].tolist() == [1.0] and nb["fp"].tolist() == [0.0]
+    rows = [_row(f"c{i}", seed=i, prompt_category="C4", objects=[5.0 if i == 9 else 0.0])
+            for i in range(10)]
+    (g,) = stats.adap90_anomalies(rows)["groups"]
+    assert g["p80"] == 0.0 and g["anomaly_rate"] == pytest.approx(0.1)

@@ -297,3 +297,51 @@ def test_float_matcher_path_gives_the_same_blocks(monkeypatch, grounded):
     byte = epipolar_dpo_sections(clips)
     monkeypatch.setattr(dpo, "BYTE_MATCH_DEVICES", set())
     assert epipolar_dpo_sections(clips) == byte and byte[0]["valid_pairs"] == 1
+
+
+def _keypoint_frames(frames: Sequence[Sequence[int]], seed: int = 0):
+    """Padded Keypoints of frames given as lists of scene-point ids: point k has one random
+    uint8 descriptor (exact duplicates across frames: distance 0, ratio 0) and moves along x by
+    8 px x its inverse depth per frame (pure x-translation; points 45.. jump 25 px in y in the
+    odd frames: off the epipolar lines)."""
+    from geocon_torch.types import Keypoints
+
+    g = torch.Generator().manual_seed(seed)
+    desc = torch.randint(0, 256, (60, 128), generator=g, dtype=torch.uint8)
+    base = torch.rand(60, 2, generator=g, dtype=torch.float64) * torch.tensor([400.0, 300.0])
+    inv_depth = 0.5 + torch.rand(60, generator=g, dtype=torch.float64)
+    n = max(len(f) for f in frames)
+    xy, d = torch.zeros(len(frames), n, 2), torch.zeros(len(frames), n, 128, dtype=torch.uint8)
+    mask = torch.zeros(len(frames), n, dtype=torch.bool)
+    for t, ids in enumerate(frames):
+        ids = torch.tensor(ids)
+        p = base[ids % 60].clone()
+        p[:, 0] += 8.0 * t * inv_depth[ids % 60]
+        p[:, 1] += torch.where(ids % 60 >= 45, 25.0 * (t % 2), 0.0)
+        xy[t, :len(ids)], d[t, :len(ids)], mask[t, :len(ids)] = p.float(), desc[ids % 60], True
+    return Keypoints(xy, d, torch.ones(len(frames), n), mask)
+
+
+def test_pair_validity_thresholds_and_clip_means_over_valid_pairs(monkeypatch):
+    """Keypoints given to measure_dpo (SIFT replaced): a frame with 7 keypoints makes its pair
+    invalid whatever the other has (8 needed in both), exactly 20 matches are enough (>= 20),
+    10 are not; the clip's mean error / inlier rate are the means over its valid pairs only."""
+    clip_a = [[k % 7 for k in range(30)], list(range(7))]  # 30 matches into 7 keypoints
+    clip_b = [list(range(10, 30)), list(range(10, 50)), list(range(10, 60)),
+              list(range(10, 20))]  # matches: 20, 40, 10
+    kps = _keypoint_frames(clip_a + clip_b)
+    monkeypatch.setattr(dpo, "extract_sift", lambda frames, cfg, dev, sift: kps)
+    frames = [torch.zeros(2, 3, 48, 64, dtype=torch.uint8),
+              torch.zeros(4, 3, 48, 64, dtype=torch.uint8)]
+    m = measure_dpo(frames, EpipolarDPOConfig(), device="cpu")
+    assert m.num_matches.tolist() == [30, 20, 40, 10]
+    assert m.reason.tolist() == [dpo.NOT_ENOUGH_KEYPOINTS, dpo.OK, dpo.OK, dpo.TOO_FEW_MATCHES]
+    assert m.valid.tolist() == [False, True, True, False]
+    assert m.valid_pairs.tolist() == [0, 2] and m.total_pairs.tolist() == [1, 3]
+    err, rate = m.epipolar_error[1:3], m.inlier_rate[1:3]
+    # exact x-translation: d = sqrt(Sampson^2 + 1e-8) = 1e-4 px; the jumping points cost more
+    assert float(err[0]) == pytest.approx(1e-4, rel=1e-3) and float(err[1]) > 0.1
+    assert float(rate[0]) == 1.0 and 0.0 < float(rate[1]) <= 1.0
+    assert float(m.mean_epipolar_error[1]) == pytest.approx(float(err.mean()), rel=1e-12)
+    assert float(m.mean_inlier_rate[1]) == pytest.approx(float(rate.mean()), rel=1e-12)
+    assert m.mean_epipolar_error[0] == 0 and m.mean_inlier_rate[0] == 0

@@ -288,3 +288,44 @@ def test_log10_nfa_closed_form_and_fallback_validity():
     assert lenient.valid.tolist() == [True, True, False, True]
     with pytest.raises(ValueError, match="image size"):
         evaluate(meas, relaxed, cfg)
+
+
+def test_gvgc_pair_validity_at_min_inliers_and_keep_rate():
+    """A GVGC pair is valid with exactly epipolar.min_inliers (8) inliers, not with 7; its keep
+    rate is inliers / ratio-filtered matches."""
+    from geocon_torch.epipolar.gvgc import pair_record
+
+    cfg = EpipolarConfig()
+    stats = {"mean_error": 1.0, "median_error": 1.0, "rmse": 1.0, "mae": 1.0}
+    rec = pair_record(10, 0, 10, (100, 90), 20, cfg.min_inliers, stats, cfg)
+    assert rec["valid"] and rec["keep_rate"] == 8 / 20 and rec["num_inliers"] == 8
+    rec = pair_record(10, 0, 10, (100, 90), 20, cfg.min_inliers - 1, stats, cfg)
+    assert not rec["valid"] and rec["error"] == "not enough epipolar inliers"
+
+
+def test_gvgc_torch_line_errors_closed_form(monkeypatch):
+    """The torch GVGC path's per-pair statistics over the fit's inliers, with the fit replaced by
+    the exact x-translation F (epipolar lines y = y1: the line distance is |y2 - y1|): offsets
+    0, 1, 2, 2, 5 px give mean 2, median 2, RMSE sqrt(6.8); an outlier (50 px) and padding
+    are left out."""
+    from geocon_torch.epipolar import gvgc
+    from geocon_torch.types import Fit
+
+    F = torch.tensor([[0.0, 0, 0], [0, 0, -1], [0, 1, 0]], dtype=torch.float64)[None]
+    x1 = torch.tensor([[[10.0, 20.0], [30.0, 40.0], [50.0, 60.0], [70.0, 80.0], [90.0, 5.0],
+                        [15.0, 25.0], [0.0, 0.0]]], dtype=torch.float64)
+    dy = torch.tensor([0.0, 1.0, -2.0, 2.0, 5.0, 50.0, 0.0], dtype=torch.float64)
+    x2 = x1 + torch.stack([torch.full_like(dy, 7.0), dy], -1)
+    mask = torch.tensor([[True] * 6 + [False]])
+    inliers = torch.tensor([[True] * 5 + [False, False]])
+    one = torch.ones(1, dtype=torch.long)
+    fit = Fit("F", F, inliers, torch.zeros(1, 7, dtype=torch.float64), one.bool(), one * 5,
+              one, torch.zeros(1, dtype=torch.float64))
+    monkeypatch.setattr(gvgc, "ransac_fundamental", lambda *a, **k: fit)
+    n, valid, mean, med, rmse = gvgc._fit_line_errors(x1, x2, mask, torch.zeros(1),
+                                                      EpipolarConfig())
+    assert n.tolist() == [5] and valid.tolist() == [True]
+    assert mean.tolist() == pytest.approx([2.0]) and med.tolist() == pytest.approx([2.0])
+    assert rmse.tolist() == pytest.approx([6.8 ** 0.5])
+    ref = gvgc.line_error_stats(F[0].numpy(), x1[0, :5].numpy(), x2[0, :5].numpy())
+    assert ref["rmse"] == pytest.approx(6.8 ** 0.5) and ref["mean_error"] == pytest.approx(2.0)

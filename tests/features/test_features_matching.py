@@ -220,3 +220,30 @@ def test_non_finite_descriptor_is_confined_to_its_keypoint(mutual, bad):
     kps = Keypoints(torch.rand(4, 50, 2), desc, torch.ones(4, 50), torch.ones(4, 50).bool())
     c = match_descriptors(kps, torch.tensor([[0, 2], [1, 3]]), ratio=0.8, mutual=mutual)
     assert int(c.mask[1].sum()) > 40 and bool(torch.isfinite(c.scores).all())
+
+
+def test_ratio_exactly_at_the_threshold_is_rejected():
+    """OpenCV's convention ``d1 < ratio * d2`` (strict): nearest 3, second 4 (exact in floats)
+    gives ratio 0.75, rejected at ratio 0.75 and kept at 0.76 with score 0.25."""
+    desc = torch.zeros(2, 2, 2)
+    desc[1] = torch.tensor([[3.0, 0.0], [0.0, 4.0]])  # frame 1: distances 3 and 4 from 0
+    kps = Keypoints(torch.arange(8.0).reshape(2, 2, 2), desc, torch.ones(2, 2),
+                    torch.tensor([[True, False], [True, True]]))
+    for ratio, want in ((0.75, []), (0.76, [0.25])):
+        c = match_descriptors(kps, torch.tensor([[0, 1]]), ratio=ratio)
+        assert c.scores[c.mask].tolist() == pytest.approx(want), ratio
+
+
+def test_mutual_check_keeps_only_the_first_of_tied_back_neighbours():
+    """Keypoints 0 and 1 of frame 0 share a descriptor, so both have keypoint 0 of frame 1 as
+    nearest neighbour at the same distance; the mutual check keeps the first of them (argmin's
+    tie rule, as OpenCV's BFMatcher), without it both match."""
+    desc = torch.tensor([[[0.0, 0.0], [0.0, 0.0], [10.0, 0.0]],
+                         [[1.0, 0.0], [5.0, 0.0], [10.5, 0.0]]])
+    xy = torch.arange(12.0).reshape(2, 3, 2)
+    kps = Keypoints(xy, desc, torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool))
+    plain = match_descriptors(kps, torch.tensor([[0, 1]]))
+    assert plain.x1[0][plain.mask[0]].tolist() == xy[0].tolist()
+    mutual = match_descriptors(kps, torch.tensor([[0, 1]]), mutual=True)
+    assert mutual.x1[0][mutual.mask[0]].tolist() == xy[0, [0, 2]].tolist()
+    assert mutual.x2[0][mutual.mask[0]].tolist() == xy[1, [0, 2]].tolist()

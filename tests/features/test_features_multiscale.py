@@ -199,3 +199,28 @@ def test_resolve_scale_mode():
     assert resolve_scale_mode("pyramid", "opencv-sift", (0.5, 1.0)) == "pyramid"
     with pytest.raises(GeoConError, match="power-of-two"):
         resolve_scale_mode("scale_space", "lk-tracks", (0.5, 1.0))
+
+
+def test_scaled_size_rounds_to_the_nearest_pixel():
+    """(round(H s), round(W s)), at least 1: 255 x 333 at 1/4 is 64 x 83 (63.75, 83.25), 15 x
+    6 at 1/2 is 8 x 3 (7.5 rounds to even, 3), never 0."""
+    from geocon_torch.features.multiscale import scaled_size
+
+    assert scaled_size(255, 333, 0.25) == (64, 83)
+    assert scaled_size(90, 161, 0.5) == (45, 80)  # 80.5 -> 80 (round half to even)
+    assert scaled_size(15, 6, 0.5) == (8, 3)
+    assert scaled_size(3, 1, 0.1) == (1, 1)
+
+
+def test_scaled_content_mask_samples_pixel_centres():
+    """The content mask at a scale reads the working pixel under each scaled pixel's centre
+    (nearest-exact): 6 -> 4 columns read columns floor((i + 0.5) 1.5) = 0, 2, 3, 5, so a
+    content strip in the last working column stays content in the last scaled one."""
+    from geocon_torch.features.multiscale import _scaled_mask
+
+    for col, want in ((5, [3]), (1, []), (2, [1]), (0, [0])):
+        m = torch.zeros(6, 6, dtype=torch.bool)
+        m[:, col] = True
+        got = _scaled_mask(m, (4, 4))
+        assert got.any(0).nonzero().flatten().tolist() == want, col
+        assert torch.equal(got, got[:1].expand(4, 4))  # rows: the same rule

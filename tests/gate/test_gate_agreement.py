@@ -251,3 +251,27 @@ def test_gate_pair_tiers_and_fallback_order():
     stats["valid"][:] = False
     stats["valid"][0] = True
     assert gate_source(stats, rows[:3], rows[3:], gp)[1] == "evaluated pairs"
+
+
+def test_gric_delta_and_parallax_excess_closed_form():
+    """Torr's GRIC (r = 4, lambda1 = ln 4, lambda2 = ln 4n, lambda3 = 2; H: d = 2, k = 8, e^2 =
+    r_sym^2 / 2; F: d = 3, k = 7, e^2 = Sampson^2) and the 6-sigma parallax excess, with sigma =
+    median pixel Sampson / 0.6745 = 1 px, recomputed in numpy from the residuals."""
+    import numpy as np
+
+    n = 101
+    r_h = np.linspace(0.0, 10.0, n)  # symmetric transfer px
+    r_f = np.full(n, 0.6745) * np.linspace(0.5, 1.5, n)  # pixel Sampson px: median 0.6745
+    st = _stats(r_h, r_f, 1024, n_pairs=1)
+    sigma = np.median(r_f) / 0.6745
+    assert sigma == pytest.approx(1.0)
+
+    def gric(e2, d, k):
+        return (np.minimum(e2 / sigma ** 2, 2.0 * (4 - d)).sum() + np.log(4) * d * n
+                + np.log(4 * n) * k)
+
+    delta = (gric(r_h ** 2 / 2, 2, 8) - gric(r_f ** 2, 3, 7)) / n
+    assert float(st["gric_delta"][0]) == pytest.approx(delta, rel=1e-12)
+    assert float(st["parallax_excess"][0]) == pytest.approx(np.mean(r_h > 6 * sigma))
+    assert float(st["parallax_excess"][0]) == pytest.approx(40 / 101)
+    assert float(st["residual_parallax"][0]) == pytest.approx(np.median(r_h) / 2.0)

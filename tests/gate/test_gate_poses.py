@@ -234,6 +234,28 @@ def test_per_pair_regime_counts_only_decided_pairs():
     assert use_f[6:].all()
 
 
+@pytest.mark.parametrize("codes, gric, want", [
+    (["F", "H", None, "F", "H"], [0.0] * 5, "F"),  # 2 F of 4 decided: half is enough
+    (["U", "H"], [1.0, 0.0], "F"),  # U resolved F by GRIC: 1 of 2
+    (["U", "H", "H"], [1.0, 0.0, 0.0], "H"),  # 1 of 3
+    (["U", "H"], [-1.0, 0.0], "H"),  # U resolved H: 0 of 2
+])
+def test_per_pair_regime_is_f_from_half_the_decided_pairs(codes, gric, want):
+    """pair_models: the per-pair clip regime is F when at least half of the decided pairs use
+    F (U resolved per pair by GRIC), so a tie is F."""
+    from geocon_torch.config import GeoConConfig
+    from geocon_torch.gate.decision import GateDecision
+    from geocon_torch.gate.select import pair_models
+
+    gate = GateDecision("poses", 0.06, {}, None, codes, {})
+    cfg = GeoConConfig.from_dict({"gate": {"per_pair": True}})
+    delta = torch.tensor(gric, dtype=torch.float64)
+    regime, use_f, _ = pair_models(gate, cfg, delta, torch.zeros_like(delta), 0.0, 2)
+    assert regime == want
+    votes = [c == "F" or (c == "U" and g > 0) for c, g in zip(codes, gric)]
+    assert use_f.tolist() == votes * 2
+
+
 def test_malformed_pose_content_is_a_clear_error():
     """Zeroed / scaled rotations, ragged or text entries and a 'valid' of the wrong length are
     errors naming the problem (they used to pass as H / F decisions or raw tracebacks)."""

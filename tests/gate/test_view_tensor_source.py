@@ -131,3 +131,17 @@ def test_the_reference_is_the_callers_tensor_and_is_never_copied_or_pickled():
     assert len(repr(c1.meta["source_tensor"])) < 80  # no values dumped
     grad = batch.float().div(255).requires_grad_()
     assert not source_of(read_clip(grad[0], long_side=64)).requires_grad
+
+
+def test_working_and_view_pixels_follow_the_pixel_centre_convention():
+    """At view / working = 1/2, working pixels 0 and 1 make view pixel 0, whose centre is at
+    working x = 0.5: working (0.5, 2.5) -> view (0, 1); at 3/2 working pixel 1 -> view 1.75;
+    view_to_working is the exact inverse (the object masks are read where the view matched)."""
+    from geocon_torch.gate.view import view_to_working, working_to_view
+
+    xy = torch.tensor([[0.5, 2.5], [10.5, 0.5]], dtype=torch.float64)
+    assert working_to_view(xy, (0.5, 0.5)).tolist() == [[0.0, 1.0], [5.0, 0.0]]
+    assert working_to_view(torch.tensor([[1.0, 1.0]]), (1.5, 0.5)).tolist() == [[1.75, 0.25]]
+    for s in ((0.5, 0.5), (1.5, 0.75), (2.0, 2.0)):
+        torch.testing.assert_close(view_to_working(working_to_view(xy, s), s), xy, rtol=0,
+                                   atol=1e-12)

@@ -170,3 +170,17 @@ def test_batch_content_fractions_equal_each_clip_alone():
     alone = [clip_from_tensor(x[k]).meta["content_fraction"] for k in range(3)]
     assert [c.meta["content_fraction"] for c in batch] == alone
     assert alone == pytest.approx([40 / 60, 64 / 80, 1.0], abs=1e-6)
+
+
+def test_bars_exactly_min_fraction_thick_are_bars():
+    """A bar as thick as min_fraction of its side (2 of 100 rows, 3 of 150 columns at 0.02) is
+    a bar on every side: "thinner than min_fraction" is ignored, not "as thin as"."""
+    frames = _letterboxed(h=100, w=150, top=2, bottom=2, left=3, right=3)
+    truth = torch.zeros(100, 150, dtype=torch.bool)
+    truth[2:98, 3:147] = True
+    assert detect_content_mask(frames, min_fraction=0.02).equal(truth)
+    for top, left in ((2, 0), (0, 3)):  # one side at a time
+        frames = _letterboxed(h=100, w=150, top=top, bottom=0, left=left, right=0)
+        truth = torch.zeros(100, 150, dtype=torch.bool)
+        truth[top:, left:] = True
+        assert detect_content_mask(frames, min_fraction=0.02).equal(truth), (top, left)

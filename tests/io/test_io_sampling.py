@@ -119,3 +119,26 @@ def test_out_of_range_message_names_the_path_and_a_short_decode():
 def test_frame_selection_errors(kwargs, match):
     with pytest.raises(VideoReadError, match=match):
         frame_selection(**kwargs)
+
+
+def test_frame_motion_records_the_largest_pair_and_any_moving_pair_unfreezes():
+    """FrameMotion closed form on (4, 5, 3) uint8 frames: a +10 step then a repeat gives
+    max_mad 10 over 2 pairs, not frozen (one moving pair is enough, wherever it is); a clip
+    whose only change is half the values +1 (MAD 0.5 = FROZEN_MAX_MAD) is frozen; a pair of
+    different sizes counts as moving (max_mad 255)."""
+    from geocon_torch.io.sampling import FROZEN_MAX_MAD, SIZE_CHANGE_MAD, FrameMotion
+
+    base = np.zeros((4, 5, 3), np.uint8)
+    half = base.copy()
+    half.reshape(-1)[::2] = 1  # 30 of 60 values + 1
+    cases = [([base, base + 10, base + 10], 10.0, False),
+             ([base, base + 10, base + 10, base + 10], 10.0, False),
+             ([base, half, half], FROZEN_MAX_MAD, True),
+             ([base, np.zeros((6, 5, 3), np.uint8)], SIZE_CHANGE_MAD, False),
+             ([base, np.zeros((6, 5, 3), np.uint8), np.zeros((6, 5, 3), np.uint8)],
+              SIZE_CHANGE_MAD, False)]
+    for frames, mad, frozen in cases:
+        motion = FrameMotion()
+        for i, f in enumerate(frames):
+            motion.add(i, f, kept=True)
+        assert motion.record() == {"max_mad": mad, "pairs": len(frames) - 1, "frozen": frozen}

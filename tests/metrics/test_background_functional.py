@@ -150,3 +150,9 @@ def test_median_motion_and_categories():
     assert classify_behaviour("F", True, 4.0, 0.5, False, **kw) == "Complex"
     assert classify_behaviour("F", False, 4.0, 0.5, False, **kw) == "Stress"
     assert classify_behaviour(None, None, None, None, False, **kw) is None
+    # the thresholds: motion under static_px is static (at it: rotation); a rotation at
+    # rotation_thr_deg is Complex (at least the threshold)
+    assert classify_behaviour("H", True, 0.5, None, False, **kw) == "Rotation-dominant"
+    assert classify_behaviour("H", True, 0.4999, None, False, **kw) == "Static"
+    assert classify_behaviour("F", True, 4.0, 0.1, False, **kw) == "Complex"
+    assert classify_behaviour("F", True, 4.0, 0.0999, False, **kw) == "Translation-dominant"

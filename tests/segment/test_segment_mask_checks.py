@@ -109,3 +109,23 @@ def test_background_keep_checks_pairs_and_points():
         background_keep(bg, pts, pts, torch.tensor([[3, 0]]))
     with pytest.raises(ShapeError, match=r"shapes must match: x1=\(1, 1, 2\), x2=\(1, 2, 2\)"):
         background_keep(bg, pts, pts.expand(1, 2, 2), torch.tensor([[0, 1]]))
+
+
+def test_chunked_background_keep_needs_both_endpoints_in_the_background():
+    """B_i(x1) & B_j(x2): a match whose x2 lands on frame 1's object (dilated by the margin) is
+    not background although its x1 is, whatever the chunking; the unchunked reference agrees."""
+    from geocon_torch.segment import background_keep, background_mask
+    from geocon_torch.segment.background import background_keep_chunked
+    content = torch.ones(20, 24, dtype=torch.bool)
+    objects = torch.zeros(3, 1, 20, 24, dtype=torch.bool)
+    objects[1, 0, 2:6, 2:6] = True  # object in frame 1 only, dilated by 2: rows / cols 0..7
+    x1 = torch.tensor([[[15.0, 15.0], [15.0, 15.0], [7.0, 7.0], [8.0, 8.0]]])
+    x2 = torch.tensor([[[16.0, 14.0], [3.0, 3.0], [16.0, 14.0], [16.0, 14.0]]])
+    for pairs, want in (([[0, 1]], [[True, False, True, True]]),
+                        ([[1, 2]], [[True, True, False, True]])):
+        pairs = torch.tensor(pairs)
+        for chunk in (1, 2, 16):
+            got = background_keep_chunked(content, objects, 2, x1, x2, pairs, chunk=chunk)
+            assert got.tolist() == want, (pairs.tolist(), chunk)
+        bg = background_mask(content, objects, 2)
+        assert background_keep(bg, x1, x2, pairs).tolist() == want

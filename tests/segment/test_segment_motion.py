@@ -1,4 +1,6 @@
 """Weight-free motion segmentation pieces: connected components, change masks, coherence."""
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -218,3 +220,108 @@ def test_motion_segment_checks_its_inputs():
                         ["H", "H"])
     obj, ev = motion_segment(gray[:1], hs[:0], val[:0], content, cfg, None)  # T = 1: fine
     assert obj.shape == (1, 0, 24, 32) and ev["objects"] == 0
+
+
+def test_coherent_seeds_tolerance_is_3_px_or_30_percent_of_the_median_motion():
+    """A seed is coherent when it lies within max(3 px, 30 % of |median|) of its component's
+    median relative motion: a 2.9 px deviation counts at a 1 px median (the 3 px floor), 5.5 px
+    counts and 7 px does not at a 20 px median (30 % = 6 px), and one wild seed does not move
+    the centre (a median, not a mean)."""
+    labels = torch.zeros(1, 30, 30, dtype=torch.long)
+    labels[0, :10], labels[0, 10:20], labels[0, 20:] = 1, 2, 3
+    vx = [[1.0, 1.0, 1.0, 1.0, 3.9, -1.9, 4.2],  # median 1: tolerance 3 px
+          [20.0, 20.0, 20.0, 25.5, 27.0],  # median 20: tolerance 6 px
+          [2.0, 2.0, 2.0, 2.0, 40.0]]  # median 2 (the mean, 9.6, would reject all five)
+    rows = [5.0, 15.0, 25.0]
+    pts = torch.tensor([[float(k), rows[c]] for c, xs in enumerate(vx) for k in range(len(xs))])
+    vec = torch.tensor([[x, 0.0] for xs in vx for x in xs])
+    n = coherent_seeds(labels, (pts, torch.zeros(len(pts), dtype=torch.long), vec), 3)
+    assert n.tolist() == [6, 4, 4]
+
+
+def _seed_scene(size, centres, radius: int = 3, **cfg):
+    """A dark still clip whose only evidence is seed discs (regime F: no dense residuals; no
+    opening / closing, so each disc is exactly a (2 radius + 1)^2 square): ``centres`` are
+    (frame, (x, y)) seeds moving coherently 3 px to the right."""
+    h, w = size
+    t = 1 + max(f for f, _ in centres) if centres else 1
+    t = max(t, cfg.pop("frames", t))
+    pts = torch.tensor([c for _, c in centres], dtype=torch.float32)
+    frames = torch.tensor([f for f, _ in centres])
+    vec = torch.tensor([3.0, 0.0]).expand(len(centres), 2).clone()
+    config = SegmentConfig(motion_open_px=0, motion_close_px=0, motion_seed_radius_px=radius,
+                           motion_min_seeds=1, **cfg)
+    return (torch.zeros(t, 1, h, w), torch.eye(3, dtype=torch.float64).repeat(t - 1, 1, 1),
+            torch.ones(t - 1, dtype=torch.bool), (pts, frames, vec), config)
+
+
+def test_min_area_is_per_frame_and_min_frames_is_inclusive():
+    """A 7 x 7 px object (49 px in each of 4 frames, 196 px in all) is kept at
+    motion_min_area 49 and dropped at 50 (the area counts per frame, not summed over the
+    track); an object seen in exactly 2 frames is kept at motion_min_frames 2, not at 3."""
+    content = torch.ones(40, 48, dtype=torch.bool)
+    four = [(k, (20.0 + k, 20.0)) for k in range(4)]
+    for area, want in ((49, [[49] * 4]), (50, [])):
+        gray, hs, val, seeds, cfg = _seed_scene((40, 48), four, motion_min_area=area)
+        obj, ev = motion_segment(gray, hs, val, content, cfg, "F", seeds=seeds)
+        assert obj.flatten(2).sum(-1).T.tolist() == want, area
+        assert ev["objects"] == len(want) and ev["candidates"] == 1
+    two = [(1, (20.0, 20.0)), (2, (21.0, 20.0))]
+    for frames, want in ((2, 1), (3, 0)):
+        gray, hs, val, seeds, cfg = _seed_scene((40, 48), two, motion_min_area=1,
+                                                motion_min_frames=frames, frames=4)
+        obj, ev = motion_segment(gray, hs, val, content, cfg, "F", seeds=seeds)
+        assert ev["objects"] == want, frames
+        if want:
+            assert obj[:, 0].flatten(1).sum(1).tolist() == [0, 49, 49, 0]
+
+
+def test_max_fraction_is_a_fraction_of_the_content_not_of_the_frame():
+    """A 21 x 21 px disc inside a letterboxed frame (content: rows 10..29 of 40 x 32) covers
+    420 px = 0.656 of the 640 content px (0.328 of the frame): above motion_max_fraction 0.5
+    every frame is unreliable and nothing is masked; at 0.7 the object is kept."""
+    content = torch.zeros(40, 32, dtype=torch.bool)
+    content[10:30] = True
+    centres = [(k, (16.0, 20.0)) for k in range(3)]
+    gray, hs, val, seeds, cfg = _seed_scene((40, 32), centres, radius=10, motion_min_area=1)
+    obj, ev = motion_segment(gray, hs, val, content, cfg, "F", seeds=seeds)
+    assert ev["unreliable_frames"] == 3 and ev["objects"] == 0 and obj.shape[1] == 0
+    cfg = replace(cfg, motion_max_fraction=0.7)
+    obj, ev = motion_segment(gray, hs, val, content, cfg, "F", seeds=seeds)
+    assert ev["unreliable_frames"] == 0 and ev["objects"] == 1
+    assert obj[:, 0].flatten(1).sum(1).tolist() == [420] * 3
+    assert ev["max_object_fraction"] == 420 / 640
+
+
+def test_min_area_at_the_reduced_scale_is_divided_by_the_factor_squared():
+    """Frames of 48 x 656 px are segmented at 1/3 scale (f = 3): a seed radius of 3 px becomes
+    1 cell, a 3 x 3 cell object = 9 x 9 = 81 px at full size; motion_min_area (px at full size)
+    becomes min_area // 9 cells: 64 px keeps it (7 cells), 90 px drops it (10 cells). The seed
+    pixel (32, 26) lies in cell (10, 8) (pixels 30..32, 24..26: x -> (x + 0.5) / 3 - 0.5), so
+    the object covers pixels 27..35 x 21..29."""
+    content = torch.ones(48, 656, dtype=torch.bool)
+    centres = [(k, (32.0, 26.0)) for k in range(3)]
+    for area, want in ((64, 1), (90, 0)):
+        gray, hs, val, seeds, cfg = _seed_scene((48, 656), centres, motion_min_area=area)
+        obj, ev = motion_segment(gray, hs, val, content, cfg, "F", seeds=seeds)
+        assert ev["scale"] == 1 / 3 and ev["objects"] == want, area
+        if want:
+            full = obj.full()[:, 0]
+            assert full.flatten(1).sum(1).tolist() == [81] * 3
+            assert full[0, 21:30, 27:36].all()
+
+
+def test_seed_points_are_read_at_their_nearest_pixel():
+    """Seeds (x, y) px fall on the pixel round(x), round(y) (clamped into the frame): in
+    seed_map (a radius-0 disc is that pixel) and in coherent_seeds (the component there)."""
+    from geocon_torch.segment.motion import seed_map
+
+    pts = torch.tensor([[20.6, 10.4], [3.4, 7.5], [-2.0, 40.0]])
+    got = seed_map(pts, torch.tensor([0, 1, 1]), (2, 12, 30), 0)
+    assert [tuple(v) for v in got.nonzero().tolist()] == [(0, 10, 21), (1, 8, 3), (1, 11, 0)]
+    labels = torch.zeros(1, 12, 30, dtype=torch.long)
+    labels[0, :, 21:] = 1  # the component starts at column 21
+    vec = torch.tensor([[3.0, 0.0]]).expand(3, 2)
+    n = coherent_seeds(labels, (torch.tensor([[20.6, 5.0], [20.7, 6.0], [20.4, 7.0]]),
+                                torch.zeros(3, dtype=torch.long), vec), 1)
+    assert n.tolist() == [2]
