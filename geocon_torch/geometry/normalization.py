@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -18,23 +18,25 @@ def _drop_unweighted(points: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     return torch.where(weights.unsqueeze(-1) > 0, points, torch.zeros_like(points))
 
 
-def _finite_entries(weights: torch.Tensor, *points: torch.Tensor) -> torch.Tensor:
-    """(..., N) bool: the entries whose weight (..., N) and every coordinate of each of
-    ``points`` (..., N, 2) are finite (neither NaN nor inf); elementwise, no grad, no sync."""
-    ok = finite(weights.detach())
+def _and_finite(ok: torch.Tensor, points: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``ok`` (..., N) and, per entry, every coordinate of each of ``points`` (..., N, 2) finite
+    (neither NaN nor inf); elementwise, no grad, no sync."""
     for x in points:
         ok = ok & finite(x.detach()).all(-1)
     return ok
+
+
+def _finite_entries(weights: torch.Tensor, *points: torch.Tensor) -> torch.Tensor:
+    """(..., N) bool: the entries whose weight (..., N) and every coordinate of each of
+    ``points`` (..., N, 2) are finite."""
+    return _and_finite(finite(weights.detach()), points)
 
 
 def finite_mask(mask: Optional[torch.Tensor], *points: torch.Tensor) -> torch.Tensor:
     """(P, N) bool: ``mask`` (all True when None; checked against ``points[0]`` (P, N, 2)) and
     every coordinate of each of ``points`` finite. A NaN / inf match is padding, as the robust
     fits treat it (``ransac_*``, the DLT / 8-point solvers); elementwise, no sync."""
-    m = check_mask(mask, points[0])
-    for x in points:
-        m = m & finite(x.detach()).all(-1)
-    return m
+    return _and_finite(check_mask(mask, points[0]), points)
 
 
 def _weighted_hartley(points: torch.Tensor, weights: torch.Tensor
