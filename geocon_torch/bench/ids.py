@@ -77,7 +77,10 @@ def derive_clip_ids(paths: Sequence[PathLike], taken: Sequence[str] = ()) -> Lis
 def file_key(clip_id: str, *salt: object, max_len: int = 48) -> str:
     """A file-name-safe, unique key for one clip's artefacts: the id with every character
     outside ``[A-Za-z0-9_-]`` replaced by ``_`` (cut to ``max_len``), plus an 8-hex-digit hash of
-    the id and ``salt`` (e.g. the content hash), so ``a/b`` and ``a_b`` never share a file."""
+    the id and ``salt`` (e.g. the content hash), so ``a/b`` and ``a_b`` never share a file. An
+    id that is not UTF-8 (a lone surrogate from a file name in another encoding) is hashed with
+    its surrogates as they are (``surrogatepass``); every other id hashes as before."""
     slug = re.sub(r"[^A-Za-z0-9_-]", "_", str(clip_id))[:max_len].strip("_") or "clip"
-    digest = hashlib.sha1("\x00".join(map(str, (clip_id,) + salt)).encode()).hexdigest()[:8]
+    text = "\x00".join(map(str, (clip_id,) + salt))
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{slug}_{digest}"

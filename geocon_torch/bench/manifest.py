@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .._checks import retired_name
+from .._json import not_a_file
 from ..errors import GeoConError, InputError
 from .ids import derive_clip_ids
 
@@ -164,13 +165,53 @@ def _parse_seed(value: Any) -> int:
     return seed
 
 
+def is_utf8(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8: it holds no lone surrogate (``\\udce9``: a file
+    or folder name in another encoding, as Python decodes it)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unstorable_text(text: str) -> Optional[str]:
+    """Why no result store can keep ``text`` in a text column (the same on every back end), or
+    None: a NUL character (PostgreSQL text cannot hold one), or text that is not UTF-8
+    (:func:`is_utf8`)."""
+    if "\x00" in text:
+        return "holds a NUL character (\\x00), which no result store can keep; remove it"
+    if not is_utf8(text):
+        at = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
+        return (f"is not UTF-8 text ({ascii(text[at])[1:-1]} at character {at}: a file or "
+                "folder name in another encoding?), which no result store can keep; rename it "
+                "in UTF-8")
+    return None
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every store can keep it (an error reason): a NUL written ``\\x00``, a lone
+    surrogate ``\\udce9``; any other text unchanged."""
+    text = text.replace("\x00", "\\x00")
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _shown(name: Any) -> str:
+    """A field name for a message (a NUL shown as ``?``, a lone surrogate escaped)."""
+    text = str(name).replace("\x00", "?")
+    return repr(text) if unstorable_text(text) is None else ascii(text)
+
+
 def _check_text(row: Dict[str, Any]) -> None:
-    """Refuse a NUL character (``\\x00``) in any text field or column name of a row
-    (PostgreSQL text cannot hold one; a store would fail mid-run)."""
+    """Refuse text no store can keep (:func:`unstorable_text`: a NUL character, or text that is
+    not UTF-8) in any text field or column name of a row (a store would fail mid-run)."""
     for key, value in row.items():
-        if any(isinstance(t, str) and "\x00" in t for t in (key, value)):
-            raise InputError(f"field {str(key).replace(chr(0), '?')!r} holds a NUL character "
-                             "(\\x00), which no result store can keep; remove it")
+        for text in (key, value):
+            problem = unstorable_text(text) if isinstance(text, str) else None
+            if problem:
+                raise InputError(f"field {_shown(key)} {problem}")
 
 
 def _resolve(base: Path, value: str) -> str:
@@ -263,6 +304,8 @@ def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", lin
         kw.update({key: _parse_optional(key, row.get(key), base) for key in OPTIONAL_FIELDS
                    if key not in ("clip_id", "prompt_category") and not _blank(row.get(key))})
         kw["prompt_category"] = _prompt_category(row)
+        # the paths as resolved: a manifest folder whose name is not UTF-8 is refused too
+        _check_text({k: kw.get(k) for k in ("path", "masks_path", "poses_path")})
     except ValueError as exc:
         raise ManifestError(f"{loc}: {exc}") from None
     kw["extra"] = {k: v for k, v in row.items() if k not in KNOWN_FIELDS and k is not None}
@@ -270,7 +313,7 @@ def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", lin
 
 
 def _rows_jsonl(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:  # -sig: a byte-order mark, as in a CSV
         for lineno, text in enumerate(fh, 1):
             if not text.strip() or text.lstrip().startswith("#"):
                 continue
@@ -305,6 +348,22 @@ def _rows_csv(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
             yield reader.line_num, row
 
 
+def _not_utf8(path: Path) -> ManifestError:
+    """The error of a manifest that is not UTF-8 text (Excel's default "CSV" is cp1252, its
+    "Unicode Text" UTF-16), naming the first line that is not."""
+    raw = path.read_bytes()
+    fix = "save the manifest as 'CSV UTF-8' (or UTF-8 JSON lines)"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return ManifestError(f"{path}: UTF-16 text (a UTF-16 byte-order mark), not UTF-8; {fix}")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        return ManifestError(f"{path}, line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                             f"at offset {exc.start}: cp1252 / Latin-1?); {fix}")
+    return ManifestError(f"{path}: not UTF-8 text; {fix}")
+
+
 def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
     """Read a ``.csv`` or ``.jsonl`` / ``.json`` (one object per line) manifest. Relative paths
     in it are resolved against the manifest's folder and stored absolute (a store then reads
@@ -312,12 +371,13 @@ def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
 
     Raises:
         ManifestError: file missing, unknown extension, bad JSON/CSV, a required field missing,
-            a bad value (seed, fps, duration, resolution) or a duplicated clip_id — always
+            a bad value (seed, fps, duration, resolution), text a store cannot keep (a NUL, a
+            name that is not UTF-8), a file that is not UTF-8 text or a duplicated clip_id —
             naming the line.
     """
     path = Path(path)
     if not path.is_file():
-        raise ManifestError(f"manifest not found: {path}")
+        raise ManifestError(not_a_file(path, "manifest", "a .csv or .jsonl file"))
     suffix = path.suffix.lower()
     if suffix == ".csv":
         rows = _rows_csv(path)
@@ -325,7 +385,10 @@ def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
         rows = _rows_jsonl(path)
     else:
         raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'}")
-    rows = list(rows)
+    try:
+        rows = list(rows)
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
     if not rows:
         raise ManifestError(f"{path}: manifest has no rows")
     _warn_retired(retired_columns(row for _, row in rows), str(path))

@@ -8,7 +8,9 @@ A leaderboard scored without a server runs one job per node, each into its own S
   current result schema (an older row is read through
   :func:`~geocon_torch.result.migrate_result`, so a 2.x and a 3.x row of the same scores are the
   same) without the fields that legitimately differ between nodes: ``timing_s``, ``path``
-  (mount points) and ``clip`` (the id the bytes were first scored under). A scored result
+  (mount points) and ``clip`` (the id the bytes were first scored under); numbers that are
+  equal are the same (``0.0`` and ``-0.0``, ``1`` and ``1.0``: a signed zero or an int / float
+  spelling changes no statistic), ``true`` and ``1`` are not. A scored result
   (status ok / not_applicable) replaces an ``error`` row of OUT (as ``--retry-errors`` does in
   one store: a node's retried clip reaches OUT), listed in ``updates``; a shard's error row
   never replaces a result, nor another error row. Two *different* scored results are a
@@ -34,7 +36,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ..errors import InputError
 from ..result import migrate_result
-from .store import CLIP_FIELDS, ResultStore, is_server_url
+from .store import CLIP_FIELDS, ResultStore, is_server_url, open_readable
 
 VOLATILE_FIELDS = ("timing_s", "path", "clip")
 #: clip row fields compared between stores (the key, the bytes and the write time aside)
@@ -71,9 +73,26 @@ def comparable(result_json: str) -> Dict[str, Any]:
     return {k: v for k, v in res.items() if k not in VOLATILE_FIELDS}
 
 
+def _canonical(obj: Any) -> Any:
+    """``obj`` with every integral float written as its int (``-0.0`` -> ``0``, ``1.0`` ->
+    ``1``): numbers that are equal get one spelling, so a signed zero or an int / float
+    spelling is never a conflict (module doc); booleans and other values are kept."""
+    if isinstance(obj, float):
+        return int(obj) if obj.is_integer() else obj
+    if isinstance(obj, dict):
+        return {k: _canonical(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def _text(obj: Any) -> str:
+    """The canonical JSON text of a (part of a) comparable result: what "same" means."""
+    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"))
+
+
 def _digest(result_json: str) -> str:
-    text = json.dumps(comparable(result_json), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(_text(comparable(result_json)).encode()).hexdigest()
 
 
 def _leaves(obj: Any, prefix: str, out: Dict[str, Any]) -> Dict[str, Any]:
@@ -90,10 +109,16 @@ def _leaves(obj: Any, prefix: str, out: Dict[str, Any]) -> Dict[str, Any]:
 
 def differences(kept_json: str, other_json: str) -> Dict[str, List[Any]]:
     """``{field path: [kept value, other value]}`` of two stored results (volatile fields
-    ignored; a field missing on one side is None there), at most :data:`MAX_DIFFS`."""
-    a = _leaves(comparable(kept_json), "", {})
-    b = _leaves(comparable(other_json), "", {})
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    ignored; a field missing on one side is None there), at most :data:`MAX_DIFFS`. Fields
+    are compared by the rule of the conflict digest (canonical JSON: ``true`` and ``1`` differ,
+    ``0.0`` and ``-0.0`` do not), so a conflict always lists a field; results that differ only
+    in how their fields nest (no field differs) are listed whole as ``result_json``."""
+    kept, other = comparable(kept_json), comparable(other_json)
+    a, b = _leaves(kept, "", {}), _leaves(other, "", {})
+    keys = sorted(k for k in set(a) | set(b)
+                  if k not in a or k not in b or _text(a[k]) != _text(b[k]))
+    if not keys and _text(kept) != _text(other):
+        return {"result_json": [kept_json, other_json]}
     return {k: [a.get(k), b.get(k)] for k in keys[:MAX_DIFFS]}
 
 
@@ -120,9 +145,10 @@ def clip_differences(kept: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, L
 
 
 def _open_shard(shard: Union[str, Path]) -> ResultStore:
+    """A shard to read (read-only where it may not be written: :func:`~.store.open_readable`)."""
     if not is_server_url(shard) and not Path(shard).is_file():
         raise InputError(f"shard not found: {shard}")
-    return ResultStore(shard)
+    return open_readable(shard)
 
 
 def _check_names(out: Union[str, Path], shards: Sequence[Union[str, Path]]) -> None:

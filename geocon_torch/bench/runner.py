@@ -59,9 +59,9 @@ from ..io.hashing import input_digest
 from ..pipeline import pinned_config, preflight_models, score_clip, score_clips
 from ..result import ClipResult, migrate_result
 from .claims import LeaseKeeper, WorkQueue, drop_job, drop_stale_jobs, new_job, new_owner
-from .manifest import ManifestEntry, check_unique_ids, load_manifest
+from .manifest import ManifestEntry, check_unique_ids, load_manifest, storable_text
 from .schema import result_problems
-from .store import ResultStore, entry_json, is_server_url
+from .store import CLIP_COLUMNS, ResultStore, checked_clip_row, entry_json, is_server_url
 
 log = logging.getLogger("geocon_torch.bench")
 ScoreFn = Callable[[ManifestEntry, GeoConConfig, Optional[str]], Dict[str, Any]]
@@ -128,7 +128,9 @@ def entry_key(entry: ManifestEntry) -> Tuple[str, Optional[str]]:
 def error_result(entry: ManifestEntry, config: GeoConConfig, reason: str,
                  content_hash: Optional[str] = None) -> Dict[str, Any]:
     """A schema-conforming ``status: "error"`` result for a clip the scorer could not handle
-    (its ``prompt_category`` is the manifest's)."""
+    (its ``prompt_category`` is the manifest's; a NUL or a lone surrogate in ``reason`` is
+    written ``\\x00`` / ``\\udce9``, which every store can keep)."""
+    reason = storable_text(reason)
     return ClipResult.failed(entry.clip_id, "error", reason, config, path=entry.path,
                              content_hash=content_hash,
                              prompt_category=entry.prompt_category).to_dict()
@@ -275,9 +277,14 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             gate, SAM-2 masks, RAFT flow) cannot be built
             (:func:`~geocon_torch.pipeline.preflight_models`): raised before any clip is read
             or the store is opened, instead of an error row per clip.
+        InputError: an entry no store can keep (a seed outside the signed 64-bit range, text
+            with a NUL or not UTF-8: :func:`~.store.checked_clip_row`), before any clip is
+            scored.
     """
     entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
     check_unique_ids(entries, "manifest entries")
+    for e in entries:  # entries built in code: refused here, not by the store mid-run
+        checked_clip_row({k: getattr(e, k) for k in CLIP_COLUMNS}, "-", "-")
     score_fn = score_fn or default_score_fn
     rank, world, local_rank, local_world = _dist_info()
     use_dist = (world > 1) if distributed is None else (bool(distributed) and world > 1)
@@ -498,12 +505,13 @@ class _Unreadable(VideoReadError):
 
 
 def _reason(exc: BaseException) -> str:
-    """``"Type: message (at file.py:line)"``: the line where the exception was raised."""
+    """``"Type: message (at file.py:line)"``: the line where the exception was raised (a NUL
+    or a lone surrogate in the message written ``\\x00`` / ``\\udce9``: storable)."""
     reason = f"{type(exc).__name__}: {exc}".strip()
     tb = traceback.extract_tb(exc.__traceback__)
     if tb:
         reason += f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})"
-    return reason
+    return storable_text(reason)
 
 
 def _result(entry: ManifestEntry, job: _Job, key: str, outcome: Outcome) -> Dict[str, Any]:

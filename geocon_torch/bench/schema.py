@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 
 from ..errors import GeoConError
 from ..result import STATUSES as RESULT_STATUSES
+from .manifest import is_utf8, storable_text
 
 SCHEMA_MAJOR = "3"  # the schema written today
 #: 1.x: one ``category`` field; 1.x / 2.x: ``epipolar.path`` (the implementation); migrated on read
@@ -20,15 +21,28 @@ class ResultSchemaError(GeoConError, ValueError):
     """A result row does not follow the result schema; the message lists every problem."""
 
 
-def _nonfinite_paths(obj: Any, prefix: str, out: List[str]) -> None:
+def _bad_paths(obj: Any, prefix: str, nonfinite: List[str], not_utf8: List[str]) -> None:
+    """Collect the paths of non-finite numbers and of text (values or keys) that is not UTF-8
+    (a lone surrogate: a file name in another encoding, which no store can keep)."""
     if isinstance(obj, float) and not math.isfinite(obj):
-        out.append(prefix or "<root>")
+        nonfinite.append(prefix or "<root>")
+    elif isinstance(obj, str) and not is_utf8(obj):
+        not_utf8.append(prefix or "<root>")
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _nonfinite_paths(v, f"{prefix}.{k}" if prefix else str(k), out)
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(k, str) and not is_utf8(k):
+                not_utf8.append(path)
+            _bad_paths(v, path, nonfinite, not_utf8)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _nonfinite_paths(v, f"{prefix}[{i}]", out)
+            _bad_paths(v, f"{prefix}[{i}]", nonfinite, not_utf8)
+
+
+def _listing(paths: List[str]) -> str:
+    """The first 8 field paths for a message (text that is not UTF-8 escaped)."""
+    return (", ".join(storable_text(p) for p in paths[:8])
+            + (f" (+{len(paths) - 8} more)" if len(paths) > 8 else ""))
 
 
 def result_problems(result: Any) -> List[str]:
@@ -58,10 +72,14 @@ def result_problems(result: Any) -> List[str]:
         if result.get(name) is not None and not isinstance(result[name], dict):
             problems.append(f"{name} must be an object or null")
     bad: List[str] = []
-    _nonfinite_paths(result, "", bad)
+    not_utf8: List[str] = []
+    _bad_paths(result, "", bad, not_utf8)
     if bad:
-        problems.append("non-finite numbers at " + ", ".join(bad[:8]) +
-                        (f" (+{len(bad) - 8} more)" if len(bad) > 8 else ""))
+        problems.append("non-finite numbers at " + _listing(bad))
+    if not_utf8:
+        problems.append("text that is not UTF-8 at " + _listing(not_utf8) + " (a file or "
+                        "folder name in another encoding?), which no result store can keep; "
+                        "rename the file in UTF-8")
     return problems
 
 

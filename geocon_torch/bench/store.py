@@ -32,18 +32,27 @@ SQLite concurrency: the database runs in WAL mode with a busy timeout; every wri
 clip) retried with back-off while another process holds the write lock. Several processes on
 ONE machine may write the same file (that is how ``torchrun`` ranks share it); SQLite locking is
 not reliable on network file systems, so keep the file on a local disk and use a PostgreSQL
-store (or per-node files and ``geocon merge``) across machines.
+store (or per-node files and ``geocon merge``) across machines. A reader
+(:func:`open_readable`: :func:`load_results`, ``geocon report``, ``--export-*``, merge shards)
+opens a store it may not write (a read-only file or folder) read-only: no schema is created,
+and a store of an older format, which needs migrating, is refused.
+
+Order: every list a reader gets (:meth:`ResultStore.rows`, the raw rows, error clips, config
+hashes) is sorted in Python by code point, which is SQLite's BINARY order of UTF-8 text, so a
+PostgreSQL database with another collation (``en_US.UTF-8``, ICU) gives the same order.
 """
 from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import re
 import sqlite3
 import time
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import quote
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
                     Union)
 
@@ -51,7 +60,7 @@ from .._checks import retired_name
 from ..errors import GeoConError, InputError, OptionalDependencyError
 from ..result import migrate_result
 from .ids import derive_clip_ids
-from .manifest import RETIRED_COLUMNS, scene_key
+from .manifest import RETIRED_COLUMNS, _parse_seed, scene_key, storable_text, unstorable_text
 from .schema import ResultSchemaError, check_result, result_problems
 
 #: "1": clips.category, clips.model; "2": clips.prompt_category, clips.model; "3":
@@ -197,6 +206,47 @@ def check_file_name(db: Union[str, Path]) -> None:
         "...): fix the key, or write ./NAME for a SQLite file of that name")
 
 
+#: the clip row's text columns (every CLIP_COLUMNS but the seed) and the keys
+_TEXT_COLUMNS = tuple(k for k in CLIP_COLUMNS if k != "seed") + ("content_hash", "config_hash")
+
+
+def checked_clip_row(clip: Dict[str, Any], content_hash: str, config_hash: str
+                     ) -> Dict[str, Any]:
+    """The clip row's columns (:data:`CLIP_COLUMNS` and the keys) as every back end stores
+    them: the seed an integer in the signed 64-bit range (the manifest's rule; an integral
+    float or a digit string becomes that integer) or None, each text column a str (or None)
+    without a NUL and in UTF-8. Raises InputError naming the clip and the column otherwise."""
+    row = {k: clip.get(k) for k in CLIP_COLUMNS}
+    row.update(content_hash=content_hash, config_hash=config_hash)
+    cid = storable_text(str(row["clip_id"]))
+    try:
+        if row["seed"] is not None:
+            row["seed"] = _parse_seed(row["seed"])
+        for k in _TEXT_COLUMNS:
+            value = row[k]
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{k} must be a string or None, got {type(value).__name__} "
+                                 f"{value!r}")
+            problem = None if value is None else unstorable_text(value)
+            if problem:
+                raise InputError(f"{k} {problem}")
+    except InputError as exc:
+        raise InputError(f"clip row {cid!r}: {exc}") from None
+    return row
+
+
+def _column_text(value: Any) -> Any:
+    """A result's text for its own column (``reason``, ...): a NUL written ``\\x00``."""
+    return storable_text(value) if isinstance(value, str) else value
+
+
+def _ordered(names: Sequence[str], rows: Iterable[tuple], *keys: str) -> List[tuple]:
+    """``rows`` sorted by the ``keys`` columns in code-point order: SQLite's BINARY order
+    (UTF-8 bytes), whatever collation a PostgreSQL database has (module doc: "Order")."""
+    idx = [list(names).index(k) for k in keys]
+    return sorted(rows, key=lambda r: tuple(r[i] for i in idx))
+
+
 class ResultStore:
     """A results database; ``ResultStore(db)`` opens the back end ``db`` names (module doc).
     Use as a context manager or call :meth:`close`.
@@ -322,8 +372,8 @@ class ResultStore:
         return int(self._select(f"SELECT COUNT(*) FROM {table}")[1][0][0])
 
     def config_hashes(self) -> List[str]:
-        return [r[0] for r in self._select(
-            "SELECT DISTINCT config_hash FROM clips ORDER BY config_hash")[1]]
+        """The config hashes of the clip rows, in code-point order (module doc: "Order")."""
+        return sorted(r[0] for r in self._select("SELECT DISTINCT config_hash FROM clips")[1])
 
     def rows(self, config_hash: Optional[str] = None) -> List[Dict[str, Any]]:
         """Joined rows (clip metadata + ``result`` dict), sorted by (config_hash, clip_id)."""
@@ -332,9 +382,9 @@ class ResultStore:
         if config_hash is not None:
             sql += " WHERE config_hash = ?"
             params = (config_hash,)
-        names, values = self._select(sql + " ORDER BY config_hash, clip_id", params)
+        names, values = self._select(sql, params)
         out = []
-        for vals in values:
+        for vals in _ordered(names, values, "config_hash", "clip_id"):
             row = dict(zip(names, vals))
             row["result"] = migrate_result(json.loads(row.pop("result_json")))
             out.append(row)
@@ -343,9 +393,9 @@ class ResultStore:
     def error_clips(self, config_hash: str) -> List[Tuple[str, Optional[str]]]:
         """(clip_id, reason) of every clip stored with status "error" under ``config_hash``,
         by clip_id (cheap: no result JSON is read)."""
-        return [(r[0], r[1]) for r in self._select(
-            "SELECT clip_id, reason FROM leaderboard WHERE config_hash = ? AND status = 'error' "
-            "ORDER BY clip_id", (config_hash,))[1]]
+        return sorted((r[0], r[1]) for r in self._select(
+            "SELECT clip_id, reason FROM leaderboard WHERE config_hash = ? AND status = 'error'",
+            (config_hash,))[1])
 
     def stored_result_json(self, content_hash: str, config_hash: str) -> Optional[str]:
         """The result JSON stored under a key, as written (None if absent)."""
@@ -355,15 +405,14 @@ class ResultStore:
 
     def raw_results(self) -> Iterator[Dict[str, Any]]:
         """Every ``results`` row as stored (:data:`RESULT_FIELDS`), by key."""
-        names, rows = self._select(f"SELECT {', '.join(RESULT_FIELDS)} FROM results "
-                                   "ORDER BY config_hash, content_hash")
-        return (dict(zip(names, r)) for r in rows)
+        names, rows = self._select(f"SELECT {', '.join(RESULT_FIELDS)} FROM results")
+        return (dict(zip(names, r)) for r in _ordered(names, rows, "config_hash",
+                                                      "content_hash"))
 
     def raw_clips(self) -> Iterator[Dict[str, Any]]:
         """Every ``clips`` row as stored (:data:`CLIP_FIELDS`), by key."""
-        names, rows = self._select(f"SELECT {', '.join(CLIP_FIELDS)} FROM clips "
-                                   "ORDER BY config_hash, clip_id")
-        return (dict(zip(names, r)) for r in rows)
+        names, rows = self._select(f"SELECT {', '.join(CLIP_FIELDS)} FROM clips")
+        return (dict(zip(names, r)) for r in _ordered(names, rows, "config_hash", "clip_id"))
 
     # -- writes -------------------------------------------------------------------------------
     def put_statements(self, clip: Dict[str, Any], content_hash: str, config_hash: str,
@@ -377,18 +426,16 @@ class ResultStore:
             raise InputError("clip rows name the manifest's prompt family 'prompt_category' "
                              "(the store's 'category' column was renamed)")
         clip = _renamed_clip(clip)
+        row = checked_clip_row(clip, content_hash, config_hash)
         now = time.time()
         stmts: List[Statement] = []
         if result is not None:
             result = migrate_result(check_result(result))
             sql = _REPLACE_RESULT if replace else _INSERT_RESULT + " ON CONFLICT DO NOTHING"
-            stmts.append((sql, (content_hash, config_hash, result["status"],
-                                result.get("reason"), result.get("schema_version"),
-                                result.get("version"),
+            text = [_column_text(result.get(k)) for k in ("reason", "schema_version", "version")]
+            stmts.append((sql, (content_hash, config_hash, result["status"], *text,
                                 json.dumps(result, sort_keys=True, allow_nan=False), now)))
-        row = {k: clip.get(k) for k in CLIP_COLUMNS}
-        row.update(config_hash=config_hash, content_hash=content_hash, updated_at=now,
-                   entry_json=entry_json(clip.get("entry")))
+        row.update(updated_at=now, entry_json=entry_json(clip.get("entry")))
         stmts.append((_UPSERT_CLIP, tuple(row[k] for k in CLIP_FIELDS)))
         return stmts
 
@@ -404,6 +451,12 @@ class ResultStore:
         (used to retry error rows). A 1.x or 2.x result is stored migrated to the current
         schema. ``also``: more statements committed in the same transaction (the work queue's
         "done" mark).
+
+        Both back ends store the same values or refuse the same input: the clip row is checked
+        by :func:`checked_clip_row` (InputError: a seed that is no signed 64-bit integer, text
+        with a NUL or not UTF-8); the result by :func:`~.schema.check_result` (its text must be
+        UTF-8); a NUL in the result's ``reason`` / ``version`` / ``schema_version`` columns is
+        written ``\\x00`` there (the result JSON keeps it, escaped).
         """
         self._write(self.put_statements(clip, content_hash, config_hash, result,
                                         replace=replace) + list(also))
@@ -445,25 +498,90 @@ def _renamed_clip(clip: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _writable(path: Path) -> bool:
+    """True when this process may write ``path`` (a file, or a folder: create files in it)."""
+    return os.access(path, os.W_OK)
+
+
 class SQLiteStore(ResultStore):
     """The embedded back end: one SQLite file (WAL mode, see the module doc).
 
     Args:
         path: the SQLite file (created with its folder if missing).
         timeout_s: how long one write may wait for another process's lock before failing.
+        read_only: open an existing store for reading only (:func:`open_readable`): SQLite's
+            ``mode=ro``, or ``immutable=1`` when the folder is not writable (SQLite cannot
+            create the ``-shm`` file a WAL store needs; a store whose ``-wal`` file still holds
+            writes is then refused). No schema is created; a store of an older format
+            (migrated on a read-write open) is refused.
     """
 
-    def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0):
+    def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0,
+                 read_only: bool = False):
         self.path = Path(path)
         self.name = str(self.path)
         self.timeout_s = float(timeout_s)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = bool(read_only)
+        if not self.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = sqlite3.connect(str(self.path), timeout=self.timeout_s,
-                                         isolation_level=None, check_same_thread=False)
-            self._retry(self._init_schema)
+            if self.read_only:
+                self._conn = self._connect_read_only()
+                self._retry(self._check_read_only)
+            else:
+                self._conn = sqlite3.connect(str(self.path), timeout=self.timeout_s,
+                                             isolation_level=None, check_same_thread=False)
+                self._retry(self._init_schema)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open result store {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open result store {self.path}: {exc}"
+                             f"{self._folder_hint()}") from exc
+
+    def _folder_hint(self) -> str:
+        """Why a store in a folder this process may not write fails to open ("" otherwise)."""
+        folder = self.path.absolute().parent
+        if not folder.is_dir() or _writable(folder):
+            return ""
+        return (f" (the folder {folder} is not writable: SQLite creates {self.path.name}-wal "
+                f"and {self.path.name}-shm next to a store it writes; readers (geocon report, "
+                "--export-csv / --export-parquet, merge shards) open such a store read-only)")
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A read-only connection (``mode=ro``; ``immutable=1`` in a folder that is not
+        writable, where SQLite cannot create the ``-shm`` file of a WAL store)."""
+        if not self.path.is_file():
+            raise StoreError(f"result store not found: {self.path}")
+        uri = f"file:{quote(os.fsencode(self.path.absolute()))}?mode=ro"
+        if not _writable(self.path.absolute().parent):
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                raise StoreError(
+                    f"{self.path}: the folder is not writable and {wal.name} holds writes not "
+                    "yet in the store file (a writer was killed, or is still running), which "
+                    "SQLite can only read where it may write: open the store once in a "
+                    "writable folder (e.g. copy the folder with both files)")
+            uri += "&immutable=1"
+        return sqlite3.connect(uri, uri=True, timeout=self.timeout_s, isolation_level=None,
+                               check_same_thread=False)
+
+    def _check_read_only(self) -> None:
+        """Refuse a file that is no geocon store, or one of another format (read-only: an
+        older one cannot be migrated here)."""
+        tables = {r[0] for r in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        if not {"meta", "results", "clips", "leaderboard"} <= tables:
+            raise StoreError(f"{self.path}: not a geocon result store (no results / clips "
+                             "tables)")
+        rows = self._conn.execute("SELECT value FROM meta WHERE key='store_format'").fetchall()
+        fmt = rows[0][0] if rows else None
+        if fmt in _MIGRATIONS:
+            raise StoreError(
+                f"{self.path}: store format {fmt} must be migrated to format {STORE_FORMAT} "
+                "before it is read, which needs write access to the store and its folder: open "
+                "it once where it is writable (geocon bench --db FILE --all-configs "
+                "--export-csv OUT migrates it in place), or read a writable copy")
+        if fmt != STORE_FORMAT:
+            raise StoreError(f"{self.path}: store format {fmt} is not the one this "
+                             f"geocon_torch reads (format {STORE_FORMAT}); upgrade geocon_torch")
 
     def _init_schema(self) -> None:
         c = self._conn
@@ -494,7 +612,7 @@ class SQLiteStore(ResultStore):
             except sqlite3.OperationalError as exc:
                 msg = str(exc).lower()
                 if ("locked" not in msg and "busy" not in msg) or time.monotonic() > deadline:
-                    raise StoreError(f"{self.path}: {exc}") from exc
+                    raise StoreError(f"{self.path}: {exc}{self._folder_hint()}") from exc
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 1.0)
 
@@ -679,7 +797,7 @@ def _parse_jsonl(path: Path, config_hash: Optional[str], validate: bool
     """:func:`_load_jsonl`'s reading (UnicodeDecodeError on binary data)."""
     rows: List[Tuple[int, Dict[str, Any]]] = []
     retired: set = set()
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:  # -sig: a byte-order mark, as in a manifest
         for lineno, text in enumerate(fh, 1):
             if not text.strip():
                 continue
@@ -698,6 +816,19 @@ def _parse_jsonl(path: Path, config_hash: Optional[str], validate: bool
         retired_name(f"{path}: result key {old!r}", repr(RETIRED_COLUMNS[old]), stacklevel=4)
     _unique_jsonl_ids(rows, path)
     return [row for _, row in rows]
+
+
+def open_readable(db: Union[str, Path], *, timeout_s: float = 120.0) -> ResultStore:
+    """A store to read (reports, exports, merge shards): ``ResultStore(db)`` for a server or a
+    SQLite file that this process may write, together with its folder (a store of an older
+    format is migrated in place, as always); else the existing file opened read-only
+    (:class:`SQLiteStore` ``read_only=True``)."""
+    if not is_server_url(db):
+        path = Path(db)
+        writable = _writable(path) and _writable(path.absolute().parent)
+        if path.is_file() and not writable:
+            return SQLiteStore(path, timeout_s=timeout_s, read_only=True)
+    return ResultStore(db, timeout_s=timeout_s)
 
 
 def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
@@ -720,7 +851,7 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
             is_sqlite = fh.read(16) == b"SQLite format 3\x00"
         if not is_sqlite:
             return _load_jsonl(path, config_hash, validate)
-    with ResultStore(source) as store:
+    with open_readable(source) as store:
         rows = store.rows(config_hash)
         name = store.name
     if validate:

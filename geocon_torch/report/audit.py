@@ -188,7 +188,8 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
     bg = res.get("background") or {}
     fg = res.get("foreground") or {}
     objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
-    obj_txt = ", ".join(f"#{o.get('id')}: AdaDFRC {_fmt(o.get('adadfrc_mean'))}, "
+    obj_txt = ", ".join(f"#{html.escape(str(o.get('id')))}: AdaDFRC "
+                        f"{_fmt(o.get('adadfrc_mean'))}, "
                         f"AdaP90 {_fmt(o.get('adap90'))}" for o in objs) or \
         f"none ({_fmt(fg.get('reason'))})"
     ep = res.get("epipolar") or {}

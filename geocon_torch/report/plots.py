@@ -1,12 +1,15 @@
 """Matplotlib figures of the audit report (Agg backend, PNG files, no display needed).
 
 Every function takes plain numbers / numpy arrays, writes one PNG and returns its path.
-Pixel coordinates are at the clip's working resolution, (x, y) with x to the right.
+Pixel coordinates are at the clip's working resolution, (x, y) with x to the right. Text is
+drawn as written: generator and prompt-category names, clip ids and threshold keys are free
+text, so matplotlib's mathtext (``$...$``) is off while a figure is made (:func:`_verbatim`).
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
@@ -26,6 +29,20 @@ def _plt():
         raise OptionalDependencyError(
             "the HTML report needs matplotlib: pip install 'geocon_torch[report]'") from exc
     return plt
+
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _verbatim(fn: _Fn) -> _Fn:
+    """Make the figure of ``fn`` with mathtext off (``text.parse_math`` False, restored after):
+    a ``$`` in a name is drawn as a dollar sign instead of being parsed as math (where
+    ``model_$x^$`` failed the whole report and ``a $2 vs $3 b`` was drawn in math italics)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _plt().rc_context({"text.parse_math": False}):
+            return fn(*args, **kwargs)
+    return wrapper  # type: ignore[return-value]
 
 
 def _save(fig, path: PathLike) -> Path:
@@ -52,6 +69,7 @@ def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, genera
     return _save(fig, path)
 
 
+@_verbatim
 def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
                   path: PathLike) -> Path:
     """Per-prompt-category strip + box plots of one metric, one colour per generator.
@@ -83,6 +101,7 @@ def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
                               path)
 
 
+@_verbatim
 def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path:
     """Scene-balanced medians with 95% bootstrap CIs per prompt category (rows of
     ``stats.scene_balanced`` grouped by ("generator", "prompt_category"))."""
@@ -107,6 +126,7 @@ def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path
                               path)
 
 
+@_verbatim
 def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathLike,
                    labels: Optional[Sequence[bool]] = None, name: str = "gate statistic") -> Path:
     """Histogram of the gate statistic with its thresholds (split by designed regime when
@@ -135,6 +155,7 @@ def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathL
     return _save(fig, path)
 
 
+@_verbatim
 def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[float] = None
                 ) -> Path:
     """P(F | t) per equal-count bin with Wilson 95% CIs (paper Fig. 4b)."""
@@ -153,6 +174,7 @@ def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[floa
     return _save(fig, path)
 
 
+@_verbatim
 def net_benefit(nb: Dict[str, np.ndarray], path: PathLike) -> Path:
     """NB(tau) curves for each false-positive cost c (appendix B, eq. 18)."""
     plt = _plt()
@@ -165,6 +187,7 @@ def net_benefit(nb: Dict[str, np.ndarray], path: PathLike) -> Path:
     return _save(fig, path)
 
 
+@_verbatim
 def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, label_key: str,
                 xlabel: str, ylabel: str, title: str) -> Path:
     """Generic threshold-score curves: one line per record (e.g. per generator)."""
@@ -182,6 +205,7 @@ def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, l
     return _save(fig, path)
 
 
+@_verbatim
 def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
              ge: Sequence[Optional[float]], valid: Sequence[bool], path: PathLike,
              title: str = "") -> Path:
@@ -208,6 +232,7 @@ def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
     return _save(fig, path)
 
 
+@_verbatim
 def matches(frame1: np.ndarray, frame2: np.ndarray, x1: np.ndarray, x2: np.ndarray,
             inliers: np.ndarray, path: PathLike, title: str = "", max_lines: int = 120) -> Path:
     """Two frames side by side (H, W, 3 uint8) with inlier (green) / outlier (red) matches
@@ -236,6 +261,7 @@ def matches(frame1: np.ndarray, frame2: np.ndarray, x1: np.ndarray, x2: np.ndarr
     return _save(fig, path)
 
 
+@_verbatim
 def epipolar_lines(frame2: np.ndarray, F: np.ndarray, x1: np.ndarray, x2: np.ndarray,
                    path: PathLike, title: str = "") -> Path:
     """Epipolar lines l = F x1 (x2^T F x1 = 0) drawn on frame j with the matched points x2."""
@@ -259,6 +285,7 @@ def epipolar_lines(frame2: np.ndarray, F: np.ndarray, x1: np.ndarray, x2: np.nda
     return _save(fig, path)
 
 
+@_verbatim
 def masks_overlay(frame: np.ndarray, masks: np.ndarray, path: PathLike, title: str = "") -> Path:
     """Object masks (K, H, W) bool over a frame (H, W, 3 uint8), one colour per object."""
     plt = _plt()
