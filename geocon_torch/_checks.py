@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 
@@ -22,15 +22,79 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_integer(value: Any, name: str, low: int, why: str = "") -> int:
-    """``value`` as an int: ArgumentTypeError unless :func:`is_integer`, InputError unless it
-    is >= ``low`` (``why`` appended to that message)."""
+def check_integer(value: Any, name: str, low: Optional[int], why: str = "") -> int:
+    """``value`` as an int: ArgumentTypeError unless :func:`is_integer` (Python / NumPy
+    integers; a float such as 2.0 or a bool is refused, never truncated), InputError unless it
+    is >= ``low`` (None: no lower bound; ``why`` appended to that message)."""
     if not is_integer(value):
-        raise ArgumentTypeError(f"{name} must be an integer >= {low}, got "
+        bound = "" if low is None else f" >= {low}"
+        raise ArgumentTypeError(f"{name} must be an integer{bound}, got "
                                 f"{type(value).__name__} {value!r}")
-    if value < low:
+    if low is not None and value < low:
         raise InputError(f"{name} must be an integer >= {low}, got {value}{why}")
     return int(value)
+
+
+def check_number(value: Any, name: str, low: Optional[float] = None,
+                 high: Optional[float] = None, *, low_open: bool = False,
+                 high_open: bool = False, why: str = "") -> float:
+    """``value`` as a float: ArgumentTypeError unless it is a real number (a Python / NumPy int
+    or float; a bool, a str such as ``"0.9"``, None or a tensor is refused, never converted),
+    InputError unless it lies within ``low`` / ``high`` (None: no bound; each inclusive unless
+    ``low_open`` / ``high_open``; ``why`` appended to that message). NaN is always refused, an
+    infinity only by a bound. A host-side check of a Python value: no tensor op, no sync."""
+    ends = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
+    ends += [f"{'<' if high_open else '<='} {high:g}"] if high is not None else []
+    if len(ends) == 2:
+        ends = [f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"]
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be a number{''.join(' ' + e for e in ends)}, got "
+                                f"{type(value).__name__} {value!r}")
+    x = float(value)
+    below = low is not None and (x <= low if low_open else x < low)
+    above = high is not None and (x >= high if high_open else x > high)
+    if x != x or below or above:  # x != x: NaN
+        raise InputError(f"{name} must be {ends[0] if ends else 'a number, not NaN'}, got "
+                         f"{value}{why}")
+    return x
+
+
+def check_device(device: Union[None, str, int, torch.device], name: str = "device", *,
+                 available: bool = True) -> Union[None, str, int, torch.device]:
+    """A device argument (``name``: how the caller calls it, ``--device`` for the CLI) that
+    exists on this machine, checked once before any clip is read: None and "auto" (any case)
+    -> None (the automatic choice); a string, ``torch.device`` or CUDA index naming a device
+    here -> itself. ``available=False``: only the name is checked (a device named to pick
+    what runs there, e.g. the "auto" backend of CUDA, on a machine without one). No tensor is
+    touched (no host sync).
+
+    Raises:
+        InputError: not a torch device ("gpu", "xyz", a float), and with ``available``:
+            "cuda" without a CUDA GPU, "cuda:3" on a machine with fewer GPUs, "mps" without
+            Apple MPS.
+    """
+    if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
+        return None
+    use = f"{name} cpu" if name.startswith("-") else f"{name}='cpu'"
+    bad = InputError(f"{name} {device!r} is not a torch device (use cpu, cuda, cuda:N or mps)")
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):
+        raise bad  # an int is a CUDA index, as for torch.device
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise bad from None
+    if not available:
+        return device
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"{name} {device}: no CUDA GPU is available on this machine "
+                             f"(torch.cuda.is_available() is False); use {use}")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"{name} {device}: only {torch.cuda.device_count()} CUDA "
+                             "device(s) here")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"{name} {device}: Apple MPS is not available on this machine")
+    return device
 
 
 def check_points(x: torch.Tensor, name: str = "points", dim: int = 2) -> None:

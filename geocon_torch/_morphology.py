@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ._checks import check_integer
+
 
 def _sliding_or(x: torch.Tensor, radius: int, dim: int) -> torch.Tensor:
     """OR over offsets [-radius, radius] along ``dim`` (>= 0) of a bool tensor (zero-padded)
@@ -27,14 +29,19 @@ def _sliding_or(x: torch.Tensor, radius: int, dim: int) -> torch.Tensor:
 
 
 def dilate_mask(masks: torch.Tensor, radius: int) -> torch.Tensor:
-    """Binary dilation of (..., H, W) masks by a (2 radius + 1)^2 square -> bool, same shape."""
+    """Binary dilation of (..., H, W) masks by a (2 radius + 1)^2 square -> bool, same shape
+    (radius 0: unchanged). ArgumentTypeError / InputError unless ``radius`` is an integer >= 0
+    (px: 1.5 and -1 are refused, not rounded or read as "no dilation")."""
+    radius = check_integer(radius, "dilation radius (px)", 0)
     m = masks.bool()
-    if radius <= 0 or m.numel() == 0:
+    if radius == 0 or m.numel() == 0:
         return m
     return _sliding_or(_sliding_or(m, radius, m.ndim - 1), radius, m.ndim - 2)
 
 
 def erode_mask(masks: torch.Tensor, radius: int) -> torch.Tensor:
-    """Binary erosion of (..., H, W) masks by a (2 radius + 1)^2 square -> bool, same shape."""
+    """Binary erosion of (..., H, W) masks by a (2 radius + 1)^2 square -> bool, same shape
+    (radius: an integer >= 0, as for :func:`dilate_mask`)."""
+    radius = check_integer(radius, "erosion radius (px)", 0)
     m = masks.bool()
     return ~dilate_mask(~m, radius) if radius > 0 and m.numel() else m

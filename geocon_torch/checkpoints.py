@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ._json import not_a_file
 from .errors import CheckpointError
 
 PathLike = Union[str, Path]
@@ -24,13 +25,15 @@ def require_checkpoint(path: Optional[PathLike], what: str, hint: str = "pass ch
 
     Raises:
         CheckpointError: ``path`` is None (the message says ``hint``: where to set it), or no
-            such file (or folder, with ``allow_dir``).
+            such file (or folder, with ``allow_dir``); a folder without ``allow_dir`` is named
+            as one (:func:`~geocon_torch._json.not_a_file`), not as missing.
     """
     if path is None:
         raise CheckpointError(f"{what} needs a local checkpoint: {hint} (nothing is downloaded)")
     p = Path(path).expanduser()
     if not (p.is_file() or (allow_dir and p.is_dir())):
-        raise CheckpointError(f"{what} checkpoint not found: {p}")
+        raise CheckpointError(f"{what} checkpoint not found: {p}" if allow_dir else
+                              not_a_file(p, f"{what} checkpoint", "the weights file"))
     return p
 
 

@@ -20,8 +20,10 @@ from .commands._common import check_device
 from .bench.store import StoreError
 from .errors import GeoConError
 
-# builtin exceptions that are the user's doing (a path that is not there / not readable)
-USER_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+# builtin exceptions that are the user's doing (a path that is not there / not readable, or
+# a file where a folder is to be created)
+USER_OS_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+                  PermissionError)
 
 
 class GeoConArgumentParser(argparse.ArgumentParser):

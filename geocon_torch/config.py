@@ -1029,7 +1029,20 @@ class GeoConConfig(_Section):
         return cfg
 
     def replace(self, **sections: Any) -> "GeoConConfig":
-        """Copy with overrides, e.g. ``cfg.replace(background={"tau_h": 3.0})``."""
+        """Copy with overrides, e.g. ``cfg.replace(background={"tau_h": 3.0})``.
+
+        Raises:
+            ConfigError: an unknown key or a bad value; a dotted key (``io.long_side``) says
+                to give the section instead (``replace(io={'long_side': 64})``).
+        """
+        dotted = next((str(k) for k in sections if "." in str(k)), None)
+        if dotted is not None:
+            head, *rest = dotted.split(".")
+            value: Any = sections[dotted]
+            for key in reversed(rest):
+                value = {key: value}
+            raise ConfigError(f"replace() takes sections, not the dotted key {dotted!r}: "
+                              f"replace({head}={value!r})")
         return _merge(copy.deepcopy(self), migrate_config(sections), "")
 
     def with_preset(self, name: str) -> "GeoConConfig":

@@ -35,10 +35,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ._checks import check_device, check_integer
 from ._precision import autocast_off
 from ._memory import release_freed_memory
 from .config import ConfigLike, GeoConConfig, load_config
-from .errors import GeoConError, InputError, VideoReadError
+from .errors import ClipTensorError, GeoConError, InputError, VideoReadError
 from .features.base import resolve_backend, resolve_device
 from .flow.factory import resolve_flow
 from .io import clips_from_tensors, content_hash, probe_video, read_clip
@@ -315,7 +316,11 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
         ClipResult (``to_dict()`` is the JSON schema of :mod:`geocon_torch.result`).
     Raises:
         VideoReadError: the video cannot be read (use :func:`score_clips` to get an ``error``
-            result instead); GeoConError for an invalid config / masks / poses argument.
+            result instead); ClipTensorError for a (B, T, C, H, W) batch (:func:`score_clips`
+            scores one); GeoConError for an invalid config / masks / poses argument (a missing
+            or malformed masks / poses source too, whatever the clip's texture).
+        InputError: ``device`` is no torch device or one this machine lacks ("gpu", "cuda"
+            without a GPU; :func:`~geocon_torch._checks.check_device`), before the clip is read.
         CheckpointError, OptionalDependencyError, ConfigError: an optional model-backed stage
             the clip runs (a learned features backend, the DUSt3R gate, SAM-2 masks, RAFT flow)
             cannot be built: a missing / unreadable / corrupt checkpoint, a package or checkout
@@ -335,6 +340,10 @@ def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
     >>> res.ir, res.background["pass"], res.background["pairs"]
     (1.0, True, 5)
     """
+    device = check_device(device)
+    if isinstance(video, torch.Tensor) and video.ndim == 5:
+        raise ClipTensorError(f"score_clip takes one clip (T, C, H, W); got a batch "
+                              f"{tuple(video.shape)}: use score_clips for a batch (or video[0])")
     cfg = scoring_config(config, preset)
     preflight_models(cfg, [video], [masks], [poses], device)
     return _complete(_prepare(video, masks, poses, cfg, device, None, progress))
@@ -632,7 +641,12 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
             the stages use it); what depends on one clip (an undecodable clip, a SAM-2 prompt
             frame outside it) stays that clip's ``error``. The same errors raised later by a
             batch-wide background stage are raised too (a config problem is every clip's).
+        InputError: ``device`` is no torch device or one this machine lacks (as
+            :func:`score_clip`), ``batch_bytes`` is not an integer >= 1 (ArgumentTypeError for
+            a non-integer), once for the call before any clip is read.
     """
+    device = check_device(device)
+    budget = BATCH_BYTES if batch_bytes is None else check_integer(batch_bytes, "batch_bytes", 1)
     cfg = scoring_config(config, preset)
     failed_cfg = pinned_config(cfg, device)  # what a failed clip records (the same hash)
     if isinstance(videos, torch.Tensor):
@@ -650,7 +664,6 @@ def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] =
     if len(masks) != n or len(poses) != n:
         raise InputError(f"masks / poses lists must have one entry per clip ({n})")
     preflight_models(cfg, videos, masks, poses, device)
-    budget = BATCH_BYTES if batch_bytes is None else int(batch_bytes)
     out: List[Optional[Union[ClipResult, Exception]]] = [None] * n
     batch: List[Tuple[int, _Item]] = []
     read: Dict[int, Tuple[Optional[Clip], Optional[str]]] = {}

@@ -80,7 +80,7 @@ from ._checks import check_integer
 from ._precision import autocast_off
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
-from .errors import InputError
+from .errors import ArgumentTypeError, ClipTensorError, InputError
 from .io import check_clip_tensor, tensor_frames
 from .io.sampling import FROZEN_MAX_MAD  # noqa: F401 - the rule's tolerance, re-exported
 from .io.sampling import frame_selection, is_still, max_pair_sums
@@ -308,7 +308,10 @@ def _fold_background(result: Mapping[str, Any], report_ge_px: float) -> Optional
 def check_neutral(neutral: Any) -> float:
     """``neutral`` as a float; InputError unless it is a finite number (a reward is never NaN;
     a value outside [0, 1], e.g. -1, is allowed as a marker of the clips that were not
-    scored)."""
+    scored): ArgumentTypeError for a str or bool ("0", True: not taken as 0 / 1)."""
+    if isinstance(neutral, (str, bytes, bool)):  # float("0") / float(True) would pass
+        raise ArgumentTypeError(f"neutral must be a finite number, got "
+                                f"{type(neutral).__name__} {neutral!r}")
     try:
         value = float(neutral)
     except (TypeError, ValueError):
@@ -390,8 +393,9 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
         rewards: (B,) on ``videos.device``, ``videos.dtype`` when float else float32; higher is
         better, in [0, 1]. diagnostics: :class:`RewardDiagnostics`.
     Raises:
-        ClipTensorError: ``videos`` is not a valid clip batch; InputError: unknown ``kind`` or
-            a ``neutral`` that is not a finite number.
+        ClipTensorError: ``videos`` is not a valid clip batch (a list of clips included:
+            stack them); InputError: unknown ``kind`` or a ``neutral`` that is not a finite
+            number (ArgumentTypeError for a str or bool).
         CheckpointError, OptionalDependencyError, ConfigError: kind "background" with an
             optional model-backed stage that cannot be built (a learned features backend, the
             DUSt3R gate, SAM-2 masks: a missing / corrupt checkpoint, a package that is not
@@ -402,6 +406,10 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
     """
     preset_for_kind(kind)  # InputError for an unknown kind
     neutral = check_neutral(neutral)
+    if isinstance(videos, (list, tuple)):
+        raise ClipTensorError(f"videos must be a (B, T, C, H, W) tensor, got a "
+                              f"{type(videos).__name__} of {len(videos)}: stack the clips "
+                              f"(torch.stack(videos); clips of one shape)")
     check_clip_tensor(videos, batched=True)
     cfg = pinned_config(_reward_config(config, kind, seed), videos.device)
     frozen = _frozen(videos, kind, cfg)  # queued before the scoring, read once after it

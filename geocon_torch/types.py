@@ -34,7 +34,8 @@ class Clip:
         content_mask: (H, W) bool, False on letterbox / pillarbox bars.
         frame_indices: (T,) long, index of each kept frame in the source video.
         source_size: (H, W) of the source frames before resizing.
-        scale: working size / source size (same for both axes).
+        scale: working / source **long side** (the two axes differ slightly after the sides
+            are rounded to even: ``meta["scale_xy"]`` holds the exact (sx, sy)).
         name: a short identifier (file stem or "tensor").
         meta: free-form metadata (path, container frame count, codec, ...).
     """

@@ -14,13 +14,15 @@ from contextlib import contextmanager
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO,
                     Tuple)
 
-import torch
-
+from .. import _checks
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io.images import animated_frames
 from ..presets import PRESETS
 from ..sections.progress import progress_enabled
+
+#: the largest frame side ``--size`` takes (one 8192 x 8192 RGB float frame is 0.8 GB)
+MAX_FRAME_SIDE = 8192
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
 
@@ -34,6 +36,16 @@ def frame_size(text: str) -> Tuple[int, int]:
         raise argparse.ArgumentTypeError(f"--size must be WxH, e.g. 640x384, got {text!r}")
     if w < 8 or h < 8 or w % 2 or h % 2:
         raise argparse.ArgumentTypeError(f"--size needs even W and H >= 8, got {text!r}")
+    return w, h
+
+
+def bounded_frame_size(text: str) -> Tuple[int, int]:
+    """:func:`frame_size` for the commands that render frames (synth, demo, calibrate): also
+    W, H <= :data:`MAX_FRAME_SIDE` (a larger frame fails with an allocation traceback)."""
+    w, h = frame_size(text)
+    if max(w, h) > MAX_FRAME_SIDE:
+        raise argparse.ArgumentTypeError(f"--size needs W and H <= {MAX_FRAME_SIDE}, got "
+                                         f"{text!r}")
     return w, h
 
 
@@ -76,6 +88,17 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (else a usage error; nan and inf are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return value
 
 
@@ -147,26 +170,11 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
 
 def check_device(device: Optional[str]) -> Optional[str]:
     """``--device``: a torch device string that exists here, checked once before any clip is
-    read (``cuda`` without a GPU, ``cuda:3`` on a 2-GPU machine or ``xyz`` -> InputError).
+    read (``cuda`` without a GPU, ``cuda:3`` on a 2-GPU machine or ``xyz`` -> InputError;
+    :func:`geocon_torch._checks.check_device`, the Python API's check, with the flag's name).
     Returns the device to use: ``device`` itself, or None (the automatic choice, as without
     ``--device``) for None and ``auto``."""
-    if device is None or device.strip().lower() == "auto":
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise InputError(f"--device {device!r} is not a torch device (use cpu, cuda, cuda:N "
-                         "or mps)") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"--device {device}: no CUDA GPU is available on this machine "
-                             "(torch.cuda.is_available() is False); use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA "
-                             "device(s) here")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"--device {device}: Apple MPS is not available on this machine")
-    return device
+    return _checks.check_device(device, "--device")
 
 
 #: the files a --masks / --poses folder is searched for, per clip, in this order (``{}``: the
@@ -274,16 +282,23 @@ def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_C
             print(" " * lead + more, file=out)
 
 
+#: the file name :func:`check_output_file` suggests inside a folder given for an option
+OUTPUT_EXAMPLES = {"--export-csv": "results.csv", "--export-parquet": "results.parquet",
+                   "--out": "pairs.jsonl", "--conflicts": "conflicts.jsonl"}
+
+
 def check_output_file(path: Optional[str], option: str) -> None:
     """Fail before any work (InputError) when the output file ``path`` of ``option`` (e.g.
-    ``--json``) cannot be written: it is a folder, its folder cannot be created (it is created
-    here, as :func:`write_jsonl` would), or the folder / an existing file is not writable.
-    None, "" and "-" (stdout) pass."""
+    ``--json``) cannot be written: it is a folder (the message suggests a file in it with the
+    option's own extension, :data:`OUTPUT_EXAMPLES`, default ``results.jsonl``), its folder
+    cannot be created (it is created here, as :func:`write_jsonl` would), or the folder / an
+    existing file is not writable. None, "" and "-" (stdout) pass."""
     if not path or path == "-":
         return
     p = Path(path)
     if p.is_dir():
-        raise InputError(f"{option} {path} is a folder: give a file, e.g. {p / 'results.jsonl'}")
+        example = p / OUTPUT_EXAMPLES.get(option, "results.jsonl")
+        raise InputError(f"{option} {path} is a folder: give a file, e.g. {example}")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -292,6 +307,26 @@ def check_output_file(path: Optional[str], option: str) -> None:
     if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise InputError(f"{option} {path}: not writable (permission denied on "
                          f"{p if p.exists() else p.parent})")
+
+
+def check_output_dir(path: Optional[str], option: str) -> None:
+    """Fail before any work (InputError) when the output folder ``path`` of ``option`` (e.g.
+    ``OUTDIR``, ``--out``) cannot be used: it is an existing file, a part of it is a file (so
+    it cannot be created), or its nearest existing folder is not writable. Nothing is created
+    here (a command that stops on a later check leaves no folder behind). None and "" pass."""
+    if not path:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{option} {path} is a file: give a folder")
+    base = p
+    while not base.exists() and base != base.parent:  # the nearest existing ancestor
+        base = base.parent
+    if not base.is_dir():
+        raise InputError(f"{option} {path}: it cannot be created, {base} is a file: give a "
+                         "folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: not writable (permission denied on {base})")
 
 
 def json_line(result: Dict[str, Any]) -> str:

@@ -37,7 +37,8 @@ server, run one job per node with its own file and combine them with geocon merg
 holds any clip of the manifest (of the
 store, when exporting only) as an error under this configuration (scored now or by an earlier
 run; --retry-errors recomputes them). Without a MANIFEST (export only) --db must be an existing
-store: a missing file is an error (exit 2), never a new empty store.
+store: a missing file is an error (exit 2), never a new empty store; a store in a folder this
+process may not write is exported read-only.
 """
 from __future__ import annotations
 
@@ -49,10 +50,11 @@ from typing import List, Optional
 from ..bench import ResultStore, is_server_url, load_manifest, run_manifest
 from ..bench.pg_store import mask_url
 from ..bench.runner import ASSIGNMENTS
+from ..bench.store import open_readable
 from ..errors import InputError
 from ..pipeline import pinned_config
-from ._common import (add_config_arguments, build_config, check_output_file, positive_float,
-                      show_progress)
+from ._common import (add_config_arguments, at_least, build_config, check_output_file,
+                      positive_float, show_progress)
 
 NAME = "bench"
 HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, multi-node), "
@@ -68,10 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--assign", choices=ASSIGNMENTS, default="auto",
                    help="how ranks share the manifest: static r::N (SQLite) or dynamic claims "
                         "with expiring leases (PostgreSQL); auto picks by store (default)")
-    p.add_argument("--lease-s", type=float, default=60.0, metavar="S",
+    p.add_argument("--lease-s", type=positive_float, default=60.0, metavar="S",
                    help="seconds a dynamic claim survives its rank's death; a re-run after a "
                         "crash waits this long for the crashed run's clips in flight (default 60)")
-    p.add_argument("--batch-clips", type=int, default=8, metavar="N",
+    p.add_argument("--batch-clips", type=at_least(1), default=8, metavar="N",
                    help="a rank scores its next N unscored clips as one batch (score_clips), "
                         "then stores each clip in its own transaction; 1: clip by clip "
                         "(default 8; the stored rows are the same)")
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     run_hash = ((summary.config_hash if summary is not None else None)
                 or pinned_config(cfg, args.device).config_hash())
     cfg_hash = None if args.all_configs else run_hash
-    with ResultStore(args.db, timeout_s=args.store_timeout) as store:
+    with open_readable(args.db, timeout_s=args.store_timeout) as store:  # may be read-only
         stored = store.config_hashes() if cfg_hash is not None else []
         if cfg_hash is not None and stored and cfg_hash not in stored:
             raise InputError(f"{mask_url(str(args.db))} holds no result of this configuration "

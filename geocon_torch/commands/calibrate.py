@@ -28,10 +28,10 @@ from .._json import read_json_file
 from ..bench.calibration import (BACKGROUND_CORRUPTIONS, CalibrationPlan, refit_plan,
                                   run_calibration)
 from ..categories import canonical_category
-from ..config import FEATURE_BACKEND_CHOICES
+from ..config import CHECKPOINT_BACKENDS, FEATURE_BACKEND_CHOICES
 from ..errors import GeoConError
 from ..synth import CORRUPTIONS, MOTIONS
-from ._common import frame_size, unit_fraction
+from ._common import bounded_frame_size, check_output_dir, unit_fraction
 
 NAME = "calibrate"
 HELP = "calibrate the report gate on grounded scenes (writes calibration.json + ROC plots)"
@@ -44,9 +44,9 @@ def _size(text: str):
             long_side = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"--size must be WxH or a long side, got {text!r}")
-        w, h = frame_size(f"{long_side}x{2 * round(long_side * 3 / 8)}")
+        w, h = bounded_frame_size(f"{long_side}x{2 * round(long_side * 3 / 8)}")
     else:
-        w, h = frame_size(text)
+        w, h = bounded_frame_size(text)
     return h, w
 
 
@@ -80,6 +80,11 @@ def _setting(text: str) -> dict:
     return st
 
 
+#: the backends calibrate can score with: not those that need features.checkpoint, which it
+#: has no option for
+BACKEND_CHOICES = tuple(b for b in FEATURE_BACKEND_CHOICES if b not in CHECKPOINT_BACKENDS)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("outdir", help="folder for calibration.json and the plots")
     parser.add_argument("--frames", type=int, default=8, help="frames per clip (default 8)")
@@ -89,8 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=2,
                         help="scene layouts per category and motion: seeds 0..N-1 (default 2)")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
-    parser.add_argument("--backend", default="opencv-sift", choices=FEATURE_BACKEND_CHOICES,
-                        help="features backend (default opencv-sift, the CPU default)")
+    parser.add_argument("--backend", default="opencv-sift", choices=BACKEND_CHOICES,
+                        help="features backend (default opencv-sift, the CPU default; "
+                             f"{', '.join(CHECKPOINT_BACKENDS)} need a features.checkpoint, "
+                             "which calibrate cannot take)")
     parser.add_argument("--device", default="cpu", help="torch device for scoring (default cpu)")
     parser.add_argument("--target-false-pass", type=unit_fraction, default=0.05,
                         help="allowed fraction of corrupted clips passing (default 0.05)")
@@ -148,6 +155,7 @@ def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.outdir, "OUTDIR")  # before any clip is rendered
     rows = None
     try:
         if args.refit:

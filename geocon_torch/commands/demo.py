@@ -24,8 +24,8 @@ from ..config import GeoConConfig
 from ..pipeline import score_clips
 from ..report import build_report
 from ..synth import render_scene
-from ._common import (SUMMARY_COLUMNS, frame_size, print_table, show_progress, summary_row,
-                      write_jsonl)
+from ._common import (SUMMARY_COLUMNS, at_least, bounded_frame_size, check_output_dir,
+                      check_output_file, print_table, show_progress, summary_row, write_jsonl)
 
 NAME = "demo"
 HELP = "render grounded clips with known geometry, score them, compare with the truth"
@@ -42,8 +42,8 @@ SCENES = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="where clips (and --report) go (default: a "
                                                 "temporary folder)")
-    p.add_argument("--frames", type=int, default=6, help="frames per clip (default 6)")
-    p.add_argument("--size", type=frame_size, default=(192, 144), metavar="WxH",
+    p.add_argument("--frames", type=at_least(1), default=6, help="frames per clip (default 6)")
+    p.add_argument("--size", type=bounded_frame_size, default=(192, 144), metavar="WxH",
                    help="frame size, width first as in geocon synth (default 192x144)")
     p.add_argument("--seed", type=int, default=0, help="scene seed (default 0)")
     p.add_argument("--json", metavar="OUT", help="also write the JSON results")
@@ -53,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")  # both before any clip is rendered
+    check_output_file(args.json, "--json")
     w, h = args.size
     size = (h, w)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="geocon_demo_"))

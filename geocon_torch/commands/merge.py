@@ -23,6 +23,7 @@ import json
 import sys
 
 from ..bench import merge_stores
+from ._common import check_output_file
 
 NAME = "merge"
 HELP = "merge per-node result stores (SQLite / PostgreSQL) into one, reporting conflicts"
@@ -56,6 +57,7 @@ def _update_line(u: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.conflicts, "--conflicts")  # before OUT is changed
     report = merge_stores(args.out, args.shards)
     print(f"geocon merge: {len(report.shards)} shard(s) into {report.out}: results "
           f"{report.results_added} added, {report.results_same} already there, "

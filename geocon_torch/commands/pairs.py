@@ -24,7 +24,8 @@ import argparse
 
 from ..bench.preferences import preference_pairs
 from ..rewards import KINDS
-from ._common import build_config, show_progress, write_jsonl
+from ._common import build_config, check_output_file, non_negative_float, show_progress, \
+    write_jsonl
 
 NAME = "pairs"
 HELP = "DPO preference pairs: best vs worst clip per prompt by geometric reward (resumable)"
@@ -40,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                                  "stdout)")
     p.add_argument("--kind", choices=KINDS, default="epipolar-dpo",
                    help="reward kind (default epipolar-dpo)")
-    p.add_argument("--min-margin", type=float, default=0.0, metavar="X",
+    p.add_argument("--min-margin", type=non_negative_float, default=0.0, metavar="X",
                    help="skip prompts whose best - worst reward is below X (default 0; "
-                        "a tie is always skipped)")
+                        "a tie is always skipped; a finite number >= 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("configuration")
     g.add_argument("--config", metavar="FILE", help="JSON file overriding GeoConConfig")
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.out, "--out")  # before any clip is scored
     records, summary = preference_pairs(
         args.manifest, args.db, kind=args.kind, config=build_config(args),
         min_margin=args.min_margin, device=args.device, progress=show_progress(args))

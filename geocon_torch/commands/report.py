@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 
 from ..report import build_report
-from ._common import at_least, show_progress
+from ._common import at_least, check_output_dir, show_progress
 
 NAME = "report"
 HELP = "static HTML audit report (leaderboard, CIs, gate calibration, audit cards)"
@@ -48,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")  # before the results are read
     clips = [c for c in (args.clips or "").split(",") if c] or None
     path = build_report(args.results, args.out, cards=args.cards, card_clips=clips,
                         draw=not args.no_draw, n_boot=args.boot, seed=args.seed,

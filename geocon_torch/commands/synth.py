@@ -20,7 +20,8 @@ from ..errors import InputError
 from ..synth import render_scene
 from ..synth.corruptions import CORRUPTIONS
 from ..synth.scenes import MOTIONS
-from ._common import frame_size, positive_float, show_progress, unit_fraction
+from ._common import (at_least, bounded_frame_size, check_output_dir, positive_float,
+                      show_progress, unit_fraction)
 
 NAME = "synth"
 HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)"
@@ -38,15 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--severity", type=unit_fraction, default=0.5,
                         help="corruption severity in [0, 1] (default 0.5; ignored without "
                              "--corruption)")
-    parser.add_argument("--frames", type=int, default=48, help="frames per clip (default 48)")
-    parser.add_argument("--size", type=frame_size, default=(640, 384),
-                        help="WxH (default 640x384)")
+    parser.add_argument("--frames", type=at_least(1), default=48,
+                        help="frames per clip (default 48)")
+    parser.add_argument("--size", type=bounded_frame_size, default=(640, 384),
+                        help="WxH, even sides in [8, 8192] (default 640x384)")
     parser.add_argument("--seed", type=int, default=0, help="scene / texture seed (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (bars are "
                         "drawn only when stderr is a terminal)")
     parser.add_argument("--fps", type=positive_float, default=24.0,
                         help="frames per second, a finite number > 0 (default 24)")
-    parser.add_argument("--num-objects", type=int, default=1, help="moving objects in C4 (1-3)")
+    parser.add_argument("--num-objects", type=int, choices=(1, 2, 3), default=None,
+                        help="moving objects in C4 (1-3; default 1); C4 / all only")
 
 
 def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
@@ -58,7 +61,19 @@ def _jobs(args: argparse.Namespace) -> List[Tuple[str, str]]:
     return [(cat, args.motion or MOTIONS[cat][0])]
 
 
+def _only_c4(jobs: List[Tuple[str, str]], what: str) -> List[Tuple[str, str]]:
+    """The C4 (moving_object) jobs of ``jobs``; InputError naming ``what`` (an option that
+    needs moving objects) and the categories given when there is none."""
+    c4 = [(cat, motion) for cat, motion in jobs if cat == "C4"]
+    if not c4:
+        others = ", ".join(sorted({cat for cat, _ in jobs}))
+        raise InputError(f"{what} applies to C4 (moving_object) only, not {others}: give "
+                         f"--category C4 (or all)")
+    return c4
+
+
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.outdir, "OUTDIR")  # before rendering anything
     try:
         jobs = _jobs(args)
     except ValueError as exc:
@@ -67,17 +82,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"no category has motion {args.motion!r}")
     corruption = None if args.corruption == "none" else args.corruption
     w, h = args.size
+    if args.num_objects is not None:  # ignored silently on the other categories before
+        _only_c4(jobs, "--num-objects")
     if corruption == "nonrigid_object":
         skipped = sorted({cat for cat, _ in jobs if cat != "C4"})
-        jobs = [(cat, motion) for cat, motion in jobs if cat == "C4"]
-        if not jobs:
-            raise InputError(f"nonrigid_object applies to C4 (moving_object) only, not "
-                             f"{', '.join(skipped)}: give --category C4 (or all)")
+        jobs = _only_c4(jobs, "nonrigid_object")
         if skipped:
             print(f"nonrigid_object needs moving objects: skipping {', '.join(skipped)}")
     for cat, motion in tqdm(jobs, desc="synth clips", unit="clip",
                             disable=not show_progress(args)):
-        extra = {"num_objects": args.num_objects} if cat == "C4" else {}
+        n = 1 if args.num_objects is None else args.num_objects
+        extra = {"num_objects": n} if cat == "C4" else {}
         clip = render_scene(cat, num_frames=args.frames, size=(h, w), seed=args.seed,
                             corruption=corruption,
                             severity=args.severity if corruption else 0.0, motion=motion,

@@ -1,6 +1,6 @@
 """Keypoints, descriptor matching, LK tracks and multi-scale correspondences.
 
-Backends (``get_extractor(name, max_keypoints=2000, device=None, checkpoint=None)``; every one
+Backends (``get_extractor(name, *, max_keypoints=2000, device=None, checkpoint=None)``; every one
 returns padded :class:`~geocon_torch.types.Keypoints` ``xy (T, N, 2)`` px, ``descriptors
 (T, N, D)``, ``scores (T, N)``, ``mask (T, N)``):
 

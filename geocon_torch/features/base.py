@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import (Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union,
                     runtime_checkable)
 
 import torch
 
+from .._checks import check_device, check_integer
 from .._tensor_utils import mask_at_pixels, to_device
 from ..errors import InputError, ShapeError
+from ..io.reader import check_unit_range
 from ..types import Keypoints
 
 DeviceLike = Union[str, torch.device, None]
@@ -86,14 +89,21 @@ def register_extractor(name: str) -> Callable:
 def _small_frames_empty(extract: Callable[..., Keypoints]) -> Callable[..., Keypoints]:
     """``extract`` that returns empty Keypoints (``T`` rows, N = 0, the class's
     ``descriptor_dim``, in :func:`full_precision` of the frames' dtype, no ``extra``) for frames
-    below :data:`MIN_SIDE`, after the usual shape checks; other frames go to ``extract``."""
+    below :data:`MIN_SIDE`, after the usual shape checks; other frames go to ``extract``. A
+    call from outside the package (:func:`called_from_outside`) has its values tested too
+    (:func:`check_gray`: in [0, 1]); the package's own calls do not pay that host read."""
 
     @functools.wraps(extract)
     def guarded(self: Any, gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Keypoints:
-        if isinstance(gray, torch.Tensor) and gray.ndim == 4 and too_small(gray):
-            check_gray(gray, mask)  # a bad shape / dtype / mask is still a ShapeError
-            return empty_keypoints(int(gray.shape[0]), int(self.descriptor_dim), gray.device,
-                                   full_precision(gray).dtype)
+        if isinstance(gray, torch.Tensor) and gray.ndim == 4:
+            small = too_small(gray)
+            if small or called_from_outside(1):
+                # a bad shape / dtype / mask is still a ShapeError; a user's call (not the
+                # package's: ``extract``'s own check then sees this wrapper) tests the values
+                check_gray(gray, mask)
+            if small:
+                return empty_keypoints(int(gray.shape[0]), int(self.descriptor_dim),
+                                       gray.device, full_precision(gray).dtype)
         return extract(self, gray, mask)
 
     setattr(guarded, "small_frames_empty", True)
@@ -105,8 +115,15 @@ def available_extractors() -> List[str]:
     return ["auto"] + sorted(_REGISTRY)
 
 
-def resolve_device(device: DeviceLike) -> torch.device:
-    """``torch.device`` of ``device``; None means CUDA when available, else CPU."""
+def resolve_device(device: DeviceLike, *, available: bool = True) -> torch.device:
+    """``torch.device`` of ``device``; None (or "auto") means CUDA when available, else CPU.
+    ``available=False``: a device only named (to pick what would run there), not used.
+
+    Raises:
+        InputError: ``device`` is no torch device ("gpu"), or (``available``) one this
+            machine lacks ("cuda" without a GPU: :func:`~geocon_torch._checks.check_device`).
+    """
+    device = check_device(device, available=available)
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -122,7 +139,8 @@ def resolve_backend(name: str, device: DeviceLike = None) -> str:
     (``device`` None: CUDA when available); any other name is itself."""
     if name != "auto":
         return name
-    return AUTO_BACKENDS["cuda" if resolve_device(device).type == "cuda" else "cpu"]
+    named = resolve_device(device, available=False)  # "auto" of a device absent here is named
+    return AUTO_BACKENDS["cuda" if named.type == "cuda" else "cpu"]
 
 
 def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: DeviceLike = None,
@@ -132,13 +150,19 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
     Args:
         name: "auto" (torch-sift on CUDA, opencv-sift on CPU), "torch-sift", "kornia-sift",
             "opencv-sift", "xfeat", "aliked" or "disk" (learned; needs ``checkpoint``).
-        max_keypoints: keypoints kept per frame (strongest first).
+        max_keypoints: keypoints kept per frame (strongest first), an integer >= 1.
         device: where the backend runs (None: CUDA if available). opencv-sift always computes on
             the CPU and returns tensors on the input's device.
         checkpoint: local weights file for learned backends (never downloaded).
         options: backend-specific keyword arguments (e.g. ``chunk_frames`` for kornia-sift).
+    Returns:
+        FeatureExtractor whose ``extract(gray, mask)`` turns (T, 1, H, W) float frames in
+        [0, 1] into :class:`~geocon_torch.types.Keypoints` (N <= ``max_keypoints`` per frame).
     Raises:
         GeoConError: unknown name; CheckpointError: learned backend without a usable checkpoint.
+        ArgumentTypeError, InputError: ``max_keypoints`` not an integer >= 1.
+        InputError: ``device`` is no torch device or one this machine lacks ("gpu", "cuda"
+            without a GPU: :func:`resolve_device`).
     """
     # the backends register themselves on import; the package __init__ imports every one of
     # them, and it runs before anything of this module can be called
@@ -148,8 +172,7 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
         raise InputError(f"unknown feature backend {name!r}; available: {available_extractors()}"
                           " (lk-tracks, loftr and lightglue produce correspondences directly: use"
                           " lk_tracks / get_matcher / extract_correspondences)")
-    if max_keypoints < 1:
-        raise InputError(f"max_keypoints must be >= 1, got {max_keypoints}")
+    max_keypoints = check_integer(max_keypoints, "max_keypoints", 1)
     kwargs = dict(options)
     if checkpoint is not None:
         if "checkpoint" not in inspect.signature(_REGISTRY[name]).parameters:
@@ -160,20 +183,68 @@ def get_extractor(name: str = "auto", *, max_keypoints: int = 2000, device: Devi
     return _REGISTRY[name](max_keypoints=max_keypoints, device=dev, **kwargs)
 
 
+#: how far outside [0, 1] gray frames may reach: a bicubic resample or warp of [0, 1] frames
+#: overshoots at sharp edges (a cubic warp of a photo: [-0.03, 1.07]), which every extractor
+#: takes; 0..255 floats (max >> 1.25) and [-1, 1] frames (min near -1) are far beyond it
+GRAY_OVERSHOOT = 0.25
+
+
 def check_gray(gray: torch.Tensor, mask: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
-    """Validate a (T, 1, H, W) float frame batch and an optional (H, W) mask; return the mask as
-    bool on ``gray.device`` (None stays None)."""
+    """Validate a (T, 1, H, W) float frame batch in [0, 1] and an optional (H, W) mask; return
+    the mask as bool on ``gray.device`` (None stays None).
+
+    The values are tested (:func:`~geocon_torch.io.reader.check_unit_range`: 0..255 floats
+    and [-1, 1] frames are refused with a hint, a resampling overshoot of up to
+    :data:`GRAY_OVERSHOOT` passes) only when the function that called ``check_gray`` was
+    called from outside the package (:func:`called_from_outside`): a user's ``extract`` /
+    ``lk_tracks`` call pays that host read, the package's own calls, whose frames are in
+    [0, 1] by construction (uint8 / 255), do not (no host sync on the scoring path).
+
+    Raises:
+        ShapeError: not a (T, 1, H, W) float tensor, values beyond [0, 1] or NaN (a public
+            call), or a mask of another shape.
+    """
     if not isinstance(gray, torch.Tensor) or gray.ndim != 4 or gray.shape[1] != 1:
         got = tuple(gray.shape) if isinstance(gray, torch.Tensor) else type(gray).__name__
         raise ShapeError(f"gray frames must have shape (T, 1, H, W), got {got}")
     if not gray.is_floating_point():
         raise ShapeError(f"gray frames must be float in [0, 1], got {gray.dtype}")
+    if gray.numel() and called_from_outside(2):
+        check_unit_range(gray, "gray frames", ShapeError, GRAY_OVERSHOOT)
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(gray.shape[-2:]):
         got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ShapeError(f"content mask must have shape {tuple(gray.shape[-2:])}, got {got}")
     return mask.to(device=gray.device, dtype=torch.bool)
+
+
+#: the package's name: frames of its modules are the package's own calls
+_PACKAGE = __name__.split(".")[0]
+#: modules whose frames only pass a call on (``torch.no_grad()`` and other decorators):
+#: :func:`called_from_outside` looks through them to the code that made the call
+_PASS_THROUGH = ("torch", "contextlib", "functools")
+
+
+def _in_modules(frame: Any, tops: Tuple[str, ...]) -> bool:
+    """Whether ``frame`` runs code of a module named ``top`` or ``top.*`` for a top of ``tops``."""
+    name = str(frame.f_globals.get("__name__", ""))
+    return any(name == top or name.startswith(top + ".") for top in tops)
+
+
+def called_from_outside(depth: int) -> bool:
+    """Whether the function ``depth`` frames above the caller of this one (1: the caller's
+    caller) belongs to no module of the package: a user's call (a script, a test, a
+    notebook), not one of the package's own. Frames of :data:`_PASS_THROUGH` modules (the
+    wrapper of a ``@torch.no_grad()`` method) are looked through. A frame-name lookup, no
+    tensor work."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:  # the stack is shallower: called from the top level
+        return True
+    while frame is not None and _in_modules(frame, _PASS_THROUGH):
+        frame = frame.f_back
+    return frame is None or not _in_modules(frame, (_PACKAGE,))
 
 
 def full_precision(gray: torch.Tensor) -> torch.Tensor:
@@ -197,9 +268,14 @@ def compact_keypoints(kps: Keypoints, keep: Optional[torch.Tensor] = None,
     entries to the front (strongest first), zero the padding and trim N to the largest count.
 
     Args:
-        kps: padded keypoints (T, N, ...).
-        keep: (T, N) bool or None.
-        max_keypoints: cap per frame or None.
+        kps: padded keypoints: xy (T, N, 2) px, descriptors (T, N, D), scores (T, N),
+            mask (T, N) bool, extra (T, N, ...) tensors.
+        keep: (T, N) bool, the entries to keep besides ``kps.mask``, or None (all).
+        max_keypoints: cap per frame (the highest scores) or None (no cap).
+    Returns:
+        Keypoints of width N' <= N (the largest count kept in a frame, capped at
+        ``max_keypoints``): every field gathered in the same order, the same dtypes and
+        device; padding entries are 0 with mask False.
     """
     valid = kps.mask if keep is None else kps.mask & keep
     big = torch.finfo(kps.scores.dtype).max

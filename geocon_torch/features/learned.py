@@ -24,7 +24,7 @@ file is missing or unreadable, or its tensors do not fit the architecture.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -39,13 +39,22 @@ from .pip_weights import GlueMatcher, build_lightglue, check_no_checkpoint, chun
     lightglue_state, packaged_file
 
 
-def load_checkpoint(path: Optional[str], backend: str) -> Dict[str, Any]:
+#: where a learned backend's weights are set: the config field (``--config`` of the CLI) that
+#: the scoring path passes on, and the Python argument
+CHECKPOINT_HINT = "set features.checkpoint in the config, or checkpoint=PATH in Python"
+
+
+def load_checkpoint(path: Optional[str], backend: str,
+                    hint: str = CHECKPOINT_HINT) -> Dict[str, Any]:
     """Read a local torch checkpoint (``weights_only=True``) for ``backend``.
 
+    Args:
+        hint: where to set the path, said when ``path`` is None (default
+            :data:`CHECKPOINT_HINT`).
     Raises:
         CheckpointError: ``path`` is None, missing, or not a readable torch file holding a dict.
     """
-    return read_state_dict(path, f"the {backend!r} backend")
+    return read_state_dict(path, f"the {backend!r} backend", hint=hint)
 
 
 def _state_dict(data: Dict[str, Any], keys: Tuple[str, ...]) -> Dict[str, torch.Tensor]:
@@ -82,7 +91,18 @@ DISK_MIN_SIDE = 32
 
 @register_extractor("disk")
 class DiskExtractor:
-    """DISK keypoints + 128-d descriptors from a local checkpoint, batched over frame chunks."""
+    """DISK keypoints + 128-d descriptors from a local checkpoint, batched over frame chunks.
+
+    ``extract(gray (T, 1, H, W) float in [0, 1], mask (H, W) bool | None)`` returns Keypoints
+    (xy (T, N, 2) px, unit-norm descriptors (T, N, 128), scores (T, N), mask (T, N) bool).
+
+    Args:
+        max_keypoints: keypoints kept per frame (strongest first).
+        device: where DISK runs (None: CUDA if available).
+        checkpoint: local DISK weights file (never downloaded; CheckpointError without one).
+        window_size: side (px) of DISK's non-maximum suppression window.
+        score_threshold: keypoints with a lower DISK detection score are dropped.
+    """
 
     name = "disk"
     descriptor_dim = 128
@@ -143,7 +163,16 @@ def _flat_to_padded(b: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor, conf: t
 
 
 class LoFTRMatcher:
-    """Dense LoFTR matches for frame pairs, batched over pairs (chunks bound memory)."""
+    """Dense LoFTR matches for frame pairs, batched over pairs (chunks bound memory).
+
+    ``match(gray (T, 1, H, W) float in [0, 1], pairs (P, 2) long, mask (H, W) bool | None)``
+    returns Correspondences (x1, x2 (P, N, 2) px, scores = LoFTR confidence).
+
+    Args:
+        checkpoint: local LoFTR weights file (never downloaded; CheckpointError without one).
+        device: where LoFTR runs (None: CUDA if available).
+        chunk_pairs: pairs per batched forward (None: about 2e6 padded pixels per chunk).
+    """
 
     name = "loftr"
 
@@ -212,7 +241,20 @@ class LightGlueMatcher:
     """LightGlue on kornia-sift (``features="sift"``) or DISK (``features="disk"``) keypoints.
 
     kornia's LightGlue has no padding mask, so pairs run one at a time (the extractor itself is
-    batched over frames).
+    batched over frames). ``match(gray (T, 1, H, W) float in [0, 1], pairs (P, 2) long, mask)``
+    returns Correspondences (x1, x2 (P, N, 2) px, scores = LightGlue matching scores).
+
+    Args:
+        checkpoint: local LightGlue weights file (never downloaded; CheckpointError without
+            one).
+        device: where the extractor and LightGlue run (None: CUDA if available).
+        features: ``"sift"`` (kornia-sift keypoints) or ``"disk"``.
+        max_keypoints: keypoints per frame of the extractor.
+        extractor_checkpoint: the DISK weights file for ``features="disk"``.
+        filter_threshold: LightGlue's match confidence threshold in [0, 1] (None: the
+            checkpoint's or kornia's default).
+    Raises:
+        InputError: an unknown ``features``; CheckpointError: an unusable checkpoint.
     """
 
     name = "lightglue"
@@ -226,6 +268,9 @@ class LightGlueMatcher:
         if features not in ("sift", "disk"):
             raise InputError(f"lightglue features must be 'sift' or 'disk', got {features!r}")
         data = load_checkpoint(checkpoint, "lightglue")
+        if features == "disk" and extractor_checkpoint is None:  # not features.checkpoint
+            raise CheckpointError("lightglue with features='disk' needs the DISK weights too: "
+                                  "pass extractor_checkpoint=PATH (nothing is downloaded)")
         conf = {k: v for k, v in KF.LightGlue.features[features].items() if k != "weights"}
         if isinstance(data.get("conf"), dict):
             conf.update(data["conf"])
@@ -330,12 +375,30 @@ _MATCHERS = {"loftr": LoFTRMatcher, "lightglue": LightGlueMatcher,
 MATCHER_NAMES = tuple(_MATCHERS)
 
 
+#: what :func:`get_matcher` builds
+Matcher = Union[LoFTRMatcher, LightGlueMatcher, GlueMatcher]
+
+
 def get_matcher(name: str, *, checkpoint: Optional[str] = None, device: DeviceLike = None,
-                **options):
-    """Build a learned pair matcher (one of ``MATCHER_NAMES``); ``.match(gray, pairs, mask)``
-    returns Correspondences. "loftr" / "lightglue" raise CheckpointError without a usable local
-    checkpoint; the pip-weight matchers raise it (naming the ``learned`` extra) when their
-    package is not installed."""
+                **options) -> Matcher:
+    """Build a learned pair matcher (one of ``MATCHER_NAMES``).
+
+    Args:
+        name: "loftr", "lightglue", "xfeat-lighterglue", "aliked-lightglue" or
+            "disk-lightglue".
+        checkpoint: local weights file ("loftr" / "lightglue"; the pip-weight matchers take
+            none: InputError).
+        device: where the matcher runs (None: CUDA if available).
+        **options: the matcher's keyword options (e.g. ``max_keypoints``, ``filter_threshold``,
+            ``chunk_pairs``).
+    Returns:
+        A matcher whose ``.match(gray (T, 1, H, W) float in [0, 1], pairs (P, 2) long, mask)``
+        returns :class:`~geocon_torch.types.Correspondences`.
+    Raises:
+        InputError: an unknown name. CheckpointError: "loftr" / "lightglue" without a usable
+            local checkpoint; the pip-weight matchers when their package is not installed
+            (naming the ``learned`` extra).
+    """
     if name not in _MATCHERS:
         raise InputError(f"unknown matcher {name!r}; available: {sorted(_MATCHERS)}")
     return _MATCHERS[name](checkpoint=checkpoint, device=device, **options)

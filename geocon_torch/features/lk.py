@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_integer, retired_argument
+from .._checks import check_integer, check_number, retired_argument
 from ..errors import InputError, ShapeError
 from ..types import Correspondences
 from .._tensor_utils import sample_patches
@@ -95,10 +95,17 @@ def _gradients(img: torch.Tensor, smooth: Tuple[float, float]) -> Tuple[torch.Te
 
 def min_eigenvalue_map(gray: torch.Tensor, block: int = 3) -> torch.Tensor:
     """Shi-Tomasi response: smallest eigenvalue of the ``block`` x ``block`` summed gradient
-    covariance (3x3 Sobel), (T, 1, H, W) float -> (T, 1, H, W) (OpenCV ``cornerMinEigenVal``
-    times (4 block)^2, reflect-101 borders). Any map size works as in OpenCV: windows wider
-    than the map see its border repeated, and a side of 1 or 2 px has no gradient across it,
-    so its map is 0 (an empty map gives an empty map).
+    covariance (3x3 Sobel), (OpenCV ``cornerMinEigenVal`` times (4 block)^2, reflect-101
+    borders). Any map size works as in OpenCV: windows wider than the map see its border
+    repeated, and a side of 1 or 2 px has no gradient across it, so its map is 0 (an empty
+    map gives an empty map).
+
+    Args:
+        gray: (T, 1, H, W) float frames (intensities in [0, 1]).
+        block: side (px) of the summation window, an integer >= 1.
+    Returns:
+        (T, 1, H, W) response, ``gray``'s dtype and device (>= 0 up to round-off; squared
+        intensity-gradient units).
 
     Raises:
         ShapeError: ``gray`` is not a (T, 1, H, W) float tensor.
@@ -167,17 +174,23 @@ def shi_tomasi(gray: torch.Tensor, max_corners: int, *, quality: float = 0.001,
 
     Args:
         gray: (T, 1, H, W) float in [0, 1].
-        max_corners: at most this many corners per frame (strongest first).
+        max_corners: at most this many corners per frame (strongest first), an integer >= 1.
         quality: corners need a response >= quality * (max response of the frame).
         min_distance: accepted corners are at least this far apart (Euclidean px); greedy in
             order of decreasing response, exactly as OpenCV.
-        block: side of the covariance summation window.
+        block: side of the covariance summation window (px), an integer >= 1.
         mask: (H, W) bool; corners only where True.
     Returns:
         (xy (T, N, 2) integer-valued float pixel positions, valid (T, N) bool), N <= max_corners;
         N = 0 for frames with a side below ``MIN_SIDE`` px.
+    Raises:
+        ShapeError: ``gray`` is not a (T, 1, H, W) float tensor, or a bad ``mask``.
+        ArgumentTypeError, InputError: ``max_corners`` / ``block`` not an integer >= 1,
+            ``quality`` not a number in (0, 1], ``min_distance`` not a number >= 0.
     """
     mask = check_gray(gray, mask)
+    max_corners = check_integer(max_corners, "max_corners", 1)
+    _check_corner_args(quality, min_distance)
     gray = full_precision(gray)
     t, _, h, w = gray.shape
     if too_small(gray):  # no corner on frames below MIN_SIDE (base.MIN_SIDE)
@@ -213,7 +226,7 @@ def shi_tomasi(gray: torch.Tensor, max_corners: int, *, quality: float = 0.001,
         near = _disk_max(new.to(key.dtype), offsets) > 0
         undecided &= ~new & ~near
     score = torch.where(accepted, key, torch.zeros_like(key)).reshape(t, -1)
-    n = min(int(max_corners), n_pix)
+    n = min(max_corners, n_pix)
     top = score.topk(n, dim=1)
     valid = top.values > 0
     idx = top.indices
@@ -383,13 +396,25 @@ def _pyramids(gray: torch.Tensor, levels: int) -> Tuple[list, list]:
     return imgs, with_grad
 
 
-def _check_lk_args(window: int, levels: int, max_corners: int) -> None:
+def _check_lk_args(window: int, levels: int, max_corners: int, block: int) -> None:
+    """ArgumentTypeError unless ``window`` / ``levels`` / ``max_corners`` / ``block`` are
+    integers (both backends refuse 21.0 alike), InputError unless the window is odd >= 3,
+    levels >= 0, max_corners >= 1 and block >= 1."""
+    window = check_integer(window, "LK window (odd size, px)", None)
     if window < 3 or window % 2 == 0:
         raise InputError(f"LK window must be an odd size >= 3, got {window}")
-    if levels < 0:
-        raise InputError(f"LK levels (OpenCV maxLevel) must be >= 0, got {levels}")
-    if max_corners < 1:
-        raise InputError(f"max_corners must be >= 1, got {max_corners}")
+    check_integer(levels, "LK levels (OpenCV maxLevel)", 0)
+    check_integer(max_corners, "max_corners", 1)
+    check_integer(block, "block (the covariance window side, px)", 1)
+
+
+def _check_corner_args(quality: float, min_distance: float) -> None:
+    """ArgumentTypeError unless ``quality`` / ``min_distance`` are numbers, InputError unless
+    ``quality`` is in (0, 1] and ``min_distance`` >= 0 (OpenCV's rule and the config's,
+    ``features.lk``; host-side, free)."""
+    check_number(quality, "quality", 0, 1, low_open=True,
+                 why=" (Shi-Tomasi qualityLevel: a fraction of the frame's best response)")
+    check_number(min_distance, "min_distance", 0, why=" (px between accepted corners)")
 
 
 def _lk_torch(gray, pairs, corners, corners_ok, *, window, levels, fb_threshold,
@@ -542,12 +567,21 @@ def lk_tracks(gray: torch.Tensor, pairs: torch.Tensor, *, max_corners: int = 200
         (P, N, 2) px; mask = kept tracks; scores = 1 / (1 + FB error) (higher is better);
         num_kp1 / num_kp2 = corners detected in frames i / j. Frames with a side below
         ``MIN_SIDE`` (16) px give no tracks: N = 0 and no corners counted.
+    Raises:
+        ArgumentTypeError: ``window`` / ``levels`` / ``max_corners`` / ``block`` not an
+            integer (both backends alike; 21.0 is refused, never truncated).
+        InputError: ``window`` not odd >= 3, ``levels`` < 0, ``max_corners`` or ``block`` < 1,
+            ``quality`` outside (0, 1], ``min_distance`` < 0, ``fb_threshold_px`` <= 0 (also
+            ArgumentTypeError when one of them is not a number), an unknown ``backend``.
     """
     fb_threshold = retired_argument(retired, "fb_threshold", "fb_threshold_px", fb_threshold_px)
     mask = check_gray(gray, mask)
     gray = full_precision(gray)
     pairs = check_pairs(pairs, gray.shape[0]).to(gray.device)
-    _check_lk_args(window, levels, max_corners)
+    _check_lk_args(window, levels, max_corners, block)
+    _check_corner_args(quality, min_distance)
+    check_number(fb_threshold, "fb_threshold_px", 0, low_open=True,
+                 why=" (px of forward-backward error a kept track may have)")
     if backend not in ("torch", "opencv"):
         raise InputError(f"lk backend must be 'torch' or 'opencv', got {backend!r}")
     if too_small(gray):

@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._checks import describe
+from .._checks import check_number, describe
 from ..errors import ShapeError
 from ..types import Correspondences, Keypoints
 
@@ -186,7 +186,7 @@ def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.7
     Args:
         kps: Keypoints of T frames (T, N, ...).
         pairs: (P, 2) long frame indices (i, j); x1 come from frame i, x2 from frame j.
-        ratio: Lowe ratio (default 0.75).
+        ratio: Lowe ratio, a number in (0, 1] (default 0.75; the config's ``features.ratio``).
         mutual: require mutual nearest neighbours.
         chunk: pairs per distance batch (None: sized by ``CHUNK_DISTANCES``).
     Returns:
@@ -195,7 +195,11 @@ def match_descriptors(kps: Keypoints, pairs: torch.Tensor, *, ratio: float = 0.7
         ``num_kp1`` / ``num_kp2`` the valid keypoints of frames i / j. Matches keep the order
         of the keypoints in frame i. A keypoint with a non-finite descriptor never matches and
         is never a neighbour (module docstring).
+    Raises:
+        InputError / ArgumentTypeError: ``ratio`` outside (0, 1] / not a number; ShapeError /
+            InputError: bad pairs.
     """
+    check_number(ratio, "ratio", 0, 1, low_open=True)
     pairs = check_pairs(pairs, int(kps.xy.shape[0])).to(kps.xy.device)
     i, j = pairs[:, 0], pairs[:, 1]
     n = int(kps.xy.shape[1])

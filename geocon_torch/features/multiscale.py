@@ -51,9 +51,18 @@ def rescale_gray(gray: torch.Tensor, size: tuple) -> torch.Tensor:
 
 
 def to_working_pixels(xy: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
-    """Points (..., 2) at a scale with factors (sx, sy) -> working-resolution pixels. The
-    factors go to ``xy``'s device as a pinned copy (:func:`to_device`: no stream sync on CUDA;
-    not a Python-scalar divisor, which CUDA turns into a multiply by its reciprocal)."""
+    """Points at a scale with factors (sx, sy) -> working-resolution pixels, with the
+    half-pixel (pixel-centre) map ``(x + 0.5) / s - 0.5`` per axis. The factors go to ``xy``'s
+    device as a pinned copy (:func:`to_device`: no stream sync on CUDA; not a Python-scalar
+    divisor, which CUDA turns into a multiply by its reciprocal).
+
+    Args:
+        xy: (..., 2) float (x, y) pixels at the scaled resolution (integer = pixel centre).
+        sx: scaled / working width (> 0).
+        sy: scaled / working height (> 0).
+    Returns:
+        (..., 2) working-resolution pixels, ``xy``'s dtype and device.
+    """
     return (xy + 0.5) / to_device([sx, sy], xy.device, xy.dtype) - 0.5
 
 

@@ -25,6 +25,7 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
+from .._checks import check_integer
 from .._tensor_utils import sample_at_pixels
 
 from .base import FlowEstimator, to_gray
@@ -148,7 +149,8 @@ class DenseLKFlow(FlowEstimator):
     it), the other pairs of the batch are unaffected.
 
     Args:
-        levels: maximum pyramid levels (the pyramid also stops at ``min_level_size``).
+        levels: maximum pyramid levels, an integer >= 1 (1: the full-resolution level only;
+            the pyramid also stops at ``min_level_size``).
         iterations: Gauss-Newton steps per level.
         fine_iterations: steps at the finest level (0 = ``iterations``); the finest level costs
             3/4 of the total, so fewer steps there trade little accuracy for speed.
@@ -159,8 +161,12 @@ class DenseLKFlow(FlowEstimator):
         regularization: Tikhonov term added to the structure tensor diagonal (intensity^2 units,
             intensities in [0, 1]).
         min_level_size: the coarsest level keeps a short side of at least this many px.
-        batch_size: pairs processed per chunk (bounds memory; each chunk is batched).
+        batch_size: pairs processed per chunk (bounds memory; each chunk is batched), an
+            integer >= 1.
         device: where to run (default: the inputs' device).
+    Raises:
+        ArgumentTypeError, InputError: ``levels`` / ``batch_size`` not an integer >= 1 (a float
+            is refused, never truncated; 0 is refused, never raised to 1).
     """
 
     name = "torch-lk"
@@ -171,7 +177,7 @@ class DenseLKFlow(FlowEstimator):
                  min_level_size: int = 16, batch_size: int = 16,
                  device: Optional[Union[str, torch.device]] = None) -> None:
         super().__init__(device)
-        self.levels = int(levels)
+        self.levels = check_integer(levels, "levels", 1)
         self.iterations = int(iterations)
         self.fine_iterations = int(fine_iterations)
         self.window_sigma = float(window_sigma)
@@ -180,7 +186,7 @@ class DenseLKFlow(FlowEstimator):
         self.level_median = int(level_median)
         self.regularization = float(regularization)
         self.min_level_size = int(min_level_size)
-        self.batch_size = max(1, int(batch_size))
+        self.batch_size = check_integer(batch_size, "batch_size (pairs per chunk)", 1)
 
     def _pyramid(self, img: torch.Tensor) -> List[torch.Tensor]:
         pyr = [img]

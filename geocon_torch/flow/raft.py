@@ -17,11 +17,17 @@ from typing import Optional, Union
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints import read_state_dict
+from ..checkpoints import read_state_dict, require_checkpoint
 from ..errors import CheckpointError
 from .base import FlowEstimator
 
 _ARCHS = ("raft_small", "raft_large")
+
+
+#: where RAFT's weights are set: the config field (``--config`` of the CLI) the foreground
+#: stage passes on, and the Python argument
+FLOW_CHECKPOINT_HINT = ("set foreground.flow_checkpoint in the config, or checkpoint=PATH in "
+                        "Python")
 
 
 def _weights_enum(arch: str):
@@ -41,7 +47,8 @@ def cached_checkpoint(arch: str) -> Optional[Path]:
 
 
 def _load_state_dict(path: Path) -> dict:
-    return read_state_dict(path, "RAFT", unwrap=("state_dict", "model"), strip_prefix="module.")
+    return read_state_dict(path, "RAFT", hint=FLOW_CHECKPOINT_HINT, unwrap=("state_dict", "model"),
+                           strip_prefix="module.")
 
 
 class RaftFlow(FlowEstimator):
@@ -72,12 +79,11 @@ class RaftFlow(FlowEstimator):
             if path is None:
                 where = Path(torch.hub.get_dir()) / "checkpoints"
                 raise CheckpointError(
-                    f"{arch} needs local weights: pass checkpoint=PATH (a torchvision state_dict) "
-                    f"or place torchvision's file in {where}; nothing is downloaded")
-        else:
-            path = Path(checkpoint)
-            if not path.is_file():
-                raise CheckpointError(f"RAFT checkpoint not found: {path}")
+                    f"{arch} needs local weights: {FLOW_CHECKPOINT_HINT} (a torchvision "
+                    f"state_dict), or place torchvision's file in {where}; nothing is "
+                    f"downloaded")
+        else:  # a folder is named as one, not as "not found"
+            path = require_checkpoint(checkpoint, "RAFT", FLOW_CHECKPOINT_HINT)
         model = getattr(of, arch)(weights=None, progress=False)
         try:
             model.load_state_dict(_load_state_dict(path))

@@ -7,10 +7,13 @@ e.g. a missing pose under ``missing_pose="present_only"``).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import torch
+
+from ..errors import InputError
 
 # integer codes used by the batched rules
 CODE = {"H": 0, "F": 1, "U": 2, None: -1}
@@ -44,16 +47,29 @@ class GateDecision:
                 "per_pair": self.per_pair, "evidence": self.evidence}
 
 
+def _check_band(low: Any, high: Any) -> None:
+    """InputError when the host numbers ``low`` > ``high`` (GateConfig refuses such a band);
+    tensor thresholds are not read (no host sync)."""
+    if isinstance(low, numbers.Real) and isinstance(high, numbers.Real) and low > high:
+        raise InputError(f"gate thresholds need low <= high, got low {low!r} > high {high!r}")
+
+
 def threshold_decision(statistic: torch.Tensor, low: float, high: float,
                        present: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Three-way rule, batched: H if s <= low, F if s >= high, else U.
 
     Args:
-        statistic: (P,) translation / parallax evidence.
+        statistic: (P,) translation / parallax evidence (the unit of ``low`` / ``high``:
+            t_inf in the pose log's units, or the parallax statistic).
+        low: H bound; s <= low is H.
+        high: F bound (>= ``low``); s >= high is F (F wins where s equals both).
         present: (P,) bool; False entries get code -1 (no decision).
     Returns:
         (P,) long codes (0 H, 1 F, 2 U, -1 none).
+    Raises:
+        InputError: ``low`` > ``high``.
     """
+    _check_band(low, high)
     code = torch.full(statistic.shape, CODE["U"], dtype=torch.long, device=statistic.device)
     code = torch.where(statistic <= low, torch.full_like(code, CODE["H"]), code)
     code = torch.where(statistic >= high, torch.full_like(code, CODE["F"]), code)
@@ -72,10 +88,17 @@ def hysteresis(statistic: torch.Tensor, low: float, high: float,
 
     Args:
         statistic: (P,) evidence of the pairs in temporal order.
+        low: H bound (s <= low is H).
+        high: F bound (s >= high is F), >= ``low``.
         present: (P,) bool or None.
+        initial: the state before the first decided pair: "H", "F", "U" or None (no decision).
     Returns:
         (P,) long codes (0 H, 1 F, 2 U, -1 none).
+    Raises:
+        InputError: an unknown ``initial``, or ``low`` > ``high``.
     """
+    if initial not in CODE:
+        raise InputError(f"initial must be one of 'H', 'F', 'U' or None, got {initial!r}")
     p = statistic.shape[0]
     ok = torch.ones(p, dtype=torch.bool, device=statistic.device) if present is None else present
     raw = threshold_decision(statistic, low, high)
@@ -104,6 +127,10 @@ def resolve_u(per_pair_codes: torch.Tensor, gric_delta: torch.Tensor,
         per_pair_codes: (P,) long decision codes (:data:`CODE`).
         gric_delta: (P,) (GRIC(H) - GRIC(F)) / n, > 0 favours F.
         support_margin: (P,) IR_F - IR_H or None.
+        u_margin: F also wins a U pair whose ``support_margin`` exceeds this (inlier-ratio
+            units, in [0, 1]).
+    Returns:
+        (P,) bool, True where the pair uses F.
 
     >>> resolve_u(torch.tensor([0, 1, 2, 2]), torch.tensor([1.0, -1.0, 0.5, -0.5])).tolist()
     [False, True, True, False]

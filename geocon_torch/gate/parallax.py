@@ -125,6 +125,15 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
     Args:
         fit_h, fit_f: fits of (P,) pairs (models in pixels).
         x1, x2: (P, N, 2) pixel points; mask: (P, N) bool background matches.
+        tau_h: H-inlier threshold on the symmetric transfer error, px (paper 2 px); also the
+            unit of ``residual_parallax``.
+        tau_f: F-inlier threshold on the Hartley-normalised Sampson distance, unitless
+            (paper 0.1).
+        min_inliers: a pair needs at least this many F-inliers (a count) to be valid.
+        sigma_floor_px: lower bound (px) of the noise sigma, the F-inliers' median pixel
+            Sampson distance / 0.6745, that ``gric_delta`` and ``parallax_excess`` use.
+        excess_k: an F-inlier counts towards ``parallax_excess`` when the best H misses it by
+            more than ``excess_k`` x sigma (unitless multiplier).
         residuals: (symmetric transfer px, normalised Sampson, pixel Sampson) (P, N) of the two
             fits when already computed (``homography_residuals`` / ``fundamental_residuals``).
         long_side_px: the long side (px) of the frame the points are in, one for all rows or
@@ -133,11 +142,13 @@ def parallax_statistics(fit_h: Fit, fit_f: Fit, x1: torch.Tensor, x2: torch.Tens
         gate: the quantile, reference long side and ``ci_z`` of ``parallax_magnitude``
             (None: the defaults).
     Returns:
-        dict of (P,) tensors: ``parallax_magnitude`` (+ ``_lo`` / ``_hi`` bounds, reference px),
-        ``noise_ref_px`` (the same quantile of the F-inliers' pixel Sampson distances, reference
-        px), ``num_f_inliers``, ``parallax_excess``,
-        ``parallax_fraction``, ``residual_parallax``, ``gric_delta``,
-        ``valid`` (bool: both fits valid and >= min_inliers F-inliers).
+        dict of (P,) tensors in the points' dtype unless noted, 0 where not ``valid``:
+        ``parallax_magnitude`` (+ ``_lo`` / ``_hi`` bounds, reference px), ``noise_ref_px``
+        (the same quantile of the F-inliers' pixel Sampson distances, reference px),
+        ``num_f_inliers`` (long), ``parallax_excess`` and ``parallax_fraction`` (fractions of
+        the F-inliers in [0, 1]), ``residual_parallax`` (median H error of the F-inliers /
+        ``tau_h``), ``gric_delta`` ((GRIC(H) - GRIC(F)) / n, > 0 favours F), ``valid`` (bool:
+        both fits valid and >= min_inliers F-inliers).
     """
     gate = gate or _DEFAULT_GATE
     if residuals is None:
@@ -230,7 +241,20 @@ def _on_host(stats: Dict[str, torch.Tensor], valid: torch.Tensor, name: str
 def gate_from_parallax(stats: Dict[str, torch.Tensor], cfg: GateConfig) -> GateDecision:
     """Clip (and optionally per-pair) decision from :func:`parallax_statistics` of the finest
     scale's pairs (in temporal order). The U band is resolved by GRIC in ``evidence``. The
-    statistics reach the host once (:func:`_on_host`)."""
+    statistics reach the host once (:func:`_on_host`).
+
+    Args:
+        stats: :func:`parallax_statistics` output, (P,) tensors per key (``valid`` bool).
+        cfg: the gate config: ``statistic`` (the key decided on), its H / F bounds
+            (``parallax_low`` / ``parallax_high``, or the ``magnitude_*`` band in reference px)
+            and ``per_pair`` (hysteresis per pair).
+    Returns:
+        GateDecision of method "parallax": ``statistic`` the median over the valid pairs (None
+        when no pair is valid, decision None then), ``per_pair`` a list of P codes ("H", "F",
+        "U" or None for an invalid pair) when ``cfg.per_pair``.
+    Raises:
+        InputError: an unknown ``cfg.statistic``.
+    """
     name = check_statistic(cfg)
     valid = stats["valid"]
     gate = decide_on_host(*_on_host(stats, valid, name), cfg)

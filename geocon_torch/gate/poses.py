@@ -32,13 +32,16 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from .._json import read_json_file
+from .._json import not_a_file, open_npz, read_json_file
 from ..categories import SYNTH_GENERATOR
 from ..config import GateConfig
 from ..errors import InputError, ShapeError
 from .decision import CODE, GateDecision, codes_to_names, hysteresis, threshold_decision
 
 PoseSource = Union[str, Path, dict, list, np.ndarray, torch.Tensor, "PoseLog"]
+#: what a pose .npz that cannot be read should have been
+POSES_NPZ_HINT = ("give an .npz written by np.savez with a 'relative_pose', 'poses' or "
+                  "'absolute_poses' array, or a JSON pose log")
 
 
 @dataclass
@@ -46,8 +49,10 @@ class PoseLog:
     """Poses read from a log.
 
     Attributes:
-        relative: (P, 4, 4) float64 relative poses (camera i -> camera j); zeros where missing.
-        present: (P,) bool, False where a pose is missing (DUSt3R failure, NaN, null).
+        relative: (P, 4, 4) float64 relative poses (camera i -> camera j); all zeros where
+            missing (as read by :func:`load_pose_log`: no NaN / inf entry is kept).
+        present: (P,) bool, False where a pose is missing (DUSt3R failure, a NaN / inf entry,
+            null, ``valid`` False).
         pairs: (P, 2) long frame pairs of ``relative`` or None (= adjacent pairs in order, or, for
             a single pose, the first/last pair).
         absolute: (T, 4, 4) float64 world-to-camera poses when the log gives them, else None.
@@ -73,7 +78,7 @@ class PoseLog:
                                   f"frame {int(pairs.max())}")
             rel = a[pairs[:, 1]] @ torch.linalg.inv(a[pairs[:, 0]])
             present = torch.isfinite(rel).flatten(1).all(1)
-            return torch.nan_to_num(rel), present
+            return _zero_missing(rel, present), present
         if self.pairs is None and self.relative.shape[0] == 1:  # the first/last pose
             if pairs.shape[0] != 1:
                 raise InputError(
@@ -106,6 +111,12 @@ class PoseLog:
                                                 torch.arange(first + 1, last + 1)], 1))
         rel, present = compose_chains(steps, ok, torch.tensor([[0, last - first]]))
         return rel[0], bool(present[0])
+
+
+def _zero_missing(rel: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """``rel`` (P, 4, 4) with every pose that is not ``present`` (P,) all zeros (a pose with
+    one NaN / inf entry is missing as a whole: none of its entries is kept)."""
+    return torch.where(present.view(-1, 1, 1), rel, torch.zeros_like(rel))
 
 
 def compose_chains(steps: torch.Tensor, present: torch.Tensor, pairs: torch.Tensor
@@ -210,9 +221,15 @@ def _from_mapping(data: Any, source: str) -> PoseLog:
         if pairs is not None and (pairs.ndim != 2 or pairs.shape != (rel.shape[0], 2)):
             raise ShapeError(f"{source}: 'pairs' must be ({rel.shape[0]}, 2), "
                              f"got {tuple(pairs.shape)}")
-        return PoseLog(torch.nan_to_num(rel), present, pairs, None, source)
+        return PoseLog(_zero_missing(rel, present), present, pairs, None, source)
     raise InputError(f"pose log {source} has none of the keys relative_pose, pose, poses, "
                       f"absolute_poses (found {sorted(data)})")
+
+
+def _pose_log(rel: torch.Tensor, source: str = "tensor") -> PoseLog:
+    """PoseLog of poses ``rel`` (P, 4, 4) float64: a pose with a NaN / inf entry is missing."""
+    present = torch.isfinite(rel).flatten(1).all(1)
+    return PoseLog(_zero_missing(rel, present), present, source=source)
 
 
 def load_pose_log(source: PoseSource) -> PoseLog:
@@ -221,28 +238,39 @@ def load_pose_log(source: PoseSource) -> PoseLog:
         return source
     if isinstance(source, (torch.Tensor, np.ndarray)):
         rel = _as_pose_tensor(torch.as_tensor(_on_host(source)).double().numpy(), "poses")
-        return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1))
+        return _pose_log(rel)
     if isinstance(source, dict):
         return _from_mapping(source, "dict")
     if isinstance(source, list):
         rel = _as_pose_tensor(source, "list")
-        return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1))
+        return _pose_log(rel)
     path = Path(source)
     if not path.is_file():
-        raise InputError(f"pose log not found: {path}")
+        raise InputError(not_a_file(path, "pose log", "a JSON or .npz pose file"))
     if path.suffix.lower() == ".npz":
-        with np.load(path) as z:
-            return _from_mapping({k: z[k] for k in z.files}, str(path))
+        with open_npz(path, "pose log", POSES_NPZ_HINT) as z:
+            try:
+                arrays = {k: z[k] for k in z.files}
+            except ValueError:  # an object array (needs pickle: never loaded)
+                raise InputError(f"pose log {path}: holds an object array, which is never "
+                                 f"loaded (it needs pickle); {POSES_NPZ_HINT}") from None
+        return _from_mapping(arrays, str(path))
     data = read_json_file(path, "pose log")
     if isinstance(data, list):
         rel = _as_pose_tensor(data, str(path))
-        return PoseLog(torch.nan_to_num(rel), torch.isfinite(rel).flatten(1).all(1),
-                       source=str(path))
+        return _pose_log(rel, str(path))
     return _from_mapping(data, str(path))
 
 
 def translation_inf(relative: torch.Tensor) -> torch.Tensor:
-    """``||t||_inf`` (eq. 5) of (..., 4, 4) relative poses -> (...)."""
+    """``||t||_inf`` (eq. 5): the largest absolute translation entry of relative poses.
+
+    Args:
+        relative: (..., 4, 4) relative poses ``[R t; 0 1]`` (camera i -> camera j).
+    Returns:
+        (...) ``max(|t_x|, |t_y|, |t_z|)``, ``relative``'s dtype, in the poses' translation
+        unit (DUSt3R: its unit-scale scene normalisation; a pose log: whatever it uses).
+    """
     return relative[..., :3, 3].abs().amax(-1)
 
 
@@ -267,6 +295,15 @@ def gate_from_poses(poses: PoseSource, pairs: torch.Tensor, num_frames: int, cfg
             F; "present_only": excluded, decision None), ``per_pair``. With ``per_pair`` a
             missing first/last pose is replaced by the majority of the decided pairs (the
             evidence's ``why`` says so); without decided pairs ``missing_pose`` applies.
+        method: the name recorded as the decision's ``method`` ("poses", or "dust3r" when the
+            poses come from DUSt3R).
+    Returns:
+        GateDecision: ``statistic`` = t_inf of the first/last pose (None when missing),
+        ``decision`` "H" | "F" | "U" | None, ``per_pair`` (list of P codes) with
+        ``cfg.per_pair``, and the evidence (``t_inf``, ``eq5_decision``, ``pair_t_inf``, ...).
+    Raises:
+        InputError: an unknown ``cfg.missing_pose``, an unreadable pose log, or pairs past the
+            log's frames.
     """
     if cfg.missing_pose not in ("fail_to_F", "present_only"):
         raise InputError(f"gate.missing_pose must be fail_to_F or present_only, "

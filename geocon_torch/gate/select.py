@@ -65,8 +65,19 @@ def resolve_gate_method(config: GeoConConfig, poses: Any) -> str:
 def external_gate(method: str, clip: Clip, pairs: torch.Tensor, poses: Any,
                   config: GeoConConfig, device: Optional[torch.device] = None
                   ) -> Optional[GateDecision]:
-    """The decision of a pose source (``method`` "poses" or "dust3r") for the (P, 2) evaluated
-    ``pairs``; None for the weight-free "parallax" gate, which needs the fits first."""
+    """The decision of a pose source (``method`` "poses" or "dust3r") for the evaluated
+    ``pairs``; None for the weight-free "parallax" gate, which needs the fits first.
+
+    Args:
+        method: "poses", "dust3r" or "parallax" (:func:`resolve_gate_method`).
+        clip: the clip (its ``frame_indices`` map positions to the pose log's frames).
+        pairs: (P, 2) long evaluated frame pairs (clip positions).
+        poses: the pose source for "poses" (:func:`~.poses.load_pose_log`); else unused.
+        config: the config (its ``gate`` section).
+        device: where DUSt3R runs (None: the default device).
+    Returns:
+        GateDecision of the pose source, or None for "parallax".
+    """
     if method == "poses":
         return gate_from_poses(poses, pairs, clip.num_frames, config.gate,
                                frame_indices=clip.frame_indices)
@@ -148,6 +159,11 @@ def preliminary_regime(fits: Tuple[Fit, Fit], x1: torch.Tensor, x2: torch.Tensor
         long_side_px: the long side (px) of the rows' frames for the resolution
             normalisation, one or (R,) per row (None: estimated from the points).
         gate_pairs: (G, 2) frame pairs of the gate rows (their tiers; None: one tier).
+        x1, x2, mask, num_evaluated: as in ``fits``.
+        ext_gate: the external gate's decision or None (an H / F decision wins).
+        config: the config (``gate`` and ``background`` thresholds).
+    Returns:
+        "H" | "F" | None.
     """
     return preliminary_regimes([fits], [x1], [x2], [mask], [num_evaluated], [ext_gate], config,
                                long_side_px=[long_side_px], gate_pairs=[gate_pairs])[0][0]
@@ -181,6 +197,7 @@ def preliminary_regimes(fits: Sequence[Tuple[Fit, Fit]], x1: Sequence[torch.Tens
         merged: the fits of the rows of all B clips, clip after clip, point axis padded to the
             widest clip (:class:`~geocon_torch.sections.fits.MergedFits`: no copies); None:
             stacked here from ``fits``.
+        config: the config (``gate`` and ``background`` thresholds).
     Returns:
         (regime per clip: "H" | "F" | None, residuals per clip: the (P_b, N_b) residuals of its
         regime's model on its evaluated rows, normalised Sampson under F, else symmetric
@@ -424,6 +441,10 @@ def decide_gate(stats: Stats, evaluated: torch.Tensor, gate_rows: torch.Tensor,
     Args:
         stats: (R,) parallax statistics of every row; evaluated (P,), gate_rows (G,) long rows;
             gate_pairs: (G, 2) frame pairs of ``gate_rows``.
+        ext_gate: the external gate's decision (taken as is) or None.
+        config: the config (its ``gate`` section).
+    Returns:
+        GateDecision of the clip (``per_pair`` over the evaluated rows with ``gate.per_pair``).
     """
     rows = GateRows(evaluated.tolist(), gate_rows.tolist(),
                     gate_pairs.reshape(-1, 2).tolist(), ext_gate)
@@ -452,6 +473,8 @@ def pair_models(gate: GateDecision, config: GeoConConfig, gric_delta: torch.Tens
     clip's ``gric_delta`` evidence and ``clip_support_margin`` (written to the evidence).
 
     Args:
+        gate: the clip's decided gate (``per_pair`` codes when the per-pair gate ran).
+        config: the config (``gate.per_pair``, ``gate.u_margin``).
         gric_delta, support_margin: (P,) per evaluated pair at the finest scale (IR_F - IR_H).
         clip_support_margin: clip IR_F - IR_H (0 when either is missing).
         num_scales: S; the rows are S blocks of the P pairs, coarsest first.

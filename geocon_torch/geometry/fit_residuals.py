@@ -14,13 +14,29 @@ from .residuals import sampson_distance, sampson_distance_normalized, symmetric_
 
 
 def homography_residuals(fit: Fit, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    """(P, N) symmetric transfer error (eq. 7, px) of ``fit.model``, x2 ~ H x1."""
+    """Symmetric transfer error (eq. 7) of ``fit.model``, x2 ~ H x1.
+
+    Args:
+        fit: a homography Fit, model (P, 3, 3) (cast to the points' dtype).
+        x1, x2: (P, N, 2) float pixel points.
+    Returns:
+        (P, N) px, the points' dtype (padding rows included: mask them yourself).
+    """
     return symmetric_transfer_error(fit.model.to(x1.dtype), x1, x2)
 
 
 def fundamental_residuals(fit: Fit, x1: torch.Tensor, x2: torch.Tensor,
                           mask: Optional[torch.Tensor] = None
                           ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(normalised Sampson (P, N) unitless, pixel Sampson (P, N) px) of ``fit.model``."""
+    """Sampson distances of ``fit.model``, x2^T F x1 = 0.
+
+    Args:
+        fit: a fundamental Fit, model (P, 3, 3) (cast to the points' dtype).
+        x1, x2: (P, N, 2) float pixel points.
+        mask: (P, N) bool, the matches the Hartley normalisation is computed from (None: all).
+    Returns:
+        (normalised Sampson (P, N) unitless, in each pair's Hartley frame; pixel Sampson
+        (P, N) px), both in the points' dtype.
+    """
     F = fit.model.to(x1.dtype)
     return sampson_distance_normalized(F, x1, x2, mask), sampson_distance(F, x1, x2)

@@ -68,7 +68,7 @@ import torch
 import torch.nn.functional as tnf
 
 from .._precision import autocast_off
-from .._checks import check_integer, check_mask, check_points, check_same_shape
+from .._checks import check_integer, check_mask, check_number, check_points, check_same_shape
 from .._tensor_utils import finite, to_device
 from ..errors import InputError, ShapeError
 from ..types import Fit
@@ -507,10 +507,8 @@ def _check_inputs(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.Tenso
             raise ShapeError(f"scores must have shape {tuple(mask.shape)}")
     if cfg.scoring not in ("msac", "ransac"):
         raise InputError(f"scoring must be 'msac' or 'ransac', got {cfg.scoring!r}")
-    if not (cfg.threshold > 0):
-        raise InputError(f"threshold must be > 0, got {cfg.threshold}")
-    if not (0 < cfg.confidence < 1):
-        raise InputError(f"confidence must be in (0, 1), got {cfg.confidence}")
+    check_number(cfg.threshold, "threshold", 0, low_open=True)  # "2" is refused, not compared
+    check_number(cfg.confidence, "confidence", 0, 1, low_open=True, high_open=True)
     for name, low in (("batch_size", 1), ("max_iterations", 1), ("lo_iterations", 0),
                       ("min_inliers", 0)):
         check_integer(getattr(cfg, name), name, low)  # 3.7 samples is a typo, not a 3
@@ -1018,7 +1016,8 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
             pixels for "sampson" (eq. 11; what OpenCV's USAC_MAGSAC mask uses) and for
             "epipolar_max" (OpenCV's classic RANSAC error: the larger point-to-line distance).
         min_inliers: pairs with fewer final inliers are invalid (at least 8).
-        Other arguments as :func:`ransac_homography`.
+        confidence, max_iterations, scoring, local_optimization, seed, batch_size,
+            lo_iterations: as in :func:`ransac_homography`.
 
     Returns:
         Fit with kind "F": model (P, 3, 3) rank 2, unit Frobenius norm (zeros where invalid);

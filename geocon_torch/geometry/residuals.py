@@ -70,9 +70,17 @@ def _transfer_sq(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.T
 
 
 def transfer_points(H: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``pi(H x)``: points x (P, N, 2) px mapped by homographies H (P, 3, 3) -> (P, N, 2) px
-    (points sent to infinity get a huge but finite position). Both float32 / float64 (mixed:
-    the promoted dtype); ShapeError for other shapes / dtypes or a different P."""
+    """``pi(H x)``: points mapped by homographies (points sent to infinity get a huge but
+    finite position).
+
+    Args:
+        H: (P, 3, 3) float32 / float64 homographies.
+        x: (P, N, 2) float32 / float64 points, px.
+    Returns:
+        (P, N, 2) mapped points, px, in the promoted dtype of ``H`` and ``x``.
+    Raises:
+        ShapeError: other shapes / dtypes, or a different P.
+    """
     _check_model_points(H, x, "H", "x")
     u, v, w = _map(H, x)
     w = _safe_den(w)

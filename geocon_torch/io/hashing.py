@@ -32,7 +32,13 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
     * tensor: its dtype, shape and raw bytes (row-major), so the same pixels in another
       layout or dtype hash differently. CUDA tensors are copied to the CPU to be hashed.
 
-    Raises VideoReadError for a missing or empty path, a folder without images, or another type.
+    Args:
+        source: a video / image file path, a folder of images, a VideoFrames store or a
+            tensor (any shape, dtype and device).
+    Returns:
+        The 64-character lowercase hex SHA-256 digest.
+    Raises:
+        VideoReadError: a missing or empty path, a folder without images, or another type.
     """
     digest = hashlib.sha256()
     if isinstance(source, VideoFrames):  # a streamed clip's frames: its file

@@ -30,6 +30,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .._checks import check_integer
 from ..errors import ShapeError
 from .sampling import PairSpec, is_int
 
@@ -115,9 +116,18 @@ def _explicit_pairs(spec: PairSpec, num_frames: int) -> np.ndarray:
 def background_pairs(num_frames: int, pair_stride: int = 1) -> torch.Tensor:
     """GeoCon background pairs: (i, i + s) for i = 0..T-1-s (s = ``pair_stride``; 1 = adjacent).
 
-    Returns a (P, 2) LongTensor on the CPU ((0, 2) for a clip shorter than s + 1 frames).
+    Args:
+        num_frames: T, the clip's frame count (an integer >= 0).
+        pair_stride: s, frames between the two of a pair (an integer >= 1; 1 = adjacent).
+    Returns:
+        (P, 2) int64 tensor of (i, i + s) clip positions on the CPU, P = max(T - s, 0)
+        ((0, 2) for a clip shorter than s + 1 frames).
+    Raises:
+        ArgumentTypeError, InputError: ``pair_stride`` not an integer >= 1 (1.5 is refused,
+            never truncated). ShapeError: ``num_frames`` not an integer >= 0.
     """
-    return make_pairs(num_frames, "adjacent" if int(pair_stride) == 1 else int(pair_stride))
+    stride = check_integer(pair_stride, "pair_stride", 1)
+    return make_pairs(num_frames, "adjacent" if stride == 1 else stride)
 
 
 def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tensor:
@@ -130,7 +140,16 @@ def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tens
     fallbacks when the wider pairs share too little (a cut, a fast pan). T = 2 (an image
     pair): (0, 1), the only pair, so the gate still reads it through its own view (read at the
     view side: the same pixels whatever the working size). ``"adjacent"`` or T < 2: none (the
-    evaluated pairs are used). Returns (G, 2) long, widest tier first (:func:`gate_pair_tiers`).
+    evaluated pairs are used).
+
+    Args:
+        num_frames: T, the clip's frame count.
+        mode: ``"first_last"`` or ``"adjacent"`` (``gate.parallax_pairs``).
+    Returns:
+        (G, 2) int64 tensor of (a, b) clip positions on the CPU, widest tier first
+        (:func:`gate_pair_tiers`); (0, 2) for "adjacent" or T < 2.
+    Raises:
+        ShapeError: an unknown ``mode``.
     """
     if mode not in ("first_last", "adjacent"):
         raise ShapeError(f"gate.parallax_pairs must be first_last or adjacent, got {mode!r}")
@@ -148,10 +167,16 @@ def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tens
 
 def gate_pair_tiers(pairs: Union[torch.Tensor, Sequence[Sequence[int]]]
                     ) -> Union[torch.Tensor, List[int]]:
-    """Tier of each :func:`parallax_gate_pairs` pair (G, 2): 0 for the wide pairs
+    """Tier of each :func:`parallax_gate_pairs` pair: 0 for the wide pairs
     (span >= ceil(0.75 x the widest span)), 1 for the halves (span >= half of it), 2 for the
-    quarters; the gate reads the first tier with a valid pair. Pairs are host bookkeeping: a
-    tensor gives a (G,) long tensor (one transfer), a list of pairs a list of ints."""
+    quarters; the gate reads the first tier with a valid pair.
+
+    Args:
+        pairs: (G, 2) frame pairs (a, b): a tensor (any device) or a host list of pairs.
+    Returns:
+        The G tiers in {0, 1, 2}: a (G,) int64 CPU tensor for a tensor (one transfer: pairs
+        are host bookkeeping), a list of ints for a list.
+    """
     rows = pairs.tolist() if isinstance(pairs, torch.Tensor) else [list(p) for p in pairs]
     spans = [abs(int(b) - int(a)) for a, b in rows]
     last = max(spans, default=0)
@@ -165,12 +190,23 @@ def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) 
     as the public reference) and, when there are more than ``max_pairs`` (> 0), ``max_pairs`` of
     them spread evenly (:func:`spread_evenly`).
 
-    Returns an (P, 2) int64 array of frame positions (P = 0 for clips shorter than s + 1).
+    Args:
+        num_frames: T, the clip's frame count (an integer >= 0).
+        pair_stride: s, an integer >= 1 (0 or a negative stride is refused, as by
+            :func:`make_pairs`).
+        max_pairs: keep at most this many pairs, an integer; 0 or less: all of them.
+    Returns:
+        (P, 2) int64 numpy array of frame positions (P = 0 for clips shorter than s + 1).
+    Raises:
+        ArgumentTypeError: an argument is not an integer (2.9 is refused, never truncated).
+        InputError: ``num_frames`` < 0 or ``pair_stride`` < 1.
     """
-    s = max(int(pair_stride), 1)
-    starts = np.arange(0, max(int(num_frames) - s, 0), s, dtype=np.int64)
+    t = check_integer(num_frames, "num_frames", 0)
+    s = check_integer(pair_stride, "pair_stride", 1)
+    cap = check_integer(max_pairs, "max_pairs (<= 0: all pairs)", None)
+    starts = np.arange(0, max(t - s, 0), s, dtype=np.int64)
     pairs = np.stack([starts, starts + s], axis=1) if len(starts) else np.zeros((0, 2), np.int64)
-    return pairs[spread_evenly(len(pairs), int(max_pairs) if max_pairs > 0 else None)]
+    return pairs[spread_evenly(len(pairs), cap if cap > 0 else None)]
 
 
 def gvgc_pairs(num_frames: int = 71, intervals: Sequence[int] = (60, 50, 40, 30, 20, 10)
@@ -191,8 +227,19 @@ def gvgc_pairs(num_frames: int = 71, intervals: Sequence[int] = (60, 50, 40, 30,
 
 def foreground_pairs(present: torch.Tensor, max_pairs: Optional[int] = None) -> torch.Tensor:
     """Foreground pairs: indices t of the adjacent pairs (t, t + 1) whose row of ``present``
-    ((T - 1, K) bool: object k present in frame t) holds an object, at most ``max_pairs``
-    (None or <= 0: no cap) spread evenly. Returns (P',) long on ``present``'s device."""
+    holds an object, at most ``max_pairs`` spread evenly (:func:`spread_evenly`).
+
+    Args:
+        present: (T - 1, K) bool, object k present in frame t (pair (t, t + 1)).
+        max_pairs: cap on the pairs kept, an integer or None (None or <= 0: no cap).
+    Returns:
+        (P',) int64 indices t (ascending) on ``present``'s device.
+    Raises:
+        ArgumentTypeError: ``max_pairs`` is neither None nor an integer (1.5 is refused, never
+            truncated).
+    """
+    cap = None if max_pairs is None else check_integer(max_pairs, "max_pairs (<= 0: no cap)",
+                                                        None)
     idx = torch.nonzero(present.any(1)).flatten()
-    cap = int(max_pairs) if max_pairs is not None and max_pairs > 0 else None
+    cap = cap if cap is not None and cap > 0 else None
     return idx[torch.from_numpy(spread_evenly(int(idx.numel()), cap)).to(idx.device)]

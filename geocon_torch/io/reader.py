@@ -395,7 +395,8 @@ def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
     ``score_clip``, the epipolar sections and every Metric class): shape (T, C, H, W), or
     (B, T, C, H, W) with ``batched=True``; C in {1, 3}; T >= 1; H, W >= 2; dtype uint8 or a
     float dtype with every value finite and in [0, 1] (1e-6 tolerance). Nothing is clamped: a
-    float batch in [-1, 1] or 0..255, NaN, int64, bool or channels-last is rejected with a hint.
+    float batch in [-1, 1] or 0..255, NaN, int64, bool or channels-last is rejected with a hint
+    (one message for a clip and for a batch of it: the layout hints name both permutes).
     """
     if not isinstance(x, torch.Tensor):
         raise ClipTensorError(f"a clip must be a torch.Tensor, got {type(x).__name__}")
@@ -406,8 +407,11 @@ def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
         raise ClipTensorError(f"a clip {'batch' if batched else 'tensor'} must be {layout} with C"
                               f" in {{1, 3}}, got shape {tuple(x.shape)}")
     if shape[1] not in (1, 3):
-        hint = " (looks channels-last: permute to (T, C, H, W))" if shape[-1] in (1, 3) else ""
-        if shape[0] in (1, 3) and not hint:  # a generator's (B, C, T, H, W) / (C, T, H, W)
+        hint = ""
+        if shape[-1] in (1, 3):
+            hint = (" (looks channels-last: a (B, T, H, W, C) batch needs "
+                    ".permute(0, 1, 4, 2, 3), a (T, H, W, C) clip .permute(0, 3, 1, 2))")
+        elif shape[0] in (1, 3):  # a generator's (B, C, T, H, W) / (C, T, H, W)
             hint = (" (looks channels-first: a (B, C, T, H, W) batch needs "
                     ".permute(0, 2, 1, 3, 4), a (C, T, H, W) clip .permute(1, 0, 2, 3))")
         raise ClipTensorError(f"a clip tensor must be (T, C, H, W) with C in {{1, 3}}, got "
@@ -420,19 +424,23 @@ def check_clip_tensor(x: Any, *, batched: bool = False) -> None:
         raise ClipTensorError(f"frames of {shape[3]} x {shape[2]} px are too small (need at "
                               f"least 2 x 2; shape {shape})")
     if x.is_floating_point() and x.numel():
-        _check_float_range(x)
+        check_unit_range(x)
 
 
-def _check_float_range(x: torch.Tensor) -> None:
+def check_unit_range(x: torch.Tensor, what: str = "float clip tensors",
+                     error: type = ClipTensorError, tolerance: float = _RANGE_TOL) -> None:
+    """Raise ``error`` unless every value of the float tensor ``x`` is finite and in [0, 1]
+    (up to ``tolerance`` outside), with a hint for the usual mistakes (0..255 floats,
+    [-1, 1]); ``what`` names the input in the message. One ``aminmax`` and one host read (a
+    sync on a GPU)."""
     lo_t, hi_t = torch.aminmax(x.detach().float())
     lo, hi = float(lo_t), float(hi_t)
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise ClipTensorError("the clip tensor holds NaN or infinite values")
-    if lo < -_RANGE_TOL or hi > 1 + _RANGE_TOL:
+        raise error(f"{what} hold NaN or infinite values")
+    if lo < -tolerance or hi > 1 + tolerance:
         hint = " (looks like [-1, 1]: pass (x + 1) / 2)" if lo < 0 and hi <= 1 else ""
         hint = " (looks like 0..255: pass x / 255 or uint8)" if hi > 1 and lo >= 0 else hint
-        raise ClipTensorError(f"float clip tensors must lie in [0, 1]; got values in "
-                              f"[{lo:.4g}, {hi:.4g}]{hint}")
+        raise error(f"{what} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]{hint}")
 
 
 def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
@@ -450,6 +458,12 @@ def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
             row / column, as everywhere in the package), ``stride``, ``max_frames``,
             ``indices``, ``device``, ``fps``, ``letterbox_threshold``,
             ``letterbox_min_fraction``, ``upscale``: as in :func:`read_clip`.
+    Returns:
+        B Clips (an empty list for B = 0): frames (T', 3, H', W') uint8 RGB at the working
+        size on the tensor's (or ``device``'s) device, content_mask (H', W') bool,
+        frame_indices (T',) long.
+    Raises:
+        ClipTensorError: a malformed tensor (:func:`check_clip_tensor`).
 
     Example:
         >>> import torch
@@ -466,8 +480,18 @@ def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
 
 
 def clip_from_tensor(frames: torch.Tensor, *, name: str = "tensor", **kwargs: Any) -> Clip:
-    """One (T, C, H, W) clip tensor -> Clip, by the rule of :func:`clips_from_tensor` (same
-    keyword arguments; ``long_side`` default None = native pixels).
+    """One clip tensor -> Clip, by the rule of :func:`clips_from_tensor`.
+
+    Args:
+        frames: (T, C, H, W) uint8, or float in [0, 1]; C in {1, 3}; any device.
+        name: the clip's name.
+        **kwargs: as in :func:`clips_from_tensor` (``long_side`` default None = native
+            pixels, ``stride``, ``max_frames``, ``indices``, ``device``, ``fps``, ...).
+    Returns:
+        Clip: frames (T', 3, H', W') uint8 RGB at the working size, content_mask (H', W') bool,
+        frame_indices (T',) long.
+    Raises:
+        ClipTensorError: a malformed tensor, or a (B, T, C, H, W) batch.
 
     Example:
         >>> import torch
@@ -492,8 +516,16 @@ def clips_from_tensors(videos: Sequence[torch.Tensor], *, names: Optional[Sequen
     """:func:`clip_from_tensor` of every (T, C, H, W) tensor of ``videos`` (named ``names``,
     default "tensor"), the clips of one shape, dtype and device read as one batch (one resize
     and one letterbox detection per batch, :func:`clips_from_tensor`'s path): each clip equals
-    the one :func:`clip_from_tensor` gives, bit for bit. Raises ClipTensorError (the first
-    malformed tensor) before any work.
+    the one :func:`clip_from_tensor` gives, bit for bit.
+
+    Args:
+        videos: (T_k, C_k, H_k, W_k) uint8 or float in [0, 1] tensors, shapes may differ.
+        names: one name per tensor (None: all "tensor").
+        **kwargs: as in :func:`clips_from_tensor`.
+    Returns:
+        One Clip per tensor, in order (as :func:`clip_from_tensor`).
+    Raises:
+        ClipTensorError: the first malformed tensor, before any work.
 
     Example:
         >>> import torch
@@ -617,6 +649,11 @@ def tensor_frames(videos: torch.Tensor, *, long_side: Optional[int] = None,
     Args:
         videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3} (checked).
         long_side, indices, device, upscale: as in :func:`clips_from_tensor`.
+    Returns:
+        (B, T', 3, H', W') uint8 RGB on ``device`` (default the tensor's), T' = len(indices)
+        (all frames when None), (H', W') the working size.
+    Raises:
+        ClipTensorError: a malformed tensor.
     Example:
         >>> import torch
         >>> from geocon_torch.io import tensor_frames

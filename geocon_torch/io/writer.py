@@ -30,8 +30,20 @@ def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
     Width and height must be even for yuv420p; a low ``crf`` (default 12) keeps the texture that
     feature detectors need. ``faststart`` puts the index (moov atom) before the data, so players
     can start before the download ends (and a file cut short still decodes its first part).
-    The same frames give the same bytes (the same content hash) on every run. Returns the
-    path.
+    The same frames give the same bytes (the same content hash) on every run.
+
+    Args:
+        path: the file to write (parent folders are created; its suffix names the container).
+        frames: (T, 3, H, W) or (T, 1, H, W) (gray, repeated to RGB) uint8, or float in [0, 1]
+            (clamped, ``round(x * 255)``); any device.
+        fps: frame rate, frames per second.
+        crf: encoder quality (constant rate factor; lower = better, 0 lossless for x264).
+        codec: PyAV / FFmpeg encoder name ("libx264", "libvpx", "mpeg4", "ffv1", ...).
+        faststart: put the moov atom first (mp4).
+    Returns:
+        ``path`` as a Path.
+    Raises:
+        ShapeError: frames not (T, 3|1, H, W), or an odd width / height.
     """
     import av
 
@@ -59,8 +71,18 @@ def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
 
 
 def write_gif(path: Union[str, Path], frames: torch.Tensor, fps: float = 10.0) -> Path:
-    """Write (T, 3, H, W) uint8 (or float in [0, 1]) RGB frames as an animated gif (PyAV's gif
-    encoder, 8-bit palette per frame, so colours are quantised). Returns the path."""
+    """Write RGB frames as an animated gif (PyAV's gif encoder, 8-bit palette per frame, so
+    colours are quantised).
+
+    Args:
+        path: the file to write (parent folders are created).
+        frames: (T, 3, H, W) or (T, 1, H, W) uint8, or float in [0, 1]; any device.
+        fps: frame rate, frames per second.
+    Returns:
+        ``path`` as a Path.
+    Raises:
+        ShapeError: frames not (T, 3|1, H, W).
+    """
     import av
     from fractions import Fraction
 
@@ -80,7 +102,17 @@ def write_gif(path: Union[str, Path], frames: torch.Tensor, fps: float = 10.0) -
 
 
 def write_image_folder(folder: Union[str, Path], frames: torch.Tensor, prefix: str = "") -> Path:
-    """Write frames as ``{prefix}{i:05d}.png`` in ``folder`` (lossless). Returns the folder."""
+    """Write frames as ``{prefix}{i:05d}.png`` in ``folder`` (lossless 8-bit RGB PNGs).
+
+    Args:
+        folder: the folder to write into (created when missing).
+        frames: (T, 3, H, W) or (T, 1, H, W) uint8, or float in [0, 1]; any device.
+        prefix: file-name prefix before the 5-digit frame number.
+    Returns:
+        ``folder`` as a Path.
+    Raises:
+        ShapeError: frames not (T, 3|1, H, W).
+    """
     import cv2
 
     folder = Path(folder)

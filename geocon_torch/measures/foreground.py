@@ -32,11 +32,12 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .._checks import check_integer
+from .._checks import check_integer, check_number
 from .._tensor_utils import masked_mean, masked_quantile
 from ..config import FOREGROUND_SCORE_CHOICES
 from ..errors import InputError, ShapeError
 from ..geometry import weighted_affine_lstsq
+from ..segment.files import check_float_masks
 
 SCORES = FOREGROUND_SCORE_CHOICES  # the one list (config.foreground.score)
 
@@ -60,6 +61,27 @@ def _check_inputs(flow: torch.Tensor, masks: torch.Tensor,
         got = tuple(reliability.shape) if isinstance(reliability, torch.Tensor) else \
             type(reliability).__name__
         raise ShapeError(f"reliability must have shape ({p}, {h}, {w}), got {got}")
+    _check_mask_values(masks)
+
+
+def _check_mask_values(masks: torch.Tensor) -> None:
+    """InputError unless ``masks`` are bool or hold only 0 / 1 (float or integer): soft float
+    masks get ``score_clip``'s message (:func:`~geocon_torch.segment.files.check_float_masks`:
+    "threshold soft masks first"), other integers (label values, 0 / 255) a hint to compare.
+    Bool masks (the pipeline's) cost nothing; other dtypes one batched test over all masks and
+    one host read per call (5 ops, 1 sync), never one per pair or object."""
+    if masks.dtype == torch.bool or masks.numel() == 0:
+        return
+    if masks.is_complex():
+        raise ShapeError(f"masks must be bool (or 0 / 1 floats or integers), got {masks.dtype}")
+    if bool(((masks == 0) | (masks == 1)).all()):
+        return
+    check_float_masks(masks, "masks")  # raises for NaN or soft float values
+    values = torch.unique(masks)  # integer masks from here on (the error path)
+    shown = ", ".join(str(v) for v in values[:8].tolist()) + (", ..." if values.numel() > 8 else "")
+    raise InputError(f"masks: integer masks must be 0 / 1 (one channel per object), found "
+                     f"value(s) [{shown}]; give bool masks (e.g. m > 0, or labels == k for "
+                     f"object k of a label map)")
 
 
 def _sorted_group_median(values: torch.Tensor, groups: torch.Tensor, counts: torch.Tensor
@@ -88,7 +110,8 @@ def grid_cells(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[to
 
     Args:
         flow: (P, 2, H, W) px. masks: (P, K, H, W) bool (object k at the first frame of pair p).
-        reliability: (P, H, W) in [0, 1] or None. grid: N (cells per box side).
+        reliability: (P, H, W) in [0, 1] (clamped to it) or None. grid: N (cells per box
+            side).
     Returns:
         positions (P, K, N*N, 2) cell centroids of object pixels (x, y) px,
         motions (P, K, N*N, 2) per-cell median flow px, weights (P, K, N*N) (0 = empty cell),
@@ -205,14 +228,18 @@ def _check_iterations(iterations: int, name: str) -> None:
                   "epsilon; 200 converge)")
 
 
-def check_settings(grid: int, score: str, w2_iterations: int = 200) -> None:
-    """InputError unless ``score`` is one of :data:`SCORES`, ``grid`` >= 2 (cells per box
-    side) and ``w2_iterations`` an integer >= :data:`MIN_W2_ITERATIONS` (checked whatever the
-    score, so a bad value never waits for a switch to ``score="w2"``)."""
+def check_settings(grid: int, score: str, w2_iterations: int = 200, min_pixels: int = 0
+                   ) -> None:
+    """InputError unless ``score`` is one of :data:`SCORES`, ``grid`` an integer >= 2 (cells
+    per box side), ``min_pixels`` an integer >= 0 and ``w2_iterations`` an integer >=
+    :data:`MIN_W2_ITERATIONS` (checked whatever the score, so a bad value never waits for a
+    switch to ``score="w2"``); ArgumentTypeError for a non-integer ``grid`` / ``min_pixels`` /
+    ``w2_iterations`` (4.5 is refused, never truncated, as the config refuses it)."""
     if score not in SCORES:
         raise InputError(f"score must be one of {SCORES}, got {score!r}")
-    if int(grid) < 2:
+    if check_integer(grid, "grid", None) < 2:
         raise InputError(f"grid must be >= 2, got {grid}")
+    check_integer(min_pixels, "min_pixels", 0)
     _check_iterations(w2_iterations, "w2_iterations")
 
 
@@ -223,20 +250,29 @@ def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch
 
     Args:
         flow: (P, 2, H, W) forward flow of pair p in px (from frame t to t+1).
-        masks: (P, K, H, W) bool, object k at the *first* frame of pair p (K may be 0).
+        masks: (P, K, H, W) bool, object k at the *first* frame of pair p (K may be 0); 0 / 1
+            floats or integers are accepted as bool (one host read per call), other values
+            refused (soft masks: threshold them first, e.g. ``m > 0.5``).
         reliability: (P, H, W) weights in [0, 1] (e.g. forward-backward reliability) or None.
-        grid: N of the adaptive N x N grid. score: ``"wmse"`` or ``"w2"`` (module docstring).
-        min_pixels: objects with fewer mask pixels in a pair are invalid there.
+            Not checked (that would read the host on every call); values outside are clamped:
+            a negative weight counts as 0 (an object whose pixels all weigh <= 0 has no
+            weighted cell and is invalid), a weight above 1 as 1.
+        grid: N of the adaptive N x N grid, an integer >= 2. score: ``"wmse"`` or ``"w2"``
+            (module docstring).
+        min_pixels: objects with fewer mask pixels in a pair are invalid there (an integer
+            >= 0).
         w2_iterations: Sinkhorn iterations for ``score="w2"``, an integer >= 2
             (:func:`sinkhorn_w2`; checked for every score).
     Returns:
         D: (P, K) px^2 (0 where invalid), valid: (P, K) bool.
     Raises:
         ShapeError: bad shapes / dtypes, or empty frames (H or W = 0).
-        InputError: bad ``grid`` / ``score`` / ``w2_iterations``.
+        InputError: bad ``grid`` / ``score`` / ``min_pixels`` / ``w2_iterations``, or masks
+            that are not binary (NaN, soft floats, integer labels other than 0 / 1).
+        ArgumentTypeError: a non-integer ``grid`` / ``min_pixels`` / ``w2_iterations``.
     """
     _check_inputs(flow, masks, reliability)
-    check_settings(grid, score, w2_iterations)
+    check_settings(grid, score, w2_iterations, min_pixels)
     p_, k_ = masks.shape[:2]
     if p_ * k_ == 0:
         return (flow.new_zeros((p_, k_)), torch.zeros((p_, k_), dtype=torch.bool,
@@ -266,7 +302,8 @@ def adadfrc_summary(D: torch.Tensor, valid: torch.Tensor, percentile: float = 0.
     """Per-object track summaries over the pairs of one clip (paper eq. 17 and sec. 4.5).
 
     Args:
-        D: (P, K) per-pair scores; valid: (P, K) bool. percentile: in [0, 1] (AdaP90: 0.9).
+        D: (P, K) per-pair scores; valid: (P, K) bool. percentile: a number in [0, 1] (AdaP90:
+            0.9; ArgumentTypeError for a str such as "0.9", InputError outside).
     Returns:
         dict of (K,) tensors: ``adadfrc_mean`` (S^k, mean of D over the valid pairs),
         ``adap90`` (the ``percentile`` quantile, linear interpolation as numpy), ``frames``
@@ -276,8 +313,7 @@ def adadfrc_summary(D: torch.Tensor, valid: torch.Tensor, percentile: float = 0.
     if D.ndim != 2 or tuple(valid.shape) != tuple(D.shape):
         raise ShapeError(f"D and valid must both be (P, K), got {tuple(D.shape)} and "
                          f"{tuple(valid.shape)}")
-    if not 0.0 <= float(percentile) <= 1.0:
-        raise InputError(f"percentile must be in [0, 1], got {percentile}")
+    check_number(percentile, "percentile", 0, 1)
     valid = valid.to(torch.bool)
     mean, ok = masked_mean(D, valid, dim=0)
     q, _ = masked_quantile(D, valid, float(percentile), dim=0)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
+from .._checks import check_device
 from .._precision import autocast_off
 from ..config import GeoConConfig
 from ..pipeline import scoring_config
@@ -44,7 +45,10 @@ class BackgroundConsistency(GeoConMetric):
             backends resolved for the scoring device, the calibration file's hash pinned), not
             ``metric.config.config_hash()``.
         scoring_device: where features and fits run (default: the tensors' device, the first
-            tensor's for a list; for paths the CUDA device when available).
+            tensor's for a list; for paths the CUDA device when available). One that is no
+            torch device ("gpu") is an InputError here; one this machine lacks ("cuda" without
+            a GPU) is the InputError of :func:`~geocon_torch.pipeline.score_clips` at the
+            first ``update``, before any clip is read.
         **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``...).
 
     ``compute()`` returns 0-d tensors: the float64 medians ``ir``, ``ge_px``, ``ir_h``,
@@ -90,6 +94,9 @@ class BackgroundConsistency(GeoConMetric):
         self.config = scoring_config(config, preset)  # records the preset it scores with
         self.preset = self.config.preset
         check_background_preset(self.preset)
+        # no torch device ("gpu") is the constructor's InputError; one absent here ("cuda" on a
+        # CPU host) may still be named (its protocol key): score_clips refuses it at update
+        scoring_device = check_device(scoring_device, "scoring_device", available=False)
         self.scoring_device = scoring_device
         for name in BACKGROUND_VALUES:  # one entry per clip (list states gather uneven ranks)
             self._add_cat_state(name, torch.float64)

@@ -9,7 +9,7 @@ from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
 from .._precision import autocast_off
-from ..errors import InputError
+from .._checks import check_number
 from ..measures.foreground import check_settings
 from .functional.foreground import _adadfrc_compute, _adadfrc_update
 from ._base import GeoConMetric, in_order_sum
@@ -21,7 +21,9 @@ class AdaDFRC(GeoConMetric):
     """AdaDFRC-W2 pooled over every valid (pair, object) sample seen by :meth:`update`.
 
     ``update(flow (P, 2, H, W), masks (P, K, H, W) bool, reliability (P, H, W) | None)`` scores
-    each pair's objects with :func:`~geocon_torch.metrics.functional.adadfrc`.
+    each pair's objects with :func:`~geocon_torch.metrics.functional.adadfrc`: masks may also
+    be 0 / 1 floats or integers (soft masks are an InputError: threshold them first, e.g.
+    ``m > 0.5``); reliability weights outside [0, 1] are clamped to it, not checked.
     ``compute()`` returns a dict of 0-d tensors:
 
     * ``pooled_adadfrc_mean``: mean D over all valid samples (px^2);
@@ -37,6 +39,18 @@ class AdaDFRC(GeoConMetric):
     States (reduce correctly under torch.distributed): ``sum_d``, ``count``,
     ``num_not_applicable``, ``num_error`` (``sum``), ``values`` and ``reasons`` (``cat``;
     ``values`` is needed for the quantile).
+
+    Args:
+        grid: N of the adaptive N x N grid over each object's box, an integer >= 2.
+        score: ``"wmse"`` (weighted mean squared affine residual) or ``"w2"`` (W2 variant).
+        min_pixels: (pair, object) slots with fewer mask pixels are not applicable (an
+            integer >= 0).
+        percentile: quantile of ``pooled_adadfrc_quantile``, in [0, 1] (0.9: AdaP90).
+        **kwargs: torchmetrics ``Metric`` options (``dist_sync_on_step``, ...).
+    Raises:
+        InputError, ArgumentTypeError: a bad ``grid`` / ``score`` / ``min_pixels`` /
+            ``percentile`` (a str such as "0.9" is refused, not converted), at construction;
+            InputError from :meth:`update`: masks that are not binary.
 
     Example:
         >>> import torch
@@ -65,9 +79,8 @@ class AdaDFRC(GeoConMetric):
     def __init__(self, grid: int = 8, score: str = "wmse", min_pixels: int = 64,
                  percentile: float = 0.9, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_settings(grid, score)  # at construction, not at the first update
-        if not 0.0 <= percentile <= 1.0:
-            raise InputError(f"percentile must be in [0, 1], got {percentile}")
+        check_settings(grid, score, min_pixels=min_pixels)  # at construction, not at update
+        check_number(percentile, "percentile", 0, 1)
         self.grid = int(grid)
         self.score = score
         self.min_pixels = int(min_pixels)

@@ -248,6 +248,7 @@ class _Job:
     stack: Optional[_Stack] = None
     seg: Optional[_Segmented] = None
     result: Optional[Scored] = None
+    given: Optional[torch.Tensor] = None  # the given masks, read by :func:`_open`
 
     def stop(self) -> None:
         self.result = (self.out, None)
@@ -342,7 +343,10 @@ def _each(jobs: Sequence[_Job], fn: Callable[[_Job], None]) -> None:
 
 
 def _open(job: _Job, cfg: GeoConConfig, device: Optional[torch.device], timer: Timer) -> None:
-    """No pairs: stop; else the gate method and the external gate's decision (if any)."""
+    """No pairs: stop; else the gate method, the external gate's decision (if any; a pose log
+    is read here) and the given masks (:func:`_read_masks`). Both side sources are read before
+    any feature work, so a missing or malformed one is the clip's error whatever its texture
+    (never folded into a later ``not_applicable``)."""
     if int(job.pairs.shape[0]) == 0:
         job.out.block["reason"] = f"clip has {job.clip.num_frames} frame(s): no frame pairs"
         return job.stop()
@@ -351,7 +355,23 @@ def _open(job: _Job, cfg: GeoConConfig, device: Optional[torch.device], timer: T
     with timer("gate"):
         job.ext = external_gate(method, job.clip, job.pairs, job.poses, cfg, device)
     job.out.gate = gate_block(method, job.ext)  # kept on every exit before the gate statistic
+    if job.masks is not None:
+        with timer("segment"):
+            job.given = _read_masks(job, cfg)
     return None
+
+
+def _read_masks(job: _Job, cfg: GeoConConfig) -> torch.Tensor:
+    """The clip's given masks (T, K, H, W) bool at its working size, on the source's device
+    (the CPU for a file; :func:`_provider_objects` moves them to the matches' device).
+
+    Raises:
+        InputError, ShapeError: the source is missing / unreadable, or its masks do not fit
+            the clip (:func:`~geocon_torch.segment.files.load_masks`).
+    """
+    clip = job.clip
+    return load_masks(job.masks, num_frames=clip.num_frames, size=clip.size,
+                      frame_indices=clip.frame_indices, resize=cfg.segment.resize_masks)
 
 
 def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
@@ -694,9 +714,7 @@ def _provider_objects(job: _Job, cfg: GeoConConfig, device: Optional[torch.devic
     clip, seg, dev = job.clip, job.seg, job.stack.x1.device
     method = seg.evidence["method"]
     if method == "files":
-        objects = load_masks(job.masks, num_frames=clip.num_frames, size=clip.size,
-                             frame_indices=clip.frame_indices, device=dev,
-                             resize=cfg.segment.resize_masks)
+        objects, job.given = job.given.to(dev), None  # read by _open (masks given: "files")
     elif method == "sam2":
         objects = sam2_masks(clip, cfg.segment, device=device).to(dev)
     else:

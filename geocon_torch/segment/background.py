@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .._checks import check_points, check_same_shape, describe
+from .._checks import check_integer, check_points, check_same_shape, describe
 from .._morphology import dilate_mask
 from .._tensor_utils import mask_at_pixels
 from ..errors import InputError, ShapeError
@@ -21,8 +21,17 @@ _INDEX_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def dilate(masks: torch.Tensor, radius: int) -> torch.Tensor:
-    """Binary dilation of (..., H, W) bool masks by a (2r+1)^2 square, batched
-    (:func:`geocon_torch._morphology.dilate_mask`)."""
+    """Binary dilation by a (2r+1)^2 square, batched
+    (:func:`geocon_torch._morphology.dilate_mask`; pixels outside the frame count as False).
+
+    Args:
+        masks: (..., H, W) masks (any dtype; nonzero = set).
+        radius: r in px, an integer >= 0 (0: the masks unchanged, as bool).
+    Returns:
+        (..., H, W) bool, same shape and device.
+    Raises:
+        ArgumentTypeError, InputError: ``radius`` not an integer >= 0 (1.5 is refused).
+    """
     return dilate_mask(masks, radius)
 
 
@@ -33,11 +42,16 @@ def background_mask(content_mask: torch.Tensor, objects: Optional[torch.Tensor],
     Args:
         content_mask: (H, W) bool (False on letterbox bars).
         objects: (T, K, H, W) bool object masks (K may be 0) or None.
-        margin_px: safety margin: objects are dilated by this many pixels before removal.
+        margin_px: safety margin: objects are dilated by this many pixels before removal (an
+            integer >= 0).
         num_frames: T when ``objects`` is None.
     Returns:
         (T, H, W) bool.
+    Raises:
+        ArgumentTypeError, InputError: ``margin_px`` not an integer >= 0. ShapeError: no
+            ``num_frames`` without ``objects``, or ``objects`` not (T, K, H, W).
     """
+    check_integer(margin_px, "margin_px", 0)
     h, w = content_mask.shape[-2:]
     if objects is None or objects.shape[1] == 0:
         t = num_frames if objects is None else objects.shape[0]
@@ -107,8 +121,15 @@ def _lookup(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> t
 
 
 def sample_mask(mask: torch.Tensor, points: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-    """Look up (T, H, W) bool ``mask`` at (P, N, 2) float pixel ``points`` (x, y) of integer
-    ``frames`` (P,) in [0, T) -> (P, N) bool (nearest pixel; False outside the frame).
+    """Look up ``mask`` at pixel ``points`` of ``frames`` (nearest pixel; False outside the
+    frame).
+
+    Args:
+        mask: (T, H, W) bool masks.
+        points: (P, N, 2) float (x, y) pixels.
+        frames: (P,) integer tensor, the frame in [0, T) of each row of ``points``.
+    Returns:
+        (P, N) bool on ``mask``'s device.
 
     Raises:
         ShapeError: ``mask`` not (T, H, W) bool, ``points`` not (P, N, 2) float, ``frames`` not
@@ -129,6 +150,8 @@ def background_keep(bg: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
     Args:
         bg: (T, H, W) bool background masks (:func:`background_mask`); x1, x2: (P, N, 2) float
             px of the pairs' first / second frame; pairs: (P, 2) integer frames in [0, T).
+    Returns:
+        (P, N) bool on ``bg``'s device, True where both endpoints are background.
     Raises:
         ShapeError: wrong shapes / dtypes (``x1`` and ``x2`` must have the same shape).
         InputError: a frame outside [0, T) (one host sync; the pipeline uses

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._json import open_npz
 from ..errors import InputError, ShapeError
 from ..io.images import IMAGE_SUFFIXES, image_files, natural_order
 
@@ -37,6 +38,8 @@ MASK_SUFFIXES = IMAGE_SUFFIXES | {".tif", ".tiff"}
 #: masks whose aspect ratio (W / H) differs from the clip's by more than this (relative) are
 #: an error unless resizing was asked for
 ASPECT_TOLERANCE = 0.01
+#: what a masks file that cannot be read should have been
+MASKS_NPZ_HINT = "give an .npz written by np.savez with a 'masks' array, or a PNG folder"
 
 
 #: lossy formats: a mask saved in one is read as binary (> 127), not as a label map
@@ -170,8 +173,12 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
             ``frame_indices`` (source frame of each clip frame).
         size: (H, W) working resolution to resize to (nearest neighbour, pixel centres
             aligned: OpenCV's INTER_NEAREST_EXACT).
+        device: where the returned masks live (None: the CPU, or a tensor source's device).
         resize: stretch masks whose aspect ratio differs from ``size``'s by more than 1 %
             (default: that is an InputError).
+    Returns:
+        (T, K, H, W) bool masks (T = ``num_frames`` when given, (H, W) = ``size`` when given;
+        K may be 0).
     Raises:
         InputError: unreadable source, NaN / non-binary float masks, another aspect ratio.
         ShapeError: wrong rank or frame count.
@@ -181,7 +188,7 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         if path.is_dir():
             arr = torch.from_numpy(_read_folder(path))
         elif path.is_file() and path.suffix.lower() == ".npz":
-            with np.load(path) as z:
+            with open_npz(path, "masks", MASKS_NPZ_HINT) as z:
                 key = "masks" if "masks" in z.files else (z.files[0] if len(z.files) == 1 else None)
                 if key is None:
                     raise InputError(f"{path}: no 'masks' array (found {z.files})")
@@ -193,8 +200,10 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
                     raise InputError(f"{path}: mask array '{key}' must be bool, integer labels or "
                                      f"0 / 1 floats, got dtype {raw.dtype}")
                 arr = torch.from_numpy(np.ascontiguousarray(raw))
+        elif path.exists():  # a video, an image, a .npy: not a masks source
+            raise InputError(f"{path} is not a masks source: give a folder of PNGs or an .npz")
         else:
-            raise InputError(f"mask source not found or not a folder / .npz: {path}")
+            raise InputError(f"mask source not found: {path}")
     elif isinstance(source, (np.ndarray, torch.Tensor)):
         arr = torch.as_tensor(source)
     else:

@@ -179,7 +179,7 @@ def _max27(x: torch.Tensor) -> torch.Tensor:
 def connected_components(mask: torch.Tensor, downsample: int = 4,
                          max_iterations: int = 512, dtype: torch.dtype = torch.long,
                          links: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Space-time connected components of (T, h, w) bool -> (T, h, w) labels (0 = none).
+    """Space-time connected components of a (T, h, w) bool mask, labels 0 (none) and 1..K.
 
     Every cell starts with its own id; each iteration takes the 3x3x3 maximum (separable; 8-
     connected in a frame, overlapping blobs linked across consecutive frames) inside the mask,
@@ -192,9 +192,18 @@ def connected_components(mask: torch.Tensor, downsample: int = 4,
     frames of several clips one after the other are not linked across clips, so each clip gets
     the components it gets alone, numbered after those of the clips before it).
 
-    A clip of T = 0 frames (or of empty frames) gives an empty (T, h, w) label tensor of
-    ``dtype``. Raises ShapeError when ``mask`` is not a (T, h, w) bool tensor or ``links`` not
-    (T-1,), InputError when ``downsample`` < 1 (ArgumentTypeError: not an integer).
+    Args:
+        mask: (T, h, w) bool.
+        downsample: cell side (px) of the grid the components are found on, an integer >= 1.
+        max_iterations: cap on the max-pooling / pointer-jumping iterations.
+        dtype: integer dtype of the labels (torch.int64 or torch.int32).
+        links: (T-1,) bool or None (see above).
+    Returns:
+        (T, h, w) labels of ``dtype`` on ``mask``'s device (all 0 for an empty mask; an empty
+        tensor for T = 0).
+    Raises:
+        ShapeError: ``mask`` not a (T, h, w) bool tensor, ``links`` not (T-1,).
+        InputError / ArgumentTypeError: ``downsample`` < 1 / not an integer.
     """
     _check_components_args(mask, downsample, links)
     if mask.numel() == 0:
@@ -444,10 +453,16 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             ``motion_min_seeds`` of its seeds move *coherently* (within max(3 px, 30 %) of the
             component's median relative motion): a rigid mover does, scattered mismatches and
             non-rigid warps do not, so masking can never just delete the outliers.
+        cfg: the ``segment`` config (``motion_*`` thresholds and radii, px at working size).
+        max_objects: keep at most this many objects (the largest first).
         max_side: frames larger than this are segmented at a reduced scale (every size and
             radius scaled with it) and the masks upsampled back (nearest). ``gray`` may be
             given already pooled to that scale (:func:`pooled_gray`; saves a full-resolution
             float copy of the clip); the working size is always ``content``'s.
+    Returns:
+        (masks (T, K, h, w) bool at ``content``'s size and device, K <= ``max_objects``
+        (largest object first); the evidence dict: ``objects`` (K), ``unreliable_frames``,
+        ``dense``, ``regime``, the seed counts, ...).
     Raises:
         ShapeError: ``gray`` not a (T, 1, h, w) float tensor with T >= 1, ``homographies``
             not (T-1, 3, 3), ``valid`` not (T-1,), ``content`` not 2-D (metadata checks).

@@ -114,6 +114,7 @@ def motion_masks(clip: Clip, pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Te
             are the evaluated pairs (later rows, e.g. gate pairs, are ignored).
         regime: the preliminary regime (:func:`~geocon_torch.gate.preliminary_regime`): under F
             no dense residuals are computed (the frames are never read).
+        config: the config (``segment`` settings, ``background`` thresholds).
     Returns:
         objects (T, K, H, W) bool and the evidence of :func:`~.motion.motion_segment` plus
         ``pre_regime``.

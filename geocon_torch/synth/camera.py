@@ -16,10 +16,16 @@ _F64 = torch.float64
 
 
 def intrinsics(size: Tuple[int, int], focal_scale: float = 0.9) -> torch.Tensor:
-    """(3, 3) float64 pinhole K for an image of ``size = (H, W)``.
+    """Pinhole intrinsics K for an image of ``size``.
 
     ``fx = fy = focal_scale * W`` px (0.9 W = 58 deg horizontal field of view), principal point
     at the image centre ``((W - 1) / 2, (H - 1) / 2)`` in integer-centred pixel coordinates.
+
+    Args:
+        size: (H, W) in px.
+        focal_scale: focal length / image width (unitless).
+    Returns:
+        (3, 3) float64 K, px, on the CPU.
     """
     h, w = int(size[0]), int(size[1])
     f = focal_scale * w
@@ -41,7 +47,16 @@ def rotation(axis: Sequence[float], angle: torch.Tensor) -> torch.Tensor:
 
 def look_at(eye: Sequence[float], target: Sequence[float],
             up: Sequence[float] = (0.0, -1.0, 0.0)) -> torch.Tensor:
-    """(4, 4) world-to-camera pose of a camera at ``eye`` looking at ``target`` (``up`` is -y)."""
+    """World-to-camera pose of a camera at ``eye`` looking at ``target``.
+
+    Args:
+        eye: (3,) camera centre, world units.
+        target: (3,) the point the optical axis (+z) goes through, world units.
+        up: (3,) the world's up direction (default -y: the world's y points down, as the
+            camera's).
+    Returns:
+        (4, 4) float64 ``[R | t]`` (``X_cam = R X_world + t``) on the CPU.
+    """
     return look_at_batch(torch.as_tensor([eye], dtype=_F64),
                          torch.as_tensor([target], dtype=_F64), up)[0]
 
@@ -81,8 +96,15 @@ def relative_pose(pose_i: torch.Tensor, pose_j: torch.Tensor) -> torch.Tensor:
 
 
 def rotation_homography(K: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
-    """(..., 3, 3) ``H = K R_rel K^-1`` (x_j ~ H x_i) for relative poses (..., 4, 4) without
-    translation (pure rotation about the camera centre), normalised so ``H[2, 2] = 1``."""
+    """``H = K R_rel K^-1`` (x_j ~ H x_i) of relative poses without translation (pure rotation
+    about the camera centre), normalised so ``H[2, 2] = 1``.
+
+    Args:
+        K: (3, 3) intrinsics, px.
+        rel: (..., 4, 4) relative poses camera i -> camera j (only the rotation block is read).
+    Returns:
+        (..., 3, 3) homographies in pixels, in the dtype ``K`` and ``rel`` share.
+    """
     h = K @ rel[..., :3, :3] @ torch.linalg.inv(K)
     return h / h[..., 2:3, 2:3]
 
@@ -93,10 +115,17 @@ STILL_TRANSLATION = 1e-9
 
 
 def fundamental_from_pose(K: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
-    """(..., 3, 3) ``F = K^-T [t]_x R K^-1`` with ``x_j^T F x_i = 0`` for relative poses
-    (..., 4, 4) (camera i to camera j); scaled to unit Frobenius norm (zeros if the centre
-    did not move: ``|t| <= STILL_TRANSLATION``, the round-off of inverting a pose, whose
-    direction would otherwise set an arbitrary epipole)."""
+    """``F = K^-T [t]_x R K^-1`` with ``x_j^T F x_i = 0``, scaled to unit Frobenius norm (zeros
+    if the centre did not move: ``|t| <= STILL_TRANSLATION``, the round-off of inverting a
+    pose, whose direction would otherwise set an arbitrary epipole).
+
+    Args:
+        K: (3, 3) intrinsics, px.
+        rel: (..., 4, 4) relative poses camera i -> camera j (translation in scene units).
+    Returns:
+        (..., 3, 3) pixel-domain fundamental matrices in the dtype ``K`` and ``rel`` share
+        (CPU tensors).
+    """
     rot, t = rel[..., :3, :3], rel[..., :3, 3]
     t = torch.where(t.norm(dim=-1, keepdim=True) > STILL_TRANSLATION, t, torch.zeros_like(t))
     tx = torch.zeros(rel.shape[:-2] + (3, 3), dtype=rel.dtype)
@@ -111,8 +140,16 @@ def fundamental_from_pose(K: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
 
 def project(K: torch.Tensor, poses: torch.Tensor, points: torch.Tensor
             ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Project world points (N, 3) with poses (T, 4, 4): returns pixels (T, N, 2) and camera
-    depths (T, N) (z in the camera frame; <= 0 means behind the camera)."""
+    """Project world points with world-to-camera poses.
+
+    Args:
+        K: (3, 3) intrinsics, px.
+        poses: (T, 4, 4) world-to-camera poses.
+        points: (N, 3) world points.
+    Returns:
+        (pixels (T, N, 2) float64 (x, y), camera depths (T, N) float64: z in the camera frame,
+        <= 0 means behind the camera).
+    """
     pts = points.to(_F64)
     cam = poses[:, None, :3, :3].to(_F64) @ pts[None, :, :, None] + poses[:, None, :3, 3:]
     cam = cam.squeeze(-1)

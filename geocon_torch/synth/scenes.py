@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .._checks import check_integer
 from .._version import __version__
 from ..categories import CATEGORY_NAMES, EXPECTED_REGIME, canonical_category
 from . import camera as cam
@@ -380,9 +381,7 @@ def build_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] = 
     if unknown:
         raise InputError(f"unknown render_scene options {sorted(unknown)}; known: "
                          f"{sorted(_OPTIONS)}")
-    t = int(num_frames)
-    if t < 1:
-        raise InputError(f"num_frames must be >= 1, got {num_frames}")
+    t = check_integer(num_frames, "num_frames", 1)
     h, w = int(size[0]), int(size[1])
     if h < 8 or w < 8:
         raise InputError(f"size must be (H, W) with both >= 8, got {size}")
@@ -401,13 +400,13 @@ def build_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] = 
 
 def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] = (384, 640),
                  seed: int = 0, corruption: Optional[str] = None, severity: float = 0.0,
-                 **options: Any):
+                 **options: Any) -> SynthClip:
     """Render one grounded clip with exact ground truth.
 
     Args:
         category: "C1".."C6" or an alias (static, rotation, translation, moving_object, complex,
             stress).
-        num_frames: T >= 1.
+        num_frames: T, an integer >= 1 (2.5 is refused, never truncated).
         size: (H, W) in pixels (even values if the clip is to be saved as mp4).
         seed: scene layout, textures and corruption noise; same seed -> identical frames.
         corruption: None or one of :data:`geocon_torch.synth.corruptions.CORRUPTIONS`.
@@ -418,7 +417,12 @@ def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] =
             (int, default 1), ``texel_scale`` (texels per pixel at the view distance, default
             1.0), ``focal_scale`` (f / W, default 0.9), ``fps`` (default 24), ``device``.
     Returns:
-        :class:`geocon_torch.synth.SynthClip`.
+        :class:`geocon_torch.synth.SynthClip`: frames (T, 3, H, W) uint8 RGB, masks
+        (T, K, H, W) bool, intrinsics (3, 3) float64, poses (T, 4, 4) float64 world-to-camera,
+        true_homographies (T-1, 3, 3) float64 or None.
+    Raises:
+        ArgumentTypeError, InputError: ``num_frames`` not an integer >= 1; InputError: an
+            unknown category, motion, option or corruption, a side below 8 px.
     """
     corruption = check_corruption(corruption, severity)
     scene = build_scene(category, num_frames=num_frames, size=size, seed=seed, **options)

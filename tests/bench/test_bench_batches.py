@@ -179,9 +179,10 @@ def test_cli_batch_clips_option(tmp_path: Path, capsys, monkeypatch):
                "--batch-clips", "2"])
     assert rc == 0 and "7 clips on 1 rank(s): 6 scored (5 ok" in capsys.readouterr().out
     assert scorer.groups == [["c0", "c1"], ["c2", "c3"]] and scorer.calls[-1] == "c4"
-    rc = main(["bench", str(m), "--db", str(tmp_path / "r.sqlite"), "--batch-clips", "0"])
+    with pytest.raises(SystemExit) as exc:  # an argparse usage error, named by its flag
+        main(["bench", str(m), "--db", str(tmp_path / "r.sqlite"), "--batch-clips", "0"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "batch_clips must be an integer >= 1" in err[0]
+    assert exc.value.code == 2 and "argument --batch-clips: must be >= 1, got 0" in err[-1]
 
 
 def test_claim_many_takes_the_next_rows_and_skips_the_ones_held(pg_url):  # noqa: F811

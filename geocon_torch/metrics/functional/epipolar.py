@@ -163,8 +163,20 @@ def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigArg = None, *
                          return_status: bool = False, **retired: Any
                          ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Per-clip epipolar inlier rate: RANSAC inliers / ratio-filtered matches, averaged over
-    valid pairs, in [0, 1]. Higher is better. Arguments, return value and errors as in
-    :func:`epipolar_error`.
+    valid pairs, in [0, 1]. Higher is better.
+
+    Args:
+        videos: (B, T, C, H, W) uint8 / float in [0, 1] (any device), or a list of
+            (T, C, H, W) tensors / Clips.
+        config, implementation, features: as in :func:`epipolar_error`.
+        return_status: also return the (B,) int64 status codes (``STATUSES``).
+
+    Returns:
+        (B,) float64 in [0, 1] on the videos' device, NaN for a not_applicable clip; with
+        ``return_status`` a tuple (values, status).
+
+    Raises:
+        ClipTensorError: a malformed batch (the io tensor rule).
 
     Example:
         >>> import torch
@@ -182,8 +194,20 @@ def feature_match_coverage(videos: VideosLike, config: EpipolarConfigArg = None,
                            return_status: bool = False, **retired: Any
                            ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Per-clip feature match coverage: min(inliers / min(kp_left, kp_right), 1), averaged
-    over valid pairs, in [0, 1]. Higher is better. Arguments, return value and errors as in
-    :func:`epipolar_error`.
+    over valid pairs, in [0, 1]. Higher is better.
+
+    Args:
+        videos: (B, T, C, H, W) uint8 / float in [0, 1] (any device), or a list of
+            (T, C, H, W) tensors / Clips.
+        config, implementation, features: as in :func:`epipolar_error`.
+        return_status: also return the (B,) int64 status codes (``STATUSES``).
+
+    Returns:
+        (B,) float64 in [0, 1] on the videos' device, NaN for a not_applicable clip; with
+        ``return_status`` a tuple (values, status).
+
+    Raises:
+        ClipTensorError: a malformed batch (the io tensor rule).
 
     Example:
         >>> import torch

@@ -28,8 +28,10 @@ def adadfrc(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None, *
 
     Args:
         flow: (P, 2, H, W) float forward flow t -> t+1 in px.
-        masks: (P, K, H, W) bool, object k at the first frame of pair p.
-        reliability: (P, H, W) weights in [0, 1] (forward-backward reliability) or None.
+        masks: (P, K, H, W) bool (or 0 / 1 floats or integers; soft masks are an InputError:
+            threshold them first), object k at the first frame of pair p.
+        reliability: (P, H, W) weights in [0, 1] (forward-backward reliability; values outside
+            are clamped to it) or None.
         grid, score ("wmse" | "w2"), min_pixels, w2_iterations: see
             :func:`geocon_torch.measures.foreground.adadfrc`.
 
