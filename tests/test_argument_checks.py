@@ -195,6 +195,9 @@ def test_ransac_threshold_and_confidence_must_be_numbers(fit):
         fit(x1, x2, threshold=0)
     with pytest.raises(InputError, match=r"^confidence must be in \(0, 1\), got 1$"):
         fit(x1, x2, confidence=1)
+    for bad in ("2", 2.5):  # F's floor of 8 must not hide them (max("2", 8) / max(2.5, 8))
+        with pytest.raises(ArgumentTypeError, match=r"^min_inliers must be an integer >= 0"):
+            fit(x1, x2, min_inliers=bad)
 
 
 def _gray():

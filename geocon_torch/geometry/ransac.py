@@ -1050,5 +1050,6 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
     prob = _Problem("F", 7, _f_residual_sq(residual),
                     _f_residual_sq(residual, with_weights=True))
     cfg = _Settings(threshold, scoring, confidence, max_iterations, batch_size,
-                    local_optimization, lo_iterations, max(min_inliers, 8))
+                    local_optimization, lo_iterations,
+                    max(check_integer(min_inliers, "min_inliers", 0), 8))  # 2.5 is no 8
     return _robust_fit(prob, x1, x2, mask, scores, seed, cfg)
