@@ -114,10 +114,11 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--long-side", type=int, metavar="PX",
                    help="working resolution: long side in pixels (default 1024; pixel scores "
                         "are reported at this resolution)")
-    g.add_argument("--max-frames", type=int, metavar="N", help="score at most N frames per clip")
-    g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame")
+    g.add_argument("--max-frames", type=int, metavar="N",
+                   help="score at most N frames per clip (default: every frame)")
+    g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame (default 1)")
     g.add_argument("--device", help="torch device for features and fits, e.g. cpu, cuda, cuda:1 "
-                                    "(default, or auto: CUDA when available, else the CPU; "
+                                    "(default auto: CUDA when available, else the CPU; "
                                     "under torchrun cuda:LOCAL_RANK)")
 
 

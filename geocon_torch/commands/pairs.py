@@ -46,12 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "a tie is always skipped; a finite number >= 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("configuration")
-    g.add_argument("--config", metavar="FILE", help="JSON file overriding GeoConConfig")
+    g.add_argument("--config", metavar="FILE",
+                   help="JSON file overriding GeoConConfig (default: the defaults)")
     g.add_argument("--long-side", type=int, metavar="PX",
-                   help="working resolution: long side in pixels")
-    g.add_argument("--max-frames", type=int, metavar="N", help="score at most N frames per clip")
-    g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame")
-    g.add_argument("--device", help="torch device, e.g. cpu, cuda")
+                   help="working resolution: long side in pixels (default: the --kind preset's)")
+    g.add_argument("--max-frames", type=int, metavar="N",
+                   help="score at most N frames per clip (default: every frame)")
+    g.add_argument("--stride", type=int, metavar="S", help="keep every S-th frame (default 1)")
+    g.add_argument("--device", help="torch device, e.g. cpu, cuda (default auto: CUDA when "
+                                    "available, else the CPU)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,8 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=at_least(0), default=0, help="bootstrap seed (default 0)")
     p.add_argument("--config-hash", metavar="HASH",
                    help="report this configuration (default: the most common in RESULTS)")
-    p.add_argument("--device", help="torch device used to re-derive card matches")
-    p.add_argument("--title", default="geocon audit report", help="page title")
+    p.add_argument("--device", help="torch device used to re-derive card matches (default "
+                                    "auto: CUDA when available, else the CPU)")
+    p.add_argument("--title", default="geocon audit report",
+                   help="page title (default: geocon audit report)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (bars are drawn "
                    "only when stderr is a terminal)")
 

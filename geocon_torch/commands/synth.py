@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--motion", default=None,
                         help="camera motion (C2: pan|tilt|roll, C3: truck|dolly, C5: arc|orbit);"
                              " default: the category's first, or every motion with 'all'")
-    parser.add_argument("--corruption", default="none", choices=("none",) + CORRUPTIONS)
+    parser.add_argument("--corruption", default="none", choices=("none",) + CORRUPTIONS,
+                        help="a geometric corruption of every clip (default none: clean); "
+                             "nonrigid_object needs moving objects: C4 only")
     parser.add_argument("--severity", type=unit_fraction, default=0.5,
                         help="corruption severity in [0, 1] (default 0.5; ignored without "
                              "--corruption)")

@@ -168,12 +168,13 @@ def _share(points: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return torch.bincount(q, minlength=4).double() / max(1, points.shape[0])
 
 
-def outlier_lines(ev: PairEvidence) -> List[str]:
+def outlier_lines(ev: PairEvidence, chosen: bool = False) -> List[str]:
     """Where the pair's outliers (background matches that are not ``ev.model`` inliers) lie:
-    their share per image quadrant against all matches', and how many sit near object masks."""
+    their share per image quadrant against all matches', and how many sit near object masks.
+    ``chosen``: the caller picked the pair (``--pair``), so it is not called the worst."""
     out_mask = ~ev.inliers
     n, n_out = int(ev.inliers.numel()), int(out_mask.sum())
-    head = (f"Worst pair #{ev.index} {ev.pair} ({ev.model}): {n_out} outliers of {n} "
+    head = (f"{'Pair' if chosen else 'Worst pair'} #{ev.index} {ev.pair} ({ev.model}): {n_out} outliers of {n} "
             f"background matches, IR {ev.ir:.4f}.")
     if n_out == 0:
         return [head]
@@ -296,20 +297,20 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     if pair is not None and not 0 <= k < n_pairs:
         raise InputError(f"--pair must be in [0, {n_pairs}), got {pair}")
     if evidence and k is not None and res.get("status") != "error":
-        lines += _evidence_lines(res, k, video, masks, poses, device)
+        lines += _evidence_lines(res, k, video, masks, poses, device, pair is not None)
     lines += change_lines(res, cfg)
     return "\n".join(lines) + "\n"
 
 
 def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: Any,
-                    device: Any) -> List[str]:
+                    device: Any, chosen: bool) -> List[str]:
     meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
     try:
         ev = pair_evidence(res, k, video=video, masks=masks or meta.get("masks_path"),
                            poses=poses or meta.get("poses_path"), device=device)
     except (GeoConError, OSError) as exc:
         return [f"Pair #{k}: outlier locations unavailable ({exc})."]
-    return outlier_lines(ev)
+    return outlier_lines(ev, chosen)
 
 
 __all__ = ["explain_result", "gate_lines", "threshold_lines", "calibrated_lines",

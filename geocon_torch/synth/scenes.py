@@ -444,6 +444,8 @@ def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] =
         true_h = cam.rotation_homography(K, rel)
     fps = float(options.get("fps", 24.0))
     sev_tag = f"_{corruption}{float(severity):.2f}" if corruption else ""
+    n_obj = int(options.get("num_objects", 1))  # C4 with 2-3 objects is another clip (its id)
+    sev_tag = (f"_{n_obj}obj" if cat == "C4" and n_obj != 1 else "") + sev_tag
     meta = {
         "prompt": PROMPTS[(cat, motion)],
         "motion": motion,

@@ -76,6 +76,9 @@ def test_failing_corrupted_clip(scored):
     assert f"Worst pair #{k} ({bad[0]['pair'][0]}, {bad[0]['pair'][1]}) (H)" in text
     assert "outliers by quadrant" in text
     assert "the report gate would pass at tau_H >=" in text or "no tau_H in the" in text
+    other = next(i for i in range(len(bg["per_pair"])) if i != k)  # a pair the user picks
+    picked = explain_result(res, pair=other, poses=str(poses), device="cpu")
+    assert f"\nPair #{other} " in picked and "Worst pair" not in picked
 
 
 def test_cli_result_files_and_exit_codes(scored, tmp_path, capsys):

@@ -134,3 +134,13 @@ def test_cli_nonrigid_only_renders_object_scenes(tmp_path, capsys):
     assert "skipping C1, C2, C3, C5, C6" in capsys.readouterr().out
     assert main(["synth", str(tmp_path), "--category", "C2", "--corruption",
                  "nonrigid_object"]) == 2
+
+
+def test_clip_id_names_the_object_count_of_c4():
+    """Two or three objects are another clip: saved side by side, not over the 1-object one."""
+    ids = [render_scene("C4", num_frames=2, size=(32, 48), num_objects=n).clip_id
+           for n in (1, 2, 3)]
+    assert ids == ["C4_static_seed0", "C4_static_2obj_seed0", "C4_static_3obj_seed0"]
+    bad = render_scene("C4", num_frames=2, size=(32, 48), num_objects=2,
+                       corruption="flicker", severity=0.5)
+    assert bad.clip_id == "C4_static_2obj_flicker0.50_seed0"
