@@ -174,7 +174,8 @@ def outlier_lines(ev: PairEvidence, chosen: bool = False) -> List[str]:
     ``chosen``: the caller picked the pair (``--pair``), so it is not called the worst."""
     out_mask = ~ev.inliers
     n, n_out = int(ev.inliers.numel()), int(out_mask.sum())
-    head = (f"{'Pair' if chosen else 'Worst pair'} #{ev.index} {ev.pair} ({ev.model}): {n_out} outliers of {n} "
+    name = "Pair" if chosen else "Worst pair"
+    head = (f"{name} #{ev.index} {ev.pair} ({ev.model}): {n_out} outliers of {n} "
             f"background matches, IR {ev.ir:.4f}.")
     if n_out == 0:
         return [head]
