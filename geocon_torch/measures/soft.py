@@ -54,13 +54,27 @@ def differentiable_flow(img1: torch.Tensor, img2: torch.Tensor,
     return lk(img1, img2)
 
 
+def _grid_ranges(h: int, w: int, step: int, border: int) -> Tuple[range, range]:
+    """The grid's row (y) and column (x) positions in px: every ``step`` px at least
+    ``border`` px inside an H x W image (``border`` clamped for tiny frames)."""
+    b = min(border, (min(h, w) - 1) // 2)
+    return range(b, h - b, step), range(b, w - b, step)
+
+
+def grid_lines(h: int, w: int, step: int, border: int) -> Tuple[int, int]:
+    """(rows, columns) of :func:`grid_points`' grid for H x W px frames (host ints, no tensor
+    op)."""
+    ys, xs = _grid_ranges(h, w, step, border)
+    return len(ys), len(xs)
+
+
 def grid_points(h: int, w: int, step: int, border: int, dtype: torch.dtype,
                 device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Integer grid ``(x, y)`` (N, 2) every ``step`` px at least ``border`` px inside an
     H x W image, and its row / column indices (N,), (N,)."""
-    b = min(border, (min(h, w) - 1) // 2)
-    ys = torch.arange(b, h - b, step, device=device)
-    xs = torch.arange(b, w - b, step, device=device)
+    ry, rx = _grid_ranges(h, w, step, border)
+    ys = torch.arange(ry.start, ry.stop, ry.step, device=device)
+    xs = torch.arange(rx.start, rx.stop, rx.step, device=device)
     yy, xx = torch.meshgrid(ys, xs, indexing="ij")
     yy, xx = yy.reshape(-1), xx.reshape(-1)
     return torch.stack([xx, yy], -1).to(dtype), yy, xx

@@ -15,7 +15,7 @@ scores. Moving objects count as outliers here (there is no masking).
 """
 from __future__ import annotations
 
-from typing import Any, Tuple, Union
+from typing import Any, Union
 
 import torch
 from einops import rearrange
@@ -25,7 +25,7 @@ from ..._precision import autocast_off
 from ...errors import ShapeError
 from ...io import check_clip_tensor
 from ...config import GeoConConfig, SoftConsistencyConfig
-from ...measures.soft import soft_pair_scores
+from ...measures.soft import grid_lines, soft_pair_scores
 
 #: fewest grid lines (rows and columns) of flow correspondences a frame must give: a 4 x 4 grid,
 #: twice the 8 points of the F fit. With fewer the IRLS H / F fit passes (nearly) through every
@@ -34,13 +34,6 @@ from ...measures.soft import soft_pair_scores
 #: defaults (21 x 21 px) noise scores 0.70 on average, 0.82 at most (32 clips), consistent
 #: grounded C1 / C2 / C3 clips 0.98 / 0.97 / 0.97 (22 x 22 px).
 MIN_GRID_LINES = 4
-
-
-def grid_lines(h: int, w: int, step: int, border: int) -> Tuple[int, int]:
-    """(rows, columns) of the correspondence grid of H x W px frames: the grid of
-    :func:`geocon_torch.measures.soft.grid_points` (``border`` clamped for tiny frames)."""
-    b = min(border, (min(h, w) - 1) // 2)
-    return len(range(b, h - b, step)), len(range(b, w - b, step))
 
 
 def _check_grid(h: int, w: int, cfg: SoftConsistencyConfig) -> None:
