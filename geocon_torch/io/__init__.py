@@ -16,7 +16,8 @@ one image file, or a tensor (T, C, H, W) with C in {1, 3}, uint8 or float in [0,
   thinner than ``letterbox_min_fraction`` (2 %) of the side are ignored).
 * ``fps`` (source fps / stride), ``frame_indices`` (source index of each frame), ``source_size``,
   ``meta`` (path, codec, source_fps, container_frames, decoded_frames, num_source_frames,
-  truncated, ...).
+  truncated, display_rotation, ...). Frames are in display orientation: a video's display
+  rotation by quarter turns is applied (:func:`~geocon_torch.io.decode.display_rgb`).
 
 Streaming: ``read_clip(path, stream=True)`` (what ``score_clip`` uses) decodes a video file once
 for its metadata and letterbox mask and keeps no frame: ``clip.frames`` is a

@@ -17,7 +17,10 @@ mp4. The decoder runs :data:`DECODE_THREADS` threads on every machine, and a dam
 decode error, or frames FFmpeg flags as decoded with concealed errors, counted as
 ``concealed_frames``) is decoded again on one (:func:`decode_stable`), so a file gives the same
 pixels everywhere. A mid-stream change of the frame size is recorded (``size_changes``), and the
-stream read is FFmpeg's best video stream.
+stream read is FFmpeg's best video stream. Frames are returned as a player shows them: a display
+matrix that turns the picture by a quarter turn (a phone's portrait video) is applied
+(:func:`display_rgb`, as OpenCV and FFmpeg do; an image folder's EXIF orientation is applied by
+OpenCV's image decoder), so sizes, masks and audit images are in display orientation.
 """
 from __future__ import annotations
 
@@ -187,6 +190,31 @@ def iter_frames(container, stream, errors: List[str]) -> Iterator:
     errors.append(f"gave up after {_MAX_ERRORS} consecutive decode errors")
 
 
+def display_turns(frame) -> int:
+    """Quarter turns counterclockwise (0-3) that show ``frame`` as a player does: the rotation of
+    its display matrix (FFmpeg's ``av_display_rotation_get``, PyAV's ``VideoFrame.rotation``,
+    degrees counterclockwise) when it is a multiple of 90 degrees (within 1 degree); 0 for a
+    frame without one, another angle (recorded, not applied: :attr:`Decoded.rotation`) or a
+    frame that is not PyAV's (an animated WebP's)."""
+    angle = float(getattr(frame, "rotation", 0) or 0)
+    turns = round(angle / 90.0)
+    return int(turns) % 4 if abs(angle - 90.0 * turns) <= 1.0 else 0
+
+
+def display_rgb(frame) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a decoded frame in display orientation (:func:`display_turns`
+    applied; H, W are the displayed height and width)."""
+    rgb = frame.to_ndarray(format="rgb24")
+    turns = display_turns(frame)
+    return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
+
+
+def display_size(frame) -> Tuple[int, int]:
+    """(H, W) of a decoded frame in display orientation, without converting it."""
+    h, w = int(frame.height), int(frame.width)
+    return (w, h) if display_turns(frame) % 2 else (h, w)
+
+
 @dataclass
 class Decoded:
     """What :func:`decode_selected` returns.
@@ -198,7 +226,8 @@ class Decoded:
         complete: decoding went to the end of the stream, or of what could be decoded (it was
             not stopped early because the selection was satisfied).
         errors: decode error messages (empty for a clean file).
-        source_size: (H, W) of the first decoded frame.
+        source_size: (H, W) of the first decoded frame, in display orientation
+            (:func:`display_size`).
         container_frames: frame count the container announces (None when it has none).
         codec, fps: stream codec name and frames per second (None when unknown).
         pts: presentation timestamp of each decoded frame (stream time base units).
@@ -219,6 +248,8 @@ class Decoded:
         damage_ahead: a decode of a stream with B-frames stopped early (the selection was
             satisfied) found damage in the next ``_LOOKAHEAD`` frames (:func:`_damage_ahead`);
             nothing else records them.
+        rotation: the display rotation of the first decoded frame (degrees counterclockwise,
+            0 without one); quarter turns are applied to every frame (:func:`display_rgb`).
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -243,6 +274,7 @@ class Decoded:
     video_streams: int = 1
     threads: int = DECODE_THREADS
     damage_ahead: bool = False
+    rotation: float = 0.0
     _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
 
     def note(self, frame) -> int:
@@ -253,9 +285,10 @@ class Decoded:
             self.pts.append(int(frame.pts))
             end = int(frame.pts) + int(getattr(frame, "duration", None) or 0)
             self.end_pts = end if self.end_pts is None else max(self.end_pts, end)
-        size = (int(frame.height), int(frame.width))
+        size = display_size(frame)
         if self.source_size is None:
             self.source_size = size
+            self.rotation = float(getattr(frame, "rotation", 0) or 0)
             self.frame_sizes.append(size)
         elif size != self._last_size:
             self.size_changes += 1
@@ -353,7 +386,7 @@ class Decoded:
             "first_size_change": None if change is None else {
                 "frame": change[0], "from": size_text(change[1]), "to": size_text(change[2])},
             "video_stream": self.stream_index, "video_streams": self.video_streams,
-            "decode_threads": self.threads,
+            "decode_threads": self.threads, "display_rotation": self.rotation,
         }
 
 
@@ -452,11 +485,11 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                     stopped = True
                     break
                 if motion is not None and motion.wants(i):
-                    motion.add(i, frame.to_ndarray(format="rgb24"), kept=False)
+                    motion.add(i, display_rgb(frame), kept=False)
                 continue
             if convert is None:
                 convert = plan(*out.source_size) if plan else (lambda a: a)
-            rgb = frame.to_ndarray(format="rgb24")
+            rgb = display_rgb(frame)
             if motion is not None:
                 motion.add(i, rgb, kept=True)
             image = convert(rgb)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import GeoConError, ShapeError, VideoReadError
-from .decode import DECODE_THREADS, iter_frames, open_video
+from .decode import DECODE_THREADS, display_rgb, iter_frames, open_video
 from .resize import WorkingSize, resize_image
 
 #: Converted frames kept after they were returned (overlaps between consecutive chunks).
@@ -155,7 +155,7 @@ class VideoFrames:
             i = self._next
             self._next += 1
             if i == src:
-                rgb = resize_image(frame.to_ndarray(format="rgb24"), self.size)
+                rgb = resize_image(display_rgb(frame), self.size)
                 return self._remember(src, torch.from_numpy(rgb).permute(2, 0, 1))
         raise VideoReadError(f"{self.path}: frame {src} did not decode on a later pass (the "
                              f"decoder stopped after {self._next} frames)")

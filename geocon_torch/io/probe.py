@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..errors import VideoReadError
-from .decode import check_file, decode_selected, open_video, stream_fps
+from .decode import (check_file, decode_selected, display_size, iter_frames, open_video,
+                     stream_fps)
 from .images import list_images, read_image
 
 
@@ -20,7 +21,8 @@ class VideoInfo:
             image folder).
         num_frames: the number of frames that actually decode (``counted == "decoded"``), or the
             container's count when it was trusted (``exact=False``), or the number of image files.
-        height, width: source frame size in px.
+        height, width: source frame size in px, as a player shows it (a display rotation by a
+            quarter turn swaps the coded height and width: :func:`~.decode.display_rgb`).
         codec: decoder name ("h264", "gif", ...; "images" for a folder).
         container_frames: the count the container announces (None when it has none). It can be
             wrong: ``real/box.mp4`` announces 456 frames and 455 decode.
@@ -65,6 +67,9 @@ def probe_video(path: Union[str, Path], *, exact: bool = True) -> VideoInfo:
         codec = stream.codec_context.name
         height, width = int(stream.codec_context.height), int(stream.codec_context.width)
         duration = (float(container.duration) / 1e6) if container.duration else None
+        if not exact and announced:  # the display rotation is on the frames: read the first
+            first = next(iter_frames(container, stream, []), None)
+            height, width = display_size(first) if first is not None else (height, width)
     finally:
         container.close()
     if not exact and announced:
