@@ -3,10 +3,12 @@ NumPy .npz archives (masks, pose logs)."""
 from __future__ import annotations
 
 import json
+import math
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Type, Union
+from typing import IO, Any, Iterator, NamedTuple, Tuple, Type, Union
 
 import numpy as np
 
@@ -33,7 +35,7 @@ def read_json_file(path: Union[str, Path], what: str,
     Raises ``error`` with ``"{what} not found: {path}"`` when nothing is there,
     ``"{what} {path} is a folder: give the JSON file"`` (:func:`not_a_file`) when it is not a
     file, and ``"{what} {path} is not valid JSON: ..."`` when it does not parse (or is not
-    UTF-8).
+    UTF-8, or nests deeper than the recursion limit).
     """
     path = Path(path)
     if not path.is_file():
@@ -42,6 +44,9 @@ def read_json_file(path: Union[str, Path], what: str,
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{what} {path} is not valid JSON: {exc}") from exc
+    except RecursionError:  # [[[...]]] deeper than the interpreter's recursion limit
+        raise error(f"{what} {path} is not valid JSON: nested deeper than Python's recursion "
+                    f"limit allows") from None
 
 
 @contextmanager
@@ -69,3 +74,71 @@ def open_npz(path: Union[str, Path], what: str, give: str) -> Iterator[Any]:
         raise InputError(f"{bad} (it holds one .npy array); {give}")
     with archive:
         yield archive
+
+
+class NpyHeader(NamedTuple):
+    """What the .npy header of an .npz member declares, read before its data."""
+
+    shape: Tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of data the header declares (exact: Python ints, no overflow)."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _read_npy_header(stream: IO[bytes], where: str, member: str) -> NpyHeader:
+    """The header of the .npy ``stream`` (left at the start of its data); InputError naming
+    ``where`` and ``member`` when it is not a .npy array or cannot be read."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise InputError(f"{where}: member '{member}' is not a readable NumPy .npy array "
+                             f"(unknown .npy format version {version})")
+        # version 3.0 differs from 2.0 only by UTF-8 field names (of structured dtypes, which
+        # no caller accepts): its header reads as a 2.0 one
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran_order, dtype = read(stream)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise InputError(f"{where}: member '{member}' is damaged ({exc})") from None
+    except ValueError as exc:
+        raise InputError(f"{where}: member '{member}' is not a readable NumPy .npy array "
+                         f"({exc})") from None
+    return NpyHeader(tuple(int(n) for n in shape), np.dtype(dtype), bool(fortran_order))
+
+
+@contextmanager
+def open_npz_member(archive: Any, key: str, where: str
+                    ) -> Iterator[Tuple[NpyHeader, IO[bytes]]]:
+    """The .npy header of array ``key`` of an archive from :func:`open_npz` and the member's
+    stream at the start of its data, read without reading any data: a few hundred bytes of a
+    small .npz can declare an array of many GB, so callers check the header against what they
+    expect before reading (or read the stream in bounded chunks). Reading errors inside the
+    block (a damaged member: bad CRC, bad deflate data) become InputError too.
+
+    Raises:
+        InputError: naming ``where`` and the member: no such member, an encrypted or
+            unsupported one, or one that is not a .npy array.
+    """
+    names = archive.zip.namelist()
+    member = f"{key}.npy" if f"{key}.npy" in names else key
+    try:
+        stream = archive.zip.open(member)
+    except (KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{where}: member '{member}' cannot be read ({exc})") from None
+    with stream:
+        header = _read_npy_header(stream, where, member)
+        try:
+            yield header, stream
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise InputError(f"{where}: member '{member}' is damaged ({exc})") from None
+
+
+def npz_header(archive: Any, key: str, where: str) -> NpyHeader:
+    """The .npy header of array ``key`` of ``archive`` (:func:`open_npz_member`), nothing
+    else read."""
+    with open_npz_member(archive, key, where) as (header, _):
+        return header

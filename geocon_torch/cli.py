@@ -5,15 +5,24 @@ User errors (a bad option or config value, a missing file, an invalid manifest, 
 cuda`` without a GPU) end the command with ONE line on stderr, ``geocon <command>: error:
 <message>``, and exit status 2; ``--debug`` shows the traceback instead. Anything else is a bug
 and keeps its traceback.
+
+Ctrl-C (and SIGTERM, which a command turns into the same exception while it runs) is neither:
+the command unwinds (temporary output files removed, a dynamic bench hands its claims back,
+stores closed) and ends with ONE line, ``geocon <command>: interrupted`` (``terminated
+(SIGTERM)``), and exit status 130 (143), as a shell reports a process stopped by the signal;
+``--debug`` shows the traceback instead.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
 import warnings
-from typing import List, NoReturn, Optional
+from contextlib import contextmanager
+from typing import Iterator, List, NoReturn, Optional
 
 from . import __version__, commands
 from .commands._common import check_device
@@ -75,6 +84,38 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+@contextmanager
+def _sigterm_as_interrupt(signalled: List[int]) -> Iterator[None]:
+    """While the block runs, SIGTERM (``kill``, a batch scheduler, torchrun stopping its
+    workers) raises KeyboardInterrupt in the main thread, as Ctrl-C does, and appends its
+    number to ``signalled``; the previous handler is restored afterwards. Nothing changes off
+    the main thread or where the caller installed its own handler."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def stop(signum: int, frame) -> None:
+        signalled.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted_line(command: str, signalled: List[int]) -> str:
+    """The one line of a command stopped by Ctrl-C or SIGTERM (module doc)."""
+    how = "terminated (SIGTERM)" if signalled else "interrupted"
+    line = f"geocon {command}: {how}"
+    if command == "bench":
+        line += ("; the clips stored so far are kept: run the same command again to resume "
+                 "(only clips without a stored row are scored)")
+    return line
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``geocon`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     # retired names (config keys, manifest columns, result keys) warn with a DeprecationWarning,
@@ -87,10 +128,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    signalled: List[int] = []
     try:
-        if hasattr(args, "device"):  # "auto" -> None: the commands' automatic choice
-            args.device = check_device(args.device)
-        return int(args._run(args) or 0)
+        with _sigterm_as_interrupt(signalled):
+            if hasattr(args, "device"):  # "auto" -> None: the commands' automatic choice
+                args.device = check_device(args.device)
+            return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(_interrupted_line(args.command, signalled), file=sys.stderr)
+        return 128 + int(signal.SIGTERM if signalled else signal.SIGINT)
     except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
         if args.debug or not is_user_error(exc):
             raise

@@ -46,7 +46,7 @@ from .io import clips_from_tensors, content_hash, probe_video, read_clip
 from .io.hashing import tensor_content_hashes
 from .io.calibration import pin_calibration
 from .io.pinned_files import pin_files
-from .io.images import IMAGE_SUFFIXES
+from .io.images import IMAGE_SUFFIXES, image_files
 from .io.integrity import decode_report, decode_verdict
 from .io.pairs import background_pairs
 from .measures.headline import headline_score, headline_terms
@@ -79,20 +79,28 @@ def working_long_side(cfg: GeoConConfig, video: VideoLike) -> Optional[int]:
 
 
 def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
-    """Whether a video file is read with frames decoded on demand (bounded memory whatever its
-    length): when its container announces more than ``io.stream_min_frames`` frames after
-    ``io.stride`` / ``io.max_frames`` (or announces none). Tensors, Clips, image folders and
-    short videos are held in memory (one decoding pass, at most that many frames)."""
+    """Whether a video file or a folder of images is read with frames decoded on demand
+    (bounded memory whatever its length): when it holds more than ``io.stream_min_frames``
+    frames after ``io.stride`` / ``io.max_frames`` (a video: as its container announces them,
+    or announcing none; a folder: its image files, counted without reading them). Tensors,
+    Clips, single image files and short clips are held in memory (one decoding pass, at most
+    that many frames)."""
     limit = cfg.io.stream_min_frames
     if limit is None or not isinstance(video, (str, os.PathLike)):
         return False  # tensors and Clips; anything else: read_clip says what it cannot read
     path = Path(video)
-    if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
-        return False
-    try:
-        n = probe_video(path, exact=False).num_frames
-    except GeoConError:
-        return True  # read_clip reports the problem itself
+    if path.is_dir():
+        try:
+            n = len(image_files(path))
+        except OSError:
+            return False  # an unreadable folder: read_clip reports the problem itself
+    elif path.suffix.lower() in IMAGE_SUFFIXES:
+        return False  # one image file: one frame
+    else:
+        try:
+            n = probe_video(path, exact=False).num_frames
+        except GeoConError:
+            return True  # read_clip reports the problem itself
     n = -(-int(n) // int(cfg.io.stride))
     if cfg.io.max_frames is not None:
         n = min(n, int(cfg.io.max_frames))

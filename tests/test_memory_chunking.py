@@ -202,8 +202,8 @@ def test_score_clip_chunked_identical(movie, preset):
 
 
 def test_streaming_decision(movie, tmp_path):
-    """Video files announcing more than io.stream_min_frames frames are streamed; tensors,
-    image folders and short files are held in memory."""
+    """Video files announcing more than io.stream_min_frames frames are streamed; tensors and
+    short files are held in memory (image folders: tests/io/test_image_folder_streaming.py)."""
     from geocon_torch.config import GeoConConfig
     from geocon_torch.io.framestore import VideoFrames
     from geocon_torch.pipeline import load_clip, streams_frames

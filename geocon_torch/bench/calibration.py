@@ -28,6 +28,7 @@ import torch
 from .._version import __version__
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
+from ..io._atomic import atomic_write_text
 from ..io.calibration import FORMAT, calibration_hash
 from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck, bound_checks,
                                     calibrated_pass, clip_statistics, relax_ir, roc_curve,
@@ -429,14 +430,14 @@ def run_calibration(plan: CalibrationPlan, outdir: Path,
                     rows: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
     """Score the plan (or take its already scored ``rows``), write OUTDIR/calibration.json and
     the ROC plots; returns the document (plus "plots": the written plot paths, not part of the
-    file)."""
+    file). calibration.json and roc.json are each written atomically (complete or as before)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = score_plan(plan, progress) if rows is None else list(rows)
     doc = calibration_document(plan, rows)
-    (outdir / "calibration.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
+    atomic_write_text(outdir / "calibration.json", json.dumps(doc, indent=1, allow_nan=False))
     curves = roc_curves(rows, doc["thresholds"], plan.min_severity)
-    (outdir / "roc.json").write_text(json.dumps(curves, allow_nan=False))
+    atomic_write_text(outdir / "roc.json", json.dumps(curves, allow_nan=False))
     plots = plot_roc(curves, doc["thresholds"], outdir)
     return dict(doc, plots=[str(p) for p in plots])
 

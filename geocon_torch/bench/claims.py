@@ -19,11 +19,14 @@ rank's insert wins), then loops:
 
 A :class:`LeaseKeeper` thread (its own connection) renews this rank's leases every
 ``lease_s / 3`` s while it scores, so a clip is never taken from a live rank however long it
-takes; a killed rank stops renewing and its claim expires after ``lease_s``. The same thread
-renews the job's heartbeat (``work_jobs.alive_until``, set when the job enqueues its rows). A
-re-run is a new job: it re-checks every row against the results (exactly what is missing is
-scored), and its rank 0 first deletes the work rows of crashed jobs of the same config
-(:func:`drop_stale_jobs`: heartbeat expired and no live lease; a live job is never touched).
+takes; a killed rank stops renewing and its claim expires after ``lease_s``, while a rank
+stopped by an exception (Ctrl-C, SIGTERM through the CLI, SystemExit, a bug; not a lost
+server) hands its unfinished claims back on the way out (:meth:`WorkQueue.release`), so the
+other ranks or a re-run take them at once. The same thread renews the job's heartbeat
+(``work_jobs.alive_until``, set when the job enqueues its rows). A re-run is a new job: it
+re-checks every row against the results (exactly what is missing is scored), and its rank 0
+first deletes the work rows of crashed jobs of the same config (:func:`drop_stale_jobs`:
+heartbeat expired and no live lease; a live job is never touched).
 """
 from __future__ import annotations
 
@@ -37,9 +40,13 @@ from typing import List, Optional, Sequence
 
 from ..errors import InputError
 from .pg_store import PostgresStore
-from .store import Statement
+from .store import Statement, StoreConnectionError
 
 log = logging.getLogger("geocon_torch.bench")
+
+#: the most seconds a rank on its way out spends handing its claims back (a lost server is not
+#: waited for: the claims then expire after lease_s, as a killed rank's)
+RELEASE_TIMEOUT_S = 5.0
 
 #: advisory lock class of the per-config claim lock (two-key form: its own key space)
 CLAIM_LOCK_CLASS = 0x636C_6D00  # "clm"
@@ -151,6 +158,17 @@ class WorkQueue:
         return ("UPDATE work SET done = TRUE, lease_until = NULL WHERE job = ? AND clip_id = ?",
                 (self.job, clip_id))
 
+    def release(self) -> int:
+        """Hand this rank's unfinished claims back (owner and lease cleared, one transaction):
+        another rank of the job, or a re-run's new job, claims them at once instead of waiting
+        for the lease to expire. Returns the number of rows released."""
+        def tx() -> List[tuple]:
+            return self.store.execute(
+                "UPDATE work SET owner = NULL, lease_until = NULL "
+                "WHERE job = ? AND owner = ? AND NOT done RETURNING clip_id",
+                (self.job, self.owner))
+        return len(self.store.transaction(tx))
+
     def finish(self, clip_id: str) -> None:
         """Mark a row done on its own (the store already held its result)."""
         sql, params = self.done_statement(clip_id)
@@ -203,7 +221,9 @@ def drop_stale_jobs(store: PostgresStore, config_hash: str, keep: str) -> int:
 class LeaseKeeper:
     """A daemon thread renewing ``queue.owner``'s leases and the job's heartbeat every
     ``lease_s / 3`` s on its own connection, while the rank scores. A failed renewal is logged
-    and tried again."""
+    and tried again. Leaving the block with an exception (KeyboardInterrupt and SystemExit
+    included; not a lost server) hands the rank's unfinished claims back (best effort, at most
+    :data:`RELEASE_TIMEOUT_S`; a failure is logged and the exception goes on)."""
 
     def __init__(self, queue: WorkQueue):
         self.queue = queue
@@ -234,8 +254,30 @@ class LeaseKeeper:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
         if self._store is not None:
             self._store.close()
+        # a lost server is not asked again: the claims then expire, as a killed rank's
+        if exc_type is not None and not issubclass(exc_type, StoreConnectionError):
+            self._release()
+
+    def _release(self) -> None:
+        """:meth:`WorkQueue.release` on the rank's own connection (the one that claimed, so no
+        row lock of an interrupted claim stands in the way), retried for at most
+        :data:`RELEASE_TIMEOUT_S`."""
+        q = self.queue
+        store = q.store
+        timeout = getattr(store, "timeout_s", None)
+        if timeout is not None:
+            store.timeout_s = min(timeout, RELEASE_TIMEOUT_S)
+        try:
+            n = q.release()
+            log.info("geocon store: handed back %d unfinished claim(s) of %s", n, q.owner)
+        except Exception as exc:  # noqa: BLE001 - never hide the exception that stopped the rank
+            log.warning("geocon store: could not hand back the claims of %s (%s); they are "
+                        "taken again when their lease expires (%.0f s)", q.owner, exc, q.lease_s)
+        finally:
+            if timeout is not None:
+                store.timeout_s = timeout

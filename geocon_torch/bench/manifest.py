@@ -198,6 +198,31 @@ def storable_text(text: str) -> str:
     return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: text a spreadsheet would run as a formula: first character = + - @ tab CR, after any
+#: apostrophes (the CSV writers quote those with one more leading apostrophe, OWASP's rule)
+_FORMULA_START = re.compile(r"'*[=+\-@\t\r]")
+#: what a JSON reader says of nesting deeper than the interpreter's recursion limit
+TOO_DEEP = "nested deeper than Python's recursion limit allows"
+#: the deepest nesting of lists / objects a manifest value (an extra column) may have
+MAX_DEPTH = 64
+
+
+def spreadsheet_text(value: Any) -> Any:
+    """``value`` as a CSV cell that a spreadsheet shows as text: a string whose first character
+    after any apostrophes is = + - @ tab or CR (a formula to Excel / LibreOffice) gets one
+    leading apostrophe; anything else (other text, numbers, None) is returned unchanged.
+    :func:`spreadsheet_value` undoes it."""
+    return "'" + value if isinstance(value, str) and _FORMULA_START.match(value) else value
+
+
+def spreadsheet_value(value: Any) -> Any:
+    """The text :func:`spreadsheet_text` quoted: one leading apostrophe removed from a string
+    that :data:`_FORMULA_START` matches after it; anything else unchanged."""
+    if isinstance(value, str) and value.startswith("'") and _FORMULA_START.match(value, 1):
+        return value[1:]
+    return value
+
+
 def _shown(name: Any) -> str:
     """A field name for a message (a NUL shown as ``?``, a lone surrogate escaped)."""
     text = str(name).replace("\x00", "?")
@@ -212,6 +237,21 @@ def _check_text(row: Dict[str, Any]) -> None:
             problem = unstorable_text(text) if isinstance(text, str) else None
             if problem:
                 raise InputError(f"field {_shown(key)} {problem}")
+
+
+def _check_depth(row: Dict[str, Any]) -> None:
+    """Refuse a value (an extra column's JSON) that nests lists / objects deeper than
+    :data:`MAX_DEPTH` (copying and storing the row recurse: ~500 levels were a RecursionError
+    after the clip was scored). Iterative, linear in the size of the row."""
+    stack = [(value, 1, key) for key, value in row.items()]
+    while stack:
+        value, depth, key = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise InputError(f"field {_shown(key)} nests lists / objects deeper than "
+                                 f"{MAX_DEPTH} levels")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1, key) for v in items)
 
 
 def _resolve(base: Path, value: str) -> str:
@@ -287,6 +327,7 @@ def entry_from_mapping(row: Dict[str, Any], *, base: Union[str, Path] = ".", lin
     if warn:
         _warn_retired(retired_columns([row]), loc)
     try:
+        _check_depth(row)
         _check_text(row)
         row = _renamed(row)
     except InputError as exc:
@@ -321,31 +362,47 @@ def _rows_jsonl(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
                 yield lineno, json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ManifestError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise ManifestError(f"{path}, line {lineno}: not valid JSON ({TOO_DEEP})") from None
 
 
 def _rows_csv(path: Path) -> Iterable[Tuple[int, Dict[str, Any]]]:
+    """(line, row) of each non-blank CSV row, cells as :func:`spreadsheet_value` reads them (a
+    formula quoted by :func:`write_manifest` comes back as written); a row the csv module
+    cannot parse (a field over its size limit, ...) is a ManifestError naming its line."""
     with path.open(encoding="utf-8-sig", newline="") as fh:  # -sig: Excel's byte-order mark
         reader = csv.DictReader(fh)
-        if not reader.fieldnames:
-            raise ManifestError(f"{path}: empty CSV (expected a header line with "
-                                f"{', '.join(REQUIRED_FIELDS)}, ...)")
-        header = [h.strip() for h in reader.fieldnames]
-        repeated = sorted({h for h in header if header.count(h) > 1})
-        if repeated:
-            raise ManifestError(f"{path}: the header repeats column(s) "
-                                f"{', '.join(repeated)}; each column may appear once")
-        reader.fieldnames = header
-        retired = {new: old for old, new in RETIRED_COLUMNS.items()}
-        missing = [k for k in REQUIRED_FIELDS if k not in header and retired.get(k) not in header]
-        if missing:
-            raise ManifestError(f"{path}, line 1: header lacks column(s) {', '.join(missing)}")
-        for row in reader:
-            if None in row:
-                raise ManifestError(f"{path}, line {reader.line_num}: more values than header "
-                                    f"columns")
-            if all(_blank(v) for v in row.values()):
-                continue
-            yield reader.line_num, row
+        try:
+            for lineno, row in _csv_records(path, reader):
+                yield lineno, {k: spreadsheet_value(v) for k, v in row.items()}
+        except csv.Error as exc:
+            # the csv reader's count (DictReader's is only set after a row it could parse)
+            raise ManifestError(f"{path}, line {reader.reader.line_num}: not a valid CSV row "
+                                f"({exc})") from None
+
+
+def _csv_records(path: Path, reader: csv.DictReader) -> Iterable[Tuple[int, Dict[str, Any]]]:
+    """:func:`_rows_csv`'s rows as the csv module reads them (header checked first)."""
+    if not reader.fieldnames:
+        raise ManifestError(f"{path}: empty CSV (expected a header line with "
+                            f"{', '.join(REQUIRED_FIELDS)}, ...)")
+    header = [spreadsheet_value(h.strip()) for h in reader.fieldnames]
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise ManifestError(f"{path}: the header repeats column(s) "
+                            f"{', '.join(repeated)}; each column may appear once")
+    reader.fieldnames = header
+    retired = {new: old for old, new in RETIRED_COLUMNS.items()}
+    missing = [k for k in REQUIRED_FIELDS if k not in header and retired.get(k) not in header]
+    if missing:
+        raise ManifestError(f"{path}, line 1: header lacks column(s) {', '.join(missing)}")
+    for row in reader:
+        if None in row:
+            raise ManifestError(f"{path}, line {reader.line_num}: more values than header "
+                                f"columns")
+        if all(_blank(v) for v in row.values()):
+            continue
+        yield reader.line_num, row
 
 
 def _not_utf8(path: Path) -> ManifestError:
@@ -426,7 +483,10 @@ def _derive_ids(entries: Sequence[ManifestEntry], taken: Sequence[str], where: s
 
 
 def write_manifest(path: Union[str, Path], entries: Iterable[Union[ManifestEntry, Dict]]) -> Path:
-    """Write entries as JSONL (``.jsonl``) or CSV (``.csv``); the inverse of load_manifest."""
+    """Write entries as JSONL (``.jsonl``) or CSV (``.csv``); the inverse of load_manifest.
+
+    CSV text cells (and column names) that a spreadsheet would run as a formula get a leading
+    apostrophe (:func:`spreadsheet_text`), which :func:`load_manifest` removes again."""
     path = Path(path)
     rows = [e.to_dict() if isinstance(e, ManifestEntry) else dict(e) for e in entries]
     for r in rows:
@@ -437,10 +497,10 @@ def write_manifest(path: Union[str, Path], entries: Iterable[Union[ManifestEntry
         fields = COLUMN_ORDER
         cols = list(fields) + sorted({k for r in rows for k in r} - set(fields))
         with path.open("w", encoding="utf-8", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=cols)
-            w.writeheader()
+            w = csv.writer(fh)
+            w.writerow([spreadsheet_text(k) for k in cols])
             for r in rows:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+                w.writerow(["" if r.get(k) is None else spreadsheet_text(r.get(k)) for k in cols])
     else:
         with path.open("w", encoding="utf-8") as fh:
             for r in rows:

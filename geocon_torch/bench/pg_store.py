@@ -27,10 +27,10 @@ import random
 import re
 import time
 from typing import Any, Callable, List, Sequence, Tuple
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import OptionalDependencyError
-from .store import ResultStore, StoreConnectionError, StoreError
+from .store import CONNINFO_VALUE, ResultStore, StoreConnectionError, StoreError
 
 log = logging.getLogger("geocon_torch.bench")
 
@@ -61,8 +61,9 @@ CREATE TABLE IF NOT EXISTS work_jobs (
 
 
 def mask_url(db: str) -> str:
-    """``db`` with any password replaced by ``***`` (URL userinfo, ``password=`` in a
-    key=value string or a URL query)."""
+    """``db`` with any password replaced by ``***``: URL userinfo, the ``password`` and
+    ``sslpassword`` (the client key's passphrase) parameters of a URL query or of a key=value
+    string (a value read as libpq reads it: quoted or bare, with backslash escapes)."""
     text = str(db)
     if text.startswith(("postgresql://", "postgres://")):
         parts = urlsplit(text)
@@ -72,9 +73,21 @@ def mask_url(db: str) -> str:
             if ":" in userinfo:
                 userinfo = userinfo.split(":", 1)[0] + ":***"
             netloc = f"{userinfo}@{host}"
-        query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
+        query = "&".join(_masked_param(p) for p in parts.query.split("&"))
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    return re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", text)
+    # the token grammar's value, and what libpq still reads as a bare value after it (a quote)
+    return re.sub(r"(?i)(password\s*=\s*)" + CONNINFO_VALUE + r"\S*", r"\1***", text)
+
+
+#: connection parameters that hold a secret (libpq: the password, the client key's passphrase)
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
+def _masked_param(param: str) -> str:
+    """One ``name=value`` parameter of a URL query, its value ``***`` when ``name`` (with its
+    %-escapes decoded, as libpq reads it; any case) is a :data:`_SECRET_PARAMS` key."""
+    name, eq, _ = param.partition("=")
+    return f"{name}=***" if eq and unquote(name).lower() in _SECRET_PARAMS else param
 
 
 def _psycopg():

@@ -58,9 +58,11 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 
 from .._checks import retired_name
 from ..errors import GeoConError, InputError, OptionalDependencyError
+from ..io._atomic import atomic_output
 from ..result import migrate_result
 from .ids import derive_clip_ids
-from .manifest import RETIRED_COLUMNS, _parse_seed, scene_key, storable_text, unstorable_text
+from .manifest import (RETIRED_COLUMNS, TOO_DEEP, _parse_seed, scene_key, spreadsheet_text,
+                       storable_text, unstorable_text)
 from .schema import ResultSchemaError, check_result, result_problems
 
 #: "1": clips.category, clips.model; "2": clips.prompt_category, clips.model; "3":
@@ -139,9 +141,10 @@ LIBPQ_KEYWORDS = frozenset((
     "sslcertmode", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
     "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname", "gsslib",
     "gssdelegation", "service", "target_session_attrs", "load_balance_hosts"))
-# one libpq key=value token: a bare value (backslash escapes) or a single-quoted one
-_CONNINFO_TOKEN = re.compile(
-    r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)\s*")
+#: a libpq key=value token's value: single-quoted or bare, both with backslash escapes
+CONNINFO_VALUE = r"('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)"
+# one libpq key=value token
+_CONNINFO_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*" + CONNINFO_VALUE + r"\s*")
 
 
 class StoreError(GeoConError, RuntimeError):
@@ -708,13 +711,18 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def write_csv(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> Path:
+    """Write flat records (:func:`flatten_row`) as CSV, one column per :data:`FLAT_COLUMNS`
+    (None as an empty cell). A text cell that a spreadsheet would run as a formula (first
+    character = + - @ tab or CR) is written with a leading apostrophe
+    (:func:`~geocon_torch.bench.manifest.spreadsheet_text`); numbers never are."""
     path = Path(path)
     records = list(records)
-    with path.open("w", encoding="utf-8", newline="") as fh:
+    with atomic_output(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(FLAT_COLUMNS))
         w.writeheader()
         for r in records:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in FLAT_COLUMNS})
+            w.writerow({k: ("" if r.get(k) is None else spreadsheet_text(r.get(k)))
+                        for k in FLAT_COLUMNS})
     return path
 
 
@@ -806,6 +814,9 @@ def _parse_jsonl(path: Path, config_hash: Optional[str], validate: bool
             except json.JSONDecodeError as exc:
                 raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({exc.msg}); expected a "
                                         "SQLite store or JSON lines of results") from None
+            except RecursionError:
+                raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({TOO_DEEP}); expected "
+                                        "a SQLite store or JSON lines of results") from None
             problems = result_problems(res) if validate else []
             if problems:
                 raise ResultSchemaError(f"{path}, line {lineno}: " + "; ".join(problems))

@@ -148,7 +148,9 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
     """Files, folders and globs -> clip sources. A path that exists is taken literally (never
     as a glob: ``clip[1].mp4``). A folder holding videos (:func:`is_video_file`, so animated
     WebP / APNG files too) gives its videos (sorted); a folder holding only images is one
-    image-sequence clip."""
+    image-sequence clip. Hidden files (a name starting with ".": an interrupted write's
+    temporary file, macOS's ``._clip.mp4`` resource forks) are skipped in folders, as image
+    folders skip them."""
     out: List[Path] = []
     for item in items:
         literal = Path(item).exists() or not any(c in item for c in "*?[")
@@ -158,7 +160,8 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                vids = sorted(f for f in p.iterdir() if is_video_file(f))
+                vids = sorted(f for f in p.iterdir()
+                              if not f.name.startswith(".") and is_video_file(f))
                 if vids:
                     out.extend(vids)
                 else:

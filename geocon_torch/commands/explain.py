@@ -80,8 +80,8 @@ def load_one_result(path: Path, clip: Optional[str], config_hash: Optional[str] 
         raise InputError(f"not found: {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        data = None  # JSON lines or SQLite
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = None  # JSON lines or SQLite (whose reader names what is wrong)
     if isinstance(data, dict):
         problems = result_problems(data)
         if problems:

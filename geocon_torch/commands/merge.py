@@ -23,6 +23,7 @@ import json
 import sys
 
 from ..bench import merge_stores
+from ..io._atomic import atomic_output
 from ._common import check_output_file
 
 NAME = "merge"
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  ... {len(report.conflicts) - SHOWN} more (--conflicts FILE lists all)",
               file=sys.stderr)
     if args.conflicts:
-        with open(args.conflicts, "w", encoding="utf-8") as fh:
+        with atomic_output(args.conflicts) as tmp, open(tmp, "w", encoding="utf-8") as fh:
             for c in report.conflicts:
                 fh.write(json.dumps(c, sort_keys=True) + "\n")
     return 1 if report.conflicts else 0

@@ -32,7 +32,7 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from .._json import not_a_file, open_npz, read_json_file
+from .._json import not_a_file, npz_header, open_npz, read_json_file
 from ..categories import SYNTH_GENERATOR
 from ..config import GateConfig
 from ..errors import InputError, ShapeError
@@ -42,6 +42,12 @@ PoseSource = Union[str, Path, dict, list, np.ndarray, torch.Tensor, "PoseLog"]
 #: what a pose .npz that cannot be read should have been
 POSES_NPZ_HINT = ("give an .npz written by np.savez with a 'relative_pose', 'poses' or "
                   "'absolute_poses' array, or a JSON pose log")
+#: most entries (poses, pairs, flags: its first axis) an array of a pose .npz may declare
+MAX_POSE_LOG_ENTRIES = 10 ** 6
+#: most bytes the arrays of a pose .npz may declare together: three float64 (10^6, 4, 4) pose
+#: arrays (384 MB). Both bounds are checked on the .npy headers before any array is read: a
+#: small compressed file can declare many GB.
+MAX_POSE_NPZ_BYTES = 3 * MAX_POSE_LOG_ENTRIES * 4 * 4 * 8
 
 
 @dataclass
@@ -232,8 +238,33 @@ def _pose_log(rel: torch.Tensor, source: str = "tensor") -> PoseLog:
     return PoseLog(_zero_missing(rel, present), present, source=source)
 
 
+def _check_npz_sizes(archive: Any, path: Path) -> None:
+    """InputError (naming the file, the array and its shape) unless every array of the pose
+    .npz ``archive`` declares at most :data:`MAX_POSE_LOG_ENTRIES` entries and all together
+    at most :data:`MAX_POSE_NPZ_BYTES`; only the .npy headers are read."""
+    total = 0
+    for key in archive.files:
+        head = npz_header(archive, key, f"pose log {path}")
+        if head.dtype.hasobject:
+            raise InputError(f"pose log {path}: holds an object array, which is never loaded "
+                             f"(it needs pickle); {POSES_NPZ_HINT}")
+        if head.shape and head.shape[0] > MAX_POSE_LOG_ENTRIES:
+            raise InputError(f"pose log {path}: array '{key}' declares shape {head.shape}, more "
+                             f"than {MAX_POSE_LOG_ENTRIES} entries (poses, pairs, flags)")
+        total += head.nbytes
+        if total > MAX_POSE_NPZ_BYTES:
+            raise InputError(f"pose log {path}: array '{key}' declares shape {head.shape} "
+                             f"({head.dtype}): its arrays declare more than "
+                             f"{MAX_POSE_NPZ_BYTES / 1e6:g} MB together, more than a pose log "
+                             f"of {MAX_POSE_LOG_ENTRIES} poses holds")
+
+
 def load_pose_log(source: PoseSource) -> PoseLog:
-    """Read a pose log (JSON, .npz, a mapping, a list or a tensor); see the module docstring."""
+    """Read a pose log (JSON, .npz, a mapping, a list or a tensor); see the module docstring.
+
+    An .npz is checked on its arrays' .npy headers before any is read (at most
+    :data:`MAX_POSE_LOG_ENTRIES` entries each, :data:`MAX_POSE_NPZ_BYTES` together).
+    """
     if isinstance(source, PoseLog):
         return source
     if isinstance(source, (torch.Tensor, np.ndarray)):
@@ -249,11 +280,12 @@ def load_pose_log(source: PoseSource) -> PoseLog:
         raise InputError(not_a_file(path, "pose log", "a JSON or .npz pose file"))
     if path.suffix.lower() == ".npz":
         with open_npz(path, "pose log", POSES_NPZ_HINT) as z:
+            _check_npz_sizes(z, path)
             try:
                 arrays = {k: z[k] for k in z.files}
-            except ValueError:  # an object array (needs pickle: never loaded)
-                raise InputError(f"pose log {path}: holds an object array, which is never "
-                                 f"loaded (it needs pickle); {POSES_NPZ_HINT}") from None
+            except ValueError as exc:  # data cut short (object arrays are refused above)
+                raise InputError(f"pose log {path}: an array cannot be read ({exc}); "
+                                 f"{POSES_NPZ_HINT}") from None
         return _from_mapping(arrays, str(path))
     data = read_json_file(path, "pose log")
     if isinstance(data, list):

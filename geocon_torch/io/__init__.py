@@ -19,11 +19,13 @@ one image file, or a tensor (T, C, H, W) with C in {1, 3}, uint8 or float in [0,
   truncated, display_rotation, ...). Frames are in display orientation: a video's display
   rotation by quarter turns is applied (:func:`~geocon_torch.io.decode.display_rgb`).
 
-Streaming: ``read_clip(path, stream=True)`` (what ``score_clip`` uses) decodes a video file once
-for its metadata and letterbox mask and keeps no frame: ``clip.frames`` is a
+Streaming: ``read_clip(path, stream=True)`` (what ``score_clip`` uses for clips of more than
+``io.stream_min_frames`` frames) decodes a video file, or the images of a folder, once for the
+metadata, motion statistic and letterbox mask and keeps no frame: ``clip.frames`` is a
 :class:`~geocon_torch.io.framestore.VideoFrames` (same shape / dtype / indexing API as the
-tensor, bit-identical frames) that decodes requested frames through one sequential decoder, so a
-clip's memory does not grow with its length.
+tensor, bit-identical frames) that decodes requested frames through one sequential decoder, or
+for a folder an :class:`~geocon_torch.io.framestore.ImageFrames` that reads each requested image
+file again, so a clip's memory does not grow with its length.
 
 Files are decoded frame by frame: frames that are not selected are never converted to RGB, kept
 frames are resized at once (cv2.INTER_AREA when shrinking), so a long 4K clip never sits in

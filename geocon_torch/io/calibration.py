@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,15 +122,28 @@ def _read(path: str, mtime_ns: int, name: str) -> Calibration:
             for v in th.values()):
         raise ConfigError(f"background.calibration file {path} is not a calibration: it needs "
                           f"'thresholds' {{regime: {{'ir_min', 'ge_norm_max'}}}}")
+    for regime, bounds in th.items():
+        for key, value in bounds.items():
+            # a bound (every gate bound is named *_min / *_max: measures.calibration.BOUNDS),
+            # or another number the file records
+            if str(key).endswith(_BOUND_SUFFIXES) or _num(value):
+                _finite(path, f"thresholds.{regime}.{key}", value)
     long_side = data.get("long_side")
-    digest = calibration_hash(data)
+    if long_side is not None:
+        _finite(path, "long_side", long_side, positive=True)
+    ref_long_side = _finite(path, "ref_long_side", data.get("ref_long_side", 1024),
+                            positive=True)
+    try:
+        digest = calibration_hash(data)
+    except ValueError:  # NaN / infinity elsewhere in the file (json reads NaN, Infinity)
+        raise ConfigError(f"background.calibration file {path} holds NaN or infinity, which "
+                          f"a calibration never records") from None
     if data.get("content_hash") not in (None, digest):  # edited by hand since it was written
         warnings.warn(f"background.calibration file {path} records content_hash "
                       f"{data['content_hash']} but its content hashes to {digest}: it was "
                       f"edited after it was written; results record {digest}", stacklevel=2)
     return Calibration(name, path, digest, data.get("backend"),
-                       int(long_side) if _num(long_side) else None,
-                       float(data.get("ref_long_side", 1024)),
+                       None if long_side is None else int(long_side), ref_long_side,
                        {str(k): {kk: float(vv) for kk, vv in v.items() if _num(vv)}
                         for k, v in th.items()})
 
@@ -161,6 +175,26 @@ def pin_calibration(config: GeoConConfig, backend: Optional[str] = None) -> GeoC
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: name endings of the gate bounds a regime's thresholds may hold (each must be a finite
+#: number; ``measures.calibration.BOUNDS`` names them so, a test keeps them in step)
+_BOUND_SUFFIXES = ("_min", "_max")
+
+
+def _finite(path: str, key: str, value: Any, positive: bool = False) -> float:
+    """``value`` of ``key`` in the calibration file ``path`` as a float; ConfigError naming the
+    key unless it is a finite number (and > 0 with ``positive``: a negative reference long
+    side would flip every GE bound into a pass)."""
+    try:  # an integer too large for a float is not finite either
+        ok = _num(value) and math.isfinite(value) and not (positive and value <= 0)
+    except OverflowError:
+        ok = False
+    if not ok:
+        want = "a finite number > 0" if positive else "a finite number"
+        raise ConfigError(f"background.calibration file {path}: {key} must be {want}, got "
+                          f"{value!r}")
+    return float(value)
 
 
 __all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "SHARED_CALIBRATION",

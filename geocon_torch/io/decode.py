@@ -25,6 +25,7 @@ OpenCV's image decoder), so sizes, masks and audit images are in display orienta
 from __future__ import annotations
 
 import itertools
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -71,10 +72,35 @@ _KEEP_INDICES = 5
 _LOOKAHEAD = 16 + DECODE_THREADS
 
 
+#: what a path that is neither a regular file nor a folder is, by its ``stat`` mode test
+_SPECIAL_FILES = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISFIFO, "a named pipe, FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_file(path: Path) -> Optional[str]:
+    """What ``path`` is ("a character device", "a named pipe, FIFO", ...) when it exists but
+    is neither a regular file nor a folder (symbolic links followed): reading one may never end
+    (``/dev/zero``) or block in ``open`` (a FIFO without a writer). None otherwise."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):  # missing, a dangling link, an unusable name: not special
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((name for test, name in _SPECIAL_FILES if test(mode)), "a special file")
+
+
 def check_file(path: Path) -> Path:
-    """Raise VideoReadError for a missing or zero-byte file; return the path."""
+    """Raise VideoReadError for a missing path, a zero-byte file, or anything that exists but
+    is neither a regular file nor a folder (:func:`special_file`: a device such as
+    ``/dev/zero``, a named pipe, a socket); return the path. Every reader and
+    :func:`~geocon_torch.io.hashing.content_hash` call it before opening the path."""
     if not path.exists():
         raise VideoReadError(f"{path}: no such file or folder")
+    kind = special_file(path)
+    if kind is not None:
+        raise VideoReadError(f"{path}: not a regular file or a folder ({kind}); give a video "
+                             f"file or a folder of images")
     if path.is_file() and path.stat().st_size == 0:
         raise VideoReadError(f"{path}: the file is empty (0 bytes)")
     return path

@@ -1,4 +1,5 @@
-"""Frames of a video file decoded on demand, so a clip's memory does not grow with its length.
+"""Frames of a video file or of a folder of images read on demand, so a clip's memory does not
+grow with its length.
 
 :class:`VideoFrames` stands in for ``Clip.frames`` (T, 3, h, w) uint8 of a file-backed clip
 (``read_clip(path, stream=True)``, what ``score_clip`` uses): it has the tensor API the stages
@@ -13,6 +14,11 @@ a chunk edge) do not re-open. Frames are resized exactly as the eager reader doe
 (:func:`~geocon_torch.io.resize.resize_image`), so every value is bit-identical to
 ``read_clip(path).frames``. Any other tensor attribute (``.float()``, ``.permute``, ...)
 materialises the whole clip once for that call (rare paths such as SAM-2 and audits).
+
+:class:`ImageFrames` is the same store for a folder of images (a VideoFrames whose ``path`` is
+the folder): a requested frame is its file, read with
+:func:`~geocon_torch.io.images.read_image` and resized as the eager reader does (the same cache;
+image files are random access, so nothing is re-opened).
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import torch
 
 from ..errors import GeoConError, ShapeError, VideoReadError
 from .decode import DECODE_THREADS, display_rgb, iter_frames, open_video
+from .images import read_image
 from .resize import WorkingSize, resize_image
 
 #: Converted frames kept after they were returned (overlaps between consecutive chunks).
@@ -78,7 +85,7 @@ class VideoFrames:
         return int(self.shape[0])
 
     def __repr__(self) -> str:
-        return (f"VideoFrames({self.path.name}, shape={tuple(self.shape)}, "
+        return (f"{type(self).__name__}({self.path.name}, shape={tuple(self.shape)}, "
                 f"device={self.device})")
 
     def __getitem__(self, key: Any) -> torch.Tensor:
@@ -149,6 +156,11 @@ class VideoFrames:
         if src in self._cache:
             self._cache.move_to_end(src)
             return self._cache[src]
+        return self._remember(src, self._decode(src))
+
+    def _decode(self, src: int) -> torch.Tensor:
+        """Source frame ``src`` decoded and resized: (3, h, w) uint8 on the CPU (the sequential
+        decoder goes on, or re-opens the file when ``src`` lies behind it)."""
         if self._frames is None or src < self._next:
             self._reopen()
         for frame in self._frames:
@@ -156,7 +168,7 @@ class VideoFrames:
             self._next += 1
             if i == src:
                 rgb = resize_image(display_rgb(frame), self.size)
-                return self._remember(src, torch.from_numpy(rgb).permute(2, 0, 1))
+                return torch.from_numpy(rgb).permute(2, 0, 1)
         raise VideoReadError(f"{self.path}: frame {src} did not decode on a later pass (the "
                              f"decoder stopped after {self._next} frames)")
 
@@ -196,3 +208,39 @@ class VideoFrames:
             return [self._position(int(p)) for p in key]
         except TypeError as exc:
             raise ShapeError(f"cannot index frames with {type(key).__name__}") from exc
+
+
+class ImageFrames(VideoFrames):
+    """(T, 3, h, w) uint8 RGB frames of a folder of images at working resolution, each read from
+    its file on demand: the API and cache of :class:`VideoFrames` (``path`` is the folder, so
+    ``content_hash(frames)`` is the folder's), no decoder to keep open.
+
+    Args:
+        folder: the folder (already read once by ``read_clip``).
+        files: its image files in frame order (:func:`~geocon_torch.io.images.list_images`).
+        source_indices: (T,) file index of each clip position (any order, repeats allowed, as
+            ``Clip.frame_indices``).
+        size: the working size (source size, output size, resize rule); a file whose size is
+            not ``size.source`` any more raises VideoReadError.
+        device: where returned frames live (default CPU).
+        cache_frames: converted frames kept for repeated requests.
+    """
+
+    def __init__(self, folder: Union[str, Path], files: Sequence[Union[str, Path]],
+                 source_indices: Sequence[int], size: WorkingSize,
+                 device: Union[None, str, torch.device] = None,
+                 cache_frames: int = CACHE_FRAMES) -> None:
+        super().__init__(folder, source_indices, size, device, cache_frames)
+        self.files = [Path(f) for f in files]
+        self.reads = 0  # image files read (diagnostic)
+
+    def _decode(self, src: int) -> torch.Tensor:
+        """Image file ``src`` read and resized: (3, h, w) uint8 on the CPU."""
+        rgb = read_image(self.files[src])
+        self.reads += 1
+        if rgb.shape[:2] != tuple(self.size.source):
+            raise VideoReadError(
+                f"{self.files[src]}: image size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
+                f"{self.size.source[1]}x{self.size.source[0]} it had when {self.path} was read "
+                f"(the file changed since)")
+        return torch.from_numpy(resize_image(rgb, self.size)).permute(2, 0, 1)

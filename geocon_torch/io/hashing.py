@@ -9,7 +9,7 @@ from typing import List, Union
 import torch
 
 from ..errors import VideoReadError
-from .decode import check_file
+from .decode import check_file, special_file
 from .framestore import VideoFrames
 from .images import list_images
 
@@ -60,10 +60,14 @@ def content_hash(source: Union[str, os.PathLike, torch.Tensor]) -> str:
 def input_digest(path: Union[str, Path]) -> str:
     """SHA-256 hex digest of a side input (a masks / poses file or folder): a file's bytes; a
     folder's files below it in sorted relative-path order, each name (POSIX) and its bytes;
-    ``"missing"`` when the path does not exist (scoring then names the problem)."""
+    ``"missing"`` when the path does not exist and, for a device, a named pipe or a socket
+    (:func:`~geocon_torch.io.decode.special_file`: never opened, reading it may never end), the
+    digest of its absolute path (scoring then names the problem)."""
     p = Path(path)
     digest = hashlib.sha256()
-    if p.is_file():
+    if special_file(p) is not None:  # its own key: each such row names its own path
+        digest.update(b"special|" + os.fsencode(p.absolute()))
+    elif p.is_file():
         _update_file(digest, p)
     elif p.is_dir():
         for f in sorted((f for f in p.rglob("*") if f.is_file()),

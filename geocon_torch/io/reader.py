@@ -30,7 +30,7 @@ import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from ..errors import ArgumentTypeError, ClipTensorError, InputError, VideoReadEr
 from ..types import Clip
 from .decode import Decoded, check_file, decode_stable, timestamp_gap_count
 from .images import IMAGE_SUFFIXES, animated_frames, frame_numbers, list_images, read_image
-from .framestore import VideoFrames
+from .framestore import ImageFrames, VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
 from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
@@ -82,10 +82,13 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         letterbox_threshold, letterbox_min_fraction: see :func:`detect_content_mask`.
         fps: frame rate for sources that carry none (tensors, image folders); default 24.
         upscale: when False, sources smaller than ``long_side`` are not enlarged.
-        stream: video files only: ``frames`` is a :class:`~geocon_torch.io.framestore.VideoFrames`
-            (decoded on demand, bit-identical to the eager tensor) instead of a tensor,
-            so memory does not grow with the clip's length; the file is decoded once
-            here (metadata, letterbox mask) and again by each stage that reads frames.
+        stream: video files and image folders: ``frames`` is a
+            :class:`~geocon_torch.io.framestore.VideoFrames` (a folder's:
+            :class:`~geocon_torch.io.framestore.ImageFrames`), read on demand and bit-identical
+            to the eager tensor, instead of a tensor, so memory does not grow with the clip's
+            length; the file (the folder's images) is decoded once here (metadata, letterbox
+            mask, motion) and again by each stage that reads frames. One image file is one
+            frame: always a tensor.
         motion_every: also measure the motion of source frames 0, k, 2k, ... up to the last
             frame kept (``meta["motion"]["sampled"]``; the frames Epipolar-DPO reads, k = 15);
             None: only the frames kept (``meta["motion"]``, always recorded).
@@ -158,6 +161,8 @@ def read_clips(source: Union[Source, Sequence[Source]], **kwargs: Any) -> List[C
 def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
                fps: Optional[float], opts: Dict[str, Any]) -> Clip:
     check_file(path)
+    if path.is_dir() and opts.get("stream"):
+        return _streamed_images(path, sel, device, name, fps, opts)
     if path.is_dir():
         images, idx, ws, meta = _read_images(list_images(path), sel, opts, path)
         meta["source"] = "images"
@@ -178,27 +183,13 @@ def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     return _finish(frames, idx, ws, sel.fps(source_fps), name or path.stem, meta, opts)
 
 
-class _VideoPass:
-    """What one decode of a video file feeds (:func:`~geocon_torch.io.decode.decode_stable`
-    starts a fresh one for a second decode): the working size, planned from the first frame, the
-    motion statistic and, streaming, the letterbox accumulator fed in chunks of frames."""
+class _MaskChunks:
+    """The letterbox accumulator of a streamed read, fed (h, w, 3) uint8 working-size frames
+    in chunks of :data:`_MASK_CHUNK` (bounds the float copy)."""
 
-    def __init__(self, opts: Dict[str, Any], stream: bool) -> None:
-        self.opts = opts
-        self.size: Optional[WorkingSize] = None
-        self.motion = FrameMotion(opts["motion_every"])
-        self.acc = ContentMaskAccumulator(opts["thr"]) if stream else None
+    def __init__(self, threshold: float) -> None:
+        self.acc = ContentMaskAccumulator(threshold)
         self.buf: List[torch.Tensor] = []
-
-    def start(self):
-        """(plan, sink, motion) for :func:`~geocon_torch.io.decode.decode_selected`."""
-        return self.plan, (self.sink if self.acc is not None else None), self.motion
-
-    def plan(self, h: int, w: int):
-        """The per-frame resize to the working size of an (h, w) source."""
-        self.size = working_size(h, w, self.opts["long_side"], self.opts["upscale"])
-        size = self.size
-        return lambda rgb: resize_image(rgb, size)
 
     def sink(self, image: np.ndarray) -> None:  # chunks of frames into the mask accumulator
         self.buf.append(torch.from_numpy(image).permute(2, 0, 1))
@@ -210,6 +201,28 @@ class _VideoPass:
         if self.buf:
             self.acc.update(torch.stack(self.buf))
             self.buf.clear()
+
+
+class _VideoPass:
+    """What one decode of a video file feeds (:func:`~geocon_torch.io.decode.decode_stable`
+    starts a fresh one for a second decode): the working size, planned from the first frame, the
+    motion statistic and, streaming, the letterbox accumulator fed in chunks of frames."""
+
+    def __init__(self, opts: Dict[str, Any], stream: bool) -> None:
+        self.opts = opts
+        self.size: Optional[WorkingSize] = None
+        self.motion = FrameMotion(opts["motion_every"])
+        self.chunks = _MaskChunks(opts["thr"]) if stream else None
+
+    def start(self):
+        """(plan, sink, motion) for :func:`~geocon_torch.io.decode.decode_selected`."""
+        return self.plan, (self.chunks.sink if self.chunks is not None else None), self.motion
+
+    def plan(self, h: int, w: int):
+        """The per-frame resize to the working size of an (h, w) source."""
+        self.size = working_size(h, w, self.opts["long_side"], self.opts["upscale"])
+        size = self.size
+        return lambda rgb: resize_image(rgb, size)
 
 
 def _decode_video(path: Path, sel: FrameSelection, opts: Dict[str, Any], stream: bool
@@ -242,25 +255,60 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     pass now (metadata, and the letterbox mask from running maxima), frames on demand later,
     decoded on the thread count of that pass (``Decoded.threads``)."""
     dec, vp, meta = _decode_video(path, sel, opts, stream=True)
-    vp.flush()
     idx = list(dec.indices)
     if sel.indices is not None:
         check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
         idx = list(sel.indices)
-    meta.update(source="video", path=str(path))
+    meta["source"] = "video"
+    frames = VideoFrames(path, idx, vp.size, device, threads=dec.threads)
+    return _streamed_finish(frames, vp.chunks, sel, path, name, fps, meta, opts)
+
+
+def _streamed_images(path: Path, sel: FrameSelection, device, name: Optional[str],
+                     fps: Optional[float], opts: Dict[str, Any]) -> Clip:
+    """A folder of images as a Clip whose ``frames`` are an :class:`ImageFrames` store: every
+    selected image read once now (:func:`_scan_images`: sizes, motion, the letterbox mask from
+    running maxima), each read again on demand later; meta, mask and frames equal the eager
+    read's."""
+    files = list_images(path)
+    chunks = _MaskChunks(opts["thr"])
+    idx, ws, meta = _scan_images(files, sel, opts, path, lambda i, image: chunks.sink(image))
+    meta["source"] = "images"
+    frames = ImageFrames(path, files, idx, ws, device)
+    return _streamed_finish(frames, chunks, sel, path, name, fps, meta, opts)
+
+
+def _streamed_finish(frames: VideoFrames, chunks: _MaskChunks, sel: FrameSelection, path: Path,
+                     name: Optional[str], fps: Optional[float], meta: Dict[str, Any],
+                     opts: Dict[str, Any]) -> Clip:
+    """The Clip of a streamed read: ``frames`` the store, the content mask that of the
+    accumulated chunks (moved to the store's device), meta completed as the eager read's."""
+    chunks.flush()
+    meta["path"] = str(path)
     source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
     meta.update(source_fps=source_fps, fps_source=fps_source)
-    frames = VideoFrames(path, idx, vp.size, device, threads=dec.threads)
-    mask = vp.acc.mask(opts["frac"]).to(frames.device)
-    return _finish(frames, idx, vp.size, sel.fps(source_fps), name or path.stem, meta, opts,
-                   mask=mask)
+    mask = chunks.acc.mask(opts["frac"]).to(frames.device)
+    return _finish(frames, frames.source, frames.size, sel.fps(source_fps), name or path.stem,
+                   meta, opts, mask=mask)
 
 
 def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], where: Path):
     """The selected frames of image ``files`` (those of the folder / image file ``where``,
-    which an out-of-range index error names)."""
-    idx = sel.resolve(len(files), where).tolist()
+    which an out-of-range index error names): (list of (h, w, 3) uint8 in clip order, indices,
+    working size, meta)."""
     cache: Dict[int, np.ndarray] = {}
+    idx, ws, meta = _scan_images(files, sel, opts, where, cache.__setitem__)
+    return [cache[i] for i in idx], idx, ws, meta
+
+
+def _scan_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], where: Path,
+                 keep: Callable[[int, np.ndarray], None]
+                 ) -> Tuple[List[int], WorkingSize, Dict[str, Any]]:
+    """Read the selected image ``files`` once, in file order (also those only the sampled
+    motion reads): sizes checked, motion measured at native size, and ``keep(i, image)`` called
+    once per distinct selected file ``i`` with its (h, w, 3) uint8 working-size image. Returns
+    (clip indices, working size, meta)."""
+    idx = sel.resolve(len(files), where).tolist()
     ws: Optional[WorkingSize] = None
     motion, kept = FrameMotion(opts["motion_every"]), set(idx)
     for i in sorted(kept | {j for j in range(max(idx) + 1) if motion.wants(j)}):
@@ -275,7 +323,7 @@ def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
             raise VideoReadError(
                 f"{files[i]}: image size {rgb.shape[1]}x{rgb.shape[0]} differs from "
                 f"{ws.source[1]}x{ws.source[0]} of {first.name}; all frames must share one size")
-        cache[i] = resize_image(rgb, ws)
+        keep(i, resize_image(rgb, ws))
     # every file is a frame: those the stride / frame cap skip are not lost (a video decodes
     # them all and then subsamples); numbers missing from a numbered sequence are, as the
     # frames missing between a video's timestamps (the same rule: decode.timestamp_gap_count)
@@ -286,7 +334,7 @@ def _read_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
             "num_source_frames": len(files), "truncated": False, "decode_errors": [],
             "timestamp_gaps": gaps, "timestamp_missing_frames": missing,
             "files": [files[i].name for i in idx[:1000]], "motion": motion.record()}
-    return [cache[i] for i in idx], idx, ws, meta
+    return idx, ws, meta
 
 
 def _stack_chw(images: List[np.ndarray]) -> torch.Tensor:

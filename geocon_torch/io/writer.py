@@ -1,4 +1,7 @@
-"""Writing clips to disk (mp4 via PyAV, or PNG folders)."""
+"""Writing clips to disk (mp4 via PyAV, or PNG folders).
+
+Video and gif files are written atomically (:func:`~geocon_torch.io._atomic.atomic_output`): an
+interrupted write leaves the previous file or none, never a playable fragment."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +11,7 @@ import numpy as np
 import torch
 
 from ..errors import ShapeError
+from ._atomic import atomic_output
 
 
 def _to_uint8_thwc(frames: torch.Tensor) -> np.ndarray:
@@ -21,6 +25,15 @@ def _to_uint8_thwc(frames: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def _video_frames(frames: torch.Tensor) -> np.ndarray:
+    """:func:`_to_uint8_thwc` of a video's frames: (T, H, W, 3) uint8 with T >= 1 (an encoder
+    given no frame writes no file)."""
+    arr = _to_uint8_thwc(frames)
+    if len(arr) == 0:
+        raise ShapeError(f"a video needs at least one frame, got {tuple(frames.shape)}")
+    return arr
+
+
 def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
                 crf: int = 12, codec: str = "libx264", faststart: bool = False) -> Path:
     """Write (T, 3, H, W) uint8 (or float in [0, 1]) RGB frames as an H.264 mp4 (or with
@@ -30,7 +43,9 @@ def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
     Width and height must be even for yuv420p; a low ``crf`` (default 12) keeps the texture that
     feature detectors need. ``faststart`` puts the index (moov atom) before the data, so players
     can start before the download ends (and a file cut short still decodes its first part).
-    The same frames give the same bytes (the same content hash) on every run.
+    The same frames give the same bytes (the same content hash) on every run. The file appears
+    complete or not at all: it is encoded under a hidden temporary name beside ``path`` and
+    moved onto ``path`` after the last packet (Ctrl-C / an error keeps what ``path`` was).
 
     Args:
         path: the file to write (parent folders are created; its suffix names the container).
@@ -43,20 +58,20 @@ def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
     Returns:
         ``path`` as a Path.
     Raises:
-        ShapeError: frames not (T, 3|1, H, W), or an odd width / height.
+        ShapeError: frames not (T, 3|1, H, W), no frame (T = 0), or an odd width / height.
     """
     import av
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arr = _to_uint8_thwc(frames)
+    arr = _video_frames(frames)
     t, h, w, _ = arr.shape
     if h % 2 or w % 2:
         raise ShapeError(f"mp4 (yuv420p) needs even width and height, got {w}x{h}")
     from fractions import Fraction
 
     options = {"movflags": "faststart"} if faststart else {}
-    with av.open(str(path), mode="w", options=options) as container:
+    with atomic_output(path) as tmp, av.open(str(tmp), mode="w", options=options) as container:
         stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         # x264's macroblock tree gave other bytes from run to run for the same frames
@@ -72,7 +87,7 @@ def write_video(path: Union[str, Path], frames: torch.Tensor, fps: float = 24.0,
 
 def write_gif(path: Union[str, Path], frames: torch.Tensor, fps: float = 10.0) -> Path:
     """Write RGB frames as an animated gif (PyAV's gif encoder, 8-bit palette per frame, so
-    colours are quantised).
+    colours are quantised), atomically as :func:`write_video`.
 
     Args:
         path: the file to write (parent folders are created).
@@ -81,15 +96,15 @@ def write_gif(path: Union[str, Path], frames: torch.Tensor, fps: float = 10.0) -
     Returns:
         ``path`` as a Path.
     Raises:
-        ShapeError: frames not (T, 3|1, H, W).
+        ShapeError: frames not (T, 3|1, H, W), or no frame (T = 0).
     """
     import av
     from fractions import Fraction
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arr = _to_uint8_thwc(frames)
-    with av.open(str(path), mode="w") as container:
+    arr = _video_frames(frames)
+    with atomic_output(path) as tmp, av.open(str(tmp), mode="w") as container:
         stream = container.add_stream("gif", rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height, stream.pix_fmt = arr.shape[2], arr.shape[1], "rgb8"
         for frame in arr:

@@ -22,6 +22,7 @@ from ..bench.pg_store import mask_url
 from ..bench.store import flatten_row, load_results
 from ..categories import expected_regime
 from ..errors import InputError
+from ..io._atomic import atomic_write_text
 from . import plots
 from .audit import audit_card
 from .text import compact, counts, label
@@ -416,6 +417,10 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
                  progress: bool = False) -> Path:
     """Write ``out_dir/index.html`` (+ ``out_dir/img/*.png``) and return the HTML path.
 
+    Over an earlier report, its ``index.html`` is removed before the first image is replaced
+    and the new page is written last (atomically): an interrupted run leaves no page, never
+    the old page over the new run's images (a re-run writes the whole report again).
+
     Tables and plots are grouped by the prompt category (``prompt_category``: C1-C6 or a
     manifest label); the designed regime of the gate calibration comes from it, never from the
     post-hoc ``behaviour``. Schema-1.x results are read through
@@ -434,6 +439,8 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     rows, src_name, hashes, chosen = _chosen_rows(source, config_hash)
     flat = [{**flatten_row(r), "_result": r.get("result") or {}} for r in rows]
     picked = _pick_cards(flat, cards, card_clips)  # bad input fails before anything is written
+    path = out / "index.html"
+    path.unlink(missing_ok=True)  # the old page would describe the new images (docstring)
     img.mkdir(parents=True, exist_ok=True)
     page = _Page(flat=flat, out=out, img=img, n_boot=n_boot, seed=seed)
     sections = [_header_section(page, src_name, hashes, chosen), _leaderboard_section(page),
@@ -441,6 +448,4 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
                 _dynamics_section(page), _problems_section(page),
                 _cards_section(page, rows, picked, draw=draw, device=device,
                                progress=progress)]
-    path = out / "index.html"
-    path.write_text(_page_html(title, sections), encoding="utf-8")
-    return path
+    return atomic_write_text(path, _page_html(title, sections))

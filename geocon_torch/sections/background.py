@@ -371,7 +371,8 @@ def _read_masks(job: _Job, cfg: GeoConConfig) -> torch.Tensor:
     """
     clip = job.clip
     return load_masks(job.masks, num_frames=clip.num_frames, size=clip.size,
-                      frame_indices=clip.frame_indices, resize=cfg.segment.resize_masks)
+                      frame_indices=clip.frame_indices, resize=cfg.segment.resize_masks,
+                      source_size=tuple(clip.source_size))
 
 
 def _seg_start(job: _Job, cfg: GeoConConfig) -> None:

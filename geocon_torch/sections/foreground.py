@@ -306,7 +306,7 @@ def _plan(clip: Clip, masks: Any, cfg: ForegroundConfig, progress: Optional[Prog
         return out
     if not isinstance(masks, BlockMasks):  # motion masks stay lazy (bounded memory)
         masks = load_masks(masks, num_frames=clip.num_frames, size=clip.size,
-                           device=clip.frames.device)
+                           device=clip.frames.device, source_size=tuple(clip.source_size))
     if masks.shape[1] == 0:
         out["reason"] = "no moving object in the clip"
         return out

@@ -18,17 +18,30 @@ naming both sizes, and are stretched only when asked (``resize=True``, the confi
 ``segment.resize_masks``). Float masks must be binary (0 / 1): NaN or soft values are an
 InputError saying so. When the file covers the source video and the clip was subsampled,
 ``frame_indices`` picks the kept frames.
+
+Masks files may come from elsewhere (a leaderboard manifest's ``masks_path``), so their size is
+checked against the clip before it costs memory. A source holds at most
+:data:`MAX_MASK_OBJECTS` (255) objects: a label map with more distinct labels is an
+InputError naming the file and the count (it would expand to T x K x H x W bools). The frame
+count, rank, aspect ratio and object count are checked before a label map is expanded, and an
+``.npz`` is checked on its array's .npy header before any data is read: frames of more than
+:data:`MASK_PIXELS_PER_SOURCE_PIXEL` (4) x the source video's pixels (``source_size``; without
+it, of 8K UHD) are an InputError naming the file, the array and its shape. The array is then
+read in chunks of :data:`MASK_CHUNK_BYTES`, each cut to the kept frames and resized (by
+picking rows and columns, no float copy), so memory follows the clip's (T, K, H, W) at its
+working size, not what the file declares.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import IO, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._json import open_npz
+from .._json import NpyHeader, open_npz, open_npz_member
 from ..errors import InputError, ShapeError
 from ..io.images import IMAGE_SUFFIXES, image_files, natural_order
 
@@ -44,6 +57,24 @@ MASKS_NPZ_HINT = "give an .npz written by np.savez with a 'masks' array, or a PN
 
 #: lossy formats: a mask saved in one is read as binary (> 127), not as a label map
 LOSSY_SUFFIXES = {".jpg", ".jpeg", ".webp"}
+#: most objects a masks source may hold: the distinct non-zero labels of a label map, or the
+#: K of a (T, K, H, W) array. 255 is every index of a palette PNG past the background 0 (DAVIS
+#: and YouTube-VOS stay below it). A label map becomes (T, K, H, W) bools, so K is bounded: a
+#: map with one label per pixel would make K = H x W. (``foreground.max_objects`` of them, the
+#: largest, are scored.)
+MAX_MASK_OBJECTS = 255
+#: an .npz mask frame may declare at most this many pixels per pixel of the source video
+#: (twice its width and height), checked on the array's .npy header before any data is read
+MASK_PIXELS_PER_SOURCE_PIXEL = 4
+#: the source frame assumed when :func:`load_masks` is not given the source video's size:
+#: 8K UHD (7680 x 4320 px)
+MASK_REFERENCE_PIXELS = 7680 * 4320
+#: an .npz masks array is read in chunks of about this many bytes (at least one frame), each
+#: cut to the kept frames and resized before the next is read: memory follows the clip
+MASK_CHUNK_BYTES = 1 << 26
+#: a mask frame's longest side (px) when masks are resized (float32 pixel coordinates are
+#: exact below it)
+MASK_MAX_SIDE = 1 << 24
 
 
 def _read_mask_image(path: Path) -> np.ndarray:
@@ -119,17 +150,117 @@ def _read_folder(folder: Path) -> np.ndarray:
     return _read_png_stack(files)  # (T, H, W) label maps
 
 
-def _labels_to_objects(arr: torch.Tensor) -> torch.Tensor:
-    """(T, H, W) -> (T, K, H, W) bool: binary -> 1 object, label map -> one per label
-    (unsigned 16 / 32-bit label maps, e.g. 16-bit PNG / TIFF, are widened first: torch has
-    no reductions on them)."""
-    if arr.dtype in (torch.uint16, torch.uint32):
-        arr = arr.to(torch.int64)
-    if arr.dtype == torch.bool or int(arr.max()) <= 1:
-        return (arr > 0).unsqueeze(1)
-    labels = torch.unique(arr)
-    labels = labels[labels != 0]
-    return arr.unsqueeze(1) == labels.view(1, -1, 1, 1)
+class _MaskSink:
+    """Builds the (T', K, h, w) bool masks of a (T, H, W) / (T, K, H, W) masks array fed to it
+    in order as (n, H, W) planes (plane ``p`` is frame ``p // K``, object ``p % K``), in one
+    piece or chunk by chunk: keeps the planes of the kept frames, resized to (h, w) as soon as
+    they arrive, and the label statistics of *every* plane (so a label map read in chunks
+    gives what one read of the whole array gave). The (T', K, h, w) expansion of a label map
+    happens last, at the working size, after its labels were counted.
+
+    Args:
+        shape: the array's shape. dtype: its torch dtype. keep: (T',) long, the frames kept
+            (None: all). size: (h, w) to resize to (None: as given). device: where the
+            planes come and the masks go. where: the source in messages.
+    """
+
+    def __init__(self, shape: Tuple[int, ...], dtype: torch.dtype, keep: Optional[torch.Tensor],
+                 size: Optional[Tuple[int, int]], device: torch.device, where: str) -> None:
+        self.where, self.k = where, (shape[1] if len(shape) == 4 else 1)
+        self.total = shape[0] * self.k
+        frames = torch.arange(shape[0]) if keep is None else keep.to("cpu", torch.long)
+        rows = (frames.view(-1, 1) * self.k + torch.arange(self.k)).view(-1)
+        self.last = int(rows.max()) if rows.numel() else -1
+        self.rows, self.every = rows.to(device), keep is None  # every: all planes, in order
+        self.shape = (frames.numel(),) + ((self.k,) if len(shape) == 4 else ())
+        h, w = (int(v) for v in (size if size is not None else shape[-2:]))
+        self.index = None if (h, w) == tuple(shape[-2:]) else (
+            _nearest_index(shape[-2], h, device), _nearest_index(shape[-1], w, device))
+        wide = dtype in (torch.uint16, torch.uint32)  # torch has no reductions on them
+        self.labels_of = len(shape) == 3 and dtype != torch.bool  # a (T, H, W) label map?
+        self.float = dtype.is_floating_point
+        self.out_dtype = (torch.int64 if wide else dtype) if self.labels_of else torch.bool
+        self.out_shape, self.device = (rows.numel(), h, w), device
+        self.out: Optional[torch.Tensor] = None  # (T' K, h, w), made by the first chunk
+        self.max: Optional[torch.Tensor] = None
+        self.labels: Optional[torch.Tensor] = torch.empty(0, dtype=self.out_dtype,
+                                                          device=device)
+        self.count = 0  # distinct non-zero values (exact while labels is kept)
+
+    def _empty(self) -> torch.Tensor:
+        return torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+
+    def needs(self, start: int) -> bool:
+        """Whether planes from ``start`` on still matter (kept frames, labels, float checks)."""
+        return start <= self.last or self.labels_of or self.float
+
+    def feed(self, planes: torch.Tensor, start: int) -> None:
+        """Take planes ``start``, ``start + 1``, ... (n, H, W) of the array."""
+        if self.float:
+            check_float_masks(planes, self.where)
+        end = start + planes.shape[0]
+        if self.labels_of:
+            if planes.dtype in (torch.uint16, torch.uint32):
+                planes = planes.to(torch.int64)
+            self._count(planes, end == self.total)
+        whole = start == 0 and end == self.total  # the whole array at once: no selection
+        if whole:
+            dst, rows = None, (None if self.every else self.rows)
+        else:
+            dst = (self.rows >= start) & (self.rows < end)
+            rows = self.rows[dst] - start
+            if rows.numel() == 0:
+                return
+        part = planes if rows is None else planes.index_select(0, rows)
+        if self.index is not None:
+            part = part.index_select(1, self.index[0]).index_select(2, self.index[1])
+        part = part if self.labels_of or part.dtype == torch.bool else part > 0
+        if dst is None:
+            self.out = part
+        else:
+            self.out = self._empty() if self.out is None else self.out
+            self.out[dst] = part
+
+    def _count(self, planes: torch.Tensor, done: bool) -> None:
+        """Fold the planes' maximum and distinct non-zero values into the statistics;
+        InputError as soon as a label map (maximum > 1) has more than MAX_MASK_OBJECTS
+        (``done``: these are the array's last planes, so the count is the whole array's)."""
+        top = planes.max()
+        self.max = top if self.max is None else torch.maximum(self.max, top)
+        exact = done and self.labels is not None
+        if self.labels is not None:
+            vals = torch.unique(planes)
+            self.labels = torch.unique(torch.cat([self.labels, vals[vals != 0]]))
+            self.count = int(self.labels.numel())
+            if self.count > MAX_MASK_OBJECTS:  # only the count matters now
+                self.labels = None
+        if self.labels is None and int(self.max) > 1:
+            raise InputError(
+                f"{self.where}: the label map has {'' if exact else 'at least '}{self.count} "
+                f"distinct labels (one object per non-zero value), more than "
+                f"{MAX_MASK_OBJECTS}; give binary masks (bool or 0 / 1) or a label map of at "
+                f"most {MAX_MASK_OBJECTS} objects")
+
+    def result(self) -> torch.Tensor:
+        """(T', K, h, w) bool masks: objects as given, one per label of a label map."""
+        out = self._empty() if self.out is None else self.out
+        out = out.reshape(*self.shape, *out.shape[-2:])
+        if not self.labels_of:
+            return out if out.ndim == 4 else out.unsqueeze(1)
+        if int(self.max) <= 1:  # binary (T, H, W): one object
+            return (out > 0).unsqueeze(1)
+        assert self.labels is not None  # _count raised otherwise
+        return out.unsqueeze(1) == self.labels.view(1, -1, 1, 1)
+
+
+def _nearest_index(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
+    """(n_out,) long: the row (column) of a length-``n_in`` axis that each output row takes
+    in a nearest-neighbour resize to ``n_out``, pixel centres aligned: exactly what
+    ``F.interpolate(mode="nearest-exact")`` of float32 masks picks on ``device`` (it is asked,
+    on the axis' float32 coordinates, which are exact below 2^24), so gathering those rows
+    and columns of bool / label masks equals resizing them as float."""
+    src = torch.arange(n_in, dtype=torch.float32, device=device).view(1, 1, n_in, 1)
+    return F.interpolate(src, size=(n_out, 1), mode="nearest-exact").view(-1).long()
 
 
 def check_float_masks(arr: torch.Tensor, where: str) -> None:
@@ -161,10 +292,124 @@ def check_aspect(mask_size: Tuple[int, int], size: Tuple[int, int], where: str) 
             f"or set segment.resize_masks = true to stretch them")
 
 
+def _check_layout(shape: Tuple[int, ...], where: str, num_frames: Optional[int],
+                  frame_indices: Optional[torch.Tensor], size: Optional[Tuple[int, int]],
+                  resize: bool) -> Optional[torch.Tensor]:
+    """The frames (T',) long of a masks array of ``shape`` that the clip keeps (None: all),
+    after checking its layout against the clip before anything is expanded (or read).
+
+    Raises:
+        ShapeError: not (T, H, W) / (T, K, H, W), no frame or an empty frame, a frame count
+            that is neither the clip's nor covers ``frame_indices``. InputError: more than
+            MAX_MASK_OBJECTS objects, another aspect ratio (unless ``resize``).
+    """
+    if len(shape) in (3, 4) and shape[0] == 0:
+        raise ShapeError(f"{where} have 0 frames")
+    if len(shape) not in (3, 4):
+        raise ShapeError(f"masks must be (T, H, W) or (T, K, H, W), got {shape}")
+    if 0 in shape[-2:]:
+        raise ShapeError(f"{where}: mask frames are empty, shape {shape}")
+    if len(shape) == 4 and shape[1] > MAX_MASK_OBJECTS:
+        raise InputError(f"{where}: masks of shape {shape} hold {shape[1]} objects, more "
+                         f"than {MAX_MASK_OBJECTS}")
+    keep = None
+    if num_frames is not None and shape[0] != num_frames:
+        idx = None if frame_indices is None else frame_indices.to("cpu", torch.long)
+        if idx is None or idx.numel() != num_frames or int(idx.max()) >= shape[0] \
+                or int(idx.min()) < 0:
+            raise ShapeError(f"masks have {shape[0]} frames but the clip has {num_frames}")
+        keep = idx
+    if size is not None and tuple(shape[-2:]) != tuple(size):
+        if not resize:
+            check_aspect(tuple(shape[-2:]), tuple(size), where)
+        if max(shape[-2:]) > MASK_MAX_SIDE:
+            raise ShapeError(f"{where}: mask frames of shape {shape} are too large to resize "
+                             f"(a side over {MASK_MAX_SIDE} px)")
+    return keep
+
+
+def _check_npz_header(head: NpyHeader, path: Path, key: str,
+                      size: Optional[Tuple[int, int]],
+                      source_size: Optional[Tuple[int, int]]) -> None:
+    """InputError (naming the file, the array and its shape) unless the .npy header of a
+    masks array declares a mask dtype and frames of at most MASK_PIXELS_PER_SOURCE_PIXEL x the
+    source's pixels (MASK_REFERENCE_PIXELS when ``source_size`` is not given; at least the
+    working ``size``)."""
+    if head.dtype.hasobject:
+        raise InputError(f"{path}: mask array '{key}' cannot be read (an object array, which "
+                         f"needs pickle: never loaded)")
+    if head.dtype.kind not in "biuf" or head.dtype.itemsize > 8:
+        raise InputError(f"{path}: mask array '{key}' must be bool, integer labels or 0 / 1 "
+                         f"floats, got dtype {head.dtype}")
+    src = MASK_REFERENCE_PIXELS if source_size is None else math.prod(source_size)
+    limit = MASK_PIXELS_PER_SOURCE_PIXEL * max(src, math.prod(size) if size else 0)
+    if len(head.shape) >= 2 and math.prod(head.shape[-2:]) > limit:
+        (h, w), of = head.shape[-2:], "" if source_size is None else " of the source video"
+        raise InputError(f"{path}: mask array '{key}' declares shape {head.shape}: frames of "
+                         f"{w} x {h} px, more than {MASK_PIXELS_PER_SOURCE_PIXEL} x the "
+                         f"{src} px{of} ({limit} px)")
+
+
+def _read_exactly(stream: IO[bytes], buf: np.ndarray) -> bool:
+    """Fill ``buf`` (1-D, contiguous) from ``stream`` in pieces of at most 1 MiB (a zip
+    member's ``readinto`` reads through a temporary bytes object of the size asked);
+    False when the stream ends first."""
+    view = memoryview(buf.view(np.uint8))
+    for at in range(0, len(view), 1 << 20):
+        piece = view[at:at + (1 << 20)]
+        if stream.readinto(piece) != len(piece):
+            return False
+    return True
+
+
+def _read_npz_masks(path: Path, where: str, layout: dict,
+                    source_size: Optional[Tuple[int, int]]) -> torch.Tensor:
+    """(T', K, h, w) bool masks of the masks array of the .npz ``path``: its .npy header is
+    checked first (:func:`_check_npz_header`, :func:`_check_layout`), then the array is read
+    in MASK_CHUNK_BYTES chunks, each cut to the kept frames and resized (:class:`_MaskSink`),
+    so memory follows the clip, not what the file declares."""
+    with open_npz(path, "masks", MASKS_NPZ_HINT) as z:
+        key = "masks" if "masks" in z.files else (z.files[0] if len(z.files) == 1 else None)
+        if key is None:
+            raise InputError(f"{path}: no 'masks' array (found {z.files})")
+        with open_npz_member(z, key, where) as (head, stream):
+            _check_npz_header(head, path, key, layout["size"], source_size)
+            keep = _check_layout(head.shape, where, **layout)
+            dtype = head.dtype.newbyteorder("=")
+            sink = _MaskSink(head.shape, torch.from_numpy(np.empty(0, dtype)).dtype, keep,
+                             layout["size"], torch.device("cpu"), where)
+            plane = head.shape[-2:]
+            total = math.prod(head.shape[:-2])
+            if head.fortran_order:  # frames are not contiguous: one read of the whole array
+                per = total
+                kept = sink.rows.numel() * math.prod(plane) * dtype.itemsize
+                if head.nbytes > max(MASK_CHUNK_BYTES, kept):
+                    raise InputError(f"{where}: mask array '{key}' of shape {head.shape} is "
+                                     f"stored in Fortran order and holds more frames than "
+                                     f"the clip keeps; save it in C order "
+                                     f"(np.ascontiguousarray)")
+            else:
+                per = max(1, MASK_CHUNK_BYTES // (math.prod(plane) * dtype.itemsize))
+            for start in range(0, total, per):
+                if not sink.needs(start):
+                    break
+                n = min(per, total - start)
+                buf = np.empty(n * math.prod(plane), head.dtype)
+                if not _read_exactly(stream, buf):
+                    raise InputError(f"{where}: mask array '{key}' ends before the data of "
+                                     f"its shape {head.shape}")
+                buf = buf.astype(dtype, copy=False)
+                if head.fortran_order:
+                    buf = np.ascontiguousarray(buf.reshape(head.shape[::-1]).T)
+                sink.feed(torch.from_numpy(buf.reshape(n, *plane)), start)
+    return sink.result()
+
+
 def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
                size: Optional[Tuple[int, int]] = None,
                frame_indices: Optional[torch.Tensor] = None,
-               device: Optional[torch.device] = None, resize: bool = False) -> torch.Tensor:
+               device: Optional[torch.device] = None, resize: bool = False,
+               source_size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """Object masks (T, K, H, W) bool from a tensor, an .npz file or a PNG folder.
 
     Args:
@@ -176,30 +421,26 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         device: where the returned masks live (None: the CPU, or a tensor source's device).
         resize: stretch masks whose aspect ratio differs from ``size``'s by more than 1 %
             (default: that is an InputError).
+        source_size: (H, W) of the source video (``Clip.source_size``): an .npz's frames may
+            have at most MASK_PIXELS_PER_SOURCE_PIXEL x its pixels (None: of 8K UHD).
     Returns:
         (T, K, H, W) bool masks (T = ``num_frames`` when given, (H, W) = ``size`` when given;
-        K may be 0).
+        K may be 0, at most MAX_MASK_OBJECTS).
     Raises:
-        InputError: unreadable source, NaN / non-binary float masks, another aspect ratio.
+        InputError: unreadable source, NaN / non-binary float masks, another aspect ratio,
+            more than MAX_MASK_OBJECTS objects, an .npz array declaring frames too large.
         ShapeError: wrong rank or frame count.
     """
+    where = f"masks {source}" if isinstance(source, (str, Path)) else "masks"
+    layout = {"num_frames": num_frames, "frame_indices": frame_indices, "size": size,
+              "resize": resize}
     if isinstance(source, (str, Path)):
         path = Path(source)
+        if path.is_file() and path.suffix.lower() == ".npz":
+            masks = _read_npz_masks(path, where, layout, source_size)
+            return masks.to(device) if device is not None else masks
         if path.is_dir():
             arr = torch.from_numpy(_read_folder(path))
-        elif path.is_file() and path.suffix.lower() == ".npz":
-            with open_npz(path, "masks", MASKS_NPZ_HINT) as z:
-                key = "masks" if "masks" in z.files else (z.files[0] if len(z.files) == 1 else None)
-                if key is None:
-                    raise InputError(f"{path}: no 'masks' array (found {z.files})")
-                try:
-                    raw = z[key]
-                except ValueError as exc:  # an object array (needs pickle: never loaded)
-                    raise InputError(f"{path}: mask array '{key}' cannot be read ({exc})") from None
-                if raw.dtype.kind not in "biuf":
-                    raise InputError(f"{path}: mask array '{key}' must be bool, integer labels or "
-                                     f"0 / 1 floats, got dtype {raw.dtype}")
-                arr = torch.from_numpy(np.ascontiguousarray(raw))
         elif path.exists():  # a video, an image, a .npy: not a masks source
             raise InputError(f"{path} is not a masks source: give a folder of PNGs or an .npz")
         else:
@@ -208,28 +449,8 @@ def load_masks(source: MaskSource, *, num_frames: Optional[int] = None,
         arr = torch.as_tensor(source)
     else:
         raise InputError(f"masks must be a path, an array or a tensor, got {type(source).__name__}")
-    where = f"masks {source}" if isinstance(source, (str, Path)) else "masks"
-    check_float_masks(arr, where)
-    if arr.ndim in (3, 4) and arr.shape[0] == 0:
-        raise ShapeError(f"{where} have 0 frames")
-    if arr.ndim == 3:
-        masks = _labels_to_objects(arr)
-    elif arr.ndim == 4:
-        masks = arr > 0 if arr.dtype != torch.bool else arr
-    else:
-        raise ShapeError(f"masks must be (T, H, W) or (T, K, H, W), got {tuple(arr.shape)}")
-    if num_frames is not None and masks.shape[0] != num_frames:
-        idx = None if frame_indices is None else frame_indices.to("cpu", torch.long)
-        if idx is None or idx.numel() != num_frames or int(idx.max()) >= masks.shape[0]:
-            raise ShapeError(f"masks have {masks.shape[0]} frames but the clip has {num_frames}")
-        masks = masks[idx.to(masks.device)]
-    if size is not None and tuple(masks.shape[-2:]) != tuple(size):
-        if not resize:
-            check_aspect(tuple(masks.shape[-2:]), tuple(size), where)
-        t, k = masks.shape[:2]
-        if k:
-            masks = F.interpolate(masks.reshape(t * k, 1, *masks.shape[-2:]).float(),
-                                  size=tuple(size), mode="nearest-exact").reshape(t, k, *size) > 0.5
-        else:
-            masks = torch.zeros(t, 0, *size, dtype=torch.bool)
+    keep = _check_layout(tuple(arr.shape), where, **layout)
+    sink = _MaskSink(tuple(arr.shape), arr.dtype, keep, size, arr.device, where)
+    sink.feed(arr.reshape(-1, *arr.shape[-2:]), 0)
+    masks = sink.result()
     return masks.to(device) if device is not None else masks

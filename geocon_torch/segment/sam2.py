@@ -7,6 +7,16 @@ isolated build environment, skipping its optional CUDA extension where it cannot
 plus its model config (``config.segment.sam2_config``: a config name inside the sam2 package such
 as ``"configs/sam2.1/sam2.1_hiera_t.yaml"``, or a path to a YAML file). Nothing is downloaded.
 
+A model config is code: SAM-2 builds the model with hydra's ``instantiate``, which calls the
+``_target_`` of every node of the config's ``model`` (a YAML could name ``numpy.savetxt`` and
+write any file, e.g. a ``.pth`` that Python runs at start-up). The checkpoint is read safely
+(``weights_only``), so the config is checked too before anything is built: it is composed
+(with the same overrides) and resolved as SAM-2 does, and a ``_target_`` anywhere under
+``model`` that is not a class of sam2's model modules (:data:`SAM2_TARGET_MODULES`;
+:data:`SAM2_EXTRA_TARGETS` lists other allowed names: none, as Meta's model configs name only
+sam2 classes) is a ConfigError naming the key and the target. Only hand a YAML from a source
+you trust all the same: sam2's own classes still run with the values it gives.
+
 Prompts (working-resolution pixels), from ``config.segment.sam2_prompts`` (a JSON file) or the
 ``prompts`` argument::
 
@@ -33,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -46,6 +56,14 @@ from ..errors import CheckpointError, ConfigError, InputError, OptionalDependenc
 from ..types import Clip
 
 Prompts = Sequence[Dict[str, Any]]
+#: the sam2 modules a model config's ``_target_`` may name classes of (where SAM-2's model
+#: classes live; other sam2 modules, such as the ``sam2.benchmark`` script, are never imported)
+SAM2_TARGET_MODULES = ("sam2.modeling.", "sam2.sam2_video_predictor.")
+#: ``_target_`` names a SAM-2 model config may give besides those classes: none. Meta's model
+#: configs (sam2/configs/sam2 and sam2.1, and the legacy top-level sam2_hiera_*.yaml) name only
+#: sam2.modeling classes; its training configs (torch.optim, fvcore, training.*) are not model
+#: configs and are never built here.
+SAM2_EXTRA_TARGETS: FrozenSet[str] = frozenset()
 
 
 def _import_sam2() -> Any:
@@ -59,13 +77,67 @@ def _import_sam2() -> Any:
     return build_sam2_video_predictor
 
 
+def _target_problem(target: Any) -> Optional[str]:
+    """Why hydra must not call ``target`` (a config's ``_target_``), or None: a class of the
+    sam2 package, looked up the way ``instantiate`` looks it up (only names under
+    :data:`SAM2_TARGET_MODULES` are looked up, so nothing else is imported; the class must be
+    defined in sam2, not reached through a module sam2 imports, such as
+    ``sam2.modeling.sam2_base.torch.save``), or one of :data:`SAM2_EXTRA_TARGETS`."""
+    if isinstance(target, str) and target in SAM2_EXTRA_TARGETS:
+        return None
+    if not isinstance(target, str) or not target.startswith("sam2."):
+        return "outside the sam2 package"
+    if not target.startswith(SAM2_TARGET_MODULES):
+        return f"outside sam2's model modules ({', '.join(SAM2_TARGET_MODULES)})"
+    from hydra._internal.utils import _locate  # what hydra.utils.instantiate calls
+
+    try:
+        obj = _locate(target)
+    except (ImportError, ValueError) as exc:
+        return f"not found ({str(exc).splitlines()[0]})"
+    module = getattr(obj, "__module__", None) or ""
+    if not isinstance(obj, type) or not (module == "sam2" or module.startswith("sam2.")):
+        name = f"{module or '?'}.{getattr(obj, '__qualname__', '?')}"
+        return f"not a class of the sam2 package (it is the {type(obj).__name__} {name})"
+    return None
+
+
+def _check_targets(name: str, overrides: List[str], config: str) -> None:
+    """ConfigError (naming ``segment.sam2_config``, the key and the target) unless every
+    ``_target_`` under ``model`` of the config ``name`` (composed in the hydra context that
+    SAM-2 will build it in, with ``overrides``, and resolved as SAM-2 resolves it) passes
+    :func:`_target_problem`. Nothing is instantiated."""
+    from hydra import compose
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    cfg = compose(config_name=name, overrides=overrides)
+    OmegaConf.resolve(cfg)
+    todo: List[Any] = [("model", cfg.get("model"))]
+    while todo:
+        where, node = todo.pop()
+        if isinstance(node, DictConfig):
+            for key, value in node.items():
+                problem = _target_problem(value) if key == "_target_" else None
+                if problem is not None:
+                    raise ConfigError(
+                        f"segment.sam2_config {config!r}: {where}._target_ = {value!r} is "
+                        f"{problem}; a SAM-2 model config may only build the sam2 package's "
+                        f"classes (hydra would call it: a model config is code)")
+                todo.append((f"{where}.{key}", value))
+        elif isinstance(node, ListConfig):
+            todo.extend((f"{where}[{i}]", value) for i, value in enumerate(node))
+
+
 def _build_unloaded(build: Any, config: str, device: str, overrides: List[str]) -> Any:
     """SAM-2's video predictor of model config ``config`` (a config name inside the sam2
     package or a YAML path), randomly initialised, on ``device``.
 
+    The config is composed and its ``_target_`` names checked first (:func:`_check_targets`).
+
     Raises:
         ConfigError: naming ``segment.sam2_config``: hydra / omegaconf cannot find, compose or
-            instantiate it (no such config or file, bad YAML, not a SAM-2 model config).
+            instantiate it (no such config or file, bad YAML, not a SAM-2 model config), or it
+            names a ``_target_`` outside the sam2 package (naming the key and the target).
     """
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
@@ -74,6 +146,7 @@ def _build_unloaded(build: Any, config: str, device: str, overrides: List[str]) 
     cfg_path = Path(config).expanduser()
     try:
         if not cfg_path.is_file():
+            _check_targets(config, overrides, config)
             return build(config, None, device=device, hydra_overrides_extra=overrides)
         from hydra import initialize_config_dir, initialize_config_module
         from hydra.core.global_hydra import GlobalHydra
@@ -82,6 +155,7 @@ def _build_unloaded(build: Any, config: str, device: str, overrides: List[str]) 
         try:
             with initialize_config_dir(config_dir=str(cfg_path.parent.resolve()),
                                        version_base="1.2"):
+                _check_targets(cfg_path.name, overrides, config)
                 return build(cfg_path.name, None, device=device,
                              hydra_overrides_extra=overrides)
         finally:

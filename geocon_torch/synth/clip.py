@@ -3,7 +3,9 @@
 On disk (``SynthClip.save(outdir)``): ``<clip_id>.mp4`` (H.264, crf 12), ``<clip_id>.json``
 (ground truth + the paper sec. 5.5 metadata: prompt, generator, generator_version (the paper's
 "model"), seed, resolution, fps, duration, clip_id, masks_path) and ``<clip_id>_masks.npz``
-(key ``masks``, (T, K, H, W) bool).
+(key ``masks``, (T, K, H, W) bool). Each file is written atomically and the JSON last: a clip
+whose JSON is missing is incomplete (an interrupted save), and an earlier clip's JSON is removed
+before the new files are written, so it never sits beside another run's mp4.
 :func:`load_synth` reads the three back (frames decoded from the mp4, so they differ from the
 rendered ones by the codec's small loss; everything else is exact).
 """
@@ -22,6 +24,7 @@ from .._json import read_json_file
 from ..categories import SYNTH_GENERATOR
 from ..errors import VideoReadError
 from ..io import read_clip
+from ..io._atomic import atomic_output, atomic_write_text
 from ..io.writer import write_video
 from ..types import Clip
 from . import camera as cam
@@ -136,16 +139,20 @@ class SynthClip:
 
     def save(self, outdir: Union[str, Path]) -> Path:
         """Write ``<clip_id>.mp4``, ``<clip_id>_masks.npz`` and ``<clip_id>.json`` into
-        ``outdir``; returns the JSON path."""
+        ``outdir``; returns the JSON path. Each file appears complete or not at all, the JSON
+        (the completion mark) last; an older ``<clip_id>.json`` is removed first (module
+        doc)."""
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
+        json_path = outdir / f"{self.clip_id}.json"
+        json_path.unlink(missing_ok=True)
         write_video(outdir / f"{self.clip_id}.mp4", self.frames.cpu(), fps=self.fps)
         masks_name = f"{self.clip_id}_masks.npz"
-        np.savez_compressed(outdir / masks_name, masks=self.masks.cpu().numpy().astype(bool))
+        with atomic_output(outdir / masks_name) as tmp:
+            np.savez_compressed(tmp, masks=self.masks.cpu().numpy().astype(bool))
         gt = self.ground_truth(masks_path=masks_name)
         gt["video_path"] = f"{self.clip_id}.mp4"
-        json_path = outdir / f"{self.clip_id}.json"
-        json_path.write_text(json.dumps(gt, indent=1))
+        atomic_write_text(json_path, json.dumps(gt, indent=1))
         return json_path
 
 

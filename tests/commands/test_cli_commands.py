@@ -41,7 +41,8 @@ def test_help_documents_every_option(capsys):
 
 def test_expand_inputs_files_folders_globs(tmp_path: Path):
     (tmp_path / "v").mkdir()
-    for n in ("b.mp4", "a.webm", "notes.txt"):
+    # hidden files: an interrupted write's temporary file, a macOS resource fork
+    for n in ("b.mp4", "a.webm", "notes.txt", ".b.partial-1-ab.mp4", "._a.webm"):
         (tmp_path / "v" / n).write_bytes(b"x")
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "1.png").write_bytes(b"x")
@@ -249,9 +250,8 @@ def test_score_json_keeps_the_clips_scored_before_an_interruption(tmp_path: Path
 
     monkeypatch.setattr(score_cmd, "score_clips", stop_on_second)
     out = tmp_path / "r.jsonl"
-    with pytest.raises(KeyboardInterrupt):
-        main(["score", *map(str, paths), "--json", str(out), "--long-side", "128",
-              "--preset", "background", "--device", "cpu", "--no-progress"])
+    assert main(["score", *map(str, paths), "--json", str(out), "--long-side", "128",
+                 "--preset", "background", "--device", "cpu", "--no-progress"]) == 130
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["clip"] for r in rows] == ["c0", "c1"] and [len(c) for c in calls] == [2, 1]
     assert rows[0]["status"] in ("ok", "not_applicable") and rows[0]["score"] == rows[1]["score"]
