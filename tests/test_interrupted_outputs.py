@@ -422,3 +422,41 @@ def test_interrupted_merge_conflicts_file_is_not_left_half_written(tmp_path, mon
                                                         conflicts=conflicts))
     assert main(["merge", str(tmp_path / "o"), "s", "--conflicts", str(path)]) == 1
     assert [json.loads(x)["clip_id"] for x in path.read_text().splitlines()] == ["c0", "c1", "c2"]
+
+
+def test_interrupted_pairs_and_parquet_outputs_keep_the_previous_file(tmp_path, monkeypatch):
+    """``geocon pairs --out`` / ``demo --json`` (``write_jsonl``) and ``--export-parquet`` go
+    through the atomic writer: a write stopped part-way leaves the previous file whole."""
+    from geocon_torch.commands._common import write_jsonl as write_results
+    from geocon_torch.bench.store import write_parquet
+
+    out = tmp_path / "pairs.jsonl"
+    write_results(str(out), [{"a": 1}, {"a": 2}])
+    old = out.read_bytes()
+    real = Path.write_text
+
+    def half_then_stop(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", half_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        write_results(str(out), [{"a": 3}, {"a": 4}])
+    monkeypatch.undo()
+    assert out.read_bytes() == old and _names(tmp_path) == ["pairs.jsonl"]
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = tmp_path / "t.parquet"
+    write_parquet(table, [{"clip_id": "c0", "ir": 0.5}])
+    real_write = pq.write_table
+
+    def partial_table(t, where, *args, **kwargs):
+        Path(where).write_bytes(b"PAR1 half")  # a part of a file, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pq, "write_table", partial_table)
+    with pytest.raises(KeyboardInterrupt):
+        write_parquet(table, [{"clip_id": "c1", "ir": 9.0}])
+    monkeypatch.setattr(pq, "write_table", real_write)
+    assert pq.read_table(table).column("ir").to_pylist() == [0.5]
+    assert sorted(_names(tmp_path)) == ["pairs.jsonl", "t.parquet"]

@@ -727,6 +727,8 @@ def write_csv(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> Path
 
 
 def write_parquet(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> Path:
+    """Write flat records (:func:`flatten_row`) as a Parquet table, one column per
+    :data:`FLAT_COLUMNS`, atomically (:func:`~geocon_torch.io._atomic.atomic_output`)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -736,7 +738,8 @@ def write_parquet(path: Union[str, Path], records: Iterable[Dict[str, Any]]) -> 
             "(CSV export works without it)") from exc
     records = list(records)
     table = pa.table({k: [r.get(k) for r in records] for k in FLAT_COLUMNS})
-    pq.write_table(table, str(path))
+    with atomic_output(path) as tmp:
+        pq.write_table(table, str(tmp))
     return Path(path)
 
 

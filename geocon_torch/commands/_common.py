@@ -17,6 +17,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 from .. import _checks
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
+from ..io._atomic import atomic_write_text
 from ..io.images import animated_frames
 from ..presets import PRESETS
 from ..sections.progress import progress_enabled
@@ -339,13 +340,15 @@ def json_line(result: Dict[str, Any]) -> str:
 
 
 def write_jsonl(path: str, results: Iterable[Dict[str, Any]]) -> None:
-    """JSON lines of results; path "-" = stdout."""
+    """JSON lines of results; path "-" = stdout. A file is written atomically
+    (:func:`~geocon_torch.io._atomic.atomic_write_text`: the previous file or the whole new one,
+    never a part)."""
     text = "".join(json_line(r) for r in results)
     if path == "-":
         sys.stdout.write(text)
     else:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
+        atomic_write_text(path, text)
 
 
 @contextmanager
