@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -421,16 +422,23 @@ def _not_utf8(path: Path) -> ManifestError:
     return ManifestError(f"{path}: not UTF-8 text; {fix}")
 
 
-def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
+def load_manifest(path: Union[str, Path], *, confine: bool = False) -> List[ManifestEntry]:
     """Read a ``.csv`` or ``.jsonl`` / ``.json`` (one object per line) manifest. Relative paths
     in it are resolved against the manifest's folder and stored absolute (a store then reads
     the same files from any working directory).
+
+    Args:
+        path: the manifest file.
+        confine: refuse a ``path``, ``masks_path`` or ``poses_path`` that lies outside the
+            manifest's folder once links and ``..`` are resolved (a leaderboard operator
+            scoring a submitter's manifest: otherwise it may name any file the operator can
+            read, and the report's audit cards would publish its frames).
 
     Raises:
         ManifestError: file missing, unknown extension, bad JSON/CSV, a required field missing,
             a bad value (seed, fps, duration, resolution), text a store cannot keep (a NUL, a
             name that is not UTF-8), a file that is not UTF-8 text or a duplicated clip_id —
-            naming the line.
+            naming the line; with ``confine``, a path outside the manifest's folder.
     """
     path = Path(path)
     if not path.is_file():
@@ -454,10 +462,26 @@ def load_manifest(path: Union[str, Path]) -> List[ManifestEntry]:
                for lineno, row in rows]
     explicit = [not _blank(row.get("clip_id")) if isinstance(row, dict) else True
                 for _, row in rows]
+    if confine:
+        _check_confined(entries, path)
     check_unique_ids([e for e, x in zip(entries, explicit) if x], str(path))
     _derive_ids([e for e, x in zip(entries, explicit) if not x],
                 [e.clip_id for e, x in zip(entries, explicit) if x], str(path))
     return entries
+
+
+def _check_confined(entries: Sequence[ManifestEntry], manifest: Path) -> None:
+    """ManifestError naming the line and field of the first path (``path``, ``masks_path``,
+    ``poses_path``) that lies outside ``manifest``'s folder after links and ``..`` are
+    resolved."""
+    folder = Path(os.path.realpath(manifest.absolute().parent))
+    for e in entries:
+        for field_name in ("path", "masks_path", "poses_path"):
+            value = getattr(e, field_name)
+            if value is not None and not Path(os.path.realpath(value)).is_relative_to(folder):
+                raise ManifestError(f"{manifest}, line {e.line}: {field_name} {value} lies "
+                                    f"outside the manifest's folder {folder} (paths are "
+                                    f"confined to it: --confine-paths)")
 
 
 def check_unique_ids(entries: Sequence[ManifestEntry], where: str = "manifest") -> None:

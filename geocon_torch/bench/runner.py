@@ -243,7 +243,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                  distributed: Optional[bool] = None,
                  dist_timeout_s: float = 7 * 24 * 3600.0, assign: str = "auto",
                  lease_s: float = 60.0, store_timeout_s: float = 120.0,
-                 batch_clips: int = 8) -> RunSummary:
+                 batch_clips: int = 8, confine_paths: bool = False) -> RunSummary:
     """Score every clip of ``manifest`` into the store ``db``; resumable and shardable.
 
     Args:
@@ -268,6 +268,9 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             share, or up to that many claimed at once) with one ``score_fn.batch`` call
             (:func:`~geocon_torch.pipeline.score_clips`), then stores each clip in its own
             transaction as before; 1 scores clip by clip. The stored rows are the same.
+        confine_paths: a manifest path's clip, masks and poses paths must lie inside its
+            folder (:func:`~.manifest.load_manifest` ``confine``), checked before any clip is
+            scored.
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
@@ -281,7 +284,8 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             with a NUL or not UTF-8: :func:`~.store.checked_clip_row`), before any clip is
             scored.
     """
-    entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
+    entries = list(load_manifest(manifest, confine=confine_paths)
+                   if isinstance(manifest, (str, Path)) else manifest)
     check_unique_ids(entries, "manifest entries")
     for e in entries:  # entries built in code: refused here, not by the store mid-run
         checked_clip_row({k: getattr(e, k) for k in CLIP_COLUMNS}, "-", "-")

@@ -90,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if the store holds any clip of the manifest as an error "
                         "(this run's or an earlier one's)")
+    p.add_argument("--confine-paths", action="store_true",
+                   help="refuse a manifest whose clip, masks or poses paths lie outside its "
+                        "folder (scoring manifests submitted by others)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_arguments(p)
 
@@ -106,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                                retry_errors=args.retry_errors, progress=show_progress(args),
                                assign=args.assign, lease_s=args.lease_s,
                                store_timeout_s=args.store_timeout,
-                               batch_clips=args.batch_clips)
+                               batch_clips=args.batch_clips,
+                               confine_paths=args.confine_paths)
         if summary.rank != 0:
             return 0
         print(f"geocon bench: {summary.total} clips on {summary.world_size} rank(s): "
