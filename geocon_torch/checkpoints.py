@@ -73,11 +73,10 @@ _ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
 #: where torch's messages start advice that does not apply here (load unsafely, allow-list)
 _ADVICE = re.compile(r"\s*(Please use `torch\.serialization|Check the documentation of "
                      r"torch\.load|This is an internal miniz error)")
-#: torch's advice to re-run ``torch.load`` with ``weights_only=False`` (its UNSAFE_MESSAGE),
-#: which it puts into every refusal, whatever the phrasing around it
+#: torch's advice to re-run ``torch.load`` with ``weights_only=False`` (its UNSAFE_MESSAGE,
+#: whole), which it puts into every refusal, whatever the phrasing around it
 _UNSAFE = re.compile(r"In PyTorch [0-9.]+, we changed the default value of the `weights_only`.*?"
                      r"trusted source\.", re.S)
-_TORCH_UNSAFE = getattr(torch.serialization, "UNSAFE_MESSAGE", "")  # the same, word for word
 _FAILED, _REFUSED = "Weights only load failed.", "a safe (weights_only) load refuses it: "
 
 
@@ -97,9 +96,7 @@ def _load_failure(path: Path, exc: Exception) -> str:
     if head is not None and not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
         return "it is not a torch checkpoint (neither a zip archive nor a pickle)"
     text = str(exc)
-    if _TORCH_UNSAFE:
-        text = text.replace(_TORCH_UNSAFE, " ")
-    text = _UNSAFE.sub(" ", text)  # also a torch whose wording differs a little
+    text = _UNSAFE.sub(" ", text)
     if "WeightsUnpickler error:" in text:  # the safe unpickler refused something
         text = _REFUSED + text.split("WeightsUnpickler error:", 1)[1]
     elif text.lstrip().startswith(_FAILED):  # a refused global of a blocked module (os.system)

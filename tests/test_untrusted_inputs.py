@@ -174,3 +174,16 @@ def test_every_gate_bound_is_named_as_the_calibration_reader_checks_it():
     from geocon_torch.measures.calibration import BOUNDS
 
     assert all(key.endswith(io_cal._BOUND_SUFFIXES) for key, _, _ in BOUNDS)
+
+
+def test_the_unsafe_advice_pattern_covers_torchs_whole_message():
+    """checkpoints strips torch's "re-run with weights_only=False" advice by one pattern: it
+    must match this torch's UNSAFE_MESSAGE from its first to its last character."""
+    import torch
+
+    from geocon_torch.checkpoints import _UNSAFE
+
+    message = getattr(torch.serialization, "UNSAFE_MESSAGE", None)
+    if message is None:
+        pytest.skip("this torch has no UNSAFE_MESSAGE")
+    assert _UNSAFE.fullmatch(message.strip()) is not None
