@@ -11,7 +11,9 @@ the per-backend ``fp32_precision`` switches. Left on, the RANSAC residuals, desc
 and SIFT stencils would follow them (a clean clip's background GE 0.003 -> 0.07 px under TF32).
 
 Every public entry point that scores (``score_clip`` / ``score_clips``, ``geometric_reward``,
-the functional metrics and the Metric classes' ``update``, the robust estimators) is wrapped in
+the functional metrics and the Metric classes' ``update``, the robust estimators, and the
+geometry functions built on matrix products: the DLT / 8-point / 7-point solvers,
+``sampson_distance_normalized``, ``weighted_affine_lstsq``) is wrapped in
 :func:`scoring_precision` (historical name :func:`autocast_off`): autocast is off on the device
 types where the caller had it on, and float32 matmuls and convolutions run in full float32
 (cuBLAS, cuDNN and oneDNN). Inside, parts that choose a lower precision on purpose (SAM-2 under

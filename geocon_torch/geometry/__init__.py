@@ -46,6 +46,16 @@ pairs, wherever its masked entries sit and whatever they hold.
 Affine
     ``weighted_affine_lstsq(positions, motions, weights)`` -> ``(A, b, wmse, valid)``,
     ``motion ~ A p + b`` (eqs. 14-15).
+
+Precision: every function whose numbers rest on matrix products (``fundamental_8pt``,
+``fundamental_7pt``, ``homography_dlt``, ``sampson_distance_normalized`` and
+``fundamental_residuals`` through it, ``weighted_affine_lstsq``, the robust estimators) runs
+under :func:`geocon_torch._precision.scoring_precision`: the caller's autocast and reduced
+float32 matmul precision (TF32, bfloat16) do not apply inside; the other residuals and
+``hartley_normalize`` are elementwise and autocast leaves them alone. The least-squares fits
+(the DLT / 8-point solvers, the robust estimators' local optimisation and final refit) sum
+their normal equations in float64 whatever the points' dtype and return the model in the
+points' dtype; the solvers also normalise and denormalise in float64.
 """
 from .affine import weighted_affine_lstsq
 from .fit_residuals import fundamental_residuals, homography_residuals

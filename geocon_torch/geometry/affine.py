@@ -12,6 +12,7 @@ from typing import Tuple
 import torch
 
 from .._checks import check_points, check_same_shape
+from .._precision import scoring_precision
 from ..errors import ShapeError
 from .normalization import _finite_entries
 
@@ -21,6 +22,7 @@ def _keep(ok: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, t, torch.zeros_like(t))
 
 
+@scoring_precision
 def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weights: torch.Tensor,
                           eps: float = 1e-9
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -31,7 +33,8 @@ def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weight
         \mathrm{WMSE} = \frac{\sum_i w_i \|A^* p_i + b^* - v_i\|^2}{\sum_i w_i}
 
     Convention: ``v ~ A p + b`` (motion, not the point map; the point map is ``(I + A) p + b``).
-    Padded entries are given weight 0.
+    Padded entries are given weight 0. The caller's autocast and reduced float32 matmul
+    precision do not apply inside (:func:`geocon_torch._precision.scoring_precision`).
 
     Args:
         positions: (P, M, 2) float32 / float64 positions ``p`` (x, y) in pixels (e.g. grid-cell

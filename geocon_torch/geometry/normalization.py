@@ -82,6 +82,18 @@ def _pair_weights(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Te
     return torch.where(_finite_entries(w, x1, x2), w, torch.zeros_like(w))
 
 
+def _float64_pair(x1: torch.Tensor, x2: torch.Tensor, weights: Optional[torch.Tensor],
+                  drop_nonfinite: bool = True
+                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.dtype]:
+    """The public solvers' inputs: :func:`_pair_weights` checks them, then x1, x2 (P, N, 2) and
+    the weights (P, N) come back in float64 (the solvers normalise, sum their normal equations
+    and denormalise in float64), with the dtype the model is returned in (x1's and x2's
+    promoted dtype)."""
+    w = _pair_weights(x1, x2, weights, drop_nonfinite)
+    f64 = torch.float64
+    return x1.to(f64), x2.to(f64), w.to(f64), torch.promote_types(x1.dtype, x2.dtype)
+
+
 def _normalize_points(points: torch.Tensor, weights: torch.Tensor
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Points (..., N, 2) moved into their weighted Hartley frame: (normalised points,

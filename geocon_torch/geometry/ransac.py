@@ -73,7 +73,7 @@ from .._tensor_utils import finite, to_device
 from ..errors import InputError, ShapeError
 from ..types import Fit
 from .fundamental import _fundamental_8pt_normalized, _seven_point_normalized, _unit_fro
-from .homography import (_dlt_basis, _homogeneous_t, _homography_4pt,
+from .homography import (_dlt_basis, _float64_bases, _homogeneous_t, _homography_4pt,
                          _homography_dlt_normalized, _monomials, _normalize_h_scale)
 from ._reduce import CHUNK as _CHUNK
 from ._reduce import padded_sum
@@ -112,9 +112,9 @@ class _Context:
     mask: torch.Tensor  # (A, N) bool
     s1: torch.Tensor  # (A,) Hartley scales (normalised units per pixel)
     s2: torch.Tensor
-    mono1: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x1n for the LS refits
-    mono2: Optional[torch.Tensor] = None  # (A, 6, N) monomials of x2n (F), (A, 4, N) its DLT
-    # basis (H, ``homography._dlt_basis``)
+    mono1: Optional[torch.Tensor] = None  # (A, 6, N) float64 monomials of x1n (LS refits)
+    mono2: Optional[torch.Tensor] = None  # (A, 6, N) float64 monomials of x2n (F), (A, 4, N)
+    # its DLT basis (H, ``homography._dlt_basis``)
     source: Optional[torch.Tensor] = None  # (A, N) long: each point's position in the context
     # it was drawn from (:meth:`points`; None: this is that context)
 
@@ -128,9 +128,10 @@ class _Context:
         return ctx if refit is None else ctx.with_bases(refit)
 
     def with_bases(self, kind: str) -> "_Context":
-        """Sets (and returns self with) the least-squares refits' bases of model ``kind``."""
-        self.mono1 = _monomials(self.x1n)
-        self.mono2 = _monomials(self.x2n) if kind == "F" else _dlt_basis(self.x2n)
+        """Sets (and returns self with) the least-squares refits' bases of model ``kind``, in
+        float64 (the refits sum their normal equations in float64)."""
+        self.mono1, self.mono2 = _float64_bases(self.x1n, self.x2n, None, None,
+                                                _monomials if kind == "F" else _dlt_basis)
         return self
 
     def _memo(self, key: str, make: Callable):

@@ -17,6 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from .._checks import check_matrices, check_points, check_same_shape
+from .._precision import scoring_precision
 from ..errors import ShapeError
 from .normalization import _normalize_points, _similarity_inverse, finite_mask
 
@@ -195,6 +196,7 @@ def sampson_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
     return d2 if squared else _safe_sqrt(d2)
 
 
+@scoring_precision
 def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
                                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""Sampson distance in each pair's Hartley-normalised coordinates (unitless).
@@ -203,6 +205,8 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
     :func:`hartley_normalize` over the masked points of each image,
     ``F_n = T2^{-T} F T1^{-1}`` and the Sampson distance of ``(T1 x1, T2 x2)`` under ``F_n``.
     (The Sampson distance is invariant to the scale of F, so no renormalisation is needed.)
+    The caller's autocast and reduced float32 matmul precision do not apply inside
+    (:func:`geocon_torch._precision.scoring_precision`; ``F_n`` is a matrix product).
 
     Args:
         F: (P, 3, 3) pixel-domain fundamental matrices (``x2^T F x1 = 0``).
