@@ -2,7 +2,8 @@
 
 ``geometric_reward(videos, kind, config=None, seed=None) -> (rewards (B,), RewardDiagnostics)``:
 ``videos`` uint8, or float in [0, 1], on any device; rewards are a float tensor on the videos'
-device (the videos' float dtype, float32 for uint8), **higher is better, each in [0, 1]**.
+device (float64 for float64 videos, else float32: bfloat16 / float16 videos too, whose 8- /
+11-bit rewards would tie nearby clips), **higher is better, each in [0, 1]**.
 Tensors are scored at their native resolution (no working-size resize) unless the config asks
 for one.
 
@@ -390,8 +391,10 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
             docstring; a finite number; a value outside [0, 1], e.g. -1, marks the unscored
             clips).
     Returns:
-        rewards: (B,) on ``videos.device``, ``videos.dtype`` when float else float32; higher is
-        better, in [0, 1]. diagnostics: :class:`RewardDiagnostics`.
+        rewards: (B,) on ``videos.device``, float64 for float64 videos, else float32 (uint8,
+        float32 and half-precision videos: in bfloat16 a clean clip's 0.98453 and a
+        corrupted one's 0.98326 would both round to 0.984375); higher is better, in [0, 1].
+        diagnostics: :class:`RewardDiagnostics` (each clip's reward as a Python float).
     Raises:
         ClipTensorError: ``videos`` is not a valid clip batch (a list of clips included:
             stack them); InputError: unknown ``kind`` or a ``neutral`` that is not a finite
@@ -421,6 +424,7 @@ def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
         infos = _background_rewards(videos, cfg, neutral)
     infos = _refuse_frozen(infos, frozen, neutral)
     rewards = torch.tensor([c.reward for c in infos], dtype=torch.float64)
-    out_dtype = videos.dtype if videos.is_floating_point() else torch.float32
+    out_dtype = (torch.promote_types(videos.dtype, torch.float32) if videos.is_floating_point()
+                 else torch.float32)  # half-precision videos: float32 (module docstring)
     return rewards.to(device=videos.device, dtype=out_dtype), RewardDiagnostics(
         kind, FOLDS[kind], float(neutral), infos, cfg.preset, cfg.config_hash())

@@ -60,8 +60,26 @@ def _on_host(total: Tensor, values: Tensor) -> Tensor:
     return to_device(host, total.device)
 
 
+def _device_only(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """``fn`` (what ``nn.Module.to`` / ``.cuda`` / ``.half`` ... apply to each tensor) without
+    its dtype conversion: a tensor whose dtype ``fn`` would change (probed on a zero-length
+    tensor of its dtype and device, so nothing is converted) only moves to the device ``fn``
+    sends it to; any other tensor gets ``fn`` itself (device moves are unchanged)."""
+    def apply(t: Tensor) -> Tensor:
+        probe = fn(t.new_empty(0))
+        return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+    return apply
+
+
 class GeoConMetric(Metric):
-    """Base class: ``num_not_applicable`` / ``num_error`` / ``reasons`` states and helpers."""
+    """Base class: ``num_not_applicable`` / ``num_error`` / ``reasons`` states and helpers.
+
+    A module conversion never changes the states' dtypes: ``model.to(torch.bfloat16)`` (what
+    Lightning ``precision="bf16-true"`` / ``"16-true"`` and DeepSpeed do to a module tree),
+    ``.half()``, ``.type(...)`` only move them between devices, so the float64 sums and
+    per-clip values (and ``compute()``) stay float64. ``set_dtype`` (torchmetrics' explicit
+    request) still converts them.
+    """
 
     is_differentiable = False
     full_state_update = False
@@ -96,6 +114,21 @@ class GeoConMetric(Metric):
         (:meth:`_sync_dist`)."""
         self.add_state(name, default=[], dist_reduce_fx="cat")
         self._cat_dtypes = {**getattr(self, "_cat_dtypes", {}), name: dtype}
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], exclude_state: Sequence[str] = "") -> Any:
+        """torchmetrics' ``_apply`` (states, defaults, cached results, device) with the dtype
+        conversion taken out (:func:`_device_only`) unless it comes from ``set_dtype``.
+        torchmetrics 1.9 guards ``.half()`` / ``.float()`` / ``.type()`` by the name of ``fn``
+        only, so ``Module.to(dtype)`` cast the float64 sums (Lightning-AI/torchmetrics#2314):
+        AdaDFRC's pooled mean came out 0.64 instead of 2.29 in bfloat16."""
+        if self._dtype_convert:  # set_dtype: convert, and record the cat states' new dtype
+            self._cat_dtypes = {name: fn(torch.zeros(0, dtype=dtype)).dtype
+                                for name, dtype in getattr(self, "_cat_dtypes", {}).items()}
+            return super()._apply(fn, exclude_state)
+        dtype = self._dtype
+        out = super()._apply(_device_only(fn), exclude_state)
+        self._dtype = dtype  # torchmetrics sets it from a float32 probe of fn
+        return out
 
     def _sync_dist(self, dist_sync_fn: Callable = gather_all_tensors,
                    process_group: Optional[Any] = None) -> None:

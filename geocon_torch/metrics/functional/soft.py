@@ -61,8 +61,10 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
     """Differentiable background consistency of every clip of a batch (module docstring).
 
     Args:
-        frames: (B, T, C, H, W) float in [0, 1] (float32 or float64; C in {1, 3}; T >= 2); may
-            require grad, any device. Pixel units below are pixels of these frames.
+        frames: (B, T, C, H, W) float in [0, 1] (C in {1, 3}; T >= 2); may require grad, any
+            device. float32 / float64 frames are scored in their dtype; bfloat16 / float16
+            frames (a generator's usual output) in float32 (a differentiable cast: gradients
+            reach them, in their dtype). Pixel units below are pixels of these frames.
         model: "homography" (symmetric transfer error vs ``tau_h`` px), "fundamental"
             (Sampson distance in Hartley-normalised coordinates vs ``tau_f``, unitless) or
             "auto" (per pair: H unless F's soft IR is more than 0.05 higher; the switch
@@ -78,7 +80,8 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
             sets its other fields (``irls_iters``, ``levels``, ``iterations``,
             ``window_sigma``, ``border``, ``auto_margin``), validated as the config is.
     Returns:
-        (B,) scores in [0, 1] in ``frames.dtype`` on ``frames.device``, higher is better: the
+        (B,) scores in [0, 1] on ``frames.device``, in ``frames.dtype`` for float32 /
+        float64 frames, float32 for half-precision ones, higher is better: the
         mean over the T - 1 consecutive pairs of the soft inlier ratio (a pair of blank frames,
         grey-level std well under 0.01, counts 0: no evidence of consistency); (0,) for B = 0.
     Raises:
@@ -104,8 +107,9 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
         raise ShapeError("soft_background_consistency needs float frames in [0, 1] (uint8 "
                          "carries no gradient: pass frames.float() / 255)")
     b, t = int(frames.shape[0]), int(frames.shape[1])
+    dtype = torch.promote_types(frames.dtype, torch.float32)  # half frames: float32
     if b == 0:  # an empty batch: no score
-        return frames.new_zeros(0)
+        return frames.new_zeros(0, dtype=dtype)
     if t < 2:
         raise ShapeError(f"soft_background_consistency needs T >= 2 frames, got shape "
                          f"{tuple(frames.shape)}")
@@ -115,8 +119,8 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
     cfg = cfg.soft if isinstance(cfg, GeoConConfig) else cfg
     cfg = SoftConsistencyConfig.from_dict({**cfg.to_dict(), **options}) if options else cfg
     _check_grid(int(frames.shape[-2]), int(frames.shape[-1]), cfg)
-    x = frames if frames.dtype in (torch.float32, torch.float64) else frames.float()
+    x = frames.to(dtype)
     img1 = rearrange(x[:, :-1], "b t c h w -> (b t) c h w")
     img2 = rearrange(x[:, 1:], "b t c h w -> (b t) c h w")
     score, _, _ = soft_pair_scores(img1, img2, cfg)
-    return rearrange(score, "(b t) -> b t", b=b).mean(1).to(frames.dtype)
+    return rearrange(score, "(b t) -> b t", b=b).mean(1).to(dtype)
