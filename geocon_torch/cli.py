@@ -113,6 +113,9 @@ def _interrupted_line(command: str, signalled: List[int]) -> str:
     if command == "bench":
         line += ("; the clips stored so far are kept: run the same command again to resume "
                  "(only clips without a stored row are scored)")
+    elif command == "prune":
+        line += ("; the rows deleted so far stay deleted (each chunk is one transaction): run "
+                 "the same command again to finish")
     return line
 
 

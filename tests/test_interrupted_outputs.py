@@ -411,15 +411,15 @@ def test_interrupted_merge_conflicts_file_is_not_left_half_written(tmp_path, mon
     path = tmp_path / "conflicts.jsonl"
     path.write_text("earlier\n")
     monkeypatch.setattr("geocon_torch.commands.merge.merge_stores",
-                        lambda out, shards: MergeReport(out=out, shards=list(shards),
-                                                        conflicts=Stopping(conflicts)))
+                        lambda out, shards, **kw: MergeReport(
+                            out=out, shards=list(shards), conflicts=Stopping(conflicts)))
     assert _status(["merge", str(tmp_path / "o.sqlite"), str(tmp_path / "s.sqlite"),
                     "--conflicts", str(path)]) == 130
     assert capsys.readouterr().err.endswith("geocon merge: interrupted\n")
     assert path.read_text() == "earlier\n" and _names(tmp_path) == ["conflicts.jsonl"]
     monkeypatch.setattr("geocon_torch.commands.merge.merge_stores",
-                        lambda out, shards: MergeReport(out=out, shards=list(shards),
-                                                        conflicts=conflicts))
+                        lambda out, shards, **kw: MergeReport(
+                            out=out, shards=list(shards), conflicts=conflicts))
     assert main(["merge", str(tmp_path / "o"), "s", "--conflicts", str(path)]) == 1
     assert [json.loads(x)["clip_id"] for x in path.read_text().splitlines()] == ["c0", "c1", "c2"]
 

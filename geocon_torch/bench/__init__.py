@@ -27,6 +27,8 @@ Quick use::
   with expiring leases on PostgreSQL (:mod:`.claims`; any number of nodes).
 * :mod:`.merge` — :func:`merge_stores`: per-node stores into one, deduplicated by key,
   conflicting results reported with both values (``geocon merge``).
+* :mod:`.prune` — :func:`prune_store`: store maintenance (``geocon prune``): clip rows of
+  clips a manifest left out, orphaned results, crashed jobs' work rows, VACUUM.
 * :mod:`.stats` — scene-balanced medians / means with seeded, vectorised bootstrap CIs
   (B = 10,000), Wilson intervals (eq. 16), gate calibration with equal-count bins, net benefit
   (eq. 18), balanced-accuracy bootstrap, threshold-score sensitivity, percentile-aligned
@@ -47,13 +49,15 @@ from .store import (FLAT_COLUMNS, ResultStore, SQLiteStore, StoreConnectionError
                     flatten_row, is_server_url, load_results, write_csv, write_parquet)
 from .pg_store import PostgresStore, mask_url
 from .merge import MergeReport, merge_stores
+from .prune import PruneReport, prune_store
 
 __all__ = [
     "stats", "derive_clip_ids", "file_key", "ManifestEntry", "ManifestError",
     "check_unique_ids", "entry_from_mapping", "load_manifest", "write_manifest",
-    "PipelineScorer", "RunSummary", "content_key", "default_score_fn", "error_result", "run_manifest",
+    "PipelineScorer", "RunSummary", "content_key", "default_score_fn", "error_result",
+    "run_manifest",
     "ResultSchemaError", "check_result", "result_problems", "FLAT_COLUMNS", "ResultStore",
     "StoreError", "flatten_row", "load_results", "write_csv", "write_parquet", "SQLiteStore",
     "StoreConnectionError", "is_server_url", "PostgresStore", "mask_url", "MergeReport",
-    "merge_stores",
+    "merge_stores", "PruneReport", "prune_store",
 ]

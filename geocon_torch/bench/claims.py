@@ -25,8 +25,9 @@ server) hands its unfinished claims back on the way out (:meth:`WorkQueue.releas
 other ranks or a re-run take them at once. The same thread renews the job's heartbeat
 (``work_jobs.alive_until``, set when the job enqueues its rows). A re-run is a new job: it
 re-checks every row against the results (exactly what is missing is scored), and its rank 0
-first deletes the work rows of crashed jobs of the same config (:func:`drop_stale_jobs`:
-heartbeat expired and no live lease; a live job is never touched).
+first deletes the work rows of crashed jobs of any config (:func:`drop_stale_jobs`: heartbeat
+expired and no live lease; a live job is never touched); ``geocon prune --stale-jobs`` does the
+same without a run (:func:`stale_jobs`).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ import os
 import socket
 import threading
 import uuid
-from typing import List, Optional, Sequence
+from collections import Counter
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import InputError
 from .pg_store import PostgresStore
@@ -54,15 +56,17 @@ _CLAIM_LOCK = "SELECT pg_advisory_xact_lock(?::integer, hashtext(?))"
 _HEARTBEAT = ("INSERT INTO work_jobs (job, config_hash, alive_until) "
               "VALUES (?, ?, now() + ? * interval '1 second') ON CONFLICT (job) DO UPDATE "
               "SET alive_until = GREATEST(work_jobs.alive_until, excluded.alive_until)")
-# jobs of a config, other than the caller's, whose heartbeat expired and that hold no live
-# lease; their heartbeat rows are locked (a keeper renewing one right now is skipped)
+# jobs (of one config, or of every config), other than the caller's, whose heartbeat expired
+# and that hold no live lease; their heartbeat rows are locked (a keeper renewing one right now
+# is skipped). {config} is "" or the config filter below.
 _STALE_JOBS = """
-SELECT j.job FROM work_jobs j
-WHERE j.config_hash = ? AND j.job <> ? AND j.alive_until < now()
+SELECT j.job, j.config_hash FROM work_jobs j
+WHERE j.job <> ? AND j.alive_until < now(){config}
   AND NOT EXISTS (SELECT 1 FROM work w
                   WHERE w.job = j.job AND NOT w.done AND w.lease_until >= now())
 FOR UPDATE OF j SKIP LOCKED
 """
+_STALE_CONFIG = " AND j.config_hash = ?"
 
 _CLAIM = """
 WITH pick AS (
@@ -199,23 +203,57 @@ def drop_job(store: PostgresStore, job: Optional[str]) -> None:
     store.transaction(tx)
 
 
-def drop_stale_jobs(store: PostgresStore, config_hash: str, keep: str) -> int:
-    """Delete the work rows (and heartbeats) of the crashed jobs of ``config_hash``: jobs other
-    than ``keep`` whose heartbeat expired (no rank of theirs renewed it for their lease) and
-    none of whose rows holds a live lease. A live job is never touched: its ranks' lease
-    keepers renew its heartbeat every ``lease_s / 3`` s. Rows of jobs written before the
-    heartbeat existed are left alone. Returns the number of work rows deleted (rank 0 calls
-    this when a new job starts)."""
-    def tx() -> int:
-        jobs = [r[0] for r in store.execute(_STALE_JOBS, (config_hash, keep))]
+def stale_jobs(store: PostgresStore, config_hash: Optional[str] = None,
+               keep: Optional[str] = None, *, dry_run: bool = False
+               ) -> List[Tuple[str, str, int]]:
+    """Delete the work rows and heartbeats of crashed jobs, in one transaction: jobs other than
+    ``keep`` whose heartbeat expired (no rank of theirs renewed it for their own lease) and none
+    of whose rows holds a live lease, of ``config_hash`` (None: of every config). A live job is
+    never touched, whatever its config: its ranks' lease keepers renew its heartbeat every
+    ``lease_s / 3`` s and its claims while they score; a heartbeat row that a keeper is renewing
+    right now is skipped (locked). Work rows of a job without a heartbeat row (written by a
+    geocon_torch older than the heartbeat) are left alone: nothing tells whether that job lives.
+
+    Args:
+        store: the PostgreSQL store holding the ``work`` / ``work_jobs`` tables.
+        config_hash: only jobs of this config (None: every config).
+        keep: a job id never deleted (the caller's own job; None: none).
+        dry_run: find the jobs and count their rows, delete nothing.
+
+    Returns:
+        ``(job, config_hash, work rows)`` of each crashed job deleted (or, with ``dry_run``,
+        that would be), by job id.
+    """
+    sql = _STALE_JOBS.format(config="" if config_hash is None else _STALE_CONFIG)
+    params = ("" if keep is None else keep,) + (() if config_hash is None else (config_hash,))
+
+    def tx() -> List[Tuple[str, str, int]]:
+        jobs = dict(store.execute(sql, params))
         if not jobs:
-            return 0
-        gone = store.execute("DELETE FROM work WHERE job = ANY(?::text[]) RETURNING 1", (jobs,))
-        store.execute("DELETE FROM work_jobs WHERE job = ANY(?::text[])", (jobs,))
-        log.info("geocon store: removed %d work row(s) of %d crashed job(s) of config %s",
-                 len(gone), len(jobs), config_hash)
-        return len(gone)
-    return int(store.transaction(tx))
+            return []
+        ids = sorted(jobs)
+        if dry_run:
+            counts = dict(store.execute("SELECT job, COUNT(*) FROM work WHERE job = "
+                                        "ANY(?::text[]) GROUP BY job", (ids,)))
+        else:
+            gone = store.execute("DELETE FROM work WHERE job = ANY(?::text[]) RETURNING job",
+                                 (ids,))
+            store.execute("DELETE FROM work_jobs WHERE job = ANY(?::text[])", (ids,))
+            counts = Counter(r[0] for r in gone)
+        return [(j, jobs[j], int(counts.get(j, 0))) for j in ids]
+
+    out = store.transaction(tx)
+    if out and not dry_run:
+        log.info("geocon store: removed %d work row(s) of %d crashed job(s) of config(s) %s",
+                 sum(n for _, _, n in out), len(out), ", ".join(sorted({c for _, c, _ in out})))
+    return out
+
+
+def drop_stale_jobs(store: PostgresStore, config_hash: Optional[str], keep: str) -> int:
+    """Delete the work rows (and heartbeats) of the crashed jobs of ``config_hash`` (None: of
+    every config) other than ``keep`` (:func:`stale_jobs`). Returns the number of work rows
+    deleted (rank 0 calls this, for every config, when a new job starts and ends)."""
+    return sum(n for _, _, n in stale_jobs(store, config_hash, keep))
 
 
 class LeaseKeeper:

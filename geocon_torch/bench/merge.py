@@ -20,7 +20,10 @@ A leaderboard scored without a server runs one job per node, each into its own S
   (generator, prompt_category, prompt, seed, scene, path, the manifest entry, ...; not
   ``updated_at``): the row written last (``updated_at``) wins, so a manifest fix re-run on a
   node reaches OUT (listed in ``updates``); equal timestamps with different fields are a
-  conflict.
+  conflict. The write times come from each node's own clock: with ``clock_skew_s`` > 0 (``geocon
+  merge --clock-skew SECONDS``), rows with different fields written less than that many seconds
+  apart are a conflict too, since a node whose clock runs ahead would otherwise win with an
+  older row. Keep the nodes' clocks synchronised (NTP) either way.
 
 Shards are read in the order given (an earlier shard wins a conflict with a later one) and
 written in batches of one transaction each, so a merge killed midway is completed by running
@@ -220,9 +223,11 @@ def _merge_results(dest: ResultStore, shard: ResultStore,
 
 
 def _merge_clips(dest: ResultStore, shard: ResultStore,
-                 rows: Dict[Tuple[str, str], Dict[str, Any]], report: MergeReport) -> None:
+                 rows: Dict[Tuple[str, str], Dict[str, Any]], report: MergeReport,
+                 clock_skew_s: float = 0.0) -> None:
     """Copy ``shard``'s clip rows into ``dest`` (module doc); ``rows`` maps every key of
-    ``dest`` to its row and follows the writes."""
+    ``dest`` to its row and follows the writes; rows with other fields written less than
+    ``clock_skew_s`` seconds apart (or at the same time) are a conflict."""
     added: List[Dict[str, Any]] = []
     newer: List[Dict[str, Any]] = []
     for row in shard.raw_clips():
@@ -237,32 +242,42 @@ def _merge_clips(dest: ResultStore, shard: ResultStore,
         diffs = ({"content_hash": [have["content_hash"], row["content_hash"]]}
                  if have["content_hash"] != row["content_hash"] else
                  clip_differences(have, row))
+        apart = abs(float(row["updated_at"]) - float(have["updated_at"]))
+        ordered = "content_hash" not in diffs and apart > 0 and apart >= clock_skew_s
         if not diffs:
             report.clips_same += 1
-        elif "content_hash" not in diffs and row["updated_at"] > have["updated_at"]:
+        elif ordered and row["updated_at"] > have["updated_at"]:
             newer.append(row)
             report.clips_updated += 1
             report.updates.append({"table": "clips", "clip_id": key[0], "config_hash": key[1],
                                    "from": shard.name, "differences": diffs})
             rows[key] = row
             _flush(dest, "clips", added, newer)
-        elif "content_hash" not in diffs and row["updated_at"] < have["updated_at"]:
+        elif ordered:
             report.clips_older += 1
-        else:  # other bytes, or the same write time with other fields
-            report.conflicts.append({
-                "table": "clips", "clip_id": key[0], "config_hash": key[1],
-                "kept_from": dest.name, "other_from": shard.name, "differences": diffs})
+        else:  # other bytes, or write times too close to order with other fields
+            conflict = {"table": "clips", "clip_id": key[0], "config_hash": key[1],
+                        "kept_from": dest.name, "other_from": shard.name, "differences": diffs}
+            if "content_hash" not in diffs:
+                conflict["updated_at"] = [have["updated_at"], row["updated_at"]]
+            report.conflicts.append(conflict)
     _flush(dest, "clips", added, newer, force=True)
 
 
-def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]]) -> MergeReport:
+def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]], *,
+                 clock_skew_s: float = 0.0) -> MergeReport:
     """Merge ``shards`` (SQLite files or PostgreSQL URLs) into ``out`` (created if missing).
+    ``clock_skew_s``: clip rows with other fields written less than this many seconds apart
+    (by the nodes' clocks) are a conflict rather than ordered by write time (module doc).
 
     Returns:
         a :class:`MergeReport` (rows added / already there / replaced per table, conflicts
         with both values); only an error result (by a scored one) and a clip row (by a newer
         one of the same bytes) in ``out`` are ever overwritten, each listed in ``updates``.
     """
+    if not (isinstance(clock_skew_s, (int, float)) and 0 <= clock_skew_s < float("inf")):
+        raise InputError(f"clock_skew_s must be a finite number of seconds >= 0, "
+                         f"got {clock_skew_s!r}")
     _check_names(out, shards)
     stores = [_open_shard(s) for s in shards]  # every shard readable before writing
     try:
@@ -274,7 +289,7 @@ def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]]) -> M
             clips = {(c["clip_id"], c["config_hash"]): c for c in dest.raw_clips()}
             for shard in stores:
                 _merge_results(dest, shard, seen, report)
-                _merge_clips(dest, shard, clips, report)
+                _merge_clips(dest, shard, clips, report, clock_skew_s)
     finally:
         for s in stores:
             s.close()

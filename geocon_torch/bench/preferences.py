@@ -8,7 +8,11 @@ clip is :func:`geocon_torch.rewards.reward_from_result` of its stored result: th
 rule included: a clip whose row records it frozen (``result["motion"]``; for "epipolar-dpo" its
 ``epipolar_dpo`` entry) is unscored (``not_applicable``, listed in ``unscored``), so it is never
 chosen nor rejected; rows of a store written before the field keep their fold (a still clip
-then folds to ~1.0: rescore such a store with a new ``--db`` to get the rule).
+then folds to ~1.0: rescore such a store with a new ``--db`` to get the rule). The manifest's
+rows are read under the kind's config hash, which a package upgrade keeps: when they record
+several geocon_torch versions, :func:`preference_pairs` warns (UserWarning naming the
+versions: :func:`~.stats.warn_mixed_versions`), since a pair may then compare clips scored by
+different releases (``geocon bench --rescore-versions`` re-scores the older rows).
 
 One record per prompt (in the order prompts first appear in the manifest):
 
@@ -37,6 +41,7 @@ from ..presets import PRESETS, preset_for_kind
 from ..rewards import ClipReward, reward_from_result
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .runner import RunSummary, run_manifest
+from .stats import warn_mixed_versions
 from .store import ResultStore
 
 #: reward kind -> the preset it is scored with (from the preset table)
@@ -139,5 +144,8 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
                            distributed=False)
     with ResultStore(db) as store:
         rows = store.rows(pinned_config(cfg, device).config_hash())
+    ids = {e.clip_id for e in entries}
+    rows = [row for row in rows if row["clip_id"] in ids]
+    warn_mixed_versions(rows)
     results = {row["clip_id"]: row["result"] for row in rows}
     return preference_records(entries, results, kind, cfg, min_margin), summary

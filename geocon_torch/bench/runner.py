@@ -6,7 +6,10 @@ clip is skipped (a clip row is linked if the same content was stored under anoth
 Each scored clip is committed in one transaction, so a run killed at any moment loses at most
 the clips in flight and a re-run neither recomputes nor duplicates anything. A clip whose
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
-on (``retry_errors=True`` recomputes those rows). A misconfigured optional model (a missing or
+on (``retry_errors=True`` recomputes those rows). The config hash leaves the package version
+out (it names the protocol, so a release keeps every row): ``rescore_versions=True`` recomputes
+the scored rows (ok and not_applicable) that record another version than the running
+``geocon_torch.__version__``, in place. A misconfigured optional model (a missing or
 corrupt checkpoint, a package that is not importable) is no clip's error: with the default
 scorer the run raises it before any clip is read and stores nothing.
 
@@ -29,8 +32,8 @@ ways (``assign``):
 * dynamic (a PostgreSQL store, the default there; also across nodes): ranks claim the next
   unscored row with an expiring lease (:mod:`.claims`), so long clips do not pile up on one
   rank and a killed rank's rows are taken by the others; the work rows a crashed job left
-  behind are deleted by the next job on the same config (at its start and end, once the
-  crashed job's heartbeat and leases have run out).
+  behind are deleted by the next job, of any config (at its start and end, once the crashed
+  job's heartbeat and leases have run out), or by ``geocon prune --stale-jobs``.
 
 A gloo process group is only used to share the dynamic job id, for a final barrier and to
 gather the per-rank summaries.
@@ -52,6 +55,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from .._version import __version__
 from ..config import GeoConConfig
 from ..errors import InputError, VideoReadError
 from ..io import content_hash
@@ -243,7 +247,8 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                  distributed: Optional[bool] = None,
                  dist_timeout_s: float = 7 * 24 * 3600.0, assign: str = "auto",
                  lease_s: float = 60.0, store_timeout_s: float = 120.0,
-                 batch_clips: int = 8, confine_paths: bool = False) -> RunSummary:
+                 batch_clips: int = 8, confine_paths: bool = False,
+                 rescore_versions: bool = False) -> RunSummary:
     """Score every clip of ``manifest`` into the store ``db``; resumable and shardable.
 
     Args:
@@ -271,6 +276,9 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         confine_paths: a manifest path's clip, masks and poses paths must lie inside its
             folder (:func:`~.manifest.load_manifest` ``confine``), checked before any clip is
             scored.
+        rescore_versions: recompute (and replace) the stored ok / not_applicable rows whose
+            result records a ``version`` other than the running ``geocon_torch.__version__``
+            (rows of an older release: the config hash does not change with the package).
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
@@ -309,7 +317,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=dist_timeout_s))
         created_group = True
     job = _Job(cfg, cfg.config_hash(), score_fn, dev, retry_errors, progress, rank, world,
-               batch_clips)
+               batch_clips, bool(rescore_versions))
     try:
         with ResultStore(db, timeout_s=store_timeout_s) as store:
             if rank == 0:
@@ -324,7 +332,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             if mode == "dynamic" and rank == 0:
                 drop_job(store, summary.job)
                 if summary.job:  # a crashed job's leases ran out while this one ran
-                    drop_stale_jobs(store, job.cfg_hash, summary.job)
+                    drop_stale_jobs(store, None, summary.job)
     finally:
         if created_group:
             dist.destroy_process_group()
@@ -344,6 +352,7 @@ class _Job:
     rank: int
     world: int
     batch_clips: int = 1
+    rescore_versions: bool = False
 
     def bar(self, total: Optional[int]):
         desc = f"geocon bench [rank {self.rank}/{self.world}]" if self.world > 1 \
@@ -366,7 +375,7 @@ class _Todo:
     entry: ManifestEntry
     key: str  # content key (:func:`content_key`)
     unreadable: Optional[str]  # why the path cannot be hashed (an error row, never scored)
-    replace: bool  # a stored error row is recomputed (retry_errors)
+    replace: bool  # a stored row is recomputed (retry_errors, rescore_versions)
     also: List[Any]  # the work row's "done" statement, committed with the result
 
 
@@ -446,11 +455,11 @@ def _shared_job_id(cfg_hash: str, entries: Sequence[ManifestEntry], use_dist: bo
 def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, lease_s: float,
                  use_dist: bool) -> RunSummary:
     """Claim rows (up to ``job.batch_clips`` at a time) until every row of the job is done
-    (:mod:`.claims`); rank 0 first deletes the work rows of crashed jobs of the config."""
+    (:mod:`.claims`); rank 0 first deletes the work rows of crashed jobs (of any config)."""
     queue = WorkQueue(store, _shared_job_id(job.cfg_hash, entries, use_dist), job.cfg_hash,
                       new_owner(), lease_s)
     if job.rank == 0:
-        drop_stale_jobs(store, job.cfg_hash, queue.job)
+        drop_stale_jobs(store, None, queue.job)
     queue.enqueue([e.clip_id for e in entries])
     by_id = {e.clip_id: e for e in entries}
     poll_s = min(0.2, lease_s / 4.0)
@@ -579,8 +588,8 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     :class:`_Todo` that scores it."""
     cfg_hash = job.cfg_hash
     done = [work.done_statement(entry.clip_id)] if work is not None else []
-    status = store.status_of(key, cfg_hash)
-    if status is None or (job.retry_errors and status == "error"):
+    status, again = _stored_status(store, key, job)
+    if status is None or again:
         return _Todo(entry, key, unreadable, status is not None, done)
     link = store.clip_link(entry.clip_id, cfg_hash)
     if link is not None and link[0] == key:
@@ -594,6 +603,23 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
         store.put(_clip_row(entry), key, cfg_hash, None, also=done)
         summary.linked += 1
     return None
+
+
+def _stored_status(store: ResultStore, key: str, job: _Job) -> Tuple[Optional[str], bool]:
+    """(status of the row stored under (``key``, the run's config), None when there is none;
+    whether to score it again: an error row under ``retry_errors``, an ok / not_applicable row
+    recording another package version than the running one under ``rescore_versions``)."""
+    if not job.rescore_versions:
+        status = store.status_of(key, job.cfg_hash)
+        return status, job.retry_errors and status == "error"
+    row = store._one("SELECT status, version FROM results WHERE content_hash=? AND "
+                     "config_hash=?", (key, job.cfg_hash))
+    if row is None:
+        return None, False
+    status, version = row
+    if status == "error":
+        return status, job.retry_errors
+    return status, version != __version__
 
 
 def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,

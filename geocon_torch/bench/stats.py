@@ -2,7 +2,9 @@
 
 Rows are the joined rows of :func:`geocon_torch.bench.load_results` (clip metadata + result)
 of ONE configuration (rows of several config hashes are an InputError naming them: load with
-``config_hash=``); metrics are the flat columns of :func:`geocon_torch.bench.flatten_row`
+``config_hash=``; rows of several package versions under one config hash, kept across an
+upgrade, are pooled with a UserWarning naming the versions: :func:`warn_mixed_versions`);
+metrics are the flat columns of :func:`geocon_torch.bench.flatten_row`
 ("ir", "ge_px", "adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a
 finite metric enter a statistic; everything reports how many clips and scenes it used.
 
@@ -17,6 +19,7 @@ replicates are computed as one (B, S) array (in blocks bounded in memory), never
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -106,18 +109,66 @@ def bootstrap_ci(values: Sequence[float], *, statistic: str = "median", n_boot: 
 
 
 # --- row access -----------------------------------------------------------------------------
+def version_counts(rows: Iterable[Dict[str, Any]]) -> Dict[str, int]:
+    """Scored rows (status ok or not_applicable; error rows left out) per geocon_torch
+    ``version`` their result records ("unknown" when it records none), by version. Takes
+    joined rows (the store's ``version`` / ``status`` columns, else the ``result``'s) or flat
+    rows (:func:`flatten_row`)."""
+    counts: Counter = Counter()
+    for r in rows:
+        res = r.get("result") if isinstance(r.get("result"), dict) else {}
+        if (r.get("status") or res.get("status")) != "error":
+            counts[str(r.get("version") or res.get("version") or "unknown")] += 1
+    return dict(sorted(counts.items()))
+
+
+def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: int = 3
+                        ) -> Dict[str, int]:
+    """Warn (UserWarning) when the scored rows record more than one geocon_torch version.
+
+    The config hash names the protocol, not the package, so a store keeps the rows of an older
+    release after an upgrade and new clips get rows of the new one: a statistic over both may
+    pool different numbers for the same clip. This warns rather than raises (an upgrade that
+    changed no number must not break the statistics), naming each version with its number of
+    clips and the way to re-score the older rows (``geocon bench MANIFEST --db DB
+    --rescore-versions``, ``run_manifest(..., rescore_versions=True)``).
+
+    Returns:
+        :func:`version_counts` of ``rows``.
+    """
+    counts = version_counts(rows)
+    if len(counts) > 1:
+        listed = ", ".join(f"{v}: {n} clip{'s' if n != 1 else ''}" for v, n in counts.items())
+        warnings.warn(
+            f"the rows hold results of {len(counts)} geocon_torch versions ({listed}) under one "
+            "config hash, which a release keeps: their numbers may differ; re-score the rows "
+            "of the other versions with geocon bench MANIFEST --db DB --rescore-versions "
+            "(run_manifest(..., rescore_versions=True))", UserWarning, stacklevel=stacklevel)
+    return counts
+
+
 def _flat(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Flat rows (:func:`flatten_row`, the result under ``_result``) of ONE configuration:
     rows of several config hashes are an InputError naming them (a statistic never pools
-    configurations; pick one with ``load_results(db, config_hash=...)``)."""
-    flat = [r if "result" not in r else {**flatten_row(r), "_result": r["result"]}
-            for r in rows]
+    configurations; pick one with ``load_results(db, config_hash=...)``); rows of several
+    package versions are pooled with a UserWarning (:func:`warn_mixed_versions`)."""
+    flat: List[Dict[str, Any]] = []
+    fresh: List[Dict[str, Any]] = []  # not flattened here before (by a calling statistic)
+    for r in rows:
+        if "result" in r:
+            r = {**flatten_row(r), "_result": r["result"]}
+            fresh.append(r)
+        elif "_result" not in r:
+            fresh.append(r)
+        flat.append(r)
     hashes = sorted({str(r["config_hash"]) for r in flat if r.get("config_hash") is not None})
     if len(hashes) > 1:
         raise InputError(f"the rows hold results of {len(hashes)} configurations "
                          f"({', '.join(hashes[:5])}{', ...' if len(hashes) > 5 else ''}): a "
                          "statistic never pools configurations; pass the rows of one, e.g. "
                          "load_results(db, config_hash=...)")
+    # once per statistic: rows a calling statistic flattened here were counted there
+    warn_mixed_versions(fresh, stacklevel=4)
     return flat
 
 

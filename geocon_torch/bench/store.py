@@ -35,7 +35,8 @@ not reliable on network file systems, so keep the file on a local disk and use a
 store (or per-node files and ``geocon merge``) across machines. A reader
 (:func:`open_readable`: :func:`load_results`, ``geocon report``, ``--export-*``, merge shards)
 opens a store it may not write (a read-only file or folder) read-only: no schema is created,
-and a store of an older format, which needs migrating, is refused.
+and a store of an older format, which needs migrating, is refused. A reader refuses an existing
+SQLite file that holds other tables but no geocon store, before anything is created in it.
 
 Order: every list a reader gets (:meth:`ResultStore.rows`, the raw rows, error clips, config
 hashes) is sorted in Python by code point, which is SQLite's BINARY order of UTF-8 text, so a
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import random
 import re
@@ -60,7 +62,7 @@ from .._checks import retired_name
 from ..errors import GeoConError, InputError, OptionalDependencyError
 from ..io._atomic import atomic_output
 from ..result import migrate_result
-from .ids import derive_clip_ids
+from .ids import _parts, derive_clip_ids
 from .manifest import (RETIRED_COLUMNS, TOO_DEEP, _parse_seed, scene_key, spreadsheet_text,
                        storable_text, unstorable_text)
 from .schema import ResultSchemaError, check_result, result_problems
@@ -250,6 +252,74 @@ def _ordered(names: Sequence[str], rows: Iterable[tuple], *keys: str) -> List[tu
     return sorted(rows, key=lambda r: tuple(r[i] for i in idx))
 
 
+def _refuse_constant(text: str) -> float:
+    """``json.loads`` ``parse_constant`` of a checked stored result: NaN / Infinity (never
+    written: a store writes its JSON with ``allow_nan=False``) are corruption."""
+    raise ResultSchemaError(f"a non-finite number ({text})")
+
+
+def _finite_float(text: str) -> float:
+    """``json.loads`` ``parse_float`` of a checked stored result: a number literal that
+    overflows to infinity (``1e999``) is corruption."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ResultSchemaError(f"a non-finite number ({text[:24]})")
+    return value
+
+
+#: an escaped UTF-16 surrogate in stored result JSON: a character outside the BMP (a pair of
+#: them) or text that is not UTF-8 (a lone one, refused by the full check)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def stored_result_problems(result: Dict[str, Any], text: str) -> List[str]:
+    """:func:`~.schema.result_problems` of a result read from a store, at a fraction of the cost.
+
+    A stored row was checked in full when it was written (:meth:`ResultStore.put`), so the walk
+    over every nested value (``background.per_pair``, ...; about 4/5 of reading a store) is not
+    repeated for it. The top-level fields are checked as before (schema_version, clip, status
+    and reason, config_hash, the label fields, the types of the sections the readers flatten),
+    on a copy whose nested objects and lists are left empty. The non-finite numbers the walk
+    would find are refused while the JSON is parsed (:func:`_stored_result`), and text that is
+    not UTF-8 can only come back through an escaped surrogate in ``text``: such a row (also one
+    holding a character outside the BMP) gets the full check.
+
+    Args:
+        result: the parsed (and migrated) result object.
+        text: its JSON text as stored.
+    """
+    if _SURROGATE_ESCAPE.search(text):
+        return result_problems(result)
+    return result_problems({k: {} if isinstance(v, dict) else [] if isinstance(v, list) else v
+                            for k, v in result.items()})
+
+
+def _stored_result(text: Any, where: str, checked: bool) -> Dict[str, Any]:
+    """A stored result's JSON text parsed and migrated (:func:`~geocon_torch.result.
+    migrate_result`). :class:`ResultSchemaError` naming ``where`` (the store and the clip) when
+    it is no JSON object, or, when ``checked``, departs from the schema
+    (:func:`stored_result_problems`, non-finite numbers included)."""
+    if not isinstance(text, str):
+        raise ResultSchemaError(f"{where}: the stored result is no JSON text (a "
+                                f"{type(text).__name__})")
+    try:
+        result = (json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+                  if checked else json.loads(text))
+    except json.JSONDecodeError as exc:
+        raise ResultSchemaError(f"{where}: the stored result is not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ResultSchemaError(f"{where}: the stored result is not JSON ({TOO_DEEP})") from None
+    except ResultSchemaError as exc:  # _refuse_constant, _finite_float
+        raise ResultSchemaError(f"{where}: the stored result holds {exc}") from None
+    if not isinstance(result, dict):
+        raise ResultSchemaError(f"{where}: " + "; ".join(result_problems(result)))
+    result = migrate_result(result)
+    problems = stored_result_problems(result, text) if checked else []
+    if problems:
+        raise ResultSchemaError(f"{where}: " + "; ".join(problems))
+    return result
+
+
 class ResultStore:
     """A results database; ``ResultStore(db)`` opens the back end ``db`` names (module doc).
     Use as a context manager or call :meth:`close`.
@@ -378,8 +448,22 @@ class ResultStore:
         """The config hashes of the clip rows, in code-point order (module doc: "Order")."""
         return sorted(r[0] for r in self._select("SELECT DISTINCT config_hash FROM clips")[1])
 
-    def rows(self, config_hash: Optional[str] = None) -> List[Dict[str, Any]]:
-        """Joined rows (clip metadata + ``result`` dict), sorted by (config_hash, clip_id)."""
+    def config_counts(self) -> Dict[str, int]:
+        """Joined rows (those :meth:`rows` returns) per config hash, the hashes in code-point
+        order (module doc: "Order"); cheap: counted in SQL on the tables' indexes, no result
+        JSON is read."""
+        return {h: int(n) for h, n in sorted(self._select(
+            "SELECT config_hash, COUNT(*) FROM leaderboard GROUP BY config_hash")[1])}
+
+    def rows(self, config_hash: Optional[str] = None, *, checked: bool = False
+             ) -> List[Dict[str, Any]]:
+        """Joined rows (clip metadata + ``result`` dict), sorted by (config_hash, clip_id).
+
+        A stored result that is not a JSON object is a :class:`ResultSchemaError` naming the
+        store and the clip. ``checked``: each result is also checked against the schema the
+        cheap way a stored row allows (:func:`stored_result_problems`; it was checked in full
+        when written), as :func:`load_results` does.
+        """
         sql = "SELECT * FROM leaderboard"
         params: tuple = ()
         if config_hash is not None:
@@ -389,7 +473,8 @@ class ResultStore:
         out = []
         for vals in _ordered(names, values, "config_hash", "clip_id"):
             row = dict(zip(names, vals))
-            row["result"] = migrate_result(json.loads(row.pop("result_json")))
+            row["result"] = _stored_result(row.pop("result_json"),
+                                           f"{self.name}: clip {row['clip_id']}", checked)
             out.append(row)
         return out
 
@@ -501,6 +586,17 @@ def _renamed_clip(clip: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _read_only_uri(path: Path) -> str:
+    """SQLite's URI of ``path`` opened read-only (``mode=ro``)."""
+    return f"file:{quote(os.fsencode(path.absolute()))}?mode=ro"
+
+
+def _schema_names(conn: sqlite3.Connection) -> set:
+    """The names of the tables and views of a SQLite database."""
+    return {r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
 def _writable(path: Path) -> bool:
     """True when this process may write ``path`` (a file, or a folder: create files in it)."""
     return os.access(path, os.W_OK)
@@ -553,7 +649,7 @@ class SQLiteStore(ResultStore):
         writable, where SQLite cannot create the ``-shm`` file of a WAL store)."""
         if not self.path.is_file():
             raise StoreError(f"result store not found: {self.path}")
-        uri = f"file:{quote(os.fsencode(self.path.absolute()))}?mode=ro"
+        uri = _read_only_uri(self.path)
         if not _writable(self.path.absolute().parent):
             wal = self.path.with_name(self.path.name + "-wal")
             if wal.is_file() and wal.stat().st_size > 0:
@@ -569,9 +665,7 @@ class SQLiteStore(ResultStore):
     def _check_read_only(self) -> None:
         """Refuse a file that is no geocon store, or one of another format (read-only: an
         older one cannot be migrated here)."""
-        tables = {r[0] for r in self._conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-        if not {"meta", "results", "clips", "leaderboard"} <= tables:
+        if not {"meta", "results", "clips", "leaderboard"} <= _schema_names(self._conn):
             raise StoreError(f"{self.path}: not a geocon result store (no results / clips "
                              "tables)")
         rows = self._conn.execute("SELECT value FROM meta WHERE key='store_format'").fetchall()
@@ -772,13 +866,32 @@ def _jsonl_row(res: Dict[str, Any], retired: Optional[set] = None) -> Dict[str, 
         "result": res}
 
 
+def _id_candidates(paths: Sequence[Any]) -> set:
+    """Every id :func:`~.ids.derive_clip_ids` may give one of ``paths`` on its way: each path
+    suffix, with and without the file's extension."""
+    out = set()
+    for p in paths:
+        for keep_suffix in (False, True):
+            parts = _parts(p, keep_suffix)
+            out.update("/".join(parts[-d:]) for d in range(1, len(parts) + 1))
+    return out
+
+
 def _unique_jsonl_ids(rows: List[Tuple[int, Dict[str, Any]]], path: Path) -> None:
     """Rows of one config that share a clip id but come from different files get unique ids
     (the shortest distinguishing path suffix, e.g. ``cogvideox/3`` / ``sora/3``; their scene
-    follows), so cards and scenes never merge two files; the same file twice is an error."""
+    follows), so cards and scenes never merge two files; the same file twice is an error.
+
+    A derived id avoids the other clip ids of its config and the ids already derived for it.
+    Linear in the rows: only the ids a group's paths can produce (:func:`_id_candidates`) are
+    looked up in the config's sets of ids, never every id of the config per group."""
     groups: Dict[Tuple[Any, str], List[Tuple[int, Dict[str, Any]]]] = defaultdict(list)
     for lineno, row in rows:
         groups[(row.get("config_hash"), row["clip_id"])].append((lineno, row))
+    given: Dict[Any, set] = defaultdict(set)  # the clip ids of each config, as read
+    derived: Dict[Any, set] = defaultdict(set)  # the ids derived so far, per config
+    for cfg, cid in groups:
+        given[cfg].add(cid)
     for (cfg, cid), members in groups.items():
         if len(members) < 2:
             continue
@@ -788,61 +901,142 @@ def _unique_jsonl_ids(rows: List[Tuple[int, Dict[str, Any]]], path: Path) -> Non
                 f"{path}: clip id {cid!r} appears on lines "
                 f"{', '.join(str(n) for n, _ in members)} for the same (or an unknown) path: "
                 "keep one result per clip and config")
-        taken = [c for (h, c) in groups if h == cfg and c != cid]
-        for (_, row), new in zip(members, derive_clip_ids(paths, taken=taken)):
+        taken = sorted(t for t in _id_candidates(paths)
+                       if (t in given[cfg] and t != cid) or t in derived[cfg])
+        new_ids = derive_clip_ids(paths, taken=taken)
+        derived[cfg].update(new_ids)
+        for (_, row), new in zip(members, new_ids):
             row["clip_id"] = new
             if row.get("seed") is None:
                 row["scene"] = scene_key(row.get("prompt_category"), row.get("prompt"), None, new)
 
 
-def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool) -> List[Dict[str, Any]]:
+def _jsonl_objects(path: Path) -> Iterator[Tuple[int, Any]]:
+    """(line number, parsed JSON value) of each non-blank line of a results JSONL file;
+    :class:`ResultSchemaError` names the line that is not JSON, or the file when it is binary
+    data."""
     try:
-        return _parse_jsonl(path, config_hash, validate)
+        with path.open(encoding="utf-8-sig") as fh:  # -sig: a byte-order mark, as in a manifest
+            for lineno, text in enumerate(fh, 1):
+                if not text.strip():
+                    continue
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({exc.msg}); "
+                                            "expected a SQLite store or JSON lines of results"
+                                            ) from None
+                except RecursionError:
+                    raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({TOO_DEEP}); "
+                                            "expected a SQLite store or JSON lines of results"
+                                            ) from None
+                yield lineno, value
     except UnicodeDecodeError:
         raise ResultSchemaError(f"{path}: binary data, not a result store (expected a SQLite "
                                 "store or JSON lines of results)") from None
 
 
-def _parse_jsonl(path: Path, config_hash: Optional[str], validate: bool
-                 ) -> List[Dict[str, Any]]:
-    """:func:`_load_jsonl`'s reading (UnicodeDecodeError on binary data)."""
+def _load_jsonl(path: Path, config_hash: Optional[str], validate: bool
+                ) -> List[Dict[str, Any]]:
+    """The joined rows of a results JSONL file (:func:`load_results`); with ``validate`` every
+    line is checked in full, whichever config it holds."""
     rows: List[Tuple[int, Dict[str, Any]]] = []
     retired: set = set()
-    with path.open(encoding="utf-8-sig") as fh:  # -sig: a byte-order mark, as in a manifest
-        for lineno, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
-            try:
-                res = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({exc.msg}); expected a "
-                                        "SQLite store or JSON lines of results") from None
-            except RecursionError:
-                raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({TOO_DEEP}); expected "
-                                        "a SQLite store or JSON lines of results") from None
-            problems = result_problems(res) if validate else []
-            if problems:
-                raise ResultSchemaError(f"{path}, line {lineno}: " + "; ".join(problems))
-            if config_hash is not None and res.get("config_hash") != config_hash:
-                continue
-            rows.append((lineno, _jsonl_row(migrate_result(res), retired)))
+    for lineno, res in _jsonl_objects(path):
+        problems = result_problems(res) if validate else []
+        if problems:
+            raise ResultSchemaError(f"{path}, line {lineno}: " + "; ".join(problems))
+        if config_hash is not None and res.get("config_hash") != config_hash:
+            continue
+        rows.append((lineno, _jsonl_row(migrate_result(res), retired)))
     for old in sorted(retired):
         retired_name(f"{path}: result key {old!r}", repr(RETIRED_COLUMNS[old]), stacklevel=4)
     _unique_jsonl_ids(rows, path)
     return [row for _, row in rows]
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _is_sqlite(path: Path) -> bool:
+    """True when the file ``path`` starts with SQLite's header."""
+    with path.open("rb") as fh:
+        return fh.read(16) == _SQLITE_HEADER
+
+
+def _probe_uri(path: Path) -> str:
+    """A URI that reads the SQLite file ``path`` creating no file beside it: ``immutable=1``
+    for a WAL database whose ``-wal`` file is absent or empty (its file holds everything, and
+    ``mode=ro`` would create the ``-wal`` / ``-shm`` files), else ``mode=ro``."""
+    with path.open("rb") as fh:
+        head = fh.read(20)
+    wal_mode = len(head) == 20 and head[18] == 2  # the header's read version: 2 = WAL
+    wal = path.with_name(path.name + "-wal")
+    if wal_mode and not (wal.is_file() and wal.stat().st_size > 0):
+        return _read_only_uri(path) + "&immutable=1"
+    return _read_only_uri(path)
+
+
+def _check_not_foreign(path: Path, timeout_s: float) -> None:
+    """Refuse an existing SQLite file that holds tables but not a geocon store's, before a
+    writable open would add the store's tables to it and switch it to WAL mode (another
+    program's database given to a reader). Read through a read-only connection that creates
+    no file (:func:`_probe_uri`): the file is left as it was. An empty database, a file that
+    is no SQLite database, or one SQLite cannot read here, is left to :class:`SQLiteStore`
+    (which creates or refuses it as before)."""
+    try:
+        if not _is_sqlite(path):
+            return
+        conn = sqlite3.connect(_probe_uri(path), uri=True, timeout=timeout_s,
+                               isolation_level=None)
+        try:
+            tables = _schema_names(conn)
+        finally:
+            conn.close()
+    except (OSError, sqlite3.DatabaseError):
+        return
+    if tables and not {"results", "clips"} <= tables:
+        raise StoreError(f"{path}: not a geocon result store (no results / clips tables; it "
+                         f"holds {', '.join(sorted(tables)[:5])}"
+                         f"{', ...' if len(tables) > 5 else ''}); nothing was changed")
+
+
 def open_readable(db: Union[str, Path], *, timeout_s: float = 120.0) -> ResultStore:
     """A store to read (reports, exports, merge shards): ``ResultStore(db)`` for a server or a
     SQLite file that this process may write, together with its folder (a store of an older
     format is migrated in place, as always); else the existing file opened read-only
-    (:class:`SQLiteStore` ``read_only=True``)."""
+    (:class:`SQLiteStore` ``read_only=True``). An existing SQLite file that holds other tables
+    but no geocon store is a :class:`StoreError` naming it, and is left unchanged."""
     if not is_server_url(db):
         path = Path(db)
         writable = _writable(path) and _writable(path.absolute().parent)
         if path.is_file() and not writable:
             return SQLiteStore(path, timeout_s=timeout_s, read_only=True)
+        if path.is_file():
+            _check_not_foreign(path, timeout_s)
     return ResultStore(db, timeout_s=timeout_s)
+
+
+def config_counts(source: Union[str, Path]) -> Dict[Optional[str], int]:
+    """Rows per config hash of a result store or JSON-lines file, in the order in which
+    :func:`load_results` returns them (a store: the hashes in code-point order; a JSONL file:
+    as first met), cheaply: a store counts in SQL (:meth:`ResultStore.config_counts`, no result
+    JSON read), a JSONL file is read once keeping only each line's hash (None for a line whose
+    hash is no string, which :func:`load_results` refuses). Used to pick a config before
+    loading only its rows (``load_results(source, config_hash=...)``)."""
+    if not is_server_url(source):
+        path = Path(source)
+        if not path.exists():
+            raise InputError(f"results not found: {path}")
+        if not _is_sqlite(path):
+            counts: Dict[Optional[str], int] = {}
+            for _, res in _jsonl_objects(path):
+                h = res.get("config_hash") if isinstance(res, dict) else None
+                key = h if isinstance(h, str) else None
+                counts[key] = counts.get(key, 0) + 1
+            return counts
+    with open_readable(source) as store:
+        return dict(store.config_counts())
 
 
 def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
@@ -854,23 +1048,17 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
     from the same object or its ``meta`` dict when present (``generator`` defaults to "-", the
     scene to the clip; the retired ``model`` key is read too, with a DeprecationWarning). With
     ``validate`` every row is checked against the result schema (:class:`ResultSchemaError`
-    names the line). Results of schema 1.x and 2.x come back migrated to the current schema
-    (:func:`geocon_torch.result.migrate_result`).
+    names the line, or the store and clip): a JSONL line in full (every line, whatever its
+    config), a stored row (checked in full when it was written) the cheap way
+    (:func:`stored_result_problems`). Results of schema 1.x and 2.x come back migrated to the
+    current schema (:func:`geocon_torch.result.migrate_result`). ``config_hash``: the rows of
+    that config only (a store reads no other row; :func:`config_counts` tells the configs).
     """
     if not is_server_url(source):
         path = Path(source)
         if not path.exists():
             raise InputError(f"results not found: {path}")
-        with path.open("rb") as fh:
-            is_sqlite = fh.read(16) == b"SQLite format 3\x00"
-        if not is_sqlite:
+        if not _is_sqlite(path):
             return _load_jsonl(path, config_hash, validate)
     with open_readable(source) as store:
-        rows = store.rows(config_hash)
-        name = store.name
-    if validate:
-        for r in rows:
-            problems = result_problems(r["result"])
-            if problems:
-                raise ResultSchemaError(f"{name}: clip {r['clip_id']}: " + "; ".join(problems))
-    return rows
+        return store.rows(config_hash, checked=validate)

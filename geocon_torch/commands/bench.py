@@ -21,7 +21,10 @@ batch, each clip still stored in its own transaction; the stored rows are those 
 Rows are keyed by (content hash of the video, config hash): a run killed at any moment resumes
 without recomputing or duplicating a clip; identical files under two clip ids are scored once.
 A clip that fails is stored with status "error" and its reason and the run goes on
-(--retry-errors recomputes those).
+(--retry-errors recomputes those). The config hash names the protocol, not the package version,
+so rows scored by an older geocon_torch are kept after an upgrade (statistics and preference
+pairs warn when they pool several versions): --rescore-versions recomputes the ok /
+not_applicable rows whose result records another version than this one, in place.
 
 --db is a SQLite file (the embedded default) or a PostgreSQL server: a postgresql:// URL or a
 libpq key=value string (service=NAME, host=... dbname=... sslmode=...); the password comes
@@ -82,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "store before the run fails, a finite number > 0 (default 120)")
     p.add_argument("--retry-errors", action="store_true",
                    help="recompute clips stored with status error")
+    p.add_argument("--rescore-versions", action="store_true",
+                   help="recompute clips whose stored ok / not_applicable row was written by "
+                        "another geocon_torch version than this one (an upgrade keeps the "
+                        "config hash); the row is replaced")
     p.add_argument("--export-csv", metavar="OUT", help="after the run, write the flat table")
     p.add_argument("--export-parquet", metavar="OUT",
                    help="after the run, write the flat table as Parquet (needs pyarrow)")
@@ -106,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
     summary = None
     if args.manifest:
         summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
-                               retry_errors=args.retry_errors, progress=show_progress(args),
+                               retry_errors=args.retry_errors,
+                               rescore_versions=args.rescore_versions,
+                               progress=show_progress(args),
                                assign=args.assign, lease_s=args.lease_s,
                                store_timeout_s=args.store_timeout,
                                batch_clips=args.batch_clips,

@@ -11,7 +11,8 @@ row with other metadata (generator, prompt_category, seed, the manifest entry, .
 same bytes is replaced by the one written last (a node's manifest fix reaches OUT); each
 replacement is printed. A key that two stores hold with DIFFERENT scored results (ignoring
 timing_s, path and clip), a clip id pointing at other bytes, or clip rows that differ with the
-same write time are a conflict: OUT keeps the row it had (or the earlier shard's), and every
+same write time (or, with --clock-skew SECONDS, written less than that far apart by the nodes'
+clocks) are a conflict: OUT keeps the row it had (or the earlier shard's), and every
 differing field is printed with both values (all of them with --conflicts FILE, one JSON object
 per line). Running the same merge again changes nothing. Exit status 0, or 1 when there were
 conflicts.
@@ -24,7 +25,7 @@ import sys
 
 from ..bench import merge_stores
 from ..io._atomic import atomic_output
-from ._common import check_output_file
+from ._common import check_output_file, non_negative_float
 
 NAME = "merge"
 HELP = "merge per-node result stores (SQLite / PostgreSQL) into one, reporting conflicts"
@@ -34,6 +35,10 @@ SHOWN = 20  # conflicts printed on stderr
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", metavar="OUT", help="the merged store: SQLite file or PostgreSQL URL")
     p.add_argument("shards", nargs="+", metavar="SHARD", help="stores to merge into OUT")
+    p.add_argument("--clock-skew", type=non_negative_float, default=0.0, metavar="SECONDS",
+                   help="clip rows with other metadata written less than SECONDS apart are a "
+                        "conflict instead of the later one winning: the write times come from "
+                        "each node's clock (default 0: keep the clocks synchronised)")
     p.add_argument("--conflicts", metavar="FILE",
                    help="write every conflict as one JSON object per line")
 
@@ -59,7 +64,7 @@ def _update_line(u: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_output_file(args.conflicts, "--conflicts")  # before OUT is changed
-    report = merge_stores(args.out, args.shards)
+    report = merge_stores(args.out, args.shards, clock_skew_s=args.clock_skew)
     print(f"geocon merge: {len(report.shards)} shard(s) into {report.out}: results "
           f"{report.results_added} added, {report.results_same} already there, "
           f"{report.results_replaced} error row(s) replaced by a scored result, "

@@ -315,12 +315,36 @@ class BoundCheck:
     passed: bool
 
     def describe(self) -> str:
-        """``"GE_fine 0.41 px <= 0.35 px: FAILS"``-style text."""
+        """``"GE_fine 0.41 px > 0.35 px: FAILS"``-style text, 4 significant digits or as many
+        more as it takes to tell the value from the threshold (and an IR from 1): never
+        "IR 0.9992 < 0.9992: FAILS" (:func:`digits_apart`; a failed bound is always shown
+        apart, a met one with at most 8 digits)."""
         name, unit = STAT_LABEL.get(self.statistic, (self.statistic, ""))
         sym = (">=" if self.lower else "<=") if self.passed else ("<" if self.lower else ">")
         u = f" {unit}" if unit else ""
-        return (f"{name} {self.value:.4g}{u} {sym} {self.threshold:.4g}{u}: "
+        near = (1.0,) if self.statistic == "ir" else ()  # an IR of 0.99996 is not "1"
+        d = digits_apart((self.value, self.threshold) + near,
+                         max_digits=8 if self.passed else 17)
+        return (f"{name} {self.value:.{d}g}{u} {sym} {self.threshold:.{d}g}{u}: "
                 f"{'ok' if self.passed else 'FAILS'}")
+
+
+def digits_apart(values: Sequence[float], digits: int = 4, max_digits: int = 8) -> int:
+    """The fewest significant digits, from ``digits`` up to ``max_digits``, at which the
+    distinct values of ``values`` print differently with ``f"{v:.{d}g}"`` (e.g. 0.999155 and
+    0.999158 need 6; a value and 1.0 tell a fraction that rounds to 1 from 1); ``digits``
+    when they already differ or all are equal."""
+    distinct = sorted({float(v) for v in values if math.isfinite(float(v))})  # inf: "inf"
+    d = int(digits)
+    while d < max_digits and len({f"{v:.{d}g}" for v in distinct}) < len(distinct):
+        d += 1
+    return d
+
+
+def fmt_apart(value: float, *others: float, digits: int = 4, max_digits: int = 8) -> str:
+    """``value`` with :func:`digits_apart` significant digits against ``others`` (e.g. an IR
+    against 1.0: ``0.99996`` instead of ``1``)."""
+    return f"{value:.{digits_apart((value,) + others, digits, max_digits)}g}"
 
 
 def clip_statistics(ir: float, ge_px: float, scale: float = 1.0, *,
@@ -402,7 +426,8 @@ def pass_rates(passed: Sequence[Optional[bool]]) -> Optional[float]:
 
 
 __all__ = ["REF_LONG_SIDE", "BOUNDS", "REGIME_BOUNDS", "PEAK_QUANTILE", "Thresholds",
-           "BOUND_WHY", "STAT_LABEL", "BoundCheck", "clip_statistics", "bound_checks",
+           "BOUND_WHY", "STAT_LABEL", "BoundCheck", "digits_apart", "fmt_apart",
+           "clip_statistics", "bound_checks",
            "normalised_ge", "peak_ge", "spread_of", "gate_rates", "select_bounds",
            "select_thresholds",
            "relax_ir", "roc_curve", "calibrated_pass", "ge_bound_px", "pass_rates"]

@@ -18,16 +18,19 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..bench.ids import file_key
-from ..measures.calibration import STAT_LABEL
+from ..measures.calibration import STAT_LABEL, fmt_apart
 from ..presets import PRESETS
 from . import plots
 from .evidence import PairEvidence, pair_evidence
-from .text import (calibrated_checks, calibrated_verdict, calibration_off, compact, label,
-                   pair_counts, score_line)
+from .text import (calibrated_checks, calibrated_verdict, calibration_off, calibration_source,
+                   compact, gate_unit, is_scored, label, no_bounds_reason, pair_counts,
+                   score_line, verdict_word)
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
-    """One readable sentence: which statistic, its value, the thresholds, the decision."""
+    """One readable sentence: which statistic, its value (with its unit: "ref px" for
+    ``parallax_magnitude``), the thresholds (and the configured band where the clip's noise
+    raised it), the decision."""
     if not gate:
         return "no gate decision recorded"
     method = gate.get("method") or "?"
@@ -37,14 +40,20 @@ def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str
     ev = gate.get("evidence") or {}
     name = ev.get("statistic_name") or ("t_inf = ||t||_inf" if method in ("poses", "dust3r")
                                         else "statistic")
+    u = f" {gate_unit(name)}" if gate_unit(name) else ""
     parts = [f"gate method '{method}'"]
     if isinstance(stat, (int, float)):
-        parts.append(f"{name} = {stat:.4g}")
+        parts.append(f"{name} = {stat:.4g}{u}")
     else:
         parts.append(f"{name} unavailable")
     lo, hi = th.get("low"), th.get("high")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-        parts.append(f"H if <= {lo:g}, F if >= {hi:g}, U in between")
+        conf = ev.get("configured_band_ref_px")
+        adapted = (isinstance(conf, (list, tuple)) and len(conf) == 2
+                   and (float(conf[0]), float(conf[1])) != (float(lo), float(hi)))
+        parts.append(f"H if <= {lo:.4g}{u}, F if >= {hi:.4g}{u}, U in between"
+                     + (f" (noise-adaptive band; configured {conf[0]:g} / {conf[1]:g}{u})"
+                        if adapted else ""))
     parts.append(f"decision {decision}")
     if decision == "U" and ev.get("u_resolved"):
         g = ev.get("gric_delta")
@@ -90,23 +99,41 @@ def _pick_pair(series: Optional[Dict[str, list]], num_pairs: Optional[int]) -> i
     return int(num_pairs or 0) // 2
 
 
+def _timeline_alt(series: Dict[str, list]) -> str:
+    """What the timeline figure shows, for its alt text: pairs, invalid ones, the lowest IR."""
+    valid = [(ir, pair) for ir, pair, ok in zip(series["ir"], series["pair"], series["valid"])
+             if ok and ir is not None]
+    n, bad = len(series["index"]), series["valid"].count(False)
+    low = min(valid, key=lambda v: v[0]) if valid else None
+    return (f"per-pair IR (left axis) and GE in px (right axis) of {n} frame pairs at scale "
+            f"{series['scale'][0]:g}; {bad} invalid pair{'s' * (bad != 1)} (marked x)"
+            + (f"; lowest IR {fmt_apart(float(low[0]), 1.0)} at pair {tuple(low[1] or ())}"
+               if low else ""))
+
+
 def _hwc(frame: Any) -> np.ndarray:
     """(3, H, W) uint8 tensor -> (H, W, 3) numpy."""
     return frame.permute(1, 2, 0).numpy()
 
 
 def _draw_pair(d: PairEvidence, img_dir: Path, slug: str, seg: Dict[str, Any]
-               ) -> Tuple[List[Tuple[Path, str]], List[str]]:
-    """The matches, epipolar lines and masks figures of one pair: ([(png, caption)], notes)."""
-    imgs: List[Tuple[Path, str]] = []
+               ) -> Tuple[List[Tuple[Path, str, str]], List[str]]:
+    """The matches, epipolar lines and masks figures of one pair: ([(png, caption, alt)],
+    notes); the alt text says what the figure shows (pair, inlier / outlier counts, IR), the
+    caption what kind of figure it is."""
+    imgs: List[Tuple[Path, str, str]] = []
     notes: List[str] = []
     f1, f2 = _hwc(d.frame1), _hwc(d.frame2)
     x1, x2, inl = d.x1.double().numpy(), d.x2.double().numpy(), d.inliers.numpy()
     n_in = int(inl.sum())
-    title = (f"pair {d.pair}: {n_in} {d.model}-inliers (green) / {len(inl) - n_in} outliers "
-             f"(red); IR {d.ir:.4g}")
+    n_out = len(inl) - n_in
+    title = (f"pair {d.pair}: {n_in} {d.model}-inliers (green) / {n_out} outliers "
+             f"(red); IR {fmt_apart(d.ir, 1.0)}")
+    alt = (f"frames {d.pair[0]} and {d.pair[1]} side by side: {n_in} {d.model}-inlier matches "
+           f"(green solid lines, dots) and {n_out} outlier{'s' * (n_out != 1)} (red dashed "
+           f"lines, crosses); pair IR {fmt_apart(d.ir, 1.0)}")
     imgs.append((plots.matches(f1, f2, x1, x2, inl, img_dir / f"card_{slug}_matches.png",
-                               title=title), "matches on the frame pair (as scored)"))
+                               title=title), "matches on the frame pair (as scored)", alt))
     if d.F_valid and len(x1):
         sel = np.flatnonzero(inl)[:: max(1, n_in // 20)][:20]
         if sel.size == 0:
@@ -114,14 +141,17 @@ def _draw_pair(d: PairEvidence, img_dir: Path, slug: str, seg: Dict[str, Any]
         imgs.append((plots.epipolar_lines(f2, d.F.numpy(), x1[sel], x2[sel],
                                           img_dir / f"card_{slug}_epipolar.png",
                                           title="epipolar lines F x1 in frame j"),
-                     "epipolar lines"))
+                     "epipolar lines", f"frame {d.pair[1]} with the epipolar lines F x1 of "
+                     f"{sel.size} matches of pair {d.pair} and their matched points"))
     else:
         notes.append("no valid fundamental matrix on this pair: no epipolar lines")
     if d.objects is not None and d.objects.shape[0] > 0:
         masks = d.objects.numpy()
         imgs.append((plots.masks_overlay(f1, masks, img_dir / f"card_{slug}_masks.png",
                                          title=f"{masks.shape[0]} object mask(s), frame "
-                                               f"{d.pair[0]}"), "object masks"))
+                                               f"{d.pair[0]}"), "object masks",
+                     f"frame {d.pair[0]} with {masks.shape[0]} object mask(s) tinted, one "
+                     "colour each"))
     else:
         notes.append(f"object masks: {seg.get('method', 'none')} ({seg.get('objects', 0)} "
                      "objects): none on this pair")
@@ -136,7 +166,7 @@ def _entry(row: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _drawings(row: Dict[str, Any], res: Dict[str, Any], img_dir: Path, slug: str,
-              device: Optional[str]) -> Tuple[List[Tuple[Path, str]], List[str]]:
+              device: Optional[str]) -> Tuple[List[Tuple[Path, str, str]], List[str]]:
     """The pair figures of a card, or a note saying why there are none (never raises)."""
     bg = res.get("background") or {}
     entry = _entry(row)
@@ -152,26 +182,34 @@ def _drawings(row: Dict[str, Any], res: Dict[str, Any], img_dir: Path, slug: str
         return [], [f"drawings unavailable: {type(exc).__name__}: {exc}"]
 
 
-def _fmt(v: Any, digits: int = 4) -> str:
+def _fmt(v: Any, digits: int = 4, near: Optional[float] = None) -> str:
+    """A fact: floats with ``digits`` significant digits (more when they are needed to tell
+    the value from ``near``, e.g. an IR of 0.99996 from 1), "-" for None, else escaped."""
     if isinstance(v, float):
-        return f"{v:.{digits}g}"
+        return fmt_apart(v, near, digits=digits) if near is not None else f"{v:.{digits}g}"
     return html.escape("-" if v is None else str(v))
 
 
 def _bounds_html(bg: Dict[str, Any]) -> str:
     """Every bound of the calibrated gate (value, threshold, ok / FAILS; failed ones in bold),
-    the same as ``geocon explain`` prints."""
+    the same as ``geocon explain`` prints, headed by the stored verdict and followed by the
+    bounds applied ("applied: F bounds of default:opencv-sift (002e...)"); without bounds
+    "n/a (<the stored reason>)" as ``geocon explain`` says it."""
     checks = calibrated_checks(bg)
+    source = calibration_source(bg)
     if checks is None:
-        return html.escape(calibration_off(bg) if "pass_calibrated" not in bg else
-                           f"{compact(bg.get('pass_calibrated'))} (no bounds recorded)")
+        if "pass_calibrated" not in bg:
+            return html.escape(calibration_off(bg))
+        return html.escape(f"{verdict_word(bg.get('pass_calibrated'))} ({no_bounds_reason(bg)})"
+                           + (f"; {source}" if source else ""))
     items = [html.escape(c.describe()) if c.passed else f"<b>{html.escape(c.describe())}</b>"
              for c in checks]
     failed = [c.statistic for c in checks if not c.passed]
-    head = (f"{'PASS' if bg.get('pass_calibrated') else 'FAIL'}"
+    head = (verdict_word(bg.get("pass_calibrated"))
             + (f" (failed: {html.escape(', '.join(STAT_LABEL[s][0] for s in failed))})"
                if failed else ""))
-    return head + "<ul class='bounds'>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+    return (head + "<ul class='bounds'>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+            + (f"<span class='muted'>applied: {html.escape(source)}</span>" if source else ""))
 
 
 def _no_trio(res: Dict[str, Any]) -> str:
@@ -189,10 +227,11 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
     fg = res.get("foreground") or {}
     objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
     obj_txt = ", ".join(f"#{html.escape(str(o.get('id')))}: AdaDFRC "
-                        f"{_fmt(o.get('adadfrc_mean'))}, "
-                        f"AdaP90 {_fmt(o.get('adap90'))}" for o in objs) or \
+                        f"{_fmt(o.get('adadfrc_mean'))} px², "
+                        f"AdaP90 {_fmt(o.get('adap90'))} px²" for o in objs) or \
         f"none ({_fmt(fg.get('reason'))})"
     ep = res.get("epipolar") or {}
+    unscored = res.get("status") != "ok" and not is_scored(bg)  # n/a, not "unknown" / "-"
     return [
         ("generator / prompt cat.", html.escape(f"{label(row.get('generator'))} / "
                                                 f"{label(row.get('prompt_category'))}")),
@@ -200,12 +239,14 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         ("score", html.escape(score_line(res))),
         ("status", f"{_fmt(res.get('status'))}" + (f": {_fmt(res.get('reason'))}"
                                                    if res.get("reason") else "")),
-        ("IR / GE (px)", f"{_fmt(bg.get('ir'))} / {_fmt(bg.get('ge_px'))} "
-                         f"(H: {_fmt(bg.get('ir_h'))} / {_fmt(bg.get('ge_h_px'))}, "
-                         f"F: {_fmt(bg.get('ir_f'))} / {_fmt(bg.get('ge_f_px'))})"),
-        ("valid pairs", f"{html.escape(pair_counts(bg))}; report gate pass: "
-                        f"{html.escape(compact(bg.get('pass')))} (paper), "
-                        f"{html.escape(calibrated_verdict(bg))}"),
+        ("IR / GE (px)", "n/a (not scored)" if unscored else
+         f"{_fmt(bg.get('ir'), near=1.0)} / {_fmt(bg.get('ge_px'))} "
+         f"(H: {_fmt(bg.get('ir_h'), near=1.0)} / {_fmt(bg.get('ge_h_px'))}, "
+         f"F: {_fmt(bg.get('ir_f'), near=1.0)} / {_fmt(bg.get('ge_f_px'))})"),
+        ("valid pairs", "n/a (not scored)" if unscored else
+         f"{html.escape(pair_counts(bg))}; report gate pass: "
+         f"{html.escape(compact(bg.get('pass')))} (paper), "
+         f"{html.escape(calibrated_verdict(bg))}"),
         ("calibrated gate", _bounds_html(bg)),
         ("gate", html.escape(gate_rationale(res.get("gate"), res.get("regime")))),
         ("objects", obj_txt),
@@ -236,27 +277,29 @@ def audit_card(row: Dict[str, Any], img_dir: Path, *, draw: bool = True,
     img_dir.mkdir(parents=True, exist_ok=True)
     rel = (lambda p: Path(p).relative_to(rel_to).as_posix()) if rel_to else (  # noqa: E731
         lambda p: Path(p).as_posix())
-    imgs: List[Tuple[str, str]] = []
+    imgs: List[Tuple[str, str, str]] = []  # (src, caption, alt)
     notes: List[str] = []
     series = timeline_series(bg)
     if series:
         p = plots.timeline(series["index"], series["ir"], series["ge"], series["valid"],
                            img_dir / f"card_{slug}_timeline.png",
                            title=f"per-pair IR / GE (scale {series['scale'][0]:g})")
-        imgs.append((rel(p), "per-pair IR / GE timeline"))
+        imgs.append((rel(p), "per-pair IR / GE timeline", _timeline_alt(series)))
     else:
         notes.append("no per-pair rows in the result (background.per_pair)")
     if draw and res.get("status") != "error":
         pngs, more = _drawings(row, res, img_dir, slug, device)
-        imgs += [(rel(png), alt) for png, alt in pngs]
+        imgs += [(rel(png), caption, alt) for png, caption, alt in pngs]
         notes += more
     facts = _facts(row, res)
-    out = [f'<div class="card" id="card-{html.escape(slug)}"><h3>{html.escape(cid)}</h3>',
-           "<table class='facts'>"]
-    out += [f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts]
+    out = [f'<div class="card" id="card-{html.escape(slug)}">'
+           f'<h3 id="card-{html.escape(slug)}-h">{html.escape(cid)}</h3>',
+           f"<table class='facts' aria-labelledby='card-{html.escape(slug)}-h'>"]
+    out += [f"<tr><th scope='row'>{k}</th><td>{v}</td></tr>" for k, v in facts]
     out.append("</table>")
-    out += [f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
-            f"<figcaption>{html.escape(alt)}</figcaption></figure>" for src, alt in imgs]
+    out += [f'<figure><img src="{html.escape(src)}" alt="{html.escape(f"{cid}: {alt}")}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+            for src, caption, alt in imgs]
     if notes:
         out.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes)
                    + "</ul>")

@@ -27,7 +27,7 @@ from ..result import ClipResult
 from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
 from ..measures.calibration import BOUND_WHY
-from .text import calibrated_checks, label, score_line
+from .text import calibrated_checks, label, no_bounds_reason, score_line, verdict_word
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -106,10 +106,9 @@ def calibrated_lines(bg: Dict[str, Any]) -> List[str]:
     cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
     regime = (cal.get("thresholds") or {}).get("regime") if isinstance(cal, dict) else None
     head = (f"Report gate (calibrated{', ' + regime + ' bounds' if regime else ''}, "
-            f"{label(cal.get('name'))}): {'n/a' if p is None else 'PASS' if p else 'FAIL'}")
+            f"{label(cal.get('name'))}): {verdict_word(p)}")
     if not checks:
-        why = bg.get("pass_calibrated_reason") or "no bounds recorded for this regime / clip"
-        return [head + f" ({why})"]
+        return [head + f" ({no_bounds_reason(bg)})"]
     failed = [c for c in checks if not c.passed]
     if failed:
         head += " -- failed: " + ", ".join(c.describe().rsplit(":", 1)[0] for c in failed)

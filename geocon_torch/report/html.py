@@ -1,9 +1,10 @@
 """``geocon report``: one static HTML page (plus PNGs in ``img/``) from a results store or a
 JSON-lines file: leaderboard (Table-1 style, epipolar trio, status counts), per-prompt-category
 scene-balanced medians with bootstrap CIs, IR / GE distributions, the gate statistic histogram
-with its thresholds, gate calibration (equal-count bins, Wilson CIs) and net benefit,
-threshold-score sensitivity curves, percentile-aligned summaries, AdaP90 P80 anomaly rates,
-the list of clips that were not scored (with reasons), and per-clip audit cards.
+with its configured thresholds (and the range of the per-clip, noise-adaptive bands, in
+reference px for ``parallax_magnitude``), gate calibration (equal-count bins, Wilson CIs) and
+net benefit, threshold-score sensitivity curves, percentile-aligned summaries, AdaP90 P80
+anomaly rates, the list of clips that were not scored (with reasons), and per-clip audit cards.
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from tqdm.auto import tqdm
 
 from ..bench import stats
 from ..bench.pg_store import mask_url
-from ..bench.store import flatten_row, load_results
+from ..bench.store import config_counts, flatten_row, load_results
 from ..categories import expected_regime
 from ..errors import InputError
 from ..io._atomic import atomic_write_text
+from ..measures.calibration import fmt_apart
 from . import plots
 from .audit import audit_card
-from .text import compact, counts, label
+from .text import compact, counts, gate_unit, label
 
 CSS = """
 body{font-family:system-ui,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;max-width:1200px;
@@ -36,18 +38,33 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4
 td.l,th.l{text-align:left}.card{border:1px solid #bbb;border-radius:6px;padding:10px;margin:14px 0}
 .card table.facts td{text-align:left}figure{display:inline-block;margin:6px;vertical-align:top}
 figure img{max-width:560px;border:1px solid #eee}figcaption{font-size:0.8em;color:#555}
-.err{color:#a00}.muted{color:#777;font-size:0.85em}
+.err{color:#a00}.muted{color:#666;font-size:0.85em}
+td,th,h2,h3,caption,figcaption,code{overflow-wrap:anywhere;word-break:break-word}
+.tw{overflow-x:auto}caption{text-align:left;font-weight:bold;padding:2px 0}
+.warn{background:#fff3cd;border:1px solid #d39e00;border-radius:4px;padding:6px 10px}
 table.kv{font-size:0.85em;margin:4px 0}table.kv th,table.kv td{padding:1px 6px}
 """
 
 
-def _f(v: Any, digits: int = 4) -> str:
+#: stated once under the page header (what :func:`_f` does)
+ROUNDING_NOTE = (
+    "Numbers are rounded to 4 significant digits (scores, rates and fractions to 3), with more "
+    "digits where they are needed to tell a value from its threshold or from 1 (100 %). IR is "
+    "a fraction in [0, 1] except in the leaderboard's IR (%). 95% CIs in [brackets].")
+#: column / axis names of the per-clip metrics (IR is a fraction here, GE in px)
+METRIC_NAMES = {"ir": "IR (fraction)", "ge_px": "GE (px)"}
+
+
+def _f(v: Any, digits: int = 4, near: Optional[float] = None) -> str:
+    """A number cell: ``digits`` significant digits, more where the value would print as
+    ``near`` (an IR of 0.99996 against 1, a rate against 1, IR % against 100); "-" for None /
+    NaN / inf; other values escaped."""
     if v is None:
         return "-"
     if isinstance(v, float):
         if not np.isfinite(v):
             return "-"
-        return f"{v:.{digits}g}"
+        return fmt_apart(v, near, digits=digits) if near is not None else f"{v:.{digits}g}"
     return html.escape(str(v))
 
 
@@ -56,25 +73,32 @@ def _l(v: Any) -> str:
     return html.escape(label(v))
 
 
-def _ci(rec: Dict[str, Any], key: str, digits: int = 4) -> str:
+def _ci(rec: Dict[str, Any], key: str, digits: int = 4, near: Optional[float] = None) -> str:
     v, lo, hi = rec.get(key), rec.get(f"{key}_lo"), rec.get(f"{key}_hi")
     if v is None:
         return "-"
-    return f"{_f(v, digits)} <span class='muted'>[{_f(lo, digits)}, {_f(hi, digits)}]</span>"
+    return (f"{_f(v, digits, near)} <span class='muted'>[{_f(lo, digits, near)}, "
+            f"{_f(hi, digits, near)}]</span>")
 
 
-def _table(header: Sequence[str], rows: List[Sequence[str]], left: int = 1) -> str:
-    th = "".join(f"<th class='{'l' if i < left else ''}'>{html.escape(h)}</th>"
+def _table(header: Sequence[str], rows: List[Sequence[str]], left: int = 1,
+           caption: Optional[str] = None) -> str:
+    """A table (header cells ``scope="col"``, the first ``left`` columns left-aligned) with
+    an optional ``<caption>``, in a horizontally scrolling wrapper."""
+    th = "".join(f"<th scope='col' class='{'l' if i < left else ''}'>{html.escape(h)}</th>"
                  for i, h in enumerate(header))
     body = "".join("<tr>" + "".join(f"<td class='{'l' if i < left else ''}'>{c}</td>"
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<div class='tw'><table>{cap}<thead><tr>{th}</tr></thead>{body}</table></div>"
 
 
-def _img(src: Path, out: Path, alt: str) -> str:
+def _img(src: Path, out: Path, caption: str, alt: str) -> str:
+    """A ``<figure>``: ``alt`` says what the image shows, ``caption`` what kind of figure it
+    is (they differ: a screen reader reads both)."""
     rel = Path(src).relative_to(out).as_posix()
     return f'<figure><img src="{html.escape(rel)}" alt="{html.escape(alt)}">' \
-           f"<figcaption>{html.escape(alt)}</figcaption></figure>"
+           f"<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
 def _thresholds(gate: Optional[Dict[str, Any]]) -> Dict[str, float]:
@@ -92,7 +116,7 @@ def _pick_cards(flat: List[Dict[str, Any]], n: int, explicit: Optional[Sequence[
         if missing:
             raise InputError(f"--clips: no clip {', '.join(map(repr, missing))} among the "
                              f"{len(flat)} results of the chosen config")
-        return list(explicit)
+        return list(dict.fromkeys(explicit))  # a clip named twice gets one card (unique ids)
     ok = [r for r in flat if r.get("status") == "ok" and r.get("ir") is not None]
     ok.sort(key=lambda r: (bool(r.get("background_pass")), r["ir"], -(r.get("ge_px") or 0)))
     picked = [r["clip_id"] for r in ok[: max(0, n - n // 3)]]
@@ -118,27 +142,58 @@ class _Page:
         """Keyword arguments of every bootstrap statistic on the page."""
         return {"n_boot": self.n_boot, "seed": self.seed}
 
-    def figure(self, src: Path, alt: str) -> str:
-        """An ``<figure>`` for a PNG written under :attr:`img`."""
-        return _img(src, self.out, alt)
+    def figure(self, src: Path, caption: str, alt: str) -> str:
+        """An ``<figure>`` for a PNG written under :attr:`img` (see :func:`_img`)."""
+        return _img(src, self.out, caption, alt)
 
 
 def _chosen_rows(source: Union[str, Path, List[Dict[str, Any]]], config_hash: Optional[str]
                  ) -> Tuple[List[Dict[str, Any]], str, Counter, Optional[str]]:
     """(rows of the chosen config, source name, config-hash counts, chosen hash); the chosen
-    hash is ``config_hash`` or the most common one."""
-    rows = list(source) if isinstance(source, list) else load_results(source)
-    src_name = "rows" if isinstance(source, list) else mask_url(str(source))
-    if not rows:
+    hash is ``config_hash`` or the most common one (the first of those with most rows in the
+    source's order on a tie).
+
+    A store or JSONL file is counted per config first (:func:`~geocon_torch.bench.store.
+    config_counts`: SQL on a store, a light pass over a JSONL file) and only the chosen
+    config's rows are loaded: the cost of a report follows the config shown, not the store's
+    whole history. A JSONL file still has every line checked against the schema.
+    """
+    if isinstance(source, list):
+        rows: Optional[List[Dict[str, Any]]] = list(source)
+        src_name = "rows"
+        hashes = Counter(r.get("config_hash") for r in rows)
+    else:
+        rows, src_name = None, mask_url(str(source))
+        hashes = Counter(config_counts(source))
+    chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
+    if rows is None:  # schema errors of the source come first, as when everything was loaded
+        rows = load_results(source, config_hash=chosen)
+    if not hashes:
         raise InputError(f"{src_name} holds no results (0 rows): nothing to report; write some "
                          f"with geocon score --json or geocon bench")
-    hashes = Counter(r.get("config_hash") for r in rows)
-    chosen = config_hash or (hashes.most_common(1)[0][0] if hashes else None)
     if config_hash is not None and config_hash not in hashes:
         known = ", ".join(f"{h} ({n} rows)" for h, n in hashes.most_common(5)) or "none"
         raise InputError(f"--config-hash {config_hash}: no result in {src_name} has it "
                          f"(its config hashes: {known})")
     return [r for r in rows if r.get("config_hash") == chosen], src_name, hashes, chosen
+
+
+def _versions_warning(flat: List[Dict[str, Any]]) -> List[str]:
+    """A visible warning when the shown rows were scored by more than one geocon_torch version
+    (the config hash names the protocol, not the package, so a store keeps an older release's
+    rows after an upgrade), naming each version with its number of scored clips
+    (:func:`~geocon_torch.bench.stats.version_counts`); nothing otherwise."""
+    versions = stats.version_counts(flat)
+    if len(versions) < 2:
+        return []
+    listed = "; ".join(f"{v} ({n} clip{'s' if n != 1 else ''})" for v, n in versions.items())
+    return [f"<p class='warn'><b>Warning: mixed package versions.</b> The scored clips of this "
+            f"config come from {len(versions)} geocon_torch versions: {html.escape(listed)}. "
+            "The config hash does not change with the package, so a store keeps an older "
+            "release's rows after an upgrade: numbers of different versions may not be "
+            "comparable. To re-score the clips of the other versions with the installed one, "
+            "run <code>geocon bench MANIFEST --db DB --rescore-versions</code> with the preset "
+            "/ config of these rows, then build the report again.</p>"]
 
 
 def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optional[str]) -> str:
@@ -155,8 +210,8 @@ def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optiona
             f"result schema: {html.escape(counts(schemas))}; backends: "
             f"{html.escape(counts(backends))}; bootstrap B = {page.n_boot}, seed "
             f"{page.seed}; generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
-            " UTC</p>"]
-    return "\n".join(head)
+            " UTC</p>", f"<p class='muted'>{html.escape(ROUNDING_NOTE)}</p>"]
+    return "\n".join(head + _versions_warning(flat))
 
 
 def _leaderboard_section(page: _Page) -> str:
@@ -168,9 +223,10 @@ def _leaderboard_section(page: _Page) -> str:
         score[r["generator"]].get("score") is None, -(score[r["generator"]].get("score") or 0.0)))
     counts = {c["generator"]: c for c in stats.status_counts(page.flat)}
     passed = {r["generator"]: r for r in stats.pass_rates(page.flat, **page.boot)}
-    lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3), _ci(r, "ir_pct", 4),
-                _ci(r, "ge_px"), _ci(r, "adadfrc"), _ci(passed[r["generator"]], "pass", 3),
-                _ci(passed[r["generator"]], "pass_calibrated", 3),
+    lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3),
+                _ci(r, "ir_pct", 4, near=100.0), _ci(r, "ge_px"), _ci(r, "adadfrc"),
+                _ci(passed[r["generator"]], "pass", 3, near=1.0),
+                _ci(passed[r["generator"]], "pass_calibrated", 3, near=1.0),
                 f"{r['ir_pct_scenes']} / {r['adadfrc_scenes']}",
                 f"{counts[r['generator']]['ok']} / {counts[r['generator']]['not_applicable']} / "
                 f"{counts[r['generator']]['error']}"] for r in t1]
@@ -179,11 +235,13 @@ def _leaderboard_section(page: _Page) -> str:
           "Scene-balanced means over all prompt categories (paper Table 1; each scene = "
           "(prompt category, prompt, seed) weighs once) with 95% bootstrap CIs over scenes. "
           "Score &uarr; (the headline score in [0, 1]), IR &uarr;, GE &darr; (px at working "
-          "resolution), AdaDFRC &darr; (clip mean over objects); pass &uarr;: the fraction "
+          "resolution), AdaDFRC &darr; (px&sup2;, clip mean over objects); pass &uarr;: the "
+          "fraction "
           "of ok clips that pass the paper's report gate (IR / GE) and the calibrated one "
           "(clips without a recorded verdict left out).</p>",
-          _table(["generator", "score", "IR (%)", "GE (px)", "AdaDFRC", "pass (paper)",
-                  "pass (calibrated)", "scenes (bg / fg)", "ok / n.a. / error"], lb_rows)]
+          _table(["generator", "score", "IR (%)", "GE (px)", "AdaDFRC (px²)", "pass (paper)",
+                  "pass (calibrated)", "scenes (bg / fg)", "ok / n.a. / error"], lb_rows,
+                 caption="Leaderboard: generators by headline score")]
     lb.extend(_frozen_note(page.flat))
     trio = stats.epipolar_trio(page.flat, **page.boot)
     if any(r["epipolar_error_scenes"] for r in trio):
@@ -192,7 +250,7 @@ def _leaderboard_section(page: _Page) -> str:
                           "feature_match_coverage"],
                          [[_l(r["generator"]), _ci(r, "epipolar_error"),
                            _ci(r, "epipolar_inlier_rate"), _ci(r, "feature_match_coverage")]
-                          for r in trio]))
+                          for r in trio], caption="Epipolar trio per generator"))
     return "\n".join(lb)
 
 
@@ -215,47 +273,67 @@ def _prompt_category_section(page: _Page) -> str:
            "<p>Scene-balanced medians (sec. 4.4) with 95% bootstrap CIs (resampling scenes, "
            f"B = {page.n_boot}).</p>"]
     for metric in ("ir", "ge_px"):
+        name = METRIC_NAMES[metric]
+        near = 1.0 if metric == "ir" else None
         groups = stats.scene_balanced(page.flat, metric, by=("generator", "prompt_category"),
                                       **page.boot)
-        cat.append(_table(["generator", "prompt category", f"median {metric}", "scenes", "clips"],
+        cat.append(_table(["generator", "prompt category", f"median {name}", "scenes", "clips"],
                           [[_l(g["generator"]), _l(g["prompt_category"]),
-                            _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"]}, "v"),
-                            str(g["n_scenes"]), str(g["n_clips"])] for g in groups], left=2))
+                            _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"]}, "v",
+                                near=near),
+                            str(g["n_scenes"]), str(g["n_clips"])] for g in groups], left=2,
+                          caption=f"Median {name} per generator and prompt category"))
+        n_gen = len({label(g["generator"]) for g in groups})
         if any(g["value"] is not None for g in groups):
             cat.append(page.figure(
-                plots.prompt_category_cis(groups, metric, page.img / f"ci_{metric}.png"),
-                f"{metric}: scene-balanced median per prompt category with 95% CI"))
+                plots.prompt_category_cis(groups, name, page.img / f"ci_{metric}.png"),
+                f"{name}: scene-balanced median per prompt category with 95% CI",
+                f"Dot plot: scene-balanced median {name} per prompt category with 95% "
+                f"bootstrap error bars, one colour and marker per generator ({n_gen}); the "
+                "numbers are in the table above"))
         values: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
         for r in page.flat:
             if r.get("status") == "ok" and r.get(metric) is not None:
                 values[label(r.get("prompt_category"))][label(r.get("generator"))].append(r[metric])
         if values:
+            n_clips = sum(len(v) for per in values.values() for v in per.values())
             cat.append(page.figure(
-                plots.distributions(values, metric, page.img / f"dist_{metric}.png"),
-                f"{metric} distribution per prompt category"))
+                plots.distributions(values, name, page.img / f"dist_{metric}.png"),
+                f"{name} distribution per prompt category",
+                f"Box and strip plot: {name} of {n_clips} ok clips per prompt category "
+                f"({len(values)}), one colour and marker per generator"))
     return "\n".join(cat)
 
 
-def _gate_calibration(page: _Page, obs: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
-    """Calibration table + curve of P(F-expected | gate statistic) in equal-count bins."""
+def _gate_calibration(page: _Page, obs: Dict[str, Any], thresholds: Dict[str, float],
+                      unit: str = "") -> List[str]:
+    """Calibration table + curve of P(F-expected | gate statistic) in equal-count bins
+    (``unit``: of the statistic, e.g. "ref px")."""
     curve = stats.calibration_curve(obs["t"], obs["is_f"],
                                     n_bins=min(12, max(2, obs["t"].size // 5)))
     tau = thresholds.get("tau")
+    u = f" ({unit})" if unit else ""
     return [
         "<p>Calibration P(F-expected | statistic), equal-count bins, Wilson 95% CIs (eq. 16); "
         "F-expected = prompt categories C3 / C5 / C6.</p>",
-        _table(["bin", "t range", "n", "P(F)", "Wilson 95%"],
+        _table(["bin", f"t range{u}", "n", "P(F)", "Wilson 95%"],
                [[str(b), f"{_f(curve['t_min'][b])} - {_f(curve['t_max'][b])}",
                  str(int(curve["count"][b])), _f(float(curve["p_hat"][b]), 3),
                  f"[{_f(float(curve['lo'][b]), 3)}, {_f(float(curve['hi'][b]), 3)}]"]
-                for b in range(curve["count"].size)]),
+                for b in range(curve["count"].size)],
+               caption="Gate calibration: P(F-expected) per equal-count bin"),
         page.figure(plots.calibration(curve, page.img / "gate_calibration.png",
-                                      tau if isinstance(tau, (int, float)) else None),
-                    "gate calibration curve")]
+                                      tau if isinstance(tau, (int, float)) else None,
+                                      xlabel=f"gate statistic{u} (bin mean)"),
+                    "gate calibration curve",
+                    f"P(F-expected) in {curve['count'].size} equal-count bins of the gate "
+                    "statistic with Wilson 95% error bars; the numbers are in the table above")]
 
 
-def _gate_net_benefit(page: _Page, obs: Dict[str, Any], method: str) -> List[str]:
-    """Net benefit (eq. 18) and bootstrap balanced accuracy over a grid of thresholds."""
+def _gate_net_benefit(page: _Page, obs: Dict[str, Any], method: str, unit: str = ""
+                      ) -> List[str]:
+    """Net benefit (eq. 18) and bootstrap balanced accuracy over a grid of thresholds
+    (``unit``: of the statistic)."""
     grid = (np.array([0.02, 0.03, 0.04, 0.05, 0.06, 0.08]) if method in ("poses", "dust3r")
             else np.unique(np.quantile(obs["t"], np.linspace(0.05, 0.95, 10))))
     nb = stats.net_benefit(obs["t"], obs["is_f"], grid)
@@ -263,42 +341,107 @@ def _gate_net_benefit(page: _Page, obs: Dict[str, Any], method: str) -> List[str
     return [
         "<p>Net benefit NB = (TP - c FP) / N (eq. 18) and balanced accuracy (bootstrap "
         "B = 400) per threshold:</p>",
-        _table(["tau", "NB c=0.5", "NB c=1", "NB c=2", "balanced acc.", "95% CI",
-                "best in resamples"],
+        _table([f"tau ({unit})" if unit else "tau", "NB c=0.5", "NB c=1", "NB c=2",
+                "balanced acc.", "95% CI", "best in resamples"],
                [[_f(float(tv)), *(_f(float(nb["nb"][c, k]), 3) for c in range(3)),
                  _f(float(ba["point"][k]), 3),
                  f"[{_f(float(ba['lo'][k]), 3)}, {_f(float(ba['hi'][k]), 3)}]",
-                 str(int(ba["best_counts"][k]))] for k, tv in enumerate(grid)], left=0),
-        page.figure(plots.net_benefit(nb, page.img / "net_benefit.png"), "net benefit sweep")]
+                 str(int(ba["best_counts"][k]))] for k, tv in enumerate(grid)], left=0,
+               caption="Net benefit and balanced accuracy per gate threshold"),
+        page.figure(plots.net_benefit(nb, page.img / "net_benefit.png"), "net benefit sweep",
+                    f"Net benefit against the threshold tau ({grid.size} thresholds) for the "
+                    "false-positive costs c = 0.5, 1 and 2; the numbers are in the table above")]
+
+
+def _most_common(counter: Counter) -> Any:
+    """The most common key, the smallest (as text) of those tied: never the row order."""
+    return min(counter.items(), key=lambda kv: (-kv[1], str(kv[0])))[0]
+
+
+def _configured(gate: Optional[Dict[str, Any]]) -> Dict[str, float]:
+    """The configured thresholds of a clip's gate: ``evidence.configured_band_ref_px`` of a
+    noise-adaptive ``parallax_magnitude`` band, else the thresholds it applied."""
+    band = ((gate or {}).get("evidence") or {}).get("configured_band_ref_px")
+    if (isinstance(band, (list, tuple)) and len(band) == 2
+            and all(isinstance(v, (int, float)) for v in band)):
+        return {"low": float(band[0]), "high": float(band[1])}
+    return _thresholds(gate)
+
+
+def _gate_band(same: List[Dict[str, Any]]) -> Tuple[Dict[str, float], Dict[str, Tuple[float,
+                                                                                    float]]]:
+    """(the configured thresholds of the clips (the most common), per threshold key the (min,
+    max) of the clips' own thresholds): the range is {} when every clip applied the configured
+    ones, else it says how far the per-clip (noise-adaptive) bands reach. Order-independent."""
+    gates = [r["_result"].get("gate") for r in same]
+    conf = dict(_most_common(Counter(tuple(sorted(_configured(g).items())) for g in gates)))
+    own = [_thresholds(g) for g in gates]
+    if all(t == conf for t in own):
+        return conf, {}
+    keys = sorted({k for t in own for k in t})
+    return conf, {k: (min(t[k] for t in own if k in t), max(t[k] for t in own if k in t))
+                  for k in keys}
+
+
+def _band_text(conf: Dict[str, float], spread: Dict[str, Tuple[float, float]], unit: str,
+               adaptive: bool) -> str:
+    """"thresholds (ref px): low 3, high 16" (keys in the order of their values) or, where the
+    clips' bands differ from the configured one, both: the configured band and the per-clip
+    range of each threshold."""
+    u = f" ({unit})" if unit else ""
+    keys = sorted(set(conf) | set(spread),
+                  key=lambda k: (conf[k] if k in conf else spread[k][0], k))
+    band = ", ".join(f"{k} {_f(float(conf[k]))}" for k in keys if k in conf) or "none"
+    if not spread:
+        return f"thresholds{u}: {band}"
+    ranges = ", ".join(f"{k} {_f(float(spread[k][0]))}"
+                       + (f" - {_f(float(spread[k][1]))}" if spread[k][1] != spread[k][0] else "")
+                       for k in keys if k in spread)
+    return (f"thresholds{u}: configured {band} (drawn on the histogram); per clip"
+            f"{', noise-adaptive' if adaptive else ''}: {ranges}")
 
 
 def _gate_section(page: _Page) -> str:
-    """Gate statistic histogram of the ok clips with its thresholds; calibration and net
-    benefit against the regime each prompt category is designed for (never the post-hoc
-    behaviour)."""
+    """Gate statistic histogram of the ok clips with the configured thresholds (and the range
+    of the per-clip, noise-adaptive bands where they differ), the statistic's unit ("ref px"
+    for ``parallax_magnitude``); calibration and net benefit against the regime each prompt
+    category is designed for (never the post-hoc behaviour)."""
     gate = ["<h2 id='gate'>Translation gate</h2>"]
     with_stat = [r for r in page.flat if r.get("status") == "ok"
                  and isinstance(r.get("gate_statistic"), (int, float))]
     if not with_stat:
         gate.append("<p class='muted'>No gate statistic among the ok results.</p>")
         return "\n".join(gate)
-    method = Counter(r.get("gate_method") for r in with_stat).most_common(1)[0][0]
+    method = _most_common(Counter(r.get("gate_method") for r in with_stat))
     same = [r for r in with_stat if r.get("gate_method") == method]
-    thresholds = dict(Counter(tuple(sorted(_thresholds(r["_result"].get("gate")).items()))
-                              for r in same).most_common(1)[0][0])
+    stat_name = _most_common(Counter(
+        ((r["_result"].get("gate") or {}).get("evidence") or {}).get("statistic_name")
+        or "" for r in same))
+    unit = gate_unit(stat_name)
+    thresholds, spread = _gate_band(same)
     labels = [expected_regime(r.get("prompt_category")) for r in same]
     lab = [x == "F" for x in labels] if all(x is not None for x in labels) else None
     decisions = Counter(label(r.get("gate_decision")) for r in same)
-    gate.append(f"<p>method <b>{_l(method)}</b>, {len(same)} clips; decisions (clips): "
-                f"{html.escape(counts(decisions))}; thresholds: "
-                f"{html.escape(compact(thresholds))}.</p>")
+    band = _band_text(thresholds, spread, unit, stat_name == "parallax_magnitude")
+    gate.append(f"<p>method <b>{_l(method)}</b>"
+                + (f" (statistic {_l(stat_name)})" if stat_name else "")
+                + f", {len(same)} clips; decisions (clips): "
+                f"{html.escape(counts(decisions))}; {html.escape(band)}.</p>")
+    drawn = {f"configured {k}" if spread else k: v for k, v in thresholds.items()}
+    xlabel = (stat_name or f"{method} statistic") + (f" ({unit})" if unit else "")
     gate.append(page.figure(
-        plots.gate_histogram([r["gate_statistic"] for r in same], thresholds,
-                             page.img / "gate_hist.png", labels=lab, name=f"{method} statistic"),
-        "gate statistic histogram with its thresholds"))
+        plots.gate_histogram([r["gate_statistic"] for r in same], drawn,
+                             page.img / "gate_hist.png", labels=lab, name=xlabel),
+        "gate statistic histogram with its thresholds",
+        f"Histogram of {xlabel} over {len(same)} ok clips"
+        + (", stacked H-expected / F-expected" if lab is not None else "")
+        + "; dashed lines at the " + ("configured " if spread else "") + "thresholds "
+        + ", ".join(f"{k} {v:g}" for k, v in sorted(thresholds.items(),
+                                                    key=lambda kv: (kv[1], kv[0])))))
     obs = stats.gate_observations(page.flat, method)
     if obs["t"].size >= 4 and 0 < obs["is_f"].sum() < obs["t"].size:
-        gate += _gate_calibration(page, obs, thresholds) + _gate_net_benefit(page, obs, method)
+        gate += (_gate_calibration(page, obs, thresholds, unit)
+                 + _gate_net_benefit(page, obs, method, unit))
     else:
         gate.append("<p class='muted'>Calibration needs clips of both designed regimes "
                     "(prompt categories C1/C2/C4 and C3/C5/C6).</p>")
@@ -319,13 +462,18 @@ def _sensitivity_section(page: _Page) -> str:
                               label_key="generator", xlabel="GE threshold delta (px)",
                               ylabel="fraction passing",
                               title="report gate IR >= 0.97 and GE <= delta"),
-            "report-gate pass rate vs GE threshold"))
-        sens.append(_table(["generator", "n"] + [f"IR>={a:g}, GE<={d:g}" for a in
+            "report-gate pass rate vs GE threshold",
+            f"Line plot: fraction of ok clips passing IR >= 0.97 and GE <= delta against "
+            f"delta (px), one line per generator ({len(curves)}); the numbers are in the "
+            "table below"))
+        sens.append(_table(["generator", "n"] + [f"IR>={a:g}, GE<={d:g} px" for a in
                                              rg[0]["ir_thresholds"][-2:] for d in
                                              rg[0]["ge_thresholds"]],
                            [[_l(r["generator"]), str(r["n"])] +
-                            [_f(v, 3) if r["n"] else "-" for row in r["pass"][-2:]
-                             for v in row] for r in rg]))
+                            [_f(v, 3, near=1.0) if r["n"] else "-" for row in r["pass"][-2:]
+                             for v in row] for r in rg],
+                           caption="Fraction of ok clips passing the report gate per "
+                                   "(IR, GE) threshold"))
     inl = stats.inlier_threshold_sensitivity(flat)
     for fam, tau_name in (("h", "tau_H (px)"), ("f", "tau_F")):
         cs = [r for r in inl if f"tau_{fam}" in r]
@@ -335,16 +483,22 @@ def _sensitivity_section(page: _Page) -> str:
                                   y_key=f"ir_{fam}", label_key="generator", xlabel=tau_name,
                                   ylabel="median clip IR",
                                   title=f"IR vs inlier threshold {tau_name}"),
-                f"IR sensitivity to {tau_name}"))
+                f"IR sensitivity to {tau_name}",
+                f"Line plot: median clip IR against the inlier threshold {tau_name}, one line "
+                f"per generator ({len(cs)})"))
     pa = stats.percentile_aligned(flat)
     if any(r["n"] for r in pa):
         sens.append("<p>Percentile-aligned summary: GE (px) at matched IR percentiles "
                     "(median GE of the clips within +-10 percentile points):</p>")
         sens.append(_table(["generator", "n"] +
-                           [f"P{int(q)}: IR / GE" for q in pa[0]["percentiles"]],
+                           [f"P{int(q)}: IR / GE (px)" for q in pa[0]["percentiles"]],
                            [[_l(r["generator"]), str(r["n"])] +
-                            [f"{_f(x, 3)} / {_f(y, 3)}" for x, y in zip(r["x_q"], r["y_at_x_q"])]
-                            for r in pa]))
+                            [f"{_f(x, 3, near=1.0)} / {_f(y, 3)}"
+                             for x, y in zip(r["x_q"], r["y_at_x_q"])] for r in pa],
+                           caption="GE at matched IR percentiles"))
+    if len(sens) == 1:  # not a bare heading
+        sens.append("<p class='muted'>No scored clip (status ok with IR and GE): no "
+                    "sensitivity curves or tables.</p>")
     return "\n".join(sens)
 
 
@@ -357,12 +511,13 @@ def _dynamics_section(page: _Page) -> str:
         return "\n".join(d)
     d.append("<p>Per (generator, prompt category): P80 of object AdaP90 (eq. 17) and the fraction "
              "of objects above it (about 20% by construction: descriptive, not a ranking).</p>")
-    d.append(_table(["generator", "prompt category", "objects", "P80", "above P80", "Wilson 95%",
-                     "median", "P90", "max"],
+    d.append(_table(["generator", "prompt category", "objects", "P80 (px²)", "above P80",
+                     "Wilson 95%", "median (px²)", "P90 (px²)", "max (px²)"],
                     [[_l(g["generator"]), _l(g["prompt_category"]), str(g["n_objects"]),
                       _f(g["p80"]), _f(g["anomaly_rate"], 3),
                       f"[{_f(g['lo'], 3)}, {_f(g['hi'], 3)}]", _f(g["median"]),
-                      _f(g["p90"]), _f(g["max"])] for g in dyn["groups"]], left=2))
+                      _f(g["p90"]), _f(g["max"])] for g in dyn["groups"]], left=2,
+                    caption="Object AdaP90 per generator and prompt category"))
     j = dyn["dynamic_anomaly_background_good"]
     d.append(f"<p>Dynamic anomaly &amp; background good: {j['k']} of {j['n']} clips with "
              f"objects ({_f(j['rate'], 3)}, Wilson [{_f(j['lo'], 3)}, {_f(j['hi'], 3)}]).</p>")
@@ -376,14 +531,15 @@ def _problems_section(page: _Page) -> str:
     if bad:
         p.append(_table(["clip", "generator", "status", "reason"],
                         [[_f(r["clip_id"]), _l(r["generator"]), _f(r["status"]),
-                          f"<span class='err'>{_f(r['reason'])}</span>"] for r in bad], left=4))
+                          f"<span class='err'>{_f(r['reason'])}</span>"] for r in bad], left=4,
+                        caption="Clips not scored, with the reason"))
     warned = [r for r in page.flat if r.get("warnings")]  # e.g. frames lost while decoding
     if warned:
         p.append(f"<h2 id='warnings'>Clips scored with warnings ({len(warned)})</h2>")
         p.append(_table(["clip", "generator", "lost frames", "warnings"],
                         [[_f(r["clip_id"]), _l(r["generator"]), _f(r.get("lost_frames")),
                           f"<span class='err'>{_f(r['warnings'])}</span>"] for r in warned],
-                        left=4))
+                        left=4, caption="Clips scored with warnings"))
     return "\n".join(p)
 
 
@@ -404,10 +560,11 @@ NAV = (("leaderboard", "leaderboard"), ("prompt-categories", "prompt categories"
 
 def _page_html(title: str, sections: List[str]) -> str:
     nav = " | ".join(f"<a href='#{a}'>{t}</a>" for a, t in NAV)
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1><p>{nav}</p>" + "\n".join(sections) +
-            "</body></html>")
+            f"<h1>{html.escape(title)}</h1><nav><p>{nav}</p></nav><main>"
+            + "\n".join(sections) + "</main></body></html>")
 
 
 def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[str, Path], *,
@@ -426,13 +583,18 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     post-hoc ``behaviour``. Schema-1.x results are read through
     :func:`geocon_torch.result.migrate_result`.
 
+    The header warns (a visible box, not the muted provenance line) when the shown scored rows
+    come from more than one geocon_torch version, naming them and ``geocon bench
+    --rescore-versions``.
+
     Args:
         source: results SQLite file, JSONL file, or already loaded rows.
         cards: number of audit cards (lowest-IR / failing clips first, then the best ones).
         card_clips: explicit clip ids for the cards (overrides ``cards``).
         draw: re-derive matches / epipolar lines / masks from the videos for the cards.
         n_boot, seed: bootstrap replicates and seed of every CI on the page.
-        config_hash: restrict to one configuration (default: the most common one).
+        config_hash: restrict to one configuration (default: the most common one); only the
+            rows of that configuration are read from a store or kept from a JSONL file.
     """
     out = Path(out_dir)
     img = out / "img"

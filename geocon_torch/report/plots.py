@@ -46,10 +46,17 @@ def _verbatim(fn: _Fn) -> _Fn:
 
 
 def _save(fig, path: PathLike) -> Path:
+    """Write ``fig`` as a PNG (90 dpi) and close it; a legend outside the axes
+    (:func:`_outside_legend`) widens the image instead of narrowing the axes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    outside = [ax.get_legend() for ax in fig.axes
+               if ax.get_legend() is not None and not ax.get_legend().get_in_layout()]
+    if outside:
+        fig.savefig(path, dpi=90, bbox_inches="tight", bbox_extra_artists=outside)
+    else:
+        fig.savefig(path, dpi=90)
     _plt().close(fig)
     return path
 
@@ -59,13 +66,44 @@ def _colors(n: int):
     return [cmap(i % 10) for i in range(n)]
 
 
+#: marker / line style of the k-th round of the 10 tab10 colours: series 11-20 differ from
+#: series 1-10 by marker and line style, not by colour alone
+MARKERS = "osD^v<>ph*"
+LINESTYLES = ("-", "--", ":", "-.")
+LEGEND_CHARS = 32  # longer names are cut with an ellipsis in legends and tick labels
+
+
+def _styles(n: int) -> List[Dict[str, Any]]:
+    """Matplotlib keywords (color, marker, linestyle) of ``n`` series: the tab10 colour cycle,
+    with a new marker and line style each time the colours repeat."""
+    return [{"color": c, "marker": MARKERS[(i // 10) % len(MARKERS)],
+             "linestyle": LINESTYLES[(i // 10) % len(LINESTYLES)]}
+            for i, c in enumerate(_colors(n))]
+
+
+def _short(name: Any, limit: int = LEGEND_CHARS) -> str:
+    """A legend / tick label: :func:`label` of ``name``, cut to ``limit`` characters with an
+    ellipsis (a 200-character generator name would cover the plot); the page tables keep the
+    full names."""
+    text = label(name)
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def _outside_legend(ax) -> None:
+    """The per-generator legend right of the axes, so that it never covers the data (left out
+    of ``tight_layout``: :func:`_save` widens the image for it); labels are cut by
+    :func:`_short`."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0).set_in_layout(False)
+
+
 def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, generators: List[str],
                        path: PathLike) -> Path:
-    ax.set_xticks(range(len(cats)), [label(c) for c in cats])
+    ax.set_xticks(range(len(cats)), [_short(c) for c in cats])
     ax.set_ylabel(metric)
     ax.set_title(title)
     if generators:
-        ax.legend(fontsize=8)
+        _outside_legend(ax)
     return _save(fig, path)
 
 
@@ -84,7 +122,8 @@ def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.4))
     width = 0.8 / max(len(generators), 1)
     rng = np.random.default_rng(0)
-    for k, (generator, color) in enumerate(zip(generators, _colors(len(generators)))):
+    for k, (generator, style) in enumerate(zip(generators, _styles(len(generators)))):
+        color = style["color"]
         data = [(i, np.asarray(values[c].get(generator, []), dtype=float))
                 for i, c in enumerate(cats)]
         data = [(i, v) for i, v in data if v.size]
@@ -96,7 +135,7 @@ def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
         xs = np.concatenate([p + rng.uniform(-width / 4, width / 4, v.size)
                              for p, (_, v) in zip(pos, data)])
         ax.scatter(xs, np.concatenate([v for _, v in data]), s=10, color=color, alpha=0.7,
-                   label=generator)
+                   marker=style["marker"], label=_short(generator))
     return _finish_categories(fig, ax, cats, metric, f"{metric} per prompt category", generators,
                               path)
 
@@ -112,7 +151,7 @@ def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path
     generators = sorted({g["generator"] for g in groups})
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(cats) + 2), 3.2))
     width = 0.8 / max(len(generators), 1)
-    for k, (generator, color) in enumerate(zip(generators, _colors(len(generators)))):
+    for k, (generator, style) in enumerate(zip(generators, _styles(len(generators)))):
         gs = [g for g in groups if g["generator"] == generator and g["value"] is not None]
         if not gs:
             continue
@@ -120,9 +159,10 @@ def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path
         v = np.array([g["value"] for g in gs])
         err = np.clip([v - np.array([g["lo"] for g in gs]), np.array([g["hi"] for g in gs]) - v],
                       0, None)
-        ax.errorbar(x, v, yerr=err, fmt="o", color=color, capsize=3, label=generator)
+        ax.errorbar(x, v, yerr=err, fmt=style["marker"], color=style["color"], capsize=3,
+                    label=_short(generator))
     return _finish_categories(fig, ax, cats, metric,
-                              f"scene-balanced median {metric} (95% bootstrap CI)", generators,
+                              f"scene-balanced median {metric}, 95% bootstrap CI", generators,
                               path)
 
 
@@ -130,7 +170,7 @@ def prompt_category_cis(groups: List[Dict], metric: str, path: PathLike) -> Path
 def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathLike,
                    labels: Optional[Sequence[bool]] = None, name: str = "gate statistic") -> Path:
     """Histogram of the gate statistic with its thresholds (split by designed regime when
-    ``labels`` (True = F-expected) are given)."""
+    ``labels`` (True = F-expected) are given); ``name`` is the x label (with its unit)."""
     plt = _plt()
     t = np.asarray(t, dtype=float)
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -156,8 +196,8 @@ def gate_histogram(t: Sequence[float], thresholds: Dict[str, float], path: PathL
 
 
 @_verbatim
-def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[float] = None
-                ) -> Path:
+def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[float] = None,
+                xlabel: str = "gate statistic (bin mean)") -> Path:
     """P(F | t) per equal-count bin with Wilson 95% CIs (paper Fig. 4b)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -168,7 +208,7 @@ def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[floa
     if tau is not None:
         ax.axvline(tau, ls="--", color="k", lw=1)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("gate statistic (bin mean)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("P(F-expected | t)")
     ax.set_title("gate calibration, equal-count bins, Wilson 95% CI")
     return _save(fig, path)
@@ -190,18 +230,19 @@ def net_benefit(nb: Dict[str, np.ndarray], path: PathLike) -> Path:
 @_verbatim
 def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, label_key: str,
                 xlabel: str, ylabel: str, title: str) -> Path:
-    """Generic threshold-score curves: one line per record (e.g. per generator)."""
+    """Generic threshold-score curves: one line per record (e.g. per generator; colour,
+    marker and line style from :func:`_styles`)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
-    for rec, color in zip(curves, _colors(len(curves))):
+    for rec, style in zip(curves, _styles(len(curves))):
         x = np.asarray(rec[x_key], dtype=float)
         y = np.asarray([np.nan if v is None else v for v in rec[y_key]], dtype=float)
-        ax.plot(x, y, marker="o", color=color, label=label(rec.get(label_key)))
+        ax.plot(x, y, label=_short(rec.get(label_key)), **style)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if curves:
-        ax.legend(fontsize=8)
+        _outside_legend(ax)
     return _save(fig, path)
 
 
@@ -235,8 +276,9 @@ def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
 @_verbatim
 def matches(frame1: np.ndarray, frame2: np.ndarray, x1: np.ndarray, x2: np.ndarray,
             inliers: np.ndarray, path: PathLike, title: str = "", max_lines: int = 120) -> Path:
-    """Two frames side by side (H, W, 3 uint8) with inlier (green) / outlier (red) matches
-    (x1 (N, 2) in frame 1, x2 (N, 2) in frame 2; at most ``max_lines`` of each kind drawn)."""
+    """Two frames side by side (H, W, 3 uint8) with inlier (green, solid lines, dots) /
+    outlier (red, dashed lines, crosses: not told by colour alone) matches (x1 (N, 2) in
+    frame 1, x2 (N, 2) in frame 2; at most ``max_lines`` of each kind drawn)."""
     plt = _plt()
     h = max(frame1.shape[0], frame2.shape[0])
     canvas = np.zeros((h, frame1.shape[1] + frame2.shape[1], 3), dtype=np.uint8)
@@ -247,15 +289,19 @@ def matches(frame1: np.ndarray, frame2: np.ndarray, x1: np.ndarray, x2: np.ndarr
     off = frame1.shape[1]
     inl = np.asarray(inliers, dtype=bool)
     rng = np.random.default_rng(0)
-    for sel, color in ((~inl, "tab:red"), (inl, "lime")):
+    # outliers: dashed lines and crosses drawn above the inliers (z-order 3 over 2)
+    for sel, color, ls, marker, size, z in ((~inl, "tab:red", "--", "x", 14, 3),
+                                            (inl, "lime", "-", "o", 3, 2)):
         idx = np.flatnonzero(sel)
         if idx.size > max_lines:  # a readable subset, the same on every run
             idx = np.sort(rng.choice(idx, max_lines, replace=False))
         if idx.size:
             a, b = x1[idx], x2[idx]
-            ax.plot(np.stack([a[:, 0], b[:, 0] + off]), np.stack([a[:, 1], b[:, 1]]), "-",
-                    color=color, lw=0.5, alpha=0.6)
-            ax.scatter(a[:, 0], a[:, 1], s=3, color=color)
+            ax.plot(np.stack([a[:, 0], b[:, 0] + off]), np.stack([a[:, 1], b[:, 1]]), ls,
+                    color=color, lw=0.7 if z == 3 else 0.5, alpha=0.8 if z == 3 else 0.6,
+                    zorder=z)
+            ax.scatter(a[:, 0], a[:, 1], s=size, color=color, marker=marker, linewidths=0.9,
+                       zorder=z + 0.5)
     ax.set_axis_off()
     ax.set_title(title, fontsize=9)
     return _save(fig, path)

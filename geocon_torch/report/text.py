@@ -97,9 +97,14 @@ def pair_counts(background: Optional[Dict[str, Any]]) -> str:
 
 def score_line(result: Mapping[str, Any]) -> str:
     """The headline score and the terms it folds (:mod:`geocon_torch.measures.headline`):
-    "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]", followed for a
+    "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]" ("Score n/a
+    (not_applicable: no texture)" for a clip that was not scored), followed for a
     frozen clip (``result["motion"]["frozen"]``) by "; frozen video (...)": it keeps its
     geometric score (a static camera on a static scene is category C1), the rewards refuse it."""
+    status = result.get("status")
+    if is_missing(result.get("score")) and not is_missing(status) and status != "ok":
+        reason = result.get("reason")  # not scored: n/a and why, not an "unknown" score
+        return f"Score n/a ({status}" + ("" if is_missing(reason) else f": {reason}") + ")"
     terms = result.get("score_terms") if isinstance(result.get("score_terms"), Mapping) else {}
     detail = ", ".join(f"{k} {compact(v, 3)}" for k, v in terms.items())
     line = (f"Score {compact(result.get('score'), 3)}" + (f" ({detail})" if detail else "")
@@ -138,11 +143,51 @@ def calibrated_checks(background: Optional[Dict[str, Any]]) -> Optional[List[Bou
     return bound_checks(stats, th)
 
 
+#: units of the gate statistics that have one (reference px: a 1024-px long side); the
+#: others (parallax fractions, pose translations) are ratios
+GATE_UNITS = {"parallax_magnitude": "ref px"}
+
+
+def gate_unit(statistic_name: Any) -> str:
+    """The unit of a gate statistic ("ref px" for ``parallax_magnitude``, "" for a ratio)."""
+    return GATE_UNITS.get(str(statistic_name), "")
+
+
+def is_scored(background: Optional[Dict[str, Any]]) -> bool:
+    """Whether a background block has IR and GE (False: the clip was not scored)."""
+    bg = background or {}
+    return bg.get("ir") is not None and bg.get("ge_px") is not None
+
+
 def calibration_off(background: Dict[str, Any]) -> str:
     """Why a background block has no calibrated verdict: "off" (scored without a calibration)
     or "n/a (not scored)" (no IR / GE: the clip was not scored)."""
-    scored = background.get("ir") is not None and background.get("ge_px") is not None
-    return "off" if scored else "n/a (not scored)"
+    return "off" if is_scored(background) else "n/a (not scored)"
+
+
+def verdict_word(passed: Optional[bool]) -> str:
+    """A stored gate verdict as the card and ``geocon explain`` head it: PASS / FAIL / n/a."""
+    return "n/a" if passed is None else "PASS" if passed else "FAIL"
+
+
+def no_bounds_reason(background: Dict[str, Any]) -> str:
+    """Why a calibrated verdict comes without bounds: the stored ``pass_calibrated_reason``
+    (e.g. a fallback backend without a calibration) or that none were recorded."""
+    return background.get("pass_calibrated_reason") or "no bounds recorded for this regime / clip"
+
+
+def calibration_source(background: Dict[str, Any]) -> str:
+    """Which bounds the calibrated verdict applied, from what the result recorded: "F bounds
+    of default:opencv-sift (002e023eb29b858d)", "calibration default:opencv-sift (...)"
+    without a regime, "" when nothing is recorded."""
+    cal = background.get("calibration") if isinstance(background.get("calibration"), dict) else {}
+    rec = cal.get("thresholds") if isinstance(cal.get("thresholds"), dict) else {}
+    regime, name, digest = rec.get("regime"), cal.get("name"), cal.get("hash")
+    parts = [] if is_missing(name) else [str(name)]
+    src = " ".join(parts + ([] if is_missing(digest) else [f"({digest})"]))
+    if not is_missing(regime):
+        return f"{regime} bounds" + (f" of {src}" if src else "")
+    return f"calibration {src}" if src else ""
 
 
 def calibrated_verdict(background: Optional[Dict[str, Any]]) -> str:
@@ -155,10 +200,12 @@ def calibrated_verdict(background: Optional[Dict[str, Any]]) -> str:
         return f"calibrated: {calibration_off(bg)}"
     cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
     checks = calibrated_checks(bg) or []
+    passed = bg.get("pass_calibrated")
+    word = "n/a" if passed is None else compact(passed)  # no verdict: n/a, as explain says
     if not checks and bg.get("pass_calibrated_reason"):  # e.g. no calibration of its backend
-        return f"calibrated: {compact(bg.get('pass_calibrated'))} ({bg['pass_calibrated_reason']})"
+        return f"calibrated: {word} ({bg['pass_calibrated_reason']})"
     failed = [c.describe().rsplit(":", 1)[0] for c in checks if not c.passed]
     bounds = ("fails " + ", ".join(failed) + "; " if failed else "") + (
         "; ".join(c.describe() for c in checks) + "; " if checks else "")
-    return (f"calibrated: {compact(bg.get('pass_calibrated'))} ({bounds}"
+    return (f"calibrated: {word} ({bounds}"
             f"{label(cal.get('name'))} {label(cal.get('hash'))})")

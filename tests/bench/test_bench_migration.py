@@ -183,7 +183,8 @@ def test_format_2_store_is_migrated_to_generator_columns(tmp_path: Path):
     assert [(r["generator"], round(r["ir_pct"], 6)) for r in t1] == [("gen0", 90.0),
                                                                       ("gen1", 95.0)]
     page = build_report(db, tmp_path / "rep", draw=False, n_boot=50, cards=1).read_text()
-    assert "<th class='l'>generator</th>" in page and ">model<" not in page and "gen1" in page
+    assert "<th scope='col' class='l'>generator</th>" in page
+    assert ">model<" not in page and "gen1" in page
 
 
 def test_newer_store_format_fails_with_the_fix(tmp_path: Path):
