@@ -23,8 +23,8 @@ from ..presets import PRESETS
 from . import plots
 from .evidence import PairEvidence, pair_evidence
 from .text import (calibrated_checks, calibrated_verdict, calibration_off, calibration_source,
-                   compact, gate_unit, is_scored, label, no_bounds_reason, pair_counts,
-                   score_line, verdict_word)
+                   compact, configured_band, gate_unit, is_scored, label, no_bounds_reason,
+                   pair_counts, score_line, verdict_word)
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -48,9 +48,8 @@ def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str
         parts.append(f"{name} unavailable")
     lo, hi = th.get("low"), th.get("high")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-        conf = ev.get("configured_band_ref_px")
-        adapted = (isinstance(conf, (list, tuple)) and len(conf) == 2
-                   and (float(conf[0]), float(conf[1])) != (float(lo), float(hi)))
+        conf = configured_band(gate)
+        adapted = conf is not None and conf != (float(lo), float(hi))
         parts.append(f"H if <= {lo:.4g}{u}, F if >= {hi:.4g}{u}, U in between"
                      + (f" (noise-adaptive band; configured {conf[0]:g} / {conf[1]:g}{u})"
                         if adapted else ""))

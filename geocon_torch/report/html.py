@@ -27,7 +27,7 @@ from ..io._atomic import atomic_write_text
 from ..measures.calibration import fmt_apart
 from . import plots
 from .audit import audit_card
-from .text import compact, counts, gate_unit, label
+from .text import compact, configured_band, counts, gate_unit, label
 
 CSS = """
 body{font-family:system-ui,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;max-width:1200px;
@@ -361,11 +361,8 @@ def _most_common(counter: Counter) -> Any:
 def _configured(gate: Optional[Dict[str, Any]]) -> Dict[str, float]:
     """The configured thresholds of a clip's gate: ``evidence.configured_band_ref_px`` of a
     noise-adaptive ``parallax_magnitude`` band, else the thresholds it applied."""
-    band = ((gate or {}).get("evidence") or {}).get("configured_band_ref_px")
-    if (isinstance(band, (list, tuple)) and len(band) == 2
-            and all(isinstance(v, (int, float)) for v in band)):
-        return {"low": float(band[0]), "high": float(band[1])}
-    return _thresholds(gate)
+    band = configured_band(gate)
+    return _thresholds(gate) if band is None else {"low": band[0], "high": band[1]}
 
 
 def _gate_band(same: List[Dict[str, Any]]) -> Tuple[Dict[str, float], Dict[str, Tuple[float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..io.sampling import FROZEN_MAX_MAD
 from ..measures.calibration import BoundCheck, bound_checks, clip_statistics
@@ -151,6 +151,16 @@ GATE_UNITS = {"parallax_magnitude": "ref px"}
 def gate_unit(statistic_name: Any) -> str:
     """The unit of a gate statistic ("ref px" for ``parallax_magnitude``, "" for a ratio)."""
     return GATE_UNITS.get(str(statistic_name), "")
+
+
+def configured_band(gate: Optional[Dict[str, Any]]) -> Optional[Tuple[float, float]]:
+    """The configured (low, high) band of a noise-adaptive ``parallax_magnitude`` gate
+    (``evidence.configured_band_ref_px``, ref px), None when the gate records none."""
+    band = ((gate or {}).get("evidence") or {}).get("configured_band_ref_px")
+    if (isinstance(band, (list, tuple)) and len(band) == 2
+            and all(isinstance(v, (int, float)) for v in band)):
+        return float(band[0]), float(band[1])
+    return None
 
 
 def is_scored(background: Optional[Dict[str, Any]]) -> bool:
