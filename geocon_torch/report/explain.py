@@ -27,7 +27,8 @@ from ..result import ClipResult
 from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
 from ..measures.calibration import BOUND_WHY
-from .text import calibrated_checks, label, no_bounds_reason, score_line, verdict_word
+from .text import (calibrated_checks, gate_unit, label, no_bounds_reason, score_line,
+                   verdict_word)
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -59,6 +60,12 @@ def _side(s: float, low: float, high: float) -> str:
     return f"inside the band ({low:g}, {high:g}) -> U"
 
 
+def _unit(statistic_name: Any) -> str:
+    """" <unit>" of a gate statistic for a number in running text ("" for a ratio)."""
+    unit = gate_unit(statistic_name)
+    return f" {unit}" if unit else ""
+
+
 def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[str]:
     """Why the clip got its regime: method, statistic vs thresholds, U resolution."""
     if not gate or not gate.get("method"):
@@ -69,11 +76,12 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
                                         if method in ("poses", "dust3r") else "statistic")
     out = [f"Regime {label(regime)}: gate method '{method}', decision {label(dec)}."]
     lo, hi = th.get("low"), th.get("high")
+    u = _unit(ev.get("statistic_name"))
     if isinstance(s, (int, float)) and isinstance(lo, (int, float)):
         # a U of the parallax gate comes from the value's interval or its noise floor, not
         # from the value itself (which may lie outside the band)
         side = f"U: {ev['why_u']}" if dec == "U" and ev.get("why_u") else _side(s, lo, hi)
-        out.append(f"  {name} = {s:.4g}, {side} (H if <= {lo:g}, F if >= {hi:g}).")
+        out.append(f"  {name} = {s:.4g}{u}, {side} (H if <= {lo:g}{u}, F if >= {hi:g}{u}).")
     else:
         out.append(f"  {name} unavailable: {ev.get('why', 'no evidence')}.")
     view = ev.get("view")
@@ -235,23 +243,24 @@ def change_lines(res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
     s, th = gate.get("statistic"), gate.get("thresholds") or {}
     lo, hi = th.get("low"), th.get("high")
     name = (gate.get("evidence") or {}).get("statistic_name") or "t_inf"
+    u = _unit(name)
     if isinstance(s, (int, float)) and isinstance(lo, (int, float)):
         dec = gate.get("decision")
         if dec == "H":
-            out.append(f"  the gate would flip to F if {name} rose to >= {hi:g} (now {s:.4g}; "
-                       f"U above {lo:g}).")
+            out.append(f"  the gate would flip to F if {name} rose to >= {hi:g}{u} (now "
+                       f"{s:.4g}{u}; U above {lo:g}{u}).")
         elif dec == "F":
-            out.append(f"  the gate would flip to H if {name} fell to <= {lo:g} (now {s:.4g}; "
-                       f"U below {hi:g}).")
+            out.append(f"  the gate would flip to H if {name} fell to <= {lo:g}{u} (now "
+                       f"{s:.4g}{u}; U below {hi:g}{u}).")
         elif (gate.get("evidence") or {}).get("why_u"):
             ci = (gate.get("evidence") or {}).get("magnitude_ci_ref_px") or [s, s]
             out.append(f"  the gate would decide H when the interval of {name} lies at or "
-                       f"below {lo:g} (and its noise floor under half the F threshold), F when "
-                       f"it lies at or above {hi:g} (now {s:.4g}, interval "
-                       f"[{ci[0]:.4g}, {ci[1]:.4g}]).")
+                       f"below {lo:g}{u} (and its noise floor under half the F threshold), F "
+                       f"when it lies at or above {hi:g}{u} (now {s:.4g}{u}, interval "
+                       f"[{ci[0]:.4g}, {ci[1]:.4g}]{u}).")
         else:
-            out.append(f"  the gate would decide H at {name} <= {lo:g} or F at >= {hi:g} "
-                       f"(now {s:.4g}, inside the band).")
+            out.append(f"  the gate would decide H at {name} <= {lo:g}{u} or F at >= {hi:g}{u} "
+                       f"(now {s:.4g}{u}, inside the band).")
     return out
 
 
