@@ -35,8 +35,9 @@ not reliable on network file systems, so keep the file on a local disk and use a
 store (or per-node files and ``geocon merge``) across machines. A reader
 (:func:`open_readable`: :func:`load_results`, ``geocon report``, ``--export-*``, merge shards)
 opens a store it may not write (a read-only file or folder) read-only: no schema is created,
-and a store of an older format, which needs migrating, is refused. A reader refuses an existing
-SQLite file that holds other tables but no geocon store, before anything is created in it.
+and a store of an older format, which needs migrating, is refused. Every open, reader or
+writer, refuses an existing SQLite file that holds other tables but no geocon store (another
+program's database), before anything is created in it or its journal mode is changed.
 
 Order: every list a reader gets (:meth:`ResultStore.rows`, the raw rows, error clips, config
 hashes) is sorted in Python by code point, which is SQLite's BINARY order of UTF-8 text, so a
@@ -613,6 +614,10 @@ class SQLiteStore(ResultStore):
             create the ``-shm`` file a WAL store needs; a store whose ``-wal`` file still holds
             writes is then refused). No schema is created; a store of an older format
             (migrated on a read-write open) is refused.
+
+    An existing SQLite file that holds tables but no geocon store (another program's database)
+    is a :class:`StoreError`, read-only or not, and is left unchanged
+    (:func:`_check_not_foreign`); a missing, empty (0 bytes) or table-less file becomes a store.
     """
 
     def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0,
@@ -621,7 +626,9 @@ class SQLiteStore(ResultStore):
         self.name = str(self.path)
         self.timeout_s = float(timeout_s)
         self.read_only = bool(read_only)
-        if not self.read_only:
+        if self.path.is_file():  # another program's database: refused before any write
+            _check_not_foreign(self.path, self.timeout_s)
+        elif not self.read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if self.read_only:
@@ -980,10 +987,10 @@ def _probe_uri(path: Path) -> str:
 def _check_not_foreign(path: Path, timeout_s: float) -> None:
     """Refuse an existing SQLite file that holds tables but not a geocon store's, before a
     writable open would add the store's tables to it and switch it to WAL mode (another
-    program's database given to a reader). Read through a read-only connection that creates
-    no file (:func:`_probe_uri`): the file is left as it was. An empty database, a file that
-    is no SQLite database, or one SQLite cannot read here, is left to :class:`SQLiteStore`
-    (which creates or refuses it as before)."""
+    program's database given as a store; every :class:`SQLiteStore` open checks). Read
+    through a read-only connection that creates no file (:func:`_probe_uri`): the file is left
+    as it was. An empty database, a file that is no SQLite database, or one SQLite cannot read
+    here, is left to :class:`SQLiteStore` (which creates or refuses it as before)."""
     try:
         if not _is_sqlite(path):
             return
@@ -1012,8 +1019,6 @@ def open_readable(db: Union[str, Path], *, timeout_s: float = 120.0) -> ResultSt
         writable = _writable(path) and _writable(path.absolute().parent)
         if path.is_file() and not writable:
             return SQLiteStore(path, timeout_s=timeout_s, read_only=True)
-        if path.is_file():
-            _check_not_foreign(path, timeout_s)
     return ResultStore(db, timeout_s=timeout_s)
 
 
