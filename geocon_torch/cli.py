@@ -10,19 +10,29 @@ Ctrl-C (and SIGTERM, which a command turns into the same exception while it runs
 the command unwinds (temporary output files removed, a dynamic bench hands its claims back,
 stores closed) and ends with ONE line, ``geocon <command>: interrupted`` (``terminated
 (SIGTERM)``), and exit status 130 (143), as a shell reports a process stopped by the signal;
-``--debug`` shows the traceback instead.
+``--debug`` shows the traceback instead. Ctrl-C while :func:`main` builds the parser (it
+imports every command) ends with ``geocon: interrupted``, 130; one during ``import geocon_torch``
+itself (torch: most of the start-up), which the console script runs before :func:`main`, still
+ends with Python's traceback.
+
+A reader that goes away (``geocon score --json - | head -1``) ends the command quietly with exit
+status 141 (128 + SIGPIPE), as other Unix tools; the rest of its output is dropped (Python's
+"Note on SIGPIPE"). Text that a stream cannot encode (a file name in another encoding, whose
+lone surrogates a strict UTF-8 stdout refuses) is written with backslash escapes (``caf\\udce9``)
+instead of ending the command with a traceback after its work is done.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import signal
 import sys
 import threading
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, List, NoReturn, Optional
+from typing import Iterator, List, NoReturn, Optional, TextIO, Tuple
 
 from . import __version__, commands
 from .commands._common import check_device
@@ -33,6 +43,19 @@ from .errors import GeoConError
 # a file where a folder is to be created)
 USER_OS_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
                   PermissionError)
+
+#: the exit status of a command whose stdout reader went away (128 + SIGPIPE, as a shell
+#: reports a process the signal ended)
+BROKEN_PIPE_STATUS = 128 + int(getattr(signal, "SIGPIPE", 13))
+
+EXIT_STATUSES = """exit status (every command):
+  0    done
+  1    geocon score / demo: some clip has status error; merge: conflicts; bench --strict:
+       error rows stored
+  2    a user error (bad option, input or output path, config, manifest, store), one line
+       on stderr, or no COMMAND given
+  130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
+  141  the reader of stdout went away (geocon ... | head)"""
 
 
 class GeoConArgumentParser(argparse.ArgumentParser):
@@ -53,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = GeoConArgumentParser(
         prog="geocon",
         description="Ground-truth-free geometric consistency scores for (generated) video.",
+        epilog=EXIT_STATUSES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"geocon_torch {__version__}")
     parser.add_argument("--debug", action="store_true",
@@ -119,34 +143,102 @@ def _interrupted_line(command: str, signalled: List[int]) -> str:
     return line
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run ``geocon`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
-    # retired names (config keys, manifest columns, result keys) warn with a DeprecationWarning,
-    # which Python hides outside __main__: a command shows them, once per place
-    warnings.filterwarnings("default", message=r".* is deprecated", category=DeprecationWarning)
+@contextmanager
+def _escaping_streams() -> Iterator[None]:
+    """While the block runs, stdout and stderr write what they cannot encode with backslash
+    escapes (``errors="backslashreplace"``) where they would raise (``errors="strict"``: a
+    UTF-8 locale's stdout and a path holding a lone surrogate); the caller's setting is
+    restored afterwards. Streams that cannot be reconfigured are left as they are."""
+    changed: List[Tuple[TextIO, str]] = []
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+                changed.append((stream, "strict"))
+            except (OSError, ValueError):
+                pass
+    try:
+        yield
+    finally:
+        for stream, errors in changed:
+            try:
+                stream.reconfigure(errors=errors)
+            except (OSError, ValueError):  # a closed or broken stream: nothing to restore
+                pass
+
+
+def _drop_stdout() -> int:
+    """After a reader of stdout went away: point stdout's file descriptor at the null device,
+    so that the interpreter's last flush cannot fail again (Python's "Note on SIGPIPE"), and
+    return :data:`BROKEN_PIPE_STATUS`."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a test's capture)
+        return BROKEN_PIPE_STATUS
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return BROKEN_PIPE_STATUS
+
+
+def _parse(argv: Optional[List[str]]) -> Optional[argparse.Namespace]:
+    """The parsed command line, or None when no COMMAND was given (the help then went to
+    stderr). Usage errors exit 2 (SystemExit) as argparse does."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # told by the command's parser: "geocon score: error: unrecognized arguments"
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_run", None):
-        parser.print_help()
-        return 2
+        parser.print_help(sys.stderr)  # a usage error: exit 2, nothing on stdout
+        return None
+    return args
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command and return its exit status: user errors, Ctrl-C / SIGTERM and a
+    reader of stdout that went away end as the module doc says; anything else raises."""
     signalled: List[int] = []
     try:
         with _sigterm_as_interrupt(signalled):
             if hasattr(args, "device"):  # "auto" -> None: the commands' automatic choice
                 args.device = check_device(args.device)
-            return int(args._run(args) or 0)
+            status = int(args._run(args) or 0)
+            sys.stdout.flush()  # a reader that went away: found here, not at exit
+            return status
     except KeyboardInterrupt:
         if args.debug:
             raise
         print(_interrupted_line(args.command, signalled), file=sys.stderr)
         return 128 + int(signal.SIGTERM if signalled else signal.SIGINT)
+    except BrokenPipeError:  # geocon ... | head: quiet, as other Unix tools
+        if args.debug:
+            raise
+        return _drop_stdout()
     except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
         if args.debug or not is_user_error(exc):
             raise
         print(f"geocon {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``geocon`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    # retired names (config keys, manifest columns, result keys) warn with a DeprecationWarning,
+    # which Python hides outside __main__: a command shows them, once per place
+    warnings.filterwarnings("default", message=r".* is deprecated", category=DeprecationWarning)
+    try:
+        args = _parse(argv)  # builds the parser: imports every command (a second or more)
+    except KeyboardInterrupt:
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        print("geocon: interrupted", file=sys.stderr)
+        return 128 + int(signal.SIGINT)
+    if args is None:
+        return 2
+    with _escaping_streams():  # also the error line, which may name such a path
+        return _run_command(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,12 +9,14 @@ import os
 import shutil
 import sys
 import textwrap
+import unicodedata
 from pathlib import Path
 from contextlib import contextmanager
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO,
                     Tuple)
 
 from .. import _checks
+from ..bench.manifest import storable_text, unstorable_text
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io._atomic import atomic_write_text
@@ -103,9 +105,31 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def cli_path(text: str) -> str:
+    """argparse type of every file, folder or store a command takes: ``~`` / ``~user`` expanded
+    (as manifests and config files expand their paths; a shell leaves ``--json=~/r.jsonl``
+    as it is), and an empty value (an unset shell variable, ``--json "$OUT"``) a usage error
+    before any work, never "no output" or the current folder. Other text is returned
+    unchanged ("-" = stdout, a PostgreSQL URL or ``service=NAME`` store)."""
+    if not text:
+        raise argparse.ArgumentTypeError("the path is empty (an unset shell variable?): give a "
+                                         "file or folder")
+    return os.path.expanduser(text)
+
+
+def check_utf8_path(path: Any, what: str) -> None:
+    """InputError when the text of ``path`` (which a result keeps: a clip's path, a masks or
+    poses file) is not UTF-8, a file or folder name in another encoding: no result store or
+    reader takes it (:func:`~geocon_torch.bench.manifest.unstorable_text`, the check a
+    manifest's paths get), so the command refuses it before any work."""
+    problem = unstorable_text(str(path))
+    if problem:
+        raise InputError(f"{what} {storable_text(str(path))} {problem}")
+
+
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration (every threshold lives in --config)")
-    g.add_argument("--config", metavar="FILE",
+    g.add_argument("--config", metavar="FILE", type=cli_path,
                    help="JSON file overriding any subset of GeoConConfig, e.g. "
                         '{"background": {"tau_h": 3.0}, "io": {"long_side": 512}}; unknown '
                         "keys are an error")
@@ -265,15 +289,31 @@ def summary_row(res: Dict[str, Any]) -> List[str]:
             " ".join(str(reason).split())]
 
 
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: 2 per wide / full-width character (CJK, East Asian
+    width W or F), 0 per combining mark (the accent of a decomposed ``é``), 1 otherwise."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(c) else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` terminal columns (:func:`display_width`)."""
+    return text + " " * (width - display_width(text))
+
+
 def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_COLUMNS,
                 out: Optional[TextIO] = None, width: Optional[int] = None) -> None:
-    """Aligned columns; the last one (the reason) is never cut: it wraps onto continuation
-    lines to fit ``width`` characters (default: the terminal width,
+    """Aligned columns, padded by terminal columns (:func:`display_width`: a CJK clip id keeps
+    the columns after it aligned); the last one (the reason) is never cut: it wraps onto
+    continuation lines to fit ``width`` characters (default: the terminal width,
     :func:`shutil.get_terminal_size`; at least :data:`REASON_MIN_WIDTH` characters are kept
     for it)."""
     out = out or sys.stdout
     rows = [list(map(str, r)) for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    widths = [max([len(h)] + [display_width(r[i]) for r in rows])
+              for i, h in enumerate(header)]
     lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
     width = width or shutil.get_terminal_size((120, 24)).columns
     widths[-1] = max(len(header[-1]), min(widths[-1], max(REASON_MIN_WIDTH, width - lead - 1)))
@@ -281,7 +321,7 @@ def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_C
     print("  ".join("-" * w for w in widths), file=out)
     for r in rows:
         last = textwrap.wrap(r[-1], widths[-1], break_on_hyphens=False) or [""]
-        print("  ".join(c.ljust(w) for c, w in zip(r[:-1] + last[:1], widths)).rstrip(),
+        print("  ".join(_pad(c, w) for c, w in zip(r[:-1] + last[:1], widths)).rstrip(),
               file=out)
         for more in last[1:]:
             print(" " * lead + more, file=out)
@@ -297,7 +337,8 @@ def check_output_file(path: Optional[str], option: str) -> None:
     ``--json``) cannot be written: it is a folder (the message suggests a file in it with the
     option's own extension, :data:`OUTPUT_EXAMPLES`, default ``results.jsonl``), its folder
     cannot be created (it is created here, as :func:`write_jsonl` would), or the folder / an
-    existing file is not writable. None, "" and "-" (stdout) pass."""
+    existing file is not writable. None (not given) and "-" (stdout) pass (the CLI refuses
+    an empty value before: :func:`cli_path`)."""
     if not path or path == "-":
         return
     p = Path(path)
@@ -318,7 +359,8 @@ def check_output_dir(path: Optional[str], option: str) -> None:
     """Fail before any work (InputError) when the output folder ``path`` of ``option`` (e.g.
     ``OUTDIR``, ``--out``) cannot be used: it is an existing file, a part of it is a file (so
     it cannot be created), or its nearest existing folder is not writable. Nothing is created
-    here (a command that stops on a later check leaves no folder behind). None and "" pass."""
+    here (a command that stops on a later check leaves no folder behind). None (not given)
+    passes (the CLI refuses an empty value before: :func:`cli_path`)."""
     if not path:
         return
     p = Path(path)

@@ -57,7 +57,7 @@ from ..bench.store import open_readable
 from ..errors import InputError
 from ..pipeline import pinned_config
 from ._common import (add_config_arguments, at_least, build_config, check_output_file,
-                      positive_float, show_progress)
+                      cli_path, positive_float, show_progress)
 
 NAME = "bench"
 HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, multi-node), "
@@ -65,9 +65,9 @@ HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("manifest", nargs="?", metavar="MANIFEST",
+    p.add_argument("manifest", nargs="?", metavar="MANIFEST", type=cli_path,
                    help="CSV or JSONL manifest (omit to only export the store)")
-    p.add_argument("--db", required=True, metavar="FILE|URL",
+    p.add_argument("--db", required=True, metavar="FILE|URL", type=cli_path,
                    help="SQLite results file (created if missing) or PostgreSQL URL / "
                         "service=NAME (password from PGPASSWORD / ~/.pgpass)")
     p.add_argument("--assign", choices=ASSIGNMENTS, default="auto",
@@ -89,8 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="recompute clips whose stored ok / not_applicable row was written by "
                         "another geocon_torch version than this one (an upgrade keeps the "
                         "config hash); the row is replaced")
-    p.add_argument("--export-csv", metavar="OUT", help="after the run, write the flat table")
-    p.add_argument("--export-parquet", metavar="OUT",
+    p.add_argument("--export-csv", metavar="OUT", type=cli_path,
+                   help="after the run, write the flat table")
+    p.add_argument("--export-parquet", metavar="OUT", type=cli_path,
                    help="after the run, write the flat table as Parquet (needs pyarrow)")
     p.add_argument("--all-configs", action="store_true",
                    help="export rows of every config hash (default: this run's config)")

@@ -17,6 +17,9 @@ Examples:
   geocon calibrate cal8/ --refit cal/calibration.json --target-false-pass 0.08   # no rescoring
   geocon calibrate wide/ --seeds 4 --setting 384x288x16:seeds4 --setting 320x240x12:lb24:rate1.5
                                                   # more sizes, lengths, letterbox, speeds
+
+Exit status: 0 when calibration.json is written; 2 for a user error (a bad option, an OUTDIR
+that cannot be written, a --refit file that is not a calibration; nothing rendered).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from ..categories import canonical_category
 from ..config import CHECKPOINT_BACKENDS, FEATURE_BACKEND_CHOICES
 from ..errors import GeoConError
 from ..synth import CORRUPTIONS, MOTIONS
-from ._common import bounded_frame_size, check_output_dir, unit_fraction
+from ._common import bounded_frame_size, check_output_dir, cli_path, unit_fraction
 
 NAME = "calibrate"
 HELP = "calibrate the report gate on grounded scenes (writes calibration.json + ROC plots)"
@@ -86,7 +89,8 @@ BACKEND_CHOICES = tuple(b for b in FEATURE_BACKEND_CHOICES if b not in CHECKPOIN
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("outdir", help="folder for calibration.json and the plots")
+    parser.add_argument("outdir", metavar="OUTDIR", type=cli_path,
+                        help="folder for calibration.json and the plots")
     parser.add_argument("--frames", type=int, default=8, help="frames per clip (default 8)")
     parser.add_argument("--size", type=_size, default=(192, 256),
                         help="WxH or a long side in px (4:3), the working resolution "
@@ -108,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated corruption severities (default 0.25,0.5,1.0)")
     parser.add_argument("--categories", default="all",
                         help="comma-separated categories C1..C6 (default all, every motion)")
-    parser.add_argument("--refit", metavar="CALIBRATION_JSON", default=None,
+    parser.add_argument("--refit", metavar="CALIBRATION_JSON", default=None, type=cli_path,
                         help="refit the bounds from the scored clips of an earlier calibration "
                              "(its plan; --target-false-pass / --min-severity apply), no "
                              "rescoring")

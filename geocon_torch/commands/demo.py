@@ -10,11 +10,15 @@ homography explains the background: expect H and IR near 1), a translating camer
 (C3: expect F), a static camera with a moving rigid object (C4: exact masks are passed in;
 expect H and a small AdaP90) and the translating scene with a rubber-sheet warp
 (corrupted: expect a lower IR / higher GE than its clean twin). Clips are written as mp4 (+ mask
-.npz) to --out so the report's audit cards can draw them.
+.npz) to --out so the report's audit cards can draw them. With --json - the JSON lines are
+stdout and the table goes to stderr.
+Exit status: 0 when no clip has status error, 1 otherwise; 2 for a user error (a bad option,
+--out or --json; nothing rendered).
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,7 +29,8 @@ from ..pipeline import score_clips
 from ..report import build_report
 from ..synth import render_scene
 from ._common import (SUMMARY_COLUMNS, at_least, bounded_frame_size, check_output_dir,
-                      check_output_file, print_table, show_progress, summary_row, write_jsonl)
+                      check_output_file, check_utf8_path, cli_path, print_table, show_progress,
+                      summary_row, write_jsonl)
 
 NAME = "demo"
 HELP = "render grounded clips with known geometry, score them, compare with the truth"
@@ -40,13 +45,15 @@ SCENES = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="DIR", help="where clips (and --report) go (default: a "
-                                                "temporary folder)")
+    p.add_argument("--out", metavar="DIR", type=cli_path,
+                   help="where clips (and --report) go (default: a temporary folder)")
     p.add_argument("--frames", type=at_least(1), default=6, help="frames per clip (default 6)")
     p.add_argument("--size", type=bounded_frame_size, default=(192, 144), metavar="WxH",
                    help="frame size, width first as in geocon synth (default 192x144)")
     p.add_argument("--seed", type=int, default=0, help="scene seed (default 0)")
-    p.add_argument("--json", metavar="OUT", help="also write the JSON results")
+    p.add_argument("--json", metavar="OUT", type=cli_path,
+                   help="also write the JSON results ('-' = stdout, the table then goes to "
+                        "stderr)")
     p.add_argument("--report", action="store_true", help="write OUT/report/index.html")
     p.add_argument("--device", help="torch device (default: CUDA when available, else CPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -55,6 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")  # both before any clip is rendered
     check_output_file(args.json, "--json")
+    if args.out is not None:  # the results keep the clips' paths in it
+        check_utf8_path(args.out, "--out")
     w, h = args.size
     size = (h, w)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="geocon_demo_"))
@@ -77,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
         results.append(res)
         truth.append(expect)
     rows = [summary_row(r)[:-1] + [t] for r, t in zip(results, truth)]
-    print_table(rows, header=SUMMARY_COLUMNS[:-1] + ("expected",))
-    print(f"clips in {clips_dir}")
+    shown = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON lines then
+    print_table(rows, header=SUMMARY_COLUMNS[:-1] + ("expected",), out=shown)
+    print(f"clips in {clips_dir}", file=shown)
     if args.json:
         write_jsonl(args.json, results)
     if args.report:
@@ -86,5 +96,5 @@ def run(args: argparse.Namespace) -> int:
         write_jsonl(str(jsonl), results)
         page = build_report(str(jsonl), out / "report", cards=len(results), n_boot=2000,
                             title="geocon demo: grounded clips")
-        print(f"report: {page}")
+        print(f"report: {page}", file=shown)
     return 1 if any(r["status"] == "error" for r in results) else 0

@@ -10,11 +10,17 @@ configuration options.
 
   geocon explain out/results.jsonl --clip C3_truck_seed0
   geocon explain clip.mp4 --preset background --poses poses.npz --pair 2
+  geocon explain out/results.jsonl --clip=-take2     (an id starting with "-": write --clip=ID)
+
+Exit status: 0 when the account is printed (of an ok, not_applicable or error result); 2 for a
+user error: a missing source, a file that is not a result, a --clip / --config-hash that
+matches nothing, or a video that cannot be read (geocon score makes that an error row, exit 1).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -24,22 +30,24 @@ from ..errors import InputError
 from ..io.images import IMAGE_SUFFIXES
 from ..pipeline import score_clip
 from ..report.explain import explain_result
-from ._common import add_config_arguments, build_config, is_video_file
+from ._common import add_config_arguments, build_config, cli_path, is_video_file
 
 NAME = "explain"
 HELP = "plain-text account of one clip's verdict (why this regime, which thresholds fail)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", metavar="RESULT_OR_VIDEO",
+    p.add_argument("source", metavar="RESULT_OR_VIDEO", type=cli_path,
                    help="result JSON / JSONL / results.sqlite, or a video to score first")
     p.add_argument("--clip", metavar="ID", help="clip id (or name) in a multi-clip results file")
     p.add_argument("--config-hash", metavar="HASH",
                    help="the configuration to explain in a store that holds several")
     p.add_argument("--pair", type=int, metavar="K",
                    help="evaluated pair to locate the outliers of (default: the worst pair)")
-    p.add_argument("--masks", metavar="PATH", help="object masks the clip is (was) scored with")
-    p.add_argument("--poses", metavar="PATH", help="pose log the clip is (was) scored with")
+    p.add_argument("--masks", metavar="PATH", type=cli_path,
+                   help="object masks the clip is (was) scored with")
+    p.add_argument("--poses", metavar="PATH", type=cli_path,
+                   help="pose log the clip is (was) scored with")
     p.add_argument("--no-evidence", action="store_true",
                    help="stored numbers only: do not re-derive the worst pair's matches")
     add_config_arguments(p)
@@ -56,9 +64,9 @@ def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[
     (rows of identical bytes share one result, whose ``clip`` is the id it was first scored
     under, so that name alone is not unique); the only row without ``clip``."""
     if clip is None:
-        if len(rows) != 1:
-            ids = ", ".join(str(r.get("clip_id")) for r in rows[:8])
-            raise InputError(f"{where} holds {len(rows)} clips: pick one with --clip "
+        if len(rows) != 1:  # --clip=ID: an id starting with "-" is no option
+            ids = ", ".join(shlex.quote(f"--clip={r.get('clip_id')}") for r in rows[:8])
+            raise InputError(f"{where} holds {len(rows)} clips: pick one with --clip=ID "
                              f"(e.g. {ids})")
         return rows[0]
     hits = ([r for r in rows if r.get("clip_id") == clip]

@@ -15,7 +15,8 @@ same write time (or, with --clock-skew SECONDS, written less than that far apart
 clocks) are a conflict: OUT keeps the row it had (or the earlier shard's), and every
 differing field is printed with both values (all of them with --conflicts FILE, one JSON object
 per line). Running the same merge again changes nothing. Exit status 0, or 1 when there were
-conflicts.
+conflicts; 2 for a user error (a SHARD that is not a store, OUT among the shards, a --conflicts
+FILE that cannot be written).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import sys
 
 from ..bench import merge_stores
 from ..io._atomic import atomic_output
-from ._common import check_output_file, non_negative_float
+from ._common import check_output_file, cli_path, non_negative_float
 
 NAME = "merge"
 HELP = "merge per-node result stores (SQLite / PostgreSQL) into one, reporting conflicts"
@@ -33,13 +34,15 @@ SHOWN = 20  # conflicts printed on stderr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", metavar="OUT", help="the merged store: SQLite file or PostgreSQL URL")
-    p.add_argument("shards", nargs="+", metavar="SHARD", help="stores to merge into OUT")
+    p.add_argument("out", metavar="OUT", type=cli_path,
+                   help="the merged store: SQLite file or PostgreSQL URL")
+    p.add_argument("shards", nargs="+", metavar="SHARD", type=cli_path,
+                   help="stores to merge into OUT")
     p.add_argument("--clock-skew", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="clip rows with other metadata written less than SECONDS apart are a "
                         "conflict instead of the later one winning: the write times come from "
                         "each node's clock (default 0: keep the clocks synchronised)")
-    p.add_argument("--conflicts", metavar="FILE",
+    p.add_argument("--conflicts", metavar="FILE", type=cli_path,
                    help="write every conflict as one JSON object per line")
 
 

@@ -16,7 +16,9 @@ Output: one JSON line per prompt. {"status": "pair", "prompt", "chosen", "reject
 "chosen_reward", "rejected_reward", "margin", ...} or {"status": "skipped", "prompt",
 "reason", ...} when fewer than two clips of the prompt could be scored, their rewards tie (a
 tie is no preference, even at --min-margin 0) or the margin is below --min-margin (see
-geocon_torch.bench.preferences). A summary goes to stdout.
+geocon_torch.bench.preferences). A summary goes to stdout (none with --out -).
+Exit status: 0 when the pairs are written (clips stored as errors only leave prompts skipped);
+2 for a user error (a bad manifest, store or option, an --out that cannot be written).
 """
 from __future__ import annotations
 
@@ -24,21 +26,21 @@ import argparse
 
 from ..bench.preferences import preference_pairs
 from ..rewards import KINDS
-from ._common import build_config, check_output_file, non_negative_float, show_progress, \
-    write_jsonl
+from ._common import (build_config, check_output_file, cli_path, non_negative_float,
+                      show_progress, write_jsonl)
 
 NAME = "pairs"
 HELP = "DPO preference pairs: best vs worst clip per prompt by geometric reward (resumable)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("manifest", metavar="MANIFEST", help="CSV or JSONL manifest with a prompt "
-                                                        "column")
-    p.add_argument("--db", required=True, metavar="FILE_OR_URL",
+    p.add_argument("manifest", metavar="MANIFEST", type=cli_path,
+                   help="CSV or JSONL manifest with a prompt column")
+    p.add_argument("--db", required=True, metavar="FILE_OR_URL", type=cli_path,
                    help="results store shared with geocon bench: a SQLite file (created if "
                         "missing) or a postgresql:// URL")
-    p.add_argument("--out", required=True, metavar="FILE", help="JSON lines output ('-' = "
-                                                                 "stdout)")
+    p.add_argument("--out", required=True, metavar="FILE", type=cli_path,
+                   help="JSON lines output ('-' = stdout)")
     p.add_argument("--kind", choices=KINDS, default="epipolar-dpo",
                    help="reward kind (default epipolar-dpo)")
     p.add_argument("--min-margin", type=non_negative_float, default=0.0, metavar="X",
@@ -46,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "a tie is always skipped; a finite number >= 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("configuration")
-    g.add_argument("--config", metavar="FILE",
+    g.add_argument("--config", metavar="FILE", type=cli_path,
                    help="JSON file overriding GeoConConfig (default: the defaults)")
     g.add_argument("--long-side", type=int, metavar="PX",
                    help="working resolution: long side in pixels (default: the --kind preset's)")

@@ -32,7 +32,7 @@ import argparse
 from typing import Dict, List
 
 from ..bench.prune import PruneReport, prune_store
-from ._common import positive_float
+from ._common import cli_path, positive_float
 
 NAME = "prune"
 HELP = ("maintain a store: delete clips not in a manifest, orphaned results, crashed jobs' "
@@ -41,12 +41,12 @@ SHOWN = 20  # keys listed per kind
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", required=True, metavar="FILE|URL",
+    p.add_argument("--db", required=True, metavar="FILE|URL", type=cli_path,
                    help="the store: an existing SQLite file or a PostgreSQL URL / service=NAME")
     p.add_argument("--config-hash", metavar="H",
                    help="prune only the rows (and crashed jobs) of this config hash "
                         "(default: every config of the store)")
-    p.add_argument("--keep-manifest", metavar="M",
+    p.add_argument("--keep-manifest", metavar="M", type=cli_path,
                    help="delete the clip rows of clips this CSV / JSONL manifest left out "
                         "(clip id and path not in it)")
     p.add_argument("--orphans", action="store_true",

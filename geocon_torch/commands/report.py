@@ -16,24 +16,31 @@ their reasons, and per-clip audit cards (gate rationale, per-pair IR / GE timeli
 outlier matches drawn on a frame pair, epipolar lines, object masks). Drawing the cards reads
 the videos again (--no-draw skips that). Rows are validated against the result schema;
 schema-1.0 results (one "category" field) are read as prompt_category / behaviour.
+Exit status: 0 when the page is written (error rows are listed on it); 2 for a user error (a
+missing or invalid RESULTS, an --out that cannot be written, --clips / --config-hash that
+match nothing).
 """
 from __future__ import annotations
 
 import argparse
 
 from ..report import build_report
-from ._common import at_least, check_output_dir, show_progress
+from ._common import at_least, check_output_dir, cli_path, show_progress
 
 NAME = "report"
 HELP = "static HTML audit report (leaderboard, CIs, gate calibration, audit cards)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", metavar="RESULTS", help="results SQLite file or JSONL file")
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder (index.html, img/)")
+    p.add_argument("results", metavar="RESULTS", type=cli_path,
+                   help="results SQLite file or JSONL file")
+    p.add_argument("--out", required=True, metavar="DIR", type=cli_path,
+                   help="output folder (index.html, img/)")
     p.add_argument("--cards", type=at_least(0), default=6, metavar="N",
                    help="number of audit cards: worst clips first, then the best (default 6)")
-    p.add_argument("--clips", metavar="IDS", help="comma-separated clip ids for the cards")
+    p.add_argument("--clips", metavar="IDS", help="comma-separated clip ids for the cards "
+                                                  "(write --clips=IDS when the first id starts "
+                                                  "with '-')")
     p.add_argument("--no-draw", action="store_true",
                    help="cards without frame drawings (do not re-read the videos)")
     p.add_argument("--boot", type=at_least(1), default=10_000, metavar="B",

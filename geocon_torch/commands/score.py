@@ -26,8 +26,11 @@ background.calibration), objects and their worst AdaP90 (AdaDFRC-W2), epipolar e
 rate (worldatlas, all: the WorldAtlas trio's; gvgc: median error / kept fraction; epipolar-dpo:
 its mean error / inlier rate).
 Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
-the terminal width); --json OUT keeps every field of every clip.
-Exit status: 0 when no clip has status error, 1 otherwise.
+the terminal width); --json OUT keeps every field of every clip. A path whose file or folder
+name is not UTF-8 (another encoding) is refused before any clip is scored, as in a manifest:
+no result store or reader takes it (rename it in UTF-8).
+Exit status: 0 when no clip has status error, 1 otherwise (a missing or unreadable video is
+an error row); 2 for a user error (a bad option, config or --json OUT; nothing scored).
 """
 from __future__ import annotations
 
@@ -40,8 +43,9 @@ from tqdm.auto import tqdm
 
 from ..bench.ids import derive_clip_ids
 from ..pipeline import pinned_config, score_clips
-from ._common import (add_config_arguments, build_config, check_output_file, expand_inputs,
-                      jsonl_lines, per_clip_file, print_table, show_progress, summary_row)
+from ._common import (add_config_arguments, build_config, check_output_file, check_utf8_path,
+                      cli_path, expand_inputs, jsonl_lines, per_clip_file, print_table,
+                      show_progress, summary_row)
 
 NAME = "score"
 #: files per score_clips call (as ``geocon bench --batch-clips``): a group is scored as batches
@@ -57,14 +61,15 @@ HELP = "score clips (files, folders, globs): summary table, --json for JSON line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH", help="video files, image folders, "
-                                                            "folders of videos or globs")
-    p.add_argument("--json", metavar="OUT", help="write one JSON result per line to OUT "
-                                                 "('-' = stdout, the table then goes to stderr)")
-    p.add_argument("--masks", metavar="PATH", help="object masks (.npz / PNG folder) or a folder "
-                                                   "of per-clip mask files")
-    p.add_argument("--poses", metavar="PATH", help="pose log (JSON / .npz) or a folder of "
-                                                   "per-clip pose logs")
+    p.add_argument("paths", nargs="+", metavar="PATH", type=cli_path,
+                   help="video files, image folders, folders of videos or globs")
+    p.add_argument("--json", metavar="OUT", type=cli_path,
+                   help="write one JSON result per line to OUT ('-' = stdout, the table then "
+                        "goes to stderr)")
+    p.add_argument("--masks", metavar="PATH", type=cli_path,
+                   help="object masks (.npz / PNG folder) or a folder of per-clip mask files")
+    p.add_argument("--poses", metavar="PATH", type=cli_path,
+                   help="pose log (JSON / .npz) or a folder of per-clip pose logs")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress output (the bar over clips; stage lines for one clip)")
     add_config_arguments(p)
@@ -94,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     pinned_config(cfg, args.device)  # a bad calibration file: one line, exit 2, nothing read
     check_output_file(args.json, "--json")  # before any clip is scored, not after them all
     clips = expand_inputs(args.paths)
+    for path in clips:  # a result keeps its path: one no store or reader takes is refused
+        check_utf8_path(path, "clip")
+    for option, value in (("--masks", args.masks), ("--poses", args.poses)):
+        if value is not None:
+            check_utf8_path(value, option)
     ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
     jobs = list(zip(clips, ids))
     results: List[Dict[str, Any]] = []

@@ -7,6 +7,9 @@ Examples:
   geocon synth out/ --category all --frames 48 --size 640x384
   geocon synth out/ --category C2 --motion tilt --seed 3
   geocon synth out/ --category C4 --corruption nonrigid_object --severity 0.5
+
+Exit status: 0 when every clip is written; 2 for a user error (a bad option or combination, an
+OUTDIR that cannot be written; nothing rendered).
 """
 from __future__ import annotations
 
@@ -20,15 +23,16 @@ from ..errors import InputError
 from ..synth import render_scene
 from ..synth.corruptions import CORRUPTIONS
 from ..synth.scenes import MOTIONS
-from ._common import (at_least, bounded_frame_size, check_output_dir, positive_float,
-                      show_progress, unit_fraction)
+from ._common import (at_least, bounded_frame_size, check_output_dir, cli_path,
+                      positive_float, show_progress, unit_fraction)
 
 NAME = "synth"
 HELP = "render grounded synthetic clips with known geometry (mp4 + JSON + masks)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("outdir", help="folder to write the clips into (created if missing)")
+    parser.add_argument("outdir", metavar="OUTDIR", type=cli_path,
+                        help="folder to write the clips into (created if missing)")
     parser.add_argument("--category", default="all",
                         help="C1..C6, an alias (static, rotation, translation, moving_object, "
                              "complex, stress) or 'all' (default)")
