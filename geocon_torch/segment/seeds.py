@@ -21,22 +21,31 @@ from .motion import (clip_bounds, joined_gray, pooled_gray, segment_joined,
 
 Seeds = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
+#: under H a seed is off the background homography by at least this many *source* pixels: the
+#: seed threshold ``motion_seed_factor x tau_H`` is in working px, which on working frames
+#: upscaled u times from a smaller source (``Clip.scale`` > 1) are 1/u source px; a match
+#: residual finer than a source pixel is interpolation / localisation noise, not motion
+SEED_MIN_SOURCE_PX = 1.0
+
 
 def outlier_seeds(pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
                   fits: Tuple[Fit, Fit], config: GeoConConfig, regime: Optional[str],
-                  residuals: Optional[torch.Tensor] = None) -> Seeds:
+                  residuals: Optional[torch.Tensor] = None, upscale: float = 1.0) -> Seeds:
     """Background-model outliers of the P evaluated pairs as motion seeds, fixed-size (no
     host sync): every match endpoint is a candidate, ``valid`` says which are seeds.
 
     A match is a seed when its residual under the regime's model (F: normalised Sampson, else
     H: symmetric transfer px) exceeds ``segment.motion_seed_factor`` times that model's
-    threshold, on a pair whose fit is valid.
+    threshold, on a pair whose fit is valid; under H never less than
+    :data:`SEED_MIN_SOURCE_PX` source px (``upscale`` working px per source px: the clip's
+    :func:`source_upscale`).
 
     Args:
         pairs: (P, 2) long frame pairs (i, j); x1, x2: (P, N, 2) px; mask: (P, N) bool.
         fits: (H fit, F fit) of the P rows.
         residuals: (P, N) residuals of the regime's model when already computed (None:
             computed here).
+        upscale: working px per source px, >= 1 (:func:`source_upscale`; 1: not upscaled).
     Returns:
         points (2PN, 2) px (every match in frame i, then in frame j), frames (2PN,) long,
         motion (2PN, 2) px relative to the background homography, valid (2PN,) bool (the
@@ -44,7 +53,7 @@ def outlier_seeds(pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, mask:
     """
     fit_h, fit_f = fits
     r = _regime_residuals(x1, x2, mask, fits, regime) if residuals is None else residuals
-    outlier = mask & (r > _seed_threshold(config, regime)) \
+    outlier = mask & (r > _seed_threshold(config, regime, upscale)) \
         & (fit_f if regime == "F" else fit_h).valid.view(-1, 1)
     return _seed_points(pairs.to(x1.device), x1, x2, outlier, fit_h.model)
 
@@ -58,11 +67,23 @@ def _regime_residuals(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor,
     return homography_residuals(fits[0], x1, x2)
 
 
-def _seed_threshold(config: GeoConConfig, regime: Optional[str]) -> float:
+def source_upscale(clip: Clip) -> float:
+    """Working px per source px of ``clip``'s frames: ``Clip.scale`` where they were upscaled
+    from a smaller source, else 1.0 (downscaled or native frames: a working px is a real
+    pixel of the image content)."""
+    return max(1.0, float(clip.scale))
+
+
+def _seed_threshold(config: GeoConConfig, regime: Optional[str], upscale: float = 1.0
+                    ) -> float:
     """The residual above which a match is a seed: ``motion_seed_factor`` times the regime's
-    model threshold (tau_F normalised Sampson under F, else tau_H px)."""
+    model threshold (tau_F normalised Sampson under F, else tau_H px), under H at least
+    :data:`SEED_MIN_SOURCE_PX` source px = ``upscale`` x that many working px (binds only
+    on frames upscaled more than ``motion_seed_factor x tau_H`` times: 4 by default)."""
     bc = config.background
-    return config.segment.motion_seed_factor * (bc.tau_f if regime == "F" else bc.tau_h)
+    if regime == "F":
+        return config.segment.motion_seed_factor * bc.tau_f
+    return max(config.segment.motion_seed_factor * bc.tau_h, upscale * SEED_MIN_SOURCE_PX)
 
 
 def _seed_points(pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
@@ -156,8 +177,19 @@ def motion_masks_batch(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
     for idx, args in zip(groups.values(), joined):
         for k, part in zip(idx, segment_joined(*args)):
             part[1]["pre_regime"] = regimes[k]
+            floor = _seed_floor(config, regimes[k], source_upscale(clips[k]))
+            if floor is not None:  # only where the source-pixel floor binds
+                part[1]["seed_threshold_px"] = floor
             out[k] = part
     return out
+
+
+def _seed_floor(config: GeoConConfig, regime: Optional[str], upscale: float
+                ) -> Optional[float]:
+    """The H seed threshold (working px) where :data:`SEED_MIN_SOURCE_PX` raises it above
+    ``motion_seed_factor x tau_H`` (frames upscaled more than that many times), else None."""
+    tau = _seed_threshold(config, regime, upscale)
+    return tau if regime != "F" and tau > _seed_threshold(config, regime) else None
 
 
 def _joined_inputs(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
@@ -171,7 +203,8 @@ def _joined_inputs(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
     and the seeds of all clips (frames into the joined frames)."""
     dev = x1[0].device
     bounds = clip_bounds([clip.num_frames for clip in clips])
-    rows = _joined_rows(pairs, x1, x2, mask, fits, config, regimes, residuals, bounds)
+    rows = _joined_rows(pairs, x1, x2, mask, fits, config, regimes, residuals, bounds,
+                        [source_upscale(clip) for clip in clips])
     outlier = rows["mask"] & (rows["res"] > rows["tau"].view(-1, 1)) & rows["valid"].view(-1, 1)
     seeds = _seed_points(rows["pairs"], rows["x1"], rows["x2"], outlier, rows["model"])
     homs, valid = _adjacent(rows["pairs"], rows["model"], rows["valid_h"] & rows["dense"],
@@ -201,11 +234,12 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
                  x2: Sequence[torch.Tensor], mask: Sequence[torch.Tensor],
                  fits: Sequence[Tuple[Fit, Fit]], config: GeoConConfig,
                  regimes: Sequence[Optional[str]], residuals: Sequence[Optional[torch.Tensor]],
-                 bounds: Sequence[int]) -> Dict[str, torch.Tensor]:
+                 bounds: Sequence[int], upscales: Optional[Sequence[float]] = None
+                 ) -> Dict[str, torch.Tensor]:
     """The P_b evaluated rows (the first P_b of R_b >= P_b) of B clips one after the other
     (P = sum P_b rows), the point axis zero-padded to the widest clip's N (padded matches are
     outside the mask: never seeds); a fixed number of ops whatever B (besides one pad per
-    narrower clip).
+    narrower clip). ``upscales``: each clip's :func:`source_upscale` (None: all 1.0).
 
     Returns:
         pairs (P, 2) long frame pairs into the joined frames (clip b's frame t is
@@ -246,7 +280,8 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
     offset = [b for b, p in zip(bounds, ps) for _ in range(p)]
     if any(offset):
         out["pairs"] = out["pairs"] + to_device(offset, dev).view(-1, 1)
-    out["tau"] = to_device([_seed_threshold(config, r) for r, p in zip(regimes, ps)
+    ups = [1.0] * len(regimes) if upscales is None else upscales
+    out["tau"] = to_device([_seed_threshold(config, r, u) for r, u, p in zip(regimes, ups, ps)
                             for _ in range(p)], dev, out["res"].dtype)
     out["dense"] = to_device([not f for f, p in zip(f_regime, ps) for _ in range(p)], dev,
                              torch.bool)
