@@ -482,3 +482,19 @@ def pose(t, angle_deg=0.0) -> np.ndarray:
 def adjacent(n) -> torch.Tensor:
     """(n - 1, 2) long adjacent frame pairs (0, 1), (1, 2), ..."""
     return torch.stack([torch.arange(n - 1), torch.arange(1, n)], 1)
+
+
+def identity_fits(mask: torch.Tensor) -> tuple:
+    """(H fit, F fit) of P rows, every match an inlier with zero residual: H the identity, F a
+    fixed skew matrix (what seed / segmentation tests put under the matches of a static
+    background). mask: (P, N) bool."""
+    from geocon_torch.types import Fit
+    p, n = mask.shape
+    valid = torch.ones(p, dtype=torch.bool)
+
+    def fit(kind: str, model: torch.Tensor) -> Fit:
+        return Fit(kind, model.expand(p, 3, 3).clone(), mask.clone(), torch.zeros(p, n), valid,
+                   mask.sum(1), torch.ones(p, dtype=torch.long), torch.zeros(p))
+
+    skew = torch.tensor([[0.0, -1.0, 0.2], [1.0, 0.0, -0.3], [-0.2, 0.3, 0.0]])
+    return fit("H", torch.eye(3)), fit("F", skew)

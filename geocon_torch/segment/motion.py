@@ -247,20 +247,25 @@ def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
     n = small.numel()
     idtype = torch.int32 if n < 2 ** 31 - 1 else torch.long  # cell ids, exact either way
     ids = torch.arange(1, n + 1, device=mask.device, dtype=idtype).view(small.shape)
-    zero = torch.zeros_like(ids)
+    zero = torch.zeros((), dtype=idtype, device=mask.device)  # broadcast: no (T, h, w) zeros
     lab = torch.where(small, ids, zero)
     for _ in range(max_iterations):  # O(log diameter) iterations for most shapes
         nxt = torch.where(small, _max27(lab), zero)
         flat = nxt.view(-1)
-        nxt = torch.where(small, flat[(flat - 1).clamp_min(0)].view(small.shape), zero)
+        nxt = torch.where(small, flat[(flat - 1).clamp_min_(0)].view(small.shape), zero)
         if torch.equal(nxt, lab):
             break
         lab = nxt
-    # renumber 1..K in the order of the roots (the cells whose id is their component's label)
+    # renumber 1..K in the order of the roots (the cells whose id is their component's label),
+    # in the ids' dtype (K <= n) and _LABEL_CHUNK frames at a time: no (T, h, w) int64 copies
     root = small & (lab == ids)
-    rank = root.view(-1).cumsum(0)
-    new = torch.where(small, rank[(lab.view(-1).long() - 1).clamp_min(0)].view(small.shape),
-                      torch.zeros((), dtype=rank.dtype, device=rank.device))
+    del ids
+    rank = root.view(-1).cumsum(0, dtype=idtype)
+    new = torch.empty_like(lab)
+    for a in range(0, int(lab.shape[0]), _LABEL_CHUNK):
+        part = lab[a:a + _LABEL_CHUNK]
+        torch.where(small[a:a + _LABEL_CHUNK], rank[(part.long() - 1).clamp_min_(0)], zero,
+                    out=new[a:a + _LABEL_CHUNK])
     roots = root.flatten(1).sum(1)
     return (new, roots) if at is None else (new[at], roots[at])
 
@@ -420,6 +425,25 @@ def pooled_gray(clip: "Clip", factor: int, chunk: int = 16) -> torch.Tensor:
     return out
 
 
+class ClipGray:
+    """The gray frames of one clip at the segmentation scale, computed per requested slice of
+    frames (:func:`pooled_gray` of those frames, on ``device``): what :class:`_GrayFrames`
+    reads in chunks, so no (T, 1, h, w) float copy of the clip exists (bit-identical: every
+    frame's luminance is computed on its own). ``shape`` (T, 1, ceil(H/f), ceil(W/f))."""
+
+    def __init__(self, clip: "Clip", factor: int, device: torch.device) -> None:
+        h, w = clip.size
+        self.clip, self.factor, self.device = clip, int(factor), torch.device(device)
+        self.shape = torch.Size((clip.num_frames, 1, -(-h // self.factor),
+                                 -(-w // self.factor)))
+
+    def __getitem__(self, key: slice) -> torch.Tensor:
+        """(b - a, 1, h, w) float32 gray frames of ``key`` (a slice of frames)."""
+        clip = self.clip
+        part = replace(clip, frames=clip.frames[key], frame_indices=clip.frame_indices[key])
+        return pooled_gray(part, self.factor).to(self.device)
+
+
 def joined_gray(clips: Sequence["Clip"], factor: int) -> Optional[torch.Tensor]:
     """Luminance of the frames of B clips one after the other, (T, 1, H, W) float32 in [0, 1]
     (:meth:`~geocon_torch.types.Clip.gray` of the joined frames, in chunks of
@@ -461,7 +485,9 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             float copy of the clip); the working size is always ``content``'s.
     Returns:
         (masks (T, K, h, w) bool at ``content``'s size and device, K <= ``max_objects``
-        (largest object first); the evidence dict: ``objects`` (K), ``unreliable_frames``,
+        (largest object first): a lazy :class:`~geocon_torch.types.BlockMasks` (packed
+        bits, one byte a segmentation pixel for up to 8 objects; an empty tensor when K = 0);
+        the evidence dict: ``objects`` (K), ``unreliable_frames``,
         ``dense``, ``regime``, the seed counts, ...).
     Raises:
         ShapeError: ``gray`` not a (T, 1, h, w) float tensor with T >= 1, ``homographies``
@@ -595,8 +621,9 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
         contents: B (H, W) bool. seeds: (points (M, 2) px, frames (M,) long into the T joined
             frames, motion (M, 2) px, valid (M,) bool) of all clips, or None; has_seeds: B.
     Returns:
-        one (objects (T_b, K, H, W) bool, or :class:`~geocon_torch.types.BlockMasks` when
-        f > 1, evidence) per clip.
+        one (objects (T_b, K, H, W) bool as a :class:`~geocon_torch.types.BlockMasks`
+        (packed bits at the segmentation size, whatever f; an empty (T_b, 0, H, W) tensor
+        when K = 0), evidence) per clip.
     """
     h, w = contents[0].shape[-2:]
     dev = grays[0].device
@@ -631,20 +658,20 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
     gray = _GrayFrames(grays, gray_bounds or bounds, 1, (h, w))
     kept, evidences = _motion_labels(gray, homs, valid, content, cfg, regimes, seeds,
                                      has_seeds, max_objects, bounds)
-    counts = [int(ev["objects"]) for ev in evidences]
-    ids = torch.arange(1, max(counts) + 1, device=kept.device).view(1, -1, 1, 1)
-    parts = torch.split(kept.unsqueeze(1), [b - a for a, b in zip(bounds, bounds[1:])]) \
-        if len(counts) > 1 else [kept.unsqueeze(1)]
-    # (T_b, K_b, H, W): object k of the clip where its labels are k + 1
-    return [(part == (ids if k == ids.shape[1] else ids[:, :k]), ev)
-            for part, k, ev in zip(parts, counts, evidences)]
+    # packed bits at the working size, as at f > 1 (one byte a pixel for up to 8 objects; no
+    # (T, K, H, W) bool masks and no int64 temporary of the label map's broadcast compare);
+    # no object: an empty (T, 0, H, W) tensor
+    return [(BlockMasks.from_labels(kept[a:b], int(ev["objects"]), 1, (h, w), content[k])
+             if ev["objects"] else kept.new_zeros(b - a, 0, h, w, dtype=torch.bool), ev)
+            for k, (a, b, ev) in enumerate(zip(bounds, bounds[1:], evidences))]
 
 
 class _GrayFrames:
     """The frames of B clips one after the other at the segmentation size (h, w), read in
-    chunks: the clips' (T_b, 1, ., .) gray tensors, each of size (h, w) or ``factor`` times
-    larger (then average-pooled per chunk, ceil mode), never concatenated (no (T, 1, h, w)
-    float copy). ``bounds``: clip b has frames ``bounds[b]:bounds[b+1]``."""
+    chunks: the clips' (T_b, 1, ., .) gray frames (tensors, or :class:`ClipGray`: computed
+    per chunk), each of size (h, w) or ``factor`` times larger (then average-pooled per
+    chunk, ceil mode), never concatenated (no (T, 1, h, w) float copy). ``bounds``: clip b
+    has frames ``bounds[b]:bounds[b+1]``."""
 
     def __init__(self, grays: Sequence[torch.Tensor], bounds: Sequence[int], factor: int,
                  size: Tuple[int, int]):

@@ -7,7 +7,7 @@ mover share), and the adjacent pairs' homographies give the dense photometric re
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -16,8 +16,7 @@ from .._memory import release_freed_memory
 from ..config import GeoConConfig
 from ..geometry import fundamental_residuals, homography_residuals, transfer_points
 from ..types import Clip, Fit
-from .motion import (clip_bounds, joined_gray, pooled_gray, segment_joined,
-                     segmentation_factor)
+from .motion import ClipGray, clip_bounds, joined_gray, segment_joined, segmentation_factor
 
 Seeds = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -172,7 +171,7 @@ def motion_masks_batch(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
         pick = lambda seq: [seq[k] for k in idx]  # noqa: E731
         joined.append(_joined_inputs(pick(clips), pick(pairs), pick(x1), pick(x2), pick(mask),
                                      pick(fits), config, pick(regimes), pick(residuals)))
-    release_freed_memory()  # the decoded frames of pooled_gray: back to the OS before the maps
+    release_freed_memory()  # the rows' temporaries: back to the OS before the maps
     out: List[Any] = [None] * n
     for idx, args in zip(groups.values(), joined):
         for k, part in zip(idx, segment_joined(*args)):
@@ -219,15 +218,16 @@ def _joined_inputs(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
 
 
 def _clip_gray(clip: Clip, factor: int, regime: Optional[str], device: torch.device
-               ) -> torch.Tensor:
-    """(T, 1, ceil(H/f), ceil(W/f)) float gray frames of one clip at the segmentation scale
-    (:func:`~.motion.pooled_gray`); under F zeros (the frames are never read: no dense
+               ) -> Union[torch.Tensor, ClipGray]:
+    """(T, 1, ceil(H/f), ceil(W/f)) float gray frames of one clip at the segmentation scale,
+    computed per chunk of frames when the segmentation reads them (:class:`~.motion.ClipGray`:
+    no float copy of the whole clip); under F zeros (the frames are never read: no dense
     residuals under translation)."""
     if regime == "F":
         h, w = clip.size
         return torch.zeros(1, 1, 1, 1, device=device).expand(
             clip.num_frames, 1, -(-h // factor), -(-w // factor))
-    return pooled_gray(clip, factor).to(device)
+    return ClipGray(clip, factor, device)
 
 
 def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],

@@ -10,6 +10,7 @@ from typing import Tuple
 
 import pytest
 import torch
+from helpers import identity_fits
 
 from geocon_torch.config import GeoConConfig
 from geocon_torch.segment.seeds import motion_masks, outlier_seeds, source_upscale
@@ -40,14 +41,7 @@ def _clip_and_rows(shift_px: float, scale: float, t: int = 5, n: int = 60
     x2 = x1.clone()
     x2[:, :16, 0] += shift_px
     mask = torch.ones(p, n, dtype=torch.bool)
-    valid = torch.ones(p, dtype=torch.bool)
-
-    def fit(kind: str, model: torch.Tensor) -> Fit:
-        return Fit(kind, model.expand(p, 3, 3).clone(), mask.clone(), torch.zeros(p, n), valid,
-                   mask.sum(1), torch.ones(p, dtype=torch.long), torch.zeros(p))
-
-    skew = torch.tensor([[0.0, -1.0, 0.2], [1.0, 0.0, -0.3], [-0.2, 0.3, 0.0]])
-    return clip, pairs, x1, x2, mask, (fit("H", torch.eye(3)), fit("F", skew))
+    return clip, pairs, x1, x2, mask, identity_fits(mask)
 
 
 def _objects(shift_px: float, scale: float) -> Tuple[int, dict]:
