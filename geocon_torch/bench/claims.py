@@ -23,11 +23,17 @@ takes; a killed rank stops renewing and its claim expires after ``lease_s``, whi
 stopped by an exception (Ctrl-C, SIGTERM through the CLI, SystemExit, a bug; not a lost
 server) hands its unfinished claims back on the way out (:meth:`WorkQueue.release`), so the
 other ranks or a re-run take them at once. The same thread renews the job's heartbeat
-(``work_jobs.alive_until``, set when the job enqueues its rows). A re-run is a new job: it
-re-checks every row against the results (exactly what is missing is scored), and its rank 0
-first deletes the work rows of crashed jobs of any config (:func:`drop_stale_jobs`: heartbeat
-expired and no live lease; a live job is never touched); ``geocon prune --stale-jobs`` does the
-same without a run (:func:`stale_jobs`).
+(``work_jobs.alive_until``, set when the job enqueues its rows; a renewal only extends a heartbeat
+that is there, never re-creates one). A job whose ranks all stalled longer than ``lease_s`` (a
+suspended node, a partition shorter than the store timeout) may meanwhile be taken for a crashed
+one and lose its rows: its keeper then finds no heartbeat, and a rank that finds no open row
+puts back the manifest's clips the store lacks (:meth:`WorkQueue.resume`, under a grace lease so
+no rank's clip in flight is handed out twice) instead of ending with them unscored. A re-run is
+a new job: it re-checks every row against the results (exactly what is missing is scored), and
+its rank 0 first deletes the work rows of crashed jobs of any config (:func:`drop_stale_jobs`:
+heartbeat expired and no live lease; a live job is never touched); ``geocon prune
+--stale-jobs`` does the same without a run (:func:`stale_jobs`); :func:`live_jobs` lists the
+jobs that live.
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ import socket
 import threading
 import uuid
 from collections import Counter
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import InputError
 from .pg_store import PostgresStore
@@ -56,6 +62,36 @@ _CLAIM_LOCK = "SELECT pg_advisory_xact_lock(?::integer, hashtext(?))"
 _HEARTBEAT = ("INSERT INTO work_jobs (job, config_hash, alive_until) "
               "VALUES (?, ?, now() + ? * interval '1 second') ON CONFLICT (job) DO UPDATE "
               "SET alive_until = GREATEST(work_jobs.alive_until, excluded.alive_until)")
+# a renewal extends the heartbeat that is there: no row back means the job was reaped
+_RENEW_JOB = ("UPDATE work_jobs SET alive_until = GREATEST(alive_until, now() + ? * interval "
+              "'1 second') WHERE job = ? RETURNING job")
+# this owner's open rows, and the rows of the job it holds that were put back ownerless
+# (:meth:`WorkQueue.resume`) while it still scores them
+_RENEW_LEASES = """
+UPDATE work SET owner = ?, lease_until = now() + ? * interval '1 second'
+WHERE NOT done AND (owner = ? OR (job = ? AND owner IS NULL AND clip_id = ANY(?::text[])))
+RETURNING clip_id
+"""
+# rows put back after a reaping: the caller's held clips as its own, the others ownerless, all
+# under a lease (the grace: no rank claims them before every live rank's keeper took back
+# the clips it is still scoring)
+_PUT_BACK = """
+INSERT INTO work (job, clip_id, config_hash, position, owner, lease_until)
+SELECT ?, u.clip_id, ?, u.position, CASE WHEN u.clip_id = ANY(?::text[]) THEN ? END,
+       now() + ? * interval '1 second'
+FROM unnest(?::text[], ?::bigint[]) AS u(clip_id, position)
+ON CONFLICT (job, clip_id) DO NOTHING
+"""
+# a job lives while its heartbeat runs or one of its rows holds a live lease (the complement
+# of _STALE_JOBS)
+_LIVE_JOBS = """
+SELECT j.job, j.config_hash,
+       (SELECT count(*) FROM work w WHERE w.job = j.job AND NOT w.done)
+FROM work_jobs j
+WHERE (j.alive_until >= now() OR EXISTS (SELECT 1 FROM work w WHERE w.job = j.job
+                                         AND NOT w.done AND w.lease_until >= now())){config}
+ORDER BY j.job
+"""
 # jobs (of one config, or of every config), other than the caller's, whose heartbeat expired
 # and that hold no live lease; their heartbeat rows are locked (a keeper renewing one right now
 # is skipped). {config} is "" or the config filter below.
@@ -113,10 +149,19 @@ class WorkQueue:
         self.store, self.job, self.config_hash = store, job, config_hash
         self.owner, self.lease_s = owner, float(lease_s)
         self.claimed = 0
+        self.put_back = 0  # rows this rank put back after the job was reaped (:meth:`resume`)
+        self.positions: Dict[str, int] = {}  # clip id -> manifest position (:meth:`enqueue`)
+        #: set when a renewal found the job's heartbeat gone (its rows were deleted as a
+        #: crashed job's); cleared when this rank puts the rows back
+        self.reaped = threading.Event()
+        self._held: Set[str] = set()  # claimed by this rank and not stored yet
+        self._lock = threading.Lock()
 
     def enqueue(self, clip_ids: Sequence[str]) -> None:
         """Insert the job's rows once (ranks racing here wait on the job's advisory lock) and
         start (or renew) the job's heartbeat, in one transaction."""
+        self.positions = {cid: pos for pos, cid in enumerate(clip_ids)}
+
         def tx():
             self.store.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (self.job,))
             self.store.execute(*self.heartbeat_statement())
@@ -150,11 +195,93 @@ class WorkQueue:
 
         rows = self.store.transaction(tx)
         self.claimed += len(rows)
+        with self._lock:
+            self._held.update(cid for cid, _ in rows)
         return [cid for cid, _ in sorted(rows, key=lambda r: r[1])]
 
+    def settle(self, clip_id: str) -> None:
+        """``clip_id`` is stored (its row done): this rank no longer holds it."""
+        with self._lock:
+            self._held.discard(clip_id)
+
+    def held(self) -> List[str]:
+        """The clip ids this rank claimed and has not stored yet, sorted."""
+        with self._lock:
+            return sorted(self._held)
+
+    def renew(self, store: PostgresStore) -> List[str]:
+        """Extend the job's heartbeat and this rank's leases by ``lease_s`` (one transaction on
+        ``store``: the lease keeper's own connection) and return the clip ids renewed. A
+        heartbeat that is gone is not re-created: the job was reaped (its rows deleted as a
+        crashed job's while every rank stalled), :attr:`reaped` is set and logged, and the
+        first rank that finds no open row puts the clips back (:meth:`resume`). Rows put back
+        ownerless that this rank still scores are taken back as its own."""
+        def tx() -> Tuple[bool, List[tuple]]:
+            alive = bool(store.execute(_RENEW_JOB, (self.lease_s, self.job)))
+            rows = store.execute(_RENEW_LEASES, (self.owner, self.lease_s, self.owner,
+                                                 self.job, self.held()))
+            return alive, rows
+
+        alive, rows = store.transaction(tx)
+        if alive:
+            self.reaped.clear()
+        elif not self.reaped.is_set():
+            self.reaped.set()
+            log.warning("geocon store: job %s has no heartbeat any more: it was reaped as a "
+                        "crashed job while its ranks stalled longer than the lease (%.0f s); "
+                        "its clips the store lacks are put back when a rank finds no open row",
+                        self.job, self.lease_s)
+        return [r[0] for r in rows]
+
+    def resume(self, remaining: Callable[[], Sequence[str]]) -> int:
+        """What a rank that finds no open row of the job does before ending: the number of
+        open rows the job has now (0: the job is done).
+
+        When the job's heartbeat is gone (the job was reaped: its rows deleted as a crashed
+        job's), the clip ids ``remaining()`` returns (called inside the transaction, on
+        :attr:`store`: the manifest's clips the store lacks, :func:`~.runner.run_manifest`)
+        are put back with a new heartbeat, in one transaction under the job's advisory lock
+        (the first rank puts them back, the others find the heartbeat). Each row put back
+        holds a lease of ``lease_s`` (this rank's held clips as its own, the others
+        ownerless): a live rank still scoring one takes it back as its own at its next renewal
+        (:meth:`renew`), the rest are claimable once the lease runs out, so no clip in flight
+        is handed out twice. Nothing is put back (and no heartbeat re-created) when nothing
+        remains."""
+        def tx() -> Tuple[int, int]:
+            self.store.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (self.job,))
+            if self.store.execute("SELECT 1 FROM work_jobs WHERE job = ?", (self.job,)):
+                return self._open(), 0
+            todo = sorted({c for c in remaining() if c in self.positions},
+                          key=self.positions.__getitem__)
+            if not todo:
+                return 0, 0
+            self.store.execute(*self.heartbeat_statement())
+            self.store.execute(_PUT_BACK, (
+                self.job, self.config_hash, self.held(), self.owner, self.lease_s, todo,
+                [self.positions[c] for c in todo]))
+            return self._open(), len(todo)
+
+        open_rows, put = self.store.transaction(tx)
+        if put:
+            self.put_back += put
+            self.reaped.clear()
+            log.warning("geocon store: job %s was reaped while its ranks stalled longer than the "
+                        "lease (%.0f s): its work rows were deleted as a crashed job's (geocon "
+                        "prune --stale-jobs, or another job's start); put %d clip(s) of the "
+                        "manifest that the store lacks back in the queue (claimable in %.0f s, "
+                        "once every live rank took back the clips it is scoring)",
+                        self.job, self.lease_s, put, self.lease_s)
+        return open_rows
+
+    def _open(self) -> int:
+        """Open rows of the job (inside a transaction)."""
+        return int(self.store.execute("SELECT COUNT(*) FROM work WHERE job = ? AND NOT done",
+                                      (self.job,))[0][0])
+
     def heartbeat_statement(self) -> Statement:
-        """The statement that keeps the job alive for ``lease_s`` more seconds
-        (``work_jobs.alive_until``; never shortened by another rank's renewal)."""
+        """The statement that starts the job's heartbeat, or keeps it alive for ``lease_s``
+        more seconds (``work_jobs.alive_until``; never shortened by another rank's renewal):
+        :meth:`enqueue` and :meth:`resume` only; a renewal never re-creates it (:meth:`renew`)."""
         return _HEARTBEAT, (self.job, self.config_hash, self.lease_s)
 
     def done_statement(self, clip_id: str) -> Statement:
@@ -171,12 +298,16 @@ class WorkQueue:
                 "UPDATE work SET owner = NULL, lease_until = NULL "
                 "WHERE job = ? AND owner = ? AND NOT done RETURNING clip_id",
                 (self.job, self.owner))
-        return len(self.store.transaction(tx))
+        n = len(self.store.transaction(tx))
+        with self._lock:
+            self._held.clear()
+        return n
 
     def finish(self, clip_id: str) -> None:
         """Mark a row done on its own (the store already held its result)."""
         sql, params = self.done_statement(clip_id)
         self.store.transaction(lambda: self.store.execute(sql, params))
+        self.settle(clip_id)
 
     def pending(self) -> int:
         """Rows of the job not done yet (claimed by someone or not)."""
@@ -211,7 +342,9 @@ def stale_jobs(store: PostgresStore, config_hash: Optional[str] = None,
     of whose rows holds a live lease, of ``config_hash`` (None: of every config). A live job is
     never touched, whatever its config: its ranks' lease keepers renew its heartbeat every
     ``lease_s / 3`` s and its claims while they score; a heartbeat row that a keeper is renewing
-    right now is skipped (locked). Work rows of a job without a heartbeat row (written by a
+    right now is skipped (locked). A job all of whose ranks stalled longer than their lease
+    (a suspended node) looks crashed and goes: when it resumes it puts back what the store
+    lacks (:meth:`WorkQueue.resume`). Work rows of a job without a heartbeat row (written by a
     geocon_torch older than the heartbeat) are left alone: nothing tells whether that job lives.
 
     Args:
@@ -249,6 +382,17 @@ def stale_jobs(store: PostgresStore, config_hash: Optional[str] = None,
     return out
 
 
+def live_jobs(store: PostgresStore, configs: Optional[Sequence[str]] = None
+              ) -> List[Tuple[str, str, int]]:
+    """``(job, config hash, open work rows)`` of the jobs that live on ``store`` (heartbeat
+    not expired, or a row with a live lease: what :func:`stale_jobs` never touches), of
+    ``configs`` (None: of every config), by job id."""
+    sql = _LIVE_JOBS.format(config="" if configs is None
+                            else " AND j.config_hash = ANY(?::text[])")
+    params = () if configs is None else (list(configs),)
+    return [(j, c, int(n)) for j, c, n in store.select(sql, params)]
+
+
 def drop_stale_jobs(store: PostgresStore, config_hash: Optional[str], keep: str) -> int:
     """Delete the work rows (and heartbeats) of the crashed jobs of ``config_hash`` (None: of
     every config) other than ``keep`` (:func:`stale_jobs`). Returns the number of work rows
@@ -276,15 +420,7 @@ class LeaseKeeper:
             try:
                 if self._store is None:
                     self._store = q.store.clone()
-                store = self._store
-
-                def renew() -> List[tuple]:
-                    store.execute(*q.heartbeat_statement())
-                    return store.execute(
-                        "UPDATE work SET lease_until = now() + ? * interval '1 second' "
-                        "WHERE owner = ? AND NOT done RETURNING clip_id", (q.lease_s, q.owner))
-                rows = store.transaction(renew)
-                self.renewals.append(len(rows))
+                self.renewals.append(len(q.renew(self._store)))
             except Exception as exc:  # noqa: BLE001 - the scorer thread must go on
                 log.warning("geocon store: lease renewal failed (%s); trying again", exc)
 

@@ -25,9 +25,11 @@ A leaderboard scored without a server runs one job per node, each into its own S
   apart are a conflict too, since a node whose clock runs ahead would otherwise win with an
   older row. Keep the nodes' clocks synchronised (NTP) either way.
 
-Shards are read in the order given (an earlier shard wins a conflict with a later one) and
-written in batches of one transaction each, so a merge killed midway is completed by running
-it again, and re-running a finished merge changes nothing.
+Shards are read in the order given (an earlier shard wins a conflict with a later one), each in
+one snapshot (results and clip rows in one read transaction: a shard a job still writes never
+gives a clip row without its result), and written in batches of one transaction each, so a
+merge killed midway is completed by running it again, and re-running a finished merge changes
+nothing.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
 
 from ..errors import InputError
 from ..result import migrate_result
@@ -185,13 +187,13 @@ def _flush(dest: ResultStore, table: str, added: List[Dict[str, Any]],
             rows.clear()
 
 
-def _merge_results(dest: ResultStore, shard: ResultStore,
+def _merge_results(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str, Any]],
                    seen: Dict[ResultKey, Tuple[str, str, Any]], report: MergeReport) -> None:
-    """Copy ``shard``'s results into ``dest`` (module doc); ``seen`` maps every key of
-    ``dest`` to (digest, status, reason) and follows the writes."""
+    """Copy the results ``shard_rows`` of the shard named ``shard`` into ``dest`` (module doc);
+    ``seen`` maps every key of ``dest`` to (digest, status, reason) and follows the writes."""
     added: List[Dict[str, Any]] = []
     replaced: List[Dict[str, Any]] = []
-    for row in shard.raw_results():
+    for row in shard_rows:
         key = (row["content_hash"], row["config_hash"])
         digest = _digest(row["result_json"])
         have = seen.get(key)
@@ -205,7 +207,7 @@ def _merge_results(dest: ResultStore, shard: ResultStore,
             report.results_replaced += 1
             report.updates.append({
                 "table": "results", "content_hash": key[0], "config_hash": key[1],
-                "from": shard.name, "differences": {"status": [have[1], row["status"]],
+                "from": shard, "differences": {"status": [have[1], row["status"]],
                                                     "reason": [have[2], row["reason"]]}})
         elif row["status"] == "error":
             report.results_errors_skipped += 1
@@ -214,7 +216,7 @@ def _merge_results(dest: ResultStore, shard: ResultStore,
             kept = dest.stored_result_json(*key)
             report.conflicts.append({
                 "table": "results", "content_hash": key[0], "config_hash": key[1],
-                "kept_from": dest.name, "other_from": shard.name,
+                "kept_from": dest.name, "other_from": shard,
                 "differences": differences(kept, row["result_json"])})
             continue
         seen[key] = (digest, row["status"], row["reason"])
@@ -222,15 +224,16 @@ def _merge_results(dest: ResultStore, shard: ResultStore,
     _flush(dest, "results", added, replaced, force=True)
 
 
-def _merge_clips(dest: ResultStore, shard: ResultStore,
+def _merge_clips(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str, Any]],
                  rows: Dict[Tuple[str, str], Dict[str, Any]], report: MergeReport,
                  clock_skew_s: float = 0.0) -> None:
-    """Copy ``shard``'s clip rows into ``dest`` (module doc); ``rows`` maps every key of
-    ``dest`` to its row and follows the writes; rows with other fields written less than
-    ``clock_skew_s`` seconds apart (or at the same time) are a conflict."""
+    """Copy the clip rows ``shard_rows`` of the shard named ``shard`` into ``dest`` (module
+    doc); ``rows`` maps every key of ``dest`` to its row and follows the writes; rows with
+    other fields written less than ``clock_skew_s`` seconds apart (or at the same time) are a
+    conflict."""
     added: List[Dict[str, Any]] = []
     newer: List[Dict[str, Any]] = []
-    for row in shard.raw_clips():
+    for row in shard_rows:
         key = (row["clip_id"], row["config_hash"])
         have = rows.get(key)
         if have is None:
@@ -250,14 +253,14 @@ def _merge_clips(dest: ResultStore, shard: ResultStore,
             newer.append(row)
             report.clips_updated += 1
             report.updates.append({"table": "clips", "clip_id": key[0], "config_hash": key[1],
-                                   "from": shard.name, "differences": diffs})
+                                   "from": shard, "differences": diffs})
             rows[key] = row
             _flush(dest, "clips", added, newer)
         elif ordered:
             report.clips_older += 1
         else:  # other bytes, or write times too close to order with other fields
             conflict = {"table": "clips", "clip_id": key[0], "config_hash": key[1],
-                        "kept_from": dest.name, "other_from": shard.name, "differences": diffs}
+                        "kept_from": dest.name, "other_from": shard, "differences": diffs}
             if "content_hash" not in diffs:
                 conflict["updated_at"] = [have["updated_at"], row["updated_at"]]
             report.conflicts.append(conflict)
@@ -288,8 +291,9 @@ def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]], *,
                     for r in dest.raw_results()}
             clips = {(c["clip_id"], c["config_hash"]): c for c in dest.raw_clips()}
             for shard in stores:
-                _merge_results(dest, shard, seen, report)
-                _merge_clips(dest, shard, clips, report, clock_skew_s)
+                results, clip_rows = shard.raw_snapshot()  # one snapshot (module doc)
+                _merge_results(dest, shard.name, results, seen, report)
+                _merge_clips(dest, shard.name, clip_rows, clips, report, clock_skew_s)
     finally:
         for s in stores:
             s.close()

@@ -17,11 +17,17 @@ key, upserts of the same values), so a write retried after an unknown commit out
 lost nor doubled. Other errors (bad password, missing database) fail at once.
 
 Schema creation takes a transaction-level advisory lock, so ranks opening a new database at the
-same moment do not race. The ``work`` table of dynamic claims and its ``work_jobs`` heartbeats
-(:mod:`.claims`) live in the same database.
+same moment do not race. An open first reads whether the schema is current (every table, index
+and view there, ``meta.store_format`` this package's and the comment on ``meta`` naming
+:data:`SCHEMA_DIGEST`): then it runs no DDL at all, so a store open (a rank, a lease keeper, a
+report) never queues behind ``VACUUM`` (``CREATE INDEX IF NOT EXISTS`` would wait for its lock,
+and every write after it); a new, older (migrated) or changed schema runs the DDL as before.
+The ``work`` table of dynamic claims and its ``work_jobs`` heartbeats (:mod:`.claims`) live in
+the same database.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import re
@@ -30,7 +36,8 @@ from typing import Any, Callable, List, Sequence, Tuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import OptionalDependencyError
-from .store import CONNINFO_VALUE, ResultStore, StoreConnectionError, StoreError
+from .store import (_TABLES, _VIEW_BODY, CONNINFO_VALUE, STORE_FORMAT, ResultStore,
+                    StoreConnectionError, StoreError)
 
 log = logging.getLogger("geocon_torch.bench")
 
@@ -58,6 +65,15 @@ CREATE TABLE IF NOT EXISTS work_jobs (
     alive_until TIMESTAMPTZ NOT NULL
 );
 """
+
+#: the relations a current schema holds (tables, indexes, the view)
+_SCHEMA_OBJECTS = ("meta", "results", "clips", "clips_by_result", "leaderboard", "work",
+                   "work_by_clip", "work_open", "work_jobs")
+#: digest of the schema DDL this package runs (kept as the comment on ``meta`` once run): a
+#: changed DDL runs again on the first open of a store
+SCHEMA_DIGEST = hashlib.sha256("\n".join((STORE_FORMAT, _TABLES, _VIEW_BODY, _WORK_TABLE))
+                               .encode()).hexdigest()[:16]
+_SCHEMA_COMMENT = f"geocon_torch store schema {SCHEMA_DIGEST}"
 
 
 def mask_url(db: str) -> str:
@@ -185,14 +201,35 @@ class PostgresStore(ResultStore):
             return fn()
 
     def _init_schema(self) -> None:
+        if self._schema_current():  # no DDL: nothing to wait for behind VACUUM (module doc)
+            return
         self._execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
         self._create_schema("DOUBLE PRECISION", "BIGINT")
         for stmt in filter(str.strip, _WORK_TABLE.split(";")):
             self._execute(stmt)
+        self._execute(f"COMMENT ON TABLE meta IS '{_SCHEMA_COMMENT}'")
+
+    def _schema_current(self) -> bool:
+        """True when every relation of the schema is there, ``meta.store_format`` is
+        :data:`~.store.STORE_FORMAT` and ``meta``'s comment names :data:`SCHEMA_DIGEST` (reads
+        only: no lock that VACUUM or a writer holds is waited for)."""
+        there = ", ".join(f"to_regclass('{name}') IS NOT NULL" for name in _SCHEMA_OBJECTS)
+        if not all(self._execute(f"SELECT {there}")[0]):
+            return False
+        fmt = self._execute("SELECT value FROM meta WHERE key = 'store_format'")
+        note = self._execute("SELECT obj_description('meta'::regclass, 'pg_class')")
+        return fmt == [(STORE_FORMAT,)] and note == [(_SCHEMA_COMMENT,)]
 
     # -- the back-end interface ---------------------------------------------------------------
     def _transaction(self, fn: Callable[[], Any]) -> Any:
         return self._retry(lambda: self._tx_body(fn))
+
+    def _read_snapshot(self, fn: Callable[[], Any]) -> Any:
+        def once() -> Any:
+            with self._conn.transaction():
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                return fn()
+        return self._retry(once)
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
         cur = self._conn.execute(sql.replace("?", "%s"), tuple(params))

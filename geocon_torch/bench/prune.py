@@ -16,13 +16,18 @@ work rows stay until a later job starts. :func:`prune_store` removes them, kind 
 * ``stale_jobs`` (PostgreSQL): the work rows and heartbeats of crashed jobs of any config
   (:func:`~.claims.stale_jobs`: heartbeat expired and no live lease; a live job is never
   touched). A SQLite store has no work queue.
-* ``vacuum``: SQLite ``VACUUM`` (and a WAL checkpoint, so the files shrink); PostgreSQL
-  ``VACUUM (ANALYZE)`` of the store's tables, outside a transaction (it makes the space
-  reusable; it seldom gives it back to the operating system).
+* ``vacuum``: SQLite ``VACUUM`` (and a WAL checkpoint, so the files shrink; a connection still
+  reading the store keeps the WAL from being truncated, which the report says:
+  ``checkpoint_busy``); PostgreSQL ``VACUUM (ANALYZE)`` of the store's tables, outside a
+  transaction (it makes the space reusable; it seldom gives it back to the operating system).
 
 Deletes run in short transactions of :data:`CHUNK` rows (idempotent: a killed prune is finished
 by running it again); ``dry_run`` reads and counts, and deletes nothing. Prune while no bench job
-writes the store: a job running on an older manifest would write back the clip rows pruned.
+writes the store: a job running on an older manifest would write back the clip rows pruned. On
+PostgreSQL the running jobs are known (``work_jobs``): deleting clip rows or orphans while a
+job of the chosen config(s) lives is refused (:class:`StoreError` naming the jobs) unless
+``force``; a dry run lists them. A SQLite store has no job registry: a commit of another
+connection while the prune ran (``PRAGMA data_version``) becomes a note.
 """
 from __future__ import annotations
 
@@ -33,13 +38,16 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ..errors import InputError
-from .claims import stale_jobs
+from .claims import live_jobs, stale_jobs
 from .manifest import check_unique_ids, load_manifest
 from .store import (ResultStore, StoreError, _is_sqlite, _probe_uri, _schema_names, _writable,
                     is_server_url)
 
 #: keys deleted per transaction (SQLite's 999 parameters per statement are never reached)
 CHUNK = 400
+#: seconds SQLite's WAL checkpoint after VACUUM waits for readers to finish (then it reports
+#: busy: :attr:`PruneReport.checkpoint_busy`) instead of the whole store timeout
+CHECKPOINT_WAIT_S = 5.0
 _STORE_TABLES = ("meta", "results", "clips")
 _PG_TABLES = ("results", "clips", "work", "work_jobs")
 _CLIPS = "SELECT clip_id, config_hash, content_hash, path FROM clips"
@@ -63,9 +71,13 @@ class PruneReport:
         orphans: config hash -> content hashes of the results no clip row references, sorted.
         jobs: ``(job, config hash, work rows)`` of each crashed job (PostgreSQL).
         vacuumed: VACUUM ran.
+        checkpoint_busy: SQLite: another connection was reading the store, so the WAL checkpoint
+            after VACUUM could not truncate the ``-wal`` file (``size_after`` may exceed
+            ``size_before`` until the last connection closes).
         size_before, size_after: bytes of the store before and after (SQLite: the file and its
             ``-wal``; PostgreSQL: the tables with their indexes), None when not measured.
-        notes: lines for the reader (a kind that does not apply to the back end).
+        notes: lines for the reader (a kind that does not apply to the back end, live jobs, a
+            store written meanwhile, a WAL that could not shrink).
     """
 
     store: str
@@ -75,6 +87,7 @@ class PruneReport:
     orphans: Dict[str, List[str]] = field(default_factory=dict)
     jobs: List[Tuple[str, str, int]] = field(default_factory=list)
     vacuumed: bool = False
+    checkpoint_busy: bool = False
     size_before: Optional[int] = None
     size_after: Optional[int] = None
     notes: List[str] = field(default_factory=list)
@@ -196,16 +209,25 @@ def store_size(store: ResultStore) -> Optional[int]:
     return int(store._select(f"SELECT {sizes}")[1][0][0])
 
 
-def vacuum(store: ResultStore) -> None:
+def vacuum(store: ResultStore) -> bool:
     """VACUUM the store outside any transaction (retried while SQLite is busy or a server
     connection is lost): SQLite rewrites the file and truncates the WAL; PostgreSQL runs
-    ``VACUUM (ANALYZE)`` on the store's tables."""
-    if store.kind == "sqlite":
-        statements = ["VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"]
-    else:
-        statements = [f"VACUUM (ANALYZE) {', '.join(_PG_TABLES)}"]
-    for sql in statements:
-        store._retry(partial(store._execute, sql))
+    ``VACUUM (ANALYZE)`` on the store's tables. Returns True when SQLite's checkpoint was
+    busy (another connection reads the store: the ``-wal`` file keeps the rewritten pages
+    until the last connection closes; the checkpoint waits at most :data:`CHECKPOINT_WAIT_S`
+    for readers, not the store timeout), else False."""
+    if store.kind != "sqlite":
+        store._retry(partial(store._execute, f"VACUUM (ANALYZE) {', '.join(_PG_TABLES)}"))
+        return False
+    store._retry(partial(store._execute, "VACUUM"))
+    wait_ms = int(min(store.timeout_s, CHECKPOINT_WAIT_S) * 1000)
+    store._execute(f"PRAGMA busy_timeout = {wait_ms}")
+    try:
+        rows = store._retry(partial(store._execute, "PRAGMA wal_checkpoint(TRUNCATE)"))
+    finally:
+        store._execute(f"PRAGMA busy_timeout = {int(store.timeout_s * 1000)}")
+    busy, log, checkpointed = rows[0]  # log / checkpointed: WAL frames (-1: not in WAL mode)
+    return bool(busy) or checkpointed < log
 
 
 def _delete(store: ResultStore, report: PruneReport) -> None:
@@ -235,10 +257,57 @@ def _chosen_configs(store: ResultStore, config_hash: Optional[str]) -> Optional[
     return [config_hash]
 
 
+def _check_live_jobs(store: ResultStore, configs: Optional[List[str]], report: PruneReport,
+                     force: bool) -> None:
+    """PostgreSQL: refuse (StoreError) deleting rows while a bench job of ``configs`` (None:
+    any config) lives, unless ``force`` or a dry run (then a note names the jobs)."""
+    live = live_jobs(store, configs)
+    if not live:
+        return
+    names = ", ".join(f"job {job} (config {cfg}, {n} open work row(s))"
+                      for job, cfg, n in live[:5]) + (", ..." if len(live) > 5 else "")
+    if report.dry_run or force:
+        report.notes.append(f"live jobs: {names} "
+                            + ("running; pruning was forced" if force else
+                               "running: without --dry-run this prune is refused unless "
+                               "--force"))
+        return
+    one = len(live) == 1
+    raise StoreError(
+        f"{len(live)} geocon bench job{' is' if one else 's are'} running on {store.name}: "
+        f"{names}; a prune of clip rows or orphans now races {'it' if one else 'them'} (a job "
+        "writes back the clip rows of its manifest and the results they point at): prune once "
+        f"{'it ends' if one else 'they end'}, or pass force=True (geocon prune --force) to "
+        "prune anyway; nothing was changed")
+
+
+def _written_meanwhile(store: ResultStore, configs: Optional[List[str]],
+                       version: Optional[int], force: bool) -> List[str]:
+    """The note when a job may have written the store while the prune deleted: SQLite, another
+    connection committed since ``version`` (:func:`_data_version`); PostgreSQL, a job of
+    ``configs`` started after the live-job check (not when ``force`` let live jobs run)."""
+    if store.kind == "sqlite":
+        if _data_version(store) == version:
+            return []
+        return ["another connection wrote the store while prune ran (a geocon bench job?): "
+                "what it wrote may bring back rows pruned; run the prune again once no job "
+                "writes the store"]
+    late = [] if force else live_jobs(store, configs)
+    return [f"a geocon bench job started while prune ran (job {late[0][0]}, config "
+            f"{late[0][1]}): it may write back rows pruned; run the prune again once it ends"
+            ] if late else []
+
+
+def _data_version(store: ResultStore) -> Optional[int]:
+    """SQLite's ``PRAGMA data_version`` (changes when ANOTHER connection commits); None on
+    PostgreSQL."""
+    return int(store._select("PRAGMA data_version")[1][0][0]) if store.kind == "sqlite" else None
+
+
 def prune_store(db: Union[str, Path], *, config_hash: Optional[str] = None,
                 keep_manifest: Union[None, str, Path] = None, orphans: bool = False,
                 stale: bool = False, vacuum_store: bool = False, dry_run: bool = False,
-                timeout_s: float = 120.0) -> PruneReport:
+                timeout_s: float = 120.0, force: bool = False) -> PruneReport:
     """Delete what a long-running leaderboard store no longer needs (module doc).
 
     Args:
@@ -251,12 +320,16 @@ def prune_store(db: Union[str, Path], *, config_hash: Optional[str] = None,
         vacuum_store: VACUUM the store at the end.
         dry_run: find and count, delete nothing (and do not VACUUM).
         timeout_s: how long a store operation retries a busy or lost store.
+        force: PostgreSQL: delete clip rows / orphans even while a bench job of the chosen
+            config(s) lives (noted in the report).
 
     Returns:
         the :class:`PruneReport`.
     Raises:
         InputError: no kind chosen, a missing store, a config hash the store does not hold, a
-            bad manifest (ManifestError); StoreError: a read-only or non-geocon store.
+            bad manifest (ManifestError); StoreError: a read-only or non-geocon store; on
+            PostgreSQL, ``keep_manifest`` / ``orphans`` while a job of the chosen config(s)
+            lives (heartbeat or lease not expired) and no ``force`` (nothing is deleted).
     """
     if not (keep_manifest is not None or orphans or stale or vacuum_store):
         raise InputError("nothing to prune: give --keep-manifest M, --orphans, --stale-jobs "
@@ -265,6 +338,10 @@ def prune_store(db: Union[str, Path], *, config_hash: Optional[str] = None,
     with open_for_maintenance(db, timeout_s=timeout_s) as store:
         report = PruneReport(store=store.name, dry_run=dry_run, store_kind=store.kind)
         configs = _chosen_configs(store, config_hash)
+        deletes = keep is not None or orphans
+        if deletes and store.kind == "postgresql":
+            _check_live_jobs(store, configs, report, force)
+        version = _data_version(store)
         if vacuum_store:
             report.size_before = store_size(store)
         if keep is not None:
@@ -273,12 +350,24 @@ def prune_store(db: Union[str, Path], *, config_hash: Optional[str] = None,
             report.orphans = orphan_results(store, configs, report.clips)
         if not dry_run:
             _delete(store, report)
+        if deletes and not dry_run:
+            report.notes += _written_meanwhile(store, configs, version, force)
         if stale and store.kind == "postgresql":
             report.jobs = stale_jobs(store, config_hash, None, dry_run=dry_run)
         elif stale:
             report.notes.append("stale jobs: a SQLite store has no work queue (nothing to do)")
         if vacuum_store and not dry_run:
-            vacuum(store)
-            report.vacuumed = True
-            report.size_after = store_size(store)
+            _vacuum(store, report)
     return report
+
+
+def _vacuum(store: ResultStore, report: PruneReport) -> None:
+    """:func:`vacuum`, the sizes after it and a note when the WAL could not shrink."""
+    report.checkpoint_busy = bool(vacuum(store))
+    report.vacuumed = True
+    report.size_after = store_size(store)
+    if report.checkpoint_busy:
+        report.notes.append("vacuum: another connection is reading the store, so the WAL could "
+                            "not be truncated; the files shrink when the last connection "
+                            "closes (or run prune --vacuum again when no job or report reads "
+                            "the store)")

@@ -33,7 +33,14 @@ ways (``assign``):
   unscored row with an expiring lease (:mod:`.claims`), so long clips do not pile up on one
   rank and a killed rank's rows are taken by the others; the work rows a crashed job left
   behind are deleted by the next job, of any config (at its start and end, once the crashed
-  job's heartbeat and leases have run out), or by ``geocon prune --stale-jobs``.
+  job's heartbeat and leases have run out), or by ``geocon prune --stale-jobs``. A job whose
+  ranks all stalled that long (a suspended node) loses its rows the same way: when it resumes
+  it puts back the manifest's clips the store lacks and scores them
+  (:meth:`~.claims.WorkQueue.resume`).
+
+Whatever happened meanwhile, a run never ends as done while a clip of its manifest has no
+stored row (a result or an error row) under its config: rank 0 checks the store at the end
+and raises :class:`IncompleteRunError` naming the missing clips (its ``summary`` is the run's).
 
 A gloo process group is only used to share the dynamic job id, for a final barrier and to
 gather the per-rank summaries.
@@ -65,7 +72,8 @@ from ..result import ClipResult, migrate_result
 from .claims import LeaseKeeper, WorkQueue, drop_job, drop_stale_jobs, new_job, new_owner
 from .manifest import ManifestEntry, check_unique_ids, load_manifest, storable_text
 from .schema import result_problems
-from .store import CLIP_COLUMNS, ResultStore, checked_clip_row, entry_json, is_server_url
+from .store import (CLIP_COLUMNS, ResultStore, StoreError, checked_clip_row, entry_json,
+                    is_server_url)
 
 log = logging.getLogger("geocon_torch.bench")
 ScoreFn = Callable[[ManifestEntry, GeoConConfig, Optional[str]], Dict[str, Any]]
@@ -169,6 +177,8 @@ class RunSummary:
     rank_busy_s: List[float] = field(default_factory=list)  # per rank, rank order
     rank_window: List[Tuple[float, float]] = field(default_factory=list)  # (start, end) unix s
     config_hash: Optional[str] = None  # the (pinned) config hash the rows are stored under
+    requeued: int = 0  # clips put back after the dynamic job was reaped while it stalled
+    missing: List[str] = field(default_factory=list)  # manifest clips with no row at the end
 
     def makespan_s(self) -> float:
         """Wall-clock seconds from the first rank's start to the last rank's end."""
@@ -186,7 +196,8 @@ class RunSummary:
     def merge(self, other: "RunSummary") -> "RunSummary":
         out = RunSummary(rank=0, world_size=self.world_size, assign=self.assign, job=self.job,
                          config_hash=self.config_hash)
-        for k in ("total", "computed", "skipped", "linked", "ok", "not_applicable", "error"):
+        for k in ("total", "computed", "skipped", "linked", "ok", "not_applicable", "error",
+                  "requeued"):
             setattr(out, k, getattr(self, k) + getattr(other, k))
         out.elapsed_s = max(self.elapsed_s, other.elapsed_s)
         out.errors = self.errors + other.errors
@@ -198,6 +209,39 @@ class RunSummary:
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+class IncompleteRunError(StoreError):
+    """A run ended with clips of its manifest that have no stored row under its config (rows
+    deleted while it ran: a prune, a dynamic job's work rows reaped and not put back).
+    ``summary`` is the run's :class:`RunSummary` (``summary.missing``: those clip ids)."""
+
+    def __init__(self, summary: RunSummary, total: int, store: str):
+        self.summary = summary
+        ids = summary.missing
+        shown = ", ".join(ids[:10]) + (f", ... ({len(ids) - 10} more)" if len(ids) > 10 else "")
+        super().__init__(
+            f"{store}: {len(ids)} of the {total} clips of the manifest have no stored row under "
+            f"config {summary.config_hash} at the end of the run: {shown}; their rows were "
+            "deleted while it ran (geocon prune?): run the same command again, it scores "
+            "exactly what is missing")
+
+
+#: clip ids looked up per query by :func:`missing_clips` (SQLite's 999 parameters never reached)
+LOOKUP_CHUNK = 400
+
+
+def missing_clips(store: ResultStore, clip_ids: Sequence[str], config_hash: str) -> List[str]:
+    """The ``clip_ids`` (in their order) with no stored row under ``config_hash``: no clip row
+    pointing at a result (ok, not_applicable or error) of that config. Looked up by key,
+    :data:`LOOKUP_CHUNK` ids a query (the cost follows the manifest, not the store)."""
+    stored = set()
+    for start in range(0, len(clip_ids), LOOKUP_CHUNK):
+        part = list(clip_ids[start:start + LOOKUP_CHUNK])
+        stored.update(r[0] for r in store._select(
+            f"SELECT clip_id FROM leaderboard WHERE config_hash = ? AND clip_id IN "
+            f"({', '.join('?' * len(part))})", (config_hash, *part))[1])
+    return [c for c in clip_ids if c not in stored]
 
 
 def _dist_info():
@@ -291,6 +335,8 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         InputError: an entry no store can keep (a seed outside the signed 64-bit range, text
             with a NUL or not UTF-8: :func:`~.store.checked_clip_row`), before any clip is
             scored.
+        IncompleteRunError: (rank 0) at the end, a clip of the manifest has no stored row
+            under the run's config (rows deleted while it ran); its ``summary`` names them.
     """
     entries = list(load_manifest(manifest, confine=confine_paths)
                    if isinstance(manifest, (str, Path)) else manifest)
@@ -333,6 +379,11 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
                 drop_job(store, summary.job)
                 if summary.job:  # a crashed job's leases ran out while this one ran
                     drop_stale_jobs(store, None, summary.job)
+            if rank == 0:
+                summary.missing = missing_clips(store, [e.clip_id for e in entries],
+                                                job.cfg_hash)
+            if summary.missing:
+                raise IncompleteRunError(summary, len(entries), store.name)
     finally:
         if created_group:
             dist.destroy_process_group()
@@ -377,6 +428,7 @@ class _Todo:
     unreadable: Optional[str]  # why the path cannot be hashed (an error row, never scored)
     replace: bool  # a stored row is recomputed (retry_errors, rescore_versions)
     also: List[Any]  # the work row's "done" statement, committed with the result
+    work: Optional[WorkQueue] = None  # the rank's work queue (dynamic), told once it is stored
 
 
 def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
@@ -460,9 +512,13 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
                       new_owner(), lease_s)
     if job.rank == 0:
         drop_stale_jobs(store, None, queue.job)
+    since = time.time()
     queue.enqueue([e.clip_id for e in entries])
     by_id = {e.clip_id: e for e in entries}
     poll_s = min(0.2, lease_s / 4.0)
+
+    def remaining() -> List[str]:  # after a reaping: what this job has still to score
+        return _unstored(store, list(by_id), job, since)
 
     def pull(n: int, wait: bool, holding: Sequence[str]) -> Optional[List[Item]]:
         while True:
@@ -473,14 +529,31 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
                                  "rank's manifest; every rank must read the same manifest")
             if cids or not wait:
                 return [(by_id[c], queue) for c in cids]
-            if queue.finished():
+            # no open row: done, unless the job was reaped (its rows deleted) meanwhile
+            if queue.finished() and queue.resume(remaining) == 0:
                 return None
             time.sleep(poll_s)  # the rest is leased by other ranks: wait for them or leases
 
     summary = RunSummary(rank=job.rank, world_size=job.world, assign="dynamic", job=queue.job)
     with LeaseKeeper(queue):
         _loop(pull, None, store, job, summary)
+    summary.requeued = queue.put_back
     return summary
+
+
+def _unstored(store: ResultStore, clip_ids: List[str], job: _Job, since: float) -> List[str]:
+    """The ``clip_ids`` a dynamic job still has to score (read inside the caller's PostgreSQL
+    transaction): no stored row under its config; with ``retry_errors``, an error row written
+    before the job started (``since``, unix s: by the writers' clocks); with
+    ``rescore_versions``, a scored row of another package version."""
+    rows = store.execute(
+        "SELECT c.clip_id, r.status, r.version, r.created_at FROM clips c JOIN results r ON "
+        "r.content_hash = c.content_hash AND r.config_hash = c.config_hash "
+        "WHERE c.config_hash = ? AND c.clip_id = ANY(?::text[])", (job.cfg_hash, clip_ids))
+    done = {cid for cid, status, version, created in rows
+            if not (job.retry_errors and status == "error" and created < since)
+            and not (job.rescore_versions and status != "error" and version != __version__)}
+    return [c for c in clip_ids if c not in done]
 
 
 def _gather_summaries(summary: RunSummary, rank: int, world: int, mode: str,
@@ -590,7 +663,7 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     done = [work.done_statement(entry.clip_id)] if work is not None else []
     status, again = _stored_status(store, key, job)
     if status is None or again:
-        return _Todo(entry, key, unreadable, status is not None, done)
+        return _Todo(entry, key, unreadable, status is not None, done, work)
     link = store.clip_link(entry.clip_id, cfg_hash)
     if link is not None and link[0] == key:
         summary.skipped += 1
@@ -602,6 +675,8 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     else:
         store.put(_clip_row(entry), key, cfg_hash, None, also=done)
         summary.linked += 1
+        if work is not None:
+            work.settle(entry.clip_id)
     return None
 
 
@@ -628,6 +703,8 @@ def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,
     summary.computed += 1
     result = _result(t.entry, job, t.key, outcome)
     store.put(_clip_row(t.entry), t.key, job.cfg_hash, result, replace=t.replace, also=t.also)
+    if t.work is not None:
+        t.work.settle(t.entry.clip_id)
     st = result["status"]
     setattr(summary, st, getattr(summary, st) + 1)
     if st == "error":

@@ -503,6 +503,25 @@ class ResultStore:
         names, rows = self._select(f"SELECT {', '.join(CLIP_FIELDS)} FROM clips")
         return (dict(zip(names, r)) for r in _ordered(names, rows, "config_hash", "clip_id"))
 
+    def raw_snapshot(self) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+        """(:meth:`raw_results`, :meth:`raw_clips`) read in ONE snapshot of the store (a read
+        transaction, retried as a whole): while a job writes the store, a clip row never
+        comes without the result it points at (a result is committed with its clip row)."""
+        def read() -> Tuple[List[tuple], List[tuple]]:
+            return (self._execute(f"SELECT {', '.join(RESULT_FIELDS)} FROM results"),
+                    self._execute(f"SELECT {', '.join(CLIP_FIELDS)} FROM clips"))
+
+        results, clips = self._read_snapshot(read)
+        return ([dict(zip(RESULT_FIELDS, r))
+                 for r in _ordered(RESULT_FIELDS, results, "config_hash", "content_hash")],
+                [dict(zip(CLIP_FIELDS, r))
+                 for r in _ordered(CLIP_FIELDS, clips, "config_hash", "clip_id")])
+
+    def _read_snapshot(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` (reads through :meth:`_execute`) in one read transaction, retried as a
+        whole (back ends)."""
+        raise NotImplementedError
+
     # -- writes -------------------------------------------------------------------------------
     def put_statements(self, clip: Dict[str, Any], content_hash: str, config_hash: str,
                        result: Optional[Dict[str, Any]] = None, *,
@@ -722,6 +741,18 @@ class SQLiteStore(ResultStore):
 
     def _transaction(self, fn: Callable[[], Any]) -> Any:
         return self._retry(self._begin_commit, fn)
+
+    def _read_snapshot(self, fn: Callable[[], Any]) -> Any:
+        def once() -> Any:  # a deferred BEGIN: WAL keeps the first read's snapshot to COMMIT
+            self._conn.execute("BEGIN")
+            try:
+                out = fn()
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return out
+        return self._retry(once)
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> List[tuple]:
         return self._conn.execute(sql, tuple(params)).fetchall()

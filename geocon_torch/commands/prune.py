@@ -21,10 +21,13 @@ runs VACUUM (SQLite: the file shrinks; PostgreSQL: the space becomes reusable). 
 prints what would go and deletes nothing.
 
 Prune while no geocon bench job writes the store (a job reading an older manifest writes its
-clip rows back). Deletes run in short transactions: an interrupted prune is finished by
-running it again. Exit status 0; user errors (no kind chosen, a missing, read-only or
-non-geocon store, a config hash the store does not hold, a bad manifest) are one line on
-stderr, exit status 2.
+clip rows back). On PostgreSQL, --keep-manifest / --orphans refuse while a bench job of the
+chosen config(s) is running (heartbeat or lease not expired): one line on stderr naming the
+jobs, exit 2; --force prunes anyway, --dry-run lists them. On SQLite nothing tells a running
+job; a write by another connection during the prune is printed as a note. Deletes run in short
+transactions: an interrupted prune is finished by running it again. Exit status 0; user errors
+(no kind chosen, a missing, read-only or non-geocon store, a config hash the store does not
+hold, a bad manifest) are one line on stderr, exit status 2.
 """
 from __future__ import annotations
 
@@ -57,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vacuum", action="store_true", help="VACUUM the store at the end")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be deleted; delete nothing")
+    p.add_argument("--force", action="store_true",
+                   help="PostgreSQL: delete clip rows / orphans even while a geocon bench job "
+                        "of the chosen config(s) is running (refused otherwise, exit 2; "
+                        "--dry-run lists the running jobs)")
     p.add_argument("--store-timeout", type=positive_float, default=120.0, metavar="S",
                    help="seconds a store operation keeps retrying a busy or unreachable store "
                         "(default 120)")
@@ -112,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     """Prune the store and print what went (or would go); return the exit status (0)."""
     report = prune_store(args.db, config_hash=args.config_hash, keep_manifest=args.keep_manifest,
                          orphans=args.orphans, stale=args.stale_jobs, vacuum_store=args.vacuum,
-                         dry_run=args.dry_run, timeout_s=args.store_timeout)
+                         dry_run=args.dry_run, force=args.force,
+                         timeout_s=args.store_timeout)
     for line in report_lines(report, args):
         print(line)
     return 0
