@@ -375,19 +375,29 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             if use_dist:
                 summary = _gather_summaries(summary, rank, world, mode, lease_s)
             summary.config_hash = job.cfg_hash
-            if mode == "dynamic" and rank == 0:
-                drop_job(store, summary.job)
-                if summary.job:  # a crashed job's leases ran out while this one ran
-                    drop_stale_jobs(store, None, summary.job)
             if rank == 0:
-                summary.missing = missing_clips(store, [e.clip_id for e in entries],
-                                                job.cfg_hash)
-            if summary.missing:
-                raise IncompleteRunError(summary, len(entries), store.name)
+                _finish_job(store, summary, entries, job, mode)
     finally:
         if created_group:
             dist.destroy_process_group()
     return summary
+
+
+def _finish_job(store: ResultStore, summary: RunSummary, entries: Sequence[ManifestEntry],
+                job: "_Job", mode: str) -> None:
+    """Rank 0 after every rank is done: drop the dynamic job's rows (and crashed jobs' whose
+    leases ran out meanwhile), then check that every manifest clip has a stored row.
+
+    Raises:
+        IncompleteRunError: a clip of the manifest has no stored row under the run's config.
+    """
+    if mode == "dynamic":
+        drop_job(store, summary.job)
+        if summary.job:  # a crashed job's leases ran out while this one ran
+            drop_stale_jobs(store, None, summary.job)
+    summary.missing = missing_clips(store, [e.clip_id for e in entries], job.cfg_hash)
+    if summary.missing:
+        raise IncompleteRunError(summary, len(entries), store.name)
 
 
 @dataclass
