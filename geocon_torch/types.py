@@ -9,6 +9,7 @@ Conventions, everywhere in the package:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -361,7 +362,8 @@ class BlockMasks:
     def full(self, frames: Any = None) -> torch.Tensor:
         """(T', K, H, W) bool masks of the frames ``frames`` (all when None)."""
         bits = self.bits if frames is None else self.bits[frames]
-        low = unpack_mask_bits(bits.reshape(-1, *self.bits.shape[1:]), self.ids)
+        lead = bits.shape[:-3]  # () for one frame, (T',) or more for index tensors
+        low = unpack_mask_bits(bits.reshape(math.prod(lead), *self.bits.shape[1:]), self.ids)
         return self._expand(low.reshape(*bits.shape[:-3], *low.shape[1:]))
 
     def _expand(self, low: torch.Tensor) -> torch.Tensor:

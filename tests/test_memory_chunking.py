@@ -186,6 +186,22 @@ def test_block_masks_packed_bits(num_objects):
     assert torch.equal(lazy.to("cpu").full(), want)
 
 
+def test_block_masks_without_objects():
+    """A clip where no object was found (K = 0) gives empty masks through every accessor
+    (the packed bits hold no byte per cell, which a ``reshape(-1, ...)`` cannot infer)."""
+    content = torch.ones(9, 11, dtype=torch.bool)
+    masks = [BlockMasks(torch.zeros(4, 0, 3, 3, dtype=torch.bool), 4, (9, 11), content),
+             BlockMasks.from_labels(torch.zeros(4, 3, 3, dtype=torch.uint8), 0, 4, (9, 11),
+                                    content)]
+    for m in masks:
+        assert m.shape == (4, 0, 9, 11) and m.full().shape == (4, 0, 9, 11)
+        assert m[2].shape == (0, 9, 11) and m[torch.tensor([0, 3])].shape == (2, 0, 9, 11)
+        assert m[1:3].full().shape == (2, 0, 9, 11)
+        assert m.full(torch.tensor([[0, 1], [2, 3]])).shape == (2, 2, 0, 9, 11)
+        assert not m.any(1).any() and m.any(1).shape == (4, 9, 11)
+        assert m.sum((2, 3)).shape == (4, 0)
+
+
 @pytest.mark.parametrize("preset", ["geocon", "background"])
 def test_score_clip_chunked_identical(movie, preset):
     def run(video, chunk):
