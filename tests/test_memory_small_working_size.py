@@ -125,9 +125,8 @@ def test_background_lookups_take_the_rows_of_one_chunk_at_a_time(monkeypatch):
     """The matches outside the objects are looked up one chunk of frames at a time with only
     the rows whose pair touches the chunk (not every row of the clip per chunk: temporaries
     that grew with the clip), with the same result for dense and packed masks."""
-    import geocon_torch.sections.background as bg
+    import geocon_torch.segment.background as sb
     from geocon_torch.segment.background import background_keep_chunked
-
     g = torch.Generator().manual_seed(2)
     t, h, w, n = 40, 30, 40, 25
     content = torch.ones(h, w, dtype=torch.bool)
@@ -140,16 +139,25 @@ def test_background_lookups_take_the_rows_of_one_chunk_at_a_time(monkeypatch):
     want = background_keep_chunked(content, lazy.full(), 2, x1, x2, pairs)
     assert int(want.sum()) == 264  # of 43 x 25 matches
     rows: List[int] = []
+    lookup = sb.mask_at_pixels
 
-    def spy(*args, **kw):
-        rows.append(int(args[3].shape[0]))
-        return background_keep_chunked(*args, **kw)
+    def spy(mask, points, frames):
+        rows.append(int(points.shape[0]))
+        return lookup(mask, points, frames)
 
-    monkeypatch.setattr(bg, "background_keep_chunked", spy)
+    monkeypatch.setattr(sb, "mask_at_pixels", spy)
     for objects in (lazy, lazy.full()):
         rows.clear()
-        assert torch.equal(bg._keep_by_chunks(content, objects, 2, x1, x2, pairs, host), want)
+        got = background_keep_chunked(content, objects, 2, x1, x2, pairs, 16, host)
+        assert torch.equal(got, want)
         assert rows == [19, 19, 10]  # of 43 rows: frames 0-15, 16-31, 32-39
+    rows.clear()  # without the host pairs: every row in every chunk
+    assert torch.equal(background_keep_chunked(content, lazy, 2, x1, x2, pairs, 16), want)
+    assert rows == [43, 43, 43]
+    # no chunk touched by any row (frames past the pairs): nothing looked up, all kept
+    rows.clear()
+    assert bool(background_keep_chunked(content, lazy[:4], 2, x1[:0], x2[:0], pairs[:0], 2,
+                                        []).shape == (0, n)) and rows == []
 
 
 _PEAK = r"""

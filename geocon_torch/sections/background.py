@@ -733,49 +733,24 @@ def _keep_background(job: _Job, cfg: GeoConConfig) -> None:
     content = job.clip.content_mask.to(stack.x1.device)
     margin, q = cfg.segment.safety_margin_px, int(stack.pairs.shape[0])
     rows = range(len(stack.scales) * q)
-    keep = _keep_by_chunks(content, seg.objects, margin, stack.x1, stack.x2, stack.row_pairs,
-                           [stack.pair_list[r % q] for r in rows])
+    keep = background_keep_chunked(content, seg.objects, margin, stack.x1, stack.x2,
+                                   stack.row_pairs, KEEP_CHUNK_FRAMES,
+                                   [stack.pair_list[r % q] for r in rows])
     if stack.view is not None:  # the gate rows' points are in view px
         g = stack.finest_gate
         gates = stack.row_list(stack.num_evaluated, q, slice(-1, None))
-        keep[g] = _keep_by_chunks(content, seg.objects, margin, *stack.working_points(g),
-                                  stack.row_pairs[g], [stack.pair_list[r % q] for r in gates])
+        keep[g] = background_keep_chunked(content, seg.objects, margin,
+                                          *stack.working_points(g), stack.row_pairs[g],
+                                          KEEP_CHUNK_FRAMES,
+                                          [stack.pair_list[r % q] for r in gates])
     ev = stack.evaluated
     seg.removed = (stack.mask[ev] & ~keep[ev]).sum()
     stack.mask = stack.mask & keep
 
 
-#: frames per chunk of the background lookups (:func:`_keep_by_chunks`)
+#: frames per chunk of the background lookups
+#: (:func:`~geocon_torch.segment.background.background_keep_chunked`)
 KEEP_CHUNK_FRAMES = 16
-
-
-def _keep_by_chunks(content: torch.Tensor, objects: Any, margin: int, x1: torch.Tensor,
-                    x2: torch.Tensor, pairs: torch.Tensor, host_pairs: Sequence[Sequence[int]]
-                    ) -> torch.Tensor:
-    """:func:`~geocon_torch.segment.background.background_keep_chunked` of R rows, one chunk
-    of :data:`KEEP_CHUNK_FRAMES` frames at a time with only the rows whose pair has a frame in
-    it (``host_pairs``: the R pairs on the host, so no sync), so the lookups' temporaries
-    follow the chunk, not the clip (each chunk once: the same masks, and a row keeps a match
-    where both endpoints do: identical).
-
-    Args:
-        content: (H, W) bool; objects: (T, K, H, W) bool (tensor or lazy BlockMasks).
-        x1, x2: (R, N, 2) px; pairs: (R, 2) long frames of the rows (on x1's device).
-    Returns:
-        (R, N) bool.
-    """
-    step = KEEP_CHUNK_FRAMES
-    chunks: Dict[int, List[int]] = {}
-    for r, (i, j) in enumerate(host_pairs):
-        chunks.setdefault(int(i) // step, []).append(r)
-        if int(j) // step != int(i) // step:
-            chunks.setdefault(int(j) // step, []).append(r)
-    keep = torch.ones(x1.shape[:2], dtype=torch.bool, device=x1.device)
-    for c in sorted(chunks):
-        rows, start = to_device(chunks[c], x1.device, torch.long), c * step
-        keep[rows] &= background_keep_chunked(content, objects[start:start + step], margin,
-                                              x1[rows], x2[rows], pairs[rows] - start, step)
-    return keep
 
 
 def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig, median_matches: float

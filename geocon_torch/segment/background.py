@@ -7,13 +7,13 @@ not background.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from .._checks import check_integer, check_points, check_same_shape, describe
 from .._morphology import dilate_mask
-from .._tensor_utils import mask_at_pixels
+from .._tensor_utils import mask_at_pixels, to_device
 from ..errors import InputError, ShapeError
 
 #: dtypes accepted for frame indices (``frames`` / ``pairs``)
@@ -66,14 +66,20 @@ def background_mask(content_mask: torch.Tensor, objects: Optional[torch.Tensor],
 
 def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, margin_px: int,
                             x1: torch.Tensor, x2: torch.Tensor, pairs: torch.Tensor,
-                            chunk: int = 16) -> torch.Tensor:
+                            chunk: int = 16,
+                            host_pairs: Optional[Sequence[Sequence[int]]] = None
+                            ) -> torch.Tensor:
     """``background_keep(background_mask(content_mask, objects, margin_px), x1, x2, pairs)``
     computed ``chunk`` frames at a time, so no (T, H, W) mask of the whole clip exists
-    (identical result: every lookup reads the same per-frame mask).
+    (identical result: every lookup reads the same per-frame mask, and a row keeps a match
+    where both endpoints do).
 
     Args:
         objects: (T, K, H, W) bool (a tensor or lazy :class:`~geocon_torch.types.BlockMasks`);
         x1, x2: (P, N, 2) px; pairs: (P, 2) long frames of x1 / x2.
+        host_pairs: the same P pairs on the host, when the caller has them: each chunk then
+            looks up only the rows with a frame in it (no sync), so the lookups' temporaries
+            follow the chunk, not the clip; None: every row in every chunk.
     Returns:
         (P, N) bool.
     """
@@ -83,17 +89,32 @@ def background_keep_chunked(content_mask: torch.Tensor, objects: torch.Tensor, m
     # both endpoints in one lookup: (P, 2, N) points, the frames (P, 2, 1) broadcast over N
     pts = torch.stack([x1, x2], 1)
     frames = pairs.to(x1.device).view(p, 2, 1)
-    keep: Optional[torch.Tensor] = None
+    keep = torch.ones(p, 2, n, dtype=torch.bool, device=x1.device)
+    rows_of = None if host_pairs is None else _rows_by_chunk(host_pairs, chunk)
     for start in range(0, int(objects.shape[0]), chunk):  # fixed-size lookups: no host sync
+        rows: Any = slice(None)
+        if rows_of is not None:
+            if start // chunk not in rows_of:
+                continue
+            rows = to_device(rows_of[start // chunk], x1.device, torch.long)
         bg = background_mask(content_mask, objects[start:start + chunk], margin_px)
         bg = bg.to(x1.device)
-        frame = frames - start
+        frame = frames[rows] - start
         inside = (frame >= 0) & (frame < int(bg.shape[0]))
-        got = mask_at_pixels(bg, pts, frame.clamp(0, int(bg.shape[0]) - 1)) | ~inside
-        keep = got if keep is None else keep & got
-    if keep is None:  # no frames
-        return torch.ones(p, n, dtype=torch.bool, device=x1.device)
+        keep[rows] &= mask_at_pixels(bg, pts[rows], frame.clamp(0, int(bg.shape[0]) - 1)) \
+            | ~inside
     return keep.all(1)
+
+
+def _rows_by_chunk(host_pairs: Sequence[Sequence[int]], chunk: int) -> Dict[int, List[int]]:
+    """{chunk index: the rows whose pair (i, j) has a frame in frames [c * chunk, (c + 1) *
+    chunk)}, from the pairs on the host."""
+    rows: Dict[int, List[int]] = {}
+    for r, (i, j) in enumerate(host_pairs):
+        rows.setdefault(int(i) // chunk, []).append(r)
+        if int(j) // chunk != int(i) // chunk:
+            rows.setdefault(int(j) // chunk, []).append(r)
+    return rows
 
 
 def _check_mask(mask: torch.Tensor, name: str) -> int:
