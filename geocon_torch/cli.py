@@ -51,7 +51,7 @@ BROKEN_PIPE_STATUS = 128 + int(getattr(signal, "SIGPIPE", 13))
 EXIT_STATUSES = """exit status (every command):
   0    done
   1    geocon score / demo: some clip has status error; merge: conflicts; bench --strict:
-       error rows stored
+       error rows stored; bench: the run ended with clips of its manifest unstored
   2    a user error (bad option, input or output path, config, manifest, store), one line
        on stderr, or no COMMAND given
   130  interrupted (Ctrl-C); 143: terminated (SIGTERM)

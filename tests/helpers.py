@@ -229,6 +229,23 @@ class CountingScorer:
                            config_hash=config.config_hash())
 
 
+class PruningScorer(CountingScorer):
+    """A CountingScorer that, when asked for clip ``at``, deletes the clip row of ``victim``
+    from the SQLite store ``db`` (a concurrent ``geocon prune`` standing in), leaving that clip
+    of the manifest without any stored row at the end of the run."""
+
+    def __init__(self, db: Path, at: str, victim: str, **kw):
+        super().__init__(**kw)
+        self.db, self.at, self.victim = db, at, victim
+
+    def __call__(self, entry, config, device):
+        if entry.clip_id == self.at:
+            from geocon_torch.bench import ResultStore
+            with ResultStore(self.db) as other:
+                other._write([("DELETE FROM clips WHERE clip_id = ?", (self.victim,))])
+        return super().__call__(entry, config, device)
+
+
 def write_clips(folder: Path, n: int, *, generator: str = "m", prefix: str = "c") -> list:
     """n small distinct files standing in for videos + manifest rows pointing at them."""
     folder.mkdir(parents=True, exist_ok=True)

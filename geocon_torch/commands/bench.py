@@ -36,8 +36,10 @@ over several nodes is refused). On PostgreSQL ranks claim the next unscored clip
 expiring lease (--assign dynamic, the default there; renewed while the rank lives, so a killed
 rank's clips are taken by the others after --lease-s), on any number of nodes. Without a
 server, run one job per node with its own file and combine them with geocon merge. Exit status
-0 unless the run itself failed (error rows do not change it); --strict returns 1 when the store
-holds any clip of the manifest (of the
+0 unless the run itself failed (error rows do not change it); 1 when it ended with clips of the
+manifest that have no stored row (rows deleted while it ran, e.g. by geocon prune: the summary
+line and their ids are printed, exports still written, and the same command scores exactly what
+is missing); --strict returns 1 when the store holds any clip of the manifest (of the
 store, when exporting only) as an error under this configuration (scored now or by an earlier
 run; --retry-errors recomputes them). Without a MANIFEST (export only) --db must be an existing
 store: a missing file is an error (exit 2), never a new empty store; a store in a folder this
@@ -52,7 +54,7 @@ from typing import List, Optional
 
 from ..bench import ResultStore, is_server_url, load_manifest, run_manifest
 from ..bench.pg_store import mask_url
-from ..bench.runner import ASSIGNMENTS
+from ..bench.runner import ASSIGNMENTS, IncompleteRunError
 from ..bench.store import open_readable
 from ..errors import InputError
 from ..pipeline import pinned_config
@@ -111,16 +113,19 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     check_output_file(args.export_csv, "--export-csv")  # before the run, not after it
     check_output_file(args.export_parquet, "--export-parquet")
-    summary = None
+    summary, incomplete = None, None
     if args.manifest:
-        summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
-                               retry_errors=args.retry_errors,
-                               rescore_versions=args.rescore_versions,
-                               progress=show_progress(args),
-                               assign=args.assign, lease_s=args.lease_s,
-                               store_timeout_s=args.store_timeout,
-                               batch_clips=args.batch_clips,
-                               confine_paths=args.confine_paths)
+        try:
+            summary = run_manifest(args.manifest, args.db, config=cfg, device=args.device,
+                                   retry_errors=args.retry_errors,
+                                   rescore_versions=args.rescore_versions,
+                                   progress=show_progress(args),
+                                   assign=args.assign, lease_s=args.lease_s,
+                                   store_timeout_s=args.store_timeout,
+                                   batch_clips=args.batch_clips,
+                                   confine_paths=args.confine_paths)
+        except IncompleteRunError as exc:  # rank 0: report what was done, then fail
+            summary, incomplete = exc.summary, exc
         if summary.rank != 0:
             return 0
         print(f"geocon bench: {summary.total} clips on {summary.world_size} rank(s): "
@@ -154,6 +159,9 @@ def run(args: argparse.Namespace) -> int:
             store.export_parquet(args.export_parquet, cfg_hash)
             print(f"wrote {args.export_parquet}")
         errors = _stored_errors(store, args.manifest, run_hash) if args.strict else []
+    if incomplete is not None:
+        print(f"geocon bench: error: {incomplete}", file=sys.stderr)
+        return 1
     if errors:
         print(f"geocon bench: --strict: {len(errors)} clip(s) stored with status error "
               f"under config {run_hash} (--retry-errors recomputes them): "

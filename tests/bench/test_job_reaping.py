@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers import CountingScorer, write_clips, write_jsonl
+from helpers import CountingScorer, PruningScorer, write_clips, write_jsonl
 
 from geocon_torch.bench import ResultStore, StoreError, run_manifest
 from geocon_torch.bench.claims import LeaseKeeper, WorkQueue
@@ -123,16 +123,9 @@ def test_a_run_that_ends_with_a_clip_of_its_manifest_unstored_fails(tmp_path):
     m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 5))
     db = tmp_path / "r.sqlite"
 
-    class Pruning(CountingScorer):
-        def __call__(self, entry, config, device):
-            if entry.clip_id == "c3":
-                with ResultStore(db) as other:
-                    other._write([("DELETE FROM clips WHERE clip_id = 'c1'", ())])
-            return super().__call__(entry, config, device)
-
     with pytest.raises(StoreError, match=r"1 of the 5 clips of the manifest have no stored "
                                          r"row .*: c1; ") as err:
-        run_manifest(m, db, score_fn=Pruning(), progress=False)
+        run_manifest(m, db, score_fn=PruningScorer(db, at="c3", victim="c1"), progress=False)
     assert err.value.summary.missing == ["c1"] and err.value.summary.computed == 5
     again = run_manifest(m, db, score_fn=CountingScorer(), progress=False)
     assert (again.computed, again.skipped, again.linked, again.missing) == (0, 4, 1, [])

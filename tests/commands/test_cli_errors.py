@@ -16,7 +16,7 @@ from geocon_torch.cli import main
 from geocon_torch.commands import score as score_cmd
 from geocon_torch.commands._common import SUMMARY_COLUMNS, print_table, summary_row
 from geocon_torch.errors import ConfigError
-from helpers import CountingScorer, fake_result, write_clips, write_jsonl
+from helpers import CountingScorer, PruningScorer, fake_result, write_clips, write_jsonl
 
 NO_GPU_DEVICE = "cuda:99" if torch.cuda.is_available() else "cuda"
 
@@ -381,3 +381,27 @@ def test_bench_export_target_is_checked_before_the_run(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--export-csv" in err[0] and "folder" in err[0]
     assert not (tmp_path / "r.sqlite").exists()  # nothing was scored or stored
+
+
+def test_bench_incomplete_run_prints_its_summary_and_exits_1(tmp_path: Path, capsys,
+                                                             monkeypatch):
+    """A run that ends with a manifest clip unstored (its row deleted while the run went on, as
+    a concurrent prune would) is not a usage error: the summary line of what was scored, the
+    export and the missing ids, exit 1; the same command then scores exactly what is missing."""
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 4))
+    db, csv = tmp_path / "r.sqlite", tmp_path / "t.csv"
+
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn",
+                        PruningScorer(db, at="c2", victim="c0"))
+    argv = ["bench", str(m), "--db", str(db), "--no-progress", "--export-csv", str(csv)]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("geocon bench: 4 clips on 1 rank(s): 4 scored (4 ok, ") and \
+        f"wrote {csv}" in out
+    assert err.startswith("geocon bench: error: ") and len(err.strip().splitlines()) == 1
+    assert "1 of the 4 clips of the manifest have no stored row" in err and ": c0; " in err
+    assert len(csv.read_text().strip().splitlines()) == 1 + 3  # header + the stored clips
+    again = CountingScorer()
+    monkeypatch.setattr("geocon_torch.bench.runner.default_score_fn", again)
+    assert main(argv) == 0 and capsys.readouterr().err == ""
+    assert len(csv.read_text().strip().splitlines()) == 1 + 4
