@@ -65,6 +65,21 @@ def test_a_peak_off_its_sample_maximum_is_reached_by_a_refinement_step():
     assert float(resp[0]) == pytest.approx(0.25, rel=1e-9)
 
 
+def test_a_peak_exactly_between_two_samples_never_converges_and_is_dropped():
+    """A quadratic peak at x = 20.5, exactly between two samples: both are (non-strict)
+    extrema whose offset is exactly +-0.5, which neither counts as converged (``< 0.5``) nor
+    moves (half rounds to even: 0), so after REFINE_STEPS both are dropped, as OpenCV's
+    ``adjustLocalExtrema`` drops a point that has not converged; keeping them on the final
+    ``|offset| < 1`` alone would give two copies of one keypoint. A quarter sample off the
+    middle converges to one exact keypoint."""
+    assert _valid(detect([_octave((2, 16, 20.5))], 4, 0.01, 0.02, 10.0))[0].shape == (0, 2)
+    for x0 in (20.4375, 20.5625):
+        xy, _, resp = _valid(detect([_octave((2, 16, x0))], 4, 0.01, 0.02, 10.0))
+        torch.testing.assert_close(xy, torch.tensor([[x0 / 2, 8.0]], dtype=F64), atol=1e-9,
+                                   rtol=0)
+        assert float(resp[0]) == pytest.approx(0.25, rel=1e-9)
+
+
 def test_contrast_and_pre_threshold_at_exactly_the_peak_height():
     """An integer peak of height 0.25: kept at contrast 0.25 (``resp >= contrast``), not
     above; an extremum must exceed the pre-threshold (``|DoG| > threshold``)."""
