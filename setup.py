@@ -50,7 +50,6 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["geocon_torch", "geocon_torch.*"]),
-    include_package_data=True,
     # the shipped report-gate calibrations (geocon_torch.io.calibration)
     package_data={"geocon_torch": ["data/calibration/*.json"]},
     install_requires=[
