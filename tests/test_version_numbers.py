@@ -1,0 +1,97 @@
+"""The package version names the numbers (packaging audit s23 F1). Stored rows are keyed by the
+config hash, which names the protocol, not the code; ``--rescore-versions`` and the
+mixed-version warnings of the statistics, ``geocon pairs`` and the report are the only guard
+against pooling numbers that different code computed. So every change that can move a stored
+number under an unchanged config hash must bump ``geocon_torch/_version.py``.
+
+This test pins, per version, a few numbers of every scoring path on small synthetic inputs
+(background under H and F, foreground with given masks, the WorldAtlas trio, the three reward
+kinds). When it fails, the numbers moved: if that is intended, bump the version and pin the new
+numbers under it (keep the older entries: they say when what changed); if not, it is a
+regression. Tolerances (relative 1e-4) absorb the last-bit differences of another CPU's
+kernels, not a change of the protocol."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+import torch
+
+from geocon_torch import __version__, geometric_reward, score_clip
+from geocon_torch.synth import grounded_clip
+
+#: version -> {input: {number: value}}; the current version's entry is what the code must give
+PINNED: Dict[str, Dict[str, Dict[str, Any]]] = {
+    "0.2.0": {  # 0.1.0 (every commit before this pin) pinned nothing
+        "C4_masks_all": {
+            "status": "ok", "regime": "H", "score": 0.970081, "gate_statistic": 0.0331384,
+            "ir": 1.0, "ge_px": 0.00484508, "ge_f_px": 0.000119334, "ge_fine_px": 0.0020389,
+            "pass": True, "pass_calibrated": True, "valid_pairs": 15, "objects": 1,
+            "foreground": "ok", "adap90": [0.0545577], "epipolar_error": 0.00728463,
+            "epipolar_inlier_rate": 0.999682, "feature_match_coverage": 0.939261},
+        "C3_truck_background": {
+            "status": "ok", "regime": "F", "score": 0.899949, "gate_statistic": 93.1206,
+            "ir": 1.0, "ge_px": 0.0576501, "ge_f_px": 0.0576501, "ge_fine_px": 0.0348264,
+            "pass": True, "pass_calibrated": False, "valid_pairs": 8, "objects": 0,
+            "foreground": None, "adap90": []},
+        "reward_epipolar": {"rewards": [0.925607, 0.932301]},
+        "reward_epipolar-dpo": {"rewards": [0.974373, 0.975236]},
+        "reward_background": {"rewards": [0.991, 0.978007]},
+    },
+}
+
+
+def _round(x: Any) -> Any:
+    return float(f"{x:.6g}") if isinstance(x, float) else x
+
+
+def _clip_numbers(d: Dict[str, Any]) -> Dict[str, Any]:
+    bg, ep = d["background"], d.get("epipolar") or {}
+    fg = d.get("foreground") or {"status": None, "objects": []}
+    out = {"status": d["status"], "regime": d["regime"], "score": d["score"],
+           "gate_statistic": d["gate"]["statistic"], "ir": bg["ir"], "ge_px": bg["ge_px"],
+           "ge_f_px": bg["ge_f_px"], "ge_fine_px": bg["ge_fine_px"], "pass": bg["pass"],
+           "pass_calibrated": bg["pass_calibrated"], "valid_pairs": bg["valid_pairs"],
+           "objects": bg["segment"]["objects"], "foreground": fg["status"],
+           "adap90": [o["adap90"] for o in fg["objects"]]}
+    out.update({k: ep[k] for k in ("epipolar_error", "epipolar_inlier_rate",
+                                    "feature_match_coverage") if k in ep})
+    return {k: [_round(v) for v in x] if isinstance(x, list) else _round(x)
+            for k, x in out.items()}
+
+
+@pytest.fixture(scope="module")
+def numbers() -> Dict[str, Dict[str, Any]]:
+    objects = grounded_clip("C4", num_frames=6, size=(192, 256), seed=0)
+    truck = grounded_clip("C3", num_frames=5, motion="truck", speed=0.15, size=(120, 160),
+                          seed=0)
+    out = {"C4_masks_all": _clip_numbers(score_clip(objects.frames, masks=objects.masks,
+                                                    preset="all", progress=False).to_dict()),
+           "C3_truck_background": _clip_numbers(score_clip(
+               truck.frames, preset="background", progress=False).to_dict())}
+    videos = torch.stack([grounded_clip(c, num_frames=16, motion=m, size=(96, 128), seed=0).frames
+                          for c, m in (("C3", "truck"), ("C2", "pan"))])
+    for kind in ("epipolar", "epipolar-dpo", "background"):
+        rewards, _ = geometric_reward(videos, kind=kind, seed=0)
+        out[f"reward_{kind}"] = {"rewards": [_round(float(r)) for r in rewards]}
+    return out
+
+
+def _close(got: Any, want: Any) -> bool:
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and \
+            all(_close(g, w) for g, w in zip(got, want))
+    if isinstance(want, float) and isinstance(got, float):
+        return got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    return got == want
+
+
+def test_the_current_version_pins_its_numbers(numbers):
+    assert __version__ in PINNED, (
+        f"version {__version__} pins no numbers: add PINNED[{__version__!r}] = {numbers!r}")
+    want = PINNED[__version__]
+    moved = {f"{clip}.{k}": (numbers[clip].get(k), v) for clip, vals in want.items()
+             for k, v in vals.items() if not _close(numbers[clip].get(k), v)}
+    assert set(numbers) == set(want) and not moved, (
+        f"numbers moved under version {__version__} (got, pinned): {moved}; if intended, bump "
+        f"geocon_torch/_version.py and pin under it: {numbers!r}")
