@@ -40,15 +40,24 @@ from ..geometry import weighted_affine_lstsq
 from ..segment.files import check_float_masks
 
 SCORES = FOREGROUND_SCORE_CHOICES  # the one list (config.foreground.score)
+_HALF_DTYPES = (torch.float16, torch.bfloat16)  # upcast to float32 by _check_inputs
+_FLOW_DTYPES = (torch.float32, torch.float64) + _HALF_DTYPES
 
 
-def _check_inputs(flow: torch.Tensor, masks: torch.Tensor,
-                  reliability: Optional[torch.Tensor]) -> None:
+def _check_inputs(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch.Tensor]
+                  ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Check the shapes and dtypes (ShapeError) and the mask values (InputError). Returns
+    ``flow`` and ``reliability``, a float16 / bfloat16 one upcast to float32 (a half-precision
+    flow network's output: computed as its float32 copy, as half clips are on the video
+    path)."""
     if not isinstance(flow, torch.Tensor) or flow.ndim != 4 or flow.shape[1] != 2:
         got = tuple(flow.shape) if isinstance(flow, torch.Tensor) else type(flow).__name__
         raise ShapeError(f"flow must have shape (P, 2, H, W), got {got}")
-    if flow.dtype not in (torch.float32, torch.float64):
-        raise ShapeError(f"flow must be float32 or float64, got {flow.dtype}")
+    if flow.dtype not in _FLOW_DTYPES:
+        raise ShapeError(f"flow must be a float tensor (float32 / float64, or float16 / bfloat16 "
+                         f"computed in float32), got {flow.dtype}")
+    flow, reliability = (t.float() if isinstance(t, torch.Tensor) and t.dtype in _HALF_DTYPES
+                         else t for t in (flow, reliability))
     p, _, h, w = flow.shape
     if h == 0 or w == 0:  # no pixel, no bounding box (the K = 0 / P = 0 cases return empties)
         raise ShapeError(f"flow must have non-empty frames (H, W >= 1), got {tuple(flow.shape)}")
@@ -62,6 +71,7 @@ def _check_inputs(flow: torch.Tensor, masks: torch.Tensor,
             type(reliability).__name__
         raise ShapeError(f"reliability must have shape ({p}, {h}, {w}), got {got}")
     _check_mask_values(masks)
+    return flow, reliability
 
 
 def _check_mask_values(masks: torch.Tensor) -> None:
@@ -271,7 +281,7 @@ def adadfrc(flow: torch.Tensor, masks: torch.Tensor, reliability: Optional[torch
             that are not binary (NaN, soft floats, integer labels other than 0 / 1).
         ArgumentTypeError: a non-integer ``grid`` / ``min_pixels`` / ``w2_iterations``.
     """
-    _check_inputs(flow, masks, reliability)
+    flow, reliability = _check_inputs(flow, masks, reliability)
     check_settings(grid, score, w2_iterations, min_pixels)
     p_, k_ = masks.shape[:2]
     if p_ * k_ == 0:

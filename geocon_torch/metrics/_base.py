@@ -6,6 +6,10 @@ produced is NaN (never None, never 0); ``num_not_applicable`` and ``num_error`` 
 (``sum`` states); ``reasons`` keeps the first reason met on each rank (UTF-8 codes, a ``cat``
 state, so it survives compute groups, ``merge_state`` and DDP sync); ``compute()`` warns with
 the counts and that first reason whenever it returns a NaN.
+
+``metric(batch)`` (torchmetrics' forward) accumulates exactly as ``metric.update(batch)``: the
+running sums added with :func:`in_order_sum` stay bit for bit equal and ``reasons`` keeps one
+entry (:meth:`GeoConMetric._reduce_states`).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 from .._tensor_utils import to_device
+from ..errors import ConfigError
 from .functional._common import ERROR, NOT_APPLICABLE, encode_reason, first_reason, warn_no_data
 
 T = TypeVar("T")
@@ -71,6 +76,36 @@ def _device_only(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     return apply
 
 
+def _key_hex(key: Tensor) -> str:
+    """An (8,) ``protocol_key`` (bytes 0-255) as 16 hex digits (one host read)."""
+    return bytes(int(b) for b in key.reshape(-1).tolist()).hex()
+
+
+def _settings_diff(theirs: Optional[str], ours: str, shown: int = 6, cut: int = 200) -> str:
+    """Both protocols' settings (the JSON texts of :meth:`GeoConMetric._add_protocol_state`),
+    for a ConfigError: the differing entries (at most ``shown``, as paths into the settings
+    list: ``[0].gvgc.ratio``) when both are known, and this metric's settings (cut at ``cut``
+    characters)."""
+    mine = ours if len(ours) <= cut else ours[:cut] + " ..."
+    if theirs is None:
+        return f"their settings are not recorded; this metric's are {mine}"
+
+    def leaves(value: Any, path: str = "") -> Dict[str, Any]:
+        if isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            fmt = ".{}" if isinstance(value, dict) else "[{}]"
+            return {k: v for key, item in items
+                    for k, v in leaves(item, path + fmt.format(key)).items()}
+        return {path: value}
+
+    a, b = leaves(json.loads(theirs)), leaves(json.loads(ours))
+    diff = [f"{k}: {a.get(k, '(none)')!r} vs {b.get(k, '(none)')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k, ...) != b.get(k, ...)]
+    more = f" (+{len(diff) - shown} more)" if len(diff) > shown else ""
+    return (f"settings differ (theirs vs this metric's) at {', '.join(diff[:shown])}{more}; "
+            f"this metric's are {mine}")
+
+
 class GeoConMetric(Metric):
     """Base class: ``num_not_applicable`` / ``num_error`` / ``reasons`` states and helpers.
 
@@ -97,9 +132,13 @@ class GeoConMetric(Metric):
         epipolar trio, the background family), wrong for two metrics scored with different
         settings (e.g. working sizes), which would share numbers after a batch in which every
         clip was not_applicable. Their keys differ, so they are never grouped. ``max``-reduced:
-        every rank holds the same key; not persistent (no checkpoint change)."""
+        every rank holds the same key; not persistent, even under ``persistent(True)`` (no
+        checkpoint key: :meth:`persistent`). A checkpoint records it in its metadata instead
+        (:meth:`state_dict`), and states of another protocol are refused
+        (:meth:`_check_protocol`)."""
         text = json.dumps(list(settings), sort_keys=True, default=str)
         digest = hashlib.sha256(text.encode()).digest()[:8]
+        self._protocol = text  # the settings, to name them in a ConfigError
         self.add_state("protocol_key", default=torch.tensor(list(digest), dtype=torch.long),
                        dist_reduce_fx="max")
 
@@ -110,21 +149,41 @@ class GeoConMetric(Metric):
 
     def _add_cat_state(self, name: str, dtype: torch.dtype) -> None:
         """A ``cat`` list state ``name`` whose entries are 1-D tensors of ``dtype``. Its dtype
-        is recorded: a rank that saw no batch gathers a zero-length tensor of it under DDP
+        is recorded (``set_dtype`` changes the record): :meth:`_append` adds entries in it, and
+        a rank that saw no batch gathers a zero-length tensor of it under DDP
         (:meth:`_sync_dist`)."""
         self.add_state(name, default=[], dist_reduce_fx="cat")
         self._cat_dtypes = {**getattr(self, "_cat_dtypes", {}), name: dtype}
+
+    def _append(self, name: str, value: Tensor) -> None:
+        """Append the 1-D ``value`` to the ``cat`` state ``name`` in its recorded dtype (no copy
+        when it already has it)."""
+        getattr(self, name).append(value.to(self._cat_dtypes[name]))
+
+    def _add_in_order(self, name: str, values: Tensor) -> None:
+        """State ``name`` (0-d) plus the (N,) ``values`` one after the other
+        (:func:`in_order_sum`). The prior state, the values and the new state are kept (the
+        last batch only), so that forward's merge of a batch state re-adds the values in order
+        (:meth:`_reduce_states`)."""
+        prior = getattr(self, name)
+        total = in_order_sum(prior, values)
+        setattr(self, name, total)
+        self._in_order_terms = {**getattr(self, "_in_order_terms", {}),
+                                name: (prior, values.detach(), total)}
 
     def _apply(self, fn: Callable[[Tensor], Tensor], exclude_state: Sequence[str] = "") -> Any:
         """torchmetrics' ``_apply`` (states, defaults, cached results, device) with the dtype
         conversion taken out (:func:`_device_only`) unless it comes from ``set_dtype``.
         torchmetrics 1.9 guards ``.half()`` / ``.float()`` / ``.type()`` by the name of ``fn``
         only, so ``Module.to(dtype)`` cast the float64 sums (Lightning-AI/torchmetrics#2314):
-        AdaDFRC's pooled mean came out 0.64 instead of 2.29 in bfloat16."""
+        AdaDFRC's pooled mean came out 0.64 instead of 2.29 in bfloat16. ``set_dtype``
+        converts the floating states only: the int64 counts and ``protocol_key`` stay exact."""
         if self._dtype_convert:  # set_dtype: convert, and record the cat states' new dtype
-            self._cat_dtypes = {name: fn(torch.zeros(0, dtype=dtype)).dtype
+            def floats_only(t: Tensor) -> Tensor:
+                return fn(t) if t.is_floating_point() else t
+            self._cat_dtypes = {name: floats_only(torch.zeros(0, dtype=dtype)).dtype
                                 for name, dtype in getattr(self, "_cat_dtypes", {}).items()}
-            return super()._apply(fn, exclude_state)
+            return super()._apply(floats_only, exclude_state)
         dtype = self._dtype
         out = super()._apply(_device_only(fn), exclude_state)
         self._dtype = dtype  # torchmetrics sets it from a float32 probe of fn
@@ -132,21 +191,111 @@ class GeoConMetric(Metric):
 
     def _sync_dist(self, dist_sync_fn: Callable = gather_all_tensors,
                    process_group: Optional[Any] = None) -> None:
-        """torchmetrics' sync, with each empty ``cat`` state given a zero-length tensor of its
-        entries' dtype first: torchmetrics stands in the metric's dtype (float32), and a rank
-        that saw no batch then gathers float32 against another rank's float64 values, which
-        aborts the process (gloo: "Received data size doesn't match expected size")."""
+        """torchmetrics' sync, with every ``cat`` state's entries in its recorded dtype first
+        and an empty one given a zero-length tensor of it: torchmetrics stands in the metric's
+        dtype (float32), and a rank that saw no batch then gathered float32 against another
+        rank's float64 values, which aborts the process (gloo: "Received data size doesn't
+        match expected size"); so did entries of another dtype than the record (a merged
+        state, or entries from before a ``set_dtype``)."""
         for name, dtype in getattr(self, "_cat_dtypes", {}).items():
-            if isinstance(getattr(self, name), list) and not getattr(self, name):
-                setattr(self, name, [torch.zeros(0, dtype=dtype, device=self.device)])
+            state = getattr(self, name)
+            if isinstance(state, list):
+                setattr(self, name, [v.to(dtype) for v in state] if state else
+                        [torch.zeros(0, dtype=dtype, device=self.device)])
         super()._sync_dist(dist_sync_fn, process_group)
+
+    def _forward_reduce_state_update(self, *args: Any, **kwargs: Any) -> Any:
+        """torchmetrics' forward (one update of the batch on reset states, then
+        :meth:`_reduce_states` with the global states), marked as such for
+        :meth:`_reduce_states`."""
+        self._merging_batch = True
+        try:
+            return super()._forward_reduce_state_update(*args, **kwargs)
+        finally:
+            self._merging_batch = False
+
+    def _reduce_states(self, incoming_state: Dict[str, Any]) -> None:
+        """torchmetrics' reduction (``merge_state`` and forward's merge of the batch state into
+        ``incoming_state``, the global one), except in forward: each :func:`in_order_sum`
+        state becomes the global state plus the batch's values in order (not global + batch
+        sum, which rounds differently), and ``reasons`` keeps the global entry when there is
+        one. ``metric(x)`` then leaves the states ``update(x)`` leaves, bit for bit."""
+        forward = getattr(self, "_merging_batch", False)
+        redo = {name: terms for name, terms in getattr(self, "_in_order_terms", {}).items()
+                if forward and getattr(self, name) is terms[2]}  # the state is prior + values
+        super()._reduce_states(incoming_state)
+        for name, (prior, values, _) in redo.items():
+            setattr(self, name, in_order_sum(incoming_state[name] + prior, values))
+        if forward and "reasons" in self._defaults and len(incoming_state["reasons"]):
+            self.reasons = incoming_state["reasons"]
+
+    def persistent(self, mode: bool = False) -> None:
+        """torchmetrics' switch of the states saved in ``state_dict``; ``protocol_key`` is
+        never saved (a constant of the settings: the checkpoint's metadata records it)."""
+        super().persistent(mode)
+        if "protocol_key" in self._persistent:
+            self._persistent["protocol_key"] = False
+
+    def state_dict(self, destination: Any = None, prefix: str = "",
+                   keep_vars: bool = False) -> Dict[str, Any]:  # type: ignore[override]
+        """torchmetrics' ``state_dict``; when it holds states (``persistent(True)``), its
+        metadata (kept by ``torch.save``) records ``protocol_key`` (hex) and the settings,
+        which :meth:`_load_from_state_dict` checks."""
+        out = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+        metadata = getattr(out, "_metadata", None)
+        saved = any(prefix + name in out for name in self._defaults)
+        if saved and metadata is not None and hasattr(self, "protocol_key"):
+            metadata.setdefault(prefix[:-1], {}).update(
+                protocol_key=_key_hex(self.protocol_key), protocol=self._protocol)
+        return out
+
+    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str,
+                              local_metadata: Dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        """Load the states, after a check of the protocol they were scored with: the key in
+        the metadata (:meth:`state_dict`) or a ``protocol_key`` state (a checkpoint written
+        before it left the checkpoints). Raises ConfigError when it differs from this
+        metric's (nothing is loaded then); a checkpoint without either loads as before."""
+        if hasattr(self, "protocol_key"):
+            saved = state_dict.pop(prefix + "protocol_key", None)
+            if saved is None and any(prefix + name in state_dict for name in self._defaults):
+                saved = local_metadata.get("protocol_key")
+            if saved is not None:
+                where = f" (at {prefix[:-1]!r})" if prefix else ""
+                self._check_protocol(saved, local_metadata.get("protocol"),
+                                     f"the state_dict{where}")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
+    def merge_state(self, incoming_state: Any) -> None:
+        """torchmetrics' ``merge_state``, refused (ConfigError) for states of another protocol
+        (``protocol_key``); a dict without ``protocol_key`` (a ``state_dict``: the key is not
+        saved) merges as this metric's protocol."""
+        if isinstance(incoming_state, dict):
+            incoming_state = {"protocol_key": self.protocol_key, **incoming_state}
+            self._check_protocol(incoming_state["protocol_key"], None, "the incoming state")
+        elif isinstance(incoming_state, GeoConMetric) and isinstance(incoming_state, type(self)):
+            self._check_protocol(incoming_state.protocol_key, incoming_state._protocol,
+                                 f"the incoming {type(incoming_state).__name__}")
+        super().merge_state(incoming_state)
+
+    def _check_protocol(self, key: Any, settings: Optional[str], source: str) -> None:
+        """ConfigError unless ``key`` (an (8,) tensor or its hex string) is this metric's
+        ``protocol_key``: states scored with other settings must not be pooled with these."""
+        theirs = key if isinstance(key, str) else _key_hex(key)
+        ours = _key_hex(self.protocol_key)
+        if theirs != ours:
+            raise ConfigError(
+                f"{type(self).__name__}: {source} was scored under another protocol (key "
+                f"{theirs}) than this metric (key {ours}): "
+                f"{_settings_diff(settings, self._protocol)}. States of different settings "
+                f"cannot be pooled: build the metric with the settings of those states, or "
+                f"leave them out")
 
     def _record(self, num_not_applicable: int, num_error: int, reason: Optional[str]) -> None:
         """Add the batch's counts; keep its reason when this rank has none yet."""
         self.num_not_applicable += num_not_applicable
         self.num_error += num_error
         if reason and not len(self.reasons):
-            self.reasons.append(encode_reason(reason, self.num_error.device))
+            self._append("reasons", encode_reason(reason, self.num_error.device))
 
     def _record_clips(self, status: Tensor, reason: Optional[str]) -> None:
         self._record(int((status == NOT_APPLICABLE).sum()), int((status == ERROR).sum()), reason)

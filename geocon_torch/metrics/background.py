@@ -125,7 +125,7 @@ class BackgroundConsistency(GeoConMetric):
                              ).tolist()
         for name, v, m, n in zip(BACKGROUND_VALUES, vals, nan, counts):
             first = torch.sort(m.to(torch.uint8), stable=True).indices[:n]
-            getattr(self, name).append(v[first])
+            self._append(name, v[first])
         n_pass, n_ok, n_na, n_err = counts[-4:]
         self.num_clips += got.status.numel()
         self.num_ok += n_ok

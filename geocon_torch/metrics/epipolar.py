@@ -44,7 +44,7 @@ from ..sections.epipolar import resolve_implementation
 from .functional._common import OK, VideosLike
 from .functional.epipolar import (EPIPOLAR_FIELDS, EpipolarConfigArg, _epipolar_compute,
                                   _epipolar_update, epipolar_settings)
-from ._base import GeoConMetric, in_order_sum
+from ._base import GeoConMetric
 
 _COUNTS = ("num_clips", "num_ok", "num_not_applicable", "num_error")
 #: the running-sum state of each value (:data:`EPIPOLAR_FIELDS` key -> state name)
@@ -121,8 +121,7 @@ class _EpipolarTrio(GeoConMetric):
                                                    self.num_clips.device)
         ok = got.status == OK
         for name, key in EPIPOLAR_FIELDS.items():
-            state = SUM_STATES[name]
-            setattr(self, state, in_order_sum(getattr(self, state), got.values[key][ok]))
+            self._add_in_order(SUM_STATES[name], got.values[key][ok])
         self.num_ok += int(ok.sum())
         self.num_clips += got.status.numel()
         self._record_clips(got.status, got.first_reason())

@@ -12,7 +12,7 @@ from .._precision import autocast_off
 from .._checks import check_number
 from ..measures.foreground import check_settings
 from .functional.foreground import _adadfrc_compute, _adadfrc_update
-from ._base import GeoConMetric, in_order_sum
+from ._base import GeoConMetric
 
 _PLOTTED = ("pooled_adadfrc_mean", "pooled_adadfrc_quantile")
 
@@ -21,7 +21,9 @@ class AdaDFRC(GeoConMetric):
     """AdaDFRC-W2 pooled over every valid (pair, object) sample seen by :meth:`update`.
 
     ``update(flow (P, 2, H, W), masks (P, K, H, W) bool, reliability (P, H, W) | None)`` scores
-    each pair's objects with :func:`~geocon_torch.metrics.functional.adadfrc`: masks may also
+    each pair's objects with :func:`~geocon_torch.metrics.functional.adadfrc` (float16 /
+    bfloat16 flow, e.g. a half-precision flow network's, is computed in float32; a flow that
+    requires grad is detached: no state holds a graph): masks may also
     be 0 / 1 floats or integers (soft masks are an InputError: threshold them first, e.g.
     ``m > 0.5``); reliability weights outside [0, 1] are clamped to it, not checked.
     ``compute()`` returns a dict of 0-d tensors:
@@ -94,11 +96,15 @@ class AdaDFRC(GeoConMetric):
 
     @autocast_off
     def update(self, flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None) -> None:
+        # detached: forward runs this with grad enabled, and a state must never hold the flow
+        # network's graph (clone / deepcopy / AveragedModel refuse non-leaf tensors)
+        flow, reliability = (t.detach() if isinstance(t, Tensor) else t
+                             for t in (flow, reliability))
         vals, n_na, n_err = _adadfrc_update(flow, masks, reliability, grid=self.grid,
                                             score=self.score, min_pixels=self.min_pixels)
-        self.sum_d = in_order_sum(self.sum_d, vals)
+        self._add_in_order("sum_d", vals)
         self.count += vals.numel()
-        self.values.append(vals)
+        self._append("values", vals)
         reason = None
         if n_err:
             reason = f"error: NaN / inf flow or D in {n_err} (pair, object) samples"
