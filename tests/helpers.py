@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from geocon_torch import __version__
 from geocon_torch.flow.lk_dense import gaussian_blur
 from geocon_torch.io.writer import write_video
 from geocon_torch.types import Clip
@@ -176,7 +177,7 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
                       "reason": None, "implementation": "torch"} if ok else None),
         "behaviour": behaviour, "prompt_category": prompt_category,
         "config": {"preset": "geocon"}, "config_hash": config_hash,
-        "version": "0.1.0", "backends": {"features": "fake", "flow": "fake", "masks": "none",
+        "version": __version__, "backends": {"features": "fake", "flow": "fake", "masks": "none",
                                          "gate": "poses"},
         "timing_s": {"total": 0.01},
     }
