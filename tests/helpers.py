@@ -124,6 +124,24 @@ def truncate_tail(clean: Path, path: Path, keep: float = 0.7) -> Path:
     return path
 
 
+def encode_rgb(path: Path, frames: Sequence, codec: str = "libx264", rate: int = 24,
+               rotation: Optional[int] = None) -> Path:
+    """``frames`` ((H, W, 3) uint8 arrays) encoded into ``path`` as yuv420p at ``rate`` fps
+    (``rotation``: a display matrix on the stream, degrees)."""
+    with av.open(str(path), "w") as c:
+        s = c.add_stream(codec, rate=rate)
+        s.height, s.width = frames[0].shape[:2]
+        s.pix_fmt = "yuv420p"
+        if rotation is not None:
+            s.set_display_rotation(rotation)
+        for a in frames:
+            for packet in s.encode(av.VideoFrame.from_ndarray(a, format="rgb24")):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+    return path
+
+
 def drop_frames(path: Path, frames: torch.Tensor, dropped: Sequence[int] = DROPPED) -> Path:
     """An mp4 of ``frames`` without the ``dropped`` ones, timestamps kept (pts = frame index):
     the container announces only the frames it holds, the gaps show in the timestamps."""

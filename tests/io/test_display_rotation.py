@@ -6,6 +6,7 @@ from typing import Optional
 import numpy as np
 import pytest
 import torch
+from helpers import encode_rgb
 
 from geocon_torch.io import probe_video, read_clip
 from geocon_torch.io.decode import display_turns
@@ -25,17 +26,7 @@ def _frames() -> np.ndarray:
 
 
 def _write(path: Path, rotation: Optional[int]) -> Path:
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=10)
-        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-        if rotation is not None:
-            s.set_display_rotation(rotation)
-        for a in _frames():
-            for pkt in s.encode(av.VideoFrame.from_ndarray(a, format="rgb24")):
-                c.mux(pkt)
-        for pkt in s.encode():
-            c.mux(pkt)
-    return path
+    return encode_rgb(path, list(_frames()), rate=10, rotation=rotation)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import av
 import numpy as np
 import pytest
 import torch
+from helpers import encode_rgb
 
 from geocon_torch.errors import ShapeError, VideoReadError
 from geocon_torch.io import decode, probe_video
@@ -312,17 +313,8 @@ def test_out_of_range_message_names_up_to_ten_indices():
 def _write(path: Path) -> Path:
     """T frames of H x W moving noise, mpeg4 (no B-frames) at 24 fps."""
     base = np.random.default_rng(0).integers(0, 256, (H, W + 2 * T, 3), dtype=np.uint8)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("mpeg4", rate=24)
-        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-        for t in range(T):
-            f = av.VideoFrame.from_ndarray(np.ascontiguousarray(base[:, 2 * t:2 * t + W]),
-                                           format="rgb24")
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
-    return path
+    return encode_rgb(path, [np.ascontiguousarray(base[:, 2 * t:2 * t + W]) for t in range(T)],
+                      "mpeg4")
 
 
 @pytest.fixture(scope="module")

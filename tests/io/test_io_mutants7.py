@@ -16,6 +16,7 @@ import av
 import numpy as np
 import pytest
 import torch
+from helpers import encode_rgb
 
 from geocon_torch.errors import InputError, ShapeError, VideoReadError
 from geocon_torch.io import decode, read_clip
@@ -124,17 +125,8 @@ def test_damage_ahead_only_for_a_reordering_decoder_over_20_frames(fake_open, b_
 def movie(tmp_path_factory) -> Path:
     """T frames of H x W noise, a different picture each, mpeg4 (no B-frames) at 24 fps."""
     rng = np.random.default_rng(7)
-    path = tmp_path_factory.mktemp("m7") / "clip.mp4"
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("mpeg4", rate=24)
-        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-        for _ in range(T):
-            a = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-            for p in s.encode(av.VideoFrame.from_ndarray(a, format="rgb24")):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
-    return path
+    frames = [rng.integers(0, 256, (H, W, 3), dtype=np.uint8) for _ in range(T)]
+    return encode_rgb(tmp_path_factory.mktemp("m7") / "clip.mp4", frames, "mpeg4")
 
 
 @pytest.fixture(scope="module")
