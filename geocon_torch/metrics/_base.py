@@ -272,7 +272,7 @@ class GeoConMetric(Metric):
         if isinstance(incoming_state, dict):
             incoming_state = {"protocol_key": self.protocol_key, **incoming_state}
             self._check_protocol(incoming_state["protocol_key"], None, "the incoming state")
-        elif isinstance(incoming_state, GeoConMetric) and isinstance(incoming_state, type(self)):
+        elif isinstance(incoming_state, type(self)):
             self._check_protocol(incoming_state.protocol_key, incoming_state._protocol,
                                  f"the incoming {type(incoming_state).__name__}")
         super().merge_state(incoming_state)
