@@ -60,8 +60,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
+from .._progress_bar import tqdm
 from .._version import __version__
 from ..config import GeoConConfig
 from ..errors import InputError, VideoReadError

@@ -22,8 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from .._progress_bar import tqdm
 from ..config import GeoConConfig
 from ..pipeline import score_clips
 from ..report import build_report

@@ -39,8 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from tqdm.auto import tqdm
-
+from .._progress_bar import tqdm
 from ..bench.ids import derive_clip_ids
 from ..pipeline import pinned_config, score_clips
 from ._common import (add_config_arguments, build_config, check_output_file, check_utf8_path,

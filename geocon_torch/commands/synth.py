@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import List, Tuple
 
-from tqdm import tqdm
-
+from .._progress_bar import tqdm
 from ..categories import CATEGORIES, canonical_category
 from ..errors import InputError
 from ..synth import render_scene

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from .._progress_bar import tqdm
 from ..bench import stats
 from ..bench.pg_store import mask_url
 from ..bench.store import config_counts, flatten_row, load_results
