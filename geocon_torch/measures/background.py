@@ -138,6 +138,17 @@ def background_pass(ir: Optional[float], ge_px: Optional[float], report_ir: floa
     return bool(ir >= report_ir and ge_px <= report_ge_px)
 
 
+def best_of_both(summary_h: Dict[str, object], summary_f: Dict[str, object]
+                 ) -> Dict[str, Optional[float]]:
+    """Paper sec. 6.8, for analysis: IR_best = max(IR_H, IR_F) and GE_best = min(GE_H, GE_F),
+    each over the clip summaries ({"ir", "ge_px", ...}, None when a model has no valid pair)
+    that have a value; the two may come from different models. None when neither has one."""
+    def pick(key: str, best: type) -> Optional[float]:
+        values = [float(v) for v in (summary_h.get(key), summary_f.get(key)) if v is not None]
+        return best(values) if values else None
+    return {"ir": pick("ir", max), "ge_px": pick("ge_px", min)}
+
+
 def choose_model_per_pair(h: PairMetrics, f: PairMetrics, use_f: torch.Tensor) -> PairMetrics:
     """Per-pair choice between the H and F metrics (``use_f`` (P,) bool)."""
     pick = lambda a, b: torch.where(use_f, b, a)  # noqa: E731
@@ -241,5 +252,6 @@ def classify_behaviour(regime: Optional[str], passed: Optional[bool], motion_px:
 
 
 __all__ = ["PairMetrics", "pair_metrics", "homography_pair_metrics", "fundamental_pair_metrics",
-           "clip_summary", "background_pass", "choose_model_per_pair", "sensitivity_scan",
-           "median_motion_px", "rotation_from_fundamental", "classify_behaviour", "BEHAVIOURS"]
+           "clip_summary", "background_pass", "best_of_both", "choose_model_per_pair",
+           "sensitivity_scan", "median_motion_px", "rotation_from_fundamental",
+           "classify_behaviour", "BEHAVIOURS"]

@@ -39,8 +39,9 @@ from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.headline import FEW_VALID_PAIRS
-from ..measures.background import (PairMetrics, background_pass, choose_model_per_pair,
-                                   classify_behaviour, fundamental_pair_metrics,
+from ..measures.background import (PairMetrics, background_pass, best_of_both,
+                                   choose_model_per_pair, classify_behaviour,
+                                   fundamental_pair_metrics,
                                    homography_pair_metrics, median_motion_px,
                                    rotation_from_fundamental, sensitivity_scan)
 from ..segment import load_masks, masks_method
@@ -931,12 +932,10 @@ def _batch_summaries(m: _Merged, decided: Sequence[_Decided], cfg: GeoConConfig
     present = _as_rows([d.present for d in decided], dev)
     mh, mf = _subset(m.mh, ev), _subset(m.mf, ev)
     chosen = choose_model_per_pair(mh, mf, use_f)
-    best = choose_model_per_pair(mh, mf, mf.valid & (~mh.valid | (mf.ir > mh.ir)))
-    valid = [chosen.valid & present, mh.valid & present, mf.valid & present,
-             best.valid & present]
+    valid = [chosen.valid & present, mh.valid & present, mf.valid & present]
     idx, member = group_index(ev_groups, dev)
     sums, n_sums = grouped_quantiles(
-        torch.stack([t for pm in (chosen, mh, mf, best) for t in (pm.ir, pm.ge)]),
+        torch.stack([t for pm in (chosen, mh, mf) for t in (pm.ir, pm.ge)]),
         torch.stack([v for v in valid for _ in range(2)]), idx, member)
     fidx, fmember = group_index(fin_of_ev, dev)  # the gated model's GE over the finest rows
     fine, n_fine = grouped_quantiles(chosen.ge.double().unsqueeze(0), valid[0].unsqueeze(0),
@@ -973,13 +972,13 @@ def _host_summaries(flat: List[float], decided: Sequence[_Decided], ev_sizes: Li
         pos += n
         return flat[pos - n:pos]
 
-    sums, n_sums = take(8 * b), take(8 * b)
+    sums, n_sums = take(6 * b), take(6 * b)
     fine, n_fine, mot, n_mot, rot, n_rot = take(2 * b), take(b), take(b), take(b), take(b), take(b)
     cols = [take(r) for _ in _PER_PAIR] if per_pair else []
     out, a = [], 0
     for c, size in enumerate(ev_sizes):
         summaries = []
-        for s in range(4):  # gated, H, F, best-of-both
+        for s in range(3):  # gated, H, F
             n = int(n_sums[(2 * s) * b + c])
             summaries.append({"ir": sums[(2 * s) * b + c], "ge_px": sums[(2 * s + 1) * b + c],
                               "valid_pairs": n} if n > 0 else
@@ -1001,11 +1000,11 @@ def _finish_clip(m: _Merged, d: _Decided, h: Dict[str, Any], cfg: GeoConConfig,
     ``h`` of :func:`_batch_summaries`), and its evaluated rows when ``keep_rows``."""
     job = d.job
     block, stack = job.out.block, job.stack
-    s, s_h, s_f, s_best = h["summaries"]
+    s, s_h, s_f = h["summaries"]
     block.update(ir=s["ir"], ge_px=s["ge_px"], ir_h=s_h["ir"], ge_h_px=s_h["ge_px"],
                  ir_f=s_f["ir"], ge_f_px=s_f["ge_px"], valid_pairs=s["valid_pairs"],
                  valid_pairs_h=s_h["valid_pairs"], valid_pairs_f=s_f["valid_pairs"],
-                 best_of={"ir": s_best["ir"], "ge_px": s_best["ge_px"]},
+                 best_of=best_of_both(s_h, s_f),
                  ge_fine_px=h["fine"][0], ge_peak_px=h["fine"][1])
     _add_diagnostics(m, d, h["per_pair"], cfg)
     _finish(job.clip, stack, s, h, cfg, job.out)
