@@ -534,3 +534,18 @@ def identity_fits(mask: torch.Tensor) -> tuple:
 
     skew = torch.tensor([[0.0, -1.0, 0.2], [1.0, 0.0, -0.3], [-0.2, 0.3, 0.0]])
     return fit("H", torch.eye(3)), fit("F", skew)
+
+
+# tiny random-init learned models (loaded through the real code from a saved state dict)
+TINY_LOFTR = {"resnetfpn": {"initial_dim": 32, "block_dims": [32, 48, 64]},
+              "coarse": {"d_model": 64, "d_ffn": 64, "nhead": 2, "layer_names": ["self", "cross"]},
+              "fine": {"d_model": 32, "d_ffn": 32, "nhead": 2},
+              "match_coarse": {"thr": 0.0}}
+TINY_LIGHTGLUE = {"n_layers": 2, "descriptor_dim": 64, "num_heads": 2, "filter_threshold": 0.0}
+
+
+def shifted_texture_frames(t: int = 3, h: int = 64, w: int = 80, seed: int = 0) -> torch.Tensor:
+    """(t, 1, h, w) float frames of a smooth random texture, frame i shifted by (i, i) px."""
+    g = torch.Generator().manual_seed(seed)
+    base = F.avg_pool2d(torch.rand(1, 1, h + 8, w + 8, generator=g), 3, 1)
+    return torch.stack([base[0, :, i:i + h, i:i + w] for i in range(t)])

@@ -11,21 +11,9 @@ from geocon_torch.errors import CheckpointError
 from geocon_torch.features import get_extractor, get_matcher
 from geocon_torch.features.learned import _merge_cfg
 
+from helpers import TINY_LIGHTGLUE, TINY_LOFTR, shifted_texture_frames
 
 KF = pytest.importorskip("kornia.feature")
-
-TINY_LOFTR = {"resnetfpn": {"initial_dim": 32, "block_dims": [32, 48, 64]},
-              "coarse": {"d_model": 64, "d_ffn": 64, "nhead": 2, "layer_names": ["self", "cross"]},
-              "fine": {"d_model": 32, "d_ffn": 32, "nhead": 2},
-              "match_coarse": {"thr": 0.0}}
-TINY_LIGHTGLUE = {"n_layers": 2, "descriptor_dim": 64, "num_heads": 2, "filter_threshold": 0.0}
-
-
-
-def _frames(t=3, h=64, w=80, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    base = torch.nn.functional.avg_pool2d(torch.rand(1, 1, h + 8, w + 8, generator=g), 3, 1)
-    return torch.stack([base[0, :, i:i + h, i:i + w] for i in range(t)])
 
 
 @pytest.mark.parametrize("make", [
@@ -75,7 +63,7 @@ def test_disk_roundtrip(tmp_path):
     path = tmp_path / "disk.pth"
     torch.save({"extractor": model.state_dict()}, path)
     ex = get_extractor("disk", checkpoint=str(path), max_keypoints=64, device="cpu")
-    gray = _frames(2)
+    gray = shifted_texture_frames(2)
     kps = ex.extract(gray)
     with torch.no_grad():
         ref = model(gray.expand(-1, 3, -1, -1), n=64, pad_if_not_divisible=True)
@@ -86,7 +74,7 @@ def test_disk_roundtrip(tmp_path):
         assert got == {tuple(p) for p in ref[t].keypoints.tolist()}
     # a 16-px side (a coarse scale of a small clip) is padded to 32 (its U-Net pooled it to
     # 1 px: an InstanceNorm error); keypoints stay on the frame
-    small = ex.extract(_frames(2, h=16, w=16))
+    small = ex.extract(shifted_texture_frames(2, h=16, w=16))
     xy = small.xy[small.mask]
     assert bool(((xy >= -0.5) & (xy <= 15.5)).all())
     norms = kps.descriptors[kps.mask].norm(dim=-1)
@@ -101,7 +89,7 @@ def test_loftr_roundtrip(tmp_path):
     path = tmp_path / "loftr.ckpt"
     torch.save({"state_dict": model.state_dict(), "config": TINY_LOFTR}, path)
     matcher = get_matcher("loftr", checkpoint=str(path), device="cpu")
-    gray = _frames(3)
+    gray = shifted_texture_frames(3)
     pairs = torch.tensor([[0, 1], [1, 2]])
     c = matcher.match(gray, pairs)
     with torch.no_grad():
@@ -124,7 +112,8 @@ def test_lightglue_roundtrip_on_kornia_sift(tmp_path):
     loaded = matcher.model.state_dict()
     for k, v in model.state_dict().items():
         torch.testing.assert_close(loaded[k], v)
-    gray = torch.nn.functional.interpolate(_frames(2, 48, 64), scale_factor=2, mode="bilinear")
+    gray = torch.nn.functional.interpolate(shifted_texture_frames(2, 48, 64), scale_factor=2,
+                                           mode="bilinear")
     c = matcher.match(gray, torch.tensor([[0, 1]]))
     assert int(c.num_kp1[0]) > 0 and int(c.mask.sum()) > 0
     assert bool((c.scores[c.mask] >= 0).all())

@@ -22,6 +22,8 @@ from geocon_torch.features.lk import min_eigenvalue_map, zncc
 from geocon_torch.features.opencv_sift import OpenCVSIFT, octave_band, signed_octaves, \
     to_uint8
 
+from helpers import TINY_LIGHTGLUE, TINY_LOFTR, shifted_texture_frames
+
 cv2 = pytest.importorskip("cv2")
 KF = pytest.importorskip("kornia.feature")
 
@@ -258,19 +260,6 @@ def test_workers_must_be_at_least_one():
 
 
 # --- learned.py ------------------------------------------------------------------------------
-TINY_LOFTR = {"resnetfpn": {"initial_dim": 32, "block_dims": [32, 48, 64]},
-              "coarse": {"d_model": 64, "d_ffn": 64, "nhead": 2, "layer_names": ["self", "cross"]},
-              "fine": {"d_model": 32, "d_ffn": 32, "nhead": 2},
-              "match_coarse": {"thr": 0.0}}
-TINY_LIGHTGLUE = {"n_layers": 2, "descriptor_dim": 64, "num_heads": 2, "filter_threshold": 0.0}
-
-
-def _frames(t=3, h=64, w=80, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    base = torch.nn.functional.avg_pool2d(torch.rand(1, 1, h + 8, w + 8, generator=g), 3, 1)
-    return torch.stack([base[0, :, i:i + h, i:i + w] for i in range(t)])
-
-
 @pytest.fixture(scope="module")
 def loftr(tmp_path_factory):
     from kornia.feature.loftr.loftr import default_cfg
@@ -309,7 +298,7 @@ def test_loftr_frames_off_the_multiple_of_8_and_chunks_of_one_pair(loftr):
     """58 x 74 frames are zero-padded to 64 x 80 (pad (-h) % 8, not h % 8); with chunk_pairs=1
     every pair's matches stay with that pair."""
     model, matcher = loftr
-    gray = _frames(3, 58, 74)
+    gray = shifted_texture_frames(3, 58, 74)
     pairs = torch.tensor([[0, 1], [1, 2]])
     ref = _loftr_ref(model, gray, pairs, torch.ones(58, 74, dtype=torch.bool))
     for chunk in (None, 1):
@@ -327,7 +316,7 @@ def test_loftr_drops_matches_whose_second_point_leaves_the_mask(loftr):
     """LoFTR's fine stage moves x2 off its coarse cell: matches whose x2 falls outside the
     content mask (x >= 33) are dropped like those whose x1 does."""
     model, matcher = loftr
-    gray = _frames(3, 58, 74)
+    gray = shifted_texture_frames(3, 58, 74)
     pairs = torch.tensor([[0, 1], [1, 2]])
     mask = torch.ones(58, 74, dtype=torch.bool)
     mask[:, 33:] = False
@@ -342,7 +331,7 @@ def test_disk_score_threshold_and_window_size_reach_kornia(tmp_path):
     model = KF.DISK().eval()
     path = tmp_path / "disk.pth"
     torch.save({"extractor": model.state_dict()}, path)
-    gray = _frames(1)
+    gray = shifted_texture_frames(1)
     x = gray.expand(-1, 3, -1, -1)
     with torch.no_grad():
         scores = model(x, n=64, window_size=7, pad_if_not_divisible=True)[0].detection_scores
@@ -376,7 +365,8 @@ def test_lightglue_gets_kornias_sift_scales_and_orientations(tiny_lightglue):
     seen = []
     real = matcher.model
     matcher.model = lambda data: seen.append(data) or real(data)
-    gray = torch.nn.functional.interpolate(_frames(2, 48, 64), scale_factor=2, mode="bilinear")
+    gray = torch.nn.functional.interpolate(shifted_texture_frames(2, 48, 64), scale_factor=2,
+                                           mode="bilinear")
     matcher.match(gray, PAIR)
     kps = matcher.extractor.extract(gray)
     assert len(seen) == 1
