@@ -6,6 +6,11 @@ cuda`` without a GPU) end the command with ONE line on stderr, ``geocon <command
 <message>``, and exit status 2; ``--debug`` shows the traceback instead. Anything else is a bug
 and keeps its traceback.
 
+A warning a command gives (a Python ``UserWarning``: mixed package versions in a store, ...)
+is ONE line on stderr too, ``geocon <command>: warning: <message>``, instead of Python's file,
+line number and source line; other warnings (the DeprecationWarning of a retired name) keep
+Python's format.
+
 Ctrl-C (and SIGTERM, which a command turns into the same exception while it runs) is neither:
 the command unwinds (temporary output files removed, a dynamic bench hands its claims back,
 stores closed) and ends with ONE line, ``geocon <command>: interrupted`` (``terminated
@@ -167,6 +172,27 @@ def _escaping_streams() -> Iterator[None]:
                 pass
 
 
+@contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """While the block runs, a ``UserWarning`` (or subclass) is shown as ``geocon <command>:
+    warning: <message>`` (whitespace collapsed: one line; module doc) where Python would show
+    its file, line and source line; other categories keep the previous format. Only the
+    format changes (``warnings.formatwarning``): filters, ``-W error`` and recorders such as
+    ``warnings.catch_warnings(record=True)`` see the same warnings. Restored afterwards."""
+    previous = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None) -> str:
+        if not issubclass(category, UserWarning):
+            return previous(message, category, filename, lineno, line)
+        return f"geocon {command}: warning: {' '.join(str(message).split())}\n"
+
+    warnings.formatwarning = formatwarning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
 def _drop_stdout() -> int:
     """After a reader of stdout went away: point stdout's file descriptor at the null device,
     so that the interpreter's last flush cannot fail again (Python's "Note on SIGPIPE"), and
@@ -201,7 +227,7 @@ def _run_command(args: argparse.Namespace) -> int:
     reader of stdout that went away end as the module doc says; anything else raises."""
     signalled: List[int] = []
     try:
-        with _sigterm_as_interrupt(signalled):
+        with _sigterm_as_interrupt(signalled), _one_line_warnings(args.command):
             if hasattr(args, "device"):  # "auto" -> None: the commands' automatic choice
                 args.device = check_device(args.device)
             status = int(args._run(args) or 0)

@@ -371,8 +371,13 @@ def roc_curves(rows: Sequence[Dict[str, Any]], thresholds: Dict[str, Dict[str, f
     return out
 
 
-def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """The calibration file's content (with its ``content_hash``)."""
+def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]],
+                         scored_by: Optional[str] = None) -> Dict[str, Any]:
+    """The calibration file's content (with its ``content_hash``).
+
+    ``scored_by``: the geocon_torch version that scored ``rows`` (a refit's source document's
+    ``version``); None: this one. ``version`` names the version of the scores, so a refit of
+    another version's scores keeps it and adds ``refit_by`` (the running version)."""
     th = fit_thresholds(rows, plan.target_false_pass, plan.min_severity, plan.fixed_bounds)
     plan_d = asdict(plan)
     doc: Dict[str, Any] = {
@@ -389,6 +394,8 @@ def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]]) -> D
         "settings": plan.all_settings(),
         "clips": rows,
     }
+    if scored_by is not None and scored_by != __version__:
+        doc.update(version=scored_by, refit_by=__version__)
     doc["content_hash"] = calibration_hash(doc)
     return doc
 
@@ -427,14 +434,16 @@ def plot_roc(curves: Dict[str, Dict[str, Any]], thresholds: Dict[str, Dict[str, 
 
 def run_calibration(plan: CalibrationPlan, outdir: Path,
                     progress: Optional[Callable[[str], None]] = None,
-                    rows: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
-    """Score the plan (or take its already scored ``rows``), write OUTDIR/calibration.json and
+                    rows: Optional[List[Dict[str, Any]]] = None,
+                    scored_by: Optional[str] = None) -> Dict[str, Any]:
+    """Score the plan (or take its already scored ``rows``, scored by geocon_torch
+    ``scored_by``: :func:`calibration_document`), write OUTDIR/calibration.json and
     the ROC plots; returns the document (plus "plots": the written plot paths, not part of the
     file). calibration.json and roc.json are each written atomically (complete or as before)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = score_plan(plan, progress) if rows is None else list(rows)
-    doc = calibration_document(plan, rows)
+    doc = calibration_document(plan, rows, scored_by)
     atomic_write_text(outdir / "calibration.json", json.dumps(doc, indent=1, allow_nan=False))
     curves = roc_curves(rows, doc["thresholds"], plan.min_severity)
     atomic_write_text(outdir / "roc.json", json.dumps(curves, allow_nan=False))
@@ -445,9 +454,12 @@ def run_calibration(plan: CalibrationPlan, outdir: Path,
 def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: float
                ) -> Tuple[CalibrationPlan, List[Dict[str, Any]]]:
     """The plan of an earlier calibration document ``doc`` with a new target false-pass rate
-    and minimum severity, and its scored clips: refitting the bounds needs no rescoring (the
-    scores depend on the plan's clips and scoring config only, which ``score_config_hash``
-    records).
+    and minimum severity, and its scored clips: refitting the bounds needs no rescoring. The
+    scores depend on the plan's clips and scoring config, which ``score_config_hash`` records
+    (another one is refused), and on the geocon_torch version that scored them (``doc``'s
+    ``version``, :func:`scores_version`): a release may move them, so clips scored by another
+    version keep their numbers in a refit (pass the version on to :func:`run_calibration`,
+    whose document then records it) where scoring the plan again would give this version's.
 
     Raises:
         InputError: ``doc`` is not a calibration document with its plan and clips.
@@ -465,6 +477,14 @@ def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: floa
     return plan, rows
 
 
+def scores_version(doc: Dict[str, Any]) -> str:
+    """The geocon_torch version that scored the clips of calibration document ``doc`` (its
+    ``version``; "unknown" when it records none)."""
+    version = doc.get("version")
+    return str(version) if version else "unknown"
+
+
 __all__ = ["BACKGROUND_CORRUPTIONS", "GATE_RULE", "CalibrationPlan", "scene_clips", "score_plan",
            "calibration_row", "fit_regime", "fit_thresholds", "verdict", "row_checks", "evaluate",
-           "roc_curves", "calibration_document", "plot_roc", "refit_plan", "run_calibration"]
+           "roc_curves", "calibration_document", "plot_roc", "refit_plan", "scores_version",
+           "run_calibration"]

@@ -13,8 +13,14 @@ A leaderboard scored without a server runs one job per node, each into its own S
   spelling changes no statistic), ``true`` and ``1`` are not. A scored result
   (status ok / not_applicable) replaces an ``error`` row of OUT (as ``--retry-errors`` does in
   one store: a node's retried clip reaches OUT), listed in ``updates``; a shard's error row
-  never replaces a result, nor another error row. Two *different* scored results are a
-  conflict: OUT keeps its row and the conflict lists every differing field with both values;
+  never replaces a result, nor another error row. A scored result of the running
+  geocon_torch version replaces a scored result of another version (``version``: a node's
+  ``geocon bench --rescore-versions`` reaches OUT after an upgrade), listed in ``updates``
+  with every differing field. Two *different* scored results otherwise are a conflict: OUT
+  keeps its row and the conflict lists every differing field with both values; when their
+  versions differ (a shard still holding an older version's row, or two older versions) the
+  conflict's ``hint`` names the store(s) to re-score (``geocon bench MANIFEST --db STORE
+  --rescore-versions``, then merge again);
 * a ``clips`` row is keyed by (clip_id, config hash): copied when new; a conflict when OUT's
   row points at other bytes. Rows pointing at the same bytes are compared field by field
   (generator, prompt_category, prompt, seed, scene, path, the manifest entry, ...; not
@@ -37,8 +43,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .._version import __version__
 from ..errors import InputError
 from ..result import migrate_result
 from .store import CLIP_FIELDS, ResultStore, is_server_url, open_readable
@@ -60,6 +67,8 @@ class MergeReport:
     results_added: int = 0
     results_same: int = 0
     results_replaced: int = 0  # OUT's error rows replaced by a shard's scored result
+    #: OUT's scored rows of another version replaced by a shard's row of the running version
+    results_upgraded: int = 0
     results_errors_skipped: int = 0  # a shard's error rows where OUT holds another row
     clips_added: int = 0
     clips_same: int = 0
@@ -187,39 +196,75 @@ def _flush(dest: ResultStore, table: str, added: List[Dict[str, Any]],
             rows.clear()
 
 
+#: what :func:`_merge_results` knows of a row of OUT: (digest, status, reason, version)
+Seen = Tuple[str, str, Any, Any]
+
+
+def version_hint(kept: Tuple[str, Any], other: Tuple[str, Any]) -> Optional[str]:
+    """How to resolve a conflict between two scored results of different geocon_torch
+    versions, each given as (store name, version): re-score the store(s) whose row is not of
+    the running version; None when the versions are the same."""
+    if kept[1] == other[1]:
+        return None
+    stale = [name for name, version in (kept, other) if version != __version__]
+    how = " and ".join(f"geocon bench MANIFEST --db {name} --rescore-versions" for name in stale)
+    return (f"rows of different geocon_torch versions ({kept[1]} in {kept[0]}, {other[1]} in "
+            f"{other[0]}; this is {__version__}): re-score with {how}, then merge again")
+
+
+def _replacement(have: Seen, row: Dict[str, Any]) -> Optional[str]:
+    """Why the shard's ``row`` replaces OUT's row ``have`` of the same key and another
+    digest: "error" (OUT's error row, a scored result), "version" (OUT's scored row of another
+    version, a scored row of the running version), or None (kept: module doc)."""
+    if row["status"] == "error":
+        return None
+    if have[1] == "error":
+        return "error"
+    return "version" if row["version"] == __version__ != have[3] else None
+
+
 def _merge_results(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str, Any]],
-                   seen: Dict[ResultKey, Tuple[str, str, Any]], report: MergeReport) -> None:
+                   seen: Dict[ResultKey, Seen], report: MergeReport) -> None:
     """Copy the results ``shard_rows`` of the shard named ``shard`` into ``dest`` (module doc);
-    ``seen`` maps every key of ``dest`` to (digest, status, reason) and follows the writes."""
+    ``seen`` maps every key of ``dest`` to (digest, status, reason, version) and follows the
+    writes."""
     added: List[Dict[str, Any]] = []
     replaced: List[Dict[str, Any]] = []
     for row in shard_rows:
         key = (row["content_hash"], row["config_hash"])
         digest = _digest(row["result_json"])
         have = seen.get(key)
+        why = None if have is None or have[0] == digest else _replacement(have, row)
         if have is None:
             added.append(row)
             report.results_added += 1
         elif have[0] == digest:
             report.results_same += 1
-        elif have[1] == "error" and row["status"] != "error":
+        elif why is not None:
             replaced.append(row)
-            report.results_replaced += 1
+            if why == "error":
+                report.results_replaced += 1
+                diffs = {"status": [have[1], row["status"]], "reason": [have[2], row["reason"]]}
+            else:
+                report.results_upgraded += 1
+                diffs = differences(dest.stored_result_json(*key), row["result_json"])
             report.updates.append({
                 "table": "results", "content_hash": key[0], "config_hash": key[1],
-                "from": shard, "differences": {"status": [have[1], row["status"]],
-                                                    "reason": [have[2], row["reason"]]}})
+                "from": shard, "differences": diffs})
         elif row["status"] == "error":
             report.results_errors_skipped += 1
             continue
         else:
             kept = dest.stored_result_json(*key)
-            report.conflicts.append({
-                "table": "results", "content_hash": key[0], "config_hash": key[1],
-                "kept_from": dest.name, "other_from": shard,
-                "differences": differences(kept, row["result_json"])})
+            conflict = {"table": "results", "content_hash": key[0], "config_hash": key[1],
+                        "kept_from": dest.name, "other_from": shard,
+                        "differences": differences(kept, row["result_json"])}
+            hint = version_hint((dest.name, have[3]), (shard, row["version"]))
+            if hint:
+                conflict["hint"] = hint
+            report.conflicts.append(conflict)
             continue
-        seen[key] = (digest, row["status"], row["reason"])
+        seen[key] = (digest, row["status"], row["reason"], row["version"])
         _flush(dest, "results", added, replaced)
     _flush(dest, "results", added, replaced, force=True)
 
@@ -275,8 +320,9 @@ def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]], *,
 
     Returns:
         a :class:`MergeReport` (rows added / already there / replaced per table, conflicts
-        with both values); only an error result (by a scored one) and a clip row (by a newer
-        one of the same bytes) in ``out`` are ever overwritten, each listed in ``updates``.
+        with both values); only an error result (by a scored one), a scored result of another
+        geocon_torch version (by one of the running version) and a clip row (by a newer one
+        of the same bytes) in ``out`` are ever overwritten, each listed in ``updates``.
     """
     if not (isinstance(clock_skew_s, (int, float)) and 0 <= clock_skew_s < float("inf")):
         raise InputError(f"clock_skew_s must be a finite number of seconds >= 0, "
@@ -287,7 +333,7 @@ def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]], *,
         with ResultStore(out) as dest:
             report = MergeReport(out=dest.name, shards=[s.name for s in stores])
             seen = {(r["content_hash"], r["config_hash"]):
-                    (_digest(r["result_json"]), r["status"], r["reason"])
+                    (_digest(r["result_json"]), r["status"], r["reason"], r["version"])
                     for r in dest.raw_results()}
             clips = {(c["clip_id"], c["config_hash"]): c for c in dest.raw_clips()}
             for shard in stores:

@@ -10,9 +10,12 @@ rule included: a clip whose row records it frozen (``result["motion"]``; for "ep
 chosen nor rejected; rows of a store written before the field keep their fold (a still clip
 then folds to ~1.0: rescore such a store with a new ``--db`` to get the rule). The manifest's
 rows are read under the kind's config hash, which a package upgrade keeps: when they record
-several geocon_torch versions, :func:`preference_pairs` warns (UserWarning naming the
-versions: :func:`~.stats.warn_mixed_versions`), since a pair may then compare clips scored by
-different releases (``geocon bench --rescore-versions`` re-scores the older rows).
+several geocon_torch versions, or one that is not the running one, :func:`preference_pairs`
+warns (UserWarning naming the versions: :func:`~.stats.warn_mixed_versions`), since a pair may
+then compare clips scored by different releases; ``preference_pairs(...,
+rescore_versions=True)`` (``geocon pairs --rescore-versions``) re-scores the older rows of the
+kind's config in place (``geocon bench`` scores another config unless given the kind's
+preset).
 
 One record per prompt (in the order prompts first appear in the manifest):
 
@@ -41,7 +44,7 @@ from ..presets import PRESETS, preset_for_kind
 from ..rewards import ClipReward, reward_from_result
 from .manifest import ManifestEntry, check_unique_ids, load_manifest
 from .runner import RunSummary, run_manifest
-from .stats import warn_mixed_versions
+from .stats import rescore_advice, warn_mixed_versions
 from .store import ResultStore
 
 #: reward kind -> the preset it is scored with (from the preset table)
@@ -115,7 +118,8 @@ def preference_records(entries: Sequence[ManifestEntry], results: Mapping[str, M
 def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Union[str, Path],
                      *, kind: str = "epipolar-dpo", config: ConfigLike = None,
                      min_margin: float = 0.0, device: Optional[str] = None,
-                     progress: bool = False) -> Tuple[List[Dict[str, Any]], RunSummary]:
+                     progress: bool = False, rescore_versions: bool = False
+                     ) -> Tuple[List[Dict[str, Any]], RunSummary]:
     """Score the manifest into ``db`` (resumable) and build one record per prompt.
 
     Args:
@@ -128,6 +132,9 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
         min_margin: prompts whose best - worst reward is below it are skipped (a tie, margin
             0, is always skipped: no preference).
         device, progress: as :func:`run_manifest`.
+        rescore_versions: as :func:`run_manifest`: re-score (in place) the manifest's stored
+            ok / not_applicable rows of the kind's config that another geocon_torch version
+            wrote, before the pairs are built.
     Returns:
         (records (module docstring), the run's :class:`RunSummary`).
     """
@@ -141,11 +148,12 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
                          f"entries, none scored)")
     cfg = kind_config(config, kind)
     summary = run_manifest(entries, db, config=cfg, device=device, progress=progress,
-                           distributed=False)
+                           distributed=False, rescore_versions=rescore_versions)
+    cfg_hash = pinned_config(cfg, device).config_hash()
     with ResultStore(db) as store:
-        rows = store.rows(pinned_config(cfg, device).config_hash())
+        rows = store.rows(cfg_hash)
     ids = {e.clip_id for e in entries}
     rows = [row for row in rows if row["clip_id"] in ids]
-    warn_mixed_versions(rows)
+    warn_mixed_versions(rows, stacklevel=3, how=rescore_advice("pairs", cfg_hash, kind))
     results = {row["clip_id"]: row["result"] for row in rows}
     return preference_records(entries, results, kind, cfg, min_margin), summary

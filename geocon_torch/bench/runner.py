@@ -9,9 +9,11 @@ scorer raises is stored with ``status: "error"`` and the exception as ``reason``
 on (``retry_errors=True`` recomputes those rows). The config hash leaves the package version
 out (it names the protocol, so a release keeps every row): ``rescore_versions=True`` recomputes
 the scored rows (ok and not_applicable) that record another version than the running
-``geocon_torch.__version__``, in place. A misconfigured optional model (a missing or
-corrupt checkpoint, a package that is not importable) is no clip's error: with the default
-scorer the run raises it before any clip is read and stores nothing.
+``geocon_torch.__version__``, in place (:class:`RunSummary` counts the kept scored rows by the
+version they record, and the replaced ones, so a run can name rows of an older release). A
+misconfigured optional model (a missing or corrupt checkpoint, a package that is not
+importable) is no clip's error: with the default scorer the run raises it before any clip is
+read and stores nothing.
 
 Batches: a rank gathers its next ``batch_clips`` clips that the store lacks and scores them with
 one ``score_fn.batch`` call (:class:`PipelineScorer`: one
@@ -179,6 +181,11 @@ class RunSummary:
     config_hash: Optional[str] = None  # the (pinned) config hash the rows are stored under
     requeued: int = 0  # clips put back after the dynamic job was reaped while it stalled
     missing: List[str] = field(default_factory=list)  # manifest clips with no row at the end
+    #: the ok / not_applicable rows kept (skipped / linked), by the package version they record
+    skipped_versions: Dict[str, int] = field(default_factory=dict)
+    linked_versions: Dict[str, int] = field(default_factory=dict)
+    #: rows of another package version replaced under ``rescore_versions``, by that version
+    rescored_versions: Dict[str, int] = field(default_factory=dict)
 
     def makespan_s(self) -> float:
         """Wall-clock seconds from the first rank's start to the last rank's end."""
@@ -205,10 +212,51 @@ class RunSummary:
         out.rank_elapsed_s = self.rank_elapsed_s + other.rank_elapsed_s
         out.rank_busy_s = self.rank_busy_s + other.rank_busy_s
         out.rank_window = self.rank_window + other.rank_window
+        for k in ("skipped_versions", "linked_versions", "rescored_versions"):
+            setattr(out, k, _add_counts(getattr(self, k), getattr(other, k)))
         return out
+
+    @property
+    def kept_versions(self) -> Dict[str, int]:
+        """The scored rows this run kept, skipped or linked, by the version they record."""
+        return _add_counts(self.skipped_versions, self.linked_versions)
+
+    @property
+    def rescored(self) -> int:
+        """Rows of another package version this run re-scored in place (``rescore_versions``;
+        counted in :attr:`computed` too)."""
+        return sum(self.rescored_versions.values())
+
+    def rescored_note(self) -> str:
+        """``", 1 re-scored (replaced rows of 0.1.0)"`` (several versions: ``"... of 0.1.0
+        (3), 0.2.0 (1))"``), or "" when the run re-scored no row: for a summary line."""
+        if not self.rescored_versions:
+            return ""
+        old = self.rescored_versions
+        listed = (next(iter(old)) if len(old) == 1
+                  else ", ".join(f"{v} ({n})" for v, n in sorted(old.items())))
+        return f", {self.rescored} re-scored (replaced rows of {listed})"
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+def _add_counts(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, int]:
+    """The per-key sum of two count dicts, keys sorted."""
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted({*a, *b})}
+
+
+def kept_versions_note(counts: Dict[str, int]) -> str:
+    """For a summary line after "N already stored": ``" (4 by geocon_torch 0.1.0, this is
+    0.2.1: --rescore-versions re-scores them)"`` naming the kept rows (``counts``: package
+    version -> rows, :attr:`RunSummary.skipped_versions`) of versions other than the running
+    ``__version__``; "" when every kept row records the running one."""
+    old = {v: n for v, n in sorted(counts.items()) if v != __version__ and n}
+    if not old:
+        return ""
+    listed = ", ".join(f"{n} by {'geocon_torch ' if i == 0 else ''}{v}"
+                       for i, (v, n) in enumerate(old.items()))
+    return f" ({listed}, this is {__version__}: --rescore-versions re-scores them)"
 
 
 class IncompleteRunError(StoreError):
@@ -322,7 +370,9 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             scored.
         rescore_versions: recompute (and replace) the stored ok / not_applicable rows whose
             result records a ``version`` other than the running ``geocon_torch.__version__``
-            (rows of an older release: the config hash does not change with the package).
+            (rows of an older release: the config hash does not change with the package);
+            ``RunSummary.rescored_versions`` counts them by version, ``skipped_versions`` /
+            ``linked_versions`` the rows kept.
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
@@ -439,6 +489,7 @@ class _Todo:
     replace: bool  # a stored row is recomputed (retry_errors, rescore_versions)
     also: List[Any]  # the work row's "done" statement, committed with the result
     work: Optional[WorkQueue] = None  # the rank's work queue (dynamic), told once it is stored
+    rescores: Optional[str] = None  # the version of the scored row rescore_versions replaces
 
 
 def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
@@ -671,11 +722,16 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     :class:`_Todo` that scores it."""
     cfg_hash = job.cfg_hash
     done = [work.done_statement(entry.clip_id)] if work is not None else []
-    status, again = _stored_status(store, key, job)
+    status, version, again = _stored_status(store, key, job)
     if status is None or again:
-        return _Todo(entry, key, unreadable, status is not None, done, work)
+        rescores = version if again and status != "error" else None
+        return _Todo(entry, key, unreadable, status is not None, done, work, rescores=rescores)
     link = store.clip_link(entry.clip_id, cfg_hash)
-    if link is not None and link[0] == key:
+    kept = link is not None and link[0] == key
+    if status != "error":  # the scored rows kept, by version (the summary names older ones)
+        counts = summary.skipped_versions if kept else summary.linked_versions
+        counts[version] = counts.get(version, 0) + 1
+    if kept:
         summary.skipped += 1
         row = _clip_row(entry)
         if link[1] != entry_json(row["entry"]):
@@ -690,21 +746,21 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     return None
 
 
-def _stored_status(store: ResultStore, key: str, job: _Job) -> Tuple[Optional[str], bool]:
+def _stored_status(store: ResultStore, key: str, job: _Job
+                   ) -> Tuple[Optional[str], str, bool]:
     """(status of the row stored under (``key``, the run's config), None when there is none;
-    whether to score it again: an error row under ``retry_errors``, an ok / not_applicable row
-    recording another package version than the running one under ``rescore_versions``)."""
-    if not job.rescore_versions:
-        status = store.status_of(key, job.cfg_hash)
-        return status, job.retry_errors and status == "error"
+    the package version it records, "unknown" when none; whether to score it again: an error
+    row under ``retry_errors``, an ok / not_applicable row recording another package version
+    than the running one under ``rescore_versions``). One query, whatever the options."""
     row = store._one("SELECT status, version FROM results WHERE content_hash=? AND "
                      "config_hash=?", (key, job.cfg_hash))
     if row is None:
-        return None, False
+        return None, "unknown", False
     status, version = row
+    label = str(version or "unknown")
     if status == "error":
-        return status, job.retry_errors
-    return status, version != __version__
+        return status, label, job.retry_errors
+    return status, label, job.rescore_versions and version != __version__
 
 
 def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,
@@ -717,6 +773,8 @@ def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,
         t.work.settle(t.entry.clip_id)
     st = result["status"]
     setattr(summary, st, getattr(summary, st) + 1)
+    if t.rescores is not None:
+        summary.rescored_versions[t.rescores] = summary.rescored_versions.get(t.rescores, 0) + 1
     if st == "error":
         summary.errors.append(f"{t.entry.clip_id}: {result.get('reason')}")
 

@@ -3,7 +3,8 @@
 Rows are the joined rows of :func:`geocon_torch.bench.load_results` (clip metadata + result)
 of ONE configuration (rows of several config hashes are an InputError naming them: load with
 ``config_hash=``; rows of several package versions under one config hash, kept across an
-upgrade, are pooled with a UserWarning naming the versions: :func:`warn_mixed_versions`);
+upgrade, are pooled with a UserWarning naming the versions, and rows of one older version get a
+softer one naming the running version: :func:`warn_mixed_versions`);
 metrics are the flat columns of :func:`geocon_torch.bench.flatten_row`
 ("ir", "ge_px", "adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a
 finite metric enter a statistic; everything reports how many clips and scenes it used.
@@ -19,6 +20,7 @@ replicates are computed as one (B, S) array (in blocks bounded in memory), never
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .._checks import retired_name
+from .._version import __version__
 from ..categories import expected_regime
 from .manifest import RETIRED_COLUMNS, scene_key
 from .store import flatten_row
@@ -122,28 +125,99 @@ def version_counts(rows: Iterable[Dict[str, Any]]) -> Dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: int = 3
-                        ) -> Dict[str, int]:
-    """Warn (UserWarning) when the scored rows record more than one geocon_torch version.
+def rescore_advice(source: str = "rows", config_hash: Optional[str] = None,
+                   kind: Optional[str] = None) -> str:
+    """How to re-score rows of another geocon_torch version with the installed one, for a
+    warning (commands in backticks), by where the rows come from:
+
+    * ``"store"``: ``geocon bench MANIFEST --db DB --rescore-versions`` with the preset /
+      config the rows were scored with (``run_manifest(..., rescore_versions=True)``);
+    * ``"pairs"``: ``geocon pairs MANIFEST --db DB --kind KIND --rescore-versions`` with the
+      run's configuration options (``preference_pairs(..., rescore_versions=True)``): the
+      rows are those of the kind's preset, which ``geocon bench`` does not score by default;
+    * ``"jsonl"``: results files of ``geocon score --json`` (no store): score the clips again
+      with ``geocon score ... --json``;
+    * ``"rows"``: rows of an unknown source: the store's advice, then the results files'.
+
+    ``config_hash`` (the rows' one) is named when given; ``kind`` is the reward kind of
+    ``"pairs"``.
+    """
+    cfg = f" (config {config_hash})" if config_hash else ""
+    bench = ("`geocon bench MANIFEST --db DB --rescore-versions` with the --preset / --config / "
+             f"size options these rows were scored with{cfg} "
+             "(`run_manifest(..., rescore_versions=True)`)")
+    score = ("score the clips again with `geocon score CLIP... --json` and the --preset / "
+             f"--config / size options they were scored with{cfg}")
+    if source == "store":
+        return bench
+    if source == "pairs":
+        return (f"`geocon pairs MANIFEST --db DB --kind {kind or 'KIND'} --rescore-versions` "
+                f"with the --config / --long-side / --max-frames / --stride of this run{cfg} "
+                "(`preference_pairs(..., rescore_versions=True)`)")
+    if source == "jsonl":
+        return score
+    if source == "rows":
+        return f"{bench} for the rows of a store; for results files of geocon score --json, {score}"
+    raise InputError(f"rescore_advice: source must be store, pairs, jsonl or rows, got "
+                     f"{source!r}")
+
+
+def _outside_level() -> int:
+    """The ``warnings.warn`` stacklevel, counted from the function that calls this one
+    (level 1), of the first frame outside this module: the caller of the public statistic
+    that led there, however deep the helpers in between."""
+    frame = sys._getframe(2)  # the caller of the function that called this one: level 2
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: Optional[int] = None,
+                        how: Optional[str] = None) -> Dict[str, int]:
+    """Warn (UserWarning) when the scored rows record more than one geocon_torch version, or
+    (a softer text) one version that is not the running ``geocon_torch.__version__``.
 
     The config hash names the protocol, not the package, so a store keeps the rows of an older
     release after an upgrade and new clips get rows of the new one: a statistic over both may
-    pool different numbers for the same clip. This warns rather than raises (an upgrade that
-    changed no number must not break the statistics), naming each version with its number of
-    clips and the way to re-score the older rows (``geocon bench MANIFEST --db DB
-    --rescore-versions``, ``run_manifest(..., rescore_versions=True)``).
+    pool different numbers for the same clip, and one over the old rows only ranks with the
+    old release's numbers. This warns rather than raises (an upgrade that changed no number
+    must not break the statistics), naming each version with its number of clips, the running
+    version and the way to re-score the older rows (``how``, naming the rows' config hash when
+    they have one). Rows that record no version (hand-made rows: "unknown") warn only beside
+    another version.
+
+    Args:
+        rows: joined or flat rows (:func:`version_counts`).
+        stacklevel: as ``warnings.warn``'s, counted from this function (2: its caller); None:
+            the first caller outside this module (the caller of the public statistic).
+        how: the command that re-scores these rows (:func:`rescore_advice`; default its
+            advice for rows of an unknown source).
 
     Returns:
         :func:`version_counts` of ``rows``.
     """
+    rows = list(rows)
     counts = version_counts(rows)
-    if len(counts) > 1:
+    alone = next(iter(counts)) if len(counts) == 1 else None
+    if len(counts) < 2 and alone in (None, __version__, "unknown"):
+        return counts
+    hashes = {str(r["config_hash"]) for r in rows if r.get("config_hash") is not None}
+    cfg = next(iter(hashes)) if len(hashes) == 1 else None
+    how = how or rescore_advice("rows", cfg)
+    level = _outside_level() if stacklevel is None else stacklevel
+    if alone is not None:
+        n = counts[alone]
+        text = (f"the rows hold results of geocon_torch {alone} ({n} clip{'s' if n != 1 else ''}"
+                f"), and this is {__version__}: a release keeps the config hash, so their "
+                f"numbers may differ from those this version gives; to re-score them with it: "
+                f"{how}")
+    else:
         listed = ", ".join(f"{v}: {n} clip{'s' if n != 1 else ''}" for v, n in counts.items())
-        warnings.warn(
-            f"the rows hold results of {len(counts)} geocon_torch versions ({listed}) under one "
-            "config hash, which a release keeps: their numbers may differ; re-score the rows "
-            "of the other versions with geocon bench MANIFEST --db DB --rescore-versions "
-            "(run_manifest(..., rescore_versions=True))", UserWarning, stacklevel=stacklevel)
+        text = (f"the rows hold results of {len(counts)} geocon_torch versions ({listed}) under "
+                f"one config hash, which a release keeps: their numbers may differ; this is "
+                f"{__version__}: re-score the rows of the other versions with {how}")
+    warnings.warn(text, UserWarning, stacklevel=level)
     return counts
 
 
@@ -168,7 +242,7 @@ def _flat(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
                          "statistic never pools configurations; pass the rows of one, e.g. "
                          "load_results(db, config_hash=...)")
     # once per statistic: rows a calling statistic flattened here were counted there
-    warn_mixed_versions(fresh, stacklevel=4)
+    warn_mixed_versions(fresh)
     return flat
 
 

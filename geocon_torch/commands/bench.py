@@ -22,9 +22,13 @@ Rows are keyed by (content hash of the video, config hash): a run killed at any 
 without recomputing or duplicating a clip; identical files under two clip ids are scored once.
 A clip that fails is stored with status "error" and its reason and the run goes on
 (--retry-errors recomputes those). The config hash names the protocol, not the package version,
-so rows scored by an older geocon_torch are kept after an upgrade (statistics and preference
-pairs warn when they pool several versions): --rescore-versions recomputes the ok /
-not_applicable rows whose result records another version than this one, in place.
+so rows scored by an older geocon_torch are kept after an upgrade: the summary line names the
+kept rows that another version scored (e.g. "4 already stored (4 by geocon_torch 0.1.0, this
+is 0.2.1: --rescore-versions re-scores them)"), and statistics, reports and preference pairs
+warn about them. --rescore-versions recomputes the ok / not_applicable rows whose result
+records another version than this one, in place (e.g. "1 re-scored (replaced rows of 0.1.0)");
+give it the --preset / --config / size options the rows were scored with (for the rows of
+geocon pairs: geocon pairs ... --rescore-versions).
 
 --db is a SQLite file (the embedded default) or a PostgreSQL server: a postgresql:// URL or a
 libpq key=value string (service=NAME, host=... dbname=... sslmode=...); the password comes
@@ -54,7 +58,7 @@ from typing import List, Optional
 
 from ..bench import ResultStore, is_server_url, load_manifest, run_manifest
 from ..bench.pg_store import mask_url
-from ..bench.runner import ASSIGNMENTS, IncompleteRunError
+from ..bench.runner import ASSIGNMENTS, IncompleteRunError, kept_versions_note
 from ..bench.store import open_readable
 from ..errors import InputError
 from ..pipeline import pinned_config
@@ -90,7 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rescore-versions", action="store_true",
                    help="recompute clips whose stored ok / not_applicable row was written by "
                         "another geocon_torch version than this one (an upgrade keeps the "
-                        "config hash); the row is replaced")
+                        "config hash); the row is replaced; the summary counts them by the "
+                        "version they recorded")
     p.add_argument("--export-csv", metavar="OUT", type=cli_path,
                    help="after the run, write the flat table")
     p.add_argument("--export-parquet", metavar="OUT", type=cli_path,
@@ -130,8 +135,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print(f"geocon bench: {summary.total} clips on {summary.world_size} rank(s): "
               f"{summary.computed} scored ({summary.ok} ok, {summary.not_applicable} not "
-              f"applicable, {summary.error} error), {summary.skipped} already stored, "
-              f"{summary.linked} linked to identical files; {summary.elapsed_s:.1f} s "
+              f"applicable, {summary.error} error){summary.rescored_note()}, "
+              f"{summary.skipped} already stored{kept_versions_note(summary.skipped_versions)}"
+              f", {summary.linked} linked to identical files"
+              f"{kept_versions_note(summary.linked_versions)}; {summary.elapsed_s:.1f} s "
               f"({summary.assign} assignment, store {mask_url(str(args.db))})")
         for line in summary.errors[:20]:
             print(f"  error {line}", file=sys.stderr)

@@ -28,8 +28,9 @@ import sys
 from pathlib import Path
 
 from .._json import read_json_file
+from .._version import __version__
 from ..bench.calibration import (BACKGROUND_CORRUPTIONS, CalibrationPlan, refit_plan,
-                                  run_calibration)
+                                  run_calibration, scores_version)
 from ..categories import canonical_category
 from ..config import CHECKPOINT_BACKENDS, FEATURE_BACKEND_CHOICES
 from ..errors import GeoConError
@@ -115,7 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--refit", metavar="CALIBRATION_JSON", default=None, type=cli_path,
                         help="refit the bounds from the scored clips of an earlier calibration "
                              "(its plan; --target-false-pass / --min-severity apply), no "
-                             "rescoring")
+                             "rescoring: clips scored by another geocon_torch version keep "
+                             "their numbers (a warning; the file records their version and "
+                             "refit_by)")
     parser.add_argument("--setting", action="append", default=[], type=_setting,
                         metavar="WxHxT[:lbN][:rateR][:seedsA-B]",
                         help="a further render of every scene (repeatable): working size WxH, "
@@ -158,20 +161,33 @@ def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
                            min_severity=args.min_severity, categories=cats)
 
 
+def _refit_warning(source: Path, scored_by: str) -> None:
+    """One line on stderr when the clips of ``--refit``'s file were scored by another
+    geocon_torch version than this one (their numbers, kept by the refit, may differ)."""
+    if scored_by != __version__:
+        print(f"geocon calibrate: warning: the clips of {source} were scored by geocon_torch "
+              f"{scored_by}, this is {__version__}: the refit keeps their scores (its "
+              f"calibration.json records version {scored_by}, refit_by {__version__}); drop "
+              f"--refit to score them again", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     check_output_dir(args.outdir, "OUTDIR")  # before any clip is rendered
-    rows = None
+    rows, scored_by = None, None
     try:
         if args.refit:
-            plan, rows = refit_plan(read_json_file(args.refit, "calibration file"),
-                                    args.target_false_pass, args.min_severity)
+            source = read_json_file(args.refit, "calibration file")
+            plan, rows = refit_plan(source, args.target_false_pass, args.min_severity)
+            scored_by = scores_version(source)
         else:
             plan = plan_from_args(args)
     except (argparse.ArgumentTypeError, GeoConError) as exc:
         print(f"geocon calibrate: error: {exc}", file=sys.stderr)
         return 2
+    if scored_by is not None:
+        _refit_warning(args.refit, scored_by)
     doc = run_calibration(plan, args.outdir, progress=lambda s: print(s, file=sys.stderr),
-                          rows=rows)
+                          rows=rows, scored_by=scored_by)
     print(f"wrote {Path(args.outdir) / 'calibration.json'} (hash {doc['content_hash']}) "
           f"{' '.join(doc['plots'])}")
     for regime, th in doc["thresholds"].items():

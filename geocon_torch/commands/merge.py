@@ -6,17 +6,21 @@ Examples:
 
 OUT and every SHARD are SQLite files or PostgreSQL URLs (OUT is created if missing). Rows are
 deduplicated by (content hash, config hash) for results and (clip_id, config hash) for clip
-rows. A scored result replaces an error row (a node's --retry-errors fix reaches OUT); a clip
-row with other metadata (generator, prompt_category, seed, the manifest entry, ...) for the
-same bytes is replaced by the one written last (a node's manifest fix reaches OUT); each
-replacement is printed. A key that two stores hold with DIFFERENT scored results (ignoring
+rows. A scored result replaces an error row (a node's --retry-errors fix reaches OUT); a
+scored result of the installed geocon_torch version replaces one of another version (after an
+upgrade, a node's geocon bench --rescore-versions reaches OUT); a clip row with other metadata
+(generator, prompt_category, seed, the manifest entry, ...) for the same bytes is replaced by
+the one written last (a node's manifest fix reaches OUT); each replacement is printed with
+what differs. A key that two stores hold with DIFFERENT scored results otherwise (ignoring
 timing_s, path and clip), a clip id pointing at other bytes, or clip rows that differ with the
 same write time (or, with --clock-skew SECONDS, written less than that far apart by the nodes'
 clocks) are a conflict: OUT keeps the row it had (or the earlier shard's), and every
 differing field is printed with both values (all of them with --conflicts FILE, one JSON object
-per line). Running the same merge again changes nothing. Exit status 0, or 1 when there were
-conflicts; 2 for a user error (a SHARD that is not a store, OUT among the shards, a --conflicts
-FILE that cannot be written).
+per line). A conflict between rows of two geocon_torch versions (a shard that still holds an
+older version's rows) names the store to re-score: geocon bench MANIFEST --db STORE
+--rescore-versions, then merge again. Running the same merge again changes nothing. Exit
+status 0, or 1 when there were conflicts; 2 for a user error (a SHARD that is not a store, OUT
+among the shards, a --conflicts FILE that cannot be written).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import argparse
 import json
 import sys
 
+from .._version import __version__
 from ..bench import merge_stores
 from ..io._atomic import atomic_output
 from ._common import check_output_file, cli_path, non_negative_float
@@ -56,7 +61,8 @@ def _key(c: dict) -> str:
 def _line(c: dict) -> str:
     diffs = "; ".join(f"{k}: {json.dumps(a)} vs {json.dumps(b)}"
                       for k, (a, b) in c["differences"].items())
-    return f"conflict {_key(c)}: kept {c['kept_from']} vs {c['other_from']}: {diffs}"
+    hint = f" -- {c['hint']}" if c.get("hint") else ""
+    return f"conflict {_key(c)}: kept {c['kept_from']} vs {c['other_from']}: {diffs}{hint}"
 
 
 def _update_line(u: dict) -> str:
@@ -71,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"geocon merge: {len(report.shards)} shard(s) into {report.out}: results "
           f"{report.results_added} added, {report.results_same} already there, "
           f"{report.results_replaced} error row(s) replaced by a scored result, "
+          f"{report.results_upgraded} row(s) of other versions replaced by rows of "
+          f"{__version__}, "
           f"{report.results_errors_skipped} shard error row(s) not copied; clips "
           f"{report.clips_added} added, {report.clips_same} already there, "
           f"{report.clips_updated} updated from newer rows, {report.clips_older} older "

@@ -12,6 +12,13 @@ recomputes nothing. The reward is geocon_torch.rewards.geometric_reward's fold o
 the WorldAtlas trio, background IR * exp(-GE / 3.5 px). A frozen (still) clip is unscored, as in the
 reward, when its stored row records the motion statistic (rows written since it is recorded).
 
+The rows are keyed by the config hash, which a geocon_torch upgrade keeps: rows an older version
+scored are used as stored, with a warning naming the versions (the summary line counts them);
+--rescore-versions re-scores them in place with this version (the --kind's config, with the same
+--config / --long-side / --max-frames / --stride as the run that stored them) before the pairs
+are built. (geocon bench --rescore-versions re-scores bench's config, not this one, unless given
+the --kind's --preset.)
+
 Output: one JSON line per prompt. {"status": "pair", "prompt", "chosen", "rejected",
 "chosen_reward", "rejected_reward", "margin", ...} or {"status": "skipped", "prompt",
 "reason", ...} when fewer than two clips of the prompt could be scored, their rewards tie (a
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 
 from ..bench.preferences import preference_pairs
+from ..bench.runner import kept_versions_note
 from ..rewards import KINDS
 from ._common import (build_config, check_output_file, cli_path, non_negative_float,
                       show_progress, write_jsonl)
@@ -46,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-margin", type=non_negative_float, default=0.0, metavar="X",
                    help="skip prompts whose best - worst reward is below X (default 0; "
                         "a tie is always skipped; a finite number >= 0)")
+    p.add_argument("--rescore-versions", action="store_true",
+                   help="re-score (in place) the manifest's stored ok / not_applicable rows of "
+                        "this --kind's config that another geocon_torch version wrote (an "
+                        "upgrade keeps the config hash) before building the pairs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("configuration")
     g.add_argument("--config", metavar="FILE", type=cli_path,
@@ -63,11 +75,13 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")  # before any clip is scored
     records, summary = preference_pairs(
         args.manifest, args.db, kind=args.kind, config=build_config(args),
-        min_margin=args.min_margin, device=args.device, progress=show_progress(args))
+        min_margin=args.min_margin, device=args.device, progress=show_progress(args),
+        rescore_versions=args.rescore_versions)
     write_jsonl(args.out, records)
     pairs = sum(r["status"] == "pair" for r in records)
     if args.out != "-":
         print(f"geocon pairs: {len(records)} prompt(s): {pairs} pair(s), "
-              f"{len(records) - pairs} skipped; {summary.computed} clip(s) scored, "
-              f"{summary.skipped + summary.linked} already stored; wrote {args.out}")
+              f"{len(records) - pairs} skipped; {summary.computed} clip(s) scored"
+              f"{summary.rescored_note()}, {summary.skipped + summary.linked} already stored"
+              f"{kept_versions_note(summary.kept_versions)}; wrote {args.out}")
     return 0

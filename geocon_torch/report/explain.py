@@ -1,7 +1,9 @@
 """``geocon explain``: a short plain-text account of one clip's verdict.
 
 Four parts, each from the stored result and, for the worst pair, from the same re-derived
-evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`):
+evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`), after a
+line naming the geocon_torch version that scored the result when it is not the running one
+(``Scored by geocon_torch 0.1.0 (this is 0.2.1).``: the evidence is re-derived by this one):
 
 1. the regime and why: gate method, its statistic against the H / F thresholds (hysteresis
    band), how a U was resolved;
@@ -21,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
+from .._version import __version__
 from ..config import GeoConConfig
 from ..errors import GeoConError, InputError
 from ..result import ClipResult
@@ -297,6 +300,9 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     cfg, note = _config(res)
     lines = [f"Clip {label(res.get('clip'))}: status {label(res.get('status'))}"
              + (f" ({res['reason']})" if res.get("reason") else "") + (f" {note}" if note else "")]
+    if res.get("version") != __version__:  # the stored numbers are another build's
+        lines.append(f"Scored by geocon_torch {label(res.get('version'))} "
+                     f"(this is {__version__}).")
     lines.append(score_line(res))
     lines += gate_lines(res.get("gate"), res.get("regime"))
     lines += threshold_lines(bg, res, cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._progress_bar import tqdm
+from .._version import __version__
 from ..bench import stats
 from ..bench.pg_store import mask_url
-from ..bench.store import config_counts, flatten_row, load_results
+from ..bench.store import _is_sqlite, config_counts, flatten_row, is_server_url, load_results
 from ..categories import expected_regime
 from ..errors import InputError
 from ..io._atomic import atomic_write_text
@@ -178,26 +180,55 @@ def _chosen_rows(source: Union[str, Path, List[Dict[str, Any]]], config_hash: Op
     return [r for r in rows if r.get("config_hash") == chosen], src_name, hashes, chosen
 
 
-def _versions_warning(flat: List[Dict[str, Any]]) -> List[str]:
-    """A visible warning when the shown rows were scored by more than one geocon_torch version
-    (the config hash names the protocol, not the package, so a store keeps an older release's
-    rows after an upgrade), naming each version with its number of scored clips
-    (:func:`~geocon_torch.bench.stats.version_counts`); nothing otherwise."""
+def _source_kind(source: Union[str, Path, List[Dict[str, Any]]]) -> str:
+    """Where the rows come from, for :func:`~geocon_torch.bench.stats.rescore_advice`: "store"
+    (a SQLite file or a server), "jsonl" (results files of ``geocon score --json``) or "rows"
+    (rows given in code)."""
+    if isinstance(source, list):
+        return "rows"
+    if is_server_url(source) or _is_sqlite(Path(source)):
+        return "store"
+    return "jsonl"
+
+
+def _versions_warning(flat: List[Dict[str, Any]], source: str = "rows",
+                      config_hash: Optional[str] = None) -> List[str]:
+    """A visible warning when the shown scored rows were not all scored by the installed
+    geocon_torch (the config hash names the protocol, not the package, so a store keeps an
+    older release's rows after an upgrade): rows of more than one version, or of one version
+    that is not the installed one (rows that record none, "unknown", only beside another),
+    naming each version with its number of scored clips
+    (:func:`~geocon_torch.bench.stats.version_counts`), the installed version and how to
+    re-score them from this ``source`` (:func:`~geocon_torch.bench.stats.rescore_advice`);
+    nothing otherwise."""
     versions = stats.version_counts(flat)
-    if len(versions) < 2:
+    alone = next(iter(versions)) if len(versions) == 1 else None
+    if len(versions) < 2 and alone in (None, __version__, "unknown"):
         return []
     listed = "; ".join(f"{v} ({n} clip{'s' if n != 1 else ''})" for v, n in versions.items())
-    return [f"<p class='warn'><b>Warning: mixed package versions.</b> The scored clips of this "
-            f"config come from {len(versions)} geocon_torch versions: {html.escape(listed)}. "
-            "The config hash does not change with the package, so a store keeps an older "
-            "release's rows after an upgrade: numbers of different versions may not be "
-            "comparable. To re-score the clips of the other versions with the installed one, "
-            "run <code>geocon bench MANIFEST --db DB --rescore-versions</code> with the preset "
-            "/ config of these rows, then build the report again.</p>"]
+    how = re.sub(r"`([^`]*)`", r"<code>\1</code>",
+                 html.escape(stats.rescore_advice(source, config_hash)))
+    if alone is None:
+        found = (f"<b>Warning: mixed package versions.</b> The scored clips of this config come "
+                 f"from {len(versions)} geocon_torch versions: {html.escape(listed)}. The "
+                 f"installed one is {html.escape(__version__)}. ")
+        which = "numbers of different versions may not be comparable"
+        whose = "the clips of the other versions"
+    else:
+        found = (f"<b>Warning: rows of another package version.</b> The scored clips of this "
+                 f"config were all scored by geocon_torch {html.escape(listed)}. The installed "
+                 f"one is {html.escape(__version__)}. ")
+        which = "these numbers may differ from those the installed version gives"
+        whose = "these clips"
+    return [f"<p class='warn'>{found}The config hash does not change with the package, so a "
+            f"store keeps an older release's rows after an upgrade: {which}. To re-score "
+            f"{whose} with the installed one: {how}; then build the report again.</p>"]
 
 
-def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optional[str]) -> str:
-    """Source, config hash, package / schema versions, backends and bootstrap settings."""
+def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optional[str],
+                    source: str = "rows") -> str:
+    """Source, config hash, package / schema versions (and the installed one), backends and
+    bootstrap settings; the version box of :func:`_versions_warning` (``source``: its kind)."""
     flat = page.flat
     versions = Counter(label(r.get("version")) for r in flat)
     schemas = Counter(label(r.get("schema_version")) for r in flat)
@@ -207,11 +238,12 @@ def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optiona
             + (f" (other configs in the source: {', '.join(_f(h) for h in hashes if h != chosen)})"
                if len(hashes) > 1 else "") + "</p>",
             f"<p class='muted'>package version (clips): {html.escape(counts(versions))}; "
-            f"result schema: {html.escape(counts(schemas))}; backends: "
+            f"installed geocon_torch {html.escape(__version__)}; result schema: "
+            f"{html.escape(counts(schemas))}; backends: "
             f"{html.escape(counts(backends))}; bootstrap B = {page.n_boot}, seed "
             f"{page.seed}; generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
             " UTC</p>", f"<p class='muted'>{html.escape(ROUNDING_NOTE)}</p>"]
-    return "\n".join(head + _versions_warning(flat))
+    return "\n".join(head + _versions_warning(flat, source, chosen))
 
 
 def _leaderboard_section(page: _Page) -> str:
@@ -580,9 +612,11 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     post-hoc ``behaviour``. Schema-1.x results are read through
     :func:`geocon_torch.result.migrate_result`.
 
-    The header warns (a visible box, not the muted provenance line) when the shown scored rows
-    come from more than one geocon_torch version, naming them and ``geocon bench
-    --rescore-versions``.
+    The header names the installed geocon_torch version beside the rows' ones, and warns (a
+    visible box, not the muted provenance line) when the shown scored rows are not all of the
+    installed version (several versions, or one older release), naming them and how to
+    re-score them (a store: ``geocon bench --rescore-versions``; results files: ``geocon score
+    --json`` again).
 
     Args:
         source: results SQLite file, JSONL file, or already loaded rows.
@@ -602,7 +636,8 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     path.unlink(missing_ok=True)  # the old page would describe the new images (docstring)
     img.mkdir(parents=True, exist_ok=True)
     page = _Page(flat=flat, out=out, img=img, n_boot=n_boot, seed=seed)
-    sections = [_header_section(page, src_name, hashes, chosen), _leaderboard_section(page),
+    sections = [_header_section(page, src_name, hashes, chosen, _source_kind(source)),
+                _leaderboard_section(page),
                 _prompt_category_section(page), _gate_section(page), _sensitivity_section(page),
                 _dynamics_section(page), _problems_section(page),
                 _cards_section(page, rows, picked, draw=draw, device=device,

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from geocon_torch import cli
+from geocon_torch.bench.runner import RunSummary
 from geocon_torch.cli import build_parser, main
 from geocon_torch.commands import _common
 from geocon_torch.commands import demo as demo_cmd
@@ -63,7 +64,7 @@ class _Row:
 def _fake_pairs(monkeypatch, n: int = 2) -> None:
     """``geocon pairs`` without scoring: ``n`` records, a fixed summary."""
     records = [{"status": "pair", "prompt": f"p{i}", "margin": 0.5} for i in range(n)]
-    summary = SimpleNamespace(computed=n, skipped=0, linked=0)
+    summary = RunSummary(computed=n, skipped=0, linked=0)
     monkeypatch.setattr("geocon_torch.commands.pairs.preference_pairs",
                         lambda *a, **k: (records, summary))
 
@@ -222,7 +223,8 @@ def test_a_real_pipe_closed_by_its_reader_ends_quietly_with_141(tmp_path: Path):
         from types import SimpleNamespace
         from geocon_torch.cli import main
         records = [{"status": "pair", "prompt": "p%d" % i} for i in range(50000)]
-        summary = SimpleNamespace(computed=0, skipped=0, linked=0)
+        from geocon_torch.bench.runner import RunSummary
+        summary = RunSummary(computed=0, skipped=0, linked=0)
         import geocon_torch.commands.pairs as pairs
         pairs.preference_pairs = lambda *a, **k: (records, summary)
         sys.exit(main(["pairs", "m.csv", "--db", "r.sqlite", "--out", "-"]))

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from geocon_torch.bench.prune import PruneReport
+from geocon_torch.bench.runner import RunSummary
 from geocon_torch.cli import build_parser, main
 from geocon_torch.commands import _common
 from geocon_torch.commands import calibrate as calibrate_cmd
@@ -172,8 +173,8 @@ def _merge_report(updates=0, conflicts=0):
     con = {"table": "results", "content_hash": "h" * 20, "config_hash": "cfg",
            "kept_from": "a", "other_from": "b", "differences": {"background.ir": [0.5, 0.6]}}
     return SimpleNamespace(shards=["a"], out="out", results_added=0, results_same=0,
-                           results_replaced=0, results_errors_skipped=0, clips_added=0,
-                           clips_same=0, clips_updated=updates, clips_older=0,
+                           results_replaced=0, results_upgraded=0, results_errors_skipped=0,
+                           clips_added=0, clips_same=0, clips_updated=updates, clips_older=0,
                            updates=[upd] * updates, conflicts=[con] * conflicts)
 
 
@@ -222,7 +223,7 @@ def test_score_exit_status_is_1_for_errors_only(tmp_path: Path, capsys, monkeypa
 
 def test_pairs_summary_counts_linked_clips_as_stored(tmp_path: Path, capsys, monkeypatch):
     records = [{"status": "pair"}, {"status": "skipped"}]
-    summary = SimpleNamespace(computed=1, skipped=2, linked=3)
+    summary = RunSummary(computed=1, skipped=2, linked=3)
     monkeypatch.setattr("geocon_torch.commands.pairs.preference_pairs",
                         lambda *a, **k: (records, summary))
     out = tmp_path / "p.jsonl"

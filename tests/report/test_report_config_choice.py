@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import _clip, fake_result, write_jsonl
 
+from geocon_torch import __version__
 from geocon_torch.bench import ResultStore, load_results
 from geocon_torch.errors import InputError
 from geocon_torch.report import build_report, plots
@@ -156,6 +157,7 @@ def test_mixed_package_versions_get_a_visible_warning(tmp_path: Path):
 
 
 def test_one_package_version_gets_no_warning(tmp_path: Path):
-    db = _versioned_store(tmp_path / "s.sqlite", [("0.2.0", "ok")] * 3 + [("0.1.0", "error")])
+    """Scored rows of the installed version only (an error row of another is left out)."""
+    db = _versioned_store(tmp_path / "s.sqlite", [(__version__, "ok")] * 3 + [("0.1.0", "error")])
     page = _page(db, tmp_path / "rep")
     assert "class='warn'" not in page and "mixed package versions" not in page
