@@ -616,7 +616,7 @@ BATCH_BYTES = 768 * 2 ** 20
 
 
 @autocast_off
-def score_clips(videos: Sequence[VideoLike], *, masks: Optional[Sequence[Any]] = None,
+def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *, masks: Optional[Sequence[Any]] = None,
                 poses: Optional[Sequence[Any]] = None,
                 config: Union[None, str, Path, dict, GeoConConfig] = None,
                 device: Union[None, str, torch.device] = None,

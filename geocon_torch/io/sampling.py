@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import VideoReadError
+from ..errors import ShapeError, VideoReadError
 
 PairSpec = Union[str, int, Sequence[Tuple[int, int]], torch.Tensor, np.ndarray]
 
@@ -177,7 +177,13 @@ def max_pair_sums(frames: torch.Tensor, chunk: int = MOTION_CHUNK) -> torch.Tens
         chunk: elements per chunk of pairs (bounds the temporaries).
     Returns:
         (B,) float64 on ``frames.device``, no host sync (integer-valued for uint8 frames).
+
+    Raises:
+        ShapeError: ``frames`` is not (B, n, ...) with n >= 2 (no consecutive pair).
     """
+    if frames.dim() < 2 or int(frames.shape[1]) < 2:
+        raise ShapeError(f"max_pair_sums needs (B, n, ...) frames with n >= 2, got shape "
+                         f"{tuple(frames.shape)}")
     b, n = int(frames.shape[0]), int(frames.shape[1])
     per_frame = int(np.prod(frames.shape[2:]))
     per = max(1, chunk // max(1, b * per_frame))  # pairs per chunk
@@ -186,7 +192,7 @@ def max_pair_sums(frames: torch.Tensor, chunk: int = MOTION_CHUNK) -> torch.Tens
         e = min(s + per, n - 1)  # pairs (s, s + 1) .. (e - 1, e)
         top = pair_abs_diff_sums(frames[:, s + 1:e + 1], frames[:, s:e]).amax(1)
         best = top if best is None else torch.maximum(best, top)
-    return best
+    return best  # n >= 2 (checked above): never None
 
 
 def is_still(pair_sum: Any, per_frame: int) -> Any:

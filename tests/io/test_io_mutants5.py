@@ -372,3 +372,13 @@ def test_dark_lines_follow_the_float_luminance_at_the_threshold():
     f[0, 2, :, 1::2] = 200
     rows, _ = dark_lines(f, 37 / 255)
     assert torch.equal(rows, peak_luminance(f).amax(-1) < 37 / 255) and bool(rows.all())
+
+
+def test_max_pair_sums_of_fewer_than_two_frames_is_a_shape_error():
+    """No consecutive pair: a ShapeError naming the shape, not a silent None (typing audit s24)."""
+    from geocon_torch.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"n >= 2, got shape \(3, 1, 1, 4, 4\)"):
+        max_pair_sums(torch.zeros(3, 1, 1, 4, 4, dtype=torch.uint8))
+    with pytest.raises(ShapeError, match="n >= 2"):
+        max_pair_sums(torch.zeros(2, 0, 1, 4, 4))
