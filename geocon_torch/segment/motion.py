@@ -103,7 +103,13 @@ def change_masks(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.Te
             homography cannot be inverted: it counts as invalid).
         content: (h, w) bool content mask, or (T, h, w) one per frame (frames of several clips
             one after the other: the pairs across two clips are invalid).
+
+    Returns:
+        (T, h, w) bool on ``gray``'s device; all False for a one-frame clip (no pair).
     """
+    if gray.shape[0] < 2:
+        return torch.zeros((gray.shape[0], *gray.shape[-2:]), dtype=torch.bool,
+                           device=gray.device)
     Hd, Hinv, usable = _pair_homographies(homographies, valid, gray.device)
     return _change_masks(gray, Hd, Hinv, usable, content, threshold)
 

@@ -44,6 +44,13 @@ def test_change_masks_find_a_moving_square_on_static_texture():
     assert (inner & true[1:3]).sum() >= 0.5 * true[1:3].sum()
 
 
+def test_change_masks_of_a_one_frame_clip_are_empty():
+    """No pair, no change: (1, h, w) all False (typing audit s24: a torch.cat error before)."""
+    ch = change_masks(torch.rand(1, 1, 8, 8), torch.zeros(0, 3, 3),
+                      torch.zeros(0, dtype=torch.bool), torch.ones(8, 8, dtype=torch.bool), 0.1)
+    assert ch.shape == (1, 8, 8) and ch.dtype == torch.bool and not bool(ch.any())
+
+
 def test_coherent_seeds_reject_scattered_outliers():
     labels = torch.zeros(1, 40, 40, dtype=torch.long)
     labels[0, :20] = 1
