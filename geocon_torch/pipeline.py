@@ -616,8 +616,8 @@ BATCH_BYTES = 768 * 2 ** 20
 
 
 @autocast_off
-def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *, masks: Optional[Sequence[Any]] = None,
-                poses: Optional[Sequence[Any]] = None,
+def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
+                masks: Optional[Sequence[Any]] = None, poses: Optional[Sequence[Any]] = None,
                 config: Union[None, str, Path, dict, GeoConConfig] = None,
                 device: Union[None, str, torch.device] = None,
                 preset: Optional[str] = None, progress: Optional[bool] = False,
@@ -628,8 +628,7 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *, masks: Opti
     :func:`score_clip` would have raised for it, traceback included: the bench runner records
     it exactly as for a clip scored alone).
 
-    ``videos`` may also be a (B, T, C, H, W) tensor; ``masks`` / ``poses`` are per-clip lists
-    (or None). Clips are read in order and gathered into batches of at most ``batch_bytes``
+    Clips are read in order and gathered into batches of at most ``batch_bytes``
     decoded frames (default :data:`BATCH_BYTES`; a streamed file is a batch of its own); the
     background block of a batch is one tensor program
     (:func:`~geocon_torch.sections.background.score_backgrounds`: features, one RANSAC call
@@ -637,8 +636,22 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *, masks: Opti
     :func:`score_clip`'s (bit for bit on the CPU, timings aside: a batched stage's time is the
     batch's). A batch-wide stage that raises (a ``cv2.error`` on one clip's frame, an
     out-of-memory error of a merged call) is retried clip by clip, so only the clip that raises
-    alone gets its error (``score_backgrounds``). ``progress`` is passed on (default False: a
-    batch API, e.g. inside metrics and rewards; None: on for a terminal).
+    alone gets its error (``score_backgrounds``).
+
+    Args:
+        videos: a list of clips (paths, (T, C, H, W) uint8 / float tensors in [0, 1], Clips),
+            or a (B, T, C, H, W) tensor.
+        masks, poses: per-clip lists (entries as :func:`score_clip` takes them), or None.
+        config, device, preset: as :func:`score_clip`.
+        progress: passed on (default False: a batch API, e.g. inside metrics and rewards;
+            None: on for a terminal).
+        batch_bytes: decoded bytes of frames per batch (None: :data:`BATCH_BYTES`).
+        return_exceptions: a clip that fails gets the exception in its slot instead of an
+            error result.
+
+    Returns:
+        one :class:`ClipResult` per clip, in order (an exception in a failed clip's slot with
+        ``return_exceptions``).
 
     Raises:
         ConfigError: the config cannot be pinned (e.g. a missing calibration file): a bad
