@@ -31,8 +31,9 @@ class AdaDFRC(GeoConMetric):
     * ``pooled_adadfrc_mean``: mean D over all valid samples (px^2);
     * ``pooled_adadfrc_quantile``: the ``percentile`` quantile of those samples;
     * ``num_samples`` (their count), ``num_not_applicable`` ((pair, object) slots where the
-      object is absent or below ``min_pixels``) and ``num_error`` (valid slots with NaN / inf
-      flow inside the object or a non-finite D: left out of the pool).
+      object is absent or below ``min_pixels``, or has no non-degenerate fit, a D that
+      overflows included) and ``num_error`` (slots with NaN / inf flow inside the object:
+      left out of the pool).
 
     The names say *pooled*: ``score_clip``'s foreground block reports ``adadfrc_mean`` /
     ``adap90`` per object (over that object's pairs), a different quantity. With no valid

@@ -64,9 +64,9 @@ def _adadfrc_update(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] =
     Returns:
         (N,) float64 D of the valid, finite (pair, object) samples (px^2), the number of
         not-applicable samples (object absent, below ``min_pixels`` or without a
-        non-degenerate affine fit) and the number of
-        erroneous ones (valid, but NaN / inf flow inside the object or a non-finite D): those
-        are left out of the pool instead of entering it as a silent 0 or NaN.
+        non-degenerate affine fit; a D that overflows is marked invalid by the measure and
+        counted here too) and the number of erroneous ones (NaN / inf flow inside the
+        object): those are left out of the pool instead of entering it as a silent 0 or NaN.
     """
     d, valid = _adadfrc_measure(flow, masks, reliability, grid=grid, score=score,
                                 min_pixels=min_pixels)
