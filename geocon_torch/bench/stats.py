@@ -173,6 +173,14 @@ def _outside_level() -> int:
     return level
 
 
+def versions_to_warn(counts: Dict[str, int]) -> bool:
+    """Whether scored rows with these :func:`version_counts` call for a version warning: more
+    than one version, or one that is not the running ``__version__`` (rows that record none,
+    "unknown", only beside another version)."""
+    return len(counts) > 1 or (len(counts) == 1 and
+                               next(iter(counts)) not in (__version__, "unknown"))
+
+
 def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: Optional[int] = None,
                         how: Optional[str] = None) -> Dict[str, int]:
     """Warn (UserWarning) when the scored rows record more than one geocon_torch version, or
@@ -199,9 +207,9 @@ def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: Optional[
     """
     rows = list(rows)
     counts = version_counts(rows)
-    alone = next(iter(counts)) if len(counts) == 1 else None
-    if len(counts) < 2 and alone in (None, __version__, "unknown"):
+    if not versions_to_warn(counts):
         return counts
+    alone = next(iter(counts)) if len(counts) == 1 else None
     hashes = {str(r["config_hash"]) for r in rows if r.get("config_hash") is not None}
     cfg = next(iter(hashes)) if len(hashes) == 1 else None
     how = how or rescore_advice("rows", cfg)

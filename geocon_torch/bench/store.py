@@ -1060,19 +1060,32 @@ def config_counts(source: Union[str, Path]) -> Dict[Optional[str], int]:
     JSON read), a JSONL file is read once keeping only each line's hash (None for a line whose
     hash is no string, which :func:`load_results` refuses). Used to pick a config before
     loading only its rows (``load_results(source, config_hash=...)``)."""
-    if not is_server_url(source):
-        path = Path(source)
-        if not path.exists():
-            raise InputError(f"results not found: {path}")
-        if not _is_sqlite(path):
-            counts: Dict[Optional[str], int] = {}
-            for _, res in _jsonl_objects(path):
-                h = res.get("config_hash") if isinstance(res, dict) else None
-                key = h if isinstance(h, str) else None
-                counts[key] = counts.get(key, 0) + 1
-            return counts
+    path = results_file(source)
+    if path is not None:
+        counts: Dict[Optional[str], int] = {}
+        for _, res in _jsonl_objects(path):
+            h = res.get("config_hash") if isinstance(res, dict) else None
+            key = h if isinstance(h, str) else None
+            counts[key] = counts.get(key, 0) + 1
+        return counts
     with open_readable(source) as store:
         return dict(store.config_counts())
+
+
+def results_file(source: Union[str, Path]) -> Optional[Path]:
+    """The path of ``source`` when it is a JSON-lines results file (``geocon score --json``),
+    None when it is a result store (a PostgreSQL server or a SQLite file): how
+    :func:`load_results` and :func:`config_counts` tell the two apart.
+
+    Raises:
+        InputError: ``source`` names no server and no existing file.
+    """
+    if is_server_url(source):
+        return None
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"results not found: {path}")
+    return None if _is_sqlite(path) else path
 
 
 def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
@@ -1090,11 +1103,8 @@ def load_results(source: Union[str, Path], *, config_hash: Optional[str] = None,
     current schema (:func:`geocon_torch.result.migrate_result`). ``config_hash``: the rows of
     that config only (a store reads no other row; :func:`config_counts` tells the configs).
     """
-    if not is_server_url(source):
-        path = Path(source)
-        if not path.exists():
-            raise InputError(f"results not found: {path}")
-        if not _is_sqlite(path):
-            return _load_jsonl(path, config_hash, validate)
+    path = results_file(source)
+    if path is not None:
+        return _load_jsonl(path, config_hash, validate)
     with open_readable(source) as store:
         return store.rows(config_hash, checked=validate)

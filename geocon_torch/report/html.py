@@ -22,7 +22,7 @@ from .._progress_bar import tqdm
 from .._version import __version__
 from ..bench import stats
 from ..bench.pg_store import mask_url
-from ..bench.store import _is_sqlite, config_counts, flatten_row, is_server_url, load_results
+from ..bench.store import config_counts, flatten_row, load_results, results_file
 from ..categories import expected_regime
 from ..errors import InputError
 from ..io._atomic import atomic_write_text
@@ -186,9 +186,7 @@ def _source_kind(source: Union[str, Path, List[Dict[str, Any]]]) -> str:
     (rows given in code)."""
     if isinstance(source, list):
         return "rows"
-    if is_server_url(source) or _is_sqlite(Path(source)):
-        return "store"
-    return "jsonl"
+    return "store" if results_file(source) is None else "jsonl"
 
 
 def _versions_warning(flat: List[Dict[str, Any]], source: str = "rows",
@@ -202,9 +200,9 @@ def _versions_warning(flat: List[Dict[str, Any]], source: str = "rows",
     re-score them from this ``source`` (:func:`~geocon_torch.bench.stats.rescore_advice`);
     nothing otherwise."""
     versions = stats.version_counts(flat)
-    alone = next(iter(versions)) if len(versions) == 1 else None
-    if len(versions) < 2 and alone in (None, __version__, "unknown"):
+    if not stats.versions_to_warn(versions):
         return []
+    alone = next(iter(versions)) if len(versions) == 1 else None
     listed = "; ".join(f"{v} ({n} clip{'s' if n != 1 else ''})" for v, n in versions.items())
     how = re.sub(r"`([^`]*)`", r"<code>\1</code>",
                  html.escape(stats.rescore_advice(source, config_hash)))
