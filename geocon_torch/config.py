@@ -448,9 +448,10 @@ def _check_field(spec: dataclasses.Field, value: Any, name: str) -> Any:
 
 def check_scorable(section: "_Section", name: str = "config") -> None:
     """ConfigError when ``section`` was read leniently from a stored result and a rule now
-    refuses it (its ``invalid_reason``); nothing inside a lenient read."""
+    refuses it (its ``invalid_reason``); inside a lenient read the reason is recorded instead,
+    so a config built around such a section is marked invalid too."""
     reason = section.invalid_reason
-    if reason is not None and _LENIENT.get() is None:
+    if reason is not None and not _recorded(ConfigError(reason)):
         raise ConfigError(f"{name} is not valid for scoring: {reason}. It was read from a stored "
                           "result as stored (GeoConConfig.from_dict(..., strict=False)); fix "
                           "the setting(s) named to score with it")

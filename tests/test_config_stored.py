@@ -72,3 +72,13 @@ def test_a_copy_stays_unscorable():
     cfg = copy.deepcopy(GeoConConfig.from_dict(stored_config(fallback="disk"), strict=False))
     with pytest.raises(ConfigError, match="not valid for scoring"):
         load_config(cfg)
+
+
+def test_a_lenient_read_around_an_unscorable_section_is_unscorable():
+    section = GeoConConfig.from_dict(stored_config(fallback="disk"), strict=False).features
+    cfg = GeoConConfig.from_dict({"features": section, "preset": "background"}, strict=False)
+    assert cfg.features.fallback == "disk" and cfg.preset == "background"
+    assert cfg.invalid_reason == section.invalid_reason  # the section's reason, at every level
+    assert cfg.io.invalid_reason == section.invalid_reason
+    with pytest.raises(ConfigError, match="not valid for scoring.*features.fallback"):
+        load_config(cfg)
