@@ -454,7 +454,7 @@ class BlockMasks:
     def __invert__(self) -> torch.Tensor:
         return ~self.full()
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         return self.full() == other
 
     __hash__ = None  # type: ignore[assignment]

@@ -236,8 +236,8 @@ class GeoConMetric(Metric):
         if "protocol_key" in self._persistent:
             self._persistent["protocol_key"] = False
 
-    def state_dict(self, destination: Any = None, prefix: str = "",
-                   keep_vars: bool = False) -> Dict[str, Any]:  # type: ignore[override]
+    def state_dict(self, destination: Any = None,  # type: ignore[override]
+                   prefix: str = "", keep_vars: bool = False) -> Dict[str, Any]:
         """torchmetrics' ``state_dict``; when it holds states (``persistent(True)``), its
         metadata (kept by ``torch.save``) records ``protocol_key`` (hex) and the settings,
         which :meth:`_load_from_state_dict` checks."""
