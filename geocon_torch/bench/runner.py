@@ -43,6 +43,8 @@ ways (``assign``):
 Whatever happened meanwhile, a run never ends as done while a clip of its manifest has no
 stored row (a result or an error row) under its config: rank 0 checks the store at the end
 and raises :class:`IncompleteRunError` naming the missing clips (its ``summary`` is the run's).
+A SQLite store file deleted or replaced while the run writes it (SQLite goes on writing the
+deleted file) is a :class:`~.store.StoreError` at the next commit, or at that end check.
 
 A gloo process group is only used to share the dynamic job id, for a final barrier and to
 gather the per-rank summaries.
@@ -366,8 +368,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             (:func:`~geocon_torch.pipeline.score_clips`), then stores each clip in its own
             transaction as before; 1 scores clip by clip. The stored rows are the same.
         confine_paths: a manifest path's clip, masks and poses paths must lie inside its
-            folder (:func:`~.manifest.load_manifest` ``confine``), checked before any clip is
-            scored.
+            folder (:func:`~.manifest.load_manifest` ``confine``), checked before scoring.
         rescore_versions: recompute (and replace) the stored ok / not_applicable rows whose
             result records a ``version`` other than the running ``geocon_torch.__version__``
             (rows of an older release: the config hash does not change with the package);
@@ -378,15 +379,15 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
     Raises:
         CheckpointError, OptionalDependencyError, ConfigError, InputError: with the default
-            scorer, an optional model-backed stage of the config (learned features, DUSt3R
-            gate, SAM-2 masks, RAFT flow) cannot be built
-            (:func:`~geocon_torch.pipeline.preflight_models`): raised before any clip is read
-            or the store is opened, instead of an error row per clip.
-        InputError: an entry no store can keep (a seed outside the signed 64-bit range, text
-            with a NUL or not UTF-8: :func:`~.store.checked_clip_row`), before any clip is
-            scored.
+            scorer, a model-backed stage of the config (learned features, DUSt3R gate, SAM-2
+            masks, RAFT flow) cannot be built (:func:`~geocon_torch.pipeline.preflight_models`),
+            before any clip is read or the store opened, not as an error row per clip.
+        InputError: an entry no store can keep (a seed outside int64, text with a NUL or
+            not UTF-8: :func:`~.store.checked_clip_row`), before any clip is scored.
         IncompleteRunError: (rank 0) at the end, a clip of the manifest has no stored row
             under the run's config (rows deleted while it ran); its ``summary`` names them.
+        StoreError: the store failed (locked past ``store_timeout_s``, a full disk) or its
+            SQLite file was deleted or replaced while the run wrote it.
     """
     entries = list(load_manifest(manifest, confine=confine_paths)
                    if isinstance(manifest, (str, Path)) else manifest)
@@ -439,12 +440,15 @@ def _finish_job(store: ResultStore, summary: RunSummary, entries: Sequence[Manif
     leases ran out meanwhile), then check that every manifest clip has a stored row.
 
     Raises:
+        StoreError: the store file was deleted or replaced after the last commit (SQLite:
+            :meth:`~.store.SQLiteStore.check_same_file`; the check below would read it).
         IncompleteRunError: a clip of the manifest has no stored row under the run's config.
     """
     if mode == "dynamic":
         drop_job(store, summary.job)
         if summary.job:  # a crashed job's leases ran out while this one ran
             drop_stale_jobs(store, None, summary.job)
+    store.check_same_file()
     summary.missing = missing_clips(store, [e.clip_id for e in entries], job.cfg_hash)
     if summary.missing:
         raise IncompleteRunError(summary, len(entries), store.name)

@@ -53,6 +53,7 @@ import random
 import re
 import sqlite3
 import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import quote
@@ -361,6 +362,11 @@ class ResultStore:
     def close(self) -> None:
         raise NotImplementedError
 
+    def check_same_file(self) -> None:
+        """Raise :class:`StoreError` when the store this object writes is no longer the one it
+        opened (a back end whose file can be deleted or replaced: :class:`SQLiteStore`); a
+        server has no such file (no-op)."""
+
     def __enter__(self) -> "ResultStore":
         return self
 
@@ -633,6 +639,13 @@ class SQLiteStore(ResultStore):
             create the ``-shm`` file a WAL store needs; a store whose ``-wal`` file still holds
             writes is then refused). No schema is created; a store of an older format
             (migrated on a read-write open) is refused.
+        create: False: a missing file is a :class:`StoreError` (``mode=rw``: neither the file
+            nor its folder is ever created, even when it vanishes while being opened).
+
+    The file's (device, inode) is recorded at the open; every write transaction checks, after
+    its commit, that the path still names that file (:meth:`check_same_file`: one
+    ``os.stat``): SQLite goes on writing a deleted or replaced file, whose rows no later open
+    of the path would find.
 
     An existing SQLite file that holds tables but no geocon store (another program's database)
     is a :class:`StoreError`, read-only or not, and is left unchanged
@@ -640,13 +653,16 @@ class SQLiteStore(ResultStore):
     """
 
     def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0,
-                 read_only: bool = False):
+                 read_only: bool = False, create: bool = True):
         self.path = Path(path)
         self.name = str(self.path)
         self.timeout_s = float(timeout_s)
         self.read_only = bool(read_only)
+        self._abs_path = self.path.absolute()  # SQLite resolves the name once, at the open
         if self.path.is_file():  # another program's database: refused before any write
             _check_not_foreign(self.path, self.timeout_s)
+        elif not (self.read_only or create):
+            raise StoreError(f"result store not found: {self.path}")
         elif not self.read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -654,12 +670,36 @@ class SQLiteStore(ResultStore):
                 self._conn = self._connect_read_only()
                 self._retry(self._check_read_only)
             else:
-                self._conn = sqlite3.connect(str(self.path), timeout=self.timeout_s,
+                target = str(self.path) if create else \
+                    f"file:{quote(os.fsencode(self._abs_path))}?mode=rw"
+                self._conn = sqlite3.connect(target, timeout=self.timeout_s, uri=not create,
                                              isolation_level=None, check_same_thread=False)
                 self._retry(self._init_schema)
         except sqlite3.DatabaseError as exc:
+            if not create and not self.path.is_file():  # vanished while it was opened
+                raise StoreError(f"result store not found: {self.path}") from exc
             raise StoreError(f"cannot open result store {self.path}: {exc}"
                              f"{self._folder_hint()}") from exc
+        self._file_id = self._current_file_id()
+
+    def _current_file_id(self) -> Optional[Tuple[int, int]]:
+        """(st_dev, st_ino) of the file the store's path names now; None when there is none
+        (the file or a folder above it was deleted)."""
+        try:
+            st = os.stat(self._abs_path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return st.st_dev, st.st_ino
+
+    def check_same_file(self) -> None:
+        """Raise :class:`StoreError` when the path no longer names the file opened (deleted,
+        or replaced by another file): SQLite writes the open file, deleted or not, so the
+        rows written since are in no file a later open of the path finds. One ``os.stat``."""
+        now = self._current_file_id()
+        if now is None or now != self._file_id:
+            raise StoreError(f"the store file {self.path} was deleted or replaced during the "
+                             "run; the rows of this run are not in it: re-run the same "
+                             "command to write them again")
 
     def _folder_hint(self) -> str:
         """Why a store in a folder this process may not write fails to open ("" otherwise)."""
@@ -723,8 +763,19 @@ class SQLiteStore(ResultStore):
             self._conn.execute("COMMIT")
             return out
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._rollback()
             raise
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if any: on some errors (a full disk, an I/O
+        error) SQLite has rolled it back itself. A failing rollback is ignored, so the
+        exception that stopped the transaction is the one raised ("database or disk is
+        full", not "cannot rollback - no transaction is active")."""
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     def _retry(self, fn, *args):
         deadline = time.monotonic() + self.timeout_s
@@ -740,7 +791,9 @@ class SQLiteStore(ResultStore):
                 delay = min(delay * 2, 1.0)
 
     def _transaction(self, fn: Callable[[], Any]) -> Any:
-        return self._retry(self._begin_commit, fn)
+        out = self._retry(self._begin_commit, fn)
+        self.check_same_file()  # committed to a deleted or replaced file: the rows are lost
+        return out
 
     def _read_snapshot(self, fn: Callable[[], Any]) -> Any:
         def once() -> Any:  # a deferred BEGIN: WAL keeps the first read's snapshot to COMMIT
@@ -748,7 +801,7 @@ class SQLiteStore(ResultStore):
             try:
                 out = fn()
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             self._conn.execute("COMMIT")
             return out
@@ -952,7 +1005,8 @@ def _unique_jsonl_ids(rows: List[Tuple[int, Dict[str, Any]]], path: Path) -> Non
 def _jsonl_objects(path: Path) -> Iterator[Tuple[int, Any]]:
     """(line number, parsed JSON value) of each non-blank line of a results JSONL file;
     :class:`ResultSchemaError` names the line that is not JSON, or the file when it is binary
-    data."""
+    data. A last line cut off by an interrupted write (a crash, a full disk: no newline at the
+    end, an object that does not parse) is skipped with a one-line warning naming it."""
     try:
         with path.open(encoding="utf-8-sig") as fh:  # -sig: a byte-order mark, as in a manifest
             for lineno, text in enumerate(fh, 1):
@@ -961,6 +1015,10 @@ def _jsonl_objects(path: Path) -> Iterator[Tuple[int, Any]]:
                 try:
                     value = json.loads(text)
                 except json.JSONDecodeError as exc:
+                    if not text.endswith("\n") and text.lstrip().startswith("{"):
+                        warnings.warn(f"{path}, line {lineno} is cut off (an interrupted "
+                                      "write): skipped", UserWarning)
+                        return
                     raise ResultSchemaError(f"{path}, line {lineno}: not JSON ({exc.msg}); "
                                             "expected a SQLite store or JSON lines of results"
                                             ) from None
@@ -1039,17 +1097,21 @@ def _check_not_foreign(path: Path, timeout_s: float) -> None:
                          f"{', ...' if len(tables) > 5 else ''}); nothing was changed")
 
 
-def open_readable(db: Union[str, Path], *, timeout_s: float = 120.0) -> ResultStore:
+def open_readable(db: Union[str, Path], *, timeout_s: float = 120.0,
+                  create: bool = True) -> ResultStore:
     """A store to read (reports, exports, merge shards): ``ResultStore(db)`` for a server or a
     SQLite file that this process may write, together with its folder (a store of an older
     format is migrated in place, as always); else the existing file opened read-only
     (:class:`SQLiteStore` ``read_only=True``). An existing SQLite file that holds other tables
-    but no geocon store is a :class:`StoreError` naming it, and is left unchanged."""
+    but no geocon store is a :class:`StoreError` naming it, and is left unchanged. With
+    ``create=False`` a missing SQLite file is a :class:`StoreError` ("result store not found"),
+    never a new empty store."""
     if not is_server_url(db):
         path = Path(db)
         writable = _writable(path) and _writable(path.absolute().parent)
         if path.is_file() and not writable:
             return SQLiteStore(path, timeout_s=timeout_s, read_only=True)
+        return ResultStore(db, timeout_s=timeout_s, create=create)
     return ResultStore(db, timeout_s=timeout_s)
 
 

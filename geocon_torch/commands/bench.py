@@ -47,7 +47,10 @@ is missing); --strict returns 1 when the store holds any clip of the manifest (o
 store, when exporting only) as an error under this configuration (scored now or by an earlier
 run; --retry-errors recomputes them). Without a MANIFEST (export only) --db must be an existing
 store: a missing file is an error (exit 2), never a new empty store; a store in a folder this
-process may not write is exported read-only.
+process may not write is exported read-only. A SQLite store file deleted or replaced while the
+run writes it (a cleanup job removing its folder) is an error (exit 2) naming it, at the next
+commit: SQLite goes on writing the deleted file, whose rows are lost; nothing creates a new
+empty store in its place.
 """
 from __future__ import annotations
 
@@ -59,7 +62,7 @@ from typing import List, Optional
 from ..bench import ResultStore, is_server_url, load_manifest, run_manifest
 from ..bench.pg_store import mask_url
 from ..bench.runner import ASSIGNMENTS, IncompleteRunError, kept_versions_note
-from ..bench.store import open_readable
+from ..bench.store import StoreError, open_readable
 from ..errors import InputError
 from ..pipeline import pinned_config
 from ._common import (add_config_arguments, at_least, build_config, check_output_file,
@@ -146,13 +149,17 @@ def run(args: argparse.Namespace) -> int:
         print("geocon bench: error: give a MANIFEST to run or --export-csv / --export-parquet",
               file=sys.stderr)
         return 2
-    elif not is_server_url(args.db) and not Path(args.db).is_file():
-        raise InputError(f"store not found: {args.db} (without a MANIFEST geocon bench only "
-                         "exports an existing store)")
+    if not is_server_url(args.db) and not Path(args.db).is_file():  # never a new empty store
+        if not args.manifest:
+            raise InputError(f"store not found: {args.db} (without a MANIFEST geocon bench "
+                             "only exports an existing store)")
+        raise StoreError(f"store not found: {args.db} (deleted after the run stored its rows, "
+                         "which are lost with it: re-run the same command to score them again)")
     run_hash = ((summary.config_hash if summary is not None else None)
                 or pinned_config(cfg, args.device).config_hash())
     cfg_hash = None if args.all_configs else run_hash
-    with open_readable(args.db, timeout_s=args.store_timeout) as store:  # may be read-only
+    # may be read-only; create=False: a store deleted since the check above is no new one
+    with open_readable(args.db, timeout_s=args.store_timeout, create=False) as store:
         stored = store.config_hashes() if cfg_hash is not None else []
         if cfg_hash is not None and stored and cfg_hash not in stored:
             raise InputError(f"{mask_url(str(args.db))} holds no result of this configuration "
