@@ -3,8 +3,11 @@ exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
 
 User errors (a bad option or config value, a missing file, an invalid manifest, ``--device
 cuda`` without a GPU) end the command with ONE line on stderr, ``geocon <command>: error:
-<message>``, and exit status 2; ``--debug`` shows the traceback instead. Anything else is a bug
-and keeps its traceback.
+<message>``, and exit status 2; ``--debug`` shows the traceback instead. So do errors of the
+environment, any ``OSError`` that carries an errno (a full disk, a read-only file system, a
+disk quota, an I/O error; PyAV's ``av.error.OSError`` too): ``geocon <command>: error:
+<strerror>: <path>``, naming the real output file (never the hidden temporary of an atomic
+write). Anything else is a bug and keeps its traceback.
 
 A warning a command gives (a Python ``UserWarning``: mixed package versions in a store, ...)
 is ONE line on stderr too, ``geocon <command>: warning: <message>``, instead of Python's file,
@@ -57,7 +60,8 @@ EXIT_STATUSES = """exit status (every command):
   0    done
   1    geocon score / demo: some clip has status error; merge: conflicts; bench --strict:
        error rows stored; bench: the run ended with clips of its manifest unstored
-  2    a user error (bad option, input or output path, config, manifest, store), one line
+  2    a user error (bad option, input or output path, config, manifest, store) or an
+       error of the environment (full disk, read-only file system, I/O error), one line
        on stderr, or no COMMAND given
   130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
   141  the reader of stdout went away (geocon ... | head)"""
@@ -97,19 +101,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_environment_error(exc: BaseException) -> bool:
+    """True for an OSError that carries an errno (the system refused: a full disk, a read-only
+    file system, a quota, an I/O error; ``av.error.OSError`` too): the environment's doing,
+    not a bug. An OSError made with a bare message (``OSError("...")``) has no errno."""
+    return isinstance(exc, OSError) and exc.errno is not None
+
+
 def is_user_error(exc: BaseException) -> bool:
     """True for errors caused by the input (GeoConError that is a ValueError, OSError or
     ImportError: bad option / config / manifest / file, missing checkpoint or optional
-    package; a missing or unreadable path), which get one line instead of a traceback."""
+    package; a missing or unreadable path) or by the environment (any OSError with an errno:
+    a full disk, a read-only file system, an I/O error), which get one line instead of a
+    traceback."""
     if isinstance(exc, GeoConError):
         return isinstance(exc, (ValueError, OSError, ImportError, StoreError))
-    return isinstance(exc, USER_OS_ERRORS)
+    return isinstance(exc, USER_OS_ERRORS) or _is_environment_error(exc)
+
+
+def _path_text(name: object) -> str:
+    """An OSError's ``filename`` (str, bytes or path) as text."""
+    return os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
 
 
 def _one_line(exc: BaseException) -> str:
+    """The message of the one-line error: ``<strerror>: <path>`` for an OSError of the user
+    or the environment that names a file (``<path> -> <path2>`` for two), its text else."""
     text = " ".join(str(exc).split())
-    if isinstance(exc, USER_OS_ERRORS) and not isinstance(exc, GeoConError):
-        text = f"{exc.strerror or type(exc).__name__}: {exc.filename}" if exc.filename else text
+    if isinstance(exc, OSError) and not isinstance(exc, GeoConError) and (
+            isinstance(exc, USER_OS_ERRORS) or _is_environment_error(exc)):
+        what = exc.strerror or type(exc).__name__
+        if exc.filename is not None:
+            text = f"{what}: {_path_text(exc.filename)}"
+            if exc.filename2 is not None:
+                text += f" -> {_path_text(exc.filename2)}"
+        elif exc.strerror:
+            text = exc.strerror
     return text or type(exc).__name__
 
 

@@ -19,7 +19,7 @@ from .. import _checks
 from ..bench.manifest import storable_text, unstorable_text
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
-from ..io._atomic import atomic_write_text
+from ..io._atomic import atomic_write_text, name_output_error
 from ..io.images import animated_frames
 from ..presets import PRESETS
 from ..sections.progress import progress_enabled
@@ -332,6 +332,25 @@ OUTPUT_EXAMPLES = {"--export-csv": "results.csv", "--export-parquet": "results.p
                    "--out": "pairs.jsonl", "--conflicts": "conflicts.jsonl"}
 
 
+def _write_refusal(path: Path) -> str:
+    """Why ``path``, which ``os.access`` says this process cannot write, is not writable:
+    "read-only file system" (its mount is read-only), else, for a regular file, the reason an
+    open for writing gives (no truncation, nothing written: "operation not permitted" for an
+    immutable file), else "permission denied"."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    if path.is_file():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            if exc.strerror:
+                return exc.strerror[:1].lower() + exc.strerror[1:]
+    return "permission denied"
+
+
 def check_output_file(path: Optional[str], option: str) -> None:
     """Fail before any work (InputError) when the output file ``path`` of ``option`` (e.g.
     ``--json``) cannot be written: it is a folder (the message suggests a file in it with the
@@ -350,9 +369,10 @@ def check_output_file(path: Optional[str], option: str) -> None:
     except OSError as exc:
         raise InputError(f"{option} {path}: its folder {p.parent} cannot be created "
                          f"({exc.strerror or exc})") from None
-    if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise InputError(f"{option} {path}: not writable (permission denied on "
-                         f"{p if p.exists() else p.parent})")
+    for target, mode in ((p.parent, os.W_OK | os.X_OK), (p, os.W_OK)):
+        if target.exists() and not os.access(target, mode):
+            raise InputError(f"{option} {path}: not writable ({_write_refusal(target)} on "
+                             f"{target})")
 
 
 def check_output_dir(path: Optional[str], option: str) -> None:
@@ -373,7 +393,7 @@ def check_output_dir(path: Optional[str], option: str) -> None:
         raise InputError(f"{option} {path}: it cannot be created, {base} is a file: give a "
                          "folder")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: not writable (permission denied on {base})")
+        raise InputError(f"{option} {path}: not writable ({_write_refusal(base)} on {base})")
 
 
 def json_line(result: Dict[str, Any]) -> str:
@@ -393,23 +413,76 @@ def write_jsonl(path: str, results: Iterable[Dict[str, Any]]) -> None:
         atomic_write_text(path, text)
 
 
+class _LinesFile:
+    """The file of :func:`jsonl_lines`: opened (emptied) at its first line, so a run stopped
+    before that leaves the previous file as it was; each line is written whole (unbuffered)
+    and a write that fails (a full disk, Ctrl-C in between) cuts the file back to the end of
+    its last complete line before the exception goes on, an OSError naming the file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fh: Optional[Any] = None  # a raw (unbuffered) binary file once opened
+        self.end = 0  # bytes of complete lines written
+
+    def _open(self) -> None:
+        if self.fh is None:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self.fh = open(self.path, "wb", buffering=0)
+
+    def write(self, result: Dict[str, Any]) -> None:
+        """Append ``result`` as one JSON line (:func:`json_line`)."""
+        data = memoryview(json_line(result).encode("utf-8"))
+        size = len(data)
+        try:
+            self._open()
+            while data:  # a raw write may take part of it (a disk filling up)
+                data = data[self.fh.write(data):]
+        except BaseException as exc:
+            if self.fh is not None:
+                try:  # the lines written so far stay readable
+                    os.ftruncate(self.fh.fileno(), self.end)
+                except OSError:  # never hide the exception that stopped the write
+                    pass
+            named = name_output_error(exc, self.path) if isinstance(exc, OSError) else exc
+            if named is not exc:
+                raise named from exc
+            raise
+        self.end += size
+
+    def close(self, done: bool) -> None:
+        """Close the file; ``done`` (the run ended normally): create it (empty) if no line was
+        written, as a run that scored nothing leaves an empty file, not an older one."""
+        try:
+            if done:
+                try:
+                    self._open()
+                except OSError as exc:
+                    raise name_output_error(exc, self.path)
+        finally:
+            if self.fh is not None:
+                self.fh.close()
+
+
 @contextmanager
 def jsonl_lines(path: Optional[str]) -> Iterator[Callable[[Dict[str, Any]], None]]:
     """A function writing one result as a JSON line to ``path`` ("-": stdout; None: nowhere)
-    as soon as it is scored, flushed: an interrupted run keeps the clips scored so far."""
+    as soon as it is scored: an interrupted run keeps the clips scored so far. A file is
+    opened (emptied) at its first line, not before: a run stopped before it leaves the
+    previous file as it was; a failed write (a full disk: an OSError naming ``path``) leaves
+    the complete lines written so far, never a part of one (:class:`_LinesFile`)."""
     if not path:
         yield lambda result: None
         return
     if path == "-":
-        stream, close = sys.stdout, False
-    else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        stream, close = open(path, "w", encoding="utf-8"), True
-    try:
         def write(result: Dict[str, Any]) -> None:
-            stream.write(json_line(result))
-            stream.flush()
+            sys.stdout.write(json_line(result))
+            sys.stdout.flush()
         yield write
+        return
+    out = _LinesFile(path)
+    done = False
+    try:
+        yield out.write
+        done = True
     finally:
-        if close:
-            stream.close()
+        out.close(done)

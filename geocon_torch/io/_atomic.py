@@ -8,6 +8,10 @@ The temporary keeps the real suffix, so tools that pick a format by the file nam
 muxer, ``numpy.savez`` adding ``.npz``) write the same bytes as to the real name. A symlink
 stays a link (the file it points to is replaced); what is not a regular file (``/dev/stdout``,
 a FIFO) is written in place, as before.
+
+An ``OSError`` of the write (a full disk, a read-only file system, an I/O error) goes on naming
+the real output, never the hidden temporary (:func:`name_output_error`): the CLI shows it as
+one line, ``<strerror>: <path>``.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import os
 import secrets
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator, Optional, Union
 
 
 @contextmanager
@@ -30,6 +34,7 @@ def atomic_output(path: Union[str, Path]) -> Iterator[Path]:
         with atomic_output(out / "roc.json") as tmp:
             tmp.write_text(text)
     """
+    given = os.fspath(path)  # what the caller named: the name an error shows
     path = Path(os.path.realpath(path))  # through symlinks: the link stays (module doc)
     if path.exists() and not path.is_file():  # a device or FIFO: nothing to replace
         yield path
@@ -39,12 +44,53 @@ def atomic_output(path: Union[str, Path]) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # never hide the exception that stopped the write
             pass
+        if isinstance(exc, OSError):
+            named = name_output_error(exc, given, tmp)
+            if named is not exc:
+                raise named from exc
         raise
+
+
+def _name_text(name: Any) -> Optional[str]:
+    """The ``filename`` attribute of an OSError as text (None for none or a file descriptor)."""
+    return os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else None
+
+
+def name_output_error(exc: OSError, path: Union[str, Path], tmp: Optional[Path] = None
+                      ) -> OSError:
+    """``exc``, an OSError met while writing the output ``path`` (through the temporary
+    ``tmp``, if any), made to name ``path``: a ``filename`` that is ``tmp`` or missing (a
+    ``write`` / ``flush`` names no file) becomes ``path``; a ``filename2`` naming the output
+    (``os.replace(tmp, path)``) is dropped. An error that names another file, or has no errno
+    (a bug, not the environment), is returned as it is. The exception is changed in place
+    where its attributes allow, else (PyAV's ``av.error.OSError``, whose ``filename`` is
+    read-only) a new OSError of the same errno is returned."""
+    if exc.errno is None:
+        return exc
+    out = os.fspath(path)
+
+    def ours(name: Any) -> bool:  # the temporary (its unique hidden name) or the output
+        text = _name_text(name)
+        return text is not None and (
+            (tmp is not None and os.path.basename(text) == tmp.name)
+            or os.path.realpath(text) == os.path.realpath(out))
+
+    first = out if exc.filename is None or ours(exc.filename) else exc.filename
+    second = exc.filename2
+    if ours(second):
+        second = None if first == out else out
+    if (first, second) == (exc.filename, exc.filename2):
+        return exc
+    try:
+        exc.filename, exc.filename2 = first, second
+        return exc
+    except AttributeError:  # a read-only property (PyAV)
+        return OSError(exc.errno, exc.strerror, first, None, second)
 
 
 def atomic_write_text(path: Union[str, Path], text: str, encoding: str = "utf-8") -> Path:
@@ -56,4 +102,4 @@ def atomic_write_text(path: Union[str, Path], text: str, encoding: str = "utf-8"
     return path
 
 
-__all__ = ["atomic_output", "atomic_write_text"]
+__all__ = ["atomic_output", "atomic_write_text", "name_output_error"]

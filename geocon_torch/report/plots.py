@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 import numpy as np
 
 from ..errors import OptionalDependencyError
+from ..io._atomic import atomic_output
 from .text import label
 
 PathLike = Union[str, Path]
@@ -46,18 +47,20 @@ def _verbatim(fn: _Fn) -> _Fn:
 
 
 def _save(fig, path: PathLike) -> Path:
-    """Write ``fig`` as a PNG (90 dpi) and close it; a legend outside the axes
+    """Write ``fig`` as a PNG (90 dpi, atomically: a failed write, a full disk, leaves no
+    partial image and its OSError names ``path``) and close it; a legend outside the axes
     (:func:`_outside_legend`) widens the image instead of narrowing the axes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    outside = [ax.get_legend() for ax in fig.axes
-               if ax.get_legend() is not None and not ax.get_legend().get_in_layout()]
-    if outside:
-        fig.savefig(path, dpi=90, bbox_inches="tight", bbox_extra_artists=outside)
-    else:
-        fig.savefig(path, dpi=90)
-    _plt().close(fig)
+    try:
+        fig.tight_layout()
+        outside = [ax.get_legend() for ax in fig.axes
+                   if ax.get_legend() is not None and not ax.get_legend().get_in_layout()]
+        extra = dict(bbox_inches="tight", bbox_extra_artists=outside) if outside else {}
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, dpi=90, **extra)
+    finally:
+        _plt().close(fig)
     return path
 
 
