@@ -25,6 +25,7 @@ from geocon_torch.commands._common import check_device as cli_check_device
 from geocon_torch.errors import ArgumentTypeError, ClipTensorError, InputError, ShapeError
 from geocon_torch.features import base as features_base
 from geocon_torch.features import get_extractor, lk_tracks
+from geocon_torch.io.reader import check_clip_tensor
 from geocon_torch.metrics import BackgroundConsistency
 from geocon_torch.rewards import check_neutral
 from geocon_torch.synth import grounded_clip
@@ -120,6 +121,28 @@ def test_extract_refuses_0_255_floats(backend):
         ex.extract(gray * 255)
     with pytest.raises(ShapeError, match=r"gray frames must lie in \[0, 1\]"):
         ex.extract(gray[:, :, :8, :8] * 255)  # below MIN_SIDE: refused before "no keypoints"
+
+
+@pytest.mark.parametrize("lo, hi, hint", [
+    (0.0, 1.002, r"just outside: .*pass x\.clamp\(0, 1\)"),  # not "x / 255": half contrast
+    (-0.002, 1.0, r"just outside: .*pass x\.clamp\(0, 1\)"),  # not "(x + 1) / 2"
+    (0.0, 255.0, r"looks like 0\.\.255: pass x / 255 or uint8"),
+    (-1.0, 1.0, r"looks like \[-1, 1\]: pass \(x \+ 1\) / 2"),
+])
+def test_clip_range_hint_follows_the_size_of_the_excess(lo, hi, hint):
+    clip = torch.full((2, 3, 8, 8), 0.5)
+    clip[0, 0, 0, 0], clip[1, 0, 0, 0] = lo, hi
+    with pytest.raises(ClipTensorError, match=rf"in \[0, 1\]; got values in \[.*\] \({hint}"):
+        check_clip_tensor(clip)
+    if hi <= 1.05 and lo >= -0.05:
+        check_clip_tensor(clip.clamp(0, 1))  # the advice given is enough
+
+
+def test_a_range_that_fits_no_usual_mistake_gets_no_hint():
+    clip = torch.full((2, 3, 8, 8), 0.5)
+    clip[0, 0, 0, 0], clip[1, 0, 0, 0] = -0.5, 3.0
+    with pytest.raises(ClipTensorError, match=r"got values in \[-0\.5, 3\]$"):
+        check_clip_tensor(clip)
 
 
 def test_lk_tracks_refuses_0_255_floats():

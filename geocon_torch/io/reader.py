@@ -486,9 +486,23 @@ def check_unit_range(x: torch.Tensor, what: str = "float clip tensors",
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise error(f"{what} hold NaN or infinite values")
     if lo < -tolerance or hi > 1 + tolerance:
-        hint = " (looks like [-1, 1]: pass (x + 1) / 2)" if lo < 0 and hi <= 1 else ""
-        hint = " (looks like 0..255: pass x / 255 or uint8)" if hi > 1 and lo >= 0 else hint
-        raise error(f"{what} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]{hint}")
+        raise error(f"{what} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]"
+                    f"{_range_hint(lo, hi)}")
+
+
+def _range_hint(lo: float, hi: float) -> str:
+    """The likely mistake behind values in [lo, hi] outside [0, 1]: a small overshoot (a
+    resampling or colour conversion, within 0.05) is clamped, not rescaled; 0..255 floats and
+    [-1, 1] frames are told by a clear excess only (beyond 0.25)."""
+    near = 0.05
+    if lo >= -near and hi <= 1 + near:
+        return " (just outside: an overshoot of a resampling or colour conversion; pass " \
+               "x.clamp(0, 1))"
+    if lo >= -near and hi > 1.25:
+        return " (looks like 0..255: pass x / 255 or uint8)"
+    if lo < -0.25 and hi <= 1 + near:
+        return " (looks like [-1, 1]: pass (x + 1) / 2)"
+    return ""
 
 
 def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
