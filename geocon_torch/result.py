@@ -9,8 +9,10 @@
      "io": {"source", "announced_frames", "decoded_frames", "lost_frames", "lost_fraction",
             "timestamp_gaps", "decode_errors", "first_errors", "truncated",
             "variable_frame_rate", "duration_frames", "concealed_frames", "size_changes",
-            "first_size_change"},    # what decoding lost ({} for rows written before it was
-                                     # recorded; keys added later are absent from older rows)
+            "first_size_change", ["transparent_frames", "transparent_fraction"]},
+                                     # what decoding lost ({} for rows written before it was
+                                     # recorded; keys added later are absent from older rows;
+                                     # [...]: only for a source with transparent pixels)
      "warnings": [str, ...],         # scored, but e.g. some frames were lost while decoding
      "gate": {"method", "statistic", "thresholds", "decision", "evidence", ...},
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",

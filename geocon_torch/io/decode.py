@@ -33,7 +33,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import VideoReadError
-from .images import AnimatedWebP, webp_durations
+from .images import AnimatedWebP, over_black, webp_durations
 from .sampling import FrameMotion, FrameSelection
 
 #: Consecutive packet decode errors after which decoding gives up.
@@ -227,12 +227,51 @@ def display_turns(frame) -> int:
     return int(turns) % 4 if abs(angle - 90.0 * turns) <= 1.0 else 0
 
 
-def display_rgb(frame) -> np.ndarray:
+#: pixel format name -> whether it has an alpha component (filled on first sight)
+_ALPHA_FORMATS: Dict[str, bool] = {"rgb24": False, "yuv420p": False, "rgba": True}
+
+
+def _has_alpha(frame) -> bool:
+    """Whether ``frame`` may hold transparent pixels: its pixel format has an alpha component,
+    or it is paletted (pal8) with a palette entry that is not opaque. A format flag looked up
+    per frame (the palette, 256 entries, is read only for a paletted frame). A frame object
+    without a ``format`` (a stand-in with ``to_ndarray`` alone) is taken as opaque."""
+    fmt = getattr(frame, "format", None)
+    if fmt is None:
+        return False
+    name = fmt.name
+    alpha = _ALPHA_FORMATS.get(name)
+    if alpha is None:
+        import av
+
+        alpha = any(c.is_alpha for c in av.VideoFormat(name).components)
+        _ALPHA_FORMATS[name] = alpha
+    if alpha or not getattr(fmt, "has_palette", False) or len(frame.planes) < 2:
+        return alpha
+    palette = np.frombuffer(bytes(frame.planes[1]), dtype=np.uint8)[:1024]
+    return bool((palette.reshape(-1, 4)[:, 3] < 255).any())  # BGRA entries (native uint32)
+
+
+def composite_rgb(frame) -> Tuple[np.ndarray, int]:
     """(H, W, 3) uint8 RGB of a decoded frame in display orientation (:func:`display_turns`
-    applied; H, W are the displayed height and width)."""
-    rgb = frame.to_ndarray(format="rgb24")
+    applied; H, W are the displayed height and width) and the number of its pixels that are
+    not opaque: a frame with transparency (:func:`_has_alpha`: rgba / argb / bgra / yuva...,
+    a gif's bgra, pal8 with a transparent palette entry) is composited over black
+    (:func:`~.images.over_black`, what a player shows on a black background), as the image
+    readers do; an opaque format is converted to rgb24 alone (count 0)."""
+    if _has_alpha(frame):
+        rgba = frame.to_ndarray(format="rgba")
+        rgb, partial = over_black(rgba[..., :3], rgba[..., 3])
+    else:
+        rgb, partial = frame.to_ndarray(format="rgb24"), 0
     turns = display_turns(frame)
-    return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
+    return (np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb), partial
+
+
+def display_rgb(frame) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a decoded frame in display orientation, composited over black
+    where it is transparent (:func:`composite_rgb` without the count)."""
+    return composite_rgb(frame)[0]
 
 
 def display_size(frame) -> Tuple[int, int]:
@@ -276,6 +315,9 @@ class Decoded:
             nothing else records them.
         rotation: the display rotation of the first decoded frame (degrees counterclockwise,
             0 without one); quarter turns are applied to every frame (:func:`display_rgb`).
+        transparent_frames, transparent_pixels, kept_pixels: kept frames with pixels that are
+            not opaque (composited over black: :func:`composite_rgb`), those pixels, and all
+            pixels of the kept frames (:func:`transparency_meta`).
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -301,6 +343,9 @@ class Decoded:
     threads: int = DECODE_THREADS
     damage_ahead: bool = False
     rotation: float = 0.0
+    transparent_frames: int = 0
+    transparent_pixels: int = 0
+    kept_pixels: int = 0
     _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
 
     def note(self, frame) -> int:
@@ -413,7 +458,18 @@ class Decoded:
                 "frame": change[0], "from": size_text(change[1]), "to": size_text(change[2])},
             "video_stream": self.stream_index, "video_streams": self.video_streams,
             "decode_threads": self.threads, "display_rotation": self.rotation,
+            **transparency_meta(self.transparent_frames, self.transparent_pixels,
+                                self.kept_pixels),
         }
+
+
+def transparency_meta(frames: int, pixels: int, total: int) -> Dict[str, object]:
+    """The ``meta`` keys of a source's transparency, counted over the frames kept: how many
+    had pixels that are not opaque (``transparent_frames``, 0 for an opaque source) and the
+    fraction of all kept pixels that were not (``transparent_fraction``; those pixels were
+    composited over black)."""
+    return {"transparent_frames": int(frames),
+            "transparent_fraction": float(pixels) / total if total else 0.0}
 
 
 def size_text(hw: Tuple[int, int]) -> str:
@@ -515,7 +571,11 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                 continue
             if convert is None:
                 convert = plan(*out.source_size) if plan else (lambda a: a)
-            rgb = display_rgb(frame)
+            rgb, partial = composite_rgb(frame)
+            out.kept_pixels += rgb.shape[0] * rgb.shape[1]
+            if partial:
+                out.transparent_frames += 1
+                out.transparent_pixels += partial
             if motion is not None:
                 motion.add(i, rgb, kept=True)
             image = convert(rgb)

@@ -99,21 +99,107 @@ def webp_durations(path: Path) -> Optional[List[int]]:
     return durations or None
 
 
-def _apng_frames(path: Path) -> int:
-    """Frame count of an animated PNG (its acTL chunk, which precedes the image data); 1 for a
-    still PNG or another file."""
+def _png_header(path: Path) -> Tuple[int, int, bool]:
+    """(frame count, colour type, tRNS chunk seen) of a PNG from the chunks that precede its
+    image data (acTL: an animated PNG's count; nothing is decoded); (1, -1, False) for another
+    file."""
     with open(path, "rb") as f:
         if f.read(8) != _PNG_MAGIC:
-            return 1
+            return 1, -1, False
+        colour, trns = -1, False
         while True:
             chunk = f.read(8)
             if len(chunk) < 8 or chunk[4:] in (b"IDAT", b"IEND"):
-                return 1
+                return 1, colour, trns
             size = int.from_bytes(chunk[:4], "big")
             if chunk[4:] == b"acTL":
                 count = f.read(4)
-                return max(1, int.from_bytes(count, "big")) if len(count) == 4 else 1
+                n = max(1, int.from_bytes(count, "big")) if len(count) == 4 else 1
+                return n, colour, trns
+            if chunk[4:] == b"IHDR" and size >= 10:
+                colour = f.read(10)[9]
+                size -= 10
+            trns = trns or chunk[4:] == b"tRNS"
             f.seek(size + 4, 1)  # data and CRC
+
+
+def _apng_frames(path: Path) -> int:
+    """Frame count of an animated PNG (its acTL chunk, which precedes the image data); 1 for a
+    still PNG or another file."""
+    return _png_header(path)[0]
+
+
+def _may_have_alpha(path: Path) -> bool:
+    """Whether an image file's header announces transparency (read before decoding, so an
+    opaque file is decoded once, as before): a PNG with an alpha colour type (grey + alpha,
+    RGBA) or a tRNS chunk, a WebP with the VP8X alpha flag or a lossless (VP8L) one with its
+    alpha bit, a 32-bit BMP."""
+    with open(path, "rb") as f:
+        head = f.read(32)
+    if head[:8] == _PNG_MAGIC:
+        _, colour, trns = _png_header(path)
+        return colour in (4, 6) or trns
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 25:
+        if head[12:16] == b"VP8X":
+            return bool(head[20] & 0x10)
+        return head[12:16] == b"VP8L" and bool((head[24] >> 4) & 1)
+    return head[:2] == b"BM" and len(head) >= 30 and int.from_bytes(head[28:30], "little") == 32
+
+
+#: EXIF orientation -> the turn that shows the stored (H, W) plane upright (OpenCV applies
+#: it to IMREAD_COLOR reads, not to IMREAD_UNCHANGED ones)
+_EXIF_TURNS = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1],
+               5: lambda a: a.T, 6: lambda a: np.rot90(a, -1),
+               7: lambda a: np.rot90(a, -1)[::-1], 8: lambda a: np.rot90(a)}
+
+
+def _exif_orientation(path: Path) -> int:
+    """The EXIF orientation tag of an image file (1: none or unreadable), read with PIL."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return int(image.getexif().get(0x0112, 1) or 1)
+    except (OSError, ValueError, SyntaxError, TypeError):
+        return 1
+
+
+def over_black(rgb: np.ndarray, alpha: np.ndarray, top: int = 255) -> Tuple[np.ndarray, int]:
+    """``rgb`` composited over black, as a player shows it on a black background, and the
+    number of pixels that are not opaque.
+
+    Args:
+        rgb: (H, W, 3) uint8.
+        alpha: (H, W) uint8 or uint16 opacity, ``top`` = opaque.
+        top: the opaque value (255, or 65535 for 16-bit alpha).
+
+    Returns:
+        ((H, W, 3) uint8 ``round(rgb * alpha / top)``, exact in integers: no pixel value lies
+        half-way because ``top`` is odd; pixels with ``alpha < top``).
+    """
+    a = alpha.astype(np.uint32)[..., None]
+    out = (rgb.astype(np.uint32) * a + top // 2) // top
+    return out.astype(np.uint8), int(np.count_nonzero(alpha < top))
+
+
+def _alpha_plane(data: np.ndarray, shape: Tuple[int, ...], path: Path) -> Optional[np.ndarray]:
+    """The alpha plane of encoded image ``data`` in display orientation, (H, W) uint8 / uint16;
+    None when it decodes without one (or, for a BMP, with alpha 0 everywhere: a 32-bit BMP's
+    fourth byte is unused padding in most files, which viewers show opaque)."""
+    import cv2
+
+    raw = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if raw is None or raw.ndim != 3 or raw.shape[2] not in (2, 4):
+        return None
+    alpha = raw[..., -1]
+    if data[:2].tobytes() == b"BM" and not alpha.any():
+        return None
+    turn = _EXIF_TURNS.get(_exif_orientation(path))
+    alpha = np.ascontiguousarray(turn(alpha)) if turn else alpha
+    if alpha.shape != tuple(shape[:2]):
+        raise VideoReadError(f"{path}: the alpha channel ({alpha.shape[1]}x{alpha.shape[0]}) "
+                             f"does not match the image ({shape[1]}x{shape[0]})")
+    return alpha
 
 
 def animated_frames(path: Path) -> Tuple[str, int]:
@@ -127,9 +213,19 @@ def animated_frames(path: Path) -> Tuple[str, int]:
 
 
 def read_image(path: Path) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of an image file, composited over black where it is transparent:
+    :func:`read_image_alpha` without the count."""
+    return read_image_alpha(path)[0]
+
+
+def read_image_alpha(path: Path) -> Tuple[np.ndarray, int]:
     """(H, W, 3) uint8 RGB, decoded from the file's bytes (any file name, also one that is not
-    UTF-8); raises VideoReadError when the file cannot be read or does not decode, or when it
-    is an animated WebP / PNG (one image file is one still frame: its animation would be lost)."""
+    UTF-8), and the number of its pixels that are not opaque. An image with an alpha channel
+    (RGBA, grey + alpha, a palette or colour key with tRNS) is composited over black
+    (:func:`over_black`), as every reader does; an opaque one is decoded once, as before.
+
+    Raises VideoReadError when the file cannot be read or does not decode, or when it is an
+    animated WebP / PNG (one image file is one still frame: its animation would be lost)."""
     import cv2
 
     if path.stat().st_size == 0:
@@ -142,27 +238,36 @@ def read_image(path: Path) -> np.ndarray:
             f"be lost); convert it to a video (mp4, gif) or to a folder of one image per frame")
     try:  # bytes, not cv2.imread(str): OpenCV crashes on a file name that is not UTF-8
         data = np.fromfile(path, dtype=np.uint8)
+        may_have_alpha = _may_have_alpha(path)
     except OSError as exc:
         raise VideoReadError(f"{path}: the image file cannot be read ({exc})") from exc
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if bgr is None:
         raise VideoReadError(f"{path}: not a readable image")
-    return np.ascontiguousarray(bgr[..., ::-1])
+    rgb = np.ascontiguousarray(bgr[..., ::-1])
+    alpha = _alpha_plane(data, rgb.shape, path) if may_have_alpha else None
+    if alpha is None:
+        return rgb, 0
+    return over_black(rgb, alpha, 65535 if alpha.dtype == np.uint16 else 255)
 
 
 class _StillFrame:
     """One decoded frame of an :class:`AnimatedWebP`, with what the decoders read of a PyAV
-    ``VideoFrame``: ``pts`` (ms), ``height``, ``width`` and ``to_ndarray(format="rgb24")``."""
+    ``VideoFrame``: ``pts`` (ms), ``height``, ``width``, ``format.name`` ("rgb24", or "rgba"
+    for an animation with transparency) and ``to_ndarray(format=...)`` in that format."""
 
-    def __init__(self, rgb: np.ndarray, pts: int) -> None:
-        self.rgb, self.pts = rgb, pts
-        self.height, self.width = int(rgb.shape[0]), int(rgb.shape[1])
+    def __init__(self, pixels: np.ndarray, pts: int) -> None:
+        self.pixels, self.pts = pixels, pts
+        self.height, self.width = int(pixels.shape[0]), int(pixels.shape[1])
+        self.format = SimpleNamespace(name="rgba" if pixels.shape[2] == 4 else "rgb24",
+                                      has_palette=False)
 
     def to_ndarray(self, format: str = "rgb24") -> np.ndarray:  # noqa: A002 - PyAV's name
-        """The (H, W, 3) uint8 RGB frame (``format`` must be "rgb24")."""
-        if format != "rgb24":
-            raise VideoReadError(f"an animated WebP frame is rgb24 only, not {format!r}")
-        return self.rgb
+        """The (H, W, 3) uint8 RGB frame, or (H, W, 4) RGBA for a frame in "rgba"."""
+        if format != self.format.name:
+            raise VideoReadError(f"an animated WebP frame is {self.format.name} only, not "
+                                 f"{format!r}")
+        return self.pixels
 
 
 class AnimatedWebP:
@@ -197,17 +302,19 @@ class AnimatedWebP:
         self.thread_type = "AUTO"
 
     def decode_frames(self, errors: List[str]) -> Iterator[_StillFrame]:
-        """Yield the frames in order (composited on the canvas, RGB); a frame that does not
-        decode ends the iteration with a message in ``errors``."""
+        """Yield the frames in order (composited on the canvas; RGB, or RGBA when the
+        animation has transparency: :func:`~.decode.display_rgb` composites it over black); a
+        frame that does not decode ends the iteration with a message in ``errors``."""
         pts = 0
         for i, duration in enumerate(self.durations):
             try:
                 self._image.seek(i)
-                rgb = np.array(self._image.convert("RGB"), dtype=np.uint8)  # a writable copy
+                mode = "RGBA" if "A" in self._image.mode else "RGB"
+                pixels = np.array(self._image.convert(mode), dtype=np.uint8)  # a writable copy
             except (OSError, EOFError, ValueError, SyntaxError) as exc:
                 errors.append(f"decode: WebP frame {i}: {exc}")
                 return
-            yield _StillFrame(rgb, pts)
+            yield _StillFrame(pixels, pts)
             pts += duration
 
     def close(self) -> None:

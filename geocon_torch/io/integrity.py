@@ -20,7 +20,10 @@ every result, and :func:`decode_verdict` says whether the clip may be scored:
 * frames decoded with concealed errors (``concealed_frames``: damaged data the decoder filled
   in, FFmpeg's corrupt-frame flag) are kept and scored, with a ``warnings`` entry;
 * a frame size that changes mid-stream (``size_changes``, ``first_size_change``) is scored with
-  a ``warnings`` entry: later frames are resized to the first frame's size.
+  a ``warnings`` entry: later frames are resized to the first frame's size;
+* a source with transparent pixels (``transparent_frames``, ``transparent_fraction``: an alpha
+  channel, a GIF's transparent index) is composited over black by every reader and scored with a
+  ``warnings`` entry.
 """
 from __future__ import annotations
 
@@ -37,7 +40,10 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     lost from the timestamps), ``duration_frames`` (the count the stream's duration implies
     when ``announced_frames`` is None; None when unknown), ``concealed_frames`` (frames decoded
     with concealed errors), ``size_changes`` (frames whose size differs from the previous
-    frame's) and ``first_size_change`` (``{"frame", "from", "to"}``, sizes as "WxH", or None).
+    frame's), ``first_size_change`` (``{"frame", "from", "to"}``, sizes as "WxH", or None),
+    and, only for a source with transparent pixels, ``transparent_frames`` (frames read with
+    pixels that are not opaque, composited over black) and ``transparent_fraction`` (the
+    fraction of the pixels read that were not opaque).
     """
     announced = meta.get("container_frames")
     by_duration = None if announced else meta.get("duration_frames")
@@ -59,7 +65,18 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
         "duration_frames": by_duration, "concealed_frames": int(meta.get("concealed_frames") or 0),
         "size_changes": int(meta.get("size_changes") or 0),
         "first_size_change": meta.get("first_size_change"),
+        **_transparency(meta),
     }
+
+
+def _transparency(meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """``transparent_frames`` / ``transparent_fraction`` of a source with transparent pixels;
+    {} for an opaque one (its ``io`` block stays as it was before alpha was recorded)."""
+    frames = int(meta.get("transparent_frames") or 0)
+    if not frames:
+        return {}
+    return {"transparent_frames": frames,
+            "transparent_fraction": float(meta.get("transparent_fraction") or 0.0)}
 
 
 def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
@@ -67,7 +84,7 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
     """(error reason or None, warnings) for an ``io`` block: an error when more than
     ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error,
     for frames decoded with concealed errors, for a frame size that changes and for a variable
-    frame rate."""
+    frame rate and for a source with transparent pixels."""
     lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
     total = int(block["decoded_frames"]) + lost
     first = f": {block['first_errors'][0]}" if block["first_errors"] else ""
@@ -100,4 +117,13 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
     if block.get("variable_frame_rate"):
         warnings.append("variable frame rate: the frame durations vary, so longer steps between "
                         "timestamps are not counted as lost frames (fps is the average rate)")
+    if block.get("transparent_frames"):
+        warnings.append(f"the source has an alpha channel ({_percent(block)} % of pixels "
+                        f"transparent or partly so, in {block['transparent_frames']} frame(s)): "
+                        f"composited over black")
     return None, warnings
+
+
+def _percent(block: Mapping[str, Any]) -> str:
+    """The transparent fraction of an ``io`` block as a percentage, at least 0.01."""
+    return f"{max(100 * float(block.get('transparent_fraction') or 0.0), 0.01):.3g}"
