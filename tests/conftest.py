@@ -39,6 +39,17 @@ def dust3r_checkout() -> Path:
     return DUST3R_CHECKOUT
 
 
+@pytest.fixture(scope="module")
+def small_ckpt(tmp_path_factory) -> Path:
+    """A random-init torchvision RAFT-small checkpoint (seed 0) in a folder of its own, read
+    back through the real loaders (never a download); skips without torchvision's flow models."""
+    of = pytest.importorskip("torchvision.models.optical_flow")
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("raft") / "raft_small_random.pth"
+    torch.save(of.raft_small(weights=None).state_dict(), path)
+    return path
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """The device under test, with its index ("cuda" -> "cuda:0"): tensors report an indexed

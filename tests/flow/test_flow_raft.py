@@ -12,14 +12,6 @@ from geocon_torch.flow.raft import cached_checkpoint
 of = pytest.importorskip("torchvision.models.optical_flow")
 
 
-@pytest.fixture(scope="module")
-def small_ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("raft") / "raft_small_random.pth"
-    torch.save(of.raft_small(weights=None).state_dict(), path)
-    return path
-
-
 def test_raft_small_from_checkpoint_odd_size(small_ckpt):
     est = get_flow("raft_small", checkpoint=str(small_ckpt), num_flow_updates=2)
     assert isinstance(est, RaftFlow) and est.name == "raft_small"

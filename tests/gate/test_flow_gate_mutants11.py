@@ -32,16 +32,6 @@ of = pytest.importorskip("torchvision.models.optical_flow")
 # --- RAFT -----------------------------------------------------------------------------------
 
 
-
-@pytest.fixture(scope="module")
-def small_ckpt(tmp_path_factory):
-    """A random-init RAFT-small checkpoint (as tests/flow/test_flow_raft.py writes one)."""
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("raft11") / "raft_small_random.pth"
-    torch.save(of.raft_small(weights=None).state_dict(), path)
-    return path
-
-
 class _StubRaft(torch.nn.Module):
     """Records what RAFT would be fed; returns ``make(a, b)`` as its last flow estimate."""
 
