@@ -46,6 +46,7 @@ from . import __version__, commands
 from .commands._common import check_device
 from .bench.store import StoreError
 from .errors import GeoConError
+from .io._atomic import filename_text
 
 # builtin exceptions that are the user's doing (a path that is not there / not readable, or
 # a file where a folder is to be created)
@@ -119,11 +120,6 @@ def is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, USER_OS_ERRORS) or _is_environment_error(exc)
 
 
-def _path_text(name: object) -> str:
-    """An OSError's ``filename`` (str, bytes or path) as text."""
-    return os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
-
-
 def _one_line(exc: BaseException) -> str:
     """The message of the one-line error: ``<strerror>: <path>`` for an OSError of the user
     or the environment that names a file (``<path> -> <path2>`` for two), its text else."""
@@ -132,9 +128,9 @@ def _one_line(exc: BaseException) -> str:
             isinstance(exc, USER_OS_ERRORS) or _is_environment_error(exc)):
         what = exc.strerror or type(exc).__name__
         if exc.filename is not None:
-            text = f"{what}: {_path_text(exc.filename)}"
+            text = f"{what}: {filename_text(exc.filename) or exc.filename}"
             if exc.filename2 is not None:
-                text += f" -> {_path_text(exc.filename2)}"
+                text += f" -> {filename_text(exc.filename2) or exc.filename2}"
         elif exc.strerror:
             text = exc.strerror
     return text or type(exc).__name__

@@ -56,8 +56,9 @@ def atomic_output(path: Union[str, Path]) -> Iterator[Path]:
         raise
 
 
-def _name_text(name: Any) -> Optional[str]:
-    """The ``filename`` attribute of an OSError as text (None for none or a file descriptor)."""
+def filename_text(name: Any) -> Optional[str]:
+    """The ``filename`` attribute of an OSError (str, bytes or path) as text; None for none or
+    a file descriptor."""
     return os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else None
 
 
@@ -75,7 +76,7 @@ def name_output_error(exc: OSError, path: Union[str, Path], tmp: Optional[Path] 
     out = os.fspath(path)
 
     def ours(name: Any) -> bool:  # the temporary (its unique hidden name) or the output
-        text = _name_text(name)
+        text = filename_text(name)
         return text is not None and (
             (tmp is not None and os.path.basename(text) == tmp.name)
             or os.path.realpath(text) == os.path.realpath(out))
@@ -102,4 +103,4 @@ def atomic_write_text(path: Union[str, Path], text: str, encoding: str = "utf-8"
     return path
 
 
-__all__ = ["atomic_output", "atomic_write_text", "name_output_error"]
+__all__ = ["atomic_output", "atomic_write_text", "filename_text", "name_output_error"]

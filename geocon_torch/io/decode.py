@@ -281,6 +281,28 @@ def display_size(frame) -> Tuple[int, int]:
 
 
 @dataclass
+class TransparencyCount:
+    """A source's transparency over the frames kept (videos and image folders alike): frames
+    with pixels that are not opaque, those pixels, and all pixels."""
+
+    frames: int = 0
+    pixels: int = 0
+    total: int = 0
+
+    def add(self, rgb: np.ndarray, partial: int) -> None:
+        """Count one kept (H, W, 3) frame that had ``partial`` pixels that are not opaque."""
+        self.frames += partial > 0
+        self.pixels += partial
+        self.total += rgb.shape[0] * rgb.shape[1]
+
+    def meta(self) -> Dict[str, object]:
+        """The ``meta`` keys: ``transparent_frames`` (0 for an opaque source) and
+        ``transparent_fraction`` (of all kept pixels; those were composited over black)."""
+        return {"transparent_frames": int(self.frames),
+                "transparent_fraction": self.pixels / self.total if self.total else 0.0}
+
+
+@dataclass
 class Decoded:
     """What :func:`decode_selected` returns.
 
@@ -315,9 +337,8 @@ class Decoded:
             nothing else records them.
         rotation: the display rotation of the first decoded frame (degrees counterclockwise,
             0 without one); quarter turns are applied to every frame (:func:`display_rgb`).
-        transparent_frames, transparent_pixels, kept_pixels: kept frames with pixels that are
-            not opaque (composited over black: :func:`composite_rgb`), those pixels, and all
-            pixels of the kept frames (:func:`transparency_meta`).
+        transparency: the kept frames' pixels that are not opaque (composited over black:
+            :func:`composite_rgb`), counted by :class:`TransparencyCount`.
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -343,9 +364,7 @@ class Decoded:
     threads: int = DECODE_THREADS
     damage_ahead: bool = False
     rotation: float = 0.0
-    transparent_frames: int = 0
-    transparent_pixels: int = 0
-    kept_pixels: int = 0
+    transparency: TransparencyCount = field(default_factory=TransparencyCount)
     _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
 
     def note(self, frame) -> int:
@@ -458,18 +477,8 @@ class Decoded:
                 "frame": change[0], "from": size_text(change[1]), "to": size_text(change[2])},
             "video_stream": self.stream_index, "video_streams": self.video_streams,
             "decode_threads": self.threads, "display_rotation": self.rotation,
-            **transparency_meta(self.transparent_frames, self.transparent_pixels,
-                                self.kept_pixels),
+            **self.transparency.meta(),
         }
-
-
-def transparency_meta(frames: int, pixels: int, total: int) -> Dict[str, object]:
-    """The ``meta`` keys of a source's transparency, counted over the frames kept: how many
-    had pixels that are not opaque (``transparent_frames``, 0 for an opaque source) and the
-    fraction of all kept pixels that were not (``transparent_fraction``; those pixels were
-    composited over black)."""
-    return {"transparent_frames": int(frames),
-            "transparent_fraction": float(pixels) / total if total else 0.0}
 
 
 def size_text(hw: Tuple[int, int]) -> str:
@@ -572,10 +581,7 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
             if convert is None:
                 convert = plan(*out.source_size) if plan else (lambda a: a)
             rgb, partial = composite_rgb(frame)
-            out.kept_pixels += rgb.shape[0] * rgb.shape[1]
-            if partial:
-                out.transparent_frames += 1
-                out.transparent_pixels += partial
+            out.transparency.add(rgb, partial)
             if motion is not None:
                 motion.add(i, rgb, kept=True)
             image = convert(rgb)

@@ -7,11 +7,12 @@ the video decoding path (:func:`geocon_torch.io.decode.open_video`).
 """
 from __future__ import annotations
 
+import io
 import re
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -99,45 +100,44 @@ def webp_durations(path: Path) -> Optional[List[int]]:
     return durations or None
 
 
-def _png_header(path: Path) -> Tuple[int, int, bool]:
-    """(frame count, colour type, tRNS chunk seen) of a PNG from the chunks that precede its
-    image data (acTL: an animated PNG's count; nothing is decoded); (1, -1, False) for another
-    file."""
-    with open(path, "rb") as f:
-        if f.read(8) != _PNG_MAGIC:
-            return 1, -1, False
-        colour, trns = -1, False
-        while True:
-            chunk = f.read(8)
-            if len(chunk) < 8 or chunk[4:] in (b"IDAT", b"IEND"):
-                return 1, colour, trns
-            size = int.from_bytes(chunk[:4], "big")
-            if chunk[4:] == b"acTL":
-                count = f.read(4)
-                n = max(1, int.from_bytes(count, "big")) if len(count) == 4 else 1
-                return n, colour, trns
-            if chunk[4:] == b"IHDR" and size >= 10:
-                colour = f.read(10)[9]
-                size -= 10
-            trns = trns or chunk[4:] == b"tRNS"
-            f.seek(size + 4, 1)  # data and CRC
+def _png_header(f: BinaryIO) -> Tuple[int, int, bool]:
+    """(frame count, colour type, tRNS chunk seen) of a PNG, read from the binary file ``f``
+    at its start: the chunks that precede its image data (acTL: an animated PNG's count;
+    nothing is decoded); (1, -1, False) for another file."""
+    if f.read(8) != _PNG_MAGIC:
+        return 1, -1, False
+    colour, trns = -1, False
+    while True:
+        chunk = f.read(8)
+        if len(chunk) < 8 or chunk[4:] in (b"IDAT", b"IEND"):
+            return 1, colour, trns
+        size = int.from_bytes(chunk[:4], "big")
+        if chunk[4:] == b"acTL":
+            count = f.read(4)
+            n = max(1, int.from_bytes(count, "big")) if len(count) == 4 else 1
+            return n, colour, trns
+        if chunk[4:] == b"IHDR" and size >= 10:
+            colour = f.read(10)[9]
+            size -= 10
+        trns = trns or chunk[4:] == b"tRNS"
+        f.seek(size + 4, 1)  # data and CRC
 
 
 def _apng_frames(path: Path) -> int:
     """Frame count of an animated PNG (its acTL chunk, which precedes the image data); 1 for a
     still PNG or another file."""
-    return _png_header(path)[0]
-
-
-def _may_have_alpha(path: Path) -> bool:
-    """Whether an image file's header announces transparency (read before decoding, so an
-    opaque file is decoded once, as before): a PNG with an alpha colour type (grey + alpha,
-    RGBA) or a tRNS chunk, a WebP with the VP8X alpha flag or a lossless (VP8L) one with its
-    alpha bit, a 32-bit BMP."""
     with open(path, "rb") as f:
-        head = f.read(32)
+        return _png_header(f)[0]
+
+
+def _may_have_alpha(data: np.ndarray) -> bool:
+    """Whether the header of an image file's bytes ``data`` (uint8) announces transparency
+    (read before decoding, so an opaque file is decoded once, as before): a PNG with an alpha
+    colour type (grey + alpha, RGBA) or a tRNS chunk, a WebP with the VP8X alpha flag or a
+    lossless (VP8L) one with its alpha bit, a 32-bit BMP."""
+    head = data[:32].tobytes()
     if head[:8] == _PNG_MAGIC:
-        _, colour, trns = _png_header(path)
+        _, colour, trns = _png_header(io.BytesIO(data))
         return colour in (4, 6) or trns
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 25:
         if head[12:16] == b"VP8X":
@@ -153,12 +153,13 @@ _EXIF_TURNS = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a:
                7: lambda a: np.rot90(a, -1)[::-1], 8: lambda a: np.rot90(a)}
 
 
-def _exif_orientation(path: Path) -> int:
-    """The EXIF orientation tag of an image file (1: none or unreadable), read with PIL."""
+def _exif_orientation(data: np.ndarray) -> int:
+    """The EXIF orientation tag of an image file's bytes ``data`` (1: none or unreadable), read
+    with PIL."""
     from PIL import Image
 
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(data)) as image:
             return int(image.getexif().get(0x0112, 1) or 1)
     except (OSError, ValueError, SyntaxError, TypeError):
         return 1
@@ -194,7 +195,7 @@ def _alpha_plane(data: np.ndarray, shape: Tuple[int, ...], path: Path) -> Option
     alpha = raw[..., -1]
     if data[:2].tobytes() == b"BM" and not alpha.any():
         return None
-    turn = _EXIF_TURNS.get(_exif_orientation(path))
+    turn = _EXIF_TURNS.get(_exif_orientation(data))
     alpha = np.ascontiguousarray(turn(alpha)) if turn else alpha
     if alpha.shape != tuple(shape[:2]):
         raise VideoReadError(f"{path}: the alpha channel ({alpha.shape[1]}x{alpha.shape[0]}) "
@@ -238,14 +239,13 @@ def read_image_alpha(path: Path) -> Tuple[np.ndarray, int]:
             f"be lost); convert it to a video (mp4, gif) or to a folder of one image per frame")
     try:  # bytes, not cv2.imread(str): OpenCV crashes on a file name that is not UTF-8
         data = np.fromfile(path, dtype=np.uint8)
-        may_have_alpha = _may_have_alpha(path)
     except OSError as exc:
         raise VideoReadError(f"{path}: the image file cannot be read ({exc})") from exc
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if bgr is None:
         raise VideoReadError(f"{path}: not a readable image")
     rgb = np.ascontiguousarray(bgr[..., ::-1])
-    alpha = _alpha_plane(data, rgb.shape, path) if may_have_alpha else None
+    alpha = _alpha_plane(data, rgb.shape, path) if _may_have_alpha(data) else None
     if alpha is None:
         return rgb, 0
     return over_black(rgb, alpha, 65535 if alpha.dtype == np.uint16 else 255)

@@ -38,8 +38,8 @@ import torch
 from .._tensor_utils import to_device
 from ..errors import ArgumentTypeError, ClipTensorError, InputError, VideoReadError
 from ..types import Clip
-from .decode import (Decoded, check_file, decode_stable, timestamp_gap_count,
-                     transparency_meta)
+from .decode import (Decoded, TransparencyCount, check_file, decode_stable,
+                     timestamp_gap_count)
 from .images import IMAGE_SUFFIXES, animated_frames, frame_numbers, list_images, read_image_alpha
 from .framestore import ImageFrames, VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
@@ -312,14 +312,13 @@ def _scan_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
     idx = sel.resolve(len(files), where).tolist()
     ws: Optional[WorkingSize] = None
     motion, kept = FrameMotion(opts["motion_every"]), set(idx)
-    alpha = [0, 0, 0]  # kept images with pixels that are not opaque, those pixels, all pixels
+    transparency = TransparencyCount()
     for i in sorted(kept | {j for j in range(max(idx) + 1) if motion.wants(j)}):
         rgb, partial = read_image_alpha(files[i])
         motion.add(i, rgb, kept=i in kept)
         if i not in kept:  # read for the sampled motion only
             continue
-        alpha[0], alpha[1] = alpha[0] + (partial > 0), alpha[1] + partial
-        alpha[2] += rgb.shape[0] * rgb.shape[1]
+        transparency.add(rgb, partial)
         if ws is None:
             ws = working_size(rgb.shape[0], rgb.shape[1], opts["long_side"], opts["upscale"])
             first = files[i]
@@ -338,7 +337,7 @@ def _scan_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
             "num_source_frames": len(files), "truncated": False, "decode_errors": [],
             "timestamp_gaps": gaps, "timestamp_missing_frames": missing,
             "files": [files[i].name for i in idx[:1000]], "motion": motion.record(),
-            **transparency_meta(*alpha)}
+            **transparency.meta()}
     return idx, ws, meta
 
 
