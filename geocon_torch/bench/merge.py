@@ -23,13 +23,14 @@ A leaderboard scored without a server runs one job per node, each into its own S
   --rescore-versions``, then merge again);
 * a ``clips`` row is keyed by (clip_id, config hash): copied when new; a conflict when OUT's
   row points at other bytes. Rows pointing at the same bytes are compared field by field
-  (generator, prompt_category, prompt, seed, scene, path, the manifest entry, ...; not
-  ``updated_at``): the row written last (``updated_at``) wins, so a manifest fix re-run on a
-  node reaches OUT (listed in ``updates``); equal timestamps with different fields are a
-  conflict. The write times come from each node's own clock: with ``clock_skew_s`` > 0 (``geocon
-  merge --clock-skew SECONDS``), rows with different fields written less than that many seconds
-  apart are a conflict too, since a node whose clock runs ahead would otherwise win with an
-  older row. Keep the nodes' clocks synchronised (NTP) either way.
+  (generator, prompt_category, prompt, seed, scene, path, the manifest entry as sorted-key
+  JSON (its key order is no difference), ...; not ``updated_at``): the row written last
+  (``updated_at``) wins, so a manifest fix re-run on a node reaches OUT (listed in
+  ``updates``); equal timestamps with different fields are a conflict. The write times come
+  from each node's own clock: with ``clock_skew_s`` > 0 (``geocon merge --clock-skew
+  SECONDS``), rows with different fields written less than that many seconds apart are a
+  conflict too, since a node whose clock runs ahead would otherwise win with an older row.
+  Keep the nodes' clocks synchronised (NTP) either way.
 
 Shards are read in the order given (an earlier shard wins a conflict with a later one), each in
 one snapshot (results and clip rows in one read transaction: a shard a job still writes never
@@ -144,12 +145,20 @@ def _entry(text: Any) -> Any:
         return text
 
 
+def _entry_text(text: Any) -> str:
+    """A stored manifest entry as sorted-key JSON text: entries that differ only in key order
+    or spacing get one text (``true`` and ``1``, ``1`` and ``1.0`` still differ)."""
+    return json.dumps(_entry(text), sort_keys=True)
+
+
 def clip_differences(kept: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, List[Any]]:
     """``{field: [kept value, other value]}`` of two clip rows of one key: the columns of
-    :data:`CLIP_METADATA`, the manifest entry field by field (``entry.<field>``)."""
+    :data:`CLIP_METADATA`, the manifest entry field by field (``entry.<field>``; entries
+    compared as sorted-key JSON, so key order is no difference; ones whose text differs with no
+    field that does, e.g. ``true`` and ``1``, are listed whole as ``entry_json``)."""
     diffs = {k: [kept[k], other[k]] for k in CLIP_METADATA
              if k != "entry_json" and kept[k] != other[k]}
-    if kept["entry_json"] != other["entry_json"]:
+    if _entry_text(kept["entry_json"]) != _entry_text(other["entry_json"]):
         a = _leaves(_entry(kept["entry_json"]), "entry", {})
         b = _leaves(_entry(other["entry_json"]), "entry", {})
         keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

@@ -130,11 +130,12 @@ def test_rows_exactly_the_skew_window_apart_are_ordered(tmp_path: Path):
     assert [r["generator"] for r in load_results(out)] == ["new"]
 
 
-def test_a_newer_clip_row_whose_entry_differs_only_in_spelling_is_an_update(tmp_path: Path):
-    """The stored manifest entry text differs (key order) but no entry field does: the row
-    is still not the same; the newer one is written and listed whole as entry_json."""
+def test_a_newer_clip_row_whose_entry_differs_only_in_json_type_is_an_update(tmp_path: Path):
+    """The stored manifest entry differs (``true`` / ``1``) but no entry field does by Python's
+    ``==``: the row is still not the same; the newer one is written and listed whole as
+    entry_json. (Key order alone is no difference: tests/bench/test_merge_key_order.py.)"""
     shards = _clip_stores(tmp_path, (1000.0, 2000.0), ("g", "g"))
-    texts = ('{"a": 1, "b": 2}', '{"b": 2, "a": 1}')
+    texts = ('{"a": true, "b": 2}', '{"b": 2, "a": 1}')
     for path, text in zip(shards, texts):
         with ResultStore(path) as s:
             (row,) = s.raw_clips()
