@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -158,7 +158,8 @@ def motion_every(cfg: GeoConConfig) -> Optional[int]:
 
 
 def load_clip(video: VideoLike, config: ConfigLike = None,
-              device: Union[None, str, torch.device] = None) -> Tuple[Clip, torch.device]:
+              device: Union[None, str, torch.device] = None, name: Optional[str] = None
+              ) -> Tuple[Clip, torch.device]:
     """The clip as :func:`score_clip` reads it and the device every stage then runs on.
 
     Args:
@@ -166,6 +167,8 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
         config: its ``io`` section sets the working size, stride, frame cap and letterbox.
         device: None: the input's device when it is already on an accelerator, else CUDA when
             available, else the CPU.
+        name: the clip's name when it is read (None: :func:`~geocon_torch.io.read_clip`'s
+            default; a Clip keeps its own).
     Returns:
         (clip at working resolution, stage device).
     """
@@ -174,7 +177,7 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
     if isinstance(video, Clip):
         clip = video
     else:
-        clip = read_clip(video, device=dev, stream=streams_frames(video, cfg),
+        clip = read_clip(video, device=dev, stream=streams_frames(video, cfg), name=name,
                          motion_every=motion_every(cfg), **read_options(cfg, video))
     return clip, stage_device(clip, device)  # decided once: no stage picks a device of its own
 
@@ -385,14 +388,13 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
     :func:`score_clip`."""
     cfg = scoring_config(config, preset)
     preset = cfg.preset
-    named = name is not None
+    # score_clips' clip{k}: a tensor is read under that name (its warnings name it too)
+    given = name if isinstance(video, torch.Tensor) else None
     if name is None:
         name = Path(str(video)).stem if isinstance(video, (str, Path)) else "clip"
     timer, t_start = Progress(name, progress_enabled(progress)), time.perf_counter()
     with timer("read"):
-        clip, dev = load_clip(video if clip is None else clip, cfg, device)
-    if named and isinstance(video, torch.Tensor):  # score_clips' clip{k}: the same name
-        clip = replace(clip, name=name)  # whether the clip is scored or fails
+        clip, dev = load_clip(video if clip is None else clip, cfg, device, name=given)
     timer.name = clip.name
     timer.say(f"{clip.num_frames} frames of {clip.size[1]} x {clip.size[0]} px, preset {preset}")
     cfg = pinned_config(cfg, dev)
@@ -731,7 +733,8 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
         return {}
     try:
         clips = clips_from_tensors(
-            [videos[k] for k in ks], device=torch.device(device) if device is not None else None,
+            [videos[k] for k in ks], names=[_clip_name(videos[k], k) for k in ks],
+            device=torch.device(device) if device is not None else None,
             motion_every=motion_every(cfg), **read_options(cfg, videos[ks[0]]))
     except Exception:  # noqa: BLE001 - each clip is read alone and reports its own error
         return {k: (None, None) for k in ks}

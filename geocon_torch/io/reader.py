@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -54,6 +55,12 @@ _TENSOR_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, tor
 _RANGE_TOL = 1e-6
 #: frames per letterbox-accumulator update while streaming (bounds the float copy)
 _MASK_CHUNK = 16
+#: the likely mistake behind a uint8 clip tensor whose values are all 0 or 1 (and not all 0):
+#: [0, 1] floats cast with ``.to(torch.uint8)``, which reads as an almost black clip with too
+#: little texture. The reader warns with it and sets ``meta["uint8_unit_values"]``; the
+#: background's texture reason ends with it (:func:`cast_hint`).
+UINT8_CAST_HINT = ("uint8 values are all 0 or 1: were [0, 1] floats cast without x 255? pass "
+                   "(x * 255).round().to(torch.uint8) or the float tensor itself")
 
 Source = Union[str, os.PathLike, torch.Tensor]
 
@@ -628,7 +635,8 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
                   motion_every: Optional[int] = None,
                   sources: Optional[Sequence[torch.Tensor]] = None) -> List[Clip]:
     """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`); the content
-    fractions and the motion statistic come back in one host copy for the batch. ``sources``:
+    fractions, the motion statistic and (uint8 only) each clip's largest value (a clip of 0 / 1
+    values: :data:`UINT8_CAST_HINT`) come back in one host copy for the batch. ``sources``:
     the caller's (T, C, H, W) tensor of each clip (default the rows of ``x``), kept in
     ``meta["source_tensor"]`` when the frames are resampled (:class:`TensorSource`)."""
     if sources is None:
@@ -648,20 +656,31 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     out, ws = _working_frames(native, long_side, upscale)
     del native
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
-    host = _host_rows([_content_fraction(masks).double()] + sums)  # one copy for the batch
+    peak = [x.amax(dim=(1, 2, 3, 4)).double()] if x.dtype == torch.uint8 else []  # (B,)
+    host = _host_rows([_content_fraction(masks).double()] + sums + peak)  # one copy, the batch
     kept = idx.tolist()  # the frame indices: the same for every clip of the batch
     source_fps, fps_source = _pick_fps(None, fps)
     per_frame = c * h * w
     clips = []
     for k, (frames, mask) in enumerate(zip(out.unbind(0), masks.unbind(0))):  # views
-        motion = _motion_meta(host[k][1:], chains, per_frame, every)
+        motion = _motion_meta(host[k][1:1 + len(sums)], chains, per_frame, every)
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source, motion=motion)
+        if peak and host[k][-1] == 1.0:  # all 0 or 1, not all 0 (a black clip)
+            meta["uint8_unit_values"] = True
+            warnings.warn(f"clip {names[k]!r}: {UINT8_CAST_HINT}", UserWarning, stacklevel=3)
         if not ws.crop:  # resampled: the gate's view may read the source again
             meta["source_tensor"] = TensorSource(sources[k])
         clips.append(_finish(frames, kept, ws, sel.fps(source_fps), names[k], meta,
                              opts, mask=mask, fraction=host[k][0]))
     return clips
+
+
+def cast_hint(clip: Clip) -> Optional[str]:
+    """:data:`UINT8_CAST_HINT` for a clip read from a uint8 tensor of 0 / 1 values (not all 0),
+    else None (any other clip, a Clip built by hand)."""
+    meta = clip.meta if isinstance(clip.meta, dict) else {}
+    return UINT8_CAST_HINT if meta.get("uint8_unit_values") else None
 
 
 def _motion_sums(x: torch.Tensor, native: torch.Tensor, idx: np.ndarray, every: Optional[int]

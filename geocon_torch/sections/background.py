@@ -37,6 +37,7 @@ from ..gate.view import gate_view_correspondences, reads_source, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
+from ..io.reader import cast_hint
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.headline import FEW_VALID_PAIRS
 from ..measures.background import (PairMetrics, background_pass, best_of_both,
@@ -325,8 +326,8 @@ def _score_merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], masks: L
         with timer("fit"):  # one batched call per model over all rows of all clips
             fits = fit_merged([_final_rows(j) for j in live], cfg)
         _score_all(live, fits, cfg, timer, keep_rows)
-    return _fall_back([j.result for j in jobs], clips, pairs, masks, poses, cfg, device, timer,
-                      keep_rows)
+    return _with_cast_hint(_fall_back([j.result for j in jobs], clips, pairs, masks, poses, cfg,
+                                      device, timer, keep_rows), clips)
 
 
 def _run(job: _Job, fn: Callable[[_Job], None]) -> None:
@@ -1186,6 +1187,20 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
     for k, got in zip(again, new):
         out[k] = _fallen_back(results[k], got, str(cfg.features.fallback))
     return out
+
+
+def _with_cast_hint(results: List[Scored], clips: Sequence[Clip]) -> List[Scored]:
+    """``results`` (one per clip), the reason of every clip left with too little texture ending
+    with the reader's hint when its uint8 source held only 0 and 1 (:func:`cast_hint`: floats
+    cast without x 255), once: a fallback's reason that ends with it already is left as is."""
+    for clip, got in zip(clips, results):
+        hint = cast_hint(clip)
+        if hint is not None and _textureless(got):
+            block = got[0].block  # type: ignore[index]
+            reason = str(block["reason"])
+            if not reason.endswith(hint):
+                block["reason"] = f"{reason}; {hint}"
+    return results
 
 
 def _fallen_back(first: Tuple[BackgroundBlock, Optional[BackgroundRows]], got: Scored,
