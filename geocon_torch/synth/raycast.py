@@ -261,8 +261,10 @@ def shade(hits: Hits, rects: Rects, atlas: TextureAtlas, texel_density: torch.Te
     """(T, 3, H, W) colours of the hits: trilinear mip lookup of each rectangle's texture.
 
     ``texel_density`` (R,) texels per world unit on each rectangle; the mip level is
-    ``log2(density * depth * |d| / (focal * sqrt(cos)))`` (``focal`` in px at the ray grid's
-    resolution), clamped to the pyramid.
+    ``log2(density * depth / (focal * sqrt(cos)))`` (``depth`` the camera z, ``focal`` in px at
+    the ray grid's resolution: a pixel spans ``depth / focal`` world units across the ray, the
+    ray's length ``depth * |d|`` and its angular width ``1 / (focal * |d|)`` cancelling |d|),
+    clamped to the pyramid.
     """
     t, h, w = hits.depth.shape
     lv0 = atlas.levels[0]
