@@ -9,10 +9,12 @@
      "io": {"source", "announced_frames", "decoded_frames", "lost_frames", "lost_fraction",
             "timestamp_gaps", "decode_errors", "first_errors", "truncated",
             "variable_frame_rate", "duration_frames", "concealed_frames", "size_changes",
-            "first_size_change", ["transparent_frames", "transparent_fraction"]},
+            "first_size_change", ["transparent_frames", "transparent_fraction"],
+            ["color": {"pix_fmt", "bits", "transfer", "primaries", "matrix", "range"}]},
                                      # what decoding lost ({} for rows written before it was
                                      # recorded; keys added later are absent from older rows;
-                                     # [...]: only for a source with transparent pixels)
+                                     # transparent_*: only for a source with transparent
+                                     # pixels; color: video files only, FFmpeg's tag names)
      "warnings": [str, ...],         # scored, but e.g. some frames were lost while decoding
      "gate": {"method", "statistic", "thresholds", "decision", "evidence", ...},
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",
@@ -35,6 +37,7 @@
                                      # mean |difference| of consecutive frames read, grey
                                      # levels of 255 at native resolution, measured while
                                      # they are decoded; frozen: pairs >= 1 and max_mad <= 0.5
+                                     # (PQ 0.126, HLG 0.236: io.sampling.frozen_max_mad)
                                      # (the rewards' rule; the score is kept: category C1);
                                      # epipolar_dpo: frames 0, 15, 30, ... (presets with that
                                      # section, not for a Clip input); absent in older rows

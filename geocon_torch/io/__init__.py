@@ -3,7 +3,8 @@
 Reading video
 -------------
 ``read_clip(source)`` turns a video file (mp4, webm, avi, mkv, mov, gif: anything PyAV decodes),
-a folder of images (png / jpg / jpeg / bmp / webp, natural order: ``2.png`` before ``10.png``),
+a folder of images (png / jpg / jpeg / bmp / webp / tif / tiff / exr, natural order: ``2.png``
+before ``10.png``),
 one image file, or a tensor (T, C, H, W) with C in {1, 3}, uint8 or float in [0, 1], into a
 :class:`~geocon_torch.types.Clip`:
 

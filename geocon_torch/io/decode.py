@@ -20,7 +20,10 @@ pixels everywhere. A mid-stream change of the frame size is recorded (``size_cha
 stream read is FFmpeg's best video stream. Frames are returned as a player shows them: a display
 matrix that turns the picture by a quarter turn (a phone's portrait video) is applied
 (:func:`display_rgb`, as OpenCV and FFmpeg do; an image folder's EXIF orientation is applied by
-OpenCV's image decoder), so sizes, masks and audit images are in display orientation.
+OpenCV's image decoder), so sizes, masks and audit images are in display orientation. Every
+conversion of a decoded frame to RGB runs libswscale's C code with
+:data:`~.frame_rgb.RGB_SWS_FLAGS` (:func:`~.frame_rgb.frame_to_ndarray`), so the RGB does not
+depend on the CPU's SIMD kernels either.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import VideoReadError
-from .images import AnimatedWebP, over_black, webp_durations
+from .frame_rgb import composite_rgb, display_turns
+from .images import AnimatedWebP, webp_durations
 from .sampling import FrameMotion, FrameSelection
 
 #: Consecutive packet decode errors after which decoding gives up.
@@ -216,58 +220,6 @@ def iter_frames(container, stream, errors: List[str]) -> Iterator:
     errors.append(f"gave up after {_MAX_ERRORS} consecutive decode errors")
 
 
-def display_turns(frame) -> int:
-    """Quarter turns counterclockwise (0-3) that show ``frame`` as a player does: the rotation of
-    its display matrix (FFmpeg's ``av_display_rotation_get``, PyAV's ``VideoFrame.rotation``,
-    degrees counterclockwise) when it is a multiple of 90 degrees (within 1 degree); 0 for a
-    frame without one, another angle (recorded, not applied: :attr:`Decoded.rotation`) or a
-    frame that is not PyAV's (an animated WebP's)."""
-    angle = float(getattr(frame, "rotation", 0) or 0)
-    turns = round(angle / 90.0)
-    return int(turns) % 4 if abs(angle - 90.0 * turns) <= 1.0 else 0
-
-
-#: pixel format name -> whether it has an alpha component (filled on first sight)
-_ALPHA_FORMATS: Dict[str, bool] = {"rgb24": False, "yuv420p": False, "rgba": True}
-
-
-def _has_alpha(frame) -> bool:
-    """Whether ``frame`` may hold transparent pixels: its pixel format has an alpha component,
-    or it is paletted (pal8) with a palette entry that is not opaque. A format flag looked up
-    per frame (the palette, 256 entries, is read only for a paletted frame). A frame object
-    without a ``format`` (a stand-in with ``to_ndarray`` alone) is taken as opaque."""
-    fmt = getattr(frame, "format", None)
-    if fmt is None:
-        return False
-    name = fmt.name
-    alpha = _ALPHA_FORMATS.get(name)
-    if alpha is None:
-        import av
-
-        alpha = any(c.is_alpha for c in av.VideoFormat(name).components)
-        _ALPHA_FORMATS[name] = alpha
-    if alpha or not getattr(fmt, "has_palette", False) or len(frame.planes) < 2:
-        return alpha
-    palette = np.frombuffer(bytes(frame.planes[1]), dtype=np.uint8)[:1024]
-    return bool((palette.reshape(-1, 4)[:, 3] < 255).any())  # BGRA entries (native uint32)
-
-
-def composite_rgb(frame) -> Tuple[np.ndarray, int]:
-    """(H, W, 3) uint8 RGB of a decoded frame in display orientation (:func:`display_turns`
-    applied; H, W are the displayed height and width) and the number of its pixels that are
-    not opaque: a frame with transparency (:func:`_has_alpha`: rgba / argb / bgra / yuva...,
-    a gif's bgra, pal8 with a transparent palette entry) is composited over black
-    (:func:`~.images.over_black`, what a player shows on a black background), as the image
-    readers do; an opaque format is converted to rgb24 alone (count 0)."""
-    if _has_alpha(frame):
-        rgba = frame.to_ndarray(format="rgba")
-        rgb, partial = over_black(rgba[..., :3], rgba[..., 3])
-    else:
-        rgb, partial = frame.to_ndarray(format="rgb24"), 0
-    turns = display_turns(frame)
-    return (np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb), partial
-
-
 def display_rgb(frame) -> np.ndarray:
     """(H, W, 3) uint8 RGB of a decoded frame in display orientation, composited over black
     where it is transparent (:func:`composite_rgb` without the count)."""
@@ -300,6 +252,56 @@ class TransparencyCount:
         ``transparent_fraction`` (of all kept pixels; those were composited over black)."""
         return {"transparent_frames": int(self.frames),
                 "transparent_fraction": self.pixels / self.total if self.total else 0.0}
+
+
+#: FFmpeg's names (``av_color_*_name``, what ffprobe prints) of the colour tag codes: transfer
+#: (AVColorTransferCharacteristic), primaries, matrix (AVColorSpace) and range; a code missing
+#: here is written as its number
+_TRANSFER_NAMES = {1: "bt709", 2: "unknown", 4: "bt470m", 5: "bt470bg", 6: "smpte170m",
+                   7: "smpte240m", 8: "linear", 9: "log100", 10: "log316", 11: "iec61966-2-4",
+                   12: "bt1361e", 13: "iec61966-2-1", 14: "bt2020-10", 15: "bt2020-12",
+                   16: "smpte2084", 17: "smpte428", 18: "arib-std-b67"}
+_PRIMARIES_NAMES = {1: "bt709", 2: "unknown", 4: "bt470m", 5: "bt470bg", 6: "smpte170m",
+                    7: "smpte240m", 8: "film", 9: "bt2020", 10: "smpte428", 11: "smpte431",
+                    12: "smpte432", 22: "ebu3213"}
+_MATRIX_NAMES = {0: "gbr", 1: "bt709", 2: "unknown", 4: "fcc", 5: "bt470bg", 6: "smpte170m",
+                 7: "smpte240m", 8: "ycgco", 9: "bt2020nc", 10: "bt2020c", 11: "smpte2085",
+                 12: "chroma-derived-nc", 13: "chroma-derived-c", 14: "ictcp"}
+_RANGE_NAMES = {0: "unknown", 1: "tv", 2: "pc"}
+#: (key of the colour record, frame / codec context attribute, names, the "not tagged" code)
+_COLOR_TAGS = (("transfer", "color_trc", _TRANSFER_NAMES, 2),
+               ("primaries", "color_primaries", _PRIMARIES_NAMES, 2),
+               ("matrix", "colorspace", _MATRIX_NAMES, 2),
+               ("range", "color_range", _RANGE_NAMES, 0))
+
+
+def stream_color_codes(stream) -> Dict[str, int]:
+    """The colour tag codes (``_COLOR_TAGS`` attributes -> int) the stream's codec context
+    holds (from the container), the fallback of :func:`frame_color`; {} where it has none."""
+    cc = getattr(stream, "codec_context", None)
+    codes = {attr: getattr(cc, attr, None) for _, attr, _, _ in _COLOR_TAGS}
+    return {attr: int(code) for attr, code in codes.items() if code is not None}
+
+
+def frame_color(frame, fallback: Optional[Dict[str, int]] = None) -> Dict[str, object]:
+    """What a decoded frame's pixels are: ``{"pix_fmt", "bits", "transfer", "primaries",
+    "matrix", "range"}``: the pixel format's name and bit depth (its deepest component) and
+    FFmpeg's names of the frame's colour tags ("smpte2084" for PQ, "arib-std-b67" for HLG,
+    "bt2020nc", "tv" ...), each taken from ``fallback`` (:func:`stream_color_codes`) where the
+    frame leaves it untagged or PyAV does not expose it; "unknown" when neither says. {} for a
+    frame that is not PyAV's (an animated WebP's, read with PIL)."""
+    fmt = getattr(frame, "format", None)
+    if fmt is None or not hasattr(fmt, "components"):
+        return {}
+    out: Dict[str, object] = {"pix_fmt": str(fmt.name),
+                              "bits": max((int(c.bits) for c in fmt.components), default=8)}
+    for key, attr, names, untagged in _COLOR_TAGS:
+        code = getattr(frame, attr, None)
+        if code is None or int(code) == untagged:
+            code = (fallback or {}).get(attr, code)
+        code = untagged if code is None else int(code)
+        out[key] = names.get(code, str(code))
+    return out
 
 
 @dataclass
@@ -339,6 +341,9 @@ class Decoded:
             0 without one); quarter turns are applied to every frame (:func:`display_rgb`).
         transparency: the kept frames' pixels that are not opaque (composited over black:
             :func:`composite_rgb`), counted by :class:`TransparencyCount`.
+        color: pixel format, bit depth and colour tags of the first decoded frame
+            (:func:`frame_color`; the stream's tags, ``stream_color``, where the frame has
+            none): an HDR source (PQ / HLG) is read as SDR code values, and this says so.
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -365,10 +370,13 @@ class Decoded:
     damage_ahead: bool = False
     rotation: float = 0.0
     transparency: TransparencyCount = field(default_factory=TransparencyCount)
+    color: Dict[str, object] = field(default_factory=dict)
+    stream_color: Dict[str, int] = field(default_factory=dict)
     _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
 
     def note(self, frame) -> int:
-        """Count a decoded frame (timestamp, size, concealed errors); return its index."""
+        """Count a decoded frame (timestamp, size, concealed errors; the first one's colour:
+        :attr:`color`); return its index."""
         i = self.decoded
         self.decoded += 1
         if frame.pts is not None:
@@ -379,6 +387,7 @@ class Decoded:
         if self.source_size is None:
             self.source_size = size
             self.rotation = float(getattr(frame, "rotation", 0) or 0)
+            self.color = frame_color(frame, self.stream_color)
             self.frame_sizes.append(size)
         elif size != self._last_size:
             self.size_changes += 1
@@ -477,7 +486,7 @@ class Decoded:
                 "frame": change[0], "from": size_text(change[1]), "to": size_text(change[2])},
             "video_stream": self.stream_index, "video_streams": self.video_streams,
             "decode_threads": self.threads, "display_rotation": self.rotation,
-            **self.transparency.meta(),
+            **self.transparency.meta(), "color": dict(self.color),
         }
 
 
@@ -537,7 +546,8 @@ def _decoded_for(container, stream, threads: int) -> Decoded:
                    codec=stream.codec_context.name, time_base=float(tb) if tb else None,
                    stream_end=None if announced else _stream_end(container, stream),
                    stream_index=int(getattr(stream, "index", 0) or 0),
-                   video_streams=len(container.streams.video), threads=int(threads))
+                   video_streams=len(container.streams.video), threads=int(threads),
+                   stream_color=stream_color_codes(stream))
 
 
 def decode_selected(path: Path, selection: Optional[FrameSelection],

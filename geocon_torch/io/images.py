@@ -1,5 +1,9 @@
-"""Image sequences: a folder of png / jpg / jpeg / bmp / webp files (or one image file).
+"""Image sequences: a folder of png / jpg / jpeg / bmp / webp / tif / tiff / exr files (or one
+image file; :data:`IMAGE_SUFFIXES`, the one list both read).
 
+Every file of a folder with one of these suffixes is a frame, whatever the mix of suffixes, in
+natural order (:func:`image_files`); a file of another size than the first frame is an error that
+names it, and a folder without such files is an error that says what it holds instead.
 An image file is one still frame. An *animated* WebP or PNG (APNG) is not silently read as its
 first frame: :func:`read_image` raises a VideoReadError that names it and its frame count.
 :class:`AnimatedWebP` reads an animated WebP frame by frame with PIL (PyAV cannot decode one) for
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,8 +22,18 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import VideoReadError
+from .frame_rgb import composite_rgb, over_black
 
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".webp"})
+#: suffixes of the image files read as frames (compared case-insensitively), by the folder and
+#: the single-file readers alike (:func:`geocon_torch.io.read_clip`); 16-bit PNG / TIFF are
+#: reduced to 8 bits by OpenCV (PNG: >> 8; TIFF: / 257 rounded), an EXR (linear light) is read
+#: as its values clipped to [0, 1] (x 255, no transfer curve applied)
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".exr"})
+#: image suffixes decoded by PyAV (FFmpeg), the others by OpenCV: OpenCV builds often lack
+#: OpenEXR (opencv-python reads no EXR file without an environment variable)
+_PYAV_SUFFIXES = frozenset({".exr"})
+#: a TIFF's header (little / big endian)
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 #: a file name with a number: (prefix)(the last run of digits)(the rest, without digits)
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
@@ -32,7 +47,8 @@ def natural_key(name: str) -> Tuple:
 
 def image_files(folder: Path, suffixes: Iterable[str] = IMAGE_SUFFIXES) -> List[Path]:
     """Image files of ``folder`` (suffix matched case-insensitively, hidden files skipped), in
-    :func:`natural_order` (never the file system's listing order); possibly empty."""
+    :func:`natural_order` (never the file system's listing order); possibly empty. Files of
+    several suffixes are all listed (``f1.png``, ``f2.jpg``, ``f3.tif``: three frames)."""
     suffixes = frozenset(suffixes)
     files = [p for p in folder.iterdir()
              if p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")]
@@ -64,12 +80,24 @@ def frame_numbers(files: Sequence[Path]) -> Optional[List[int]]:
 
 
 def list_images(folder: Path) -> List[Path]:
-    """:func:`image_files` of ``folder``; raises VideoReadError when the folder holds none."""
+    """:func:`image_files` of ``folder``; raises VideoReadError when the folder holds none,
+    naming the suffixes it reads and the commonest ones of the files it holds instead."""
     files = image_files(folder)
     if not files:
-        raise VideoReadError(f"{folder}: the folder holds no image "
-                             f"({', '.join(sorted(IMAGE_SUFFIXES))}); 0 frames")
+        raise VideoReadError(f"{folder}: the folder holds no image file read as a frame "
+                             f"({', '.join(sorted(IMAGE_SUFFIXES))}){_other_files(folder)}; "
+                             f"0 frames")
     return files
+
+
+def _other_files(folder: Path, most: int = 3) -> str:
+    """", it holds 12 .dpx, 1 .txt" for the ``most`` commonest suffixes of the files (not
+    hidden) in ``folder``; "" for a folder without files."""
+    counts = Counter(p.suffix.lower() or "(no suffix)" for p in folder.iterdir()
+                     if p.is_file() and not p.name.startswith("."))
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:most]
+    more = " ..." if len(counts) > most else ""
+    return f"; it holds {', '.join(f'{n} {s}' for s, n in top)}{more}" if top else ""
 
 
 def webp_durations(path: Path) -> Optional[List[int]]:
@@ -134,8 +162,11 @@ def _may_have_alpha(data: np.ndarray) -> bool:
     """Whether the header of an image file's bytes ``data`` (uint8) announces transparency
     (read before decoding, so an opaque file is decoded once, as before): a PNG with an alpha
     colour type (grey + alpha, RGBA) or a tRNS chunk, a WebP with the VP8X alpha flag or a
-    lossless (VP8L) one with its alpha bit, a 32-bit BMP."""
+    lossless (VP8L) one with its alpha bit, a 32-bit BMP, a TIFF with more samples per pixel
+    than its colour needs (:func:`_tiff_extra_samples`)."""
     head = data[:32].tobytes()
+    if head[:4] in _TIFF_MAGIC:
+        return _tiff_extra_samples(data)
     if head[:8] == _PNG_MAGIC:
         _, colour, trns = _png_header(io.BytesIO(data))
         return colour in (4, 6) or trns
@@ -144,6 +175,31 @@ def _may_have_alpha(data: np.ndarray) -> bool:
             return bool(head[20] & 0x10)
         return head[12:16] == b"VP8L" and bool((head[24] >> 4) & 1)
     return head[:2] == b"BM" and len(head) >= 30 and int.from_bytes(head[28:30], "little") == 32
+
+
+#: TIFF Photometric -> the samples per pixel its colour takes (0, 1: grey; 2: RGB; 3: palette;
+#: 5: CMYK; 6: YCbCr; 8: CIE L*a*b*); the samples beyond are extra ones (alpha)
+_TIFF_COLOUR_SAMPLES = {0: 1, 1: 1, 2: 3, 3: 1, 5: 4, 6: 3, 8: 3}
+
+
+def _tiff_extra_samples(data: np.ndarray) -> bool:
+    """Whether the first image of a TIFF file (its bytes ``data``, uint8) has more samples per
+    pixel than its Photometric colour takes: an alpha channel (tags SamplesPerPixel 277 and
+    Photometric 262 of the first directory; nothing is decoded). True when the directory cannot
+    be read (a truncated file): the file is then decoded once more to look."""
+    raw = memoryview(data)
+    order = "little" if bytes(raw[:2]) == b"II" else "big"
+    start = int.from_bytes(raw[4:8], order)
+    if len(raw) < start + 2:
+        return True
+    tags = {}
+    for k in range(int.from_bytes(raw[start:start + 2], order)):
+        entry = bytes(raw[start + 2 + 12 * k:start + 14 + 12 * k])
+        if len(entry) < 12:
+            return True
+        tags[int.from_bytes(entry[:2], order)] = int.from_bytes(entry[8:10], order)
+    samples = tags.get(277, 1)
+    return samples > _TIFF_COLOUR_SAMPLES.get(tags.get(262, 2), samples)
 
 
 #: EXIF orientation -> the turn that shows the stored (H, W) plane upright (OpenCV applies
@@ -163,24 +219,6 @@ def _exif_orientation(data: np.ndarray) -> int:
             return int(image.getexif().get(0x0112, 1) or 1)
     except (OSError, ValueError, SyntaxError, TypeError):
         return 1
-
-
-def over_black(rgb: np.ndarray, alpha: np.ndarray, top: int = 255) -> Tuple[np.ndarray, int]:
-    """``rgb`` composited over black, as a player shows it on a black background, and the
-    number of pixels that are not opaque.
-
-    Args:
-        rgb: (H, W, 3) uint8.
-        alpha: (H, W) uint8 or uint16 opacity, ``top`` = opaque.
-        top: the opaque value (255, or 65535 for 16-bit alpha).
-
-    Returns:
-        ((H, W, 3) uint8 ``round(rgb * alpha / top)``, exact in integers: no pixel value lies
-        half-way because ``top`` is odd; pixels with ``alpha < top``).
-    """
-    a = alpha.astype(np.uint32)[..., None]
-    out = (rgb.astype(np.uint32) * a + top // 2) // top
-    return out.astype(np.uint8), int(np.count_nonzero(alpha < top))
 
 
 def _alpha_plane(data: np.ndarray, shape: Tuple[int, ...], path: Path) -> Optional[np.ndarray]:
@@ -237,6 +275,8 @@ def read_image_alpha(path: Path) -> Tuple[np.ndarray, int]:
             f"{path}: an animated {kind} with {n} frames is not supported as an image (an image "
             f"file, alone or in a folder, is read as one still frame, so {n - 1} frames would "
             f"be lost); convert it to a video (mp4, gif) or to a folder of one image per frame")
+    if path.suffix.lower() in _PYAV_SUFFIXES:
+        return _pyav_image(path)
     try:  # bytes, not cv2.imread(str): OpenCV crashes on a file name that is not UTF-8
         data = np.fromfile(path, dtype=np.uint8)
     except OSError as exc:
@@ -249,6 +289,21 @@ def read_image_alpha(path: Path) -> Tuple[np.ndarray, int]:
     if alpha is None:
         return rgb, 0
     return over_black(rgb, alpha, 65535 if alpha.dtype == np.uint16 else 255)
+
+
+def _pyav_image(path: Path) -> Tuple[np.ndarray, int]:
+    """:func:`read_image_alpha` of an image PyAV decodes (:data:`_PYAV_SUFFIXES`), opened from
+    a file object (any file name): its first frame, converted as a video's frames are
+    (:func:`~.frame_rgb.composite_rgb`: the pixels the file gave when it was read as a video)."""
+    import av
+
+    try:
+        with open(path, "rb") as f, av.open(f) as container:
+            for frame in container.decode(video=0):
+                return composite_rgb(frame)
+    except (av.FFmpegError, OSError, ValueError, IndexError) as exc:
+        raise VideoReadError(f"{path}: not a readable image ({exc})") from exc
+    raise VideoReadError(f"{path}: not a readable image (no frame decodes)")
 
 
 class _StillFrame:

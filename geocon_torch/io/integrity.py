@@ -23,7 +23,12 @@ every result, and :func:`decode_verdict` says whether the clip may be scored:
   a ``warnings`` entry: later frames are resized to the first frame's size;
 * a source with transparent pixels (``transparent_frames``, ``transparent_fraction``: an alpha
   channel, a GIF's transparent index) is composited over black by every reader and scored with a
-  ``warnings`` entry.
+  ``warnings`` entry;
+* a video file records ``color`` (``{"pix_fmt", "bits", "transfer", "primaries", "matrix",
+  "range"}``: its decoded pixel format, bit depth and FFmpeg's names of its colour tags), so an
+  SDR and an HDR row can be told apart; every file is read as SDR code values (8-bit RGB, no
+  tone mapping), and a PQ / HLG / linear-light transfer is scored with a ``warnings`` entry
+  that says so (its frozen threshold is scaled: :func:`geocon_torch.io.sampling.frozen_max_mad`).
 """
 from __future__ import annotations
 
@@ -43,7 +48,8 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     frame's), ``first_size_change`` (``{"frame", "from", "to"}``, sizes as "WxH", or None),
     and, only for a source with transparent pixels, ``transparent_frames`` (frames read with
     pixels that are not opaque, composited over black) and ``transparent_fraction`` (the
-    fraction of the pixels read that were not opaque).
+    fraction of the pixels read that were not opaque), and, for a video file (not an image or
+    a tensor), ``color`` (:func:`geocon_torch.io.decode.frame_color` of its first frame).
     """
     announced = meta.get("container_frames")
     by_duration = None if announced else meta.get("duration_frames")
@@ -65,8 +71,21 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
         "duration_frames": by_duration, "concealed_frames": int(meta.get("concealed_frames") or 0),
         "size_changes": int(meta.get("size_changes") or 0),
         "first_size_change": meta.get("first_size_change"),
-        **_transparency(meta),
+        **_transparency(meta), **_color(meta),
     }
+
+
+#: the keys of ``io.color``
+_COLOR_KEYS = ("pix_fmt", "bits", "transfer", "primaries", "matrix", "range")
+#: transfers read as SDR code values although they are not SDR -> the name in the warning
+_NOT_SDR = {"smpte2084": "HDR (PQ)", "arib-std-b67": "HDR (HLG)", "linear": "linear-light"}
+
+
+def _color(meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """``color`` of a video file's first frame (pix_fmt, bits, transfer, primaries, matrix,
+    range); {} for a source without one (images, tensors, rows read before it was recorded)."""
+    color = meta.get("color")
+    return {"color": {k: color.get(k) for k in _COLOR_KEYS}} if color else {}
 
 
 def _transparency(meta: Mapping[str, Any]) -> Dict[str, Any]:
@@ -83,8 +102,9 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
                    ) -> Tuple[Optional[str], List[str]]:
     """(error reason or None, warnings) for an ``io`` block: an error when more than
     ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error,
-    for frames decoded with concealed errors, for a frame size that changes and for a variable
-    frame rate and for a source with transparent pixels."""
+    for frames decoded with concealed errors, for a frame size that changes, for a variable
+    frame rate, for an HDR or linear-light source (``color["transfer"]``) and for a source
+    with transparent pixels."""
     lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
     total = int(block["decoded_frames"]) + lost
     first = f": {block['first_errors'][0]}" if block["first_errors"] else ""
@@ -117,6 +137,11 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
     if block.get("variable_frame_rate"):
         warnings.append("variable frame rate: the frame durations vary, so longer steps between "
                         "timestamps are not counted as lost frames (fps is the average rate)")
+    transfer = (block.get("color") or {}).get("transfer")
+    if transfer in _NOT_SDR:
+        warnings.append(f"{_NOT_SDR[transfer]} source read as SDR code values without tone "
+                        f"mapping: geometry scores are comparable, motion statistics are "
+                        f"compressed (transfer {transfer})")
     if block.get("transparent_frames"):
         warnings.append(f"the source has an alpha channel ({_percent(block)} % of pixels "
                         f"transparent or partly so, in {block['transparent_frames']} frame(s)): "

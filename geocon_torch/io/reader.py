@@ -22,7 +22,11 @@ as a file's clip keeps ``meta["path"]``: :func:`source_of` is what the gate's vi
 Every reader records ``meta["motion"]``, how much the frames kept move at native resolution
 (:mod:`geocon_torch.io.sampling`: ``max_mad``, ``pairs``, ``frozen``), measured while the frames
 are decoded (files, eager or streamed: the same numbers) or on the tensor before it is resized,
-in the one host copy that also reads the content fractions.
+in the one host copy that also reads the content fractions. A video file's ``meta["color"]``
+(:func:`~geocon_torch.io.decode.frame_color`: pixel format, bit depth, transfer, primaries,
+matrix, range) is read as SDR code values whatever it says; for a PQ or HLG transfer the frozen
+threshold is scaled to the transfer's compressed code values
+(:func:`~geocon_torch.io.sampling.frozen_max_mad`).
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from .framestore import ImageFrames, VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
 from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
-                       max_pair_sums, motion_record)
+                       frozen_max_mad, max_pair_sums, motion_record)
 
 #: Frame rate assumed for sources that carry none (tensors, image folders) when ``fps`` is not
 #: given: 24 fps, the rate of the paper's generated clips. ``meta["fps_source"]`` says "default".
@@ -245,7 +249,8 @@ def _decode_video(path: Path, sel: FrameSelection, opts: Dict[str, Any], stream:
 
     dec = decode_stable(path, sel, start)
     last = passes[-1]
-    return dec, last, dict(dec.metadata(path), motion=last.motion.record())
+    frozen_at = frozen_max_mad(dec.color.get("transfer"))  # PQ / HLG: compressed code values
+    return dec, last, dict(dec.metadata(path), motion=last.motion.record(frozen_at))
 
 
 def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):

@@ -138,6 +138,19 @@ def check_indices_in_range(indices: Iterable[int], num_frames: int,
 #: 0.1 px shift of a textured scene gives 0.9; the grounded categories' consecutive frames, C4's
 #: static camera with movers included, 1.5-20)
 FROZEN_MAX_MAD = 0.5
+#: the code-value slope of an HDR transfer relative to SDR, by transfer name (FFmpeg's, as in
+#: ``io.color["transfer"]``): the frozen threshold of such a source is ``FROZEN_MAX_MAD`` times
+#: it (:func:`frozen_max_mad`). Its frames are read as SDR code values without tone mapping, so
+#: the same motion differs by fewer grey levels: SDR content placed in PQ / HLG as BT.2408 does
+#: (SDR signal v shown as 203 v ** 2.4 cd/m2 by BT.1886, in PQ; scene light 0.2647 v ** 2.4,
+#: 75 % HLG at reference white) changes its code value by dPQ/dv = 0.251 (HLG: 0.471) at
+#: reference white, 0.445 (0.93) at mid-grey v = 0.5. The slope at reference white is the
+#: smallest over the SDR signal range v in [0.2, 1] (PQ's slope falls with v; HLG's is lower
+#: only in deep shadows, v < 0.13): a pair that moves by more than 0.5 SDR grey levels there
+#: moves by more than the scaled threshold. Measured (audit s26 F3): a 0.07 px / frame pan
+#: has max_mad 1.02 in SDR, 0.46 in PQ (frozen at 0.5, not at 0.126); a still libx265 PQ clip
+#: stays at 0-0.08. Linear-light and other transfers keep 0.5 (warned about, not scaled).
+HDR_MOTION_SLOPE = {"smpte2084": 0.251, "arib-std-b67": 0.471}
 #: elements of one chunk of frame pairs in :func:`max_pair_sums` (bounds its temporaries)
 MOTION_CHUNK = 32 * 2 ** 20
 #: the mean absolute difference recorded for a pair of frames of different sizes
@@ -195,6 +208,13 @@ def max_pair_sums(frames: torch.Tensor, chunk: int = MOTION_CHUNK) -> torch.Tens
     return best  # n >= 2 (checked above): never None
 
 
+def frozen_max_mad(transfer: Optional[str]) -> float:
+    """The frozen threshold (grey levels of 255) of a source read with ``transfer`` (FFmpeg's
+    name; None: not known, an SDR tensor or image): :data:`FROZEN_MAX_MAD`, scaled by
+    :data:`HDR_MOTION_SLOPE` for PQ and HLG."""
+    return FROZEN_MAX_MAD * HDR_MOTION_SLOPE.get(str(transfer), 1.0)
+
+
 def is_still(pair_sum: Any, per_frame: int) -> Any:
     """Whether a pair sum of :func:`pair_abs_diff_sums` (a float, or a float64 tensor: then
     elementwise, on its device) is within :data:`FROZEN_MAX_MAD` grey levels per element of a
@@ -248,9 +268,14 @@ class _Chain:
         self.still &= still
         self.pairs += 1
 
-    def record(self) -> Dict[str, Any]:
+    def record(self, max_mad: float = FROZEN_MAX_MAD) -> Dict[str, Any]:
+        """``{"max_mad", "pairs", "frozen"}``: frozen by the exact sums of :func:`is_still`,
+        or, with another threshold ``max_mad`` (:func:`frozen_max_mad` of an HDR source), when
+        the largest mean absolute difference is within it."""
+        still = self.still if max_mad == FROZEN_MAX_MAD else (
+            self.max_mad is not None and self.max_mad <= max_mad)
         return {"max_mad": self.max_mad, "pairs": self.pairs,
-                "frozen": bool(self.pairs and self.still)}
+                "frozen": bool(self.pairs and still)}
 
 
 class FrameMotion:
@@ -298,10 +323,11 @@ class FrameMotion:
                 else:  # counts once a kept frame at or after it shows it is read
                     self._pending.append((i, *got))
 
-    def record(self) -> Dict[str, Any]:
+    def record(self, max_mad: float = FROZEN_MAX_MAD) -> Dict[str, Any]:
         """``{"max_mad", "pairs", "frozen"}`` of the frames kept, with ``"sampled"`` (and its
-        ``"every"``) when ``every`` was given."""
-        out = self._kept.record()
+        ``"every"``) when ``every`` was given; ``max_mad``: the frozen threshold
+        (:func:`frozen_max_mad` of the source's transfer; grey levels of 255)."""
+        out = self._kept.record(max_mad)
         if self.every is not None:
-            out["sampled"] = dict(self._sampled.record(), every=self.every)
+            out["sampled"] = dict(self._sampled.record(max_mad), every=self.every)
         return out

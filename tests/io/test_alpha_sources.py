@@ -10,7 +10,7 @@ from typing import List
 import numpy as np
 import pytest
 
-from geocon_torch.io.decode import composite_rgb
+from geocon_torch.io.frame_rgb import composite_rgb
 from geocon_torch.io.images import read_image, read_image_alpha
 from geocon_torch.io.reader import read_clip
 

@@ -26,6 +26,7 @@ import pytest
 
 from geocon_torch.io import read_clip
 from geocon_torch.io.decode import DAMAGED_DECODE_THREADS, DECODE_THREADS
+from geocon_torch.io.frame_rgb import frame_to_ndarray
 from geocon_torch.io.images import frame_numbers
 from geocon_torch.io.integrity import decode_report, decode_verdict
 
@@ -80,12 +81,13 @@ def _report(path: Path, **kwargs) -> dict:
 
 
 def _pyav_frames(path: Path, threads: int) -> np.ndarray:
-    """(T, H, W, 3) uint8: a plain PyAV decode of ``path`` on ``threads`` threads."""
+    """(T, H, W, 3) uint8: a plain PyAV decode of ``path`` on ``threads`` threads, converted to
+    RGB as the reader converts (frame_to_ndarray: swscale's exact flags)."""
     with av.open(str(path)) as c:
         s = c.streams.video[0]
         s.thread_type = "AUTO"
         s.codec_context.thread_count = threads
-        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(s)])
+        return np.stack([frame_to_ndarray(f, "rgb24") for f in c.decode(s)])
 
 
 def _clip_pixels(path: Path, **kwargs) -> np.ndarray:
@@ -362,7 +364,7 @@ def test_best_video_stream_is_read_not_a_picture_stream_in_front(frames, tmp_pat
         for q in video.encode():
             c.mux(q)
     with av.open(str(path)) as c:
-        reference = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=1)])
+        reference = np.stack([frame_to_ndarray(f, "rgb24") for f in c.decode(video=1)])
     for stream in (False, True):
         clip = read_clip(path, long_side=None, stream=stream)
         assert clip.num_frames == T and clip.meta["codec"] == "h264"

@@ -9,7 +9,7 @@ import torch
 from helpers import encode_rgb
 
 from geocon_torch.io import probe_video, read_clip
-from geocon_torch.io.decode import display_turns
+from geocon_torch.io.frame_rgb import display_turns
 
 av = pytest.importorskip("av")
 

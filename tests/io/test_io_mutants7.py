@@ -20,7 +20,8 @@ from helpers import encode_rgb
 
 from geocon_torch.errors import InputError, ShapeError, VideoReadError
 from geocon_torch.io import decode, read_clip
-from geocon_torch.io.decode import DAMAGED_DECODE_THREADS, DECODE_THREADS, display_turns
+from geocon_torch.io.decode import DAMAGED_DECODE_THREADS, DECODE_THREADS
+from geocon_torch.io.frame_rgb import display_turns
 from geocon_torch.io.framestore import VideoFrames
 from geocon_torch.io.images import image_files
 from geocon_torch.io.letterbox import ContentMaskAccumulator, detect_content_mask
