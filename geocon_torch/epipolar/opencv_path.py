@@ -25,7 +25,8 @@ from ..features.lk import ncc_offsets, zncc
 from ..geometry import sampson_distance
 from ..types import Clip
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
-                       clip_pairs, enough_matches, run_protocol, tracking_guard)
+                       clip_pairs, distinct_correspondences, enough_matches, run_protocol,
+                       tracking_guard)
 
 T = TypeVar("T")
 
@@ -190,7 +191,8 @@ def _fundamental(p1: np.ndarray, p2: np.ndarray, rc: Any) -> Tuple[Any, Any]:
 def _measure_clip(state: _ClipState, stage: Stage) -> PairMeasurements:
     c = state.config
     P = len(state.pairs)
-    kp_l, kp_r, matches, inliers = (np.zeros(P, np.int64) for _ in range(4))
+    kp_l, kp_r, matches, inliers, d_matches, d_inliers = (np.zeros(P, np.int64)
+                                                          for _ in range(6))
     fitted = np.zeros(P, bool)
     med, mean = np.zeros(P), np.zeros(P)
     notes: List[Optional[str]] = [None] * P
@@ -206,6 +208,7 @@ def _measure_clip(state: _ClipState, stage: Stage) -> PairMeasurements:
             corners, p1, p2 = tracks[p]
             kp_l[p] = kp_r[p] = corners  # coverage counts against detected corners
         matches[p] = len(p1)
+        d_matches[p] = distinct_correspondences(p1, p2)
         if not enough_matches(matches[p], stage):
             continue
         try:
@@ -219,10 +222,11 @@ def _measure_clip(state: _ClipState, stage: Stage) -> PairMeasurements:
         inl = mask.reshape(-1).astype(bool)
         fitted[p] = True
         inliers[p] = int(inl.sum())
+        d_inliers[p] = distinct_correspondences(p1[inl], p2[inl])
         if inliers[p] > 0:
             med[p], mean[p] = sampson_stats(F, p1[inl], p2[inl])
     return PairMeasurements(state.pairs, kp_l, kp_r, matches, fitted, inliers, med, mean,
-                            notes, extra)
+                            notes, extra, d_matches, d_inliers)
 
 
 def opencv_sections(clips: Sequence[Clip], config: EpipolarConfig,

@@ -37,6 +37,11 @@ NOT_ENOUGH_INLIERS = "not enough epipolar inliers"
 NOT_ENOUGH_CONSISTENT_TRACKS = "not enough LK tracks with patch NCC >= {:g}"
 NOT_MEANINGFUL = "inlier set not meaningful (NFA > {:g})"
 
+#: grid (px) on which keypoint locations are compared when the NFA counts distinct
+#: correspondences: two matches whose locations in a frame round to the same multiple of it
+#: are one location (SIFT returns one location with several orientations)
+LOCATION_GRID_PX = 1e-3
+
 # stage codes of the per-pair RANSAC seeds (``pair_seeds``)
 STAGE_CODES = {PRIMARY: 0, RELAXED: 1, TRACKING: 2, "gvgc": 3}
 _M32 = 0xFFFFFFFF
@@ -201,6 +206,9 @@ class PairMeasurements:
         median_error, mean_error: Sampson distance over the inliers, px (0 where not fitted).
         notes: optional per-pair backend messages (e.g. an OpenCV exception text).
         extra: optional per-pair arrays reported in ``per_pair`` (e.g. "tracked_points").
+        distinct_matches, distinct_inliers: optional distinct correspondences among the
+            matches / inliers (``distinct_correspondences``), the (n, k) of the NFA; None:
+            ``matches`` / ``inliers`` (hand-built measurements).
     """
 
     pairs: np.ndarray
@@ -213,10 +221,33 @@ class PairMeasurements:
     mean_error: np.ndarray
     notes: List[Optional[str]] = field(default_factory=list)
     extra: Dict[str, np.ndarray] = field(default_factory=dict)
+    distinct_matches: Optional[np.ndarray] = None
+    distinct_inliers: Optional[np.ndarray] = None
 
     @property
     def num_pairs(self) -> int:
         return int(len(self.pairs))
+
+    def nfa_counts(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(n, k) (P,) of the NFA: the distinct matches / inliers where the path counted them,
+        else the raw ``matches`` / ``inliers``."""
+        n = self.matches if self.distinct_matches is None else self.distinct_matches
+        k = self.inliers if self.distinct_inliers is None else self.distinct_inliers
+        return n, k
+
+
+def distinct_correspondences(x1: np.ndarray, x2: np.ndarray) -> int:
+    """Distinct correspondences among N matches (x1, x2) (N, 2) px of one pair: min(distinct
+    locations in frame i, distinct locations in frame j), locations compared on the
+    ``LOCATION_GRID_PX`` grid. A keypoint matched several times (repeated SIFT locations with
+    other orientations, several matches to one keypoint) counts once, as the a contrario model
+    of ``log10_nfa`` assumes independent correspondences. NumPy, one pair (the OpenCV path);
+    the torch path counts all pairs at once (``torch_path.distinct_counts``)."""
+    if len(x1) == 0:
+        return 0
+    return min(len(np.unique(np.round(np.asarray(x, np.float64).reshape(-1, 2)
+                                      / LOCATION_GRID_PX).astype(np.int64), axis=0))
+               for x in (x1, x2))
 
 
 def enough_matches(matches: Any, stage: Stage) -> Any:
@@ -259,7 +290,9 @@ def log10_nfa(matches: np.ndarray, inliers: np.ndarray, image_size: Sequence[int
     alpha = min(2 * threshold * diagonal / area, 1) the chance that a point uniform in the
     (H, W) image falls within ``threshold`` px of a given epipolar line. NFA bounds the
     expected number of inlier sets this good that matches without any geometric relation would
-    produce. (n, k) are (P,) integer arrays; pairs with k <= 7 get +inf (7 points always fit)."""
+    produce. (n, k) are (P,) integer arrays; pairs with k <= 7 get +inf (7 points always fit).
+    ``evaluate`` passes the *distinct* correspondences (``distinct_correspondences``): a
+    repeated match is not an independent draw, and counting it again would lower the NFA."""
     h, w = (float(v) for v in image_size)
     alpha = min(2.0 * float(threshold_px) * float(np.hypot(h, w)) / max(h * w, 1.0), 1.0)
     ln10 = np.log(10.0)
@@ -280,7 +313,9 @@ def evaluate(meas: PairMeasurements, stage: Stage, config: EpipolarConfig,
     """Per-pair validity: enough matches, F estimated, at least ``min_inliers`` inliers, and
     in the fallback stages a meaningful inlier set: NFA (``log10_nfa`` at the (H, W) analysis
     ``image_size``) <= ``fallback_max_nfa``; in the primary stage only when
-    ``primary_max_nfa`` is set (the reference protocol has no such test)."""
+    ``primary_max_nfa`` is set (the reference protocol has no such test). The NFA counts
+    distinct matches / inliers (``PairMeasurements.nfa_counts``); the other rules the raw
+    counts."""
     enough = enough_matches(meas.matches, stage)
     ok_fit = enough & meas.fitted
     enough_inliers = ok_fit & (meas.inliers >= int(config.min_inliers))
@@ -290,8 +325,9 @@ def evaluate(meas: PairMeasurements, stage: Stage, config: EpipolarConfig,
     if bound is not None:
         if image_size is None:
             raise InputError(f"the {stage.method} stage needs the analysis image size")
-        nfa = np.where(ok_fit, log10_nfa(meas.matches, meas.inliers, image_size,
-                                         float(config.ransac.threshold_px)), np.inf)
+        n, k = meas.nfa_counts()
+        nfa = np.where(ok_fit, log10_nfa(n, k, image_size, float(config.ransac.threshold_px)),
+                       np.inf)
         meaningful = nfa <= np.log10(float(bound))
     valid = enough_inliers & meaningful
     too_few = NOT_ENOUGH_MATCHES if stage.uses_descriptors else NOT_ENOUGH_TRACKS

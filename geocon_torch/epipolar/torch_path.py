@@ -35,9 +35,9 @@ from ..features.base import resolve_backend
 from ..features.lk import patch_ncc
 from ..geometry import ransac_fundamental, sampson_distance
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
-from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
-                       clip_pairs, enough_matches, pair_seeds, run_protocol, source_frames_of,
-                       tracking_guard)
+from .protocol import (LOCATION_GRID_PX, PairMeasurements, Stage, TrackingGuard, analysis_size,
+                       clip_info, clip_pairs, enough_matches, pair_seeds, run_protocol,
+                       source_frames_of, tracking_guard)
 
 # cv2.COLOR_RGB2GRAY of OpenCV 5 on 8-bit images, bit-exact over all 2^24 colours:
 # (19596 R + 38470 G + 7470 B + 2^15) >> 16 (OpenCV 4 uses 14-bit weights; <0.3% differ by 1)
@@ -193,6 +193,29 @@ def stage_width(stage: Stage, config: EpipolarConfig) -> int:
     return config.tracking.corners(config.sift_features)
 
 
+def distinct_locations(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(P,) int64 distinct locations among the masked points of each row: x (P, N, 2) px on the
+    ``LOCATION_GRID_PX`` grid, mask (P, N) bool. Batched: each location becomes one int64 key
+    (grid x * 2^32 + grid y: one key per location for |y| < 2e6 px), masked-out entries the
+    largest int64 (sorted to the end); the count is the number of sorted valid keys that
+    differ from their predecessor."""
+    q = torch.round(x.to(torch.float64) / LOCATION_GRID_PX)
+    key = q[..., 0].to(torch.int64) * (1 << 32) + q[..., 1].to(torch.int64)
+    key = torch.where(mask, key, torch.full_like(key, torch.iinfo(torch.int64).max))
+    srt, order = torch.sort(key, dim=1)
+    valid = torch.gather(mask, 1, order)
+    new = valid.clone()
+    new[:, 1:] &= srt[:, 1:] != srt[:, :-1]
+    return new.sum(1)
+
+
+def distinct_counts(x1: torch.Tensor, x2: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(P,) int64 distinct correspondences of each pair among the masked matches (P, N):
+    min(distinct locations in frame i, in frame j), as ``protocol.distinct_correspondences``
+    counts one pair of the OpenCV path."""
+    return torch.minimum(distinct_locations(x1, mask), distinct_locations(x2, mask))
+
+
 def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairMeasurements]:
     """Measure the pairs of the listed clips: one RANSAC call over all of their pairs, with
     per-pair seeds (``protocol.pair_seeds``) and the constant width ``stage_width``."""
@@ -221,9 +244,12 @@ def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairM
     dist = sampson_distance(fit.model.to(torch.float64), x1, x2)
     med, _ = masked_median(dist, inl)  # 0 where a pair has no inlier (or no match at all)
     mean, _ = masked_mean(dist, inl)
+    # matches, inliers and their distinct counts (the NFA's n, k) in one host read
+    counts = torch.stack([matches, inl.sum(1), distinct_counts(x1, x2, corr.mask),
+                          distinct_counts(x1, x2, inl)]).cpu().numpy()
     host = {k: v.cpu().numpy() for k, v in dict(
-        kp1=corr.num_kp1, kp2=corr.num_kp2, matches=matches, fitted=fitted,
-        inliers=inl.sum(1), med=med, mean=mean).items()}
+        kp1=corr.num_kp1, kp2=corr.num_kp2, fitted=fitted, med=med, mean=mean).items()}
+    host.update(zip(("matches", "inliers", "d_matches", "d_inliers"), counts))
     extra_keys = list(guards[0].extra) if guards else []  # the guards' reports, in ``order``
     host.update({key: np.concatenate([g.extra[key] for g in guards]) for key in extra_keys})
     notes = [n for g in guards for n in g.notes]
@@ -237,7 +263,9 @@ def measure_batch(batch: _Batch, stage: Stage, ids: Sequence[int]) -> List[PairM
                                   host["matches"][sl], host["fitted"][sl], host["inliers"][sl],
                                   host["med"][sl].astype(np.float64),
                                   host["mean"][sl].astype(np.float64),
-                                  notes=notes[sl], extra=extra)
+                                  notes=notes[sl], extra=extra,
+                                  distinct_matches=host["d_matches"][sl],
+                                  distinct_inliers=host["d_inliers"][sl])
     return [out[k] for k in ids]
 
 

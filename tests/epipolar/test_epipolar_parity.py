@@ -97,8 +97,8 @@ def test_primary_max_nfa_drops_a_pair_across_a_shot_cut(shared_data, impl):
     """bikes frames 186 -> 187 lie across a cut: the reference's ">= 8 inliers" rule takes
     12-13 chance inliers of 33 matches on one F (0.17 / 0.28 px) as a valid pair. With
     ``primary_max_nfa`` the primary stage asks the fallbacks' a-contrario test too. (The cut
-    241 -> 242 is not dropped since the exact YUV conversion of 0.2.3: its 18 chance matches
-    repeat keypoints, and the NFA counts repeated inliers as independent ones.)"""
+    241 -> 242, whose 18 chance matches repeat keypoints, is dropped as well since the NFA
+    counts distinct correspondences: tests/epipolar/test_nfa_distinct.py.)"""
     from geocon_torch.io import read_clip
 
     clip = read_clip(shared_data / "real" / "bikes.mp4", long_side=None, indices=[186, 187])
