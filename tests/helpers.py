@@ -15,7 +15,7 @@ import sys
 import time
 from fractions import Fraction
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import av
 import numpy as np
@@ -549,3 +549,39 @@ def shifted_texture_frames(t: int = 3, h: int = 64, w: int = 80, seed: int = 0) 
     g = torch.Generator().manual_seed(seed)
     base = F.avg_pool2d(torch.rand(1, 1, h + 8, w + 8, generator=g), 3, 1)
     return torch.stack([base[0, :, i:i + h, i:i + w] for i in range(t)])
+
+
+# --- tagged Y'CbCr clips (test_decode_bitexact.py, test_hdr_sources.py) -----------
+
+def yuv_frame(planes: Sequence[np.ndarray], pix_fmt: str, tags: Dict[str, int]) -> av.VideoFrame:
+    """A frame of ``pix_fmt`` from its planes (each (h, w) integer codes at the plane's own
+    size: uint8, or uint16 for > 8 bits) with the colour tags ``tags`` (frame attribute ->
+    code, e.g. ``{"colorspace": 1, "color_range": 1}``)."""
+    frame = av.VideoFrame(planes[0].shape[1], planes[0].shape[0], pix_fmt)
+    for plane, data in zip(frame.planes, planes):
+        data = np.ascontiguousarray(data)
+        row = data.shape[1] * data.itemsize
+        buf = np.zeros((data.shape[0], plane.line_size), np.uint8)
+        buf[:, :row] = data.view(np.uint8).reshape(data.shape[0], row)
+        plane.update(buf.tobytes())
+    for key, value in tags.items():
+        setattr(frame, key, value)
+    return frame
+
+
+def write_ffv1(path: Path, frames: Sequence[av.VideoFrame], tags: Dict[str, int]) -> Path:
+    """Encode ``frames`` (one pixel format) losslessly (ffv1 in Matroska, 24 fps), the stream
+    tagged with ``tags`` as :func:`yuv_frame` tags a frame."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("ffv1", rate=24)
+        stream.width, stream.height = frames[0].width, frames[0].height
+        stream.pix_fmt = frames[0].format.name
+        for key, value in tags.items():
+            setattr(stream.codec_context, key, value)
+        for i, frame in enumerate(frames):
+            frame.pts = i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path

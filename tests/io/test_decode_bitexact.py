@@ -19,6 +19,7 @@ import torch
 from geocon_torch.io import read_clip
 from geocon_torch.io.writer import write_video
 from geocon_torch.synth import grounded_clip
+from helpers import write_ffv1, yuv_frame
 
 av = pytest.importorskip("av")
 
@@ -63,36 +64,11 @@ def _plain_c() -> Iterator[None]:
 def _yuv_frame(codes: np.ndarray, pix_fmt: str) -> "av.VideoFrame":
     """A frame of ``pix_fmt`` (yuv420p / yuv422p / yuv420p10le) from (H, W, 3) integer Y'CbCr
     codes, chroma subsampled by taking the top-left sample, tagged BT.709 limited range."""
-    h, w = codes.shape[:2]
     sub_y = 2 if "420" in pix_fmt else 1
-    planes = (codes[..., 0], codes[::sub_y, ::2, 1], codes[::sub_y, ::2, 2])
     dtype = np.uint16 if "10" in pix_fmt else np.uint8
-    frame = av.VideoFrame(w, h, pix_fmt)
-    for plane, data in zip(frame.planes, planes):
-        data = np.ascontiguousarray(data.astype(dtype))
-        row = data.shape[1] * data.itemsize
-        buf = np.zeros((data.shape[0], plane.line_size), np.uint8)
-        buf[:, :row] = data.view(np.uint8).reshape(data.shape[0], row)
-        plane.update(buf.tobytes())
-    for key, value in _BT709_TV.items():
-        setattr(frame, key, value)
-    return frame
-
-
-def _write_ffv1(path: Path, frames, pix_fmt: str) -> Path:
-    """Encode ``frames`` (of ``pix_fmt``) losslessly (ffv1 in Matroska), tagged BT.709 limited."""
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("ffv1", rate=24)
-        stream.width, stream.height, stream.pix_fmt = frames[0].width, frames[0].height, pix_fmt
-        for key, value in _BT709_TV.items():
-            setattr(stream.codec_context, key, value)
-        for i, frame in enumerate(frames):
-            frame.pts = i
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return path
+    planes = [p.astype(dtype) for p in
+              (codes[..., 0], codes[::sub_y, ::2, 1], codes[::sub_y, ::2, 2])]
+    return yuv_frame(planes, pix_fmt, _BT709_TV)
 
 
 def _random_codes(h: int, w: int, bits: int, seed: int) -> np.ndarray:
@@ -114,7 +90,7 @@ def clips(tmp_path_factory) -> Dict[str, Path]:
                        ("yuv420p10le", 162)):
         bits = 10 if "10" in pix_fmt else 8
         frames = [_yuv_frame(_random_codes(48, w, bits, seed), pix_fmt) for seed in (0, 1)]
-        out[f"{pix_fmt}_{w}"] = _write_ffv1(root / f"{pix_fmt}_{w}.mkv", frames, pix_fmt)
+        out[f"{pix_fmt}_{w}"] = write_ffv1(root / f"{pix_fmt}_{w}.mkv", frames, _BT709_TV)
     scene = grounded_clip("C3", num_frames=3, motion="truck", size=(96, 160), seed=0)
     out["h264"] = write_video(root / "truck.mp4", scene.frames)
     return out
@@ -169,7 +145,7 @@ def test_420_levels_match_the_closed_form(tmp_path, pix_fmt):
     patch edges, where chroma is interpolated between patches."""
     bits = 10 if "10" in pix_fmt else 8
     codes = _levels_image(bits)
-    path = _write_ffv1(tmp_path / f"levels_{pix_fmt}.mkv", [_yuv_frame(codes, pix_fmt)], pix_fmt)
+    path = write_ffv1(tmp_path / f"levels_{pix_fmt}.mkv", [_yuv_frame(codes, pix_fmt)], _BT709_TV)
     got = read_clip(str(path), long_side=None).frames[0].permute(1, 2, 0).numpy().astype(float)
     keep = np.zeros(codes.shape[:2], bool)
     keep[:30] = True

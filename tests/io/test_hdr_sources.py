@@ -18,6 +18,7 @@ from geocon_torch.io.reader import read_clip
 from geocon_torch.io.sampling import FROZEN_MAX_MAD, HDR_MOTION_SLOPE, frozen_max_mad
 from geocon_torch.rewards import FROZEN_REASON, reward_from_result
 from geocon_torch.synth import render_scene
+from helpers import write_ffv1, yuv_frame
 
 av = pytest.importorskip("av")
 cv2 = pytest.importorskip("cv2")
@@ -61,29 +62,15 @@ def encode(kind: str, sdr01: np.ndarray) -> np.ndarray:
 def write_clip(path: Path, frames01: List[np.ndarray], kind: str) -> Path:
     """Lossless ffv1 yuv444p10le limited range with the colour tags of ``kind``."""
     trc, pri, spc, (kr, kb) = TAGS[kind]
-    with av.open(str(path), "w") as out:
-        st = out.add_stream("ffv1", rate=24)
-        st.width, st.height, st.pix_fmt = W, H, "yuv444p10le"
-        cc = st.codec_context
-        cc.colorspace, cc.color_primaries, cc.color_trc, cc.color_range = spc, pri, trc, 1
-        for i, rgb in enumerate(frames01):
-            y = kr * rgb[..., 0] + (1 - kr - kb) * rgb[..., 1] + kb * rgb[..., 2]
-            ycc = np.stack([64 + 876 * y, 512 + 448 * (rgb[..., 2] - y) / (1 - kb),
-                            512 + 448 * (rgb[..., 0] - y) / (1 - kr)])
-            codes = np.clip(np.rint(ycc), 0, 1023).astype("<u2")
-            frame = av.VideoFrame(W, H, "yuv444p10le")
-            for plane, data in zip(frame.planes, codes):
-                buf = np.zeros((H, plane.line_size), np.uint8)
-                buf[:, :2 * W] = data.view(np.uint8).reshape(H, 2 * W)
-                plane.update(buf.tobytes())
-            frame.pts = i
-            frame.colorspace, frame.color_primaries, frame.color_trc = spc, pri, trc
-            frame.color_range = 1
-            for packet in st.encode(frame):
-                out.mux(packet)
-        for packet in st.encode():
-            out.mux(packet)
-    return path
+    tags = {"colorspace": spc, "color_primaries": pri, "color_trc": trc, "color_range": 1}
+    frames = []
+    for rgb in frames01:
+        y = kr * rgb[..., 0] + (1 - kr - kb) * rgb[..., 1] + kb * rgb[..., 2]
+        ycc = np.stack([64 + 876 * y, 512 + 448 * (rgb[..., 2] - y) / (1 - kb),
+                        512 + 448 * (rgb[..., 0] - y) / (1 - kr)])
+        codes = np.clip(np.rint(ycc), 0, 1023).astype("<u2")
+        frames.append(yuv_frame(list(codes), "yuv444p10le", tags))
+    return write_ffv1(path, frames, tags)
 
 
 def pan(step: float) -> List[np.ndarray]:
