@@ -35,13 +35,14 @@ def read_json_file(path: Union[str, Path], what: str,
     Raises ``error`` with ``"{what} not found: {path}"`` when nothing is there,
     ``"{what} {path} is a folder: give the JSON file"`` (:func:`not_a_file`) when it is not a
     file, and ``"{what} {path} is not valid JSON: ..."`` when it does not parse (or is not
-    UTF-8, or nests deeper than the recursion limit).
+    UTF-8, or nests deeper than the recursion limit). The file is read as UTF-8 whatever the
+    locale (a leading byte-order mark is skipped), so a path in it means the same everywhere.
     """
     path = Path(path)
     if not path.is_file():
         raise error(not_a_file(path, what, "the JSON file"))
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8-sig"))  # any locale; a BOM is fine
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{what} {path} is not valid JSON: {exc}") from exc
     except RecursionError:  # [[[...]]] deeper than the interpreter's recursion limit
