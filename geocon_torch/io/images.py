@@ -221,6 +221,20 @@ def _exif_orientation(data: np.ndarray) -> int:
         return 1
 
 
+def _pil_alpha(data: np.ndarray) -> Optional[np.ndarray]:
+    """The alpha plane (H, W) uint8 of an 8-bit grey + alpha image's bytes ``data`` as PIL
+    decodes it (stored orientation); None for any other mode or an unreadable file."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.mode != "LA":  # (not "La", premultiplied: its grey is already dark)
+                return None
+            return np.asarray(image.getchannel("A"), dtype=np.uint8).copy()
+    except (OSError, ValueError, SyntaxError, TypeError):
+        return None
+
+
 def _alpha_plane(data: np.ndarray, shape: Tuple[int, ...], path: Path) -> Optional[np.ndarray]:
     """The alpha plane of encoded image ``data`` in display orientation, (H, W) uint8 / uint16;
     None when it decodes without one (or, for a BMP, with alpha 0 everywhere: a 32-bit BMP's
@@ -228,9 +242,14 @@ def _alpha_plane(data: np.ndarray, shape: Tuple[int, ...], path: Path) -> Option
     import cv2
 
     raw = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
-    if raw is None or raw.ndim != 3 or raw.shape[2] not in (2, 4):
+    if raw is not None and raw.ndim == 3 and raw.shape[2] in (2, 4):
+        alpha = raw[..., -1]
+    elif data[:2].tobytes() in (b"II", b"MM"):  # OpenCV reads a grey + alpha TIFF as grey
+        alpha = _pil_alpha(data)
+        if alpha is None:
+            return None
+    else:
         return None
-    alpha = raw[..., -1]
     if data[:2].tobytes() == b"BM" and not alpha.any():
         return None
     turn = _EXIF_TURNS.get(_exif_orientation(data))
