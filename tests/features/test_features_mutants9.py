@@ -477,8 +477,9 @@ def test_glue_matcher_equals_kornias_lightglue_forward(monkeypatch):
     assert int(c.mask.sum()) == int(good.sum()) > 30
     torch.testing.assert_close(c.x1[0][c.mask[0]], kps.xy[0][:len(m0)][good])
     torch.testing.assert_close(c.x2[0][c.mask[0]], kps.xy[1][m0[good]])
+    # float32 round-off of two evaluation orders (batched vs one pair): up to 1.25e-5 measured
     torch.testing.assert_close(c.scores[0][c.mask[0]], ref["matching_scores0"][0][good],
-                               atol=1e-5, rtol=0)
+                               atol=5e-5, rtol=0)
 
 
 @needs_xfeat
