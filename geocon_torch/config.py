@@ -565,7 +565,10 @@ class FeatureConfig(_Section):
     scale_mode: str = _choice("auto", SCALE_MODE_CHOICES)
     checkpoint: Optional[str] = _text(local=True)  # local weights for learned backends
     checkpoint_sha256: Optional[str] = _digest()  # of the checkpoint file, pinned when scoring
-    content_margin_px: int = _int(4, 0)  # content mask eroded by this much (px) before keypoints
+    # keypoints stay this many pixels of their own feature level off letterbox / pillarbox bars:
+    # at scale s the content mask is eroded by ceil(content_margin_px / s) working px (4 at
+    # scale 1, 16 at 1/4); a clip without bars is unaffected
+    content_margin_px: int = _int(4, 0)
     # opencv-sift's contrastThreshold (OpenCV's default 0.04); lower finds keypoints on weakly
     # textured frames (the strongest max_keypoints are kept either way)
     opencv_contrast_threshold: float = _num(0.04, 0)

@@ -48,7 +48,7 @@ from .io.calibration import pin_calibration
 from .io.pinned_files import pin_files
 from .io.images import IMAGE_SUFFIXES, image_files
 from .io.integrity import decode_report, decode_verdict
-from .io.pairs import background_pairs
+from .io.pairs import background_pairs, held_of
 from .measures.headline import headline_score, headline_terms
 from .presets import PRESET_NAMES, SECTION_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
@@ -249,18 +249,29 @@ def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig,
     return res
 
 
+def held_warning(held: int, frames: int) -> str:
+    """The ``warnings`` entry of a clip with ``held`` of its ``frames`` frames held
+    (:mod:`geocon_torch.io.sampling`)."""
+    return (f"{held} of {frames} frames repeat the previous frame (held frames): pairs of two "
+            f"identical frames are not scored")
+
+
 def result_motion(meta: Dict[str, Any], every: Optional[int]) -> Optional[Dict[str, Any]]:
     """``result["motion"]`` from the reader's ``meta["motion"]``
     (:mod:`geocon_torch.io.sampling`): ``{"max_mad", "pairs", "frozen"}`` of the frames read
-    (native resolution), and for a preset with the ``epipolar_dpo`` section (``every``: its
-    sampling rate) ``"epipolar_dpo"``: the same of frames 0, every, 2 every, ... up to the
-    last frame read, when the reader measured them at that rate (not for a Clip input, which
-    that section samples by its own positions). None when the reader recorded nothing (a Clip
+    (native resolution), ``"held_frames"`` (how many frames repeat the one before them; only
+    when some do and the clip is not frozen: their pairs were not scored), and for a preset
+    with the ``epipolar_dpo`` section (``every``: its sampling rate) ``"epipolar_dpo"``: the
+    same of frames 0, every, 2 every, ... up to the last frame read, when the reader measured
+    them at that rate (not for a Clip input, which that section samples by its own positions).
+    None when the reader recorded nothing (a Clip
     not made by ``read_clip``)."""
     motion = meta.get("motion")
     if not isinstance(motion, dict):
         return None
     out = {k: motion[k] for k in ("max_mad", "pairs", "frozen")}
+    if isinstance(motion.get("held"), list) and motion["held"]:
+        out["held_frames"] = len(motion["held"])
     sampled = motion.get("sampled")
     if every is not None and isinstance(sampled, dict) and sampled.get("every") == every:
         out["epipolar_dpo"] = dict(sampled)
@@ -274,7 +285,7 @@ def _background(res: ClipResult, clip: Clip, masks: Any, poses: Any, cfg: GeoCon
     if isinstance(masks, BackgroundBlock):
         bg = masks
     else:
-        pairs = background_pairs(clip.num_frames, cfg.background.pair_stride)
+        pairs = background_pairs(clip.num_frames, cfg.background.pair_stride, held_of(clip))
         timer.note("features", f"{clip.num_frames} frames, {int(pairs.shape[0])} pairs")
         bg = background_block(clip, pairs, masks=masks, poses=poses, config=cfg, device=dev,
                               timer=timer)
@@ -400,6 +411,10 @@ def _prepare(video: VideoLike, masks: Any, poses: Any, config: ConfigLike,
     cfg = pinned_config(cfg, dev)
     res = _new_result(video, clip, cfg, digest)
     decoded = _decode_ok(res, clip, cfg, timer)
+    held = held_of(clip)
+    if held:  # some, not all (a frozen clip records none): their pairs are dropped
+        res.warnings.append(held_warning(len(held), clip.num_frames))
+        timer.say(f"warning: {res.warnings[-1]}")
     return _Item(video, masks, poses, clip, dev, cfg, preset, res, timer, t_start, decoded)
 
 
@@ -772,8 +787,8 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
             if it.decoded and "background" in get_preset(it.preset).sections]
     for dev in sorted({str(it.dev) for _, it in todo}):
         group = [(k, it) for k, it in todo if str(it.dev) == dev]
-        pairs = [background_pairs(it.clip.num_frames, it.cfg.background.pair_stride)
-                 for _, it in group]
+        pairs = [background_pairs(it.clip.num_frames, it.cfg.background.pair_stride,
+                                  held_of(it.clip)) for _, it in group]
         one = group[0][1] if len(group) == 1 else None  # a clip alone: its name and counts
         timer = Progress(one.clip.name if one else f"batch of {len(group)} clips",
                          progress_enabled(progress))

@@ -22,7 +22,11 @@
                     ...}, "per_pair": [...], "status", "reason", ...},  # pass: the paper's
                                      # report gate; pass_calibrated: the gate calibrated on
                                      # grounded scenes (config background.calibration; absent
-                                     # when it is null), see measures.calibration
+                                     # when it is null), see measures.calibration;
+                                     # content_long_side: the long side (working px) of the
+                                     # content without letterbox / pillarbox bars, what GE
+                                     # and the calibrated bounds are normalised by (absent in
+                                     # older rows: the working long side)
      "foreground": {...}, "epipolar": {...},     # present when the preset asks for them;
                                      # epipolar["implementation"]: "opencv" | "torch"
      "behaviour": str | None,        # post-hoc behaviour (paper Algorithm 1 E): "Static",
@@ -32,8 +36,13 @@
      "config": {...}, "config_hash": str, "version": str,  # config: the scoring config with
                                      # background.calibration_hash = the calibration file's
                                      # content hash (part of config_hash)
-     "motion": {"max_mad", "pairs", "frozen", ["epipolar_dpo": {"every", "max_mad", "pairs",
-                "frozen"}]} | None,  # how much the frames read move (io.sampling): the largest
+     "motion": {"max_mad", "pairs", "frozen", ["held_frames"], ["epipolar_dpo": {"every",
+                "max_mad", "pairs", "frozen"}]} | None,  # how much the frames read move
+                                     # (io.sampling): held_frames (only when some frames,
+                                     # not all, repeat the one before them, e.g. every frame
+                                     # shown twice): their pairs of two identical frames are
+                                     # not scored (io.pairs.drop_held_pairs; a warning says
+                                     # so); max_mad: the largest
                                      # mean |difference| of consecutive frames read, grey
                                      # levels of 255 at native resolution, measured while
                                      # they are decoded; frozen: pairs >= 1 and max_mad <= 0.5

@@ -62,6 +62,10 @@ PINNED["0.2.2"] = PINNED["0.2.1"]
 #: pixels on every CPU, 4:2:0 / 4:2:2 no longer darkened) and TIFF / EXR folders read: the
 #: pinned inputs are tensors, which are not decoded, so they give 0.2.2's numbers
 PINNED["0.2.3"] = PINNED["0.2.2"]
+#: held frames (pairs of two identical frames not scored), the content's long side and the
+#: content margin per feature level (letterbox / pillarbox bars), grey + alpha TIFF: the pinned
+#: clips have neither held frames nor bars, so they give 0.2.3's numbers
+PINNED["0.2.4"] = PINNED["0.2.3"]
 
 
 def _round(x: Any) -> Any:

@@ -135,7 +135,9 @@ def scene_clips(plan: CalibrationPlan) -> Iterator[Tuple[List[Dict[str, Any]], L
 
 def calibration_row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any]:
     """One clip's calibration row: its ``label`` and the background numbers of its result
-    dict ``res`` (GE also in px of a ``REF_LONG_SIDE``-px frame).
+    dict ``res`` (GE also in px of a ``REF_LONG_SIDE``-px frame: scaled by the background
+    block's ``content_long_side``, letterbox / pillarbox bars left out, else the working size's
+    long side).
 
     ``parallax_ref`` is the block's (recorded only when a calibration file is in use) or else
     the weight-free gate's ``magnitude_ref_px`` from ``res["gate"]["evidence"]`` (the same
@@ -146,7 +148,7 @@ def calibration_row(label: Dict[str, Any], res: Dict[str, Any]) -> Dict[str, Any
     if parallax is None:
         parallax = (((res.get("gate") or {}).get("evidence") or {}).get("magnitude_ref_px"))
     size = res.get("working_size") or [0, 0]
-    long_side = int(max(size)) if size else 0
+    long_side = int(bg.get("content_long_side") or (max(size) if size else 0))  # bars left out
 
     def norm(v: Optional[float]) -> Optional[float]:
         return float(v) * REF_LONG_SIDE / long_side if v is not None and long_side else None

@@ -5,7 +5,9 @@ consistency"), reproduced from its public code (``PatchAutoEvaluate.py`` + ``cor
   not_applicable), each resized to 1280x720 (cv2.resize default, bilinear) and converted to
   grayscale;
 * pairs (i, i + d) for d in (60, 50, 40, 30, 20, 10), i = 0, s, 2s, ... with
-  s = int((70 - d) / 10) while i + d <= 70: 11 pairs per interval, 66 in all;
+  s = int((70 - d) / 10) while i + d <= 70: 11 pairs per interval, 66 in all, less the pairs
+  of two identical frames of a clip with held frames (``Clip.meta["motion"]["held"]``: every
+  frame i + 1 .. i + d held, a still stretch of d + 1 frames; :func:`gvgc_clip_rows`);
 * SIFT with up to 40,000 features, FLANN 2-NN (the original's ``cv2.FlannBasedMatcher()``;
   ``epipolar.gvgc.matcher="bf"`` for exact 2-NN), Lowe ratio 0.85;
 * ``cv2.findFundamentalMat(FM_RANSAC, 3 px)`` (OpenCV defaults: confidence 0.99, 1000 iterations;
@@ -40,7 +42,7 @@ from ..config import GVGC_MATCHER_CHOICES, EpipolarConfig
 from ..errors import InputError
 from ..features import get_extractor, match_descriptors
 from ..geometry import epipolar_line_distance, ransac_fundamental
-from ..io.pairs import gvgc_pairs
+from ..io.pairs import gvgc_pairs, held_of
 from ..types import Clip
 from .opencv_path import clip_frame_rgb, ratio_matches, run_opencv
 from .protocol import pair_seeds, source_frames_of
@@ -141,12 +143,19 @@ def _matcher(config: EpipolarConfig):
                      f"{config.gvgc.matcher!r}")
 
 
+def gvgc_clip_rows(clip: Clip, config: EpipolarConfig) -> np.ndarray:
+    """(P, 3) int64 rows (d, i, i + d) a clip is measured on: ``io.pairs.gvgc_pairs`` over
+    frames 0..min_frames-1, less the rows of two identical frames of its held positions
+    (``io.pairs.held_of``; a clip without held frames: all 66 rows of the defaults)."""
+    return gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals, held_of(clip))
+
+
 def gvgc_section_opencv(clip: Clip, config: EpipolarConfig) -> Dict[str, Any]:
     """The gvgc preset through OpenCV, one pair at a time, as the original code."""
     short = too_short(clip, config, "opencv")
     if short is not None:
         return short
-    rows = gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals)
+    rows = gvgc_clip_rows(clip, config)
     info = {"implementation": "opencv", "features": "opencv-sift", "frames": clip.num_frames,
             "analysis_size": [int(v) for v in config.gvgc.size]}
     def work() -> List[Dict[str, Any]]:
@@ -220,7 +229,8 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
     """The gvgc preset batched: one feature extraction over the frames of all clips, one
     ``match_descriptors`` (exact 2-NN, ratio 0.85) over all their pairs, and per clip ONE
     ``ransac_fundamental`` (residual "epipolar_max" = OpenCV's FM_RANSAC error, 3 px, plain
-    inlier counting, confidence 0.99, 1000 iterations) over its 66 pairs. The fit runs per clip,
+    inlier counting, confidence 0.99, 1000 iterations) over its 66 pairs (less those of two
+    identical frames: :func:`gvgc_clip_rows`). The fit runs per clip,
     on the clip's own match width and with per-pair seeds (``protocol.pair_seeds``), so a
     clip's numbers do not depend on the other clips (a common width would pad every pair to the
     batch's largest match count, up to 40,000)."""
@@ -228,24 +238,25 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
     todo = [k for k, s in enumerate(out) if s is None]
     if not todo:
         return out  # type: ignore[return-value]
-    rows = gvgc_pairs(config.gvgc.min_frames, config.gvgc.intervals)
+    rows = [gvgc_clip_rows(clips[k], config) for k in todo]  # per clip: its held frames
+    first = np.cumsum([0] + [len(r) for r in rows]).tolist()  # clip b: pairs first[b]..
     n = int(config.gvgc.min_frames)
     gray = torch.cat([gvgc_frames_torch(clips[k], config, device) for k in todo])
     kps = get_extractor(features, max_keypoints=int(config.gvgc.sift_features),
                         device=device).extract(gray)
-    pairs = torch.cat([torch.as_tensor(rows[:, 1:], device=device) + b * n
-                       for b in range(len(todo))])
+    pairs = torch.cat([torch.as_tensor(r[:, 1:], device=device) + b * n
+                       for b, r in enumerate(rows)])
     corr = match_descriptors(kps, pairs, ratio=float(config.gvgc.ratio))
     x1, x2 = corr.x1.to(torch.float64), corr.x2.to(torch.float64)
     matches = corr.mask.sum(1)
     mask = corr.mask & (matches >= MIN_MATCHES)[:, None]
     stats: List[List[torch.Tensor]] = []
     sources = source_frames_of([clips[k] for k in todo])  # one host transfer
-    for b, k in enumerate(todo):  # per clip: 66 pairs in one batched fit
-        sl = slice(b * len(rows), (b + 1) * len(rows))
+    for b, k in enumerate(todo):  # per clip: its (up to 66) pairs in one batched fit
+        sl = slice(first[b], first[b + 1])
         used = corr.mask[sl].any(0).nonzero()
         width = int(used.max()) + 1 if used.numel() else 0
-        seeds = torch.from_numpy(pair_seeds(config.seed, sources[b][rows[:, 1:]],
+        seeds = torch.from_numpy(pair_seeds(config.seed, sources[b][rows[b][:, 1:]],
                                             "gvgc"))
         stats.append(_fit_line_errors(x1[sl, :width], x2[sl, :width], mask[sl, :width], seeds,
                                       config))
@@ -255,8 +266,8 @@ def gvgc_sections_torch(clips: Sequence[Clip], config: EpipolarConfig, device: t
             "analysis_size": [int(v) for v in config.gvgc.size]}
     for b, k in enumerate(todo):
         records = []
-        for p, (dd, i, j) in enumerate(rows.tolist()):
-            q = b * len(rows) + p
+        for p, (dd, i, j) in enumerate(rows[b].tolist()):
+            q = first[b] + p
             kp1, kp2, m, ni, ok, mu, md, rm = (h[q] for h in host)
             stats = ({"mean_error": float(mu), "median_error": float(md), "rmse": float(rm),
                       "mae": float(mu)} if ok and ni > 0 else None)

@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..features import lk_tracks
 from ..features.lk import ncc_offsets, zncc
 from ..geometry import sampson_distance
+from ..io.pairs import held_of
 from ..types import Clip
 from .protocol import (PairMeasurements, Stage, TrackingGuard, analysis_size, clip_info,
                        clip_pairs, distinct_correspondences, enough_matches, run_protocol,
@@ -233,8 +234,8 @@ def opencv_sections(clips: Sequence[Clip], config: EpipolarConfig,
                     explicit: Optional[Sequence] = None) -> List[Dict]:
     """WorldAtlas sections of several clips through the OpenCV reference path; ``explicit``:
     optional per-clip (P, 2) pairs replacing the protocol's pair selection."""
-    pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k])
-             for k, c in enumerate(clips)]
+    pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k],
+                        held_of(c)) for k, c in enumerate(clips)]
     infos = [clip_info(clip, pr, config, implementation="opencv", features="opencv-sift")
              for clip, pr in zip(clips, pairs)]
     def work() -> List[Dict]:

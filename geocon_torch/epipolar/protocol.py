@@ -93,20 +93,25 @@ def analysis_size(height: int, width: int, max_width: int) -> Tuple[int, int]:
     return max(int(round(height * scale)), 1), int(max_width)
 
 
-def decode_plan(num_frames: int, config: EpipolarConfig) -> Tuple[np.ndarray, np.ndarray]:
+def decode_plan(num_frames: int, config: EpipolarConfig,
+                held: Optional[Sequence[int]] = None) -> Tuple[np.ndarray, np.ndarray]:
     """What to decode of a long clip: (indices (F,) sorted frame numbers the protocol reads,
     pairs (P, 2) positions into those F frames). ``read_clip(path, indices=indices)`` and
-    ``epipolar_section(clip, pairs=pairs)`` then measure exactly the pairs of the full clip."""
-    full = worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs)
+    ``epipolar_section(clip, pairs=pairs)`` then measure exactly the pairs of the full clip.
+    ``held``: the clip's held positions (``io.pairs.held_of``): its pairs of two identical
+    frames are not measured (``io.pairs.drop_held_pairs``)."""
+    full = worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs, held)
     indices, inverse = np.unique(full, return_inverse=True)
     return indices, inverse.reshape(-1, 2).astype(np.int64)
 
 
-def clip_pairs(num_frames: int, config: EpipolarConfig, pairs: Any = None) -> np.ndarray:
-    """The (P, 2) pairs of a clip: ``io.pairs.worldatlas_pairs`` or the explicit ``pairs``
-    (positions)."""
+def clip_pairs(num_frames: int, config: EpipolarConfig, pairs: Any = None,
+               held: Optional[Sequence[int]] = None) -> np.ndarray:
+    """The (P, 2) pairs of a clip: ``io.pairs.worldatlas_pairs`` (less the pairs of two
+    identical frames of ``held``, the clip's held positions: ``io.pairs.held_of``) or the
+    explicit ``pairs`` (positions, as given: ``held`` is not applied)."""
     if pairs is None:
-        return worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs)
+        return worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs, held)
     arr = np.asarray(pairs.cpu() if hasattr(pairs, "cpu") else pairs, dtype=np.int64)
     arr = arr.reshape(-1, 2)
     if len(arr) and (arr.min() < 0 or arr.max() >= num_frames):

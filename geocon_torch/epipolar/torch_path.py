@@ -34,6 +34,7 @@ from ..features import get_extractor, lk_tracks, match_descriptors
 from ..features.base import resolve_backend
 from ..features.lk import patch_ncc
 from ..geometry import ransac_fundamental, sampson_distance
+from ..io.pairs import held_of
 from ..types import Clip, Correspondences, Keypoints, concat_correspondences
 from .protocol import (LOCATION_GRID_PX, PairMeasurements, Stage, TrackingGuard, analysis_size,
                        clip_info, clip_pairs, enough_matches, pair_seeds, run_protocol,
@@ -293,8 +294,8 @@ def torch_sections(clips: Sequence[Clip], config: EpipolarConfig,
         device = clips[0].frames.device if clips else torch.device("cpu")
     device = torch.device(device)
     name = resolve_features(config, device, features)
-    pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k])
-             for k, c in enumerate(clips)]
+    pairs = [clip_pairs(c.num_frames, config, None if explicit is None else explicit[k],
+                        held_of(c)) for k, c in enumerate(clips)]
     infos = [clip_info(clip, pr, config, implementation="torch", features=name, device=str(device))
              for clip, pr in zip(clips, pairs)]
     batch = _Batch(clips, pairs, config, device, name)

@@ -11,12 +11,17 @@ Two ways to realise a scale s < 1 (``FeatureConfig.scale_mode``):
 bilinear, pixel-centre aligned), features are detected and matched there, and the points are
 mapped back to working-resolution pixels with ``x = (x_s + 0.5) / s_x - 0.5`` (``s_x = W_s / W``,
 the same for y; the convention of OpenCV's and torch's ``align_corners=False`` resizes).
-Keypoints on letterbox bars (``clip.content_mask`` False, eroded by ``content_margin_px``) are
-dropped. Only frames that occur in ``pairs`` are processed, each once per scale (opencv-sift:
-frame by frame on its thread pool, converted to uint8 inside the worker).
+Keypoints on letterbox bars (``clip.content_mask`` False) are dropped, and so are those closer
+to a bar than ``content_margin_px`` pixels of their own level: at scale s the mask is eroded by
+``ceil(content_margin_px / s)`` working pixels (:func:`level_margin`; a keypoint's support grows
+as 1 / s), then resampled to the level. Erosion never eats in from the frame border, so a clip
+without bars (mask all True) is the same at every margin. Only frames that occur in ``pairs``
+are processed, each once per scale (opencv-sift: frame by frame on its thread pool, converted to
+uint8 inside the worker).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -66,10 +71,23 @@ def to_working_pixels(xy: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
     return (xy + 0.5) / to_device([sx, sy], xy.device, xy.dtype) - 0.5
 
 
+def level_margin(margin_px: int, s: float) -> int:
+    """The content margin of the level at scale ``s`` (0 < s <= 1), in working pixels:
+    ``ceil(margin_px / s)``, so that it is ``margin_px`` pixels of that level (e.g. 4 -> 16 at
+    s = 1/4; ``margin_px`` itself at s = 1)."""
+    return int(math.ceil(margin_px / float(s) - 1e-9))
+
+
 def _scaled_mask(mask: torch.Tensor, size: tuple) -> torch.Tensor:
     """Nearest-pixel-centre resampling of an (H, W) bool mask to ``size``."""
     m = F.interpolate(mask.to(torch.float32)[None, None], size=size, mode="nearest-exact")
     return m[0, 0] > 0.5
+
+
+def _host_masks(levels: list) -> List[torch.Tensor]:
+    """The working-size (H, W) bool masks of ``levels`` (their last entry) on the CPU, in one
+    copy."""
+    return list(torch.stack([lv[-1] for lv in levels]).cpu().unbind(0)) if levels else []
 
 
 def _rescale_keypoints(kps: Keypoints, sx: float, sy: float, mask: Optional[torch.Tensor]
@@ -283,13 +301,15 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
     out_pairs = to_device(pairs, dev)
     h, w = clip.size
     content = clip.content_mask.to(device=dev, dtype=torch.bool)
-    content = erode_mask(content, int(cfg.content_margin_px))
-    # (scale, size, sx, sy, content mask at that size); scales below MIN_SIDE px are left out
+    # (scale, size, sx, sy, content mask at that size, the same at the working size), each
+    # eroded by the margin in that level's pixels; scales below MIN_SIDE px are left out
     levels = []
     for s in scales:
         hs, ws = scaled_size(h, w, float(s))
         if min(hs, ws) >= MIN_SIDE:
-            levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(content, (hs, ws))))
+            inner = erode_mask(content, level_margin(int(cfg.content_margin_px), s))
+            levels.append((float(s), (hs, ws), ws / w, hs / h, _scaled_mask(inner, (hs, ws)),
+                           inner))
     backend = cfg.backend
     mode = cfg.scale_mode
     extractor, matcher = feature_backend(cfg, dev)
@@ -299,41 +319,46 @@ def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Se
         def image(k: int):  # frame k as uint8, converted inside the worker
             return to_uint8(clip.gray(indices=used[k:k + 1]))[0]
 
-        all_kps = extractor.extract_scale_space(int(used.numel()), image, content.cpu(), bands,
-                                                dev, torch.float32)
+        # detected once inside the finest level's mask (the least eroded); each band keeps the
+        # keypoints inside its own level's mask (one host copy of all of them)
+        band_masks = _host_masks(levels)
+        finest = max(zip(levels, band_masks), key=lambda lm: lm[0][0])[1] if levels else None
+        all_kps = extractor.extract_scale_space(int(used.numel()), image, finest, bands, dev,
+                                                torch.float32, band_masks=band_masks)
         return _match_levels(all_kps, [lv[0] for lv in levels], local_pairs, out_pairs, cfg)
     if isinstance(extractor, OpenCVSIFT):
         # frame by frame on the extractor's thread pool: each frame is converted to gray and
         # resized to every scale inside its worker (no float copy of the clip), once per scale
         def images(k: int) -> list:
             g = clip.gray(indices=used[k:k + 1]).to(dev)
-            return [to_uint8(rescale_gray(g, size))[0] for _, size, _, _, _ in levels]
+            return [to_uint8(rescale_gray(g, size))[0] for _, size, _, _, _, _ in levels]
 
-        content_cpu = content.cpu()
+        inner_cpu = _host_masks(levels)
 
-        def to_working(sx: float, sy: float):  # per frame, as _rescale_keypoints
+        def to_working(sx: float, sy: float, inner: torch.Tensor):  # as _rescale_keypoints
             def refine(xy: torch.Tensor):
                 xy = to_working_pixels(xy, sx, sy)
-                return xy, inside_mask(xy, content_cpu)
+                return xy, inside_mask(xy, inner)
             return refine
 
         all_kps = extractor.extract_many(int(used.numel()), images, [lv[4] for lv in levels],
                                          dev, torch.float32,
-                                         refine=[to_working(sx, sy) for _, _, sx, sy, _ in levels])
+                                         refine=[to_working(lv[2], lv[3], m)
+                                                 for lv, m in zip(levels, inner_cpu)])
         return _match_levels(all_kps, [lv[0] for lv in levels], local_pairs, out_pairs, cfg)
     result: Dict[float, Correspondences] = {}
     gray = clip.gray(indices=used).to(dev)
-    for s, size, sx, sy, m_s in levels:  # a handful of scales; each batched over frames, pairs
+    for s, size, sx, sy, m_s, inner in levels:  # a handful of scales; each batched over frames
         g = rescale_gray(gray, size)
         if extractor is not None:
-            kps = _rescale_keypoints(extractor.extract(g, m_s), sx, sy, content)
+            kps = _rescale_keypoints(extractor.extract(g, m_s), sx, sy, inner)
             c = match_descriptors(kps, local_pairs, ratio=cfg.ratio, mutual=cfg.mutual)
             c = Correspondences(c.x1, c.x2, c.mask, c.scores, out_pairs, c.num_kp1, c.num_kp2)
         elif matcher is not None:
-            c = _remap(matcher.match(g, local_pairs, m_s), sx, sy, out_pairs, content)
+            c = _remap(matcher.match(g, local_pairs, m_s), sx, sy, out_pairs, inner)
         else:
             c = lk_tracks(g, local_pairs, **cfg.lk.lk_kwargs(cfg.max_keypoints, "torch"),
                           mask=m_s)
-            c = _remap(_ncc_guard(c, g, local_pairs, cfg.lk), sx, sy, out_pairs, content)
+            c = _remap(_ncc_guard(c, g, local_pairs, cfg.lk), sx, sy, out_pairs, inner)
         result[s] = c
     return result

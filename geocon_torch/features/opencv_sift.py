@@ -258,17 +258,22 @@ class OpenCVSIFT:
     @torch.no_grad()
     def extract_scale_space(self, num_frames: int, image: Callable[[int], np.ndarray],
                             mask: Optional[torch.Tensor], min_octaves: Sequence[Optional[int]],
-                            device: DeviceLike = None, dtype: torch.dtype = torch.float32
+                            device: DeviceLike = None, dtype: torch.dtype = torch.float32,
+                            band_masks: Optional[Sequence[Optional[torch.Tensor]]] = None
                             ) -> List[Keypoints]:
         """Scale-space bands of one detection per frame (module docstring).
 
         Args:
             num_frames: T.
             image: ``image(k)`` -> frame k as an (H, W) uint8 image (called inside the worker).
-            mask: (H, W) bool content mask or None.
+            mask: (H, W) bool content mask or None (where OpenCV detects).
             min_octaves: per band the lowest octave kept (None or -1: every keypoint); band
                 2^-m is :func:`octave_band` (m - 1).
             device, dtype: of the returned Keypoints (default CPU, float32).
+            band_masks: None (every band keeps the keypoints inside ``mask``) or per band an
+                (H, W) bool mask (or None: ``mask``) its keypoints must lie inside, applied
+                before the band's ``max_keypoints`` cap (e.g. the content mask eroded by a
+                margin in the band's own pixels).
         Returns:
             One Keypoints (T, N_b, ...) per band, positions in ``image``'s pixels, the
             strongest ``max_keypoints`` of the band per frame; extras ``scale``,
@@ -277,11 +282,18 @@ class OpenCVSIFT:
         dev = torch.device("cpu") if device is None else torch.device(device)
         cv_mask = _cv_mask(mask)
         cpu_mask = None if mask is None else mask.detach().to("cpu", torch.bool)
+        if band_masks is None:
+            band_masks = [None] * len(min_octaves)
+        if len(band_masks) != len(min_octaves):
+            raise InputError(f"extract_scale_space: {len(band_masks)} band masks for "
+                             f"{len(min_octaves)} bands")
+        selects = [cpu_mask if m is None else m.detach().to("cpu", torch.bool)
+                   for m in band_masks]
         cap = SCALE_SPACE_DETECT_FACTOR * self.max_keypoints
 
         def one(k: int) -> List[FrameFeatures]:
             feats = self.detect(image(k), cv_mask, nfeatures=cap)
-            return [self._select(feats, cpu_mask, dtype, None, o) for o in min_octaves]
+            return [self._select(feats, m, dtype, None, o) for m, o in zip(selects, min_octaves)]
 
         return self._assemble(self._map(one, num_frames), len(min_octaves), dev, dtype)
 

@@ -43,7 +43,9 @@ same frames of a batch as one (B, T', 3, H', W') uint8 tensor without building C
 Sampling: ``stride`` / ``max_frames`` (the first ``max_frames`` after striding) or explicit
 ``indices``. Pairs: ``make_pairs(T, "adjacent" | s | [(i, j), ...], max_pairs=None)``; with
 ``max_pairs`` the pairs are spread evenly, positions ``round(linspace(0, P - 1, max_pairs))``.
-A 1-frame clip is valid and has no pairs.
+A 1-frame clip is valid and has no pairs. Held frames (a frame still against the one before
+it, ``clip.meta["motion"]["held"]``, read by ``held_of(clip)``) drop the protocols' pairs of two
+identical frames (``drop_held_pairs``).
 
 Bad input raises :class:`~geocon_torch.errors.VideoReadError` with the path and the cause: missing
 path, empty (0-byte) file, a non-video file, a file truncated before its first frame, 0 frames,
@@ -62,8 +64,9 @@ from .probe import VideoInfo, probe_video
 from .reader import (DEFAULT_FPS, check_clip_tensor, clip_from_tensor, clips_from_tensor,
                      clips_from_tensors, read_clip, read_clips, tensor_frames)
 from .resize import WorkingSize, working_size
-from .pairs import (background_pairs, foreground_pairs, gvgc_pairs, make_pairs,
-                    gate_pair_tiers, parallax_gate_pairs, spread_evenly, worldatlas_pairs)
+from .pairs import (background_pairs, drop_held_pairs, foreground_pairs, gvgc_pairs,
+                    held_of, make_pairs, gate_pair_tiers, parallax_gate_pairs, spread_evenly,
+                    worldatlas_pairs)
 from .sampling import FrameSelection, frame_selection
 from .writer import write_gif, write_image_folder, write_video
 
@@ -72,7 +75,7 @@ __all__ = [
     "tensor_frames", "check_clip_tensor",
     "probe_video", "VideoInfo", "make_pairs", "spread_evenly",
     "background_pairs", "parallax_gate_pairs", "gate_pair_tiers", "worldatlas_pairs",
-    "gvgc_pairs", "foreground_pairs",
+    "gvgc_pairs", "foreground_pairs", "drop_held_pairs", "held_of",
     "detect_content_mask", "content_hash", "working_size", "WorkingSize", "frame_selection",
     "FrameSelection", "DEFAULT_FPS", "write_video", "write_image_folder", "write_gif",
     "VideoFrames", "ContentMaskAccumulator",

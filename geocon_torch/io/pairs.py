@@ -19,13 +19,19 @@ function                   protocol                                             
                            object, at most ``max_pairs`` spread evenly                  torch
 =========================  ==========================================================  =========
 
+Held frames (:mod:`geocon_torch.io.sampling`: ``Clip.meta["motion"]["held"]``, a frame still
+against the one before it, e.g. every frame shown twice): :func:`drop_held_pairs` removes the
+pairs of two identical frames from a protocol's pairs (:func:`held_of` reads a clip's record),
+before any even cap, so a clip with held frames is scored on the pairs that show motion; a
+frozen clip, all of whose pairs would go, keeps them.
+
 The protocols differ on purpose (a stride s > 1 gives overlapping pairs for the background and
 non-overlapping ones for WorldAtlas, as in each reference); the even cap is always
 :func:`spread_evenly` (``round(linspace(0, P - 1, max))``, first and last kept).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
@@ -33,6 +39,51 @@ import torch
 from .._checks import check_integer
 from ..errors import ShapeError
 from .sampling import PairSpec, is_int
+
+
+PairsT = TypeVar("PairsT", torch.Tensor, np.ndarray)
+
+
+def held_of(clip: Any) -> List[int]:
+    """The held positions a reader recorded for ``clip`` (a Clip, or its ``meta`` dict):
+    ``meta["motion"]["held"]`` (:mod:`geocon_torch.io.sampling`), [] when it recorded none
+    (no held frame, a frozen clip, a Clip built by hand)."""
+    meta = clip if isinstance(clip, dict) else getattr(clip, "meta", None)
+    motion = meta.get("motion") if isinstance(meta, dict) else None
+    held = motion.get("held") if isinstance(motion, dict) else None
+    return [int(t) for t in held] if isinstance(held, (list, tuple)) else []
+
+
+def drop_held_pairs(pairs: PairsT, held: Optional[Sequence[int]], num_frames: int) -> PairsT:
+    """Remove the pairs of two identical frames: a pair (i, j) for which every position in
+    min(i, j) + 1 .. max(i, j) is held (each frame repeats the one before it), unless that
+    would remove every pair (a frozen clip keeps its pairs and its documented behaviour).
+
+    Args:
+        pairs: (P, 2) int64 (i, j) clip positions, a tensor (any device) or a numpy array; a
+            (P, 3) array of rows (d, i, j) (:func:`gvgc_pairs`) reads its last two columns.
+        held: sorted held positions t in 1..T-1 (:func:`held_of`); None or empty: none.
+        num_frames: T, the clip's frame count (held positions outside 1..T-1 are ignored).
+    Returns:
+        The kept rows of ``pairs``, in order, of its type (and device); ``pairs`` itself when
+        none is dropped.
+    """
+    if not held or len(pairs) == 0:
+        return pairs
+    t = max(int(num_frames), 1)
+    moving = np.ones(t, dtype=np.int64)  # moving[k]: position k is not held (k >= 1)
+    marks = np.asarray([int(k) for k in held if 1 <= int(k) < t], dtype=np.int64)
+    moving[marks] = 0
+    count = np.concatenate([[0], np.cumsum(moving[1:])])  # count[k]: moving in 1..k
+    rows = np.asarray(pairs.detach().cpu() if isinstance(pairs, torch.Tensor) else pairs,
+                      dtype=np.int64)[:, -2:]
+    lo, hi = np.clip(rows.min(1), 0, t - 1), np.clip(rows.max(1), 0, t - 1)
+    keep = (count[hi] - count[lo] > 0) | (lo == hi)
+    if keep.all() or not keep.any():
+        return pairs
+    if isinstance(pairs, torch.Tensor):
+        return pairs[torch.from_numpy(np.flatnonzero(keep)).to(pairs.device)]
+    return pairs[keep]
 
 
 def spread_evenly(num_items: int, max_items: Optional[int]) -> np.ndarray:
@@ -113,21 +164,25 @@ def _explicit_pairs(spec: PairSpec, num_frames: int) -> np.ndarray:
     return arr
 
 
-def background_pairs(num_frames: int, pair_stride: int = 1) -> torch.Tensor:
-    """GeoCon background pairs: (i, i + s) for i = 0..T-1-s (s = ``pair_stride``; 1 = adjacent).
+def background_pairs(num_frames: int, pair_stride: int = 1,
+                     held: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """GeoCon background pairs: (i, i + s) for i = 0..T-1-s (s = ``pair_stride``; 1 = adjacent),
+    without the pairs of two identical frames (:func:`drop_held_pairs` of ``held``).
 
     Args:
         num_frames: T, the clip's frame count (an integer >= 0).
         pair_stride: s, frames between the two of a pair (an integer >= 1; 1 = adjacent).
+        held: the clip's held positions (:func:`held_of`); None or empty: all pairs.
     Returns:
-        (P, 2) int64 tensor of (i, i + s) clip positions on the CPU, P = max(T - s, 0)
-        ((0, 2) for a clip shorter than s + 1 frames).
+        (P, 2) int64 tensor of (i, i + s) clip positions on the CPU, P = max(T - s, 0) less
+        the dropped pairs ((0, 2) for a clip shorter than s + 1 frames).
     Raises:
         ArgumentTypeError, InputError: ``pair_stride`` not an integer >= 1 (1.5 is refused,
             never truncated). ShapeError: ``num_frames`` not an integer >= 0.
     """
     stride = check_integer(pair_stride, "pair_stride", 1)
-    return make_pairs(num_frames, "adjacent" if stride == 1 else stride)
+    return drop_held_pairs(make_pairs(num_frames, "adjacent" if stride == 1 else stride), held,
+                           num_frames)
 
 
 def parallax_gate_pairs(num_frames: int, mode: str = "first_last") -> torch.Tensor:
@@ -185,10 +240,12 @@ def gate_pair_tiers(pairs: Union[torch.Tensor, Sequence[Sequence[int]]]
     return torch.tensor(tiers, dtype=torch.long) if isinstance(pairs, torch.Tensor) else tiers
 
 
-def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) -> np.ndarray:
+def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8,
+                     held: Optional[Sequence[int]] = None) -> np.ndarray:
     """WorldAtlas pairs (i, i + s) for i = 0, s, 2s, ... (s = pair_stride; non-overlapping steps,
-    as the public reference) and, when there are more than ``max_pairs`` (> 0), ``max_pairs`` of
-    them spread evenly (:func:`spread_evenly`).
+    as the public reference), less the pairs of two identical frames (:func:`drop_held_pairs`
+    of ``held``, the clip's held positions; None: none), and, when there are more than
+    ``max_pairs`` (> 0), ``max_pairs`` of them spread evenly (:func:`spread_evenly`).
 
     Args:
         num_frames: T, the clip's frame count (an integer >= 0).
@@ -206,14 +263,23 @@ def worldatlas_pairs(num_frames: int, pair_stride: int = 1, max_pairs: int = 8) 
     cap = check_integer(max_pairs, "max_pairs (<= 0: all pairs)", None)
     starts = np.arange(0, max(t - s, 0), s, dtype=np.int64)
     pairs = np.stack([starts, starts + s], axis=1) if len(starts) else np.zeros((0, 2), np.int64)
+    pairs = drop_held_pairs(pairs, held, t)
     return pairs[spread_evenly(len(pairs), cap if cap > 0 else None)]
 
 
-def gvgc_pairs(num_frames: int = 71, intervals: Sequence[int] = (60, 50, 40, 30, 20, 10)
-               ) -> np.ndarray:
+def gvgc_pairs(num_frames: int = 71, intervals: Sequence[int] = (60, 50, 40, 30, 20, 10),
+               held: Optional[Sequence[int]] = None) -> np.ndarray:
     """GVGC pairs as (P, 3) int64 rows (d, i, i + d) in the original's order (first interval
     first): for each interval d, i = 0, step, 2 step, ... with step = max(int((T - 1 - d) / 10),
-    1) while i + d <= T - 1 (T = ``num_frames``, the original's 71 frames 0..70)."""
+    1) while i + d <= T - 1 (T = ``num_frames``, the original's 71 frames 0..70), less the rows
+    of two identical frames (:func:`drop_held_pairs` of ``held``, the clip's held positions:
+    :func:`held_of`; None or empty: none; positions >= T are ignored). The rows are the
+    protocol's own (no cap): a row is dropped only when every frame i + 1 .. i + d is held (a
+    still stretch of d + 1 frames or more; every frame shown twice drops none).
+
+    Returns:
+        (P, 3) int64 numpy array, P = 66 for the defaults less the dropped rows.
+    """
     end = int(num_frames)
     rows = []
     for d in intervals:
@@ -222,16 +288,22 @@ def gvgc_pairs(num_frames: int = 71, intervals: Sequence[int] = (60, 50, 40, 30,
             if i + int(d) > end - 1:
                 break
             rows.append((int(d), i, i + int(d)))
-    return np.asarray(rows, np.int64).reshape(-1, 3)
+    return drop_held_pairs(np.asarray(rows, np.int64).reshape(-1, 3), held, end)
 
 
-def foreground_pairs(present: torch.Tensor, max_pairs: Optional[int] = None) -> torch.Tensor:
+def foreground_pairs(present: torch.Tensor, max_pairs: Optional[int] = None,
+                     held: Optional[Sequence[int]] = None) -> torch.Tensor:
     """Foreground pairs: indices t of the adjacent pairs (t, t + 1) whose row of ``present``
-    holds an object, at most ``max_pairs`` spread evenly (:func:`spread_evenly`).
+    holds an object, less those whose frame t + 1 is held (two identical frames:
+    :func:`drop_held_pairs`, unless that leaves none), then at most ``max_pairs`` spread evenly
+    (:func:`spread_evenly`; the cap applies after the held pairs are dropped).
 
     Args:
         present: (T - 1, K) bool, object k present in frame t (pair (t, t + 1)).
         max_pairs: cap on the pairs kept, an integer or None (None or <= 0: no cap).
+        held: the clip's held positions (:func:`held_of`); None or empty: none dropped (then
+            no host copy beyond the one of ``nonzero``; with held positions ``present`` is
+            best on the host: the kept pairs are chosen there).
     Returns:
         (P',) int64 indices t (ascending) on ``present``'s device.
     Raises:
@@ -241,5 +313,8 @@ def foreground_pairs(present: torch.Tensor, max_pairs: Optional[int] = None) -> 
     cap = None if max_pairs is None else check_integer(max_pairs, "max_pairs (<= 0: no cap)",
                                                         None)
     idx = torch.nonzero(present.any(1)).flatten()
+    if held:
+        adjacent = torch.stack([idx, idx + 1], 1)
+        idx = drop_held_pairs(adjacent, held, int(present.shape[0]) + 1)[:, 0]
     cap = cap if cap is not None and cap > 0 else None
     return idx[torch.from_numpy(spread_evenly(int(idx.numel()), cap)).to(idx.device)]

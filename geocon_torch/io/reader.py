@@ -50,7 +50,8 @@ from .framestore import ImageFrames, VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import WorkingSize, resize_frames, resize_image, working_size
 from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
-                       frozen_max_mad, max_pair_sums, motion_record)
+                       consecutive_pair_sums, frozen_max_mad, held_positions, is_still,
+                       max_pair_sums, motion_record, with_held)
 
 #: Frame rate assumed for sources that carry none (tensors, image folders) when ``fps`` is not
 #: given: 24 fps, the rate of the paper's generated clips. ``meta["fps_source"]`` says "default".
@@ -250,7 +251,8 @@ def _decode_video(path: Path, sel: FrameSelection, opts: Dict[str, Any], stream:
     dec = decode_stable(path, sel, start)
     last = passes[-1]
     frozen_at = frozen_max_mad(dec.color.get("transfer"))  # PQ / HLG: compressed code values
-    return dec, last, dict(dec.metadata(path), motion=last.motion.record(frozen_at))
+    motion = last.motion.record(frozen_at, sel.indices, held=True)  # held: in clip positions
+    return dec, last, dict(dec.metadata(path), motion=motion)
 
 
 def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
@@ -348,7 +350,8 @@ def _scan_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
             "decoded_frames": len(files), "decode_complete": True,
             "num_source_frames": len(files), "truncated": False, "decode_errors": [],
             "timestamp_gaps": gaps, "timestamp_missing_frames": missing,
-            "files": [files[i].name for i in idx[:1000]], "motion": motion.record(),
+            "files": [files[i].name for i in idx[:1000]],
+            "motion": motion.record(order=idx, held=True),
             **transparency.meta()}
     return idx, ws, meta
 
@@ -638,12 +641,16 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
                   letterbox_threshold: float = 16.0 / 255.0,
                   letterbox_min_fraction: float = 0.02, upscale: bool = True,
                   motion_every: Optional[int] = None,
-                  sources: Optional[Sequence[torch.Tensor]] = None) -> List[Clip]:
+                  sources: Optional[Sequence[torch.Tensor]] = None,
+                  motion_indices: Optional[Sequence[int]] = None) -> List[Clip]:
     """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`); the content
     fractions, the motion statistic and (uint8 only) each clip's largest value (a clip of 0 / 1
     values: :data:`UINT8_CAST_HINT`) come back in one host copy for the batch. ``sources``:
     the caller's (T, C, H, W) tensor of each clip (default the rows of ``x``), kept in
-    ``meta["source_tensor"]`` when the frames are resampled (:class:`TensorSource`)."""
+    ``meta["source_tensor"]`` when the frames are resampled (:class:`TensorSource`).
+    ``motion_indices``: the source frames (in clip order) whose motion ``meta["motion"]``
+    records, held positions included (default: the frames selected), e.g. every frame a
+    score reads when only a few of them are selected here."""
     if sources is None:
         sources = list(x.unbind(0))
     sel = frame_selection(stride, max_frames, indices)
@@ -657,18 +664,22 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     idx = sel.resolve(t)
     x = x.detach() if device is None else x.detach().to(device)
     native = x[:, to_device(idx, x.device)]  # (B, T', C, H, W) as given
-    sums, chains = _motion_sums(x, native, idx, every)
+    order = idx if motion_indices is None else sel_motion(motion_indices, t)
+    sums, chains = _motion_sums(x, native, idx, every, order)
     out, ws = _working_frames(native, long_side, upscale)
     del native
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
     peak = [x.amax(dim=(1, 2, 3, 4)).double()] if x.dtype == torch.uint8 else []  # (B,)
-    host = _host_rows([_content_fraction(masks).double()] + sums + peak)  # one copy, the batch
+    host = _host_rows([_content_fraction(masks).double()] + sums + peak
+                      + [_content_box(masks)])  # one copy, the batch; the boxes last
+    boxes, host = [row[-4:] for row in host], [row[:-4] for row in host]
+    width = sum(int(c.shape[1]) if c.dim() == 2 else 1 for c in sums)
     kept = idx.tolist()  # the frame indices: the same for every clip of the batch
     source_fps, fps_source = _pick_fps(None, fps)
     per_frame = c * h * w
     clips = []
     for k, (frames, mask) in enumerate(zip(out.unbind(0), masks.unbind(0))):  # views
-        motion = _motion_meta(host[k][1:1 + len(sums)], chains, per_frame, every)
+        motion = _motion_meta(host[k][1:1 + width], chains, per_frame, every, order)
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source, motion=motion)
         if peak and host[k][-1] == 1.0:  # all 0 or 1, not all 0 (a black clip)
@@ -677,7 +688,7 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
         if not ws.crop:  # resampled: the gate's view may read the source again
             meta["source_tensor"] = TensorSource(sources[k])
         clips.append(_finish(frames, kept, ws, sel.fps(source_fps), names[k], meta,
-                             opts, mask=mask, fraction=host[k][0]))
+                             opts, mask=mask, fraction=host[k][0], box=boxes[k]))
     return clips
 
 
@@ -688,14 +699,23 @@ def cast_hint(clip: Clip) -> Optional[str]:
     return UINT8_CAST_HINT if meta.get("uint8_unit_values") else None
 
 
-def _motion_sums(x: torch.Tensor, native: torch.Tensor, idx: np.ndarray, every: Optional[int]
-                 ) -> Tuple[List[torch.Tensor], List[int]]:
-    """The largest pair sums (:func:`~geocon_torch.io.sampling.max_pair_sums`, (B,) float64 on
-    the batch's device, no host sync) of the distinct frames kept in source order (``native``
-    (B, T', C, H, W): the frames ``idx`` of the detached batch ``x``, before any resize) and,
-    with ``every``, of frames 0, every, 2 every, ... up to the last one kept; and the pair count
-    of each chain (a chain of fewer than two frames has no sum)."""
-    distinct = np.unique(idx)
+def sel_motion(indices: Sequence[int], num_frames: int) -> np.ndarray:
+    """``motion_indices`` of :func:`_tensor_clips` as (T',) int64 source frames, each checked
+    to lie in 0..``num_frames`` - 1 (VideoReadError)."""
+    return frame_selection(1, None, indices).resolve(num_frames)
+
+
+def _motion_sums(x: torch.Tensor, native: torch.Tensor, idx: np.ndarray, every: Optional[int],
+                 order: np.ndarray) -> Tuple[List[torch.Tensor], List[int]]:
+    """The pair sums of the motion chains (no host sync): (B, n - 1) float64 on the batch's
+    device, every consecutive pair (:func:`~geocon_torch.io.sampling.consecutive_pair_sums`)
+    of the distinct frames ``order`` in source order (the frames of the detached batch ``x``;
+    ``native`` (B, T', C, H, W): its frames ``idx`` before any resize, read again when they
+    are that chain) and, with ``every``, the (B,) largest pair sum
+    (:func:`~geocon_torch.io.sampling.max_pair_sums`) of frames 0, every, 2 every, ... up to
+    the last one kept; and the pair count of each chain (a chain of fewer than two frames has
+    no sums)."""
+    distinct = np.unique(order)
     chains = [distinct] + ([np.arange(0, int(distinct[-1]) + 1, every)] if every else [])
     sums, pairs = [], []
     for k, frames_at in enumerate(chains):
@@ -704,27 +724,33 @@ def _motion_sums(x: torch.Tensor, native: torch.Tensor, idx: np.ndarray, every: 
             continue
         same = k == 0 and np.array_equal(frames_at, idx)  # idx increasing and distinct
         chain = native if same else x[:, to_device(frames_at, x.device)]
-        sums.append(max_pair_sums(chain))
+        sums.append(consecutive_pair_sums(chain) if k == 0 else max_pair_sums(chain))
     return sums, pairs
 
 
 def _host_rows(columns: List[torch.Tensor]) -> List[List[float]]:
-    """(B,) float64 columns of one device -> per clip the list of their values, read in one
-    host copy."""
+    """(B,) or (B, k) float64 columns of one device -> per clip the list of their values (a
+    (B, k) column gives k values), read in one host copy."""
     b = int(columns[0].shape[0])
-    flat = torch.cat(columns).tolist() if len(columns) > 1 else columns[0].tolist()
-    return [flat[k::b] for k in range(b)]
+    if all(c.dim() == 1 for c in columns):
+        flat = torch.cat(columns).tolist() if len(columns) > 1 else columns[0].tolist()
+        return [flat[k::b] for k in range(b)]
+    return torch.cat([c.reshape(b, -1) for c in columns], 1).tolist()
 
 
 def _motion_meta(host: List[float], pairs: List[int], per_frame: int,
-                 every: Optional[int]) -> Dict[str, Any]:
-    """``meta["motion"]`` of one clip from its row of the host copy (the chains' largest pair
-    sums, those with a pair only) and the chains' pair counts."""
-    sums = iter(host)
-    records = [motion_record(next(sums) if n > 0 else None, n, per_frame) for n in pairs]
-    out = records[0]
+                 every: Optional[int], order: np.ndarray) -> Dict[str, Any]:
+    """``meta["motion"]`` of one clip from its row of the host copy (the pair sums of the
+    first chain, then the sampled chain's largest pair sum; those with a pair only), the
+    chains' pair counts and the clip's source frames ``order`` (the held positions)."""
+    first, rest = host[:max(pairs[0], 0)], iter(host[max(pairs[0], 0):])
+    out = motion_record(max(first) if first else None, pairs[0], per_frame)
+    still = [bool(is_still(v, per_frame)) for v in first]
+    with_held(out, held_positions(still, np.unique(order).tolist(), order.tolist()),
+              len(order))
     if every is not None:
-        out["sampled"] = dict(records[1], every=every)
+        out["sampled"] = dict(motion_record(next(rest) if pairs[1] > 0 else None, pairs[1],
+                                            per_frame), every=every)
     return out
 
 
@@ -788,18 +814,32 @@ def _content_fraction(mask: torch.Tensor) -> torch.Tensor:
     return mask.float().mean((-2, -1))
 
 
+def _content_box(mask: torch.Tensor) -> torch.Tensor:
+    """Bounding box of the True pixels of (..., H, W) content masks -> (..., 4) float64
+    ``[x0, y0, x1, y1]`` px, ends exclusive (the whole frame when no pixel is True); no host
+    read."""
+    h, w = mask.shape[-2:]
+    rows, cols = mask.any(-1).to(torch.int32), mask.any(-2).to(torch.int32)
+    return torch.stack([cols.argmax(-1), rows.argmax(-1), w - cols.flip(-1).argmax(-1),
+                        h - rows.flip(-1).argmax(-1)], -1).double()
+
+
 def _finish(frames: Union[torch.Tensor, VideoFrames], idx: List[int], ws: WorkingSize,
             fps: float, name: str, meta: Dict[str, Any], opts: Dict[str, Any],
-            mask: Optional[torch.Tensor] = None, fraction: Optional[float] = None) -> Clip:
-    """The Clip of decoded / resized ``frames``; ``fraction``: the content fraction of
-    ``mask`` when the caller computed it (:func:`_content_fraction`)."""
+            mask: Optional[torch.Tensor] = None, fraction: Optional[float] = None,
+            box: Optional[List[float]] = None) -> Clip:
+    """The Clip of decoded / resized ``frames``; ``fraction``, ``box``: the content fraction
+    and box of ``mask`` when the caller computed them (:func:`_content_fraction`,
+    :func:`_content_box`: ``meta["content_box"]``, read by the background section's
+    reference-pixel scales)."""
     if mask is None:
         mask = detect_content_mask(frames, opts["thr"], opts["frac"])
-    if fraction is None:
-        fraction = float(_content_fraction(mask).item())
+    if fraction is None or box is None:  # one host read for both
+        fraction, *box = torch.cat([_content_fraction(mask).double().reshape(1),
+                                    _content_box(mask).reshape(4)]).tolist()
     meta.update(long_side=opts["long_side"], working_size=list(ws.size),
                 scale_xy=list(ws.scale_xy), resampled=not ws.crop,
-                content_fraction=float(fraction))
+                content_fraction=float(fraction), content_box=[int(v) for v in box])
     return Clip(frames=frames, fps=float(fps), content_mask=mask,
                 frame_indices=to_device(idx, frames.device, torch.long),
                 source_size=ws.source, scale=ws.scale, name=name, meta=meta)

@@ -22,6 +22,16 @@ that changes resolution) counts as moving (``max_mad`` 255). With ``every = k`` 
 also measure source frames 0, k, 2k, ... up to the last frame kept (decoded for it when the
 stride skips them): ``motion["sampled"] = {"every", "max_mad", "pairs", "frozen"}``, the frames
 Epipolar-DPO reads.
+
+**Held frames** (``motion["held"]``, only when some but not all of them are): the sorted clip
+positions t >= 1 whose frame is still against frame t - 1 (the pair rule of the frozen test,
+with the same threshold: :func:`is_still`'s exact sums, or the HDR source's
+:func:`frozen_max_mad`), e.g. every frame shown twice by a 12 -> 24 fps conversion or a
+generator that holds frames (a frame repeated by explicit indices is the caller's choice, not
+held). The readers take
+it from the pairs they already measure (:func:`held_positions`; the tensor path in the same one
+host copy); :func:`geocon_torch.io.pairs.drop_held_pairs` removes the protocol pairs of two
+identical frames (a frozen clip, all of whose pairs would go, keeps them).
 """
 from __future__ import annotations
 
@@ -222,6 +232,63 @@ def is_still(pair_sum: Any, per_frame: int) -> Any:
     return pair_sum <= FROZEN_MAX_MAD * int(per_frame)
 
 
+def consecutive_pair_sums(frames: torch.Tensor, chunk: int = MOTION_CHUNK) -> torch.Tensor:
+    """:func:`pair_abs_diff_sums` of every consecutive pair of every clip, chunked as
+    :func:`max_pair_sums` (the same values: its maximum is theirs).
+
+    Args:
+        frames: (B, n, C, H, W) uint8 or float in [0, 1], n >= 2 (any device, any strides).
+        chunk: elements per chunk of pairs (bounds the temporaries).
+    Returns:
+        (B, n - 1) float64 on ``frames.device`` (pair k: frames k and k + 1), no host sync.
+    Raises:
+        ShapeError: ``frames`` is not (B, n, ...) with n >= 2.
+    """
+    if frames.dim() < 2 or int(frames.shape[1]) < 2:
+        raise ShapeError(f"consecutive_pair_sums needs (B, n, ...) frames with n >= 2, got "
+                         f"shape {tuple(frames.shape)}")
+    b, n = int(frames.shape[0]), int(frames.shape[1])
+    per = max(1, chunk // max(1, b * int(np.prod(frames.shape[2:]))))  # pairs per chunk
+    parts = [pair_abs_diff_sums(frames[:, s + 1:min(s + per, n - 1) + 1],
+                                frames[:, s:min(s + per, n - 1)]) for s in range(0, n - 1, per)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
+def held_positions(still: Sequence[bool], chain: Optional[Sequence[int]] = None,
+                   order: Optional[Sequence[int]] = None) -> List[int]:
+    """The held clip positions (module docstring) from the still flags of a chain's pairs.
+
+    Args:
+        still: (n - 1,) whether each consecutive pair of the chain is still.
+        chain: (n,) the chain's source frame numbers, increasing (None: 0..n-1).
+        order: (T,) the clip's source frame numbers in clip order, each one in ``chain``
+            (None: the chain itself, T = n).
+    Returns:
+        Sorted positions t in 1..T-1 whose frame is still against frame t - 1: every pair of
+        the chain between the two (different) source frames is still (the same source frame
+        twice, explicit indices repeating it, is not held).
+    """
+    chain = list(range(len(still) + 1)) if chain is None else [int(i) for i in chain]
+    order = chain if order is None else [int(i) for i in order]
+    at = {src: k for k, src in enumerate(chain)}
+    moving = np.concatenate([[0], np.cumsum(~np.asarray(still, dtype=bool))])  # (n,)
+    out = []
+    for t in range(1, len(order)):
+        a, b = sorted((at[order[t - 1]], at[order[t]]))
+        if a != b and moving[b] == moving[a]:
+            out.append(t)
+    return out
+
+
+def with_held(record: Dict[str, Any], held: List[int], positions: int) -> Dict[str, Any]:
+    """``record`` (:func:`motion_record`) with ``"held"`` when some of the ``positions - 1``
+    positions t >= 1 of the clip are held and the clip is not frozen (no held frame, or a
+    frozen clip: ``record`` as it is)."""
+    if held and positions > 1 and not record.get("frozen"):
+        record["held"] = list(held)
+    return record
+
+
 def motion_record(max_sum: Optional[float], pairs: int, per_frame: int) -> Dict[str, Any]:
     """``{"max_mad", "pairs", "frozen"}`` (module docstring) from the largest pair sum of
     :func:`pair_abs_diff_sums` (None: no pair) over frames of ``per_frame`` elements."""
@@ -251,6 +318,7 @@ class _Chain:
         self.max_mad: Optional[float] = None
         self.still = True
         self.pairs = 0
+        self.flags: List[Tuple[float, bool]] = []  # (mad, still) of each pair, in order
 
     def pair(self, frame: np.ndarray) -> Optional[Tuple[float, bool]]:
         """(mean absolute difference, still) of ``frame`` ((H, W * 3) uint8) against the
@@ -267,6 +335,13 @@ class _Chain:
         self.max_mad = mad if self.max_mad is None else max(self.max_mad, mad)
         self.still &= still
         self.pairs += 1
+        self.flags.append((mad, still))
+
+    def still_flags(self, max_mad: float = FROZEN_MAX_MAD) -> List[bool]:
+        """Whether each pair is still, by the threshold of :meth:`record`."""
+        if max_mad == FROZEN_MAX_MAD:
+            return [still for _, still in self.flags]
+        return [mad <= max_mad for mad, _ in self.flags]
 
     def record(self, max_mad: float = FROZEN_MAX_MAD) -> Dict[str, Any]:
         """``{"max_mad", "pairs", "frozen"}``: frozen by the exact sums of :func:`is_still`,
@@ -293,6 +368,7 @@ class FrameMotion:
         self._kept, self._sampled = _Chain(), _Chain()
         self._last = -1  # source index of the last frame kept
         self._pending: List[Tuple[int, float, bool]] = []  # sampled pairs past the last kept
+        self._kept_at: List[int] = []  # source indices of the kept frames, increasing
 
     def wants(self, i: int) -> bool:
         """Whether source frame ``i`` is a sampled frame (fed even when it is not kept)."""
@@ -312,6 +388,7 @@ class FrameMotion:
             if got is not None:
                 self._kept.fold(*got)
             self._last = i
+            self._kept_at.append(i)
             for _, mad, still in [p for p in self._pending if p[0] <= i]:
                 self._sampled.fold(mad, still)
             self._pending = [p for p in self._pending if p[0] > i]
@@ -323,11 +400,20 @@ class FrameMotion:
                 else:  # counts once a kept frame at or after it shows it is read
                     self._pending.append((i, *got))
 
-    def record(self, max_mad: float = FROZEN_MAX_MAD) -> Dict[str, Any]:
-        """``{"max_mad", "pairs", "frozen"}`` of the frames kept, with ``"sampled"`` (and its
-        ``"every"``) when ``every`` was given; ``max_mad``: the frozen threshold
-        (:func:`frozen_max_mad` of the source's transfer; grey levels of 255)."""
+    def record(self, max_mad: float = FROZEN_MAX_MAD, order: Optional[Sequence[int]] = None,
+               held: bool = False) -> Dict[str, Any]:
+        """``{"max_mad", "pairs", "frozen"}`` of the frames kept (and ``"held"``, module
+        docstring), with ``"sampled"`` (and its ``"every"``) when ``every`` was given;
+        ``max_mad``: the frozen threshold (:func:`frozen_max_mad` of the source's transfer;
+        grey levels of 255); ``order``: the clip's source frame numbers in clip order (explicit
+        indices: any order, repeats), each one a kept frame (None: the kept frames, increasing);
+        ``held``: add ``"held"`` (the readers do).
+        """
         out = self._kept.record(max_mad)
+        if held and self._kept_at and (order is None or set(order) <= set(self._kept_at)):
+            order = self._kept_at if order is None else order
+            with_held(out, held_positions(self._kept.still_flags(max_mad), self._kept_at,
+                                          order), len(order))
         if self.every is not None:
             out["sampled"] = dict(self._sampled.record(max_mad), every=self.every)
         return out

@@ -13,7 +13,9 @@ does not depend on the working size or the features backend:
   the share of those matches that one fundamental matrix explains to a pixel.
 * ``ge``: ``exp(-GE_norm / ge_scale)`` of the gated model's clip GE (eq. 13) in px of a
   1024-px frame (``GE_norm = ge_px * 1024 / long_side``, the calibrated gate's resolution
-  rule: a corruption's displacement scales with the frame); ``ge_scale`` = 3.5 px, the paper's
+  rule: a corruption's displacement scales with the frame; ``long_side`` = the background
+  block's ``content_long_side``, the content's long side without letterbox / pillarbox bars,
+  or the working long side in a row stored before that key); ``ge_scale`` = 3.5 px, the paper's
   report bound. A clip whose background block found too few valid pairs (not_applicable: no
   pair had ``min_inliers`` matches within tau_H of one model, typically video that does not
   match itself from frame to frame) has no GE; its ``ge`` term takes GE = tau_H (the largest
@@ -23,8 +25,8 @@ does not depend on the working size or the features backend:
   block have no ``ge`` term: no evidence either way.
 * ``rigidity`` (only where objects move and the foreground block scored them):
   ``exp(-sqrt(D_norm) / ge_scale)`` with ``D_norm`` the largest ``adadfrc_mean`` of the objects
-  (AdaDFRC-W2, px^2; the least rigid object) in px^2 of a 1024-px frame: any object that
-  deforms lowers it.
+  (AdaDFRC-W2, px^2; the least rigid object) in px^2 of a 1024-px frame (scaled by the same
+  long side as ``ge``): any object that deforms lowers it.
 
 ``score`` = the weighted geometric mean of the terms present (:data:`WEIGHTS`: ``inliers`` 2,
 ``rigidity`` 0.25, the others 1), so each term pulls the score down in proportion to its log
@@ -77,6 +79,13 @@ def _long_side(result: Mapping[str, Any]) -> Optional[float]:
     return None
 
 
+def _ge_side(bg: Mapping[str, Any], side: float) -> float:
+    """The long side (px) GE is normalised by: the block's ``content_long_side`` (letterbox /
+    pillarbox bars left out), or ``side`` (the working long side) for a row stored before it."""
+    content = _num(bg, "content_long_side")
+    return content if content is not None and content > 0 else side
+
+
 def _tau_h(result: Mapping[str, Any], bg: Mapping[str, Any]) -> Optional[float]:
     """tau_H (px) standing in for the GE of a background block that was fitted on some pairs
     but found too few valid ones (reason :data:`FEW_VALID_PAIRS`); None for any other block."""
@@ -102,13 +111,14 @@ def headline_terms(result: Mapping[str, Any]) -> Dict[str, float]:
     if isinstance(bg, Mapping) and side:
         ge = _num(bg, "ge_px") if bg.get("status") == "ok" else _tau_h(result, bg)
         if ge is not None:
-            out["ge"] = math.exp(-max(ge, 0.0) * REF_LONG_SIDE / side / GE_SCALE_PX)
+            out["ge"] = math.exp(-max(ge, 0.0) * REF_LONG_SIDE / _ge_side(bg, side)
+                                 / GE_SCALE_PX)
     fg = result.get("foreground")
     if isinstance(fg, Mapping) and fg.get("status") == "ok" and side:
         d = [_num(o, "adadfrc_mean") for o in fg.get("objects") or [] if isinstance(o, Mapping)]
         d = [v for v in d if v is not None]
         if d:
-            px = math.sqrt(max(max(d), 0.0)) * REF_LONG_SIDE / side
+            px = math.sqrt(max(max(d), 0.0)) * REF_LONG_SIDE / _ge_side(bg or {}, side)
             out["rigidity"] = math.exp(-px / GE_SCALE_PX)
     return out
 

@@ -18,7 +18,7 @@ import torch
 
 from ..config import GeoConConfig
 from ..errors import ConfigError, InputError
-from ..io.pairs import background_pairs
+from ..io.pairs import background_pairs, held_of
 from ..pipeline import load_clip
 from ..result import ClipResult
 from ..sections.background import BackgroundRows, score_background
@@ -125,7 +125,7 @@ def pair_evidence(result: Union[ClipResult, Mapping[str, Any]], pair_index: int,
         raise InputError("the result has no video path (it was scored from a tensor): "
                          "pass video=")
     clip, dev = load_clip(src, cfg, device)
-    pairs = background_pairs(clip.num_frames, cfg.background.pair_stride)
+    pairs = background_pairs(clip.num_frames, cfg.background.pair_stride, held_of(clip))
     bg, rows = score_background(clip, pairs, masks=masks, poses=poses, config=cfg, device=dev)
     if rows is None:
         raise InputError(f"no scored pair to show: {bg.block.get('reason')}")

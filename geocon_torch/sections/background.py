@@ -126,19 +126,33 @@ class _Stack:
     working_long_side: int
     view: Optional[Dict[str, Any]] = None  # the gate view's info: its rows are in view px
     pair_list: List[List[int]] = field(default_factory=list)  # ``pairs`` on the host
+    content: Optional[Tuple[int, int]] = None  # (w, h) working px of the content box, if barred
+
+    @property
+    def content_long_side(self) -> int:
+        """Long side (working px) of the content (:func:`_content_size`): the working long
+        side of a clip without bars."""
+        return self.working_long_side if self.content is None else max(self.content)
 
     def long_side_px(self, rows: Optional[List[int]] = None) -> torch.Tensor:
-        """(R,) long side (px) of the frame each row's points are in: the working side, the
-        view's for the gate rows when the gate has its own view (``rows``: a subset, host
-        row numbers); built on the host (:meth:`long_side_list`): one op."""
+        """(R,) long side (px) of the content (letterbox / pillarbox bars left out) of the
+        frame each row's points are in: the working frame, the view's for the gate rows when
+        the gate has its own view (``rows``: a subset, host row numbers); built on the host
+        (:meth:`long_side_list`): one op."""
         return to_device(self.long_side_list(rows), self.x1.device, self.x1.dtype)
 
     def long_side_list(self, rows: Optional[List[int]] = None) -> List[float]:
         """:meth:`long_side_px` as a host list."""
         q, p = int(self.pairs.shape[0]), self.num_evaluated
         rows = range(len(self.scales) * q) if rows is None else rows
-        work = float(self.working_long_side)
-        view = work if self.view is None else float(self.view["long_side"])
+        work = float(self.content_long_side)
+        if self.view is None:
+            view = work
+        elif self.content is None:
+            view = float(self.view["long_side"])
+        else:  # the content box in view px
+            sx, sy = (float(v) for v in self.view["scale_xy"])
+            view = max(self.content[0] * sx, self.content[1] * sy)
         return [view if r % q >= p else work for r in rows]
 
     def working_points(self, rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -582,8 +596,21 @@ def _fill_stacks(jobs: Sequence[_Job], num_gate: Sequence[int], both: Sequence[t
         mask = mask & to_device(keep, dev, torch.bool).index_select(0, lay.row)
     for k, (j, m) in enumerate(zip(jobs, lay.split(mask))):
         j.stack = _Stack(sorted(where[k][0]), both[k], int(j.pairs.shape[0]), x1[k], x2[k], m,
-                         scores[k], max(j.clip.size), infos[k])
+                         scores[k], max(j.clip.size), infos[k], content=_content_size(j.clip))
         j.stack.pair_list = host[k]
+
+
+def _content_size(clip: Clip) -> Optional[Tuple[int, int]]:
+    """(width, height) working px of the clip's content: ``meta["content_box"]`` (the readers'
+    bounding box of the content mask, ``[x0, y0, x1, y1]``); None when that is the whole frame
+    or not recorded (a Clip built by hand: its mask is not read back, the frame counts)."""
+    box = clip.meta.get("content_box") if isinstance(clip.meta, dict) else None
+    if not isinstance(box, (list, tuple)) or len(box) != 4:
+        return None
+    (h, w), (x0, y0, x1, y1) = clip.size, (int(v) for v in box)
+    if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h) or (x1 - x0, y1 - y0) == (w, h):
+        return None
+    return x1 - x0, y1 - y0
 
 
 def _merge_key(clip: Clip) -> Optional[tuple]:
@@ -1057,18 +1084,20 @@ def _add_diagnostics(m: _Merged, d: _Decided, cols: Dict[str, list], cfg: GeoCon
 
 def _finish(clip: Clip, stack: _Stack, summary: Dict[str, Any], h: Dict[str, Any],
             cfg: GeoConConfig, out: BackgroundBlock) -> None:
-    """Status (too few valid pairs: not_applicable), report gate and post-hoc behaviour."""
+    """Status (too few valid pairs: not_applicable), report gate and post-hoc behaviour; the
+    content's long side (working px, bars left out) is what normalises GE to reference px."""
     bc, block = cfg.background, out.block
+    side = block["content_long_side"] = stack.content_long_side
     if summary["valid_pairs"] < bc.min_valid_pairs:
         block.update(status="not_applicable", ir=None, ge_px=None, **{"pass": None},
                      reason=f"{FEW_VALID_PAIRS}: {summary['valid_pairs']} of "
                             f"{stack.evaluated.numel()} (pair, scale) entries have >= "
                             f"{bc.min_inliers} {out.regime}-inliers")
-        _calibrated(block, out, max(clip.size), cfg)
+        _calibrated(block, out, side, cfg)
         return
     passed = background_pass(summary["ir"], summary["ge_px"], bc.report_ir, bc.report_ge_px)
     block.update(status="ok", reason=None, **{"pass": passed})
-    _calibrated(block, out, max(clip.size), cfg)
+    _calibrated(block, out, side, cfg)
     has_objects = out.objects is not None and out.objects.shape[1] > 0
     out.behaviour = classify_behaviour(out.regime, passed, h["motion"], h["rotation"],
                                        has_objects, static_px=bc.category_static_px,
@@ -1082,7 +1111,8 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
                 cfg: GeoConConfig) -> None:
     """``pass_calibrated`` (the calibrated report gate of :mod:`geocon_torch.measures.calibration`,
     None when not scored) and ``calibration`` (file name, hash, the regime's bounds at this
-    working resolution) into ``block``; nothing when ``background.calibration`` is null."""
+    working resolution: ``long_side``, the content's long side in working px) into ``block``;
+    nothing when ``background.calibration`` is null."""
     cal = load_calibration(cfg.background.calibration, out.backends.get("features"))
     if cal is None:
         return

@@ -18,6 +18,7 @@ from ..epipolar.opencv_path import opencv_sections
 from ..epipolar.protocol import decode_plan, source_frames_of
 from ..epipolar.torch_path import resolve_features, torch_sections
 from ..io import clip_from_tensor, clips_from_tensor, read_clip
+from ..io.pairs import held_of
 from ..io.sampling import frame_selection
 from ..errors import InputError
 from ..types import Clip
@@ -162,13 +163,16 @@ def epipolar_block(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
     return got
 
 
-def protocol_positions(num_frames: int, cfg: GeoConConfig, preset: str
+def protocol_positions(num_frames: int, cfg: GeoConConfig, preset: str,
+                       held: Optional[Sequence[int]] = None
                        ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """What ``preset`` measures of a clip of ``num_frames`` frames: (positions (F,) int64 of
     the frames it reads, sorted; the worldatlas pairs (P, 2) into those F frames, None for
-    gvgc: its own). F = 0 when the clip is too short to give a pair."""
+    gvgc: its own). F = 0 when the clip is too short to give a pair. ``held``: the clip's
+    held positions (``io.pairs.held_of``): worldatlas leaves out its pairs of two identical
+    frames (``io.pairs.drop_held_pairs``)."""
     if preset == "worldatlas":
-        return decode_plan(num_frames, cfg.epipolar)
+        return decode_plan(num_frames, cfg.epipolar, held)
     n = int(cfg.epipolar.gvgc.min_frames)  # frames 0..n-1; a shorter clip is not_applicable
     return (np.arange(n) if num_frames >= n else np.arange(0)), None
 
@@ -179,7 +183,7 @@ def _native_clip(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
     it is), and the worldatlas pairs into them (None: the protocol's own)."""
     if isinstance(video, Clip):
         return clip, None
-    positions, pairs = protocol_positions(clip.num_frames, cfg, preset)
+    positions, pairs = protocol_positions(clip.num_frames, cfg, preset, held_of(clip))
     if not len(positions):  # too short for a pair (no re-read)
         return clip, pairs
     source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
@@ -195,17 +199,29 @@ def native_tensor_clips(videos: torch.Tensor, cfg: GeoConConfig, options: Dict[s
     long side), in one batched read and without building the working-size clips: per clip
     (the frames ``preset`` measures among those the stride / frame cap keep, at the source
     resolution (H, W); the pairs into them). When too few frames are kept for a pair, the clips
-    as ``options`` read them (what ``score_clip`` measures then: a not_applicable block)."""
+    as ``options`` read them (what ``score_clip`` measures then: a not_applicable block).
+
+    The batch read also records the motion of every kept frame (``meta["motion"]``, its held
+    positions among the kept frames, in the one host copy of that read): a worldatlas clip
+    with held frames is read again alone with the frames of its own pairs
+    (:func:`protocol_positions` with its held positions), as ``score_clip`` measures it."""
     kept = frame_selection(options["stride"], options["max_frames"]).resolve(
         int(videos.shape[1]))
     positions, pairs = protocol_positions(len(kept), cfg, preset)
-    if len(positions):
-        clips = clips_from_tensor(videos, long_side=None, indices=kept[positions].tolist(),
-                                  letterbox_threshold=options["letterbox_threshold"],
-                                  letterbox_min_fraction=options["letterbox_min_fraction"])
-    else:
-        clips = clips_from_tensor(videos, **options)
-    return [(clip, pairs) for clip in clips]
+    if not len(positions):
+        return [(clip, pairs) for clip in clips_from_tensor(videos, **options)]
+    marks = dict(letterbox_threshold=options["letterbox_threshold"],
+                 letterbox_min_fraction=options["letterbox_min_fraction"], long_side=None,
+                 motion_indices=kept.tolist())
+    clips = clips_from_tensor(videos, indices=kept[positions].tolist(), **marks)
+    out: List[Tuple[Clip, Optional[np.ndarray]]] = [(clip, pairs) for clip in clips]
+    for b, clip in enumerate(clips):
+        held = held_of(clip) if preset == "worldatlas" else []
+        if held:  # its own plan: the kept frames' pairs less those of two identical frames
+            own, own_pairs = protocol_positions(len(kept), cfg, preset, held)
+            out[b] = (clip_from_tensor(videos[b], name=clip.name,
+                                       indices=kept[own].tolist(), **marks), own_pairs)
+    return out
 
 
 def measure_natives(natives: Sequence[Tuple[Clip, Optional[np.ndarray]]], cfg: GeoConConfig,

@@ -35,7 +35,10 @@ cap is reported with what it cut in the block's ``caps`` / ``skipped``; None or 
 * ``max_objects`` (default 4): the objects with the largest mask area over the clip are scored,
   the others are listed in ``skipped.objects`` (count) and left out of ``objects``;
 * ``max_pairs`` (default 12): at most that many of the adjacent pairs holding an object, spread
-  evenly over the clip (first and last kept); ``skipped.pairs`` counts the others;
+  evenly over the clip (first and last kept); ``skipped.pairs`` counts the others. Pairs
+  (t, t + 1) whose frame t + 1 is held (``Clip.meta["motion"]["held"]``, e.g. every frame shown
+  twice: two identical frames, a zero residual) are left out before the cap and not counted
+  (:func:`geocon_torch.io.pairs.foreground_pairs`);
 * ``max_flow_side`` (default 512 px): flow runs on frames whose long side is at most that at
   scale 1 (every scale ``s`` becomes ``s * c`` with ``c = min(1, max_flow_side / long side)``,
   reported as ``flow_scale``); values are still converted to working-resolution px^2
@@ -62,7 +65,7 @@ from ..errors import InputError
 from ..features.multiscale import rescale_gray, scaled_size
 from ..flow import forward_backward_reliability
 from ..flow.factory import cached_flow
-from ..io.pairs import foreground_pairs
+from ..io.pairs import foreground_pairs, held_of
 from ..measures.foreground import adadfrc, adadfrc_summary
 from ..segment.files import load_masks
 from ..types import BlockMasks, Clip
@@ -332,8 +335,9 @@ def _plan_tracks(plans: Sequence[_Plan], cfg: ForegroundConfig,
     todo: List[Tuple[int, torch.Tensor]] = []
     for i, (p, pres) in enumerate(zip(plans, present)):
         pres = pres.view(int(p.masks.shape[0]) - 1, -1)  # (T-1, K')
-        candidates = foreground_pairs(pres)
-        pairs = foreground_pairs(pres, cfg.max_pairs)
+        held = held_of(p.clip)  # pairs (t, t + 1) of two identical frames: left out first
+        candidates = foreground_pairs(pres, None, held)
+        pairs = foreground_pairs(pres, cfg.max_pairs, held)
         p.out["skipped"]["pairs"] = int(candidates.numel() - pairs.numel())
         if pairs.numel() == 0:
             p.out["reason"] = (f"no object has >= {cfg.min_object_pixels} mask pixels in any "
