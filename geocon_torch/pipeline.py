@@ -48,6 +48,7 @@ from .io.calibration import pin_calibration
 from .io.pinned_files import pin_files
 from .io.images import IMAGE_SUFFIXES, image_files
 from .io.integrity import decode_report, decode_verdict
+from ._numeric_env import numeric_env
 from .io.pairs import background_pairs, held_of
 from .measures.headline import headline_score, headline_terms
 from .presets import PRESET_NAMES, SECTION_NAMES, Preset, get_preset
@@ -246,6 +247,7 @@ def _new_result(video: VideoLike, clip: Clip, cfg: GeoConConfig,
                               "long_side": jsonable(cfg.io.long_side)}
     every = None if isinstance(video, Clip) else motion_every(cfg)  # a Clip: its positions
     res.extra["motion"] = result_motion(clip.meta or {}, every)
+    res.extra["numeric_env"] = numeric_env()  # what decides the last bits (_numeric_env)
     return res
 
 

@@ -50,6 +50,10 @@
                                      # (the rewards' rule; the score is kept: category C1);
                                      # epipolar_dpo: frames 0, 15, 30, ... (presets with that
                                      # section, not for a Clip input); absent in older rows
+     "numeric_env": {"machine", "torch", "torch_cpu", "opencv", "opencv_cpu"},  # what
+                                     # decides the last bits besides input, config and seed
+                                     # (CPU class, library builds: _numeric_env); absent in
+                                     # older rows; not a difference for geocon merge
      "backends": {"features", "flow", "masks", "gate", "gate_view"}, "timing_s": {...}}
                                      # a background the scoring backend left with too little
                                      # texture and ``features.fallback`` scored: backends

@@ -30,7 +30,7 @@ MAX_FUNCTION_LINES = 100
 
 LAYERS: Dict[str, int] = {
     "errors": 0, "_version": 0, "_json": 0, "_checks": 0, "_tensor_utils": 0, "_morphology": 0,
-    "_memory": 0, "_precision": 0, "_thread_settings": 0, "_progress_bar": 0,
+    "_memory": 0, "_precision": 0, "_thread_settings": 0, "_progress_bar": 0, "_numeric_env": 0,
     "config": 0, "presets": 0, "types": 0, "categories": 0, "result": 0, "checkpoints": 0,
     "io": 1, "features": 2, "geometry": 3,
     "gate": 4, "segment": 4, "flow": 4, "synth": 4,

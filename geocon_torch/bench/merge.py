@@ -20,7 +20,11 @@ A leaderboard scored without a server runs one job per node, each into its own S
   keeps its row and the conflict lists every differing field with both values; when their
   versions differ (a shard still holding an older version's row, or two older versions) the
   conflict's ``hint`` names the store(s) to re-score (``geocon bench MANIFEST --db STORE
-  --rescore-versions``, then merge again);
+  --rescore-versions``, then merge again); when both rows record different numeric
+  environments (``result["numeric_env"]``: CPU class and library builds, which can move the
+  last digits), the conflict lists both under ``numeric_env`` and its hint says so. The
+  environment itself is never a difference (two machines that give the same numbers give the
+  same row);
 * a ``clips`` row is keyed by (clip_id, config hash): copied when new; a conflict when OUT's
   row points at other bytes. Rows pointing at the same bytes are compared field by field
   (generator, prompt_category, prompt, seed, scene, path, the manifest entry as sorted-key
@@ -51,7 +55,7 @@ from ..errors import InputError
 from ..result import migrate_result
 from .store import CLIP_FIELDS, ResultStore, is_server_url, open_readable
 
-VOLATILE_FIELDS = ("timing_s", "path", "clip")
+VOLATILE_FIELDS = ("timing_s", "path", "clip", "numeric_env")
 #: clip row fields compared between stores (the key, the bytes and the write time aside)
 CLIP_METADATA = tuple(k for k in CLIP_FIELDS
                       if k not in ("clip_id", "config_hash", "content_hash", "updated_at"))
@@ -135,6 +139,14 @@ def differences(kept_json: str, other_json: str) -> Dict[str, List[Any]]:
     if not keys and _text(kept) != _text(other):
         return {"result_json": [kept_json, other_json]}
     return {k: [a.get(k), b.get(k)] for k in keys[:MAX_DIFFS]}
+
+
+def numeric_envs(kept_json: str, other_json: str) -> Optional[List[Any]]:
+    """[kept, other] ``numeric_env`` of two stored results (:mod:`geocon_torch._numeric_env`)
+    when both record one and they differ; None otherwise (the same environment, or a row
+    written before it was recorded)."""
+    a, b = (json.loads(t).get("numeric_env") for t in (kept_json, other_json))
+    return [a, b] if isinstance(a, dict) and isinstance(b, dict) and a != b else None
 
 
 def _entry(text: Any) -> Any:
@@ -269,6 +281,12 @@ def _merge_results(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str,
                         "kept_from": dest.name, "other_from": shard,
                         "differences": differences(kept, row["result_json"])}
             hint = version_hint((dest.name, have[3]), (shard, row["version"]))
+            envs = numeric_envs(kept, row["result_json"])
+            if envs:
+                conflict["numeric_env"] = envs
+                hint = hint or ("the rows were computed in different numeric environments "
+                                "(CPU class / library builds, result['numeric_env']): score "
+                                "a leaderboard on one kind of machine, or re-score one store")
             if hint:
                 conflict["hint"] = hint
             report.conflicts.append(conflict)
