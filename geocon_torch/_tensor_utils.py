@@ -73,9 +73,15 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int = -1,
 
 
 def sorted_valid(x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The valid entries of every row of ``x`` (..., N) in ascending order, first (the invalid
-    ones after them as the dtype's largest value), and their count (...,) long."""
-    big = torch.finfo(x.dtype).max if x.is_floating_point() else torch.iinfo(x.dtype).max
+    """The valid (``mask`` True) entries of every row of ``x`` (..., N) in ascending order,
+    first, and their count (...,) long.
+
+    The invalid entries follow them as NaN (floating dtypes; the dtype's largest value for
+    integers): ``torch.sort`` puts NaN after +inf, so the first ``count`` entries are the kept
+    values sorted as ``torch.sort`` sorts them alone (a kept +inf or NaN included, NaN last),
+    whatever the padding, and so is every quantile of them (:func:`quantile_of_sorted`).
+    """
+    big = float("nan") if x.is_floating_point() else torch.iinfo(x.dtype).max
     return torch.where(mask, x, torch.full_like(x, big)).sort(-1).values, mask.sum(-1)
 
 

@@ -31,8 +31,8 @@ from ..errors import InputError
 from ..io._atomic import atomic_write_text
 from ..io.calibration import FORMAT, calibration_hash
 from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck, bound_checks,
-                                    calibrated_pass, clip_statistics, relax_ir, roc_curve,
-                                    select_bounds, spread_of)
+                                    calibrated_pass, clip_statistics, reject_all_bound,
+                                    relax_ir, roc_curve, select_bounds, spread_of)
 from ..pipeline import score_clips
 from ..synth import MOTIONS, apply_corruption, render_scene
 
@@ -226,6 +226,17 @@ def _split(rows: Sequence[Dict[str, Any]], min_severity: float
     return clean, bad
 
 
+def _meets(m: torch.Tensor, spec: Sequence[Tuple[str, str, bool]],
+           bounds: Dict[str, float]) -> torch.Tensor:
+    """(N,) bool: the rows of ``m`` (N, D) (statistics of ``spec`` in its order) that meet
+    every bound of ``bounds`` (threshold key -> value; a key not in it is no bound)."""
+    ok = torch.ones(m.shape[0], dtype=torch.bool)
+    for d, (key, _, low) in enumerate(spec):
+        if key in bounds:
+            ok &= (m[:, d] >= bounds[key]) if low else (m[:, d] <= bounds[key])
+    return ok
+
+
 def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], regime: str,
                target_false_pass: float = 0.05,
                fixed: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
@@ -235,39 +246,49 @@ def fit_regime(clean: Sequence[Dict[str, Any]], bad: Sequence[Dict[str, Any]], r
 
     ``fixed`` (threshold key -> value) sets bounds instead of fitting them: the clips they fail
     fail, the other bounds are fitted on the clips they let through, at the false-pass budget
-    the fixed bounds leave (the rates count every clip)."""
+    the fixed bounds leave (the rates count every clip). Where the fixed bounds fail every clean
+    clip, the other bounds are set beyond every clip's finite value
+    (:func:`~geocon_torch.measures.calibration.reject_all_bound`), a gate that passes no clean
+    clip (with a warning, as every fit that passes none); with every bound fixed, the rates are
+    the fixed gate's."""
     spec = REGIME_BOUNDS[regime]
     fixed = {k: float(v) for k, v in (fixed or {}).items() if k in {key for key, _, _ in spec}}
     free_dims = [d for d, (key, _, _) in enumerate(spec) if key not in fixed]
     free = [spec[d] for d in free_dims]
     c_all, b_all = _matrix(clean, [n for _, n, _ in spec]), _matrix(bad, [n for _, n, _ in spec])
-
-    def meets(m: torch.Tensor) -> torch.Tensor:
-        ok = torch.ones(m.shape[0], dtype=torch.bool)
-        for d, (key, _, low) in enumerate(spec):
-            if key in fixed:
-                ok &= (m[:, d] >= fixed[key]) if low else (m[:, d] <= fixed[key])
-        return ok
-
-    keep_c, keep_b = meets(c_all), meets(b_all)
+    keep_c, keep_b = _meets(c_all, spec, fixed), _meets(b_all, spec, fixed)
     c, b = c_all[keep_c][:, free_dims], b_all[keep_b][:, free_dims]
     n_c, n_b = max(len(clean), 1), max(len(bad), 1)
-    # the same number of corrupted clips may pass among those the fixed bounds let through
-    target = min(1.0, float(target_false_pass) * n_b / max(int(keep_b.sum()), 1))
-    bounds, tp, fp = select_bounds(c, b, [low for _, _, low in free], target)
-    tp, fp = tp * int(keep_c.sum()) / n_c, fp * int(keep_b.sum()) / n_b
-    # a bound on a statistic no clip has (GE_H of clips without valid H pairs) is no bound
-    out: Dict[str, Any] = {key: v for (key, _, _), v in zip(free, bounds) if math.isfinite(v)}
-    out.update(fixed)
+    out: Dict[str, Any] = {}
+    if clean and not bool(keep_c.any()):  # the fixed bounds fail every clean clip
+        every = torch.cat([c_all, b_all])
+        for d, (key, _, low) in zip(free_dims, free):
+            bound = reject_all_bound(every[:, d], low)
+            if bound is not None:  # no finite value: no bound (a missing value meets any)
+                out[key] = bound
+        tp, fp = 0.0, float(_meets(b_all, spec, dict(out, **fixed)).sum()) / n_b
+    elif not free:  # nothing to fit: the fixed gate's rates
+        tp, fp = float(keep_c.sum()) / n_c, float(keep_b.sum()) / n_b
+    else:
+        # the same number of corrupted clips may pass among those the fixed bounds let through
+        target = min(1.0, float(target_false_pass) * n_b / max(int(keep_b.sum()), 1))
+        bounds, tp, fp = select_bounds(c, b, [low for _, _, low in free], target)
+        tp, fp = tp * int(keep_c.sum()) / n_c, fp * int(keep_b.sum()) / n_b
+        # a bound on a statistic no clip has (GE_H of clips without valid H pairs) is no bound
+        out = {key: v for (key, _, _), v in zip(free, bounds) if math.isfinite(v)}
+        if "ir_min" in out:
+            out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c_all[:, 0], b_all[:, 0]]))
+    out.update(fixed)  # a fixed bound is set, not fitted (nor relaxed)
     out = {key: out[key] for key, _, _ in spec if key in out}  # BOUNDS order
-    if "ir_min" not in fixed:  # a fixed bound is set, not fitted
-        out["ir_min"] = relax_ir(out["ir_min"], torch.cat([c_all[:, 0], b_all[:, 0]]))
     out.update(false_pass=fp, true_pass=tp, n_clean=len(clean), n_corrupted=len(bad))
     if clean and tp == 0.0:
+        why = (f"the fixed bounds {', '.join(f'{k} = {v:g}' for k, v in fixed.items())} fail "
+               f"all its {len(clean)} clean clips" if not bool(keep_c.any()) else
+               f"the statistics do not separate its {len(clean)} clean from its {len(bad)} "
+               f"corrupted clips")
         warnings.warn(f"calibration: no {regime} bounds pass a clean clip at false-pass <= "
-                      f"{target_false_pass:g} (the statistics do not separate its {len(clean)} "
-                      f"clean from its {len(bad)} corrupted clips): this gate fails every "
-                      f"{regime} clip", stacklevel=2)
+                      f"{target_false_pass:g} ({why}): this gate fails every {regime} clip",
+                      stacklevel=2)
     return out
 
 

@@ -27,18 +27,22 @@ One record per prompt (in the order prompts first appear in the manifest):
 * ``{"status": "skipped", "prompt", "kind", "reason", "num_clips", "num_scored", "unscored"}``
   when fewer than two clips of the prompt could be scored, when the best and the worst reward
   tie (margin 0: a tie is no preference, whatever ``min_margin``), or when the margin is below
-  ``min_margin`` (``reason`` says which; ``margin``, ``chosen`` and ``rejected`` are given in
-  the latter two cases). Clips without a prompt form no group: each is one skipped record with
-  ``prompt: null``.
+  ``min_margin`` (``reason`` says which, its numbers printed with as many digits as tell them
+  apart; ``margin``, ``chosen`` and ``rejected`` are given in the latter two cases). A margin
+  equal to ``min_margin`` up to round-off (:data:`MARGIN_ULPS` ulps of the larger of the two
+  rewards and ``min_margin``: 0.6 - 0.5 is 0.09999999999999998) is not below it. Clips
+  without a prompt form no group: each is one skipped record with ``prompt: null``.
 """
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..config import ConfigLike, GeoConConfig, load_config
 from ..errors import InputError
+from ..measures.calibration import fmt_apart
 from ..pipeline import pinned_config
 from ..presets import PRESETS, preset_for_kind
 from ..rewards import ClipReward, reward_from_result
@@ -49,6 +53,9 @@ from .store import ResultStore
 
 #: reward kind -> the preset it is scored with (from the preset table)
 KIND_PRESETS = {p.reward_kind: p.name for p in PRESETS.values() if p.reward_kind}
+#: a margin this many ulps (of the larger of the rewards and ``min_margin``) below
+#: ``min_margin`` still meets it: the round-off of the rewards and of their difference
+MARGIN_ULPS = 4
 
 
 def kind_config(config: ConfigLike, kind: str) -> GeoConConfig:
@@ -72,7 +79,8 @@ def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]]
                 min_margin: float = 0.0) -> Dict[str, Any]:
     """The record of one prompt from its clips' (clip_id, ClipReward) (module docstring): a
     pair of the best and the worst reward, or skipped when fewer than two clips are scored,
-    the rewards tie (margin <= 0 is no preference) or the margin is below ``min_margin``."""
+    the rewards tie (margin <= 0 is no preference) or the margin is below ``min_margin`` by
+    more than round-off (:data:`MARGIN_ULPS`)."""
     scored = [(cid, r.reward) for cid, r in rewards if r.status == "ok"]
     rec: Dict[str, Any] = {"prompt": prompt, "kind": kind, "num_clips": len(rewards),
                            "num_scored": len(scored),
@@ -93,9 +101,11 @@ def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]]
         return {"status": "skipped", **rec, **pair,
                 "reason": f"the {len(scored)} scored clips tie (reward {scored[best][1]:.4g}): "
                           "no preference"}
-    if margin < min_margin:
-        return {"status": "skipped", **rec, **pair,
-                "reason": f"margin {margin:.4g} is below the minimum {min_margin:.4g}"}
+    scale = max(abs(float(min_margin)), abs(scored[best][1]), abs(scored[worst][1]))
+    if margin < min_margin - MARGIN_ULPS * sys.float_info.epsilon * scale:
+        return {"status": "skipped", **rec, **pair,  # 17 digits tell any two floats apart
+                "reason": f"margin {fmt_apart(margin, min_margin, max_digits=17)} is below the "
+                          f"minimum {fmt_apart(min_margin, margin, max_digits=17)}"}
     return {"status": "pair", **rec, **pair}
 
 
@@ -129,8 +139,9 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
         kind: "epipolar-dpo" (default, as ``geometric_reward`` and ``geocon pairs``),
             "epipolar" or "background" (:data:`KIND_PRESETS`).
         config: anything :func:`~geocon_torch.config.load_config` takes.
-        min_margin: prompts whose best - worst reward is below it are skipped (a tie, margin
-            0, is always skipped: no preference).
+        min_margin: prompts whose best - worst reward is below it (by more than round-off:
+            :func:`choose_pair`) are skipped (a tie, margin 0, is always skipped: no
+            preference).
         device, progress: as :func:`run_manifest`.
         rescore_versions: as :func:`run_manifest`: re-score (in place) the manifest's stored
             ok / not_applicable rows of the kind's config that another geocon_torch version

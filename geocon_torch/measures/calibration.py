@@ -53,15 +53,19 @@ unitless (tau_F in Hartley-normalised units) and IR_H uses tau_H in px: a
 corruption puts more H residuals over tau_H at larger sizes (lower IR_H, a stricter gate).
 
 Selection (:func:`select_bounds`; :func:`select_thresholds` is its (IR, GE) case): every
-combination of candidate bounds (each statistic's values on the clean clips, plus one that
-rejects every clip) is tried (a (K_1, ..., K_D, N) boolean grid, built one candidate of the
-first statistic at a time); the combination with the highest true-pass rate on clean clips among
-those whose false-pass rate on corrupted clips is <= the target is kept (ties: lower false-pass,
-then the loosest bounds: each sits on the last clean value that lets no further corrupted clip
-through, the widest margin for clean clips the calibration did not see), and each bound is then
-moved half way to the next observed value beyond it (no calibration clip changes side; the bound
-sits in the middle of the gap). Where no clip lies below the IR bound (IR carried no
-information), it is relaxed to ``ir_floor`` (the paper's 0.97) when that is lower.
+combination of candidate bounds (each statistic's values on the clean clips, plus one beyond
+every clean clip's value) is tried (a (K_1, ..., K_D, N) boolean grid, built one candidate of
+the first statistic at a time); the combination with the highest true-pass rate on clean clips
+among those whose false-pass rate on corrupted clips is <= the target is kept (ties: lower
+false-pass, then the loosest bounds: each sits on the last clean value that lets no further
+corrupted clip through, the widest margin for clean clips the calibration did not see), and each
+bound is then moved half way to the next observed value beyond it (no calibration clip changes
+side; the bound sits in the middle of the gap). Where no combination meets the target (a
+corrupted clip lies beyond every clean one), the candidate beyond the clean clips is replaced by
+one beyond every clip's value, clean or corrupted (bounds that reject every clip with finite
+statistics: false-pass 0 unless a corrupted clip lacks every statistic, which no bound can
+reject: an error), and the selection is run again. Where no clip lies below the IR bound (IR
+carried no information), it is relaxed to ``ir_floor`` (the paper's 0.97) when that is lower.
 """
 from __future__ import annotations
 
@@ -136,16 +140,37 @@ def spread_of(ge_fine: Optional[float], ge_peak: Optional[float]) -> float:
     return max(float(ge_peak) - float(ge_fine), 0.0)
 
 
-def _candidates(values: torch.Tensor, lower: bool) -> torch.Tensor:
-    """(K,) candidate bounds: the unique finite observed values, plus one that excludes every
-    finite value. A missing statistic (+inf for a lower bound, -inf for an upper one) meets
-    every bound in the gate, so it is never a candidate: an infinite bound would be dropped
-    when written and then let through the clips it was chosen to reject."""
+def _candidates(values: torch.Tensor, lower: bool,
+                reject: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(K,) candidate bounds: the unique finite values of ``values`` (N,), plus one that
+    excludes every finite value of ``reject`` (M,) (default: ``values``; a lower bound 1 above
+    their largest, an upper one 1 below their smallest). A missing statistic (+inf for a lower
+    bound, -inf for an upper one) meets every bound in the gate, so it is never a candidate: an
+    infinite bound would be dropped when written and then let through the clips it was chosen
+    to reject (the one candidate where nothing is finite: a bound every value meets)."""
     u = torch.unique(values[torch.isfinite(values)])
+    if reject is not None:
+        r = reject[torch.isfinite(reject)]
+        if r.numel() == 0:
+            return _candidates(values, lower)
+        beyond = (r.max() + 1.0) if lower else (r.min() - 1.0)
+        if u.numel() == 0:  # no clean value: no bound, or one that rejects every clip
+            u = torch.full((1,), -math.inf if lower else math.inf, dtype=values.dtype)
+        return torch.cat([u, beyond.view(1)])
     if u.numel() == 0:  # nothing to bound: a bound every value meets (dropped when written)
         return torch.full((1,), -math.inf if lower else math.inf, dtype=values.dtype)
     beyond = (u[0] - 1.0) if not lower else (u[-1] + 1.0)
     return torch.cat([u, beyond.view(1)])
+
+
+def reject_all_bound(values: torch.Tensor, lower: bool) -> Optional[float]:
+    """A finite bound that every finite value of ``values`` (N,) fails: 1 above the largest
+    for a lower bound (``value >= bound``), 1 below the smallest for an upper one, in the unit
+    of ``values``; None when none is finite (a missing statistic meets every bound)."""
+    r = values[torch.isfinite(values)]
+    if r.numel() == 0:
+        return None
+    return float(r.max() + 1.0) if lower else float(r.min() - 1.0)
 
 
 def _halfway(bound: float, values: torch.Tensor, lower: bool) -> float:
@@ -187,29 +212,12 @@ def gate_rates(ir_min: torch.Tensor, ge_max: torch.Tensor, ir: torch.Tensor,
                       torch.stack([ir.double(), ge.double()], -1), (True, False))
 
 
-def select_bounds(clean: torch.Tensor, bad: torch.Tensor, lower: Sequence[bool],
-                  target_false_pass: float = 0.05) -> Tuple[List[float], float, float]:
-    """The bounds (one per statistic) with the best true-pass rate at a false-pass rate <=
-    ``target_false_pass`` (see the module docstring), each moved half way into its gap.
-
-    Args:
-        clean, bad: (Nc, D) and (Nb, D) statistics of clean and corrupted clips (the grid
-            holds ~Nc^D combinations: keep D <= 5 and Nc small).
-        lower: D flags, True where the statistic must be >= its bound, else <=.
-        target_false_pass: largest allowed fraction of corrupted clips passing, in [0, 1].
-    Returns:
-        (bounds (D floats), true-pass rate, false-pass rate); the rates are measured before the
-        half-way move, which changes no clip's side.
-    """
-    if not 0.0 <= float(target_false_pass) <= 1.0:
-        raise InputError(f"target_false_pass must be in [0, 1], got {target_false_pass!r}")
-    clean, bad = clean.double(), bad.double()
-    every = torch.cat([clean, bad])
-    if every.shape[0] == 0:
-        raise InputError("no scored clips to calibrate on")
-    # an optimal bound sits on a clean clip's value (tightening it to the extreme accepted clean
-    # clip keeps the true-pass rate and cannot raise the false-pass rate): K_d <= Nc + 1
-    cands = [_candidates(clean[:, d], lower=low) for d, low in enumerate(lower)]
+def _best(cands: Sequence[torch.Tensor], clean: torch.Tensor, bad: torch.Tensor,
+          lower: Sequence[bool], target_false_pass: float
+          ) -> Tuple[Tuple[int, ...], torch.Tensor, torch.Tensor, bool]:
+    """The best combination of candidates ``cands[d]`` (K_d,) on ``clean`` (Nc, D) / ``bad``
+    (Nb, D) (:func:`select_bounds`): (its index, the (K_1, ..., K_D) true- and false-pass
+    grids, whether it meets ``target_false_pass``; where none does, index 0)."""
     tp, fp = _pass_grid(cands, clean, lower), _pass_grid(cands, bad, lower)
     # lexicographic: feasible, true-pass high, false-pass low, then the loosest bounds (the
     # widest margin for clean clips the calibration did not see: a bound moves out to the last
@@ -220,9 +228,57 @@ def select_bounds(clean: torch.Tensor, bad: torch.Tensor, lower: Sequence[bool],
         rank = torch.argsort(torch.argsort(c)).double() / c.numel()  # in [0, 1)
         score = score + ((-rank if low else rank) * 0.1 ** (d + 1)).view(
             [-1 if i == d else 1 for i in range(len(cands))])
-    score = torch.where(fp <= float(target_false_pass) + 1e-12, score,
-                        torch.full_like(score, -float("inf")))
+    feasible = fp <= float(target_false_pass) + 1e-12
+    score = torch.where(feasible, score, torch.full_like(score, -float("inf")))
     idx = torch.unravel_index(torch.argmax(score), score.shape)
+    return tuple(int(i) for i in idx), tp, fp, bool(feasible[idx])
+
+
+def select_bounds(clean: torch.Tensor, bad: torch.Tensor, lower: Sequence[bool],
+                  target_false_pass: float = 0.05) -> Tuple[List[float], float, float]:
+    """The bounds (one per statistic) with the best true-pass rate at a false-pass rate <=
+    ``target_false_pass`` (see the module docstring), each moved half way into its gap.
+
+    The candidates are each statistic's finite values on the clean clips and one beyond them
+    all; where no combination of those meets the target (a corrupted clip lies beyond every
+    clean one), the last is replaced by one beyond every clip's finite value, clean or
+    corrupted, and the best combination of those is taken (bounds that reject every clip
+    always meet the target, unless corrupted clips without a finite value of any statistic
+    pass them).
+
+    Args:
+        clean, bad: (Nc, D) and (Nb, D) statistics of clean and corrupted clips (the grid
+            holds ~Nc^D combinations: keep D <= 5 and Nc small); a missing statistic is +inf
+            for a lower bound, -inf for an upper one (it meets every bound).
+        lower: D flags, True where the statistic must be >= its bound, else <=.
+        target_false_pass: largest allowed fraction of corrupted clips passing, in [0, 1].
+    Returns:
+        (bounds (D floats), true-pass rate, false-pass rate <= ``target_false_pass``); the
+        rates are measured before the half-way move, which changes no clip's side.
+    Raises:
+        InputError: no clips, a target outside [0, 1], or a target below the share of
+            corrupted clips that every bound lets through.
+    """
+    if not 0.0 <= float(target_false_pass) <= 1.0:
+        raise InputError(f"target_false_pass must be in [0, 1], got {target_false_pass!r}")
+    clean, bad = clean.double(), bad.double()
+    every = torch.cat([clean, bad])
+    if every.shape[0] == 0:
+        raise InputError("no scored clips to calibrate on")
+    # an optimal bound sits on a clean clip's value (tightening it to the extreme accepted clean
+    # clip keeps the true-pass rate and cannot raise the false-pass rate): K_d <= Nc + 1
+    cands = [_candidates(clean[:, d], lower=low) for d, low in enumerate(lower)]
+    idx, tp, fp, ok = _best(cands, clean, bad, lower, target_false_pass)
+    if not ok:  # a corrupted clip beyond every clean one: bounds beyond every clip too
+        cands = [_candidates(clean[:, d], low, every[:, d]) for d, low in enumerate(lower)]
+        idx, tp, fp, ok = _best(cands, clean, bad, lower, target_false_pass)
+    if not ok:
+        stuck = round(float(_pass_grid([c[-1:] for c in cands], bad, lower).min())
+                      * bad.shape[0])
+        raise InputError(f"no bounds keep the false-pass rate <= {target_false_pass:g}: "
+                         f"{stuck} of the {bad.shape[0]} corrupted clips pass every bound "
+                         f"(no finite value of any statistic: a missing statistic meets every "
+                         f"bound)")
     bounds = []
     for d, (c, low) in enumerate(zip(cands, lower)):
         b, v = float(c[idx[d]]), every[:, d]
@@ -429,5 +485,6 @@ __all__ = ["REF_LONG_SIDE", "BOUNDS", "REGIME_BOUNDS", "PEAK_QUANTILE", "Thresho
            "BOUND_WHY", "STAT_LABEL", "BoundCheck", "digits_apart", "fmt_apart",
            "clip_statistics", "bound_checks",
            "normalised_ge", "peak_ge", "spread_of", "gate_rates", "select_bounds",
+           "reject_all_bound",
            "select_thresholds",
            "relax_ir", "roc_curve", "calibrated_pass", "ge_bound_px", "pass_rates"]
