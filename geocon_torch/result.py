@@ -10,11 +10,17 @@
             "timestamp_gaps", "decode_errors", "first_errors", "truncated",
             "variable_frame_rate", "duration_frames", "concealed_frames", "size_changes",
             "first_size_change", ["transparent_frames", "transparent_fraction"],
+            ["preroll_frames"], ["corrupt_packets"], ["container_count_mismatch"],
+            ["truncation"], ["length_known", "last_frame_concealed"],
+            ["video_stream", "video_streams", "video_stream_size"],
             ["color": {"pix_fmt", "bits", "transfer", "primaries", "matrix", "range"}]},
                                      # what decoding lost ({} for rows written before it was
                                      # recorded; keys added later are absent from older rows;
                                      # transparent_*: only for a source with transparent
-                                     # pixels; color: video files only, FFmpeg's tag names)
+                                     # pixels; color: video files only, FFmpeg's tag names;
+                                     # the container keys only where they apply: an edit
+                                     # list's preroll, a count mismatch, a cut GIF, a format
+                                     # without a length, several video streams)
      "warnings": [str, ...],         # scored, but e.g. some frames were lost while decoding
      "gate": {"method", "statistic", "thresholds", "decision", "evidence", ...},
      "background": {"ir", "ge_px", "ir_h", "ge_h_px", "ir_f", "ge_f_px", "valid_pairs", "pairs",

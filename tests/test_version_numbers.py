@@ -66,6 +66,10 @@ PINNED["0.2.3"] = PINNED["0.2.2"]
 #: content margin per feature level (letterbox / pillarbox bars), grey + alpha TIFF: the pinned
 #: clips have neither held frames nor bars, so they give 0.2.3's numbers
 PINNED["0.2.4"] = PINNED["0.2.3"]
+#: container edge cases (an edit list's preroll frames, a cut GIF's partial last frame dropped,
+#: a container that over-counts, a capture-rate change): the pinned inputs are tensors, which
+#: are not decoded, so they give 0.2.4's numbers
+PINNED["0.2.5"] = PINNED["0.2.4"]
 
 
 def _round(x: Any) -> Any:

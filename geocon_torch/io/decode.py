@@ -6,14 +6,25 @@ after the first frame are recorded (the clip is then flagged truncated) and deco
 
 Frames missing between timestamps are inferred only for a constant-frame-rate stream with a few
 gaps; a variable-frame-rate stream (gif / animated WebP / APNG, whose frame durations vary by
-design, or a stream whose long steps are not rare or not whole multiples of the frame duration)
-is flagged ``variable_frame_rate`` instead and nothing is inferred from its timestamps. An
+design, or a stream whose long steps are not rare, not whole multiples of the frame duration,
+or a run of five or more equal ones: a change of the capture rate) is flagged
+``variable_frame_rate`` instead and nothing is inferred from its timestamps. An
 animated WebP, which PyAV cannot decode, is read with PIL (:class:`~.images.AnimatedWebP`).
 
-A container that announces no frame count (Matroska / WebM, MPEG-TS) ends a file cut part-way
-through with a plain end of file: the stream's duration then says how many frames the time after
-the last decoded frame held (:attr:`Decoded.duration_frames`), so the cut is counted as for an
-mp4. The decoder runs :data:`DECODE_THREADS` threads on every machine, and a damaged stream (a
+A container that announces no frame count (Matroska / WebM) ends a file cut part-way through
+with a plain end of file: the stream's duration then says how many frames the time after the
+last decoded frame held (:attr:`Decoded.duration_frames`), so the cut is counted as for an mp4.
+MPEG-TS / MPEG-PS files and raw elementary streams (``.h264``, ``.hevc``, ``.m4v`` ...) record
+no length at all (FFmpeg estimates a TS file's duration from its own last timestamps, so a cut
+file's "duration" shrinks with it): a cut there cannot be told from a complete file, and the
+clip says so (``length_known`` False, a warning). A GIF cut part-way lacks its trailer byte and
+an APNG cut part-way decodes fewer frames than its ``acTL`` chunk announces: both are truncated.
+A count the container announces is compared with the frames decoded only after the packets an
+edit list discards (a stream-copy trim's preroll, ``preroll_frames``), and a shortfall counts as
+lost frames only where something shows a cut (:func:`_cut_evidence`); otherwise the container's
+count is wrong (``container_count_mismatch``: an AVI header that over-counts).
+
+The decoder runs :data:`DECODE_THREADS` threads on every machine, and a damaged stream (a
 decode error, or frames FFmpeg flags as decoded with concealed errors, counted as
 ``concealed_frames``) is decoded again on one (:func:`decode_stable`), so a file gives the same
 pixels everywhere. A mid-stream change of the frame size is recorded (``size_changes``), and the
@@ -27,8 +38,11 @@ depend on the CPU's SIMD kernels either.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
 import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -43,7 +57,8 @@ from .sampling import FrameMotion, FrameSelection
 #: Consecutive packet decode errors after which decoding gives up.
 _MAX_ERRORS = 8
 #: A complete decode that yields more than this many frames fewer than the container announced
-#: is reported as truncated (containers are sometimes off by one, e.g. edit lists).
+#: (less the edit-list preroll it discards) is reported as truncated (containers are sometimes
+#: off by one).
 _COUNT_SLACK = 2
 #: Codecs whose frame durations vary by design: their timestamps never show lost frames.
 VARIABLE_RATE_CODECS = frozenset({"gif", "webp", "apng"})
@@ -54,6 +69,21 @@ _MAX_LONG_FRACTION = 0.2
 #: A step further than this (in frame durations) from a whole multiple of the frame duration is
 #: off the grid of a constant-rate stream: the stream is variable-rate.
 _GRID_TOLERANCE = 0.25
+#: A run of at least this many consecutive long steps of the same whole number of frame durations
+#: is a change of the capture rate (a phone camera halving its rate in low light), not dropped
+#: frames: drops in a constant-rate capture are scattered.
+_RATE_RUN = 5
+#: Container formats (FFmpeg's demuxer names) that record no length: MPEG transport / program
+#: streams (FFmpeg estimates their duration from the last timestamps in the file, so a cut file
+#: reports its own, shorter length), raw elementary streams (no duration at all) and YUV4MPEG
+#: (its length is the file's size).
+NO_LENGTH_FORMATS = frozenset({"mpegts", "mpegtsraw", "mpeg", "h264", "hevc", "vvc", "m4v",
+                               "mpegvideo", "cavsvideo", "avs2", "avs3", "vc1", "h261", "h263",
+                               "obu", "dirac", "mjpeg", "yuv4mpegpipe"})
+#: The byte a complete GIF ends with (its trailer).
+_GIF_TRAILER = 0x3B
+#: Top-level boxes / chunks walked, at most, to see whether a file's structure runs past its end.
+_MAX_BOXES = 1 << 16
 #: Decoder threads, the same on every machine. FFmpeg's default (0: one per CPU the process may
 #: use, plus one) made the pixels of a damaged stream depend on the machine: H.264 error
 #: concealment differs with the number of frame threads (the audit's badrange.mp4 decodes to one
@@ -191,14 +221,93 @@ def stream_fps(stream) -> Optional[float]:
     return None
 
 
-def iter_frames(container, stream, errors: List[str]) -> Iterator:
-    """Yield decoded ``av.VideoFrame`` objects, packet by packet, until the end of the stream or
-    until decoding fails ``_MAX_ERRORS`` times in a row; the error messages go to ``errors``."""
+@dataclass
+class PacketLog:
+    """What the demuxer said of the packets of the stream read (:func:`iter_frames`).
+
+    Attributes:
+        packets: packets with data that the decoder is to show (``discarded`` not included).
+        discarded: packets flagged ``AV_PKT_FLAG_DISCARD``: decoded and dropped, as an mp4 /
+            mov edit list asks for the preroll frames of a stream-copy trim.
+        corrupt: packets flagged ``AV_PKT_FLAG_CORRUPT`` (a short read at the end of a cut
+            file, or damaged data the demuxer noticed).
+        end: the byte after the furthest packet with a known position (None when none has one).
+        last_frames: frames the last packet with data decoded to.
+        cut: why the file is known to be cut where no count shows it (a GIF without its
+            trailer); None otherwise.
+        keep_tail: record ``tail``, the last byte of the last packet with data (GIF only).
+    """
+
+    packets: int = 0
+    discarded: int = 0
+    corrupt: int = 0
+    end: Optional[int] = None
+    last_frames: int = 0
+    cut: Optional[str] = None
+    keep_tail: bool = False
+    tail: Optional[int] = None
+
+    def note(self, packet) -> None:
+        """Count one demuxed packet (a flush packet, with no data, is not one)."""
+        size = int(getattr(packet, "size", 1) or 0)
+        if not size:
+            return
+        if getattr(packet, "is_discard", False):
+            self.discarded += 1
+        else:
+            self.packets += 1
+        if getattr(packet, "is_corrupt", False):
+            self.corrupt += 1
+        pos = getattr(packet, "pos", None)
+        if pos is not None and pos >= 0:
+            self.end = max(self.end or 0, int(pos) + size)
+        self.last_frames = 0
+        if self.keep_tail:
+            self.tail = int(memoryview(packet)[-1])
+
+
+class LoggedFrames:
+    """The decoded frames :func:`iter_frames` yields (an iterator), with ``packets``: the
+    :class:`PacketLog` of the packets demuxed so far."""
+
+    def __init__(self, frames: Iterator, packets: PacketLog) -> None:
+        self._frames = frames
+        self.packets = packets
+
+    def __iter__(self) -> "LoggedFrames":
+        return self
+
+    def __next__(self):
+        return next(self._frames)
+
+
+def format_names(container) -> frozenset:
+    """FFmpeg's names of ``container``'s format ("mov,mp4,m4a,..." -> {"mov", "mp4", ...});
+    empty for a container that is not PyAV's (an animated WebP read with PIL)."""
+    name = getattr(getattr(container, "format", None), "name", None) or ""
+    return frozenset(n for n in str(name).split(",") if n)
+
+
+def iter_frames(container, stream, errors: List[str]) -> LoggedFrames:
+    """Decoded ``av.VideoFrame`` objects, packet by packet, until the end of the stream or
+    until decoding fails ``_MAX_ERRORS`` times in a row; the error messages go to ``errors``,
+    what the demuxer said of the packets to the iterator's ``packets`` (:class:`PacketLog`).
+    A GIF cut part-way (no trailer byte) ends without the frame its partial last packet decoded
+    to (:func:`_gif_frames`)."""
+    log = PacketLog()
+    if isinstance(container, AnimatedWebP):
+        return LoggedFrames(container.decode_frames(errors), log)
+    frames = _demuxed_frames(container, stream, errors, log)
+    if "gif" in format_names(container):
+        log.keep_tail = True
+        frames = _gif_frames(frames, log, str(container.name))
+    return LoggedFrames(frames, log)
+
+
+def _demuxed_frames(container, stream, errors: List[str], log: PacketLog) -> Iterator:
+    """The frames of :func:`iter_frames`, each packet counted in ``log``."""
     import av
 
-    if isinstance(container, AnimatedWebP):
-        yield from container.decode_frames(errors)
-        return
     packets = container.demux(stream)
     failures = 0
     while failures < _MAX_ERRORS:
@@ -209,6 +318,7 @@ def iter_frames(container, stream, errors: List[str]) -> Iterator:
         except av.FFmpegError as exc:
             errors.append(f"demux: {exc}")
             return
+        log.note(packet)
         try:
             frames = packet.decode()
         except av.FFmpegError as exc:
@@ -216,8 +326,103 @@ def iter_frames(container, stream, errors: List[str]) -> Iterator:
             failures += 1
             continue
         failures = 0
+        if int(getattr(packet, "size", 1) or 0):
+            log.last_frames = len(frames)
         yield from frames
     errors.append(f"gave up after {_MAX_ERRORS} consecutive decode errors")
+
+
+def _gif_frames(frames: Iterator, log: PacketLog, path: str) -> Iterator:
+    """A GIF's ``frames``, each held back until the next one decodes. A GIF ends with the
+    trailer byte 0x3B: without it the file was cut (``log.cut``), and the frame its last
+    packet decoded to is dropped unless that packet's image data ends with its block
+    terminator (0x00): a partial LZW stream decodes to a frame whose lower part is garbage."""
+    held = None
+    for frame in frames:
+        if held is not None:
+            yield held
+        held = frame
+    if _last_byte(path) in (_GIF_TRAILER, None):
+        if held is not None:
+            yield held
+        return
+    log.cut = "the GIF ends without its trailer byte (0x3B)"
+    if held is not None and log.last_frames and log.tail != 0:
+        log.cut += "; its last frame, decoded from a partial packet, was dropped"
+        return
+    if held is not None:
+        yield held
+
+
+def _last_byte(path: str) -> Optional[int]:
+    """The last byte of the file ``path`` (None when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+    except (OSError, ValueError):
+        return None
+    return last[0] if last else None
+
+
+def apng_frame_count(path: str) -> Optional[int]:
+    """The frame count an APNG's ``acTL`` chunk announces (the chunk comes before the image
+    data); None when the file has none or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                return None
+            for _ in range(_MAX_BOXES):
+                head = f.read(8)
+                if len(head) < 8:
+                    return None
+                size, kind = struct.unpack(">I4s", head)
+                if kind == b"acTL":
+                    body = f.read(4)
+                    return struct.unpack(">I", body)[0] if len(body) == 4 else None
+                if kind in (b"IDAT", b"IEND"):
+                    return None
+                f.seek(size + 4, os.SEEK_CUR)  # the data and its CRC
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def structure_runs_past_end(path: Path, formats: frozenset) -> bool:
+    """Whether a top-level box of an ISO-BMFF file (mp4 / mov: ``formats`` has "mov" or
+    "mp4") or a top-level chunk of a RIFF file (avi) claims bytes past the end of ``path``:
+    the file was cut (an mp4's media data box, an AVI's RIFF list, outlast it). False for other
+    formats, a box that runs to the end by definition (size 0) or a file that cannot be read."""
+    riff = "avi" in formats
+    if not (riff or formats & {"mov", "mp4"}):
+        return False
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            pos = 0
+            for _ in range(_MAX_BOXES):
+                if pos >= size:
+                    return False
+                f.seek(pos)
+                head = f.read(16)
+                if len(head) < 8:
+                    return True  # a box header cut short
+                if riff:
+                    length = struct.unpack("<I", head[4:8])[0]
+                    end, pad = pos + 8 + length, length & 1
+                else:
+                    length = struct.unpack(">I", head[:4])[0]
+                    if length == 1 and len(head) == 16:
+                        length = struct.unpack(">Q", head[8:16])[0]
+                    if length < 8:
+                        return False  # 0: runs to the end of the file; else malformed
+                    end, pad = pos + length, 0
+                if end > size:
+                    return True
+                pos = end + pad
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def display_rgb(frame) -> np.ndarray:
@@ -344,6 +549,15 @@ class Decoded:
         color: pixel format, bit depth and colour tags of the first decoded frame
             (:func:`frame_color`; the stream's tags, ``stream_color``, where the frame has
             none): an HDR source (PQ / HLG) is read as SDR code values, and this says so.
+        packets: what the demuxer said of the packets (:class:`PacketLog`: edit-list preroll
+            discarded, packets flagged corrupt, where the stream's data ends, a cut GIF).
+        header_frames: the frame count the file itself announces where FFmpeg gives none (an
+            APNG's ``acTL`` chunk), None otherwise; see :attr:`announced`.
+        formats: FFmpeg's names of the container format (:func:`format_names`).
+        count_mismatch: frames the container announces beyond those found, in a complete
+            file that shows no sign of a cut (:func:`_cut_evidence`): its count is wrong and
+            they are not lost; 0 otherwise (set by :func:`decode_selected`).
+        last_concealed: the last decoded frame was decoded with concealed errors.
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -372,6 +586,11 @@ class Decoded:
     transparency: TransparencyCount = field(default_factory=TransparencyCount)
     color: Dict[str, object] = field(default_factory=dict)
     stream_color: Dict[str, int] = field(default_factory=dict)
+    packets: PacketLog = field(default_factory=PacketLog)
+    header_frames: Optional[int] = None
+    formats: frozenset = frozenset()
+    count_mismatch: int = 0
+    last_concealed: bool = False
     _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
 
     def note(self, frame) -> int:
@@ -396,7 +615,8 @@ class Decoded:
             if size not in self.frame_sizes:
                 self.frame_sizes.append(size)
         self._last_size = size
-        if getattr(frame, "is_corrupt", False):
+        self.last_concealed = bool(getattr(frame, "is_corrupt", False))
+        if self.last_concealed:
             self.num_concealed += 1
             if len(self.concealed) < _KEEP_INDICES:
                 self.concealed.append(i)
@@ -437,7 +657,7 @@ class Decoded:
         decoded frames) / frame duration (the median step between timestamps, or 1 / fps when
         it agrees within 5 % or there is one frame), 0 when within ``_COUNT_SLACK`` (rounding,
         an end time that counts from 0); None when there is nothing to compare."""
-        if (self.container_frames is not None or not self.complete or self.stream_end is None
+        if (self.announced is not None or not self.complete or self.stream_end is None
                 or self.end_pts is None or not self.time_base):
             return None
         diffs = np.diff(np.unique(np.asarray(self.pts, dtype=np.float64)))
@@ -459,21 +679,49 @@ class Decoded:
         return None if tail is None else self.decoded + self.timestamp_gaps[1] + tail
 
     @property
+    def announced(self) -> Optional[int]:
+        """The frame count the container announces: FFmpeg's (``container_frames``), else
+        the file's own (``header_frames``, an APNG's ``acTL``) where a complete decode fell
+        short of it (so a complete APNG reads as before: no count); None when unknown."""
+        if self.container_frames is not None or self.header_frames is None:
+            return self.container_frames
+        short = self.complete and self.decoded < self.header_frames - _COUNT_SLACK
+        return self.header_frames if short else None
+
+    @property
+    def expected_frames(self) -> Optional[int]:
+        """The frames the stream is to show by its container: :attr:`announced` less the
+        packets an edit list discards (``packets.discarded``); None when unknown."""
+        announced = self.announced
+        return None if announced is None else max(0, announced - self.packets.discarded)
+
+    def short_by(self) -> int:
+        """Frames a complete decode fell short of :attr:`expected_frames` by, beyond
+        ``_COUNT_SLACK`` (0 when within it, not complete or without a count)."""
+        expected = self.expected_frames
+        if not self.complete or expected is None or self.decoded >= expected - _COUNT_SLACK:
+            return 0
+        return expected - self.decoded
+
+    @property
     def truncated(self) -> bool:
-        """Decoding hit an error, or a full decode fell short of the container's count (or,
-        without one, of the stream's duration: :attr:`tail_frames`)."""
-        short = (self.complete and self.container_frames is not None
-                 and self.decoded < self.container_frames - _COUNT_SLACK)
-        return bool(self.errors) or short or bool(self.tail_frames)
+        """Decoding hit an error, the demuxer flagged a packet corrupt or the file is known to
+        be cut (``packets.cut``: a GIF without its trailer), or a full decode fell short of the
+        container's count (and the shortfall is no ``count_mismatch``; or, without a count,
+        of the stream's duration: :attr:`tail_frames`)."""
+        short = bool(self.short_by()) and not self.count_mismatch
+        return (bool(self.errors) or short or bool(self.tail_frames)
+                or bool(self.packets.corrupt) or bool(self.packets.cut))
 
     def metadata(self, path: Path) -> Dict[str, object]:
+        """``Clip.meta`` of the decode (keys documented in :mod:`geocon_torch.io.reader`)."""
         gaps, missing = self.timestamp_gaps
         change = self.first_size_change
         return {
             "path": str(path), "codec": self.codec, "source_fps": self.fps,
-            "container_frames": self.container_frames,
+            "container_frames": self.announced,
             "decoded_frames": self.decoded, "decode_complete": self.complete,
-            "num_source_frames": self.decoded if self.complete else self.container_frames,
+            "num_source_frames": self.decoded if self.complete else self.expected_frames,
             "truncated": self.truncated, "decode_errors": self.errors[:5],
             "num_decode_errors": len(self.errors), "timestamp_gaps": gaps,
             "timestamp_missing_frames": missing,
@@ -486,8 +734,31 @@ class Decoded:
                 "frame": change[0], "from": size_text(change[1]), "to": size_text(change[2])},
             "video_stream": self.stream_index, "video_streams": self.video_streams,
             "decode_threads": self.threads, "display_rotation": self.rotation,
-            **self.transparency.meta(), "color": dict(self.color),
+            **self.transparency.meta(), "color": dict(self.color), **self.container_meta(),
         }
+
+    def container_meta(self) -> Dict[str, object]:
+        """The ``meta`` keys of unusual containers, each present only where it applies (an
+        ordinary file's meta has none): ``preroll_frames`` (edit-list preroll discarded),
+        ``corrupt_packets``, ``truncation`` (why the file is known to be cut where no count
+        shows it), ``container_count_mismatch`` (frames the container over-counts),
+        ``length_known`` False (MPEG-TS / raw streams: :data:`NO_LENGTH_FORMATS`) with
+        ``last_frame_concealed`` (its last frame decoded with concealed errors, as a cut
+        file's last frame does)."""
+        log, out = self.packets, {}
+        if log.discarded:
+            out["preroll_frames"] = log.discarded
+        if log.corrupt:
+            out["corrupt_packets"] = log.corrupt
+        if log.cut:
+            out["truncation"] = log.cut
+        if self.count_mismatch:
+            out["container_count_mismatch"] = self.count_mismatch
+        if self.formats & NO_LENGTH_FORMATS:
+            out["length_known"] = False
+            if self.complete and self.last_concealed:
+                out["last_frame_concealed"] = True
+        return out
 
 
 def size_text(hw: Tuple[int, int]) -> str:
@@ -528,26 +799,47 @@ def variable_rate(steps: np.ndarray, codec: str = "") -> bool:
     ``VARIABLE_RATE_CODECS``, any step off the median; else long steps (> 1.5 durations) that
     are not rare (at least two, and more than 20 % of the steps), or a step more than 0.25
     durations off a whole multiple of the duration (a constant-rate stream with dropped frames
-    keeps its steps on that grid)."""
+    keeps its steps on that grid), or a run of ``_RATE_RUN`` consecutive long steps of the same
+    whole number of durations (:func:`rate_change`)."""
     if steps.size < 2:
         return False
     off_grid = np.abs(steps - np.maximum(np.rint(steps), 1.0)) > _GRID_TOLERANCE
     long = steps > _LONG_STEP
     if codec in VARIABLE_RATE_CODECS:
         return bool(long.any() or off_grid.any())
-    return bool(off_grid.any() or (long.sum() >= 2 and long.mean() > _MAX_LONG_FRACTION))
+    return bool(off_grid.any() or (long.sum() >= 2 and long.mean() > _MAX_LONG_FRACTION)
+                or rate_change(steps))
+
+
+def rate_change(steps: np.ndarray) -> bool:
+    """Whether ``steps`` (:func:`timestamp_steps`, (N,) in frame durations) hold a run of at
+    least ``_RATE_RUN`` consecutive long steps (> 1.5 durations) that are the same whole
+    number of durations: the capture rate changed for a while (a phone camera that halves its
+    rate in low light), which frames dropped from a constant-rate capture, scattered, rarely
+    look like."""
+    multiple = np.where(steps > _LONG_STEP, np.rint(steps), 0.0)
+    if int(np.count_nonzero(multiple)) < _RATE_RUN:
+        return False
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(multiple) != 0) + 1))
+    lengths = np.diff(np.concatenate((starts, [multiple.size])))
+    return bool(((lengths >= _RATE_RUN) & (multiple[starts] > 0)).any())
 
 
 def _decoded_for(container, stream, threads: int) -> Decoded:
-    """An empty :class:`Decoded` with what the container says of ``stream``."""
+    """An empty :class:`Decoded` with what the container says of ``stream`` (and, for an APNG,
+    the frame count of its ``acTL`` chunk: :func:`apng_frame_count`)."""
     announced = int(stream.frames) or None
     tb = getattr(stream, "time_base", None)
+    codec = stream.codec_context.name
+    header = (apng_frame_count(str(container.name))
+              if codec == "apng" and announced is None else None)
     return Decoded(container_frames=announced, fps=stream_fps(stream),
-                   codec=stream.codec_context.name, time_base=float(tb) if tb else None,
+                   codec=codec, time_base=float(tb) if tb else None,
                    stream_end=None if announced else _stream_end(container, stream),
                    stream_index=int(getattr(stream, "index", 0) or 0),
                    video_streams=len(container.streams.video), threads=int(threads),
-                   stream_color=stream_color_codes(stream))
+                   stream_color=stream_color_codes(stream), header_frames=header,
+                   formats=format_names(container))
 
 
 def decode_selected(path: Path, selection: Optional[FrameSelection],
@@ -579,6 +871,7 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
     try:
         stopped = False
         frames = iter_frames(container, stream, out.errors)
+        out.packets = getattr(frames, "packets", out.packets)
         for frame in frames:
             i = out.note(frame)
             if selection is None or not selection.keeps(i, len(out.indices)):
@@ -606,6 +899,7 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
         out.complete = not stopped
         reorders = bool(getattr(stream.codec_context, "has_b_frames", False))
         if stopped and reorders and threads != DAMAGED_DECODE_THREADS and not out.damaged:
+            out.packets = dataclasses.replace(out.packets)  # not the look-ahead's packets
             out.damage_ahead = _damage_ahead(frames, out.errors)
     finally:
         container.close()
@@ -613,7 +907,35 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
         why = f" ({out.errors[0]})" if out.errors else ""
         raise VideoReadError(f"{path}: 0 frames could be decoded{why}; the file is empty, "
                              f"truncated before the first frame, or not a video")
+    if out.short_by() and _cut_evidence(out, path) is None:
+        out.count_mismatch = out.short_by()
     return out
+
+
+def _cut_evidence(dec: Decoded, path: Path) -> Optional[str]:
+    """What shows that a complete decode that fell short of the container's count lost frames
+    (the file was cut, or the decoder dropped frames); None when nothing does, so the
+    container's count is wrong (a complete AVI whose header over-counts). Evidence: a decode
+    error, a packet flagged corrupt, a cut GIF, more packets than frames decoded, packets with
+    no known position (nothing can be checked), the stream's data running to the end of the
+    file, or a top-level box / chunk running past it (:func:`structure_runs_past_end`: an mp4
+    or AVI cut where its audio was)."""
+    log = dec.packets
+    if dec.errors:
+        return "decode errors"
+    if log.corrupt or log.cut:
+        return log.cut or "packets flagged corrupt"
+    if log.packets > dec.decoded + _COUNT_SLACK:
+        return "packets the decoder dropped"
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return "a file that cannot be measured"
+    if log.end is None or log.end >= size:
+        return "data that runs to the end of the file"
+    if structure_runs_past_end(path, dec.formats):
+        return "a container structure that runs past the end of the file"
+    return None
 
 
 def _damage_ahead(frames: Iterator, errors: List[str]) -> bool:

@@ -11,9 +11,16 @@ every result, and :func:`decode_verdict` says whether the clip may be scored:
   stream, or numbers missing in an image sequence's file names (``frame_0004.png`` between
   ``frame_0003.png`` and ``frame_0005.png``);
 * a variable-frame-rate stream (``variable_frame_rate``: a gif / animated WebP / APNG whose
-  frame durations vary, or a stream whose long steps are common or off the frame grid, see
-  :func:`geocon_torch.io.decode.variable_rate`) loses no frame by its timestamps: it is scored,
-  with a ``warnings`` entry that says so;
+  frame durations vary, or a stream whose long steps are common, off the frame grid or a run of
+  five or more equal ones, a rate change, see :func:`geocon_torch.io.decode.variable_rate`)
+  loses no frame by its timestamps: it is scored, with a ``warnings`` entry that says so;
+* the container's count is compared after the preroll frames an edit list discards
+  (``preroll_frames``, a stream-copy trim), and a shortfall with no sign of a cut is the
+  container's count mismatch (``container_count_mismatch``, a warning), not lost frames;
+* a file known to be cut where no count shows it (``truncation``: a GIF without its trailer),
+  a container that records no length (``length_known`` False: MPEG-TS, raw streams) and a file
+  with several video streams (``video_stream``, ``video_streams``, ``video_stream_size``) are
+  scored with a ``warnings`` entry;
 * ``lost_fraction`` = lost / (decoded + lost);
 * more than ``io.max_lost_fraction`` (default 0.1) lost -> the clip is an ``error`` with the
   reason; any loss or decode error below that -> scored, with a ``warnings`` entry;
@@ -53,11 +60,13 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     """
     announced = meta.get("container_frames")
     by_duration = None if announced else meta.get("duration_frames")
-    expected = announced or by_duration
+    preroll = int(meta.get("preroll_frames") or 0)
+    expected = (int(announced) - preroll) if announced else by_duration
     decoded = int(meta.get("decoded_frames") or 0)
     complete = bool(meta.get("decode_complete", True))
     errors = list(meta.get("decode_errors") or [])
-    short = (int(expected) - decoded) if (expected and complete) else 0
+    counted = complete and not meta.get("container_count_mismatch")
+    short = (int(expected) - decoded) if (expected and counted) else 0
     missing = int(meta.get("timestamp_missing_frames") or 0)
     lost = max(short, missing, 0)
     total = decoded + lost
@@ -71,8 +80,33 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
         "duration_frames": by_duration, "concealed_frames": int(meta.get("concealed_frames") or 0),
         "size_changes": int(meta.get("size_changes") or 0),
         "first_size_change": meta.get("first_size_change"),
-        **_transparency(meta), **_color(meta),
+        **_transparency(meta), **_color(meta), **_container(meta),
     }
+
+
+#: ``meta`` keys of unusual containers copied into the ``io`` block where present, as ints
+_CONTAINER_COUNTS = ("preroll_frames", "corrupt_packets", "container_count_mismatch")
+
+
+def _container(meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``io`` keys of unusual containers, each only where it applies ({} for an ordinary
+    file, so its block stays as it was): ``preroll_frames``, ``corrupt_packets``,
+    ``container_count_mismatch``, ``truncation`` (text), ``length_known`` False with
+    ``last_frame_concealed``, and, for a file with several video streams, ``video_stream`` (the
+    index of the stream scored), ``video_streams`` and ``video_stream_size`` ("WxH")."""
+    out: Dict[str, Any] = {k: int(meta[k]) for k in _CONTAINER_COUNTS if meta.get(k)}
+    if meta.get("truncation"):
+        out["truncation"] = str(meta["truncation"])
+    if meta.get("length_known") is False:
+        out["length_known"] = False
+        if meta.get("last_frame_concealed"):
+            out["last_frame_concealed"] = True
+    streams = int(meta.get("video_streams") or 1)
+    if streams > 1:
+        sizes = meta.get("frame_sizes") or [None]
+        out.update(video_stream=int(meta.get("video_stream") or 0), video_streams=streams,
+                   video_stream_size=sizes[0])
+    return out
 
 
 #: the keys of ``io.color``
@@ -104,7 +138,9 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
     ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error,
     for frames decoded with concealed errors, for a frame size that changes, for a variable
     frame rate, for an HDR or linear-light source (``color["transfer"]``) and for a source
-    with transparent pixels."""
+    with transparent pixels, and for unusual containers (:func:`_container_warnings`). Frames
+    missing only by the timestamps of a video whose container count equals the frames decoded
+    are worded as what the timestamps suggest, not as lost while decoding."""
     lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
     total = int(block["decoded_frames"]) + lost
     first = f": {block['first_errors'][0]}" if block["first_errors"] else ""
@@ -113,9 +149,12 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
     by_duration = (f", {block['duration_frames']} frames by the stream's duration"
                    if block.get("duration_frames") and block.get("announced_frames") is None
                    else "")
-    what = (f"{lost} of {total} frames ({100 * frac:.0f} %) were lost while decoding "
-            f"({block['decode_errors']} decode error(s), {block['timestamp_gaps']} {gaps}"
-            f"{by_duration}){first}")
+    counts = (f"({block['decode_errors']} decode error(s), {block['timestamp_gaps']} {gaps}"
+              f"{by_duration}){first}")
+    what = f"{lost} of {total} frames ({100 * frac:.0f} %) were lost while decoding {counts}"
+    if _count_matches(block):
+        what = (f"timestamp gaps suggest {lost} of {total} frames ({100 * frac:.0f} %) are "
+                f"missing, the container's count matching the frames decoded {counts}")
     if lost and frac > max_lost_fraction:
         return (f"{what}; more than io.max_lost_fraction = {max_lost_fraction:g} of the clip is "
                 f"missing, so it is not scored"), []
@@ -136,7 +175,8 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
                         f"aspect ratio differs")
     if block.get("variable_frame_rate"):
         warnings.append("variable frame rate: the frame durations vary, so longer steps between "
-                        "timestamps are not counted as lost frames (fps is the average rate)")
+                        "timestamps are not counted as lost frames (fps is the rate the "
+                        "container reports: an average, or a nominal rate, not every step's)")
     transfer = (block.get("color") or {}).get("transfer")
     if transfer in _NOT_SDR:
         warnings.append(f"{_NOT_SDR[transfer]} source read as SDR code values without tone "
@@ -146,7 +186,48 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
         warnings.append(f"the source has an alpha channel ({_percent(block)} % of pixels "
                         f"transparent or partly so, in {block['transparent_frames']} frame(s)): "
                         f"composited over black")
-    return None, warnings
+    return None, warnings + _container_warnings(block)
+
+
+def _count_matches(block: Mapping[str, Any]) -> bool:
+    """Whether a video's container announces exactly the frames decoded (after edit-list
+    preroll): frames it lost can then only be missing between timestamps."""
+    announced = block.get("announced_frames")
+    if block.get("source") != "video" or announced is None:
+        return False
+    preroll = int(block.get("preroll_frames") or 0)
+    return int(announced) - preroll == int(block["decoded_frames"])
+
+
+def _container_warnings(block: Mapping[str, Any]) -> List[str]:
+    """Warnings for unusual containers: a container count that does not match and shows no
+    sign of a cut, a file known to be cut where no count shows it (or whose demuxer flagged
+    packets corrupt, with no frame counted lost and no decode error), a container that
+    records no length, several video streams."""
+    out = []
+    if block.get("container_count_mismatch"):
+        out.append(f"the container announces {block['announced_frames']} frames but "
+                   f"{block['decoded_frames']} decode and the file shows no sign of a cut (no "
+                   f"decode error, no corrupt packet, its data ends before the end of the "
+                   f"file): the container's count is wrong, and no frame is counted lost")
+    if block.get("truncation"):
+        out.append(f"the file is cut: {block['truncation']}; how many frames followed the cut "
+                   f"cannot be counted")
+    elif (block.get("corrupt_packets") and not block["lost_frames"]
+          and not block["decode_errors"]):
+        out.append(f"{block['corrupt_packets']} packet(s) flagged corrupt by the demuxer (cut "
+                   f"short or damaged): frames missing after them cannot be counted")
+    if block.get("length_known") is False:
+        hint = ("; its last frame decoded with concealed errors, as a cut file's does"
+                if block.get("last_frame_concealed") else "")
+        out.append(f"the container (an MPEG transport / program stream or a raw stream) "
+                   f"records no length: frames missing at the end of a cut file cannot be "
+                   f"detected{hint}")
+    if int(block.get("video_streams") or 1) > 1:
+        out.append(f"the file has {block['video_streams']} video streams: stream "
+                   f"#{block['video_stream']} ({block.get('video_stream_size')}) was scored, "
+                   f"FFmpeg's best video stream (the one a player shows)")
+    return out
 
 
 def _percent(block: Mapping[str, Any]) -> str:

@@ -25,10 +25,13 @@ class VideoInfo:
             quarter turn swaps the coded height and width: :func:`~.decode.display_rgb`).
         codec: decoder name ("h264", "gif", ...; "images" for a folder).
         container_frames: the count the container announces (None when it has none). It can be
-            wrong: ``real/box.mp4`` announces 456 frames and 455 decode.
+            wrong: ``real/box.mp4`` announces 456 frames and 455 decode (its edit list
+            discards one, ``meta["preroll_frames"]``).
         duration_s: container duration in seconds (None when unknown).
         counted: "decoded", "container" or "files": where ``num_frames`` comes from.
-        truncated: decoding hit an error or fell short of the announced count.
+        truncated: decoding hit an error, the demuxer flagged a packet corrupt, a GIF lacks its
+            trailer, or decoding fell short of the announced count (less edit-list preroll) with
+            evidence of a cut (:attr:`~.decode.Decoded.truncated`).
     """
 
     path: str
@@ -50,7 +53,9 @@ def probe_video(path: Union[str, Path], *, exact: bool = True) -> VideoInfo:
         path: video file (mp4, webm, avi, mkv, mov, gif, ...) or folder of images.
         exact: count frames by decoding them (no RGB conversion, nothing kept). With
             ``exact=False`` the container's count is trusted when it has one (fast, but some
-            containers are off, and webm / gif often report none, which falls back to decoding).
+            containers are off, and webm / gif often report none, which falls back to decoding):
+            an mp4 / mov trimmed by stream copy counts the preroll frames its edit list
+            discards (only demuxing tells them), and an AVI header can over-count.
 
     Raises:
         VideoReadError: missing, empty, unreadable or frameless input.

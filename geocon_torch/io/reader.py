@@ -117,8 +117,10 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         Clip with ``frames`` (T, 3, h, w) uint8 RGB, ``fps`` = source fps / stride,
         ``content_mask`` (h, w) bool, ``frame_indices`` (T,) source indices, ``source_size``
         (H, W), ``scale`` and ``meta`` (path, codec, source_fps, container_frames,
-        decoded_frames, decode_complete, num_source_frames, truncated, motion, ...). T = 1 is
-        valid.
+        decoded_frames, decode_complete, num_source_frames, truncated, motion, ...; for an
+        unusual container also preroll_frames, corrupt_packets, truncation,
+        container_count_mismatch, length_known: :meth:`~.decode.Decoded.container_meta`).
+        T = 1 is valid.
 
     Raises:
         VideoReadError: missing path, zero-byte or non-video file, a file truncated before its
@@ -259,7 +261,7 @@ def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
     dec, vp, meta = _decode_video(path, sel, opts, stream=False)
     if sel.indices is None:
         return dec.images, dec.indices, vp.size, meta
-    check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
+    check_indices_in_range(sel.indices, dec.decoded, path, dec.expected_frames)
     pos = {src: k for k, src in enumerate(dec.indices)}
     return [dec.images[pos[i]] for i in sel.indices], list(sel.indices), vp.size, meta
 
@@ -272,7 +274,7 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     dec, vp, meta = _decode_video(path, sel, opts, stream=True)
     idx = list(dec.indices)
     if sel.indices is not None:
-        check_indices_in_range(sel.indices, dec.decoded, path, dec.container_frames)
+        check_indices_in_range(sel.indices, dec.decoded, path, dec.expected_frames)
         idx = list(sel.indices)
     meta["source"] = "video"
     frames = VideoFrames(path, idx, vp.size, device, threads=dec.threads)
