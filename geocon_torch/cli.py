@@ -27,7 +27,10 @@ A reader that goes away (``geocon score --json - | head -1``) ends the command q
 status 141 (128 + SIGPIPE), as other Unix tools; the rest of its output is dropped (Python's
 "Note on SIGPIPE"). Text that a stream cannot encode (a file name in another encoding, whose
 lone surrogates a strict UTF-8 stdout refuses) is written with backslash escapes (``caf\\udce9``)
-instead of ending the command with a traceback after its work is done.
+instead of ending the command with a traceback after its work is done. A closed stdout (fd 1
+closed: ``geocon score ... --json r.jsonl >&-``, some job runners) drops what would be printed
+and keeps the command's exit status; an output that needs it (``--json -``) is a user error
+before any work.
 """
 from __future__ import annotations
 
@@ -254,7 +257,8 @@ def _run_command(args: argparse.Namespace) -> int:
             if hasattr(args, "device"):  # "auto" -> None: the commands' automatic choice
                 args.device = check_device(args.device)
             status = int(args._run(args) or 0)
-            sys.stdout.flush()  # a reader that went away: found here, not at exit
+            if sys.stdout is not None:  # None: fd 1 closed, nothing was printed
+                sys.stdout.flush()  # a reader that went away: found here, not at exit
             return status
     except KeyboardInterrupt:
         if args.debug:

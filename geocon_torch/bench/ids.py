@@ -4,10 +4,13 @@ Two clips never share an id: ``cogvideox/3.mp4`` and ``sora/3.mp4`` get the ids
 ``cogvideox/3`` and ``sora/3`` (the shortest path suffix, extension dropped, that tells them
 apart), a clip whose stem is unique keeps its plain stem (``3``). Paths that no suffix separates
 (the same file named twice) are an :class:`~geocon_torch.errors.InputError` listing the clashes.
+A path's ``..`` is folded first (lexically, :func:`os.path.normpath`): ``syn/../syn/x.mp4`` is
+``syn/x.mp4``, and no id holds ``..``.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -19,8 +22,9 @@ PathLike = Union[str, Path]
 
 
 def _parts(path: PathLike, keep_suffix: bool) -> Tuple[str, ...]:
-    """Absolute path components, the last one without its extension unless ``keep_suffix``."""
-    p = Path(path).expanduser().absolute()
+    """Absolute path components, ``..`` folded (:func:`os.path.normpath`), the last one without
+    its extension unless ``keep_suffix``."""
+    p = Path(os.path.normpath(Path(path).expanduser().absolute()))
     parts = [x for x in p.parts if x not in ("/", "\\")] or [str(p)]
     if not keep_suffix and Path(parts[-1]).stem:
         parts[-1] = Path(parts[-1]).stem
@@ -45,7 +49,12 @@ def _suffix_ids(parts: Sequence[Tuple[str, ...]], taken: Sequence[str] = ()
             depth[k] += 1
 
 
-def derive_clip_ids(paths: Sequence[PathLike], taken: Sequence[str] = ()) -> List[str]:
+#: how the clash error of :func:`derive_clip_ids` ends by default (a manifest's reader)
+CLASH_HINT = "give each clip once, or distinct clip_id values in the manifest"
+
+
+def derive_clip_ids(paths: Sequence[PathLike], taken: Sequence[str] = (),
+                    hint: str = CLASH_HINT) -> List[str]:
     """One unique id per path: the file stem, or the shortest path suffix (``folder/stem``,
     then ``a/folder/stem`` ...) where stems repeat; the file name with its extension when only
     that differs (``a.mp4`` / ``a.webm``).
@@ -53,6 +62,8 @@ def derive_clip_ids(paths: Sequence[PathLike], taken: Sequence[str] = ()) -> Lis
     Args:
         paths: clip paths (files or image folders), in order.
         taken: ids already used (e.g. explicit manifest clip_ids) that a derived id must avoid.
+        hint: what the clash error tells the user to do (default :data:`CLASH_HINT`; ``geocon
+            score``, which has no manifest: "give each clip once").
 
     Raises:
         InputError: two entries name the same path (or a path's every suffix is a taken id),
@@ -70,7 +81,7 @@ def derive_clip_ids(paths: Sequence[PathLike], taken: Sequence[str] = ()) -> Lis
             str(paths[k]) if k >= 0 else f"clip_id {taken[-1 - k]!r}" for k in ks)
             for _, ks in sorted(clashes.items()))
         raise InputError(f"clip ids are not unique: no path suffix tells apart {listing}; "
-                         "give each clip once, or distinct clip_id values in the manifest")
+                         f"{hint}")
     return ids
 
 

@@ -20,14 +20,23 @@ from ..bench.manifest import storable_text, unstorable_text
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io._atomic import atomic_write_text, name_output_error
-from ..io.images import animated_frames
+from ..io.images import IMAGE_SUFFIXES, animated_frames
 from ..presets import PRESETS
 from ..sections.progress import progress_enabled
 
 #: the largest frame side ``--size`` takes (one 8192 x 8192 RGB float frame is 0.8 GB)
 MAX_FRAME_SIDE = 8192
 
-VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg")
+#: the suffixes of the files a folder gives as videos (case-insensitive; animated WebP / APNG
+#: are told by their header): the usual containers, MPEG-TS (.ts, camcorder .mts / .m2ts),
+#: phone .3gp / .3g2, Flash .flv / .f4v, Ogg .ogv, Windows Media .wmv / .asf, broadcast .mxf,
+#: DVD .vob, .y4m, QuickTime .qt, .dv, RealMedia .rm / .rmvb, .divx, .nut, .ivf: each one
+#: the PyAV build the package pins reads (tests/commands/test_cli_edges28.py). A file named
+#: on the command line is read whatever its suffix (the reader probes the content).
+VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov", ".gif", ".m4v", ".mpg", ".mpeg",
+                  ".ts", ".mts", ".m2ts", ".3gp", ".3g2", ".flv", ".f4v", ".ogv", ".wmv",
+                  ".asf", ".mxf", ".vob", ".y4m", ".qt", ".dv", ".rm", ".rmvb", ".divx", ".nut",
+                  ".ivf")
 
 
 def frame_size(text: str) -> Tuple[int, int]:
@@ -169,13 +178,21 @@ def is_video_file(path: Path) -> bool:
                                         and animated_frames(path)[1] > 1)
 
 
-def expand_inputs(items: Sequence[str]) -> List[Path]:
+def expand_inputs(items: Sequence[str], note: Optional[Callable[[str], None]] = None
+                  ) -> List[Path]:
     """Files, folders and globs -> clip sources. A path that exists is taken literally (never
     as a glob: ``clip[1].mp4``). A folder holding videos (:func:`is_video_file`, so animated
     WebP / APNG files too) gives its videos (sorted); a folder holding only images is one
     image-sequence clip. Hidden files (a name starting with ".": an interrupted write's
     temporary file, macOS's ``._clip.mp4`` resource forks) are skipped in folders, as image
-    folders skip them."""
+    folders skip them. One file named in several spellings (``a.mp4``, ``./x/../a.mp4``, its
+    absolute path, its folder) is one clip, under the first spelling: the paths are compared
+    as :func:`os.path.abspath` makes them (lexically: a symlink stays a clip of its own).
+
+    ``note`` (e.g. a line on stderr) gets one line per folder of videos that also holds
+    regular files neither scored nor an image nor a clip's masks / poses companion
+    (:data:`PER_CLIP_NAMES`): ``"<folder>: skipped 2 files not read as videos (notes.txt,
+    x.srt); name a file to score it"``."""
     out: List[Path] = []
     for item in items:
         literal = Path(item).exists() or not any(c in item for c in "*?[")
@@ -185,8 +202,7 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                vids = sorted(f for f in p.iterdir()
-                              if not f.name.startswith(".") and is_video_file(f))
+                vids = _folder_videos(p, note)
                 if vids:
                     out.extend(vids)
                 else:
@@ -194,7 +210,36 @@ def expand_inputs(items: Sequence[str]) -> List[Path]:
             else:
                 out.append(p)
     seen = set()
-    return [p for p in out if not (str(p) in seen or seen.add(str(p)))]
+    return [p for p in out
+            if not (os.path.abspath(p) in seen or seen.add(os.path.abspath(p)))]
+
+
+#: names listed in a note on a folder's skipped files (the rest are counted)
+SKIPPED_SHOWN = 5
+
+
+def _folder_videos(folder: Path, note: Optional[Callable[[str], None]]) -> List[Path]:
+    """The videos of ``folder`` (sorted, hidden files skipped; :func:`expand_inputs`); when
+    there are some, ``note`` gets the line naming its other regular files that are neither an
+    image nor a masks / poses companion of one of the videos (none: no line)."""
+    files = sorted(f for f in folder.iterdir() if not f.name.startswith("."))
+    vids = [f for f in files if is_video_file(f)]
+    if not vids or note is None:
+        return vids
+    companions = {pattern.format(v.stem) for v in vids for names in PER_CLIP_NAMES.values()
+                  for pattern in names}
+    chosen = set(vids)
+    skipped = [f.name for f in files
+               if f not in chosen and f.suffix.lower() not in IMAGE_SUFFIXES
+               and f.name not in companions and f.is_file()]
+    if skipped:
+        shown = ", ".join(skipped[:SKIPPED_SHOWN])
+        more = len(skipped) - SKIPPED_SHOWN
+        shown += f", ... {more} more" if more > 0 else ""
+        what = "1 file not read as a video" if len(skipped) == 1 else \
+            f"{len(skipped)} files not read as videos"
+        note(f"{folder}: skipped {what} ({shown}); name a file to score it")
+    return vids
 
 
 def check_device(device: Optional[str]) -> Optional[str]:
@@ -357,7 +402,10 @@ def check_output_file(path: Optional[str], option: str) -> None:
     option's own extension, :data:`OUTPUT_EXAMPLES`, default ``results.jsonl``), its folder
     cannot be created (it is created here, as :func:`write_jsonl` would), or the folder / an
     existing file is not writable. None (not given) and "-" (stdout) pass (the CLI refuses
-    an empty value before: :func:`cli_path`)."""
+    an empty value before: :func:`cli_path`); "-" fails when stdout is closed (Python's
+    ``sys.stdout`` is None: a command run with fd 1 closed)."""
+    if path == "-" and sys.stdout is None:
+        raise InputError(f"{option} -: stdout is closed: give a file")
     if not path or path == "-":
         return
     p = Path(path)
@@ -373,6 +421,53 @@ def check_output_file(path: Optional[str], option: str) -> None:
         if target.exists() and not os.access(target, mode):
             raise InputError(f"{option} {path}: not writable ({_write_refusal(target)} on "
                              f"{target})")
+
+
+def file_identity(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
+    """What tells files apart: (device, inode) of an existing file (None for a missing one)
+    and the :func:`os.path.realpath` (``missing/../a`` is ``a``, which a write creating the
+    folder ``missing`` would reach); :func:`same_file` compares them."""
+    try:
+        st = os.stat(path)
+        inode: Optional[Tuple[int, int]] = (st.st_dev, st.st_ino)
+    except (OSError, ValueError):  # missing (or no file name at all)
+        inode = None
+    return inode, os.path.normcase(os.path.realpath(path))
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file: the same existing file (a hard link, a
+    symlink, another spelling: :func:`os.path.samefile`) or the same resolved path
+    (:func:`file_identity`)."""
+    return _same_identity(file_identity(a), file_identity(b))
+
+
+def _same_identity(a: Tuple[Optional[Tuple[int, int]], str],
+                   b: Tuple[Optional[Tuple[int, int]], str]) -> bool:
+    """Whether two :func:`file_identity` values are one file (inode, else resolved path)."""
+    return (a[0] is not None and a[0] == b[0]) or a[1] == b[1]
+
+
+def check_not_input(out: Optional[str], option: str,
+                    inputs: Iterable[Tuple[str, Optional[str]]], hint: str = "") -> None:
+    """Fail before any work (InputError) when the output file ``out`` of ``option`` would
+    replace an input: one of ``inputs`` ((what, path): ``("the MANIFEST", "m.csv")``;
+    None / "-" entries are skipped) names the same file (:func:`same_file`), or ``out`` has
+    a video or image suffix (:data:`VIDEO_SUFFIXES`, ``IMAGE_SUFFIXES``), which no output of
+    a command is (``geocon score --json a.mp4 b.mp4``, ``--json`` meant as a flag, replaced
+    the video a.mp4 by JSON lines). ``hint`` (e.g. ``" (did you mean ...?)"``) ends the
+    message. None (not given) and "-" (stdout) pass."""
+    if not out or out == "-":
+        return
+    suffix = Path(out).suffix.lower()
+    if suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES:
+        example = OUTPUT_EXAMPLES.get(option, "results.jsonl")
+        raise InputError(f"{option} {out} names a video or image file ({suffix}), never an "
+                         f"output: give e.g. {example}{hint}")
+    target = file_identity(out)  # each input: a stat and a realpath (10k clips: < 1 s)
+    for what, path in inputs:
+        if path is not None and path != "-" and _same_identity(file_identity(path), target):
+            raise InputError(f"{option} {out} is {what}, which the output would replace{hint}")
 
 
 def check_output_dir(path: Optional[str], option: str) -> None:

@@ -65,8 +65,8 @@ from ..bench.runner import ASSIGNMENTS, IncompleteRunError, kept_versions_note
 from ..bench.store import StoreError, open_readable
 from ..errors import InputError
 from ..pipeline import pinned_config
-from ._common import (add_config_arguments, at_least, build_config, check_output_file,
-                      cli_path, positive_float, show_progress)
+from ._common import (add_config_arguments, at_least, build_config, check_not_input,
+                      check_output_file, cli_path, positive_float, show_progress)
 
 NAME = "bench"
 HELP = ("score a manifest into a resumable SQLite / PostgreSQL store (torchrun, multi-node), "
@@ -119,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
     """Score the manifest (if given), export the store, and return the exit status (1 under
     --strict when the store holds error rows of the manifest's clips)."""
     cfg = build_config(args)
+    inputs = [("the MANIFEST", args.manifest), ("the --db store", args.db),
+              ("the --config file", args.config)]  # an export never replaces one of them
+    check_not_input(args.export_csv, "--export-csv", inputs)
+    check_not_input(args.export_parquet, "--export-parquet",
+                    inputs + [("the --export-csv file", args.export_csv)])
     check_output_file(args.export_csv, "--export-csv")  # before the run, not after it
     check_output_file(args.export_parquet, "--export-parquet")
     summary, incomplete = None, None

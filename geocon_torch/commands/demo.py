@@ -27,9 +27,9 @@ from ..config import GeoConConfig
 from ..pipeline import score_clips
 from ..report import build_report
 from ..synth import render_scene
-from ._common import (SUMMARY_COLUMNS, at_least, bounded_frame_size, check_output_dir,
-                      check_output_file, check_utf8_path, cli_path, print_table, show_progress,
-                      summary_row, write_jsonl)
+from ._common import (SUMMARY_COLUMNS, at_least, bounded_frame_size, check_not_input,
+                      check_output_dir, check_output_file, check_utf8_path, cli_path,
+                      print_table, show_progress, summary_row, write_jsonl)
 
 NAME = "demo"
 HELP = "render grounded clips with known geometry, score them, compare with the truth"
@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")  # both before any clip is rendered
+    check_not_input(args.json, "--json", [])  # JSON lines never go to a video / image file
     check_output_file(args.json, "--json")
     if args.out is not None:  # the results keep the clips' paths in it
         check_utf8_path(args.out, "--out")

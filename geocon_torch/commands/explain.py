@@ -12,6 +12,9 @@ configuration options.
   geocon explain clip.mp4 --preset background --poses poses.npz --pair 2
   geocon explain out/results.jsonl --clip=-take2     (an id starting with "-": write --clip=ID)
 
+--clip matches an id exactly, else by its Unicode NFC form: "café" typed on a keyboard finds
+the clip of a file named on macOS (whose accents are decomposed, NFD).
+
 Exit status: 0 when the account is printed (of an ok, not_applicable or error result); 2 for a
 user error: a missing source, a file that is not a result, a --clip / --config-hash that
 matches nothing, or a video that cannot be read (geocon score makes that an error row, exit 1).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import unicodedata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -59,18 +63,36 @@ def _is_video(path: Path) -> bool:
     return path.is_dir() or is_video_file(path) or path.suffix.lower() in IMAGE_SUFFIXES
 
 
+def _nfc(text: Any) -> Any:
+    """``text`` in Unicode normal form NFC (composed accents, as typed); other values as they
+    are."""
+    return unicodedata.normalize("NFC", text) if isinstance(text, str) else text
+
+
+def _matching(rows: List[Dict[str, Any]], clip: str) -> List[Dict[str, Any]]:
+    """The rows of ``clip``: by clip_id, else by the result's ``clip`` name, each compared
+    exactly first, then in NFC form (:func:`_nfc`: an NFD id from a macOS file name and the
+    NFC text of a keyboard)."""
+    for same in (lambda a: a == clip, lambda a: _nfc(a) == _nfc(clip)):
+        hits = ([r for r in rows if same(r.get("clip_id"))]
+                or [r for r in rows if same((r.get("result") or {}).get("clip"))])
+        if hits:
+            return hits
+    return []
+
+
 def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[str, Any]:
     """The one row of ``clip``: by exact clip_id first, else by the result's ``clip`` name
     (rows of identical bytes share one result, whose ``clip`` is the id it was first scored
-    under, so that name alone is not unique); the only row without ``clip``."""
+    under, so that name alone is not unique), else the same in NFC form (:func:`_matching`);
+    the only row without ``clip``."""
     if clip is None:
         if len(rows) != 1:  # --clip=ID: an id starting with "-" is no option
             ids = ", ".join(shlex.quote(f"--clip={r.get('clip_id')}") for r in rows[:8])
             raise InputError(f"{where} holds {len(rows)} clips: pick one with --clip=ID "
                              f"(e.g. {ids})")
         return rows[0]
-    hits = ([r for r in rows if r.get("clip_id") == clip]
-            or [r for r in rows if (r.get("result") or {}).get("clip") == clip])
+    hits = _matching(rows, clip)
     hashes = sorted({str(r.get("config_hash")) for r in hits})
     if len(hits) > 1 and len(hashes) > 1:
         raise InputError(f"--clip {clip!r}: {where} holds it under {len(hashes)} configurations "
@@ -83,7 +105,8 @@ def _pick(rows: List[Dict[str, Any]], clip: Optional[str], where: Path) -> Dict[
 def load_one_result(path: Path, clip: Optional[str], config_hash: Optional[str] = None
                     ) -> Dict[str, Any]:
     """One result dict from a JSON object file, JSON lines or a SQLite store (of
-    ``config_hash`` when given); InputError when it holds no result (an empty file)."""
+    ``config_hash`` when given); InputError when it holds no result (an empty file). ``clip``
+    matches an id exactly or in NFC form (:func:`_matching`)."""
     if not path.is_file():
         raise InputError(f"not found: {path}")
     try:
@@ -95,7 +118,8 @@ def load_one_result(path: Path, clip: Optional[str], config_hash: Optional[str] 
         if problems:
             raise InputError(f"{path} is not a geocon result ({'; '.join(problems[:3])}); "
                              f"pass a file written by geocon score --json, or a result store")
-        if clip is not None and clip not in (data.get("clip"), data.get("clip_id")):
+        names = (data.get("clip"), data.get("clip_id"))
+        if clip is not None and _nfc(clip) not in map(_nfc, names):
             raise InputError(f"--clip {clip!r}: {path} holds clip {data.get('clip')!r}")
         return data
     rows = load_results(path, validate=False, config_hash=config_hash)

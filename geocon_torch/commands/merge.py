@@ -20,7 +20,7 @@ per line). A conflict between rows of two geocon_torch versions (a shard that st
 older version's rows) names the store to re-score: geocon bench MANIFEST --db STORE
 --rescore-versions, then merge again. Running the same merge again changes nothing. Exit
 status 0, or 1 when there were conflicts; 2 for a user error (a SHARD that is not a store, OUT
-among the shards, a --conflicts FILE that cannot be written).
+among the shards, a --conflicts FILE that cannot be written or is OUT or a SHARD).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import sys
 from .._version import __version__
 from ..bench import merge_stores
 from ..io._atomic import atomic_output
-from ._common import check_output_file, cli_path, non_negative_float
+from ._common import check_not_input, check_output_file, cli_path, non_negative_float
 
 NAME = "merge"
 HELP = "merge per-node result stores (SQLite / PostgreSQL) into one, reporting conflicts"
@@ -72,7 +72,10 @@ def _update_line(u: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_file(args.conflicts, "--conflicts")  # before OUT is changed
+    # before OUT is changed; never onto OUT or a shard (which it would empty)
+    check_not_input(args.conflicts, "--conflicts",
+                    [("OUT", args.out)] + [("one of the SHARDs", s) for s in args.shards])
+    check_output_file(args.conflicts, "--conflicts")
     report = merge_stores(args.out, args.shards, clock_skew_s=args.clock_skew)
     print(f"geocon merge: {len(report.shards)} shard(s) into {report.out}: results "
           f"{report.results_added} added, {report.results_same} already there, "

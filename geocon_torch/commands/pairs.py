@@ -25,7 +25,8 @@ Output: one JSON line per prompt. {"status": "pair", "prompt", "chosen", "reject
 tie is no preference, even at --min-margin 0) or the margin is below --min-margin (see
 geocon_torch.bench.preferences). A summary goes to stdout (none with --out -).
 Exit status: 0 when the pairs are written (clips stored as errors only leave prompts skipped);
-2 for a user error (a bad manifest, store or option, an --out that cannot be written).
+2 for a user error (a bad manifest, store or option, an --out that cannot be written or is
+the MANIFEST, the store or the --config file).
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ import argparse
 from ..bench.preferences import preference_pairs
 from ..bench.runner import kept_versions_note
 from ..rewards import KINDS
-from ._common import (build_config, check_output_file, cli_path, non_negative_float,
-                      show_progress, write_jsonl)
+from ._common import (build_config, check_not_input, check_output_file, cli_path,
+                      non_negative_float, show_progress, write_jsonl)
 
 NAME = "pairs"
 HELP = "DPO preference pairs: best vs worst clip per prompt by geometric reward (resumable)"
@@ -72,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_not_input(args.out, "--out", [("the MANIFEST", args.manifest),
+                                        ("the --db store", args.db),
+                                        ("the --config file", args.config)])
     check_output_file(args.out, "--out")  # before any clip is scored
     records, summary = preference_pairs(
         args.manifest, args.db, kind=args.kind, config=build_config(args),

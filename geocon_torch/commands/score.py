@@ -7,13 +7,18 @@ Examples:
   geocon score videos/ --masks masks/ --config thresholds.json --device cuda
 
 A path that exists is taken literally (clip[1].mp4 is that file, not a glob). A folder is
-expanded to the videos it holds, animated WebP / APNG files included (or is one clip if it
-holds only images). Files are scored in groups of up to 8 (one score_clips call per group, in
-batches of at most 64 MiB of decoded frames: many small clips share the per-call work, the
-results are those of each file scored alone on the CPU); the progress bar over clips advances as
-each group is done. --json OUT is checked before any clip is scored (exit 2 when it cannot be
-written) and gets each group's lines as soon as the group is scored (an interrupted run keeps
-the groups scored so far).
+expanded to the videos it holds (mp4, webm, mkv, mov, avi, MPEG-TS .ts / .mts / .m2ts, .3gp,
+.flv, .ogv, .wmv, .mxf, .vob, ...; animated WebP / APNG files included), naming on stderr the
+other files it skips (images and a clip's masks / poses files aside), or is one clip if it
+holds only images. One file named in several spellings (a.mp4, ./x/../a.mp4, its absolute
+path, its folder) is one clip, under the first. Files are scored in groups of up to 8 (one
+score_clips call per group, in batches of at most 64 MiB of decoded frames: many small clips
+share the per-call work, the results are those of each file scored alone on the CPU); the
+progress bar over clips advances as each group is done. --json OUT is checked before any clip
+is scored (exit 2 when it cannot be written, or would replace an input: one of the clips, a
+--masks / --poses / --config file, or any file with a video or image suffix, as in the typo
+"geocon score --json a.mp4 b.mp4") and gets each group's lines as soon as the group is scored
+(an interrupted run keeps the groups scored so far).
 Clip ids are the file stems; where stems repeat they are the shortest path suffix that tells
 the clips apart (cogvideox/3.mp4 and sora/3.mp4 -> cogvideox/3 and sora/3).
 --masks / --poses take a file for one clip, or a folder with per clip (<id> as above: the
@@ -26,25 +31,27 @@ background.calibration), objects and their worst AdaP90 (AdaDFRC-W2), epipolar e
 rate (worldatlas, all: the WorldAtlas trio's; gvgc: median error / kept fraction; epipolar-dpo:
 its mean error / inlier rate).
 Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
-the terminal width); --json OUT keeps every field of every clip. A path whose file or folder
-name is not UTF-8 (another encoding) is refused before any clip is scored, as in a manifest:
-no result store or reader takes it (rename it in UTF-8).
+the terminal width); --json OUT keeps every field of every clip, its path absolute (geocon
+explain / report find the clip from any folder). A path whose file or folder name is not
+UTF-8 (another encoding) is refused before any clip is scored, as in a manifest: no result
+store or reader takes it (rename it in UTF-8).
 Exit status: 0 when no clip has status error, 1 otherwise (a missing or unreadable video is
 an error row); 2 for a user error (a bad option, config or --json OUT; nothing scored).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._progress_bar import tqdm
 from ..bench.ids import derive_clip_ids
 from ..pipeline import pinned_config, score_clips
-from ._common import (add_config_arguments, build_config, check_output_file, check_utf8_path,
-                      cli_path, expand_inputs, jsonl_lines, per_clip_file, print_table,
-                      show_progress, summary_row)
+from ._common import (add_config_arguments, build_config, check_not_input, check_output_file,
+                      check_utf8_path, cli_path, expand_inputs, jsonl_lines, per_clip_file,
+                      print_table, show_progress, summary_row)
 
 NAME = "score"
 #: files per score_clips call (as ``geocon bench --batch-clips``): a group is scored as batches
@@ -88,22 +95,49 @@ def _score_group(group: Sequence[Tuple[Path, str]], args: argparse.Namespace, cf
         config=cfg, device=args.device, batch_bytes=BATCH_BYTES,
         progress=False if args.no_progress or n_clips > 1 else None)  # stage lines: one clip
     rows = [r.to_dict() for r in results]
-    for row, (_, cid) in zip(rows, group):
+    for row, (path, cid) in zip(rows, group):
         row["clip"] = cid
+        # absolute (not resolved: a link keeps its name), so explain / report run from another
+        # folder find the clip; the clip was read by the name typed (its error rows say that)
+        row["path"] = os.path.abspath(path)
     return rows
+
+
+def _side_inputs(args: argparse.Namespace, clips: Sequence[Path], ids: Sequence[str]
+                 ) -> List[Tuple[str, Optional[str]]]:
+    """The files besides the clips that a run reads, as (what, path) for
+    :func:`~._common.check_not_input`: --masks, --poses (a folder: each clip's own file in
+    it, :func:`~._common.per_clip_file`) and --config."""
+    side: List[Tuple[str, Optional[str]]] = [("the --config file", args.config)]
+    for kind in ("masks", "poses"):
+        option = getattr(args, kind)
+        side.append((f"the --{kind} file", option))
+        if option and Path(option).is_dir():
+            side += [(f"the --{kind} file of clip {cid}",
+                      per_clip_file(option, path, len(clips),
+                                    None if cid == path.stem else cid, kind))
+                     for path, cid in zip(clips, ids)]
+    return side
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     pinned_config(cfg, args.device)  # a bad calibration file: one line, exit 2, nothing read
-    check_output_file(args.json, "--json")  # before any clip is scored, not after them all
-    clips = expand_inputs(args.paths)
+    clips = expand_inputs(args.paths, note=lambda text: print(f"geocon score: note: {text}",
+                                                              file=sys.stderr))
     for path in clips:  # a result keeps its path: one no store or reader takes is refused
         check_utf8_path(path, "clip")
     for option, value in (("--masks", args.masks), ("--poses", args.poses)):
         if value is not None:
             check_utf8_path(value, option)
-    ids = derive_clip_ids(clips)  # unique: cogvideox/3 and sora/3, never "3" twice
+    # unique: cogvideox/3 and sora/3, never "3" twice (the same file twice is one clip already)
+    ids = derive_clip_ids(clips, hint="give each clip once")
+    # --json OUT never replaces an input (``--json a.mp4 b.mp4``: --json meant as a flag), and
+    # it is checked before any clip is scored, not after them all
+    check_not_input(args.json, "--json", [("one of the clips to score", str(c)) for c in clips],
+                    hint=" (did you mean --json OUT before the paths?)")
+    check_not_input(args.json, "--json", _side_inputs(args, clips, ids))
+    check_output_file(args.json, "--json")
     jobs = list(zip(clips, ids))
     results: List[Dict[str, Any]] = []
     with jsonl_lines(args.json) as keep, \

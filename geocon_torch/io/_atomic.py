@@ -2,7 +2,9 @@
 its real name (``os.replace``) only when complete, so an interrupted or failed write (Ctrl-C,
 SIGTERM turned into an exception by the CLI, a full disk, a bug) leaves the previous file, or
 none, and never a truncated one under the real name. Only SIGKILL / a power cut can leave the
-hidden temporary (``.<stem>.partial-<pid>-<random><suffix>``) behind.
+hidden temporary (``.<stem>.partial-<pid>-<random><suffix>``) behind. Its ``<stem>`` is cut
+(on a character) where the whole name would pass the file system's limit (NAME_MAX, 255 bytes
+on Linux): any name the file system takes as the output is writable.
 
 The temporary keeps the real suffix, so tools that pick a format by the file name (PyAV's
 muxer, ``numpy.savez`` adding ``.npz``) write the same bytes as to the real name. A symlink
@@ -39,8 +41,7 @@ def atomic_output(path: Union[str, Path]) -> Iterator[Path]:
     if path.exists() and not path.is_file():  # a device or FIFO: nothing to replace
         yield path
         return
-    tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}-{secrets.token_hex(3)}"
-                         f"{path.suffix}")
+    tmp = path.with_name(temporary_name(path))
     try:
         yield tmp
         os.replace(tmp, path)
@@ -54,6 +55,33 @@ def atomic_output(path: Union[str, Path]) -> Iterator[Path]:
             if named is not exc:
                 raise named from exc
         raise
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) the file system of ``folder`` takes (255 where it says
+    nothing)."""
+    try:
+        limit = int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # no such limit / no pathconf (Windows)
+        return 255
+    return limit if limit > 0 else 255  # -1: the file system sets no limit
+
+
+def temporary_name(path: Path) -> str:
+    """The hidden temporary's name for the output ``path`` (module doc):
+    ``.<stem>.partial-<pid>-<6 hex><suffix>``, the stem cut on a character so that the name's
+    bytes (:func:`os.fsencode`) stay within the folder's NAME_MAX (a 241-byte output name
+    needs ~23 bytes more); a suffix that alone leaves no room is dropped (no format is chosen
+    by such a suffix). The leading "." and the suffix are kept otherwise."""
+    limit = _name_max(path.parent)
+    tail = f".partial-{os.getpid()}-{secrets.token_hex(3)}"
+    if len(os.fsencode(f".{tail}{path.suffix}")) <= limit:
+        tail += path.suffix
+    stem = path.stem
+    room = limit - len(os.fsencode(f".{tail}"))
+    while stem and len(os.fsencode(stem)) > room:  # cut from the end, a character at a time
+        stem = stem[:-1]
+    return f".{stem}{tail}"
 
 
 def filename_text(name: Any) -> Optional[str]:
