@@ -183,10 +183,12 @@ def test_headline_rigidity_reads_the_content_long_side():
     row = {"working_size": [240, 320], "foreground": fg,
            "background": {"status": "ok", "ge_px": 0.5, "content_long_side": 256}}
     terms = headline_terms(row)
-    assert terms["rigidity"] == pytest.approx(math.exp(-2.0 * 1024 / 256 / 3.5), rel=1e-12)
+    assert terms["rigidity"] == pytest.approx(math.exp(-(2.0 * 1024 / 256 - 1.5) / 3.5),
+                                              rel=1e-12)
     assert terms["ge"] == pytest.approx(math.exp(-0.5 * 1024 / 256 / 3.5), rel=1e-12)
     old = headline_terms(dict(row, background={"status": "ok", "ge_px": 0.5}))
-    assert old["rigidity"] == pytest.approx(math.exp(-2.0 * 1024 / 320 / 3.5), rel=1e-12)
+    assert old["rigidity"] == pytest.approx(math.exp(-(2.0 * 1024 / 320 - 1.5) / 3.5),
+                                            rel=1e-12)
     zero = headline_terms(dict(row, background={"status": "ok", "ge_px": 0.5,
                                                 "content_long_side": 0}))
     assert zero == old  # no content side recorded: the working long side

@@ -107,6 +107,7 @@ def test_auto_keeps_h_within_auto_margin_of_f(monkeypatch, ir_h, ir_f, want):
     monkeypatch.setattr(soft, "soft_ratio", lambda r, c, tau, t: torch.full(
         (r.shape[0],), ir_h if tau == 2.0 else ir_f, dtype=r.dtype))
     monkeypatch.setattr(soft, "contrast_evidence", lambda a, b: torch.ones(a.shape[0]))
+    monkeypatch.setattr(soft, "motion_evidence", lambda a, b: torch.ones(a.shape[0]))
     img1, img2 = _textured_pair()
     score, h, f = soft.soft_pair_scores(img1, img2, SoftConsistencyConfig(model="auto"))
     assert float(h) == pytest.approx(ir_h) and float(f) == pytest.approx(ir_f)

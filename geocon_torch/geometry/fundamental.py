@@ -15,7 +15,7 @@ from .._precision import scoring_precision
 from .._tensor_utils import constant_on, finite
 from ..errors import ShapeError
 from ._reduce import padded_gram
-from .homography import _MONO, _float64_bases, _monomials, _smallest_eigvec
+from .homography import SPECTRUM_TIE, _MONO, _float64_bases, _monomials, _smallest_eigvec
 from .normalization import (_drop_unweighted, _float64_pair, _normalize_points,
                             _similarity_matrix)
 
@@ -28,13 +28,36 @@ def _unit_fro(M: torch.Tensor) -> torch.Tensor:
     return M / M.norm(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(M.dtype).tiny)
 
 
-def _enforce_rank2(F: torch.Tensor) -> torch.Tensor:
-    """Closest rank-2 matrix (Frobenius) of (..., 3, 3), via SVD."""
+def _svd_rank2(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_enforce_rank2` by a plain SVD, and the singular values (..., 3)."""
     U, S, Vh = torch.linalg.svd(F)
     US = U * tnf.pad(S[..., :2], (0, 1)).unsqueeze(-2)  # the smallest singular value zeroed
     if F.dim() == 2:
-        return US @ Vh
-    return torch.bmm(US.reshape(-1, 3, 3), Vh.reshape(-1, 3, 3)).view(F.shape)
+        return US @ Vh, S
+    return torch.bmm(US.reshape(-1, 3, 3), Vh.reshape(-1, 3, 3)).view(F.shape), S
+
+
+#: a 3 x 3 stand-in with distinct singular values (3, 2, 1) for :func:`_enforce_rank2`'s grad
+#: branch
+_DISTINCT_SVD = torch.diag(torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64))
+
+
+def _enforce_rank2(F: torch.Tensor) -> torch.Tensor:
+    """Closest rank-2 matrix (Frobenius) of (..., 3, 3), via SVD.
+
+    With autograd (``F.requires_grad``) a matrix with two singular values equal (up to
+    :data:`~geocon_torch.geometry.homography.SPECTRUM_TIE` of the largest, e.g. the
+    skew-symmetric F of zero flow: (s, s, 0)), whose SVD backward is NaN, gets a zero gradient
+    (a "double where": it is swapped for a fixed matrix inside the SVD that carries the
+    gradient, and its value comes from a detached SVD). Values, and every other matrix's
+    gradient, are bit for bit those of the plain SVD."""
+    if not F.requires_grad:
+        return _svd_rank2(F)[0]
+    with torch.no_grad():
+        value, S = _svd_rank2(F)
+        bad = ((S[..., :-1] - S[..., 1:]) <= SPECTRUM_TIE * S[..., :1]).any(-1)  # (...,)
+    safe = torch.where(bad[..., None, None], constant_on(_DISTINCT_SVD, F.device, F.dtype), F)
+    return torch.where(bad[..., None, None], value, _svd_rank2(safe)[0])
 
 
 def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,

@@ -78,6 +78,42 @@ def _constant(name: str, device: torch.device, dtype: torch.dtype) -> torch.Tens
 _EIG_SIZE = 16  # 16 x 16 float64 = 2048 bytes: every matrix of a batch starts 64-byte aligned
 
 
+#: spacing, relative to the largest eigenvalue / singular value, up to which two of them count as
+#: equal in the solvers' grad branches: a spectrum with such a pair makes eigh's / svd's backward
+#: divide by (nearly) zero (NaN or a rounding-noise-sized gradient), so it gets a zero gradient
+SPECTRUM_TIE = 64 * torch.finfo(torch.float64).eps
+
+
+@functools.lru_cache(maxsize=None)
+def _distinct_spectrum(n: int) -> torch.Tensor:
+    """(n, n) float64 diag(1, ..., n): a stand-in with a distinct spectrum (host, cached)."""
+    with torch.inference_mode(False):
+        return torch.diag(torch.arange(1.0, n + 1.0, dtype=torch.float64))
+
+
+def _smallest_eigvec_grad(M64: torch.Tensor) -> torch.Tensor:
+    """:func:`_smallest_eigvec` of symmetric float64 (..., n, n) matrices that require grad, with
+    a degenerate spectrum made gradient-safe (a "double where").
+
+    ``torch.linalg.eigh``'s backward divides by every eigenvalue gap: a repeated eigenvalue
+    (e.g. the DLT / 8-point normal matrices of zero flow, ``x2 == x1``) gives NaN for the whole
+    matrix, and a smallest eigenvalue tied up to rounding a gradient of rounding noise. Such a
+    matrix (gap 0 anywhere, or the smallest gap within :data:`SPECTRUM_TIE` of the largest
+    eigenvalue) is swapped for a fixed matrix with a distinct spectrum inside the solve that
+    carries the gradient, so it gets an exact zero gradient; its value comes from a detached
+    solve of the matrix itself. Every value (detached ``eigh`` of the same matrices) and every
+    other matrix's gradient (``eigh``'s own) are bit for bit those of a plain ``eigh``.
+    Returns (..., n) float64."""
+    with torch.no_grad():
+        lam, vecs = torch.linalg.eigh(M64)
+        gaps = lam[..., 1:] - lam[..., :-1]
+        tie = SPECTRUM_TIE * lam.abs().amax(-1)
+        bad = (gaps == 0).any(-1) | (gaps[..., 0] <= tie)  # (...,)
+    stand_in = constant_on(_distinct_spectrum(int(M64.shape[-1])), M64.device, torch.float64)
+    safe = torch.where(bad[..., None, None], stand_in, M64)
+    return torch.where(bad[..., None], vecs[..., 0], torch.linalg.eigh(safe)[1][..., 0])
+
+
 def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
     """Unit eigenvector of the smallest eigenvalue of symmetric (..., 9, 9) matrices (float64
     internally); returns (..., 9) in M's dtype.
@@ -95,7 +131,7 @@ def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
     M64 = M.to(torch.float64)
     M64 = 0.5 * (M64 + M64.transpose(-1, -2))
     if M64.requires_grad:  # autograd: the padding's repeated eigenvalues would make eigh's
-        return torch.linalg.eigh(M64)[1][..., 0].to(M.dtype)  # backward NaN; solve unpadded
+        return _smallest_eigvec_grad(M64).to(M.dtype)  # backward NaN; solve unpadded
     n = M64.shape[-1]
     big = M64.diagonal(dim1=-2, dim2=-1).abs().sum(-1) + 1.0  # (...,)
     pad = _EIG_SIZE - n

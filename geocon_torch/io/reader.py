@@ -507,7 +507,15 @@ def check_unit_range(x: torch.Tensor, what: str = "float clip tensors",
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise error(f"{what} hold NaN or infinite values")
     if lo < -tolerance or hi > 1 + tolerance:
-        raise error(f"{what} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]"
+
+        def end(v: float) -> str:  # 4 digits, or as many more as keep an outside value outside
+            for digits in (4, 7, 10):  # (an overshoot of 4e-05 is "1.00004", not "1")
+                text = f"{v:.{digits}g}"
+                if (0.0 <= float(text) <= 1.0) == (0.0 <= v <= 1.0):
+                    return text
+            return repr(v)
+
+        raise error(f"{what} must lie in [0, 1]; got values in [{end(lo)}, {end(hi)}]"
                     f"{_range_hint(lo, hi)}")
 
 

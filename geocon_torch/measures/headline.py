@@ -21,19 +21,37 @@ does not depend on the working size or the features backend:
   match itself from frame to frame) has no GE; its ``ge`` term takes GE = tau_H (the largest
   residual an inlier may have, ``background.tau_h`` px at the working size, normalised the same
   way): no pair was that consistent. A background block that found nothing to fit (too little
-  texture even for the tracks fallback, frames too small) and a clip without a background
-  block have no ``ge`` term: no evidence either way.
-* ``rigidity`` (only where objects move and the foreground block scored them):
-  ``exp(-sqrt(D_norm) / ge_scale)`` with ``D_norm`` the largest ``adadfrc_mean`` of the objects
-  (AdaDFRC-W2, px^2; the least rigid object) in px^2 of a 1024-px frame (scaled by the same
-  long side as ``ge``): any object that deforms lowers it.
+  texture even for the tracks fallback, object masks that leave too little background, frames
+  too small) and a clip without a background block have no ``ge`` term: no evidence either
+  way.
+* ``rigidity`` (only where objects move, the foreground block scored them and the clip has
+  another term): ``exp(-max(sqrt(D_norm) - rigid_floor, 0) / ge_scale)`` with ``D_norm`` the
+  largest ``adadfrc_mean`` of the objects (AdaDFRC-W2, px^2; the least rigid object) in px^2
+  of a 1024-px frame (scaled by the same long side as ``ge``) and ``rigid_floor`` =
+  :data:`RIGID_FLOOR_PX` (1.5 px of a 1024-px frame): what the flow reads on rigid movers.
+  The floor is a share of the frame, not working px: a rigid mover's AdaDFRC grows with the
+  working size like a deformation does (grounded C4, exact masks, torch-lk: 0.048 / 0.154 /
+  0.611 px^2 at long side 256 / 512 / 1024, sqrt(D_norm) 0.87 / 0.78 / 0.78 px), so without
+  the floor the same rigid clip got 0.771 / 0.881 / 0.851 (s28 fgseg F7) and a clip whose
+  rigid mover was detected scored below the same clip with the mover missed. Of 15 rigid
+  clips on a static camera scored at 256 / 512 / 1024 (sqrt(D_norm) 0.4-2.0 px) 12 get 1 at
+  every size, and one that stops, one at the frame edge and two movers get 0.88-1; a 1.5-px
+  ripple (5.3 px) and the ``nonrigid_object`` corruption (2.0-2.4 / 3.7-4.6 / 7.1-8.8 px at
+  severity 0.25 / 0.5 / 1) keep their order, their terms agreeing to 0.022 across working
+  sizes. Any object that deforms beyond the floor lowers the term; so does a rigid mover the
+  flow loses (fast, or on a panning camera).
+  Rigidity says how the objects move, not whether the scene holds together, so it folds only
+  next to a scene term (``match``, ``inliers`` or ``ge``): a clip whose background block has
+  no ``ge`` term (given masks that leave too little background, :data:`MASKED_AWAY`; gate
+  undecided) and no epipolar block has no score, never one from its objects alone.
 
 ``score`` = the weighted geometric mean of the terms present (:data:`WEIGHTS`: ``inliers`` 2,
 ``rigidity`` 0.25, the others 1), so each term pulls the score down in proportion to its log
 and the score is monotone in every term. Every term lies in [0, 1] and so does the score. Each term
 is read from its own block when that block
 is ok (a clip whose background is not_applicable can still have ``match`` and ``inliers``); a
-clip with no ok block to read, or an error, has no score (None), never a silent 0. Which
+clip with no ok block to read, only ``rigidity`` to fold, or an error, has no score (None),
+never a silent 0. Which
 terms a score used is recorded next to it (``score_terms``); two scores compare best when they
 folded the same terms: the "all" preset has all of them, "geocon" / "background" only ``ge`` and
 ``rigidity``, "worldatlas" only ``match`` and ``inliers``; "gvgc" (its block reports the
@@ -58,11 +76,20 @@ DEFAULT_TAU_H = 2.0
 #: how the reason of a background block that matched but found too few valid pairs starts (the
 #: one not_applicable background whose ``ge`` term is GE = tau_H)
 FEW_VALID_PAIRS = "too few valid pairs"
+#: how the reason of a background block whose given (or motion) masks removed so many matches
+#: that fewer than ``min_inliers`` per pair are left starts (the clip had enough before the
+#: masks: not "too little texture"; no lk-tracks fallback); such a block has no ``ge`` term
+MASKED_AWAY = "object masks leave too little background"
+#: px of a 1024-px frame: the rigid floor of the ``rigidity`` term (module docstring), the
+#: sqrt(AdaDFRC_norm) of rigid movers under torch-lk (0.4-1.3 px on grounded and rendered
+#: scenes at working long side 256 / 512 / 1024) with a margin
+RIGID_FLOOR_PX = 1.5
 #: the fold, as the result and the docs state it
 FOLD = ("weighted geometric mean of match = epipolar.feature_match_coverage (weight 1), "
         "inliers = epipolar.epipolar_inlier_rate at 1 px (2), ge = exp(-GE_norm / 3.5 px) (1; "
         "GE = tau_H without valid pairs), rigidity = "
-        "exp(-sqrt(AdaDFRC_norm) / 3.5 px) (0.25); px of a 1024-px frame")
+        "exp(-max(sqrt(AdaDFRC_norm) - 1.5 px, 0) / 3.5 px) (0.25; only next to another "
+        "term); px of a 1024-px frame")
 
 
 def _num(block: Any, key: str) -> Optional[float]:
@@ -98,7 +125,7 @@ def _tau_h(result: Mapping[str, Any], bg: Mapping[str, Any]) -> Optional[float]:
 
 def headline_terms(result: Mapping[str, Any]) -> Dict[str, float]:
     """The terms (name -> value in [0, 1]) that ``result`` (a ``ClipResult.to_dict()``) has
-    (module docstring); {} when none can be read."""
+    (module docstring); {} when none can be read, and when ``rigidity`` would be the only one."""
     out: Dict[str, float] = {}
     ep = result.get("epipolar")
     if isinstance(ep, Mapping) and ep.get("status") == "ok":
@@ -114,12 +141,12 @@ def headline_terms(result: Mapping[str, Any]) -> Dict[str, float]:
             out["ge"] = math.exp(-max(ge, 0.0) * REF_LONG_SIDE / _ge_side(bg, side)
                                  / GE_SCALE_PX)
     fg = result.get("foreground")
-    if isinstance(fg, Mapping) and fg.get("status") == "ok" and side:
+    if isinstance(fg, Mapping) and fg.get("status") == "ok" and side and out:
         d = [_num(o, "adadfrc_mean") for o in fg.get("objects") or [] if isinstance(o, Mapping)]
         d = [v for v in d if v is not None]
         if d:
             px = math.sqrt(max(max(d), 0.0)) * REF_LONG_SIDE / _ge_side(bg or {}, side)
-            out["rigidity"] = math.exp(-px / GE_SCALE_PX)
+            out["rigidity"] = math.exp(-max(px - RIGID_FLOOR_PX, 0.0) / GE_SCALE_PX)
     return out
 
 
@@ -142,5 +169,5 @@ def headline_score(result: Mapping[str, Any]) -> Optional[float]:
     return fold_terms(headline_terms(result))
 
 
-__all__ = ["GE_SCALE_PX", "WEIGHTS", "FOLD", "FEW_VALID_PAIRS", "headline_terms", "fold_terms",
-           "headline_score"]
+__all__ = ["GE_SCALE_PX", "WEIGHTS", "FOLD", "FEW_VALID_PAIRS", "MASKED_AWAY", "RIGID_FLOOR_PX",
+           "headline_terms", "fold_terms", "headline_score"]

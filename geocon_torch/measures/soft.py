@@ -26,6 +26,22 @@ Every step is a differentiable torch op, so ``score.backward()`` reaches the pix
    a blank one. Without it a flat or black frame, whose zero flow every model explains, would
    get the largest score there is, and a generator trained on the score would be rewarded for
    blank output.
+6. **Motion evidence**: it is also multiplied by
+   ``1 - exp(-((m - FROZEN_MAX_MAD) / MOTION_RAMP)^2)`` (0 while ``m <= FROZEN_MAX_MAD``),
+   ``m`` the pair's mean absolute difference in grey levels of 255
+   over pixels and channels: the statistic and the tolerance of the reward's frozen rule
+   (:func:`geocon_torch.rewards.frozen_clips`, :func:`geocon_torch.io.sampling.is_still`), so
+   a pair that rule calls still counts 0, as a blank one does; 1 to within 1e-7 from
+   ``2 * FROZEN_MAX_MAD`` = 1 grey level on (measurable motion: a 0.1 px shift of a textured
+   scene is ~0.9), exactly 1 in float32 above ~1.02. Without it a still pair, whose zero flow
+   every model explains, got the largest score there is (sigmoid(4) = 0.982, above consistent
+   moving clips), and a generator trained on the score would be rewarded for not moving.
+
+A pair whose evidence (5 times 6) is exactly 0 counts 0 whatever its fit; its correspondences
+are swapped for a fixed, detached stand-in set before the fits (a "double where"): the zero
+flow of a blank or still pair makes the H / F normal matrices' spectra degenerate, whose eigh /
+svd backward is NaN, and NaN times 0 is NaN. So such a pair sends an exact zero gradient back,
+and every other pair's values and gradients are bit for bit what they were.
 
 Shapes: frames (P, C, H, W) pairs in, (P,) scores out; see :func:`soft_pair_scores`.
 """
@@ -40,6 +56,7 @@ from ..flow.base import to_gray
 from ..flow.lk_dense import DenseLKFlow, _gradients, gaussian_blur
 from ..geometry import (fundamental_8pt, homography_dlt, sampson_distance_normalized,
                         symmetric_transfer_error)
+from ..io.sampling import FROZEN_MAX_MAD, is_still, pair_abs_diff_sums
 
 SOFT_MODELS = SOFT_MODEL_CHOICES
 
@@ -107,6 +124,37 @@ def contrast_evidence(img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
     return 1.0 - torch.exp(-(std / MIN_CONTRAST) ** 2)
 
 
+#: grey levels (of 255) above :data:`~geocon_torch.io.sampling.FROZEN_MAX_MAD` over which the
+#: motion evidence rises from 0 to ~1 (module docstring, step 6): 0.98 at 1.5 times the frozen
+#: tolerance, 1 - 1e-7 at twice it
+MOTION_RAMP = FROZEN_MAX_MAD / 4
+
+
+def motion_evidence(img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+    """(P, C, H, W) frame pairs in [0, 1] -> (P,) ``1 - exp(-((m - FROZEN_MAX_MAD) /
+    MOTION_RAMP)^2)`` in the frames' dtype, exactly 0 for a pair the reward's frozen rule calls
+    still (:func:`~geocon_torch.io.sampling.is_still`: ``m <= FROZEN_MAX_MAD``), ``m`` the
+    pair's mean absolute difference in grey levels of 255 over pixels and channels
+    (:func:`~geocon_torch.io.sampling.pair_abs_diff_sums`, float64); differentiable (a still
+    pair's gradient is 0)."""
+    per_frame = int(img1.shape[1]) * int(img1.shape[2]) * int(img1.shape[3])
+    sums = pair_abs_diff_sums(img2, img1)  # (P,) float64, grey levels summed over the frame
+    excess = (sums / per_frame - FROZEN_MAX_MAD).clamp_min(0.0)
+    ramp = 1.0 - torch.exp(-(excess / MOTION_RAMP) ** 2)
+    return torch.where(is_still(sums, per_frame), torch.zeros_like(ramp), ramp).to(img1.dtype)
+
+
+def _stand_in_targets(x1: torch.Tensor) -> torch.Tensor:
+    """(P, N, 2) grid points px -> (P, N, 2) fixed targets ``x1 + d(x1)``, ``d`` a smooth,
+    non-planar displacement of ~2 px (no two-view geometry explains it: the H and F fits of
+    the stand-in set have distinct spectra), detached: the correspondences of a pair with no
+    evidence (:func:`soft_pair_scores`)."""
+    x, y = x1[..., 0], x1[..., 1]
+    d = torch.stack([torch.sin(0.37 * x + 0.61 * y + 0.3), torch.cos(0.53 * x - 0.29 * y + 1.1)],
+                    -1)
+    return (x1 + 2.0 * d).detach()
+
+
 def soft_ratio(residual: torch.Tensor, conf: torch.Tensor, tau: float,
                temperature: float) -> torch.Tensor:
     """Confidence-weighted soft inlier ratio: (P, N) residuals and weights -> (P,) in [0, 1]."""
@@ -159,9 +207,14 @@ def soft_pair_scores(img1: torch.Tensor, img2: torch.Tensor, cfg: SoftConsistenc
         cfg: :class:`SoftConsistencyConfig`.
     Returns:
         score (P,) in [0, 1] (differentiable), soft IR under H (P,), soft IR under F (P,)
-        (NaN-free; the one of a model not fitted is all zeros).
+        (NaN-free; the one of a model not fitted is all zeros), each times the contrast and
+        motion evidence: exactly 0, with a zero gradient, for a blank or still pair.
     """
     x1, x2, conf = pair_correspondences(img1, img2, cfg)
+    evidence = contrast_evidence(img1, img2) * motion_evidence(img1, img2)
+    void = evidence == 0  # blank or still: counts 0; its fits must see no pixel (docstring)
+    x2 = torch.where(void[:, None, None], _stand_in_targets(x1), x2)
+    conf = torch.where(void[:, None], torch.full_like(conf, 0.5).detach(), conf)
     zero = x1.new_zeros(x1.shape[0])
     ir_h = ir_f = zero
     if cfg.model in ("homography", "auto"):
@@ -170,7 +223,6 @@ def soft_pair_scores(img1: torch.Tensor, img2: torch.Tensor, cfg: SoftConsistenc
     if cfg.model in ("fundamental", "auto"):
         _, r = irls_fit("fundamental", x1, x2, conf, cfg)
         ir_f = soft_ratio(r, conf, cfg.tau_f, cfg.temperature_f)
-    evidence = contrast_evidence(img1, img2)
     ir_h, ir_f = ir_h * evidence, ir_f * evidence
     if cfg.model == "homography":
         return ir_h, ir_h, ir_f

@@ -39,7 +39,7 @@ from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
 from ..io.reader import cast_hint
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
-from ..measures.headline import FEW_VALID_PAIRS
+from ..measures.headline import FEW_VALID_PAIRS, MASKED_AWAY
 from ..measures.background import (PairMetrics, background_pass, best_of_both,
                                    choose_model_per_pair, classify_behaviour,
                                    fundamental_pair_metrics,
@@ -265,6 +265,7 @@ class _Job:
     seg: Optional[_Segmented] = None
     result: Optional[Scored] = None
     given: Optional[torch.Tensor] = None  # the given masks, read by :func:`_open`
+    matched: Optional[float] = None  # median matches per pair before the masks (texture check)
 
     def stop(self) -> None:
         self.result = (self.out, None)
@@ -442,10 +443,25 @@ def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch
         j.out.objects = j.seg.objects
         j.out.block = _block_head(j.stack, j.seg, cfg, med)
         if med < cfg.background.min_inliers:
-            j.out.block.update(status="not_applicable", reason=(
-                f"too little texture: median {med:.0f} background matches per pair at scale "
-                f"{j.stack.scales[-1]} (< {cfg.background.min_inliers})"))
+            j.out.block.update(status="not_applicable", reason=_short_reason(j, med, cfg))
             j.stop()
+
+
+def _short_reason(job: _Job, med: float, cfg: GeoConConfig) -> str:
+    """Why a clip has fewer than ``min_inliers`` background matches per pair (median ``med``)
+    after its masks: the masks (:data:`MASKED_AWAY`, when the clip had enough matches before
+    them and they removed some: its texture sufficed, so the lk-tracks fallback, which is for
+    texture, is not run for it; the median before them goes into
+    ``segment.matches_before_masks``), else too little texture (:data:`TEXTURE_REASON`)."""
+    need, scale = cfg.background.min_inliers, job.stack.scales[-1]
+    before = job.matched
+    if before is not None and before >= need and job.seg.evidence.get("removed_matches"):
+        job.seg.evidence["matches_before_masks"] = before
+        return (f"{MASKED_AWAY}: median {med:.0f} of {before:.0f} matches per pair left outside "
+                f"the masks at scale {scale} (< {need}); the masks removed "
+                f"{job.seg.evidence['removed_matches']} matches of the evaluated pairs")
+    return (f"{TEXTURE_REASON}: median {med:.0f} background matches per pair at scale {scale} "
+            f"(< {need})")
 
 
 def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
@@ -682,6 +698,7 @@ def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
     meds = _median_matches([j.stack for j in jobs]).tolist()  # one host transfer
     need = cfg.background.min_inliers
     for job, med in zip(jobs, meds):
+        job.matched = med
         if job.stack.x1.shape[1] > 0 and med >= need:
             continue
         job.out.block.update(scales=job.stack.scales, median_matches=med,

@@ -27,10 +27,11 @@ def test_terms_and_fold_closed_form():
     terms = headline_terms(res)
     assert terms["match"] == 0.5 and terms["inliers"] == 0.8
     assert terms["ge"] == pytest.approx(math.exp(-0.7 / GE_SCALE_PX))
-    assert terms["rigidity"] == pytest.approx(math.exp(-2.0 / GE_SCALE_PX))  # sqrt(1) px * 2
+    # sqrt(1) px * 2 = 2 px at 1024, 0.5 px above the 1.5-px rigid floor
+    assert terms["rigidity"] == pytest.approx(math.exp(-0.5 / GE_SCALE_PX))
     # weights: match 1, inliers 2, ge 1, rigidity 0.25
     want = math.exp((math.log(0.5) + 2 * math.log(0.8) - 0.7 / GE_SCALE_PX
-                     - 0.25 * 2.0 / GE_SCALE_PX) / 4.25)
+                     - 0.25 * 0.5 / GE_SCALE_PX) / 4.25)
     assert headline_score(res) == pytest.approx(want)
     # too few valid pairs: GE = tau_H (2 px at 512 = 4 px at 1024)
     res["background"] = {"status": "not_applicable", "pairs": 4, "ge_px": None,
@@ -50,20 +51,22 @@ def test_terms_and_fold_closed_form():
 
 
 def test_rigidity_term_takes_the_root_of_the_largest_d():
-    """``rigidity = exp(-sqrt(D_norm) / ge_scale)``: D is in px^2, the term reads px. At the
-    working long side 512 a px is 2 px at 1024, so D = 4 px^2 (the largest) -> 2 px -> 4 px
-    and D = 0.25 px^2 -> 0.5 px -> 1 px (values where sqrt(D) != D, unlike D = 1)."""
-    for ds, px in (([0.25, 4.0, 2.25], 4.0), ([0.25], 1.0), ([0.09, -1.0], 0.6)):
-        res = _result(foreground={"status": "ok",
-                                  "objects": [{"adadfrc_mean": d} for d in ds]})
-        terms = headline_terms(res)
-        assert terms == {"rigidity": pytest.approx(math.exp(-px / GE_SCALE_PX), rel=1e-12)}
-        # alone in the fold: the score is the term itself
-        assert headline_score(res) == pytest.approx(math.exp(-px / GE_SCALE_PX), rel=1e-12)
+    """``rigidity = exp(-max(sqrt(D_norm) - 1.5 px, 0) / ge_scale)``: D is in px^2, the term
+    reads px. At the working long side 512 a px is 2 px at 1024, so D = 4 px^2 (the largest)
+    -> 2 px -> 4 px -> 2.5 px above the rigid floor, D = 1.5625 px^2 -> 1.25 px -> 2.5 px ->
+    1 px, and D = 0.25 px^2 -> 0.5 px -> 1 px, under the floor (values where sqrt(D) != D)."""
+    for ds, px in (([0.25, 4.0, 2.25], 2.5), ([1.5625], 1.0), ([0.25], 0.0), ([0.09, -1.0], 0.0)):
+        fg = {"status": "ok", "objects": [{"adadfrc_mean": d} for d in ds]}
+        terms = headline_terms(_result(background={"status": "ok", "ge_px": 0.0}, foreground=fg))
+        assert terms == {"ge": 1.0,
+                         "rigidity": pytest.approx(math.exp(-px / GE_SCALE_PX), rel=1e-12)}
+        # alone, rigidity is no term and no score
+        assert headline_terms(_result(foreground=fg)) == {}
+        assert headline_score(_result(foreground=fg)) is None
     # with the ge term (weights 1 and 0.25): 0.35 px at 512 -> 0.7 px at 1024
     res = _result(background={"status": "ok", "ge_px": 0.35},
                   foreground={"status": "ok", "objects": [{"adadfrc_mean": 4.0}]})
-    want = math.exp(-(0.7 + 0.25 * 4.0) / GE_SCALE_PX / 1.25)
+    want = math.exp(-(0.7 + 0.25 * 2.5) / GE_SCALE_PX / 1.25)
     assert headline_score(res) == pytest.approx(want, rel=1e-12)
 
 

@@ -18,12 +18,17 @@ def _row(**blocks):
 
 def test_headline_scale_is_the_papers_3_5_px_of_a_1024_px_frame():
     """Literal numbers (not the module's constants): GE 0.35 px at a 512-px long side is 0.7 px
-    at 1024, and 0.7 / 3.5 = 0.2; D = 0.49 px^2 -> 0.7 px -> 1.4 px at 1024 -> 0.4."""
+    at 1024, and 0.7 / 3.5 = 0.2; D = 4.6225 px^2 -> 2.15 px -> 4.3 px at 1024 -> 2.8 px above
+    the 1.5-px rigid floor -> 0.8; D = 0.49 px^2 -> 1.4 px at 1024, under the floor -> 0."""
+    terms = headline_terms(_row(background={"status": "ok", "ge_px": 0.35},
+                                foreground={"status": "ok",
+                                            "objects": [{"adadfrc_mean": 4.6225}]}))
+    assert terms["ge"] == pytest.approx(math.exp(-0.2), rel=1e-12)
+    assert terms["rigidity"] == pytest.approx(math.exp(-0.8), rel=1e-12)
     terms = headline_terms(_row(background={"status": "ok", "ge_px": 0.35},
                                 foreground={"status": "ok",
                                             "objects": [{"adadfrc_mean": 0.49}]}))
-    assert terms["ge"] == pytest.approx(math.exp(-0.2), rel=1e-12)
-    assert terms["rigidity"] == pytest.approx(math.exp(-0.4), rel=1e-12)
+    assert terms["rigidity"] == 1.0
 
 
 def test_headline_terms_are_clamped_to_the_unit_interval():
@@ -52,8 +57,11 @@ def test_headline_non_finite_bool_or_text_values_are_no_term(bad):
                foreground={"status": "ok", "objects": [{"adadfrc_mean": bad}]})
     assert headline_terms(row) == {}
     assert headline_score(row) is None
-    row["foreground"]["objects"].append({"adadfrc_mean": 0.49})
-    assert headline_terms(row) == {"rigidity": pytest.approx(math.exp(-0.4), rel=1e-12)}
+    row["foreground"]["objects"].append({"adadfrc_mean": 4.6225})
+    assert headline_terms(row) == {}  # rigidity alone is no term
+    row["background"]["ge_px"] = 0.35
+    assert headline_terms(row) == {"ge": pytest.approx(math.exp(-0.2), rel=1e-12),
+                                   "rigidity": pytest.approx(math.exp(-0.8), rel=1e-12)}
 
 
 def test_headline_reads_only_an_ok_foreground_block():

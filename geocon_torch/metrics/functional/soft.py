@@ -12,6 +12,17 @@ masks, mean over pairs instead of the median); it tracks the hard IR across corr
 (Spearman >= 0.9 on the grounded scenes of the tests) but its values are not comparable with
 published IR numbers. Use :func:`geocon_torch.score_clip` / ``geometric_reward`` for reported
 scores. Moving objects count as outliers here (there is no masking).
+
+Blank and still frames: a pair of blank frames (grey-level std well under 0.01) or of still
+frames (a mean absolute difference of at most ``rewards.FROZEN_MAX_MAD`` = 0.5 grey levels of
+255 over pixels and channels: the reward's frozen rule, per pair) counts 0, with an exact zero
+gradient: their zero flow is explained by every model and would otherwise get the top score
+(sigmoid(4) = 0.982, above consistent moving clips), so a generator trained on the score would
+be rewarded for blank or frozen output. The motion evidence rises smoothly from 0 at 0.5 to 1
+(within 1e-7) at 1 grey level; pairs moving more keep their values bit for bit. Per pair, so a
+clip with held frames (a 12 -> 24 fps conversion) loses those pairs (about half its score),
+where the reward drops held pairs and refuses only a clip with no moving pair. It is still no
+motion incentive beyond that: a near-still clip (1 grey level) scores as high as any.
 """
 from __future__ import annotations
 
@@ -32,7 +43,7 @@ from ...measures.soft import grid_lines, soft_pair_scores
 #: point: frames of independent noise scored 0.98 at <= 16 px (3 x 3 grid at 20 px: 0.83 on
 #: average), above a consistent grounded clip (0.97-0.98). At the smallest size accepted with the
 #: defaults (21 x 21 px) noise scores 0.70 on average, 0.82 at most (32 clips), consistent
-#: grounded C1 / C2 / C3 clips 0.98 / 0.97 / 0.97 (22 x 22 px).
+#: grounded C2 / C3 clips 0.97 / 0.97 (22 x 22 px; the still C1 clip 0, as every still clip).
 MIN_GRID_LINES = 4
 
 
@@ -83,7 +94,9 @@ def soft_background_consistency(frames: Tensor, *, model: str = "auto",
         (B,) scores in [0, 1] on ``frames.device``, in ``frames.dtype`` for float32 /
         float64 frames, float32 for half-precision ones, higher is better: the
         mean over the T - 1 consecutive pairs of the soft inlier ratio (a pair of blank frames,
-        grey-level std well under 0.01, counts 0: no evidence of consistency); (0,) for B = 0.
+        grey-level std well under 0.01, or of still ones, a mean absolute difference of at
+        most ``FROZEN_MAX_MAD`` = 0.5 grey levels, counts 0 with a zero gradient: no evidence
+        of consistency; module docstring); (0,) for B = 0.
     Raises:
         ClipTensorError: not a (B, T, C, H, W) float clip batch in [0, 1]; ShapeError: uint8
             frames (no gradient), fewer than 2 frames, or frames too small for a
