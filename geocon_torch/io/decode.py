@@ -685,8 +685,15 @@ class Decoded:
         short of it (so a complete APNG reads as before: no count); None when unknown."""
         if self.container_frames is not None or self.header_frames is None:
             return self.container_frames
-        short = self.complete and self.decoded < self.header_frames - _COUNT_SLACK
+        short = self.complete and self.decoded < self.header_frames - self.slack
         return self.header_frames if short else None
+
+    @property
+    def slack(self) -> int:
+        """Frames a complete decode may fall short of the announced count by unreported:
+        ``_COUNT_SLACK`` for a container's count (sometimes off by one), 0 for an APNG's
+        ``acTL`` (the format makes it exact)."""
+        return _COUNT_SLACK if self.container_frames is not None else 0
 
     @property
     def expected_frames(self) -> Optional[int]:
@@ -697,9 +704,9 @@ class Decoded:
 
     def short_by(self) -> int:
         """Frames a complete decode fell short of :attr:`expected_frames` by, beyond
-        ``_COUNT_SLACK`` (0 when within it, not complete or without a count)."""
+        :attr:`slack` (0 when within it, not complete or without a count)."""
         expected = self.expected_frames
-        if not self.complete or expected is None or self.decoded >= expected - _COUNT_SLACK:
+        if not self.complete or expected is None or self.decoded >= expected - self.slack:
             return 0
         return expected - self.decoded
 

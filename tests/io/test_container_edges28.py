@@ -180,6 +180,18 @@ def test_cut_apng_counts_its_lost_frames_against_actl(frames, tmp_path):
         assert reason is not None and "18 of 30 frames" in reason
 
 
+def test_an_apng_one_frame_short_of_actl_is_reported(frames, tmp_path):
+    """Was: an APNG cut after its 29th frame read as complete (no loss, no warning): the
+    container slack of 2 frames was applied to acTL's count, which the format makes exact."""
+    png = _animation(frames, tmp_path / "pan.png")
+    pos, size = _packets(png)[28]
+    r = _report(_cut_at(png, tmp_path / "cut.png", pos + size))
+    assert r["decoded_frames"] == 29 and r["announced_frames"] == 30
+    assert r["lost_frames"] == 1 and r["truncated"]
+    reason, warnings = decode_verdict(r, 0.1)
+    assert reason is None and any("1 of 30 frames" in w for w in warnings)
+
+
 # ----------------------------------------------------------------------------------- F3
 
 @pytest.mark.parametrize("fmt,suffix", [("mpegts", "ts"), ("h264", "h264")])
