@@ -56,7 +56,7 @@ from .result import ClipResult, jsonable
 from .sections.background import BackgroundBlock, background_block, score_backgrounds
 from .sections.epipolar import epipolar_blocks, resolve_implementation
 from .sections.epipolar_dpo import epipolar_dpo_block
-from .sections.foreground import score_foregrounds
+from .sections.foreground import core_erosion_px, score_foregrounds
 from .sections.progress import Progress, progress_enabled
 from .sections.stage_models import files_read, preflight
 from .types import Clip
@@ -564,10 +564,17 @@ def _put_foreground(job: _Job, block: Dict[str, Any]) -> None:
     job.res.backends["flow"] = block.get("flow")
 
 
+def _core_erosion(job: _Job) -> int:
+    """Working px by which the foreground erodes the clip's objects to their cores: the seed
+    squares' bleed of the weight-free motion segmentation (:func:`core_erosion_px`); 0 for
+    given masks and SAM-2's, which are never eroded."""
+    return core_erosion_px(job.cfg.segment) if job.res.backends.get("masks") == "motion" else 0
+
+
 def _step_foreground(jobs: Sequence[_Job]) -> None:
     _grouped_section("foreground", jobs, lambda js: score_foregrounds(
         [j.clip for j in js], [j.objects for j in js], js[0].cfg, js[0].dev,
-        [j.timer for j in js]), _put_foreground)
+        [j.timer for j in js], core_erosion=[_core_erosion(j) for j in js]), _put_foreground)
 
 
 def _epipolar_blocks(jobs: Sequence[_Job], protocol: str) -> List[Any]:
