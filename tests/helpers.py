@@ -142,6 +142,25 @@ def encode_rgb(path: Path, frames: Sequence, codec: str = "libx264", rate: int =
     return path
 
 
+def stream_copy_trim(full: Path, out: Path, rate: int = 24, keyframe: int = 20,
+                     start: int = 25) -> Path:
+    """``full`` (an mp4 with a keyframe at frame ``keyframe``) stream-copied from that keyframe
+    and shown from frame ``start`` (``ffmpeg -ss`` with ``-c copy``): frames ``keyframe`` ..
+    ``start - 1`` become edit-list preroll."""
+    with av.open(str(full)) as ic, av.open(str(out), "w",
+                                           options={"movflags": "faststart"}) as oc:
+        ist = ic.streams.video[0]
+        tick = int(1 / (rate * ist.time_base))
+        packets = [p for p in ic.demux(ist) if p.size]
+        first = next(k for k, p in enumerate(packets)
+                     if p.is_keyframe and p.pts == keyframe * tick)
+        ost = oc.add_stream_from_template(ist)
+        for p in packets[first:]:
+            p.stream, p.pts, p.dts = ost, p.pts - start * tick, p.dts - start * tick
+            oc.mux(p)
+    return out
+
+
 def drop_frames(path: Path, frames: torch.Tensor, dropped: Sequence[int] = DROPPED) -> Path:
     """An mp4 of ``frames`` without the ``dropped`` ones, timestamps kept (pts = frame index):
     the container announces only the frames it holds, the gaps show in the timestamps."""

@@ -27,6 +27,7 @@ from geocon_torch.io.decode import (Decoded, PacketLog, _cut_evidence, rate_chan
 from geocon_torch.io.integrity import decode_report, decode_verdict
 from geocon_torch.measures.calibration import select_bounds
 from geocon_torch.rewards import ClipReward
+from helpers import stream_copy_trim
 
 # ------------------------------------------------------------------ fit_regime (bench)
 
@@ -434,18 +435,7 @@ def _trimmed(folder: Path) -> Path:
                 c.mux(q)
         for q in s.encode():
             c.mux(q)
-    out = folder / "trim.mp4"
-    with av.open(str(full)) as ic, av.open(str(out), "w",
-                                           options={"movflags": "faststart"}) as oc:
-        ist = ic.streams.video[0]
-        tick = int(1 / (24 * ist.time_base))
-        packets = [p for p in ic.demux(ist) if p.size]
-        start = next(k for k, p in enumerate(packets) if p.is_keyframe and p.pts == 20 * tick)
-        ost = oc.add_stream_from_template(ist)
-        for p in packets[start:]:
-            p.stream, p.pts, p.dts = ost, p.pts - 25 * tick, p.dts - 25 * tick
-            oc.mux(p)
-    return out
+    return stream_copy_trim(full, folder / "trim.mp4")
 
 
 def test_a_trimmed_mp4_counts_its_source_frames_after_the_preroll(tmp_path):

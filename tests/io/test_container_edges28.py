@@ -27,6 +27,7 @@ import pytest
 from geocon_torch.errors import VideoReadError
 from geocon_torch.io import probe_video, read_clip
 from geocon_torch.io.integrity import decode_report, decode_verdict
+from helpers import stream_copy_trim
 
 H, W = 48, 64
 
@@ -91,20 +92,7 @@ def _trimmed(frames: List[np.ndarray], folder: Path) -> Path:
     from frame 25 (``ffmpeg -ss`` with ``-c copy``): frames 20-24 are edit-list preroll."""
     full = _encode(folder / "full.mp4", frames[:40],
                    options={"g": "20", "keyint_min": "20", "sc_threshold": "0"})
-    out = folder / "trim.mp4"
-    with av.open(str(full)) as ic, av.open(str(out), "w",
-                                           options={"movflags": "faststart"}) as oc:
-        ist = ic.streams.video[0]
-        tick = int(1 / (24 * ist.time_base))
-        packets = [p for p in ic.demux(ist) if p.size]
-        start = next(k for k, p in enumerate(packets) if p.is_keyframe and p.pts == 20 * tick)
-        ost = oc.add_stream_from_template(ist)
-        for p in packets[start:]:
-            p.stream = ost
-            p.pts -= 25 * tick
-            p.dts -= 25 * tick
-            oc.mux(p)
-    return out
+    return stream_copy_trim(full, folder / "trim.mp4")
 
 
 def test_stream_copy_trim_with_edit_list_preroll_loses_no_frame(frames, tmp_path):
