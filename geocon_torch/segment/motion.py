@@ -12,9 +12,12 @@ on all matches; the moving objects are its outliers):
 3. morphological opening (radius ``motion_open_px``) and closing (``motion_close_px``) remove
    speckle and fill small holes;
 4. connected components in space-time (8-connected in a frame, and across consecutive frames
-   where the blobs overlap) group pixels into objects *and* track them over frames; components
-   smaller than ``motion_min_area`` px per frame or spanning fewer than ``motion_min_frames``
-   frames are dropped;
+   where the blobs overlap) group pixels into objects *and* track them over frames; where
+   blobs meet or part (a blob touching several blobs of the neighbour frame), two blobs whose
+   seeds disagree on the motion (by more than max(3 px, 30 %)) are not linked, so two movers
+   that cross are not one object over the whole clip (they still share the frames where their
+   blobs touch); components smaller than ``motion_min_area`` px per frame or spanning fewer
+   than ``motion_min_frames`` frames are dropped;
 5. if the objects cover more than ``motion_max_fraction`` of the content in a frame the
    segmentation is deemed unreliable (a failed background fit, a cut, a non-rigid frame) and
    nothing is masked in that frame (the evidence says so): the segmentation must never be able to
@@ -24,6 +27,13 @@ Dense residuals against one homography assume the H regime (rotation / static ca
 translation with depth, parallax would look like motion, so :func:`motion_segment` skips the
 dense residuals when ``regime == "F"`` (only clusters of coherently moving background-model
 outliers can still become objects) and records why (mask files or SAM-2 do better there).
+
+The seeds (matches the background model rejects, :mod:`.seeds`) add a square of radius
+``motion_seed_radius_px`` each to the change masks and decide which components are objects.
+Band seeds, H outliers below the seed threshold (2-4 px off the background by default), count
+only where the change masks (or seeds already counted) are near and the band seeds around
+them move alike: a mover that slow is an H outlier, so it must be masked, while scattered
+mismatches of that size never seed.
 
 All steps are batched over frames (torch ops, CPU or CUDA), in chunks of frames bounded by
 :data:`_MAP_BUDGET` cells (identical results: memory follows the chunk, not the clip's length);
@@ -61,6 +71,11 @@ _LABEL_CHUNK = 64
 #: the clip (about 40 frames of 256 x 192 per chunk: int32 / float temporaries of ~8 MB, which
 #: the allocator reuses rather than piling up as the retained RSS of larger ones)
 _MAP_BUDGET = 1 << 21
+#: passes of the band seeds' confirmation (:func:`_band_discs`): each reaches 2 seed radii
+#: further into a slow mover from its changing edges
+_BAND_PASSES = 2
+#: seeds a 2-D blob needs for its motion to decide the links to the next frame's blobs
+_BLOB_MIN_SEEDS = 6
 #: components per chunk of the (K, M) seed statistics (rows are independent: identical results)
 _SEED_CHUNK = 16
 #: (components x seeds) entries per chunk of the seed statistics, when more than _SEED_CHUNK fit
@@ -182,6 +197,40 @@ def _max27(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _max9(x: torch.Tensor, fill: int = 0) -> torch.Tensor:
+    """:func:`_max27` within each frame only (3 x 3 neighbourhood, no link across frames);
+    outside the frame counts as ``fill``."""
+    out = F.pad(x, (1, 1, 1, 1), value=fill)
+    for dim in (2, 1):
+        out = out.unfold(dim, 3, 1).amax(-1)
+    return out
+
+
+#: the 9 offsets (dy, dx) of a cell's neighbours in the next frame, bit i of :func:`_link_gates`
+_NEXT = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1))
+
+
+def _max_gated(x: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
+    """:func:`_max27` of non-negative (T, h, w) ``x`` over the links ``gates`` allows: the
+    3 x 3 neighbourhood in the frame, and the 9 neighbours in the previous / next frame where
+    bit i of ``gates`` (T, h, w) int16 (for offset ``_NEXT[i]`` from frame t to t + 1) is set
+    (a link is used both ways). All bits set: exactly :func:`_max27`."""
+    t, h, w = x.shape
+    out = _max9(x)
+    if t < 2:
+        return out
+    xp, gp = F.pad(x, (1, 1, 1, 1)), F.pad(gates, (1, 1, 1, 1))
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    for i, (dy, dx) in enumerate(_NEXT):
+        ok = (gates[:-1] >> i) & 1 > 0  # (t, y, x) -> (t + 1, y + dy, x + dx)
+        nxt = xp[1:, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+        out[:-1] = torch.maximum(out[:-1], torch.where(ok, nxt, zero))
+        back = (gp[:-1, 1 - dy:1 - dy + h, 1 - dx:1 - dx + w] >> i) & 1 > 0  # the same link
+        prev = xp[:-1, 1 - dy:1 - dy + h, 1 - dx:1 - dx + w]
+        out[1:] = torch.maximum(out[1:], torch.where(back, prev, zero))
+    return out
+
+
 def connected_components(mask: torch.Tensor, downsample: int = 4,
                          max_iterations: int = 512, dtype: torch.dtype = torch.long,
                          links: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -232,13 +281,16 @@ def _check_components_args(mask: torch.Tensor, downsample: int,
 
 
 def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
-                     cuts: Sequence[int] = ()) -> Tuple[torch.Tensor, torch.Tensor]:
+                     cuts: Sequence[int] = (), gates: Optional[torch.Tensor] = None,
+                     spatial: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """:func:`connected_components` before the upsampling: the labels of the (T, ceil(h/f),
     ceil(w/f)) cells (long; a pixel's label is its cell's inside ``mask``, 0 outside) and the
     (T,) long number of components whose largest cell is in each frame (one host sync per
     iteration: the convergence test). ``cuts``: the frames t not linked to frame t + 1 (on the
     host); an empty frame is put after each (only there: no cell of it is in the mask, so no
-    label crosses it, and the components and their order are unchanged)."""
+    label crosses it, and the components and their order are unchanged). ``gates``: (T,
+    ceil(h/f), ceil(w/f)) int16 bit fields of the links to the next frame that may be used
+    (:func:`_link_gates`; None: all); ``spatial``: no link across frames (2-D components)."""
     t, h, w = mask.shape
     small = torch.cat([F.max_pool2d(mask[a:a + _LABEL_CHUNK].float().unsqueeze(1), downsample,
                                     ceil_mode=True)[:, 0] > 0.5  # chunks: no (T, h, w) float
@@ -250,13 +302,18 @@ def _cell_components(mask: torch.Tensor, downsample: int, max_iterations: int,
         cells = small.new_zeros(t + len(cuts), *small.shape[1:])
         cells[at] = small
         small = cells
+        if gates is not None:  # no link from or to the empty frames
+            bits = gates.new_zeros(small.shape)
+            bits[at] = gates
+            gates = bits
     n = small.numel()
     idtype = torch.int32 if n < 2 ** 31 - 1 else torch.long  # cell ids, exact either way
     ids = torch.arange(1, n + 1, device=mask.device, dtype=idtype).view(small.shape)
     zero = torch.zeros((), dtype=idtype, device=mask.device)  # broadcast: no (T, h, w) zeros
     lab = torch.where(small, ids, zero)
     for _ in range(max_iterations):  # O(log diameter) iterations for most shapes
-        nxt = torch.where(small, _max27(lab), zero)
+        nxt = torch.where(small, _max9(lab) if spatial else _max27(lab) if gates is None
+                          else _max_gated(lab, gates), zero)
         flat = nxt.view(-1)
         nxt = torch.where(small, flat[(flat - 1).clamp_min_(0)].view(small.shape), zero)
         if torch.equal(nxt, lab):
@@ -369,18 +426,24 @@ def _seed_pixels(points: torch.Tensor, size: Sequence[int]) -> Tuple[torch.Tenso
             points[:, 1].round().long().clamp(0, h - 1))
 
 
-def _coherent_of_labels(lab: torch.Tensor, vec: torch.Tensor, k: int) -> torch.Tensor:
+def _coherent_of_labels(lab: torch.Tensor, vec: torch.Tensor, k: int,
+                        band: Optional[torch.Tensor] = None) -> torch.Tensor:
     """:func:`coherent_seeds` given each seed's component (M,) int (0 = none) and relative
-    motion (M, 2) px -> (K,) long."""
+    motion (M, 2) px -> (K,) long; ``band`` (M,) bool: the band seeds (stricter, see
+    :func:`_coherent_counts`), or None."""
     # components in chunks: the (K, M) temporaries grow with T otherwise (rows independent)
     step = max(_SEED_CHUNK, _SEED_BUDGET // max(int(lab.shape[0]), 1))
-    return torch.cat([_coherent_counts(lab, vec, a, min(a + step, k))
+    return torch.cat([_coherent_counts(lab, vec, a, min(a + step, k), band)
                       for a in range(0, k, step)])
 
 
-def _coherent_counts(lab: torch.Tensor, vec: torch.Tensor, a: int, b: int) -> torch.Tensor:
+def _coherent_counts(lab: torch.Tensor, vec: torch.Tensor, a: int, b: int,
+                     band: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Coherent seeds of components a+1..b: seed labels (M,), relative motion (M, 2) px ->
-    (b - a,) long (see :func:`coherent_seeds`)."""
+    (b - a,) long (see :func:`coherent_seeds`). A band seed (``band`` (M,) bool: motion of
+    only 2-4 px) is coherent only within half the median's length of it as well: random
+    mismatches of that size (flicker) agree within 3 px with a median near zero, a slow
+    rigid mover's seeds agree with its median to a fraction of it."""
     n = b - a
     member = lab.view(1, -1) == torch.arange(a + 1, b + 1, device=lab.device).view(-1, 1)
     vx = masked_median(vec[:, 0].expand(n, -1), member)[0]
@@ -388,6 +451,9 @@ def _coherent_counts(lab: torch.Tensor, vec: torch.Tensor, a: int, b: int) -> to
     med = torch.stack([vx, vy], -1)  # (K, 2)
     dev = (vec.unsqueeze(0) - med.unsqueeze(1)).norm(dim=-1)  # (K, M)
     tol = (0.3 * med.norm(dim=-1, keepdim=True)).clamp_min(3.0)
+    if band is not None:
+        tol = torch.where(band.view(1, -1), tol.clamp_max(0.5 * med.norm(dim=-1, keepdim=True)),
+                          tol)
     return (member & (dev <= tol)).sum(-1)
 
 
@@ -482,7 +548,8 @@ def motion_segment(gray: torch.Tensor, homographies: torch.Tensor, valid: torch.
             relative to the background (``x2 - H x1``). A component is kept only when at least
             ``motion_min_seeds`` of its seeds move *coherently* (within max(3 px, 30 %) of the
             component's median relative motion): a rigid mover does, scattered mismatches and
-            non-rigid warps do not, so masking can never just delete the outliers.
+            non-rigid warps do not, so masking can never just delete the outliers. Optional
+            fourth and fifth entries valid, band (M,) bool (:func:`motion_segments`).
         cfg: the ``segment`` config (``motion_*`` thresholds and radii, px at working size).
         max_objects: keep at most this many objects (the largest first).
         max_side: frames larger than this are segmented at a reduced scale (every size and
@@ -518,7 +585,10 @@ def motion_segments(grays: Sequence[torch.Tensor], homographies: Sequence[torch.
     Args:
         grays, homographies, valids, contents, regimes: one per clip, as :func:`motion_segment`.
         seeds: one per clip (or None): ``(points (M, 2) px, frames (M,), motion (M, 2) px)``,
-            optionally with a fourth entry valid (M,) bool (fixed-size seeds: only those count).
+            optionally with a fourth entry valid (M,) bool (fixed-size seeds: only those count)
+            and a fifth, band (M,) bool: those valid seeds (H outliers below the seed
+            threshold: :func:`~.seeds.outlier_seeds`) count only near their frame's change
+            masks and where the band seeds around them move alike (:func:`_band_discs`).
     Returns:
         one (objects (T, K, H, W) bool, evidence) per clip.
     Raises:
@@ -576,7 +646,7 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
     dev = grays[0].device
     bounds = clip_bounds([int(g.shape[0]) for g in grays])
     eye = torch.eye(3, dtype=torch.float64, device=dev).view(1, 3, 3)
-    hs, ok, pts, frames, vecs, sok = [], [], [], [], [], []
+    hs, ok, pts, frames, vecs, sok, band = [], [], [], [], [], [], []
     for k, (H, v, r, sd) in enumerate(zip(homographies, valids, regimes, seeds)):
         last = k == len(grays) - 1  # a pair across two clips: identity, invalid
         hs += [H.to(dev, torch.float64)] + ([] if last else [eye])
@@ -589,11 +659,15 @@ def _segment_group(grays: Sequence[torch.Tensor], homographies: Sequence[torch.T
             vecs.append(sd[2].to(dev))
             sok.append(sd[3].to(dev).bool() if len(sd) > 3 and sd[3] is not None
                        else torch.ones(m, dtype=torch.bool, device=dev))
+            band.append(sd[4].to(dev).bool() if len(sd) > 4 and sd[4] is not None
+                        else torch.zeros(m, dtype=torch.bool, device=dev))
     homs = torch.cat(hs) if hs else eye[:0]
     valid = torch.cat(ok) if ok else torch.zeros(0, dtype=torch.bool, device=dev)
     seed_all = None
     if any(sd is not None for sd in seeds):
         seed_all = (torch.cat(pts), torch.cat(frames), torch.cat(vecs), torch.cat(sok))
+        if any(sd is not None and len(sd) > 4 and sd[4] is not None for sd in seeds):
+            seed_all = (*seed_all, torch.cat(band))
     return segment_joined(grays, bounds, homs, valid, contents, cfg, regimes, seed_all,
                           [sd is not None for sd in seeds], max_objects, max_side)
 
@@ -625,7 +699,8 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
         homs: (T-1, 3, 3) float64 x_{t+1} ~ H x_t (px) of the joined frames; valid: (T-1,)
             bool (False across two clips and for the clips not segmented densely, e.g. F).
         contents: B (H, W) bool. seeds: (points (M, 2) px, frames (M,) long into the T joined
-            frames, motion (M, 2) px, valid (M,) bool) of all clips, or None; has_seeds: B.
+            frames, motion (M, 2) px, valid (M,) bool[, band (M,) bool: valid seeds that count
+            only where confirmed by the change masks]) of all clips, or None; has_seeds: B.
     Returns:
         one (objects (T_b, K, H, W) bool as a :class:`~geocon_torch.types.BlockMasks`
         (packed bits at the segmentation size, whatever f; an empty (T_b, 0, H, W) tensor
@@ -646,7 +721,7 @@ def segment_joined(grays: Sequence[torch.Tensor], bounds: Sequence[int], homs: t
         gray = _GrayFrames(grays, gray_bounds or bounds, f, pooled)
         c_small = F.max_pool2d((~content).float().unsqueeze(1), f, ceil_mode=True)[:, 0] < 0.5
         if seeds is not None:
-            seeds = ((seeds[0] + 0.5) / f - 0.5, seeds[1], seeds[2] / f, seeds[3])
+            seeds = ((seeds[0] + 0.5) / f - 0.5, seeds[1], seeds[2] / f, *seeds[3:])
         s_cfg = replace(cfg, motion_min_area=max(1, cfg.motion_min_area // (f * f)),
                         motion_seed_radius_px=max(1, round(cfg.motion_seed_radius_px / f)),
                         motion_close_px=max(1, round(cfg.motion_close_px / f)),
@@ -703,11 +778,15 @@ class _GrayFrames:
 def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.Tensor,
                    content: torch.Tensor, clip_of: torch.Tensor,
                    seeds: Optional[Tuple[torch.Tensor, ...]], cfg: SegmentConfig
-                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                              Optional[Tuple[torch.Tensor, ...]], Optional[torch.Tensor]]:
     """The moving pixels of concatenated clips (:func:`_motion_labels`): (T, h, w) bool motion
     (change masks + seed discs, closed inside each frame's content mask ``content[clip_of]``
     ((B, h, w) bool, (T,) long); frames whose motion covers more than ``motion_max_fraction``
-    emptied), (T,) bool unreliable frames and (T,) content area (px).
+    emptied), (T,) bool unreliable frames, (T,) content area (px), the seeds that count
+    (points, frames, motion, valid; None without seeds: valid is ``seeds[3]`` less the band
+    seeds ``seeds[4]`` not confirmed by their frame's change masks, :func:`_band_discs`) and
+    the (M,) bool band seeds that count (None when no band was given).
 
     Every step is per frame (the change masks of frame t need frames t-1..t+1), so the frames
     go in chunks of :data:`_MAP_BUDGET` cells (each with its neighbour frames): identical
@@ -721,6 +800,8 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     area = torch.zeros(t, dtype=torch.long, device=dev)
     step = max(1, _MAP_BUDGET // max(h * w, 1))
     cells = None if seeds is None else _seed_cells(seeds[0], seeds[1], (h, w), seeds[3])
+    band = seeds[4] if seeds is not None and len(seeds) > 4 else None
+    confirmed = None if band is None else torch.zeros_like(band)
     for a in range(0, t, step):
         b = min(a + step, t)
         lo, hi = max(a - 1, 0), min(b + 1, t)  # with the neighbour frames of the pairs
@@ -733,7 +814,10 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         else:
             change = torch.zeros(b - a, h, w, dtype=torch.bool, device=dev)
         fc = fc[a - lo:b - lo]
-        if cells is not None:  # the discs of the chunk's seeds
+        if band is not None:  # the discs of the chunk's seeds, band seeds where confirmed
+            discs, confirmed = _band_discs(cells, band, seeds[2], confirmed, change, a,
+                                           cfg.motion_seed_radius_px)
+        elif cells is not None:  # the discs of the chunk's seeds
             discs = _disc_map(cells, a, b, (h, w), cfg.motion_seed_radius_px)
         else:
             discs = torch.zeros_like(change)
@@ -743,7 +827,75 @@ def _moving_pixels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         frac = m.flatten(1).sum(1).double() / area[a:b].double()
         unreliable[a:b] = frac > cfg.motion_max_fraction
         motion[a:b] = m & ~unreliable[a:b].view(-1, 1, 1)
-    return motion, unreliable, area
+    if band is None:
+        return motion, unreliable, area, seeds if seeds is None else seeds[:4], None
+    return motion, unreliable, area, (*seeds[:3], seeds[3] & (~band | confirmed)), \
+        band & confirmed
+
+
+def _band_discs(cells: torch.Tensor, band: torch.Tensor, vec: torch.Tensor,
+                confirmed: torch.Tensor, change: torch.Tensor, a: int, radius: int
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The seed discs of one chunk of frames a..b-1 with the band seeds confirmed by its
+    (b - a, h, w) bool change masks (fixed-size, :data:`_BAND_PASSES` passes, no host sync).
+
+    A band seed (an H outlier below the seed threshold) counts where it agrees with the band
+    seeds around it (:func:`_local_agreement`) and its (2r+1)^2 square meets the chunk's
+    *evidence*: the change masks, the discs of the other seeds and of the band seeds
+    confirmed in an earlier pass. So a slow mover's seeds spread from its changing edges over
+    its interior (low-contrast texture changes little there), while a mismatch on a still
+    part of the frame (no change, no seed near) or among mismatches pointing every way
+    (flicker: change everywhere) never counts.
+
+    Args:
+        cells: (M,) long seed cells (:func:`_seed_cells`; -1: not a seed); band (M,) bool;
+        vec: (M, 2) px seed motion relative to the background; confirmed: (M,) bool band
+        seeds confirmed so far (earlier chunks); a: first frame; radius: seed radius (px).
+    Returns:
+        (b - a, h, w) bool discs of the seeds that count, confirmed (M,) updated.
+    """
+    n, (h, w) = int(change.shape[0]), change.shape[-2:]
+    at = cells - a * h * w
+    inside = (at >= 0) & (at < n * h * w)
+    at = at.clamp(0, n * h * w - 1)
+    agree = band & inside & _local_agreement(at, band & inside, vec, (n, h, w), radius)
+    for _ in range(_BAND_PASSES):
+        use = torch.where(band & ~confirmed, torch.full_like(cells, -1), cells)
+        near = dilate(change | _disc_map(use, a, a + n, (h, w), radius), radius)
+        confirmed = confirmed | (agree & near.reshape(-1)[at])
+    use = torch.where(band & ~confirmed, torch.full_like(cells, -1), cells)
+    return _disc_map(use, a, a + n, (h, w), radius), confirmed
+
+
+def _local_agreement(at: torch.Tensor, band: torch.Tensor, vec: torch.Tensor,
+                     shape: Sequence[int], radius: int) -> torch.Tensor:
+    """(M,) bool: the band seeds whose motion agrees with the mean motion of the *other* band
+    seeds of their frame within about ``radius`` px: at least 2 of them, and within half the
+    mean's length of it (what :func:`_coherent_counts` asks of band seeds in a component).
+
+    Exact and deterministic on any device: the motions are summed as integers (1/16 px) on
+    a grid of ``max(1, radius // 2)`` px cells, then box-summed over ``radius`` px.
+
+    Args:
+        at: (M,) long pixel index ``t h w + y w + x`` into the chunk's (T, h, w) frames;
+        band: (M,) bool the chunk's band seeds (the only ones summed); vec: (M, 2) px;
+        shape: (T, h, w) of the chunk; radius: px.
+    """
+    t, h, w = (int(v) for v in shape)
+    c = max(1, radius // 2)
+    gh, gw, k = -(-h // c), -(-w // c), -(-max(radius, 1) // c)
+    cell = ((at // (h * w)) * gh + (at % (h * w)) // w // c) * gw + (at % w) // c
+    cell = torch.where(band, cell, torch.full_like(cell, t * gh * gw))  # discarded slot
+    own = torch.cat([(vec * 16).round().to(torch.int64), band.long().view(-1, 1)], 1)  # (M, 3)
+    acc = torch.zeros(t * gh * gw + 1, 3, dtype=torch.int64, device=vec.device)
+    acc.index_add_(0, cell, own)
+    grid = F.pad(acc[:-1].view(t, gh, gw, 3).permute(3, 0, 1, 2), (k, k, k, k))
+    box = grid.unfold(2, 2 * k + 1, 1).sum(-1).unfold(3, 2 * k + 1, 1).sum(-1)  # (3, t, gh, gw)
+    around = box.reshape(3, -1).t()[cell.clamp_max(t * gh * gw - 1)] - own  # the others'
+    count = around[:, 2].clamp_min(1).view(-1, 1).to(vec.dtype)
+    mean = around[:, :2].to(vec.dtype) / (16 * count)
+    return band & (around[:, 2] >= 2) & \
+        ((vec - mean).norm(dim=-1) <= 0.5 * mean.norm(dim=-1))
 
 
 def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.Tensor,
@@ -759,7 +911,8 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
             3); valid: (T-1,) bool (False for the pairs across two clips and for the clips not
             segmented densely); content:
             (B, h, w) bool, one per clip; regimes: B; seeds: (points (M, 2), frames (M,) into
-            the T frames, motion (M, 2), valid (M,) bool) of all clips or None; has_seeds: B
+            the T frames, motion (M, 2), valid (M,) bool[, band (M,) bool]) of all clips or
+            None; has_seeds: B
             (whether the clip was given seeds: its ``seeds`` evidence).
     Returns:
         the kept objects as a (T, h, w) uint8 / int16 label map (0: none, k: object k-1 of
@@ -773,12 +926,12 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     if seeds is not None:
         seeds = tuple(s.to(dev) for s in seeds)
         seed_clip = clip_of[seeds[1]]
-    motion, unreliable, area = _moving_pixels(gray, homographies, valid, content, clip_of,
-                                              seeds, cfg)
+    motion, unreliable, area, seeds, band = _moving_pixels(gray, homographies, valid, content,
+                                                           clip_of, seeds, cfg)
     # components of 4 x 4 cells; a pixel's label is its cell's where it moves (_label_chunks):
     # the full-size labels exist only in chunks of frames; no link between two clips
     cell = 4
-    cells, roots = _cell_components(motion, cell, 512, [b - 1 for b in bounds[1:-1]])
+    cells, roots = _motion_components(motion, cell, [b - 1 for b in bounds[1:-1]], seeds)
     if motion.numel() < 2 ** 31 - 1:  # int32 labels: exact below 2^31 pixels, half the memory
         cells = cells.to(torch.int32)
     step = max(1, _MAP_BUDGET // max(h * w, 1))
@@ -790,9 +943,10 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     counts = [per_clip(roots, clip_of), per_clip(unreliable, clip_of),
               per_clip(valid, pair_clip)]
     counts.append(per_clip(seeds[3], seed_clip) if seeds is not None else counts[0] * 0)
+    counts += [] if band is None else [per_clip(band, seed_clip)]  # the band seeds that count
     host = torch.cat(counts).tolist()  # one host transfer
     n_comp, n_unrel, n_valid, n_seed = (host[k * nb:(k + 1) * nb] for k in range(4))
-    evidences = _clip_evidences(regimes, bounds, n_valid, n_unrel, cfg)
+    evidences = _clip_evidences(regimes, bounds, n_valid, n_unrel, cfg, host[4 * nb:])
     k = sum(n_comp)
     small = max_objects < 256
     if k == 0:
@@ -811,7 +965,8 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
         at = seeds[1][first].long()
         lab = torch.where(motion[at, y, x], cells[at, y // cell, x // cell],
                           torch.zeros((), dtype=cells.dtype, device=dev))  # (M,) as labels
-        n_seeds = _coherent_of_labels(lab, seeds[2][first], k)
+        n_seeds = _coherent_of_labels(lab, seeds[2][first], k,
+                                      None if band is None else band[first])
     keep = (n_seeds >= cfg.motion_min_seeds) & (per_frame.amax(0) >= cfg.motion_min_area) \
         & ((per_frame > 0).sum(0) >= cfg.motion_min_frames)
     # each clip's kept components, largest first (ties: lower label first), at most max_objects
@@ -842,11 +997,96 @@ def _motion_labels(gray: _GrayFrames, homographies: torch.Tensor, valid: torch.T
     return kept, evidences
 
 
+def _motion_components(motion: torch.Tensor, cell: int, cuts: Sequence[int],
+                       seeds: Optional[Tuple[torch.Tensor, ...]]
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_cell_components` of the (T, h, w) bool motion map (``cell`` px cells, no link
+    after the frames ``cuts``) where, at a merge or split of blobs, the blobs of two
+    consecutive frames are linked only when their seeds agree on the motion
+    (:func:`_link_gates`): two movers that cross are one blob in the frames where they touch,
+    but no longer one object over the whole clip. Without seeds (or blobs with fewer than
+    :data:`_BLOB_MIN_SEEDS` seeds) every link is used. The 2-D blobs cost one more
+    components pass (its convergence tests: a few host syncs per batch, none per pair)."""
+    if seeds is None:
+        return _cell_components(motion, cell, 512, cuts)
+    blobs = _cell_components(motion, cell, 512, spatial=True)[0].long()  # 2-D blobs 1..K2
+    x, y = _seed_pixels(seeds[0], motion.shape[1:])
+    at = seeds[1].long()
+    on = seeds[3] & motion[at, y, x]
+    seed_blob = torch.where(on, blobs[at, y // cell, x // cell], torch.zeros_like(at))
+    gates = _link_gates(blobs, *_blob_motion(seed_blob, seeds[2], blobs.numel()))
+    return _cell_components(motion, cell, 512, cuts, gates=gates)
+
+
+def _blob_motion(seed_blob: torch.Tensor, vec: torch.Tensor, n: int
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The median relative motion of every blob's seeds (per axis, as ``numpy.median``):
+    each seed's blob (M,) long in 0..n (0: none), motion (M, 2) px -> (n + 1, 2) medians and
+    (n + 1,) bool known (at least :data:`_BLOB_MIN_SEEDS` seeds; never blob 0). Sorting, no
+    (blobs x seeds) table and no host sync."""
+    m = int(vec.shape[0])
+    count = torch.bincount(seed_blob, minlength=n + 1)
+    known = count >= _BLOB_MIN_SEEDS
+    known[0] = False
+    if m == 0:
+        return vec.new_zeros(n + 1, 2), known
+    start = count.cumsum(0) - count
+    lo = (start + (count - 1).clamp_min(0) // 2).clamp_max(m - 1)
+    hi = (start + count // 2).clamp_max(m - 1)
+    med = []
+    for c in range(2):  # seeds by blob, then by motion along the axis
+        order = torch.argsort(vec[:, c], stable=True)
+        v = vec[order[torch.argsort(seed_blob[order], stable=True)], c]
+        med.append((v[lo] + v[hi]) / 2)
+    return torch.stack(med, -1), known
+
+
+def _link_gates(blobs: torch.Tensor, med: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    """(T, h, w) int16: bit i set where the cell's 2-D blob (``blobs`` (T, h, w) long, 0 none)
+    may be linked to the blob of the cell at offset ``_NEXT[i]`` in the next frame. A link is
+    cut only at a merge or a split (the next frame's blob touches several blobs of this frame,
+    or this blob several of the next frame: two movers meeting or parting) when both blobs'
+    motions are known (``med`` (n + 1, 2) px, ``known`` (n + 1,) bool, by blob) and differ by
+    more than max(3 px, 30 %) (the tolerance of :func:`coherent_seeds`): a mover that turns
+    back, alone, stays one object."""
+    t, h, w = blobs.shape
+    bits = torch.zeros(t, h, w, dtype=torch.int16, device=blobs.device)
+    if t < 2:
+        return bits
+    n = int(med.shape[0])
+    split = _several(blobs[:-1], blobs[1:], n)  # (n,) touches several blobs of the next frame
+    merge = _several(blobs[1:], blobs[:-1], n)  # (n,) ... of the previous frame
+    la = blobs[:-1]
+    ma, ka, event = med[la], known[la], split[la]
+    sq = (med * med).sum(-1)  # (n + 1,) squared lengths
+    nxt = F.pad(blobs[1:], (1, 1, 1, 1))
+    for i, (dy, dx) in enumerate(_NEXT):
+        nb = nxt[:, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+        tol = (0.09 * torch.maximum(sq[la], sq[nb])).clamp_min(9.0)  # squared max(3, 30 %)
+        apart = (event | merge[nb]) & ka & known[nb] & (((ma - med[nb]) ** 2).sum(-1) > tol)
+        bits[:-1] |= (~apart).to(torch.int16) << i
+    return bits
+
+
+def _several(la: torch.Tensor, lb: torch.Tensor, n: int) -> torch.Tensor:
+    """(n,) bool by blob: the blobs of ``la`` (T', h, w) long (0 none) whose cells touch (3 x 3
+    neighbourhood) at least two distinct blobs of ``lb`` (T', h, w), the neighbour frames."""
+    hi = _max9(lb)  # the largest / smallest blob around each cell (n + 1: none)
+    lo = -_max9(-torch.where(lb > 0, lb, torch.full_like(lb, n)), fill=-n)
+    at = la.reshape(-1)
+    top = torch.zeros(n, dtype=lb.dtype, device=lb.device).scatter_reduce(
+        0, at, hi.reshape(-1), "amax")
+    bottom = torch.full((n,), n, dtype=lb.dtype, device=lb.device).scatter_reduce(
+        0, at, lo.reshape(-1), "amin")
+    return (top > 0) & (bottom < top)
+
+
 def _clip_evidences(regimes: Sequence[Optional[str]], bounds: Sequence[int],
-                    n_valid: Sequence[int], n_unrel: Sequence[int], cfg: SegmentConfig
-                    ) -> List[Dict[str, object]]:
+                    n_valid: Sequence[int], n_unrel: Sequence[int], cfg: SegmentConfig,
+                    n_band: Sequence[int] = ()) -> List[Dict[str, object]]:
     """One evidence dict per clip before the objects are known: method, threshold, regime,
-    why dense motion is off (F, or no valid background pair) and the unreliable frames."""
+    why dense motion is off (F, or no valid background pair), the unreliable frames and,
+    only where some count, the band seeds (``n_band``: per clip, or empty: none given)."""
     evidences: List[Dict[str, object]] = []
     for b, regime in enumerate(regimes):
         ev: Dict[str, object] = {"method": "motion", "threshold": cfg.motion_threshold,
@@ -856,6 +1096,8 @@ def _clip_evidences(regimes: Sequence[Optional[str]], bounds: Sequence[int],
                            "clustered epipolar outliers are used" if regime == "F" else
                            "off: no valid background homography")
         ev["unreliable_frames"] = n_unrel[b]
+        if b < len(n_band) and n_band[b]:
+            ev["band_seeds"] = n_band[b]
         evidences.append(ev)
     return evidences
 

@@ -3,7 +3,10 @@
 The matches a preliminary background model cannot explain are the seeds of moving objects;
 each seed carries its motion relative to the background homography (what the points of a rigid
 mover share), and the adjacent pairs' homographies give the dense photometric residuals of
-:func:`~.motion.motion_segment`.
+:func:`~.motion.motion_segment`. Under H, the matches between the inlier gate tau_H and the
+seed threshold ``motion_seed_factor x tau_H`` are *band* seeds (:func:`_band_threshold`): they
+count where the dense change masks confirm them, so a mover 2-4 px per frame off the
+background is masked rather than left as background outliers.
 """
 from __future__ import annotations
 
@@ -83,6 +86,20 @@ def _seed_threshold(config: GeoConConfig, regime: Optional[str], upscale: float 
     if regime == "F":
         return config.segment.motion_seed_factor * bc.tau_f
     return max(config.segment.motion_seed_factor * bc.tau_h, upscale * SEED_MIN_SOURCE_PX)
+
+
+def _band_threshold(config: GeoConConfig, regime: Optional[str], upscale: float = 1.0
+                    ) -> float:
+    """The residual above which a match is a *band* seed (under H only; inf under F): an H
+    outlier, ``tau_H`` px (the background's inlier gate), never less than
+    :data:`SEED_MIN_SOURCE_PX` source px. A band seed below :func:`_seed_threshold` counts
+    only near its frame's dense change masks and where the band seeds around it move alike
+    (:func:`~.motion._band_discs`): a mover 2-4 px off the background is an H outlier, so it
+    must be maskable, while scattered mismatches of that size never seed."""
+    if regime == "F":
+        return float("inf")
+    return max(min(config.segment.motion_seed_factor, 1.0) * config.background.tau_h,
+               upscale * SEED_MIN_SOURCE_PX)
 
 
 def _seed_points(pairs: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
@@ -199,13 +216,18 @@ def _joined_inputs(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
     """The arguments of :func:`~.motion.segment_joined` for B clips of one working size:
     their gray frames (pooled to the segmentation scale; never read under F), the frames'
     bounds, the adjacent homographies and validity of the joined frames, the content masks
-    and the seeds of all clips (frames into the joined frames)."""
+    and the seeds of all clips (frames into the joined frames; a fifth entry marks the band
+    seeds, :func:`_band_threshold`)."""
     dev = x1[0].device
     bounds = clip_bounds([clip.num_frames for clip in clips])
     rows = _joined_rows(pairs, x1, x2, mask, fits, config, regimes, residuals, bounds,
                         [source_upscale(clip) for clip in clips])
-    outlier = rows["mask"] & (rows["res"] > rows["tau"].view(-1, 1)) & rows["valid"].view(-1, 1)
-    seeds = _seed_points(rows["pairs"], rows["x1"], rows["x2"], outlier, rows["model"])
+    usable = rows["mask"] & rows["valid"].view(-1, 1)
+    outlier = usable & (rows["res"] > rows["tau"].view(-1, 1))
+    # band seeds: H outliers below the seed threshold, kept where the change masks confirm them
+    band = usable & (rows["res"] > rows["tau_band"].view(-1, 1)) & ~outlier
+    seeds = _seed_points(rows["pairs"], rows["x1"], rows["x2"], outlier | band, rows["model"])
+    seeds = (*seeds, torch.cat([band.reshape(-1), band.reshape(-1)]))
     homs, valid = _adjacent(rows["pairs"], rows["model"], rows["valid_h"] & rows["dense"],
                             bounds[-1])
     f = segmentation_factor(clips[0].size)
@@ -244,9 +266,10 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
     Returns:
         pairs (P, 2) long frame pairs into the joined frames (clip b's frame t is
         ``bounds[b] + t``), x1, x2 (P, N, 2) px, mask (P, N) bool, res (P, N) residuals of
-        each clip's regime model, tau (P,) its seed threshold (res's dtype), valid (P,) bool
-        validity of that fit, model (P, 3, 3) the H fits' models, valid_h (P,) bool their
-        validity, dense (P,) bool (the clip's regime is not F).
+        each clip's regime model, tau (P,) its seed threshold (res's dtype), tau_band (P,)
+        its band threshold (:func:`_band_threshold`), valid (P,) bool validity of that fit,
+        model (P, 3, 3) the H fits' models, valid_h (P,) bool their validity, dense (P,)
+        bool (the clip's regime is not F).
     """
     dev = x1[0].device
     n = max(int(a.shape[1]) for a in x1)
@@ -283,6 +306,9 @@ def _joined_rows(pairs: Sequence[torch.Tensor], x1: Sequence[torch.Tensor],
     ups = [1.0] * len(regimes) if upscales is None else upscales
     out["tau"] = to_device([_seed_threshold(config, r, u) for r, u, p in zip(regimes, ups, ps)
                             for _ in range(p)], dev, out["res"].dtype)
+    out["tau_band"] = to_device([_band_threshold(config, r, u) for r, u, p
+                                 in zip(regimes, ups, ps) for _ in range(p)], dev,
+                                out["res"].dtype)
     out["dense"] = to_device([not f for f, p in zip(f_regime, ps) for _ in range(p)], dev,
                              torch.bool)
     return out
