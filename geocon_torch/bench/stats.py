@@ -419,17 +419,21 @@ def calibration_curve(t: Sequence[float], is_f: Sequence[bool], n_bins: int = 12
 
 def gate_observations(rows: Iterable[Dict[str, Any]], method: Optional[str] = None
                       ) -> Dict[str, Any]:
-    """(t, is_f_expected, method) from ok rows with a gate statistic and a designed regime
-    (the expected regime of the row's ``prompt_category``: C1/C2/C4 -> H, C3/C5/C6 -> F).
+    """(t, is_f_expected, method) from ok rows with a finite gate statistic and a designed
+    regime (the expected regime of the row's ``prompt_category``: C1/C2/C4 -> H, C3/C5/C6 ->
+    F), sorted by (t, clip id, prompt category, generator): the same rows in any order give the
+    same observations (and the same seeded bootstrap over them).
 
     ``method`` defaults to the most common gate method (statistics of different methods are
     not comparable and are never mixed)."""
     flat = [r for r in _flat(rows) if r.get("status") == "ok"
-            and isinstance(r.get("gate_statistic"), (int, float))
+            and _number(r.get("gate_statistic"))  # NaN / inf: missing, as every statistic
             and expected_regime(r.get("prompt_category")) is not None]
     if method is None and flat:
         method = Counter(r.get("gate_method") for r in flat).most_common(1)[0][0]
-    flat = [r for r in flat if r.get("gate_method") == method]
+    flat = sorted((r for r in flat if r.get("gate_method") == method),
+                  key=lambda r: (float(r["gate_statistic"]), str(r.get("clip_id")),
+                                 str(r.get("prompt_category")), str(r.get("generator"))))
     return {"t": np.array([r["gate_statistic"] for r in flat], dtype=np.float64),
             "is_f": np.array([expected_regime(r["prompt_category"]) == "F" for r in flat],
                              dtype=bool),

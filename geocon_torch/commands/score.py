@@ -32,9 +32,10 @@ rate (worldatlas, all: the WorldAtlas trio's; gvgc: median error / kept fraction
 its mean error / inlier rate).
 Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
 the terminal width); --json OUT keeps every field of every clip, its path absolute (geocon
-explain / report find the clip from any folder). A path whose file or folder name is not
-UTF-8 (another encoding) is refused before any clip is scored, as in a manifest: no result
-store or reader takes it (rename it in UTF-8).
+explain / report find the clip from any folder), and its --masks / --poses files, absolute, in
+its "meta" (masks_path / poses_path: the report's cards and geocon explain re-derive its pairs
+with them). A path whose file or folder name is not UTF-8 (another encoding) is refused before
+any clip is scored, as in a manifest: no result store or reader takes it (rename it in UTF-8).
 Exit status: 0 when no clip has status error, 1 otherwise (a missing or unreadable video is
 an error row); 2 for a user error (a bad option, config or --json OUT; nothing scored).
 """
@@ -86,20 +87,25 @@ def _score_group(group: Sequence[Tuple[Path, str]], args: argparse.Namespace, cf
     """One score_clips call over a group of (path, clip id): the result dicts, in order, with
     ``clip`` set to the id (a bad file is its own error row)."""
     owns = [None if cid == path.stem else cid for path, cid in group]
+    masks = [per_clip_file(args.masks, path, n_clips, own) for (path, _), own in
+             zip(group, owns)]
+    poses = [per_clip_file(args.poses, path, n_clips, own, "poses") for (path, _), own in
+             zip(group, owns)]
     results = score_clips(
-        [str(path) for path, _ in group],
-        masks=[per_clip_file(args.masks, path, n_clips, own) for (path, _), own in
-               zip(group, owns)],
-        poses=[per_clip_file(args.poses, path, n_clips, own, "poses") for (path, _), own in
-               zip(group, owns)],
+        [str(path) for path, _ in group], masks=masks, poses=poses,
         config=cfg, device=args.device, batch_bytes=BATCH_BYTES,
         progress=False if args.no_progress or n_clips > 1 else None)  # stage lines: one clip
     rows = [r.to_dict() for r in results]
-    for row, (path, cid) in zip(rows, group):
+    for row, (path, cid), mask, pose in zip(rows, group, masks, poses):
         row["clip"] = cid
         # absolute (not resolved: a link keeps its name), so explain / report run from another
         # folder find the clip; the clip was read by the name typed (its error rows say that)
         row["path"] = os.path.abspath(path)
+        if mask or pose:  # as geocon demo / bench record them: the cards and geocon explain
+            # re-derive the clip's pairs with the same masks / poses from any folder
+            row["meta"] = {**(row.get("meta") or {}),
+                           "masks_path": os.path.abspath(mask) if mask else None,
+                           "poses_path": os.path.abspath(pose) if pose else None}
     return rows
 
 

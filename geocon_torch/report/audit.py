@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -21,9 +22,9 @@ from ..bench.ids import file_key
 from ..measures.calibration import STAT_LABEL, fmt_apart
 from ..presets import PRESETS
 from . import plots
-from .evidence import PairEvidence, pair_evidence
+from .evidence import PairEvidence, PairMismatchError, pair_evidence
 from .text import (calibrated_checks, calibrated_verdict, calibration_off, calibration_source,
-                   compact, configured_band, gate_unit, is_scored, label, no_bounds_reason,
+                   compact, configured_band, esc, gate_unit, is_scored, label, no_bounds_reason,
                    pair_counts, score_line, verdict_word)
 
 
@@ -157,6 +158,14 @@ def _draw_pair(d: PairEvidence, img_dir: Path, slug: str, seg: Dict[str, Any]
     return imgs, notes
 
 
+#: the card's advice when the clip's pairs cannot be re-derived without its masks / poses files
+#: and the result records none (``geocon report`` takes no --masks / --poses)
+NO_SIDE_FILES = ("the result records no masks / poses files: score the clip with geocon score "
+                 "--masks / --poses --json (which records them in the result's meta) and build "
+                 "the report again, or draw the pair with geocon explain RESULTS --clip ID "
+                 "--masks / --poses")
+
+
 def _entry(row: Dict[str, Any]) -> Dict[str, Any]:
     try:
         return json.loads(row.get("entry_json") or "{}") or {}
@@ -170,23 +179,29 @@ def _drawings(row: Dict[str, Any], res: Dict[str, Any], img_dir: Path, slug: str
     bg = res.get("background") or {}
     entry = _entry(row)
     meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
+    masks = entry.get("masks_path") or meta.get("masks_path")
+    poses = entry.get("poses_path") or meta.get("poses_path")
     try:
         d = pair_evidence(res, _pick_pair(timeline_series(bg), bg.get("pairs")),
-                          video=row.get("path") or res.get("path"),
-                          masks=entry.get("masks_path") or meta.get("masks_path"),
-                          poses=entry.get("poses_path") or meta.get("poses_path"),
+                          video=row.get("path") or res.get("path"), masks=masks, poses=poses,
                           device=device)
         return _draw_pair(d, img_dir, slug, bg.get("segment") or {})
     except Exception as exc:  # noqa: BLE001 - a card never breaks the report
-        return [], [f"drawings unavailable: {type(exc).__name__}: {exc}"]
+        note = f"drawings unavailable: {type(exc).__name__}: {exc}"
+        if isinstance(exc, PairMismatchError) and not (masks or poses):
+            note += f" ({NO_SIDE_FILES})"
+        return [], [note]
 
 
 def _fmt(v: Any, digits: int = 4, near: Optional[float] = None) -> str:
     """A fact: floats with ``digits`` significant digits (more when they are needed to tell
-    the value from ``near``, e.g. an IR of 0.99996 from 1), "-" for None, else escaped."""
+    the value from ``near``, e.g. an IR of 0.99996 from 1), "-" for None / NaN / inf (as the
+    page's tables), else escaped (bidi-isolated: :func:`~.text.esc`)."""
     if isinstance(v, float):
+        if not math.isfinite(v):
+            return "-"
         return fmt_apart(v, near, digits=digits) if near is not None else f"{v:.{digits}g}"
-    return html.escape("-" if v is None else str(v))
+    return esc("-" if v is None else str(v))
 
 
 def _bounds_html(bg: Dict[str, Any]) -> str:
@@ -198,17 +213,17 @@ def _bounds_html(bg: Dict[str, Any]) -> str:
     source = calibration_source(bg)
     if checks is None:
         if "pass_calibrated" not in bg:
-            return html.escape(calibration_off(bg))
-        return html.escape(f"{verdict_word(bg.get('pass_calibrated'))} ({no_bounds_reason(bg)})"
+            return esc(calibration_off(bg))
+        return esc(f"{verdict_word(bg.get('pass_calibrated'))} ({no_bounds_reason(bg)})"
                            + (f"; {source}" if source else ""))
     items = [html.escape(c.describe()) if c.passed else f"<b>{html.escape(c.describe())}</b>"
              for c in checks]
     failed = [c.statistic for c in checks if not c.passed]
     head = (verdict_word(bg.get("pass_calibrated"))
-            + (f" (failed: {html.escape(', '.join(STAT_LABEL[s][0] for s in failed))})"
+            + (f" (failed: {esc(', '.join(STAT_LABEL[s][0] for s in failed))})"
                if failed else ""))
     return (head + "<ul class='bounds'>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
-            + (f"<span class='muted'>applied: {html.escape(source)}</span>" if source else ""))
+            + (f"<span class='muted'>applied: {esc(source)}</span>" if source else ""))
 
 
 def _no_trio(res: Dict[str, Any]) -> str:
@@ -216,7 +231,7 @@ def _no_trio(res: Dict[str, Any]) -> str:
     scored, or its preset has no epipolar trio."""
     preset = PRESETS.get(str((res.get("config") or {}).get("preset")))
     if res.get("status") != "ok" and (preset is None or "epipolar" in preset.sections):
-        return f"not computed (clip not scored: {html.escape(str(res.get('status')))})"
+        return f"not computed (clip not scored: {esc(str(res.get('status')))})"
     return "not computed (preset without the epipolar trio)"
 
 
@@ -225,17 +240,17 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
     bg = res.get("background") or {}
     fg = res.get("foreground") or {}
     objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
-    obj_txt = ", ".join(f"#{html.escape(str(o.get('id')))}: AdaDFRC "
+    obj_txt = ", ".join(f"#{esc(str(o.get('id')))}: AdaDFRC "
                         f"{_fmt(o.get('adadfrc_mean'))} px², "
                         f"AdaP90 {_fmt(o.get('adap90'))} px²" for o in objs) or \
         f"none ({_fmt(fg.get('reason'))})"
     ep = res.get("epipolar") or {}
     unscored = res.get("status") != "ok" and not is_scored(bg)  # n/a, not "unknown" / "-"
     return [
-        ("generator / prompt cat.", html.escape(f"{label(row.get('generator'))} / "
-                                                f"{label(row.get('prompt_category'))}")),
-        ("behaviour", html.escape(label(res.get("behaviour")))),
-        ("score", html.escape(score_line(res))),
+        ("generator / prompt cat.", f"{esc(label(row.get('generator')))} / "
+                                    f"{esc(label(row.get('prompt_category')))}"),
+        ("behaviour", esc(label(res.get("behaviour")))),
+        ("score", esc(score_line(res))),
         ("status", f"{_fmt(res.get('status'))}" + (f": {_fmt(res.get('reason'))}"
                                                    if res.get("reason") else "")),
         ("IR / GE (px)", "n/a (not scored)" if unscored else
@@ -245,15 +260,15 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
         ("valid pairs", "n/a (not scored)" if unscored else
          f"{html.escape(pair_counts(bg))}; report gate pass: "
          f"{html.escape(compact(bg.get('pass')))} (paper), "
-         f"{html.escape(calibrated_verdict(bg))}"),
+         f"{esc(calibrated_verdict(bg))}"),
         ("calibrated gate", _bounds_html(bg)),
-        ("gate", html.escape(gate_rationale(res.get("gate"), res.get("regime")))),
+        ("gate", esc(gate_rationale(res.get("gate"), res.get("regime")))),
         ("objects", obj_txt),
         ("epipolar trio", f"error {_fmt(ep.get('epipolar_error'))} px, inlier rate "
                           f"{_fmt(ep.get('epipolar_inlier_rate'))}, coverage "
                           f"{_fmt(ep.get('feature_match_coverage'))}" if ep
          else _no_trio(res)),
-        ("backends", html.escape(compact(res.get("backends") or {}))),
+        ("backends", esc(compact(res.get("backends") or {}))),
         ("provenance", f"config {_fmt(res.get('config_hash'))}, version "
                        f"{_fmt(res.get('version'))}, schema {_fmt(res.get('schema_version'))}"),
     ]
@@ -292,7 +307,7 @@ def audit_card(row: Dict[str, Any], img_dir: Path, *, draw: bool = True,
         notes += more
     facts = _facts(row, res)
     out = [f'<div class="card" id="card-{html.escape(slug)}">'
-           f'<h3 id="card-{html.escape(slug)}-h">{html.escape(cid)}</h3>',
+           f'<h3 id="card-{html.escape(slug)}-h">{esc(cid)}</h3>',
            f"<table class='facts' aria-labelledby='card-{html.escape(slug)}-h'>"]
     out += [f"<tr><th scope='row'>{k}</th><td>{v}</td></tr>" for k, v in facts]
     out.append("</table>")
@@ -300,7 +315,7 @@ def audit_card(row: Dict[str, Any], img_dir: Path, *, draw: bool = True,
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
             for src, caption, alt in imgs]
     if notes:
-        out.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+        out.append("<ul class='notes'>" + "".join(f"<li>{esc(n)}</li>" for n in notes)
                    + "</ul>")
     out.append("</div>")
     return "\n".join(out)

@@ -63,6 +63,11 @@ class PairEvidence:
     objects: Optional[torch.Tensor]
 
 
+class PairMismatchError(InputError):
+    """The re-derived pair is not the stored one: the clip was scored with other masks /
+    poses / device than those given (an :class:`~geocon_torch.errors.InputError`)."""
+
+
 def _as_dict(result: Union[ClipResult, Mapping[str, Any]]) -> Dict[str, Any]:
     return result.to_dict() if isinstance(result, ClipResult) else dict(result)
 
@@ -92,7 +97,7 @@ def _check_stored(result: Dict[str, Any], rows: BackgroundRows, row: int, ir: fl
     got = (list(map(int, rows.pairs[row % rows.pairs.shape[0]].tolist())), model, ir)
     want = (stored.get("pair"), stored.get("model"), stored.get(f"ir_{model.lower()}"))
     if got != want:
-        raise InputError(
+        raise PairMismatchError(
             f"the re-derived pair (pair, model, IR) {got} differs from the stored {want}: "
             "pass the masks / poses / device the clip was scored with")
 
@@ -114,7 +119,7 @@ def pair_evidence(result: Union[ClipResult, Mapping[str, Any]], pair_index: int,
         (the stored per-pair IR of the gated model at the finest scale).
     Raises:
         InputError: no video, a pair index out of range, a clip with no scored pair, or a
-            re-derived pair that differs from the stored one.
+            re-derived pair that differs from the stored one (:class:`PairMismatchError`).
         ConfigError: the result's config is refused by a rule added after it was scored
             (``GeoConConfig.invalid_reason``): re-deriving would score with it.
     """

@@ -18,7 +18,8 @@ line naming the geocon_torch version that scored the result when it is not the r
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +30,9 @@ from ..errors import GeoConError, InputError
 from ..result import ClipResult
 from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
-from ..measures.calibration import BOUND_WHY
-from .text import (calibrated_checks, gate_unit, label, no_bounds_reason, score_line,
-                   verdict_word)
+from ..measures.calibration import BOUND_WHY, digits_apart
+from .text import (calibrated_checks, configured_band, gate_unit, is_missing, is_scored, label,
+                   no_bounds_reason, printable, score_line, verdict_word)
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -41,6 +42,41 @@ NEAR_MASK_PX = 8  # outliers within this many px of an object mask count as "at 
 def _f(v: Any, digits: int = 4) -> str:
     return f"{v:.{digits}g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else (
         "n/a" if v is None else str(v))
+
+
+def _decimals_apart(values: Sequence[float], decimals: int = 4, most: int = 8) -> int:
+    """The fewest decimals, from ``decimals`` up to ``most``, at which the distinct finite
+    ``values`` print differently with ``f"{v:.{k}f}"`` (an IR of 0.969996 against 0.97 needs
+    6, an IR of 0.99996 against 1 needs 5); ``decimals`` when they already differ."""
+    distinct = {float(v) for v in values if math.isfinite(float(v))}
+    k = int(decimals)
+    while k < most and len({f"{v:.{k}f}" for v in distinct}) < len(distinct):
+        k += 1
+    return k
+
+
+def _ir(ir: float, threshold: float, passed: bool = True) -> str:
+    """An IR (a fraction) with 4 decimals, or as many more as it takes to tell it from
+    ``threshold`` and from 1 (up to 8 when it meets the bound, 17 when it fails it: never
+    "IR 0.9700 < 0.97: FAILS" nor "1.0000" for 0.99996)."""
+    k = _decimals_apart((ir, threshold, 1.0), most=8 if passed else 17)
+    return f"{ir:.{k}f}"
+
+
+def _margin(value: float, decimals: int) -> str:
+    """A signed margin with ``decimals`` decimals, more (up to 17) where a margin that is not
+    0 would print as 0."""
+    k = int(decimals)
+    while k < 17 and value != 0 and float(f"{value:.{k}f}") == 0:
+        k += 1
+    return f"{value:+.{k}f}"
+
+
+def _exact(threshold: float) -> str:
+    """A configured threshold as written: ``:g``, or every digit where ``:g`` would round
+    it."""
+    short = f"{threshold:g}"
+    return short if float(short) == threshold else repr(float(threshold))
 
 
 def _config(res: Dict[str, Any]) -> Tuple[GeoConConfig, Optional[str]]:
@@ -84,7 +120,12 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
         # a U of the parallax gate comes from the value's interval or its noise floor, not
         # from the value itself (which may lie outside the band)
         side = f"U: {ev['why_u']}" if dec == "U" and ev.get("why_u") else _side(s, lo, hi)
-        out.append(f"  {name} = {s:.4g}{u}, {side} (H if <= {lo:g}{u}, F if >= {hi:g}{u}).")
+        conf = configured_band(gate)  # the clip's noise raised the band: say so, as the card
+        adapted = (f": the noise-adaptive band; configured {conf[0]:g} / {conf[1]:g}{u}"
+                   if conf is not None and isinstance(hi, (int, float))
+                   and conf != (float(lo), float(hi)) else "")
+        out.append(f"  {name} = {s:.4g}{u}, {side} (H if <= {lo:g}{u}, F if >= {hi:g}{u}"
+                   f"{adapted}).")
     else:
         out.append(f"  {name} unavailable: {ev.get('why', 'no evidence')}.")
     view = ev.get("view")
@@ -134,12 +175,16 @@ def threshold_lines(bg: Dict[str, Any], res: Dict[str, Any], cfg: GeoConConfig) 
         return [f"Report gate: no verdict (background {label(bg.get('status'))}: "
                 f"{label(bg.get('reason'))})."]
     ok_ir, ok_ge = ir >= bc.report_ir, ge is not None and ge <= bc.report_ge_px
-    out = [f"Report gate (paper): {'PASS' if bg.get('pass') else 'FAIL'}",
-           f"  IR {ir:.4f} {'>=' if ok_ir else '<'} report_ir {bc.report_ir:g}: "
-           f"{'ok' if ok_ir else 'FAILS'} (margin {ir - bc.report_ir:+.4f})",
-           f"  GE {_f(ge)} px {'<=' if ok_ge else '>'} report_ge_px {bc.report_ge_px:g}: "
-           f"{'ok' if ok_ge else 'FAILS'}" + (f" (margin {bc.report_ge_px - ge:+.3g} px)"
-                                               if ge is not None else "")]
+    ir_txt = _ir(ir, bc.report_ir, ok_ir)  # apart from the threshold and 1, as the card
+    decimals = len(ir_txt.partition(".")[2])
+    d = digits_apart((ge, bc.report_ge_px), max_digits=8 if ok_ge else 17) if ge is not None \
+        else 4
+    out = [f"Report gate (paper): {verdict_word(bg.get('pass'))}",
+           f"  IR {ir_txt} {'>=' if ok_ir else '<'} report_ir {_exact(bc.report_ir)}: "
+           f"{'ok' if ok_ir else 'FAILS'} (margin {_margin(ir - bc.report_ir, decimals)})",
+           f"  GE {'n/a' if ge is None else f'{ge:.{d}g}'} px {'<=' if ok_ge else '>'} "
+           f"report_ge_px {_exact(bc.report_ge_px)}: {'ok' if ok_ge else 'FAILS'}"
+           + (f" (margin {bc.report_ge_px - ge:+.{d}g} px)" if ge is not None else "")]
     return out + calibrated_lines(bg)
 
 
@@ -153,9 +198,11 @@ def failing_pairs(bg: Dict[str, Any], cfg: GeoConConfig) -> List[Dict[str, Any]]
     for k, pair, ir, ge, ok, model in zip(series["index"], series["pair"], series["ir"],
                                           series["ge"], series["valid"], series["model"]):
         why = ([] if ok else ["invalid (too few inliers)"]) + (
-            [f"IR {ir:.4f} < {bc.report_ir:g}"] if ok and ir is not None and ir < bc.report_ir
-            else []) + ([f"GE {ge:.3g} px > {bc.report_ge_px:g}"]
-                        if ok and ge is not None and ge > bc.report_ge_px else [])
+            [f"IR {_ir(ir, bc.report_ir, False)} < {_exact(bc.report_ir)}"]
+            if ok and ir is not None and ir < bc.report_ir else []) + (
+            [f"GE {ge:.{digits_apart((ge, bc.report_ge_px), 3, 17)}g} px > "
+             f"{_exact(bc.report_ge_px)}"]
+            if ok and ge is not None and ge > bc.report_ge_px else [])
         if why:
             out.append({"index": k, "pair": pair, "model": model, "ir": ir, "ge": ge,
                         "valid": ok, "why": "; ".join(why)})
@@ -186,7 +233,7 @@ def outlier_lines(ev: PairEvidence, chosen: bool = False) -> List[str]:
     n, n_out = int(ev.inliers.numel()), int(out_mask.sum())
     name = "Pair" if chosen else "Worst pair"
     head = (f"{name} #{ev.index} {ev.pair} ({ev.model}): {n_out} outliers of {n} "
-            f"background matches, IR {ev.ir:.4f}.")
+            f"background matches, IR {_ir(ev.ir, 1.0)}.")
     if n_out == 0:
         return [head]
     h, w = ev.frame1.shape[-2:]
@@ -226,7 +273,7 @@ def _scan_line(bg: Dict[str, Any], model: str, cfg: GeoConConfig) -> Optional[st
     for tau, ir, ge in sorted(zip(taus, irs, ges), key=lambda r: r[0]):
         if ir is not None and ir >= bc.report_ir and (ge is None or ge <= bc.report_ge_px):
             return (f"  the report gate would pass at tau_{model} >= {tau:g} {unit} "
-                    f"(scan: IR {ir:.4f}, GE {_f(ge, 3)} px).")
+                    f"(scan: IR {_ir(ir, bc.report_ir)}, GE {_f(ge, 3)} px).")
     return (f"  no tau_{model} in the sensitivity scan ({', '.join(f'{t:g}' for t in taus)}) "
             "makes the report gate pass.")
 
@@ -242,7 +289,8 @@ def change_lines(res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
                    "report gate would pass.")
     elif ir is not None:
         out.append(f"  the report gate would fail if IR fell below {cfg.background.report_ir:g} "
-                   f"(now {ir:.4f}) or GE rose above {cfg.background.report_ge_px:g} px.")
+                   f"(now {_ir(ir, cfg.background.report_ir)}) or GE rose above "
+                   f"{cfg.background.report_ge_px:g} px.")
     s, th = gate.get("statistic"), gate.get("thresholds") or {}
     lo, hi = th.get("low"), th.get("high")
     name = (gate.get("evidence") or {}).get("statistic_name") or "t_inf"
@@ -305,16 +353,22 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
                      f"(this is {__version__}).")
     lines.append(score_line(res))
     lines += gate_lines(res.get("gate"), res.get("regime"))
-    lines += threshold_lines(bg, res, cfg)
-    lines += _pair_lines(bg, cfg)
     k = worst_pair(bg) if pair is None else int(pair)
     n_pairs = len((timeline_series(bg) or {}).get("index", []))
     if pair is not None and not 0 <= k < n_pairs:
         raise InputError(f"--pair must be in [0, {n_pairs}), got {pair}")
+    if res.get("status") != "ok" and not is_scored(bg):  # n/a, as the card: no pairs to show
+        reason = res.get("reason")
+        lines.append(f"Report gate: n/a (clip not scored: {label(res.get('status'))}"
+                     + ("" if is_missing(reason) else f": {reason}") + ")")
+        return "\n".join(printable(line) for line in lines) + "\n"
+    lines += threshold_lines(bg, res, cfg)
+    lines += _pair_lines(bg, cfg)
     if evidence and k is not None and res.get("status") != "error":
         lines += _evidence_lines(res, k, video, masks, poses, device, pair is not None)
     lines += change_lines(res, cfg)
-    return "\n".join(lines) + "\n"
+    # control characters of free text (clip ids, reasons) escaped: no forged line, no ESC
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: Any,

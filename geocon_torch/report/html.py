@@ -29,7 +29,7 @@ from ..io._atomic import atomic_write_text
 from ..measures.calibration import fmt_apart
 from . import plots
 from .audit import audit_card
-from .text import compact, configured_band, counts, gate_unit, label
+from .text import compact, configured_band, counts_html, esc, gate_unit, label
 
 CSS = """
 body{font-family:system-ui,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;max-width:1200px;
@@ -52,7 +52,8 @@ table.kv{font-size:0.85em;margin:4px 0}table.kv th,table.kv td{padding:1px 6px}
 ROUNDING_NOTE = (
     "Numbers are rounded to 4 significant digits (scores, rates and fractions to 3), with more "
     "digits where they are needed to tell a value from its threshold or from 1 (100 %). IR is "
-    "a fraction in [0, 1] except in the leaderboard's IR (%). 95% CIs in [brackets].")
+    "a fraction in [0, 1] except in the leaderboard's IR (%). 95% CIs in [brackets] "
+    "(\"n/a: 1 scene\" where a group has one scene: the bootstrap has no spread).")
 #: column / axis names of the per-clip metrics (IR is a fraction here, GE in px)
 METRIC_NAMES = {"ir": "IR (fraction)", "ge_px": "GE (px)"}
 
@@ -67,18 +68,23 @@ def _f(v: Any, digits: int = 4, near: Optional[float] = None) -> str:
         if not np.isfinite(v):
             return "-"
         return fmt_apart(v, near, digits=digits) if near is not None else f"{v:.{digits}g}"
-    return html.escape(str(v))
+    return esc(v)
 
 
 def _l(v: Any) -> str:
-    """A label cell (generator, prompt category, behaviour): "unknown" when missing."""
-    return html.escape(label(v))
+    """A label cell (generator, prompt category, behaviour): "unknown" when missing; escaped
+    and bidi-isolated (:func:`~.text.esc`)."""
+    return esc(label(v))
 
 
 def _ci(rec: Dict[str, Any], key: str, digits: int = 4, near: Optional[float] = None) -> str:
+    """``rec[key]`` with its 95% CI ``[key_lo, key_hi]``; "[n/a: 1 scene]" instead of the
+    interval when ``rec[key_scenes]`` is 1 (one value: the bootstrap has no spread)."""
     v, lo, hi = rec.get(key), rec.get(f"{key}_lo"), rec.get(f"{key}_hi")
     if v is None:
         return "-"
+    if rec.get(f"{key}_scenes") == 1:
+        return f"{_f(v, digits, near)} <span class='muted'>[n/a: 1 scene]</span>"
     return (f"{_f(v, digits, near)} <span class='muted'>[{_f(lo, digits, near)}, "
             f"{_f(hi, digits, near)}]</span>")
 
@@ -203,18 +209,19 @@ def _versions_warning(flat: List[Dict[str, Any]], source: str = "rows",
     if not stats.versions_to_warn(versions):
         return []
     alone = next(iter(versions)) if len(versions) == 1 else None
-    listed = "; ".join(f"{v} ({n} clip{'s' if n != 1 else ''})" for v, n in versions.items())
+    listed = "; ".join(f"{esc(v)} ({n} clip{'s' if n != 1 else ''})"
+                       for v, n in versions.items())
     how = re.sub(r"`([^`]*)`", r"<code>\1</code>",
-                 html.escape(stats.rescore_advice(source, config_hash)))
+                 esc(stats.rescore_advice(source, config_hash)))
     if alone is None:
         found = (f"<b>Warning: mixed package versions.</b> The scored clips of this config come "
-                 f"from {len(versions)} geocon_torch versions: {html.escape(listed)}. The "
+                 f"from {len(versions)} geocon_torch versions: {listed}. The "
                  f"installed one is {html.escape(__version__)}. ")
         which = "numbers of different versions may not be comparable"
         whose = "the clips of the other versions"
     else:
         found = (f"<b>Warning: rows of another package version.</b> The scored clips of this "
-                 f"config were all scored by geocon_torch {html.escape(listed)}. The installed "
+                 f"config were all scored by geocon_torch {listed}. The installed "
                  f"one is {html.escape(__version__)}. ")
         which = "these numbers may differ from those the installed version gives"
         whose = "these clips"
@@ -231,17 +238,42 @@ def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optiona
     versions = Counter(label(r.get("version")) for r in flat)
     schemas = Counter(label(r.get("schema_version")) for r in flat)
     backends = Counter(compact(r["_result"].get("backends") or {}) for r in flat)
-    head = [f"<p>Source <code>{html.escape(src_name)}</code>: {len(flat)} clips, config "
+    head = [f"<p>Source <code>{esc(src_name)}</code>: {len(flat)} clips, config "
             f"<code>{_f(chosen)}</code>"
             + (f" (other configs in the source: {', '.join(_f(h) for h in hashes if h != chosen)})"
                if len(hashes) > 1 else "") + "</p>",
-            f"<p class='muted'>package version (clips): {html.escape(counts(versions))}; "
+            f"<p class='muted'>package version (clips): {counts_html(versions)}; "
             f"installed geocon_torch {html.escape(__version__)}; result schema: "
-            f"{html.escape(counts(schemas))}; backends: "
-            f"{html.escape(counts(backends))}; bootstrap B = {page.n_boot}, seed "
+            f"{counts_html(schemas)}; backends: "
+            f"{counts_html(backends)}; bootstrap B = {page.n_boot}, seed "
             f"{page.seed}; generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
             " UTC</p>", f"<p class='muted'>{html.escape(ROUNDING_NOTE)}</p>"]
-    return "\n".join(head + _versions_warning(flat, source, chosen))
+    return "\n".join(head + _versions_warning(flat, source, chosen) + _range_warning(flat))
+
+
+#: clips named in the out-of-range box (the rest are counted)
+RANGE_NAMED = 20
+
+
+def _range_warning(flat: List[Dict[str, Any]]) -> List[str]:
+    """A visible box naming the clips whose headline score or IR lies outside [0, 1] (values
+    the scorer never writes: hand-edited or corrupted results; the schema does not bound
+    them), or nothing when there is none."""
+    odd = []
+    for r in flat:
+        bad = [f"{name} {_f(float(r[key]), near=1.0)}"
+               for key, name in (("score", "score"), ("ir", "IR"))
+               if stats._number(r.get(key)) and not 0.0 <= r[key] <= 1.0]
+        if bad:
+            odd.append(f"{esc(label(r.get('clip_id')))} ({', '.join(bad)})")
+    if not odd:
+        return []
+    more = len(odd) - RANGE_NAMED
+    listed = "; ".join(odd[:RANGE_NAMED]) + (f"; and {more} more" if more > 0 else "")
+    return [f"<p class='warn'><b>Warning: values out of range.</b> {len(odd)} "
+            f"clip{'s' if len(odd) != 1 else ''} ha{'ve' if len(odd) != 1 else 's'} a score "
+            f"or IR outside [0, 1], which geocon never writes (a hand-edited or damaged "
+            f"result?): {listed}. They are shown and counted as stored.</p>"]
 
 
 def _leaderboard_section(page: _Page) -> str:
@@ -253,7 +285,7 @@ def _leaderboard_section(page: _Page) -> str:
         score[r["generator"]].get("score") is None, -(score[r["generator"]].get("score") or 0.0)))
     counts = {c["generator"]: c for c in stats.status_counts(page.flat)}
     passed = {r["generator"]: r for r in stats.pass_rates(page.flat, **page.boot)}
-    lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3),
+    lb_rows = [[_l(r["generator"]), _ci(score[r["generator"]], "score", 3, near=1.0),
                 _ci(r, "ir_pct", 4, near=100.0), _ci(r, "ge_px"), _ci(r, "adadfrc"),
                 _ci(passed[r["generator"]], "pass", 3, near=1.0),
                 _ci(passed[r["generator"]], "pass_calibrated", 3, near=1.0),
@@ -290,7 +322,7 @@ def _frozen_note(flat: List[Dict[str, Any]]) -> List[str]:
     frozen = Counter(r.get("generator") for r in flat if r.get("frozen") is True)
     if not frozen:
         return []
-    return [f"<p>Frozen (still) clips, by generator: {html.escape(counts(frozen))}. They keep "
+    return [f"<p>Frozen (still) clips, by generator: {counts_html(frozen)}. They keep "
             "their geometric score (a static camera on a static scene is category C1) and are "
             "flagged in the rows' <code>frozen</code> column; the training rewards and "
             "<code>geocon pairs</code> give them the neutral value.</p>"]
@@ -309,8 +341,8 @@ def _prompt_category_section(page: _Page) -> str:
                                       **page.boot)
         cat.append(_table(["generator", "prompt category", f"median {name}", "scenes", "clips"],
                           [[_l(g["generator"]), _l(g["prompt_category"]),
-                            _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"]}, "v",
-                                near=near),
+                            _ci({"v": g["value"], "v_lo": g["lo"], "v_hi": g["hi"],
+                                 "v_scenes": g["n_scenes"]}, "v", near=near),
                             str(g["n_scenes"]), str(g["n_clips"])] for g in groups], left=2,
                           caption=f"Median {name} per generator and prompt category"))
         n_gen = len({label(g["generator"]) for g in groups})
@@ -378,7 +410,9 @@ def _gate_net_benefit(page: _Page, obs: Dict[str, Any], method: str, unit: str =
                  f"[{_f(float(ba['lo'][k]), 3)}, {_f(float(ba['hi'][k]), 3)}]",
                  str(int(ba["best_counts"][k]))] for k, tv in enumerate(grid)], left=0,
                caption="Net benefit and balanced accuracy per gate threshold"),
-        page.figure(plots.net_benefit(nb, page.img / "net_benefit.png"), "net benefit sweep",
+        page.figure(plots.net_benefit(nb, page.img / "net_benefit.png",
+                                      xlabel=f"threshold tau ({unit})" if unit else
+                                      "threshold tau"), "net benefit sweep",
                     f"Net benefit against the threshold tau ({grid.size} thresholds) for the "
                     "false-positive costs c = 0.5, 1 and 2; the numbers are in the table above")]
 
@@ -435,7 +469,7 @@ def _gate_section(page: _Page) -> str:
     category is designed for (never the post-hoc behaviour)."""
     gate = ["<h2 id='gate'>Translation gate</h2>"]
     with_stat = [r for r in page.flat if r.get("status") == "ok"
-                 and isinstance(r.get("gate_statistic"), (int, float))]
+                 and stats._number(r.get("gate_statistic"))]  # NaN / inf: missing
     if not with_stat:
         gate.append("<p class='muted'>No gate statistic among the ok results.</p>")
         return "\n".join(gate)
@@ -453,7 +487,7 @@ def _gate_section(page: _Page) -> str:
     gate.append(f"<p>method <b>{_l(method)}</b>"
                 + (f" (statistic {_l(stat_name)})" if stat_name else "")
                 + f", {len(same)} clips; decisions (clips): "
-                f"{html.escape(counts(decisions))}; {html.escape(band)}.</p>")
+                f"{counts_html(decisions)}; {esc(band)}.</p>")
     drawn = {f"configured {k}" if spread else k: v for k, v in thresholds.items()}
     xlabel = (stat_name or f"{method} statistic") + (f" ({unit})" if unit else "")
     gate.append(page.figure(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -113,7 +113,8 @@ def _finish_categories(fig, ax, cats: List[str], metric: str, title: str, genera
 @_verbatim
 def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
                   path: PathLike) -> Path:
-    """Per-prompt-category strip + box plots of one metric, one colour per generator.
+    """Per-prompt-category strip + box plots of one metric, one colour per generator (the
+    same figure for the values in any order: each group's are sorted before their jitter).
 
     Args:
         values: {prompt_category: {generator: [clip values]}}.
@@ -127,8 +128,8 @@ def distributions(values: Dict[str, Dict[str, Sequence[float]]], metric: str,
     rng = np.random.default_rng(0)
     for k, (generator, style) in enumerate(zip(generators, _styles(len(generators)))):
         color = style["color"]
-        data = [(i, np.asarray(values[c].get(generator, []), dtype=float))
-                for i, c in enumerate(cats)]
+        data = [(i, np.sort(np.asarray(values[c].get(generator, []), dtype=float)))
+                for i, c in enumerate(cats)]  # sorted: the jitter ignores the row order
         data = [(i, v) for i, v in data if v.size]
         if not data:
             continue
@@ -218,13 +219,15 @@ def calibration(curve: Dict[str, np.ndarray], path: PathLike, tau: Optional[floa
 
 
 @_verbatim
-def net_benefit(nb: Dict[str, np.ndarray], path: PathLike) -> Path:
-    """NB(tau) curves for each false-positive cost c (appendix B, eq. 18)."""
+def net_benefit(nb: Dict[str, np.ndarray], path: PathLike,
+                xlabel: str = "threshold tau") -> Path:
+    """NB(tau) curves for each false-positive cost c (appendix B, eq. 18); ``xlabel`` names
+    the threshold with the statistic's unit ("threshold tau (ref px)")."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
     for c, row in zip(nb["costs"], nb["nb"]):
         ax.plot(nb["thresholds"], row, marker=".", label=f"c = {c:g}")
-    ax.set_xlabel("threshold tau")
+    ax.set_xlabel(label(xlabel))
     ax.set_ylabel("net benefit (TP - c FP) / N")
     ax.legend(fontsize=8)
     return _save(fig, path)
@@ -249,11 +252,26 @@ def sensitivity(curves: List[Dict], path: PathLike, *, x_key: str, y_key: str, l
     return _save(fig, path)
 
 
+#: the least span (px) of the timeline's GE axis, from 0
+GE_SPAN_PX = 0.5
+
+
+def _span(values: np.ndarray, low: float, high: float, pad: float) -> Tuple[float, float]:
+    """(bottom, top) of an axis from ``low`` to ``high``, widened to the finite ``values``
+    (the top to ``pad`` times the largest): nothing is drawn off the axis."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return low, high
+    return min(low, float(finite.min())), max(high, float(finite.max()) * pad)
+
+
 @_verbatim
 def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
              ge: Sequence[Optional[float]], valid: Sequence[bool], path: PathLike,
-             title: str = "") -> Path:
-    """Per-pair IR (left axis) and GE px (right axis); invalid pairs marked with x."""
+             title: str = "", ge_span: float = GE_SPAN_PX) -> Path:
+    """Per-pair IR (left axis, 0 to 1.05 or the largest IR) and GE px (right axis, from 0 to
+    at least ``ge_span`` px: a change of 5e-5 px does not fill the axis); invalid pairs
+    marked with x."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 2.6))
     x = np.asarray(pairs, dtype=float)
@@ -261,13 +279,14 @@ def timeline(pairs: Sequence[int], ir: Sequence[Optional[float]],
     irv = np.asarray([np.nan if a is None else a for a in ir], dtype=float)
     gev = np.asarray([np.nan if a is None else a for a in ge], dtype=float)
     ax.plot(x[v], irv[v], "o-", color="tab:green", ms=3, label="IR")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(*_span(irv[v], 0.0, 1.05, 1.05))
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("pair index")
     ax.set_ylabel("IR", color="tab:green")
     ax2 = ax.twinx()
     ax2.plot(x[v], gev[v], "s-", color="tab:purple", ms=3, label="GE")
     ax2.set_ylabel("GE (px)", color="tab:purple")
+    ax2.set_ylim(*_span(gev[v], 0.0, ge_span, 1.1))
     if (~v).any():
         ax.plot(x[~v], np.zeros((~v).sum()), "x", color="tab:red", label="invalid pair")
     ax.set_title(title, fontsize=9)

@@ -5,12 +5,39 @@ from __future__ import annotations
 
 import html
 import math
+import re
+import unicodedata
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..io.sampling import FROZEN_MAX_MAD
-from ..measures.calibration import BoundCheck, bound_checks, clip_statistics
+from ..measures.calibration import BoundCheck, bound_checks, clip_statistics, fmt_apart
 
 UNKNOWN = "unknown"
+#: bidi classes whose text is isolated in the HTML (right-to-left letters and digits, and the
+#: embedding / override / isolate controls, e.g. U+202E, that would reorder the text after it)
+_BIDI_ISOLATE = frozenset({"R", "AL", "AN", "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI",
+                           "FSI", "PDI"})
+#: C0 / C1 control characters, bidi marks / controls and line / paragraph separators: escaped
+#: in plain-text output (:func:`printable`)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def esc(value: Any) -> str:
+    """``str(value)`` HTML-escaped, inside ``<bdi>`` when it holds right-to-left text or bidi
+    controls (a U+202E in a generator name would otherwise reverse the rest of its
+    paragraph); plain ASCII text is only escaped."""
+    text = str(value)
+    out = html.escape(text)
+    if text.isascii() or not any(unicodedata.bidirectional(c) in _BIDI_ISOLATE for c in text):
+        return out
+    return f"<bdi>{out}</bdi>"
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: control characters (newline, ESC, C1), bidi marks / controls
+    and line separators written as their Python escapes (``\\n``, ``\\x1b``,
+    ``\\u202e``), so a clip id or reason can neither forge a line nor move the cursor."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def is_missing(value: Any) -> bool:
@@ -59,12 +86,18 @@ def counts(counter: Mapping[Any, int]) -> str:
     return "; ".join(f"{label(k)} ({n})" for k, n in items) or "none"
 
 
+def counts_html(counter: Mapping[Any, int]) -> str:
+    """:func:`counts` as HTML: each key escaped and bidi-isolated (:func:`esc`)."""
+    items = sorted(counter.items(), key=lambda kv: (-kv[1], label(kv[0])))
+    return "; ".join(f"{esc(label(k))} ({n})" for k, n in items) or "none"
+
+
 def kv_table_html(mapping: Optional[Mapping[str, Any]], cls: str = "kv") -> str:
     """A small two-column HTML table of ``mapping`` (values through :func:`compact`)."""
     if not mapping:
         return "<span class='muted'>none</span>"
-    rows = "".join(f"<tr><th class='l'>{html.escape(str(k))}</th>"
-                   f"<td class='l'>{html.escape(compact(v))}</td></tr>"
+    rows = "".join(f"<tr><th class='l'>{esc(k)}</th>"
+                   f"<td class='l'>{esc(compact(v))}</td></tr>"
                    for k, v in sorted(mapping.items(), key=lambda kv: str(kv[0])))
     return f"<table class='{cls}'>{rows}</table>"
 
@@ -95,6 +128,14 @@ def pair_counts(background: Optional[Dict[str, Any]]) -> str:
             f"({pairs} pairs x {n_scales} scales)")
 
 
+def _fraction(value: Any) -> str:
+    """A score (term) in [0, 1]: 3 significant digits, more where it would print as 1
+    (0.99999, not "1"); other values as :func:`compact`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return fmt_apart(float(value), 1.0, digits=3)
+    return compact(value, 3)
+
+
 def score_line(result: Mapping[str, Any]) -> str:
     """The headline score and the terms it folds (:mod:`geocon_torch.measures.headline`):
     "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]" ("Score n/a
@@ -106,8 +147,8 @@ def score_line(result: Mapping[str, Any]) -> str:
         reason = result.get("reason")  # not scored: n/a and why, not an "unknown" score
         return f"Score n/a ({status}" + ("" if is_missing(reason) else f": {reason}") + ")"
     terms = result.get("score_terms") if isinstance(result.get("score_terms"), Mapping) else {}
-    detail = ", ".join(f"{k} {compact(v, 3)}" for k, v in terms.items())
-    line = (f"Score {compact(result.get('score'), 3)}" + (f" ({detail})" if detail else "")
+    detail = ", ".join(f"{k} {_fraction(v)}" for k, v in terms.items())
+    line = (f"Score {_fraction(result.get('score'))}" + (f" ({detail})" if detail else "")
             + " [0-1, higher is better]")
     motion = result.get("motion") if isinstance(result.get("motion"), Mapping) else {}
     if motion.get("frozen") is True:
