@@ -117,15 +117,40 @@ def check_matrices(m: torch.Tensor, name: str = "model", size: int = 3) -> None:
         raise ShapeError(f"{name} must be float32 or float64, got {m.dtype}")
 
 
-def check_mask(mask: Optional[torch.Tensor], like: torch.Tensor, name: str = "mask") -> torch.Tensor:
-    """Return a bool (P, N) mask matching ``like`` (P, N, ...); all-True when ``mask`` is None."""
+def check_mask(mask: Optional[torch.Tensor], like: torch.Tensor, name: str = "mask"
+               ) -> torch.Tensor:
+    """Return a bool (P, N) mask matching ``like`` (P, N, ...); all-True when ``mask`` is None.
+
+    A bool mask is taken as it is (no tensor read: no host sync). A mask of another dtype
+    (0 / 1 integers or floats) must hold only 0 and 1: one batched check, one host read on that
+    path only; NaN or a weight such as 0.01 is an InputError (``.to(bool)`` would count every
+    nonzero value, NaN included, as a valid match).
+
+    Raises:
+        ShapeError: not a tensor, or not of shape (P, N); InputError: a non-bool mask with a
+            value other than 0 / 1.
+    """
     lead = tuple(like.shape[:2])
     if mask is None:
         return torch.ones(lead, dtype=torch.bool, device=like.device)
     if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != lead:
         got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ShapeError(f"{name} must have shape {lead}, got {got}")
+    if mask.dtype != torch.bool:
+        _check_binary(mask, name)
     return mask.to(device=like.device, dtype=torch.bool)
+
+
+def _check_binary(mask: torch.Tensor, name: str) -> None:
+    """InputError unless the non-bool ``mask`` holds only 0 and 1 (one host read; the values
+    of the message are read only when it raises)."""
+    binary = (mask == 0) | (mask == 1)
+    if bool(binary.all()):
+        return
+    bad = mask[~binary]
+    raise InputError(f"{name} must be bool (or hold only 0 / 1), got {mask.dtype} with "
+                     f"{bad.numel()} other value(s), e.g. {bad[0].item():g}: threshold "
+                     f"weights first (e.g. {name}=weights > 0)")
 
 
 def check_same_shape(tensors: Sequence[torch.Tensor], names: Sequence[str]) -> None:

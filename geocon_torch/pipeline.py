@@ -31,7 +31,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -667,7 +667,9 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
     Args:
         videos: a list of clips (paths, (T, C, H, W) uint8 / float tensors in [0, 1], Clips),
             or a (B, T, C, H, W) tensor.
-        masks, poses: per-clip lists (entries as :func:`score_clip` takes them), or None.
+        masks, poses: per-clip lists (entries as :func:`score_clip` takes them; None for a
+            clip without), or None. A single path (str / bytes / Path) is refused: pass
+            ``[path]`` for one clip.
         config, device, preset: as :func:`score_clip`.
         progress: passed on (default False: a batch API, e.g. inside metrics and rewards;
             None: on for a terminal).
@@ -690,7 +692,8 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
             batch-wide background stage are raised too (a config problem is every clip's).
         InputError: ``device`` is no torch device or one this machine lacks (as
             :func:`score_clip`), ``batch_bytes`` is not an integer >= 1 (ArgumentTypeError for
-            a non-integer), once for the call before any clip is read.
+            a non-integer), ``masks`` / ``poses`` is a single path, no list, or a list whose
+            length is not the number of clips, once for the call before any clip is read.
     """
     device = check_device(device)
     budget = BATCH_BYTES if batch_bytes is None else check_integer(batch_bytes, "batch_bytes", 1)
@@ -706,10 +709,7 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
                          f"Clips) or a (B, T, C, H, W) tensor, got {type(videos).__name__}: "
                          f"use score_clip for one clip, or pass [video]")
     n = len(videos)
-    masks = list(masks) if masks is not None else [None] * n
-    poses = list(poses) if poses is not None else [None] * n
-    if len(masks) != n or len(poses) != n:
-        raise InputError(f"masks / poses lists must have one entry per clip ({n})")
+    masks, poses = _per_clip(masks, "masks", n), _per_clip(poses, "poses", n)
     preflight_models(cfg, videos, masks, poses, device)
     out: List[Optional[Union[ClipResult, Exception]]] = [None] * n
     batch: List[Tuple[int, _Item]] = []
@@ -730,6 +730,24 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
         batch.append((k, item))
     _score_batch(batch, out, progress, return_exceptions)
     return [r for r in out if r is not None]
+
+
+def _per_clip(value: Any, name: str, n: int) -> List[Any]:
+    """``masks`` / ``poses`` of :func:`score_clips` (``name``) as a list of ``n`` entries (None:
+    n Nones). InputError for a single path (``list()`` would split it into characters), a
+    value that is no sequence, or a list of another length, naming the argument."""
+    if value is None:
+        return [None] * n
+    if isinstance(value, (str, bytes, Path)) or not isinstance(value, Iterable):
+        raise InputError(f"{name} must be a list with one entry per clip ({n} "
+                         f"clip{'' if n == 1 else 's'}), got {type(value).__name__} "
+                         f"{value!r}: for one clip pass [path]")
+    out = list(value)
+    if len(out) != n:
+        raise InputError(f"{name} has {len(out)} entr{'y' if len(out) == 1 else 'ies'} for "
+                         f"{n} clip{'' if n == 1 else 's'}: pass one entry per clip (None for "
+                         f"a clip without {name})")
+    return out
 
 
 def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,

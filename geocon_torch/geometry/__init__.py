@@ -2,7 +2,9 @@
 
 Every function is batched over a leading pair dimension ``P``: points are padded ``(P, N, 2)``
 tensors with a ``(P, N)`` bool mask (padded entries hold finite zeros), on CPU or CUDA, in float32
-or float64. Nothing loops over pairs or hypotheses in Python.
+or float64. Nothing loops over pairs or hypotheses in Python. A mask of another dtype must hold
+only 0 / 1 (one host read checks it); NaN or a weight such as 0.01 is an InputError: threshold
+weights first (``mask=weights > 0``).
 
 Convention: pixel ``(x, y)`` at working resolution; ``x2 ~ H x1`` and ``x2^T F x1 = 0`` with
 ``x1`` in the first frame of the pair.
@@ -19,7 +21,10 @@ Residuals (``(P, N)``, differentiable)
     ``transfer_error`` (forward, OpenCV findHomography's), ``sampson_distance`` (eq. 11, px),
     ``sampson_distance_normalized`` (unitless, what tau_F = 0.1 is compared with),
     ``epipolar_line_distance`` (one-sided, GVGC), ``epipolar_max_distance`` (OpenCV's classic
-    findFundamentalMat error: the larger of the two point-line distances).
+    findFundamentalMat error: the larger of the two point-line distances). Where F defines no
+    epipolar line (F = 0, the model of a failed fit) they are huge (``finfo.max`` squared),
+    never 0. ``fundamental_residuals(fit, ...)`` / ``homography_residuals(fit, ...)`` of a
+    whole Fit are NaN on its invalid rows.
 
 Robust estimation -> :class:`geocon_torch.types.Fit`
     ``ransac_homography(x1, x2, mask, scores, threshold=2.0, residual="symmetric"|"forward")``,

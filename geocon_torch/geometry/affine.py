@@ -11,7 +11,7 @@ from typing import Tuple
 
 import torch
 
-from .._checks import check_points, check_same_shape
+from .._checks import check_number, check_points, check_same_shape
 from .._precision import scoring_precision
 from ..errors import ShapeError
 from .normalization import _finite_entries
@@ -45,14 +45,20 @@ def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weight
             entry may hold anything, NaN too), a negative weight counts as 0. An entry whose
             weight, position or motion is NaN / inf is ignored as well (weight 0; masked
             elementwise, no host sync).
-        eps: relative conditioning floor: an item is invalid when the weighted position
-            covariance has ``det <= eps * trace^2`` (collinear or fewer than 3 distinct points).
+        eps: relative conditioning floor, a number >= 0: an item is invalid when the weighted
+            position covariance has ``det <= eps * trace^2`` (collinear or fewer than 3
+            distinct points; 0 still refuses exactly collinear ones).
 
     Returns:
         A: (P, 2, 2), b: (P, 2), wmse: (P,) in px^2 (the promoted dtype), valid: (P,) bool.
         Invalid items (total weight 0, or degenerate positions) get ``A = 0``, ``b`` = weighted
         mean motion (0 when the weight is 0) and the matching finite WMSE; they never produce NaN.
-        Differentiable w.r.t. all inputs (gradcheck in float64).
+        Differentiable w.r.t. all inputs (gradcheck in float64). The bits do not depend on
+        the inputs' memory layout (strided / permuted views give the contiguous results).
+
+    Raises:
+        ShapeError: other shapes / dtypes; ArgumentTypeError / InputError: ``eps`` is not a
+            number / is negative or NaN.
     """
     check_points(positions, "positions")
     check_points(motions, "motions")
@@ -60,9 +66,11 @@ def weighted_affine_lstsq(positions: torch.Tensor, motions: torch.Tensor, weight
     if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != tuple(positions.shape[:2]):
         got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
         raise ShapeError(f"weights must have shape {tuple(positions.shape[:2])}, got {got}")
+    eps = check_number(eps, "eps", 0)
     dtype = torch.promote_types(positions.dtype, motions.dtype)
-    positions, motions = positions.to(dtype), motions.to(dtype)
-    w = weights.to(dtype).clamp_min(0)
+    # contiguous: the einsum sums below follow the strides (no op when already contiguous)
+    positions, motions = positions.to(dtype).contiguous(), motions.to(dtype).contiguous()
+    w = weights.to(dtype).contiguous().clamp_min(0)
     # an entry with a NaN / inf weight, position or motion is ignored: weight 0 and, since
     # 0 * NaN is NaN, its values zeroed. One torch.where per use, each just before it: the
     # inputs' gradients then accumulate in the same order as without the masks (bit for bit)

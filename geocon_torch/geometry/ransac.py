@@ -1043,8 +1043,12 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
         >>> fit = ransac_fundamental(x1, x2, threshold=1.0, residual="sampson", seed=0)
         >>> fit.valid.item(), fit.num_inliers.item(), fit.inliers[0, :20].any().item()
         (True, 80, False)
-        >>> bool(sampson_distance(fit.model, x1, x2)[0, 20:].max() < 1e-6)
+        >>> bool(fit.valid[0] & (sampson_distance(fit.model, x1, x2)[0, 20:].max() < 1e-6))
         True
+
+    Check ``fit.valid`` before reading the model: an invalid row's F is all zeros, whose
+    residuals are huge (``finfo.max`` squared), and :func:`fundamental_residuals` of the Fit
+    is NaN there.
     """
     if residual not in F_RESIDUALS:
         raise InputError(f"residual must be one of {F_RESIDUALS}, got {residual!r}")

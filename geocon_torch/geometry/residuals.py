@@ -4,7 +4,11 @@ Convention (kornia.geometry.epipolar style): ``x2 ~ H x1`` and ``x2^T F x1 = 0``
 points of the first frame; points are pixel ``(x, y)`` at working resolution. All functions take
 ``model (P, 3, 3)``, ``x1, x2 (P, N, 2)`` and return ``(P, N)``; padded points (finite zeros)
 give finite values that the caller masks out. Points mapped to infinity (``w -> 0``) get a huge
-but finite residual. Every function is differentiable (gradcheck in float64).
+but finite residual. So does a match where F defines no epipolar line (the first two entries of
+``F x1`` / ``F^T x2`` in a residual's denominator are all 0, e.g. every match under the all-zero
+F of a failed ``ransac_fundamental`` row): the dtype's ``finfo.max`` as a squared residual, its
+square root as a distance, never 0, so such a model explains no match. Every function is
+differentiable (gradcheck in float64; the gradient of such a match is 0, not NaN).
 
 The private ``_*`` kernels broadcast over any leading dimensions (e.g. ``model (P, K, 3, 3)``
 against ``x (P, 1, N, 2)``). The batched RANSAC scores hypotheses with its own float32 GEMM
@@ -12,13 +16,14 @@ kernels in normalised coordinates (``ransac.py``), which these functions are the
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import math
+from typing import Any, Optional, Tuple
 
 import torch
 
 from .._checks import check_matrices, check_points, check_same_shape
 from .._precision import scoring_precision
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, ShapeError
 from .normalization import _normalize_points, _similarity_inverse, finite_mask
 
 
@@ -36,23 +41,49 @@ def _check(model: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, name: str) -
     check_same_shape([x1, x2], ["x1", "x2"])
 
 
+def _check_squared(squared: Any) -> None:
+    """ArgumentTypeError unless ``squared`` is a bool (a str such as "no" is truthy)."""
+    if not isinstance(squared, bool):
+        raise ArgumentTypeError(f"squared must be a bool, got {type(squared).__name__} "
+                                f"{squared!r}")
+
+
 def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(x.clamp_min(torch.finfo(x.dtype).tiny))
+
+
+def _max_root(dtype: torch.dtype) -> float:
+    """``sqrt(finfo(dtype).max)``, equal in ``dtype`` to what ``_safe_sqrt`` gives for
+    ``finfo.max`` (a square root rounded to float64, then to float32, is the float32 one):
+    the distance of a match no epipolar line is defined for. Host arithmetic, no tensor op."""
+    return math.sqrt(torch.finfo(dtype).max)
+
+
+def _line_ratio_sq(num_sq: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num_sq / den`` (px^2, broadcasting), ``finfo.max`` where ``den <= finfo.tiny``: no
+    epipolar line there, so no match is explained (never ``0 / tiny = 0``). The clamped
+    denominator keeps the masked quotient finite, so its gradient is 0, never NaN; NaN stays
+    NaN."""
+    tiny = torch.finfo(den.dtype).tiny
+    return (num_sq / den.clamp_min(tiny)).masked_fill(den <= tiny, torch.finfo(den.dtype).max)
 
 
 def _safe_den(w: torch.Tensor) -> torch.Tensor:
     """``w`` pushed away from 0 (keeps its sign, + for 0) so that divisions stay finite."""
     tiny = torch.finfo(w.dtype).eps ** 2
-    return torch.where(w.abs() < tiny, torch.where(w < 0, -tiny, tiny) + torch.zeros_like(w), w)
+    # the inner where is a default-dtype tensor of +-tiny; the outer one promotes it to w's
+    # dtype (the same values as adding zeros_like(w), two ops fewer)
+    return torch.where(w.abs() < tiny, torch.where(w < 0, -tiny, tiny), w)
 
 
-def _map(M: torch.Tensor, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows of ``M [x; 1]`` for M (..., 3, 3), x (..., N, 2) -> three (..., N) tensors."""
+def _map(M: torch.Tensor, x: torch.Tensor, rows: int = 3) -> Tuple[torch.Tensor, ...]:
+    """The first ``rows`` rows of ``M [x; 1]`` for M (..., 3, 3), x (..., N, 2) -> ``rows``
+    (..., N) tensors."""
     px, py = x[..., 0], x[..., 1]
     out = []
-    for r in range(3):
+    for r in range(rows):
         out.append(M[..., r, 0, None] * px + M[..., r, 1, None] * py + M[..., r, 2, None])
-    return out[0], out[1], out[2]
+    return tuple(out)
 
 
 def _adjugate3(M: torch.Tensor) -> torch.Tensor:
@@ -95,28 +126,30 @@ def _symmetric_transfer(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> 
     return 0.5 * (fwd + bwd)
 
 
-def _epipolar_terms(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor):
-    """``x2^T F x1`` and the first two entries of ``F x1`` and ``F^T x2``, broadcasting."""
+def _epipolar_terms(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
+                    backward: bool = True) -> Tuple[torch.Tensor, ...]:
+    """``x2^T F x1`` and the first two entries of ``F x1`` and (``backward``) of ``F^T x2``,
+    broadcasting (the third entry of ``F^T x2`` is never needed, so never computed)."""
     a0, a1, a2 = _map(F, x1)
-    b0, b1, _ = _map(F.transpose(-1, -2), x2)
     num = x2[..., 0] * a0 + x2[..., 1] * a1 + a2
+    if not backward:
+        return num, a0, a1
+    b0, b1 = _map(F.transpose(-1, -2), x2, rows=2)
     return num, a0, a1, b0, b1
 
 
 def _sampson_sq(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
     num, a0, a1, b0, b1 = _epipolar_terms(F, x1, x2)
-    den = (a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1).clamp_min(torch.finfo(F.dtype).tiny)
-    return num * num / den
+    return _line_ratio_sq(num * num, a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1)
 
 
 def _epipolar_max_sq(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
     """OpenCV fundam.cpp ``computeError``: max of the squared distances of x2 to F x1 and of
-    x1 to F^T x2 (px^2), broadcasting."""
+    x1 to F^T x2 (px^2), broadcasting; ``finfo.max`` where either line is undefined."""
     num, a0, a1, b0, b1 = _epipolar_terms(F, x1, x2)
-    tiny = torch.finfo(F.dtype).tiny
     n2 = num * num
-    return torch.maximum(n2 / (a0 * a0 + a1 * a1).clamp_min(tiny),
-                         n2 / (b0 * b0 + b1 * b1).clamp_min(tiny))
+    return torch.maximum(_line_ratio_sq(n2, a0 * a0 + a1 * a1),
+                         _line_ratio_sq(n2, b0 * b0 + b1 * b1))
 
 
 def transfer_error(H: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
@@ -175,10 +208,15 @@ def sampson_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
     Args:
         F: (P, 3, 3) fundamental matrices with ``x2^T F x1 = 0`` (any scale).
         x1, x2: (P, N, 2) pixel points.
-        squared: return :math:`d^2` (px^2) instead of :math:`d` (px).
+        squared: return :math:`d^2` (px^2) instead of :math:`d` (px); a bool.
 
     Returns:
-        (P, N) distances in pixels (px^2 when squared).
+        (P, N) distances in pixels (px^2 when squared); where F defines no epipolar line (e.g.
+        F = 0) ``sqrt(finfo.max)`` (``finfo.max`` when squared), never 0.
+
+    Raises:
+        ShapeError: other shapes / dtypes, or a different P; ArgumentTypeError: ``squared``
+            is not a bool.
 
     Example: F of a camera translated along x (epipolar lines are the rows, ``y2 = y1``);
     the second match is 3 px off its line, so its Sampson distance is ``3 / sqrt(2)``.
@@ -192,6 +230,7 @@ def sampson_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
         tensor([[0.0000, 2.1213]])
     """
     _check(F, x1, x2, "F")
+    _check_squared(squared)
     d2 = _sampson_sq(F, x1, x2)
     return d2 if squared else _safe_sqrt(d2)
 
@@ -215,7 +254,8 @@ def sampson_distance_normalized(F: torch.Tensor, x1: torch.Tensor, x2: torch.Ten
             non-finite coordinate never does, and its own distance is NaN).
 
     Returns:
-        (P, N) unitless Sampson distances, in the promoted dtype of F, x1 and x2.
+        (P, N) unitless Sampson distances, in the promoted dtype of F, x1 and x2
+        (``sqrt(finfo.max)`` where F defines no epipolar line, e.g. F = 0).
     """
     _check(F, x1, x2, "F")
     dt = torch.promote_types(torch.promote_types(F.dtype, x1.dtype), x2.dtype)
@@ -238,11 +278,14 @@ def epipolar_line_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) 
         x1, x2: (P, N, 2) pixel points.
 
     Returns:
-        (P, N) distances in pixels.
+        (P, N) distances in pixels (``sqrt(finfo.max)`` where ``F x1`` is no line, e.g.
+        F = 0).
     """
     _check(F, x1, x2, "F")
-    num, a0, a1, _, _ = _epipolar_terms(F, x1, x2)
-    return num.abs() / _safe_sqrt(a0 * a0 + a1 * a1)
+    num, a0, a1 = _epipolar_terms(F, x1, x2, backward=False)
+    den = a0 * a0 + a1 * a1
+    tiny = torch.finfo(den.dtype).tiny
+    return (num.abs() / _safe_sqrt(den)).masked_fill(den <= tiny, _max_root(den.dtype))
 
 
 def epipolar_max_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
@@ -255,11 +298,17 @@ def epipolar_max_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
     Args:
         F: (P, 3, 3) fundamental matrices with ``x2^T F x1 = 0``.
         x1, x2: (P, N, 2) pixel points.
-        squared: return px^2 instead of px.
+        squared: return px^2 instead of px; a bool.
 
     Returns:
-        (P, N) distances in pixels (px^2 when squared).
+        (P, N) distances in pixels (px^2 when squared); ``sqrt(finfo.max)`` (``finfo.max``
+        when squared) where either epipolar line is undefined (e.g. F = 0).
+
+    Raises:
+        ShapeError: other shapes / dtypes, or a different P; ArgumentTypeError: ``squared``
+            is not a bool.
     """
     _check(F, x1, x2, "F")
+    _check_squared(squared)
     d2 = _epipolar_max_sq(F, x1, x2)
     return d2 if squared else _safe_sqrt(d2)

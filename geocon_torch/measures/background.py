@@ -28,6 +28,7 @@ from .._checks import check_mask, check_points
 from .._tensor_utils import constant_on, masked_median
 from ..geometry import (fundamental_residuals, homography_residuals, symmetric_transfer_error)
 from ..geometry.normalization import finite_mask
+from ..errors import ShapeError
 from ..result import BEHAVIOURS
 from ..types import Fit
 
@@ -68,7 +69,15 @@ def pair_metrics(residuals: torch.Tensor, mask: torch.Tensor, tau: float, *,
             F this is the pixel Sampson distance while the test uses the normalised one).
         fit_valid: (P,) bool, False where the robust fit failed.
         min_inliers: pairs with fewer inliers are invalid.
+
+    Raises:
+        ShapeError: ``residuals`` is not a (P, N) tensor, or ``mask`` not (P, N);
+            InputError: a non-bool ``mask`` with values other than 0 / 1.
     """
+    if not isinstance(residuals, torch.Tensor) or residuals.ndim != 2:
+        got = (tuple(residuals.shape) if isinstance(residuals, torch.Tensor)
+               else type(residuals).__name__)
+        raise ShapeError(f"residuals must have shape (P, N), got {got}")
     mask = check_mask(mask, residuals.unsqueeze(-1), "mask")
     inl = mask & (residuals <= tau)
     n_in = inl.sum(-1)
@@ -205,23 +214,36 @@ def rotation_from_fundamental(F: torch.Tensor, size_hw: Union[Sequence[int], tor
     (``D [t]_x D`` stays skew-symmetric), so the angle separates translation from
     rotation + translation. Used only for the post-hoc behaviour. ``size_hw``: (H, W) px of
     every row's frames, or a (P, 2) tensor of each row's own (rows of clips of several sizes).
+    A row whose F (or E) is all zeros (the model of a failed fit) or holds a NaN / inf gets
+    NaN; the other rows keep their angles, bit for bit (no host sync).
+
+    Raises:
+        ShapeError: ``size_hw`` has neither 1 nor P rows.
     """
     hw = torch.as_tensor(size_hw, dtype=F.dtype, device=F.device).reshape(-1, 2)
+    if hw.shape[0] not in (1, F.shape[0]):
+        raise ShapeError(f"F has {F.shape[0]} rows (P, 3, 3) = {tuple(F.shape)} but size_hw has "
+                         f"{hw.shape[0]} (H, W) rows; pass one (H, W) or one per row of F")
     h, w = hw[:, 0], hw[:, 1]
     f = focal_factor * torch.maximum(h, w)
     zero, one = torch.zeros_like(f), torch.ones_like(f)
     K = torch.stack([f, zero, w / 2.0, zero, f, h / 2.0, zero, zero, one], -1).view(-1, 3, 3)
     E = K.transpose(-1, -2) @ F @ K
-    U, _, Vh = torch.linalg.svd(E)
-    U = U * torch.where(torch.linalg.det(U) < 0, -1.0, 1.0).to(F.dtype).view(-1, 1, 1)
-    Vh = Vh * torch.where(torch.linalg.det(Vh) < 0, -1.0, 1.0).to(F.dtype).view(-1, 1, 1)
+    size = E.abs().amax((-2, -1))
+    # the SVD of a non-finite matrix raises for the whole batch: those rows are decomposed as
+    # zeros (a finite row passes unchanged) and their angle is made NaN below
+    U, _, Vh = torch.linalg.svd(E.nan_to_num(0.0, 0.0, 0.0))
+    # det of an orthogonal factor is +-1: its sign (as the former where(det < 0, -1, 1))
+    U = U * torch.linalg.det(U).sign().view(-1, 1, 1)
+    Vh = Vh * torch.linalg.det(Vh).sign().view(-1, 1, 1)
     W = constant_on(_W90, F.device, F.dtype)
     angles = []
     for Wk in (W, W.T):
         R = U @ Wk @ Vh
         tr = R.diagonal(dim1=-2, dim2=-1).sum(-1)
         angles.append(torch.arccos(((tr - 1) / 2).clamp(-1.0, 1.0)))
-    return torch.minimum(*angles) * (180.0 / math.pi)
+    # size / size: exactly 1 where E is finite and nonzero, NaN where it is 0, inf or NaN
+    return torch.minimum(*angles) * (180.0 / math.pi) * (size / size)
 
 
 def classify_behaviour(regime: Optional[str], passed: Optional[bool], motion_px: Optional[float],

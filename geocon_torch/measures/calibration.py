@@ -75,6 +75,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .._checks import check_same_shape
 from .._tensor_utils import masked_quantile
 from ..errors import InputError
 
@@ -207,7 +208,9 @@ def _pass_grid(cands: Sequence[torch.Tensor], x: torch.Tensor, lower: Sequence[b
 def gate_rates(ir_min: torch.Tensor, ge_max: torch.Tensor, ir: torch.Tensor,
                ge: torch.Tensor) -> torch.Tensor:
     """(A, B) fraction of the N clips (ir, ge: (N,)) that pass ``IR >= ir_min[a]`` and
-    ``GE <= ge_max[b]`` (ir_min (A,), ge_max (B,)); 0 when N = 0."""
+    ``GE <= ge_max[b]`` (ir_min (A,), ge_max (B,)); 0 when N = 0. ShapeError when ``ir`` and
+    ``ge`` differ in shape."""
+    check_same_shape([ir, ge], ["ir", "ge"])
     return _pass_grid([ir_min.double(), ge_max.double()],
                       torch.stack([ir.double(), ge.double()], -1), (True, False))
 
@@ -302,7 +305,12 @@ def select_thresholds(ir_clean: torch.Tensor, ge_clean: torch.Tensor, ir_bad: to
             default the paper's 0.97.
     Returns:
         :class:`Thresholds` (rates measured on these clips).
+    Raises:
+        ShapeError: ``ir_clean`` / ``ge_clean`` (or ``ir_bad`` / ``ge_bad``) differ in shape.
+        InputError: no clean clip (see also :func:`select_bounds`).
     """
+    check_same_shape([ir_clean, ge_clean], ["ir_clean", "ge_clean"])
+    check_same_shape([ir_bad, ge_bad], ["ir_bad", "ge_bad"])
     if ir_clean.numel() == 0:  # bounds that pass no clip: a gate that fails everything
         raise InputError(f"no clean clip to calibrate on ({ir_bad.numel()} corrupted): the "
                          f"bounds are placed on the clean clips' values")
@@ -325,7 +333,10 @@ def roc_curve(ge_clean: torch.Tensor, ge_bad: torch.Tensor, ir_clean: torch.Tens
               ir_bad: torch.Tensor, ir_min: float) -> Dict[str, list]:
     """ROC-style curve of the GE bound at a fixed IR bound: for every candidate GE threshold
     (ascending), the false-pass rate on the corrupted clips and the true-pass rate on the clean
-    ones. Returns {"ge_thresholds", "false_pass", "true_pass"} (lists of equal length)."""
+    ones. Returns {"ge_thresholds", "false_pass", "true_pass"} (lists of equal length).
+    ShapeError when ``ge_clean`` / ``ir_clean`` (or ``ge_bad`` / ``ir_bad``) differ in shape."""
+    check_same_shape([ge_clean, ir_clean], ["ge_clean", "ir_clean"])
+    check_same_shape([ge_bad, ir_bad], ["ge_bad", "ir_bad"])
     b = _candidates(torch.cat([ge_clean, ge_bad]).double(), lower=False).sort().values
     a = torch.tensor([float(ir_min)], dtype=torch.float64)
     tp = gate_rates(a, b, ir_clean.double(), ge_clean.double())[0]

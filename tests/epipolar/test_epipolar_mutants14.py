@@ -295,7 +295,7 @@ def test_shared_integer_and_number_checks_at_their_bounds():
 def test_shared_tensor_shape_checks():
     from geocon_torch._checks import (check_mask, check_matrices, check_points,
                                       check_same_shape)
-    from geocon_torch.errors import ShapeError
+    from geocon_torch.errors import InputError, ShapeError
 
     pts = torch.zeros(2, 5, 2)
     check_points(pts)
@@ -308,8 +308,10 @@ def test_shared_tensor_shape_checks():
     for bad in (torch.zeros(4, 3, 4), torch.zeros(4, 4, 3)):
         with pytest.raises(ShapeError, match=r"\(P, 3, 3\)"):
             check_matrices(bad)
-    m = check_mask(torch.tensor([[1.0, 0.0, 2.0, 0.0, 1.0]] * 2), pts)
+    m = check_mask(torch.tensor([[1.0, 0.0, 1.0, 0.0, 1.0]] * 2), pts)
     assert m.dtype == torch.bool and m[0].tolist() == [True, False, True, False, True]
+    with pytest.raises(InputError, match="mask must be bool"):  # 2.0 is no 0 / 1 mask value
+        check_mask(torch.tensor([[1.0, 0.0, 2.0, 0.0, 1.0]] * 2), pts)
     assert check_mask(None, pts).all() and check_mask(None, pts).shape == (2, 5)
     with pytest.raises(ShapeError, match=r"mask must have shape \(2, 5\)"):
         check_mask(torch.ones(2, 4, dtype=torch.bool), pts)
