@@ -13,7 +13,12 @@ rank's insert wins), then loops:
    a transaction advisory lock (per config hash), so the claim query of one job sees every
    lease another job committed before it (two jobs never claim the same clip at once);
 2. score them (as one batch) and commit each result together with its ``done = TRUE`` (one
-   transaction per clip), or mark a row done when the store already holds it;
+   transaction per clip), or mark a row done when the store already holds it. A rank scores a
+   content only while it holds a session advisory lock on (config, content key)
+   (:meth:`WorkQueue.lock_content`): a clip whose bytes another rank or job scores right now
+   (the same file under another clip id) is handed back for a moment
+   (:meth:`WorkQueue.defer`) and linked once that result is stored, so identical bytes are
+   scored once across ranks and jobs, as within one rank;
 3. when nothing is claimable but rows are still leased by other ranks, wait and look again:
    a killed rank's leases expire and its rows are taken by the others.
 
@@ -59,6 +64,8 @@ RELEASE_TIMEOUT_S = 5.0
 #: advisory lock class of the per-config claim lock (two-key form: its own key space)
 CLAIM_LOCK_CLASS = 0x636C_6D00  # "clm"
 _CLAIM_LOCK = "SELECT pg_advisory_xact_lock(?::integer, hashtext(?))"
+#: advisory lock class of the per-(config, content) scoring lock (session level, two-key form)
+CONTENT_LOCK_CLASS = 0x636E_7400  # "cnt"
 _HEARTBEAT = ("INSERT INTO work_jobs (job, config_hash, alive_until) "
               "VALUES (?, ?, now() + ? * interval '1 second') ON CONFLICT (job) DO UPDATE "
               "SET alive_until = GREATEST(work_jobs.alive_until, excluded.alive_until)")
@@ -103,6 +110,20 @@ WHERE j.job <> ? AND j.alive_until < now(){config}
 FOR UPDATE OF j SKIP LOCKED
 """
 _STALE_CONFIG = " AND j.config_hash = ?"
+# the job's open rows that another job's live lease on the same clip (and config) keeps from
+# being claimed: per other job, the clips and the seconds until its last lease runs out
+_BLOCKED = """
+SELECT o.job, COUNT(DISTINCT w.clip_id), EXTRACT(EPOCH FROM MAX(o.lease_until) - now())
+FROM work w JOIN work o ON o.config_hash = w.config_hash AND o.clip_id = w.clip_id
+WHERE w.job = ? AND NOT w.done AND o.job <> w.job AND NOT o.done AND o.lease_until >= now()
+GROUP BY o.job ORDER BY o.job
+"""
+# the job's rows, inserted once (ranks racing here wait on the job's advisory lock)
+_ENQUEUE = """
+INSERT INTO work (job, clip_id, config_hash, position)
+SELECT ?, u.clip_id, ?, u.position FROM unnest(?::text[], ?::bigint[]) AS u(clip_id, position)
+ON CONFLICT DO NOTHING
+"""
 
 _CLAIM = """
 WITH pick AS (
@@ -168,11 +189,17 @@ class WorkQueue:
             have = self.store.execute("SELECT COUNT(*) FROM work WHERE job = ?", (self.job,))
             if have[0][0] >= len(clip_ids):
                 return
-            for pos, cid in enumerate(clip_ids):
-                self.store.execute(
-                    "INSERT INTO work (job, clip_id, config_hash, position) VALUES (?,?,?,?) "
-                    "ON CONFLICT DO NOTHING", (self.job, cid, self.config_hash, pos))
+            self.store.execute(_ENQUEUE, (self.job, self.config_hash, list(clip_ids),
+                                          list(range(len(clip_ids)))))
         self.store.transaction(tx)
+
+    def blocked(self) -> List[Tuple[str, int, float]]:
+        """``(job, clips, seconds)`` for each other job whose live lease on a clip of the same
+        config keeps open rows of this job from being claimed (a live job scoring them, or a
+        killed run's claims, which run out after its lease): the clips it holds, and the
+        seconds until its last such lease runs out (one read)."""
+        return [(str(j), int(n), max(0.0, float(left)))
+                for j, n, left in self.store.select(_BLOCKED, (self.job,))]
 
     def claim(self) -> Optional[str]:
         """The clip id this rank now holds a lease on, or None when nothing is claimable."""
@@ -198,6 +225,36 @@ class WorkQueue:
         with self._lock:
             self._held.update(cid for cid, _ in rows)
         return [cid for cid, _ in sorted(rows, key=lambda r: r[1])]
+
+    def lock_content(self, key: str) -> bool:
+        """Take this rank's lock on scoring the content ``key`` under the job's config (a
+        session advisory lock, :data:`CONTENT_LOCK_CLASS`; never waits): False when another
+        rank or job holds it (it scores the same bytes right now). Held until
+        :meth:`unlock_content`, or until the rank's connection ends (a killed rank)."""
+        return bool(self.store.select("SELECT pg_try_advisory_lock(?::integer, hashtext(?))",
+                                      (CONTENT_LOCK_CLASS, f"{self.config_hash}/{key}"))[0][0])
+
+    def unlock_content(self, key: str) -> None:
+        """Release :meth:`lock_content`'s lock on ``key`` (stored, or found stored)."""
+        self.store.select("SELECT pg_advisory_unlock(?::integer, hashtext(?))",
+                          (CONTENT_LOCK_CLASS, f"{self.config_hash}/{key}"))
+
+    def defer_s(self) -> float:
+        """Seconds a row handed back by :meth:`defer` stays unclaimable: a quarter of the
+        lease, 0.5 s to 5 s."""
+        return min(5.0, max(0.5, self.lease_s / 4.0))
+
+    def defer(self, clip_id: str) -> None:
+        """Hand ``clip_id`` back for :meth:`defer_s` seconds (owner cleared, lease kept that
+        long): its bytes are scored by another rank or job right now; whoever claims it next
+        finds the result stored and links it (or scores it, when that scorer died)."""
+        def tx() -> None:
+            self.store.execute(
+                "UPDATE work SET owner = NULL, lease_until = now() + ? * interval '1 second' "
+                "WHERE job = ? AND clip_id = ? AND owner = ? AND NOT done",
+                (self.defer_s(), self.job, clip_id, self.owner))
+        self.store.transaction(tx)
+        self.settle(clip_id)
 
     def settle(self, clip_id: str) -> None:
         """``clip_id`` is stored (its row done): this rank no longer holds it."""

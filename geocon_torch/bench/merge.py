@@ -41,6 +41,16 @@ one snapshot (results and clip rows in one read transaction: a shard a job still
 gives a clip row without its result), and written in batches of one transaction each, so a
 merge killed midway is completed by running it again, and re-running a finished merge changes
 nothing.
+
+OUT may be a store a job writes meanwhile (a live PostgreSQL leaderboard). A key that the job
+commits in OUT after the merge read OUT is never overwritten by an insert nor counted as added:
+the insert keeps OUT's row (``ON CONFLICT DO NOTHING RETURNING``; SQLite before 3.35 looks the
+key up inside its write transaction) and the shard's row is decided again against OUT's row as
+it is now (the same, a replacement listed in ``updates``, a conflict). A replacement itself
+(an error row, a row of another version, an older clip row of OUT) is decided on the row the
+merge read: if the job rewrites that very row meanwhile (``--retry-errors``,
+``--rescore-versions``), the shard's row may replace the job's; merge again once the job is
+done to have every such row decided on OUT's final rows.
 """
 from __future__ import annotations
 
@@ -205,16 +215,31 @@ ResultKey = Tuple[str, str]
 
 
 def _flush(dest: ResultStore, table: str, added: List[Dict[str, Any]],
-           replaced: List[Dict[str, Any]], force: bool = False) -> None:
+           replaced: List[Dict[str, Any]], force: bool = False) -> List[Dict[str, Any]]:
     """Write the pending rows of ``table`` once :data:`BATCH` of them wait (or ``force``):
-    new keys inserted, replaced ones upserted; the lists are emptied."""
+    new keys inserted, replaced ones upserted; the lists are emptied. Returns the ``added``
+    rows that were not written: another writer (a live job) committed their key in ``dest``
+    after the merge read it (:func:`_late_results`, :func:`_late_clips` decide them again)."""
     if not force and len(added) + len(replaced) < BATCH:
-        return
-    for rows, replace in ((added, False), (replaced, True)):
-        if rows:
-            dest.insert_raw(rows if table == "results" else [],
-                            rows if table == "clips" else [], replace=replace)
-            rows.clear()
+        return []
+    late: List[Dict[str, Any]] = []
+    if added:
+        kept = dest.insert_raw(added if table == "results" else [],
+                               added if table == "clips" else [])[table == "clips"]
+        keys = set(kept)
+        late = [r for r in added if _key(table, r) in keys]
+        added.clear()
+    if replaced:
+        dest.insert_raw(replaced if table == "results" else [],
+                        replaced if table == "clips" else [], replace=True)
+        replaced.clear()
+    return late
+
+
+def _key(table: str, row: Dict[str, Any]) -> Tuple[str, str]:
+    """The key of a raw row of ``table``: (content hash, config hash) or (clip_id, config)."""
+    return ((row["content_hash"] if table == "results" else row["clip_id"]),
+            row["config_hash"])
 
 
 #: what :func:`_merge_results` knows of a row of OUT: (digest, status, reason, version)
@@ -252,48 +277,88 @@ def _merge_results(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str,
     added: List[Dict[str, Any]] = []
     replaced: List[Dict[str, Any]] = []
     for row in shard_rows:
+        _merge_result(dest, shard, row, seen, report, added, replaced)
+        _late_results(dest, shard, _flush(dest, "results", added, replaced), seen, report,
+                      added, replaced)
+    while added or replaced:
+        _late_results(dest, shard, _flush(dest, "results", added, replaced, force=True), seen,
+                      report, added, replaced)
+
+
+def _seen(row: Dict[str, Any]) -> Seen:
+    """What :func:`_merge_results` keeps of a raw results row."""
+    return (_digest(row["result_json"]), row["status"], row["reason"], row["version"])
+
+
+def _late_results(dest: ResultStore, shard: str, late: List[Dict[str, Any]],
+                  seen: Dict[ResultKey, Seen], report: MergeReport,
+                  added: List[Dict[str, Any]], replaced: List[Dict[str, Any]]) -> None:
+    """Decide again the shard rows counted as added whose key another writer committed in
+    ``dest`` meanwhile (:func:`_flush`): against ``dest``'s row now (same, replaced,
+    conflict, ...), never as added."""
+    for row in late:
+        report.results_added -= 1
         key = (row["content_hash"], row["config_hash"])
-        digest = _digest(row["result_json"])
-        have = seen.get(key)
-        why = None if have is None or have[0] == digest else _replacement(have, row)
-        if have is None:
-            added.append(row)
-            report.results_added += 1
-        elif have[0] == digest:
-            report.results_same += 1
-        elif why is not None:
-            replaced.append(row)
-            if why == "error":
-                report.results_replaced += 1
-                diffs = {"status": [have[1], row["status"]], "reason": [have[2], row["reason"]]}
-            else:
-                report.results_upgraded += 1
-                diffs = differences(dest.stored_result_json(*key), row["result_json"])
-            report.updates.append({
-                "table": "results", "content_hash": key[0], "config_hash": key[1],
-                "from": shard, "differences": diffs})
-        elif row["status"] == "error":
-            report.results_errors_skipped += 1
-            continue
+        now = dest.raw_result(*key)
+        if now is None:  # deleted again since: added after all
+            seen.pop(key, None)
         else:
-            kept = dest.stored_result_json(*key)
-            conflict = {"table": "results", "content_hash": key[0], "config_hash": key[1],
-                        "kept_from": dest.name, "other_from": shard,
-                        "differences": differences(kept, row["result_json"])}
-            hint = version_hint((dest.name, have[3]), (shard, row["version"]))
-            envs = numeric_envs(kept, row["result_json"])
-            if envs:
-                conflict["numeric_env"] = envs
-                hint = hint or ("the rows were computed in different numeric environments "
-                                "(CPU class / library builds, result['numeric_env']): score "
-                                "a leaderboard on one kind of machine, or re-score one store")
-            if hint:
-                conflict["hint"] = hint
-            report.conflicts.append(conflict)
-            continue
-        seen[key] = (digest, row["status"], row["reason"], row["version"])
-        _flush(dest, "results", added, replaced)
-    _flush(dest, "results", added, replaced, force=True)
+            seen[key] = _seen(now)
+        _merge_result(dest, shard, row, seen, report, added, replaced)
+
+
+def _merge_result(dest: ResultStore, shard: str, row: Dict[str, Any],
+                  seen: Dict[ResultKey, Seen], report: MergeReport,
+                  added: List[Dict[str, Any]], replaced: List[Dict[str, Any]]) -> None:
+    """Decide one results row of the shard against ``seen`` (module doc): appended to
+    ``added`` / ``replaced`` (to be written), or counted as the same, a skipped error row or a
+    conflict."""
+    key = (row["content_hash"], row["config_hash"])
+    digest = _digest(row["result_json"])
+    have = seen.get(key)
+    why = None if have is None or have[0] == digest else _replacement(have, row)
+    if have is None:
+        added.append(row)
+        report.results_added += 1
+    elif have[0] == digest:
+        report.results_same += 1
+    elif why is not None:
+        replaced.append(row)
+        if why == "error":
+            report.results_replaced += 1
+            diffs = {"status": [have[1], row["status"]], "reason": [have[2], row["reason"]]}
+        else:
+            report.results_upgraded += 1
+            diffs = differences(dest.stored_result_json(*key), row["result_json"])
+        report.updates.append({
+            "table": "results", "content_hash": key[0], "config_hash": key[1],
+            "from": shard, "differences": diffs})
+    elif row["status"] == "error":
+        report.results_errors_skipped += 1
+        return
+    else:
+        report.conflicts.append(_result_conflict(dest, shard, key, have, row))
+        return
+    seen[key] = (digest, row["status"], row["reason"], row["version"])
+
+
+def _result_conflict(dest: ResultStore, shard: str, key: ResultKey, have: Seen,
+                     row: Dict[str, Any]) -> Dict[str, Any]:
+    """The conflict entry of two different scored results of one key (module doc)."""
+    kept = dest.stored_result_json(*key)
+    conflict = {"table": "results", "content_hash": key[0], "config_hash": key[1],
+                "kept_from": dest.name, "other_from": shard,
+                "differences": differences(kept, row["result_json"])}
+    hint = version_hint((dest.name, have[3]), (shard, row["version"]))
+    envs = numeric_envs(kept, row["result_json"])
+    if envs:
+        conflict["numeric_env"] = envs
+        hint = hint or ("the rows were computed in different numeric environments "
+                        "(CPU class / library builds, result['numeric_env']): score "
+                        "a leaderboard on one kind of machine, or re-score one store")
+    if hint:
+        conflict["hint"] = hint
+    return conflict
 
 
 def _merge_clips(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str, Any]],
@@ -302,41 +367,63 @@ def _merge_clips(dest: ResultStore, shard: str, shard_rows: Iterable[Dict[str, A
     """Copy the clip rows ``shard_rows`` of the shard named ``shard`` into ``dest`` (module
     doc); ``rows`` maps every key of ``dest`` to its row and follows the writes; rows with
     other fields written less than ``clock_skew_s`` seconds apart (or at the same time) are a
-    conflict."""
+    conflict. A row counted as added whose key another writer committed in ``dest`` meanwhile
+    is decided again against ``dest``'s row now."""
     added: List[Dict[str, Any]] = []
     newer: List[Dict[str, Any]] = []
+
+    def late(found: List[Dict[str, Any]]) -> None:
+        for row in found:
+            report.clips_added -= 1
+            key = (row["clip_id"], row["config_hash"])
+            now = dest.raw_clip(*key)
+            if now is None:  # deleted again since: added after all
+                rows.pop(key, None)
+            else:
+                rows[key] = now
+            _merge_clip(dest, shard, row, rows, report, clock_skew_s, added, newer)
+
     for row in shard_rows:
-        key = (row["clip_id"], row["config_hash"])
-        have = rows.get(key)
-        if have is None:
-            added.append(row)
-            report.clips_added += 1
-            rows[key] = row
-            _flush(dest, "clips", added, newer)
-            continue
-        diffs = ({"content_hash": [have["content_hash"], row["content_hash"]]}
-                 if have["content_hash"] != row["content_hash"] else
-                 clip_differences(have, row))
-        apart = abs(float(row["updated_at"]) - float(have["updated_at"]))
-        ordered = "content_hash" not in diffs and apart > 0 and apart >= clock_skew_s
-        if not diffs:
-            report.clips_same += 1
-        elif ordered and row["updated_at"] > have["updated_at"]:
-            newer.append(row)
-            report.clips_updated += 1
-            report.updates.append({"table": "clips", "clip_id": key[0], "config_hash": key[1],
-                                   "from": shard, "differences": diffs})
-            rows[key] = row
-            _flush(dest, "clips", added, newer)
-        elif ordered:
-            report.clips_older += 1
-        else:  # other bytes, or write times too close to order with other fields
-            conflict = {"table": "clips", "clip_id": key[0], "config_hash": key[1],
-                        "kept_from": dest.name, "other_from": shard, "differences": diffs}
-            if "content_hash" not in diffs:
-                conflict["updated_at"] = [have["updated_at"], row["updated_at"]]
-            report.conflicts.append(conflict)
-    _flush(dest, "clips", added, newer, force=True)
+        _merge_clip(dest, shard, row, rows, report, clock_skew_s, added, newer)
+        late(_flush(dest, "clips", added, newer))
+    while added or newer:
+        late(_flush(dest, "clips", added, newer, force=True))
+
+
+def _merge_clip(dest: ResultStore, shard: str, row: Dict[str, Any],
+                rows: Dict[Tuple[str, str], Dict[str, Any]], report: MergeReport,
+                clock_skew_s: float, added: List[Dict[str, Any]],
+                newer: List[Dict[str, Any]]) -> None:
+    """Decide one clip row of the shard against ``rows`` (:func:`_merge_clips`): appended to
+    ``added`` / ``newer`` (to be written), or counted as the same, older or a conflict."""
+    key = (row["clip_id"], row["config_hash"])
+    have = rows.get(key)
+    if have is None:
+        added.append(row)
+        report.clips_added += 1
+        rows[key] = row
+        return
+    diffs = ({"content_hash": [have["content_hash"], row["content_hash"]]}
+             if have["content_hash"] != row["content_hash"] else
+             clip_differences(have, row))
+    apart = abs(float(row["updated_at"]) - float(have["updated_at"]))
+    ordered = "content_hash" not in diffs and apart > 0 and apart >= clock_skew_s
+    if not diffs:
+        report.clips_same += 1
+    elif ordered and row["updated_at"] > have["updated_at"]:
+        newer.append(row)
+        report.clips_updated += 1
+        report.updates.append({"table": "clips", "clip_id": key[0], "config_hash": key[1],
+                               "from": shard, "differences": diffs})
+        rows[key] = row
+    elif ordered:
+        report.clips_older += 1
+    else:  # other bytes, or write times too close to order with other fields
+        conflict = {"table": "clips", "clip_id": key[0], "config_hash": key[1],
+                    "kept_from": dest.name, "other_from": shard, "differences": diffs}
+        if "content_hash" not in diffs:
+            conflict["updated_at"] = [have["updated_at"], row["updated_at"]]
+        report.conflicts.append(conflict)
 
 
 def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]], *,

@@ -20,7 +20,11 @@ one ``score_fn.batch`` call (:class:`PipelineScorer`: one
 :func:`~geocon_torch.pipeline.score_clips` call, each clip isolated), then stores each clip as
 above; the rows are those of scoring clip by clip (``batch_clips=1``), error reasons included.
 A clip whose bytes are already in the gathered group waits for the group to be stored (it is
-then linked); a killed rank loses only its group in flight.
+then linked); a killed rank loses only its group in flight. Under dynamic claiming a rank
+scores a content only while it holds the (config, content) advisory lock
+(:meth:`~.claims.WorkQueue.lock_content`): a clip whose bytes another rank or job is scoring
+right now is handed back for a moment and linked once that result is stored, so identical
+files under several clip ids are scored once across ranks and concurrent jobs too.
 
 Several ranks (``torchrun ... -m geocon_torch.cli bench ...``) give out the rows in one of two
 ways (``assign``):
@@ -519,16 +523,22 @@ def _loop(pull: Pull, total: Optional[int], store: ResultStore, job: _Job,
                 break
             for entry, work in items:
                 t1 = time.monotonic()
-                summary.total += 1
                 key, unreadable = entry_key(entry)
                 if any(t.key == key for t in group):
                     flush()
+                if work is not None and not work.lock_content(key):
+                    work.defer(entry.clip_id)  # its bytes are scored elsewhere right now
+                    summary.busy_s += time.monotonic() - t1
+                    continue
+                summary.total += 1
                 todo = _resolve(entry, key, unreadable, store, job, summary, work)
                 if todo is not None and todo.unreadable is None:
                     group.append(todo)
                 else:  # stored (skipped / linked), or an error row at once: nothing to score
                     if todo is not None:
                         _store(todo, _Unreadable(todo.unreadable), store, job, summary)
+                    elif work is not None:
+                        work.unlock_content(key)
                     _advance(bar, summary)
                 summary.busy_s += time.monotonic() - t1
             if group and (len(group) >= job.batch_clips or not items):
@@ -581,6 +591,7 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
     queue.enqueue([e.clip_id for e in entries])
     by_id = {e.clip_id: e for e in entries}
     poll_s = min(0.2, lease_s / 4.0)
+    note_at = [0.0]  # time.monotonic() of the next look at other jobs' leases (_note_wait)
 
     def remaining() -> List[str]:  # after a reaping: what this job has still to score
         return _unstored(store, list(by_id), job, since)
@@ -597,6 +608,9 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
             # no open row: done, unless the job was reaped (its rows deleted) meanwhile
             if queue.finished() and queue.resume(remaining) == 0:
                 return None
+            if time.monotonic() >= note_at[0]:  # at once, then about every lease_s / 2
+                note_at[0] = time.monotonic() + lease_s / 2.0
+                _note_wait(queue)
             time.sleep(poll_s)  # the rest is leased by other ranks: wait for them or leases
 
     summary = RunSummary(rank=job.rank, world_size=job.world, assign="dynamic", job=queue.job)
@@ -604,6 +618,20 @@ def _run_dynamic(entries: List[ManifestEntry], store: ResultStore, job: _Job, le
         _loop(pull, None, store, job, summary)
     summary.requeued = queue.put_back
     return summary
+
+
+def _note_wait(queue: WorkQueue) -> None:
+    """One warning when open rows of the job wait for another job's leases
+    (:meth:`~.claims.WorkQueue.blocked`): a re-run after a killed run waits up to the killed
+    run's ``--lease-s`` and would otherwise look hung. Nothing when only this job's own
+    ranks hold the rest."""
+    blocked = queue.blocked()
+    if not blocked:
+        return
+    jobs = ", ".join(j for j, _, _ in blocked)
+    log.warning("geocon bench: waiting up to %.0f s for %d clip(s) leased by job %s (another "
+                "job scoring them, or a killed run whose claims run out after its --lease-s)",
+                max(s for _, _, s in blocked), sum(n for _, n, _ in blocked), jobs)
 
 
 def _unstored(store: ResultStore, clip_ids: List[str], job: _Job, since: float) -> List[str]:
@@ -775,6 +803,7 @@ def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,
     store.put(_clip_row(t.entry), t.key, job.cfg_hash, result, replace=t.replace, also=t.also)
     if t.work is not None:
         t.work.settle(t.entry.clip_id)
+        t.work.unlock_content(t.key)
     st = result["status"]
     setattr(summary, st, getattr(summary, st) + 1)
     if t.rescores is not None:

@@ -34,10 +34,11 @@ ONE machine may write the same file (that is how ``torchrun`` ranks share it); S
 not reliable on network file systems, so keep the file on a local disk and use a PostgreSQL
 store (or per-node files and ``geocon merge``) across machines. A reader
 (:func:`open_readable`: :func:`load_results`, ``geocon report``, ``--export-*``, merge shards)
-opens a store it may not write (a read-only file or folder) read-only: no schema is created,
-and a store of an older format, which needs migrating, is refused. Every open, reader or
-writer, refuses an existing SQLite file that holds other tables but no geocon store (another
-program's database), before anything is created in it or its journal mode is changed.
+opens a store it may not write (a read-only file or folder), and every PostgreSQL store,
+read-only: no schema is created, and a store of an older format, which needs migrating, is
+refused. Every open, reader or writer, refuses an existing SQLite file or PostgreSQL database
+that holds other tables but no geocon store (another program's database), before anything is
+created in it or its journal mode is changed; a reader also refuses an empty database.
 
 Order: every list a reader gets (:meth:`ResultStore.rows`, the raw rows, error clips, config
 hashes) is sorted in Python by code point, which is SQLite's BINARY order of UTF-8 text, so a
@@ -333,6 +334,7 @@ class ResultStore:
     """
 
     server_class: Optional[type] = None  # PostgresStore, registered by .pg_store
+    _returning = True  # the back end's SQL has INSERT ... RETURNING
     name = "store"
     _create_view = "CREATE VIEW IF NOT EXISTS "
     kind = "sqlite"
@@ -576,15 +578,61 @@ class ResultStore:
                                         replace=replace) + list(also))
 
     def insert_raw(self, results: Sequence[Dict[str, Any]],
-                   clips: Sequence[Dict[str, Any]], *, replace: bool = False) -> None:
+                   clips: Sequence[Dict[str, Any]], *, replace: bool = False
+                   ) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
         """Insert raw rows (:meth:`raw_results` / :meth:`raw_clips`) in ONE transaction; keys
         already present are left as they are, or with ``replace`` overwritten by the given
-        rows (the upserts :meth:`put` uses to retry error rows and relink clips)."""
-        keep = " ON CONFLICT DO NOTHING"
-        self._write([(_REPLACE_RESULT if replace else _INSERT_RESULT + keep,
-                      tuple(r[k] for k in RESULT_FIELDS)) for r in results] +
-                    [(_UPSERT_CLIP if replace else _INSERT_CLIP + keep,
-                      tuple(c[k] for k in CLIP_FIELDS)) for c in clips])
+        rows (the upserts :meth:`put` uses to retry error rows and relink clips).
+
+        Returns:
+            the keys of the given rows that were NOT written because the store held them at
+            the write (another writer may have committed them since the caller read the
+            store): ((content_hash, config_hash) of results, (clip_id, config_hash) of clips);
+            always empty with ``replace``.
+        """
+        if replace:
+            self._write([(_REPLACE_RESULT, tuple(r[k] for k in RESULT_FIELDS)) for r in results]
+                        + [(_UPSERT_CLIP, tuple(c[k] for k in CLIP_FIELDS)) for c in clips])
+            return [], []
+
+        def tx() -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
+            kept_results = [(r["content_hash"], r["config_hash"]) for r in results
+                            if not self._insert_new("results", r, RESULT_FIELDS,
+                                                    ("content_hash", "config_hash"))]
+            kept_clips = [(c["clip_id"], c["config_hash"]) for c in clips
+                          if not self._insert_new("clips", c, CLIP_FIELDS,
+                                                  ("clip_id", "config_hash"))]
+            return kept_results, kept_clips
+        return self._transaction(tx)
+
+    def _insert_new(self, table: str, row: Dict[str, Any], fields: Sequence[str],
+                    key: Sequence[str]) -> bool:
+        """Insert ``row`` into ``table`` unless its ``key`` is there (inside a write
+        transaction); True when it was written. ``INSERT ... ON CONFLICT DO NOTHING
+        RETURNING``, or, where the back end lacks ``RETURNING`` (SQLite < 3.35), a look-up
+        first (exact there: the transaction holds SQLite's write lock)."""
+        insert = (f"INSERT INTO {table} ({', '.join(fields)}) VALUES "
+                  f"({', '.join('?' * len(fields))}) ON CONFLICT DO NOTHING")
+        params = tuple(row[k] for k in fields)
+        if self._returning:
+            return bool(self._execute(f"{insert} RETURNING {key[0]}", params))
+        where = " AND ".join(f"{k}=?" for k in key)
+        if self._execute(f"SELECT 1 FROM {table} WHERE {where}", tuple(row[k] for k in key)):
+            return False
+        self._execute(insert, params)
+        return True
+
+    def raw_result(self, content_hash: str, config_hash: str) -> Optional[Dict[str, Any]]:
+        """The ``results`` row of a key as stored (:data:`RESULT_FIELDS`), or None."""
+        row = self._one(f"SELECT {', '.join(RESULT_FIELDS)} FROM results WHERE content_hash=? "
+                        "AND config_hash=?", (content_hash, config_hash))
+        return None if row is None else dict(zip(RESULT_FIELDS, row))
+
+    def raw_clip(self, clip_id: str, config_hash: str) -> Optional[Dict[str, Any]]:
+        """The ``clips`` row of a key as stored (:data:`CLIP_FIELDS`), or None."""
+        row = self._one(f"SELECT {', '.join(CLIP_FIELDS)} FROM clips WHERE clip_id=? AND "
+                        "config_hash=?", (clip_id, config_hash))
+        return None if row is None else dict(zip(CLIP_FIELDS, row))
 
     # -- export -------------------------------------------------------------------------------
     def export_csv(self, path: Union[str, Path], config_hash: Optional[str] = None) -> Path:
@@ -651,6 +699,8 @@ class SQLiteStore(ResultStore):
     is a :class:`StoreError`, read-only or not, and is left unchanged
     (:func:`_check_not_foreign`); a missing, empty (0 bytes) or table-less file becomes a store.
     """
+
+    _returning = sqlite3.sqlite_version_info >= (3, 35, 0)
 
     def __init__(self, path: Union[str, Path], *, timeout_s: float = 120.0,
                  read_only: bool = False, create: bool = True):
@@ -1099,20 +1149,22 @@ def _check_not_foreign(path: Path, timeout_s: float) -> None:
 
 def open_readable(db: Union[str, Path], *, timeout_s: float = 120.0,
                   create: bool = True) -> ResultStore:
-    """A store to read (reports, exports, merge shards): ``ResultStore(db)`` for a server or a
-    SQLite file that this process may write, together with its folder (a store of an older
-    format is migrated in place, as always); else the existing file opened read-only
-    (:class:`SQLiteStore` ``read_only=True``). An existing SQLite file that holds other tables
-    but no geocon store is a :class:`StoreError` naming it, and is left unchanged. With
-    ``create=False`` a missing SQLite file is a :class:`StoreError` ("result store not found"),
-    never a new empty store."""
+    """A store to read (reports, exports, merge shards): ``ResultStore(db)`` for a SQLite file
+    that this process may write, together with its folder (a store of an older format is
+    migrated in place, as always); else the existing file opened read-only
+    (:class:`SQLiteStore` ``read_only=True``). A server is always opened read-only
+    (:class:`~.pg_store.PostgresStore` ``read_only=True``: no DDL, a database without a geocon
+    store or a store whose format must be migrated is a :class:`StoreError`, nothing is
+    created). An existing SQLite file that holds other tables but no geocon store is a
+    :class:`StoreError` naming it, and is left unchanged. With ``create=False`` a missing
+    SQLite file is a :class:`StoreError` ("result store not found"), never a new empty store."""
     if not is_server_url(db):
         path = Path(db)
         writable = _writable(path) and _writable(path.absolute().parent)
         if path.is_file() and not writable:
             return SQLiteStore(path, timeout_s=timeout_s, read_only=True)
         return ResultStore(db, timeout_s=timeout_s, create=create)
-    return ResultStore(db, timeout_s=timeout_s)
+    return ResultStore(db, timeout_s=timeout_s, read_only=True)
 
 
 def config_counts(source: Union[str, Path]) -> Dict[Optional[str], int]:

@@ -47,7 +47,14 @@ is missing); --strict returns 1 when the store holds any clip of the manifest (o
 store, when exporting only) as an error under this configuration (scored now or by an earlier
 run; --retry-errors recomputes them). Without a MANIFEST (export only) --db must be an existing
 store: a missing file is an error (exit 2), never a new empty store; a store in a folder this
-process may not write is exported read-only. A SQLite store file deleted or replaced while the
+process may not write is exported read-only, and a PostgreSQL store is always read without
+creating or changing anything (a database without a geocon store is an error, exit 2; a role
+with only SELECT may export). A --db database (file or server) holding another program's
+tables is refused before anything is written. A connection the server refuses for good
+(pg_hba.conf, CONNECT privilege, a bad password, port or sslmode) fails at once with the
+server's reason; a lock another session holds (VACUUM FULL, ALTER TABLE) is waited for with a
+warning per retry, up to --store-timeout. A re-run that waits for a killed run's leases says
+so (one line about every --lease-s / 2). A SQLite store file deleted or replaced while the
 run writes it (a cleanup job removing its folder) is an error (exit 2) naming it, at the next
 commit: SQLite goes on writing the deleted file, whose rows are lost; nothing creates a new
 empty store in its place.
@@ -90,8 +97,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "then stores each clip in its own transaction; 1: clip by clip "
                         "(default 8; the stored rows are the same)")
     p.add_argument("--store-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="seconds a store operation keeps retrying a busy or unreachable "
-                        "store before the run fails, a finite number > 0 (default 120)")
+                   help="seconds a store operation keeps retrying a busy, locked or "
+                        "unreachable store before the run fails, a finite number > 0 "
+                        "(default 120; PostgreSQL: a lock wait is retried every S/4 s, at "
+                        "most 30 s)")
     p.add_argument("--retry-errors", action="store_true",
                    help="recompute clips stored with status error")
     p.add_argument("--rescore-versions", action="store_true",
