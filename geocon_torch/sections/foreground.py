@@ -766,8 +766,9 @@ def _score_tracks(tracks: Sequence[_Track], cfg: ForegroundConfig
                 else:  # each row fills the objects it scores (host tensors)
                     _put_owned(out[i], host[:, sl, :k_], t, tr.own[a:b], n_s)
                 tr.out["flow"] = estimator.name
-                if tr.progress is not None:
-                    tr.progress.count("foreground", b, int(tr.pairs.numel()), "pairs")
+                if tr.progress is not None:  # pre-shifted objects add rows: count rows then
+                    tr.progress.count("foreground", b, int(tr.pairs.numel()),
+                                      "pairs" if tr.own is None else "flow rows")
             release_freed_memory()  # flow temporaries of the chunk: back to the OS
     return out
 

@@ -8,6 +8,7 @@ batch and the reason of an object whose core is lost in some pairs only. Small s
 with exact masks; most tests call the functions directly."""
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from geocon_torch._morphology import erode_mask
 from geocon_torch.config import GeoConConfig
 from geocon_torch.pipeline import _core_erosion
 from geocon_torch.sections import foreground as fg
+from geocon_torch.sections.progress import Progress
 from geocon_torch.types import BlockMasks
 
 CFG = {"foreground": {"flow": "torch-lk"}}
@@ -356,3 +358,17 @@ def test_object_scored_in_some_pairs_has_no_lost_core_reason():
     (obj,) = block["objects"]
     assert obj["frames"] == 2 and obj["per_pair"][1] is None
     assert "reason" not in obj
+
+
+def test_progress_counts_flow_rows_when_objects_are_pre_shifted():
+    """A fast mover beside a static object is flowed on extra (pair, object) rows: the progress
+    line counts those rows as rows (was "foreground 4/4 pairs" for 2 pairs)."""
+    clip, masks = _scene([(40, 32, 20, 40, 14, 0), (30, 30, 140, 60, 0, 0)])
+    out = io.StringIO()
+    fg.foreground_block(clip, masks, CFG, progress=Progress("c", True, out))
+    lines = [ln for ln in out.getvalue().splitlines() if "foreground " in ln]
+    assert lines and lines[-1].endswith("foreground 4/4 flow rows"), lines
+    clip, masks = _scene([(40, 32, 20, 40, 2, 0)])
+    out = io.StringIO()
+    fg.foreground_block(clip, masks, CFG, progress=Progress("c", True, out))
+    assert out.getvalue().splitlines()[-1].endswith("foreground 2/2 pairs"), out.getvalue()
