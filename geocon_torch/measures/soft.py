@@ -213,6 +213,8 @@ def soft_pair_scores(img1: torch.Tensor, img2: torch.Tensor, cfg: SoftConsistenc
     x1, x2, conf = pair_correspondences(img1, img2, cfg)
     evidence = contrast_evidence(img1, img2) * motion_evidence(img1, img2)
     void = evidence == 0  # blank or still: counts 0; its fits must see no pixel (docstring)
+    # a contrast term that rounds to 0 can still have a nonzero derivative: none for void pairs
+    evidence = torch.where(void, evidence.detach(), evidence)
     x2 = torch.where(void[:, None, None], _stand_in_targets(x1), x2)
     conf = torch.where(void[:, None], torch.full_like(conf, 0.5).detach(), conf)
     zero = x1.new_zeros(x1.shape[0])

@@ -210,24 +210,37 @@ def _max9(x: torch.Tensor, fill: int = 0) -> torch.Tensor:
 _NEXT = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1))
 
 
+def _windows(x: torch.Tensor) -> torch.Tensor:
+    """(n, h, w) -> (n, h, w, 9): every cell's 3 x 3 neighbourhood in its frame (outside 0);
+    entry j is the neighbour at offset ``_NEXT[j]``."""
+    n, h, w = x.shape
+    return F.pad(x, (1, 1, 1, 1)).unfold(1, 3, 1).unfold(2, 3, 1).reshape(n, h, w, 9)
+
+
 def _max_gated(x: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
     """:func:`_max27` of non-negative (T, h, w) ``x`` over the links ``gates`` allows: the
     3 x 3 neighbourhood in the frame, and the 9 neighbours in the previous / next frame where
     bit i of ``gates`` (T, h, w) int16 (for offset ``_NEXT[i]`` from frame t to t + 1) is set
-    (a link is used both ways). All bits set: exactly :func:`_max27`."""
+    (a link is used both ways). All bits set: exactly :func:`_max27`.
+
+    The 9 offsets at once (:func:`_windows`; the link from cell c of frame t + 1 back to
+    frame t at window entry j is bit 8 - j of that neighbour), in chunks of frames of
+    ~``_MAP_BUDGET / 9`` cells: a fixed number of ops per chunk, memory bounded."""
     t, h, w = x.shape
     out = _max9(x)
     if t < 2:
         return out
-    xp, gp = F.pad(x, (1, 1, 1, 1)), F.pad(gates, (1, 1, 1, 1))
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    for i, (dy, dx) in enumerate(_NEXT):
-        ok = (gates[:-1] >> i) & 1 > 0  # (t, y, x) -> (t + 1, y + dy, x + dx)
-        nxt = xp[1:, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
-        out[:-1] = torch.maximum(out[:-1], torch.where(ok, nxt, zero))
-        back = (gp[:-1, 1 - dy:1 - dy + h, 1 - dx:1 - dx + w] >> i) & 1 > 0  # the same link
-        prev = xp[:-1, 1 - dy:1 - dy + h, 1 - dx:1 - dx + w]
-        out[1:] = torch.maximum(out[1:], torch.where(back, prev, zero))
+    fwd = torch.arange(9, device=x.device, dtype=gates.dtype)
+    bwd = 8 - fwd
+    step = max(1, _MAP_BUDGET // (9 * h * w))
+    for a in range(0, t - 1, step):
+        b = min(a + step, t - 1)
+        ok = (gates[a:b].unsqueeze(-1) >> fwd) & 1 > 0  # (t, y, x) -> (t + 1, y + dy, x + dx)
+        nxt = torch.where(ok, _windows(x[a + 1:b + 1]), 0).amax(-1)
+        out[a:b] = torch.maximum(out[a:b], nxt)
+        back = (_windows(gates[a:b]) >> bwd) & 1 > 0  # the same links, seen from t + 1
+        prev = torch.where(back, _windows(x[a:b]), 0).amax(-1)
+        out[a + 1:b + 1] = torch.maximum(out[a + 1:b + 1], prev)
     return out
 
 
@@ -1056,15 +1069,16 @@ def _link_gates(blobs: torch.Tensor, med: torch.Tensor, known: torch.Tensor) -> 
     n = int(med.shape[0])
     split = _several(blobs[:-1], blobs[1:], n)  # (n,) touches several blobs of the next frame
     merge = _several(blobs[1:], blobs[:-1], n)  # (n,) ... of the previous frame
-    la = blobs[:-1]
-    ma, ka, event = med[la], known[la], split[la]
     sq = (med * med).sum(-1)  # (n + 1,) squared lengths
-    nxt = F.pad(blobs[1:], (1, 1, 1, 1))
-    for i, (dy, dx) in enumerate(_NEXT):
-        nb = nxt[:, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+    shift = torch.arange(9, device=blobs.device, dtype=torch.int16)
+    step = max(1, _MAP_BUDGET // (9 * h * w))  # the 9 offsets at once, in chunks of frames
+    for a in range(0, t - 1, step):
+        la = blobs[a:min(a + step, t - 1)].unsqueeze(-1)  # (t', h, w, 1)
+        nb = _windows(blobs[a + 1:min(a + step, t - 1) + 1])  # (t', h, w, 9): _NEXT order
         tol = (0.09 * torch.maximum(sq[la], sq[nb])).clamp_min(9.0)  # squared max(3, 30 %)
-        apart = (event | merge[nb]) & ka & known[nb] & (((ma - med[nb]) ** 2).sum(-1) > tol)
-        bits[:-1] |= (~apart).to(torch.int16) << i
+        apart = (split[la] | merge[nb]) & known[la] & known[nb] & \
+            (((med[la] - med[nb]) ** 2).sum(-1) > tol)
+        bits[a:a + int(la.shape[0])] = ((~apart).to(torch.int16) << shift).sum(-1)
     return bits
 
 

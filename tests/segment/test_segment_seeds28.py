@@ -23,6 +23,7 @@ from helpers import identity_fits
 
 from geocon_torch import score_clip
 from geocon_torch.config import GeoConConfig
+from geocon_torch.segment import motion as seg_motion
 from geocon_torch.segment.motion import _cell_components, _coherent_of_labels, motion_segment
 from geocon_torch.segment.seeds import (_band_threshold, _seed_threshold, adjacent_homographies,
                                         motion_masks, motion_masks_batch, outlier_seeds)
@@ -286,3 +287,32 @@ def test_score_clip_slow_mover_keeps_background_ir():
                    preset="background", progress=False).to_dict()
     bgd = d["background"]
     assert bgd["segment"]["objects"] == 1 and bgd["ir"] > 0.99 and bgd["pass"], bgd["segment"]
+
+
+def _gated_reference(x, gates):
+    """_max_gated offset by offset (the first version): one link bit at a time."""
+    t, h, w = x.shape
+    out = seg_motion._max9(x)
+    xp, gp = F.pad(x, (1, 1, 1, 1)), F.pad(gates, (1, 1, 1, 1))
+    for i, (dy, dx) in enumerate(seg_motion._NEXT):
+        ok = (gates[:-1] >> i) & 1 > 0
+        nxt = xp[1:, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+        out[:-1] = torch.maximum(out[:-1], torch.where(ok, nxt, 0))
+        back = (gp[:-1, 1 - dy:1 - dy + h, 1 - dx:1 - dx + w] >> i) & 1 > 0
+        out[1:] = torch.maximum(out[1:], torch.where(back, xp[:-1, 1 - dy:1 - dy + h,
+                                                             1 - dx:1 - dx + w], 0))
+    return out
+
+
+@pytest.mark.parametrize("budget", [None, 27])
+def test_gated_max_of_all_offsets_at_once_equals_one_offset_at_a_time(monkeypatch, budget):
+    """The 9 link offsets in one windowed pass (in frame chunks: a budget of 27 cells forces
+    chunks of 1-3 frames) give the per-offset maxima exactly, both link directions."""
+    if budget is not None:
+        monkeypatch.setattr(seg_motion, "_MAP_BUDGET", budget)
+    g = torch.Generator().manual_seed(3)
+    for t, h, w in ((1, 3, 4), (2, 1, 1), (5, 3, 2), (6, 7, 5)):
+        x = torch.randint(0, 40, (t, h, w), generator=g, dtype=torch.int32)
+        x = x * (torch.rand(t, h, w, generator=g) > 0.4)
+        gates = torch.randint(0, 512, (t, h, w), generator=g).to(torch.int16)
+        assert torch.equal(seg_motion._max_gated(x.clone(), gates), _gated_reference(x, gates))
