@@ -81,14 +81,25 @@ def _key_hex(key: Tensor) -> str:
     return bytes(int(b) for b in key.reshape(-1).tolist()).hex()
 
 
-def _settings_diff(theirs: Optional[str], ours: str, shown: int = 6, cut: int = 200) -> str:
+def _protocol_text(settings: Sequence[Any]) -> str:
+    """The JSON text of a protocol's ``settings`` (what :func:`_protocol_digest` hashes)."""
+    return json.dumps(list(settings), sort_keys=True, default=str)
+
+
+def _protocol_digest(text: str) -> bytes:
+    """The 8 bytes of a protocol key: the first bytes of the SHA-256 of its settings' text."""
+    return hashlib.sha256(text.encode()).digest()[:8]
+
+
+def _settings_diff(theirs: Optional[str], ours: str, shown: int = 6, cut: int = 200,
+                   names: Sequence[str] = ("theirs", "this metric's")) -> str:
     """Both protocols' settings (the JSON texts of :meth:`GeoConMetric._add_protocol_state`),
     for a ConfigError: the differing entries (at most ``shown``, as paths into the settings
-    list: ``[0].gvgc.ratio``) when both are known, and this metric's settings (cut at ``cut``
-    characters)."""
+    list: ``[0].gvgc.ratio``) when both are known, and ``ours`` (cut at ``cut`` characters).
+    ``names``: what the message calls the two sides."""
     mine = ours if len(ours) <= cut else ours[:cut] + " ..."
     if theirs is None:
-        return f"their settings are not recorded; this metric's are {mine}"
+        return f"their settings are not recorded; {names[1]} are {mine}"
 
     def leaves(value: Any, path: str = "") -> Dict[str, Any]:
         if isinstance(value, (dict, list)):
@@ -102,8 +113,8 @@ def _settings_diff(theirs: Optional[str], ours: str, shown: int = 6, cut: int = 
     diff = [f"{k}: {a.get(k, '(none)')!r} vs {b.get(k, '(none)')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k, ...) != b.get(k, ...)]
     more = f" (+{len(diff) - shown} more)" if len(diff) > shown else ""
-    return (f"settings differ (theirs vs this metric's) at {', '.join(diff[:shown])}{more}; "
-            f"this metric's are {mine}")
+    return (f"settings differ ({names[0]} vs {names[1]}) at {', '.join(diff[:shown])}{more}; "
+            f"{names[1]} are {mine}")
 
 
 class GeoConMetric(Metric):
@@ -123,6 +134,7 @@ class GeoConMetric(Metric):
     num_error: Tensor
     reasons: List[Tensor]
     protocol_key: Tensor
+    protocol_key_min: Tensor
 
     def _add_protocol_state(self, *settings: Any) -> None:
         """A constant state ``protocol_key`` (8,) int64 (the bytes 0-255 of a hash of
@@ -131,16 +143,20 @@ class GeoConMetric(Metric):
         and then updates only one of them: right for classes that share one analysis (the
         epipolar trio, the background family), wrong for two metrics scored with different
         settings (e.g. working sizes), which would share numbers after a batch in which every
-        clip was not_applicable. Their keys differ, so they are never grouped. ``max``-reduced:
-        every rank holds the same key; not persistent, even under ``persistent(True)`` (no
-        checkpoint key: :meth:`persistent`). A checkpoint records it in its metadata instead
-        (:meth:`state_dict`), and states of another protocol are refused
+        clip was not_applicable. Their keys differ, so they are never grouped. ``max``-reduced,
+        with a ``min``-reduced copy ``protocol_key_min``: under DDP both are equal only when
+        every rank holds the same key, else the sync raises ConfigError on every rank
+        (:meth:`_sync_dist`). Neither is persistent, even under ``persistent(True)`` (no
+        checkpoint key: :meth:`persistent`). A checkpoint records the key in its metadata
+        instead (:meth:`state_dict`), and states of another protocol are refused
         (:meth:`_check_protocol`)."""
-        text = json.dumps(list(settings), sort_keys=True, default=str)
-        digest = hashlib.sha256(text.encode()).digest()[:8]
+        text = _protocol_text(settings)
+        digest = list(_protocol_digest(text))
         self._protocol = text  # the settings, to name them in a ConfigError
-        self.add_state("protocol_key", default=torch.tensor(list(digest), dtype=torch.long),
+        self.add_state("protocol_key", default=torch.tensor(digest, dtype=torch.long),
                        dist_reduce_fx="max")
+        self.add_state("protocol_key_min", default=torch.tensor(digest, dtype=torch.long),
+                       dist_reduce_fx="min")
 
     def _add_no_data_states(self) -> None:
         for name in ("num_not_applicable", "num_error"):
@@ -196,13 +212,49 @@ class GeoConMetric(Metric):
         dtype (float32), and a rank that saw no batch then gathered float32 against another
         rank's float64 values, which aborts the process (gloo: "Received data size doesn't
         match expected size"); so did entries of another dtype than the record (a merged
-        state, or entries from before a ``set_dtype``)."""
+        state, or entries from before a ``set_dtype``).
+
+        Then the protocol check: ranks whose metrics were built with different settings (a
+        per-rank config) hold different keys, so the ``max`` and ``min`` reductions differ
+        (every rank sees the same reduced keys). Every rank then gathers the settings' texts
+        (one more gather, on every rank alike), puts its local states back and raises the same
+        ConfigError; before, the states of both protocols were pooled silently."""
         for name, dtype in getattr(self, "_cat_dtypes", {}).items():
             state = getattr(self, name)
             if isinstance(state, list):
                 setattr(self, name, [v.to(dtype) for v in state] if state else
                         [torch.zeros(0, dtype=dtype, device=self.device)])
         super()._sync_dist(dist_sync_fn, process_group)
+        if "protocol_key_min" in self._defaults and not torch.equal(self.protocol_key,
+                                                                     self.protocol_key_min):
+            self._refuse_mixed_protocols(dist_sync_fn, process_group)
+
+    def _refuse_mixed_protocols(self, dist_sync_fn: Callable,
+                                process_group: Optional[Any]) -> None:
+        """Raise the ConfigError of :meth:`_sync_dist` (one text on every rank: each rank's
+        settings compared with rank 0's), after the local states are restored from
+        torchmetrics' pre-sync cache (the metric is left unsynced)."""
+        mine = torch.tensor(list(self._protocol.encode()), dtype=torch.uint8,
+                            device=self.protocol_key.device)
+        try:
+            texts: Optional[List[str]] = [
+                bytes(t.reshape(-1).tolist()).decode(errors="replace")
+                for t in dist_sync_fn(mine, group=process_group or self.process_group)]
+        except Exception:  # a custom dist_sync_fn that cannot gather bytes: name no settings
+            texts = None
+        keys = f"{_key_hex(self.protocol_key_min)} ... {_key_hex(self.protocol_key)}"
+        for attr, value in (getattr(self, "_cache", None) or {}).items():
+            setattr(self, attr, value)
+        if texts:
+            differ = "; ".join(_settings_diff(t, texts[0], names=(f"rank {r}'s", "rank 0's"))
+                               for r, t in enumerate(texts) if t != texts[0])
+        else:
+            differ = "the ranks' settings could not be gathered"
+        raise ConfigError(
+            f"{type(self).__name__}: the ranks of the process group hold metrics of different "
+            f"settings (protocol keys {keys} after the sync's min / max reduction): {differ}. "
+            f"States of different settings cannot be pooled: build the metric with the same "
+            f"settings on every rank")
 
     def _forward_reduce_state_update(self, *args: Any, **kwargs: Any) -> Any:
         """torchmetrics' forward (one update of the batch on reset states, then
@@ -230,11 +282,13 @@ class GeoConMetric(Metric):
             self.reasons = incoming_state["reasons"]
 
     def persistent(self, mode: bool = False) -> None:
-        """torchmetrics' switch of the states saved in ``state_dict``; ``protocol_key`` is
-        never saved (a constant of the settings: the checkpoint's metadata records it)."""
+        """torchmetrics' switch of the states saved in ``state_dict``; ``protocol_key`` (and
+        ``protocol_key_min``) is never saved (a constant of the settings: the checkpoint's
+        metadata records it)."""
         super().persistent(mode)
-        if "protocol_key" in self._persistent:
-            self._persistent["protocol_key"] = False
+        for name in ("protocol_key", "protocol_key_min"):
+            if name in self._persistent:
+                self._persistent[name] = False
 
     def state_dict(self, destination: Any = None,  # type: ignore[override]
                    prefix: str = "", keep_vars: bool = False) -> Dict[str, Any]:
@@ -257,6 +311,7 @@ class GeoConMetric(Metric):
         metric's (nothing is loaded then); a checkpoint without either loads as before."""
         if hasattr(self, "protocol_key"):
             saved = state_dict.pop(prefix + "protocol_key", None)
+            state_dict.pop(prefix + "protocol_key_min", None)
             if saved is None and any(prefix + name in state_dict for name in self._defaults):
                 saved = local_metadata.get("protocol_key")
             if saved is not None:
@@ -268,13 +323,18 @@ class GeoConMetric(Metric):
     def merge_state(self, incoming_state: Any) -> None:
         """torchmetrics' ``merge_state``, refused (ConfigError) for states of another protocol
         (``protocol_key``); a dict without ``protocol_key`` (a ``state_dict``: the key is not
-        saved) merges as this metric's protocol."""
+        saved) merges as this metric's protocol. This metric keeps its own key (an accepted
+        older key of the same protocol, :meth:`_same_legacy_protocol`, is not merged in)."""
         if isinstance(incoming_state, dict):
-            incoming_state = {"protocol_key": self.protocol_key, **incoming_state}
-            self._check_protocol(incoming_state["protocol_key"], None, "the incoming state")
+            self._check_protocol(incoming_state.get("protocol_key", self.protocol_key), None,
+                                 "the incoming state")
         elif isinstance(incoming_state, type(self)):
             self._check_protocol(incoming_state.protocol_key, incoming_state._protocol,
                                  f"the incoming {type(incoming_state).__name__}")
+            incoming_state = incoming_state.metric_state
+        if isinstance(incoming_state, dict) and "protocol_key" in self._defaults:
+            incoming_state = {**incoming_state, "protocol_key": self.protocol_key,
+                              "protocol_key_min": self.protocol_key_min}
         super().merge_state(incoming_state)
 
     def _check_protocol(self, key: Any, settings: Optional[str], source: str) -> None:
@@ -282,13 +342,19 @@ class GeoConMetric(Metric):
         ``protocol_key``: states scored with other settings must not be pooled with these."""
         theirs = key if isinstance(key, str) else _key_hex(key)
         ours = _key_hex(self.protocol_key)
-        if theirs != ours:
+        if theirs != ours and not self._same_legacy_protocol(theirs, settings):
             raise ConfigError(
                 f"{type(self).__name__}: {source} was scored under another protocol (key "
                 f"{theirs}) than this metric (key {ours}): "
                 f"{_settings_diff(settings, self._protocol)}. States of different settings "
                 f"cannot be pooled: build the metric with the settings of those states, or "
                 f"leave them out")
+
+    def _same_legacy_protocol(self, key: str, settings: Optional[str]) -> bool:
+        """Whether ``key`` (16 hex digits), with its recorded ``settings`` text (None: not
+        recorded), is this metric's protocol as an older version keyed it. None here; a
+        class whose key changed form overrides it (BackgroundConsistency: the CUDA index)."""
+        return False
 
     def _record(self, num_not_applicable: int, num_error: int, reason: Optional[str]) -> None:
         """Add the batch's counts; keep its reason when this rank has none yet."""

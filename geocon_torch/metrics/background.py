@@ -12,6 +12,7 @@ rule), exactly as ``read_clip`` and the epipolar classes do.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -27,7 +28,7 @@ from .functional._common import ERROR, NOT_APPLICABLE, OK
 from .functional.background import (BACKGROUND_COUNTS, BACKGROUND_VALUES, check_background_preset,
                                     _background_consistency_compute,
                                     _background_consistency_update)
-from ._base import GeoConMetric
+from ._base import GeoConMetric, _protocol_text, _protocol_digest
 
 Videos = Union[torch.Tensor, Sequence[Union[str, Path, torch.Tensor]]]
 _PLOTTED = ("ir", "ir_h", "ir_f", "pass_rate")
@@ -104,9 +105,33 @@ class BackgroundConsistency(GeoConMetric):
             self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self._add_no_data_states()
         # an explicit scoring device resolves "auto" backends for itself (torch-sift on CUDA,
-        # opencv-sift on the CPU): two metrics scored on different devices never share a group
+        # opencv-sift on the CPU): two metrics scored on different device types never share a
+        # group. Its type only: cuda:0 / cuda:1 / cuda (each DDP rank's own GPU) are one protocol
         self._add_protocol_state(self.config.config_hash(), *(
-            () if scoring_device is None else (str(torch.device(scoring_device)),)))
+            () if scoring_device is None else (torch.device(scoring_device).type,)))
+
+    def _same_legacy_protocol(self, key: str, settings: Optional[str]) -> bool:
+        """Whether ``key`` (16 hex digits) is this metric's protocol as keyed before the device
+        type alone was: ``[config_hash, str(torch.device(scoring_device))]``, the index
+        included ("cuda:0"). With the recorded ``settings`` (a checkpoint's metadata): their
+        key, their config hash, and their device's type must match; without them (an older
+        checkpoint's ``protocol_key`` state), the keys of this device type with the indexes
+        0-63 are tried (hashes of a few bytes, only when the keys differ)."""
+        ours = json.loads(self._protocol)
+        if len(ours) != 2:  # no explicit scoring device: its key never held one
+            return False
+        if settings is None:
+            names = [ours[1]] + [f"{ours[1]}:{i}" for i in range(64)]
+            return any(_protocol_digest(_protocol_text([ours[0], name])).hex() == key
+                       for name in names)
+        try:
+            theirs = json.loads(settings)
+            same = (_protocol_digest(settings).hex() == key and isinstance(theirs, list)
+                    and len(theirs) == 2 and theirs[0] == ours[0]
+                    and isinstance(theirs[1], str) and torch.device(theirs[1]).type == ours[1])
+        except (ValueError, RuntimeError, TypeError):
+            return False
+        return bool(same)
 
     @autocast_off
     def update(self, videos: Videos, masks: Any = None, poses: Any = None) -> None:

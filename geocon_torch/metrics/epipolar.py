@@ -12,9 +12,12 @@ share one update among the three (after the first update, or from the start with
 The value over a run is the mean of the per-clip values over the *applicable* clips; clips that
 come back not_applicable are counted in ``num_not_applicable`` and left out. With no applicable
 clip ``compute()`` warns (counts and the first reason) and returns NaN. Every state is a
-``sum`` (or the ``cat`` reason state), so ``merge_state`` and torch.distributed sync are exact;
-``compute()``, ``compute_score()``, ``counts()`` and ``first_reason()`` all read synced states
-(collectives under DDP: call them on every rank). The states are the running sums
+``sum`` (or the ``cat`` reason state), so ``merge_state`` and torch.distributed sync pool them:
+the counts and reasons exactly; the float64 running sums are added per rank, then across ranks
+(``(a + b) + (c + d)`` rather than one process's ``((a + b) + c) + d``), so a synced mean
+agrees with one process over the same clips to within rounding (about 1 ulp), not always bit
+for bit. ``compute()``, ``compute_score()``, ``counts()`` and ``first_reason()`` all read
+synced states (collectives under DDP: call them on every rank). The states are the running sums
 ``epipolar_error_sum_px`` (the geometric error, px: never to be read as a count of failures,
 which is ``num_error``), ``score_sum``, ``rate_sum``, ``coverage_sum`` and the counts
 ``num_clips``, ``num_ok``, ``num_not_applicable``, ``num_error``; a state_dict saved under the

@@ -41,7 +41,9 @@ class AdaDFRC(GeoConMetric):
 
     States (reduce correctly under torch.distributed): ``sum_d``, ``count``,
     ``num_not_applicable``, ``num_error`` (``sum``), ``values`` and ``reasons`` (``cat``;
-    ``values`` is needed for the quantile).
+    ``values`` is needed for the quantile). The counts and the quantile are exact after a
+    sync; the float64 ``sum_d`` is summed per rank, then across ranks, so the pooled mean can
+    differ from one process's in the last bit (summation order; float32 D values rarely round).
 
     Args:
         grid: N of the adaptive N x N grid over each object's box, an integer >= 2.
