@@ -35,7 +35,7 @@ EXTRAS = {
     "postgres": ["psycopg[binary]>=3.1.4"],
     # the DUSt3R translation gate: DUSt3R itself is a checkout (not on PyPI; CC BY-NC-SA),
     # set as config.gate.dust3r_path; these are the packages its model code imports
-    "dust3r": ["roma", "huggingface_hub>=0.22"],
+    "dust3r": ["roma", "huggingface_hub>=0.22", "safetensors"],
 }
 ALL = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 

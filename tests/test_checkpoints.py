@@ -21,7 +21,10 @@ def test_cached_model_reloads_only_when_the_checkpoint_or_options_change(tmp_pat
     assert cached_model("test-kind", ckpt, (1,), build) is a and len(built) == 1
     b = cached_model("test-kind", ckpt, (2,), build)  # another option: a new model
     assert b is not a and len(built) == 2
-    os.utime(ckpt, ns=(1, 1))  # the file changed: a new model
+    os.utime(ckpt, ns=(1, 1))  # touched, same content: the same model (keyed on content)
+    assert cached_model("test-kind", ckpt, (2,), build) is b and len(built) == 2
+    ckpt.write_bytes(b"v2")  # the content changed: a new model
+    os.utime(ckpt, ns=(2, 2))
     assert cached_model("test-kind", ckpt, (2,), build) is not b and len(built) == 3
 
 

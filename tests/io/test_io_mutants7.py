@@ -304,7 +304,7 @@ def test_folder_digest_does_not_follow_the_listing_order(tmp_path, monkeypatch):
             for d, sub, names in walk(root, followlinks=followlinks):
                 yield d, sub, sorted(names, reverse=reverse)
 
-        monkeypatch.setattr(pinned_files.os, "walk", listed)
+        monkeypatch.setattr(os, "walk", listed)  # file_digest lives in checkpoints now
         pinned_files._cache.clear()
         digests.append(pinned_files.file_digest(tmp_path))
     assert digests[0] == digests[1] is not None
