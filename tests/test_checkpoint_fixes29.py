@@ -281,3 +281,33 @@ def test_wheel_weights_are_described_by_version_and_hash():
     d = score_clip(frames, config={"io": {"long_side": None}}, preset="background",
                    device="cpu", progress=False).to_dict()
     assert "features_weights" not in d["backends"]
+
+
+def test_flow_and_features_checkpoints_changed_after_pinning_are_refused(tmp_path, fresh_cache):
+    """RAFT and DISK, as DUSt3R / SAM-2: a checkpoint rewritten after the config pinned its
+    hash is a ConfigError when the stage builds its model, never a score under the old hash."""
+    import kornia.feature as KF
+
+    from geocon_torch.config import FeatureConfig
+    from geocon_torch.features.multiscale import feature_backend
+    from geocon_torch.flow.factory import cached_flow
+
+    raft = tmp_path / "raft.pt"
+    torch.save(_raft_state(), raft)
+    pinned = hashlib.sha256(raft.read_bytes()).hexdigest()
+    cached_flow("raft_small", checkpoint=str(raft), device="cpu", expect_sha256=pinned)
+    state = _raft_state()
+    state[next(iter(state))] = state[next(iter(state))] + 1.0  # a trainer's new weights
+    torch.save(state, raft)
+    with pytest.raises(ConfigError, match="changed during the run"):
+        cached_flow("raft_small", checkpoint=str(raft), device="cpu", expect_sha256=pinned)
+    torch.manual_seed(0)
+    disk = tmp_path / "disk.pth"
+    torch.save({"extractor": KF.DISK().state_dict()}, disk)
+    cfg = FeatureConfig(backend="disk", checkpoint=str(disk),
+                        checkpoint_sha256=hashlib.sha256(disk.read_bytes()).hexdigest())
+    assert feature_backend(cfg, torch.device("cpu"))[0] is not None
+    torch.manual_seed(1)
+    torch.save({"extractor": KF.DISK().state_dict()}, disk)
+    with pytest.raises(ConfigError, match="changed during the run"):
+        feature_backend(cfg, torch.device("cpu"))

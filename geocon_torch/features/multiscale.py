@@ -288,7 +288,8 @@ def feature_backend(cfg: FeatureConfig, device: torch.device) -> Tuple[Any, Any]
         if concrete in WEIGHT_FREE_BACKENDS:
             return build()
     return cached_model("features", cfg.checkpoint,
-                        (backend, str(device), tuple(sorted(opts.items()))), build)
+                        (backend, str(device), tuple(sorted(opts.items()))), build,
+                        expect_sha256=cfg.checkpoint_sha256 if cfg.checkpoint else None)
 
 
 def _extract_all(clip: Clip, pairs: torch.Tensor, cfg: FeatureConfig, scales: Sequence[float],

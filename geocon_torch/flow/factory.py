@@ -63,19 +63,23 @@ def flow_weights(name: str, checkpoint: Optional[str] = None) -> Union[None, str
 
 
 def cached_flow(name: str = "auto", *, checkpoint: Optional[str] = None,
-                device: Optional[Union[str, torch.device]] = None) -> FlowEstimator:
+                device: Optional[Union[str, torch.device]] = None,
+                expect_sha256: Optional[str] = None) -> FlowEstimator:
     """:func:`get_flow` (default options) with a RAFT model kept between calls
     (:func:`~geocon_torch.checkpoints.cached_model`, while its weights file (:func:`flow_weights`)
     and the device stay the same): the foreground stage and the scoring preflight
     (:mod:`geocon_torch.sections.stage_models`) share one model per process. torch-lk has no
-    weights and is built each time.
+    weights and is built each time. ``expect_sha256``: the SHA-256 the clip's config pinned for
+    ``checkpoint`` (``foreground.flow_checkpoint_sha256``; None: no check).
 
     Raises:
-        as :func:`get_flow`.
+        as :func:`get_flow`; ConfigError: the checkpoint changed after the config pinned
+        ``expect_sha256`` (:func:`~geocon_torch.checkpoints.cached_model`).
     """
     name = resolve_flow(name, checkpoint)
     if name == "torch-lk":
         return get_flow(name, device=device)
     return cached_model("flow", flow_weights(name, checkpoint),
                         (name, checkpoint is None, str(device)),
-                        lambda: get_flow(name, checkpoint=checkpoint, device=device))
+                        lambda: get_flow(name, checkpoint=checkpoint, device=device),
+                        expect_sha256=expect_sha256 if checkpoint is not None else None)

@@ -738,7 +738,8 @@ def _score_tracks(tracks: Sequence[_Track], cfg: ForegroundConfig
     for (dev, h, w, cap), members in groups.items():
         if dev not in estimators:
             estimators[dev] = cached_flow(cfg.flow, checkpoint=cfg.flow_checkpoint,
-                                          device=torch.device(dev))
+                                          device=torch.device(dev),
+                                          expect_sha256=cfg.flow_checkpoint_sha256)
         estimator = estimators[dev]
         step = flow_chunk_pairs((h, w), cap, cfg)
         counts = [int(tracks[i].pairs.numel()) for i in members]
