@@ -396,14 +396,16 @@ class BoundCheck:
                 f"{'ok' if self.passed else 'FAILS'}")
 
 
-def digits_apart(values: Sequence[float], digits: int = 4, max_digits: int = 8) -> int:
+def digits_apart(values: Sequence[float], digits: int = 4, max_digits: int = 8,
+                 style: str = "g") -> int:
     """The fewest significant digits, from ``digits`` up to ``max_digits``, at which the
     distinct values of ``values`` print differently with ``f"{v:.{d}g}"`` (e.g. 0.999155 and
     0.999158 need 6; a value and 1.0 tell a fraction that rounds to 1 from 1); ``digits``
-    when they already differ or all are equal."""
+    when they already differ or all are equal. ``style="f"``: decimals (``f"{v:.{d}f}"``)
+    instead of significant digits."""
     distinct = sorted({float(v) for v in values if math.isfinite(float(v))})  # inf: "inf"
     d = int(digits)
-    while d < max_digits and len({f"{v:.{d}g}" for v in distinct}) < len(distinct):
+    while d < max_digits and len({f"{v:.{d}{style}}" for v in distinct}) < len(distinct):
         d += 1
     return d
 

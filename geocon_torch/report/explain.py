@@ -18,8 +18,7 @@ line naming the geocon_torch version that scored the result when it is not the r
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -44,22 +43,11 @@ def _f(v: Any, digits: int = 4) -> str:
         "n/a" if v is None else str(v))
 
 
-def _decimals_apart(values: Sequence[float], decimals: int = 4, most: int = 8) -> int:
-    """The fewest decimals, from ``decimals`` up to ``most``, at which the distinct finite
-    ``values`` print differently with ``f"{v:.{k}f}"`` (an IR of 0.969996 against 0.97 needs
-    6, an IR of 0.99996 against 1 needs 5); ``decimals`` when they already differ."""
-    distinct = {float(v) for v in values if math.isfinite(float(v))}
-    k = int(decimals)
-    while k < most and len({f"{v:.{k}f}" for v in distinct}) < len(distinct):
-        k += 1
-    return k
-
-
 def _ir(ir: float, threshold: float, passed: bool = True) -> str:
     """An IR (a fraction) with 4 decimals, or as many more as it takes to tell it from
     ``threshold`` and from 1 (up to 8 when it meets the bound, 17 when it fails it: never
     "IR 0.9700 < 0.97: FAILS" nor "1.0000" for 0.99996)."""
-    k = _decimals_apart((ir, threshold, 1.0), most=8 if passed else 17)
+    k = digits_apart((ir, threshold, 1.0), 4, 8 if passed else 17, style="f")
     return f"{ir:.{k}f}"
 
 
