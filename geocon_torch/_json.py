@@ -8,7 +8,7 @@ import zipfile
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator, NamedTuple, Tuple, Type, Union
+from typing import IO, Any, Dict, Iterator, List, NamedTuple, Set, Tuple, Type, Union
 
 import numpy as np
 
@@ -34,15 +34,31 @@ def read_json_file(path: Union[str, Path], what: str,
 
     Raises ``error`` with ``"{what} not found: {path}"`` when nothing is there,
     ``"{what} {path} is a folder: give the JSON file"`` (:func:`not_a_file`) when it is not a
-    file, and ``"{what} {path} is not valid JSON: ..."`` when it does not parse (or is not
-    UTF-8, or nests deeper than the recursion limit). The file is read as UTF-8 whatever the
-    locale (a leading byte-order mark is skipped), so a path in it means the same everywhere.
+    file, ``"{what} {path} is not valid JSON: ..."`` when it does not parse (or is not
+    UTF-8, or nests deeper than the recursion limit), and ``"{what} {path}: key 'k' given
+    twice ..."`` when an object repeats a key (JSON parsers keep the last copy, so a repeated
+    section or threshold would silently drop the first one's values). The file is read as UTF-8
+    whatever the locale (a leading byte-order mark is skipped), so a path in it means the same
+    everywhere.
     """
     path = Path(path)
     if not path.is_file():
         raise error(not_a_file(path, what, "the JSON file"))
-    try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))  # any locale; a BOM is fine
+
+    def unique(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):  # name the first key seen again
+            seen: Set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    break
+                seen.add(key)
+            raise error(f"{what} {path}: key {key!r} given twice in one object (JSON keeps "
+                        f"only the last copy): merge them into one")
+        return out
+
+    try:  # any locale; a BOM is fine
+        return json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=unique)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{what} {path} is not valid JSON: {exc}") from exc
     except RecursionError:  # [[[...]]] deeper than the interpreter's recursion limit

@@ -91,6 +91,10 @@ SOFT_MODEL_CHOICES = ("homography", "fundamental", "auto")
 #: checkout) enters it only as given / not given (moving the file changes no number, and "auto"
 #: choices depend on whether one is configured)
 RUNTIME_KINDS = ("setting", "path")
+#: the largest ``ransac.seed`` / ``epipolar.seed``: cv2's RNG seed is a C int, and RANSAC
+#: streams are keyed by (seed + row) modulo 2**32 (int64 seeds: a seed near 2**63 would
+#: overflow, one beyond 2**32 names no new stream)
+MAX_SEED = 2 ** 31 - 1
 
 
 #: the ConfigError messages of the lenient read in progress
@@ -158,8 +162,9 @@ class Rule:
     def _numbers(self, plural: bool) -> str:
         noun = ("int" if self.kind in ("int", "ints") else "number") + ("s" if plural else "")
         art = "" if plural else ("an " if noun.startswith("i") else "a ")
+        g = _show_int if noun.startswith("int") else _show_float  # every digit of an int bound
         if self.odd:
-            return f"{'' if plural else 'an '}odd {noun} >= {self.low:g}"
+            return f"{'' if plural else 'an '}odd {noun} >= {g(self.low)}"
         adjective = None
         if self.high is None and self.low == 0:
             adjective = "positive" if self.low_open else "non-negative"
@@ -168,12 +173,12 @@ class Rule:
         if adjective:
             return f"{'' if plural else 'a '}{adjective} {noun}"
         if self.low is not None and self.high is not None:
-            return (f"{art}{noun} in {'(' if self.low_open else '['}{self.low:g}, "
-                    f"{self.high:g}{')' if self.high_open else ']'}")
+            return (f"{art}{noun} in {'(' if self.low_open else '['}{g(self.low)}, "
+                    f"{g(self.high)}{')' if self.high_open else ']'}")
         if self.low is not None:
-            return f"{art}{noun} {'>' if self.low_open else '>='} {self.low:g}"
+            return f"{art}{noun} {'>' if self.low_open else '>='} {g(self.low)}"
         if self.high is not None:
-            return f"{art}{noun} {'<' if self.high_open else '<='} {self.high:g}"
+            return f"{art}{noun} {'<' if self.high_open else '<='} {g(self.high)}"
         return f"{art}{noun}"
 
     def check(self, value: Any, name: str) -> Any:
@@ -229,6 +234,14 @@ class Rule:
         if self.odd and int(out) % 2 == 0:
             return None
         return out
+
+
+def _show_int(v: float) -> str:
+    return str(int(v))
+
+
+def _show_float(v: float) -> str:
+    return f"{v:g}"
 
 
 def _rule_field(default: Any, rule: Rule, runtime: Optional[str] = None) -> Any:
@@ -608,7 +621,9 @@ class RansacConfig(_Section):
     scoring: str = _choice("msac", RANSAC_SCORING_CHOICES)
     local_optimization: bool = _flag(True)
     lo_iterations: int = _int(6, 0)  # IRLS refits per local optimisation (on <= 256 points)
-    seed: int = _int(0, 0)
+    # <= 2**31 - 1: the seeds of a clip's rows are seed + row (int64) and RANSAC streams take
+    # them modulo 2**32 (seed and seed + 2**32 would be one stream)
+    seed: int = _int(0, 0, MAX_SEED)
 
 
 @dataclass
@@ -712,6 +727,7 @@ class BackgroundConfig(_Section):
     calibration: Optional[str] = _text("default")
     # the content hash of that calibration file: filled in when a clip is scored (the result's
     # config records it, so config_hash changes with the file); given, the file must match it
+    # (scoring checks it: 16 lowercase hex digits, and only with a calibration)
     calibration_hash: Optional[str] = _text()
 
 
@@ -802,7 +818,9 @@ class EpipolarConfig(_Section):
     error_norm_px: float = _num(5.0, 0, low_open=True)  # score = clip(1 - error / 5, 0, 1)
     relaxed_ratio: float = _num(0.85, 0, 1, low_open=True)
     relaxed_min_matches: int = _int(8, 1)
-    seed: int = _int(0, 0)  # the torch path's RANSAC (OpenCV's USAC keeps its own fixed state)
+    # the torch path's RANSAC (OpenCV's USAC keeps its own fixed state) and cv2's RNG (FLANN),
+    # which takes a C int: <= 2**31 - 1
+    seed: int = _int(0, 0, MAX_SEED)
     # how the protocol is computed: "opencv" (the reference, CPU), "torch" (batched) or "auto"
     implementation: str = _choice("auto", EPIPOLAR_PATH_CHOICES)
     resize_interpolation: str = _choice("area", RESIZE_INTERPOLATION_CHOICES)  # area: INTER_AREA

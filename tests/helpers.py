@@ -604,3 +604,20 @@ def write_ffv1(path: Path, frames: Sequence[av.VideoFrame], tags: Dict[str, int]
         for packet in stream.encode():
             out.mux(packet)
     return path
+
+
+def toy_calibration_rows(regimes: str = "HF", **extra) -> list:
+    """Toy calibration rows: 10 clean clips (GE 0.01-0.05 px at 256 px) and per clip corrupted
+    rubber sheets at severity 0.25 / 0.5 / 1.0 (GE 0.03, 0.2-0.4, 0.5 px), gated ``regimes``
+    in turn; ``extra`` fields go into every row; ``ge_norm`` = 4 ``ge_px`` (1024 px)."""
+    rows = []
+    for k in range(10):
+        base = dict({"category": "C1", "motion": "static", "seed": k, "status": "ok",
+                     "regime": regimes[k % len(regimes)], "ir": 1.0, "long_side": 256,
+                     "pass": True}, **extra)
+        rows.append(dict(base, corruption=None, severity=0.0, ge_px=0.01 + 0.01 * (k % 5)))
+        for sev, ge in ((0.25, 0.03), (0.5, 0.2 + 0.05 * (k % 5)), (1.0, 0.5)):
+            rows.append(dict(base, corruption="rubber_sheet", severity=sev, ge_px=ge))
+    for r in rows:
+        r["ge_norm"] = r["ge_px"] * 4
+    return rows

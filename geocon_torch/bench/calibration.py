@@ -12,10 +12,13 @@
 
 The rates are over clips the background section could score (status ok); unscored clips are
 counted in ``rates[...]["unscored"]``. A regime without clean or corrupted clips gets the
-thresholds fitted on both regimes pooled (``"pooled": true``).
+thresholds fitted on both regimes pooled (``"pooled": true``, and ``"pooled_reason"``: the
+counts per regime; a UserWarning says so too): a calibration of only static categories fits its
+F bounds on H clips, which fail most translating clips.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -26,16 +29,20 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from .._version import __version__
+from ..categories import EXPECTED_REGIME
 from ..config import GeoConConfig, load_config
 from ..errors import InputError
 from ..io._atomic import atomic_write_text
 from ..io.calibration import FORMAT, calibration_hash
-from ..measures.calibration import (REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck, bound_checks,
-                                    calibrated_pass, clip_statistics, reject_all_bound,
-                                    relax_ir, roc_curve, select_bounds, spread_of)
+from ..measures.calibration import (BOUNDS, REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck,
+                                    bound_checks, calibrated_pass, clip_statistics,
+                                    reject_all_bound, relax_ir, roc_curve, select_bounds,
+                                    spread_of)
 from ..pipeline import score_clips
-from ..synth import MOTIONS, apply_corruption, render_scene
+from ..synth import CORRUPTIONS, MOTIONS, apply_corruption, render_scene
 
+#: every bound name of the gate (what ``plan.fixed_bounds`` may set)
+_BOUND_KEYS = tuple(key for key, _, _ in BOUNDS)
 #: the corruptions that break the static background (the background verdict's business)
 BACKGROUND_CORRUPTIONS = ("rubber_sheet", "background_slide", "breathing")
 GATE_RULE = ("IR >= ir_min and GE_norm <= ge_norm_max and GE_fine_norm <= ge_fine_norm_max "
@@ -296,7 +303,8 @@ def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.
                    min_severity: float = 0.5, fixed: Optional[Dict[str, float]] = None
                    ) -> Dict[str, Dict[str, Any]]:
     """{"H": {...}, "F": {...}}: each regime's bounds (:func:`fit_regime`, plus "pooled") from the
-    scored rows of that gated regime (both regimes' rows pooled when one side is empty)."""
+    scored rows of that gated regime (both regimes' rows pooled when one side is empty: then
+    also "pooled_reason", the counts per regime, and a UserWarning with it)."""
     scored = _scored(rows)
     clean_all, bad_all = _split(scored, min_severity)
     if not clean_all or not bad_all:
@@ -309,7 +317,30 @@ def fit_thresholds(rows: Sequence[Dict[str, Any]], target_false_pass: float = 0.
         pooled = not clean or not bad
         c, b = (clean_all, bad_all) if pooled else (clean, bad)
         out[regime] = dict(fit_regime(c, b, regime, target_false_pass, fixed), pooled=pooled)
+        if pooled:  # recorded only then: the files of two-regime calibrations keep their bytes
+            out[regime]["pooled_reason"] = _pooled_reason(regime, clean_all, bad_all)
+            warnings.warn(f"calibration: {out[regime]['pooled_reason']}", stacklevel=2)
     return out
+
+
+def _pooled_reason(regime: str, clean: Sequence[Dict[str, Any]],
+                   bad: Sequence[Dict[str, Any]]) -> str:
+    """Why ``regime``'s bounds were fitted on both regimes' ``clean`` / ``bad`` rows: the
+    counts per gated regime, and the categories that would give it clips of its own."""
+    def counts(rows: Sequence[Dict[str, Any]]) -> str:
+        return ", ".join(f"{sum(r['regime'] == g for r in rows)} {g}" for g in ("H", "F"))
+
+    other = "F" if regime == "H" else "H"
+    kind = "clean" if not any(r["regime"] == regime for r in clean) else "corrupted"
+    every = clean if kind == "clean" else bad  # (scored rows: all gated the other regime)
+    cats = ", ".join(c for c, g in EXPECTED_REGIME.items() if g == regime)
+    risk = (f"may fail most {regime} clips (its true-pass rate counts {other} clips)"
+            if kind == "clean" else f"no corrupted {regime} clip tested them (its false-pass "
+            f"rate counts {other} clips)")
+    return (f"no {kind} {regime} clips ({len(every)} {kind}, all gated {other}; clean: "
+            f"{counts(clean)}; corrupted: {counts(bad)}): the {regime} bounds are "
+            f"fitted on both regimes' clips pooled and {risk}; add clips of the categories of "
+            f"regime {regime} ({cats})")
 
 
 def verdict(row: Dict[str, Any], thresholds: Dict[str, Dict[str, float]],
@@ -485,12 +516,26 @@ def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: floa
     whose document then records it) where scoring the plan again would give this version's.
 
     Raises:
-        InputError: ``doc`` is not a calibration document with its plan and clips.
+        InputError: ``doc`` is not a calibration document of this format with its plan (every
+            field of :class:`CalibrationPlan` it records known and of the right type, the
+            required ones present: :data:`PLAN_REQUIRED`) and clips.
     """
+    need = ("--refit needs a calibration.json written by geocon calibrate (with its 'plan' "
+            "and scored 'clips')")
+    if not isinstance(doc, dict):
+        raise InputError(f"{need}; this file holds a JSON {type(doc).__name__}, not a "
+                         f"calibration")
+    if doc.get("format", FORMAT) != FORMAT:
+        raise InputError(f"--refit: the file has format {doc['format']!r}, this geocon_torch "
+                         f"reads {FORMAT!r} (written by a newer geocon_torch, or not a "
+                         f"calibration)")
     plan_d, rows = doc.get("plan"), doc.get("clips")
     if not isinstance(plan_d, dict) or not isinstance(rows, list) or not rows:
-        raise InputError("--refit needs a calibration.json written by geocon calibrate (with "
-                         "its 'plan' and scored 'clips')")
+        raise InputError(need)
+    problem = _plan_problem(plan_d) or _rows_problem(rows)
+    if problem:
+        raise InputError(f"--refit: {problem} (the file must be a calibration.json written by "
+                         f"geocon calibrate)")
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in plan_d.items()}
     plan = CalibrationPlan(**dict(fields, target_false_pass=float(target_false_pass),
                                   min_severity=float(min_severity)))
@@ -498,6 +543,94 @@ def refit_plan(doc: Dict[str, Any], target_false_pass: float, min_severity: floa
         raise InputError("--refit: the clips were scored with another scoring config "
                          f"({doc.get('score_config_hash')}); score them again")
     return plan, rows
+
+
+#: the plan fields a calibration document must record (the others have defaults that do
+#: not change the clips: older files lack ``settings`` / ``fixed_bounds``; the target and the
+#: minimum severity are the refit's)
+PLAN_REQUIRED = ("frames", "size", "seeds", "backend", "corruptions", "severities",
+                 "categories")
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _ints(v: Any, n: Optional[int] = None, low: int = 0) -> bool:
+    """``v`` is a non-empty list of ints >= ``low`` (of ``n`` items when given)."""
+    return (isinstance(v, list) and bool(v) and (n is None or len(v) == n)
+            and all(_is_int(x, low) for x in v))
+
+
+def _strs(v: Any, allowed: Optional[Sequence[str]] = None) -> bool:
+    return (isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)
+            and (allowed is None or all(x in allowed for x in v)))
+
+
+def _setting_problem(st: Any) -> Optional[str]:
+    """What is wrong with one recorded render setting (None: nothing)."""
+    if not isinstance(st, dict):
+        return f"a setting must be a JSON object, got {st!r}"
+    unknown = sorted(set(st) - {"size", "frames", "seeds", "letterbox", "rate"})
+    if unknown or not {"size", "frames", "seeds"} <= set(st):
+        return f"a setting needs 'size', 'frames', 'seeds' (and 'letterbox', 'rate'), got {st!r}"
+    if not (_ints(st["size"], 2, 1) and _is_int(st["frames"], 2) and _ints(st["seeds"])
+            and _is_int(st.get("letterbox", 0)) and _is_num(st.get("rate", 1.0))
+            and st.get("rate", 1.0) > 0):
+        return (f"a setting needs size [H, W] ints >= 1, frames an int >= 2, seeds ints >= 0, "
+                f"letterbox an int >= 0 and rate a finite number > 0, got {st!r}")
+    return None
+
+
+def _plan_problem(plan: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with a calibration document's ``plan`` (None: a plan this version reads):
+    unknown or missing fields, or a field of the wrong type."""
+    known = {f.name for f in dataclasses.fields(CalibrationPlan)}
+    unknown = sorted(set(plan) - known)
+    if unknown:
+        return (f"plan field(s) {', '.join(map(repr, unknown))} unknown to this geocon_torch "
+                f"(written by a newer geocon_torch?)")
+    missing = [k for k in PLAN_REQUIRED if k not in plan]
+    if missing:
+        return f"the plan lacks {', '.join(map(repr, missing))}"
+    checks = {
+        "frames": (_is_int(plan["frames"], 2), "an int >= 2"),
+        "size": (_ints(plan["size"], 2, 1), "[H, W], two ints >= 1"),
+        "seeds": (_ints(plan["seeds"]), "a non-empty list of ints >= 0"),
+        "backend": (isinstance(plan["backend"], str), "a features backend name"),
+        "device": (isinstance(plan.get("device", "cpu"), str), "a torch device name"),
+        "corruptions": (_strs(plan["corruptions"], CORRUPTIONS), f"a list of {CORRUPTIONS}"),
+        "severities": (isinstance(plan["severities"], list) and bool(plan["severities"])
+                       and all(_is_num(v) for v in plan["severities"]),
+                       "a non-empty list of finite numbers"),
+        "categories": (_strs(plan["categories"], tuple(MOTIONS)), f"a list of {tuple(MOTIONS)}"),
+        "settings": (isinstance(plan.get("settings", []), list), "a list of settings"),
+        "fixed_bounds": (isinstance(plan.get("fixed_bounds", {}), dict)
+                         and all(k in _BOUND_KEYS and _is_num(v)
+                                 for k, v in plan.get("fixed_bounds", {}).items()),
+                         f"an object from bound names ({', '.join(_BOUND_KEYS)}) to finite "
+                         f"numbers"),
+    }
+    for key, (ok, want) in checks.items():
+        if not ok:
+            return f"plan.{key} must be {want}, got {plan.get(key)!r}"
+    for st in plan.get("settings", []):
+        problem = _setting_problem(st)
+        if problem:
+            return f"plan.settings: {problem}"
+    return None
+
+
+def _rows_problem(rows: List[Any]) -> Optional[str]:
+    """What is wrong with a document's ``clips`` (None: every one a row the fit reads)."""
+    for k, r in enumerate(rows):
+        if not (isinstance(r, dict) and "corruption" in r and _is_num(r.get("severity"))):
+            return f"clips[{k}] is not a scored clip (a 'corruption' and a 'severity')"
+    return None
 
 
 def scores_version(doc: Dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 from .. import _checks
 from ..bench.manifest import storable_text, unstorable_text
 from ..config import GeoConConfig, load_config
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..io._atomic import atomic_write_text, name_output_error
 from ..io.images import IMAGE_SUFFIXES, animated_frames
 from ..presets import PRESETS
@@ -156,17 +156,26 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                                     "under torchrun cuda:LOCAL_RANK)")
 
 
+#: the io flags of the config (argparse dest, flag, config field, smallest value the field
+#: takes from the flag), set by :func:`build_config`
+_IO_FLAGS = (("long_side", "--long-side", "io.long_side", 2),
+             ("max_frames", "--max-frames", "io.max_frames", 1),
+             ("stride", "--stride", "io.stride", 1))
+
+
 def build_config(args: argparse.Namespace) -> GeoConConfig:
-    """--config FILE, then the explicit flags on top."""
+    """--config FILE, then the explicit flags on top (--long-side, --max-frames, --stride: a
+    value out of range is the config field's ConfigError, which then names the flag and what
+    the flag takes, since the field's other values, null / 'auto', are no flag's)."""
     cfg = load_config(getattr(args, "config", None))
-    io: Dict[str, Any] = {}
-    if getattr(args, "long_side", None) is not None:
-        io["long_side"] = int(args.long_side)
-    if getattr(args, "max_frames", None) is not None:
-        io["max_frames"] = int(args.max_frames)
-    if getattr(args, "stride", None) is not None:
-        io["stride"] = int(args.stride)
-    cfg = cfg.replace(io=io) if io else cfg
+    for dest, flag, _, low in _IO_FLAGS:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        try:  # one flag at a time: the error names the flag that was out of range
+            cfg = cfg.replace(io={dest: int(value)})
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (set by {flag}, which takes an int >= {low})") from None
     return cfg.with_preset(args.preset) if getattr(args, "preset", None) else cfg
 
 

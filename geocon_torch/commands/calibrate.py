@@ -24,8 +24,10 @@ that cannot be written, a --refit file that is not a calibration; nothing render
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any, Dict, Optional
 
 from .._json import read_json_file
 from .._version import __version__
@@ -33,7 +35,7 @@ from ..bench.calibration import (BACKGROUND_CORRUPTIONS, CalibrationPlan, refit_
                                   run_calibration, scores_version)
 from ..categories import canonical_category
 from ..config import CHECKPOINT_BACKENDS, FEATURE_BACKEND_CHOICES
-from ..errors import GeoConError
+from ..errors import GeoConError, InputError
 from ..synth import CORRUPTIONS, MOTIONS
 from ._common import bounded_frame_size, check_output_dir, cli_path, unit_fraction
 
@@ -78,9 +80,10 @@ def _setting(text: str) -> dict:
                 raise argparse.ArgumentTypeError(form)
     except ValueError:
         raise argparse.ArgumentTypeError(form)
-    if min(w, h) < 16 or t < 2 or st["letterbox"] < 0 or st["rate"] <= 0:
+    if (min(w, h) < 16 or t < 2 or st["letterbox"] < 0
+            or not (math.isfinite(st["rate"]) and st["rate"] > 0)):  # nan, inf: no speed
         raise argparse.ArgumentTypeError(f"--setting needs sides >= 16, T >= 2, lb >= 0 and "
-                                         f"rate > 0, got {text!r}")
+                                         f"a finite rate > 0, got {text!r}")
     return st
 
 
@@ -176,8 +179,14 @@ def run(args: argparse.Namespace) -> int:
     rows, scored_by = None, None
     try:
         if args.refit:
-            source = read_json_file(args.refit, "calibration file")
-            plan, rows = refit_plan(source, args.target_false_pass, args.min_severity)
+            source = read_json_file(args.refit, "--refit calibration file")
+            try:
+                plan, rows = refit_plan(source, args.target_false_pass, args.min_severity)
+            except GeoConError:  # its own message (InputError is a ValueError too)
+                raise
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not caught there
+                raise InputError(f"--refit {args.refit} is not a calibration written by "
+                                 f"geocon calibrate ({type(exc).__name__}: {exc})") from None
             scored_by = scores_version(source)
         else:
             plan = plan_from_args(args)
@@ -199,8 +208,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {regime}: IR >= {th['ir_min']:.4f}, GE_norm <= {th['ge_norm_max']:.4g} px "
               f"(at 1024 px; {th['ge_norm_max'] * max(plan.size) / 1024:.4g} px here){extra}: "
               f"false-pass {th['false_pass']:.3f} of {th['n_corrupted']}, true-pass "
-              f"{th['true_pass']:.3f} of {th['n_clean']}" + (" (pooled)" if th["pooled"] else ""))
+              f"{th['true_pass']:.3f} of {th['n_clean']}" + _pooled(th))
     r = doc["rates"]
-    print(f"  overall: true-pass {r['true_pass']}, false-pass {r['false_pass']} "
-          f"(paper gate: {r['clean']['paper_pass_rate']} / {r['corrupted']['paper_pass_rate']})")
+    print(f"  overall: true-pass {_rate(r['true_pass'])}, false-pass {_rate(r['false_pass'])} "
+          f"(paper gate: {_rate(r['clean']['paper_pass_rate'])} / "
+          f"{_rate(r['corrupted']['paper_pass_rate'])})")
     return 0
+
+
+def _rate(value: Optional[float]) -> str:
+    """A rate in [0, 1] with 3 decimals, as the regime lines show them ("n/a" for None: no
+    clip scored)."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _pooled(th: Dict[str, Any]) -> str:
+    """The end of a regime's summary line when its bounds were fitted on both regimes' clips:
+    why (the fit's ``pooled_reason``)."""
+    if not th.get("pooled"):
+        return ""
+    reason = th.get("pooled_reason")
+    return f" (pooled: {reason})" if reason else " (pooled)"

@@ -11,20 +11,24 @@ applied when present) and ``ref_long_side`` (GE bounds are px of a frame with th
 
 ``config.background.calibration`` picks the file: "default" (the one shipped for the features
 backend in ``geocon_torch/data/calibration/<backend>.json``, else the opencv-sift one), a path,
-or None (no calibrated verdict). A path that is missing or not a calibration is a ConfigError.
+or None (no calibrated verdict). A path that is missing or not a calibration is a ConfigError,
+and so is a file of another ``format``, a regime other than "H" / "F" or a bound the gate does
+not know (a misspelt bound would be no bound; :data:`GATE_BOUNDS`); a regime may be left out.
 Scoring pins the file (:func:`pin_calibration`): ``background.calibration_hash`` in the
 result's config record is the file's content hash, and so part of ``config_hash``.
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .._json import read_json_file
 from ..config import GeoConConfig
@@ -116,6 +120,11 @@ def load_calibration(spec: Optional[str], backend: Optional[str] = None
 def _read(path: str, mtime_ns: int, name: str) -> Calibration:
     """Parse and check one file (cached per path and modification time)."""
     data = read_json_file(path, "background.calibration file", ConfigError)
+    fmt = data.get("format", FORMAT) if isinstance(data, dict) else FORMAT
+    if fmt != FORMAT:  # a newer layout this version cannot read right, or not a calibration
+        raise ConfigError(f"background.calibration file {path} has format {fmt!r}; this "
+                          f"geocon_torch reads {FORMAT!r} (written by a newer geocon_torch, or "
+                          f"not a calibration file)")
     th = data.get("thresholds") if isinstance(data, dict) else None
     if not isinstance(th, dict) or not th or not all(
             isinstance(v, dict) and _num(v.get("ir_min")) and _num(v.get("ge_norm_max"))
@@ -128,6 +137,7 @@ def _read(path: str, mtime_ns: int, name: str) -> Calibration:
             # or another number the file records
             if str(key).endswith(_BOUND_SUFFIXES) or _num(value):
                 _finite(path, f"thresholds.{regime}.{key}", value)
+    _check_names(path, th)
     long_side = data.get("long_side")
     if long_side is not None:
         _finite(path, "long_side", long_side, positive=True)
@@ -155,12 +165,24 @@ def pin_calibration(config: GeoConConfig, backend: Optional[str] = None) -> GeoC
     names the calibration file and ``config_hash()`` changes when the file does.
 
     Raises:
-        ConfigError: the file cannot be read, or ``calibration_hash`` is given and the file's
-            hash differs (the calibration changed since the config was written).
+        ConfigError: the file cannot be read, ``calibration_hash`` is given and the file's
+            hash differs (the calibration changed since the config was written),
+            ``calibration_hash`` is given without a calibration (it would enter
+            ``config_hash`` and name a file no verdict used), or it is not 16 lowercase hex
+            digits.
     """
     bc = config.background
+    pinned = bc.calibration_hash
+    if pinned is not None and not re.fullmatch(r"[0-9a-f]{16}", pinned):
+        raise ConfigError(f"background.calibration_hash must be a calibration file's content "
+                          f"hash (16 lowercase hex digits) or null, got {pinned!r}")
     cal = load_calibration(bc.calibration, backend)
     if cal is None:
+        if bc.calibration_hash is not None:
+            raise ConfigError(f"background.calibration_hash is {bc.calibration_hash} but "
+                              f"background.calibration is null (no calibrated verdict): remove "
+                              f"calibration_hash, or set background.calibration to the file "
+                              f"it names")
         return config
     if bc.calibration_hash is not None and bc.calibration_hash != cal.hash:
         raise ConfigError(
@@ -173,6 +195,33 @@ def pin_calibration(config: GeoConConfig, backend: Optional[str] = None) -> GeoC
         background={"calibration_hash": cal.hash})
 
 
+def _check_names(path: str, th: Mapping[str, Any]) -> None:
+    """ConfigError naming the key (and the nearest right name) when ``th`` has a regime the
+    gate does not read (:data:`GATE_REGIMES`: its clips would get no verdict) or a bound it
+    does not know (:data:`GATE_BOUNDS`: a misspelt bound is no bound): a key named like a
+    bound (``*_min`` / ``*_max``) or close to a bound's name. A regime may be left out (its
+    clips get no calibrated verdict); other keys (the fit's record: rates, counts) are kept."""
+    for regime, bounds in th.items():
+        if regime not in GATE_REGIMES:
+            near = [r for r in GATE_REGIMES if r == str(regime).strip().upper()]
+            raise ConfigError(f"background.calibration file {path}: regime {regime!r} is not "
+                              f"one the gate reads ({', '.join(GATE_REGIMES)})"
+                              + _did_you_mean(near))
+        for key in bounds:
+            if key in GATE_BOUNDS or key in _RECORD_KEYS:
+                continue
+            near = difflib.get_close_matches(str(key), GATE_BOUNDS, n=1, cutoff=0.8)
+            if near or str(key).endswith(_BOUND_SUFFIXES):
+                raise ConfigError(f"background.calibration file {path}: thresholds.{regime}."
+                                  f"{key} is not a bound of the gate ({', '.join(GATE_BOUNDS)};"
+                                  f" written by a newer geocon_torch, or a typo)"
+                                  + _did_you_mean(near))
+
+
+def _did_you_mean(near: Sequence[str]) -> str:
+    return f": did you mean {near[0]!r}?" if near else ""
+
+
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -180,6 +229,14 @@ def _num(v: Any) -> bool:
 #: name endings of the gate bounds a regime's thresholds may hold (each must be a finite
 #: number; ``measures.calibration.BOUNDS`` names them so, a test keeps them in step)
 _BOUND_SUFFIXES = ("_min", "_max")
+#: the gated regimes and every bound the gate applies (``measures.calibration.REGIME_BOUNDS``
+#: and ``BOUNDS``, which this layer does not import: a test keeps them in step), and what else
+#: a regime's thresholds record (the fit's rates and counts,
+#: :func:`~geocon_torch.bench.calibration.fit_thresholds`)
+GATE_REGIMES = ("H", "F")
+GATE_BOUNDS = ("ir_min", "ge_norm_max", "ge_fine_norm_max", "ge_spread_norm_max",
+               "parallax_ref_min", "ge_h_norm_min", "ge_peak_norm_max")
+_RECORD_KEYS = ("false_pass", "true_pass", "n_clean", "n_corrupted", "pooled", "pooled_reason")
 
 
 def _finite(path: str, key: str, value: Any, positive: bool = False) -> float:
@@ -197,5 +254,6 @@ def _finite(path: str, key: str, value: Any, positive: bool = False) -> float:
     return float(value)
 
 
-__all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "SHARED_CALIBRATION",
+__all__ = ["Calibration", "DEFAULT_DIR", "FALLBACK_BACKEND", "FORMAT", "GATE_BOUNDS",
+           "GATE_REGIMES", "SHARED_CALIBRATION",
            "calibration_hash", "default_calibration_path", "load_calibration", "pin_calibration"]

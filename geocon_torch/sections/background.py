@@ -1149,6 +1149,9 @@ def _calibrated(block: Dict[str, Any], out: BackgroundBlock, long_side: int,
                                                 ge_h_px=block.get("ge_h_px"),
                                                 parallax_ref=block["parallax_ref"])
                                 if ok else None)
+    if ok and th is None:  # a calibration file may leave a regime out
+        block["pass_calibrated_reason"] = (f"calibration {cal.name} has no bounds for regime "
+                                           f"{out.regime}")
     record = cal.record(out.backends.get("features"))
     if th is not None:
         record["thresholds"] = {"regime": out.regime, "ir": th["ir_min"],

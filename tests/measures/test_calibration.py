@@ -21,6 +21,7 @@ from geocon_torch.pipeline import pinned_config, score_clip
 from geocon_torch.report.audit import _facts
 from geocon_torch.report.text import calibrated_verdict
 from geocon_torch.synth import grounded_clip
+from helpers import toy_calibration_rows
 
 SHIPPED = DEFAULT_DIR / "opencv-sift.json"
 
@@ -116,22 +117,8 @@ def test_ge_is_normalised_to_a_1024_px_frame():
     assert ge_bound_px(0.4, 512) == pytest.approx(0.2)
 
 
-def _rows():
-    """Toy calibration rows: clean GE 0.01-0.05 px, corrupted 0.2-0.5 px at 256 px."""
-    rows = []
-    for k, regime in enumerate("HF" * 5):
-        base = {"category": "C1", "motion": "static", "seed": k, "status": "ok",
-                "regime": regime, "ir": 1.0, "long_side": 256, "pass": True}
-        rows.append(dict(base, corruption=None, severity=0.0, ge_px=0.01 + 0.01 * (k % 5)))
-        for sev, ge in ((0.25, 0.03), (0.5, 0.2 + 0.05 * (k % 5)), (1.0, 0.5)):
-            rows.append(dict(base, corruption="rubber_sheet", severity=sev, ge_px=ge))
-    for r in rows:
-        r["ge_norm"] = r["ge_px"] * 4
-    return rows
-
-
 def test_fit_and_evaluate_rows():
-    rows = _rows()
+    rows = toy_calibration_rows()
     th = fit_thresholds(rows, 0.05, 0.5)
     assert set(th) == {"H", "F"} and not th["H"]["pooled"]
     assert 0.05 * 4 < th["F"]["ge_norm_max"] < 0.2 * 4
