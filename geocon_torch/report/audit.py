@@ -14,7 +14,7 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -268,14 +268,15 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
                           f"{_fmt(ep.get('epipolar_inlier_rate'))}, coverage "
                           f"{_fmt(ep.get('feature_match_coverage'))}" if ep
          else _no_trio(res)),
-        ("backends", esc(compact(res.get("backends") or {}))),
+        ("backends", esc(compact({k: "not run" if v is None else v  # e.g. flow, no movers
+                                  for k, v in (res.get("backends") or {}).items()}))),
         ("provenance", f"config {_fmt(res.get('config_hash'))}, version "
                        f"{_fmt(res.get('version'))}, schema {_fmt(res.get('schema_version'))}"),
     ]
 
 
-def audit_card(row: Dict[str, Any], img_dir: Path, *, draw: bool = True,
-               device: Optional[str] = None, rel_to: Optional[Path] = None) -> str:
+def audit_card(row: Dict[str, Any], img_dir: Union[str, Path], *, draw: bool = True,
+               device: Optional[str] = None, rel_to: Union[str, Path, None] = None) -> str:
     """HTML fragment of one clip's audit card; PNGs are written to ``img_dir``.
 
     ``row`` is a joined row of :func:`geocon_torch.bench.load_results`. With ``draw`` the
@@ -283,6 +284,7 @@ def audit_card(row: Dict[str, Any], img_dir: Path, *, draw: bool = True,
     scored (:func:`~geocon_torch.report.evidence.pair_evidence`; a failure is reported on the
     card, never raised).
     """
+    img_dir, rel_to = Path(img_dir), (None if rel_to is None else Path(rel_to))
     res = row.get("result") or {}
     bg = res.get("background") or {}
     cid = str(row.get("clip_id") or res.get("clip"))
