@@ -621,3 +621,10 @@ def toy_calibration_rows(regimes: str = "HF", **extra) -> list:
     for r in rows:
         r["ge_norm"] = r["ge_px"] * 4
     return rows
+
+
+def smooth_colour_noise(h: int, w: int, g: torch.Generator) -> torch.Tensor:
+    """(3, h, w) float smooth colour noise in [0, 255] (a box-blurred uniform draw from
+    ``g``, stretched to the full range): a texture SIFT and the change masks see."""
+    t = F.avg_pool2d(F.avg_pool2d(torch.rand(1, 3, h, w, generator=g), 5, 1, 2), 3, 1, 1)[0]
+    return (t - t.amin()) / (t.amax() - t.amin()) * 255

@@ -19,7 +19,7 @@ from typing import Tuple
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import identity_fits
+from helpers import identity_fits, smooth_colour_noise
 
 from geocon_torch import score_clip
 from geocon_torch.config import GeoConConfig
@@ -34,12 +34,6 @@ _OBJ = (32, 40)  # (h, w) px of the moving patch
 _Y0, _X0 = 30, 20
 
 
-def _texture(h: int, w: int, g: torch.Generator) -> torch.Tensor:
-    """(3, h, w) smooth colour noise in [0, 255]."""
-    t = F.avg_pool2d(F.avg_pool2d(torch.rand(1, 3, h, w, generator=g), 5, 1, 2), 3, 1, 1)[0]
-    return (t - t.amin()) / (t.amax() - t.amin()) * 255
-
-
 def _scene(speed: int, moving: bool = True, noise: bool = False, seed: int = 0
            ) -> Tuple[Clip, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, tuple,
                       torch.Tensor]:
@@ -49,7 +43,7 @@ def _scene(speed: int, moving: bool = True, noise: bool = False, seed: int = 0
     grid of exact background matches and 24 on the patch displaced ``speed`` px; identity H.
     Returns the clip, pairs, x1, x2, mask, fits and the true masks (T, 1, H, W)."""
     g = torch.Generator().manual_seed(seed)
-    bg, obj = _texture(_H, _W, g), _texture(*_OBJ, g)
+    bg, obj = smooth_colour_noise(_H, _W, g), smooth_colour_noise(*_OBJ, g)
     frames = bg.expand(_T, 3, _H, _W).clone()
     truth = torch.zeros(_T, 1, _H, _W, dtype=torch.bool)
     for t in range(_T):
@@ -199,8 +193,8 @@ def _tracks(paths, t: int = 12, size=(96, 160), seed: int = 0):
     (T, K, H, W)."""
     h, w = size
     g = torch.Generator().manual_seed(seed)
-    bg = _texture(h, w, g)
-    patches = [_texture(20, 24, g) for _ in paths]
+    bg = smooth_colour_noise(h, w, g)
+    patches = [smooth_colour_noise(20, 24, g) for _ in paths]
     frames = bg.expand(t, 3, h, w).clone()
     truth = torch.zeros(t, len(paths), h, w, dtype=torch.bool)
     for k, (y0, xs) in enumerate(paths):
@@ -278,7 +272,7 @@ def test_score_clip_slow_mover_keeps_background_ir():
     """The audit's reproducer: a rigid 56x44 object at 3 px/frame on a static 192x256 camera
     keeps the background IR of its true masks (before: IR 0.9385, pass False)."""
     g = torch.Generator().manual_seed(0)
-    bg, obj = _texture(192, 256, g), _texture(44, 56, g)
+    bg, obj = smooth_colour_noise(192, 256, g), smooth_colour_noise(44, 56, g)
     frames = bg.expand(8, 3, 192, 256).clone()
     for t in range(8):
         frames[t, :, 80:124, 50 + 3 * t:106 + 3 * t] = obj
