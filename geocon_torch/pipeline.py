@@ -50,6 +50,7 @@ from .io.images import IMAGE_SUFFIXES, image_files
 from .io.integrity import decode_report, decode_verdict
 from ._numeric_env import numeric_env
 from .io.pairs import background_pairs, held_of
+from .io.resize import working_size
 from .measures.headline import headline_score, headline_terms
 from .presets import PRESET_NAMES, SECTION_NAMES, Preset, get_preset
 from .result import ClipResult, jsonable
@@ -85,7 +86,8 @@ def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
     frames after ``io.stride`` / ``io.max_frames`` (a video: as its container announces them,
     or announcing none; a folder: its image files, counted without reading them). Tensors,
     Clips, single image files and short clips are held in memory (one decoding pass, at most
-    that many frames)."""
+    that many frames: a video whose container under-announces its frames is streamed once its
+    read would hold more, :func:`load_clip`)."""
     limit = cfg.io.stream_min_frames
     if limit is None or not isinstance(video, (str, os.PathLike)):
         return False  # tensors and Clips; anything else: read_clip says what it cannot read
@@ -102,10 +104,13 @@ def streams_frames(video: VideoLike, cfg: GeoConConfig) -> bool:
             n = probe_video(path, exact=False).num_frames
         except GeoConError:
             return True  # read_clip reports the problem itself
+    return _kept_frames(int(n), cfg) > int(limit)
+
+
+def _kept_frames(n: int, cfg: GeoConConfig) -> int:
+    """How many of ``n`` source frames ``cfg.io.stride`` / ``cfg.io.max_frames`` keep."""
     n = -(-int(n) // int(cfg.io.stride))
-    if cfg.io.max_frames is not None:
-        n = min(n, int(cfg.io.max_frames))
-    return n > int(limit)
+    return n if cfg.io.max_frames is None else min(n, int(cfg.io.max_frames))
 
 
 def pinned_config(config: ConfigLike, device: Union[None, str, torch.device] = None
@@ -179,7 +184,8 @@ def load_clip(video: VideoLike, config: ConfigLike = None,
         clip = video
     else:
         clip = read_clip(video, device=dev, stream=streams_frames(video, cfg), name=name,
-                         motion_every=motion_every(cfg), **read_options(cfg, video))
+                         motion_every=motion_every(cfg), stream_limit=cfg.io.stream_min_frames,
+                         **read_options(cfg, video))
     return clip, stage_device(clip, device)  # decided once: no stage picks a device of its own
 
 
@@ -754,9 +760,11 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
                   device: Union[None, str, torch.device], budget: int
                   ) -> Dict[int, Tuple[Optional[Clip], Optional[str]]]:
     """The (T, C, H, W) tensors of ``videos`` from ``start`` on (up to the first other source,
-    at most ``budget`` bytes of uint8 RGB frames, at least one) read as :func:`load_clip` reads
-    each, clips of one shape as one batch (:func:`~geocon_torch.io.clips_from_tensors`: one
-    resize and one letterbox detection per batch, each clip bit-identical to its own read).
+    at most ``budget`` bytes of uint8 RGB frames at the working size after ``io.stride`` /
+    ``io.max_frames``, :func:`_working_bytes`: the bytes batches are cut by; at least one) read
+    as :func:`load_clip` reads each, clips of one shape as one batch
+    (:func:`~geocon_torch.io.clips_from_tensors`: one resize and one letterbox detection per
+    batch, each clip bit-identical to its own read).
     {} when there are fewer than two; None for each clip when the batch does not read (each
     is then read alone and raises its own error). Returns {position in ``videos``: (Clip,
     content hash)}; the hashes of clips of one shape and dtype come from one host copy
@@ -767,7 +775,7 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
         v = videos[k]
         if not isinstance(v, torch.Tensor) or v.ndim != 4:
             break
-        size += int(v.shape[0]) * 3 * int(v.shape[-2]) * int(v.shape[-1])
+        size += _working_bytes(v, cfg)
         if ks and size > budget:
             break
         ks.append(k)
@@ -784,6 +792,18 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
     same = len({(tuple(t.shape), t.dtype, t.device) for t in tensors}) == 1
     digests = tensor_content_hashes(torch.stack(tensors)) if same else [None] * len(ks)
     return dict(zip(ks, zip(clips, digests)))
+
+
+def _working_bytes(video: torch.Tensor, cfg: GeoConConfig) -> int:
+    """Bytes of the uint8 RGB frames a (T, C, H, W) tensor is read to (:func:`load_clip`): the
+    frames ``io.stride`` / ``io.max_frames`` keep at the working size of ``io.long_side``
+    (upscaled too); at the source size when that size is refused (too small: its read fails)."""
+    t, h, w = int(video.shape[0]), int(video.shape[-2]), int(video.shape[-1])
+    try:
+        h, w = working_size(h, w, working_long_side(cfg, video), upscale=True).size
+    except GeoConError:
+        pass
+    return _kept_frames(t, cfg) * 3 * h * w
 
 
 def _clip_name(video: VideoLike, k: int) -> str:

@@ -556,8 +556,12 @@ class Decoded:
         formats: FFmpeg's names of the container format (:func:`format_names`).
         count_mismatch: frames the container announces beyond those found, in a complete
             file that shows no sign of a cut (:func:`_cut_evidence`): its count is wrong and
-            they are not lost; 0 otherwise (set by :func:`decode_selected`).
+            they are not lost; or frames decoded beyond those it announces (an AVI header that
+            under-counts; at least that many when decoding stopped early); 0 otherwise (set by
+            :func:`decode_selected`).
         last_concealed: the last decoded frame was decoded with concealed errors.
+        overflowed: decoding stopped because one more frame would have been kept than
+            ``max_keep`` allows (:func:`decode_selected`); ``images`` is then empty.
     """
 
     images: List[np.ndarray] = field(default_factory=list)
@@ -591,6 +595,7 @@ class Decoded:
     formats: frozenset = frozenset()
     count_mismatch: int = 0
     last_concealed: bool = False
+    overflowed: bool = False
     _last_size: Optional[Tuple[int, int]] = field(default=None, repr=False)
 
     def note(self, frame) -> int:
@@ -710,6 +715,14 @@ class Decoded:
             return 0
         return expected - self.decoded
 
+    def over_by(self) -> int:
+        """Frames decoded beyond :attr:`expected_frames` and :attr:`slack` (a container that
+        under-counts: complete or not, the decoded frames exist); 0 otherwise."""
+        expected = self.expected_frames
+        if expected is None or self.decoded <= expected + self.slack:
+            return 0
+        return self.decoded - expected
+
     @property
     def truncated(self) -> bool:
         """Decoding hit an error, the demuxer flagged a packet corrupt or the file is known to
@@ -748,7 +761,8 @@ class Decoded:
         """The ``meta`` keys of unusual containers, each present only where it applies (an
         ordinary file's meta has none): ``preroll_frames`` (edit-list preroll discarded),
         ``corrupt_packets``, ``truncation`` (why the file is known to be cut where no count
-        shows it), ``container_count_mismatch`` (frames the container over-counts),
+        shows it), ``container_count_mismatch`` (frames the container over- or under-counts:
+        ``container_frames`` against ``decoded_frames`` says which),
         ``length_known`` False (MPEG-TS / raw streams: :data:`NO_LENGTH_FORMATS`) with
         ``last_frame_concealed`` (its last frame decoded with concealed errors, as a cut
         file's last frame does)."""
@@ -853,7 +867,7 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                     plan: Optional[Callable[[int, int], Callable]] = None,
                     sink: Optional[Callable[[np.ndarray], None]] = None,
                     motion: Optional[FrameMotion] = None,
-                    threads: int = DECODE_THREADS) -> Decoded:
+                    threads: int = DECODE_THREADS, max_keep: Optional[int] = None) -> Decoded:
     """Decode ``path`` frame by frame, converting only the frames ``selection`` keeps.
 
     Args:
@@ -868,6 +882,9 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
             file measure the same statistic (:mod:`geocon_torch.io.sampling`).
         threads: decoder threads (a damaged stream needs :data:`DAMAGED_DECODE_THREADS` for
             repeatable pixels: :func:`decode_stable` decodes it again).
+        max_keep: without ``sink``, the most frames ``Decoded.images`` may hold: the frame
+            after them stops decoding, the images are dropped and ``Decoded.overflowed`` is
+            set (the caller reads the file streamed instead); None: no limit.
 
     Raises:
         VideoReadError: unreadable file, or no frame could be decoded.
@@ -888,6 +905,10 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                 if motion is not None and motion.wants(i):
                     motion.add(i, display_rgb(frame), kept=False)
                 continue
+            if sink is None and max_keep is not None and len(out.images) >= max_keep:
+                out.images.clear()  # more frames than the limit: the caller streams them
+                out.overflowed = stopped = True
+                break
             if convert is None:
                 convert = plan(*out.source_size) if plan else (lambda a: a)
             rgb, partial = composite_rgb(frame)
@@ -905,7 +926,8 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                 break
         out.complete = not stopped
         reorders = bool(getattr(stream.codec_context, "has_b_frames", False))
-        if stopped and reorders and threads != DAMAGED_DECODE_THREADS and not out.damaged:
+        if (stopped and reorders and threads != DAMAGED_DECODE_THREADS and not out.damaged
+                and not out.overflowed):
             out.packets = dataclasses.replace(out.packets)  # not the look-ahead's packets
             out.damage_ahead = _damage_ahead(frames, out.errors)
     finally:
@@ -916,6 +938,8 @@ def decode_selected(path: Path, selection: Optional[FrameSelection],
                              f"truncated before the first frame, or not a video")
     if out.short_by() and _cut_evidence(out, path) is None:
         out.count_mismatch = out.short_by()
+    elif out.over_by():
+        out.count_mismatch = out.over_by()
     return out
 
 
@@ -959,18 +983,21 @@ def _damage_ahead(frames: Iterator, errors: List[str]) -> bool:
 def decode_stable(path: Path, selection: Optional[FrameSelection],
                   start: Callable[[], Tuple[Optional[Callable[[int, int], Callable]],
                                             Optional[Callable[[np.ndarray], None]],
-                                            Optional[FrameMotion]]]) -> Decoded:
+                                            Optional[FrameMotion]]],
+                  max_keep: Optional[int] = None) -> Decoded:
     """:func:`decode_selected` on :data:`DECODE_THREADS` threads, and again on
     :data:`DAMAGED_DECODE_THREADS` when the stream turns out damaged (:attr:`Decoded.damaged`),
     so the same file gives the same pixels on every machine and every run. ``start()`` returns
     fresh ``(plan, sink, motion)`` consumers for each decode (a second decode must not add to
     what the first one fed them). ``Decoded.threads`` says which count the frames come from:
-    a later re-read (:class:`~geocon_torch.io.framestore.VideoFrames`) must use the same."""
+    a later re-read (:class:`~geocon_torch.io.framestore.VideoFrames`) must use the same.
+    ``max_keep``: as in :func:`decode_selected`; a decode stopped by it is returned as is."""
     threads = DECODE_THREADS
     while True:
         plan, sink, motion = start()
-        dec = decode_selected(path, selection, plan, sink, motion, threads=threads)
-        if threads == DAMAGED_DECODE_THREADS or not dec.damaged:
+        dec = decode_selected(path, selection, plan, sink, motion, threads=threads,
+                              max_keep=max_keep)
+        if threads == DAMAGED_DECODE_THREADS or not dec.damaged or dec.overflowed:
             return dec
         del dec  # its frames: not held while the stream is decoded again
         threads = DAMAGED_DECODE_THREADS

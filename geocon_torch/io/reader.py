@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
+from .._checks import check_integer
 from .._tensor_utils import to_device
 from ..errors import ArgumentTypeError, ClipTensorError, InputError, VideoReadError
 from ..types import Clip
@@ -75,7 +76,7 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
               device: Union[None, str, torch.device] = None, name: Optional[str] = None,
               letterbox_threshold: float = 16.0 / 255.0, letterbox_min_fraction: float = 0.02,
               fps: Optional[float] = None, upscale: bool = True, stream: bool = False,
-              motion_every: Optional[int] = None) -> Clip:
+              motion_every: Optional[int] = None, stream_limit: Optional[int] = None) -> Clip:
     """Read one clip at working resolution.
 
     Args:
@@ -102,6 +103,12 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
             length; the file (the folder's images) is decoded once here (metadata, letterbox
             mask, motion) and again by each stage that reads frames. One image file is one
             frame: always a tensor.
+        stream_limit: with ``stream`` False, the most frames of a video file (or animated
+            image) held in memory: a file that turns out to keep more (its container
+            under-announced its frames) is read streamed instead, as with ``stream=True``
+            (bit-identical frames; the eager decode is dropped once it holds this many).
+            None: no limit. :func:`~geocon_torch.pipeline.load_clip` passes
+            ``io.stream_min_frames``.
         motion_every: also measure the motion of source frames 0, k, 2k, ... up to the last
             frame kept (``meta["motion"]["sampled"]``; the frames Epipolar-DPO reads, k = 15);
             None: only the frames kept (``meta["motion"]``, always recorded).
@@ -142,7 +149,9 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         sel = frame_selection(stride, max_frames, indices)
         opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
                     frac=letterbox_min_fraction, stream=bool(stream),
-                    motion_every=_check_every(motion_every))
+                    motion_every=_check_every(motion_every),
+                    stream_limit=None if stream_limit is None else check_integer(
+                        stream_limit, "stream_limit", 0))
         return _file_clip(Path(source), sel, device, name, fps, opts)
     raise VideoReadError(f"cannot read a {type(source).__name__}: give a file / folder path or a "
                          f"(T, C, H, W) tensor")
@@ -187,7 +196,10 @@ def _file_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
     elif opts.get("stream"):
         return _streamed_clip(path, sel, device, name, fps, opts)
     else:
-        images, idx, ws, meta = _read_video(path, sel, opts)
+        read = _read_video(path, sel, opts)
+        if read is None:  # more frames than opts["stream_limit"]: the container under-counted
+            return _streamed_clip(path, sel, device, name, fps, opts)
+        images, idx, ws, meta = read
         meta["source"] = "video"
     meta["path"] = str(path)
     source_fps, fps_source = _pick_fps(meta.get("source_fps"), fps)
@@ -243,14 +255,15 @@ class _VideoPass:
 def _decode_video(path: Path, sel: FrameSelection, opts: Dict[str, Any], stream: bool
                   ) -> Tuple[Decoded, _VideoPass, Dict[str, Any]]:
     """(Decoded, the pass that fed it, meta) of a video file: a damaged stream is decoded twice
-    (:func:`~geocon_torch.io.decode.decode_stable`), the second pass with fresh consumers."""
+    (:func:`~geocon_torch.io.decode.decode_stable`), the second pass with fresh consumers. An
+    eager decode holds at most ``opts["stream_limit"]`` frames (``Decoded.overflowed``)."""
     passes: List[_VideoPass] = []
 
     def start():
         passes.append(_VideoPass(opts, stream))
         return passes[-1].start()
 
-    dec = decode_stable(path, sel, start)
+    dec = decode_stable(path, sel, start, max_keep=None if stream else opts.get("stream_limit"))
     last = passes[-1]
     frozen_at = frozen_max_mad(dec.color.get("transfer"))  # PQ / HLG: compressed code values
     motion = last.motion.record(frozen_at, sel.indices, held=True)  # held: in clip positions
@@ -258,7 +271,11 @@ def _decode_video(path: Path, sel: FrameSelection, opts: Dict[str, Any], stream:
 
 
 def _read_video(path: Path, sel: FrameSelection, opts: Dict[str, Any]):
+    """(list of (h, w, 3) uint8 frames in clip order, indices, working size, meta) of a video
+    file read eagerly; None when it would hold more than ``opts["stream_limit"]`` frames."""
     dec, vp, meta = _decode_video(path, sel, opts, stream=False)
+    if dec.overflowed:
+        return None
     if sel.indices is None:
         return dec.images, dec.indices, vp.size, meta
     check_indices_in_range(sel.indices, dec.decoded, path, dec.expected_frames)
