@@ -24,7 +24,8 @@ from geocon_torch.errors import ConfigError
 from geocon_torch.metrics import AdaDFRC, BackgroundConsistency
 
 CFG = {"io": {"long_side": None}, "segment": {"method": "none"}}
-TIMEOUT_S = 45
+# a hang detector: two spawned ranks import torch; a loaded 2-core machine needs > 45 s
+TIMEOUT_S = 180
 
 
 def _fg(seed: int, pairs: int = 4) -> tuple:
