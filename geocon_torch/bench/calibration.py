@@ -31,7 +31,7 @@ import torch
 from .._version import __version__
 from ..categories import EXPECTED_REGIME
 from ..config import GeoConConfig, load_config
-from ..errors import InputError
+from ..errors import InputError, OptionalDependencyError
 from ..io._atomic import atomic_write_text
 from ..io.calibration import FORMAT, calibration_hash
 from ..measures.calibration import (BOUNDS, REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck,
@@ -459,10 +459,9 @@ def plot_roc(curves: Dict[str, Dict[str, Any]], thresholds: Dict[str, Dict[str, 
     """roc_<regime>.png per regime (false-pass vs true-pass, one curve per corruption, the
     chosen operating point marked); [] when matplotlib is missing."""
     try:
-        import matplotlib  # lazy: optional plotting dependency
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # lazy: optional plotting dependency
-    except ImportError:
+        from ..report.plots import _plt  # lazy: optional plotting dependency
+        plt = _plt()  # figures without pyplot: the caller's backend is left alone
+    except OptionalDependencyError:
         return []
     paths = []
     for regime, by_kind in curves.items():

@@ -71,9 +71,9 @@ def _line_ratio_sq(num_sq: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 def _safe_den(w: torch.Tensor) -> torch.Tensor:
     """``w`` pushed away from 0 (keeps its sign, + for 0) so that divisions stay finite."""
     tiny = torch.finfo(w.dtype).eps ** 2
-    # the inner where is a default-dtype tensor of +-tiny; the outer one promotes it to w's
-    # dtype (the same values as adding zeros_like(w), two ops fewer)
-    return torch.where(w.abs() < tiny, torch.where(w < 0, -tiny, tiny), w)
+    # the inner where is a default-dtype tensor of +-tiny, cast to w's dtype (a float64 default
+    # dtype must not promote a float32 w; the same values as adding zeros_like(w), fewer ops)
+    return torch.where(w.abs() < tiny, torch.where(w < 0, -tiny, tiny).to(w.dtype), w)
 
 
 def _map(M: torch.Tensor, x: torch.Tensor, rows: int = 3) -> Tuple[torch.Tensor, ...]:

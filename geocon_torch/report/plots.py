@@ -20,16 +20,38 @@ from .text import label
 PathLike = Union[str, Path]
 
 
-def _plt():
-    try:
-        import matplotlib
+class _Figures:
+    """The part of ``pyplot`` the figures use, without pyplot: each figure is a
+    ``matplotlib.figure.Figure`` of its own (drawn by Agg when saved as PNG), so the caller's
+    backend (a notebook's inline one) and pyplot's list of open figures are left as they were."""
 
-        matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot as plt
+    def __init__(self) -> None:
+        import matplotlib  # lazy: optional plotting dependency
+        from matplotlib.figure import Figure  # lazy: optional plotting dependency
+        from matplotlib.ticker import MaxNLocator  # lazy: optional plotting dependency
+
+        self.rc_context, self.MaxNLocator = matplotlib.rc_context, MaxNLocator
+        self._figure, self._colormaps = Figure, matplotlib.colormaps
+
+    def subplots(self, figsize: Tuple[float, float], **kw: Any):
+        """(figure, axes) as ``pyplot.subplots(figsize=..., **kw)``."""
+        fig = self._figure(figsize=figsize)
+        return fig, fig.subplots(**kw)
+
+    def close(self, fig: Any) -> None:
+        """Nothing to close: no figure is registered with pyplot."""
+
+    def get_cmap(self, name: str) -> Any:
+        return self._colormaps[name]
+
+
+@functools.lru_cache(maxsize=1)
+def _plt() -> _Figures:
+    try:
+        return _Figures()
     except ImportError as exc:  # pragma: no cover - matplotlib is in the report / test extras
         raise OptionalDependencyError(
             "the HTML report needs matplotlib: pip install 'geocon_torch[report]'") from exc
-    return plt
 
 
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])

@@ -23,7 +23,7 @@ TEXTURE_KINDS = ("rich", "sparse", "flat")
 
 
 def _rand(gen: torch.Generator, *shape: int) -> torch.Tensor:
-    return torch.rand(shape, generator=gen)
+    return torch.rand(shape, generator=gen, dtype=torch.float32)  # whatever the default dtype
 
 
 def value_noise(h: int, w: int, gen: torch.Generator, coarsest: int = 96,
