@@ -22,7 +22,10 @@ Execution: the gray images of all sampled frames of one size are computed in one
 extractor's thread pool (OpenCV releases the GIL; each sampled frame is detected once, where the
 reference loop detects the inner frames of a clip twice; a clip's lone sampled frame, in no
 pair, is not detected); the keypoints then move to ``device`` (one padded copy per field) and
-everything else is batched over all pairs of all clips there: 2-NN ratio matching (on the CPU
+everything else is batched over all pairs of all clips there (in windows of consecutive frames
+of at most :data:`WINDOW_PIXELS` pixels, so memory does not grow with clip length or batch size;
+one window holds 9 frames of 720p or 682 of 96 x 128; per-pair numbers do not depend on the
+windows): 2-NN ratio matching (on the CPU
 :func:`byte_ratio_match`: exact int8 GEMMs of the byte descriptors, one per pair, mapped over
 the same pool; elsewhere :func:`~geocon_torch.features.matching.match_descriptors`, chunked
 float32 batched matmuls, exact too as SIFT descriptors are integers), one padded 8-point solve
@@ -39,6 +42,7 @@ earlier frame of the pair.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
@@ -46,6 +50,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .._memory import release_freed_memory
 from .._tensor_utils import to_device
 from .._thread_settings import thread_settings
 from ..config import EpipolarDPOConfig  # the ``epipolar_dpo`` section of GeoConConfig
@@ -61,6 +66,8 @@ from .torch_path import GRAY_OPENCV_MAJOR, gray_uint8
 DeviceLike = Union[None, str, torch.device]
 #: ``pool_map(fn, n) -> [fn(0), ..., fn(n - 1)]`` (e.g. :meth:`OpenCVSIFT.parallel_map`)
 PoolMap = Callable[[Callable[[int], Any], int], List[Any]]
+#: one frame's SIFT on the host: xy (n, 2) float32 px, descriptors (n, 128) uint8, responses (n,)
+Features = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 #: OpenCV's ``nfeatures`` standing for "no cap" (OpenCV only trims above this count)
 NO_KEYPOINT_CAP = 2 ** 31 - 1
@@ -225,14 +232,19 @@ def extract_sift(frames: Sequence[torch.Tensor], config: EpipolarDPOConfig,
         ``.float()`` for float matchers).
     """
     _check_frames(frames)
-    grays = gray_images(frames)
-    sift = sift or sift_extractor(config)
+    return _pad_frames(_frame_features(frames, sift or sift_extractor(config)), device)
 
-    def one(k: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # in a worker thread
+
+def _frame_features(frames: Sequence[torch.Tensor], sift: OpenCVSIFT) -> List[Features]:
+    """Per frame of every clip (clip order) its SIFT (xy (n, 2) float32, descriptors (n, 128)
+    uint8, responses (n,) float32) on the host, detected over the extractor's pool."""
+    grays = gray_images(frames)
+
+    def one(k: int) -> Features:  # in a worker thread
         xy, desc, response = sift.detect(grays[k])[:3]
         return xy.float(), desc.to(torch.uint8), response.float()
 
-    return _pad_frames(sift.parallel_map(one, len(grays)), device)
+    return sift.parallel_map(one, len(grays))
 
 
 def gray_images(frames: Sequence[torch.Tensor]) -> List[np.ndarray]:
@@ -267,8 +279,7 @@ def gray_images(frames: Sequence[torch.Tensor]) -> List[np.ndarray]:
     return [g for clip in out for g in clip or []]
 
 
-def _pad_frames(feats: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-                device: DeviceLike) -> Keypoints:
+def _pad_frames(feats: Sequence[Features], device: DeviceLike) -> Keypoints:
     """Per frame (xy (n, 2), descriptors (n, 128) uint8, response (n,)) -> padded Keypoints
     on ``device`` (zeros where padded; descriptors stay uint8)."""
     dev = torch.device("cpu") if device is None else torch.device(device)
@@ -294,24 +305,40 @@ def byte_codes(kps: Keypoints) -> Tuple[torch.Tensor, torch.Tensor]:
 BLOCK_DISTANCES = 2 ** 21
 
 
-def _nearest_two(codes: torch.Tensor, sq: torch.Tensor, i: int, j: int) -> torch.Tensor:
+def _nearest_two(codes: torch.Tensor, sq: torch.Tensor, i: int, j: int,
+                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """For every keypoint of frame i, its two smallest ``|b|^2 - 2 a.b`` over frame j's
-    keypoints and the index of the smallest: (N, 3) long (exact int32 arithmetic), computed
-    over blocks of frame i's rows (at most :data:`BLOCK_DISTANCES` distances at once; rows are
-    independent, so the result does not depend on the block size)."""
+    keypoints and the index of the smallest: (N, 3) long (exact int32 arithmetic), written into
+    ``out`` ((N, 3) long, default a new tensor) and returned.
+
+    Frame i's rows go in blocks of ``rows = BLOCK_DISTANCES // N`` (rows are independent, so the
+    result does not depend on the block size) through one (rows, N) int32 buffer allocated once
+    per pair (at most :data:`BLOCK_DISTANCES` entries, 8 MiB): each block's GEMM writes into it
+    and its distances are formed in place, so a pair holds that buffer, the result and O(rows)
+    more, however many blocks (a fresh (rows, N) output per block made glibc keep GBs of freed
+    blocks: memory audit s30 F3). A tie of the best stays as the second best; the index of the
+    best is ``min``'s."""
     n = int(codes.shape[1])
-    rows = max(1, BLOCK_DISTANCES // max(n, 1))
-    return torch.cat([_nearest_two_rows(codes[i, r:r + rows], sq[j], codes[j])
-                      for r in range(0, n, rows)]) if n else codes.new_zeros(0, 3).long()
-
-
-def _nearest_two_rows(a: torch.Tensor, sq_b: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(R, 3) long: for each row of ``a`` (R, 128) int8, the two smallest ``|b|^2 - 2 a.b``
-    over ``b`` (N, 128) int8 with squared norms ``sq_b`` (N,) int32, and the smallest's index."""
-    dist = torch.sub(sq_b, torch._int_mm(a, b.T), alpha=2)  # (R, N) int32
-    first, idx = dist.min(1)
-    dist.scatter_(1, idx[:, None], BYTE_PAD)  # a tie of the best stays as the second best
-    return torch.stack([first.long(), dist.amin(1).long(), idx], 1)
+    out = torch.empty(n, 3, dtype=torch.long) if out is None else out
+    if not n:
+        return out
+    rows = min(n, max(1, BLOCK_DISTANCES // n))
+    dist_buf = torch.empty(rows, n, dtype=torch.int32)
+    first_buf = torch.empty(rows, dtype=torch.int32)
+    second_buf = torch.empty(rows, dtype=torch.int32)
+    idx_buf = torch.empty(rows, dtype=torch.long)
+    b, sq_b = codes[j].T, sq[j]
+    for r in range(0, n, rows):
+        a = codes[i, r:r + rows]
+        k = int(a.shape[0])
+        dist, first, second, idx = dist_buf[:k], first_buf[:k], second_buf[:k], idx_buf[:k]
+        torch._int_mm(a, b, out=dist)
+        dist.mul_(-2).add_(sq_b)  # |b|^2 - 2 a.b, exact in int32
+        torch.min(dist, 1, out=(first, idx))
+        dist.scatter_(1, idx[:, None], BYTE_PAD)  # a tie of the best stays as the second best
+        torch.amin(dist, 1, out=second)
+        out[r:r + k, 0], out[r:r + k, 1], out[r:r + k, 2] = first, second, idx
+    return out
 
 
 def byte_ratio_match(kps: Keypoints, pairs: torch.Tensor, ratio: float,
@@ -333,11 +360,11 @@ def byte_ratio_match(kps: Keypoints, pairs: torch.Tensor, ratio: float,
     """
     codes, sq = byte_codes(kps)
     plist = pairs.tolist()
-    fn = lambda k: _nearest_two(codes, sq, *plist[k])  # noqa: E731
     n = int(kps.xy.shape[1])
+    best = torch.zeros(len(plist), n, 3, dtype=torch.long)  # each pair writes its own row
+    fn = lambda k: _nearest_two(codes, sq, *plist[k], out=best[k])  # noqa: E731
     todo = len(plist) if n else 0  # no keypoint anywhere: nothing to match
-    out = (pool_map or (lambda f, m: [f(k) for k in range(m)]))(fn, todo)
-    best = torch.stack(out) if out else torch.zeros(len(plist), n, 3, dtype=torch.long)
+    (pool_map or (lambda f, m: [f(k) for k in range(m)]))(fn, todo)
     i, j = pairs[:, 0], pairs[:, 1]
     base = sq[i].long()  # |a'|^2 of frame i's keypoints
     d1 = (best[..., 0] + base).clamp_min(0).double().sqrt()
@@ -389,6 +416,71 @@ def _pair_stats(kps: Keypoints, pairs: torch.Tensor, config: EpipolarDPOConfig,
     return corr.num_kp1, corr.num_kp2, nm, err, rate, fit & finite, reason
 
 
+#: pixels of frames whose gray images and keypoints :func:`measure_dpo` holds at once (8.4 Mpx:
+#: 9 frames of 720p, 4 of 1080p; ~15 MB of gray images, keypoints and matching per Mpx of
+#: textured frames): the consecutive frames of all clips are detected and their pairs matched in
+#: windows of at most this many pixels (at least ``workers + 1`` frames, so every SIFT worker has
+#: a pair), so memory stays bounded at any clip length and batch size (memory audit s30 F4).
+#: A frame ending one window starts the next (detected once); per-pair results are the same.
+WINDOW_PIXELS = 2 ** 23
+
+
+def _windows(pixels: Sequence[int], last: Sequence[bool], min_frames: int
+             ) -> List[Tuple[int, int]]:
+    """Windows ``[s, e)`` over stacked frames of ``pixels[g]`` pixels each (``last[g]``: frame g
+    ends its clip; every clip has >= 2 frames): each takes frames while they fit in
+    :data:`WINDOW_PIXELS` or it has fewer than ``max(min_frames, 2)``; the next one starts at its
+    last frame unless that frame ends its clip, so every pair ``(g, g + 1)`` of a clip lies in
+    exactly one window."""
+    out: List[Tuple[int, int]] = []
+    s, least = 0, max(int(min_frames), 2)
+    while s < len(pixels):
+        e, total = s + 1, pixels[s]
+        while e < len(pixels) and (e - s < least or total + pixels[e] <= WINDOW_PIXELS):
+            total, e = total + pixels[e], e + 1
+        out.append((s, e))
+        s = e if last[e - 1] else e - 1
+    return out
+
+
+def _windowed_stats(clips: Sequence[torch.Tensor], pairs: torch.Tensor,
+                    config: EpipolarDPOConfig, device: torch.device) -> Tuple[torch.Tensor, ...]:
+    """:func:`_pair_stats` of the consecutive ``pairs`` (P, 2) (host, rows of the stacked frames
+    of ``clips``, each (T_b >= 2, 3, H_b, W_b) uint8) in windows of :func:`_windows` (one window:
+    :func:`extract_sift` of all frames, then all pairs). Each window detects its frames (the
+    frame it shares with the previous window is carried over, not detected again), pads their
+    keypoints and matches / fits its pairs, then gives the freed memory back to the OS
+    (:func:`~geocon_torch._memory.release_freed_memory`; glibc would otherwise keep the
+    windows' SIFT and matching temporaries); the per-pair tensors are concatenated (pair order).
+    """
+    _check_frames(clips)
+    sift = sift_extractor(config)
+    rows = [(k, t) for k, f in enumerate(clips) for t in range(int(f.shape[0]))]
+    pixels = [int(clips[k].shape[-2]) * int(clips[k].shape[-1]) for k, _ in rows]
+    last = [t == int(clips[k].shape[0]) - 1 for k, t in rows]
+    windows = _windows(pixels, last, sift.workers + 1)
+    if len(windows) == 1:
+        kps = extract_sift(clips, config, device, sift)
+        return _pair_stats(kps, to_device(pairs, device), config, sift.parallel_map)
+    left = pairs[:, 0].tolist()  # host tensor: ascending rows
+    parts, carry, p0 = [], [], 0
+    for s, e in windows:
+        new = rows[s + len(carry):e]  # (clip, frame) of the frames to detect, clip order
+        runs: Dict[int, List[int]] = {}
+        for k, t in new:
+            runs.setdefault(k, []).append(t)
+        feats = carry + _frame_features([clips[k][ts[0]:ts[-1] + 1] for k, ts in runs.items()],
+                                        sift)
+        p1 = bisect.bisect_left(left, e - 1, p0)  # the pairs whose left frame is in [s, e - 1)
+        kps = _pad_frames(feats, device)
+        parts.append(_pair_stats(kps, to_device(pairs[p0:p1] - s, device), config,
+                                 sift.parallel_map))
+        carry, p0 = ([] if last[e - 1] else feats[-1:]), p1
+        del feats, kps
+        release_freed_memory()  # the window's SIFT and matching temporaries: back to the OS
+    return tuple(torch.cat(col) for col in zip(*parts))
+
+
 @one_torch_thread()
 def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConfig] = None,
                 device: DeviceLike = None, frame_numbers: Optional[Sequence[Sequence[int]]] = None
@@ -405,7 +497,9 @@ def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConf
     Returns:
         :class:`DPOMeasurement` (per-clip tensors on ``device``). Torch runs on one CPU
         thread meanwhile (:func:`one_torch_thread`). A clip with fewer than two frames has no
-        pair and is not detected; with no pair at all nothing is detected or matched.
+        pair and is not detected; with no pair at all nothing is detected or matched. The
+        frames of all clips are detected and matched in windows of consecutive frames
+        (:data:`WINDOW_PIXELS`): only a window's gray images and keypoints are alive at once.
     """
     cfg = config or EpipolarDPOConfig()
     dev = torch.device(device) if device is not None else (
@@ -415,9 +509,7 @@ def measure_dpo(frames: Sequence[torch.Tensor], config: Optional[EpipolarDPOConf
     paired = [k for k, t in enumerate(sizes) if t > 1]  # a lone frame is in no pair
     pairs, pair_clip, pair_frames = consecutive_pairs(counts * (counts > 1))
     if paired:
-        sift = sift_extractor(cfg)
-        kps = extract_sift([frames[k] for k in paired], cfg, dev, sift)
-        stats = _pair_stats(kps, to_device(pairs, dev), cfg, sift.parallel_map)
+        stats = _windowed_stats([frames[k] for k in paired], pairs, cfg, dev)
     else:  # no pair at all: nothing to detect or match
         none = torch.zeros(0, dtype=torch.long, device=dev)
         stats = (none, none, none, none.double(), none.double(), none.bool(), none)
