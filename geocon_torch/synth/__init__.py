@@ -34,7 +34,9 @@ each pixel-centre ray (a pixel is in object k's mask iff its centre sees object 
 How it works: ``raycast.py`` intersects every pixel ray of every frame with all textured
 rectangles (a box is six) in batched torch ops, with screen-tile culling and nearest-hit
 selection, then looks textures up in a mip-mapped atlas (trilinear; ``supersample=2`` for extra
-antialiasing). Textures (``textures.py``) are seeded dead-leaves images (discs, rotated
+antialiasing), a chunk of frames at a time (``render_scene(..., chunk_frames=)``, default a
+budget of 2^21 rays: memory stays flat in the clip's length, the frames are the same for any
+chunk). Textures (``textures.py``) are seeded dead-leaves images (discs, rotated
 rectangles, X-corners in a per-surface palette over value noise), distinctive enough that about
 99.5 % of OpenCV SIFT ratio-test matches between pure-rotation frames lie within 2 px of the
 true H. Same seed -> identical frames.

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 
+from .._checks import check_integer
 from ..errors import InputError
 from . import camera as cam
 from .clip import SynthClip
@@ -203,18 +205,18 @@ def build_planes(motion: str = "truck", *, num_frames: int = 24,
     return PlaneScene(origins, u, v, extent, textures, kk, poses, (h, w), motion)
 
 
-def render_planes_frames(scene: PlaneScene, supersample: int = 2) -> torch.Tensor:
-    """(T, 3, H, W) float32 RGB in [0, 1] of ``scene`` (per-pixel nearest plane in front of the
-    camera; pixels that see no plane are black), rendered at ``supersample`` x the size and
-    box-filtered down."""
-    ss = max(1, int(supersample))
+#: supersampled pixels rendered per chunk of frames when ``chunk_frames`` is None: a pixel
+#: takes ~125 bytes of float64 / float32 working memory, so a chunk stays near 250 MB (two
+#: frames of 640x384 at supersample 2) whatever the clip's length
+CHUNK_PIXELS = 1 << 21
+
+
+def _plane_pass(scene: PlaneScene, g: torch.Tensor, g_inv: torch.Tensor, ss: int
+                ) -> torch.Tensor:
+    """(n, 3, H, W) float32 RGB of the n frames whose plane-to-image maps (at ``ss`` x the
+    size) are ``g`` / ``g_inv`` (n, K_planes, 3, 3); see :func:`render_planes_frames`."""
     h, w = scene.size
     hs, ws = h * ss, w * ss
-    # high-resolution intrinsics: low-res pixel centre i sits at ss * i + (ss - 1) / 2
-    up = torch.tensor([[ss, 0.0, (ss - 1) / 2.0], [0.0, ss, (ss - 1) / 2.0], [0.0, 0.0, 1.0]],
-                      dtype=_F64)
-    g = scene.plane_to_image(up @ scene.K)  # (T, Kp, 3, 3)
-    g_inv = torch.linalg.inv(g)
     t_n = g.shape[0]
     xs = torch.arange(ws, dtype=_F64).view(1, 1, ws)
     ys = torch.arange(hs, dtype=_F64).view(1, hs, 1)
@@ -241,10 +243,50 @@ def render_planes_frames(scene: PlaneScene, supersample: int = 2) -> torch.Tenso
     return F.avg_pool2d(out, ss) if ss > 1 else out
 
 
+def _plane_chunks(scene: PlaneScene, supersample: int, chunk_frames: int | None
+                  ) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(t0, rgb (n, 3, H, W) float32)`` per chunk of frames ``t0 .. t0 + n - 1``: the plane
+    maps of all frames are computed once, each chunk composites its own frames only."""
+    ss = max(1, int(supersample))
+    h, w = scene.size
+    # high-resolution intrinsics: low-res pixel centre i sits at ss * i + (ss - 1) / 2
+    up = torch.tensor([[ss, 0.0, (ss - 1) / 2.0], [0.0, ss, (ss - 1) / 2.0], [0.0, 0.0, 1.0]],
+                      dtype=_F64)
+    g = scene.plane_to_image(up @ scene.K)  # (T, Kp, 3, 3)
+    g_inv = torch.linalg.inv(g)
+    t_n = g.shape[0]
+    if chunk_frames is None:
+        chunk_frames = CHUNK_PIXELS // (h * w * ss * ss)
+    step = max(1, min(int(chunk_frames), t_n))
+    for t0 in range(0, t_n, step):
+        yield t0, _plane_pass(scene, g[t0:t0 + step], g_inv[t0:t0 + step], ss)
+
+
+def render_planes_frames(scene: PlaneScene, supersample: int = 2,
+                         chunk_frames: int | None = None) -> torch.Tensor:
+    """(T, 3, H, W) float32 RGB in [0, 1] of ``scene`` (per-pixel nearest plane in front of the
+    camera; pixels that see no plane are black), rendered at ``supersample`` x the size and
+    box-filtered down, ``chunk_frames`` frames at a time (None: :data:`CHUNK_PIXELS`
+    supersampled pixels a chunk, at least one frame; any value gives the same frames, bit for
+    bit); InputError for ``chunk_frames`` < 1."""
+    chunk_frames = _check_chunk(chunk_frames)
+    h, w = scene.size
+    out = torch.empty(scene.poses.shape[0], 3, h, w, dtype=torch.float32)
+    for t0, rgb in _plane_chunks(scene, supersample, chunk_frames):
+        out[t0:t0 + rgb.shape[0]] = rgb
+    return out
+
+
+def _check_chunk(chunk_frames: int | None) -> int | None:
+    """``chunk_frames`` as an int >= 1, or None (ArgumentTypeError / InputError otherwise)."""
+    return None if chunk_frames is None else check_integer(chunk_frames, "chunk_frames", 1)
+
+
 def render_planes(motion: str = "truck", *, num_frames: int = 24,
                   size: tuple[int, int] = (384, 640), seed: int = 0,
                   corruption: str | None = None, severity: float = 0.0,
-                  supersample: int = 2, **options) -> SynthClip:
+                  supersample: int = 2, chunk_frames: int | None = None,
+                  **options) -> SynthClip:
     """One held-out clip of textured planes with exact ground truth.
 
     Args:
@@ -253,6 +295,9 @@ def render_planes(motion: str = "truck", *, num_frames: int = 24,
         corruption, severity: as :func:`~geocon_torch.synth.render_scene` (applied to the
             rendered frames with ``seed``).
         supersample: render factor before the box filter (1 = none).
+        chunk_frames: frames rendered at a time (an integer >= 1; None: a budget of
+            :data:`CHUNK_PIXELS` supersampled pixels, two frames of 640x384 at supersample 2);
+            any value gives the same clip, bit for bit.
     Returns:
         :class:`~geocon_torch.synth.SynthClip`: frames (T, 3, H, W) uint8, no masks, poses,
         intrinsics, ``true_homographies`` (T-1, 3, 3) for the rotation motions (None for the
@@ -260,8 +305,12 @@ def render_planes(motion: str = "truck", *, num_frames: int = 24,
         the motion, the options and ``expected_regime``.
     """
     corruption = check_corruption(corruption, severity)
+    chunk_frames = _check_chunk(chunk_frames)
     scene = build_planes(motion, num_frames=num_frames, size=size, seed=seed, **options)
-    frames = (render_planes_frames(scene, supersample) * 255).round().to(torch.uint8)
+    h, w = scene.size
+    frames = torch.empty(scene.poses.shape[0], 3, h, w, dtype=torch.uint8)
+    for t0, rgb in _plane_chunks(scene, supersample, chunk_frames):  # uint8 chunk by chunk
+        frames[t0:t0 + rgb.shape[0]] = (rgb * 255).round().to(torch.uint8)
     if corruption is not None and severity > 0:
         frames = apply_corruption(frames, corruption, severity, seed=int(seed))
     regime = PLANE_MOTIONS[motion]
@@ -269,7 +318,6 @@ def render_planes(motion: str = "truck", *, num_frames: int = 24,
     if regime == "H" and scene.poses.shape[0] > 1:
         true_h = cam.rotation_homography(scene.K, cam.relative_pose(scene.poses[:-1],
                                                                      scene.poses[1:]))
-    h, w = scene.size
     tag = f"_{corruption}{float(severity):.2f}" if corruption else ""
     meta = {"generator": "planes", "motion": motion, "expected_regime": regime,
             "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items()},

@@ -10,7 +10,7 @@ atlas (trilinear lookup; optional supersampling for antialiasing). Ray direction
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -296,28 +296,95 @@ def shade(hits: Hits, rects: Rects, atlas: TextureAtlas, texel_density: torch.Te
     return color.reshape(t, h, w, 3).permute(0, 3, 1, 2)
 
 
+#: rays (pixels x supersample^2) rendered per chunk of frames when ``chunk_frames`` is None:
+#: a frame of 640x384 pixel-centre rays takes ~30-40 MB of working memory, so a chunk of 2^21
+#: rays (8 such frames) stays near 300 MB whatever the clip's length
+CHUNK_RAYS = 1 << 21
+
+
+def frames_per_chunk(num_frames: int, rays_per_frame: int, chunk_frames: Optional[int]) -> int:
+    """Frames rendered at a time: ``chunk_frames`` if given, else as many frames as
+    :data:`CHUNK_RAYS` rays allow (``rays_per_frame`` each, at least one frame); at most
+    ``num_frames``."""
+    if chunk_frames is None:
+        chunk_frames = max(1, CHUNK_RAYS // max(1, int(rays_per_frame)))
+    return max(1, min(int(chunk_frames), int(num_frames)))
+
+
+def _rect_frames(rects: Rects, t0: int, t1: int) -> Rects:
+    """The rectangles of frames ``t0 .. t1 - 1`` (per-frame fields sliced, the rest shared)."""
+    facing = None if rects.facing is None else rects.facing[t0:t1]
+    return Rects(rects.origin[t0:t1], rects.u[t0:t1], rects.v[t0:t1], rects.object_id,
+                 rects.texture, facing)
+
+
+def _ray_grids(K: torch.Tensor, size: Tuple[int, int], supersample: int, dtype: torch.dtype,
+               device: Optional[torch.device]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The pixel-centre rays (H, W, 3) and, with ``supersample`` s > 1, the (H s, W s, 3)
+    sub-pixel rays (else None); InputError for s < 1."""
+    s = int(supersample)
+    if s < 1:
+        raise InputError(f"supersample must be >= 1, got {supersample}")
+    fine = None if s == 1 else pixel_rays(K, size, s, dtype, device)
+    return pixel_rays(K, size, 1, dtype, device), fine
+
+
+def _render_frames(rays: torch.Tensor, fine: Optional[torch.Tensor], poses: torch.Tensor,
+                   rects: Rects, atlas: TextureAtlas, texel_density: torch.Tensor, focal: float
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`render` of the frames of ``poses`` / ``rects`` with prepared ray grids
+    (:func:`_ray_grids`) and an atlas already on the rays' device and dtype."""
+    centre = intersect(rays, poses, rects)
+    if fine is None:
+        rgb = shade(centre, rects, atlas, texel_density, focal)
+    else:
+        s = fine.shape[0] // rays.shape[0]
+        hits = intersect(fine, poses, rects)
+        rgb = F.avg_pool2d(shade(hits, rects, atlas, texel_density, focal * s), s)
+        del hits
+    obj = rects.object_id.to(centre.rect.device)[centre.rect.clamp_min(0)]
+    obj = torch.where(centre.rect >= 0, obj, torch.zeros_like(obj))
+    return rgb.clamp(0, 1), obj, centre.depth
+
+
+def render_chunks(K: torch.Tensor, poses: torch.Tensor, size: Tuple[int, int], rects: Rects,
+                  atlas: TextureAtlas, texel_density: torch.Tensor, *, supersample: int = 1,
+                  dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None,
+                  chunk_frames: Optional[int] = None
+                  ) -> Iterator[Tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """:func:`render` ``chunk_frames`` frames at a time (None: :func:`frames_per_chunk`'s
+    budget of :data:`CHUNK_RAYS` rays), so that the working memory is bounded by a chunk.
+
+    The ray grids and the atlas are shared; each chunk intersects and shades its own frames
+    only. A pixel's colour, id and depth depend only on its own frame's pose and rectangles and
+    every step is elementwise per pixel, so the chunks equal one render of all frames, bit for
+    bit.
+
+    Yields:
+        ``(t0, rgb, obj, depth)`` for the chunk of frames ``t0 .. t0 + n - 1``: rgb (n, 3, H, W)
+        float in [0, 1], obj (n, H, W) long, depth (n, H, W) camera z (see :func:`render`).
+    """
+    rays, fine = _ray_grids(K, size, supersample, dtype, device)
+    atlas = atlas.to(device or torch.device("cpu"), dtype)
+    t_n, s = int(poses.shape[0]), int(supersample)
+    step = frames_per_chunk(t_n, size[0] * size[1] * s * s, chunk_frames)
+    for t0 in range(0, t_n, step):
+        t1 = min(t0 + step, t_n)
+        yield (t0, *_render_frames(rays, fine, poses[t0:t1], _rect_frames(rects, t0, t1),
+                                   atlas, texel_density, float(K[0, 0])))
+
+
 def render(K: torch.Tensor, poses: torch.Tensor, size: Tuple[int, int], rects: Rects,
            atlas: TextureAtlas, texel_density: torch.Tensor, *, supersample: int = 1,
            dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None
            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Render T frames.
+    """Render T frames in one pass (:func:`render_chunks` renders them a chunk at a time).
 
     Returns:
         rgb (T, 3, H, W) float in [0, 1]; object ids (T, H, W) long (0 background or miss, k >= 1
         moving object k), decided by each pixel-centre ray (so masks are exact); depth (T, H, W)
         camera z of the pixel-centre hit (inf on a miss).
     """
-    s = int(supersample)
-    if s < 1:
-        raise InputError(f"supersample must be >= 1, got {supersample}")
+    rays, fine = _ray_grids(K, size, supersample, dtype, device)
     atlas = atlas.to(device or torch.device("cpu"), dtype)
-    rays = pixel_rays(K, size, 1, dtype, device)
-    centre = intersect(rays, poses, rects)
-    if s == 1:
-        rgb = shade(centre, rects, atlas, texel_density, float(K[0, 0]))
-    else:
-        fine = intersect(pixel_rays(K, size, s, dtype, device), poses, rects)
-        rgb = F.avg_pool2d(shade(fine, rects, atlas, texel_density, float(K[0, 0]) * s), s)
-    obj = rects.object_id.to(centre.rect.device)[centre.rect.clamp_min(0)]
-    obj = torch.where(centre.rect >= 0, obj, torch.zeros_like(obj))
-    return rgb.clamp(0, 1), obj, centre.depth
+    return _render_frames(rays, fine, poses, rects, atlas, texel_density, float(K[0, 0]))

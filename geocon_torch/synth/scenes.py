@@ -32,7 +32,7 @@ from ..categories import CATEGORY_NAMES, EXPECTED_REGIME, canonical_category
 from . import camera as cam
 from .clip import SynthClip
 from .corruptions import apply_corruption, check_corruption
-from .raycast import Rects, render, screen_bounds
+from .raycast import Rects, render_chunks, screen_bounds
 from .textures import make_texture, pack_atlas
 from ..errors import InputError
 
@@ -398,9 +398,43 @@ def build_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] = 
                  (h, w))
 
 
+def _render_arrays(scene: Scene, chunk_frames: Optional[int] = None
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ray-cast ``scene`` a chunk of frames at a time (:func:`~geocon_torch.synth.raycast.
+    render_chunks`) into preallocated outputs, so that only one chunk's float images, hits and
+    ids are alive at a time.
+
+    Args:
+        scene: a built scene (:func:`build_scene`); its ``supersample`` and ``device`` options
+            apply.
+        chunk_frames: frames per chunk, or None for the ray budget.
+    Returns:
+        frames (T, 3, H, W) uint8 RGB, masks (T, K, H, W) bool (K moving objects), depth
+        (T, H, W) float32 camera z of each pixel centre's hit (inf on a miss).
+    """
+    device = torch.device(scene.options.get("device", "cpu"))
+    t_n, (h, w), k_obj = scene.num_frames, scene.size, len(scene.objects)
+    frames = masks = depth = ids = None
+    for t0, rgb, obj, dep in render_chunks(
+            scene.K, scene.poses, scene.size, scene.rects, scene.atlas, scene.density,
+            supersample=int(scene.options.get("supersample", 1)), device=device,
+            chunk_frames=chunk_frames):
+        if frames is None:  # allocated on the renderer's device
+            frames = torch.empty((t_n, 3, h, w), dtype=torch.uint8, device=rgb.device)
+            masks = torch.empty((t_n, k_obj, h, w), dtype=torch.bool, device=obj.device)
+            depth = torch.empty((t_n, h, w), dtype=dep.dtype, device=dep.device)
+            ids = torch.arange(1, k_obj + 1, device=obj.device).view(1, k_obj, 1, 1)
+        t1 = t0 + rgb.shape[0]
+        frames[t0:t1] = (rgb * 255).round().to(torch.uint8)
+        masks[t0:t1] = obj.unsqueeze(1) == ids
+        depth[t0:t1] = dep
+        del rgb, obj, dep
+    return frames, masks, depth
+
+
 def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] = (384, 640),
                  seed: int = 0, corruption: Optional[str] = None, severity: float = 0.0,
-                 **options: Any) -> SynthClip:
+                 chunk_frames: Optional[int] = None, **options: Any) -> SynthClip:
     """Render one grounded clip with exact ground truth.
 
     Args:
@@ -411,6 +445,11 @@ def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] =
         seed: scene layout, textures and corruption noise; same seed -> identical frames.
         corruption: None or one of :data:`geocon_torch.synth.corruptions.CORRUPTIONS`.
         severity: corruption strength in [0, 1] (0 = identity).
+        chunk_frames: frames ray-cast at a time, an integer >= 1, or None (default): as many
+            as :data:`~geocon_torch.synth.raycast.CHUNK_RAYS` rays allow (8 frames of 640x384
+            without supersampling). Memory is bounded by a chunk plus the outputs (7 bytes per
+            pixel and frame, more with objects or a corruption); the clip is the same, bit for
+            bit, for any value.
         **options: ``motion`` (C2: pan|tilt|roll, C3: truck|dolly, C5: arc|orbit), ``rate``
             (deg/frame), ``speed`` (world units/frame), ``num_objects`` (C4, 1-3), ``yaw_rate``
             (C4, deg/frame), ``stress`` (C6: thin|low_texture|occlusion|all), ``supersample``
@@ -421,23 +460,21 @@ def render_scene(category: str, *, num_frames: int = 48, size: Tuple[int, int] =
         (T, K, H, W) bool, intrinsics (3, 3) float64, poses (T, 4, 4) float64 world-to-camera,
         true_homographies (T-1, 3, 3) float64 or None.
     Raises:
-        ArgumentTypeError, InputError: ``num_frames`` not an integer >= 1; InputError: an
-            unknown category, motion, option or corruption, a side below 8 px.
+        ArgumentTypeError, InputError: ``num_frames`` or ``chunk_frames`` not an integer
+            >= 1; InputError: an unknown category, motion, option or corruption, a side below
+            8 px.
     """
     corruption = check_corruption(corruption, severity)
+    if chunk_frames is not None:
+        chunk_frames = check_integer(chunk_frames, "chunk_frames", 1)
     scene = build_scene(category, num_frames=num_frames, size=size, seed=seed, **options)
     cat, motion, K, poses = scene.category, scene.motion, scene.K, scene.poses
-    device = torch.device(options.get("device", "cpu"))
-    rgb, obj, depth = render(K, poses, scene.size, scene.rects, scene.atlas, scene.density,
-                             supersample=int(options.get("supersample", 1)), device=device)
-    frames = (rgb * 255).round().to(torch.uint8)
+    frames, masks, depth = _render_arrays(scene, chunk_frames)
     k_obj = len(scene.objects)
-    ids = torch.arange(1, k_obj + 1, device=obj.device).view(1, k_obj, 1, 1)
-    masks = obj.unsqueeze(1) == ids
-    if corruption is not None and severity > 0:
-        frames, masks = apply_corruption(frames, corruption, severity, seed=int(seed),
-                                         masks=masks if k_obj else None, return_masks=True)
-        masks = masks if masks is not None else obj.unsqueeze(1) == ids
+    if corruption is not None and severity > 0:  # on the whole clip (noise fields span time)
+        frames, new_masks = apply_corruption(frames, corruption, severity, seed=int(seed),
+                                             masks=masks if k_obj else None, return_masks=True)
+        masks = new_masks if new_masks is not None else masks
     rel = cam.relative_pose(poses[:-1], poses[1:])
     true_h = None
     if EXPECTED_REGIME[cat] == "H" and scene.num_frames > 1:
