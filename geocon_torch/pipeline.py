@@ -640,10 +640,10 @@ def scoring_config(config: ConfigLike, preset: Optional[str] = None) -> GeoConCo
 
 #: memory budget of one batch of :func:`score_clips`: the decoded frames of the clips scored
 #: together (T x H x W x 3 bytes at working resolution, summed); a longer clip is scored alone.
-#: The batch's working set (grey frames, keypoints, matches, fits, masks) comes on top: measured
-#: at ~4.6x the frames' bytes (4 clips of 16 x 768 x 1024: +665 MB batched, +282 MB one clip at
-#: a time, the same CPU time), so lower it where host memory is tight: batching saves per-clip
-#: overhead on small clips, not on large ones
+#: The batch's working set (grey frames, keypoints, matches, fits, masks) comes on top, partly
+#: per frame: ~4.4 MB per MB of frames at 768 x 1024, 5-34 MB per MB at 120 x 160 (~0.6 MB per
+#: frame; README "Memory knobs"), so lower it where host memory is tight, above all for small
+#: clips: batching saves per-clip overhead on small clips, not on large ones
 BATCH_BYTES = 768 * 2 ** 20
 
 
