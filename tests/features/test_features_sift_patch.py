@@ -62,7 +62,12 @@ def test_orientation_of_a_ramp_and_run_to_run(device):
 @pytest.mark.parametrize("rootsift", [True, False])
 def test_descriptor_matches_kornia(device, dtype, rootsift):
     p = _patches(600, 32, dtype, device)
-    ref = KF.SIFTDescriptor(32, rootsift=rootsift).to(device=device, dtype=dtype)(p)
+    old = torch.get_default_dtype()  # kornia builds its kernels in the default dtype:
+    torch.set_default_dtype(torch.float32)  # the reference is its default construction
+    try:
+        ref = KF.SIFTDescriptor(32, rootsift=rootsift).to(device=device, dtype=dtype)(p)
+    finally:
+        torch.set_default_dtype(old)
     got = sift_descriptor(p, rootsift)
     assert got.shape == (600, 128) and got.dtype == dtype
     torch.testing.assert_close(got, ref, rtol=0, atol=TOL[dtype][1])
