@@ -14,7 +14,9 @@ from geocon_torch.features.sift_patch import (dominant_orientation, replicate_gr
                                               sift_descriptor)
 from geocon_torch.features.torch_sift import TorchSIFT
 
-TOL = {torch.float32: (2e-5, 3e-7), torch.float64: (1e-8, 1e-8)}  # (angle rad, descriptor)
+# (angle rad, descriptor); kornia builds its kernels in float32 (the default dtype), so float64
+# agrees to that rounding only: 1.008e-8 with kornia 0.9.2, < 1e-8 with 0.9.0
+TOL = {torch.float32: (2e-5, 3e-7), torch.float64: (1e-8, 2e-8)}
 
 
 def _patches(n: int, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -62,12 +64,7 @@ def test_orientation_of_a_ramp_and_run_to_run(device):
 @pytest.mark.parametrize("rootsift", [True, False])
 def test_descriptor_matches_kornia(device, dtype, rootsift):
     p = _patches(600, 32, dtype, device)
-    old = torch.get_default_dtype()  # kornia builds its kernels in the default dtype:
-    torch.set_default_dtype(torch.float32)  # the reference is its default construction
-    try:
-        ref = KF.SIFTDescriptor(32, rootsift=rootsift).to(device=device, dtype=dtype)(p)
-    finally:
-        torch.set_default_dtype(old)
+    ref = KF.SIFTDescriptor(32, rootsift=rootsift).to(device=device, dtype=dtype)(p)
     got = sift_descriptor(p, rootsift)
     assert got.shape == (600, 128) and got.dtype == dtype
     torch.testing.assert_close(got, ref, rtol=0, atol=TOL[dtype][1])
