@@ -7,7 +7,10 @@ settings, so a plain "save, set, put back" breaks when two calls overlap in diff
 the second saves the first's temporary value and puts it back last, and the process keeps it
 for good. :func:`thread_settings` is one guard for all of them, under a lock: the first entry
 of the process records the user's values and the last exit puts them back; an entry made while
-another is open never takes a temporary value for the user's.
+another is open never takes a temporary value for the user's. A count the caller changes
+while a block is open (OpenCV's, or torch's count for new threads) is taken as the user's new
+value and is what the last exit puts back (a change to the block's own value cannot be told
+from the block's and is not kept).
 
 What the settings are (torch with OpenMP, the CPU builds' default; OpenCV's pthreads / TBB):
 
@@ -59,6 +62,9 @@ _USER: Dict[str, int] = {}
 #: kinds whose recorded user value stands while no block of that kind is open: in a forked child
 #: whose other threads' blocks were dropped, the process still holds their temporary values
 _INHERITED: Set[str] = set()
+#: the value the guard itself last wrote, per kind: "torch" (the count new threads take) and
+#: "cv2"; a different value found later was written by the caller and becomes the user's
+_SET: Dict[str, int] = {}
 #: per thread: ``restore``, its own torch count from before its outermost torch block
 _LOCAL = threading.local()
 
@@ -83,12 +89,27 @@ def _check(name: str, value: Optional[int]) -> Optional[int]:
     return value
 
 
+def _adopt_caller_change(kind: str, current: int) -> None:
+    """While a block of ``kind`` is open: ``current``, the count found now, is the user's new
+    value when it is not the one the guard last wrote (the caller set it meanwhile)."""
+    if kind in _SET and current != _SET[kind]:
+        _USER[kind] = current
+
+
+def _set_new_threads(count: int) -> None:
+    """Record ``count`` as the torch count for new threads that the guard wrote."""
+    _SET["torch"] = count
+
+
 def _record_torch(thread: int) -> None:
     """Before a torch block of ``thread`` opens: the user's count for new threads (when no
-    torch block is open) and this thread's own count (at its outermost torch block)."""
+    torch block is open, or the caller's change while one is) and this thread's own count
+    (at its outermost torch block)."""
     opened = [e for e in _OPEN if e.torch_threads is not None]
     if not opened and "torch" not in _INHERITED:
         _USER["torch"] = _in_new_thread(torch.get_num_threads)
+    elif opened:
+        _adopt_caller_change("torch", _in_new_thread(torch.get_num_threads))
     if not any(e.thread == thread for e in opened):
         mine = torch.get_num_threads()
         # a thread whose first torch op ran inside another thread's block began at that
@@ -103,12 +124,15 @@ def _record_cv2() -> None:
 
     if not any(e.cv2_threads is not None for e in _OPEN) and "cv2" not in _INHERITED:
         _USER["cv2"] = cv2.getNumThreads()
+    elif any(e.cv2_threads is not None for e in _OPEN):
+        _adopt_caller_change("cv2", cv2.getNumThreads())
 
 
 def _restore_torch(thread: int) -> None:
     """After a torch block of ``thread`` closed: this thread's count (its enclosing block's,
     or its own from before) and the count new threads take (the last open block's, or the
-    user's once no torch block is open)."""
+    user's once no torch block is open; a count the caller set meanwhile is the user's)."""
+    _adopt_caller_change("torch", _in_new_thread(torch.get_num_threads))
     counts = [e.torch_threads for e in _OPEN if e.torch_threads is not None]
     own = [e.torch_threads for e in _OPEN if e.torch_threads is not None and e.thread == thread]
     target = own[-1] if own else _LOCAL.restore
@@ -118,15 +142,18 @@ def _restore_torch(thread: int) -> None:
         _INHERITED.discard("torch")
     if new_threads != target:
         _in_new_thread(lambda: torch.set_num_threads(new_threads))
+    _set_new_threads(new_threads)
 
 
 def _restore_cv2() -> None:
     """After a cv2 block closed: OpenCV's count of the last open block, or the user's once no
-    cv2 block is open."""
+    cv2 block is open; a count the caller set meanwhile is the user's)."""
     import cv2
 
+    _adopt_caller_change("cv2", cv2.getNumThreads())
     counts = [e.cv2_threads for e in _OPEN if e.cv2_threads is not None]
-    cv2.setNumThreads(counts[-1] if counts else _USER["cv2"])
+    _SET["cv2"] = counts[-1] if counts else _USER["cv2"]
+    cv2.setNumThreads(_SET["cv2"])
     if not counts:
         _INHERITED.discard("cv2")
 
@@ -153,10 +180,12 @@ def thread_settings(torch_threads: Optional[int] = None,
         _OPEN.append(entry)
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)  # this thread's and new threads' count
+            _set_new_threads(torch_threads)
         if cv2_threads is not None:
             import cv2
 
             cv2.setNumThreads(cv2_threads)
+            _SET["cv2"] = cv2_threads
     try:
         yield
     finally:

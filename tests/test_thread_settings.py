@@ -211,6 +211,35 @@ def test_a_child_forked_inside_another_threads_block_restores(user_counts):
     assert (cv2.getNumThreads(), _fresh_thread_torch()) == (USER, USER)
 
 
+def test_a_change_the_caller_makes_meanwhile_is_kept(user_counts):
+    """The caller sets other counts while another thread's block is open (sideeffects audit
+    s30 F4): the last exit keeps them (it put the values from before the block back: OpenCV 3
+    instead of 5, torch's new threads 3 instead of 4)."""
+    from geocon_torch._thread_settings import thread_settings
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with thread_settings(torch_threads=1, cv2_threads=1):
+            inside.set()
+            leave.wait(WAIT_S)
+            with thread_settings(torch_threads=2, cv2_threads=2):  # nested: adopts it too
+                pass
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(WAIT_S)
+    cv2.setNumThreads(USER + 2)
+    torch.set_num_threads(USER + 1)
+    leave.set()
+    holder.join(WAIT_S)
+    assert cv2.getNumThreads() == USER + 2
+    assert (torch.get_num_threads(), _fresh_thread_torch()) == (USER + 1, USER + 1)
+    with thread_settings(torch_threads=1, cv2_threads=1):  # later blocks keep the new values
+        pass
+    assert (cv2.getNumThreads(), _fresh_thread_torch()) == (USER + 2, USER + 1)
+
+
 def test_bad_counts_are_refused():
     from geocon_torch._thread_settings import thread_settings
     from geocon_torch.errors import InputError
