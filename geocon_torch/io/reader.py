@@ -49,7 +49,7 @@ from .decode import (Decoded, TransparencyCount, check_file, decode_stable,
 from .images import IMAGE_SUFFIXES, animated_frames, frame_numbers, list_images, read_image_alpha
 from .framestore import ImageFrames, VideoFrames
 from .letterbox import ContentMaskAccumulator, detect_content_mask
-from .resize import WorkingSize, resize_frames, resize_image, working_size
+from .resize import RESIZE_CHUNK_VALUES, WorkingSize, resize_frames, resize_image, working_size
 from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
                        consecutive_pair_sums, frozen_max_mad, held_positions, is_still,
                        max_pair_sums, motion_record, with_held)
@@ -818,6 +818,18 @@ def _select_frames(x: torch.Tensor, idx: np.ndarray, device: Union[None, str, to
     return x[:, to_device(idx, x.device)]
 
 
+def _to_uint8(x: torch.Tensor) -> torch.Tensor:
+    """(B, T, C, H, W) floats in [0, 1] -> uint8 ``round(x * 255)``, a few frames at a time
+    (:data:`~geocon_torch.io.resize.RESIZE_CHUNK_VALUES` values: the float copy stays bounded)."""
+    flat = x.reshape(-1, *x.shape[2:])
+    out = torch.empty(flat.shape, dtype=torch.uint8, device=x.device)
+    per = max(1, RESIZE_CHUNK_VALUES // max(1, flat[0].numel()))
+    for start in range(0, flat.shape[0], per):
+        chunk = flat[start:start + per].float() * 255.0
+        out[start:start + per] = chunk.round_().clamp_(0, 255).to(torch.uint8)
+    return out.view(x.shape)
+
+
 def _working_frames(x: torch.Tensor, long_side: Optional[int], upscale: bool
                     ) -> Tuple[torch.Tensor, WorkingSize]:
     """Selected frames (B, T', C, H, W) (:func:`_select_frames`) -> ((B, T', 3, H', W') uint8
@@ -825,7 +837,7 @@ def _working_frames(x: torch.Tensor, long_side: Optional[int], upscale: bool
     gray repeated to RGB."""
     b, t, c, h, w = x.shape
     if x.is_floating_point():
-        x = (x.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+        x = _to_uint8(x)
     ws = working_size(h, w, long_side, upscale)
     out = resize_frames(x.reshape(b * t, c, h, w), ws).view(b, t, c, *ws.size)
     if c == 1:

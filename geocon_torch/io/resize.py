@@ -22,8 +22,9 @@ import torch.nn.functional as F
 
 from ..errors import VideoReadError
 
-#: Frames resized per interpolate call (bounds the float copy of large tensors).
-_CHUNK_PIXELS = 1 << 24
+#: Values (input or output, the larger) per interpolate call: bounds the float copies of large
+#: or upscaled tensors.
+RESIZE_CHUNK_VALUES = 1 << 24
 
 
 def _even(x: float) -> int:
@@ -113,7 +114,7 @@ def resize_frames(frames: torch.Tensor, ws: WorkingSize) -> torch.Tensor:
     if ws.crop:
         return frames[..., :h, :w].contiguous()
     n = frames.shape[0]
-    per = max(1, _CHUNK_PIXELS // max(1, frames[0].numel()))
+    per = max(1, RESIZE_CHUNK_VALUES // max(1, frames[0].numel(), frames.shape[1] * h * w))
     out = torch.empty((n, frames.shape[1], h, w), dtype=torch.uint8, device=frames.device)
     for start in range(0, n, per):
         chunk = frames[start:start + per].float()
