@@ -282,3 +282,26 @@ def test_a_regime_the_calibration_leaves_out_says_why_there_is_no_verdict(tmp_pa
     bg = bg["background"]
     assert bg["status"] == "ok" and bg["pass_calibrated"] is None
     assert bg["pass_calibrated_reason"] == "calibration only_f.json has no bounds for regime H"
+
+
+@pytest.mark.parametrize("first, seeds", [(-1, 2), (2 ** 31 - 1, 2)])
+def test_first_seed_out_of_range_is_a_usage_error(tmp_path: Path, capsys, first: int,
+                                                   seeds: int):
+    """--first-seed -1 rendered and scored every clip, then --refit refused the file it wrote
+    (its seeds must be >= 0): refused up front (mutation round 19a)."""
+    code = main(["calibrate", str(tmp_path / "out"), "--first-seed", str(first),
+                 "--seeds", str(seeds)])
+    assert code == 2
+    assert f"--first-seed must be in [0, {2 ** 31 - 2}]" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "calibration.json").exists()
+
+
+def test_the_last_first_seed_writes_a_plan_that_refit_reads():
+    from geocon_torch.cli import build_parser
+    from geocon_torch.commands.calibrate import plan_from_args
+
+    args = build_parser().parse_args(["calibrate", "out", "--first-seed", str(2 ** 31 - 2)])
+    plan = plan_from_args(args)
+    assert plan.seeds == (2 ** 31 - 2, 2 ** 31 - 1)
+    plan2, rows = refit_plan(calibration_document(plan, toy_calibration_rows("HF")), 0.05, 0.5)
+    assert tuple(plan2.seeds) == plan.seeds and len(rows) == len(toy_calibration_rows("HF"))

@@ -34,7 +34,7 @@ from .._version import __version__
 from ..bench.calibration import (BACKGROUND_CORRUPTIONS, CalibrationPlan, refit_plan,
                                   run_calibration, scores_version)
 from ..categories import canonical_category
-from ..config import CHECKPOINT_BACKENDS, FEATURE_BACKEND_CHOICES
+from ..config import CHECKPOINT_BACKENDS, FEATURE_BACKEND_CHOICES, MAX_SEED
 from ..errors import GeoConError, InputError
 from ..synth import CORRUPTIONS, MOTIONS
 from ._common import bounded_frame_size, check_output_dir, cli_path, unit_fraction
@@ -136,6 +136,10 @@ def plan_from_args(args: argparse.Namespace) -> CalibrationPlan:
     """The calibration plan the options describe (usage errors as ArgumentTypeError)."""
     if args.frames < 2 or args.seeds < 1:
         raise argparse.ArgumentTypeError("--frames must be >= 2 and --seeds >= 1")
+    if not 0 <= args.first_seed <= MAX_SEED + 1 - args.seeds:  # as --refit reads them back
+        raise argparse.ArgumentTypeError(f"--first-seed must be in [0, {MAX_SEED + 1 - args.seeds}]"
+                                         f" (the seeds lie in [0, 2^31 - 1]), got "
+                                         f"{args.first_seed}")
     try:
         sev = tuple(float(v) for v in args.severities.split(",") if v.strip())
     except ValueError:
