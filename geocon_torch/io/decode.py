@@ -707,6 +707,16 @@ class Decoded:
         announced = self.announced
         return None if announced is None else max(0, announced - self.packets.discarded)
 
+    @property
+    def source_frames(self) -> Optional[int]:
+        """The clip's frames as far as known: those decoded when the decode is complete, else
+        :attr:`expected_frames` but never fewer than were decoded (a header that under-counts
+        its frames, read only in part); None when unknown."""
+        expected = self.expected_frames
+        if self.complete or expected is None:
+            return self.decoded if self.complete else None
+        return max(expected, self.decoded)
+
     def short_by(self) -> int:
         """Frames a complete decode fell short of :attr:`expected_frames` by, beyond
         :attr:`slack` (0 when within it, not complete or without a count)."""
@@ -741,7 +751,7 @@ class Decoded:
             "path": str(path), "codec": self.codec, "source_fps": self.fps,
             "container_frames": self.announced,
             "decoded_frames": self.decoded, "decode_complete": self.complete,
-            "num_source_frames": self.decoded if self.complete else self.expected_frames,
+            "num_source_frames": self.source_frames,
             "truncated": self.truncated, "decode_errors": self.errors[:5],
             "num_decode_errors": len(self.errors), "timestamp_gaps": gaps,
             "timestamp_missing_frames": missing,
