@@ -15,7 +15,8 @@ from .._precision import scoring_precision
 from .._tensor_utils import constant_on, finite
 from ..errors import ShapeError
 from ._reduce import padded_gram
-from .homography import SPECTRUM_TIE, _MONO, _float64_bases, _monomials, _smallest_eigvec
+from .homography import (SPECTRUM_TIE, _MONO, _autograd_active, _float64_bases, _monomials,
+                         _smallest_eigvec, _value_with_grad_of)
 from .normalization import (_drop_unweighted, _float64_pair, _normalize_points,
                             _similarity_matrix)
 
@@ -45,19 +46,21 @@ _DISTINCT_SVD = torch.diag(torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64))
 def _enforce_rank2(F: torch.Tensor) -> torch.Tensor:
     """Closest rank-2 matrix (Frobenius) of (..., 3, 3), via SVD.
 
-    With autograd (``F.requires_grad``) a matrix with two singular values equal (up to
-    :data:`~geocon_torch.geometry.homography.SPECTRUM_TIE` of the largest, e.g. the
-    skew-symmetric F of zero flow: (s, s, 0)), whose SVD backward is NaN, gets a zero gradient
-    (a "double where": it is swapped for a fixed matrix inside the SVD that carries the
-    gradient, and its value comes from a detached SVD). Values, and every other matrix's
-    gradient, are bit for bit those of the plain SVD."""
-    if not F.requires_grad:
+    Where a derivative may be taken (:func:`~geocon_torch.geometry.homography._autograd_active`:
+    reverse or forward mode, torch.func transforms) a matrix with two singular values equal
+    (up to :data:`~geocon_torch.geometry.homography.SPECTRUM_TIE` of the largest, e.g. the
+    skew-symmetric F of zero flow: (s, s, 0)), whose SVD derivative is NaN, gets a zero
+    derivative (a "double where": it is swapped for a fixed matrix inside the SVD that carries
+    the derivative). Values always come from a detached plain SVD (a straight-through term),
+    so they are bit for bit those of the default path; every other matrix's derivative is the
+    SVD's own."""
+    if not _autograd_active(F):
         return _svd_rank2(F)[0]
-    with torch.no_grad():
-        value, S = _svd_rank2(F)
-        bad = ((S[..., :-1] - S[..., 1:]) <= SPECTRUM_TIE * S[..., :1]).any(-1)  # (...,)
+    value, S = _svd_rank2(F.detach())
+    bad = ((S[..., :-1] - S[..., 1:]) <= SPECTRUM_TIE * S[..., :1]).any(-1)  # (...,)
     safe = torch.where(bad[..., None, None], constant_on(_DISTINCT_SVD, F.device, F.dtype), F)
-    return torch.where(bad[..., None, None], value, _svd_rank2(safe)[0])
+    return _value_with_grad_of(value, torch.where(bad[..., None, None], value,
+                                                  _svd_rank2(safe)[0]))
 
 
 def _fundamental_8pt_normalized(x1n: torch.Tensor, x2n: torch.Tensor, w: torch.Tensor,
@@ -87,10 +90,33 @@ def _det3(M: torch.Tensor) -> torch.Tensor:
             + m02 * (m10 * m21 - m11 * m20))
 
 
-def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor
-                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+def _sqrt_pos(x: torch.Tensor) -> torch.Tensor:
+    """``sqrt(x)`` where ``x > 0``, ``x`` elsewhere (so sqrt(+-0) bit for bit, NaN stays NaN),
+    its derivative finite everywhere: sqrt never sees a value <= 0."""
+    pos = x > 0
+    return torch.where(pos, torch.sqrt(torch.where(pos, x, torch.ones_like(x))), x)
+
+
+def _cbrt_abs(x: torch.Tensor, safe: bool) -> torch.Tensor:
+    """``|x|^(1/3)``; with ``safe`` its derivative is finite at 0 (pow never sees 0)."""
+    ax = x.abs()
+    if not safe:
+        return ax.pow(1.0 / 3.0)
+    pos = ax > 0
+    return torch.where(pos, torch.where(pos, ax, torch.ones_like(ax)).pow(1.0 / 3.0), ax)
+
+
+def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
+                      safe: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Real roots of ``c3 t^3 + c2 t^2 + c1 t + c0`` in closed form (Cardano / trigonometric),
-    batched. Returns (roots (..., 3), valid (..., 3)); invalid slots hold 0."""
+    batched. Returns (roots (..., 3), valid (..., 3)); invalid slots hold 0.
+
+    ``safe`` (the 7-point solver's derivative carrier): the masked operands are made safe
+    before each op (no division by 0, no sqrt / cube root at 0, no acos at +-1), so the
+    branches a ``where`` drops send no NaN back. The selected branches compute the same
+    values; only an operand exactly on such a point (a double or triple root) gets a finite
+    (or zero) derivative instead of an infinite one. Without ``safe``: the plain closed form
+    (the default path's values and ops)."""
     scale = torch.stack([c3.abs(), c2.abs(), c1.abs(), c0.abs()], -1).amax(-1)
     ok = c3.abs() > 1e-12 * scale
     c3s = torch.where(ok, c3, torch.ones_like(c3))
@@ -100,16 +126,24 @@ def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: 
     disc = (q / 2.0) ** 2 + (p / 3.0) ** 3
     one = disc > 0
     # one real root: Cardano
-    sq = torch.sqrt(disc.clamp_min(0))
-    t1 = torch.sign(-q / 2 + sq) * (-q / 2 + sq).abs().pow(1.0 / 3.0) \
-        + torch.sign(-q / 2 - sq) * (-q / 2 - sq).abs().pow(1.0 / 3.0)
+    sq = _sqrt_pos(disc) if safe else torch.sqrt(disc.clamp_min(0))
+    t1 = torch.sign(-q / 2 + sq) * _cbrt_abs(-q / 2 + sq, safe) \
+        + torch.sign(-q / 2 - sq) * _cbrt_abs(-q / 2 - sq, safe)
     # three real roots: trigonometric form (p <= 0 here)
     pm = torch.where(one, -torch.ones_like(p), p.clamp_max(0))
-    r = 2.0 * torch.sqrt(-pm / 3.0)
+    r = 2.0 * (_sqrt_pos(-pm / 3.0) if safe else torch.sqrt(-pm / 3.0))
     r_s = torch.where(r > 0, r, torch.ones_like(r))
-    arg = (3.0 * q / (pm * r_s)).clamp(-1.0, 1.0)  # = 3q/(2p) sqrt(-3/p)
+    den = pm * r_s
+    if safe:
+        den = torch.where(den != 0, den, torch.ones_like(den))
+    arg = (3.0 * q / den).clamp(-1.0, 1.0)  # = 3q/(2p) sqrt(-3/p)
     arg = torch.where(r > 0, arg, torch.zeros_like(arg))
-    phi = torch.acos(arg) / 3.0
+    if safe:  # acos at +-1 (and NaN) from a detached copy: a zero derivative there
+        inside = arg.abs() < 1.0
+        phi = torch.where(inside, torch.acos(torch.where(inside, arg, torch.zeros_like(arg))),
+                          torch.acos(arg.detach())) / 3.0
+    else:
+        phi = torch.acos(arg) / 3.0
     ks = torch.arange(3, dtype=c3.dtype, device=c3.device) * (2.0 * math.pi / 3.0)
     t3 = r.unsqueeze(-1) * torch.cos(phi.unsqueeze(-1) - ks)
     t = torch.where(one.unsqueeze(-1), torch.stack([t1, t1, t1], -1), t3)
@@ -124,9 +158,42 @@ def _real_cubic_roots(c3: torch.Tensor, c2: torch.Tensor, c1: torch.Tensor, c0: 
     return torch.where(valid, roots, torch.zeros_like(roots)), valid
 
 
+#: a fixed well-posed 7-point set in normalised coordinates (x1 rows, then x2 rows): a
+#: well-conditioned 7 x 7 block (condition number 30) and three distinct real roots, for the
+#: 7-point solver's derivative carrier (:func:`_seven_point_normalized`)
+_SEVEN_STAND_IN = torch.tensor(
+    [[[1.2, -1.0], [-1.2, 0.8], [-0.4, -1.2], [0.5, 0.3], [0.8, 0.5], [1.1, 0.6], [-0.6, 0.8]],
+     [[1.5, -0.7], [-1.4, 0.6], [-0.1, -1.2], [0.5, 0.7], [0.3, 0.4], [1.8, 1.0], [-0.9, 0.9]]],
+    dtype=torch.float64)
+
+
 def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
                             ) -> Tuple[torch.Tensor, torch.Tensor]:
     """7-point solver on (normalised) points (..., 7, 2) -> F (..., 3, 3, 3), valid (..., 3).
+
+    Where a derivative may be taken (:func:`~geocon_torch.geometry.homography._autograd_active`)
+    the values still come from the plain solve (detached, bit for bit the default path's); the
+    derivative comes from a second solve (a straight-through term) in which a row with no
+    valid root (e.g. a still pair: a singular 7 x 7 block, whose solve's backward is NaN) sees
+    the fixed well-posed :data:`_SEVEN_STAND_IN` set instead (a "double where": an exact zero
+    derivative) and the cubic's masked operands are safe (``_real_cubic_roots(safe=True)``);
+    invalid root slots get a zero derivative.
+    """
+    if not _autograd_active(x1n, x2n):
+        return _seven_point_solve(x1n, x2n)
+    value, valid = _seven_point_solve(x1n.detach(), x2n.detach())
+    bad = ~valid.any(-1)[..., None, None]  # (..., 1, 1)
+    stand_in = constant_on(_SEVEN_STAND_IN, x1n.device, x1n.dtype)
+    carrier, _ = _seven_point_solve(torch.where(bad, stand_in[0], x1n),
+                                    torch.where(bad, stand_in[1], x2n), safe=True)
+    carrier = torch.where(valid[..., None, None], carrier, value)
+    return _value_with_grad_of(value, carrier), valid
+
+
+def _seven_point_solve(x1n: torch.Tensor, x2n: torch.Tensor, safe: bool = False
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_seven_point_normalized` without its derivative guard (``safe``: the cubic's
+    masked operands made safe, :func:`_real_cubic_roots`).
 
     The 2-D null space of the 7 x 9 system is taken by fixing ``(f8, f9)`` to (1, 0) and (0, 1)
     and solving the remaining 7 x 7 block (float64); ``det(F2 + t (F1 - F2)) = 0`` is solved
@@ -153,7 +220,7 @@ def _seven_point_normalized(x1n: torch.Tensor, x2n: torch.Tensor
     c1 = odd - c3
     rev = c0.abs() > c3.abs()  # solve for u = 1/t: F ~ u F2 + D
     roots, rvalid = _real_cubic_roots(torch.where(rev, c0, c3), torch.where(rev, c1, c2),
-                                      torch.where(rev, c2, c1), torch.where(rev, c3, c0))
+                                      torch.where(rev, c2, c1), torch.where(rev, c3, c0), safe)
     t = roots[..., None, None]
     one = torch.ones_like(t)
     r4 = rev[..., None, None, None]

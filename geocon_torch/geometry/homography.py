@@ -9,7 +9,9 @@ import functools
 from typing import Callable, Optional, Tuple
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as tnf
+from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .._precision import scoring_precision
 from .._tensor_utils import constant_on, finite
@@ -91,27 +93,64 @@ def _distinct_spectrum(n: int) -> torch.Tensor:
         return torch.diag(torch.arange(1.0, n + 1.0, dtype=torch.float64))
 
 
+def _autograd_active(*tensors: torch.Tensor) -> bool:
+    """Whether a derivative may be taken through any of ``tensors``: reverse mode
+    (``requires_grad``; also inside ``torch.func.grad`` / ``vjp``), a ``torch.func`` transform
+    (``jvp``, ``jacfwd``, ``vmap``: functorch-wrapped tensors, whose ``requires_grad`` is False
+    in forward mode) or an open ``torch.autograd.forward_ad.dual_level`` (plain dual tensors do
+    not require grad either). Flag reads only: no tensor op, no host sync, so plain tensors
+    (scoring's, grad mode on or off) take the solvers' default path at no cost. While
+    ``torch.compile`` traces, the functorch check is left out (Dynamo cannot trace it: a graph
+    break)."""
+    if any(t.requires_grad for t in tensors) or getattr(fwAD, "_current_level", -1) >= 0:
+        return True
+    return (not torch.compiler.is_compiling()
+            and any(is_functorch_wrapped_tensor(t) for t in tensors))
+
+
+def _value_with_grad_of(value: torch.Tensor, carrier: torch.Tensor) -> torch.Tensor:
+    """``value`` bit for bit (its sign of zero included) with the derivative of ``carrier``, a
+    tensor of the same shape holding the same numbers up to rounding (a straight-through term:
+    ``value - (carrier.detach() - carrier)``, where the bracket is an exact +0; a non-finite
+    carrier entry is masked to 0 there, with a zero derivative). Works in reverse and forward
+    mode: ``value`` is detached, so its own solve's derivative is never formed."""
+    d = carrier.detach() - carrier
+    return value.detach() - torch.where(finite(d), d, torch.zeros_like(d))
+
+
 def _smallest_eigvec_grad(M64: torch.Tensor) -> torch.Tensor:
-    """:func:`_smallest_eigvec` of symmetric float64 (..., n, n) matrices that require grad, with
-    a degenerate spectrum made gradient-safe (a "double where").
+    """The derivative carrier of :func:`_smallest_eigvec` (its value comes from the padded
+    solve): the smallest eigenvector of symmetric float64 (..., n, n) matrices by an unpadded
+    ``eigh`` (the padding's repeated eigenvalues would make eigh's backward NaN), with a
+    degenerate spectrum made gradient-safe (a "double where").
 
     ``torch.linalg.eigh``'s backward divides by every eigenvalue gap: a repeated eigenvalue
     (e.g. the DLT / 8-point normal matrices of zero flow, ``x2 == x1``) gives NaN for the whole
     matrix, and a smallest eigenvalue tied up to rounding a gradient of rounding noise. Such a
     matrix (gap 0 anywhere, or the smallest gap within :data:`SPECTRUM_TIE` of the largest
     eigenvalue) is swapped for a fixed matrix with a distinct spectrum inside the solve that
-    carries the gradient, so it gets an exact zero gradient; its value comes from a detached
-    solve of the matrix itself. Every value (detached ``eigh`` of the same matrices) and every
-    other matrix's gradient (``eigh``'s own) are bit for bit those of a plain ``eigh``.
-    Returns (..., n) float64."""
-    with torch.no_grad():
-        lam, vecs = torch.linalg.eigh(M64)
-        gaps = lam[..., 1:] - lam[..., :-1]
-        tie = SPECTRUM_TIE * lam.abs().amax(-1)
-        bad = (gaps == 0).any(-1) | (gaps[..., 0] <= tie)  # (...,)
+    carries the derivative, so it gets an exact zero derivative (reverse and forward mode); its
+    entry is a detached solve of the matrix itself. Every other matrix's derivative is
+    ``eigh``'s own. Returns (..., n) float64."""
+    lam, vecs = torch.linalg.eigh(M64.detach())
+    gaps = lam[..., 1:] - lam[..., :-1]
+    tie = SPECTRUM_TIE * lam.abs().amax(-1)
+    bad = (gaps == 0).any(-1) | (gaps[..., 0] <= tie)  # (...,)
     stand_in = constant_on(_distinct_spectrum(int(M64.shape[-1])), M64.device, torch.float64)
     safe = torch.where(bad[..., None, None], stand_in, M64)
     return torch.where(bad[..., None], vecs[..., 0], torch.linalg.eigh(safe)[1][..., 0])
+
+
+def _padded_eigvec(M64: torch.Tensor) -> torch.Tensor:
+    """The smallest eigenvector (..., n) of symmetric float64 (..., n, n) matrices, each solved
+    as the leading block of a 16 x 16 one (:func:`_smallest_eigvec`)."""
+    n = M64.shape[-1]
+    big = M64.diagonal(dim1=-2, dim2=-1).abs().sum(-1) + 1.0  # (...,)
+    pad = _EIG_SIZE - n
+    E = torch.where(_constant(f"pad_diag{n}", M64.device, torch.bool),
+                    big.view(*big.shape, 1, 1), tnf.pad(M64, (0, pad, 0, pad)))
+    _, vecs = torch.linalg.eigh(E)
+    return vecs[..., :n, 0]
 
 
 def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
@@ -127,18 +166,21 @@ def _smallest_eigvec(M: torch.Tensor) -> torch.Tensor:
     positive semi-definite block, and > the smallest of any symmetric one): the decoupled
     block keeps its eigenvectors, the smallest eigenvalue is still the block's, and the result
     no longer depends on the batch around the matrix.
+
+    The value always comes from that padded solve. Where a derivative may be taken
+    (:func:`_autograd_active`) the derivative comes from :func:`_smallest_eigvec_grad` (its
+    sign aligned with the value) through a straight-through term, so values do not change
+    with ``requires_grad``, ``jvp`` or ``vmap``, and a degenerate spectrum gets a zero
+    derivative in reverse and forward mode.
     """
     M64 = M.to(torch.float64)
     M64 = 0.5 * (M64 + M64.transpose(-1, -2))
-    if M64.requires_grad:  # autograd: the padding's repeated eigenvalues would make eigh's
-        return _smallest_eigvec_grad(M64).to(M.dtype)  # backward NaN; solve unpadded
-    n = M64.shape[-1]
-    big = M64.diagonal(dim1=-2, dim2=-1).abs().sum(-1) + 1.0  # (...,)
-    pad = _EIG_SIZE - n
-    E = torch.where(_constant(f"pad_diag{n}", M.device, torch.bool), big.view(*big.shape, 1, 1),
-                    tnf.pad(M64, (0, pad, 0, pad)))
-    _, vecs = torch.linalg.eigh(E)
-    return vecs[..., :n, 0].to(M.dtype)
+    if not _autograd_active(M64):
+        return _padded_eigvec(M64).to(M.dtype)
+    value = _padded_eigvec(M64.detach())
+    carrier = _smallest_eigvec_grad(M64)
+    flip = (carrier.detach() * value).sum(-1, keepdim=True) < 0
+    return _value_with_grad_of(value, torch.where(flip, -carrier, carrier)).to(M.dtype)
 
 
 def _dlt_basis(x2n: torch.Tensor) -> torch.Tensor:

@@ -48,8 +48,16 @@ def _check_squared(squared: Any) -> None:
                                 f"{squared!r}")
 
 
-def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+def _floored_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """``sqrt(max(x, finfo.tiny))``: finite derivative everywhere (a denominator's root)."""
     return torch.sqrt(x.clamp_min(torch.finfo(x.dtype).tiny))
+
+
+def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """A distance from its square ``x`` (px^2 -> px): :func:`_floored_sqrt`, but exactly 0
+    (not ``sqrt(finfo.tiny)``) for an exactly zero ``x``; derivative finite everywhere (0 at
+    0), NaN stays NaN. Elementwise, no host sync."""
+    return _floored_sqrt(x).masked_fill(x == 0, 0.0)
 
 
 def _max_root(dtype: torch.dtype) -> float:
@@ -285,7 +293,7 @@ def epipolar_line_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor) 
     num, a0, a1 = _epipolar_terms(F, x1, x2, backward=False)
     den = a0 * a0 + a1 * a1
     tiny = torch.finfo(den.dtype).tiny
-    return (num.abs() / _safe_sqrt(den)).masked_fill(den <= tiny, _max_root(den.dtype))
+    return (num.abs() / _floored_sqrt(den)).masked_fill(den <= tiny, _max_root(den.dtype))
 
 
 def epipolar_max_distance(F: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor,
