@@ -6,7 +6,6 @@ import glob
 import json
 import math
 import os
-import shutil
 import sys
 import textwrap
 import unicodedata
@@ -357,24 +356,45 @@ def _pad(text: str, width: int) -> str:
     return text + " " * (width - display_width(text))
 
 
+def _table_width(out: TextIO) -> Optional[int]:
+    """The columns a table printed to ``out`` may take: ``COLUMNS`` when set (a positive
+    number), else the terminal's width when ``out`` is a terminal (120 when it cannot be
+    read), else None: no limit (a pipe or a file: a log keeps each reason, and every path in
+    it, on one line for grep)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.strip().isdigit() and int(columns) > 0:
+        return int(columns)
+    isatty = getattr(out, "isatty", None)
+    if isatty is None or not isatty():
+        return None
+    try:
+        return os.get_terminal_size(out.fileno()).columns or 120
+    except (AttributeError, OSError, ValueError):  # no fileno (io.UnsupportedOperation)
+        return 120
+
+
 def print_table(rows: Iterable[Sequence[str]], header: Sequence[str] = SUMMARY_COLUMNS,
                 out: Optional[TextIO] = None, width: Optional[int] = None) -> None:
     """Aligned columns, padded by terminal columns (:func:`display_width`: a CJK clip id keeps
-    the columns after it aligned); the last one (the reason) is never cut: it wraps onto
-    continuation lines to fit ``width`` characters (default: the terminal width,
-    :func:`shutil.get_terminal_size`; at least :data:`REASON_MIN_WIDTH` characters are kept
-    for it)."""
+    the columns after it aligned); the last one (the reason) is never cut: it wraps at spaces
+    onto continuation lines to fit ``width`` characters (default: ``COLUMNS``, else the width
+    of the terminal ``out`` is, else no limit: in a pipe or a file each reason is one line; at
+    least :data:`REASON_MIN_WIDTH` characters are kept for it). A word longer than the column
+    (a clip's path) is never broken: it overflows its line."""
     out = out or sys.stdout
     rows = [list(map(str, r)) for r in rows]
     widths = [max([len(h)] + [display_width(r[i]) for r in rows])
               for i, h in enumerate(header)]
     lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
-    width = width or shutil.get_terminal_size((120, 24)).columns
-    widths[-1] = max(len(header[-1]), min(widths[-1], max(REASON_MIN_WIDTH, width - lead - 1)))
+    width = width or _table_width(out)
+    if width is not None:
+        widths[-1] = max(len(header[-1]),
+                         min(widths[-1], max(REASON_MIN_WIDTH, width - lead - 1)))
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), file=out)
     print("  ".join("-" * w for w in widths), file=out)
     for r in rows:
-        last = textwrap.wrap(r[-1], widths[-1], break_on_hyphens=False) or [""]
+        last = textwrap.wrap(r[-1], widths[-1], break_long_words=False,
+                             break_on_hyphens=False) or [""]
         print("  ".join(_pad(c, w) for c, w in zip(r[:-1] + last[:1], widths)).rstrip(),
               file=out)
         for more in last[1:]:
@@ -405,14 +425,20 @@ def _write_refusal(path: Path) -> str:
     return "permission denied"
 
 
-def check_output_file(path: Optional[str], option: str) -> None:
+def check_output_file(path: Optional[str], option: str, allow_stdout: bool = False) -> None:
     """Fail before any work (InputError) when the output file ``path`` of ``option`` (e.g.
     ``--json``) cannot be written: it is a folder (the message suggests a file in it with the
     option's own extension, :data:`OUTPUT_EXAMPLES`, default ``results.jsonl``), its folder
     cannot be created (it is created here, as :func:`write_jsonl` would), or the folder / an
-    existing file is not writable. None (not given) and "-" (stdout) pass (the CLI refuses
-    an empty value before: :func:`cli_path`); "-" fails when stdout is closed (Python's
-    ``sys.stdout`` is None: a command run with fd 1 closed)."""
+    existing file is not writable. None (not given) passes (the CLI refuses an empty value
+    before: :func:`cli_path`). "-" is stdout only for an option that streams text there
+    (``allow_stdout``: ``score --json``, ``bench --export-csv``, ...; it fails when stdout is
+    closed, Python's ``sys.stdout`` None: a command run with fd 1 closed); any other option
+    (a binary file such as ``--export-parquet``) refuses it, never writing a file named
+    ``-`` (``./-`` names one)."""
+    if path == "-" and not allow_stdout:
+        raise InputError(f"{option} -: {option} does not write to stdout: give a file "
+                         "(./- for a file named -)")
     if path == "-" and sys.stdout is None:
         raise InputError(f"{option} -: stdout is closed: give a file")
     if not path or path == "-":

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -109,9 +110,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "config hash); the row is replaced; the summary counts them by the "
                         "version they recorded")
     p.add_argument("--export-csv", metavar="OUT", type=cli_path,
-                   help="after the run, write the flat table")
+                   help="after the run, write the flat table ('-' = stdout, the summary "
+                        "and notes then go to stderr)")
     p.add_argument("--export-parquet", metavar="OUT", type=cli_path,
-                   help="after the run, write the flat table as Parquet (needs pyarrow)")
+                   help="after the run, write the flat table as Parquet (needs pyarrow; a "
+                        "file: binary, never '-')")
     p.add_argument("--all-configs", action="store_true",
                    help="export rows of every config hash (default: this run's config)")
     p.add_argument("--strict", action="store_true",
@@ -133,8 +136,10 @@ def run(args: argparse.Namespace) -> int:
     check_not_input(args.export_csv, "--export-csv", inputs)
     check_not_input(args.export_parquet, "--export-parquet",
                     inputs + [("the --export-csv file", args.export_csv)])
-    check_output_file(args.export_csv, "--export-csv")  # before the run, not after it
+    # before the run, not after it; "-": the CSV to stdout (never Parquet, which is binary)
+    check_output_file(args.export_csv, "--export-csv", allow_stdout=True)
     check_output_file(args.export_parquet, "--export-parquet")
+    notes = sys.stderr if args.export_csv == "-" else sys.stdout  # stdout: the CSV alone
     summary, incomplete = None, None
     if args.manifest:
         try:
@@ -156,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
               f"{summary.skipped} already stored{kept_versions_note(summary.skipped_versions)}"
               f", {summary.linked} linked to identical files"
               f"{kept_versions_note(summary.linked_versions)}; {summary.elapsed_s:.1f} s "
-              f"({summary.assign} assignment, store {mask_url(str(args.db))})")
+              f"({summary.assign} assignment, store {mask_url(str(args.db))})", file=notes)
         for line in summary.errors[:20]:
             print(f"  error {line}", file=sys.stderr)
     elif not (args.export_csv or args.export_parquet):
@@ -180,12 +185,14 @@ def run(args: argparse.Namespace) -> int:
                              f"({cfg_hash}; it holds {', '.join(stored[:5])}): give the "
                              f"--preset / --config / --long-side the results were scored with, "
                              f"or --all-configs")
-        if args.export_csv:
+        if args.export_csv == "-":
+            _csv_to_stdout(store, cfg_hash)
+        elif args.export_csv:
             store.export_csv(args.export_csv, cfg_hash)
-            print(f"wrote {args.export_csv}")
+            print(f"wrote {args.export_csv}", file=notes)
         if args.export_parquet:
             store.export_parquet(args.export_parquet, cfg_hash)
-            print(f"wrote {args.export_parquet}")
+            print(f"wrote {args.export_parquet}", file=notes)
         errors = _stored_errors(store, args.manifest, run_hash) if args.strict else []
     if incomplete is not None:
         print(f"geocon bench: error: {incomplete}", file=sys.stderr)
@@ -196,6 +203,20 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(errors[:10])}{', ...' if len(errors) > 10 else ''}", file=sys.stderr)
         return 1
     return 0
+
+
+def _csv_to_stdout(store: ResultStore, config_hash: Optional[str]) -> None:
+    """``--export-csv -``: the bytes :meth:`ResultStore.export_csv` writes to a file (a
+    temporary one, removed), written to stdout."""
+    with tempfile.TemporaryDirectory(prefix="geocon_export_") as tmp:
+        data = store.export_csv(Path(tmp) / "export.csv", config_hash).read_bytes()
+    sys.stdout.flush()
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is not None:
+        raw.write(data)
+        raw.flush()
+    else:  # a text-only stream (a caller's io.StringIO)
+        sys.stdout.write(data.decode("utf-8"))
 
 
 def _stored_errors(store: ResultStore, manifest: Optional[str], config_hash: str) -> List[str]:

@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")  # both before any clip is rendered
     check_not_input(args.json, "--json", [])  # JSON lines never go to a video / image file
-    check_output_file(args.json, "--json")
+    check_output_file(args.json, "--json", allow_stdout=True)
     if args.out is not None:  # the results keep the clips' paths in it
         check_utf8_path(args.out, "--out")
     w, h = args.size

@@ -16,9 +16,10 @@ timing_s, path and clip), a clip id pointing at other bytes, or clip rows that d
 same write time (or, with --clock-skew SECONDS, written less than that far apart by the nodes'
 clocks) are a conflict: OUT keeps the row it had (or the earlier shard's), and every
 differing field is printed with both values (all of them with --conflicts FILE, one JSON object
-per line). A conflict between rows of two geocon_torch versions (a shard that still holds an
-older version's rows) names the store to re-score: geocon bench MANIFEST --db STORE
---rescore-versions, then merge again. Running the same merge again changes nothing. Exit
+per line; --conflicts - writes them to stdout, the summary then goes to stderr). A conflict
+between rows of two geocon_torch versions (a shard that still holds an older version's rows)
+names the store to re-score: geocon bench MANIFEST --db STORE --rescore-versions, then merge
+again. Running the same merge again changes nothing. Exit
 status 0, or 1 when there were conflicts; 2 for a user error (a SHARD that is not a store, OUT
 among the shards, a --conflicts FILE that cannot be written or is OUT or a SHARD).
 """
@@ -48,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "conflict instead of the later one winning: the write times come from "
                         "each node's clock (default 0: keep the clocks synchronised)")
     p.add_argument("--conflicts", metavar="FILE", type=cli_path,
-                   help="write every conflict as one JSON object per line")
+                   help="write every conflict as one JSON object per line ('-' = stdout, "
+                        "the summary and updates then go to stderr)")
 
 
 def _key(c: dict) -> str:
@@ -75,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     # before OUT is changed; never onto OUT or a shard (which it would empty)
     check_not_input(args.conflicts, "--conflicts",
                     [("OUT", args.out)] + [("one of the SHARDs", s) for s in args.shards])
-    check_output_file(args.conflicts, "--conflicts")
+    check_output_file(args.conflicts, "--conflicts", allow_stdout=True)
+    notes = sys.stderr if args.conflicts == "-" else sys.stdout  # stdout: the conflicts alone
     report = merge_stores(args.out, args.shards, clock_skew_s=args.clock_skew)
     print(f"geocon merge: {len(report.shards)} shard(s) into {report.out}: results "
           f"{report.results_added} added, {report.results_same} already there, "
@@ -85,17 +88,20 @@ def run(args: argparse.Namespace) -> int:
           f"{report.results_errors_skipped} shard error row(s) not copied; clips "
           f"{report.clips_added} added, {report.clips_same} already there, "
           f"{report.clips_updated} updated from newer rows, {report.clips_older} older "
-          f"row(s) not copied; {len(report.conflicts)} conflict(s)")
+          f"row(s) not copied; {len(report.conflicts)} conflict(s)", file=notes)
     for u in report.updates[:SHOWN]:
-        print("  " + _update_line(u))
+        print("  " + _update_line(u), file=notes)
     if len(report.updates) > SHOWN:
-        print(f"  ... {len(report.updates) - SHOWN} more update(s)")
+        print(f"  ... {len(report.updates) - SHOWN} more update(s)", file=notes)
     for c in report.conflicts[:SHOWN]:
         print("  " + _line(c), file=sys.stderr)
     if len(report.conflicts) > SHOWN:
         print(f"  ... {len(report.conflicts) - SHOWN} more (--conflicts FILE lists all)",
               file=sys.stderr)
-    if args.conflicts:
+    if args.conflicts == "-":
+        sys.stdout.write("".join(json.dumps(c, sort_keys=True) + "\n"
+                                 for c in report.conflicts))
+    elif args.conflicts:
         with atomic_output(args.conflicts) as tmp, open(tmp, "w", encoding="utf-8") as fh:
             for c in report.conflicts:
                 fh.write(json.dumps(c, sort_keys=True) + "\n")

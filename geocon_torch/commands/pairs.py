@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     check_not_input(args.out, "--out", [("the MANIFEST", args.manifest),
                                         ("the --db store", args.db),
                                         ("the --config file", args.config)])
-    check_output_file(args.out, "--out")  # before any clip is scored
+    check_output_file(args.out, "--out", allow_stdout=True)  # before any clip is scored
     records, summary = preference_pairs(
         args.manifest, args.db, kind=args.kind, config=build_config(args),
         min_margin=args.min_margin, device=args.device, progress=show_progress(args),

@@ -30,12 +30,16 @@ e.g. yes/no (paper: IR >= 0.97 and GE <= 3.5 px; the calibrated gate of
 background.calibration), objects and their worst AdaP90 (AdaDFRC-W2), epipolar error / inlier
 rate (worldatlas, all: the WorldAtlas trio's; gvgc: median error / kept fraction; epipolar-dpo:
 its mean error / inlier rate).
-Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped to
-the terminal width); --json OUT keeps every field of every clip, its path absolute (geocon
-explain / report find the clip from any folder), and its --masks / --poses files, absolute, in
-its "meta" (masks_path / poses_path: the report's cards and geocon explain re-derive its pairs
-with them). A path whose file or folder name is not UTF-8 (another encoding) is refused before
-any clip is scored, as in a manifest: no result store or reader takes it (rename it in UTF-8).
+Every clip gives one row: status ok, not_applicable or error with its full reason (wrapped at
+spaces to the terminal width, COLUMNS when set; one line in a pipe or file); --json OUT keeps
+every field of every clip, its path absolute (geocon explain / report find the clip from any
+folder), and its --masks / --poses files, absolute, in its "meta" (masks_path / poses_path:
+the report's cards and geocon explain re-derive its pairs with them). A path whose file or
+folder name is not UTF-8 (another encoding) is refused before any clip is scored, as in a
+manifest: no result store or reader takes it (rename it in UTF-8).
+timing_s (--json): a stage run once for a batch of clips (features, fit, segment, metrics,
+foreground, gate) reports the batch's seconds, the same for each of its clips; read is the
+clip's own, total its wall time from start to end: do not sum them over clips.
 Exit status: 0 when no clip has status error, 1 otherwise (a missing or unreadable video is
 an error row); 2 for a user error (a bad option, config or --json OUT; nothing scored).
 """
@@ -143,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     check_not_input(args.json, "--json", [("one of the clips to score", str(c)) for c in clips],
                     hint=" (did you mean --json OUT before the paths?)")
     check_not_input(args.json, "--json", _side_inputs(args, clips, ids))
-    check_output_file(args.json, "--json")
+    check_output_file(args.json, "--json", allow_stdout=True)
     jobs = list(zip(clips, ids))
     results: List[Dict[str, Any]] = []
     with jsonl_lines(args.json) as keep, \
