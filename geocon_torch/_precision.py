@@ -25,6 +25,12 @@ they did. Inside, torch's legacy query ``torch.backends.cudnn.allow_tf32`` may r
 convolutions are IEEE while its legacy switch still says TF32: the state torch's own
 ``torch.backends.cudnn.conv.fp32_precision = "ieee"`` gives).
 
+The host-driven ones among them (``score_clip`` / ``score_clips``, ``geometric_reward``, the
+functional metrics but ``soft_background_consistency``, the Metric classes' ``update``) also run
+eagerly inside ``torch.compile`` (:func:`eager_entry`: a graph break), and the per-clip
+isolation re-raises the compiler's failures (:func:`compile_failure`) instead of making them
+a clip's error.
+
 Caveat: these precision settings are process-wide, not per thread. While one thread scores,
 another thread running torch at the same time also gets full-precision float32 matmuls and
 convolutions. Threads that score at the same time share one pinning (:func:`full_float32`: the
@@ -35,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import sys
 import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
@@ -267,5 +274,59 @@ def scoring_precision(fn: F) -> F:
 #: the decorator's historical name (it only turned autocast off then); imported package-wide
 autocast_off = scoring_precision
 
-__all__ = ["AUTOCAST_DEVICES", "autocast_enabled", "autocast_off", "cudnn_conv_tf32",
-           "full_float32", "scoring_precision"]
+#: ``torch.compiler.disable(_call)``, made on the first call once Dynamo is loaded
+#: (:func:`eager_entry`)
+_TRAMPOLINE: List[Callable[..., Any]] = []
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+def _run_eagerly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with Dynamo off for it and everything it calls (a graph break in
+    the caller's compiled function)."""
+    if not _TRAMPOLINE:
+        _TRAMPOLINE.append(torch.compiler.disable(_call, recursive=True))
+    return _TRAMPOLINE[0](fn, *args, **kwargs)
+
+
+def eager_entry(fn: F) -> F:
+    """``fn`` run eagerly when called inside ``torch.compile``. Name, signature and docstring
+    are ``fn``'s (``functools.wraps``).
+
+    The public entry points that score (``score_clip`` / ``score_clips``,
+    ``geometric_reward``, the functional video metrics and ``adadfrc``, the Metric classes'
+    ``update``) read values on the host, call OpenCV and NumPy and branch on data: compiling
+    into them gains nothing, and Dynamo's tracing failures inside them were caught by the
+    per-clip isolation as clip errors (a compiled training step got a batch of neutral
+    rewards, status "error"). Each is a graph break of the caller's compiled function, run
+    with ``torch.compiler.disable``: bitwise the values of an eager call.
+
+    ``torch._dynamo`` is not imported here (it takes seconds, and ``import geocon_torch``
+    would pay them in every process). Without it nothing compiles: a plain call. Once it is
+    loaded, every call goes through one disabled trampoline (microseconds), also where this
+    wrapper itself runs outside Dynamo's trace (e.g. a frame Dynamo skipped): only the
+    trampoline keeps Dynamo out of the frames ``fn`` calls.
+    """
+    @functools.wraps(fn)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or "torch._dynamo" in sys.modules:
+            return _run_eagerly(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return entry  # type: ignore[return-value]
+
+
+def compile_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``torch.compile``'s, not a clip's: a ``torch._dynamo`` exception
+    (e.g. ``TorchRuntimeError``, ``Unsupported``), or any exception while Dynamo traces. The
+    catch-all per-clip handlers re-raise it, as they re-raise configuration errors."""
+    if torch.compiler.is_compiling():
+        return True
+    dynamo_exc = sys.modules.get("torch._dynamo.exc")  # not loaded: nothing has compiled
+    return dynamo_exc is not None and isinstance(exc, dynamo_exc.TorchDynamoException)
+
+
+__all__ = ["AUTOCAST_DEVICES", "autocast_enabled", "autocast_off", "compile_failure",
+           "cudnn_conv_tf32", "eager_entry", "full_float32", "scoring_precision"]

@@ -310,10 +310,15 @@ def _ints(default: Tuple[int, ...], low: Optional[int] = None, *,
     return _rule_field(default, Rule("ints", low, length=length))
 
 
-def _sub(cls: type) -> Any:
+def _sub(cls: type, *, omit_default: bool = False) -> Any:
     """A nested section (a JSON object; a dict given to the constructor is merged onto the
-    section's defaults)."""
-    return field(default_factory=cls, metadata={"section": cls})
+    section's defaults). ``omit_default``: an optional input (``io.lens``): left out of
+    ``config_hash`` while it equals its defaults (every config without it keeps its hash), and
+    null (JSON) stands for its defaults."""
+    meta: Dict[str, Any] = {"section": cls}
+    if omit_default:
+        meta["omit_default"] = True
+    return field(default_factory=cls, metadata=meta)
 
 
 def _join(prefix: str, key: str) -> str:
@@ -383,6 +388,12 @@ class _Section:
         ``Section(**vars(other))`` keeps working)."""
         return all(f.name in self.__dict__ for f in dataclasses.fields(self))
 
+    @classmethod
+    def _inputs(cls, data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+        """``data`` (a mapping of this section's keys) with any shorthand key spread over the
+        fields it stands for (none by default; :class:`LensConfig` has some)."""
+        return data
+
     def _cross_check(self) -> None:
         """Checks that relate several fields (none by default)."""
 
@@ -423,6 +434,8 @@ def _split(section: Any, runtime: bool) -> Dict[str, Any]:
     for f in dataclasses.fields(section):
         value = getattr(section, f.name)
         if f.metadata.get("section") is not None:
+            if f.metadata.get("omit_default") and value == type(value)():
+                continue  # an optional input left unset: configs without it keep their hash
             sub = _split(value, runtime)
             if sub or not runtime:
                 out[f.name] = sub
@@ -441,6 +454,8 @@ def _check_field(spec: dataclasses.Field, value: Any, name: str) -> Any:
     """The checked (normalised) value of one field, or ConfigError."""
     section = spec.metadata.get("section")
     if section is not None:
+        if value is None and spec.metadata.get("omit_default"):
+            return section()  # null: the optional input unset
         if isinstance(value, Mapping):
             return _merge(section(), migrate_config(value, section._name), name)
         if type(value) is not section:  # a subclass would add its own fields
@@ -480,6 +495,105 @@ def _mark_invalid(section: "_Section", reason: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # sections
+#: the distortion coefficients of ``io.lens``, in OpenCV's ``distCoeffs`` order
+LENS_COEFFICIENTS = ("k1", "k2", "p1", "p2", "k3")
+
+
+@dataclass
+class LensConfig(_Section):
+    """The camera's lens (``io.lens``): OpenCV's pinhole camera matrix and Brown-Conrady
+    distortion, as ``cv2.calibrateCamera`` gives them. Every frame is then undistorted before
+    any keypoint is found (:mod:`geocon_torch.io.lens`): the working frames, the gate's view,
+    the epipolar protocols' frames and given object masks. The toolkit otherwise assumes a
+    pinhole camera: an uncorrected barrel lens (k1 = -0.05 at the half diagonal) turns a pan
+    into an F-regime clip that fails ``pass_calibrated`` (audit s31 F1).
+
+    Attributes:
+        width, height: the frame size (px) the intrinsics are stated in (the calibration's
+            image size); None: the clips' source size. A source of another size with the same
+            aspect ratio (within 1 %) gets the intrinsics scaled; another aspect ratio is a
+            ConfigError when the clip is read.
+        fx, fy: focal lengths, px of that frame (> 0); fy None: fx.
+        cx, cy: principal point, px of that frame (OpenCV's convention: pixel centres at
+            integers, the centre of a W-px frame is (W - 1) / 2); None: the frame's centre.
+        k1, k2, p1, p2, k3: OpenCV's distortion coefficients in that order (unitless, in image
+            coordinates divided by the focal length); all 0 (the default): no lens, frames are
+            not resampled and the config hash is that of a config without the section.
+
+    A mapping may also give ``distortion``: a list of 1 to 5 coefficients [k1, k2, p1, p2, k3]
+    (OpenCV's ``distCoeffs``; the missing ones 0), and ``size``: [width, height].
+
+    Each field alone is a valid edit; that a lens which distorts names its focal length
+    (``fx``) and both ``width`` and ``height`` or neither is checked by :func:`load_config`
+    (every scoring entry point) and by the reader (:func:`geocon_torch.io.lens.as_lens`).
+    A :class:`~geocon_torch.types.Clip` given to ``score_clip`` is used as it is (read it with
+    ``read_clip(..., lens=...)``).
+    """
+
+    _name: ClassVar[str] = "io.lens"
+    width: Optional[int] = _int(None, 2, null=True)
+    height: Optional[int] = _int(None, 2, null=True)
+    fx: Optional[float] = _num(None, 0, low_open=True, null=True)
+    fy: Optional[float] = _num(None, 0, low_open=True, null=True)
+    cx: Optional[float] = _num(None, null=True)
+    cy: Optional[float] = _num(None, null=True)
+    k1: float = _num(0.0)
+    k2: float = _num(0.0)
+    p1: float = _num(0.0)
+    p2: float = _num(0.0)
+    k3: float = _num(0.0)
+
+    @classmethod
+    def _inputs(cls, data: Mapping[str, Any], where: str) -> Dict[str, Any]:
+        """``data`` with ``distortion`` (a list of 1 to 5 numbers) spread over k1 .. k3 and
+        ``size`` ([width, height]) over width / height; ConfigError on a bad list or on a key
+        given both ways with different values."""
+        out = dict(data)
+        spread = {"distortion": (LENS_COEFFICIENTS, 1, "1 to 5 numbers [k1, k2, p1, p2, k3] "
+                                 "(OpenCV's distCoeffs; the rational and thin-prism models "
+                                 "are not supported)"),
+                  "size": (("width", "height"), 2, "2 ints [width, height] (px)")}
+        for key, (names, least, what) in spread.items():
+            if key not in out:
+                continue
+            value = out.pop(key)
+            if not isinstance(value, (list, tuple)) or not least <= len(value) <= len(names):
+                raise ConfigError(f"{_join(where, key)} must be a list of {what}, got "
+                                  f"{value!r}")
+            for name, v in zip(names, list(value) + [0.0] * (len(names) - len(value))):
+                if name in out and out[name] != v:
+                    raise ConfigError(f"{_join(where, key)} and {_join(where, name)} are both "
+                                      f"given, with different values {v!r} and {out[name]!r}")
+                out[name] = v
+        return out
+
+    def _cross_check(self) -> None:
+        """A principal point given with its frame size lies inside that frame."""
+        for c, side in (("cx", "width"), ("cy", "height")):
+            value, size = getattr(self, c), getattr(self, side)
+            if value is not None and size is not None and not -0.5 <= value <= size - 0.5:
+                raise ConfigError(f"io.lens.{c} must lie inside the frame of io.lens.{side} = "
+                                  f"{size} px (-0.5 .. {size - 0.5}), got {value!r}")
+
+    def distorts(self) -> bool:
+        """Whether any distortion coefficient is non-zero (the frames are resampled)."""
+        return any(getattr(self, k) != 0.0 for k in LENS_COEFFICIENTS)
+
+    def check_complete(self) -> None:
+        """ConfigError unless a lens that distorts names its focal length ``fx``, and
+        ``width`` / ``height`` are both given or both None (what scoring needs)."""
+        if (self.width is None) != (self.height is None):
+            raise ConfigError(f"io.lens.width and io.lens.height go together (the frame size "
+                              f"the intrinsics are in px of; both null: the source size), got "
+                              f"width {self.width!r}, height {self.height!r}")
+        if self.distorts() and self.fx is None:
+            k = ", ".join(f"{n} = {getattr(self, n):g}" for n in LENS_COEFFICIENTS
+                          if getattr(self, n) != 0.0)
+            raise ConfigError(f"io.lens sets distortion ({k}) but no focal length: give "
+                              f"io.lens.fx (px of the frame io.lens.width x height; OpenCV's "
+                              f"coefficients are in units of the focal length)")
+
+
 @dataclass
 class IOConfig(_Section):
     """Decoding and sampling. Pixel results are reported at the *working* resolution."""
@@ -499,6 +613,9 @@ class IOConfig(_Section):
     # are decoded on demand in bounded chunks; shorter ones are held in memory (<= this many
     # frames: a constant bound, and one decoding pass); null: always in memory, 0: always stream
     stream_min_frames: Optional[int] = _int(64, 0, null=True, runtime=True)
+    # the camera's lens (OpenCV camera matrix + distortion): frames are undistorted before any
+    # keypoint is found; off (all coefficients 0, the default) it is left out of config_hash
+    lens: LensConfig = _sub(LensConfig, omit_default=True)
 
     #: the smallest working long side: resizing needs at least 2 px per side
     _MIN_LONG_SIDE: ClassVar[int] = 2
@@ -984,6 +1101,7 @@ def _merge(target: Any, data: Any, where: str) -> Any:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where or 'config'} must be a mapping (a JSON object), "
                           f"got {type(data).__name__}")
+    data = target._inputs(data, where)
     known = {f.name: f for f in dataclasses.fields(target)}
     values = {name: getattr(target, name) for name in known}
     for key, value in data.items():
@@ -1084,8 +1202,9 @@ class GeoConConfig(_Section):
         local checkpoint / checkout paths enter only as given or not, so changing a thread
         count or moving a checkpoint keeps stored results; what a weights or prompt file holds
         enters through its ``<path>_sha256`` field, which scoring pins
-        (:func:`geocon_torch.io.pinned_files.pin_files`) and which counts only once set;
-        results record the whole ``to_dict()``.
+        (:func:`geocon_torch.io.pinned_files.pin_files`) and which counts only once set; the
+        optional ``io.lens`` input enters only once set (a distortion coefficient or any other
+        of its fields off its default); results record the whole ``to_dict()``.
 
         The hash is taken of the validated, *migrated* config, so an old flat config file and
         its nested equivalent hash the same, and an int given for a float field (``3``) hashes
@@ -1106,10 +1225,11 @@ def _to_jsonable(obj: Any) -> Any:
 
 
 #: every config dataclass, outermost first (tests walk their fields)
-SECTIONS: Tuple[type, ...] = (GeoConConfig, IOConfig, FeatureConfig, LKConfig, RansacConfig,
-                              GateConfig, SegmentConfig, BackgroundConfig, ForegroundConfig,
-                              EpipolarConfig, ProtocolRansacConfig, TrackingConfig, GvgcConfig,
-                              GvgcRansacConfig, EpipolarDPOConfig, SoftConsistencyConfig)
+SECTIONS: Tuple[type, ...] = (GeoConConfig, IOConfig, LensConfig, FeatureConfig, LKConfig,
+                              RansacConfig, GateConfig, SegmentConfig, BackgroundConfig,
+                              ForegroundConfig, EpipolarConfig, ProtocolRansacConfig,
+                              TrackingConfig, GvgcConfig, GvgcRansacConfig, EpipolarDPOConfig,
+                              SoftConsistencyConfig)
 
 
 def _runtime_fields(cls: type, prefix: str = "") -> Dict[str, str]:
@@ -1153,10 +1273,14 @@ def load_config(source: ConfigLike) -> GeoConConfig:
         return GeoConConfig()
     if isinstance(source, GeoConConfig):
         check_scorable(source)  # one read leniently from a stored result never scores
-        return source
-    if isinstance(source, Mapping):
-        return GeoConConfig.from_dict(source)
-    if not isinstance(source, (str, os.PathLike)):
+        cfg = source
+    elif isinstance(source, Mapping):
+        cfg = GeoConConfig.from_dict(source)
+    elif not isinstance(source, (str, os.PathLike)):
         raise ConfigError(f"config must be None, a mapping, a JSON file path or a GeoConConfig, "
                           f"got {type(source).__name__}")
-    return GeoConConfig.from_dict(read_json_file(source, "config file"))
+    else:
+        cfg = GeoConConfig.from_dict(read_json_file(source, "config file"))
+    if cfg.invalid_reason is None:  # a stored config read as stored is refused above
+        cfg.io.lens.check_complete()  # each io.lens field alone is a valid edit
+    return cfg

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 
 from ._checks import check_device, check_integer
-from ._precision import autocast_off
+from ._precision import autocast_off, compile_failure, eager_entry
 from ._memory import release_freed_memory
 from .config import ConfigLike, GeoConConfig, load_config
 from .errors import ClipTensorError, GeoConError, InputError, VideoReadError
@@ -151,7 +151,7 @@ def read_options(cfg: GeoConConfig, video: Any) -> Dict[str, Any]:
     reads it with."""
     return {"long_side": working_long_side(cfg, video), "stride": cfg.io.stride,
             "max_frames": cfg.io.max_frames, "letterbox_threshold": cfg.io.letterbox_threshold,
-            "letterbox_min_fraction": cfg.io.letterbox_min_fraction}
+            "letterbox_min_fraction": cfg.io.letterbox_min_fraction, "lens": cfg.io.lens}
 
 
 def motion_every(cfg: GeoConConfig) -> Optional[int]:
@@ -237,6 +237,8 @@ def _section(name: str, fn: Callable[[], Any], timer: Progress) -> Dict[str, Any
             out = fn()
             return dict(out) if isinstance(out, dict) else {"value": out, "status": "ok"}
         except Exception as exc:  # noqa: BLE001 - isolate one section's failure
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             return _error_block(exc)
 
 
@@ -314,6 +316,7 @@ def _status(res: ClipResult, preset: str) -> Tuple[str, Optional[str]]:
     return (status if status in ("ok", "not_applicable", "error") else "ok"), reason
 
 
+@eager_entry
 @autocast_off
 def score_clip(video: VideoLike, *, masks: Any = None, poses: Any = None,
                config: ConfigLike = None, device: Union[None, str, torch.device] = None,
@@ -515,6 +518,8 @@ def _step_background(jobs: Sequence[_Job]) -> None:
             job.objects = _background(job.res, job.clip, job.masks, job.poses, job.cfg,
                                       job.dev, job.timer)
         except Exception as exc:  # noqa: BLE001 - the clip fails, the batch goes on
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             job.failed = exc
             continue
         # the background block's tensors are gone; the cycle collector (~0.1 s with torch
@@ -539,6 +544,8 @@ def _batched_section(name: str, jobs: Sequence[_Job],
         try:
             got = fn(jobs)
         except Exception as exc:  # noqa: BLE001 - a failure common to the whole batch
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             got = [exc] * len(jobs)
         dt = time.perf_counter() - t0
     for job in jobs[1:]:
@@ -647,6 +654,7 @@ def scoring_config(config: ConfigLike, preset: Optional[str] = None) -> GeoConCo
 BATCH_BYTES = 768 * 2 ** 20
 
 
+@eager_entry
 @autocast_off
 def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
                 masks: Optional[Sequence[Any]] = None, poses: Optional[Sequence[Any]] = None,
@@ -727,6 +735,8 @@ def score_clips(videos: Union[torch.Tensor, Sequence[VideoLike]], *,
             item = _prepare(video, m, p, cfg, device, preset, progress, _clip_name(video, k),
                             *read.pop(k, (None, None)))
         except Exception as exc:  # noqa: BLE001 - a bad clip must not stop the batch
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             out[k] = exc if return_exceptions else _failed(video, k, exc, failed_cfg)
             continue
         size = _frame_bytes(item.clip)
@@ -786,7 +796,9 @@ def _read_tensors(videos: Sequence[VideoLike], start: int, cfg: GeoConConfig,
             [videos[k] for k in ks], names=[_clip_name(videos[k], k) for k in ks],
             device=torch.device(device) if device is not None else None,
             motion_every=motion_every(cfg), **read_options(cfg, videos[ks[0]]))
-    except Exception:  # noqa: BLE001 - each clip is read alone and reports its own error
+    except Exception as exc:  # noqa: BLE001 - each clip is read alone and reports its own error
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         return {k: (None, None) for k in ks}
     tensors = [videos[k] for k in ks]
     same = len({(tuple(t.shape), t.dtype, t.device) for t in tensors}) == 1
@@ -860,6 +872,8 @@ def _score_batch(batch: List[Tuple[int, "_Item"]],
     try:
         done = _complete_all([it for _, it, _ in ready], [bg for _, _, bg in ready])
     except Exception as exc:  # noqa: BLE001 - a failure outside every section: each clip's
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         done = [exc] * len(ready)
     for (k, it, _), r in zip(ready, done):
         out[k] = r if not isinstance(r, BaseException) or return_exceptions else \

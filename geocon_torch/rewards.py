@@ -78,7 +78,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from ._checks import check_integer
-from ._precision import autocast_off
+from ._precision import autocast_off, eager_entry
 from .config import ConfigLike, EpipolarDPOConfig, GeoConConfig, load_config
 from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .errors import ArgumentTypeError, ClipTensorError, InputError
@@ -169,7 +169,8 @@ def _dpo_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float) -> Lis
     ``score_clip`` samples them)."""
     config = cfg.epipolar_dpo
     positions = _dpo_positions(cfg, int(videos.shape[1]))
-    frames = tensor_frames(videos, long_side=None, indices=positions)  # (B, T', 3, H, W) uint8
+    frames = tensor_frames(videos, long_side=None, indices=positions,
+                           lens=cfg.io.lens)  # (B, T', 3, H, W) uint8
     m = measure_dpo(list(frames.unbind(0)), config, videos.device,
                     frame_numbers=[positions] * int(frames.shape[0]))
     return [reward_from_result({"epipolar_dpo": block}, "epipolar-dpo", neutral=neutral)
@@ -372,12 +373,17 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
     return _refuse(info, stored_frozen(result, kind), neutral)
 
 
+@eager_entry
 @autocast_off
 def geometric_reward(videos: torch.Tensor, kind: str = "epipolar-dpo",
                      config: RewardConfigLike = None, seed: Optional[int] = None, *,
                      neutral: float = NEUTRAL_REWARD
                      ) -> Tuple[torch.Tensor, RewardDiagnostics]:
     """Geometric-consistency reward of every video of a batch (module docstring).
+
+    Not differentiable: scored without autograd (no gradient reaches ``videos``, also when they
+    require grad; inside ``torch.compile`` it runs eagerly, a graph break); for a differentiable
+    signal use :func:`~geocon_torch.metrics.functional.soft_background_consistency`.
 
     Args:
         videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3}; any device.

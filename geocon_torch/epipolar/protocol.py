@@ -112,7 +112,7 @@ def clip_pairs(num_frames: int, config: EpipolarConfig, pairs: Any = None,
     explicit ``pairs`` (positions, as given: ``held`` is not applied)."""
     if pairs is None:
         return worldatlas_pairs(num_frames, config.pair_stride, config.max_pairs, held)
-    arr = np.asarray(pairs.cpu() if hasattr(pairs, "cpu") else pairs, dtype=np.int64)
+    arr = np.asarray(pairs.cpu() if isinstance(pairs, torch.Tensor) else pairs, dtype=np.int64)
     arr = arr.reshape(-1, 2)
     if len(arr) and (arr.min() < 0 or arr.max() >= num_frames):
         raise ShapeError(f"pairs must index frames 0..{num_frames - 1}, got range "

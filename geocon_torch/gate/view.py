@@ -28,6 +28,8 @@ regime a clip gets does not change when a user switches ``features.backend`` or
   size (source long side <= ``view_long_side``); a larger source is resized to the view side
   by the reader's kernel (cv2 for files, torch for tensors: :mod:`geocon_torch.io.resize`). A
   Clip built by hand (no file, no tensor) has only its working frames, and they are used.
+  With ``io.lens`` the re-read frames are undistorted as the working frames are
+  (:mod:`geocon_torch.io.lens`, the intrinsics scaled to the view's size).
 
 Matches are returned in **view pixels**, and the gate rows are fitted in them: RANSAC's
 ``tau_H`` is in px, so fitting the same points in working px would pick a different homography
@@ -166,8 +168,8 @@ def _read_view(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
     """The gate pairs' frames read again from the clip's source
     (:func:`~geocon_torch.io.reader.source_of`: its file, or the tensor it was read from:
     those frames of it, on its device) at long side ``side`` (the letterbox rule of
-    ``config.io``), the pairs re-indexed into them and "file" / "tensor"; None without a
-    readable source."""
+    ``config.io``; undistorted with ``io.lens`` as the working frames are), the pairs
+    re-indexed into them and "file" / "tensor"; None without a readable source."""
     source = source_of(clip)
     if source is None:
         return None
@@ -179,7 +181,8 @@ def _read_view(clip: Clip, pairs: torch.Tensor, side: int, config: GeoConConfig
     try:
         view = read_clip(source, long_side=side, indices=src,
                          letterbox_threshold=config.io.letterbox_threshold,
-                         letterbox_min_fraction=config.io.letterbox_min_fraction)
+                         letterbox_min_fraction=config.io.letterbox_min_fraction,
+                         lens=config.io.lens)
     except GeoConError:
         return None
     if view.num_frames != len(src):

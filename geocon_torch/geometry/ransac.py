@@ -972,6 +972,10 @@ def ransac_homography(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.T
         num_inliers (P,), iterations (P,) samples drawn, cost (P,) final MSAC / RANSAC cost
         (lower is better).
 
+    Not differentiable: the fit runs under ``torch.no_grad()``, so the Fit carries no gradient
+    even for points that require grad; the residual functions of ``fit.model`` do (e.g.
+    ``symmetric_transfer_error(fit.model, x1, x2)``: gradients w.r.t. the points).
+
     Example: 100 points mapped exactly by H, the first 20 replaced by random outliers.
 
         >>> import torch
@@ -1023,6 +1027,9 @@ def ransac_fundamental(x1: torch.Tensor, x2: torch.Tensor, mask: Optional[torch.
     Returns:
         Fit with kind "F": model (P, 3, 3) rank 2, unit Frobenius norm (zeros where invalid);
         residuals in the units of ``residual``; other fields as :func:`ransac_homography`.
+
+    Not differentiable (``torch.no_grad()``, as :func:`ransac_homography`): the Fit carries no
+    gradient; ``sampson_distance(fit.model, x1, x2)`` does, w.r.t. the points.
 
     Example: 100 points of a 3-D scene seen by two cameras (rotation + translation), the first
     20 matches replaced by random outliers; the inliers lie on their epipolar lines.

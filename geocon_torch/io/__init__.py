@@ -53,6 +53,11 @@ images of different sizes, indices past the end; tensors of the wrong shape / dt
 its subclass :class:`~geocon_torch.errors.ClipTensorError` (also a ShapeError). A
 file cut mid-way gives the frames that decode and ``meta["truncated"] = True``.
 
+Lens: ``read_clip(..., lens=...)`` (``io.lens``: OpenCV camera matrix and distortion
+coefficients) undistorts the working frames of every reader, eager, streamed or tensor, and maps
+the content mask through the same map (:mod:`geocon_torch.io.lens`, ``meta["lens"]``); without
+it the frames are taken as a pinhole camera's.
+
 ``probe_video(path)`` gives fps, frame count (by decoding: containers can be off, e.g.
 ``box.mp4`` announces 456 frames and 455 decode), size and codec. ``content_hash(path_or_tensor)``
 is the SHA-256 of the file bytes (or the tensor's dtype, shape and bytes).

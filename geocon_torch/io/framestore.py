@@ -12,7 +12,8 @@ the pass that read the clip (a damaged stream's pixels depend on it). The last `
 converted frames are kept, so chunks that overlap by a few frames (pairs ``(i, i + s)`` split at
 a chunk edge) do not re-open. Frames are resized exactly as the eager reader does
 (:func:`~geocon_torch.io.resize.resize_image`), so every value is bit-identical to
-``read_clip(path).frames``. Any other tensor attribute (``.float()``, ``.permute``, ...)
+``read_clip(path).frames`` (with a ``lens``, undistorted as the eager read's, on the store's
+device). Any other tensor attribute (``.float()``, ``.permute``, ...)
 materialises the whole clip once for that call (rare paths such as SAM-2 and audits).
 
 :class:`ImageFrames` is the same store for a folder of images (a VideoFrames whose ``path`` is
@@ -32,6 +33,7 @@ import torch
 from ..errors import GeoConError, ShapeError, VideoReadError
 from .decode import DECODE_THREADS, display_rgb, iter_frames, open_video
 from .images import read_image
+from .lens import Lens, undistort_frames
 from .resize import WorkingSize, resize_image
 
 #: Converted frames kept after they were returned (overlaps between consecutive chunks).
@@ -59,6 +61,9 @@ class VideoFrames:
         cache_frames: converted frames kept for repeated requests.
         threads: decoder threads: those of the pass that read the clip (``Decoded.threads``;
             a damaged stream decodes to other pixels on another count).
+        lens: the checked lens (``io.lens``, :func:`~geocon_torch.io.lens.as_lens`) the frames
+            are undistorted with on ``device`` as they are returned (the cache holds them as
+            decoded); None: as decoded.
     """
 
     dtype = torch.uint8
@@ -66,8 +71,10 @@ class VideoFrames:
 
     def __init__(self, path: Union[str, Path], source_indices: Sequence[int], size: WorkingSize,
                  device: Union[None, str, torch.device] = None,
-                 cache_frames: int = CACHE_FRAMES, threads: int = DECODE_THREADS) -> None:
+                 cache_frames: int = CACHE_FRAMES, threads: int = DECODE_THREADS,
+                 lens: Optional[Lens] = None) -> None:
         self.path = Path(path)
+        self.lens = lens
         self.threads = int(threads)
         self.source = [int(i) for i in source_indices]
         self.size = size
@@ -132,7 +139,8 @@ class VideoFrames:
         got = {src: self._frame(src) for src in wanted}
         for k, p in enumerate(positions):
             out[k] = got[self.source[p]]
-        return out.to(self.device) if self.device.type != "cpu" else out
+        out = out.to(self.device) if self.device.type != "cpu" else out
+        return out if self.lens is None else undistort_frames(out, self.lens, self.size)
 
     def close(self) -> None:
         """Close the decoder (it re-opens on the next request)."""
@@ -224,13 +232,14 @@ class ImageFrames(VideoFrames):
             not ``size.source`` any more raises VideoReadError.
         device: where returned frames live (default CPU).
         cache_frames: converted frames kept for repeated requests.
+        lens: as in :class:`VideoFrames`.
     """
 
     def __init__(self, folder: Union[str, Path], files: Sequence[Union[str, Path]],
                  source_indices: Sequence[int], size: WorkingSize,
                  device: Union[None, str, torch.device] = None,
-                 cache_frames: int = CACHE_FRAMES) -> None:
-        super().__init__(folder, source_indices, size, device, cache_frames)
+                 cache_frames: int = CACHE_FRAMES, lens: Optional[Lens] = None) -> None:
+        super().__init__(folder, source_indices, size, device, cache_frames, lens=lens)
         self.files = [Path(f) for f in files]
         self.reads = 0  # image files read (diagnostic)
 

@@ -56,7 +56,9 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     and, only for a source with transparent pixels, ``transparent_frames`` (frames read with
     pixels that are not opaque, composited over black) and ``transparent_fraction`` (the
     fraction of the pixels read that were not opaque), and, for a video file (not an image or
-    a tensor), ``color`` (:func:`geocon_torch.io.decode.frame_color` of its first frame).
+    a tensor), ``color`` (:func:`geocon_torch.io.decode.frame_color` of its first frame),
+    and, only for frames undistorted with ``io.lens``, ``lens`` (what was done:
+    :func:`geocon_torch.io.lens.lens_record`).
     """
     announced = meta.get("container_frames")
     by_duration = None if announced else meta.get("duration_frames")
@@ -80,8 +82,16 @@ def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
         "duration_frames": by_duration, "concealed_frames": int(meta.get("concealed_frames") or 0),
         "size_changes": int(meta.get("size_changes") or 0),
         "first_size_change": meta.get("first_size_change"),
-        **_transparency(meta), **_color(meta), **_container(meta),
+        **_transparency(meta), **_color(meta), **_container(meta), **_lens(meta),
     }
+
+
+def _lens(meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """``lens``: the clip's undistortion record (``io.lens``,
+    :func:`geocon_torch.io.lens.lens_record`); {} for frames used as decoded (the block of
+    every other clip stays as it was)."""
+    record = meta.get("lens")
+    return {"lens": dict(record)} if isinstance(record, dict) else {}
 
 
 #: ``meta`` keys of unusual containers copied into the ``io`` block where present, as ints

@@ -48,6 +48,7 @@ from .decode import (Decoded, TransparencyCount, check_file, decode_stable,
                      timestamp_gap_count)
 from .images import IMAGE_SUFFIXES, animated_frames, frame_numbers, list_images, read_image_alpha
 from .framestore import ImageFrames, VideoFrames
+from .lens import LensLike, as_lens, lens_record, undistort_frames, undistort_mask
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import RESIZE_CHUNK_VALUES, WorkingSize, resize_frames, resize_image, working_size
 from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
@@ -76,7 +77,8 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
               device: Union[None, str, torch.device] = None, name: Optional[str] = None,
               letterbox_threshold: float = 16.0 / 255.0, letterbox_min_fraction: float = 0.02,
               fps: Optional[float] = None, upscale: bool = True, stream: bool = False,
-              motion_every: Optional[int] = None, stream_limit: Optional[int] = None) -> Clip:
+              motion_every: Optional[int] = None, stream_limit: Optional[int] = None,
+              lens: LensLike = None) -> Clip:
     """Read one clip at working resolution.
 
     Args:
@@ -112,6 +114,11 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         motion_every: also measure the motion of source frames 0, k, 2k, ... up to the last
             frame kept (``meta["motion"]["sampled"]``; the frames Epipolar-DPO reads, k = 15);
             None: only the frames kept (``meta["motion"]``, always recorded).
+        lens: the camera's lens (``io.lens``: a :class:`~geocon_torch.config.LensConfig`, a
+            mapping of its keys or a :class:`~geocon_torch.io.lens.Lens`): the working frames
+            are undistorted (:mod:`geocon_torch.io.lens`), the content mask found on the
+            distorted frames is mapped through the same map (black corners left out) and
+            ``meta["lens"]`` records it. None, or all coefficients 0: frames as decoded.
 
     Example:
         >>> import torch
@@ -134,8 +141,10 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
             first frame, 0 frames, images of different sizes, out-of-range indices, bad sampling
             arguments; ClipTensorError (a VideoReadError) for a bad tensor shape / dtype /
             value range. A file cut mid-way returns the
-            frames that decode, with ``meta["truncated"] = True``.
+            frames that decode, with ``meta["truncated"] = True``. ConfigError: a bad
+            ``lens`` (before anything is decoded), or one stated for another aspect ratio.
     """
+    lens = as_lens(lens)
     if isinstance(source, torch.Tensor):
         if source.ndim == 5:
             raise ClipTensorError(f"read_clip takes one clip (T, C, H, W); got a batch "
@@ -144,11 +153,11 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
                                 stride=stride, max_frames=max_frames, indices=indices,
                                 device=device, fps=fps, letterbox_threshold=letterbox_threshold,
                                 letterbox_min_fraction=letterbox_min_fraction, upscale=upscale,
-                                motion_every=motion_every)
+                                motion_every=motion_every, lens=lens)
     if isinstance(source, (str, os.PathLike)):
         sel = frame_selection(stride, max_frames, indices)
         opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
-                    frac=letterbox_min_fraction, stream=bool(stream),
+                    frac=letterbox_min_fraction, stream=bool(stream), lens=lens,
                     motion_every=_check_every(motion_every),
                     stream_limit=None if stream_limit is None else check_integer(
                         stream_limit, "stream_limit", 0))
@@ -294,7 +303,7 @@ def _streamed_clip(path: Path, sel: FrameSelection, device, name: Optional[str],
         check_indices_in_range(sel.indices, dec.decoded, path, dec.expected_frames)
         idx = list(sel.indices)
     meta["source"] = "video"
-    frames = VideoFrames(path, idx, vp.size, device, threads=dec.threads)
+    frames = VideoFrames(path, idx, vp.size, device, threads=dec.threads, lens=opts["lens"])
     return _streamed_finish(frames, vp.chunks, sel, path, name, fps, meta, opts)
 
 
@@ -308,7 +317,7 @@ def _streamed_images(path: Path, sel: FrameSelection, device, name: Optional[str
     chunks = _MaskChunks(opts["thr"])
     idx, ws, meta = _scan_images(files, sel, opts, path, lambda i, image: chunks.sink(image))
     meta["source"] = "images"
-    frames = ImageFrames(path, files, idx, ws, device)
+    frames = ImageFrames(path, files, idx, ws, device, lens=opts["lens"])
     return _streamed_finish(frames, chunks, sel, path, name, fps, meta, opts)
 
 
@@ -417,7 +426,8 @@ def _check_fps(fps: Any) -> None:
 # ---------------------------------------------------------------------------------- tensors
 
 _TENSOR_OPTIONS = ("long_side", "stride", "max_frames", "indices", "device", "fps",
-                   "letterbox_threshold", "letterbox_min_fraction", "upscale", "motion_every")
+                   "letterbox_threshold", "letterbox_min_fraction", "upscale", "motion_every",
+                   "lens")
 
 
 class TensorSource:
@@ -565,7 +575,8 @@ def clips_from_tensor(videos: torch.Tensor, *, name: str = "tensor",
         **kwargs: ``long_side`` (default None here: native pixels; an odd side loses its last
             row / column, as everywhere in the package), ``stride``, ``max_frames``,
             ``indices``, ``device``, ``fps``, ``letterbox_threshold``,
-            ``letterbox_min_fraction``, ``upscale``: as in :func:`read_clip`.
+            ``letterbox_min_fraction``, ``upscale``, ``lens``: as in :func:`read_clip` (the
+            batch undistorted in one call on its device).
     Returns:
         B Clips (an empty list for B = 0): frames (T', 3, H', W') uint8 RGB at the working
         size on the tensor's (or ``device``'s) device, content_mask (H', W') bool,
@@ -669,7 +680,8 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
                   letterbox_min_fraction: float = 0.02, upscale: bool = True,
                   motion_every: Optional[int] = None,
                   sources: Optional[Sequence[torch.Tensor]] = None,
-                  motion_indices: Optional[Sequence[int]] = None) -> List[Clip]:
+                  motion_indices: Optional[Sequence[int]] = None,
+                  lens: LensLike = None) -> List[Clip]:
     """A checked (B, T, C, H, W) batch -> B Clips (see :func:`clips_from_tensor`); the content
     fractions, the motion statistic and (uint8 only) each clip's largest value (a clip of 0 / 1
     values: :data:`UINT8_CAST_HINT`) come back in one host copy for the batch. ``sources``:
@@ -677,7 +689,9 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     ``meta["source_tensor"]`` when the frames are resampled (:class:`TensorSource`).
     ``motion_indices``: the source frames (in clip order) whose motion ``meta["motion"]``
     records, held positions included (default: the frames selected), e.g. every frame a
-    score reads when only a few of them are selected here."""
+    score reads when only a few of them are selected here. ``lens``: the working frames are
+    undistorted and the content masks mapped (:func:`_undistorted`), the batch in one call."""
+    lens = as_lens(lens)
     if sources is None:
         sources = list(x.unbind(0))
     sel = frame_selection(stride, max_frames, indices)
@@ -696,6 +710,8 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     out, ws = _working_frames(native, long_side, upscale)
     del native
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
+    if lens is not None:
+        out, masks = _undistorted(out, masks, lens, ws)
     peak = [x.amax(dim=(1, 2, 3, 4)).double()] if x.dtype == torch.uint8 else []  # (B,)
     host = _host_rows([_content_fraction(masks).double()] + sums + peak
                       + [_content_box(masks)])  # one copy, the batch; the boxes last
@@ -709,6 +725,8 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
         motion = _motion_meta(host[k][1:1 + width], chains, per_frame, every, order)
         meta = dict(meta_base, device=str(out.device), source_fps=source_fps,
                     fps_source=fps_source, motion=motion)
+        if lens is not None:
+            meta["lens"] = lens_record(lens, ws, out.device)
         if peak and host[k][-1] == 1.0:  # all 0 or 1, not all 0 (a black clip)
             meta["uint8_unit_values"] = True
             warnings.warn(f"clip {names[k]!r}: {UINT8_CAST_HINT}", UserWarning, stacklevel=3)
@@ -783,15 +801,15 @@ def _motion_meta(host: List[float], pairs: List[int], per_frame: int,
 
 def tensor_frames(videos: torch.Tensor, *, long_side: Optional[int] = None,
                   indices: Optional[Iterable[int]] = None,
-                  device: Union[None, str, torch.device] = None, upscale: bool = True
-                  ) -> torch.Tensor:
+                  device: Union[None, str, torch.device] = None, upscale: bool = True,
+                  lens: LensLike = None) -> torch.Tensor:
     """The frames :func:`clips_from_tensor` gives each clip, as one batch and without building
     Clips (no content masks, no per-clip work): (B, T', 3, H', W') uint8 on ``device`` (default
     the tensor's), bit for bit ``clips[b].frames``.
 
     Args:
         videos: (B, T, C, H, W) uint8, or float in [0, 1]; C in {1, 3} (checked).
-        long_side, indices, device, upscale: as in :func:`clips_from_tensor`.
+        long_side, indices, device, upscale, lens: as in :func:`clips_from_tensor`.
     Returns:
         (B, T', 3, H', W') uint8 RGB on ``device`` (default the tensor's), T' = len(indices)
         (all frames when None), (H', W') the working size.
@@ -803,9 +821,11 @@ def tensor_frames(videos: torch.Tensor, *, long_side: Optional[int] = None,
         >>> tuple(tensor_frames(torch.rand(2, 5, 1, 32, 48), indices=[0, 3]).shape)
         (2, 2, 3, 32, 48)
     """
+    lens = as_lens(lens)
     check_clip_tensor(videos, batched=True)
     idx = frame_selection(1, None, indices).resolve(int(videos.shape[1]))
-    return _working_frames(_select_frames(videos, idx, device), long_side, upscale)[0]
+    out, ws = _working_frames(_select_frames(videos, idx, device), long_side, upscale)
+    return out if lens is None else undistort_frames(out, lens, ws)
 
 
 def _select_frames(x: torch.Tensor, idx: np.ndarray, device: Union[None, str, torch.device]
@@ -845,6 +865,13 @@ def _working_frames(x: torch.Tensor, long_side: Optional[int], upscale: bool
     return out.contiguous(), ws
 
 
+def _undistorted(frames: torch.Tensor, masks: torch.Tensor, lens: LensLike, ws: WorkingSize
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(frames (..., 3, h, w) uint8 undistorted, content masks (..., h, w) of the distorted
+    frames mapped onto them) (:mod:`geocon_torch.io.lens`)."""
+    return undistort_frames(frames, lens, ws), undistort_mask(masks, lens, ws)
+
+
 # ----------------------------------------------------------------------------------- common
 
 def _content_fraction(mask: torch.Tensor) -> torch.Tensor:
@@ -870,9 +897,18 @@ def _finish(frames: Union[torch.Tensor, VideoFrames], idx: List[int], ws: Workin
     """The Clip of decoded / resized ``frames``; ``fraction``, ``box``: the content fraction
     and box of ``mask`` when the caller computed them (:func:`_content_fraction`,
     :func:`_content_box`: ``meta["content_box"]``, read by the background section's
-    reference-pixel scales)."""
+    reference-pixel scales). ``opts["lens"]`` (files): the frames are undistorted and the
+    mask, found on the distorted frames, mapped through the same map."""
     if mask is None:
         mask = detect_content_mask(frames, opts["thr"], opts["frac"])
+    lens = opts.get("lens")  # files (tensors: _tensor_clips undistorted the batch already)
+    if lens is not None:  # a store undistorts the frames it gives (its ``lens``)
+        if isinstance(frames, torch.Tensor):
+            frames, mask = _undistorted(frames, mask, lens, ws)
+        else:
+            mask = undistort_mask(mask, lens, ws)
+        meta["lens"] = lens_record(lens, ws, frames.device)
+        fraction = box = None
     if fraction is None or box is None:  # one host read for both
         fraction, *box = torch.cat([_content_fraction(mask).double().reshape(1),
                                     _content_box(mask).reshape(4)]).tolist()

@@ -21,7 +21,7 @@ from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
 from .._checks import check_device
-from .._precision import autocast_off
+from .._precision import autocast_off, eager_entry
 from ..config import GeoConConfig
 from ..pipeline import scoring_config
 from .functional._common import ERROR, NOT_APPLICABLE, OK
@@ -133,6 +133,7 @@ class BackgroundConsistency(GeoConMetric):
             return False
         return bool(same)
 
+    @eager_entry
     @autocast_off
     def update(self, videos: Videos, masks: Any = None, poses: Any = None) -> None:
         """Score a batch: ``videos`` (B, T, C, H, W) tensor or a list of paths / (T, C, H, W)

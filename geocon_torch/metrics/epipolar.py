@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from .._precision import autocast_off
+from .._precision import autocast_off, eager_entry
 from .._checks import retired_argument, retired_name
 from ..config import GeoConConfig
 from ..sections.epipolar import resolve_implementation
@@ -115,6 +115,7 @@ class _EpipolarTrio(GeoConMetric):
                                  *_frame_choice(reading))
         self.last_sections: List[Dict[str, Any]] = []
 
+    @eager_entry
     @autocast_off
     def update(self, videos: VideosLike) -> None:
         """Analyse a batch: (B, T, C, H, W) uint8 / float [0, 1] tensor (any device) or a list

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
-from .._precision import autocast_off
+from .._precision import autocast_off, eager_entry
 from .._checks import check_number
 from ..measures.foreground import check_settings
 from .functional.foreground import _adadfrc_compute, _adadfrc_update
@@ -97,6 +97,7 @@ class AdaDFRC(GeoConMetric):
         self._add_no_data_states()
         self._add_protocol_state(self.grid, self.score, self.min_pixels, self.percentile)
 
+    @eager_entry
     @autocast_off
     def update(self, flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None) -> None:
         # detached: forward runs this with grad enabled, and a state must never hold the flow

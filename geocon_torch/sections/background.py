@@ -24,6 +24,7 @@ from typing import (Any, Callable, ContextManager, Dict, List, Optional, Sequenc
 
 import torch
 
+from .._precision import compile_failure
 from .._tensor_utils import group_index, grouped_quantiles, to_device
 from ..config import GeoConConfig, load_config
 from ..errors import CheckpointError, ConfigError, OptionalDependencyError
@@ -38,6 +39,7 @@ from ..gate.view import gate_view_correspondences, reads_source, view_to_working
 from ..geometry import fundamental_residuals, homography_residuals
 from ..io.pairs import parallax_gate_pairs
 from ..io.calibration import load_calibration
+from ..io.lens import undistort_clip_masks
 from ..io.reader import cast_hint
 from ..measures.calibration import PEAK_QUANTILE, calibrated_pass, ge_bound_px
 from ..measures.headline import FEW_VALID_PAIRS, MASKED_AWAY
@@ -351,6 +353,8 @@ def _run(job: _Job, fn: Callable[[_Job], None]) -> None:
     try:
         fn(job)
     except Exception as exc:  # noqa: BLE001 - one clip's failure must not stop the batch
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         job.result = exc
 
 
@@ -381,16 +385,18 @@ def _open(job: _Job, cfg: GeoConConfig, device: Optional[torch.device], timer: T
 
 def _read_masks(job: _Job, cfg: GeoConConfig) -> torch.Tensor:
     """The clip's given masks (T, K, H, W) bool at its working size, on the source's device
-    (the CPU for a file; :func:`_provider_objects` moves them to the matches' device).
+    (the CPU for a file; :func:`_provider_objects` moves them to the matches' device); for a
+    clip undistorted with ``io.lens`` mapped onto its undistorted frames.
 
     Raises:
         InputError, ShapeError: the source is missing / unreadable, or its masks do not fit
             the clip (:func:`~geocon_torch.segment.files.load_masks`).
     """
     clip = job.clip
-    return load_masks(job.masks, num_frames=clip.num_frames, size=clip.size,
-                      frame_indices=clip.frame_indices, resize=cfg.segment.resize_masks,
-                      source_size=tuple(clip.source_size))
+    masks = load_masks(job.masks, num_frames=clip.num_frames, size=clip.size,
+                       frame_indices=clip.frame_indices, resize=cfg.segment.resize_masks,
+                       source_size=tuple(clip.source_size))
+    return undistort_clip_masks(masks, clip)  # frames undistorted (io.lens): masks too
 
 
 def _seg_start(job: _Job, cfg: GeoConConfig) -> None:
@@ -569,6 +575,8 @@ def _stack_all(jobs: Sequence[_Job], num_gate: Sequence[int], both: Sequence[tor
                      [both[k] for k in live], [host[k] for k in live], src, merged,
                      [where[k] for k in live], [infos.get(k) for k in live])
     except Exception as exc:  # noqa: BLE001 - one tensor program: every clip gets the error
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         for k in live:
             jobs[k].result = exc
 
@@ -726,7 +734,9 @@ def _segment(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.dev
             merged = pre[1] if pre is not None and list(map(id, pre[0])) == list(
                 map(id, motion)) else None
             _motion_objects(motion, cfg, merged)
-        except Exception:  # noqa: BLE001 - find the clip that fails: each alone
+        except Exception as exc:  # noqa: BLE001 - find the clip that fails: each alone
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             for j in motion:
                 _run(j, lambda job: _motion_objects([job], cfg))
     for j in jobs:
@@ -895,6 +905,8 @@ def _score_all(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig, timer:
             gates = decide_gates(m.stats, [_gate_rows(m, k, j) for k, j in enumerate(jobs)], cfg,
                                  support=(m.mh.ir, m.mh.valid, m.mf.ir, m.mf.valid))
     except Exception as exc:  # noqa: BLE001 - one tensor program: every clip gets the error
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         for j in jobs:
             j.result = exc
         return
@@ -908,6 +920,8 @@ def _score_all(jobs: Sequence[_Job], fits: MergedFits, cfg: GeoConConfig, timer:
         with timer("metrics"):
             host = _batch_summaries(m, decided, cfg)
     except Exception as exc:  # noqa: BLE001
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         for d in decided:
             d.job.result = exc
         return
@@ -1236,6 +1250,8 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
             masks=[masks[k] for k in again], poses=[poses[k] for k in again],
             config=fcfg, device=device, timer=timer, keep_rows=keep_rows)
     except Exception as exc:  # noqa: BLE001 - a failing fallback must not stop the batch
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         new = [exc] * len(again)
     out = list(results)
     for k, got in zip(again, new):

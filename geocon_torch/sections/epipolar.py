@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .._checks import retired_argument
+from .._precision import compile_failure
 from ..config import EPIPOLAR_PATH_CHOICES, EpipolarConfig, GeoConConfig
 from ..epipolar.gvgc import gvgc_section_opencv, gvgc_sections_torch
 from ..epipolar.opencv_path import opencv_sections
@@ -179,8 +180,9 @@ def protocol_positions(num_frames: int, cfg: GeoConConfig, preset: str,
 
 def _native_clip(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
                  device: Optional[torch.device]) -> Tuple[Clip, Optional[np.ndarray]]:
-    """The frames ``preset`` measures, re-read at the source resolution (a Clip is used as
-    it is), and the worldatlas pairs into them (None: the protocol's own)."""
+    """The frames ``preset`` measures, re-read at the source resolution (undistorted with
+    ``cfg.io.lens``; a Clip is used as it is), and the worldatlas pairs into them (None: the
+    protocol's own)."""
     if isinstance(video, Clip):
         return clip, None
     positions, pairs = protocol_positions(clip.num_frames, cfg, preset, held_of(clip))
@@ -189,14 +191,16 @@ def _native_clip(video: Any, clip: Clip, cfg: GeoConConfig, preset: str,
     source = clip.frame_indices.cpu()[torch.as_tensor(positions, dtype=torch.long)]
     return read_clip(video, long_side=None, indices=source.tolist(), device=device,
                      letterbox_threshold=cfg.io.letterbox_threshold,
-                     letterbox_min_fraction=cfg.io.letterbox_min_fraction), pairs
+                     letterbox_min_fraction=cfg.io.letterbox_min_fraction,
+                     lens=cfg.io.lens), pairs
 
 
 def native_tensor_clips(videos: torch.Tensor, cfg: GeoConConfig, options: Dict[str, Any],
                         preset: str = "worldatlas") -> List[Tuple[Clip, Optional[np.ndarray]]]:
     """:func:`_native_clip` of every clip of a (B, T, C, H, W) batch that ``score_clips`` reads
     with ``options`` (``pipeline.read_options``: stride, frame cap, letterbox rule, working
-    long side), in one batched read and without building the working-size clips: per clip
+    long side; the lens is ``cfg.io.lens``), in one batched read and without building the
+    working-size clips: per clip
     (the frames ``preset`` measures among those the stride / frame cap keep, at the source
     resolution (H, W); the pairs into them). When too few frames are kept for a pair, the clips
     as ``options`` read them (what ``score_clip`` measures then: a not_applicable block).
@@ -205,6 +209,7 @@ def native_tensor_clips(videos: torch.Tensor, cfg: GeoConConfig, options: Dict[s
     positions among the kept frames, in the one host copy of that read): a worldatlas clip
     with held frames is read again alone with the frames of its own pairs
     (:func:`protocol_positions` with its held positions), as ``score_clip`` measures it."""
+    options = dict(options, lens=cfg.io.lens)  # the lens of cfg, whatever options hold
     kept = frame_selection(options["stride"], options["max_frames"]).resolve(
         int(videos.shape[1]))
     positions, pairs = protocol_positions(len(kept), cfg, preset)
@@ -212,7 +217,7 @@ def native_tensor_clips(videos: torch.Tensor, cfg: GeoConConfig, options: Dict[s
         return [(clip, pairs) for clip in clips_from_tensor(videos, **options)]
     marks = dict(letterbox_threshold=options["letterbox_threshold"],
                  letterbox_min_fraction=options["letterbox_min_fraction"], long_side=None,
-                 motion_indices=kept.tolist())
+                 motion_indices=kept.tolist(), lens=options["lens"])
     clips = clips_from_tensor(videos, indices=kept[positions].tolist(), **marks)
     out: List[Tuple[Clip, Optional[np.ndarray]]] = [(clip, pairs) for clip in clips]
     for b, clip in enumerate(clips):
@@ -261,6 +266,8 @@ def epipolar_blocks(videos: Sequence[Any], clips: Sequence[Clip], cfg: GeoConCon
         try:
             natives[k] = _native_clip(video, clip, cfg, preset, device)
         except Exception as exc:  # noqa: BLE001 - this clip's error only
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             out[k] = exc
     ids = list(natives)
     for k, g in zip(ids, measure_natives([natives[k] for k in ids], cfg, preset, device)):

@@ -88,8 +88,8 @@ def epipolar_dpo_block(video: Any, clip: Clip, cfg: GeoConConfig, device: Device
 
     The protocol works at native resolution on source frames 0, 15, 30, ...: for a file or
     tensor ``video`` those frames (up to the last frame ``clip`` covers) are re-read with
-    ``long_side=None``; a :class:`Clip` is used as given. ``config``: default
-    ``cfg.epipolar_dpo``.
+    ``long_side=None`` (undistorted with ``cfg.io.lens``); a :class:`Clip` is used as given.
+    ``config``: default ``cfg.epipolar_dpo``.
     """
     dpo_cfg = config or cfg.epipolar_dpo
     if not isinstance(video, Clip):
@@ -98,6 +98,7 @@ def epipolar_dpo_block(video: Any, clip: Clip, cfg: GeoConConfig, device: Device
         if len(source) > 1:
             native = read_clip(video, long_side=None, indices=source, device=device,
                                letterbox_threshold=cfg.io.letterbox_threshold,
-                               letterbox_min_fraction=cfg.io.letterbox_min_fraction)
+                               letterbox_min_fraction=cfg.io.letterbox_min_fraction,
+                               lens=cfg.io.lens)
             return _blocks([native.frames], [source], dpo_cfg, device)[0]
     return epipolar_dpo_section(clip, dpo_cfg, device=device)

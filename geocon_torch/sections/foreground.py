@@ -90,6 +90,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._precision import compile_failure
 from .._tensor_utils import masked_median
 from .._memory import release_freed_memory
 from .._morphology import erode_mask
@@ -367,6 +368,8 @@ def score_foregrounds(clips: Sequence[Clip], masks: Sequence[Any],
         try:
             got = _plan(clip, m, cfg, reporters[k], int(erosions[k]))
         except Exception as exc:  # noqa: BLE001 - this clip's error only
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             got = exc
         if isinstance(got, _Plan):
             plans[k] = got

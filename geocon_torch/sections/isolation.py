@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, List, Sequence, Tuple, Type, TypeVar, Union
 
+from .._precision import compile_failure
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -18,7 +20,9 @@ def batch_or_each(fn: Callable[[List[T]], Sequence[R]], items: Sequence[T],
     The items are retried after the batch's exception is released (its traceback holds the
     failed batch's tensors), so an out-of-memory error can be retried item by item.
     ``reraise``: exception types that are the call's, not an item's (a configuration
-    problem): raised, never retried; so are KeyboardInterrupt and SystemExit."""
+    problem): raised, never retried; so are KeyboardInterrupt and SystemExit, and
+    ``torch.compile``'s own failures (:func:`~geocon_torch._precision.compile_failure`: a
+    tracing error is the call's, never an item's)."""
     items = list(items)
     if not items:
         return []
@@ -27,6 +31,8 @@ def batch_or_each(fn: Callable[[List[T]], Sequence[R]], items: Sequence[T],
     except reraise:
         raise
     except Exception as exc:  # noqa: BLE001 - find the item at fault: each item alone
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
         if len(items) == 1:
             return [exc]
     out: List[Union[R, BaseException]] = []
@@ -36,5 +42,7 @@ def batch_or_each(fn: Callable[[List[T]], Sequence[R]], items: Sequence[T],
         except reraise:
             raise
         except Exception as exc:  # noqa: BLE001 - this item's error only
+            if compile_failure(exc):  # torch.compile's, not a clip's
+                raise
             out.append(exc)
     return out

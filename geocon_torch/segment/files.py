@@ -264,7 +264,9 @@ def _nearest_index(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
 
 
 def check_float_masks(arr: torch.Tensor, where: str) -> None:
-    """InputError unless a floating-point mask array is finite and binary (values 0 / 1)."""
+    """InputError unless a floating-point mask array is finite and binary (values 0 / 1); the
+    message shows the bad values in full and how far they are from 0 / 1 (a straight-through
+    ``hard + soft - soft.detach()`` mask is off by an ulp: round it)."""
     if not arr.is_floating_point() or arr.numel() == 0:
         return
     nan = torch.isnan(arr)
@@ -273,10 +275,16 @@ def check_float_masks(arr: torch.Tensor, where: str) -> None:
                          f"{arr.numel()}; give bool or 0 / 1 masks (e.g. np.nan_to_num(m) > 0.5)")
     binary = (arr == 0) | (arr == 1)
     if not bool(binary.all()):
-        bad = arr[~binary]
+        bad = arr.detach()[~binary]  # a straight-through mask may require grad
+        far = float(torch.minimum(bad.abs(), (bad - 1).abs()).max())
+        # the shortest text that reads back as the value in its dtype: 0.99999994, not 1
+        shown = torch.stack([bad.min(), bad.max(), bad[0]])
+        shown = shown.float() if shown.dtype == torch.bfloat16 else shown  # no NumPy bf16
+        lo, hi, first = (str(v) for v in shown.cpu().numpy())
         raise InputError(f"{where}: float masks must be binary (0 / 1), found {bad.numel()} "
-                         f"value(s) in [{float(bad.min()):g}, {float(bad.max()):g}] (e.g. "
-                         f"{float(bad[0]):g}); threshold soft masks first (e.g. m > 0.5)")
+                         f"value(s) in [{lo}, {hi}] (e.g. {first}), up to {far:.2g} from 0 / 1; "
+                         f"round near-binary masks (e.g. m.round()) or threshold soft masks "
+                         f"first (e.g. m > 0.5)")
 
 
 def check_aspect(mask_size: Tuple[int, int], size: Tuple[int, int], where: str) -> None:

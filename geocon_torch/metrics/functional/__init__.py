@@ -14,6 +14,13 @@ Each Metric class in :mod:`geocon_torch.metrics` shares its private ``_xxx_updat
 (:func:`geocon_torch.io.clips_from_tensor`), so a malformed batch raises ClipTensorError here
 exactly as in ``read_clip`` and every class. "No data" convention: see
 :mod:`geocon_torch.metrics.functional._common`.
+
+The video metrics (:func:`background_consistency`, :func:`epipolar_error`,
+:func:`epipolar_inlier_rate`, :func:`feature_match_coverage`) are not differentiable: they
+score without autograd (no gradient, also for videos that require grad); the differentiable
+signal is :func:`soft_background_consistency`. (:func:`adadfrc` keeps autograd on: D carries
+the flow's gradient.) All but :func:`soft_background_consistency` run eagerly inside
+``torch.compile`` (a graph break).
 """
 from ._common import STATUSES
 from .background import background_consistency

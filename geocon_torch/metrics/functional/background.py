@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from ..._precision import autocast_off
+from ..._precision import autocast_off, eager_entry
 from ..._tensor_utils import masked_median
 from ...config import ConfigLike, load_config
 from ...errors import ConfigError
@@ -95,6 +95,7 @@ def _background_consistency_compute(values: Dict[str, Tensor], counts: Dict[str,
     return out
 
 
+@eager_entry
 @autocast_off
 def background_consistency(videos: VideosLike, masks: Optional[Sequence[Any]] = None,
                            poses: Optional[Sequence[Any]] = None, *, config: ConfigLike = None,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..._precision import autocast_off
+from ..._precision import autocast_off, eager_entry
 from ..._checks import retired_argument
 from ...config import EpipolarConfig, GeoConConfig, load_config
 from ...errors import ClipTensorError
@@ -113,6 +113,7 @@ def _per_clip(key: str, videos: VideosLike, config: EpipolarConfigArg, implement
     return (got.values[key], got.status) if return_status else got.values[key]
 
 
+@eager_entry
 @autocast_off
 def epipolar_error(videos: VideosLike, config: EpipolarConfigArg = None, *,
                    implementation: str = "auto", features: Optional[str] = None,
@@ -157,6 +158,7 @@ def epipolar_error(videos: VideosLike, config: EpipolarConfigArg = None, *,
                      retired)
 
 
+@eager_entry
 @autocast_off
 def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigArg = None, *,
                          implementation: str = "auto", features: Optional[str] = None,
@@ -188,6 +190,7 @@ def epipolar_inlier_rate(videos: VideosLike, config: EpipolarConfigArg = None, *
                      return_status, retired)
 
 
+@eager_entry
 @autocast_off
 def feature_match_coverage(videos: VideosLike, config: EpipolarConfigArg = None, *,
                            implementation: str = "auto", features: Optional[str] = None,

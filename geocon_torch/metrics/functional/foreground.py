@@ -15,10 +15,11 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..._precision import autocast_off
+from ..._precision import autocast_off, eager_entry
 from ...measures.foreground import adadfrc as _adadfrc_measure
 
 
+@eager_entry
 @autocast_off
 def adadfrc(flow: Tensor, masks: Tensor, reliability: Optional[Tensor] = None, *,
             grid: int = 8, score: str = "wmse", min_pixels: int = 64,
