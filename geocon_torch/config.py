@@ -313,8 +313,9 @@ def _ints(default: Tuple[int, ...], low: Optional[int] = None, *,
 def _sub(cls: type, *, omit_default: bool = False) -> Any:
     """A nested section (a JSON object; a dict given to the constructor is merged onto the
     section's defaults). ``omit_default``: an optional input (``io.lens``): left out of
-    ``config_hash`` while it equals its defaults (every config without it keeps its hash), and
-    null (JSON) stands for its defaults."""
+    ``config_hash`` while it equals its defaults, or while its ``omitted()`` says so when it
+    has one (``LensConfig``: while it does not distort), so every config without it keeps its
+    hash; null (JSON) stands for its defaults."""
     meta: Dict[str, Any] = {"section": cls}
     if omit_default:
         meta["omit_default"] = True
@@ -434,8 +435,10 @@ def _split(section: Any, runtime: bool) -> Dict[str, Any]:
     for f in dataclasses.fields(section):
         value = getattr(section, f.name)
         if f.metadata.get("section") is not None:
-            if f.metadata.get("omit_default") and value == type(value)():
-                continue  # an optional input left unset: configs without it keep their hash
+            omitted = getattr(value, "omitted", None)  # the section's own rule, if it has one
+            if f.metadata.get("omit_default") and (omitted() if callable(omitted)
+                                                   else value == type(value)()):
+                continue  # an optional input that changes nothing: configs keep their hash
             sub = _split(value, runtime)
             if sub or not runtime:
                 out[f.name] = sub
@@ -518,7 +521,25 @@ class LensConfig(_Section):
             integers, the centre of a W-px frame is (W - 1) / 2); None: the frame's centre.
         k1, k2, p1, p2, k3: OpenCV's distortion coefficients in that order (unitless, in image
             coordinates divided by the focal length); all 0 (the default): no lens, frames are
-            not resampled and the config hash is that of a config without the section.
+            not resampled and the config hash is that of a config without the section, whatever
+            fx / cx / size say (:meth:`omitted`; ``to_dict`` still records them).
+
+    Orientation: the intrinsics are px of the frames *as displayed*, i.e. after a video's
+    display-rotation metadata is applied (a portrait phone video whose coded frames are
+    1920 x 1080 with a 90-degree display matrix is shown, read and undistorted as 1080 x
+    1920). A calibration of the coded (sensor) frames W x H turned by 90 degrees
+    counterclockwise becomes size [H, W], fx' = fy, fy' = fx, cx' = cy, cy' = W - 1 - cx,
+    p1' = -p2, p2' = p1; by 270 degrees: cx' = H - 1 - cy, cy' = cx, p1' = p2, p2' = -p1 (k1,
+    k2, k3 unchanged; :func:`geocon_torch.io.lens.display_lens`). A square frame, or a size
+    left out, cannot tell the two orientations apart: state the displayed one.
+
+    Checked when a clip is read (:func:`geocon_torch.io.lens.camera_at` and the map): the
+    principal point lies inside the frame the intrinsics are in (the source's when the size is
+    left out: a calibration copied without its size is refused, not applied to the wrong
+    pixels), and r_d(r) = r (1 + k1 r^2 + k2 r^4 + k3 r^6) increases out to the frame's
+    corners (a polynomial that folds over would mirror texture; tangential terms are not part
+    of this check). A lens that leaves more than 10 % of the working frame black gives a
+    UserWarning.
 
     A mapping may also give ``distortion``: a list of 1 to 5 coefficients [k1, k2, p1, p2, k3]
     (OpenCV's ``distCoeffs``; the missing ones 0), and ``size``: [width, height].
@@ -579,6 +600,12 @@ class LensConfig(_Section):
         """Whether any distortion coefficient is non-zero (the frames are resampled)."""
         return any(getattr(self, k) != 0.0 for k in LENS_COEFFICIENTS)
 
+    def omitted(self) -> bool:
+        """Whether the section is left out of ``config_hash`` (``protocol_dict``): while it
+        does not distort, frames are bit-identical to those without a lens, so such a config
+        keeps the hash of a config without one (intrinsics alone, or coefficients all 0)."""
+        return not self.distorts()
+
     def check_complete(self) -> None:
         """ConfigError unless a lens that distorts names its focal length ``fx``, and
         ``width`` / ``height`` are both given or both None (what scoring needs)."""
@@ -614,7 +641,8 @@ class IOConfig(_Section):
     # frames: a constant bound, and one decoding pass); null: always in memory, 0: always stream
     stream_min_frames: Optional[int] = _int(64, 0, null=True, runtime=True)
     # the camera's lens (OpenCV camera matrix + distortion): frames are undistorted before any
-    # keypoint is found; off (all coefficients 0, the default) it is left out of config_hash
+    # keypoint is found; while it does not distort (all coefficients 0, the default, whatever
+    # the intrinsics) it is left out of config_hash (LensConfig.omitted)
     lens: LensConfig = _sub(LensConfig, omit_default=True)
 
     #: the smallest working long side: resizing needs at least 2 px per side

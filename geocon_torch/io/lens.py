@@ -20,6 +20,21 @@ calibration's image size; default the source's); a clip decoded at another size 
 aspect ratio gets them scaled with the resize's pixel-centre rule (``x' = (x + 0.5) s - 0.5``,
 :mod:`geocon_torch.io.resize`), to the source and then to the working size.
 
+Orientation: the frames are undistorted as displayed, after a video's display-rotation
+metadata is applied (the reader turns them first), so the intrinsics are px of the displayed
+frames (a portrait phone video: 1080 x 1920, not the coded 1920 x 1080). A calibration of the
+coded (sensor) frames is turned with :func:`display_lens`; a stated aspect that fails the
+check on a quarter-turned file gets an error naming the rotation and the turned values, and
+``meta["lens"]["display_rotation"]`` records the rotation (degrees counterclockwise).
+
+Checks when a map is built (:func:`camera_at`, :func:`check_fold`): the principal point lies
+inside the frame the intrinsics are in (the source's when the size is left out: a calibration
+copied without its size is refused), and the radial polynomial ``r_d(r) = r (1 + k1 r^2 + k2
+r^4 + k3 r^6)`` increases out to the frame's corners (a fold would sample inner texture a second
+time, mirrored; tangential terms are left out of this check: they are small where
+calibrations are valid). A lens that leaves more than :data:`OUTSIDE_WARN` of the working frame
+black (a lens stated for another camera or size) gives a UserWarning (:func:`lens_record`).
+
 Where it applies: the reader (:func:`~geocon_torch.io.reader.read_clip` /
 ``clip_from_tensor`` / ``clips_from_tensor`` / ``tensor_frames`` with ``lens=``) undistorts
 the working frames (eager, streamed and tensor clips alike) and maps the letterbox content
@@ -35,10 +50,12 @@ values on their own device (no host round trip, no OpenCV).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -52,6 +69,12 @@ from .resize import RESIZE_CHUNK_VALUES, WorkingSize
 ASPECT_TOLERANCE = 0.01
 #: sampling grids kept (one per lens, working size and device)
 GRID_CACHE = 8
+#: the fraction of the working frame left black (its source outside the frame) above which
+#: :func:`lens_record` warns: a lens stated for another camera or frame size
+OUTSIDE_WARN = 0.1
+#: px a principal point may lie past the frame's edge (-0.5 .. W - 0.5): float rounding of the
+#: pixel-centre rescaling, e.g. the working-size lens :func:`clip_lens` reads back
+_EDGE_SLACK = 1e-6
 
 
 @dataclass(frozen=True)
@@ -117,23 +140,105 @@ def _check_lens(lens: Lens) -> None:
                           f"p1, p2, k3) and a size of two ints >= 2 or None, got {lens!r}")
 
 
-def camera_at(lens: Lens, ws: WorkingSize) -> Tuple[float, float, float, float]:
+def quarter_turns(rotation: Any) -> int:
+    """Quarter turns counterclockwise (0-3) the reader applied for a display rotation of
+    ``rotation`` degrees counterclockwise (``meta["display_rotation"]``; None: 0): the
+    multiple of 90 within 1 degree, else 0 (another angle is recorded, not applied), as
+    :func:`~geocon_torch.io.frame_rgb.display_turns`."""
+    angle = float(rotation or 0.0)
+    turns = round(angle / 90.0)
+    return int(turns) % 4 if abs(angle - 90.0 * turns) <= 1.0 else 0
+
+
+def _mirrored(c: Optional[float], n: int) -> Optional[float]:
+    """Pixel coordinate ``c`` of an n-px side read from the other end (None stays None)."""
+    return None if c is None else n - 1 - c
+
+
+def display_lens(lens: Lens, turns: int) -> Lens:
+    """A calibration of the coded (sensor) frames, ``lens`` (with its ``size``, W x H px),
+    as a calibration of the frames shown turned ``turns`` quarter turns counterclockwise
+    (``np.rot90(frame, turns)``): for 1 (90 degrees) size (H, W), fx' = fy, fy' = fx,
+    cx' = cy, cy' = W - 1 - cx, p1' = -p2, p2' = p1; for 3 (270 degrees) size (H, W),
+    fx' = fy, fy' = fx, cx' = H - 1 - cy, cy' = cx, p1' = p2, p2' = -p1; for 2 (180 degrees)
+    cx' = W - 1 - cx, cy' = H - 1 - cy, p1' = -p1, p2' = -p2 (k1, k2, k3 unchanged, a
+    principal point None (the centre) stays None).
+
+    Raises:
+        ConfigError: ``lens.size`` is None (the coded size is needed).
+    """
+    if lens.size is None:
+        raise ConfigError("display_lens needs the lens's stated size (io.lens.size)")
+    turns = int(turns) % 4
+    (w, h), (k1, k2, p1, p2, k3) = lens.size, lens.coefficients
+    flip = _mirrored
+    if turns == 0:
+        return lens
+    if turns == 2:
+        return replace(lens, cx=flip(lens.cx, w), cy=flip(lens.cy, h),
+                       coefficients=(k1, k2, -p1, -p2, k3))
+    if turns == 1:
+        cx, cy, p = lens.cy, flip(lens.cx, w), (-p2, p1)
+    else:
+        cx, cy, p = flip(lens.cy, h), lens.cx, (p2, -p1)
+    return Lens(fx=lens.fy, fy=lens.fx, cx=cx, cy=cy, size=(h, w),
+                coefficients=(k1, k2, p[0], p[1], k3))
+
+
+def _turned_hint(lens: Lens, ws: WorkingSize, turns: int) -> str:
+    """The sentence an io.lens error adds for a clip shown turned by ``turns`` quarter turns
+    (odd: width and height swapped; "" otherwise): the coded size, the rotation, and the
+    stated lens taken as one of the coded frames, turned (:func:`display_lens`)."""
+    if turns % 2 == 0:
+        return ""
+    h_src, w_src = ws.source
+    text = (f"; the file's coded frames are {h_src} x {w_src} px, turned {90 * turns} degrees "
+            f"for display (display rotation), and io.lens is taken in display orientation "
+            f"({w_src} x {h_src} px)")
+    if lens.size is None:
+        return text
+    d = display_lens(lens, turns)
+    k = {"fx": d.fx, "fy": d.fy, "cx": d.cx, "cy": d.cy, "p1": d.coefficients[2],
+         "p2": d.coefficients[3]}
+    values = ", ".join(f"{n} {v:g}" for n, v in k.items() if v is not None)
+    rule = ("cx' = cy, cy' = W - 1 - cx, p1' = -p2, p2' = p1" if turns == 1 else
+            "cx' = H - 1 - cy, cy' = cx, p1' = p2, p2' = -p1")
+    return (f"{text}. If io.lens is a calibration of the coded frames (W x H), turn it: swap "
+            f"width / height and fx / fy, {rule} (k1, k2, k3 unchanged): io.lens.size "
+            f"[{d.size[0]}, {d.size[1]}], {values}")
+
+
+def camera_at(lens: Lens, ws: WorkingSize, rotation: Any = None
+              ) -> Tuple[float, float, float, float]:
     """(fx, fy, cx, cy) px of the working frames of ``ws``: the stated intrinsics scaled to the
     source size (``ws.source``), then to the working size (``ws.scale_xy``), both with the
-    pixel-centre rule ``c' = (c + 0.5) s - 0.5``.
+    pixel-centre rule ``c' = (c + 0.5) s - 0.5``. ``rotation``: the clip's display rotation
+    (degrees counterclockwise, ``meta["display_rotation"]``), only for the errors' wording.
 
     Raises:
         ConfigError: the source's aspect ratio differs from the stated frame's by more than
-            :data:`ASPECT_TOLERANCE`.
+            :data:`ASPECT_TOLERANCE`, or the principal point lies outside the frame the
+            intrinsics are in (-0.5 .. W - 0.5; the source frame when ``lens.size`` is None).
     """
     h_src, w_src = ws.source
     w_lens, h_lens = lens.size if lens.size is not None else (w_src, h_src)
     ax, ay = w_src / w_lens, h_src / h_lens
+    turns = quarter_turns(rotation)
     if abs(ax / ay - 1.0) > ASPECT_TOLERANCE:
         raise ConfigError(f"io.lens is stated for {w_lens} x {h_lens} px frames (aspect "
                           f"{w_lens / h_lens:.4g}) but the clip's source frames are {w_src} x "
                           f"{h_src} px (aspect {w_src / h_src:.4g}): give the calibration of "
-                          f"this video mode (io.lens.width / height and its intrinsics)")
+                          f"this video mode (io.lens.width / height and its intrinsics)"
+                          f"{_turned_hint(lens, ws, turns)}")
+    for name, value, side in (("cx", lens.cx, w_lens), ("cy", lens.cy, h_lens)):
+        if value is not None and not -0.5 - _EDGE_SLACK <= value <= side - 0.5 + _EDGE_SLACK:
+            frame = (f"{w_lens} x {h_lens} px frame of io.lens.size" if lens.size is not None
+                     else f"{w_lens} x {h_lens} px source frame the intrinsics are taken in "
+                          f"(io.lens.size left out)")
+            raise ConfigError(f"io.lens.{name} = {value:g} lies outside the {frame}, -0.5 .. "
+                              f"{side - 0.5:g}: give io.lens.size, the calibration's image "
+                              f"size, so the intrinsics are scaled to this clip"
+                              f"{_turned_hint(lens, ws, turns)}")
     cx = (w_lens - 1) / 2.0 if lens.cx is None else float(lens.cx)
     cy = (h_lens - 1) / 2.0 if lens.cy is None else float(lens.cy)
     sx, sy = ws.scale_xy
@@ -184,12 +289,49 @@ class _Map:
     camera: Tuple[float, float, float, float]
 
 
+def fold_radius(coefficients: Tuple[float, ...]) -> float:
+    """The smallest normalised radius r > 0 at which the radial model ``r_d(r) = r (1 + k1 r^2
+    + k2 r^4 + k3 r^6)`` stops increasing (``d r_d / d r = 1 + 3 k1 r^2 + 5 k2 r^4 + 7 k3
+    r^6`` reaches 0); ``inf`` when it increases for every r. ``coefficients``: (k1, k2, p1,
+    p2, k3) (p1, p2 not used)."""
+    k1, k2, _, _, k3 = (float(v) for v in coefficients)
+    roots = np.roots([7.0 * k3, 5.0 * k2, 3.0 * k1, 1.0])  # in s = r^2 (leading zeros dropped)
+    s = [r.real for r in roots if abs(r.imag) <= 1e-9 * max(1.0, abs(r)) and r.real > 0]
+    return math.sqrt(min(s)) if s else math.inf
+
+
+def check_fold(coefficients: Tuple[float, ...], camera: Tuple[float, float, float, float],
+               size: Tuple[int, int]) -> None:
+    """ConfigError when the radial model folds over inside an (h, w) frame with ``camera``
+    (fx, fy, cx, cy) px: :func:`fold_radius` at or below the normalised radius of the frame's
+    farthest corner (the radius is convex in (u, v): its largest value over the frame is at a
+    corner). The corners are the frame's edges (-0.5, w - 0.5), whose normalised coordinates
+    the pixel-centre rescaling keeps: the verdict is the same at every working size of a clip.
+    Past a fold, output pixels sample inner texture a second time (mirrored) and the frame
+    would count them as content. Tangential terms (p1, p2) are not part of the check."""
+    fx, fy, cx, cy = camera
+    h, w = size
+    corner = max(math.hypot((u - cx) / fx, (v - cy) / fy) for u in (-0.5, w - 0.5)
+                 for v in (-0.5, h - 0.5))
+    fold = fold_radius(coefficients)
+    if fold <= corner:
+        k = ", ".join(f"{n} = {v:g}" for n, v in zip(("k1", "k2", "k3"), (
+            coefficients[0], coefficients[1], coefficients[4])) if v != 0.0)
+        raise ConfigError(f"io.lens distortion folds over inside the frame: r_d stops increasing "
+                          f"at r = {fold:.3f} (normalised), the frame's corners reach r = "
+                          f"{corner:.3f}; the coefficients do not describe this camera at this "
+                          f"size ({k}; a fit valid only near the centre, or a lens stated for "
+                          f"another camera or size)")
+
+
 @lru_cache(maxsize=GRID_CACHE)
 def _map(lens: Lens, ws: WorkingSize, device: str) -> _Map:
     """The undistortion map of ``lens`` for the working frames of ``ws`` on ``device`` (built
-    on the CPU in float64, copied once)."""
+    on the CPU in float64, copied once); ConfigError from :func:`camera_at` and
+    :func:`check_fold`."""
     camera = camera_at(lens, ws)
     h, w = ws.size
+    check_fold(lens.coefficients, camera, (h, w))
     pos = distorted_positions(camera, lens.coefficients, (h, w))  # (h, w, 2) px
     x, y = pos[..., 0], pos[..., 1]
     inside = (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
@@ -269,22 +411,43 @@ def undistort_mask(mask: torch.Tensor, lens: LensLike,
     return got.reshape(mask.shape).bool() & m.inside
 
 
-def lens_record(lens: LensLike, size: WorkingSize, device: Union[str, torch.device] = "cpu"
-                ) -> Optional[Dict[str, Any]]:
+def lens_record(lens: LensLike, size: WorkingSize, device: Union[str, torch.device] = "cpu",
+                rotation: Any = None) -> Optional[Dict[str, Any]]:
     """``meta["lens"]`` of a clip undistorted with ``lens`` at ``size`` (None: nothing was
     undistorted): ``undistorted`` True, ``model`` "opencv" (Brown-Conrady k1, k2, p1, p2, k3),
     ``coefficients`` [k1, k2, p1, p2, k3], ``stated_size`` [width, height] (None: the source
-    size), ``camera_px`` [fx, fy, cx, cy] at the working size and ``outside_fraction`` (of
-    the working pixels whose source lies outside the frame: black, out of the content mask).
-    JSON values; what :func:`undistort_clip_masks` reads back."""
+    size), ``camera_px`` [fx, fy, cx, cy] at the working size, ``outside_fraction`` (of
+    the working pixels whose source lies outside the frame: black, out of the content mask)
+    and ``display_rotation`` (degrees counterclockwise the frames were turned for display
+    before the lens applied: 0, 90, 180 or 270; ``rotation`` is the clip's
+    ``meta["display_rotation"]``). JSON values; what :func:`undistort_clip_masks` reads back.
+
+    Raises:
+        ConfigError: as :func:`camera_at` (its message names a quarter-turn ``rotation``) and
+            :func:`check_fold`.
+    Warns:
+        UserWarning: more than :data:`OUTSIDE_WARN` of the working frame is black.
+    """
     lens = as_lens(lens)
     if lens is None:
         return None
+    camera_at(lens, size, rotation)  # the errors' wording with the rotation (cheap, no map)
     m = _map(lens, size, str(torch.device(device)))
+    if m.outside_fraction > OUTSIDE_WARN:
+        k = ", ".join(f"{n} = {v:g}" for n, v in zip(LENS_COEFFICIENTS, lens.coefficients)
+                      if v != 0.0)
+        cam = " ".join(f"{n} {v:.4g}" for n, v in zip(("fx", "fy", "cx", "cy"), m.camera))
+        h, w = size.size
+        warnings.warn(f"io.lens leaves {100 * m.outside_fraction:.0f} % of the {w} x {h} working "
+                      f"frame black (its source lies outside the frame; left out of the "
+                      f"content mask): {k}, camera {cam} px at the working size. A lens stated "
+                      f"for another camera or frame size? (io.lens.size is the calibration's "
+                      f"image size)", UserWarning, stacklevel=2)
     return {"undistorted": True, "model": "opencv", "coefficients": list(lens.coefficients),
             "stated_size": None if lens.size is None else list(lens.size),
             "camera_px": [float(v) for v in m.camera],
-            "outside_fraction": round(m.outside_fraction, 6)}
+            "outside_fraction": round(m.outside_fraction, 6),
+            "display_rotation": 90 * quarter_turns(rotation)}
 
 
 def clip_lens(clip: Clip) -> Optional[Lens]:
@@ -310,4 +473,5 @@ def undistort_clip_masks(masks: torch.Tensor, clip: Clip) -> torch.Tensor:
 
 
 __all__ = ["Lens", "LensLike", "as_lens", "camera_at", "distorted_positions", "undistort_frames",
-           "undistort_mask", "lens_record", "clip_lens", "undistort_clip_masks"]
+           "undistort_mask", "lens_record", "clip_lens", "undistort_clip_masks", "display_lens",
+           "quarter_turns", "fold_radius", "check_fold", "OUTSIDE_WARN"]

@@ -903,11 +903,12 @@ def _finish(frames: Union[torch.Tensor, VideoFrames], idx: List[int], ws: Workin
         mask = detect_content_mask(frames, opts["thr"], opts["frac"])
     lens = opts.get("lens")  # files (tensors: _tensor_clips undistorted the batch already)
     if lens is not None:  # a store undistorts the frames it gives (its ``lens``)
+        # first: its checks word their errors with the display rotation (frames as shown)
+        meta["lens"] = lens_record(lens, ws, frames.device, meta.get("display_rotation"))
         if isinstance(frames, torch.Tensor):
             frames, mask = _undistorted(frames, mask, lens, ws)
         else:
             mask = undistort_mask(mask, lens, ws)
-        meta["lens"] = lens_record(lens, ws, frames.device)
         fraction = box = None
     if fraction is None or box is None:  # one host read for both
         fraction, *box = torch.cat([_content_fraction(mask).double().reshape(1),

@@ -24,8 +24,8 @@ from ..presets import PRESETS
 from . import plots
 from .evidence import PairEvidence, PairMismatchError, pair_evidence
 from .text import (calibrated_checks, calibrated_verdict, calibration_off, calibration_source,
-                   compact, configured_band, esc, gate_unit, is_scored, label, no_bounds_reason,
-                   pair_counts, score_line, verdict_word)
+                   compact, configured_band, esc, gate_unit, is_scored, label, lens_line,
+                   no_bounds_reason, pair_counts, score_line, verdict_word)
 
 
 def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
@@ -308,6 +308,9 @@ def audit_card(row: Dict[str, Any], img_dir: Union[str, Path], *, draw: bool = T
         imgs += [(rel(png), caption, alt) for png, caption, alt in pngs]
         notes += more
     facts = _facts(row, res)
+    lens = lens_line(res)
+    if lens is not None:  # the pictures show undistorted frames (black corners: pincushion)
+        facts.append(("lens", esc(lens)))
     out = [f'<div class="card" id="card-{html.escape(slug)}">'
            f'<h3 id="card-{html.escape(slug)}-h">{esc(cid)}</h3>',
            f"<table class='facts' aria-labelledby='card-{html.escape(slug)}-h'>"]

@@ -3,7 +3,9 @@
 Four parts, each from the stored result and, for the worst pair, from the same re-derived
 evidence as the audit card (:func:`~geocon_torch.report.evidence.pair_evidence`), after a
 line naming the geocon_torch version that scored the result when it is not the running one
-(``Scored by geocon_torch 0.1.0 (this is 0.2.1).``: the evidence is re-derived by this one):
+(``Scored by geocon_torch 0.1.0 (this is 0.2.1).``: the evidence is re-derived by this one),
+the score line, and, when the frames were undistorted (the result's ``io.lens``), a line with
+the lens (:func:`~geocon_torch.report.text.lens_line`; the audit card shows the same text):
 
 1. the regime and why: gate method, its statistic against the H / F thresholds (hysteresis
    band), how a U was resolved;
@@ -31,7 +33,7 @@ from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
 from ..measures.calibration import BOUND_WHY, digits_apart
 from .text import (calibrated_checks, configured_band, gate_unit, is_missing, is_scored, label,
-                   no_bounds_reason, printable, score_line, verdict_word)
+                   lens_line, no_bounds_reason, printable, score_line, verdict_word)
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -340,6 +342,9 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
         lines.append(f"Scored by geocon_torch {label(res.get('version'))} "
                      f"(this is {__version__}).")
     lines.append(score_line(res))
+    lens = lens_line(res)
+    if lens is not None:  # the frames every number below comes from were resampled
+        lines.append(f"Lens: {lens}.")
     lines += gate_lines(res.get("gate"), res.get("regime"))
     k = worst_pair(bg) if pair is None else int(pair)
     n_pairs = len((timeline_series(bg) or {}).get("index", []))

@@ -159,6 +159,35 @@ def score_line(result: Mapping[str, Any]) -> str:
     return line
 
 
+_LENS_NAMES = ("k1", "k2", "p1", "p2", "k3")
+
+
+def lens_line(result: Mapping[str, Any]) -> Optional[str]:
+    """"frames undistorted (io.lens, OpenCV model: k1 -0.1; camera fx 230.4 fy 230.4 cx
+    127.5 cy 95.5 px at the working size; 0 % of the frame black)" when the result's ``io``
+    block records a lens (``io.lens``, :func:`geocon_torch.io.lens.lens_record`), else None:
+    the line ``geocon explain`` and the audit card show (the card draws the undistorted
+    frames)."""
+    block = result.get("io") if isinstance(result.get("io"), Mapping) else {}
+    rec = block.get("lens")
+    if not isinstance(rec, Mapping) or not rec.get("undistorted"):
+        return None
+    coef, cam = rec.get("coefficients"), rec.get("camera_px")
+    k = (", ".join(f"{n} {compact(v)}" for n, v in zip(_LENS_NAMES, coef) if v != 0)
+         if isinstance(coef, (list, tuple)) else compact(coef))
+    camera = (" ".join(f"{n} {compact(v)}" for n, v in zip(("fx", "fy", "cx", "cy"), cam))
+              if isinstance(cam, (list, tuple)) else compact(cam))
+    black = rec.get("outside_fraction")
+    black = (f"{100 * black:.0f} %" if isinstance(black, (int, float))
+             and not isinstance(black, bool) and math.isfinite(black) else compact(black))
+    turned = rec.get("display_rotation")
+    turned = (f"; frames turned {compact(turned)} degrees for display first"
+              if isinstance(turned, (int, float)) and not isinstance(turned, bool) and turned
+              else "")
+    return (f"frames undistorted (io.lens, OpenCV model: {k}; camera {camera} px at the "
+            f"working size; {black} of the frame black{turned})")
+
+
 #: the calibration record's thresholds (px at the working resolution; parallax_ref_min in
 #: reference px) -> threshold keys
 RECORD_KEYS = {"ir": "ir_min", "ge_px": "ge_norm_max", "ge_fine_px": "ge_fine_norm_max",

@@ -6,13 +6,14 @@ config without a lens is unchanged, and the pan comes back H and passing."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import cv2
 import numpy as np
 import pytest
 import torch
 
-from geocon_torch import ConfigError, GeoConConfig, load_config, score_clip
+from geocon_torch import ConfigError, GeoConConfig, load_config, score_clip, score_clips
 from geocon_torch.config import LensConfig
 from geocon_torch.gate.view import _read_view
 from geocon_torch.io import clip_from_tensor, read_clip, tensor_frames
@@ -218,3 +219,155 @@ def test_distorted_pan_comes_back_h_and_passing_with_the_lens():
     assert fixed["io"]["lens"]["camera_px"] == pytest.approx([F_PX, F_PX, 127.5, 95.5])
     assert fixed["config"]["io"]["lens"]["k1"] == k1
     assert math.isclose(fixed["io"]["lens"]["outside_fraction"], 0.0)  # barrel: no black
+
+
+# ---------------------------------------------------------------- lens-use audit s31 (F1-F5)
+
+BASE_HASH = "6b6bcba0c376cac8"  # a config without a lens (test_config_validation_and_hash)
+
+
+def test_a_lens_that_does_not_distort_keeps_the_hash_of_no_lens():
+    """F2: intrinsics with every coefficient 0 leave the frames bit-identical and so keep the
+    hash of a config without a lens; the values given stay in ``to_dict`` (round trip)."""
+    for lens in ({"fx": 1450.0}, {"fx": 1450.0, "distortion": [0, 0, 0, 0, 0]},
+                 {"size": [1920, 1080], "fx": 1450.0, "cx": 959.5, "cy": 539.5, "k1": 0.0},
+                 {"k1": -0.0, "fy": 3.0}):
+        cfg = load_config({"io": {"lens": lens}})
+        assert cfg.config_hash() == BASE_HASH, lens
+        assert "lens" not in cfg.protocol_dict()["io"]
+        back = load_config(cfg.to_dict())
+        assert back == cfg and back.config_hash() == BASE_HASH
+    kept = load_config({"io": {"lens": {"fx": 1450.0, "size": [1920, 1080]}}}).to_dict()
+    assert kept["io"]["lens"]["fx"] == 1450.0 and kept["io"]["lens"]["width"] == 1920
+    for p in ("background", "all"):  # with a preset too
+        cfg = load_config({"io": {"lens": {"fx": 1450.0}}, "preset": p})
+        assert cfg.config_hash() == GeoConConfig(preset=p).config_hash()
+    bent = load_config({"io": {"lens": {"fx": 1450.0, "p2": 1e-4}}})
+    assert bent.config_hash() != BASE_HASH and "lens" in bent.protocol_dict()["io"]
+
+
+def _gray(n: int = 2) -> torch.Tensor:
+    return _chw(_texture())[None].repeat(n, 1, 1, 1)
+
+
+def test_a_principal_point_outside_the_source_frame_is_refused():
+    """F1: with io.lens.size left out the intrinsics are px of the source frame; a principal
+    point outside it (a 1920 x 1080 calibration without its size) is a ConfigError naming the
+    sizes, and the clip an error row."""
+    x = _gray()
+    lens = {"fx": 1450.0, "cx": 959.5, "cy": 539.5, "k1": -0.1}
+    with pytest.raises(ConfigError, match=r"io.lens.cx = 959.5 lies outside the 256 x 192 px "
+                                          r"source frame .*give io.lens.size"):
+        read_clip(x, long_side=None, lens=lens)
+    with pytest.raises(ConfigError, match=r"io.lens.cy = -3 lies outside the 256 x 192 px"):
+        read_clip(x, long_side=128, lens={"fx": 200.0, "cy": -3.0, "k1": -0.1})
+    with pytest.raises(ConfigError, match="lies outside"):  # a Lens built by hand too
+        camera_at(Lens(200.0, 200.0, 300.0, None, None, (-0.1, 0, 0, 0, 0)),
+                  working_size(H, W, None))
+    edge = camera_at(Lens(200.0, 200.0, -0.5, H - 0.5, None, (-0.1, 0, 0, 0, 0)),
+                     working_size(H, W, 128))
+    assert edge[2] == pytest.approx(-0.5) and edge[3] == pytest.approx(96 - 0.5)
+    with pytest.raises(ConfigError, match="lies outside"):  # one clip: raised, as the aspect
+        score_clip(_gray(3), preset="background", device="cpu", config={"io": {"lens": lens}})
+    ok, r = score_clips([_gray(3), _gray(3)[..., :144, :]], preset="background", device="cpu",
+                        config={"io": {"lens": {"fx": 200.0, "cy": 160.0, "k1": -0.1}}})
+    assert r.status == "error" and "cy = 160 lies outside the 256 x 144 px source" in r.reason
+    assert ok.status != "error"  # 256 x 192: cy 160 lies inside
+
+
+def test_a_lens_that_blacks_out_much_of_the_frame_warns():
+    """F1: more than 10 % of the undistorted frame outside the source (a lens stated for
+    another camera or size) is a UserWarning naming the fraction and the lens."""
+    x = _gray()
+    with pytest.warns(UserWarning, match=r"io.lens leaves 34 % of the 256 x 192 working frame "
+                                         r"black .*k1 = 0.3"):
+        clip = read_clip(x, long_side=None, lens={"fx": 120.0, "k1": 0.3})
+    assert 0.335 < clip.meta["lens"]["outside_fraction"] < 0.345
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a mild lens: no warning
+        read_clip(x, long_side=None, lens={"fx": 230.4, "k1": 0.15})
+        read_clip(x, long_side=None, lens={"fx": 230.4, "k1": -0.3})
+
+
+def test_a_polynomial_that_folds_over_inside_the_frame_is_refused():
+    """F4: r_d(r) = r (1 + k1 r^2 + k2 r^4 + k3 r^6) must increase out to the frame's corners
+    (else the corners show a mirrored copy of inner texture)."""
+    x = _gray()
+    corner = math.hypot(128.0, 96.0)  # the frame's edge corners, at every working size
+    for fx, k1 in ((0.5 * W, -0.35), (0.9 * W, -0.9)):
+        fold = math.sqrt(1 / (3 * -k1))
+        msg = (rf"io.lens distortion folds over inside the frame: r_d stops increasing at r = "
+               rf"{fold:.3f} \(normalised\), the frame's corners reach r = {corner / fx:.3f}")
+        with pytest.raises(ConfigError, match=msg):
+            read_clip(x, long_side=None, lens={"fx": fx, "k1": k1})
+        with pytest.raises(ConfigError, match=msg):  # the same numbers at any working size
+            read_clip(x, long_side=64, lens={"fx": fx, "k1": k1})
+    # the same k1 with a k2 that keeps r_d increasing, and a fold beyond the corners: accepted
+    read_clip(x, long_side=None, lens={"fx": 0.5 * W, "k1": -0.35, "k2": 0.1})
+    read_clip(x, long_side=None, lens={"fx": 0.9 * W, "k1": -0.45})  # fold at r 0.86 > 0.694
+    with pytest.raises(ConfigError, match="folds over"):  # k3 alone: 1 - 7 * 0.5 r^6
+        read_clip(x, long_side=None, lens={"fx": 0.5 * W, "k3": -0.5})
+    r, = score_clips([_gray(3)], preset="background", device="cpu",
+                     config={"io": {"lens": {"fx": 0.5 * W, "k1": -0.35}}})
+    assert r.status == "error" and "folds over inside the frame" in r.reason
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3])
+def test_display_lens_is_the_coded_lens_turned(turns):
+    """F3: the mapping the rotation error states (90 / 270 degrees counterclockwise; 180) turns a
+    calibration of the coded frames into that of the displayed ones: undistorting the turned
+    frames with it gives the turned undistorted frames."""
+    from geocon_torch.io.lens import display_lens
+
+    coded = Lens(220.0, 235.0, 120.0, 101.0, (W, H), (-0.2, 0.04, 0.006, -0.004, 0.01))
+    shown = display_lens(coded, turns)
+    if turns % 2:
+        assert shown.size == (H, W) and (shown.fx, shown.fy) == (235.0, 220.0)
+    x = _chw(_texture())[None]
+    want = torch.rot90(undistort_frames(x, coded), turns, (-2, -1))
+    got = undistort_frames(torch.rot90(x, turns, (-2, -1)).contiguous(), shown)
+    assert (got.int() - want.int()).abs().max() <= 1
+
+
+def test_rotated_video_lens_error_names_the_rotation_and_the_record_its_orientation(tmp_path):
+    """F3: the lens applies to the frames as displayed; a calibration of the coded (sensor)
+    orientation of a portrait file is refused with the rotation and the turned values named,
+    and ``meta["lens"]`` records the display rotation."""
+    from helpers import encode_rgb
+
+    img = _texture(360, 640)
+    p = encode_rgb(tmp_path / "portrait.mp4", [img] * 3, rotation=90)
+    lens = {"size": [1920, 1080], "fx": 1450.0, "cx": 970.0, "cy": 530.0,
+            "distortion": [-0.1, 0.02, 0.001, -0.002]}
+    with pytest.raises(ConfigError) as err:
+        read_clip(str(p), long_side=None, lens=lens)
+    text = str(err.value)
+    assert "turned 90 degrees for display" in text and "360 x 640" in text
+    assert ("io.lens.size [1080, 1920], fx 1450, fy 1450, cx 530, cy 949, p1 0.002, p2 0.001"
+            in text), text
+    turned = {"size": [1080, 1920], "fx": 1450.0, "cx": 530.0, "cy": 949.0,
+              "distortion": [-0.1, 0.02, 0.002, 0.001]}
+    clip = read_clip(str(p), long_side=None, lens=turned)
+    assert clip.meta["lens"]["display_rotation"] == 90
+    tensor = read_clip(_gray(), long_side=None, lens={"fx": 230.4, "k1": -0.1})
+    assert tensor.meta["lens"]["display_rotation"] == 0
+
+
+def test_explain_and_card_say_the_frames_were_undistorted(tmp_path):
+    """F5: a person reading ``geocon explain`` or the audit card learns of the lens."""
+    from geocon_torch.report import audit_card
+    from geocon_torch.report.explain import explain_result
+
+    lens = {"fx": F_PX, "k1": -0.1}
+    r = score_clip(_distorted_pan(-0.1, frames=4), preset="background", device="cpu",
+                   config={"io": {"lens": lens}}).to_dict()
+    text = explain_result(r, evidence=False)
+    line = [s for s in text.splitlines() if "undistorted" in s]
+    assert len(line) == 1 and "k1 -0.1" in line[0] and "fx 230.4" in line[0], text
+    card = audit_card({"clip_id": "x", "result": r}, tmp_path, draw=False)
+    assert "frames undistorted" in card
+    plain = score_clip(_distorted_pan(-0.1, frames=4), preset="background",
+                       device="cpu").to_dict()
+    assert "undistorted" not in explain_result(plain, evidence=False)
+    assert "undistorted" not in audit_card({"clip_id": "x", "result": plain}, tmp_path,
+                                           draw=False)
