@@ -220,6 +220,16 @@ def fake_result(clip: str, *, ir: float = 0.98, ge: float = 1.0, regime: str = "
     }
 
 
+def parallax_gate(statistic: float, low: float, high: float = 16.0,
+                  configured=(3.0, 16.0)) -> dict:
+    """A result's ``gate`` block: the weight-free gate decided H on ``parallax_magnitude`` =
+    ``statistic`` ref px within the band (``low``, ``high``), configured as ``configured``."""
+    return {"method": "flow", "statistic": statistic, "decision": "H",
+            "thresholds": {"low": low, "high": high},
+            "evidence": {"statistic_name": "parallax_magnitude",
+                         "configured_band_ref_px": list(configured)}}
+
+
 def v2_result(clip: str, **kw) -> dict:
     """A schema-2.0 result: the generator of its clip under ``model`` (the JSONL metadata of
     2.x) and the epipolar block's implementation under ``path``."""

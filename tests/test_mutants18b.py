@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import fake_result
+from helpers import fake_result, parallax_gate
 
 from geocon_torch import checkpoints
 from geocon_torch.errors import CheckpointError, ConfigError
@@ -318,11 +318,7 @@ def test_explain_of_an_unscored_clip_escapes_its_reason():
 
 
 def test_explain_names_no_adapted_band_when_it_is_the_configured_one():
-    res = fake_result("c")
-    res["gate"] = {"method": "flow", "statistic": 4.0, "decision": "H",
-                   "thresholds": {"low": 3.0, "high": 16.0},
-                   "evidence": {"statistic_name": "parallax_magnitude",
-                                "configured_band_ref_px": [3.0, 16.0]}}
+    res = dict(fake_result("c"), gate=parallax_gate(4.0, 3.0))
     line = next(x for x in _explain(res) if x.startswith("  parallax_magnitude = 4"))
     assert line.endswith("(H if <= 3 ref px, F if >= 16 ref px).")
 

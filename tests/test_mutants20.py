@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -299,34 +300,58 @@ def test_csv_to_a_text_only_stdout_and_the_run_config_filter(tmp_path, monkeypat
 
 # ------------------------------------------------------------------ thread counts
 
-def test_a_caller_change_while_a_block_is_open_is_the_users_new_value():
+@contextmanager
+def _another_threads_block():
+    """The caller at 3 torch / 3 OpenCV threads while another thread holds a
+    ``thread_settings(1, 1)`` block open; yields ``end()``, which closes that block (the
+    caller's counts are put back afterwards)."""
     from geocon_torch._thread_settings import thread_settings
 
     before = torch.get_num_threads(), cv2.getNumThreads()
     inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with thread_settings(torch_threads=1, cv2_threads=1):
+            inside.set()
+            leave.wait(20)
+
+    holder = threading.Thread(target=hold)
     try:
         torch.set_num_threads(3)
         cv2.setNumThreads(3)
-
-        def hold():
-            with thread_settings(torch_threads=1, cv2_threads=1):
-                inside.set()
-                leave.wait(20)
-
-        holder = threading.Thread(target=hold)
         holder.start()
         assert inside.wait(20)
-        cv2.setNumThreads(6)
-        with thread_settings(torch_threads=2, cv2_threads=2):  # adopts 6 on entry
-            assert cv2.getNumThreads() == 2
-        assert cv2.getNumThreads() == 1  # the holder's block is still open
-        leave.set()
-        holder.join(20)
-        assert cv2.getNumThreads() == 6
+
+        def end():
+            leave.set()
+            holder.join(20)
+
+        yield end
     finally:
         leave.set()
         torch.set_num_threads(before[0])
         cv2.setNumThreads(before[1])
+
+
+def _fresh_thread_torch() -> int:
+    """torch's thread count in a thread started now."""
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    worker.start()
+    worker.join()
+    return seen[0]
+
+
+def test_a_caller_change_while_a_block_is_open_is_the_users_new_value():
+    from geocon_torch._thread_settings import thread_settings
+
+    with _another_threads_block() as end:
+        cv2.setNumThreads(6)
+        with thread_settings(torch_threads=2, cv2_threads=2):  # adopts 6 on entry
+            assert cv2.getNumThreads() == 2
+        assert cv2.getNumThreads() == 1  # the holder's block is still open
+        end()
+        assert cv2.getNumThreads() == 6
 
 
 # ------------------------------------------------------------------ compile helpers
@@ -363,47 +388,15 @@ def test_eager_entry_takes_the_trampoline_once_dynamo_is_loaded(monkeypatch):
 
 def test_a_caller_change_is_kept_by_the_exit_alone():
     """No block enters after the caller's change: the holder's exit itself adopts it."""
-    from geocon_torch._thread_settings import thread_settings
-
-    before = torch.get_num_threads(), cv2.getNumThreads()
-    inside, leave = threading.Event(), threading.Event()
-    seen = []
-    try:
-        torch.set_num_threads(3)
-        cv2.setNumThreads(3)
-
-        def hold():
-            with thread_settings(torch_threads=1, cv2_threads=1):
-                inside.set()
-                leave.wait(20)
-
-        def fresh():
-            seen.append(torch.get_num_threads())
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert inside.wait(20)
+    with _another_threads_block() as end:
         cv2.setNumThreads(6)
         torch.set_num_threads(5)  # this thread's and new threads' count
-        leave.set()
-        holder.join(20)
-        worker = threading.Thread(target=fresh)
-        worker.start()
-        worker.join()
-        assert (cv2.getNumThreads(), seen[0]) == (6, 5)
-    finally:
-        leave.set()
-        torch.set_num_threads(before[0])
-        cv2.setNumThreads(before[1])
+        end()
+        assert (cv2.getNumThreads(), _fresh_thread_torch()) == (6, 5)
 
 
 def test_nested_blocks_go_back_to_the_last_open_blocks_counts():
     from geocon_torch._thread_settings import thread_settings
-
-    seen = []
-
-    def fresh():
-        seen.append(torch.get_num_threads())
 
     before = torch.get_num_threads(), cv2.getNumThreads()
     try:
@@ -411,10 +404,8 @@ def test_nested_blocks_go_back_to_the_last_open_blocks_counts():
             with thread_settings(torch_threads=2, cv2_threads=2):
                 with thread_settings(torch_threads=3, cv2_threads=3):
                     pass
-                worker = threading.Thread(target=fresh)
-                worker.start()
-                worker.join()
-                assert (cv2.getNumThreads(), torch.get_num_threads(), seen[0]) == (2, 2, 2)
+                assert (cv2.getNumThreads(), torch.get_num_threads(),
+                        _fresh_thread_torch()) == (2, 2, 2)
         assert (torch.get_num_threads(), cv2.getNumThreads()) == before
     finally:
         torch.set_num_threads(before[0])

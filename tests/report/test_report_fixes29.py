@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import fake_result, write_jsonl
+from helpers import fake_result, parallax_gate, write_jsonl
 
 from geocon_torch.bench import stats
 from geocon_torch.cli import main
@@ -132,11 +132,7 @@ def test_explain_paper_lines_print_values_apart_from_the_thresholds_and_from_1()
 
 
 def test_explain_names_a_noise_adapted_parallax_band():
-    res = fake_result("c")
-    res["gate"] = {"method": "flow", "statistic": 4.0, "decision": "H",
-                   "thresholds": {"low": 5.80201, "high": 16.0},
-                   "evidence": {"statistic_name": "parallax_magnitude",
-                                "configured_band_ref_px": [3.0, 16.0]}}
+    res = dict(fake_result("c"), gate=parallax_gate(4.0, 5.80201))
     line = next(x for x in _lines(res) if x.startswith("  parallax_magnitude = 4"))
     assert "F if >= 16 ref px: the noise-adaptive band; configured 3 / 16 ref px)" in line
 
