@@ -510,9 +510,13 @@ def check_output_dir(path: Optional[str], option: str) -> None:
     ``OUTDIR``, ``--out``) cannot be used: it is an existing file, a part of it is a file (so
     it cannot be created), or its nearest existing folder is not writable. Nothing is created
     here (a command that stops on a later check leaves no folder behind). None (not given)
-    passes (the CLI refuses an empty value before: :func:`cli_path`)."""
+    passes (the CLI refuses an empty value before: :func:`cli_path`). "-" is refused (a folder
+    cannot be stdout; ``./-`` names a folder called ``-``)."""
     if not path:
         return
+    if path == "-":
+        raise InputError(f"{option} -: a folder cannot be stdout: give a folder (./- for a "
+                         "folder named -)")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise InputError(f"{option} {path} is a file: give a folder")

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .lens import lens_warning
+
 
 def decode_report(meta: Mapping[str, Any]) -> Dict[str, Any]:
     """The ``io`` block of a result from a clip's ``meta`` (see :mod:`geocon_torch.io.reader`).
@@ -148,7 +150,8 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
     ``max_lost_fraction`` of the frames were lost, else warnings for any loss or decode error,
     for frames decoded with concealed errors, for a frame size that changes, for a variable
     frame rate, for an HDR or linear-light source (``color["transfer"]``) and for a source
-    with transparent pixels, and for unusual containers (:func:`_container_warnings`). Frames
+    with transparent pixels, for unusual containers (:func:`_container_warnings`) and for a
+    lens that leaves much of the frame black (:func:`geocon_torch.io.lens.lens_warning`). Frames
     missing only by the timestamps of a video whose container count equals the frames decoded
     are worded as what the timestamps suggest, not as lost while decoding."""
     lost, frac = int(block["lost_frames"]), float(block["lost_fraction"])
@@ -196,7 +199,8 @@ def decode_verdict(block: Mapping[str, Any], max_lost_fraction: float
         warnings.append(f"the source has an alpha channel ({_percent(block)} % of pixels "
                         f"transparent or partly so, in {block['transparent_frames']} frame(s)): "
                         f"composited over black")
-    return None, warnings + _container_warnings(block)
+    lens = lens_warning(block["lens"]) if isinstance(block.get("lens"), dict) else None
+    return None, warnings + _container_warnings(block) + ([lens] if lens else [])
 
 
 def _count_matches(block: Mapping[str, Any]) -> bool:

@@ -433,21 +433,37 @@ def lens_record(lens: LensLike, size: WorkingSize, device: Union[str, torch.devi
         return None
     camera_at(lens, size, rotation)  # the errors' wording with the rotation (cheap, no map)
     m = _map(lens, size, str(torch.device(device)))
-    if m.outside_fraction > OUTSIDE_WARN:
-        k = ", ".join(f"{n} = {v:g}" for n, v in zip(LENS_COEFFICIENTS, lens.coefficients)
-                      if v != 0.0)
-        cam = " ".join(f"{n} {v:.4g}" for n, v in zip(("fx", "fy", "cx", "cy"), m.camera))
-        h, w = size.size
-        warnings.warn(f"io.lens leaves {100 * m.outside_fraction:.0f} % of the {w} x {h} working "
-                      f"frame black (its source lies outside the frame; left out of the "
-                      f"content mask): {k}, camera {cam} px at the working size. A lens stated "
-                      f"for another camera or frame size? (io.lens.size is the calibration's "
-                      f"image size)", UserWarning, stacklevel=2)
-    return {"undistorted": True, "model": "opencv", "coefficients": list(lens.coefficients),
-            "stated_size": None if lens.size is None else list(lens.size),
-            "camera_px": [float(v) for v in m.camera],
-            "outside_fraction": round(m.outside_fraction, 6),
-            "display_rotation": 90 * quarter_turns(rotation)}
+    h, w = size.size
+    record = {"undistorted": True, "model": "opencv", "coefficients": list(lens.coefficients),
+              "stated_size": None if lens.size is None else list(lens.size),
+              "camera_px": [float(v) for v in m.camera],
+              "outside_fraction": round(m.outside_fraction, 6),
+              "display_rotation": 90 * quarter_turns(rotation)}
+    text = lens_warning(record, (w, h), m.outside_fraction)
+    if text is not None:
+        warnings.warn(text, UserWarning, stacklevel=2)
+    return record
+
+
+def lens_warning(record: Mapping[str, Any], size: Optional[Tuple[int, int]] = None,
+                 outside: Optional[float] = None) -> Optional[str]:
+    """The warning for a :func:`lens_record` ``record`` that leaves more than
+    :data:`OUTSIDE_WARN` of the working frame black (a lens stated for another camera or frame
+    size), else None. ``size`` (width, height) of the working frame (None: not named);
+    ``outside`` the unrounded fraction (None: the record's). The same text is a UserWarning
+    when the clip is read and a line of the result's ``warnings``."""
+    frac = float(record.get("outside_fraction") or 0.0) if outside is None else outside
+    if not record.get("undistorted") or frac <= OUTSIDE_WARN:
+        return None
+    k = ", ".join(f"{n} = {v:g}" for n, v in zip(LENS_COEFFICIENTS, record["coefficients"])
+                  if v != 0.0)
+    cam = " ".join(f"{n} {v:.4g}" for n, v in zip(("fx", "fy", "cx", "cy"),
+                                                   record["camera_px"]))
+    of = "the" if size is None else f"the {size[0]} x {size[1]}"
+    return (f"io.lens leaves {100 * frac:.0f} % of {of} working frame black (its source lies "
+            f"outside the frame; left out of the content mask): {k}, camera {cam} px at the "
+            f"working size. A lens stated for another camera or frame size? (io.lens.size is "
+            f"the calibration's image size)")
 
 
 def clip_lens(clip: Clip) -> Optional[Lens]:
@@ -473,5 +489,5 @@ def undistort_clip_masks(masks: torch.Tensor, clip: Clip) -> torch.Tensor:
 
 
 __all__ = ["Lens", "LensLike", "as_lens", "camera_at", "distorted_positions", "undistort_frames",
-           "undistort_mask", "lens_record", "clip_lens", "undistort_clip_masks", "display_lens",
-           "quarter_turns", "fold_radius", "check_fold", "OUTSIDE_WARN"]
+           "undistort_mask", "lens_record", "lens_warning", "clip_lens", "undistort_clip_masks",
+           "display_lens", "quarter_turns", "fold_radius", "check_fold", "OUTSIDE_WARN"]
