@@ -777,7 +777,9 @@ class GateConfig(_Section):
 
     _name: ClassVar[str] = "gate"
     method: str = _choice("auto", GATE_METHOD_CHOICES)
-    tau_t: float = _num(0.04, 0)  # ||t||_inf gate on first/last relative pose (DUSt3R units)
+    # eq. 5's ||t||_inf bound (DUSt3R units): recorded only (evidence.eq5_decision); the regime
+    # follows the band below (low = high = tau_t is eq. 5's binary rule, H iff t_inf <= tau_t)
+    tau_t: float = _num(0.04, 0)
     hysteresis_low: float = _num(0.03, 0)  # <= low -> H
     hysteresis_high: float = _num(0.05, 0)  # >= high -> F; in between U (better supported wins)
     missing_pose: str = _choice("fail_to_F", MISSING_POSE_CHOICES)
@@ -858,7 +860,7 @@ class BackgroundConfig(_Section):
     min_inliers: int = _int(30, 1)  # pairs with fewer inliers are invalid
     report_ir: float = _num(0.97, 0, 1)  # report gate: IR >= 0.97
     report_ge_px: float = _num(3.5, 0)  # report gate: GE <= 3.5 px
-    pair_stride: int = _int(1, 1)
+    pair_stride: int = _int(1, 1)  # pairs (i, i+s) for every i = 0 .. T-1-s
     sensitivity_tau_h: Tuple[float, ...] = _nums((0.5, 1.0, 2.0, 3.0, 4.0), 0, low_open=True)
     sensitivity_tau_f: Tuple[float, ...] = _nums((0.025, 0.05, 0.1, 0.2, 0.4), 0, low_open=True)
     sensitivity: bool = _flag(False)  # run the (tau_h, tau_f) scan and record it in the result
@@ -954,7 +956,7 @@ class EpipolarConfig(_Section):
     _name: ClassVar[str] = "epipolar"
     _aliases: ClassVar[Dict[str, str]] = {"path": "implementation"}  # retired names
     max_width: int = _int(640, 1)  # analysis width, px (aspect kept)
-    pair_stride: int = _int(1, 1)
+    pair_stride: int = _int(1, 1)  # pairs (i, i+s), i = 0, s, 2s, ... (background's: every i)
     max_pairs: int = _int(8, 0)  # pairs spread evenly over the clip (0: all)
     sift_features: int = _int(2000, 1)
     ratio: float = _num(0.75, 0, 1, low_open=True)

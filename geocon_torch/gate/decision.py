@@ -56,13 +56,14 @@ def _check_band(low: Any, high: Any) -> None:
 
 def threshold_decision(statistic: torch.Tensor, low: float, high: float,
                        present: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Three-way rule, batched: H if s <= low, F if s >= high, else U.
+    """Three-way rule, batched: H if s <= low, F if s >= high, else U (H where s equals both:
+    a band collapsed to low = high = tau is the paper's binary eq. 5, H iff s <= tau).
 
     Args:
         statistic: (P,) translation / parallax evidence (the unit of ``low`` / ``high``:
             t_inf in the pose log's units, or the parallax statistic).
         low: H bound; s <= low is H.
-        high: F bound (>= ``low``); s >= high is F (F wins where s equals both).
+        high: F bound (>= ``low``); s >= high is F (H wins where s equals both).
         present: (P,) bool; False entries get code -1 (no decision).
     Returns:
         (P,) long codes (0 H, 1 F, 2 U, -1 none).
@@ -71,8 +72,8 @@ def threshold_decision(statistic: torch.Tensor, low: float, high: float,
     """
     _check_band(low, high)
     code = torch.full(statistic.shape, CODE["U"], dtype=torch.long, device=statistic.device)
-    code = torch.where(statistic <= low, torch.full_like(code, CODE["H"]), code)
     code = torch.where(statistic >= high, torch.full_like(code, CODE["F"]), code)
+    code = torch.where(statistic <= low, torch.full_like(code, CODE["H"]), code)
     if present is not None:
         code = torch.where(present, code, torch.full_like(code, CODE[None]))
     return code

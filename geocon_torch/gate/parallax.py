@@ -305,8 +305,8 @@ def decide_on_host(med: Dict[str, float], values: list, ok: list, counts: list,
         decision = _magnitude_decision(med, [c for c, good in zip(counts, ok) if good], cfg,
                                        evidence)
     else:
-        # threshold_decision's rule on the host (F wins where the bands overlap)
-        decision = "F" if clip_s >= high else "H" if clip_s <= low else "U"
+        # threshold_decision's rule on the host (H wins where s equals both bounds)
+        decision = "H" if clip_s <= low else "F" if clip_s >= high else "U"
     evidence["u_resolved"] = resolve_u_clip(med["gric_delta"])
     return GateDecision("parallax", clip_s, thresholds, decision, None, evidence)
 

@@ -9,7 +9,7 @@ from geocon_torch.config import GateConfig
 from geocon_torch.categories import EXPECTED_REGIME
 from geocon_torch.errors import GeoConError
 from geocon_torch.gate import gate_from_poses, hysteresis, load_pose_log, translation_inf
-from geocon_torch.gate.decision import CODE, codes_to_names
+from geocon_torch.gate.decision import CODE, codes_to_names, threshold_decision
 from geocon_torch.synth import MOTIONS, grounded_clip
 from helpers import adjacent, pose
 
@@ -270,3 +270,23 @@ def test_malformed_pose_content_is_a_clear_error():
     with pytest.raises(GeoConError, match="'valid' has 3 entries for 2 poses"):
         load_pose_log({"poses": np.stack([pose([0, 0, 0])] * 2), "valid": [1, 1, 0]})
     assert load_pose_log({"relative_pose": pose([0.01, 0, 0], 20.0)}).relative.shape == (1, 4, 4)
+
+
+def test_a_collapsed_band_is_the_papers_binary_eq5():
+    """Paper audit s32 F3: with low = high = tau_t the regime is eq. 5's, H iff t_inf <= tau_t
+    (F won at t_inf = tau_t, the result's own eq5_decision saying H); tau_t alone moves no
+    regime (recorded only)."""
+    def along_x(t: float) -> torch.Tensor:
+        p = torch.eye(4, dtype=torch.float64)
+        p[0, 3] = t
+        return p
+    one = torch.tensor([[0, 1]])
+    binary = GateConfig(hysteresis_low=0.04, hysteresis_high=0.04)
+    for t, want in ((0.04, "H"), (0.0400001, "F"), (0.0399999, "H")):
+        d = gate_from_poses(along_x(t), one, 2, binary)
+        assert (d.decision, d.evidence["eq5_decision"]) == (want, want), t
+    d = gate_from_poses(along_x(0.07), one, 2, GateConfig(tau_t=0.10))
+    assert (d.decision, d.evidence["eq5_decision"]) == ("F", "H")
+    s = torch.tensor([0.02, 0.04, 0.06], dtype=torch.float64)
+    assert codes_to_names(threshold_decision(s, 0.04, 0.04)) == ["H", "H", "F"]
+    assert codes_to_names(hysteresis(s, 0.04, 0.04)) == ["H", "H", "F"]
