@@ -9,11 +9,14 @@ result (a JSON-ready dict);
 WorldAtlas protocol (preset "worldatlas", the default; seed document 003)
 -------------------------------------------------------------------------
 * grayscale frames (``cv2.COLOR_RGB2GRAY``) downscaled to width <= 640 (aspect kept,
-  ``cv2.INTER_AREA``); pixel values below are at this *analysis* resolution;
+  ``cv2.INTER_AREA`` by default: ours, the reference resizes with ``cv2.resize``'s default
+  INTER_LINEAR, ``resize_interpolation="linear"``; README *Epipolar trio* has the measured
+  difference); pixel values below are at this *analysis* resolution;
 * pairs (i, i + s), i = 0, s, 2s, ... (``pair_stride`` s = 1), at most 8 spread evenly;
 * SIFT (2000 features), brute-force L2 2-NN, Lowe ratio 0.75, at least 12 matches;
 * F by ``cv2.findFundamentalMat(USAC_MAGSAC, 1.0 px, confidence 0.999, maxIters 10000)`` (OpenCV
-  path) or one batched ``geometry.ransac_fundamental(residual="sampson", threshold=1.0)`` over all
+  path; where OpenCV raises on a near-still pair, the same fit by ``FM_RANSAC``: the reference
+  marks such a pair invalid) or one batched ``geometry.ransac_fundamental(residual="sampson", threshold=1.0)`` over all
   pairs (torch path); a pair with < 8 inliers is invalid;
 * per pair: median Sampson distance over the inliers (px, eq. 1, not squared),
   r = inliers / matches, c = min(inliers / min(kp_left, kp_right), 1);
@@ -33,7 +36,7 @@ tracked between adjacent frames: median NCC ~0.99; independent noise: ~0.1, neve
 and a fallback pair is valid only when its inlier set is meaningful a contrario (ORSA, Moisan &
 Stival 2004): NFA = (n - 7) C(n, k) C(k, 7) alpha^(k - 7) <= ``fallback_max_nfa`` = 0.01 for k
 inliers of n matches, alpha = 2 * threshold * diagonal / area. Random-noise frames are then
-not_applicable. The primary stage keeps the reference's rules unchanged.
+not_applicable. The primary stage keeps the reference's rules otherwise unchanged.
 
 Execution paths: ``opencv`` (CPU reference, one pair at a time) and ``torch`` (features
 ``opencv-sift`` on CPU / ``torch-sift`` on CUDA by default, batched matching, one batched RANSAC

@@ -6,7 +6,9 @@ Protocol (their defaults, :class:`EpipolarDPOConfig`):
 
 * frames 0, 15, 30, ... of the clip (``sampling_rate``); pairs of consecutive sampled frames;
 * gray = ``cv2.cvtColor(RGB2GRAY)`` of the uint8 frame at native resolution (their BGR2GRAY of
-  the BGR frame: the same pixels);
+  the BGR frame: the same pixels for the same frames; a video file is decoded by PyAV /
+  swscale, theirs by ``cv2.VideoCapture``, whose levels differ by ~1.2 on average, enough to
+  move a clip's error by 4-29 % on the shared clips: README, preset ``epipolar-dpo``);
 * OpenCV SIFT with default settings and no keypoint cap; OpenCV's raw keypoint positions
   (the Sampson distances do not depend on a common shift of all points anyway);
 * brute-force L2 2-NN, Lowe ratio 0.75 (``d1 < 0.75 d2``), no mutual check;
