@@ -16,8 +16,9 @@ WorldAtlas protocol (preset "worldatlas", the default; seed document 003)
 * SIFT (2000 features), brute-force L2 2-NN, Lowe ratio 0.75, at least 12 matches;
 * F by ``cv2.findFundamentalMat(USAC_MAGSAC, 1.0 px, confidence 0.999, maxIters 10000)`` (OpenCV
   path; where OpenCV raises on a near-still pair, the same fit by ``FM_RANSAC``: the reference
-  marks such a pair invalid) or one batched ``geometry.ransac_fundamental(residual="sampson", threshold=1.0)`` over all
-  pairs (torch path); a pair with < 8 inliers is invalid;
+  marks such a pair invalid) or one batched
+  ``geometry.ransac_fundamental(residual="sampson", threshold=1.0)`` over all pairs (torch
+  path); a pair with < 8 inliers is invalid;
 * per pair: median Sampson distance over the inliers (px, eq. 1, not squared),
   r = inliers / matches, c = min(inliers / min(kp_left, kp_right), 1);
 * per clip: ``epipolar_error`` = median of the per-pair medians, ``epipolar_error_score`` =
