@@ -638,3 +638,28 @@ def smooth_colour_noise(h: int, w: int, g: torch.Generator) -> torch.Tensor:
     ``g``, stretched to the full range): a texture SIFT and the change masks see."""
     t = F.avg_pool2d(F.avg_pool2d(torch.rand(1, 3, h, w, generator=g), 5, 1, 2), 3, 1, 1)[0]
     return (t - t.amin()) / (t.amax() - t.amin()) * 255
+
+
+def low_contrast(frames: torch.Tensor, factor: float = 0.1) -> torch.Tensor:
+    """(T, 3, H, W) uint8 with the contrast around the clip's mean scaled by ``factor``."""
+    x = frames.float()
+    m = x.mean()
+    return ((x - m) * factor + m).round().clamp(0, 255).to(torch.uint8)
+
+
+def break_backend(monkeypatch, backend: str = "lk-tracks") -> str:
+    """Make the background section's feature stage raise a CheckpointError for ``backend`` (as
+    a backend without its checkpoint would), every other backend as it is; the message."""
+    from geocon_torch.errors import CheckpointError  # lazy: only these tests need it
+    from geocon_torch.sections import background as bg  # lazy: only these tests need it
+
+    real = bg.extract_correspondences
+    message = f"the {backend!r} backend needs a local checkpoint"
+
+    def broken(clip, pairs, features, **kw):
+        if features.backend == backend:
+            raise CheckpointError(message)
+        return real(clip, pairs, features, **kw)
+
+    monkeypatch.setattr(bg, "extract_correspondences", broken)
+    return message

@@ -77,6 +77,9 @@ PINNED["0.2.5"]["C4_masks_all"]["score"] = 0.983934
 #: band seeds (H outliers 2-4 px off the background, confirmed by the change masks) and
 #: links cut between crossing movers: the pinned clips have neither
 PINNED["0.2.6"] = PINNED["0.2.5"]
+#: a clip whose median pair has fewer than 30 matches is scored on its pairs with 30 (eq. 12)
+#: instead of not_applicable: the pinned clips are textured everywhere
+PINNED["0.2.7"] = PINNED["0.2.6"]
 
 
 def _round(x: Any) -> Any:

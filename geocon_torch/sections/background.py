@@ -269,6 +269,9 @@ class _Job:
     result: Optional[Scored] = None
     given: Optional[torch.Tensor] = None  # the given masks, read by :func:`_open`
     matched: Optional[float] = None  # median matches per pair before the masks (texture check)
+    # finest evaluated rows with >= min_inliers matches, recorded by the texture check of a
+    # clip stopped for its fallback (:func:`_fall_back` reads it when the fallback fails too)
+    textured: Optional[int] = None
 
     def stop(self) -> None:
         self.result = (self.out, None)
@@ -279,7 +282,7 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
                       poses: Optional[Sequence[Any]] = None,
                       config: Union[None, dict, GeoConConfig] = None,
                       device: Optional[torch.device] = None, timer: Optional[Timer] = None,
-                      keep_rows: bool = False) -> List[Scored]:
+                      keep_rows: bool = False, _texture: str = "auto") -> List[Scored]:
     """:func:`score_background` of B clips as one batch: each stage runs over every clip still
     in play (features, the motion masks' preliminary fits, one RANSAC call per model over the
     rows of all clips, then residuals, per-row IR / GE, gate statistics, gate decisions and
@@ -289,6 +292,15 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     changes nothing for the others. The clips the scoring backend leaves with too little
     texture are then scored again as one batch with ``features.fallback`` (lk-tracks by
     default; :func:`_fall_back`), the others keep their results.
+
+    Texture (paper eq. 12: a pair with fewer than ``background.min_inliers`` inliers is invalid,
+    not a reason to stop the clip): a clip whose finest evaluated pairs have a median of fewer
+    than ``min_inliers`` matches is scored on its pairs (those without enough matches invalid)
+    when at least ``background.min_valid_pairs`` of them have ``min_inliers`` matches
+    ("textured rows"; ``block["textured_pairs"]``), else stopped ("too little texture"). With a
+    ``features.fallback`` the median still decides which clips the fallback scores; a clip
+    the fallback fails on too is scored by that rule with the scoring backend
+    (:func:`_fall_back`). The same holds after the masks, for background matches.
 
     A batch-wide stage that raises (a ``cv2.error`` on one clip's frame, an out-of-memory
     error in a merged call, a bug) drops the batch's work and scores each clip again alone (a
@@ -300,6 +312,8 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     Args:
         clips: B clips; pairs: B (P_b, 2) long evaluated pairs; masks / poses: B entries or
             None; config, device, timer: as :func:`background_block`.
+        _texture: private, the texture check's rule (:func:`_texture_rule`; the rescorings of
+            :func:`_fall_back`).
     Returns:
         one (BackgroundBlock, BackgroundRows or None) per clip, or the exception it raised.
     Raises:
@@ -312,7 +326,7 @@ def score_backgrounds(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], *,
     return batch_or_each(
         lambda ks: _score_merged([clips[k] for k in ks], [pairs[k] for k in ks],
                                  [masks[k] for k in ks], [poses[k] for k in ks], cfg, device,
-                                 timer, keep_rows),
+                                 timer, keep_rows, _texture),
         range(n), reraise=CALL_ERRORS)
 
 
@@ -322,15 +336,18 @@ CALL_ERRORS = (ConfigError, CheckpointError, OptionalDependencyError)
 
 def _score_merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], masks: List[Any],
                   poses: List[Any], cfg: GeoConConfig, device: Optional[torch.device],
-                  timer: Optional[Timer], keep_rows: bool) -> List[Scored]:
+                  timer: Optional[Timer], keep_rows: bool, texture: str = "auto"
+                  ) -> List[Scored]:
     """:func:`score_backgrounds`' stages over the B clips (``masks`` / ``poses``: B entries);
-    a batch-wide stage's exception escapes."""
+    a batch-wide stage's exception escapes. ``texture``: the texture check's rule
+    (:func:`_texture_rule`)."""
     timer = timer or _untimed
+    rule = _texture_rule(texture, cfg, device)
     jobs = [_Job(c, p, m, q, BackgroundBlock({"status": "not_applicable",
                                               "pairs": int(p.shape[0])}, gate_block(None, None)))
             for c, p, m, q in zip(clips, pairs, masks, poses)]
     _each(jobs, lambda j: _open(j, cfg, device, timer))
-    _match_all([j for j in jobs if j.result is None], cfg, device, timer)
+    _match_all([j for j in jobs if j.result is None], cfg, device, timer, rule)
     _each(jobs, lambda j: _seg_start(j, cfg))
     with timer("fit"):  # the motion masks' preliminary fits: one call for every clip
         live = [j for j in jobs if j.result is None and j.seg.evidence["method"] == "motion"]
@@ -344,8 +361,29 @@ def _score_merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor], masks: L
         with timer("fit"):  # one batched call per model over all rows of all clips
             fits = fit_merged([_final_rows(j) for j in live], cfg)
         _score_all(live, fits, cfg, timer, keep_rows)
-    return _with_cast_hint(_fall_back([j.result for j in jobs], clips, pairs, masks, poses, cfg,
-                                      device, timer, keep_rows), clips)
+    results = [j.result for j in jobs]
+    if rule == "fallback":
+        results = _fall_back(results, clips, pairs, masks, poses, cfg, device, timer, keep_rows,
+                             [j.textured for j in jobs])
+    return _with_cast_hint(results, clips)
+
+
+def _texture_rule(texture: str, cfg: GeoConConfig, device: Optional[torch.device]) -> str:
+    """The texture check's rule for a clip whose median is below ``min_inliers`` matches:
+    "rows" (scored when ``min_valid_pairs`` finest rows have enough matches), "fallback"
+    (stopped, its textured rows recorded: ``features.fallback`` scores it, :func:`_fall_back`)
+    or "median" (stopped: the fallback's own scoring). ``texture``: "auto" (the fallback's rule
+    where ``cfg`` has one, :func:`fallback_config`, else "rows"), "rows" or "median"."""
+    if texture != "auto":
+        return texture
+    if cfg.features.fallback is None:
+        return "rows"
+    try:
+        return "rows" if fallback_config(cfg, device) is None else "fallback"
+    except Exception as exc:  # noqa: BLE001 - :func:`_fall_back` gives it to the clips it fails
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
+        return "fallback"
 
 
 def _run(job: _Job, fn: Callable[[_Job], None]) -> None:
@@ -433,23 +471,27 @@ def _segment_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch
                  timer: Timer, pre: _PreFits = None) -> None:
     """Algorithm 1 B for every clip (:func:`_segment`: the motion masks of all clips in one
     batch), then the block heads and the background-match check, with one host transfer for
-    all clips."""
+    all clips: a clip whose median of background matches is below ``min_inliers`` is scored
+    on its pairs when ``min_valid_pairs`` of them keep ``min_inliers`` background matches
+    (``textured_pairs`` in its block), else stopped (:func:`_short_reason`)."""
     with timer("segment"):
         _segment(jobs, cfg, device, pre)
     done = [j for j in jobs if j.result is None]
     if not done:
         return
-    medians = _median_matches([j.stack for j in done])
-    removed = [j.seg.removed.to(medians.device) for j in done if j.seg.removed is not None]
-    host = torch.cat([medians] + ([torch.stack(removed).double()] if removed else [])
+    bc, b = cfg.background, len(done)
+    stats = _median_matches([j.stack for j in done], bc.min_inliers).reshape(-1)
+    removed = [j.seg.removed.to(stats.device) for j in done if j.seg.removed is not None]
+    host = torch.cat([stats] + ([torch.stack(removed).double()] if removed else [])
                      ).tolist()  # one host transfer for all clips
-    counts = iter(host[len(done):])
-    for j, med in zip(done, host):
+    counts = iter(host[2 * b:])
+    for j, med, textured in zip(done, host[:b], host[b:2 * b]):
         if j.seg.removed is not None:
             j.seg.evidence["removed_matches"] = int(next(counts))
         j.out.objects = j.seg.objects
-        j.out.block = _block_head(j.stack, j.seg, cfg, med)
-        if med < cfg.background.min_inliers:
+        rows = med < bc.min_inliers and textured >= bc.min_valid_pairs  # eq. 12: pairs invalid
+        j.out.block = _block_head(j.stack, j.seg, cfg, med, int(textured) if rows else None)
+        if med < bc.min_inliers and not rows:
             j.out.block.update(status="not_applicable", reason=_short_reason(j, med, cfg))
             j.stop()
 
@@ -472,12 +514,13 @@ def _short_reason(job: _Job, med: float, cfg: GeoConConfig) -> str:
 
 
 def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.device],
-               timer: Timer) -> None:
+               timer: Timer, rule: str = "rows") -> None:
     """Correspondences of every clip's evaluated pairs and (weight-free gate only: the gate
     reads wider baselines, where parallax grows) gate pairs, every scale stacked into the
     clip's :class:`_Stack`. Clips of one size go through the feature stage together
     (:func:`_merged`: one frame batch, chunked by ``features.chunk_frames``, not by clip), and
-    the stacks of all clips are cut from their results at once (:func:`_stack_all`)."""
+    the stacks of all clips are cut from their results at once (:func:`_stack_all`); then
+    the texture check (``rule``: :func:`_texture_rule`)."""
     gps = [parallax_gate_pairs(j.clip.num_frames, cfg.gate.parallax_pairs) if j.ext is None
            else torch.zeros(0, 2, dtype=torch.long) for j in jobs]
     both, host = _host_pairs([j.pairs for j in jobs], gps)
@@ -492,7 +535,7 @@ def _match_all(jobs: Sequence[_Job], cfg: GeoConConfig, device: Optional[torch.d
         corrs = _merged([j.clip for j in jobs], asked, lambda clip, pairs: extract_correspondences(
             clip, pairs, cfg.features, device=device))
     _stack_all(jobs, [int(gp.shape[0]) for gp in gps], both, host, corrs, views, cfg, device)
-    _texture_check([j for j in jobs if j.result is None], cfg)
+    _texture_check([j for j in jobs if j.result is None], cfg, rule)
 
 
 def _host_pairs(pairs: Sequence[torch.Tensor], gps: Sequence[torch.Tensor]
@@ -690,29 +733,39 @@ def _merged(clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
     return out
 
 
-def _median_matches(stacks: Sequence[_Stack]) -> torch.Tensor:
-    """(B,) float64 median (the lower middle value, as ``torch.median``) of the match counts
-    of each stack's finest evaluated rows, all stacks in one grouped order statistic."""
+def _median_matches(stacks: Sequence[_Stack], need: int) -> torch.Tensor:
+    """(2, B) float64: the median (the lower middle value, as ``torch.median``) of the match
+    counts of each stack's finest evaluated rows, and the number of those rows with at least
+    ``need`` matches (its textured rows), all stacks in one grouped pass (no sync)."""
     counts = torch.cat([s.mask.sum(-1) for s in stacks]).double()
     starts = list(accumulate((int(s.mask.shape[0]) for s in stacks), initial=0))
     idx, member = group_index([[a + r for r in s.row_list(0, s.num_evaluated, slice(-1, None))]
                                for a, s in zip(starts, stacks)], counts.device)
-    return grouped_quantiles(counts.unsqueeze(0), torch.ones_like(counts, dtype=torch.bool),
-                             idx, member, interpolation="lower")[0].reshape(-1)
+    medians = grouped_quantiles(counts.unsqueeze(0), torch.ones_like(counts, dtype=torch.bool),
+                                idx, member, interpolation="lower")[0].reshape(-1)
+    textured = ((counts[idx] >= need) & member).sum(1).double()
+    return torch.stack([medians, textured])
 
 
-def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig) -> None:
+def _texture_check(jobs: Sequence[_Job], cfg: GeoConConfig, rule: str = "rows") -> None:
     """Stops (not_applicable, with the reason) every clip whose finest evaluated pairs have a
     median (the lower middle value, as ``torch.median``) of fewer than ``min_inliers``
-    matches: the medians of all clips at once, one host transfer."""
+    matches, unless ``rule`` is "rows" and at least ``min_valid_pairs`` of those pairs have
+    ``min_inliers`` matches (the others are invalid pairs, eq. 12); ``rule`` "fallback" records
+    that count in ``job.textured`` (:func:`_texture_rule`). The medians and counts of all clips
+    at once, one host transfer."""
     if not jobs:
         return
-    meds = _median_matches([j.stack for j in jobs]).tolist()  # one host transfer
-    need = cfg.background.min_inliers
-    for job, med in zip(jobs, meds):
+    need, b = cfg.background.min_inliers, len(jobs)
+    host = _median_matches([j.stack for j in jobs], need).reshape(-1).tolist()  # one transfer
+    for job, med, textured in zip(jobs, host[:b], host[b:]):
         job.matched = med
         if job.stack.x1.shape[1] > 0 and med >= need:
             continue
+        if rule == "rows" and textured >= cfg.background.min_valid_pairs:
+            continue  # scored on its textured pairs (``textured_pairs``: _segment_all)
+        if rule == "fallback":
+            job.textured = int(textured)
         job.out.block.update(scales=job.stack.scales, median_matches=med,
                              reason=f"too little texture: median {med:.0f} matches per pair at "
                                     f"scale {job.stack.scales[-1]} (< {need})")
@@ -813,13 +866,18 @@ def _keep_background(job: _Job, cfg: GeoConConfig) -> None:
 KEEP_CHUNK_FRAMES = 16
 
 
-def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig, median_matches: float
-                ) -> Dict[str, Any]:
+def _block_head(stack: _Stack, seg: _Segmented, cfg: GeoConConfig, median_matches: float,
+                textured: Optional[int] = None) -> Dict[str, Any]:
     """The block's leading entries: pairs, scales, thresholds, segmentation, median count
-    (``median_matches``: background matches of the finest evaluated rows)."""
-    return {"pairs": stack.num_evaluated, "scales": stack.scales, "tau_h": cfg.background.tau_h,
+    (``median_matches``: background matches of the finest evaluated rows) and, for a clip
+    scored on its textured rows though that median is below ``min_inliers``, their number
+    (``textured``: ``textured_pairs``)."""
+    head = {"pairs": stack.num_evaluated, "scales": stack.scales, "tau_h": cfg.background.tau_h,
             "tau_f": cfg.background.tau_f, "segment": seg.evidence,
             "median_matches": median_matches}
+    if textured is not None:
+        head["textured_pairs"] = textured
+    return head
 
 
 @dataclass
@@ -1226,7 +1284,8 @@ def _textureless(got: Scored) -> bool:
 
 def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
                masks: Sequence[Any], poses: Sequence[Any], cfg: GeoConConfig,
-               device: Optional[torch.device], timer: Timer, keep_rows: bool) -> List[Scored]:
+               device: Optional[torch.device], timer: Timer, keep_rows: bool,
+               textured: Optional[Sequence[Optional[int]]] = None) -> List[Scored]:
     """``results`` with every clip the scoring backend left with too little texture scored
     again, as one batch, with :func:`fallback_config` (``features.fallback``); the other clips'
     results are unchanged. A rescored clip keeps the fallback's result unless the fallback
@@ -1234,6 +1293,11 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
     raised (the first result stays, the error recorded); either way ``block["fallback"]`` says
     what was tried: {"from": the scoring backend, "from_reason": its reason, "backend": the
     fallback, "status" / "reason": the fallback's ("error" with the exception when it raised)}.
+    A clip the fallback failed on whose first scoring had ``min_valid_pairs`` textured rows
+    (``textured``: per clip, :func:`_texture_check`) is then scored again, as one batch, with
+    the scoring backend on those rows (eq. 12: the other pairs invalid; ``rows`` rule of
+    :func:`_texture_rule`, the config unchanged) and keeps that result with the same
+    ``block["fallback"]`` record, unless it stops for texture again (the first result stays).
     A batch-wide stage of the rescoring that raises is retried clip by clip
     (:func:`score_backgrounds`); an exception it raises for the call (e.g. the fallback backend
     cannot be built) is every rescored clip's; none escapes (the other clips keep their
@@ -1243,20 +1307,43 @@ def _fall_back(results: List[Scored], clips: Sequence[Clip], pairs: Sequence[tor
         return results
     try:
         fcfg = fallback_config(cfg, device)
-        if fcfg is None:
-            return results
-        new: List[Scored] = score_backgrounds(
-            [clips[k] for k in again], [pairs[k] for k in again],
-            masks=[masks[k] for k in again], poses=[poses[k] for k in again],
-            config=fcfg, device=device, timer=timer, keep_rows=keep_rows)
     except Exception as exc:  # noqa: BLE001 - a failing fallback must not stop the batch
         if compile_failure(exc):  # torch.compile's, not a clip's
             raise
         new = [exc] * len(again)
+    else:
+        if fcfg is None:
+            return results
+        new = _rescored(again, clips, pairs, masks, poses, fcfg, device, timer, keep_rows,
+                        "median")
+    need = cfg.background.min_valid_pairs
+    tex = list(textured) if textured is not None else [None] * len(results)
+    rows = [k for k, got in zip(again, new) if (isinstance(got, BaseException)
+                                                 or _textureless(got))
+            and tex[k] is not None and tex[k] >= need]
+    by_rows = dict(zip(rows, _rescored(rows, clips, pairs, masks, poses, cfg, device, timer,
+                                       keep_rows, "rows") if rows else []))
     out = list(results)
     for k, got in zip(again, new):
-        out[k] = _fallen_back(results[k], got, str(cfg.features.fallback))
+        out[k] = _fallen_back(results[k], got, str(cfg.features.fallback), by_rows.get(k))
     return out
+
+
+def _rescored(ks: Sequence[int], clips: Sequence[Clip], pairs: Sequence[torch.Tensor],
+              masks: Sequence[Any], poses: Sequence[Any], cfg: GeoConConfig,
+              device: Optional[torch.device], timer: Timer, keep_rows: bool, texture: str
+              ) -> List[Scored]:
+    """:func:`score_backgrounds` of the clips ``ks`` as one batch with ``cfg`` and the texture
+    rule ``texture``; an exception it raises is every clip's entry (never escapes)."""
+    try:
+        return score_backgrounds([clips[k] for k in ks], [pairs[k] for k in ks],
+                                 masks=[masks[k] for k in ks], poses=[poses[k] for k in ks],
+                                 config=cfg, device=device, timer=timer, keep_rows=keep_rows,
+                                 _texture=texture)
+    except Exception as exc:  # noqa: BLE001 - a failing rescoring must not stop the batch
+        if compile_failure(exc):  # torch.compile's, not a clip's
+            raise
+        return [exc] * len(ks)
 
 
 def _with_cast_hint(results: List[Scored], clips: Sequence[Clip]) -> List[Scored]:
@@ -1274,19 +1361,26 @@ def _with_cast_hint(results: List[Scored], clips: Sequence[Clip]) -> List[Scored
 
 
 def _fallen_back(first: Tuple[BackgroundBlock, Optional[BackgroundRows]], got: Scored,
-                 name: str) -> Scored:
+                 name: str, by_rows: Optional[Scored] = None) -> Scored:
     """The result of a clip rescored with the fallback backend ``name`` (see
     :func:`_fall_back`); where the calibrated gate has no calibration of ``name``,
     ``pass_calibrated`` is None with ``pass_calibrated_reason`` (never a verdict with bounds
-    fitted on another backend's matches)."""
+    fitted on another backend's matches). ``by_rows``: the clip scored on its textured rows
+    with the scoring backend, used where the fallback failed (an exception it raised is the
+    clip's entry, as with ``features.fallback`` null; stopped for texture: ``first``)."""
     old = first[0]
     record = {"from": old.backends.get("features"), "from_reason": old.block.get("reason"),
               "backend": name}
     if isinstance(got, BaseException) or _textureless(got):
         failed = isinstance(got, BaseException)
         why = f"{type(got).__name__}: {got}" if failed else got[0].block.get("reason")
-        old.block["fallback"] = dict(record, status="error" if failed else "not_applicable",
-                                     reason=why)
+        tried = dict(record, status="error" if failed else "not_applicable", reason=why)
+        if isinstance(by_rows, BaseException):
+            return by_rows
+        if by_rows is not None and not _textureless(by_rows):
+            by_rows[0].block["fallback"] = tried
+            return by_rows
+        old.block["fallback"] = tried
         old.block["reason"] = f"{record['from_reason']}; {name} fallback: {why}"
         return first
     out = got[0]

@@ -12,7 +12,7 @@ import torch
 
 from geocon_torch import score_clip, score_clips
 from geocon_torch.config import FeatureConfig, GeoConConfig
-from geocon_torch.errors import CheckpointError, ConfigError
+from geocon_torch.errors import ConfigError
 from geocon_torch.features import extract_correspondences
 from geocon_torch.io import clip_from_tensor
 from geocon_torch.report.explain import calibrated_lines
@@ -20,15 +20,10 @@ from geocon_torch.report.text import calibrated_verdict
 from geocon_torch.sections import background as bg
 from geocon_torch.synth import apply_corruption, grounded_clip
 
+from helpers import break_backend, low_contrast
+
 CFG = {"features": {"mutual": True}}
 OFF = {"features": {"mutual": True, "fallback": None}}
-
-
-def _low_contrast(frames: torch.Tensor, factor: float = 0.1) -> torch.Tensor:
-    """(T, 3, H, W) uint8 with the contrast around the clip's mean scaled by ``factor``."""
-    x = frames.float()
-    m = x.mean()
-    return ((x - m) * factor + m).round().clamp(0, 255).to(torch.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +35,7 @@ def scenes():
 
 @pytest.mark.parametrize("regime", ["H", "F"])
 def test_low_texture_clip_is_scored_by_the_fallback(scenes, regime):
-    low = _low_contrast(scenes[regime])
+    low = low_contrast(scenes[regime])
     off = score_clip(low, config=OFF, preset="background", device="cpu").to_dict()
     assert off["status"] == "not_applicable"
     assert off["reason"].startswith("too little texture: median 0 matches per pair")
@@ -66,7 +61,7 @@ def test_low_texture_clip_is_scored_by_the_fallback(scenes, regime):
 
     # what the fallback measures moves with the inconsistency: a rubber-sheet warp of the same
     # low-contrast scene more than doubles GE
-    warped = _low_contrast(apply_corruption(scenes[regime], "rubber_sheet", 0.6, seed=0))
+    warped = low_contrast(apply_corruption(scenes[regime], "rubber_sheet", 0.6, seed=0))
     w = score_clip(warped, config=CFG, preset="background", device="cpu").to_dict()
     assert w["status"] == "ok" and w["backends"]["features"] == "lk-tracks"
     assert w["background"]["ge_px"] > 2.0 * b["ge_px"]
@@ -100,7 +95,7 @@ def test_ncc_guard_of_lk_tracks(scenes):
     noise frames (206, 173, 57 unguarded)."""
     g = torch.Generator().manual_seed(0)
     noise = torch.randint(0, 256, (6, 3, 120, 160), generator=g, dtype=torch.uint8)
-    low = _low_contrast(scenes["F"])
+    low = low_contrast(scenes["F"])
     pairs = torch.tensor([[0, 1], [1, 2], [2, 3]])
     counts = {}
     for name, frames in (("noise", noise), ("low", low)):
@@ -128,7 +123,7 @@ def test_sift_scored_clips_are_unchanged_and_the_fallback_is_one_batch(scenes, m
         return real(clip, pairs, features, **kw)
 
     monkeypatch.setattr(bg, "extract_correspondences", spy)
-    clips = [_low_contrast(scenes["H"]), scenes["F"], _low_contrast(scenes["F"])]
+    clips = [low_contrast(scenes["H"]), scenes["F"], low_contrast(scenes["F"])]
     got = score_clips(clips, config=CFG, preset="background", device="cpu")
     assert calls == [("opencv-sift", "torch", 24), ("lk-tracks", "opencv", 16)]  # "auto" pinned
     assert [r.status for r in got] == ["ok", "ok", "ok"]
@@ -147,15 +142,8 @@ def test_a_failing_fallback_keeps_the_first_result_and_the_batch(scenes, monkeyp
     checkpoint would) loses nothing: the low-texture clip keeps its not_applicable result with
     the error in ``background.fallback`` and its reason, the SIFT-scored clip beside it is
     scored as with the fallback off."""
-    real = bg.extract_correspondences
-
-    def broken(clip, pairs, features, **kw):
-        if features.backend == "lk-tracks":
-            raise CheckpointError("the 'lk-tracks' backend needs a local checkpoint")
-        return real(clip, pairs, features, **kw)
-
-    monkeypatch.setattr(bg, "extract_correspondences", broken)
-    low = _low_contrast(scenes["H"])
+    break_backend(monkeypatch, "lk-tracks")
+    low = low_contrast(scenes["H"])
     got = score_clips([low, scenes["F"]], config=CFG, preset="background", device="cpu")
     d, mid = (r.to_dict() for r in got)
     first = "too little texture: median 0 matches per pair"
