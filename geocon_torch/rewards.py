@@ -17,7 +17,8 @@ Folding of each kind into one number (documented; every term lies in [0, 1]):
   ``epipolar_inlier_rate`` and ``feature_match_coverage``.
 * ``"background"`` (GeoCon, ``score_clips(preset="background")``): ``IR * exp(-GE /
   report_ge_px)`` of the gated model (IR = inlier ratio, GE = geometric error in px,
-  ``report_ge_px`` = 3.5 px, the paper's report gate).
+  ``report_ge_px`` = 3.5 px, the paper's report gate), times ``textured_pairs / pairs`` for a
+  clip scored on the pairs with ``min_inliers`` matches though most have fewer.
 
 Clips that cannot be scored (textureless or black frames, too few frames, no valid pair, an error
 inside the scorer) get the **neutral value** ``neutral`` (default 0.0, the bottom of the range:
@@ -85,6 +86,7 @@ from .errors import ArgumentTypeError, ClipTensorError, InputError
 from .io import check_clip_tensor, tensor_frames
 from .io.sampling import FROZEN_MAX_MAD  # noqa: F401 - the rule's tolerance, re-exported
 from .io.sampling import frame_selection, is_still, max_pair_sums
+from .measures.headline import textured_share
 from .pipeline import _error_block, pinned_config, read_options, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
 from .sections.background import CALL_ERRORS
@@ -97,7 +99,8 @@ FROZEN_REASON = "frozen video: no frame differs from the previous one (a still v
                 "geometry)"
 FOLDS = {"epipolar-dpo": "exp(-mean_epipolar_error / inlier_threshold_px)",
          "epipolar": "(epipolar_error_score + epipolar_inlier_rate + feature_match_coverage) / 3",
-         "background": "ir * exp(-ge_px / background.report_ge_px)"}
+         "background": "ir * exp(-ge_px / background.report_ge_px) (* textured_pairs / pairs "
+                       "for a clip scored on some of its pairs)"}
 #: a ``config=`` of :func:`geometric_reward`: any ConfigLike, or an EpipolarDPOConfig (the
 #: ``epipolar_dpo`` section)
 RewardConfigLike = Union[ConfigLike, EpipolarDPOConfig]
@@ -114,7 +117,14 @@ class ClipReward:
         valid_pairs, total_pairs: pairs the scorer could use / tried: frame pairs for the
             epipolar kinds, (frame pair, scale) entries for "background" (its blocks pool the
             valid entries over the scales), so valid_pairs <= total_pairs.
-        raw: the raw values the reward folds (e.g. ``mean_epipolar_error``, ``ir``, ``ge_px``).
+        raw: the raw values the reward folds (e.g. ``mean_epipolar_error``, ``ir``, ``ge_px``);
+            for "background" also what a loop can filter degenerate clips on (README *The
+            escapes that remain*): ``behaviour`` ("Static" for a clip whose background does
+            not move: with ``max_mad`` well above 0.5 grey levels the frames change while the
+            matched content stands still, e.g. a static watermark or border over content
+            without geometry), ``max_mad`` (the largest mean absolute difference of consecutive
+            frames read, grey levels) and ``parallax_ref`` (the gate's parallax, reference px:
+            ~0 for a 2D pan of one still image).
     """
 
     reward: float
@@ -299,12 +309,14 @@ def _fold_dpo(block: Mapping[str, Any]) -> Optional[float]:
 
 
 def _fold_background(result: Mapping[str, Any], report_ge_px: float) -> Optional[float]:
-    """``ir * exp(-ge_px / report_ge_px)`` of an ok result's ``background`` block."""
+    """``ir * exp(-ge_px / report_ge_px)`` of an ok result's ``background`` block, times the
+    share of its frame pairs that matched for a clip scored on some of them
+    (:func:`~geocon_torch.measures.headline.textured_share`: 1 for every other clip)."""
     bg = result.get("background") or {}
     ir, ge = bg.get("ir"), bg.get("ge_px")
     if result.get("status") != "ok" or ir is None or ge is None:
         return None
-    return float(ir) * math.exp(-float(ge) / report_ge_px)
+    return float(ir) * math.exp(-float(ge) / report_ge_px) * textured_share(bg)
 
 
 def check_neutral(neutral: Any) -> float:
@@ -352,7 +364,10 @@ def reward_from_result(result: Mapping[str, Any], kind: str,
         cfg = config or (GeoConConfig.from_dict(stored, strict=False) if stored
                          else GeoConConfig())
         value = _fold_background(result, cfg.background.report_ge_px)
-        raw = {"ir": block.get("ir"), "ge_px": block.get("ge_px"), "regime": result.get("regime")}
+        motion = result.get("motion") if isinstance(result.get("motion"), dict) else {}
+        raw = {"ir": block.get("ir"), "ge_px": block.get("ge_px"), "regime": result.get("regime"),
+               "behaviour": result.get("behaviour"), "max_mad": motion.get("max_mad"),
+               "parallax_ref": block.get("parallax_ref")}
         status, reason = result.get("status", "error"), result.get("reason")
         if total is not None and block.get("scales"):  # (pair, scale) entries
             total = int(total) * len(block["scales"])

@@ -121,7 +121,7 @@ def test_reward_from_frozen_row_is_geometric_reward():
     older = {k: v for k, v in row.items() if k != "motion"}  # a row written before
     fold = got.raw["ir"] * math.exp(-got.raw["ge_px"] / 3.5)  # the still clip's top reward
     assert fold > 0.999 and reward_from_result(older, "background") == ClipReward(
-        fold, "ok", None, got.valid_pairs, got.total_pairs, got.raw)
+        fold, "ok", None, got.valid_pairs, got.total_pairs, dict(got.raw, max_mad=None))
     moving = dict(row, motion=dict(row["motion"], frozen=False))
     assert reward_from_result(moving, "background").status == "ok"
 

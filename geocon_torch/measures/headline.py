@@ -23,7 +23,10 @@ does not depend on the working size or the features backend:
   way): no pair was that consistent. A background block that found nothing to fit (too little
   texture even for the tracks fallback, object masks that leave too little background, frames
   too small) and a clip without a background block have no ``ge`` term: no evidence either
-  way.
+  way. A clip scored on its pairs with ``min_inliers`` matches though most have fewer (a fade
+  to black, frames that stop matching: ``textured_pairs`` in its block) has its ``ge`` term
+  multiplied by the share of its frame pairs that matched (:func:`textured_share`): the other
+  pairs are evidence too.
 * ``rigidity`` (only where objects move, the foreground block scored them and the clip has
   another term): ``exp(-max(sqrt(D_norm) - rigid_floor, 0) / ge_scale)`` with ``D_norm`` the
   largest ``adadfrc_mean`` of the objects (AdaDFRC-W2, px^2; the least rigid object) in px^2
@@ -123,6 +126,16 @@ def _tau_h(result: Mapping[str, Any], bg: Mapping[str, Any]) -> Optional[float]:
     return DEFAULT_TAU_H if tau is None else tau
 
 
+def textured_share(bg: Mapping[str, Any]) -> float:
+    """The share of a background block's frame pairs with ``min_inliers`` matches when it was
+    scored on them though most have fewer (``textured_pairs`` / ``pairs``), else 1.0 (every
+    other block: its numbers as they were)."""
+    textured, pairs = _num(bg, "textured_pairs"), _num(bg, "pairs")
+    if textured is None or not pairs:
+        return 1.0
+    return min(max(textured / pairs, 0.0), 1.0)
+
+
 def headline_terms(result: Mapping[str, Any]) -> Dict[str, float]:
     """The terms (name -> value in [0, 1]) that ``result`` (a ``ClipResult.to_dict()``) has
     (module docstring); {} when none can be read, and when ``rigidity`` would be the only one."""
@@ -139,7 +152,7 @@ def headline_terms(result: Mapping[str, Any]) -> Dict[str, float]:
         ge = _num(bg, "ge_px") if bg.get("status") == "ok" else _tau_h(result, bg)
         if ge is not None:
             out["ge"] = math.exp(-max(ge, 0.0) * REF_LONG_SIDE / _ge_side(bg, side)
-                                 / GE_SCALE_PX)
+                                 / GE_SCALE_PX) * textured_share(bg)
     fg = result.get("foreground")
     if isinstance(fg, Mapping) and fg.get("status") == "ok" and side and out:
         d = [_num(o, "adadfrc_mean") for o in fg.get("objects") or [] if isinstance(o, Mapping)]
@@ -170,4 +183,4 @@ def headline_score(result: Mapping[str, Any]) -> Optional[float]:
 
 
 __all__ = ["GE_SCALE_PX", "WEIGHTS", "FOLD", "FEW_VALID_PAIRS", "MASKED_AWAY", "RIGID_FLOOR_PX",
-           "headline_terms", "fold_terms", "headline_score"]
+           "headline_terms", "fold_terms", "headline_score", "textured_share"]
