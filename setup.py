@@ -69,6 +69,7 @@ setup(
         "av>=12",
         "opencv-python-headless>=4.8.0.76",
         "tqdm>=4.60",
+        "packaging>=17.1",  # release order of stored rows' versions (torchmetrics needs it too)
     ],
     extras_require={**EXTRAS, "all": ALL},
     entry_points={"console_scripts": ["geocon=geocon_torch.cli:main"]},

@@ -1114,7 +1114,10 @@ def _move(tree: Dict[str, Any], old: List[str], new: List[str], names: Tuple[str
 def migrate_config(data: Any, prefix: str = "") -> Any:
     """A copy of a config mapping (the whole config, or the section at dotted ``prefix``) with
     every old flat key (:data:`RENAMED_KEYS`) moved to its nested place, each with a
-    DeprecationWarning. A non-mapping is returned as is (the merge reports it)."""
+    DeprecationWarning. The top-level ``seed`` of the first 0.1.0 builds' configs (store
+    format 1), which no stage ever read and which was removed (e10b17d), is dropped with a
+    DeprecationWarning, so their stored configs load again. A non-mapping is returned as is
+    (the merge reports it)."""
     if not isinstance(data, Mapping):
         return data
     tree = _copy_tree(data)
@@ -1122,6 +1125,11 @@ def migrate_config(data: Any, prefix: str = "") -> Any:
         rel_old, rel_new = _relative(old, prefix), _relative(new, prefix)
         if rel_old is not None and rel_new is not None:
             _move(tree, rel_old, rel_new, (old, new))
+    if not prefix and "seed" in tree:
+        tree.pop("seed")
+        warnings.warn("config key seed is deprecated; the top-level seed was never used and "
+                      "is ignored (RANSAC streams take ransac.seed and epipolar.seed)",
+                      DeprecationWarning, stacklevel=3)
     return tree
 
 

@@ -8,23 +8,35 @@ A leaderboard scored without a server runs one job per node, each into its own S
   current result schema (an older row is read through
   :func:`~geocon_torch.result.migrate_result`, so a 2.x and a 3.x row of the same scores are the
   same) without the fields that legitimately differ between nodes: ``timing_s``, ``path``
-  (mount points) and ``clip`` (the id the bytes were first scored under); numbers that are
+  (mount points) and ``clip`` (the id the bytes were first scored under), and without the
+  ``config`` block, which the config hash of the key stands for (a row written before a config
+  field existed records no default for it); numbers that are
   equal are the same (``0.0`` and ``-0.0``, ``1`` and ``1.0``: a signed zero or an int / float
-  spelling changes no statistic), ``true`` and ``1`` are not. A scored result
-  (status ok / not_applicable) replaces an ``error`` row of OUT (as ``--retry-errors`` does in
-  one store: a node's retried clip reaches OUT), listed in ``updates``; a shard's error row
-  never replaces a result, nor another error row. A scored result of the running
-  geocon_torch version replaces a scored result of another version (``version``: a node's
-  ``geocon bench --rescore-versions`` reaches OUT after an upgrade), listed in ``updates``
-  with every differing field. Two *different* scored results otherwise are a conflict: OUT
-  keeps its row and the conflict lists every differing field with both values; when their
-  versions differ (a shard still holding an older version's row, or two older versions) the
-  conflict's ``hint`` names the store(s) to re-score (``geocon bench MANIFEST --db STORE
-  --rescore-versions``, then merge again); when both rows record different numeric
-  environments (``result["numeric_env"]``: CPU class and library builds, which can move the
-  last digits), the conflict lists both under ``numeric_env`` and its hint says so. The
-  environment itself is never a difference (two machines that give the same numbers give the
-  same row);
+  spelling changes no statistic), ``true`` and ``1`` are not. Versions are compared in release
+  order (:func:`~geocon_torch.bench.stats.version_order`; a row that records none, or text
+  that is no version, is older than any release), and a row is never replaced by one of an
+  older version. A scored result (status ok / not_applicable) replaces an ``error`` row of
+  OUT of the same or an older version (as ``--retry-errors`` does in one store: a node's
+  retried clip reaches OUT), listed in ``updates``; a shard's error row never replaces a
+  result, nor another error row. A scored result of the running geocon_torch version replaces
+  a scored result of an older version (``version``: a node's ``geocon bench
+  --rescore-versions`` reaches OUT after an upgrade), listed in ``updates`` with its differing
+  fields. Two *different* scored results otherwise are a conflict: OUT keeps its row and the
+  conflict lists the differing fields with both values (:func:`listed_differences`: the ones
+  that matter first, a field one row lacks as :func:`absent`, at most :data:`MAX_DIFFS` and
+  then ``more_differences``: how many were left out); when their versions differ the
+  conflict's ``hint`` says what to do: re-score the store(s) holding an older version's row
+  (:func:`store_advice`: ``geocon bench MANIFEST --db STORE --rescore-versions`` with the
+  options of the config, then merge again), or, where a row is of a version newer than the
+  running one, upgrade geocon_torch (OUT's newer row is kept; a shard's newer row replaces
+  OUT's older one once the merging install is that version); when both rows record different
+  numeric environments (``result["numeric_env"]``: CPU class and library builds, which can
+  move the last digits), the conflict lists both under ``numeric_env`` and its hint says so.
+  The environment itself is never a difference (two machines that give the same numbers give
+  the same row). Scored rows of another version than the running one that a shard adds (keys
+  OUT lacked) are counted per shard in ``other_versions`` (:func:`other_version_notes` says
+  which store to re-score): a shard still holding an older version's rows is named even where
+  OUT had none of its keys;
 * a ``clips`` row is keyed by (clip_id, config hash): copied when new; a conflict when OUT's
   row points at other bytes. Rows pointing at the same bytes are compared field by field
   (generator, prompt_category, prompt, seed, scene, path, the manifest entry as sorted-key
@@ -63,14 +75,25 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from .._version import __version__
 from ..errors import InputError
 from ..result import migrate_result
+from .stats import rescore_advice, version_order
 from .store import CLIP_FIELDS, ResultStore, is_server_url, open_readable
 
-VOLATILE_FIELDS = ("timing_s", "path", "clip", "numeric_env")
+#: result fields never compared: they differ between nodes, or (``config``) follow from the key
+#: (the config hash; a row written before a config field existed records no default for it)
+VOLATILE_FIELDS = ("timing_s", "path", "clip", "numeric_env", "config")
+#: the fields a listing of differences names first, in this order (the rest follow: the
+#: sections' own fields, then the nested ones such as per-pair and per-object values, each
+#: alphabetically)
+FIRST_FIELDS = ("status", "reason", "score", "regime", "version",
+                "background.status", "background.reason", "background.ir", "background.ge_px",
+                "background.ir_h", "background.ge_h_px", "background.ir_f", "background.ge_f_px",
+                "background.pass", "gate.decision", "gate.statistic")
 #: clip row fields compared between stores (the key, the bytes and the write time aside)
 CLIP_METADATA = tuple(k for k in CLIP_FIELDS
                       if k not in ("clip_id", "config_hash", "content_hash", "updated_at"))
 BATCH = 500  # rows per transaction
 MAX_DIFFS = 12  # differing fields listed per conflict
+ResultKey = Tuple[str, str]
 
 
 @dataclass
@@ -82,7 +105,7 @@ class MergeReport:
     results_added: int = 0
     results_same: int = 0
     results_replaced: int = 0  # OUT's error rows replaced by a shard's scored result
-    #: OUT's scored rows of another version replaced by a shard's row of the running version
+    #: OUT's scored rows of an older version replaced by a shard's row of the running version
     results_upgraded: int = 0
     results_errors_skipped: int = 0  # a shard's error rows where OUT holds another row
     clips_added: int = 0
@@ -91,13 +114,22 @@ class MergeReport:
     clips_older: int = 0  # a shard's older clip rows (OUT's newer row kept)
     conflicts: List[Dict[str, Any]] = field(default_factory=list)
     updates: List[Dict[str, Any]] = field(default_factory=list)  # rows of OUT replaced
+    #: scored rows a shard added (keys OUT lacked) that record another geocon_torch version
+    #: than the running one: {shard: {version: rows}}, and {shard: {config hash: rows}}
+    other_versions: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    other_version_configs: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        #: key -> (shard, version) of each row counted in other_versions (not reported)
+        self._added_other: Dict[ResultKey, Tuple[str, str]] = {}
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
 
 def comparable(result_json: str) -> Dict[str, Any]:
-    """A stored result in the current schema, without :data:`VOLATILE_FIELDS`."""
+    """A stored result in the current schema, without :data:`VOLATILE_FIELDS` (what two rows
+    of one key are compared on)."""
     res = migrate_result(json.loads(result_json))
     return {k: v for k, v in res.items() if k not in VOLATILE_FIELDS}
 
@@ -136,19 +168,64 @@ def _leaves(obj: Any, prefix: str, out: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def differences(kept_json: str, other_json: str) -> Dict[str, List[Any]]:
-    """``{field path: [kept value, other value]}`` of two stored results (volatile fields
-    ignored; a field missing on one side is None there), at most :data:`MAX_DIFFS`. Fields
-    are compared by the rule of the conflict digest (canonical JSON: ``true`` and ``1`` differ,
-    ``0.0`` and ``-0.0`` do not), so a conflict always lists a field; results that differ only
-    in how their fields nest (no field differs) are listed whole as ``result_json``."""
+def absent() -> Dict[str, bool]:
+    """The value a listing of differences gives a field that one of two results lacks:
+    ``{"absent": true}`` in JSON, which no field of a result can hold (a leaf is never a
+    non-empty object), so it is never mistaken for a stored ``null``."""
+    return {"absent": True}
+
+
+def _field_order(path: str) -> Tuple[int, int, str]:
+    """The sort key of a differing field: :data:`FIRST_FIELDS` in their order, then the
+    top-level fields and the sections' own fields, then the nested ones (per-pair, per-object
+    values), each alphabetically."""
+    if path in FIRST_FIELDS:
+        return (0, FIRST_FIELDS.index(path), path)
+    return (1 if "[" not in path and path.count(".") <= 1 else 2, 0, path)
+
+
+def listed_differences(kept_json: str, other_json: str, limit: Optional[int] = MAX_DIFFS
+                       ) -> Tuple[Dict[str, List[Any]], int]:
+    """The differing fields of two stored results of one key, the ones that matter first, and
+    how many were left out.
+
+    Args:
+        kept_json, other_json: the stored results (JSON text).
+        limit: the most fields listed (None: all).
+
+    Returns:
+        ``({field path: [kept value, other value]}, fields left out)``: fields compared in
+        the current schema without :data:`VOLATILE_FIELDS` (the ``config`` block follows from
+        the config hash of the key), by the rule of the conflict digest (canonical JSON:
+        ``true`` and ``1`` differ, ``0.0`` and ``-0.0`` do not), so a conflict always lists a
+        field; a field one result lacks is :func:`absent` there. Ordered by
+        :func:`_field_order` (status, reason, score, regime, version, the background
+        headline, the gate, then the rest). Results that differ only in how their fields
+        nest (no field differs) are listed whole as ``result_json``.
+    """
     kept, other = comparable(kept_json), comparable(other_json)
     a, b = _leaves(kept, "", {}), _leaves(other, "", {})
-    keys = sorted(k for k in set(a) | set(b)
-                  if k not in a or k not in b or _text(a[k]) != _text(b[k]))
+    keys = sorted((k for k in set(a) | set(b)
+                   if k not in a or k not in b or _text(a[k]) != _text(b[k])), key=_field_order)
     if not keys and _text(kept) != _text(other):
-        return {"result_json": [kept_json, other_json]}
-    return {k: [a.get(k), b.get(k)] for k in keys[:MAX_DIFFS]}
+        return {"result_json": [kept_json, other_json]}, 0
+    shown = keys if limit is None else keys[:limit]
+    return ({k: [a[k] if k in a else absent(), b[k] if k in b else absent()] for k in shown},
+            len(keys) - len(shown))
+
+
+def differences(kept_json: str, other_json: str) -> Dict[str, List[Any]]:
+    """``{field path: [kept value, other value]}`` of two stored results, at most
+    :data:`MAX_DIFFS`, the ones that matter first (:func:`listed_differences`, which also
+    says how many were left out)."""
+    return listed_differences(kept_json, other_json)[0]
+
+
+def _listing(kept_json: str, other_json: str) -> Dict[str, Any]:
+    """The ``differences`` of a conflict / update entry, with ``more_differences`` (the number
+    of fields left out) when the listing was cut at :data:`MAX_DIFFS`."""
+    diffs, more = listed_differences(kept_json, other_json)
+    return {"differences": diffs, **({"more_differences": more} if more else {})}
 
 
 def numeric_envs(kept_json: str, other_json: str) -> Optional[List[Any]]:
@@ -211,9 +288,6 @@ def _check_names(out: Union[str, Path], shards: Sequence[Union[str, Path]]) -> N
         raise InputError(f"shard listed twice: {dup[0]}")
 
 
-ResultKey = Tuple[str, str]
-
-
 def _flush(dest: ResultStore, table: str, added: List[Dict[str, Any]],
            replaced: List[Dict[str, Any]], force: bool = False) -> List[Dict[str, Any]]:
     """Write the pending rows of ``table`` once :data:`BATCH` of them wait (or ``force``):
@@ -246,23 +320,52 @@ def _key(table: str, row: Dict[str, Any]) -> Tuple[str, str]:
 Seen = Tuple[str, str, Any, Any]
 
 
-def version_hint(kept: Tuple[str, Any], other: Tuple[str, Any]) -> Optional[str]:
+def store_advice(stores: Sequence[str], config_hash: Optional[str] = None) -> str:
+    """How to re-score the rows of the store(s) ``stores`` (shards or OUT) with the running
+    version: :func:`~geocon_torch.bench.stats.rescore_advice` of a store (the options of the
+    config ``config_hash``), naming the store as its ``--db`` (several: ``--db STORE`` for
+    each)."""
+    how, names = rescore_advice("store", config_hash), " and ".join(stores)
+    if "--db DB" not in how:
+        return f"{how} (DB: {names})"
+    if len(stores) == 1:
+        return how.replace("--db DB", f"--db {stores[0]}")
+    return f"{how.replace('--db DB', '--db STORE')} for each STORE of {names}"
+
+
+def version_hint(kept: Tuple[str, Any], other: Tuple[str, Any],
+                 config_hash: Optional[str] = None) -> Optional[str]:
     """How to resolve a conflict between two scored results of different geocon_torch
-    versions, each given as (store name, version): re-score the store(s) whose row is not of
-    the running version; None when the versions are the same."""
+    versions, each given as (store name, version), of the config ``config_hash``; None when
+    the versions are the same. Versions are ordered by :func:`~.stats.version_order`: when
+    neither is newer than the running version, re-score the store(s) whose row is not of the
+    running version; when OUT's (kept) row is newer, upgrade this geocon_torch and the
+    shard's node and re-score the shard; when the shard's row is, upgrade this geocon_torch
+    and merge again (its rows then replace older ones)."""
     if kept[1] == other[1]:
         return None
-    stale = [name for name, version in (kept, other) if version != __version__]
-    how = " and ".join(f"geocon bench MANIFEST --db {name} --rescore-versions" for name in stale)
-    return (f"rows of different geocon_torch versions ({kept[1]} in {kept[0]}, {other[1]} in "
-            f"{other[0]}; this is {__version__}): re-score with {how}, then merge again")
+    head = (f"rows of different geocon_torch versions ({kept[1]} in {kept[0]}, {other[1]} in "
+            f"{other[0]}; this is {__version__})")
+    newest = max(kept[1], other[1], key=version_order)
+    if version_order(newest) <= version_order(__version__):
+        stale = [name for name, version in (kept, other) if version != __version__]
+        return f"{head}: re-score with {store_advice(stale, config_hash)}, then merge again"
+    if version_order(other[1]) > version_order(kept[1]):
+        return (f"{head}: {newest} is newer than this geocon_torch {__version__}, so the "
+                f"rows of {other[0]} replace no row: upgrade geocon_torch here to {newest} "
+                f"and merge again")
+    return (f"{head}: {newest} is newer than this geocon_torch {__version__}, so "
+            f"{kept[0]} keeps its row (a row is never replaced by an older version's): "
+            f"upgrade geocon_torch to {newest} here and where {other[0]} is scored, "
+            f"re-score with {store_advice([other[0]], config_hash)}, then merge again")
 
 
 def _replacement(have: Seen, row: Dict[str, Any]) -> Optional[str]:
     """Why the shard's ``row`` replaces OUT's row ``have`` of the same key and another
-    digest: "error" (OUT's error row, a scored result), "version" (OUT's scored row of another
-    version, a scored row of the running version), or None (kept: module doc)."""
-    if row["status"] == "error":
+    digest: "error" (OUT's error row, a scored result of the same or a newer version),
+    "version" (OUT's scored row of an older version, a scored row of the running version),
+    or None (kept: a row is never replaced by one of an older version, module doc)."""
+    if row["status"] == "error" or version_order(row["version"]) < version_order(have[3]):
         return None
     if have[1] == "error":
         return "error"
@@ -299,6 +402,7 @@ def _late_results(dest: ResultStore, shard: str, late: List[Dict[str, Any]],
     for row in late:
         report.results_added -= 1
         key = (row["content_hash"], row["config_hash"])
+        _uncount_other_version(report, key)
         now = dest.raw_result(*key)
         if now is None:  # deleted again since: added after all
             seen.pop(key, None)
@@ -320,19 +424,22 @@ def _merge_result(dest: ResultStore, shard: str, row: Dict[str, Any],
     if have is None:
         added.append(row)
         report.results_added += 1
+        _count_other_version(report, shard, row)
     elif have[0] == digest:
         report.results_same += 1
     elif why is not None:
         replaced.append(row)
+        _uncount_other_version(report, key)
         if why == "error":
             report.results_replaced += 1
             diffs = {"status": [have[1], row["status"]], "reason": [have[2], row["reason"]]}
+            listing: Dict[str, Any] = {"differences": diffs}
         else:
             report.results_upgraded += 1
-            diffs = differences(dest.stored_result_json(*key), row["result_json"])
+            listing = _listing(dest.stored_result_json(*key), row["result_json"])
         report.updates.append({
             "table": "results", "content_hash": key[0], "config_hash": key[1],
-            "from": shard, "differences": diffs})
+            "from": shard, **listing})
     elif row["status"] == "error":
         report.results_errors_skipped += 1
         return
@@ -342,14 +449,68 @@ def _merge_result(dest: ResultStore, shard: str, row: Dict[str, Any],
     seen[key] = (digest, row["status"], row["reason"], row["version"])
 
 
+def _count_other_version(report: MergeReport, shard: str, row: Dict[str, Any]) -> None:
+    """Count an added scored row of ``shard`` that records another version than the running
+    one in ``report.other_versions`` / ``other_version_configs``."""
+    version = str(row["version"] or "unknown")
+    if row["status"] == "error" or version == __version__:
+        return
+    key = (row["content_hash"], row["config_hash"])
+    report._added_other[key] = (shard, version)
+    _step(report, shard, version, key[1], 1)
+
+
+def _uncount_other_version(report: MergeReport, key: ResultKey) -> None:
+    """Take back the count of :func:`_count_other_version` of the row added under ``key``
+    when it leaves OUT again in this merge (replaced by a later shard's row) or was never
+    added (a late row, :func:`_late_results`)."""
+    if key in report._added_other:
+        shard, version = report._added_other.pop(key)
+        _step(report, shard, version, key[1], -1)
+
+
+def _step(report: MergeReport, shard: str, version: str, config_hash: str, step: int) -> None:
+    """Add ``step`` (1 or -1) to the shard's count of rows of ``version`` and of
+    ``config_hash`` in the report (a count that reaches 0 is removed)."""
+    for table, name in ((report.other_versions, version),
+                        (report.other_version_configs, config_hash)):
+        counts = table.setdefault(shard, {})
+        counts[name] = counts.get(name, 0) + step
+        if counts[name] <= 0:
+            del counts[name]
+        if not counts:
+            del table[shard]
+
+
+def other_version_notes(report: MergeReport) -> List[str]:
+    """One line per shard of ``report.other_versions``: the rows of other geocon_torch versions
+    it added and what to do (re-score the shard with the running version, or, for rows of a
+    newer version, upgrade this one)."""
+    lines = []
+    for shard, counts in report.other_versions.items():
+        listed = ", ".join(f"{n} row(s) of geocon_torch {v}" for v, n in counts.items())
+        configs = sorted(report.other_version_configs.get(shard, {}))
+        newer = sorted((v for v in counts if version_order(v) > version_order(__version__)),
+                       key=version_order)
+        if newer:
+            todo = (f"{newer[-1]} is newer than this geocon_torch: upgrade it to {newer[-1]} "
+                    f"and re-score the rows of older versions with it")
+        else:
+            todo = "re-score them with " + " and ".join(
+                store_advice([shard], c) for c in (configs or [None]))
+        lines.append(f"{shard}: added {listed}, and this is {__version__} (a release keeps "
+                     f"the config hash, so their numbers may differ): {todo}, then merge again")
+    return lines
+
+
 def _result_conflict(dest: ResultStore, shard: str, key: ResultKey, have: Seen,
                      row: Dict[str, Any]) -> Dict[str, Any]:
     """The conflict entry of two different scored results of one key (module doc)."""
     kept = dest.stored_result_json(*key)
     conflict = {"table": "results", "content_hash": key[0], "config_hash": key[1],
                 "kept_from": dest.name, "other_from": shard,
-                "differences": differences(kept, row["result_json"])}
-    hint = version_hint((dest.name, have[3]), (shard, row["version"]))
+                **_listing(kept, row["result_json"])}
+    hint = version_hint((dest.name, have[3]), (shard, row["version"]), key[1])
     envs = numeric_envs(kept, row["result_json"])
     if envs:
         conflict["numeric_env"] = envs
@@ -434,9 +595,11 @@ def merge_stores(out: Union[str, Path], shards: Sequence[Union[str, Path]], *,
 
     Returns:
         a :class:`MergeReport` (rows added / already there / replaced per table, conflicts
-        with both values); only an error result (by a scored one), a scored result of another
-        geocon_torch version (by one of the running version) and a clip row (by a newer one
-        of the same bytes) in ``out`` are ever overwritten, each listed in ``updates``.
+        with both values); only an error result (by a scored one of the same or a newer
+        version), a scored result of an older geocon_torch version (by one of the running
+        version) and a clip row (by a newer one of the same bytes) in ``out`` are ever
+        overwritten, each listed in ``updates``; ``other_versions`` counts the added rows of
+        other versions per shard.
     """
     if not (isinstance(clock_skew_s, (int, float)) and 0 <= clock_skew_s < float("inf")):
         raise InputError(f"clock_skew_s must be a finite number of seconds >= 0, "

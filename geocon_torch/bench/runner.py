@@ -8,9 +8,13 @@ the clips in flight and a re-run neither recomputes nor duplicates anything. A c
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
 on (``retry_errors=True`` recomputes those rows). The config hash leaves the package version
 out (it names the protocol, so a release keeps every row): ``rescore_versions=True`` recomputes
-the scored rows (ok and not_applicable) that record another version than the running
-``geocon_torch.__version__``, in place (:class:`RunSummary` counts the kept scored rows by the
-version they record, and the replaced ones, so a run can name rows of an older release). A
+the rows that record an older version than the running ``geocon_torch.__version__`` (by
+release order, :func:`~.stats.is_newer_version`; "unknown" is older), in place, error rows
+included (an older release's refusal is as stale as its numbers; error rows of the running
+version stay for ``retry_errors``). Rows of a NEWER release are never replaced by this older
+one. :class:`RunSummary` counts the kept rows by the version they record (error rows apart:
+:class:`VersionCounts`), and the replaced ones, so a run can name rows of an older or a newer
+release (:func:`kept_versions_note`). A
 misconfigured optional model (a missing or corrupt checkpoint, a package that is not
 importable) is no clip's error: with the default scorer the run raises it before any clip is
 read and stores nothing.
@@ -80,6 +84,7 @@ from ..result import ClipResult, migrate_result
 from .claims import LeaseKeeper, WorkQueue, drop_job, drop_stale_jobs, new_job, new_owner
 from .manifest import ManifestEntry, check_unique_ids, load_manifest, storable_text
 from .schema import result_problems
+from .stats import error_rows_text, is_newer_version, is_older_version
 from .store import (CLIP_COLUMNS, ResultStore, StoreError, checked_clip_row, entry_json,
                     is_server_url)
 
@@ -163,6 +168,16 @@ def _clip_row(entry: ManifestEntry) -> Dict[str, Any]:
             "scene": entry.scene, "path": entry.path, "entry": entry.to_dict()}
 
 
+class VersionCounts(dict):
+    """Kept scored rows (ok / not_applicable) by the package version they record, a dict;
+    ``errors``: the kept error rows by version (:func:`kept_versions_note` names those of an
+    older release, which ``rescore_versions`` re-scores)."""
+
+    def __init__(self, counts: Any = (), errors: Optional[Dict[str, int]] = None) -> None:
+        super().__init__(counts)
+        self.errors: Dict[str, int] = dict(errors or {})
+
+
 @dataclass
 class RunSummary:
     """What one rank (or, on rank 0 after gathering, the whole job) did."""
@@ -187,10 +202,12 @@ class RunSummary:
     config_hash: Optional[str] = None  # the (pinned) config hash the rows are stored under
     requeued: int = 0  # clips put back after the dynamic job was reaped while it stalled
     missing: List[str] = field(default_factory=list)  # manifest clips with no row at the end
-    #: the ok / not_applicable rows kept (skipped / linked), by the package version they record
-    skipped_versions: Dict[str, int] = field(default_factory=dict)
-    linked_versions: Dict[str, int] = field(default_factory=dict)
-    #: rows of another package version replaced under ``rescore_versions``, by that version
+    #: the ok / not_applicable rows kept (skipped / linked), by the package version they record;
+    #: the error rows kept in their ``errors`` (:class:`VersionCounts`)
+    skipped_versions: Dict[str, int] = field(default_factory=VersionCounts)
+    linked_versions: Dict[str, int] = field(default_factory=VersionCounts)
+    #: rows of an older package version replaced under ``rescore_versions`` (error rows
+    #: included), by that version
     rescored_versions: Dict[str, int] = field(default_factory=dict)
 
     def makespan_s(self) -> float:
@@ -224,13 +241,14 @@ class RunSummary:
 
     @property
     def kept_versions(self) -> Dict[str, int]:
-        """The scored rows this run kept, skipped or linked, by the version they record."""
+        """The scored rows this run kept, skipped or linked, by the version they record (the
+        kept error rows in its ``errors``)."""
         return _add_counts(self.skipped_versions, self.linked_versions)
 
     @property
     def rescored(self) -> int:
-        """Rows of another package version this run re-scored in place (``rescore_versions``;
-        counted in :attr:`computed` too)."""
+        """Rows of an older package version this run re-scored in place
+        (``rescore_versions``; counted in :attr:`computed` too)."""
         return sum(self.rescored_versions.values())
 
     def rescored_note(self) -> str:
@@ -244,25 +262,52 @@ class RunSummary:
         return f", {self.rescored} re-scored (replaced rows of {listed})"
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        """The fields as a dict, the kept error rows by version as ``skipped_error_versions``
+        / ``linked_error_versions``."""
+        out = asdict(self)
+        for k in ("skipped", "linked"):
+            out[f"{k}_error_versions"] = dict(_errors(getattr(self, f"{k}_versions")))
+        return out
+
+
+def _errors(counts: Dict[str, int]) -> Dict[str, int]:
+    return getattr(counts, "errors", None) or {}
 
 
 def _add_counts(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, int]:
-    """The per-key sum of two count dicts, keys sorted."""
-    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted({*a, *b})}
+    """The per-key sum of two count dicts, keys sorted (their ``errors`` summed alike)."""
+    ea, eb = _errors(a), _errors(b)
+    return VersionCounts({k: a.get(k, 0) + b.get(k, 0) for k in sorted({*a, *b})},
+                         {k: ea.get(k, 0) + eb.get(k, 0) for k in sorted({*ea, *eb})})
 
 
 def kept_versions_note(counts: Dict[str, int]) -> str:
     """For a summary line after "N already stored": ``" (4 by geocon_torch 0.1.0, this is
     0.2.1: --rescore-versions re-scores them)"`` naming the kept rows (``counts``: package
-    version -> rows, :attr:`RunSummary.skipped_versions`) of versions other than the running
-    ``__version__``; "" when every kept row records the running one."""
-    old = {v: n for v, n in sorted(counts.items()) if v != __version__ and n}
-    if not old:
-        return ""
-    listed = ", ".join(f"{n} by {'geocon_torch ' if i == 0 else ''}{v}"
-                       for i, (v, n) in enumerate(old.items()))
-    return f" ({listed}, this is {__version__}: --rescore-versions re-scores them)"
+    version -> rows, :attr:`RunSummary.skipped_versions`, its error rows in ``errors``:
+    ``"1 error row of 0.2.4"``) of versions older than the running ``__version__``, and
+    ``" (2 rows by geocon_torch 0.2.8, newer than this 0.2.7: upgrade to compare)"`` those of
+    a newer release (every status); "" when every kept row records the running one."""
+    errors = _errors(counts)
+    old = {v: n for v, n in sorted(counts.items()) if n and is_older_version(v)}
+    old_err = {v: n for v, n in sorted(errors.items()) if n and is_older_version(v)}
+    newer = {v: counts.get(v, 0) + errors.get(v, 0) for v in sorted({*counts, *errors})
+             if is_newer_version(v, __version__)}
+    parts = []
+    if old or old_err:
+        listed = [f"{n} by {'geocon_torch ' if i == 0 else ''}{v}"
+                  for i, (v, n) in enumerate(old.items())]
+        if old_err:
+            err = error_rows_text(old_err)
+            listed.append(err.replace("geocon_torch ", "", 1) if old else err)
+        parts.append(f"{', '.join(listed)}, this is {__version__}: --rescore-versions "
+                     "re-scores them")
+    if newer:
+        listed = ", ".join(f"{n}{' row' + ('s' if n != 1 else '') if i == 0 else ''} by "
+                           f"{'geocon_torch ' if i == 0 else ''}{v}"
+                           for i, (v, n) in enumerate(newer.items()))
+        parts.append(f"{listed}, newer than this {__version__}: upgrade to compare")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 class IncompleteRunError(StoreError):
@@ -373,11 +418,11 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             transaction as before; 1 scores clip by clip. The stored rows are the same.
         confine_paths: a manifest path's clip, masks and poses paths must lie inside its
             folder (:func:`~.manifest.load_manifest` ``confine``), checked before scoring.
-        rescore_versions: recompute (and replace) the stored ok / not_applicable rows whose
-            result records a ``version`` other than the running ``geocon_torch.__version__``
-            (rows of an older release: the config hash does not change with the package);
-            ``RunSummary.rescored_versions`` counts them by version, ``skipped_versions`` /
-            ``linked_versions`` the rows kept.
+        rescore_versions: recompute (and replace) the stored rows, error rows included,
+            whose result records a ``version`` older than the running ``__version__`` (by
+            release order, "unknown" older; the config hash does not change with the package;
+            a newer release's rows are kept); ``RunSummary.rescored_versions`` counts them by
+            version, ``skipped_versions`` / ``linked_versions`` the rows kept.
 
     Returns:
         the :class:`RunSummary` of this rank, or of the whole job on rank 0 when distributed.
@@ -638,14 +683,15 @@ def _unstored(store: ResultStore, clip_ids: List[str], job: _Job, since: float) 
     """The ``clip_ids`` a dynamic job still has to score (read inside the caller's PostgreSQL
     transaction): no stored row under its config; with ``retry_errors``, an error row written
     before the job started (``since``, unix s: by the writers' clocks); with
-    ``rescore_versions``, a scored row of another package version."""
+    ``rescore_versions``, a row (error rows included) of an older package version
+    (:func:`_stale`; never one of a newer release)."""
     rows = store.execute(
         "SELECT c.clip_id, r.status, r.version, r.created_at FROM clips c JOIN results r ON "
         "r.content_hash = c.content_hash AND r.config_hash = c.config_hash "
         "WHERE c.config_hash = ? AND c.clip_id = ANY(?::text[])", (job.cfg_hash, clip_ids))
     done = {cid for cid, status, version, created in rows
             if not (job.retry_errors and status == "error" and created < since)
-            and not (job.rescore_versions and status != "error" and version != __version__)}
+            and not (job.rescore_versions and _stale(version))}
     return [c for c in clip_ids if c not in done]
 
 
@@ -756,13 +802,18 @@ def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: R
     done = [work.done_statement(entry.clip_id)] if work is not None else []
     status, version, again = _stored_status(store, key, job)
     if status is None or again:
-        rescores = version if again and status != "error" else None
+        rescores = version if again and job.rescore_versions and _stale(version) else None
         return _Todo(entry, key, unreadable, status is not None, done, work, rescores=rescores)
     link = store.clip_link(entry.clip_id, cfg_hash)
     kept = link is not None and link[0] == key
-    if status != "error":  # the scored rows kept, by version (the summary names older ones)
-        counts = summary.skipped_versions if kept else summary.linked_versions
-        counts[version] = counts.get(version, 0) + 1
+    # the rows kept, by version (the summary names older and newer ones), error rows apart
+    counts = summary.skipped_versions if kept else summary.linked_versions
+    if status == "error":
+        if not isinstance(counts, VersionCounts):  # a summary built with plain dicts
+            counts = VersionCounts(counts)
+            setattr(summary, "skipped_versions" if kept else "linked_versions", counts)
+        counts = counts.errors
+    counts[version] = counts.get(version, 0) + 1
     if kept:
         summary.skipped += 1
         row = _clip_row(entry)
@@ -782,17 +833,23 @@ def _stored_status(store: ResultStore, key: str, job: _Job
                    ) -> Tuple[Optional[str], str, bool]:
     """(status of the row stored under (``key``, the run's config), None when there is none;
     the package version it records, "unknown" when none; whether to score it again: an error
-    row under ``retry_errors``, an ok / not_applicable row recording another package version
-    than the running one under ``rescore_versions``). One query, whatever the options."""
+    row under ``retry_errors``, any row recording an older package version than the running
+    one under ``rescore_versions`` (:func:`_stale`)). One query, whatever the options."""
     row = store._one("SELECT status, version FROM results WHERE content_hash=? AND "
                      "config_hash=?", (key, job.cfg_hash))
     if row is None:
         return None, "unknown", False
     status, version = row
     label = str(version or "unknown")
-    if status == "error":
-        return status, label, job.retry_errors
-    return status, label, job.rescore_versions and version != __version__
+    stale = job.rescore_versions and _stale(version)
+    return status, label, stale or (status == "error" and job.retry_errors)
+
+
+def _stale(version: Optional[str]) -> bool:
+    """Whether a stored row recording ``version`` (None: "unknown") is of an older release
+    than the running one (by release order): what ``rescore_versions`` replaces. A row of
+    the running version or of a newer release is never stale."""
+    return is_older_version(str(version or "unknown"))
 
 
 def _store(t: _Todo, outcome: Outcome, store: ResultStore, job: _Job,

@@ -45,6 +45,13 @@ def _listing(paths: List[str]) -> str:
             + (f" (+{len(paths) - 8} more)" if len(paths) > 8 else ""))
 
 
+def _newer_major(version: Any) -> bool:
+    """Whether ``version`` is a schema version whose major (a whole number) is above the one
+    written today (:data:`SCHEMA_MAJOR`): a result of a newer geocon_torch."""
+    major = version.split(".")[0] if isinstance(version, str) else ""
+    return major.isdigit() and major.isascii() and int(major) > int(SCHEMA_MAJOR)
+
+
 def result_problems(result: Any) -> List[str]:
     """Every way ``result`` departs from the schema (empty list = valid)."""
     if not isinstance(result, dict):
@@ -52,8 +59,10 @@ def result_problems(result: Any) -> List[str]:
     problems: List[str] = []
     version = result.get("schema_version")
     if not isinstance(version, str) or version.split(".")[0] not in READABLE_MAJORS:
+        newer = (": a result written by a newer geocon_torch; upgrade geocon_torch to read it"
+                 if _newer_major(version) else "")
         problems.append(f"schema_version must be '{SCHEMA_MAJOR}.x' (or the older "
-                        f"'1.x' / '2.x'), got {version!r}")
+                        f"'1.x' / '2.x'), got {version!r}{newer}")
     if not isinstance(result.get("clip"), str):
         problems.append("clip must be a string")
     status = result.get("status")

@@ -4,7 +4,9 @@ Rows are the joined rows of :func:`geocon_torch.bench.load_results` (clip metada
 of ONE configuration (rows of several config hashes are an InputError naming them: load with
 ``config_hash=``; rows of several package versions under one config hash, kept across an
 upgrade, are pooled with a UserWarning naming the versions, and rows of one older version get a
-softer one naming the running version: :func:`warn_mixed_versions`);
+softer one naming the running version; error rows of an older release are named too, rows of a
+newer release (by release order: :func:`is_newer_version`) are told to upgrade:
+:func:`warn_mixed_versions`);
 metrics are the flat columns of :func:`geocon_torch.bench.flatten_row`
 ("ir", "ge_px", "adadfrc_mean", "epipolar_error", ...). Only rows with ``status == "ok"`` and a
 finite metric enter a statistic; everything reports how many clips and scenes it used.
@@ -33,7 +35,8 @@ from .._version import __version__
 from ..categories import expected_regime
 from .manifest import RETIRED_COLUMNS, scene_key
 from .store import flatten_row
-from ..errors import InputError
+from ..config import GeoConConfig
+from ..errors import GeoConError, InputError
 
 Z95 = 1.959963984540054
 
@@ -112,21 +115,118 @@ def bootstrap_ci(values: Sequence[float], *, statistic: str = "median", n_boot: 
 
 
 # --- row access -----------------------------------------------------------------------------
+def is_newer_version(version: str, than: str) -> bool:
+    """Whether the geocon_torch release ``version`` comes after ``than`` in release order
+    (PEP 440, :class:`packaging.version.Version`: ``0.2.10`` after ``0.2.9``, ``1.0rc1`` after
+    ``0.9``; ``0.1`` and ``0.1.0`` are one release). A version that does not parse ("unknown":
+    a row that records none; hand-edited text) is older than every one that does, and never
+    newer than another that does not. Rows of a newer release are never re-scored by an older
+    one (``rescore_versions``): its messages say to upgrade."""
+    return version_order(version) > version_order(than)
+
+
+def version_order(version: Any) -> Tuple[Any, ...]:
+    """A sort key of a geocon_torch ``version`` (a row's ``version`` column or a result's
+    ``version``) by release order (PEP 440: ``0.2.10`` after ``0.2.9``, ``0.2.7rc1`` before
+    ``0.2.7``): compare two keys to tell which release is newer. "unknown", None and text that
+    is no version sort before every release (rows of an unknown build count as older)."""
+    from packaging.version import InvalidVersion, Version  # lazy: a torchmetrics dependency
+    try:
+        return (1, Version(version)) if isinstance(version, str) else (0,)
+    except InvalidVersion:
+        return (0,)
+
+
+def is_older_version(version: str) -> bool:
+    """Whether rows recording ``version`` are of another release than the running
+    ``__version__`` and not a newer one (:func:`is_newer_version`; "unknown" counts as older):
+    the rows ``rescore_versions`` re-scores."""
+    return version != __version__ and not is_newer_version(version, __version__)
+
+
+def row_version(row: Dict[str, Any]) -> str:
+    """The geocon_torch version a joined or flat row records (the store's ``version`` column,
+    else its result's), "unknown" when none."""
+    res = _row_result(row)
+    return str(row.get("version") or res.get("version") or "unknown")
+
+
+def _row_result(row: Dict[str, Any]) -> Dict[str, Any]:
+    """The result dict of a joined (``result``) or flat (``_result``) row, {} when none."""
+    for key in ("result", "_result"):
+        if isinstance(row.get(key), dict):
+            return row[key]
+    return {}
+
+
+def _counts_by_version(rows: Iterable[Dict[str, Any]], errors: bool) -> Dict[str, int]:
+    counts: Counter = Counter()
+    for r in rows:
+        if ((r.get("status") or _row_result(r).get("status")) == "error") == errors:
+            counts[row_version(r)] += 1
+    return dict(sorted(counts.items()))
+
+
 def version_counts(rows: Iterable[Dict[str, Any]]) -> Dict[str, int]:
     """Scored rows (status ok or not_applicable; error rows left out) per geocon_torch
     ``version`` their result records ("unknown" when it records none), by version. Takes
     joined rows (the store's ``version`` / ``status`` columns, else the ``result``'s) or flat
     rows (:func:`flatten_row`)."""
-    counts: Counter = Counter()
+    return _counts_by_version(rows, errors=False)
+
+
+def error_version_counts(rows: Iterable[Dict[str, Any]]) -> Dict[str, int]:
+    """Error rows per geocon_torch ``version`` they record (as :func:`version_counts`). They
+    enter no statistic, but an older release's refusal (a clip it could not decode, say) may
+    be a score of the installed one: the version warnings name them, ``rescore_versions``
+    re-scores them."""
+    return _counts_by_version(rows, errors=True)
+
+
+def older_rows(rows: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The rows (any status) of a release older than the running one
+    (:func:`is_older_version`): those the re-score advice is about."""
+    return [r for r in rows if is_older_version(row_version(r))]
+
+
+#: the config sections every release recorded (the first store format on): a result whose
+#: ``config`` holds them all recorded its whole config; a partial one (hand-made rows) is not
+#: judged by :func:`unreachable_config`
+RECORDED_SECTIONS = ("io", "features", "ransac", "gate", "background", "epipolar", "preset")
+
+
+def unreachable_config(rows: Iterable[Dict[str, Any]]) -> Optional[str]:
+    """Why this version cannot score the rows' configuration again under the config hash
+    they are stored with, or None when it can (or they record no whole config to judge).
+
+    A run finds stored rows by the hash of the config it is given; when the hash a row's own
+    recorded config gives today (``GeoConConfig.from_dict(result["config"]).config_hash()``)
+    is not its stored one (the protocol changed since: a field added to the hash), or that
+    config no longer loads (a retired key, a refused value), no option set reaches the rows,
+    and ``rescore_versions`` cannot replace them. One config is read per stored hash.
+    """
+    seen = set()
     for r in rows:
-        res = r.get("result") if isinstance(r.get("result"), dict) else {}
-        if (r.get("status") or res.get("status")) != "error":
-            counts[str(r.get("version") or res.get("version") or "unknown")] += 1
-    return dict(sorted(counts.items()))
+        res = _row_result(r)
+        stored, cfg = r.get("config_hash") or res.get("config_hash"), res.get("config")
+        if (stored is None or str(stored) in seen or not isinstance(cfg, dict)
+                or not all(k in cfg for k in RECORDED_SECTIONS)):
+            continue
+        seen.add(str(stored))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the DeprecationWarnings of migrated keys
+            try:
+                now = GeoConConfig.from_dict(cfg).config_hash()
+            except (GeoConError, TypeError, ValueError) as exc:
+                why = str(exc).split("; known:")[0][:160]
+                return f"their config, stored as {stored}, no longer loads: {why}"
+        if now != str(stored):
+            return f"their config, stored as {stored}, is config {now} when this version reads it"
+    return None
 
 
 def rescore_advice(source: str = "rows", config_hash: Optional[str] = None,
-                   kind: Optional[str] = None) -> str:
+                   kind: Optional[str] = None, *, unreachable: Optional[str] = None) -> str:
     """How to re-score rows of another geocon_torch version with the installed one, for a
     warning (commands in backticks), by where the rows come from:
 
@@ -140,9 +240,13 @@ def rescore_advice(source: str = "rows", config_hash: Optional[str] = None,
     * ``"rows"``: rows of an unknown source: the store's advice, then the results files'.
 
     ``config_hash`` (the rows' one) is named when given; ``kind`` is the reward kind of
-    ``"pairs"``.
+    ``"pairs"``. ``unreachable`` (:func:`unreachable_config`: why this version cannot score
+    the rows' configuration again) gives the advice for such rows instead: no option reaches
+    them, so the manifest is scored again into a new store.
     """
     cfg = f" (config {config_hash})" if config_hash else ""
+    if unreachable is not None:
+        return _unreachable_advice(source, config_hash, unreachable)
     bench = ("`geocon bench MANIFEST --db DB --rescore-versions` with the --preset / --config / "
              f"size options these rows were scored with{cfg} "
              "(`run_manifest(..., rescore_versions=True)`)")
@@ -162,6 +266,27 @@ def rescore_advice(source: str = "rows", config_hash: Optional[str] = None,
                      f"{source!r}")
 
 
+def _unreachable_advice(source: str, config_hash: Optional[str], why: str) -> str:
+    """:func:`rescore_advice` for rows whose configuration this version cannot score again."""
+    if source not in ("store", "pairs", "jsonl", "rows"):
+        raise InputError(f"rescore_advice: source must be store, pairs, jsonl or rows, got "
+                         f"{source!r}")
+    old = f"config {config_hash}" if config_hash else "their old config"
+    lead = (f"these rows' configuration is not one this version can score ({why}; the "
+            "protocol changed since they were scored), so no re-scoring option reaches them: ")
+    store = ("score the manifest again into a new --db with the options you mean (in this "
+             f"store the rows stay under {old}, which a report shows while it holds the most "
+             "rows: give `geocon report` the new config's --config-hash)")
+    score = ("score the clips again with `geocon score CLIP... --json` and the options you "
+             f"mean (this version cannot give {old})")
+    if source in ("store", "pairs"):
+        return lead + store
+    if source == "jsonl":
+        return lead + score
+    return (f"{lead}{store} for the rows of a store; for results files of geocon score "
+            f"--json, {score}")
+
+
 def _outside_level() -> int:
     """The ``warnings.warn`` stacklevel, counted from the function that calls this one
     (level 1), of the first frame outside this module: the caller of the public statistic
@@ -173,18 +298,85 @@ def _outside_level() -> int:
     return level
 
 
-def versions_to_warn(counts: Dict[str, int]) -> bool:
+def versions_to_warn(counts: Dict[str, int], errors: Optional[Dict[str, int]] = None) -> bool:
     """Whether scored rows with these :func:`version_counts` call for a version warning: more
     than one version, or one that is not the running ``__version__`` (rows that record none,
-    "unknown", only beside another version)."""
-    return len(counts) > 1 or (len(counts) == 1 and
-                               next(iter(counts)) not in (__version__, "unknown"))
+    "unknown", only beside another version); or error rows (``errors``:
+    :func:`error_version_counts`) of another version than the running one ("unknown" left
+    out)."""
+    scored = len(counts) > 1 or (len(counts) == 1 and
+                                 next(iter(counts)) not in (__version__, "unknown"))
+    return scored or any(v not in (__version__, "unknown") for v in (errors or {}))
+
+
+def _clips(n: int) -> str:
+    return f"{n} clip{'s' if n != 1 else ''}"
+
+
+def error_rows_text(errors: Dict[str, int]) -> str:
+    """``"1 error row of geocon_torch 0.2.4"`` (several versions: ``"2 error rows of
+    geocon_torch 0.2.3, 1 error row of 0.2.4"``) for error-row counts by version."""
+    return ", ".join(f"{n} error row{'s' if n != 1 else ''} of "
+                     f"{'geocon_torch ' if i == 0 else ''}{v}"
+                     for i, (v, n) in enumerate(errors.items()))
+
+
+def _scored_text(counts: Dict[str, int], how: str, reachable: bool) -> str:
+    """The warning's part about the scored rows (:func:`warn_mixed_versions`)."""
+    newer = [v for v in counts if is_newer_version(v, __version__)]
+    older = [v for v in counts if is_older_version(v)]
+    redo = "to re-score them with it: " if reachable else ""
+    upgrade = ("upgrade geocon_torch to compare them with it (re-scoring them with this one "
+               "would replace a newer release's numbers with an older one's)")
+    if len(counts) == 1:
+        alone, n = next(iter(counts.items()))
+        if newer:
+            return (f"the rows hold results of geocon_torch {alone} ({_clips(n)}), newer than "
+                    f"this {__version__}: their numbers may differ from those this version "
+                    f"gives; {upgrade}")
+        return (f"the rows hold results of geocon_torch {alone} ({_clips(n)}), and this is "
+                f"{__version__}: a release keeps the config hash, so their numbers may differ "
+                f"from those this version gives; {redo}{how}")
+    listed = ", ".join(f"{v}: {_clips(n)}" for v, n in counts.items())
+    text = (f"the rows hold results of {len(counts)} geocon_torch versions ({listed}) under one "
+            f"config hash, which a release keeps: their numbers may differ; this is "
+            f"{__version__}: ")
+    which = "other versions" if not newer else f"older versions ({', '.join(older)})"
+    parts = [(f"re-score the rows of the {which} with {how}" if reachable else
+              f"the rows of the {which}: {how}")] if older else []
+    if newer:
+        parts.append(f"the rows of {', '.join(newer)} are newer than this version: {upgrade}")
+    return text + "; ".join(parts)
+
+
+def version_warning_text(counts: Dict[str, int], errors: Dict[str, int], how: str,
+                         reachable: bool = True) -> str:
+    """The text of :func:`warn_mixed_versions` for scored rows ``counts`` and error rows
+    ``errors`` by version (:func:`version_counts`, :func:`error_version_counts`), the advice
+    ``how`` that re-scores the older rows (:func:`rescore_advice`; ``reachable`` False: the
+    advice for rows this version cannot score again), "" when nothing calls for a warning.
+    Rows of a newer release get "upgrade" advice, never re-scoring."""
+    parts = [_scored_text(counts, how, reachable)] if versions_to_warn(counts) else []
+    old_err = {v: n for v, n in errors.items() if v != "unknown" and is_older_version(v)}
+    new_err = {v: n for v, n in errors.items() if is_newer_version(v, __version__)}
+    if old_err:
+        told = any(is_older_version(v) for v in counts) and bool(parts)
+        redo = ("the same advice re-scores them" if told else
+                f"to re-score them with it: {how}" if reachable else how)
+        parts.append(f"the rows {'also ' if parts else ''}hold {error_rows_text(old_err)}, "
+                     f"and this is {__version__}: an older release's refusal, which this "
+                     f"version may score (error rows enter no statistic); {redo}")
+    if new_err:
+        parts.append(f"the rows {'also ' if parts else ''}hold {error_rows_text(new_err)}, "
+                     f"newer than this {__version__}: upgrade geocon_torch to compare")
+    return "; ".join(parts)
 
 
 def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: Optional[int] = None,
                         how: Optional[str] = None) -> Dict[str, int]:
     """Warn (UserWarning) when the scored rows record more than one geocon_torch version, or
-    (a softer text) one version that is not the running ``geocon_torch.__version__``.
+    (a softer text) one version that is not the running ``geocon_torch.__version__``, or when
+    error rows record another version than the running one.
 
     The config hash names the protocol, not the package, so a store keeps the rows of an older
     release after an upgrade and new clips get rows of the new one: a statistic over both may
@@ -193,7 +385,11 @@ def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: Optional[
     must not break the statistics), naming each version with its number of clips, the running
     version and the way to re-score the older rows (``how``, naming the rows' config hash when
     they have one). Rows that record no version (hand-made rows: "unknown") warn only beside
-    another version.
+    another version. Error rows of an older release are named too (a refusal the running
+    version may not give; they enter no statistic); rows of a newer release (by release
+    order, :func:`is_newer_version`) get "upgrade geocon_torch", never re-score advice. When
+    the older rows' configuration cannot be scored again by this version
+    (:func:`unreachable_config`) the advice says so instead of naming a re-scoring option.
 
     Args:
         rows: joined or flat rows (:func:`version_counts`).
@@ -206,26 +402,19 @@ def warn_mixed_versions(rows: Iterable[Dict[str, Any]], *, stacklevel: Optional[
         :func:`version_counts` of ``rows``.
     """
     rows = list(rows)
-    counts = version_counts(rows)
-    if not versions_to_warn(counts):
+    counts, errors = version_counts(rows), error_version_counts(rows)
+    if not versions_to_warn(counts, errors):
         return counts
-    alone = next(iter(counts)) if len(counts) == 1 else None
     hashes = {str(r["config_hash"]) for r in rows if r.get("config_hash") is not None}
     cfg = next(iter(hashes)) if len(hashes) == 1 else None
+    why = unreachable_config(older_rows(rows))
+    if why is not None:  # a caller's `how` names an option that cannot reach these rows
+        how = rescore_advice("rows" if how is None else "store", cfg, unreachable=why)
     how = how or rescore_advice("rows", cfg)
     level = _outside_level() if stacklevel is None else stacklevel
-    if alone is not None:
-        n = counts[alone]
-        text = (f"the rows hold results of geocon_torch {alone} ({n} clip{'s' if n != 1 else ''}"
-                f"), and this is {__version__}: a release keeps the config hash, so their "
-                f"numbers may differ from those this version gives; to re-score them with it: "
-                f"{how}")
-    else:
-        listed = ", ".join(f"{v}: {n} clip{'s' if n != 1 else ''}" for v, n in counts.items())
-        text = (f"the rows hold results of {len(counts)} geocon_torch versions ({listed}) under "
-                f"one config hash, which a release keeps: their numbers may differ; this is "
-                f"{__version__}: re-score the rows of the other versions with {how}")
-    warnings.warn(text, UserWarning, stacklevel=level)
+    text = version_warning_text(counts, errors, how, reachable=why is None)
+    if text:
+        warnings.warn(text, UserWarning, stacklevel=level)
     return counts
 
 

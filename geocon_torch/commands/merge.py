@@ -6,22 +6,32 @@ Examples:
 
 OUT and every SHARD are SQLite files or PostgreSQL URLs (OUT is created if missing). Rows are
 deduplicated by (content hash, config hash) for results and (clip_id, config hash) for clip
-rows. A scored result replaces an error row (a node's --retry-errors fix reaches OUT); a
-scored result of the installed geocon_torch version replaces one of another version (after an
-upgrade, a node's geocon bench --rescore-versions reaches OUT); a clip row with other metadata
-(generator, prompt_category, seed, the manifest entry, ...) for the same bytes is replaced by
-the one written last (a node's manifest fix reaches OUT); each replacement is printed with
-what differs. A key that two stores hold with DIFFERENT scored results otherwise (ignoring
-timing_s, path and clip), a clip id pointing at other bytes, or clip rows that differ with the
-same write time (or, with --clock-skew SECONDS, written less than that far apart by the nodes'
-clocks) are a conflict: OUT keeps the row it had (or the earlier shard's), and every
-differing field is printed with both values (all of them with --conflicts FILE, one JSON object
-per line; --conflicts - writes them to stdout, the summary then goes to stderr). A conflict
-between rows of two geocon_torch versions (a shard that still holds an older version's rows)
-names the store to re-score: geocon bench MANIFEST --db STORE --rescore-versions, then merge
-again. Running the same merge again changes nothing. Exit
-status 0, or 1 when there were conflicts; 2 for a user error (a SHARD that is not a store, OUT
-among the shards, a --conflicts FILE that cannot be written or is OUT or a SHARD).
+rows. A scored result replaces an error row of the same or an older version (a node's
+--retry-errors fix reaches OUT); a scored result of the installed geocon_torch version
+replaces one of an older version (after an upgrade, a node's geocon bench --rescore-versions
+reaches OUT); a row is never replaced by one of an older version (versions in release order,
+a row that records none counts as older); a clip row with other metadata (generator,
+prompt_category, seed, the manifest entry, ...) for the same bytes is replaced by the one
+written last (a node's manifest fix reaches OUT); each replacement is printed with what
+differs. A key that two stores hold with DIFFERENT scored results otherwise (ignoring
+timing_s, path, clip and the config block, which the config hash stands for), a clip id
+pointing at other bytes, or clip rows that differ with the same write time (or, with
+--clock-skew SECONDS, written less than that far apart by the nodes' clocks) are a conflict:
+OUT keeps the row it had (or the earlier shard's). A conflict or replacement lists the
+differing fields with both values, those that matter first (status, reason, score, regime,
+version, the background headline, the gate, then the rest alphabetically), a field one row
+lacks as absent, up to 12 per row and then "(+N more fields)" (--conflicts FILE writes every
+conflict, one JSON object per line, "more_differences": N when cut; --conflicts - writes
+them to stdout, the summary then goes to stderr). A conflict between rows of two
+geocon_torch versions names the store to re-score (geocon bench MANIFEST --db STORE
+--rescore-versions with the --preset / --config / size options of the rows' config, then
+merge again), or, where one row is of a version newer than the installed one, says to
+upgrade geocon_torch. Scored rows of another version that a shard adds (keys OUT lacked) are
+counted in the summary, with a warning line per shard on stderr naming it and how to
+re-score it (they do not change the exit status). Running the same merge again changes
+nothing. Exit status 0, or 1 when there were conflicts; 2 for a user error (a SHARD that is
+not a store, OUT among the shards, a --conflicts FILE that cannot be written or is OUT or a
+SHARD).
 """
 from __future__ import annotations
 
@@ -31,6 +41,7 @@ import sys
 
 from .._version import __version__
 from ..bench import merge_stores
+from ..bench.merge import MergeReport, absent, other_version_notes
 from ..io._atomic import atomic_output
 from ._common import check_not_input, check_output_file, cli_path, non_negative_float
 
@@ -60,17 +71,37 @@ def _key(c: dict) -> str:
     return f"({c['table']}) {key} config {c['config_hash'][:16]}"
 
 
+def _value(v: object) -> str:
+    """A listed value as JSON, or ``absent`` for a field the row lacks (:func:`absent`)."""
+    return "absent" if v == absent() else json.dumps(v)
+
+
+def _diffs(c: dict, sep: str) -> str:
+    """The differing fields of a conflict / update, ``(+N more fields)`` when cut."""
+    text = "; ".join(f"{k}: {_value(a)}{sep}{_value(b)}" for k, (a, b) in c["differences"].items())
+    more = c.get("more_differences")
+    return f"{text} (+{more} more fields)" if more else text
+
+
 def _line(c: dict) -> str:
-    diffs = "; ".join(f"{k}: {json.dumps(a)} vs {json.dumps(b)}"
-                      for k, (a, b) in c["differences"].items())
     hint = f" -- {c['hint']}" if c.get("hint") else ""
-    return f"conflict {_key(c)}: kept {c['kept_from']} vs {c['other_from']}: {diffs}{hint}"
+    return (f"conflict {_key(c)}: kept {c['kept_from']} vs {c['other_from']}: "
+            f"{_diffs(c, ' vs ')}{hint}")
 
 
 def _update_line(u: dict) -> str:
-    diffs = "; ".join(f"{k}: {json.dumps(a)} -> {json.dumps(b)}"
-                      for k, (a, b) in u["differences"].items())
-    return f"updated {_key(u)} from {u['from']}: {diffs}"
+    return f"updated {_key(u)} from {u['from']}: {_diffs(u, ' -> ')}"
+
+
+def _others(report: MergeReport) -> dict:
+    """``report.other_versions`` ({} for a report without it: a stand-in of the tests)."""
+    return getattr(report, "other_versions", None) or {}
+
+
+def _other_count(report: MergeReport) -> str:
+    """The summary's count of added rows of other versions (empty when none)."""
+    n = sum(sum(c.values()) for c in _others(report).values())
+    return f"; {n} added row(s) of other geocon_torch versions (see below)" if n else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,11 +119,14 @@ def run(args: argparse.Namespace) -> int:
           f"{report.results_errors_skipped} shard error row(s) not copied; clips "
           f"{report.clips_added} added, {report.clips_same} already there, "
           f"{report.clips_updated} updated from newer rows, {report.clips_older} older "
-          f"row(s) not copied; {len(report.conflicts)} conflict(s)", file=notes)
+          f"row(s) not copied; {len(report.conflicts)} conflict(s)"
+          f"{_other_count(report)}", file=notes)
     for u in report.updates[:SHOWN]:
         print("  " + _update_line(u), file=notes)
     if len(report.updates) > SHOWN:
         print(f"  ... {len(report.updates) - SHOWN} more update(s)", file=notes)
+    for line in other_version_notes(report) if _others(report) else []:
+        print("  warning: " + line, file=sys.stderr)
     for c in report.conflicts[:SHOWN]:
         print("  " + _line(c), file=sys.stderr)
     if len(report.conflicts) > SHOWN:

@@ -197,37 +197,91 @@ def _source_kind(source: Union[str, Path, List[Dict[str, Any]]]) -> str:
 
 def _versions_warning(flat: List[Dict[str, Any]], source: str = "rows",
                       config_hash: Optional[str] = None) -> List[str]:
-    """A visible warning when the shown scored rows were not all scored by the installed
+    """A visible warning when the shown rows were not all scored by the installed
     geocon_torch (the config hash names the protocol, not the package, so a store keeps an
-    older release's rows after an upgrade): rows of more than one version, or of one version
-    that is not the installed one (rows that record none, "unknown", only beside another),
-    naming each version with its number of scored clips
+    older release's rows after an upgrade): scored rows of more than one version, or of one
+    version that is not the installed one (rows that record none, "unknown", only beside
+    another), naming each version with its number of scored clips
     (:func:`~geocon_torch.bench.stats.version_counts`), the installed version and how to
-    re-score them from this ``source`` (:func:`~geocon_torch.bench.stats.rescore_advice`);
-    nothing otherwise."""
-    versions = stats.version_counts(flat)
-    if not stats.versions_to_warn(versions):
+    re-score the older ones from this ``source``
+    (:func:`~geocon_torch.bench.stats.rescore_advice`); error rows of another version
+    (:func:`~geocon_torch.bench.stats.error_version_counts`: an older release's refusal,
+    which the installed one may score); rows of a newer release (by release order) are told
+    to upgrade, never to re-score; older rows whose configuration the installed version
+    cannot score again (:func:`~geocon_torch.bench.stats.unreachable_config`) get that advice
+    instead. Which rows enter the statistics does not change (ok rows). Nothing otherwise."""
+    versions, errors = stats.version_counts(flat), stats.error_version_counts(flat)
+    if not stats.versions_to_warn(versions, errors):
         return []
-    alone = next(iter(versions)) if len(versions) == 1 else None
+    why = stats.unreachable_config(stats.older_rows(flat))
+    how = re.sub(r"`([^`]*)`", r"<code>\1</code>",
+                 esc(stats.rescore_advice(source, config_hash, unreachable=why)))
+    how = how[:1].upper() + how[1:] if why is not None else how
+    older = [v for v in versions if stats.is_older_version(v)]
+    newer = [v for v in versions if stats.is_newer_version(v, __version__)]
+    text = _versions_found(versions, newer) if stats.versions_to_warn(versions) else ""
+    if older and stats.versions_to_warn(versions):
+        whose = ("these clips" if len(versions) == 1 else
+                 "the clips of the other versions" if not newer else
+                 f"the clips of the older versions ({esc(', '.join(older))})")
+        text += (f"To re-score {whose} with the installed one: {how}; then build the report "
+                 "again. " if why is None else f"{how}; then build the report again. ")
+    if newer:
+        text += (f"The clips of {esc(', '.join(newer))} were scored by a newer geocon_torch: "
+                 "upgrade geocon_torch to compare them (re-scoring them with the installed one "
+                 "would replace a newer release's numbers with an older one's). ")
+    text += _error_rows_note(errors, how, told=bool(older) and stats.versions_to_warn(versions),
+                             reachable=why is None, first=not text)
+    return [f"<p class='warn'>{text.rstrip()}</p>"]
+
+
+def _versions_found(versions: Dict[str, int], newer: List[str]) -> str:
+    """The version box's opening sentences for the scored clips (:func:`_versions_warning`)."""
     listed = "; ".join(f"{esc(v)} ({n} clip{'s' if n != 1 else ''})"
                        for v, n in versions.items())
-    how = re.sub(r"`([^`]*)`", r"<code>\1</code>",
-                 esc(stats.rescore_advice(source, config_hash)))
-    if alone is None:
-        found = (f"<b>Warning: mixed package versions.</b> The scored clips of this config come "
-                 f"from {len(versions)} geocon_torch versions: {listed}. The "
-                 f"installed one is {html.escape(__version__)}. ")
-        which = "numbers of different versions may not be comparable"
-        whose = "the clips of the other versions"
-    else:
-        found = (f"<b>Warning: rows of another package version.</b> The scored clips of this "
-                 f"config were all scored by geocon_torch {listed}. The installed "
-                 f"one is {html.escape(__version__)}. ")
-        which = "these numbers may differ from those the installed version gives"
-        whose = "these clips"
-    return [f"<p class='warn'>{found}The config hash does not change with the package, so a "
-            f"store keeps an older release's rows after an upgrade: {which}. To re-score "
-            f"{whose} with the installed one: {how}; then build the report again.</p>"]
+    installed = html.escape(__version__)
+    if len(versions) > 1:
+        return (f"<b>Warning: mixed package versions.</b> The scored clips of this config come "
+                f"from {len(versions)} geocon_torch versions: {listed}. The installed one is "
+                f"{installed}. The config hash does not change with the package, so a store "
+                "keeps an older release's rows after an upgrade: numbers of different versions "
+                "may not be comparable. ")
+    if newer:
+        return (f"<b>Warning: rows of a newer package version.</b> The scored clips of this "
+                f"config were all scored by geocon_torch {listed}, newer than the installed "
+                f"one ({installed}). The config hash does not change with the package, so a "
+                "store can hold a newer release's rows (written by an upgraded node or run): "
+                "these numbers may differ from those the installed version gives. ")
+    return (f"<b>Warning: rows of another package version.</b> The scored clips of this "
+            f"config were all scored by geocon_torch {listed}. The installed one is "
+            f"{installed}. The config hash does not change with the package, so a store keeps "
+            "an older release's rows after an upgrade: these numbers may differ from those "
+            "the installed version gives. ")
+
+
+def _error_rows_note(errors: Dict[str, int], how: str, told: bool, reachable: bool,
+                     first: bool) -> str:
+    """The version box's sentences about error rows of other versions (older: an older
+    release's refusal, re-scored by ``how`` unless ``told`` already; newer: upgrade), with the
+    box's title when they come ``first``."""
+    old = {v: n for v, n in errors.items() if v != "unknown" and stats.is_older_version(v)}
+    new = {v: n for v, n in errors.items() if stats.is_newer_version(v, __version__)}
+    text = ""
+    if old:
+        head = "<b>Warning: error rows of an older package version.</b> " if first else ""
+        redo = ("The same advice re-scores them. " if told else
+                f"To re-score them with the installed one: {how}; then build the report "
+                "again. " if reachable else f"{how}; then build the report again. ")
+        text += (f"{head}The clips not scored include {esc(stats.error_rows_text(old))} "
+                 f"(the installed one is {html.escape(__version__)}): an older release's "
+                 f"refusal, which the installed version may score (error rows enter no "
+                 f"statistic). {redo}")
+    if new:
+        text += ("<b>Warning: error rows of a newer package version.</b> "
+                 if first and not text else "")
+        text += (f"The clips not scored include {esc(stats.error_rows_text(new))}, newer than "
+                 f"the installed {html.escape(__version__)}: upgrade geocon_torch to compare. ")
+    return text
 
 
 def _header_section(page: _Page, src_name: str, hashes: Counter, chosen: Optional[str],
@@ -648,7 +702,9 @@ def build_report(source: Union[str, Path, List[Dict[str, Any]]], out_dir: Union[
     visible box, not the muted provenance line) when the shown scored rows are not all of the
     installed version (several versions, or one older release), naming them and how to
     re-score them (a store: ``geocon bench --rescore-versions``; results files: ``geocon score
-    --json`` again).
+    --json`` again); error rows of an older release are named with the same advice, rows of a
+    newer release are told to upgrade, and older rows whose configuration the installed
+    version cannot score again are told to be scored into a new store.
 
     Args:
         source: results SQLite file, JSONL file, or already loaded rows.

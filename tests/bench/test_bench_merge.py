@@ -92,7 +92,7 @@ def test_differences_lists_missing_fields_and_ignores_volatile_ones():
     b["timing_s"] = {"total": 5}
     assert differences(json.dumps(a), json.dumps(b)) == {}
     b["background"]["extra"] = 1
-    assert differences(json.dumps(a), json.dumps(b)) == {"background.extra": [None, 1]}
+    assert differences(json.dumps(a), json.dumps(b)) == {"background.extra": [{"absent": True}, 1]}
 
 
 def test_merge_cli_exit_status_and_errors(tmp_path: Path, capsys):

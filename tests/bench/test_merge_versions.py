@@ -69,8 +69,10 @@ def test_an_old_shard_never_replaces_and_its_conflict_says_what_to_rescore(tmp_p
     c = rep.conflicts[0]
     assert c["differences"]["version"] == [__version__, OLD]
     assert c["hint"] == (f"rows of different geocon_torch versions ({__version__} in {out}, "
-                         f"{OLD} in {stale}; this is {__version__}): re-score with geocon "
-                         f"bench MANIFEST --db {stale} --rescore-versions, then merge again")
+                         f"{OLD} in {stale}; this is {__version__}): re-score with `geocon "
+                         f"bench MANIFEST --db {stale} --rescore-versions` with the --preset / "
+                         f"--config / size options these rows were scored with (config cfg) "
+                         f"(`run_manifest(..., rescore_versions=True)`), then merge again")
     assert _stored(out) == {"x": (__version__, 0.93)}
     assert main(["merge", str(out), str(stale)]) == 1
     err = capsys.readouterr().err
@@ -80,8 +82,7 @@ def test_an_old_shard_never_replaces_and_its_conflict_says_what_to_rescore(tmp_p
     b = _store(tmp_path / "b.sqlite", OTHER, ir=0.92, clips=("x",))
     rep = merge_stores(a, [b])
     assert (rep.results_upgraded, len(rep.conflicts)) == (0, 1)
-    assert f"--db {a} --rescore-versions and geocon bench MANIFEST --db {b}" in \
-        rep.conflicts[0]["hint"]
+    assert f"for each STORE of {a} and {b}" in rep.conflicts[0]["hint"]
     assert _stored(a) == {"x": (OLD, 0.91)}
 
 

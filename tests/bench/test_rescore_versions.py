@@ -79,8 +79,11 @@ def test_rescore_versions_replaces_the_old_release_rows_in_place(tmp_path, any_d
     assert (again.computed, again.skipped) == (0, 6)
 
 
-def test_rescore_versions_leaves_error_rows_to_retry_errors_and_rescores_not_applicable(
+def test_rescore_versions_rescores_old_error_rows_and_leaves_new_ones_to_retry_errors(
         tmp_path):
+    """An older release's error row is as stale as its numbers (upgrade audit s32 F2): it is
+    re-scored with the others; an error row of the installed version stays for
+    --retry-errors."""
     m, db = _two_releases(tmp_path, fail_on=["c1"], na=["c2"])
     with ResultStore(db) as st:  # the runner writes error rows: make c1's one of the old release
         (raw,) = [r for r in st.raw_results() if r["status"] == "error"]
@@ -90,11 +93,14 @@ def test_rescore_versions_leaves_error_rows_to_retry_errors_and_rescores_not_app
         st.insert_raw([raw], [], replace=True)
     assert _versions(db)["c1"][:2] == ("error", OLD)
     assert _versions(db)["c2"][:2] == ("not_applicable", OLD)
-    new = Release(NEW)
+    new = Release(NEW, fail_on=["c1"])
     s = run_manifest(m, db, score_fn=new, progress=False, rescore_versions=True)
-    assert sorted(new.calls) == ["c0", "c2", "c3"] and s.computed == 3
+    assert sorted(new.calls) == ["c0", "c1", "c2", "c3"] and s.computed == 4
     got = _versions(db)
-    assert got["c1"][:2] == ("error", OLD) and got["c2"][:2] == ("ok", NEW)
+    assert got["c1"][:2] == ("error", NEW) and got["c2"][:2] == ("ok", NEW)
+    again = Release(NEW)
+    run_manifest(m, db, score_fn=again, progress=False, rescore_versions=True)
+    assert again.calls == [] and _versions(db)["c1"][:2] == ("error", NEW)
     both = Release(NEW)
     run_manifest(m, db, score_fn=both, progress=False, rescore_versions=True, retry_errors=True)
     assert both.calls == ["c1"] and _versions(db)["c1"][:2] == ("ok", NEW)
@@ -134,7 +140,7 @@ def test_stats_warn_on_mixed_versions_and_not_on_one(tmp_path):
         stats.table1(load_results(db), n_boot=50)
 
 
-def test_error_rows_of_another_version_do_not_warn():
+def test_error_rows_of_an_older_version_warn_and_enter_no_statistic():
     from helpers import fake_result
 
     rows = []
@@ -144,10 +150,10 @@ def test_error_rows_of_another_version_do_not_warn():
         rows.append({"clip_id": f"c{i}", "generator": "m", "prompt_category": "C1",
                      "prompt": "p", "seed": i, "scene": f"C1|p|{i}", "result": res,
                      "status": status, "config_hash": "cfg"})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(UserWarning, match=f"1 error row of geocon_torch {OLD}"):
         assert stats.status_counts(rows)
     assert stats.version_counts(rows) == {NEW: 2}
+    assert stats.error_version_counts(rows) == {OLD: 1}
 
 
 def test_preference_pairs_warn_on_mixed_versions(tmp_path, monkeypatch):

@@ -42,7 +42,7 @@ def test_one_version_warning_counts_the_scored_rows_only():
 
 
 def test_warn_mixed_versions_returns_the_counts_also_when_it_does_not_warn():
-    rows = [_row(i, __version__) for i in range(3)] + [_row(3, OLD, "error")]
+    rows = [_row(i, __version__) for i in range(3)] + [_row(3, __version__, "error")]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert stats.warn_mixed_versions(rows) == {__version__: 3}

@@ -157,7 +157,11 @@ def test_mixed_package_versions_get_a_visible_warning(tmp_path: Path):
 
 
 def test_one_package_version_gets_no_warning(tmp_path: Path):
-    """Scored rows of the installed version only (an error row of another is left out)."""
-    db = _versioned_store(tmp_path / "s.sqlite", [(__version__, "ok")] * 3 + [("0.1.0", "error")])
+    """Rows of the installed version only, an error row among them: no box; an error row of
+    an older release is named (upgrade audit s32 F2: re-scoring may turn it into a score)."""
+    db = _versioned_store(tmp_path / "s.sqlite",
+                          [(__version__, "ok")] * 3 + [(__version__, "error")])
     page = _page(db, tmp_path / "rep")
     assert "class='warn'" not in page and "mixed package versions" not in page
+    old = _versioned_store(tmp_path / "o.sqlite", [(__version__, "ok")] * 3 + [("0.1.0", "error")])
+    assert "1 error row of geocon_torch 0.1.0" in _page(old, tmp_path / "rep_o")
