@@ -42,7 +42,7 @@ from torchmetrics import MetricCollection
 
 from .._precision import autocast_off, eager_entry
 from .._checks import retired_argument, retired_name
-from ..config import GeoConConfig
+from ..config import GeoConConfig, IOConfig
 from ..sections.epipolar import resolve_implementation
 from .functional._common import OK, VideosLike
 from .functional.epipolar import (EPIPOLAR_FIELDS, EpipolarConfigArg, _epipolar_compute,
@@ -57,13 +57,29 @@ SUM_STATES = {"error": "epipolar_error_sum_px", "score": "score_sum", "rate": "r
 RETIRED_STATES = {"error_sum": "epipolar_error_sum_px"}
 
 
+#: ``io`` fields besides the frame choice that change the pixels the protocol measures
+_PIXEL_FIELDS = ("letterbox_threshold", "letterbox_min_fraction")
+
+
 def _frame_choice(config: Optional[GeoConConfig]) -> List[Dict[str, Any]]:
-    """The frame selection of ``config.io`` as protocol-key settings: empty when every frame
-    is read (None, or stride 1 without a cap: the numbers of an EpipolarConfig), so two
-    metrics that measure the same frames share their key."""
-    if config is None or (config.io.stride == 1 and config.io.max_frames is None):
+    """What ``config.io`` changes in the frames the protocol measures, as protocol-key
+    settings: the frame selection (``io.stride`` / ``io.max_frames``), the letterbox rule where
+    it is not the default and a lens that distorts (``io.lens``: the frames are undistorted
+    first); empty when none applies (None, or the defaults: the numbers of an EpipolarConfig),
+    so two metrics that measure the same pixels share their key, and keys of the defaults and
+    of a frame choice alone are those of earlier releases."""
+    if config is None:
         return []
-    return [{"io.stride": config.io.stride, "io.max_frames": config.io.max_frames}]
+    io, default = config.io, IOConfig()
+    out: Dict[str, Any] = {}
+    if io.stride != 1 or io.max_frames is not None:
+        out.update({"io.stride": io.stride, "io.max_frames": io.max_frames})
+    out.update({f"io.{k}": getattr(io, k) for k in _PIXEL_FIELDS
+                if getattr(io, k) != getattr(default, k)})
+    lens = config.protocol_dict()["io"].get("lens")  # only a lens that distorts
+    if lens is not None:
+        out["io.lens"] = lens
+    return [out] if out else []
 
 
 class _EpipolarTrio(GeoConMetric):
