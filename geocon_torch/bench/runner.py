@@ -684,13 +684,14 @@ def _unstored(store: ResultStore, clip_ids: List[str], job: _Job, since: float) 
     transaction): no stored row under its config; with ``retry_errors``, an error row written
     before the job started (``since``, unix s: by the writers' clocks); with
     ``rescore_versions``, a row (error rows included) of an older package version
-    (:func:`_stale`; never one of a newer release)."""
+    (:func:`_stale`); never a row of a newer release, whatever the options."""
     rows = store.execute(
         "SELECT c.clip_id, r.status, r.version, r.created_at FROM clips c JOIN results r ON "
         "r.content_hash = c.content_hash AND r.config_hash = c.config_hash "
         "WHERE c.config_hash = ? AND c.clip_id = ANY(?::text[])", (job.cfg_hash, clip_ids))
     done = {cid for cid, status, version, created in rows
-            if not (job.retry_errors and status == "error" and created < since)
+            if not (job.retry_errors and status == "error" and created < since
+                    and not is_newer_version(str(version or "unknown"), __version__))
             and not (job.rescore_versions and _stale(version))}
     return [c for c in clip_ids if c not in done]
 
@@ -834,7 +835,8 @@ def _stored_status(store: ResultStore, key: str, job: _Job
     """(status of the row stored under (``key``, the run's config), None when there is none;
     the package version it records, "unknown" when none; whether to score it again: an error
     row under ``retry_errors``, any row recording an older package version than the running
-    one under ``rescore_versions`` (:func:`_stale`)). One query, whatever the options."""
+    one under ``rescore_versions`` (:func:`_stale`); never a row of a newer release). One
+    query, whatever the options."""
     row = store._one("SELECT status, version FROM results WHERE content_hash=? AND "
                      "config_hash=?", (key, job.cfg_hash))
     if row is None:
@@ -842,7 +844,8 @@ def _stored_status(store: ResultStore, key: str, job: _Job
     status, version = row
     label = str(version or "unknown")
     stale = job.rescore_versions and _stale(version)
-    return status, label, stale or (status == "error" and job.retry_errors)
+    retry = status == "error" and job.retry_errors and not is_newer_version(label, __version__)
+    return status, label, stale or retry
 
 
 def _stale(version: Optional[str]) -> bool:

@@ -11,6 +11,7 @@ to a ``--rescore-versions`` that cannot reach them.
 """
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from pathlib import Path
@@ -246,3 +247,30 @@ def test_the_retired_top_level_seed_of_format_1_configs_is_dropped():
         cfg = GeoConConfig.from_dict({**full, "seed": 0})  # before the fix: ConfigError
     assert cfg.config_hash() == GeoConConfig.from_dict(full).config_hash()
     assert cfg.ransac.seed == GeoConConfig().ransac.seed
+
+
+def test_retry_errors_never_replaces_an_error_row_of_a_newer_release(tmp_path):
+    """Mutation round 22b: --retry-errors replaced a newer release's error row by this older
+    version's result (the rule everywhere else: rows of a newer release are never replaced);
+    an error row of the installed version is still retried."""
+    def scorer(version, errors=()):
+        def score(entry, cfg, dev):
+            res = fake_result(entry.clip_id, status="error" if entry.clip_id in errors else "ok",
+                              config_hash=cfg.config_hash())
+            res["version"] = version
+            return res
+        return score
+
+    m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 2))
+    db = str(tmp_path / "s.sqlite")
+    run_manifest(m, db, score_fn=scorer("99.0.1", errors=["c0"]), progress=False)
+    with ResultStore(db) as st:  # c1: an error row of the installed version
+        (raw,) = [r for r in st.raw_results() if r["status"] != "error"]
+        res = json.loads(raw["result_json"])
+        res.update(status="error", version=__version__)
+        raw.update(status="error", version=__version__, result_json=json.dumps(res))
+        st.insert_raw([raw], [], replace=True)
+    s = run_manifest(m, db, score_fn=scorer(__version__), progress=False, retry_errors=True)
+    with ResultStore(db) as st:
+        got = {r["clip_id"]: (r["status"], r["version"]) for r in st.rows()}
+    assert got == {"c0": ("error", "99.0.1"), "c1": ("ok", __version__)} and s.computed == 1
