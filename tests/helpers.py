@@ -663,3 +663,31 @@ def break_backend(monkeypatch, backend: str = "lk-tracks") -> str:
 
     monkeypatch.setattr(bg, "extract_correspondences", broken)
     return message
+
+
+def release_scorer(version: str, errors: Sequence[str] = (), calls: Optional[list] = None):
+    """A ``run_manifest`` score_fn whose fake results record the release ``version``;
+    ``errors`` clip ids come back as that release's error rows (a refusal it stored, not an
+    exception of this run); ``calls`` (a list) collects the clip ids scored."""
+    def score(entry, cfg, dev):
+        if calls is not None:
+            calls.append(entry.clip_id)
+        status = "error" if entry.clip_id in errors else "ok"
+        res = fake_result(entry.clip_id, status=status, config_hash=cfg.config_hash())
+        res["version"] = version
+        return res
+    return score
+
+
+def fade_after(frames: torch.Tensor, textured: int = 5, flat: int = 6) -> torch.Tensor:
+    """The first ``textured`` frames of ``frames`` (T, 3, H, W) uint8, then ``flat`` flat grey
+    ones (levels 40, 50, ...): a clip whose median pair has no match, its first pairs many."""
+    grey = torch.stack([torch.full_like(frames[0], 40 + 10 * k) for k in range(flat)])
+    return torch.cat([frames[:textured], grey])
+
+
+def score_background(frames: torch.Tensor, config=None, **kw) -> dict:
+    """``score_clip(frames, preset="background", device="cpu", config=config, **kw)`` as a
+    dict."""
+    from geocon_torch import score_clip  # lazy: helpers is imported by every test module
+    return score_clip(frames, preset="background", device="cpu", config=config, **kw).to_dict()

@@ -15,6 +15,8 @@ from geocon_torch.metrics.epipolar import _frame_choice
 from geocon_torch.rewards import reward_from_result
 from geocon_torch.sections.background import _median_matches, _Stack
 
+from helpers import fade_after, score_background
+
 
 def _stack(coarse, fine, gate=(), n=64):
     """A 2-scale stack whose evaluated pairs have ``coarse`` / ``fine`` matches (mask counts)
@@ -97,23 +99,19 @@ SIZE = (120, 160)
 OFF = {"features": {"fallback": None}}
 
 
-def _score(frames, config=None, **kw):
-    from geocon_torch import score_clip  # lazy: the unit tests above need no scoring
-    return score_clip(frames, preset="background", device="cpu", config=config, **kw).to_dict()
+_score = score_background
 
 
-@pytest.fixture(scope="module")
-def frames():
+def _c3() -> torch.Tensor:
     """(8, 3, 120, 160) uint8 grounded C3 frames (translation, F truth)."""
-    from geocon_torch.synth import grounded_clip
+    from geocon_torch.synth import grounded_clip  # lazy: the unit tests above need no render
     return grounded_clip("C3", num_frames=8, size=SIZE).frames
 
 
 @pytest.fixture(scope="module")
-def fade(frames):
+def fade():
     """5 textured frames then 6 flat grey ones: 4 textured pairs of 10, median 0 matches."""
-    grey = torch.stack([torch.full_like(frames[0], 40 + 10 * k) for k in range(6)])
-    return torch.cat([frames[:5], grey])
+    return fade_after(_c3())
 
 
 @pytest.mark.parametrize("config", [OFF, None], ids=["no-fallback", "fallback"])
@@ -132,8 +130,9 @@ def test_exactly_min_valid_pairs_textured_pairs_are_enough(fade, config):
         assert b["fallback"]["reason"].startswith("too little texture")
 
 
-def test_exactly_min_valid_pairs_unmasked_pairs_are_enough(frames):
+def test_exactly_min_valid_pairs_unmasked_pairs_are_enough():
     """6 frames, the given mask fills frames 3-5: 2 clean pairs, ``min_valid_pairs`` 2."""
+    frames = _c3()
     masks = torch.zeros(6, 1, *SIZE, dtype=torch.bool)
     masks[3:, 0] = True
     d = _score(frames[:6], {"background": {"min_valid_pairs": 2}}, masks=masks)

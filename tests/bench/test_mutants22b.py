@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import fake_result, write_clips, write_jsonl
+from helpers import fake_result, release_scorer, write_clips, write_jsonl
 
 from geocon_torch import __version__
 from geocon_torch.bench import ResultStore, merge_stores, run_manifest, stats
@@ -130,15 +130,7 @@ def test_only_the_top_level_seed_is_retired():
 
 
 # --- runner -----------------------------------------------------------------------------------
-def _scorer(version: str, errors=(), calls=None):
-    def score(entry, cfg, dev):
-        if calls is not None:
-            calls.append(entry.clip_id)
-        status = "error" if entry.clip_id in errors else "ok"
-        res = fake_result(entry.clip_id, status=status, config_hash=cfg.config_hash())
-        res["version"] = version
-        return res
-    return score
+_scorer = release_scorer
 
 
 def test_retry_errors_alone_counts_no_rescored_versions(tmp_path: Path):

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import _clip, fake_result, write_clips, write_jsonl
+from helpers import _clip, fake_result, release_scorer, write_clips, write_jsonl
 
 from geocon_torch import __version__
 from geocon_torch.bench import ResultStore, load_results, run_manifest, stats
@@ -31,17 +31,7 @@ OLD = "0.2.4"
 NEWER = "99.0.1"  # a release after the installed one
 
 
-def _scorer(version: str, errors=(), calls=None):
-    """A score_fn whose results record ``version``; ``errors`` clip ids come back as that
-    release's error rows (a refusal it stored, not an exception of this run)."""
-    def score(entry, cfg, dev):
-        if calls is not None:
-            calls.append(entry.clip_id)
-        status = "error" if entry.clip_id in errors else "ok"
-        res = fake_result(entry.clip_id, status=status, config_hash=cfg.config_hash())
-        res["version"] = version
-        return res
-    return score
+_scorer = release_scorer
 
 
 def _rows(db):
@@ -253,24 +243,16 @@ def test_retry_errors_never_replaces_an_error_row_of_a_newer_release(tmp_path):
     """Mutation round 22b: --retry-errors replaced a newer release's error row by this older
     version's result (the rule everywhere else: rows of a newer release are never replaced);
     an error row of the installed version is still retried."""
-    def scorer(version, errors=()):
-        def score(entry, cfg, dev):
-            res = fake_result(entry.clip_id, status="error" if entry.clip_id in errors else "ok",
-                              config_hash=cfg.config_hash())
-            res["version"] = version
-            return res
-        return score
-
     m = write_jsonl(tmp_path / "m.jsonl", write_clips(tmp_path / "clips", 2))
     db = str(tmp_path / "s.sqlite")
-    run_manifest(m, db, score_fn=scorer("99.0.1", errors=["c0"]), progress=False)
+    run_manifest(m, db, score_fn=release_scorer("99.0.1", errors=["c0"]), progress=False)
     with ResultStore(db) as st:  # c1: an error row of the installed version
         (raw,) = [r for r in st.raw_results() if r["status"] != "error"]
         res = json.loads(raw["result_json"])
         res.update(status="error", version=__version__)
         raw.update(status="error", version=__version__, result_json=json.dumps(res))
         st.insert_raw([raw], [], replace=True)
-    s = run_manifest(m, db, score_fn=scorer(__version__), progress=False, retry_errors=True)
+    s = run_manifest(m, db, score_fn=release_scorer(__version__), progress=False, retry_errors=True)
     with ResultStore(db) as st:
         got = {r["clip_id"]: (r["status"], r["version"]) for r in st.rows()}
     assert got == {"c0": ("error", "99.0.1"), "c1": ("ok", __version__)} and s.computed == 1

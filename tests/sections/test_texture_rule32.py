@@ -15,11 +15,11 @@ textured frames whose given mask fills frames 3-5 (2 clean pairs of 5).
 import pytest
 import torch
 
-from geocon_torch import score_clip, score_clips
+from geocon_torch import score_clips
 from geocon_torch.measures.headline import MASKED_AWAY
 from geocon_torch.synth import grounded_clip
 
-from helpers import break_backend, low_contrast
+from helpers import break_backend, fade_after, low_contrast, score_background
 
 SIZE = (120, 160)
 OFF = {"features": {"fallback": None}}
@@ -32,8 +32,7 @@ RESCUED = {"ir": 1.0, "ge_px": 0.03084600158035755, "valid_pairs": 18, "ir_h": 1
            "ge_peak_px": 0.059582605957984924, "median_matches": 469.0}
 
 
-def _score(frames, config=None, **kw):
-    return score_clip(frames, preset="background", device="cpu", config=config, **kw).to_dict()
+_score = score_background
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +43,7 @@ def frames():
 
 @pytest.fixture(scope="module")
 def fade(frames):
-    grey = torch.stack([torch.full_like(frames[0], 40 + 10 * k) for k in range(6)])
-    return torch.cat([frames[:5], grey])
+    return fade_after(frames)
 
 
 @pytest.fixture(scope="module")
