@@ -313,6 +313,15 @@ def _clips(n: int) -> str:
     return f"{n} clip{'s' if n != 1 else ''}"
 
 
+def error_rows_by_age(errors: Dict[str, int]) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """Error-row counts by version (:func:`error_version_counts`) split into (those of an
+    older release, "unknown" left out: a hand-made row alone calls for no warning; those of a
+    newer release), as the version warnings name them."""
+    old = {v: n for v, n in errors.items() if v != "unknown" and is_older_version(v)}
+    new = {v: n for v, n in errors.items() if is_newer_version(v, __version__)}
+    return old, new
+
+
 def error_rows_text(errors: Dict[str, int]) -> str:
     """``"1 error row of geocon_torch 0.2.4"`` (several versions: ``"2 error rows of
     geocon_torch 0.2.3, 1 error row of 0.2.4"``) for error-row counts by version."""
@@ -357,8 +366,7 @@ def version_warning_text(counts: Dict[str, int], errors: Dict[str, int], how: st
     advice for rows this version cannot score again), "" when nothing calls for a warning.
     Rows of a newer release get "upgrade" advice, never re-scoring."""
     parts = [_scored_text(counts, how, reachable)] if versions_to_warn(counts) else []
-    old_err = {v: n for v, n in errors.items() if v != "unknown" and is_older_version(v)}
-    new_err = {v: n for v, n in errors.items() if is_newer_version(v, __version__)}
+    old_err, new_err = error_rows_by_age(errors)
     if old_err:
         told = any(is_older_version(v) for v in counts) and bool(parts)
         redo = ("the same advice re-scores them" if told else

@@ -264,8 +264,7 @@ def _error_rows_note(errors: Dict[str, int], how: str, told: bool, reachable: bo
     """The version box's sentences about error rows of other versions (older: an older
     release's refusal, re-scored by ``how`` unless ``told`` already; newer: upgrade), with the
     box's title when they come ``first``."""
-    old = {v: n for v, n in errors.items() if v != "unknown" and stats.is_older_version(v)}
-    new = {v: n for v, n in errors.items() if stats.is_newer_version(v, __version__)}
+    old, new = stats.error_rows_by_age(errors)
     text = ""
     if old:
         head = "<b>Warning: error rows of an older package version.</b> " if first else ""
