@@ -26,15 +26,20 @@ One record per prompt (in the order prompts first appear in the manifest):
   to their reason.
 * ``{"status": "skipped", "prompt", "kind", "reason", "num_clips", "num_scored", "unscored"}``
   when fewer than two clips of the prompt could be scored, when the best and the worst reward
-  tie (margin 0: a tie is no preference, whatever ``min_margin``), or when the margin is below
-  ``min_margin`` (``reason`` says which, its numbers printed with as many digits as tell them
-  apart; ``margin``, ``chosen`` and ``rejected`` are given in the latter two cases). A margin
+  tie (margin 0: a tie is no preference, whatever ``min_margin``), when the best reward is
+  below ``min_chosen_reward`` (no clip of the prompt is good enough to be a winner) or when the
+  margin is below ``min_margin`` (``reason`` says which, its numbers printed with as many digits
+  as tell them apart; ``margin``, ``chosen`` and ``rejected`` are given in the latter three
+  cases). Kupyn et al. drop a prompt whose best clip's mean error is 8 px or more: for kind
+  "epipolar-dpo" (reward ``exp(-error / 5 px)``) that is ``min_chosen_reward = exp(-8 / 5)``
+  = 0.2019 (:data:`DPO_MIN_CHOSEN_REWARD`; an error of exactly 8 px is kept here). A margin
   equal to ``min_margin`` up to round-off (:data:`MARGIN_ULPS` ulps of the larger of the two
   rewards and ``min_margin``: 0.6 - 0.5 is 0.09999999999999998) is not below it. Clips
   without a prompt form no group: each is one skipped record with ``prompt: null``.
 """
 from __future__ import annotations
 
+import math
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -56,6 +61,8 @@ KIND_PRESETS = {p.reward_kind: p.name for p in PRESETS.values() if p.reward_kind
 #: a margin this many ulps (of the larger of the rewards and ``min_margin``) below
 #: ``min_margin`` still meets it: the round-off of the rewards and of their difference
 MARGIN_ULPS = 4
+#: Kupyn et al.'s winner bound (best mean Sampson error < 8 px) as an "epipolar-dpo" reward
+DPO_MIN_CHOSEN_REWARD = math.exp(-8.0 / 5.0)
 
 
 def kind_config(config: ConfigLike, kind: str) -> GeoConConfig:
@@ -76,11 +83,12 @@ def group_by_prompt(entries: Sequence[ManifestEntry]) -> List[Tuple[Optional[str
 
 
 def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]], kind: str,
-                min_margin: float = 0.0) -> Dict[str, Any]:
+                min_margin: float = 0.0, min_chosen_reward: float = 0.0) -> Dict[str, Any]:
     """The record of one prompt from its clips' (clip_id, ClipReward) (module docstring): a
     pair of the best and the worst reward, or skipped when fewer than two clips are scored,
-    the rewards tie (margin <= 0 is no preference) or the margin is below ``min_margin`` by
-    more than round-off (:data:`MARGIN_ULPS`)."""
+    the rewards tie (margin <= 0 is no preference), the best reward is below
+    ``min_chosen_reward`` or the margin is below ``min_margin`` by more than round-off
+    (:data:`MARGIN_ULPS`)."""
     scored = [(cid, r.reward) for cid, r in rewards if r.status == "ok"]
     rec: Dict[str, Any] = {"prompt": prompt, "kind": kind, "num_clips": len(rewards),
                            "num_scored": len(scored),
@@ -101,6 +109,12 @@ def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]]
         return {"status": "skipped", **rec, **pair,
                 "reason": f"the {len(scored)} scored clips tie (reward {scored[best][1]:.4g}): "
                           "no preference"}
+    top = scored[best][1]
+    if top < min_chosen_reward:
+        return {"status": "skipped", **rec, **pair,
+                "reason": f"the best reward {fmt_apart(top, min_chosen_reward, max_digits=17)} "
+                          f"is below the minimum chosen reward "
+                          f"{fmt_apart(min_chosen_reward, top, max_digits=17)}"}
     scale = max(abs(float(min_margin)), abs(scored[best][1]), abs(scored[worst][1]))
     if margin < min_margin - MARGIN_ULPS * sys.float_info.epsilon * scale:
         return {"status": "skipped", **rec, **pair,  # 17 digits tell any two floats apart
@@ -111,7 +125,8 @@ def choose_pair(prompt: Optional[str], rewards: Sequence[Tuple[str, ClipReward]]
 
 def preference_records(entries: Sequence[ManifestEntry], results: Mapping[str, Mapping[str, Any]],
                        kind: str, config: Optional[GeoConConfig] = None,
-                       min_margin: float = 0.0) -> List[Dict[str, Any]]:
+                       min_margin: float = 0.0, min_chosen_reward: float = 0.0
+                       ) -> List[Dict[str, Any]]:
     """One record per prompt from the results of the entries (``clip_id -> result dict``; a
     clip without a result is unscored with reason "no stored result")."""
     out = []
@@ -121,13 +136,14 @@ def preference_records(entries: Sequence[ManifestEntry], results: Mapping[str, M
             res = results.get(e.clip_id)
             rewards.append((e.clip_id, reward_from_result(res, kind, config) if res is not None
                             else ClipReward(0.0, "error", "no stored result", 0, 0)))
-        out.append(choose_pair(prompt, rewards, kind, min_margin))
+        out.append(choose_pair(prompt, rewards, kind, min_margin, min_chosen_reward))
     return out
 
 
 def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Union[str, Path],
                      *, kind: str = "epipolar-dpo", config: ConfigLike = None,
-                     min_margin: float = 0.0, device: Optional[str] = None,
+                     min_margin: float = 0.0, min_chosen_reward: float = 0.0,
+                     device: Optional[str] = None,
                      progress: bool = False, rescore_versions: bool = False
                      ) -> Tuple[List[Dict[str, Any]], RunSummary]:
     """Score the manifest into ``db`` (resumable) and build one record per prompt.
@@ -142,6 +158,9 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
         min_margin: prompts whose best - worst reward is below it (by more than round-off:
             :func:`choose_pair`) are skipped (a tie, margin 0, is always skipped: no
             preference).
+        min_chosen_reward: prompts whose best reward is below it are skipped: no clip is good
+            enough to be chosen (a number in [0, 1]; :data:`DPO_MIN_CHOSEN_REWARD` is Kupyn et
+            al.'s 8 px winner bound for kind "epipolar-dpo").
         device, progress: as :func:`run_manifest`.
         rescore_versions: as :func:`run_manifest`: re-score (in place) the manifest's stored
             ok / not_applicable rows of the kind's config that another geocon_torch version
@@ -151,6 +170,9 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
     """
     if not min_margin >= 0:
         raise InputError(f"min_margin must be >= 0, got {min_margin!r}")
+    if not 0.0 <= min_chosen_reward <= 1.0:
+        raise InputError(f"min_chosen_reward must be a number in [0, 1] (rewards are), got "
+                         f"{min_chosen_reward!r}")
     entries = list(load_manifest(manifest) if isinstance(manifest, (str, Path)) else manifest)
     check_unique_ids(entries, "manifest entries")
     if entries and not any(e.prompt for e in entries):
@@ -167,4 +189,5 @@ def preference_pairs(manifest: Union[str, Path, Sequence[ManifestEntry]], db: Un
     rows = [row for row in rows if row["clip_id"] in ids]
     warn_mixed_versions(rows, stacklevel=3, how=rescore_advice("pairs", cfg_hash, kind))
     results = {row["clip_id"]: row["result"] for row in rows}
-    return preference_records(entries, results, kind, cfg, min_margin), summary
+    return (preference_records(entries, results, kind, cfg, min_margin, min_chosen_reward),
+            summary)

@@ -22,8 +22,9 @@ the --kind's --preset.)
 Output: one JSON line per prompt. {"status": "pair", "prompt", "chosen", "rejected",
 "chosen_reward", "rejected_reward", "margin", ...} or {"status": "skipped", "prompt",
 "reason", ...} when fewer than two clips of the prompt could be scored, their rewards tie (a
-tie is no preference, even at --min-margin 0) or the margin is below --min-margin (see
-geocon_torch.bench.preferences). A summary goes to stdout (none with --out -).
+tie is no preference, even at --min-margin 0), the best reward is below --min-chosen-reward
+(Kupyn et al.'s winner bound, best error < 8 px, is --min-chosen-reward 0.2019 for
+epipolar-dpo) or the margin is below --min-margin (see geocon_torch.bench.preferences). A summary goes to stdout (none with --out -).
 Exit status: 0 when the pairs are written (clips stored as errors only leave prompts skipped);
 2 for a user error (a bad manifest, store or option, an --out that cannot be written or is
 the MANIFEST, the store or the --config file).
@@ -36,7 +37,7 @@ from ..bench.preferences import preference_pairs
 from ..bench.runner import kept_versions_note
 from ..rewards import KINDS
 from ._common import (build_config, check_not_input, check_output_file, cli_path,
-                      non_negative_float, show_progress, write_jsonl)
+                      non_negative_float, show_progress, unit_fraction, write_jsonl)
 
 NAME = "pairs"
 HELP = "DPO preference pairs: best vs worst clip per prompt by geometric reward (resumable)"
@@ -55,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-margin", type=non_negative_float, default=0.0, metavar="X",
                    help="skip prompts whose best - worst reward is below X (default 0; "
                         "a tie is always skipped; a finite number >= 0)")
+    p.add_argument("--min-chosen-reward", type=unit_fraction, default=0.0, metavar="R",
+                   help="skip prompts whose best reward is below R: no clip good enough to be "
+                        "chosen (default 0; a number in [0, 1]; 0.2019 = exp(-8/5) is Kupyn "
+                        "et al.'s 8 px winner bound for --kind epipolar-dpo)")
     p.add_argument("--rescore-versions", action="store_true",
                    help="re-score (in place) the manifest's stored ok / not_applicable rows of "
                         "this --kind's config that another geocon_torch version wrote (an "
@@ -79,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out", allow_stdout=True)  # before any clip is scored
     records, summary = preference_pairs(
         args.manifest, args.db, kind=args.kind, config=build_config(args),
-        min_margin=args.min_margin, device=args.device, progress=show_progress(args),
+        min_margin=args.min_margin, min_chosen_reward=args.min_chosen_reward,
+        device=args.device, progress=show_progress(args),
         rescore_versions=args.rescore_versions)
     write_jsonl(args.out, records)
     pairs = sum(r["status"] == "pair" for r in records)
