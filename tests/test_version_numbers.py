@@ -79,7 +79,18 @@ PINNED["0.2.5"]["C4_masks_all"]["score"] = 0.983934
 PINNED["0.2.6"] = PINNED["0.2.5"]
 #: a clip whose median pair has fewer than 30 matches is scored on its pairs with 30 (eq. 12)
 #: instead of not_applicable: the pinned clips are textured everywhere
-PINNED["0.2.7"] = PINNED["0.2.6"]
+PINNED["0.2.7"] = copy.deepcopy(PINNED["0.2.6"])
+#: per-pair numbers of the truck at the full working scale (pinned from 0.2.7 on: a change
+#: that moves pairs but not the clip's medians moves a stored per_pair row all the same)
+PINNED["0.2.7"]["C3_truck_per_pair"] = {
+    "matches": [130, 140, 142, 153], "inliers_h": [93, 107, 115, 125],
+    "inliers_f": [130, 140, 142, 153],
+    "ge_h_px": [0.557744, 0.620058, 0.649467, 0.608321],
+    "ge_f_px": [0.0309092, 0.0300547, 0.0586727, 0.0387435]}
+
+
+#: the per-pair fields pinned (of ``background.per_pair`` rows at scale 1)
+PER_PAIR_FIELDS = ("matches", "inliers_h", "inliers_f", "ge_h_px", "ge_f_px")
 
 
 def _round(x: Any) -> Any:
@@ -107,10 +118,12 @@ def numbers() -> Dict[str, Dict[str, Any]]:
     objects = grounded_clip("C4", num_frames=6, size=(192, 256), seed=0)
     truck = grounded_clip("C3", num_frames=5, motion="truck", speed=0.15, size=(120, 160),
                           seed=0)
+    truck_result = score_clip(truck.frames, preset="background", progress=False).to_dict()
     out = {"C4_masks_all": _clip_numbers(score_clip(objects.frames, masks=objects.masks,
                                                     preset="all", progress=False).to_dict()),
-           "C3_truck_background": _clip_numbers(score_clip(
-               truck.frames, preset="background", progress=False).to_dict())}
+           "C3_truck_background": _clip_numbers(truck_result)}
+    rows = [r for r in truck_result["background"]["per_pair"] if r["scale"] == 1.0]
+    out["C3_truck_per_pair"] = {k: [_round(r[k]) for r in rows] for k in PER_PAIR_FIELDS}
     videos = torch.stack([grounded_clip(c, num_frames=16, motion=m, size=(96, 128), seed=0).frames
                           for c, m in (("C3", "truck"), ("C2", "pan"))])
     for kind in ("epipolar", "epipolar-dpo", "background"):
