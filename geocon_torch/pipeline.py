@@ -272,7 +272,8 @@ def result_motion(meta: Dict[str, Any], every: Optional[int]) -> Optional[Dict[s
     (native resolution), ``"held_frames"`` (how many frames repeat the one before them; only
     when some do and the clip is not frozen: their pairs were not scored), and for a preset
     with the ``epipolar_dpo`` section (``every``: its sampling rate) ``"epipolar_dpo"``: the
-    same of frames 0, every, 2 every, ... up to the last frame read, when the reader measured
+    same of frames 0, every, 2 every, ... (of the whole source without ``io.max_frames``,
+    whatever ``io.stride``; with it, up to the last frame read), when the reader measured
     them at that rate (not for a Clip input, which that section samples by its own positions).
     None when the reader recorded nothing (a Clip
     not made by ``read_clip``)."""

@@ -85,13 +85,13 @@ from .epipolar.dpo import measure_dpo, one_torch_thread, sample_positions
 from .errors import ArgumentTypeError, ClipTensorError, InputError
 from .io import check_clip_tensor, tensor_frames
 from .io.sampling import FROZEN_MAX_MAD  # noqa: F401 - the rule's tolerance, re-exported
-from .io.sampling import frame_selection, is_still, max_pair_sums
+from .io.sampling import is_still, max_pair_sums
 from .measures.headline import textured_share
 from .pipeline import _error_block, pinned_config, read_options, score_clips
 from .presets import REWARD_KINDS, preset_for_kind
 from .sections.background import CALL_ERRORS
 from .sections.epipolar import measure_natives, native_tensor_clips
-from .sections.epipolar_dpo import dpo_blocks
+from .sections.epipolar_dpo import dpo_blocks, dpo_frame_end, with_read_reason
 
 KINDS = REWARD_KINDS  # the reward kinds of the preset table
 NEUTRAL_REWARD = 0.0
@@ -175,24 +175,26 @@ def _reward_config(config: RewardConfigLike, kind: str, seed: Optional[int]) -> 
 @one_torch_thread()  # the work is spread over the SIFT pool (epipolar.dpo.one_torch_thread)
 def _dpo_rewards(videos: torch.Tensor, cfg: GeoConConfig, neutral: float) -> List[ClipReward]:
     """kind "epipolar-dpo": one batched measurement of all clips (module docstring), on the
-    frames 0, rate, 2 rate, ... up to the last frame ``io.stride`` / ``io.max_frames`` keep (as
-    ``score_clip`` samples them)."""
+    frames 0, rate, 2 rate, ... of the whole clip (with ``io.max_frames``: up to the last frame
+    kept), as ``score_clip`` samples them."""
     config = cfg.epipolar_dpo
-    positions = _dpo_positions(cfg, int(videos.shape[1]))
+    t = int(videos.shape[1])
+    positions = _dpo_positions(cfg, t)
     frames = tensor_frames(videos, long_side=None, indices=positions,
                            lens=cfg.io.lens)  # (B, T', 3, H, W) uint8
     m = measure_dpo(list(frames.unbind(0)), config, videos.device,
                     frame_numbers=[positions] * int(frames.shape[0]))
-    return [reward_from_result({"epipolar_dpo": block}, "epipolar-dpo", neutral=neutral)
+    end = dpo_frame_end(cfg, t)
+    return [reward_from_result({"epipolar_dpo": with_read_reason(
+        block, cfg, config.sampling_rate, t, end)}, "epipolar-dpo", neutral=neutral)
             for block in dpo_blocks(m, config)]
 
 
 def _dpo_positions(cfg: GeoConConfig, num_frames: int) -> List[int]:
-    """Frames "epipolar-dpo" reads: 0, rate, 2 rate, ... up to the last frame ``io.stride`` /
-    ``io.max_frames`` keep."""
-    kept = frame_selection(cfg.io.stride, cfg.io.max_frames).resolve(num_frames)
-    return sample_positions(int(kept[-1]) + 1 if len(kept) else 0,
-                            cfg.epipolar_dpo.sampling_rate)
+    """Frames "epipolar-dpo" reads: 0, rate, 2 rate, ... of the whole clip whatever
+    ``io.stride``; with ``io.max_frames`` up to the last frame kept
+    (:func:`~geocon_torch.sections.epipolar_dpo.dpo_frame_end`)."""
+    return sample_positions(dpo_frame_end(cfg, num_frames), cfg.epipolar_dpo.sampling_rate)
 
 
 def frozen_clips(videos: torch.Tensor, step: int = 1, count: Optional[int] = None

@@ -90,15 +90,16 @@ def test_tensor_held_threshold_is_half_a_grey_level():
 
 
 def test_frame_motion_held_flags_follow_the_hdr_threshold():
-    """Frames of mean absolute differences 10, 2, 18: at an HDR threshold of 3 grey levels the
-    second pair is still (held position 2); at the SDR 0.5 none is."""
+    """Frames of mean absolute differences 4, 2, 24: at an HDR threshold of 3 grey levels the
+    second pair is still (held position 2); at the SDR 0.5 none is (2 is no dip: above 0.35 of
+    its smaller side, 4: ``io.sampling.held_flags``)."""
     motion = FrameMotion()
-    for i, v in enumerate((0, 10, 12, 30)):
+    for i, v in enumerate((0, 4, 6, 30)):
         motion.add(i, np.full((4, 5, 3), v, np.uint8), True)
     hdr = motion.record(3.0, held=True)
-    assert hdr == {"max_mad": 18.0, "pairs": 3, "frozen": False, "held": [2]}
-    assert motion.record(held=True) == {"max_mad": 18.0, "pairs": 3, "frozen": False}
-    # explicit clip order 12, 0, 10 (source frames 2, 0, 1): frame 1 against 0 moves
+    assert hdr == {"max_mad": 24.0, "pairs": 3, "frozen": False, "held": [2]}
+    assert motion.record(held=True) == {"max_mad": 24.0, "pairs": 3, "frozen": False}
+    # explicit clip order 6, 4, 0 (source frames 2, 1, 0): frame 1 against 2 is still
     assert motion.record(3.0, order=[2, 1, 0], held=True)["held"] == [1]
 
 

@@ -52,8 +52,8 @@ from .lens import LensLike, as_lens, lens_record, undistort_frames, undistort_ma
 from .letterbox import ContentMaskAccumulator, detect_content_mask
 from .resize import RESIZE_CHUNK_VALUES, WorkingSize, resize_frames, resize_image, working_size
 from .sampling import (FrameMotion, FrameSelection, check_indices_in_range, frame_selection,
-                       consecutive_pair_sums, frozen_max_mad, held_positions, is_still,
-                       max_pair_sums, motion_record, with_held)
+                       consecutive_pair_sums, frozen_max_mad, held_flags, held_positions,
+                       is_still, max_pair_sums, motion_record, with_held)
 
 #: Frame rate assumed for sources that carry none (tensors, image folders) when ``fps`` is not
 #: given: 24 fps, the rate of the paper's generated clips. ``meta["fps_source"]`` says "default".
@@ -111,9 +111,10 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
             (bit-identical frames; the eager decode is dropped once it holds this many).
             None: no limit. :func:`~geocon_torch.pipeline.load_clip` passes
             ``io.stream_min_frames``.
-        motion_every: also measure the motion of source frames 0, k, 2k, ... up to the last
-            frame kept (``meta["motion"]["sampled"]``; the frames Epipolar-DPO reads, k = 15);
-            None: only the frames kept (``meta["motion"]``, always recorded).
+        motion_every: also measure the motion of source frames 0, k, 2k, ... of the whole
+            source for a stride without ``max_frames``, else up to the last frame kept
+            (``meta["motion"]["sampled"]``; the frames Epipolar-DPO reads, k = 15); None: only
+            the frames kept (``meta["motion"]``, always recorded).
         lens: the camera's lens (``io.lens``: a :class:`~geocon_torch.config.LensConfig`, a
             mapping of its keys or a :class:`~geocon_torch.io.lens.Lens`): the working frames
             are undistorted (:mod:`geocon_torch.io.lens`), the content mask found on the
@@ -159,6 +160,7 @@ def read_clip(source: Source, *, long_side: Optional[int] = 1024, stride: int = 
         opts = dict(long_side=long_side, upscale=upscale, thr=letterbox_threshold,
                     frac=letterbox_min_fraction, stream=bool(stream), lens=lens,
                     motion_every=_check_every(motion_every),
+                    motion_whole=sel.indices is None and sel.max_frames is None,
                     stream_limit=None if stream_limit is None else check_integer(
                         stream_limit, "stream_limit", 0))
         return _file_clip(Path(source), sel, device, name, fps, opts)
@@ -247,7 +249,7 @@ class _VideoPass:
     def __init__(self, opts: Dict[str, Any], stream: bool) -> None:
         self.opts = opts
         self.size: Optional[WorkingSize] = None
-        self.motion = FrameMotion(opts["motion_every"])
+        self.motion = FrameMotion(opts["motion_every"], opts.get("motion_whole", False))
         self.chunks = _MaskChunks(opts["thr"]) if stream else None
 
     def start(self):
@@ -353,9 +355,11 @@ def _scan_images(files: List[Path], sel: FrameSelection, opts: Dict[str, Any], w
     (clip indices, working size, meta)."""
     idx = sel.resolve(len(files), where).tolist()
     ws: Optional[WorkingSize] = None
-    motion, kept = FrameMotion(opts["motion_every"]), set(idx)
+    whole = bool(opts.get("motion_whole"))  # a stride without a cap: sampled to the end
+    motion, kept = FrameMotion(opts["motion_every"], whole), set(idx)
     transparency = TransparencyCount()
-    for i in sorted(kept | {j for j in range(max(idx) + 1) if motion.wants(j)}):
+    sampled_end = len(files) if whole else max(idx) + 1
+    for i in sorted(kept | {j for j in range(sampled_end) if motion.wants(j)}):
         rgb, partial = read_image_alpha(files[i])
         motion.add(i, rgb, kept=i in kept)
         if i not in kept:  # read for the sampled motion only
@@ -706,7 +710,8 @@ def _tensor_clips(x: torch.Tensor, names: List[str], *, long_side: Optional[int]
     x = x.detach() if device is None else x.detach().to(device)
     native = x[:, to_device(idx, x.device)]  # (B, T', C, H, W) as given
     order = idx if motion_indices is None else sel_motion(motion_indices, t)
-    sums, chains = _motion_sums(x, native, idx, every, order)
+    whole = sel.indices is None and sel.max_frames is None and motion_indices is None
+    sums, chains = _motion_sums(x, native, idx, every, order, t if whole else None)
     out, ws = _working_frames(native, long_side, upscale)
     del native
     masks = detect_content_mask(out, opts["thr"], opts["frac"])
@@ -751,17 +756,20 @@ def sel_motion(indices: Sequence[int], num_frames: int) -> np.ndarray:
 
 
 def _motion_sums(x: torch.Tensor, native: torch.Tensor, idx: np.ndarray, every: Optional[int],
-                 order: np.ndarray) -> Tuple[List[torch.Tensor], List[int]]:
+                 order: np.ndarray, end: Optional[int] = None
+                 ) -> Tuple[List[torch.Tensor], List[int]]:
     """The pair sums of the motion chains (no host sync): (B, n - 1) float64 on the batch's
     device, every consecutive pair (:func:`~geocon_torch.io.sampling.consecutive_pair_sums`)
     of the distinct frames ``order`` in source order (the frames of the detached batch ``x``;
     ``native`` (B, T', C, H, W): its frames ``idx`` before any resize, read again when they
     are that chain) and, with ``every``, the (B,) largest pair sum
     (:func:`~geocon_torch.io.sampling.max_pair_sums`) of frames 0, every, 2 every, ... up to
-    the last one kept; and the pair count of each chain (a chain of fewer than two frames has
-    no sums)."""
+    the last one kept (``end`` given: below ``end``, the whole source of a stride without a
+    frame cap); and the pair count of each chain (a chain of fewer than two frames has no
+    sums)."""
     distinct = np.unique(order)
-    chains = [distinct] + ([np.arange(0, int(distinct[-1]) + 1, every)] if every else [])
+    stop = int(distinct[-1]) + 1 if end is None else int(end)
+    chains = [distinct] + ([np.arange(0, stop, every)] if every else [])
     sums, pairs = [], []
     for k, frames_at in enumerate(chains):
         pairs.append(len(frames_at) - 1)
@@ -790,7 +798,8 @@ def _motion_meta(host: List[float], pairs: List[int], per_frame: int,
     chains' pair counts and the clip's source frames ``order`` (the held positions)."""
     first, rest = host[:max(pairs[0], 0)], iter(host[max(pairs[0], 0):])
     out = motion_record(max(first) if first else None, pairs[0], per_frame)
-    still = [bool(is_still(v, per_frame)) for v in first]
+    still = held_flags([v / per_frame for v in first],
+                       [bool(is_still(v, per_frame)) for v in first])
     with_held(out, held_positions(still, np.unique(order).tolist(), order.tolist()),
               len(order))
     if every is not None:

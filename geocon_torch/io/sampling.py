@@ -19,16 +19,18 @@ arithmetic is :func:`pair_abs_diff_sums` (uint8: exact integer sums; float in [0
 sums of the differences times 255; on the decoded frames :func:`image_abs_diff_sum`, the same
 exact sums from OpenCV, with no torch threads). A pair of frames of different sizes (a stream
 that changes resolution) counts as moving (``max_mad`` 255). With ``every = k`` the readers
-also measure source frames 0, k, 2k, ... up to the last frame kept (decoded for it when the
-stride skips them): ``motion["sampled"] = {"every", "max_mad", "pairs", "frozen"}``, the frames
-Epipolar-DPO reads.
+also measure source frames 0, k, 2k, ... of the whole source for a stride without
+``max_frames``, else up to the last frame kept (decoded for it when the stride skips them):
+``motion["sampled"] = {"every", "max_mad", "pairs", "frozen"}``, the frames Epipolar-DPO
+reads.
 
 **Held frames** (``motion["held"]``, only when some but not all of them are): the sorted clip
 positions t >= 1 whose frame is still against frame t - 1 (the pair rule of the frozen test,
 with the same threshold: :func:`is_still`'s exact sums, or the HDR source's
-:func:`frozen_max_mad`), e.g. every frame shown twice by a 12 -> 24 fps conversion or a
-generator that holds frames (a frame repeated by explicit indices is the caller's choice, not
-held). The readers take
+:func:`frozen_max_mad`; or a dip of codec noise between the motion on both sides of it:
+:func:`held_flags`), e.g. every frame shown twice by a 12 -> 24 fps conversion or a
+generator that holds frames, also through a lossy encode (a frame repeated by explicit indices
+is the caller's choice, not held). The readers take
 it from the pairs they already measure (:func:`held_positions`; the tensor path in the same one
 host copy); :func:`geocon_torch.io.pairs.drop_held_pairs` removes the protocol pairs of two
 identical frames (a frozen clip, all of whose pairs would go, keeps them).
@@ -165,6 +167,14 @@ HDR_MOTION_SLOPE = {"smpte2084": 0.251, "arib-std-b67": 0.471}
 MOTION_CHUNK = 32 * 2 ** 20
 #: the mean absolute difference recorded for a pair of frames of different sizes
 SIZE_CHANGE_MAD = 255.0
+#: a pair is also held (a repeated frame through a lossy encode or dither) when its mean
+#: absolute difference is at most this fraction of the motion on each side of it (the largest
+#: of the up to two pairs before / after it; not at the chain's ends): :func:`held_flags`
+HELD_DIP_RATIO = 0.35
+#: ... and at most this many grey levels of 255 (SDR; times the HDR slope as the frozen
+#: threshold): codec noise, not motion (a repeated frame through MPEG-4 part 2 at qscale 6
+#: differs from its twin by up to 5.4)
+HELD_DIP_MAX_MAD = 8.0
 
 
 #: elements of a frame row summed in float32 by :func:`pair_abs_diff_sums`: every partial sum of
@@ -254,6 +264,35 @@ def consecutive_pair_sums(frames: torch.Tensor, chunk: int = MOTION_CHUNK) -> to
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
+def held_flags(mads: Sequence[float], still: Sequence[bool], scale: float = 1.0
+               ) -> List[bool]:
+    """Whether each consecutive pair of a chain shows one frame twice: still (the frozen
+    rule's exact threshold), or a dip: its mean absolute difference is at most
+    :data:`HELD_DIP_MAX_MAD` (times ``scale``) and at most :data:`HELD_DIP_RATIO` times the
+    largest of the up to two pairs on each side of it (the smaller side; the first and the last
+    pair, with one side only, are held by the exact rule alone). A repeated frame through a
+    lossy encode differs from its twin by codec noise (0.3-5.4 grey levels), its neighbours by
+    the motion (17+ on a truck); a slow pan, a camera that stops or starts and the grounded
+    corruptions have no such dip (every pair of them >= 0.6 of its sides, bar pairs the exact
+    rule already calls still), nor have the shared real clips but for near-still pairs of the
+    handheld box.mp4 (0.32-0.55 against 1.0-1.7 around them).
+
+    Args:
+        mads: (n - 1,) mean absolute differences of the chain's pairs (grey levels of 255).
+        still: (n - 1,) the pairs' exact still flags (:func:`is_still`).
+        scale: the source's frozen threshold over :data:`FROZEN_MAX_MAD` (HDR transfers).
+    Returns:
+        (n - 1,) held flags of the pairs, in order.
+    """
+    m = np.asarray(mads, dtype=np.float64).reshape(-1)
+    n = len(m)
+    padded = np.concatenate([np.full(2, -np.inf), m, np.full(2, -np.inf)])  # m[k] at k + 2
+    left = np.maximum(padded[0:n], padded[1:n + 1])  # the two pairs before (-inf: none)
+    right = np.maximum(padded[3:n + 3], padded[4:n + 4])  # the two after
+    dip = (m <= HELD_DIP_MAX_MAD * scale) & (m <= HELD_DIP_RATIO * np.minimum(left, right))
+    return (np.asarray(still, dtype=bool).reshape(-1) | dip).tolist()
+
+
 def held_positions(still: Sequence[bool], chain: Optional[Sequence[int]] = None,
                    order: Optional[Sequence[int]] = None) -> List[int]:
     """The held clip positions (module docstring) from the still flags of a chain's pairs.
@@ -338,10 +377,12 @@ class _Chain:
         self.flags.append((mad, still))
 
     def still_flags(self, max_mad: float = FROZEN_MAX_MAD) -> List[bool]:
-        """Whether each pair is still, by the threshold of :meth:`record`."""
+        """Whether each pair shows one frame twice (:func:`held_flags`), still by the
+        threshold of :meth:`record`."""
+        mads = [mad for mad, _ in self.flags]
         if max_mad == FROZEN_MAX_MAD:
-            return [still for _, still in self.flags]
-        return [mad <= max_mad for mad, _ in self.flags]
+            return held_flags(mads, [still for _, still in self.flags])
+        return held_flags(mads, [mad <= max_mad for mad in mads], max_mad / FROZEN_MAX_MAD)
 
     def record(self, max_mad: float = FROZEN_MAX_MAD) -> Dict[str, Any]:
         """``{"max_mad", "pairs", "frozen"}``: frozen by the exact sums of :func:`is_still`,
@@ -361,10 +402,14 @@ class FrameMotion:
     Args:
         every: also measure source frames 0, ``every``, 2 ``every``, ... up to the last frame
             kept (:meth:`wants` says which frames to feed besides the kept ones).
+        whole: with ``every``, measure the sampled frames of the whole source, also those past
+            the last frame kept (a stride without a frame cap: Epipolar-DPO reads frames 0,
+            15, 30, ... of the whole source whatever the stride); the reader feeds them all.
     """
 
-    def __init__(self, every: Optional[int] = None) -> None:
+    def __init__(self, every: Optional[int] = None, whole: bool = False) -> None:
         self.every = None if every is None else int(every)
+        self.whole = bool(whole)
         self._kept, self._sampled = _Chain(), _Chain()
         self._last = -1  # source index of the last frame kept
         self._pending: List[Tuple[int, float, bool]] = []  # sampled pairs past the last kept
@@ -382,7 +427,8 @@ class FrameMotion:
 
     def _add(self, i: int, frame: np.ndarray, kept: bool) -> None:
         """:meth:`add` of the (H, W * 3) frame: a sampled pair past the last frame kept waits
-        until a kept frame at or after it shows it lies within the frames read."""
+        until a kept frame at or after it shows it lies within the frames read (with
+        ``whole``, it counts at once)."""
         if kept and i > self._last:
             got = self._kept.pair(frame)
             if got is not None:
@@ -395,7 +441,7 @@ class FrameMotion:
         if self.wants(i):
             got = self._sampled.pair(frame)
             if got is not None:
-                if i <= self._last:
+                if i <= self._last or self.whole:
                     self._sampled.fold(*got)
                 else:  # counts once a kept frame at or after it shows it is read
                     self._pending.append((i, *got))

@@ -18,7 +18,7 @@ from ..config import GeoConConfig
 from ..epipolar.dpo import (DPOMeasurement, EpipolarDPOConfig, clip_reasons, measure_dpo,
                             pair_records, sample_positions)
 from ..errors import InputError
-from ..io import read_clip
+from ..io import frame_selection, read_clip
 from ..types import Clip
 
 PRESET = "epipolar-dpo"
@@ -87,18 +87,67 @@ def epipolar_dpo_block(video: Any, clip: Clip, cfg: GeoConConfig, device: Device
     """The ``epipolar_dpo`` block of ``score_clip`` (``preset="epipolar-dpo"``).
 
     The protocol works at native resolution on source frames 0, 15, 30, ...: for a file or
-    tensor ``video`` those frames (up to the last frame ``clip`` covers) are re-read with
-    ``long_side=None`` (undistorted with ``cfg.io.lens``); a :class:`Clip` is used as given.
-    ``config``: default ``cfg.epipolar_dpo``.
+    tensor ``video`` those frames (over the whole source whatever ``io.stride``; with
+    ``io.max_frames`` up to the last frame ``clip`` covers: :func:`dpo_frame_end`) are re-read
+    with ``long_side=None`` (undistorted with ``cfg.io.lens``); a :class:`Clip` is used as
+    given. ``config``: default ``cfg.epipolar_dpo``.
     """
     dpo_cfg = config or cfg.epipolar_dpo
-    if not isinstance(video, Clip):
-        last = int(clip.frame_indices.max()) + 1 if clip.num_frames else 0
-        source = sample_positions(last, dpo_cfg.sampling_rate)
-        if len(source) > 1:
-            native = read_clip(video, long_side=None, indices=source, device=device,
-                               letterbox_threshold=cfg.io.letterbox_threshold,
-                               letterbox_min_fraction=cfg.io.letterbox_min_fraction,
-                               lens=cfg.io.lens)
-            return _blocks([native.frames], [source], dpo_cfg, device)[0]
-    return epipolar_dpo_section(clip, dpo_cfg, device=device)
+    if isinstance(video, Clip):
+        return epipolar_dpo_section(clip, dpo_cfg, device=device)
+    kept_end = int(clip.frame_indices.max()) + 1 if clip.num_frames else 0
+    meta = clip.meta if isinstance(clip.meta, dict) else {}
+    decoded = max(int(meta.get("decoded_frames") or 0), kept_end)  # uncapped: all decoded
+    total = meta.get("num_source_frames", decoded)  # None: a capped read of unknown length
+    end = dpo_frame_end(cfg, decoded, kept_end)
+    source = sample_positions(end, dpo_cfg.sampling_rate)
+    if len(source) > 1:
+        native = read_clip(video, long_side=None, indices=source, device=device,
+                           letterbox_threshold=cfg.io.letterbox_threshold,
+                           letterbox_min_fraction=cfg.io.letterbox_min_fraction,
+                           lens=cfg.io.lens)
+        return _blocks([native.frames], [source], dpo_cfg, device)[0]
+    block = epipolar_dpo_section(clip, dpo_cfg, device=device)
+    return with_read_reason(block, cfg, dpo_cfg.sampling_rate, total, end)
+
+
+def dpo_frame_end(cfg: GeoConConfig, source_frames: int, kept_end: Optional[int] = None) -> int:
+    """One past the last source frame the Epipolar-DPO frames 0, r, 2r, ... of ``score_clip``
+    and ``geometric_reward`` are sampled from.
+
+    Without a frame cap (``io.max_frames`` None) the whole source, ``source_frames``:
+    ``io.stride`` does not change which frames the protocol reads. With a cap, the frames the
+    read covers: up to the last frame kept (``kept_end`` - 1; None: the last frame
+    ``io.stride`` / ``io.max_frames`` keep of ``source_frames``).
+
+    Args:
+        cfg: its ``io.stride`` / ``io.max_frames``.
+        source_frames: the source's frame count (a file: the frames decoded).
+        kept_end: one past the last source frame kept, when known.
+    Returns:
+        the end (exclusive) of the source frames sampled, in frames.
+    """
+    if cfg.io.max_frames is None:
+        return int(source_frames)
+    if kept_end is None:
+        kept = frame_selection(cfg.io.stride, cfg.io.max_frames).resolve(int(source_frames))
+        kept_end = int(kept[-1]) + 1 if len(kept) else 0
+    return int(kept_end)
+
+
+def with_read_reason(block: Dict[str, Any], cfg: GeoConConfig, rate: int,
+                     source_frames: Optional[int], end: int) -> Dict[str, Any]:
+    """``block`` with the reason of a clip left with fewer than two sampled frames by the frames
+    read (``io.max_frames`` / ``io.stride``: source frames 0 .. ``end`` - 1 of
+    ``source_frames``, :func:`dpo_frame_end`; None: a count not known, a file whose capped
+    decode stopped early) rather than by its length (sampling ``rate`` r: the whole source
+    holds frames 0 and r); any other block as it is."""
+    if block.get("total_pairs") or cfg.io.max_frames is None:
+        return block
+    if source_frames is not None and (end >= source_frames or source_frames <= rate):
+        return block
+    has = "" if source_frames is None else f"the clip has {source_frames} frames, but "
+    block["reason"] = (f"fewer than two sampled frames (frames 0, {rate}, ...: {has}"
+                       f"io.max_frames = {cfg.io.max_frames} at io.stride = {cfg.io.stride} "
+                       f"reads source frames 0..{end - 1} only)")
+    return block
