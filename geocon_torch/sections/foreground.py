@@ -91,7 +91,7 @@ import torch
 import torch.nn.functional as F
 
 from .._precision import compile_failure
-from .._tensor_utils import masked_median
+from .._tensor_utils import masked_median, spatial_counts
 from .._memory import release_freed_memory
 from .._morphology import erode_mask
 from ..config import ForegroundConfig, GeoConConfig, SegmentConfig, load_config
@@ -641,7 +641,7 @@ def _largest_objects(masks: Union[torch.Tensor, BlockMasks],
     k = int(masks.shape[1])
     if not max_objects or k <= int(max_objects):
         return torch.arange(k)
-    area = masks.sum((-1, -2)).sum(0).cpu()  # (K,) px summed over frames (lazy-mask safe)
+    area = spatial_counts(masks).sum(0).cpu()  # (K,) px summed over frames, chunked
     order = torch.sort(area, descending=True, stable=True).indices[:int(max_objects)]
     return order.sort().values
 
