@@ -204,6 +204,20 @@ class ClipResult:
         return cls(**known, extra=data)
 
 
+def gvgc_block(result: Dict[str, Any]) -> Dict[str, Any]:
+    """A result's GVGC block: ``epipolar_gvgc`` (preset "all"), else its ``epipolar`` block when
+    that holds GVGC's numbers (preset "gvgc" writes it there: the block's ``preset`` says so, or
+    it has ``median_error`` / ``keep_rate`` without the WorldAtlas trio), else {}."""
+    gv = result.get("epipolar_gvgc")
+    if isinstance(gv, dict) and gv:
+        return gv
+    ep = result.get("epipolar")
+    if isinstance(ep, dict) and "epipolar_error" not in ep and (
+            ep.get("preset") == "gvgc" or "median_error" in ep or "keep_rate" in ep):
+        return ep
+    return {}
+
+
 def migrate_result(data: Dict[str, Any]) -> Dict[str, Any]:
     """A copy of a result dict in the current schema (3.0).
 

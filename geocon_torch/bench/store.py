@@ -64,7 +64,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 from .._checks import retired_name
 from ..errors import GeoConError, InputError, OptionalDependencyError
 from ..io._atomic import atomic_output
-from ..result import migrate_result
+from ..result import gvgc_block, migrate_result
 from .ids import _parts, derive_clip_ids
 from .manifest import (RETIRED_COLUMNS, TOO_DEEP, _parse_seed, scene_key, spreadsheet_text,
                        storable_text, unstorable_text)
@@ -886,6 +886,8 @@ FLAT_COLUMNS = (
     "adap90_max", "epipolar_error", "epipolar_error_score", "epipolar_inlier_rate",
     "feature_match_coverage", "lost_frames", "warnings", "content_hash", "config_hash",
     "schema_version", "version", "path",
+    # appended after path: every column above keeps its place
+    "gvgc_median_error", "gvgc_keep_rate", "dpo_mean_epipolar_error", "dpo_mean_inlier_rate",
 )
 
 
@@ -900,14 +902,22 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
     a static scene being category C1), None for a result written before it was recorded;
     ``background_pass_calibrated`` is ``background.pass_calibrated`` (the calibrated report
     gate's verdict beside the paper's ``background_pass``; None without a calibration or bounds
-    for the clip's regime).
+    for the clip's regime); ``num_objects`` is None when the result has no foreground block (a
+    preset without that section: not counted, not 0); ``gvgc_median_error`` (px at GVGC's
+    analysis size) / ``gvgc_keep_rate`` read the GVGC block
+    (:func:`~geocon_torch.result.gvgc_block`),
+    ``dpo_mean_epipolar_error`` / ``dpo_mean_inlier_rate`` the ``epipolar_dpo`` block (None
+    when absent).
     """
     res = migrate_result(row["result"]) if row.get("result") else {}
     bg = res.get("background") or {}
     gate = res.get("gate") or {}
-    fg = res.get("foreground") or {}
+    fg = res.get("foreground")
     ep = res.get("epipolar") or {}
-    objects = [o for o in (fg.get("objects") or []) if isinstance(o, dict)]
+    gv = gvgc_block(res)
+    dpo = res.get("epipolar_dpo") if isinstance(res.get("epipolar_dpo"), dict) else {}
+    objects = [o for o in ((fg if isinstance(fg, dict) else {}).get("objects") or [])
+               if isinstance(o, dict)]
     ada = [_num(o.get("adadfrc_mean")) for o in objects]
     ada = [a for a in ada if a is not None]
     p90 = [_num(o.get("adap90")) for o in objects]
@@ -929,13 +939,17 @@ def flatten_row(row: Dict[str, Any]) -> Dict[str, Any]:
         "background_pass_calibrated": _flag(bg.get("pass_calibrated")),
         "gate_method": gate.get("method"), "gate_statistic": _num(gate.get("statistic")),
         "gate_decision": gate.get("decision"),
-        "num_objects": len(objects),
+        "num_objects": len(objects) if isinstance(fg, dict) and fg else None,
         "adadfrc_mean": sum(ada) / len(ada) if ada else None,
         "adap90_max": max(p90) if p90 else None,
         "epipolar_error": _num(ep.get("epipolar_error")),
         "epipolar_error_score": _num(ep.get("epipolar_error_score")),
         "epipolar_inlier_rate": _num(ep.get("epipolar_inlier_rate")),
         "feature_match_coverage": _num(ep.get("feature_match_coverage")),
+        "gvgc_median_error": _num(gv.get("median_error")),
+        "gvgc_keep_rate": _num(gv.get("keep_rate")),
+        "dpo_mean_epipolar_error": _num(dpo.get("mean_epipolar_error")),
+        "dpo_mean_inlier_rate": _num(dpo.get("mean_inlier_rate")),
         "lost_frames": _num((res.get("io") or {}).get("lost_frames")),
         "warnings": "; ".join(str(w) for w in res.get("warnings") or []) or None,
         "content_hash": row.get("content_hash", res.get("content_hash")),

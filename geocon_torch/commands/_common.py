@@ -20,6 +20,7 @@ from ..config import GeoConConfig, load_config
 from ..errors import ConfigError, InputError
 from ..io._atomic import atomic_write_text, name_output_error
 from ..io.images import IMAGE_SUFFIXES, animated_frames
+from ..measures.calibration import digits_apart
 from ..presets import PRESETS
 from ..sections.progress import progress_enabled
 
@@ -310,10 +311,17 @@ def _passes(bg: Dict[str, Any]) -> str:
 
 
 #: the (error, inlier-rate) keys the "epi err" / "epi inl" columns read, block by block: the
-#: WorldAtlas trio, else GVGC's median error / kept fraction, else Epipolar-DPO's means
+#: WorldAtlas trio, else GVGC's median error / kept fraction (preset "gvgc" writes its block as
+#: ``epipolar``, preset "all" as ``epipolar_gvgc``), else Epipolar-DPO's means
 EPIPOLAR_COLUMNS = (("epipolar", "epipolar_error", "epipolar_inlier_rate"),
+                    ("epipolar", "median_error", "keep_rate"),
                     ("epipolar_gvgc", "median_error", "keep_rate"),
                     ("epipolar_dpo", "mean_epipolar_error", "mean_inlier_rate"))
+#: the fewest decimals of the table's score / IR / GE cells (more only where a value would
+#: print as its threshold, or a fraction below 1 as 1)
+TABLE_DECIMALS = 3
+#: the most characters of an ok clip's first warning the reason column shows
+WARNING_CHARS = 60
 
 
 def _epipolar_columns(res: Dict[str, Any]) -> Tuple[Any, Any]:
@@ -326,20 +334,97 @@ def _epipolar_columns(res: Dict[str, Any]) -> Tuple[Any, Any]:
     return None, None
 
 
+def _number(v: Any) -> Optional[float]:
+    """``v`` as a finite float, None for anything else (None, a bool, text, NaN / inf)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _gate_thresholds(res: Dict[str, Any]) -> Tuple[List[float], List[float]]:
+    """The bounds the "pass" column's verdicts compare the clip's IR and GE (px at the working
+    resolution) with: ([report_ir, calibrated IR bound], [report_ge_px, calibrated GE bound]),
+    the paper's from the result's stored config (the defaults when it cannot be read), the
+    calibrated ones from ``background.calibration.thresholds`` (``ir`` / ``ge_px``, as
+    ``report.text.calibrated_checks`` reads them); absent or non-numeric bounds are left out."""
+    bg = res.get("background") or {}
+    stored = res.get("config")
+    try:
+        cfg = GeoConConfig.from_dict(stored if isinstance(stored, dict) else {}, strict=False)
+    except (ValueError, TypeError):  # an unknown key or a section that is not a mapping
+        cfg = GeoConConfig()
+    cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
+    rec = cal.get("thresholds") if isinstance(cal.get("thresholds"), dict) else {}
+    irs = [_number(cfg.background.report_ir), _number(rec.get("ir"))]
+    ges = [_number(cfg.background.report_ge_px), _number(rec.get("ge_px"))]
+    return [t for t in irs if t is not None], [t for t in ges if t is not None]
+
+
+def _apart(v: Any, others: Sequence[float], fails: bool) -> str:
+    """A number cell: :data:`TABLE_DECIMALS` decimals, more where ``v`` would print as one of
+    ``others`` (its thresholds; 1 for a fraction): up to 17 when ``v`` fails one of them (never
+    "0.970" for an IR of 32/33 beside pass "no"), 8 otherwise
+    (:func:`~geocon_torch.measures.calibration.digits_apart`); "-" for None."""
+    x = _number(v)
+    if x is None:
+        return _fmt(v, f".{TABLE_DECIMALS}f")
+    k = digits_apart((x, *others), TABLE_DECIMALS, 17 if fails else 8, style="f")
+    return f"{x:.{k}f}"
+
+
+def _background_cells(res: Dict[str, Any]) -> Tuple[str, str]:
+    """The IR and GE px cells: as many decimals as tell each from the bounds of the verdicts
+    printed beside them (:func:`_gate_thresholds`) and the IR from 1."""
+    bg = res.get("background") or {}
+    ir, ge = _number(bg.get("ir")), _number(bg.get("ge_px"))
+    if ir is None and ge is None:
+        return _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f")
+    ir_th, ge_th = _gate_thresholds(res)
+    ir_cell = _fmt(bg.get("ir"), ".3f") if ir is None else _apart(
+        ir, ir_th + [1.0], any(ir < t for t in ir_th))
+    ge_cell = _fmt(bg.get("ge_px"), ".3f") if ge is None else _apart(
+        ge, ge_th, any(ge > t for t in ge_th))
+    return ir_cell, ge_cell
+
+
+def _reason_cell(res: Dict[str, Any]) -> str:
+    """The reason column: the result's reason (one line), or for an ok clip with ``warnings``
+    "warning: <the first, cut to :data:`WARNING_CHARS` characters> (+N more)" (the others
+    and the rest are in ``--json`` / the CSV's ``warnings``)."""
+    reason = " ".join(str(res.get("reason") or "").split())
+    warns = res.get("warnings")
+    if reason or res.get("status") != "ok" or not isinstance(warns, list) or not warns:
+        return reason
+    first = " ".join(str(warns[0]).split())
+    if len(first) > WARNING_CHARS:  # cut at a space in the second half where there is one
+        cut = first[:WARNING_CHARS - 2]
+        space = cut.rfind(" ")
+        first = (cut[:space] if space > WARNING_CHARS // 2 else cut[:-1]).rstrip() + "..."
+    more = f" (+{len(warns) - 1} more)" if len(warns) > 1 else ""
+    return f"warning: {first}{more}"
+
+
 def summary_row(res: Dict[str, Any]) -> List[str]:
     """One result dict as the strings of :data:`SUMMARY_COLUMNS` ("-" where a value is absent;
-    the epipolar columns from :data:`EPIPOLAR_COLUMNS`)."""
+    the epipolar columns from :data:`EPIPOLAR_COLUMNS`). Score, IR and GE px have 3 decimals,
+    more where they would print as the bound of the verdict beside them or as 1
+    (:func:`_background_cells`); "objects" is "-" when the result has no foreground block (a
+    preset without that section: not counted, not 0); the reason column holds an ok clip's
+    first warning (:func:`_reason_cell`)."""
     bg = res.get("background") or {}
-    fg = res.get("foreground") or {}
+    fg = res.get("foreground")
     ep_err, ep_inl = _epipolar_columns(res)
-    objs = [o for o in fg.get("objects") or [] if isinstance(o, dict)]
+    objs = [o for o in (fg if isinstance(fg, dict) else {}).get("objects") or []
+            if isinstance(o, dict)]
     p90 = [o["adap90"] for o in objs if isinstance(o.get("adap90"), (int, float))]
-    reason = res.get("reason") or ""
-    return [str(res.get("clip")), str(res.get("status")), _fmt(res.get("score"), ".3f"),
-            _fmt(res.get("regime"), ""), _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f"),
-            _passes(bg), str(len(objs)), _fmt(max(p90) if p90 else None, ".3f"),
-            _fmt(ep_err, ".3f"), _fmt(ep_inl, ".3f"),
-            " ".join(str(reason).split())]
+    score = _number(res.get("score"))
+    ir_cell, ge_cell = _background_cells(res)
+    return [str(res.get("clip")), str(res.get("status")),
+            _fmt(res.get("score"), ".3f") if score is None else _apart(score, (1.0,), False),
+            _fmt(res.get("regime"), ""), ir_cell, ge_cell,
+            _passes(bg), str(len(objs)) if isinstance(fg, dict) and fg else "-",
+            _fmt(max(p90) if p90 else None, ".3f"),
+            _fmt(ep_err, ".3f"), _fmt(ep_inl, ".3f"), _reason_cell(res)]
 
 
 def display_width(text: str) -> int:

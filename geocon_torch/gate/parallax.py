@@ -335,6 +335,15 @@ def magnitude_decision(stats: Dict[str, torch.Tensor], valid: torch.Tensor, cfg:
     return _magnitude_decision(med, stats["num_f_inliers"][valid].tolist(), cfg, evidence)
 
 
+def noise_limited(low: float, magnitude_high: float) -> bool:
+    """Whether a ``parallax_magnitude`` band cannot decide H: its H bound ``low`` (ref px,
+    ``max(magnitude_low, noise_k x noise)``) reaches half the configured F threshold
+    ``magnitude_high`` (ref px), so a parallax of half the F threshold could hide in the noise
+    (:func:`_magnitude_decision` then returns U or F, never H). The report reads it from the
+    stored ``band_ref_px`` / ``configured_band_ref_px``."""
+    return float(low) >= 0.5 * float(magnitude_high)
+
+
 def _magnitude_decision(med: Dict[str, float], counts: list, cfg: GateConfig,
                         evidence: Dict[str, object]) -> str:
     """:func:`magnitude_decision` from the medians ``med`` and the valid rows' F-inlier
@@ -347,7 +356,7 @@ def _magnitude_decision(med: Dict[str, float], counts: list, cfg: GateConfig,
                     quantile=float(cfg.magnitude_quantile), ci_z=float(cfg.ci_z),
                     reference_long_side=float(cfg.reference_long_side),
                     f_inliers_per_pair=[int(c) for c in counts])
-    noisy = low >= 0.5 * float(cfg.magnitude_high)  # half the F threshold could hide in it
+    noisy = noise_limited(low, cfg.magnitude_high)  # half the F threshold could hide in it
     if q_hi <= low and not noisy:
         return "H"
     if q_lo >= high:

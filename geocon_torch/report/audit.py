@@ -23,16 +23,22 @@ from ..measures.calibration import STAT_LABEL, fmt_apart
 from ..presets import PRESETS
 from . import plots
 from .evidence import PairEvidence, PairMismatchError, pair_evidence
-from .text import (calibrated_checks, calibrated_verdict, calibration_off, calibration_source,
-                   compact, configured_band, esc, gate_unit, is_scored, label, lens_line,
-                   no_bounds_reason, pair_counts, score_line, verdict_word)
+from .text import (EPIPOLAR_NAMES, band_text, calibrated_checks, calibrated_verdict,
+                   calibration_off, calibration_source, compact, configured_band,
+                   epipolar_blocks, epipolar_text, esc, gate_unit, h_impossible, is_scored,
+                   label, lens_line, no_bounds_reason, pair_counts, result_warnings,
+                   score_line, scoring_notes, stored_u_margin, u_resolution, verdict_word)
 
 
-def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str:
+def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str],
+                   u_margin: Optional[float] = None) -> str:
     """One readable sentence: which statistic, its value (with its unit: "ref px" for
-    ``parallax_magnitude``), the thresholds (and the configured band where the clip's noise
-    raised it), the decision."""
-    if not gate:
+    ``parallax_magnitude``), the thresholds the gate applies (the configured band where the
+    clip's noise raised it; "H not possible" where the noise floor reaches half the F
+    threshold: :func:`~.text.band_text`), the decision ("unknown" for none) with the reason of
+    a U, and how a U was resolved, naming the deciding term (:func:`~.text.u_resolution`;
+    ``u_margin``: the result's ``gate.u_margin``, None: the default)."""
+    if not gate or not gate.get("method"):
         return "no gate decision recorded"
     method = gate.get("method") or "?"
     stat = gate.get("statistic")
@@ -51,14 +57,15 @@ def gate_rationale(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> str
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
         conf = configured_band(gate)
         adapted = conf is not None and conf != (float(lo), float(hi))
-        parts.append(f"H if <= {lo:.4g}{u}, F if >= {hi:.4g}{u}, U in between"
+        parts.append(band_text(gate, lo, hi, u, ".4g")
+                     + (", U below" if h_impossible(gate) else ", U in between")
                      + (f" (noise-adaptive band; configured {conf[0]:g} / {conf[1]:g}{u})"
                         if adapted else ""))
-    parts.append(f"decision {decision}")
-    if decision == "U" and ev.get("u_resolved"):
-        g = ev.get("gric_delta")
-        parts.append(f"U resolved to {ev['u_resolved']} (GRIC delta "
-                     f"{f'{g:.3g}' if isinstance(g, (int, float)) else '-'})")
+    why_u = ev.get("why_u") if decision == "U" else None
+    parts.append(f"decision {label(decision)}" + (f" ({why_u})" if why_u else ""))
+    resolved = u_resolution(gate, stored_u_margin({}) if u_margin is None else u_margin)
+    if resolved:
+        parts.append(resolved)
     if regime:
         parts.append(f"background scored with {regime}")
     return "; ".join(parts)
@@ -244,8 +251,13 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
                         f"{_fmt(o.get('adadfrc_mean'))} px², "
                         f"AdaP90 {_fmt(o.get('adap90'))} px²" for o in objs) or \
         f"none ({_fmt(fg.get('reason'))})"
-    ep = res.get("epipolar") or {}
     unscored = res.get("status") != "ok" and not is_scored(bg)  # n/a, not "unknown" / "-"
+    if not objs and not bg.get("segment") and (res.get("backends") or {}).get("masks") is None \
+            and fg and not is_scored(bg):  # no masks given, the background stopped before
+        obj_txt = f"none (segmentation not run: background not scored, {_fmt(bg.get('status'))})"
+    epipolar = [(EPIPOLAR_NAMES[p][0], esc(epipolar_text(p, b))) for p, b in epipolar_blocks(res)]
+    notes = scoring_notes(res)
+    warns = result_warnings(res)
     return [
         ("generator / prompt cat.", f"{esc(label(row.get('generator')))} / "
                                     f"{esc(label(row.get('prompt_category')))}"),
@@ -262,12 +274,12 @@ def _facts(row: Dict[str, Any], res: Dict[str, Any]) -> List[Tuple[str, str]]:
          f"{html.escape(compact(bg.get('pass')))} (paper), "
          f"{esc(calibrated_verdict(bg))}"),
         ("calibrated gate", _bounds_html(bg)),
-        ("gate", esc(gate_rationale(res.get("gate"), res.get("regime")))),
+        ("gate", esc(gate_rationale(res.get("gate"), res.get("regime"),
+                                    stored_u_margin(res)))),
         ("objects", obj_txt),
-        ("epipolar trio", f"error {_fmt(ep.get('epipolar_error'))} px, inlier rate "
-                          f"{_fmt(ep.get('epipolar_inlier_rate'))}, coverage "
-                          f"{_fmt(ep.get('feature_match_coverage'))}" if ep
-         else _no_trio(res)),
+        *(epipolar or [("epipolar trio", _no_trio(res))]),
+        *([("scoring notes", "<br>".join(esc(n) for n in notes))] if notes else []),
+        *([("warnings", "<br>".join(esc(w) for w in warns))] if warns else []),
         ("backends", esc(compact({k: "not run" if v is None else v  # e.g. flow, no movers
                                   for k, v in (res.get("backends") or {}).items()}))),
         ("provenance", f"config {_fmt(res.get('config_hash'))}, version "

@@ -32,8 +32,11 @@ from ..result import ClipResult
 from .audit import timeline_series
 from .evidence import PairEvidence, pair_evidence
 from ..measures.calibration import BOUND_WHY, digits_apart
-from .text import (calibrated_checks, configured_band, gate_unit, is_missing, is_scored, label,
-                   lens_line, no_bounds_reason, printable, score_line, verdict_word)
+from .text import (EPIPOLAR_NAMES, band_text, calibrated_checks, configured_band,
+                   epipolar_blocks, epipolar_text, gate_unit, h_impossible, has_background,
+                   is_missing, is_scored, label, lens_line, no_bounds_reason, printable,
+                   result_warnings, score_line, scoring_notes, stored_u_margin, u_resolution,
+                   verdict_word)
 
 ResultLike = Union[ClipResult, Mapping[str, Any]]
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -95,8 +98,12 @@ def _unit(statistic_name: Any) -> str:
     return f" {unit}" if unit else ""
 
 
-def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[str]:
-    """Why the clip got its regime: method, statistic vs thresholds, U resolution."""
+def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str],
+               u_margin: Optional[float] = None) -> List[str]:
+    """Why the clip got its regime: method, statistic vs the thresholds the gate applies
+    ("H not possible" on a noise-limited band, :func:`~.text.band_text`), U resolution with
+    the term that decided (:func:`~.text.u_resolution`; ``u_margin``: the result's
+    ``gate.u_margin``, None: the default)."""
     if not gate or not gate.get("method"):
         return [f"Regime {label(regime)}: no gate decision recorded."]
     ev, th = gate.get("evidence") or {}, gate.get("thresholds") or {}
@@ -114,8 +121,7 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
         adapted = (f": the noise-adaptive band; configured {conf[0]:g} / {conf[1]:g}{u}"
                    if conf is not None and isinstance(hi, (int, float))
                    and conf != (float(lo), float(hi)) else "")
-        out.append(f"  {name} = {s:.4g}{u}, {side} (H if <= {lo:g}{u}, F if >= {hi:g}{u}"
-                   f"{adapted}).")
+        out.append(f"  {name} = {s:.4g}{u}, {side} ({band_text(gate, lo, hi, u)}{adapted}).")
     else:
         out.append(f"  {name} unavailable: {ev.get('why', 'no evidence')}.")
     view = ev.get("view")
@@ -127,9 +133,8 @@ def gate_lines(gate: Optional[Dict[str, Any]], regime: Optional[str]) -> List[st
         out.append(f"  paper eq. 5 (t_inf > tau_t {th['tau_t']:g}) would say "
                    f"{ev['eq5_decision']}.")
     if dec == "U":
-        out.append(f"  U resolved to {label(ev.get('u_resolved'))}: GRIC delta "
-                   f"{_f(ev.get('gric_delta'), 3)} (> 0 favours F), IR_F - IR_H support "
-                   f"margin {_f(ev.get('u_support_margin'), 3)}.")
+        resolved = u_resolution(gate, stored_u_margin({}) if u_margin is None else u_margin)
+        out.append(f"  {resolved or 'U resolution not recorded'}.")
     if gate.get("per_pair"):
         pp = [d for d in gate["per_pair"]]
         counts = ", ".join(f"{k} {pp.count(k)}" for k in ("H", "F", "U", None) if pp.count(k))
@@ -290,14 +295,21 @@ def change_lines(res: Dict[str, Any], cfg: GeoConConfig) -> List[str]:
         if dec == "H":
             out.append(f"  the gate would flip to F if {name} rose to >= {hi:g}{u} (now "
                        f"{s:.4g}{u}; U above {lo:g}{u}).")
+        elif dec == "F" and h_impossible(gate):
+            out.append(f"  the gate would become U if the lower end of the interval of {name} "
+                       f"fell below {hi:g}{u} (now {s:.4g}{u}); H is not possible "
+                       f"({h_impossible(gate)}).")
         elif dec == "F":
             out.append(f"  the gate would flip to H if {name} fell to <= {lo:g}{u} (now "
                        f"{s:.4g}{u}; U below {hi:g}{u}).")
         elif (gate.get("evidence") or {}).get("why_u"):
             ci = (gate.get("evidence") or {}).get("magnitude_ci_ref_px") or [s, s]
-            out.append(f"  the gate would decide H when the interval of {name} lies at or "
-                       f"below {lo:g}{u} (and its noise floor under half the F threshold), F "
-                       f"when it lies at or above {hi:g}{u} (now {s:.4g}{u}, interval "
+            h_rule = (f"H is not possible ({h_impossible(gate)}); the gate would decide F "
+                      f"when the interval of {name} lies" if h_impossible(gate) else
+                      f"the gate would decide H when the interval of {name} lies at or "
+                      f"below {lo:g}{u} (and its noise floor under half the F threshold), F "
+                      f"when it lies")
+            out.append(f"  {h_rule} at or above {hi:g}{u} (now {s:.4g}{u}, interval "
                        f"[{ci[0]:.4g}, {ci[1]:.4g}]{u}).")
         else:
             out.append(f"  the gate would decide H at {name} <= {lo:g}{u} or F at >= {hi:g}{u} "
@@ -327,11 +339,13 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     Args:
         result: a :class:`ClipResult` or its dict.
         pair: evaluated pair to show the outliers of (default: the worst valid pair).
+            A result without a background section (presets worldatlas, gvgc, epipolar-dpo)
+            gets its epipolar paragraph(s) only.
         video, masks, poses, device: as for :func:`pair_evidence` (defaults: the result's
             path and its ``meta`` masks / poses paths).
         evidence: re-derive the pair's matches (False: the stored numbers only).
     Raises:
-        InputError: ``pair`` out of range.
+        InputError: ``pair`` out of range, or given for a result without background pairs.
     """
     res = result.to_dict() if isinstance(result, ClipResult) else dict(result)
     bg = res.get("background") or {}
@@ -341,11 +355,19 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     if res.get("version") != __version__:  # the stored numbers are another build's
         lines.append(f"Scored by geocon_torch {label(res.get('version'))} "
                      f"(this is {__version__}).")
+    lines += [f"Warning: {w}" for w in result_warnings(res)]  # as the CSV / report list
     lines.append(score_line(res))
+    lines += [f"Note: {n}." for n in scoring_notes(res)]
     lens = lens_line(res)
     if lens is not None:  # the frames every number below comes from were resampled
         lines.append(f"Lens: {lens}.")
-    lines += gate_lines(res.get("gate"), res.get("regime"))
+    lines += epipolar_lines(res)
+    if not has_background(res):  # worldatlas / gvgc / epipolar-dpo: no regime, no pairs
+        if pair is not None:
+            raise InputError(f"--pair: this result has no background pairs (preset "
+                             f"{label((res.get('config') or {}).get('preset'))})")
+        return "\n".join(printable(line) for line in lines) + "\n"
+    lines += gate_lines(res.get("gate"), res.get("regime"), cfg.gate.u_margin)
     k = worst_pair(bg) if pair is None else int(pair)
     n_pairs = len((timeline_series(bg) or {}).get("index", []))
     if pair is not None and not 0 <= k < n_pairs:
@@ -364,6 +386,20 @@ def explain_result(result: ResultLike, *, pair: Optional[int] = None, video: Any
     return "\n".join(printable(line) for line in lines) + "\n"
 
 
+def epipolar_lines(res: Dict[str, Any]) -> List[str]:
+    """One line per epipolar block the result holds (:func:`~.text.epipolar_blocks`): the
+    protocol, its implementation and numbers ("Epipolar (GVGC, opencv): median error 0.3232
+    px, mean error 0.5826 px, keep rate 0.6211 (66 of 66 valid pairs)."); [] for none."""
+    out = []
+    for protocol, block in epipolar_blocks(res):
+        impl = block.get("implementation")
+        name = EPIPOLAR_NAMES[protocol][1]
+        head = (f"Epipolar ({name}" + ("" if is_missing(impl) else f", {impl}") + ")"
+                if protocol != "epipolar-dpo" else name)
+        out.append(f"{head}: {epipolar_text(protocol, block)}.")
+    return out
+
+
 def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: Any,
                     device: Any, chosen: bool) -> List[str]:
     meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
@@ -375,5 +411,5 @@ def _evidence_lines(res: Dict[str, Any], k: int, video: Any, masks: Any, poses: 
     return outlier_lines(ev, chosen)
 
 
-__all__ = ["explain_result", "gate_lines", "threshold_lines", "calibrated_lines",
+__all__ = ["explain_result", "gate_lines", "epipolar_lines", "threshold_lines", "calibrated_lines",
            "failing_pairs", "worst_pair", "outlier_lines", "change_lines", "QUADRANTS"]

@@ -371,14 +371,24 @@ def _leaderboard_section(page: _Page) -> str:
 
 def _frozen_note(flat: List[Dict[str, Any]]) -> List[str]:
     """A line under the leaderboard naming the frozen (still) clips per generator (the flat
-    rows' ``frozen``), or nothing when there is none."""
-    frozen = Counter(r.get("generator") for r in flat if r.get("frozen") is True)
-    if not frozen:
-        return []
-    return [f"<p>Frozen (still) clips, by generator: {counts_html(frozen)}. They keep "
-            "their geometric score (a static camera on a static scene is category C1) and are "
-            "flagged in the rows' <code>frozen</code> column; the training rewards and "
-            "<code>geocon pairs</code> give them the neutral value.</p>"]
+    rows' ``frozen``), or nothing when there is none: the scored ones (status ok; a row without
+    a status as before) keep their geometric score; the others (not_applicable / error) are
+    counted apart, having none."""
+    frozen = [r for r in flat if r.get("frozen") is True]
+    scored = Counter(r.get("generator") for r in frozen if r.get("status") in (None, "ok"))
+    unscored = Counter(r.get("generator") for r in frozen if r.get("status") not in (None, "ok"))
+    out = []
+    if scored:
+        out.append(f"<p>Frozen (still) clips, by generator: {counts_html(scored)}. They keep "
+                   "their geometric score (a static camera on a static scene is category C1) "
+                   "and are flagged in the rows' <code>frozen</code> column; the training "
+                   "rewards and <code>geocon pairs</code> give them the neutral value.</p>")
+    if unscored:
+        out.append(f"<p>Frozen (still) clips not scored (not_applicable / error), by "
+                   f"generator: {counts_html(unscored)}: they have no geometric score (see "
+                   "\"Clips not scored\"); flagged in the rows' <code>frozen</code> "
+                   "column.</p>")
+    return out
 
 
 def _prompt_category_section(page: _Page) -> str:

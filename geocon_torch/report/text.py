@@ -9,8 +9,14 @@ import re
 import unicodedata
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..config import GateConfig
+from ..gate.decision import prefers_f
+from ..gate.parallax import noise_limited
 from ..io.sampling import FROZEN_MAX_MAD
 from ..measures.calibration import BoundCheck, bound_checks, clip_statistics, fmt_apart
+from ..measures.headline import textured_share
+from ..presets import PRESETS
+from ..result import gvgc_block
 
 UNKNOWN = "unknown"
 #: bidi classes whose text is isolated in the HTML (right-to-left letters and digits, and the
@@ -139,7 +145,10 @@ def _fraction(value: Any) -> str:
 def score_line(result: Mapping[str, Any]) -> str:
     """The headline score and the terms it folds (:mod:`geocon_torch.measures.headline`):
     "Score 0.87 (match 0.8, inliers 0.99, ge 0.97) [0-1, higher is better]" ("Score n/a
-    (not_applicable: no texture)" for a clip that was not scored), followed for a
+    (not_applicable: no texture)" for a clip that was not scored; "Score n/a (preset 'gvgc'
+    folds no headline score: ...)" for an ok clip of a preset without a headline term). A
+    ``ge`` term cut by the textured-pairs share says so: "ge 0.411 = 0.959 x 3/7 textured
+    pairs" (:func:`~geocon_torch.measures.headline.textured_share`). Followed for a
     frozen clip (``result["motion"]["frozen"]``) by "; frozen video (...)": it keeps its
     geometric score (a static camera on a static scene is category C1), the rewards refuse it."""
     status = result.get("status")
@@ -147,7 +156,14 @@ def score_line(result: Mapping[str, Any]) -> str:
         reason = result.get("reason")  # not scored: n/a and why, not an "unknown" score
         return f"Score n/a ({status}" + ("" if is_missing(reason) else f": {reason}") + ")"
     terms = result.get("score_terms") if isinstance(result.get("score_terms"), Mapping) else {}
-    detail = ", ".join(f"{k} {_fraction(v)}" for k, v in terms.items())
+    if is_missing(result.get("score")) and not terms and status == "ok":
+        preset = _preset_of(result)  # gvgc / epipolar-dpo: no term, by design
+        if preset is not None and not _has_headline(preset):
+            return (f"Score n/a (preset '{preset}' folds no headline score: see its "
+                    f"epipolar numbers)")
+    bg = result.get("background") if isinstance(result.get("background"), Mapping) else {}
+    detail = ", ".join(f"{k} {_fraction(v)}" + (_textured_factor(v, bg) if k == "ge" else "")
+                       for k, v in terms.items())
     line = (f"Score {_fraction(result.get('score'))}" + (f" ({detail})" if detail else "")
             + " [0-1, higher is better]")
     motion = result.get("motion") if isinstance(result.get("motion"), Mapping) else {}
@@ -157,6 +173,146 @@ def score_line(result: Mapping[str, Any]) -> str:
                  f"{compact(motion.get('max_mad'), 3)}): it keeps its geometric score, the "
                  f"rewards give it the neutral value")
     return line
+
+
+def _preset_of(result: Mapping[str, Any]) -> Optional[str]:
+    """The preset a result was scored with (its stored ``config.preset``) when it is one of
+    :data:`~geocon_torch.presets.PRESETS`, else None (an old or foreign result)."""
+    cfg = result.get("config") if isinstance(result.get("config"), Mapping) else {}
+    preset = cfg.get("preset")
+    return preset if isinstance(preset, str) and preset in PRESETS else None
+
+
+def _has_headline(preset: str) -> bool:
+    """Whether a preset's sections can give a headline term (the background's ``ge``, the
+    WorldAtlas trio's ``match`` / ``inliers``; :mod:`geocon_torch.measures.headline`)."""
+    p = PRESETS[preset]
+    return "background" in p.sections or p.epipolar_protocol == "worldatlas"
+
+
+def has_background(result: Mapping[str, Any]) -> bool:
+    """Whether a result has a background section: its preset runs one (``PRESETS[preset]
+    .sections``), or, for a result of an unknown preset, its ``background`` block is not
+    empty. ``geocon explain`` prints the regime / report gate / pairs account only then."""
+    preset = _preset_of(result)
+    if preset is not None:
+        return "background" in PRESETS[preset].sections
+    return bool(result.get("background"))
+
+
+def _count(value: Any) -> Optional[int]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return int(value)
+    return None
+
+
+def _textured_factor(term: Any, background: Mapping[str, Any]) -> str:
+    """" = 0.959 x 3/7 textured pairs" after the ``ge`` term of a clip scored on some of its
+    pairs (:func:`~geocon_torch.measures.headline.textured_share` < 1: the term is
+    exp(-GE_norm / 3.5) times that share), else ""."""
+    share = textured_share(background)
+    if share >= 1.0 or share <= 0.0 or not isinstance(term, (int, float)):
+        return ""
+    textured, pairs = _count(background.get("textured_pairs")), _count(background.get("pairs"))
+    return f" = {_fraction(float(term) / share)} x {textured}/{pairs} textured pairs"
+
+
+def scoring_notes(result: Mapping[str, Any]) -> List[str]:
+    """How the background was scored when it was not the plain way, in words (plain text; the
+    audit card and ``geocon explain`` show the same): on some of its frame pairs
+    (``background.textured_pairs`` of ``pairs``, the ``ge`` term multiplied by that share), by
+    the ``features.fallback`` backend (``backends.features_fallback_from``; the scoring
+    backend's reason), or by the scoring backend on its textured pairs after the fallback
+    failed. [] for a clip scored the plain way."""
+    bg = result.get("background") if isinstance(result.get("background"), Mapping) else {}
+    be = result.get("backends") if isinstance(result.get("backends"), Mapping) else {}
+    fb = bg.get("fallback") if isinstance(bg.get("fallback"), Mapping) else {}
+    out = []
+    if textured_share(bg) < 1.0:
+        textured, pairs = _count(bg.get("textured_pairs")), _count(bg.get("pairs"))
+        out.append(f"background scored on {textured} of {pairs} frame pairs (the others have "
+                   f"too few matches): its ge term is multiplied by {textured}/{pairs}")
+    src, why = label(fb.get("from", be.get("features_fallback_from"))), fb.get("from_reason")
+    why = f"{src} found too little texture" if is_missing(why) else f"{src}: {why}"
+    if not is_missing(be.get("features_fallback_from")):
+        out.append(f"background scored by the {label(be.get('features'))} fallback ({why})")
+    elif fb and fb.get("status") != "ok" and bg.get("status") == "ok":
+        out.append(f"the {label(fb.get('backend'))} fallback was tried ({label(fb.get('status'))}"
+                   + ("" if is_missing(fb.get("reason")) else f": {fb['reason']}")
+                   + f"); background scored by {label(be.get('features'))} on its textured "
+                     f"pairs ({why})")
+    return out
+
+
+def result_warnings(result: Mapping[str, Any]) -> List[str]:
+    """The result's ``warnings`` as plain text, one per entry (unescaped: the card escapes
+    them, ``geocon explain`` writes control characters as escapes)."""
+    warns = result.get("warnings")
+    if isinstance(warns, str):
+        warns = [warns]
+    if not isinstance(warns, (list, tuple)):
+        return []
+    return [str(w) for w in warns if not is_missing(w)]
+
+
+#: the result blocks that hold an epipolar protocol's numbers -> (row label, protocol name)
+EPIPOLAR_NAMES = {"worldatlas": ("epipolar trio", "WorldAtlas"), "gvgc": ("epipolar (GVGC)",
+                                                                         "GVGC"),
+                  "epipolar-dpo": ("epipolar-DPO", "Epipolar-DPO")}
+
+
+def _num4(value: Any) -> str:
+    """A number with 4 significant digits, "-" when missing (the card's style)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value):
+        return f"{value:.4g}"
+    return "-"
+
+
+def epipolar_blocks(result: Mapping[str, Any]) -> List[Tuple[str, Mapping[str, Any]]]:
+    """The epipolar blocks a result holds, as (protocol, block): the ``epipolar`` block
+    ("worldatlas", or "gvgc" under preset gvgc: the block says its ``preset``, or holds the
+    original's ``median_error`` without ``epipolar_error``), ``epipolar_gvgc`` (preset "all")
+    and ``epipolar_dpo`` ("epipolar-dpo")."""
+    out: List[Tuple[str, Mapping[str, Any]]] = []
+    ep, gv = result.get("epipolar"), gvgc_block(dict(result))
+    if isinstance(ep, Mapping) and ep and ep is not gv:
+        out.append(("worldatlas", ep))
+    if gv:
+        out.append(("gvgc", gv))
+    if isinstance(result.get("epipolar_dpo"), Mapping) and result["epipolar_dpo"]:
+        out.append(("epipolar-dpo", result["epipolar_dpo"]))
+    return out
+
+
+def epipolar_text(protocol: str, block: Mapping[str, Any]) -> str:
+    """One epipolar block's numbers in words (plain text; the card row and ``geocon explain``'s
+    paragraph): WorldAtlas "error 0.0282 px, inlier rate 1, coverage 0.7887 (7 of 7 valid
+    pairs)", GVGC "median error 0.3232 px, mean error 0.5826 px, keep rate 0.6211 (...)",
+    Epipolar-DPO "mean epipolar error 0.1298 px, mean inlier rate 1 (1 of 1 valid pairs)"
+    (errors in px at the protocol's ``analysis_size``); "not_applicable: <reason>" for a block
+    that was not scored."""
+    status = block.get("status")
+    if not is_missing(status) and status != "ok":
+        reason = block.get("reason")
+        return str(status) + ("" if is_missing(reason) else f": {reason}")
+    if protocol == "gvgc":
+        text = (f"median error {_num4(block.get('median_error'))} px, mean error "
+                f"{_num4(block.get('mean_error'))} px, keep rate {_num4(block.get('keep_rate'))}")
+    elif protocol == "epipolar-dpo":
+        text = (f"mean epipolar error {_num4(block.get('mean_epipolar_error'))} px, mean "
+                f"inlier rate {_num4(block.get('mean_inlier_rate'))}")
+    else:
+        text = (f"error {_num4(block.get('epipolar_error'))} px, inlier rate "
+                f"{_num4(block.get('epipolar_inlier_rate'))}, coverage "
+                f"{_num4(block.get('feature_match_coverage'))}")
+    valid = _count(block.get("valid_pairs"))
+    total = _count(block.get("total_pairs", block.get("pairs")))
+    if valid is not None and total is not None:
+        text += f" ({valid} of {total} valid pairs)"
+    if block.get("fallback_used") is True:
+        text += f"; matched by its fallback method {label(block.get('method'))}"
+    return text
 
 
 _LENS_NAMES = ("k1", "k2", "p1", "p2", "k3")
@@ -231,6 +387,85 @@ def configured_band(gate: Optional[Dict[str, Any]]) -> Optional[Tuple[float, flo
             and all(isinstance(v, (int, float)) for v in band)):
         return float(band[0]), float(band[1])
     return None
+
+
+def stored_u_margin(result: Mapping[str, Any]) -> float:
+    """The ``gate.u_margin`` a result was scored with (its stored config), the default where
+    it records none."""
+    cfg = result.get("config") if isinstance(result.get("config"), Mapping) else {}
+    gate = cfg.get("gate") if isinstance(cfg.get("gate"), Mapping) else {}
+    margin = gate.get("u_margin")
+    if isinstance(margin, (int, float)) and not isinstance(margin, bool):
+        return float(margin)
+    return float(GateConfig().u_margin)
+
+
+def h_impossible(gate: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """Why a ``parallax_magnitude`` gate cannot decide H, or None when it can (or the result
+    records too little to tell): its H bound (``evidence.band_ref_px[0]``, the noise floor
+    where the noise raised it) reaches half the configured F threshold
+    (:func:`~geocon_torch.gate.parallax.noise_limited`, the gate's own rule)."""
+    gate = gate or {}
+    ev = gate.get("evidence") if isinstance(gate.get("evidence"), Mapping) else {}
+    conf = configured_band(dict(gate))
+    band = ev.get("band_ref_px")
+    low = band[0] if isinstance(band, (list, tuple)) and band else (
+        gate.get("thresholds") or {}).get("low")
+    if (ev.get("statistic_name") != "parallax_magnitude" or conf is None
+            or not isinstance(low, (int, float)) or not noise_limited(low, conf[1])):
+        return None
+    floor, noise = ev.get("noise_floor_ref_px"), ev.get("noise_ref_px")
+    if (isinstance(floor, (int, float)) and isinstance(noise, (int, float)) and noise > 0
+            and noise_limited(floor, conf[1])):
+        src = f"noise floor {floor / noise:.3g} x {noise:.4g} = {floor:.4g} ref px"
+    else:
+        src = f"H bound {low:.4g} ref px"
+    return f"{src} reaches half the F threshold {conf[1]:g} ref px"
+
+
+def band_text(gate: Optional[Mapping[str, Any]], low: float, high: float, unit: str,
+              digits: str = "g") -> str:
+    """The bounds a gate applies, as the card and ``geocon explain`` print them: "H if <= 10.35
+    ref px, F if >= 16 ref px", or, where the band is noise-limited (:func:`h_impossible`),
+    "H not possible (noise floor ... reaches half the F threshold 16 ref px), F if >= 16 ref
+    px" ("H not possible" alone for a U whose ``why_u``, printed beside it, says so).
+    ``low`` / ``high``: the thresholds (the statistic's unit); ``unit``: " ref px" or "";
+    ``digits``: the format spec of the numbers ("g", ".4g")."""
+    why = h_impossible(gate)
+    ev = (gate or {}).get("evidence") or {}
+    said = (gate or {}).get("decision") == "U" and bool(ev.get("why_u"))
+    h = (f"H if <= {low:{digits}}{unit}" if why is None else
+         "H not possible" + ("" if said else f" ({why})"))
+    return f"{h}, F if >= {high:{digits}}{unit}"
+
+
+def u_resolution(gate: Optional[Mapping[str, Any]], u_margin: float) -> Optional[str]:
+    """How a U decision was resolved, naming the term that decided
+    (:func:`~geocon_torch.gate.decision.prefers_f`: F when GRIC prefers it, ``gric_delta`` > 0,
+    or when the support margin IR_F - IR_H exceeds ``u_margin``): "U resolved to F by the
+    support margin (IR_F - IR_H 0.0749 > u_margin 0.05; GRIC delta -0.0471 <= 0 favours H)".
+    None when the gate is not U or records no resolution."""
+    gate = gate or {}
+    ev = gate.get("evidence") if isinstance(gate.get("evidence"), Mapping) else {}
+    to = ev.get("u_resolved")
+    if gate.get("decision") != "U" or is_missing(to):
+        return None
+    g, m = ev.get("gric_delta"), ev.get("u_support_margin")
+    g_ok = isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g)
+    m_ok = isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m)
+    by_g = g_ok and bool(prefers_f(float(g)))
+    by_m = m_ok and bool(prefers_f(0.0, float(m), u_margin))
+    g_txt = (f"GRIC delta {g:.3g} " + ("> 0 favours F" if by_g else "<= 0 favours H")
+             if g_ok else "GRIC delta - (not recorded)")
+    m_txt = (f"support margin IR_F - IR_H {m:.3g} {'>' if by_m else '<='} u_margin "
+             f"{u_margin:g}" if m_ok else "support margin IR_F - IR_H not recorded")
+    if to == "F" and (by_g or by_m):
+        by = " and ".join(["GRIC"] * by_g + ["the support margin"] * by_m)
+        first, second = (g_txt, m_txt) if by_g else (m_txt[len("support margin "):], g_txt)
+        return f"U resolved to {to} by {by} ({first}; {second})"
+    if to == "H" and not (by_g or by_m):
+        return f"U resolved to H: neither term favours F ({g_txt}; {m_txt})"
+    return f"U resolved to {label(to)} (as recorded; {g_txt}; {m_txt})"
 
 
 def is_scored(background: Optional[Dict[str, Any]]) -> bool:
