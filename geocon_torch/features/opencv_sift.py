@@ -13,8 +13,10 @@ While the pool runs, OpenCV's and torch's own threading is set to 1 (``cv2.setNu
 ``torch.set_num_threads``, through :func:`~geocon_torch._thread_settings.thread_settings`: the
 user's counts come back when the last of several overlapping calls ends): frame-level parallelism
 scales better than per-image threads, nested thread teams would oversubscribe the cores, and the
-output is the same. Meanwhile OpenCV runs on one thread process-wide, and threads started
-elsewhere in the process take torch's count of 1.
+output is the same. Detections in flight hold at most :data:`SIFT_MEMORY_BYTES` together
+(:data:`SIFT_BYTES_PER_PIXEL` a pixel each, over every pool of the process): on many cores a
+pool of large frames runs fewer at once than it has workers. Meanwhile OpenCV runs on one thread
+process-wide, and threads started elsewhere in the process take torch's count of 1.
 :meth:`OpenCVSIFT.extract_many` converts each frame to uint8 inside its worker (one frame, several
 scales at a time), so no float copy of a whole clip is ever materialised.
 
@@ -41,7 +43,8 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -66,6 +69,44 @@ FrameFeatures = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, to
 SCALE_SPACE_DETECT_FACTOR = 4
 #: per-frame point refinement: xy (n, 2) -> (new xy (n, 2), keep (n,) bool)
 Refine = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
+#: bytes OpenCV SIFT holds per pixel of the image it detects on (its doubled base image and
+#: the Gaussian / DoG pyramids: +130 MB at 1024 x 576, +516 MB at 2048 x 1152, +2 GB at 4096 x
+#: 2304, measured), rounded up
+SIFT_BYTES_PER_PIXEL = 240
+#: the most bytes the detections in flight may hold together, over every pool of the process
+#: (:class:`DetectionBudget`): a frame pool of W workers would hold W x that (16 workers on one
+#: 4K clip: ~33 GB); a frame over the whole budget runs alone
+SIFT_MEMORY_BYTES = 2 * 2 ** 30
+
+
+class DetectionBudget:
+    """Bytes of concurrent SIFT detections: :meth:`hold` waits until its share fits, so the
+    threads of any pool run at most as many detections at once as the budget holds (results do
+    not depend on it: each frame's detection is independent)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = int(total)
+        self.used = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def hold(self, nbytes: int) -> Iterator[None]:
+        """Hold ``nbytes`` (at most the whole budget: a larger detection runs alone) while the
+        block runs."""
+        need = max(0, min(int(nbytes), self.total))
+        with self._cond:
+            self._cond.wait_for(lambda: self.used == 0 or self.used + need <= self.total)
+            self.used += need
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= need
+                self._cond.notify_all()
+
+
+#: the process-wide budget of the SIFT detections (:data:`SIFT_MEMORY_BYTES`)
+DETECTION_BUDGET = DetectionBudget(SIFT_MEMORY_BYTES)
 
 
 def to_uint8(gray: torch.Tensor) -> np.ndarray:
@@ -167,7 +208,8 @@ class OpenCVSIFT:
         """
         import cv2
 
-        kp, des = self._thread_sift(nfeatures).detectAndCompute(img, cv_mask)
+        with DETECTION_BUDGET.hold(SIFT_BYTES_PER_PIXEL * int(img.size)):
+            kp, des = self._thread_sift(nfeatures).detectAndCompute(img, cv_mask)
         if des is None or len(kp) == 0:
             return (torch.zeros(0, 2, dtype=torch.float64), torch.zeros(0, 128),
                     torch.zeros(0), torch.zeros(0), torch.zeros(0),
