@@ -691,3 +691,15 @@ def score_background(frames: torch.Tensor, config=None, **kw) -> dict:
     dict."""
     from geocon_torch import score_clip  # lazy: helpers is imported by every test module
     return score_clip(frames, preset="background", device="cpu", config=config, **kw).to_dict()
+
+
+def stored_gate(decision: str, value: float, band, noise: float, **ev) -> dict:
+    """A parallax_magnitude gate block as the pipeline stores it (decision, statistic ``value``
+    ref px, the adapted ``band`` (low, high) ref px, the noise ref px; ``ev``: more evidence)."""
+    evidence = {"statistic_name": "parallax_magnitude", "band_ref_px": list(band),
+                "configured_band_ref_px": [3.0, 16.0], "noise_ref_px": noise,
+                "noise_floor_ref_px": 4.5 * noise, "magnitude_ref_px": value,
+                "magnitude_ci_ref_px": [value - 1.0, value + 2.0]}
+    evidence.update(ev)
+    return {"method": "parallax", "statistic": value, "decision": decision, "per_pair": None,
+            "thresholds": {"low": band[0], "high": band[1]}, "evidence": evidence}

@@ -16,6 +16,8 @@ import torch
 from geocon_torch.io import clips_from_tensor
 from geocon_torch.io.sampling import FROZEN_MAX_MAD, _Chain, held_flags
 
+from helpers import stored_gate
+
 # --- io.sampling.held_flags: the two-pair windows, the cap, the HDR scale --------------------
 
 
@@ -278,15 +280,7 @@ def test_image_folder_capped_or_indexed_reads_sample_only_the_frames_read(tmp_pa
 WHY_U = "noise floor reaches half the F threshold"
 
 
-def _gate(decision: str, value: float, band, noise: float, **ev: Any) -> Dict[str, Any]:
-    """A parallax_magnitude gate block as the pipeline stores it."""
-    evidence = {"statistic_name": "parallax_magnitude", "band_ref_px": list(band),
-                "configured_band_ref_px": [3.0, 16.0], "noise_ref_px": noise,
-                "noise_floor_ref_px": 4.5 * noise, "magnitude_ref_px": value,
-                "magnitude_ci_ref_px": [value - 1.0, value + 2.0]}
-    evidence.update(ev)
-    return {"method": "parallax", "statistic": value, "decision": decision, "per_pair": None,
-            "thresholds": {"low": band[0], "high": band[1]}, "evidence": evidence}
+_gate = stored_gate
 
 
 # U under a noise-limited band, resolved to F by the support margin at u_margin 0.05

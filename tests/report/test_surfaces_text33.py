@@ -21,19 +21,13 @@ from geocon_torch.report.html import _frozen_note
 from geocon_torch.report.text import score_line
 from geocon_torch.synth import grounded_clip
 
+from helpers import stored_gate
+
 WHY_U = ("noise floor 4.5 x 2.30 ref px reaches half the F threshold 16: H cannot be told "
          "from a small parallax")
 
 
-def _gate(decision: str, value: float, band, noise: float, **ev: Any) -> Dict[str, Any]:
-    """A parallax_magnitude gate block as the pipeline stores it (realshort / rubber sheet)."""
-    evidence = {"statistic_name": "parallax_magnitude", "band_ref_px": list(band),
-                "configured_band_ref_px": [3.0, 16.0], "noise_ref_px": noise,
-                "noise_floor_ref_px": 4.5 * noise, "magnitude_ref_px": value,
-                "magnitude_ci_ref_px": [value - 1.0, value + 2.0]}
-    evidence.update(ev)
-    return {"method": "parallax", "statistic": value, "decision": decision, "per_pair": None,
-            "thresholds": {"low": band[0], "high": band[1]}, "evidence": evidence}
+_gate = stored_gate
 
 
 # realshort (12 frames at 256 px): U below the H bound, resolved F by the support margin
