@@ -53,3 +53,11 @@ class CheckpointError(GeoConError, FileNotFoundError):
 
 class OptionalDependencyError(GeoConError, ImportError):
     """An optional backend (dust3r, sam2, pyarrow, ...) was requested but is not importable."""
+
+
+class ResourceExhaustedError(GeoConError, OSError):
+    """A resource of the machine ran out while a clip was read or scored (too many open files,
+    no memory or threads, an out-of-memory GPU, a full disk or quota): the run's failure, not
+    the clip's. Nothing is stored for the clip (the rows stored before stay), so running the
+    same command again, once the resource is back, scores it. The message names the resource,
+    the clip and what to do; ``errno`` is the cause's (EMFILE, ENOMEM, ...) when it had one."""

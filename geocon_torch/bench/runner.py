@@ -6,15 +6,21 @@ clip is skipped (a clip row is linked if the same content was stored under anoth
 Each scored clip is committed in one transaction, so a run killed at any moment loses at most
 the clips in flight and a re-run neither recomputes nor duplicates anything. A clip whose
 scorer raises is stored with ``status: "error"`` and the exception as ``reason``; the run goes
-on (``retry_errors=True`` recomputes those rows). The config hash leaves the package version
-out (it names the protocol, so a release keeps every row): ``rescore_versions=True`` recomputes
-the rows that record an older version than the running ``geocon_torch.__version__`` (by
-release order, :func:`~.stats.is_newer_version`; "unknown" is older), in place, error rows
-included (an older release's refusal is as stale as its numbers; error rows of the running
-version stay for ``retry_errors``). Rows of a NEWER release are never replaced by this older
-one. :class:`RunSummary` counts the kept rows by the version they record (error rows apart:
-:class:`VersionCounts`), and the replaced ones, so a run can name rows of an older or a newer
-release (:func:`kept_versions_note`). A
+on (``retry_errors=True`` recomputes those rows). Not so a resource of the machine that runs out
+while a clip is hashed or scored (too many open files, no memory or threads, an out-of-memory
+GPU, a full disk or quota: :func:`resource_exhausted`, through the exception's ``__cause__`` /
+``__context__`` chain): that is the run's failure, not the clip's, so nothing is stored for the
+clip and the run raises :class:`~geocon_torch.errors.ResourceExhaustedError` (the rows stored
+before stay; the same command, run again, scores the clip). A clip that runs out in a group
+(below) is first scored again alone, as is a group whose batch call fails as a whole.
+The config hash leaves the package version out (it names the protocol, so a release keeps every
+row): ``rescore_versions=True`` recomputes the rows that record an older version than the running
+``geocon_torch.__version__`` (by release order, :func:`~.stats.is_newer_version`; "unknown" is
+older), in place, error rows included (an older release's refusal is as stale as its numbers; error
+rows of the running version stay for ``retry_errors``). Rows of a NEWER release are never replaced
+by this older one. :class:`RunSummary` counts the kept rows by the version they record (error rows
+apart: :class:`VersionCounts`), and the replaced ones, so a run can name rows of an older or a
+newer release (:func:`kept_versions_note`). A
 misconfigured optional model (a missing or corrupt checkpoint, a package that is not
 importable) is no clip's error: with the default scorer the run raises it before any clip is
 read and stores nothing.
@@ -60,6 +66,7 @@ gather the per-rank summaries.
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import itertools
 import logging
@@ -76,7 +83,7 @@ import torch.distributed as dist
 from .._progress_bar import tqdm
 from .._version import __version__
 from ..config import GeoConConfig
-from ..errors import InputError, VideoReadError
+from ..errors import GeoConError, InputError, ResourceExhaustedError, VideoReadError
 from ..io import content_hash
 from ..io.hashing import input_digest
 from ..pipeline import pinned_config, preflight_models, score_clip, score_clips
@@ -126,11 +133,14 @@ def content_key(path: Union[str, Path]) -> Tuple[str, Optional[str]]:
     :func:`geocon_torch.io.content_hash` (SHA-256 of the bytes); a path that cannot be hashed
     (missing, zero-byte, folder without images) gets ``"unreadable:<sha256 of the absolute
     path>"`` and the reason, so its error row is found again on resume and a file that appears
-    later is scored under its real hash."""
+    later is scored under its real hash. An exhausted resource (:func:`resource_exhausted`:
+    too many open files, ...) is raised as it came, never such a key."""
     p = Path(path)
     try:
         return str(content_hash(p)), None
     except Exception as exc:  # noqa: BLE001 - any unreadable path gets a stable stand-in key
+        if resource_exhausted(exc) is not None:  # the machine's, not the path's
+            raise
         key = "unreadable:" + hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:32]
         return key, f"{type(exc).__name__}: {exc}"
 
@@ -141,13 +151,99 @@ def entry_key(entry: ManifestEntry) -> Tuple[str, Optional[str]]:
     :func:`input_digest`) when the entry gives object masks / camera poses: they change the
     numbers (masks from a file instead of motion segmentation, the pose gate instead of the
     parallax gate), so a resumed run whose manifest now gives other or new side inputs rescores
-    the clip instead of keeping the row scored without them."""
-    key, problem = content_key(entry.path)
-    if problem is None:
-        for name, side in (("masks", entry.masks_path), ("poses", entry.poses_path)):
-            if side is not None:
-                key += f"+{name}:{input_digest(side)[:32]}"
+    the clip instead of keeping the row scored without them.
+
+    Raises:
+        ResourceExhaustedError: a resource of the machine ran out while the files were read
+            (:func:`resource_exhausted`), naming the clip.
+    """
+    try:
+        key, problem = content_key(entry.path)
+        if problem is None:
+            for name, side in (("masks", entry.masks_path), ("poses", entry.poses_path)):
+                if side is not None:
+                    key += f"+{name}:{input_digest(side)[:32]}"
+    except Exception as exc:  # noqa: BLE001 - re-raised, named when a resource ran out
+        if resource_exhausted(exc) is None:
+            raise
+        raise _exhausted_error(entry, exc, "reading") from exc
     return key, problem
+
+
+_FREE_MEMORY = ("free memory (other processes, a smaller --batch-clips; a clip that alone needs "
+                "more than the machine has: leave it out of the manifest)")
+#: errno of an exhausted machine resource -> (what ran out, what to do about it)
+RESOURCE_ERRNOS: Dict[int, Tuple[str, str]] = {
+    errno.EMFILE: ("too many open files", "raise `ulimit -n`"),
+    errno.ENFILE: ("too many open files in the system", "close files of other programs or "
+                   "raise the system's limit (fs.file-max)"),
+    errno.EAGAIN: ("no memory or threads",
+                   _FREE_MEMORY + " or raise `ulimit -u` / `ulimit -v`"),
+    errno.ENOMEM: ("out of memory", _FREE_MEMORY),
+    errno.ENOSPC: ("no space left on device", "free disk space"),
+    errno.EDQUOT: ("disk quota exceeded", "free space under the quota"),
+}
+_TORCH_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+#: the text of a torch CPU allocation that failed (a RuntimeError, not a MemoryError)
+_TORCH_CPU_OOM = "DefaultCPUAllocator: can't allocate memory"
+
+
+def resource_exhausted(exc: BaseException) -> Optional[Tuple[str, str, Optional[int]]]:
+    """(what ran out, what to do, errno or None) when ``exc`` or an exception of its
+    ``__cause__`` / ``__context__`` chain says a resource of the machine ran out: an OSError
+    whose errno is in :data:`RESOURCE_ERRNOS` (EMFILE, ENFILE, EAGAIN, ENOMEM, ENOSPC, EDQUOT),
+    a GeoConError whose text quotes one (``[Errno 11] Resource temporarily unavailable``: a
+    decode error kept as text), MemoryError, a torch out-of-memory error (GPU, or the CPU
+    allocator's), an OpenCV ``cv2.error`` of code -4 (Insufficient memory); None else."""
+    seen = set()
+    todo: List[Optional[BaseException]] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        found = _exhausted_one(e)
+        if found is not None:
+            return found
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def _exhausted_one(e: BaseException) -> Optional[Tuple[str, str, Optional[int]]]:
+    """:func:`resource_exhausted` of one exception, its chain aside."""
+    if isinstance(e, OSError) and e.errno in RESOURCE_ERRNOS:
+        return (*RESOURCE_ERRNOS[e.errno], e.errno)
+    if isinstance(e, _TORCH_OOM):
+        return ("out of GPU memory", "free GPU memory (other processes on the device, a "
+                "smaller --batch-clips) or score on another device", errno.ENOMEM)
+    if isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and _TORCH_CPU_OOM in str(e)):
+        return ("out of memory", _FREE_MEMORY, errno.ENOMEM)
+    kind = type(e)
+    if kind.__module__ == "cv2" and kind.__name__ == "error" and (
+            "(-4:" in str(e) or vars(e).get("code") == -4):  # cv2's class-wide code: not read
+        return ("out of memory", _FREE_MEMORY, errno.ENOMEM)
+    if isinstance(e, GeoConError):
+        text = str(e)
+        for code, found in RESOURCE_ERRNOS.items():
+            if f"[Errno {code}] {os.strerror(code)}" in text:
+                return (*found, code)
+    return None
+
+
+def _exhausted_error(entry: ManifestEntry, exc: BaseException,
+                     doing: str) -> ResourceExhaustedError:
+    """The :class:`ResourceExhaustedError` (its ``errno`` the cause's) naming the resource
+    and the clip, for an ``exc`` that says a resource ran out (:func:`resource_exhausted`)
+    while ``doing`` ("reading" / "scoring") the clip: one line, with the cause's text."""
+    found = resource_exhausted(exc)
+    assert found is not None, "only for an exhausted resource"
+    what, advice, code = found
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+    err = ResourceExhaustedError(
+        f"{what} while {doing} clip {entry.clip_id!r} ({entry.path}: {cause[:400]}): nothing "
+        f"stored for it; {advice} and run the same command again")
+    err.errno = code
+    return err
 
 
 def error_result(entry: ManifestEntry, config: GeoConConfig, reason: str,
@@ -437,6 +533,7 @@ def run_manifest(manifest: Union[str, Path, Sequence[ManifestEntry]],
             under the run's config (rows deleted while it ran); its ``summary`` names them.
         StoreError: the store failed (locked past ``store_timeout_s``, a full disk) or its
             SQLite file was deleted or replaced while the run wrote it.
+        ResourceExhaustedError: a clip ran out of a resource (:func:`resource_exhausted`).
     """
     entries = list(load_manifest(manifest, confine=confine_paths)
                    if isinstance(manifest, (str, Path)) else manifest)
@@ -742,8 +839,11 @@ def _reason(exc: BaseException) -> str:
 
 def _result(entry: ManifestEntry, job: _Job, key: str, outcome: Outcome) -> Dict[str, Any]:
     """The result dict of one clip from its scorer outcome: the scorer's dict (checked), or an
-    error row with the reason of the exception it raised."""
+    error row with the reason of the exception it raised; an exhausted resource
+    (:func:`resource_exhausted`) is raised as a :class:`ResourceExhaustedError` instead."""
     cfg = job.cfg
+    if isinstance(outcome, Exception) and resource_exhausted(outcome) is not None:
+        raise _exhausted_error(entry, outcome, "scoring") from outcome  # nothing stored
     try:
         if isinstance(outcome, _Unreadable):
             result = error_result(entry, cfg, str(outcome))
@@ -779,7 +879,9 @@ def _one_by_one(job: _Job, entries: Sequence[ManifestEntry]) -> Iterator[Outcome
 def _outcomes(job: _Job, entries: Sequence[ManifestEntry]) -> Iterator[Outcome]:
     """One outcome per entry, in order: one ``score_fn.batch`` call for a group of several
     (when the scorer has one), else clip by clip. A batch call that fails as a whole (or
-    answers with the wrong count) is logged and its clips are scored one by one."""
+    answers with the wrong count) is logged and its clips are scored one by one; a clip whose
+    outcome in the batch is an exhausted resource (:func:`resource_exhausted`) is scored again
+    alone (:func:`_alone_when_exhausted`)."""
     batch = getattr(job.score_fn, "batch", None)
     if batch is None or len(entries) < 2:
         return _one_by_one(job, entries)
@@ -788,11 +890,25 @@ def _outcomes(job: _Job, entries: Sequence[ManifestEntry]) -> Iterator[Outcome]:
         if len(got) != len(entries):
             raise InputError(f"score_fn.batch returned {len(got)} outcomes for "
                              f"{len(entries)} clips")
-        return iter(got)
     except Exception as exc:  # noqa: BLE001 - fall back to one clip at a time
         log.warning("geocon bench: scoring a group of %d clips failed (%s); scoring them one "
                     "by one", len(entries), _reason(exc))
         return _one_by_one(job, entries)
+    return _alone_when_exhausted(job, entries, got)
+
+
+def _alone_when_exhausted(job: _Job, entries: Sequence[ManifestEntry],
+                          got: Sequence[Outcome]) -> Iterator[Outcome]:
+    """The batch's outcomes ``got``, in order; a clip whose outcome says a resource ran out
+    (the group's memory, maybe) is scored again alone (:func:`_one_by_one`) and that outcome
+    stands: :func:`_result` raises it if the clip runs out alone too."""
+    for entry, outcome in zip(entries, got):
+        if isinstance(outcome, Exception) and resource_exhausted(outcome) is not None:
+            log.warning("geocon bench: clip %s ran out of a resource in a group of %d (%s); "
+                        "scoring it alone", entry.clip_id, len(entries), _reason(outcome))
+            yield from _one_by_one(job, [entry])
+        else:
+            yield outcome
 
 
 def _resolve(entry: ManifestEntry, key: str, unreadable: Optional[str], store: ResultStore,
