@@ -32,7 +32,7 @@ from .._version import __version__
 from ..categories import EXPECTED_REGIME
 from ..config import GeoConConfig, load_config
 from ..errors import InputError, OptionalDependencyError
-from ..io._atomic import atomic_write_text
+from ..io._atomic import atomic_output, atomic_write_text
 from ..io.calibration import FORMAT, calibration_hash
 from ..measures.calibration import (BOUNDS, REF_LONG_SIDE, REGIME_BOUNDS, BoundCheck,
                                     bound_checks, calibrated_pass, clip_statistics,
@@ -457,7 +457,8 @@ def calibration_document(plan: CalibrationPlan, rows: List[Dict[str, Any]],
 def plot_roc(curves: Dict[str, Dict[str, Any]], thresholds: Dict[str, Dict[str, Any]],
              outdir: Path) -> List[Path]:
     """roc_<regime>.png per regime (false-pass vs true-pass, one curve per corruption, the
-    chosen operating point marked); [] when matplotlib is missing."""
+    chosen operating point marked); [] when matplotlib is missing. Each PNG is written
+    atomically (complete or as before; an OSError of the write names the PNG)."""
     try:
         from ..report.plots import _plt  # lazy: optional plotting dependency
         plt = _plt()  # figures without pyplot: the caller's backend is left alone
@@ -478,9 +479,12 @@ def plot_roc(curves: Dict[str, Dict[str, Any]], thresholds: Dict[str, Dict[str, 
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=7, loc="lower right")
         path = outdir / f"roc_{regime}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        try:  # atomically: a failed write leaves the previous plot and its error names path
+            fig.tight_layout()
+            with atomic_output(path) as tmp:
+                fig.savefig(tmp, dpi=100)
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths
 
@@ -492,7 +496,8 @@ def run_calibration(plan: CalibrationPlan, outdir: Path,
     """Score the plan (or take its already scored ``rows``, scored by geocon_torch
     ``scored_by``: :func:`calibration_document`), write OUTDIR/calibration.json and
     the ROC plots; returns the document (plus "plots": the written plot paths, not part of the
-    file). calibration.json and roc.json are each written atomically (complete or as before)."""
+    file). calibration.json, roc.json and the roc_*.png plots are each written atomically
+    (complete or as before)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = score_plan(plan, progress) if rows is None else list(rows)

@@ -41,6 +41,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from .._checks import retired_name
 from .._json import not_a_file
 from ..errors import GeoConError, InputError
+from ..io._atomic import atomic_output
 from .ids import derive_clip_ids
 
 REQUIRED_FIELDS = ("path", "generator")
@@ -510,23 +511,26 @@ def write_manifest(path: Union[str, Path], entries: Iterable[Union[ManifestEntry
     """Write entries as JSONL (``.jsonl``) or CSV (``.csv``); the inverse of load_manifest.
 
     CSV text cells (and column names) that a spreadsheet would run as a formula get a leading
-    apostrophe (:func:`spreadsheet_text`), which :func:`load_manifest` removes again."""
+    apostrophe (:func:`spreadsheet_text`), which :func:`load_manifest` removes again. The file
+    is written atomically (complete or as before; an OSError of the write names ``path``)."""
     path = Path(path)
     rows = [e.to_dict() if isinstance(e, ManifestEntry) else dict(e) for e in entries]
     for r in rows:
         r.update(r.pop("extra", None) or {})
         if isinstance(r.get("resolution"), (list, tuple)):
             r["resolution"] = "x".join(str(int(v)) for v in r["resolution"])
-    if path.suffix.lower() == ".csv":
-        fields = COLUMN_ORDER
-        cols = list(fields) + sorted({k for r in rows for k in r} - set(fields))
-        with path.open("w", encoding="utf-8", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow([spreadsheet_text(k) for k in cols])
-            for r in rows:
-                w.writerow(["" if r.get(k) is None else spreadsheet_text(r.get(k)) for k in cols])
-    else:
-        with path.open("w", encoding="utf-8") as fh:
-            for r in rows:
-                fh.write(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n")
+    with atomic_output(path) as tmp:  # a failed write leaves the previous manifest whole
+        if path.suffix.lower() == ".csv":
+            fields = COLUMN_ORDER
+            cols = list(fields) + sorted({k for r in rows for k in r} - set(fields))
+            with tmp.open("w", encoding="utf-8", newline="") as fh:
+                w = csv.writer(fh)
+                w.writerow([spreadsheet_text(k) for k in cols])
+                for r in rows:
+                    w.writerow(["" if r.get(k) is None else spreadsheet_text(r.get(k))
+                                for k in cols])
+        else:
+            with tmp.open("w", encoding="utf-8") as fh:
+                for r in rows:
+                    fh.write(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n")
     return path

@@ -116,7 +116,11 @@ def name_output_error(exc: OSError, path: Union[str, Path], tmp: Optional[Path] 
     if (first, second) == (exc.filename, exc.filename2):
         return exc
     try:
-        exc.filename, exc.filename2 = first, second
+        exc.filename = first
+        if second is None:  # unset, not None: str() ends with "-> None" once None is assigned
+            del exc.filename2
+        else:
+            exc.filename2 = second
         return exc
     except AttributeError:  # a read-only property (PyAV)
         return OSError(exc.errno, exc.strerror, first, None, second)

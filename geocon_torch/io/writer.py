@@ -1,7 +1,8 @@
 """Writing clips to disk (mp4 via PyAV, or PNG folders).
 
-Video and gif files are written atomically (:func:`~geocon_torch.io._atomic.atomic_output`): an
-interrupted write leaves the previous file or none, never a playable fragment."""
+Video and gif files, and each PNG of an image folder, are written atomically
+(:func:`~geocon_torch.io._atomic.atomic_output`): an interrupted write leaves the previous file
+or none, never a playable fragment."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -127,11 +128,20 @@ def write_image_folder(folder: Union[str, Path], frames: torch.Tensor, prefix: s
         ``folder`` as a Path.
     Raises:
         ShapeError: frames not (T, 3|1, H, W).
+        OSError: a frame's PNG could not be written (a full disk, a quota, a file-size limit),
+            naming that frame's file; each PNG is written atomically (complete or absent),
+            the frames before it stay written.
     """
     import cv2
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for i, frame in enumerate(_to_uint8_thwc(frames)):
-        cv2.imwrite(str(folder / f"{prefix}{i:05d}.png"), frame[..., ::-1])
+        path = folder / f"{prefix}{i:05d}.png"
+        ok, png = cv2.imencode(".png", frame[..., ::-1])  # the bytes cv2.imwrite writes
+        if not ok:  # not expected of uint8 (H, W, 3|1) frames
+            raise ShapeError(f"{path}: OpenCV could not encode frame {i} "
+                             f"{tuple(frame.shape)} as PNG")
+        with atomic_output(path) as tmp:  # imwrite's failed write only returns False
+            tmp.write_bytes(png.tobytes())
     return folder

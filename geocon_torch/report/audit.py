@@ -10,15 +10,18 @@ lowest IR (the most telling one).
 """
 from __future__ import annotations
 
+import errno
 import html
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ..bench.ids import file_key
+from ..io._atomic import filename_text
 from ..measures.calibration import STAT_LABEL, fmt_apart
 from ..presets import PRESETS
 from . import plots
@@ -180,9 +183,28 @@ def _entry(row: Dict[str, Any]) -> Dict[str, Any]:
         return {}
 
 
+#: errnos of a failed write to the output disk: full, quota, file-size limit, read-only, I/O
+OUTPUT_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO,
+                                errno.EROFS})
+
+
+def _output_disk_error(exc: BaseException, img_dir: Path) -> bool:
+    """True for an OSError of writing the report's own images: an errno of
+    :data:`OUTPUT_DISK_ERRNOS` on a file in ``img_dir`` (a card PNG; an error of reading the
+    clip or its masks / poses files names those files and stays the card's note)."""
+    if not isinstance(exc, OSError) or exc.errno not in OUTPUT_DISK_ERRNOS:
+        return False
+    name = filename_text(exc.filename)
+    if name is None:
+        return False
+    folder = os.path.realpath(img_dir)
+    return os.path.dirname(os.path.realpath(name)) == folder
+
+
 def _drawings(row: Dict[str, Any], res: Dict[str, Any], img_dir: Path, slug: str,
               device: Optional[str]) -> Tuple[List[Tuple[Path, str, str]], List[str]]:
-    """The pair figures of a card, or a note saying why there are none (never raises)."""
+    """The pair figures of a card, or a note saying why there are none; raises only an
+    OSError of writing its PNGs to the output disk (:func:`_output_disk_error`)."""
     bg = res.get("background") or {}
     entry = _entry(row)
     meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
@@ -194,6 +216,8 @@ def _drawings(row: Dict[str, Any], res: Dict[str, Any], img_dir: Path, slug: str
                           device=device)
         return _draw_pair(d, img_dir, slug, bg.get("segment") or {})
     except Exception as exc:  # noqa: BLE001 - a card never breaks the report
+        if _output_disk_error(exc, img_dir):  # the report's own files: the command fails
+            raise
         note = f"drawings unavailable: {type(exc).__name__}: {exc}"
         if isinstance(exc, PairMismatchError) and not (masks or poses):
             note += f" ({NO_SIDE_FILES})"
@@ -294,7 +318,8 @@ def audit_card(row: Dict[str, Any], img_dir: Union[str, Path], *, draw: bool = T
     ``row`` is a joined row of :func:`geocon_torch.bench.load_results`. With ``draw`` the
     matches / epipolar lines / masks of one pair are re-derived from the video as they were
     scored (:func:`~geocon_torch.report.evidence.pair_evidence`; a failure is reported on the
-    card, never raised).
+    card, except an OSError of writing the card's PNGs to a full / read-only disk, a quota or a
+    file-size limit, which is raised naming the PNG).
     """
     img_dir, rel_to = Path(img_dir), (None if rel_to is None else Path(rel_to))
     res = row.get("result") or {}
