@@ -703,3 +703,16 @@ def stored_gate(decision: str, value: float, band, noise: float, **ev) -> dict:
     evidence.update(ev)
     return {"method": "parallax", "statistic": value, "decision": decision, "per_pair": None,
             "thresholds": {"low": band[0], "high": band[1]}, "evidence": evidence}
+
+
+def cli_error_line(capsys, argv) -> str:
+    """The one stderr line of ``geocon ARGV``, which must end with exit status 2 and no
+    traceback."""
+    from geocon_torch.cli import main
+
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(lines) == 1, err
+    return lines[0]

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, List
 
 import pytest
-from helpers import fake_result, write_jsonl
+from helpers import cli_error_line, fake_result, write_jsonl
 
 from geocon_torch import __version__
 from geocon_torch.bench.manifest import load_manifest, write_manifest
-from geocon_torch.cli import main
 from geocon_torch.io._atomic import atomic_output, name_output_error
 from geocon_torch.report import audit
 
@@ -38,14 +37,7 @@ def _names(folder: Path) -> List[str]:
     return sorted(os.listdir(folder)) if folder.is_dir() else []
 
 
-def _error_line(capsys, argv: List[str]) -> str:
-    """The one stderr line of ``geocon ARGV``, which must end with exit status 2."""
-    rc = main(argv)
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert rc == 2 and "Traceback" not in err, err
-    assert len(lines) == 1, err
-    return lines[0]
+_error_line = cli_error_line
 
 
 def _limited(code: str, limit: int) -> subprocess.CompletedProcess:

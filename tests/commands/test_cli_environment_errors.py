@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 import av
 import pytest
-from helpers import fake_result, write_jsonl
+from helpers import cli_error_line, fake_result, write_jsonl
 
 from geocon_torch import __version__
 from geocon_torch.bench.store import load_results
@@ -50,15 +50,7 @@ def _full_disk() -> OSError:
     return OSError(errno.ENOSPC, ENOSPC)
 
 
-def _error_line(capsys, argv: List[str]) -> str:
-    """The one stderr line of ``geocon ARGV``, which must end with exit status 2 and no
-    traceback."""
-    rc = main(argv)
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert rc == 2 and "Traceback" not in err, err
-    assert len(lines) == 1, err
-    return lines[0]
+_error_line = cli_error_line
 
 
 def _names(folder: Path) -> List[str]:
