@@ -204,6 +204,14 @@ class ClipResult:
         return cls(**known, extra=data)
 
 
+def finite_number(value: Any) -> Optional[float]:
+    """``value`` as a float when it is a finite int or float (not a bool), else None (None,
+    text, NaN / inf): how the text surfaces read a stored number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def gvgc_block(result: Dict[str, Any]) -> Dict[str, Any]:
     """A result's GVGC block: ``epipolar_gvgc`` (preset "all"), else its ``epipolar`` block when
     that holds GVGC's numbers (preset "gvgc" writes it there: the block's ``preset`` says so, or

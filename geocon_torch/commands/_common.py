@@ -21,6 +21,7 @@ from ..errors import ConfigError, InputError
 from ..io._atomic import atomic_write_text, name_output_error
 from ..io.images import IMAGE_SUFFIXES, animated_frames
 from ..measures.calibration import digits_apart
+from ..result import finite_number
 from ..presets import PRESETS
 from ..sections.progress import progress_enabled
 
@@ -334,13 +335,6 @@ def _epipolar_columns(res: Dict[str, Any]) -> Tuple[Any, Any]:
     return None, None
 
 
-def _number(v: Any) -> Optional[float]:
-    """``v`` as a finite float, None for anything else (None, a bool, text, NaN / inf)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
-
-
 def _gate_thresholds(res: Dict[str, Any]) -> Tuple[List[float], List[float]]:
     """The bounds the "pass" column's verdicts compare the clip's IR and GE (px at the working
     resolution) with: ([report_ir, calibrated IR bound], [report_ge_px, calibrated GE bound]),
@@ -355,8 +349,8 @@ def _gate_thresholds(res: Dict[str, Any]) -> Tuple[List[float], List[float]]:
         cfg = GeoConConfig()
     cal = bg.get("calibration") if isinstance(bg.get("calibration"), dict) else {}
     rec = cal.get("thresholds") if isinstance(cal.get("thresholds"), dict) else {}
-    irs = [_number(cfg.background.report_ir), _number(rec.get("ir"))]
-    ges = [_number(cfg.background.report_ge_px), _number(rec.get("ge_px"))]
+    irs = [finite_number(cfg.background.report_ir), finite_number(rec.get("ir"))]
+    ges = [finite_number(cfg.background.report_ge_px), finite_number(rec.get("ge_px"))]
     return [t for t in irs if t is not None], [t for t in ges if t is not None]
 
 
@@ -365,7 +359,7 @@ def _apart(v: Any, others: Sequence[float], fails: bool) -> str:
     ``others`` (its thresholds; 1 for a fraction): up to 17 when ``v`` fails one of them (never
     "0.970" for an IR of 32/33 beside pass "no"), 8 otherwise
     (:func:`~geocon_torch.measures.calibration.digits_apart`); "-" for None."""
-    x = _number(v)
+    x = finite_number(v)
     if x is None:
         return _fmt(v, f".{TABLE_DECIMALS}f")
     k = digits_apart((x, *others), TABLE_DECIMALS, 17 if fails else 8, style="f")
@@ -376,7 +370,7 @@ def _background_cells(res: Dict[str, Any]) -> Tuple[str, str]:
     """The IR and GE px cells: as many decimals as tell each from the bounds of the verdicts
     printed beside them (:func:`_gate_thresholds`) and the IR from 1."""
     bg = res.get("background") or {}
-    ir, ge = _number(bg.get("ir")), _number(bg.get("ge_px"))
+    ir, ge = finite_number(bg.get("ir")), finite_number(bg.get("ge_px"))
     if ir is None and ge is None:
         return _fmt(bg.get("ir"), ".3f"), _fmt(bg.get("ge_px"), ".3f")
     ir_th, ge_th = _gate_thresholds(res)
@@ -417,7 +411,7 @@ def summary_row(res: Dict[str, Any]) -> List[str]:
     objs = [o for o in (fg if isinstance(fg, dict) else {}).get("objects") or []
             if isinstance(o, dict)]
     p90 = [o["adap90"] for o in objs if isinstance(o.get("adap90"), (int, float))]
-    score = _number(res.get("score"))
+    score = finite_number(res.get("score"))
     ir_cell, ge_cell = _background_cells(res)
     return [str(res.get("clip")), str(res.get("status")),
             _fmt(res.get("score"), ".3f") if score is None else _apart(score, (1.0,), False),

@@ -16,7 +16,7 @@ from ..io.sampling import FROZEN_MAX_MAD
 from ..measures.calibration import BoundCheck, bound_checks, clip_statistics, fmt_apart
 from ..measures.headline import textured_share
 from ..presets import PRESETS
-from ..result import gvgc_block
+from ..result import finite_number, gvgc_block
 
 UNKNOWN = "unknown"
 #: bidi classes whose text is isolated in the HTML (right-to-left letters and digits, and the
@@ -201,9 +201,8 @@ def has_background(result: Mapping[str, Any]) -> bool:
 
 
 def _count(value: Any) -> Optional[int]:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return int(value)
-    return None
+    number = finite_number(value)
+    return None if number is None else int(number)
 
 
 def _textured_factor(term: Any, background: Mapping[str, Any]) -> str:
@@ -263,10 +262,8 @@ EPIPOLAR_NAMES = {"worldatlas": ("epipolar trio", "WorldAtlas"), "gvgc": ("epipo
 
 def _num4(value: Any) -> str:
     """A number with 4 significant digits, "-" when missing (the card's style)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and math.isfinite(value):
-        return f"{value:.4g}"
-    return "-"
+    number = finite_number(value)
+    return "-" if number is None else f"{number:.4g}"
 
 
 def epipolar_blocks(result: Mapping[str, Any]) -> List[Tuple[str, Mapping[str, Any]]]:
@@ -451,8 +448,7 @@ def u_resolution(gate: Optional[Mapping[str, Any]], u_margin: float) -> Optional
     if gate.get("decision") != "U" or is_missing(to):
         return None
     g, m = ev.get("gric_delta"), ev.get("u_support_margin")
-    g_ok = isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g)
-    m_ok = isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m)
+    g_ok, m_ok = finite_number(g) is not None, finite_number(m) is not None
     by_g = g_ok and bool(prefers_f(float(g)))
     by_m = m_ok and bool(prefers_f(0.0, float(m), u_margin))
     g_txt = (f"GRIC delta {g:.3g} " + ("> 0 favours F" if by_g else "<= 0 favours H")
